@@ -1,0 +1,56 @@
+"""The ``qaccuracy`` command: a thin layer over the library.
+
+Each sub-command lives in ``pytest_qaccuracy/commands/<name>.py`` and exposes ``NAME``, ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``. Exit codes (contract 1): 0 success, 1 a check
+failed, 2 bad usage or bad input, reported as a single ``error: ...`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from pytest_qaccuracy.errors import InputError
+
+#: Sub-command modules, in the order ``--help`` lists them.
+COMMANDS = ("compare",)
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one ``error:`` line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"error: {self.prog}: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="qaccuracy", description="Quantization accuracy checks for ONNX model pairs.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        module = importlib.import_module(f"pytest_qaccuracy.commands.{name}")
+        command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(command)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (also used by the console script)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args))
+    except InputError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``qaccuracy`` command line; see :mod:`pytest_qaccuracy.cli`."""
