@@ -1,0 +1,1 @@
+"""Analyses over model pairs: layer-wise comparison (and, later, sensitivity and calibration)."""
