@@ -1,0 +1,270 @@
+"""Layer-wise comparison: run both models of a pair on every record and fold the error per tensor.
+
+Data flows one way: dataset batches -> runners -> TensorPair -> metric accumulators -> results.
+Nothing but the current batch's tensors and the accumulators' fixed-size state is kept.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
+from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.metrics import Metric, TensorPair, get_metric, parse_metric_names
+from pytest_qaccuracy.model.graph import GraphView
+from pytest_qaccuracy.model.matching import FLOAT_TYPES, TensorMatch
+from pytest_qaccuracy.model.pair import ModelPair
+from pytest_qaccuracy.model.quant_params import QuantParams, find_quant_params
+from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
+
+#: How many worst records each output keeps per metric (for failure messages).
+WORST_RECORDS = 5
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """Accumulators of one compared tensor."""
+
+    fp32: str
+    capture: str
+    params: QuantParams | None
+    metrics: dict[str, Metric]
+    worst: dict[str, list[tuple[float, int, float]]] | None = None  # metric -> heap of (badness, record, value)
+    problem: str | None = None
+
+    def update(self, ref: np.ndarray, test: np.ndarray, first_record: int) -> None:
+        if self.params is not None:
+            test = self.params.dequantize(test)
+        if ref.shape != test.shape:
+            self.problem = f"shape {ref.shape[1:]} in the fp32 model but {test.shape[1:]} in the quantized model"
+            return
+        scale = None if self.params is None else self.params.scale
+        axis = None if self.params is None else self.params.axis
+        pair = TensorPair(ref, test, scale=scale, axis=axis, first_record=first_record)
+        for metric in self.metrics.values():
+            metric.update(pair)
+        if self.worst is not None:
+            self._track_worst(pair)
+
+    def _track_worst(self, pair: TensorPair) -> None:
+        for name, metric in self.metrics.items():
+            values = metric.record_values(pair)
+            if values is None:
+                continue
+            heap = self.worst.setdefault(name, [])
+            sign = -1.0 if metric.higher_is_better else 1.0
+            for offset, value in enumerate(np.asarray(values, dtype=np.float64)):
+                item = (sign * float(value), pair.first_record + offset, float(value))
+                if len(heap) < WORST_RECORDS:
+                    heapq.heappush(heap, item)
+                elif item > heap[0]:
+                    heapq.heapreplace(heap, item)
+
+    def results(self) -> tuple[dict[str, float | None], dict[str, str]]:
+        values, undefined = {}, {}
+        for name, metric in self.metrics.items():
+            value, reason = metric.result()
+            values[name] = value
+            if value is None:
+                undefined[name] = reason or "undefined"
+        return values, undefined
+
+    def worst_records(self) -> dict[str, list[tuple[int, float]]]:
+        return {m: [(r, v) for _, r, v in sorted(heap, reverse=True)] for m, heap in (self.worst or {}).items()}
+
+
+def compare(
+    pair: ModelPair,
+    data: Dataset | str | os.PathLike[str],
+    metrics: str | Sequence[str] | None = None,
+    options: RuntimeOptions | None = None,
+    capture: str = "deployed",
+    layers: bool = True,
+    allow_nonfinite: bool = False,
+    quantized_runner=None,
+) -> ComparisonResult:
+    """Compare an fp32/quantized pair on every record of ``data``.
+
+    Args:
+        pair: the models (see :class:`ModelPair`).
+        data: a dataset or its path (``.h5``/``.hdf5``, ``.npz``, or a folder of ``.npy``).
+        metrics: metric names (``"mse,cosine"`` or a list); all registered metrics by default.
+        options: onnxruntime options (providers, optimization level, threads, batch size).
+        capture: ``deployed`` (fused integer kernels where onnxruntime fuses) or ``reference``
+            (QDQ fake-quant semantics, optimizations off); see ``CAPTURE_MODES``.
+        layers: also compare every matched intermediate tensor (outputs are always compared).
+        allow_nonfinite: accept NaN/Inf in the inputs.
+        quantized_runner: a runner to use for the quantized model instead of onnxruntime (the
+            emulated integer backend); it must have ``run(batch) -> {tensor: array}``.
+
+    Returns:
+        A :class:`ComparisonResult` (contract 2).
+
+    Raises:
+        InputError: bad data, bad models, unknown metrics or options (the message names what).
+    """
+    names = parse_metric_names(metrics)
+    options = options or RuntimeOptions()
+    q_options = options.for_capture(capture)
+    dataset = data if isinstance(data, Dataset) else load_dataset(data)
+    try:
+        bound = bind_dataset(dataset, pair.inputs, allow_nonfinite=allow_nonfinite)
+        outputs = _output_trackers(pair, names)
+        layer_matches = pair.matching.matches if layers else []
+        layer_trackers = [_tracker(m.fp32, m.capture, m.params, names) for m in layer_matches]
+        fp32_runner = OrtRunner(
+            pair.fp32, [t.fp32 for t in outputs + layer_trackers], options, f"{pair.fp32_path.name}"
+        )
+        q_runner = quantized_runner or OrtRunner(
+            pair.quantized, [t.capture for t in outputs + layer_trackers], q_options, f"{pair.quantized_path.name}"
+        )
+        for batch in bound.iter_batches(options.batch_size):
+            ref, test = fp32_runner.run(batch), q_runner.run(batch)
+            for tracker in outputs + layer_trackers:
+                if tracker.problem is None:
+                    tracker.update(ref[tracker.fp32], test[tracker.capture], batch.start)
+            del ref, test
+        records = len(bound)
+    finally:
+        if not isinstance(data, Dataset):
+            dataset.close()
+    return _result(pair, dataset, names, records, outputs, layer_matches, layer_trackers, capture, quantized_runner)
+
+
+def _tracker(fp32: str, capture: str, params: QuantParams | None, names: list[str], worst: bool = False) -> _Tracked:
+    return _Tracked(fp32, capture, params, {n: get_metric(n)() for n in names}, {} if worst else None)
+
+
+def _output_trackers(pair: ModelPair, names: list[str]) -> list[_Tracked]:
+    view = GraphView(pair.quantized)
+    trackers = []
+    for f_name, q_name in pair.output_pairs():
+        found = view.producer.get(q_name)
+        if found and found[1].op_type == "DequantizeLinear":  # fetch the integer tensor: keeps fusion intact
+            capture = found[1].input[0]
+            params = find_quant_params(view, capture)
+        else:
+            capture, params = q_name, None
+            elem = view.elem_types.get(q_name)
+            if elem is not None and elem not in FLOAT_TYPES:  # an integer output: dequantize it
+                params = find_quant_params(view, q_name)
+        trackers.append(_tracker(f_name, capture, params, names, worst=True))
+    return trackers
+
+
+def _result(
+    pair: ModelPair,
+    dataset: Dataset,
+    names: list[str],
+    records: int,
+    outputs: list[_Tracked],
+    matches: list[TensorMatch],
+    trackers: list[_Tracked],
+    capture: str,
+    quantized_runner,
+) -> ComparisonResult:
+    out_results = []
+    for (f_name, q_name), tracker in zip(pair.output_pairs(), outputs, strict=True):
+        if tracker.problem:
+            raise InputError(f"output '{f_name}': {tracker.problem}")
+        values, undefined = tracker.results()
+        out_results.append(OutputResult(f_name, values, undefined, tracker.worst_records(), q_name))
+    layers, unmatched_fp32 = [], list(pair.matching.unmatched_fp32)
+    unmatched_q = list(pair.matching.unmatched_quantized)
+    for match, tracker in zip(matches, trackers, strict=True):
+        if tracker.problem:  # a structural match that turned out wrong: report, never drop silently
+            unmatched_fp32.append(match.fp32)
+            unmatched_q.append(match.quantized)
+            continue
+        values, undefined = tracker.results()
+        scale = match.params.per_tensor_scale if match.params is not None else None
+        layers.append(
+            LayerResult(
+                match.fp32,
+                match.quantized,
+                match.node,
+                match.op_type,
+                match.order,
+                values,
+                undefined,
+                match.matched_by,
+                scale,
+            )
+        )
+    return ComparisonResult(
+        fp32_model=pair.fp32_path.name,
+        quantized_model=pair.quantized_path.name,
+        data=dataset.name,
+        records=records,
+        metric_definitions={n: get_metric(n).formula for n in names},
+        outputs=out_results,
+        layers=layers,
+        unmatched_fp32=unmatched_fp32,
+        unmatched_quantized=unmatched_q,
+        backend=getattr(quantized_runner, "backend", "onnxruntime"),
+        scheme=getattr(quantized_runner, "scheme_name", None),
+        capture=capture if quantized_runner is None else "emulated",
+        higher_is_better={n: get_metric(n).higher_is_better for n in names},
+    )
+
+
+def worst_layers(result: ComparisonResult, metric: str, count: int = 5) -> list[LayerResult]:
+    """The ``count`` layers with the worst ``metric`` (undefined values last)."""
+    higher = result.higher_is_better.get(metric, False)
+
+    def key(layer: LayerResult) -> tuple[int, float]:
+        value = layer.metrics.get(metric)
+        if value is None:
+            return (1, 0.0)
+        return (0, value if higher else -value)
+
+    return sorted(result.layers, key=key)[:count]
+
+
+def first_jump(result: ComparisonResult, metric: str = "sqnr", factor_db: float = 6.0) -> LayerResult | None:
+    """The first layer (topological order) where ``metric`` worsens sharply against the layer before.
+
+    For dB metrics a drop of ``factor_db``; for others a rise by a factor of 2 in relative terms.
+    Returns the layer with the largest single-step worsening if none crosses the threshold.
+    """
+    ordered = [x for x in sorted(result.layers, key=lambda x: x.order) if x.metrics.get(metric) is not None]
+    if not ordered:
+        return None
+    higher = result.higher_is_better.get(metric, False)
+    best_step, best_layer = 0.0, None
+    previous = None
+    for layer in ordered:
+        value = layer.metrics[metric]
+        if previous is None:
+            step = 0.0
+        elif metric == "sqnr":
+            step = previous - value
+        elif higher:
+            step = (previous - value) / max(abs(1 - previous), 1e-12)
+        else:
+            step = (value - previous) / max(abs(previous), 1e-12)
+        threshold = factor_db if metric == "sqnr" else 1.0
+        if previous is not None and step >= threshold:
+            return layer
+        if step > best_step:
+            best_step, best_layer = step, layer
+        previous = value
+    return best_layer
+
+
+def dataset_labels(data: Dataset | str | os.PathLike[str]) -> np.ndarray | None:
+    dataset = data if isinstance(data, Dataset) else load_dataset(data)
+    try:
+        return dataset.labels()
+    finally:
+        if not isinstance(data, Dataset):
+            dataset.close()
+
+
+__all__ = ["compare", "dataset_labels", "first_jump", "worst_layers"]

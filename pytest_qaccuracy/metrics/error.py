@@ -1,0 +1,170 @@
+"""Error metrics (lower is better): Samsung ONE's MSE, MPEIR, TAE, SRMSE, plus MRE and max_abs.
+
+Notation: f_s and q_s are the fp32 and quantized values of record s (all elements of the tensor),
+N the number of records, n the elements per record. ONE's metrics are means of per-record values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pytest_qaccuracy.metrics.base import Result, StatsMetric, register_metric
+from pytest_qaccuracy.metrics.pair import RecordStats, TensorPair
+
+#: ONE's visq epsilon for the range in MPEIR.
+MPEIR_EPS = 1e-6
+
+
+@register_metric
+class MSE(StatsMetric):
+    name = "mse"
+    formula = "mean over records s of mean((f_s - q_s)^2)  (Samsung ONE visq)"
+    sums = ("records", "mse_sum")
+
+    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
+        return {"records": len(stats.sq_err), "mse_sum": self.record_values(pair).sum()}
+
+    def record_values(self, pair: TensorPair) -> np.ndarray:
+        return pair.stats.sq_err / max(pair.stats.count, 1)
+
+    def compute(self) -> Result:
+        return self.state["mse_sum"] / self.state["records"], None
+
+
+@register_metric
+class MPEIR(StatsMetric):
+    name = "mpeir"
+    formula = "mean over records s of max|f_s - q_s| / (max(f_s) - min(f_s) + 1e-6)  (Samsung ONE visq)"
+    sums = ("records", "peir_sum")
+
+    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
+        return {"records": len(stats.sq_err), "peir_sum": self.record_values(pair).sum()}
+
+    def record_values(self, pair: TensorPair) -> np.ndarray:
+        stats = pair.stats
+        return stats.max_abs_err / (stats.ref_max - stats.ref_min + MPEIR_EPS)
+
+    def compute(self) -> Result:
+        return self.state["peir_sum"] / self.state["records"], None
+
+
+@register_metric
+class TAE(StatsMetric):
+    name = "tae"
+    formula = "mean over records s of sum|f_s - q_s|  (Samsung ONE visq)"
+    sums = ("records", "tae_sum")
+
+    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
+        return {"records": len(stats.sq_err), "tae_sum": stats.abs_err.sum()}
+
+    def record_values(self, pair: TensorPair) -> np.ndarray:
+        return pair.stats.abs_err
+
+    def compute(self) -> Result:
+        return self.state["tae_sum"] / self.state["records"], None
+
+
+@register_metric
+class SRMSE(StatsMetric):
+    name = "srmse"
+    formula = (
+        "sqrt(mean over records s of mean((f_s - q_s)^2)) / scale, scale = the quantized tensor's step "
+        "(Samsung ONE visq; about 0.289 = 1/sqrt(12) for uniformly distributed rounding error)"
+    )
+    sums = ("records", "mse_sum")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale: float | None = None
+        self.reason: str | None = "the quantized tensor has no scale"
+
+    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
+        if pair.scale is not None:
+            scale = np.asarray(pair.scale)
+            if scale.size == 1:
+                self.scale, self.reason = float(scale.reshape(())), None
+            else:
+                self.reason = "per-channel scale: SRMSE is defined for a per-tensor scale"
+        return {"records": len(stats.sq_err), "mse_sum": (stats.sq_err / max(stats.count, 1)).sum()}
+
+    def merge(self, other) -> None:
+        super().merge(other)
+        if self.scale is None:
+            self.scale, self.reason = other.scale, other.reason
+
+    def compute(self) -> Result:
+        if self.scale is None or self.reason is not None:
+            return None, self.reason
+        if self.scale <= 0:
+            return None, f"non-positive scale {self.scale}"
+        return math.sqrt(self.state["mse_sum"] / self.state["records"]) / self.scale, None
+
+
+@register_metric
+class MRE(StatsMetric):
+    name = "mre"
+    formula = "sum|f - q| / sum|f| over all elements of all records (relative L1 error)"
+    sums = ("abs_err", "ref_abs")
+
+    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
+        return {"abs_err": stats.abs_err.sum(), "ref_abs": stats.ref_abs.sum()}
+
+    def record_values(self, pair: TensorPair) -> np.ndarray:
+        stats = pair.stats
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(stats.ref_abs > 0, stats.abs_err / stats.ref_abs, np.where(stats.abs_err > 0, np.inf, 0))
+
+    def compute(self) -> Result:
+        if self.state["ref_abs"] == 0:
+            return (0.0, None) if self.state["abs_err"] == 0 else (None, "the fp32 tensor is all zeros")
+        return self.state["abs_err"] / self.state["ref_abs"], None
+
+
+@register_metric
+class MaxAbs(StatsMetric):
+    name = "max_abs"
+    formula = "max |f - q| over all elements of all records"
+    maxima = ("max_abs",)
+    sums = ("records",)
+
+    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
+        return {"records": len(stats.sq_err), "max_abs": stats.max_abs_err.max(initial=0.0)}
+
+    def record_values(self, pair: TensorPair) -> np.ndarray:
+        return pair.stats.max_abs_err
+
+    def compute(self) -> Result:
+        return self.state["max_abs"], None
+
+
+@register_metric
+class LSB(StatsMetric):
+    name = "lsb"
+    formula = "max |f - q| / scale over all elements of all records: the worst error in quantization steps"
+    maxima = ("lsb",)
+    sums = ("records",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.has_scale = False
+
+    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
+        steps = pair.steps
+        if steps is None:
+            return {"records": len(stats.sq_err)}
+        self.has_scale = True
+        return {"records": len(stats.sq_err), "lsb": steps.max(initial=0.0)}
+
+    def record_values(self, pair: TensorPair) -> np.ndarray | None:
+        return pair.steps
+
+    def merge(self, other) -> None:
+        super().merge(other)
+        self.has_scale = self.has_scale or other.has_scale
+
+    def compute(self) -> Result:
+        if not self.has_scale:
+            return None, "the quantized tensor has no scale"
+        return self.state["lsb"], None

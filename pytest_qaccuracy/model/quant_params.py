@@ -1,0 +1,138 @@
+"""Where a quantized tensor's scale and zero point live, for QDQ and QOperator graphs.
+
+A tensor of a quantized model is an integer tensor when a QuantizeLinear produces it, a
+DequantizeLinear reads it, or a QLinear*/QGemm/... op produces or reads it. The tables below give,
+per op type, the input positions of each quantized operand's (tensor, scale, zero point) and of the
+output's (scale, zero point), per the ONNX and com.microsoft op specs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from pytest_qaccuracy.model.graph import GraphView, attribute
+
+#: op type -> ((tensor, scale, zero point) input positions per quantized input, (scale, zp) of output 0)
+QLINEAR_SIGNATURES: dict[str, tuple[tuple[tuple[int, int, int], ...], tuple[int, int] | None]] = {
+    "QLinearConv": (((0, 1, 2), (3, 4, 5)), (6, 7)),
+    "QLinearMatMul": (((0, 1, 2), (3, 4, 5)), (6, 7)),
+    "QGemm": (((0, 1, 2), (3, 4, 5)), (7, 8)),
+    "QLinearAdd": (((0, 1, 2), (3, 4, 5)), (6, 7)),
+    "QLinearMul": (((0, 1, 2), (3, 4, 5)), (6, 7)),
+    "QLinearSigmoid": (((0, 1, 2),), (3, 4)),
+    "QLinearLeakyRelu": (((0, 1, 2),), (3, 4)),
+    "QLinearSoftmax": (((0, 1, 2),), (3, 4)),
+    "QLinearAveragePool": (((0, 1, 2),), (3, 4)),
+    "QLinearGlobalAveragePool": (((0, 1, 2),), (3, 4)),
+    "QLinearReduceMean": (((0, 1, 2),), (3, 4)),
+    "QLinearWhere": (((1, 2, 3), (4, 5, 6)), (7, 8)),
+}
+
+#: QOperator ops -> the float op they stand for (used to match graphs by structure).
+QOPERATOR_FLOAT_OP = {
+    "QLinearConv": "Conv",
+    "ConvInteger": "Conv",
+    "QLinearMatMul": "MatMul",
+    "MatMulInteger": "MatMul",
+    "QGemm": "Gemm",
+    "QLinearAdd": "Add",
+    "QLinearMul": "Mul",
+    "QLinearSigmoid": "Sigmoid",
+    "QLinearLeakyRelu": "LeakyRelu",
+    "QLinearSoftmax": "Softmax",
+    "QLinearAveragePool": "AveragePool",
+    "QLinearGlobalAveragePool": "GlobalAveragePool",
+    "QLinearConcat": "Concat",
+    "QLinearReduceMean": "ReduceMean",
+    "QLinearWhere": "Where",
+}
+
+QUANTIZE_OPS = ("QuantizeLinear", "DynamicQuantizeLinear")
+
+
+@dataclass(frozen=True, slots=True)
+class QuantParams:
+    """Scale and zero point of an integer tensor; ``axis`` for per-channel (vector) scales."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int | None = None
+
+    @property
+    def per_tensor_scale(self) -> float | None:
+        return float(self.scale.reshape(-1)[0]) if self.scale.size == 1 else None
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        """``(q - zero_point) * scale`` in float32, as DequantizeLinear computes it."""
+        scale, zp = self.scale.astype(np.float32), self.zero_point.astype(np.int32)
+        if scale.size > 1:
+            shape = [1] * q.ndim
+            shape[self.axis % q.ndim if self.axis is not None else 1] = scale.size
+            scale, zp = scale.reshape(shape), zp.reshape(shape)
+        return ((q.astype(np.int32) - zp).astype(np.float32) * scale).astype(np.float32)
+
+
+def _params(view: GraphView, scale: str, zero_point: str | None, axis: int | None) -> QuantParams | None:
+    s = view.constant(scale)
+    if s is None:
+        return None
+    zp = view.constant(zero_point) if zero_point else None
+    if zp is None:
+        zp = np.zeros(s.shape, dtype=np.uint8)
+    return QuantParams(s.astype(np.float64), zp, axis if s.size > 1 else None)
+
+
+def _slot(node: onnx.NodeProto, pos: int) -> str | None:
+    return node.input[pos] if pos < len(node.input) and node.input[pos] else None
+
+
+def find_quant_params(view: GraphView, tensor: str) -> QuantParams | None:
+    """The scale/zero point of integer ``tensor``, from its producer or a consumer; None if float."""
+    found = view.producer.get(tensor)
+    if found:
+        node = found[1]
+        if node.op_type == "QuantizeLinear":
+            return _params(view, node.input[1], _slot(node, 2), attribute(node, "axis", 1))
+        signature = QLINEAR_SIGNATURES.get(node.op_type)
+        if signature and signature[1] and tensor == node.output[0]:
+            s, z = signature[1]
+            return _params(view, node.input[s], _slot(node, z), None)
+        if node.op_type == "QLinearConcat" and tensor == node.output[0]:
+            return _params(view, node.input[0], _slot(node, 1), None)
+    for _, node, pos in view.consumers.get(tensor, []):
+        if node.op_type == "DequantizeLinear" and pos == 0:
+            return _params(view, node.input[1], _slot(node, 2), attribute(node, "axis", 1))
+        signature = QLINEAR_SIGNATURES.get(node.op_type)
+        for t, s, z in signature[0] if signature else ():
+            if t == pos:
+                return _params(view, node.input[s], _slot(node, z), None)
+        if node.op_type == "QLinearConcat" and pos >= 2 and (pos - 2) % 3 == 0:
+            return _params(view, node.input[pos + 1], _slot(node, pos + 2), None)
+    return None
+
+
+def detect_format(view: GraphView) -> str:
+    """``"qdq"``, ``"qoperator"``, ``"mixed"`` or ``"float"``, from the op types present."""
+    ops = {node.op_type for node in view.nodes}
+    qoperator = bool(ops & set(QOPERATOR_FLOAT_OP))
+    qdq = "DequantizeLinear" in ops and not qoperator
+    if (
+        qoperator
+        and "QuantizeLinear" in ops
+        and any(node.op_type in ("Conv", "MatMul", "Gemm") and _reads_dequantized(view, node) for node in view.nodes)
+    ):
+        return "mixed"
+    if qoperator:
+        return "qoperator"
+    return "qdq" if qdq else "float"
+
+
+def _reads_dequantized(view: GraphView, node: onnx.NodeProto) -> bool:
+    for name in node.input:
+        found = view.producer.get(name)
+        if found and found[1].op_type == "DequantizeLinear":
+            return True
+    return False

@@ -1,0 +1,142 @@
+"""onnxruntime sessions that expose chosen intermediate tensors and run records in batches.
+
+The model is copied with the requested tensors added as graph outputs. Records run several at a time
+when the model has a dynamic batch dimension; when the batch dimension is fixed at 1, it is made
+dynamic and the first batch is checked against record-by-record runs, falling back to one record per
+run if the model does not batch (a Reshape to a constant shape, say). Only the current batch's
+tensors are alive at any time.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+
+from pytest_qaccuracy.data.binding import Batch
+from pytest_qaccuracy.errors import InputError, ModelError
+from pytest_qaccuracy.runtime.options import RuntimeOptions
+
+log = logging.getLogger(__name__)
+
+_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+
+def _with_outputs(model: onnx.ModelProto, names: Sequence[str], dynamic_batch: bool) -> onnx.ModelProto:
+    out = copy.deepcopy(model)
+    present = {o.name for o in out.graph.output}
+    for name in names:
+        if name not in present:
+            out.graph.output.append(onnx.ValueInfoProto(name=name))
+            present.add(name)
+    if dynamic_batch:
+        init = {t.name for t in out.graph.initializer}
+        for value in [*out.graph.input, *out.graph.output, *out.graph.value_info]:
+            if value.name in init or not value.type.tensor_type.HasField("shape"):
+                continue
+            dims = value.type.tensor_type.shape.dim
+            if dims and dims[0].HasField("dim_value") and dims[0].dim_value == 1:
+                dims[0].dim_param = "qaccuracy_batch"
+    return out
+
+
+def _batch_dims(model: onnx.ModelProto) -> list[int | str | None]:
+    init = {t.name for t in model.graph.initializer}
+    dims = []
+    for value in model.graph.input:
+        if value.name in init:
+            continue
+        shape = value.type.tensor_type.shape.dim if value.type.tensor_type.HasField("shape") else []
+        if not shape:
+            dims.append(None)
+        else:
+            d = shape[0]
+            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+    return dims
+
+
+class OrtRunner:
+    """Runs one model with onnxruntime and returns the requested tensors for a batch of records."""
+
+    def __init__(self, model: onnx.ModelProto, tensors: Sequence[str], options: RuntimeOptions, label: str) -> None:
+        self.label = label
+        self.tensors = list(dict.fromkeys(tensors))
+        self.options = options
+        dims = _batch_dims(model)
+        self.dynamic = all(not isinstance(d, int) for d in dims)
+        self._relaxed = not self.dynamic and all(d == 1 for d in dims)
+        self._model = model
+        self._session = self._make_session(_with_outputs(model, self.tensors, self._relaxed))
+        self.batching = self.dynamic or self._relaxed
+        self._verified = self.dynamic
+
+    def _make_session(self, model: onnx.ModelProto):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[self.options.optimization])
+        so.intra_op_num_threads = self.options.threads
+        so.log_severity_level = 3
+        for key, value in self.options.session_config.items():
+            so.add_session_config_entry(key, str(value))
+        try:
+            return ort.InferenceSession(
+                model.SerializeToString(), sess_options=so, providers=list(self.options.providers)
+            )
+        except Exception as exc:
+            raise ModelError(f"{self.label}: onnxruntime cannot load the model ({_first_line(exc)})") from None
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            return self._session.run(self.tensors, feeds)
+        except Exception as exc:
+            raise ModelError(f"{self.label}: onnxruntime failed to run ({_first_line(exc)})") from None
+
+    def run(self, batch: Batch) -> dict[str, np.ndarray]:
+        """The requested tensors for every record of ``batch``, concatenated on axis 0."""
+        if self.batching and len(batch) > 1:
+            if not self._verified:
+                self._verify(batch)
+            if self.batching:
+                return dict(zip(self.tensors, self._run(batch.stacked()), strict=True))
+        per_record = [self._run(record) for record in batch.records]
+        return {name: np.concatenate([r[i] for r in per_record], axis=0) for i, name in enumerate(self.tensors)}
+
+    def _verify(self, batch: Batch) -> None:
+        """Check that running records together gives what running them one by one gives."""
+        self._verified = True
+        two = Batch(batch.start, batch.records[:2])
+        try:
+            together = self._run(two.stacked())
+        except InputError:
+            together = None
+        singles = [self._run(r) for r in two.records]
+        ok = together is not None and all(
+            t.shape[:1] == (2,) and _close(t, np.concatenate([s[i] for s in singles], axis=0))
+            for i, t in enumerate(together)
+        )
+        if not ok:
+            log.info("%s: the model does not batch; running one record at a time", self.label)
+            self.batching = False
+            self._session = self._make_session(_with_outputs(self._model, self.tensors, False))
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind == "f":
+        return bool(np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True))
+    return bool(np.abs(a.astype(np.int64) - b.astype(np.int64)).max(initial=0) <= 1)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

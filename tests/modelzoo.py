@@ -1,0 +1,107 @@
+"""Small real models for the tests: built with onnx.helper, quantized with onnxruntime.quantization."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.3) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def conv_net(
+    path: Path,
+    channels: int = 8,
+    size: int = 16,
+    classes: int = 10,
+    batch: int | str = "N",
+    seed: int = 0,
+    opset: int = 17,
+) -> Path:
+    """Conv-Relu, Conv, residual Add, Concat, MaxPool, Conv, GlobalAveragePool, Flatten, Gemm, MatMul."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    inits = [
+        _init(rng, "w1", (c, 3, 3, 3)),
+        _init(rng, "b1", (c,), 0.1),
+        _init(rng, "w2", (c, c, 3, 3), 0.2),
+        _init(rng, "b2", (c,), 0.1),
+        _init(rng, "w3", (c, 2 * c, 1, 1), 0.3),
+        _init(rng, "b3", (c,), 0.1),
+        _init(rng, "wg", (classes, c), 0.5),
+        _init(rng, "bg", (classes,), 0.1),
+        _init(rng, "wm", (classes, classes), 0.5),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["conv1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["conv1"], ["relu1"], name="relu1"),
+        helper.make_node("Conv", ["relu1", "w2", "b2"], ["conv2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Add", ["conv2", "relu1"], ["add1"], name="add1"),
+        helper.make_node("Concat", ["add1", "relu1"], ["cat1"], axis=1, name="cat1"),
+        helper.make_node("MaxPool", ["cat1"], ["pool1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"),
+        helper.make_node("Conv", ["pool1", "w3", "b3"], ["conv3"], name="conv3"),
+        helper.make_node("Sigmoid", ["conv3"], ["sig1"], name="sig1"),
+        helper.make_node("GlobalAveragePool", ["sig1"], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], axis=1, name="flat"),
+        helper.make_node("Gemm", ["flat", "wg", "bg"], ["gemm"], transB=1, name="gemm"),
+        helper.make_node("MatMul", ["gemm", "wm"], ["logits"], name="matmul"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def random_inputs(count: int, size: int = 16, seed: int = 1, batch_axis: bool = True) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    shape = (count, 1, 3, size, size) if batch_axis else (count, 3, size, size)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+class ArrayReader:
+    """A CalibrationDataReader over an array of records (record axis first)."""
+
+    def __init__(self, name: str, records: np.ndarray) -> None:
+        self._items = iter([{name: r} for r in records])
+
+    def get_next(self):
+        return next(self._items, None)
+
+
+def quantize(
+    fp32: Path,
+    out: Path,
+    records: np.ndarray,
+    fmt: str = "qdq",
+    activation: str = "uint8",
+    weight: str = "int8",
+    per_channel: bool = False,
+    **extra,
+) -> Path:
+    """Quantize ``fp32`` statically with ORT, calibrated on ``records`` (each with the batch axis)."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    types = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+    quantize_static(
+        str(fp32),
+        str(out),
+        ArrayReader("x", records),
+        quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
+        activation_type=types[activation],
+        weight_type=types[weight],
+        per_channel=per_channel,
+        **extra,
+    )
+    return out
