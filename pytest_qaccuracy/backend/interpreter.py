@@ -1,0 +1,236 @@
+"""``IntegerSession``: run a quantized ONNX model on emulated integer kernels.
+
+The loop is generic: each step's kernel comes from the registry (or the ``onnx.reference`` fallback),
+inputs are gathered by name, outputs stored by name, and every produced tensor can stream to a
+callback. QDQ groups are fused first (``fusion.py``), as onnxruntime does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from pytest_qaccuracy.backend import kernels as _kernels  # noqa: F401  (registers every kernel family)
+from pytest_qaccuracy.backend.fallback import reference_kernel
+from pytest_qaccuracy.backend.fusion import fuse_qdq
+from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step, steps_from_graph, tensor_types
+from pytest_qaccuracy.backend.registry import NotHandled, find_kernel, normalize_domain, unsupported
+from pytest_qaccuracy.backend.scheme import Scheme, get_scheme
+from pytest_qaccuracy.errors import InputError, QAccuracyError, UnsupportedOpError
+from pytest_qaccuracy.model.loading import load_model
+
+TensorCallback = Callable[[str, np.ndarray], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorArg:
+    """A graph input or output, shaped like onnxruntime's ``NodeArg``."""
+
+    name: str
+    shape: list[int | str | None]
+    type: str
+
+
+class KernelError(QAccuracyError):
+    """A kernel failed; the message names the node and op instead of a numpy traceback."""
+
+
+@dataclass(slots=True)
+class _Bound:
+    step: Step
+    run: Callable[[list[Any]], tuple[Any, ...]]
+
+
+class IntegerSession:
+    """Run a quantized model with the integer arithmetic of a scheme (mirrors ``InferenceSession``).
+
+    Args:
+        model: path to an ONNX model, or a ``ModelProto``.
+        scheme: a preset name (see ``PRESETS``) or a :class:`Scheme`.
+
+    Raises:
+        ModelError: the model cannot be loaded.
+        UnsupportedOpError: an op has neither a kernel nor an ``onnx.reference`` implementation.
+    """
+
+    def __init__(self, model: str | os.PathLike[str] | onnx.ModelProto, scheme: str | Scheme = "onnxruntime"):
+        self.model = model if isinstance(model, onnx.ModelProto) else load_model(model)
+        self.scheme = get_scheme(scheme)
+        graph = self.model.graph
+        self.opsets = {normalize_domain(o.domain): o.version for o in self.model.opset_import}
+        self.constants = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+        self.types = tensor_types(self.model)
+        self._steps = steps_from_graph(graph)
+        self._graph_outputs = [o.name for o in graph.output]
+        self._inputs = [v for v in graph.input if v.name not in self.constants]
+        self._all_tensors = {o for s in self._steps for o in s.outputs if o} | set(self.constants)
+        self._all_tensors |= {v.name for v in self._inputs}
+        self._plans: dict[frozenset[str], list[_Bound]] = {}
+        self._plan(frozenset())  # bind every kernel now, so unsupported ops fail at construction
+
+    # -- onnxruntime-like API -----------------------------------------------------------------
+
+    def get_inputs(self) -> list[TensorArg]:
+        return [_arg(v) for v in self._inputs]
+
+    def get_outputs(self) -> list[TensorArg]:
+        return [_arg(v) for v in self.model.graph.output]
+
+    def run(
+        self,
+        output_names: Iterable[str] | None,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        on_tensor: TensorCallback | None = None,
+    ) -> list[np.ndarray]:
+        """Run the model; return the named tensors (graph outputs when ``None``).
+
+        Args:
+            output_names: any tensors of the graph, intermediate ones included. A float tensor inside a
+                fused QDQ group is computed by leaving that group unfused, as onnxruntime would if it
+                were a graph output.
+            feeds: input name -> array; a batch of records may ride on the batch axis.
+            on_tensor: called as ``on_tensor(name, value)`` for every tensor the run produces, in
+                topological order; the whole graph runs (nothing is pruned).
+
+        Raises:
+            InputError: an unknown output name, or a missing or mistyped input.
+            KernelError: a kernel failed; the message names the node and the op.
+        """
+        names = list(self._graph_outputs if output_names is None else output_names)
+        unknown = [n for n in names if n not in self._all_tensors]
+        if unknown:
+            raise InputError(f"unknown tensor name(s) {unknown[:5]}: not produced by the model")
+        values: dict[str, Any] = dict(self.constants)
+        values.update(self._check_feeds(feeds))
+        plan = self._plan(frozenset(names) - set(values))
+        if on_tensor is None:
+            plan = _prune(plan, names)
+        last_use = _last_use(plan, set(names))
+        for index, bound in enumerate(plan):
+            step = bound.step
+            args = [values[i] if i else None for i in step.inputs]
+            missing = [i for i, a in zip(step.inputs, args) if i and i not in values]
+            if missing:
+                raise KernelError(f"{step.describe()}: input(s) {missing} were never produced")
+            try:
+                outs = bound.run(args)
+            except QAccuracyError:
+                raise
+            except Exception as exc:
+                raise KernelError(f"{step.describe()} failed: {type(exc).__name__}: {exc}") from None
+            for name, value in zip(step.outputs, outs):
+                if not name:
+                    continue
+                values[name] = value
+                if on_tensor is not None and not name.startswith(INTERNAL_PREFIX):
+                    on_tensor(name, value)
+            for name in last_use.get(index, ()):
+                values.pop(name, None)
+        return [values[n] for n in names]
+
+    # -- planning -----------------------------------------------------------------------------
+
+    def _plan(self, requested: frozenset[str]) -> list[_Bound]:
+        if requested not in self._plans:
+            steps = [_copy(s) for s in self._steps]
+            if self.scheme.fuse_qdq:
+                outputs = set(self._graph_outputs)
+                steps = fuse_qdq(steps, self.constants, self.types, outputs, set(requested), self.opsets.get("", 1))
+            self._plans[requested] = [self._bind(s) for s in steps]
+        return self._plans[requested]
+
+    def _bind(self, step: Step) -> _Bound:
+        opset = self.opsets.get(normalize_domain(step.domain), 1)
+        found = find_kernel(step.domain, step.op_type, opset)
+        if found is None or (found.float_op and self.scheme.float_kernels == "reference"):
+            return _Bound(step, reference_kernel(step, self.opsets))
+        params = inspect.signature(found.fn).parameters
+        has_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        bad = [a for a in step.attrs if a not in params and not has_kwargs]
+        if bad:
+            raise unsupported(step.name, step.domain, step.op_type, opset, f"attribute(s) {bad} not supported")
+        kwargs = dict(step.attrs)
+        if found.needs_scheme:
+            kwargs["scheme"] = self.scheme
+        if found.needs_outputs:
+            kwargs["n_outputs"] = len(step.outputs)
+        fn = found.fn
+        fallback: list[Callable[[list[Any]], tuple[Any, ...]]] = []
+
+        def run(args: list[Any]) -> tuple[Any, ...]:
+            try:
+                return fn(*args, **kwargs)
+            except NotHandled:
+                if not fallback:
+                    fallback.append(reference_kernel(step, self.opsets))
+                return fallback[0](args)
+
+        return _Bound(step, run)
+
+    def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        checked = {}
+        for value in self._inputs:
+            if value.name not in feeds:
+                raise InputError(f"missing input '{value.name}'")
+            array = np.asarray(feeds[value.name])
+            want = self.types.get(value.name)
+            if want is not None and array.dtype != want:
+                raise InputError(f"input '{value.name}': expected {want}, got {array.dtype}")
+            checked[value.name] = array
+        extra = set(feeds) - {v.name for v in self._inputs}
+        if extra:
+            raise InputError(f"unknown input(s) {sorted(extra)}; the model takes {[v.name for v in self._inputs]}")
+        return checked
+
+
+def _copy(step: Step) -> Step:
+    return Step(step.name, step.domain, step.op_type, list(step.inputs), list(step.outputs), dict(step.attrs), step.proto)
+
+
+def _prune(plan: list[_Bound], names: list[str]) -> list[_Bound]:
+    """Only the steps the requested tensors depend on."""
+    needed = set(names)
+    kept = []
+    for bound in reversed(plan):
+        if needed.intersection(bound.step.outputs):
+            kept.append(bound)
+            needed.update(i for i in bound.step.inputs if i)
+    return kept[::-1]
+
+
+def _last_use(plan: list[_Bound], keep: set[str] | None) -> dict[int, list[str]]:
+    """Step index -> tensors that can be freed after it (nothing is freed when ``keep`` is None)."""
+    if keep is None:
+        return {}
+    last: dict[str, int] = {}
+    for index, bound in enumerate(plan):
+        for name in bound.step.inputs:
+            if name:
+                last[name] = index
+    freed: dict[int, list[str]] = {}
+    for name, index in last.items():
+        if name not in keep:
+            freed.setdefault(index, []).append(name)
+    return freed
+
+
+def _arg(value: onnx.ValueInfoProto) -> TensorArg:
+    tensor_type = value.type.tensor_type
+    dims: list[int | str | None] = []
+    for d in tensor_type.shape.dim:
+        dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+    elem = helper.tensor_dtype_to_string(tensor_type.elem_type).removeprefix("TensorProto.").lower()
+    return TensorArg(value.name, dims, f"tensor({_ORT_TYPE_NAMES.get(elem, elem)})")
+
+
+_ORT_TYPE_NAMES = {"float": "float", "double": "double"}
+
+__all__ = ["IntegerSession", "KernelError", "TensorArg", "TensorCallback", "UnsupportedOpError"]

@@ -1,0 +1,227 @@
+"""Elementwise ops: QLinearAdd, QLinearMul, table-driven QLinearSigmoid/LeakyRelu, and float kernels.
+
+8-bit unary ops are 256-entry tables built in float32 (dequantize, op, quantize), as ORT's
+``qlinear_lookup_table.cc`` does; the same tables are exactly ORT's unfused ``DQ -> op -> Q`` float path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from pytest_qaccuracy.backend import arith
+from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN, kernel
+from pytest_qaccuracy.backend.scheme import Scheme
+
+MS = "com.microsoft"
+
+# MLAS logistic: Eigen's rational approximation on [-18, 18] (mlas/lib/logistic.cpp); learnt constants.
+_ALPHA = np.array([4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05, 8.51377133304701e-03,
+                   2.48287947061529e-01], dtype=np.float32)  # fmt: skip
+_BETA = np.array([6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06, 1.70198817374094e-03,
+                  1.16817656904453e-01, 9.93151921023180e-01], dtype=np.float32)  # fmt: skip
+
+
+def logistic(x: np.ndarray, scheme: Scheme) -> np.ndarray:
+    """float32 logistic: MLAS's FMA polynomial (``float_kernels='mlas'``) or ``1 / (1 + exp(-x))``."""
+    x = np.asarray(x, np.float32)
+    if scheme.float_kernels != "mlas":
+        return (np.float32(1) / (np.float32(1) + np.exp(-x))).astype(np.float32)
+    v = np.clip(x, np.float32(-18), np.float32(18))
+    v2 = (v * v).astype(np.float32)
+    p = arith.fma32(v2, _ALPHA[0], _ALPHA[1])
+    for coef in _ALPHA[2:]:
+        p = arith.fma32(p, v2, coef)
+    p = (p * v).astype(np.float32)
+    q = arith.fma32(v2, _BETA[0], _BETA[1])
+    for coef in _BETA[2:]:
+        q = arith.fma32(q, v2, coef)
+    return np.clip((p / q).astype(np.float32) + np.float32(0.5), np.float32(0), np.float32(1))
+
+
+def lookup_table(
+    fn: Callable[[np.ndarray], np.ndarray],
+    x_dtype: np.dtype,
+    x_scale: np.ndarray,
+    x_zp: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zp: np.ndarray | None,
+    y_dtype: np.dtype,
+    scheme: Scheme,
+) -> np.ndarray:
+    """``table[q - qmin] = quantize(fn(dequantize(q)))`` for every 8-bit ``q`` (float32 throughout)."""
+    lo, hi = arith.qrange(x_dtype)
+    q = np.arange(lo, hi + 1)
+    v = arith.dequantize(q, np.asarray(x_scale, np.float32).reshape(()), None if x_zp is None else np.asarray(x_zp).reshape(()))
+    out = np.asarray(fn(v.astype(np.float32)), dtype=np.float32)
+    zp = np.zeros((), y_dtype) if y_zp is None else np.asarray(y_zp).reshape(())
+    return arith.quantize_float(out, np.asarray(y_scale, np.float32).reshape(()), zp, y_dtype, scheme)
+
+
+def apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    lo = arith.qrange(x.dtype)[0]
+    return table[x.astype(np.intp) - lo]
+
+
+def _out_dtype(y_zp: np.ndarray | None, x: np.ndarray) -> np.dtype:
+    return np.asarray(y_zp).dtype if y_zp is not None else x.dtype
+
+
+@kernel(MS, "QLinearSigmoid", 1, scheme=True)
+def qlinear_sigmoid(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, scheme: Scheme):  # noqa: ANN001, N803
+    dtype = _out_dtype(Y_zero_point, X)
+    table = lookup_table(lambda v: logistic(v, scheme), X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme)
+    return (apply_table(X, table),)
+
+
+@kernel(MS, "QLinearLeakyRelu", 1, scheme=True)
+def qlinear_leaky_relu(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, alpha: float = 0.01, scheme: Scheme):  # noqa: ANN001, N803
+    dtype = _out_dtype(Y_zero_point, X)
+    a = np.float32(alpha)
+
+    def leaky(v: np.ndarray) -> np.ndarray:
+        return np.where(v >= 0, v, (a * v).astype(np.float32))
+
+    table = lookup_table(leaky, X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme)
+    return (apply_table(X, table),)
+
+
+@kernel(INTERNAL_DOMAIN, "QLinearLookup", 1, scheme=True)
+def qlinear_lookup(X, X_scale, X_zero_point, Y_scale, Y_zero_point, low=None, high=None, *, function: str,  # noqa: ANN001, N803
+                   min: float | None = None, max: float | None = None, scheme: Scheme):  # noqa: A002
+    """Fused ``DQ -> Relu|Clip -> Q`` as a table (exactly ORT's float path for these ops)."""
+    lo_v = np.float32(-np.inf if low is None else low) if min is None else np.float32(min)
+    hi_v = np.float32(np.inf if high is None else high) if max is None else np.float32(max)
+    if function == "Relu":
+        lo_v, hi_v = np.float32(0), np.float32(np.inf)
+    dtype = _out_dtype(Y_zero_point, X)
+    table = lookup_table(lambda v: np.clip(v, lo_v, hi_v), X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme)
+    return (apply_table(X, table),)
+
+
+@kernel(INTERNAL_DOMAIN, "Requantize", 1, scheme=True)
+def requantize_table(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, scheme: Scheme):  # noqa: ANN001, N803
+    """``Q(DQ(x))`` with different parameters: what a data-movement op between them computes."""
+    dtype = _out_dtype(Y_zero_point, X)
+    table = lookup_table(lambda v: v, X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme)
+    return (apply_table(X, table),)
+
+
+def _scalar_span(x: np.ndarray, out_shape: tuple[int, ...]) -> bool:
+    """Whether ORT's broadcaster feeds ``x`` as one value per innermost span (then folded in a constant)."""
+    if x.size == 1:
+        return True
+    shape = (1,) * (len(out_shape) - x.ndim) + x.shape
+    axes = [i for i, d in enumerate(out_shape) if d != 1]
+    return bool(axes) and shape[axes[-1]] == 1
+
+
+def _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype) -> np.ndarray:  # noqa: ANN001
+    """MLAS AVX2 QLinearAdd: float32 ratios, a folded constant and two FMAs, RNE, int16 then 8-bit saturation."""
+    f32 = np.float32
+    r_a = f32(f32(a_s) / f32(c_s))
+    r_b = f32(f32(b_s) / f32(c_s))
+    fixed = f32(f32(c_zp) - f32(f32(r_a * f32(a_zp)) + f32(r_b * f32(b_zp))))
+    out_shape = np.broadcast_shapes(a.shape, b.shape)
+    fa, fb = a.astype(f32), b.astype(f32)
+    if _scalar_span(a, out_shape):
+        t = arith.fma32(fb, r_b, (fixed + (fa * r_a).astype(f32)).astype(f32))
+    elif _scalar_span(b, out_shape):
+        t = arith.fma32(fa, r_a, (fixed + (fb * r_b).astype(f32)).astype(f32))
+    else:
+        t = arith.fma32(fa, r_a, arith.fma32(fb, r_b, fixed))
+    t = np.broadcast_to(t, out_shape)
+    return arith.saturate(np.clip(np.rint(t), -32768, 32767), dtype)
+
+
+def _add_fixed(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme: Scheme) -> np.ndarray:  # noqa: ANN001
+    """TFLite ADD: inputs shifted left 20 bits, rescaled by Q31 multipliers, summed, rescaled again."""
+    bits = 31 if scheme.multiplier == "q31" else 15
+    left_shift = 20 if np.dtype(dtype).itemsize == 1 else 15
+    twice_max = 2.0 * max(float(a_s), float(b_s))
+    terms = []
+    for x, s, zp in ((a, a_s, a_zp), (b, b_s, b_zp)):
+        q, sh = arith.quantize_multiplier(float(s) / twice_max, bits)
+        shifted = (x.astype(np.int64) - int(zp)) << left_shift
+        terms.append(arith.multiply_by_quantized_multiplier(shifted, q, sh, bits=bits, double_rounding=scheme.double_rounding, rounding=scheme.rounding))
+    q, sh = arith.quantize_multiplier(twice_max / (2.0**left_shift * float(c_s)), bits)
+    total = arith.multiply_by_quantized_multiplier(terms[0] + terms[1], q, sh, bits=bits, double_rounding=scheme.double_rounding, rounding=scheme.rounding)
+    return arith.saturate(total + int(c_zp), dtype)
+
+
+@kernel(MS, "QLinearAdd", 1, scheme=True)
+def qlinear_add(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None, *, scheme: Scheme):  # noqa: ANN001, N803
+    """``C = (A_s(A - A_zp) + B_s(B - B_zp)) / C_s + C_zp`` as the scheme computes it."""
+    dtype = _out_dtype(C_zero_point, A)
+    a_zp = 0 if A_zero_point is None else np.asarray(A_zero_point).reshape(())
+    b_zp = 0 if B_zero_point is None else np.asarray(B_zero_point).reshape(())
+    c_zp = 0 if C_zero_point is None else np.asarray(C_zero_point).reshape(())
+    a_s, b_s, c_s = (np.asarray(s).reshape(()) for s in (A_scale, B_scale, C_scale))
+    if scheme.multiplier == "float32":
+        return (_add_mlas(A, a_s, a_zp, B, b_s, b_zp, c_s, c_zp, dtype),)
+    if scheme.multiplier in ("q31", "q15"):
+        return (_add_fixed(A, a_s, a_zp, B, b_s, b_zp, c_s, c_zp, dtype, scheme),)
+    if scheme.multiplier == "float64":
+        value = ((A.astype(np.float64) - a_zp) * float(a_s) + (B.astype(np.float64) - b_zp) * float(b_s)) / float(c_s)
+        return (arith.requantize_float(value, c_zp, dtype, scheme, "add"),)
+    # power2 / glow: each input rescaled to the output scale on its own (two roundings), then added
+    parts = [
+        arith.requantize(x.astype(np.int64) - zp, arith.real_multiplier([s], c_s, scheme), 0, np.int32, scheme, "add")
+        for x, s, zp in ((A, a_s, a_zp), (B, b_s, b_zp))
+    ]
+    return (arith.saturate(parts[0].astype(np.int64) + parts[1] + c_zp, dtype),)
+
+
+@kernel(MS, "QLinearMul", 1, scheme=True)
+def qlinear_mul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None, *, scheme: Scheme):  # noqa: ANN001, N803
+    """``C = (A - A_zp)(B - B_zp) * A_s B_s / C_s + C_zp``; the product is exact in int32."""
+    dtype = _out_dtype(C_zero_point, A)
+    a_zp = 0 if A_zero_point is None else np.asarray(A_zero_point).reshape(()).astype(np.int64)
+    b_zp = 0 if B_zero_point is None else np.asarray(B_zero_point).reshape(()).astype(np.int64)
+    product = (A.astype(np.int64) - a_zp) * (B.astype(np.int64) - b_zp)
+    multiplier = arith.real_multiplier([A_scale, B_scale], C_scale, scheme)
+    c_zp = 0 if C_zero_point is None else C_zero_point
+    return (arith.requantize(product, multiplier, c_zp, dtype, scheme, "mul"),)
+
+
+# -- float kernels ------------------------------------------------------------------------------
+
+
+def _binary(op_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
+    @kernel("", op_type, 7, float_op=True)
+    def run(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray]:  # noqa: N803
+        y = fn(A, B)
+        return (y.astype(A.dtype, copy=False),)
+
+    run.__name__ = op_type.lower()
+
+
+_binary("Add", np.add)
+_binary("Sub", np.subtract)
+_binary("Mul", np.multiply)
+
+
+@kernel("", "Relu", 6, float_op=True)
+def relu(X: np.ndarray) -> tuple[np.ndarray]:  # noqa: N803
+    return (np.maximum(X, X.dtype.type(0)),)
+
+
+@kernel("", "Sigmoid", 6, float_op=True)
+def sigmoid(X: np.ndarray) -> tuple[np.ndarray]:  # noqa: N803
+    return ((1 / (1 + np.exp(-X))).astype(X.dtype),)
+
+
+@kernel("", "Clip", 11, float_op=True)
+def clip(input: np.ndarray, min: np.ndarray | None = None, max: np.ndarray | None = None) -> tuple[np.ndarray]:  # noqa: A002
+    y = input
+    if min is not None:
+        y = np.maximum(y, min)
+    if max is not None:
+        y = np.minimum(y, max)
+    return (y.astype(input.dtype, copy=False),)
+
+
+@kernel("", "Identity", 1)
+def identity(x: np.ndarray) -> tuple[np.ndarray]:
+    return (x,)

@@ -1,0 +1,140 @@
+"""Pooling: QLinearAveragePool, QLinearGlobalAveragePool, MaxPool (any dtype), float AveragePool.
+
+Window reductions loop over the kernel taps (a handful), each step vectorised over every record,
+channel and pixel; the tap order is ORT's row-major order, so float32 sums round exactly as ORT's do.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from pytest_qaccuracy.backend import arith
+from pytest_qaccuracy.backend.kernels.conv import conv_pads
+from pytest_qaccuracy.backend.kernels.elementwise import apply_table
+from pytest_qaccuracy.backend.registry import NotHandled, kernel
+from pytest_qaccuracy.backend.scheme import Scheme
+
+MS = "com.microsoft"
+
+
+def _pool_geometry(shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations):  # noqa: ANN001, ANN202
+    spatial = shape[2:]
+    d = len(spatial)
+    strides = tuple(strides or (1,) * d)
+    dilations = tuple(dilations or (1,) * d)
+    pads = conv_pads(spatial, tuple(kernel_shape), auto_pad or "NOTSET", pads, strides, dilations)
+    out = []
+    for i, (size, k, s, dil) in enumerate(zip(spatial, kernel_shape, strides, dilations)):
+        span = size + pads[i] + pads[d + i] - ((k - 1) * dil + 1)
+        n = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (n - 1) * s >= size + pads[i]:  # last window must start inside the input or left pad
+            n -= 1
+        out.append(n)
+    return pads, strides, dilations, out
+
+
+def _taps(x: np.ndarray, kernel_shape, strides, dilations, pads, out, fill):  # noqa: ANN001, ANN202
+    """Yield, per kernel tap in row-major order, the ``(N, C, *out)`` slice it reads (``fill`` outside)."""
+    d = len(kernel_shape)
+    extra = [max(0, (o - 1) * s + (k - 1) * dil + 1 - (size + pads[i]) - pads[d + i])
+             for i, (o, s, k, dil, size) in enumerate(zip(out, strides, kernel_shape, dilations, x.shape[2:]))]  # fmt: skip
+    widths = [(0, 0), (0, 0), *((pads[i], pads[d + i] + extra[i]) for i in range(d))]
+    xp = np.pad(x, widths, constant_values=fill) if any(p for w in widths for p in w) else x
+    for tap in itertools.product(*(range(k) for k in kernel_shape)):
+        index = tuple(slice(t * dil, t * dil + (o - 1) * s + 1, s) for t, dil, o, s in zip(tap, dilations, out, strides))
+        yield xp[(slice(None), slice(None), *index)]
+
+
+def _counts(shape, kernel_shape, strides, dilations, pads, out) -> np.ndarray:  # noqa: ANN001
+    """Number of in-bounds taps of every output position, shape ``(1, 1, *out)``."""
+    ones = np.ones((1, 1, *shape[2:]), np.int64)
+    return sum(_taps(ones, kernel_shape, strides, dilations, pads, out, 0))  # type: ignore[return-value]
+
+
+@kernel(MS, "QLinearAveragePool", 1, scheme=True)
+def qlinear_average_pool(
+    X, x_scale, x_zero_point, y_scale, y_zero_point=None, *,  # noqa: ANN001, N803
+    auto_pad: str = "NOTSET", ceil_mode: int = 0, channels_last: int = 0, count_include_pad: int = 0,
+    kernel_shape: list[int], pads: list[int] | None = None, strides: list[int] | None = None, scheme: Scheme,
+):  # fmt: skip
+    """Float path of ORT (dequantize table, float32 tap sum, divide, ``rne(y / ys + zp)``), or an
+    integer sum and one requantization for fixed-point schemes."""
+    if channels_last:
+        X = np.moveaxis(X, -1, 1)  # noqa: N806
+    dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
+    pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, None)
+    count = math.prod(kernel_shape) if count_include_pad else _counts(X.shape, kernel_shape, strides_, dil, pads_, out)
+    y_zp = 0 if y_zero_point is None else np.asarray(y_zero_point).reshape(())
+    if scheme.multiplier in ("float32", "float64"):
+        ftype = np.float32 if scheme.multiplier == "float32" else np.float64
+        lo = arith.qrange(X.dtype)[0]
+        table = arith.dequantize(np.arange(lo, lo + 256), x_scale, x_zero_point).astype(ftype)
+        values = apply_table(X, table)
+        total = np.zeros((*X.shape[:2], *out), ftype)
+        for tap in _taps(values, kernel_shape, strides_, dil, pads_, out, 0):
+            total += tap
+        mean = total / np.asarray(count).astype(ftype)
+        y = mean / ftype(np.asarray(y_scale).reshape(()))
+        result = arith.requantize_float(y.astype(ftype), y_zp, dtype, scheme, "pool")
+    else:
+        acc = sum(t.astype(np.int64) for t in _taps(X, kernel_shape, strides_, dil, pads_, out, 0))
+        zp_x = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
+        acc = acc - np.asarray(count) * zp_x
+        multiplier = arith.real_multiplier([x_scale], np.asarray(y_scale, np.float64) * count, scheme)
+        result = arith.requantize(acc, multiplier, y_zp, dtype, scheme, "pool")
+    return (np.moveaxis(result, 1, -1) if channels_last else result,)
+
+
+@kernel(MS, "QLinearGlobalAveragePool", 1, scheme=True)
+def qlinear_global_average_pool(X, x_scale, x_zero_point, y_scale, y_zero_point=None, *, channels_last: int = 0, scheme: Scheme):  # noqa: ANN001, N803
+    """ORT: ``acc = sum x - x_zp * N`` (int32), then requantize by ``x_s / (y_s * N)``."""
+    axes = tuple(range(1, X.ndim - 1)) if channels_last else tuple(range(2, X.ndim))
+    count = math.prod(X.shape[a] for a in axes)
+    zp_x = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
+    acc = X.astype(np.int64).sum(axis=axes, keepdims=True) - zp_x * count
+    if scheme.scale_precision == "float32":
+        multiplier = np.float32(np.asarray(x_scale, np.float32).reshape(()) / (np.float32(np.asarray(y_scale).reshape(())) * np.float32(count)))
+    else:
+        multiplier = np.float64(np.asarray(x_scale).reshape(())) / (np.float64(np.asarray(y_scale).reshape(())) * count)
+    dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
+    y_zp = 0 if y_zero_point is None else y_zero_point
+    return (arith.requantize(acc, np.asarray(multiplier), y_zp, dtype, scheme, "global_pool"),)
+
+
+@kernel("", "MaxPool", 8, outputs=True)
+def max_pool(
+    X, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, dilations: list[int] | None = None,  # noqa: ANN001, N803
+    kernel_shape: list[int], pads: list[int] | None = None, storage_order: int = 0,
+    strides: list[int] | None = None, n_outputs: int = 1,
+):  # fmt: skip
+    """Max over windows, for float and integer tensors (padding never wins)."""
+    if n_outputs > 1:
+        raise NotHandled  # Indices output: onnx.reference
+    pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations)
+    fill = -np.inf if X.dtype.kind == "f" else np.iinfo(X.dtype).min
+    result = None
+    for tap in _taps(X, kernel_shape, strides_, dil, pads_, out, fill):
+        result = tap.copy() if result is None else np.maximum(result, tap, out=result)
+    return (result,)
+
+
+@kernel("", "AveragePool", 7, float_op=True)
+def average_pool(
+    X, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, count_include_pad: int = 0,  # noqa: ANN001, N803
+    dilations: list[int] | None = None, kernel_shape: list[int], pads: list[int] | None = None,
+    strides: list[int] | None = None,
+):  # fmt: skip
+    pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations)
+    total = np.zeros((*X.shape[:2], *out), X.dtype)
+    for tap in _taps(X, kernel_shape, strides_, dil, pads_, out, 0):
+        total += tap
+    count = math.prod(kernel_shape) if count_include_pad else _counts(X.shape, kernel_shape, strides_, dil, pads_, out)
+    return ((total / np.asarray(count).astype(X.dtype)).astype(X.dtype),)
+
+
+@kernel("", "GlobalAveragePool", 1, float_op=True)
+def global_average_pool(X):  # noqa: ANN001, N803
+    return (X.mean(axis=tuple(range(2, X.ndim)), keepdims=True).astype(X.dtype),)

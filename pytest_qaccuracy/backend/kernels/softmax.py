@@ -1,0 +1,56 @@
+"""Softmax: com.microsoft QLinearSoftmax (ORT's exp table) and float Softmax."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pytest_qaccuracy.backend import arith
+from pytest_qaccuracy.backend.registry import kernel
+from pytest_qaccuracy.backend.scheme import Scheme
+
+MS = "com.microsoft"
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def _exp_table(x_scale: float, reduce_len: int) -> np.ndarray:
+    """``table[i] = f32(exp((i - 255 + shift) * x_s))``, the shift keeping the float32 sum finite."""
+    shift = max(0.0, math.log(float(np.float32(_FLT_MAX) / np.float32(reduce_len))) - 5.0) / x_scale
+    i = np.arange(256, dtype=np.float64)
+    return np.exp((i - 255.0 + shift) * x_scale).astype(np.float32)
+
+
+@kernel(MS, "QLinearSoftmax", 1, scheme=True)
+def qlinear_softmax(X, X_scale, x_zero_point, y_scale, y_zero_point=None, *, axis: int = -1, opset: int, scheme: Scheme):  # noqa: ANN001, N803
+    """ORT: rows shifted so their max reads table[255]; ``y = rne(t * floor(1/y_s) / sum t) + zp``.
+
+    The float32 sum runs sequentially along the row (``np.cumsum`` keeps that order).
+    """
+    axis = axis % X.ndim
+    if opset < 13:
+        rows = X.reshape(int(np.prod(X.shape[:axis])), -1)
+    else:
+        rows = np.moveaxis(X, axis, -1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
+    table = _exp_table(float(np.asarray(X_scale).reshape(())), flat.shape[-1])
+    index = flat.astype(np.int64) - flat.max(axis=-1, keepdims=True).astype(np.int64) + 255
+    values = table[index]
+    total = np.cumsum(values, axis=-1, dtype=np.float32)[:, -1:]
+    inv = np.float32(math.floor(np.float32(1.0) / np.float32(np.asarray(y_scale).reshape(()))))
+    y = (values * inv).astype(np.float32) / total
+    zp = 0 if y_zero_point is None else int(np.asarray(y_zero_point).reshape(()))
+    q = arith.round_float(y, "half_even").astype(np.int64) + zp
+    lo, hi = arith.qrange(dtype)
+    q = np.minimum(q, 255) if dtype == np.uint8 else q
+    out = np.clip(q, lo, hi).astype(dtype).reshape(rows.shape)
+    if opset < 13:
+        return (out.reshape(X.shape),)
+    return (np.moveaxis(out, -1, axis),)
+
+
+@kernel("", "Softmax", 13, float_op=True)
+def softmax(input: np.ndarray, *, axis: int = -1) -> tuple[np.ndarray]:  # noqa: A002
+    e = np.exp(input - input.max(axis=axis, keepdims=True))
+    return ((e / e.sum(axis=axis, keepdims=True)).astype(input.dtype),)

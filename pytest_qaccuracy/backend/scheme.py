@@ -1,0 +1,154 @@
+"""Quantization schemes: the knobs in which real integer backends differ, and named presets.
+
+Each field names one choice a backend makes (research notes, ``integer_backends.md`` sections 2-7).
+The kernels never test a preset's name: they read the fields, so a user can build any mix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from pytest_qaccuracy.errors import InputError
+
+Multiplier = Literal["float32", "float64", "q31", "q15", "power2", "glow"]
+Rounding = Literal["half_even", "half_up", "half_away", "floor"]
+Accumulator = Literal["exact", "wrap32", "saturate32", "int16_pairs"]
+ScalePrecision = Literal["float32", "float64", "float32_product"]
+FloatKernels = Literal["mlas", "numpy", "reference"]
+
+#: Op families whose requantization may add the zero point before or after rounding.
+FAMILIES = ("gemm", "add", "mul", "pool", "global_pool", "quantize")
+
+
+@dataclass(frozen=True, slots=True)
+class Scheme:
+    """How an integer backend turns an int32 accumulator into an 8-bit output.
+
+    Attributes:
+        name: preset name, or a user label.
+        multiplier: how the real multiplier ``M = s_in * s_w / s_out`` is represented:
+            ``float32`` (acc and M in float32, one float multiply), ``float64``, ``q31`` (int32
+            multiplier + shift, TFLite ``QuantizeMultiplier``), ``q15`` (16-bit multiplier + shift),
+            ``power2`` (a shift only: M rounded to the nearest power of two) or ``glow`` (Glow CPU's
+            pre-shift, ~8-bit integer scale and post-shift).
+        rounding: rounding of the final step: ``half_even``, ``half_up`` (toward +inf),
+            ``half_away`` (from zero) or ``floor``.
+        double_rounding: fixed point only: gemmlowp's SaturatingRoundingDoublingHighMul (half up)
+            followed by RoundingDivideByPOT (half away), instead of one rounding shift.
+        zp_before_rounding: op families (see ``FAMILIES``) that add the output zero point before
+            rounding; the others add it after.
+        accumulator: ``wrap32`` (int32 with two's complement wrap, as C kernels), ``exact`` (never
+            wraps: an int64 accumulator), ``saturate32`` (the final sum saturates to int32) or
+            ``int16_pairs`` (raw u8 x s8 products summed in pairs with int16 saturation, as x86
+            ``vpmaddubsw`` without VNNI; other type pairs accumulate as ``wrap32``).
+        scale_precision: how ``s_in * s_w / s_out`` is computed from the float32 scales:
+            ``float32`` (both steps in float32, ORT), ``float64`` (TFLite), ``float32_product``
+            (product in float32, division in float64, TVM's ONNX import).
+        quantize_rounding: rounding of QuantizeLinear and of the lookup tables of elementwise ops.
+        weight_bits: bits the target stores weights in; weights outside that range saturate.
+        reduce_range: weights saturate to ``weight_bits - 1`` bits (ORT ``reduce_range``).
+        fuse_qdq: run ``DQ -> op -> Q`` groups as integer kernels (ORT); ``False`` runs them in float
+            as written (onnx.reference).
+        float_kernels: float maths: ``mlas`` (numpy kernels; logistic by MLAS's rational polynomial
+            with FMA, for the Sigmoid tables), ``numpy`` (numpy kernels, exact ``exp``) or
+            ``reference`` (every float op through ``onnx.reference``).
+    """
+
+    name: str = "custom"
+    multiplier: Multiplier = "float32"
+    rounding: Rounding = "half_even"
+    double_rounding: bool = False
+    zp_before_rounding: frozenset[str] = frozenset()
+    accumulator: Accumulator = "wrap32"
+    scale_precision: ScalePrecision = "float32"
+    quantize_rounding: Rounding = "half_even"
+    weight_bits: int = 8
+    reduce_range: bool = False
+    fuse_qdq: bool = True
+    float_kernels: FloatKernels = "numpy"
+
+    def __post_init__(self) -> None:
+        unknown = set(self.zp_before_rounding) - set(FAMILIES)
+        if unknown:
+            raise InputError(f"scheme '{self.name}': unknown op families {sorted(unknown)}; known: {FAMILIES}")
+        if not 2 <= self.weight_bits - int(self.reduce_range) <= 8:
+            raise InputError(f"scheme '{self.name}': weight_bits must leave 2..8 bits, got {self.weight_bits}")
+        if self.double_rounding and self.multiplier != "q31":
+            raise InputError(f"scheme '{self.name}': double_rounding needs multiplier='q31'")
+
+    def zp_first(self, family: str) -> bool:
+        """True when ``family`` adds the output zero point before rounding."""
+        return family in self.zp_before_rounding
+
+    def replace(self, **changes: object) -> Scheme:
+        """A copy with some fields changed (``name`` becomes ``custom`` unless given)."""
+        changes.setdefault("name", "custom")
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, object]:
+        data = dataclasses.asdict(self)
+        data["zp_before_rounding"] = sorted(self.zp_before_rounding)
+        return data
+
+
+PRESETS: dict[str, Scheme] = {
+    # x86 MLAS: rne(f32(f32(acc) * f32(f32(xs*ws)/ys))) + zp; QLinearAdd/Mul/AveragePool add zp first.
+    "onnxruntime": Scheme(
+        name="onnxruntime",
+        multiplier="float32",
+        zp_before_rounding=frozenset({"add", "mul", "pool"}),
+        float_kernels="mlas",
+    ),
+    # onnx.reference: QLinearConv/MatMul in float64 with zp added before np.rint; QDQ groups unfused.
+    "onnx-reference": Scheme(
+        name="onnx-reference",
+        multiplier="float64",
+        zp_before_rounding=frozenset({"gemm"}),
+        fuse_qdq=False,
+        float_kernels="reference",
+    ),
+    # TFLite default build: Q31 multiplier, SRDHM then RoundingDivideByPOT; QUANTIZE rounds half away.
+    "tflite": Scheme(
+        name="tflite",
+        multiplier="q31",
+        rounding="half_away",
+        double_rounding=True,
+        scale_precision="float64",
+        quantize_rounding="half_away",
+    ),
+    # TFLITE_SINGLE_ROUNDING=1: (acc*q + 2^(t-1)) >> t.
+    "tflite-single-rounding": Scheme(
+        name="tflite-single-rounding",
+        multiplier="q31",
+        rounding="half_up",
+        scale_precision="float64",
+        quantize_rounding="half_away",
+    ),
+    # TVM QNN requantize, rounding="UPWARD", int64 lowering; scales multiplied in float32 by Relay.
+    "tvm-upward": Scheme(
+        name="tvm-upward",
+        multiplier="q31",
+        rounding="half_up",
+        scale_precision="float32_product",
+    ),
+    # A shift-only accelerator: M rounded to a power of two, rounding shift half up.
+    "power2": Scheme(name="power2", multiplier="power2", rounding="half_up", scale_precision="float64"),
+    # Glow CPU backend: integer pre/post shifts with a ~8-bit scale; offset after the shift.
+    "glow": Scheme(name="glow", multiplier="glow", rounding="half_up"),
+}
+
+
+def get_scheme(scheme: str | Scheme) -> Scheme:
+    """A preset by name (or the scheme itself).
+
+    Raises:
+        InputError: the name is not a preset; the message lists the presets.
+    """
+    if isinstance(scheme, Scheme):
+        return scheme
+    try:
+        return PRESETS[scheme]
+    except KeyError:
+        raise InputError(f"unknown scheme '{scheme}'; presets: {', '.join(PRESETS)}") from None
