@@ -21,7 +21,7 @@ from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.matching import FLOAT_TYPES, TensorMatch
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams, find_quant_params
-from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
+from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions, make_runner
 
 #: How many worst records each output keeps per metric (for failure messages).
 WORST_RECORDS = 5
@@ -87,7 +87,8 @@ def compare(
     capture: str = "deployed",
     layers: bool = True,
     allow_nonfinite: bool = False,
-    quantized_runner=None,
+    backend: str = "onnxruntime",
+    scheme: str | None = None,
 ) -> ComparisonResult:
     """Compare an fp32/quantized pair on every record of ``data``.
 
@@ -100,8 +101,8 @@ def compare(
             (QDQ fake-quant semantics, optimizations off); see ``CAPTURE_MODES``.
         layers: also compare every matched intermediate tensor (outputs are always compared).
         allow_nonfinite: accept NaN/Inf in the inputs.
-        quantized_runner: a runner to use for the quantized model instead of onnxruntime (the
-            emulated integer backend); it must have ``run(batch) -> {tensor: array}``.
+        backend: ``onnxruntime`` or ``integer`` (the emulated integer backend) for the quantized model.
+        scheme: the integer backend's scheme preset (default ``onnxruntime``).
 
     Returns:
         A :class:`ComparisonResult` (contract 2).
@@ -121,8 +122,13 @@ def compare(
         fp32_runner = OrtRunner(
             pair.fp32, [t.fp32 for t in outputs + layer_trackers], options, f"{pair.fp32_path.name}"
         )
-        q_runner = quantized_runner or OrtRunner(
-            pair.quantized, [t.capture for t in outputs + layer_trackers], q_options, f"{pair.quantized_path.name}"
+        q_runner = make_runner(
+            pair.quantized,
+            [t.capture for t in outputs + layer_trackers],
+            q_options,
+            pair.quantized_path.name,
+            backend,
+            scheme,
         )
         for batch in bound.iter_batches(options.batch_size):
             ref, test = fp32_runner.run(batch), q_runner.run(batch)
@@ -134,7 +140,7 @@ def compare(
     finally:
         if not isinstance(data, Dataset):
             dataset.close()
-    return _result(pair, dataset, names, records, outputs, layer_matches, layer_trackers, capture, quantized_runner)
+    return _result(pair, dataset, names, records, outputs, layer_matches, layer_trackers, capture, q_runner)
 
 
 def _tracker(fp32: str, capture: str, params: QuantParams | None, names: list[str], worst: bool = False) -> _Tracked:
@@ -167,7 +173,7 @@ def _result(
     matches: list[TensorMatch],
     trackers: list[_Tracked],
     capture: str,
-    quantized_runner,
+    q_runner,
 ) -> ComparisonResult:
     out_results = []
     for (f_name, q_name), tracker in zip(pair.output_pairs(), outputs, strict=True):
@@ -207,9 +213,9 @@ def _result(
         layers=layers,
         unmatched_fp32=unmatched_fp32,
         unmatched_quantized=unmatched_q,
-        backend=getattr(quantized_runner, "backend", "onnxruntime"),
-        scheme=getattr(quantized_runner, "scheme_name", None),
-        capture=capture if quantized_runner is None else "emulated",
+        backend=getattr(q_runner, "backend", "onnxruntime"),
+        scheme=getattr(q_runner, "scheme_name", None),
+        capture=getattr(q_runner, "capture", capture),
         higher_is_better={n: get_metric(n).higher_is_better for n in names},
     )
 

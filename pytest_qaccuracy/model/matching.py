@@ -230,10 +230,13 @@ class Matcher:
         return tuple(self.classes.find(x) for x in names)
 
     def _constant_tensor_q(self, name: str) -> bool:
-        root = self.classes.find(name)
-        return all(self.q.is_constant(m) for m in self._members.get(root, [name]) if m not in self.q.producer) and (
-            any(self.q.is_constant(m) for m in self._members.get(root, [name]))
-        )
+        """An initializer or Constant, possibly through Q/DQ nodes (quantized weights and biases)."""
+        while not self.q.is_constant(name):
+            found = self.q.producer.get(name)
+            if found is None or found[1].op_type not in _IDENTITY_OPS:
+                return False
+            name = found[1].input[0]
+        return True
 
     def _structure(self, by_name: dict[str, tuple[int, onnx.NodeProto]]) -> dict[str, str]:
         """fp32 tensor -> quantized class root, by walking both graphs in topological order."""

@@ -1,0 +1,105 @@
+"""``qaccuracy compare``: layer-wise error of a quantized model against its fp32 model (contract 1)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pytest_qaccuracy.errors import InputError
+
+NAME = "compare"
+HELP = "compare an fp32 model and its quantized version, layer by layer, on a dataset"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("fp32", type=Path, help="the fp32 ONNX model")
+    parser.add_argument("quantized", type=Path, help="the quantized ONNX model (QDQ or QOperator)")
+    parser.add_argument("--data", required=True, type=Path, help=".h5/.hdf5 (ONE layout), .npz, or a folder of .npy")
+    parser.add_argument("--metrics", default=None, help="comma-separated metric names (default: all)")
+    parser.add_argument("--batch-size", type=int, default=8, help="records per run (default: 8)")
+    parser.add_argument("--backend", choices=("onnxruntime", "integer"), default="onnxruntime")
+    parser.add_argument("--scheme", default=None, help="integer backend scheme preset (default: onnxruntime)")
+    parser.add_argument(
+        "--capture",
+        choices=("deployed", "reference"),
+        default="deployed",
+        help="deployed: ORT's fused kernels (optimizations on); reference: QDQ fake-quant semantics",
+    )
+    parser.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated execution providers")
+    parser.add_argument("--optimization", choices=("disable", "basic", "extended", "all"), default="all")
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: onnxruntime decides)")
+    parser.add_argument(
+        "--session-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="onnxruntime session config entry, e.g. session.qdqisint8allowed=1 (repeatable)",
+    )
+    parser.add_argument("--map", type=Path, default=None, help="JSON file {fp32 tensor: quantized tensor}")
+    parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
+    parser.add_argument("--outputs-only", action="store_true", help="compare the model outputs only")
+    parser.add_argument("--json", type=Path, default=None, help="write the comparison JSON (contract 2) here")
+    parser.add_argument("--out-dir", type=Path, default=None, help="write visq.json, DOT and report.html here")
+    parser.add_argument("--top", type=int, default=10, help="how many worst layers to print (default: 10)")
+
+
+def _session_config(items: list[str]) -> dict[str, str]:
+    config = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--session-config expects KEY=VALUE, got {item!r}")
+        config[key.strip()] = value.strip()
+    return config
+
+
+def _mapping(path: Path | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read the tensor mapping ({exc})") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise InputError(f"{path}: the tensor mapping must be a JSON object of strings {{fp32: quantized}}")
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    from pytest_qaccuracy.report.tables import comparison_table
+
+    from pytest_qaccuracy.analysis.compare import compare
+    from pytest_qaccuracy.model import ModelPair
+    from pytest_qaccuracy.report.artifacts import write_comparison_artifacts
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    options = RuntimeOptions(
+        providers=tuple(p.strip() for p in args.providers.split(",") if p.strip()),
+        optimization=args.optimization,
+        threads=args.threads,
+        batch_size=args.batch_size,
+        session_config=_session_config(args.session_config),
+    )
+    if args.top < 0:
+        raise InputError(f"--top must be >= 0, got {args.top}")
+    pair = ModelPair(args.fp32, args.quantized, mapping=_mapping(args.map))
+    if args.scheme and args.backend != "integer":
+        raise InputError("--scheme applies to --backend integer only")
+    result = compare(
+        pair,
+        args.data,
+        metrics=args.metrics,
+        options=options,
+        capture=args.capture,
+        layers=not args.outputs_only,
+        allow_nonfinite=args.allow_nonfinite,
+        backend=args.backend,
+        scheme=args.scheme,
+    )
+    sys.stdout.write(comparison_table(result, top=args.top) + "\n")
+    written = write_comparison_artifacts(result, pair.fp32, json_path=args.json, out_dir=args.out_dir)
+    for path in written:
+        sys.stdout.write(f"wrote {path}\n")
+    return 0

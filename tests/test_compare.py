@@ -1,0 +1,201 @@
+"""Layer-wise comparison against independently computed values, batching, capture modes, memory."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tracemalloc
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from conftest import write_h5
+from modelzoo import conv_net, random_inputs
+
+from pytest_qaccuracy.analysis.compare import compare, first_jump, worst_layers
+from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.data import bind_dataset, load_dataset
+from pytest_qaccuracy.model import ModelPair
+from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
+from pytest_qaccuracy.runtime.session import _with_outputs
+
+
+def _run_with_outputs(path, names, records, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
+    model = onnx.load(str(path))
+    for name in names:
+        model.graph.output.append(onnx.ValueInfoProto(name=name))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    runs = [session.run(names, {"x": r}) for r in records]
+    return {name: np.concatenate([r[i] for r in runs]).astype(np.float64) for i, name in enumerate(names)}
+
+
+def test_reference_capture_equals_an_independent_computation(zoo):
+    records = random_inputs(12, seed=4)  # the records of zoo["data"]
+    result = compare(ModelPair(zoo["fp32"], zoo["qdq_u8"]), zoo["data"], capture="reference", metrics="mse,cosine,sqnr")
+    fp32 = _run_with_outputs(zoo["fp32"], ["conv2", "add1", "logits"], records)
+    quant = _run_with_outputs(
+        zoo["qdq_u8"], ["conv2_DequantizeLinear_Output", "add1_DequantizeLinear_Output", "logits"], records
+    )
+    layers = {layer.tensor: layer for layer in result.layers}
+    for f_name, q_name in [("conv2", "conv2_DequantizeLinear_Output"), ("add1", "add1_DequantizeLinear_Output")]:
+        f, q = fp32[f_name], quant[q_name]
+        expected_mse = np.mean([np.mean((f[i] - q[i]) ** 2) for i in range(12)])
+        expected_sqnr = 20 * math.log10(np.linalg.norm(f) / np.linalg.norm(f - q))
+        expected_cos = float(np.sum(f * q) / (np.linalg.norm(f) * np.linalg.norm(q)))
+        assert layers[f_name].metrics["mse"] == pytest.approx(expected_mse, rel=1e-6)
+        assert layers[f_name].metrics["sqnr"] == pytest.approx(expected_sqnr, rel=1e-6)
+        assert layers[f_name].metrics["cosine"] == pytest.approx(expected_cos, rel=1e-9)
+    f, q = fp32["logits"], quant["logits"]
+    assert result.output("logits").metrics["sqnr"] == pytest.approx(
+        20 * math.log10(np.linalg.norm(f) / np.linalg.norm(f - q)), rel=1e-6
+    )
+    assert result.records == 12
+
+
+def _fused_ops(model: onnx.ModelProto, path) -> list[str]:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(path)
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sorted(n.op_type for n in onnx.load(str(path)).graph.node if n.op_type.startswith("QLinear"))
+
+
+def test_deployed_capture_keeps_onnxruntime_fusion(zoo, tmp_path):
+    """Exposing the integer tensors leaves every QLinear fusion of the deployed model in place."""
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    captures = [m.capture for m in pair.matching.matches]
+    plain = _fused_ops(pair.quantized, tmp_path / "plain.onnx")
+    exposed = _fused_ops(_with_outputs(pair.quantized, captures, False), tmp_path / "exposed.onnx")
+    assert plain and exposed == plain
+    # and the deployed result's output equals the plain deployed session's output exactly
+    result = compare(pair, zoo["data"], metrics="max_abs", capture="deployed")
+    fp32 = _run_with_outputs(
+        zoo["fp32"], ["logits"], random_inputs(12, seed=4), ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    )
+    quant = _run_with_outputs(
+        zoo["qdq_u8"], ["logits"], random_inputs(12, seed=4), ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    )
+    assert result.output("logits").metrics["max_abs"] == pytest.approx(
+        np.abs(fp32["logits"] - quant["logits"]).max(), rel=1e-6
+    )
+
+
+@pytest.mark.parametrize("variant", ["qdq_u8", "qdq_s8_pc", "qop_u8", "qop_s8_pc"])
+def test_batch_size_does_not_change_results(zoo, variant):
+    pair = ModelPair(zoo["fp32"], zoo[variant])
+    one = compare(pair, zoo["data"], options=RuntimeOptions(batch_size=1))
+    five = compare(pair, zoo["data"], options=RuntimeOptions(batch_size=5))
+    for a, b in zip(one.layers + one.outputs, five.layers + five.outputs, strict=True):
+        for name, value in a.metrics.items():
+            assert b.metrics[name] == pytest.approx(value, rel=1e-4, abs=1e-9), (name, a)
+    assert [x.tensor for x in one.layers] == [x.tensor for x in five.layers]
+
+
+def test_fixed_batch_models_are_batched_and_unbatchable_ones_fall_back(tmp_path, zoo):
+    fixed = conv_net(tmp_path / "fixed.onnx", batch=1)
+    pair = ModelPair(fixed, fixed)
+    result = compare(pair, zoo["data"], metrics="max_abs", options=RuntimeOptions(batch_size=4))
+    assert result.output("logits").metrics["max_abs"] == 0.0
+    # a model that reshapes to a constant shape cannot batch: records then run one at a time
+    w = onnx.numpy_helper.from_array(np.ones((3 * 16 * 16, 2), np.float32), "w")
+    shape = onnx.numpy_helper.from_array(np.array([1, 3 * 16 * 16], np.int64), "shape")
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+            onnx.helper.make_node("MatMul", ["flat", "w"], ["y"]),
+        ],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 16, 16])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])],
+        [w, shape],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(tmp_path / "reshape.onnx"))
+    result = compare(ModelPair(tmp_path / "reshape.onnx", tmp_path / "reshape.onnx"), zoo["data"], metrics="mse")
+    assert result.records == 12 and result.output("y").metrics["mse"] == 0.0
+    batch = next(bind_dataset(load_dataset(zoo["data"]), pair.inputs).iter_batches(4))
+    batched = OrtRunner(onnx.load(str(fixed)), ["logits"], RuntimeOptions(), "fixed")
+    assert batched.run(batch)["logits"].shape == (4, 10) and batched.batching
+    unbatched = OrtRunner(model, ["y"], RuntimeOptions(), "reshape")
+    assert unbatched.run(batch)["y"].shape == (4, 2) and not unbatched.batching
+
+
+def test_results_round_trip_the_contract_json(zoo):
+    result = compare(ModelPair(zoo["fp32"], zoo["qop_s8_pc"]), zoo["data"])
+    data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert ComparisonResult.from_dict(data).to_dict() == data
+    assert set(data) >= {
+        "schema_version",
+        "fp32_model",
+        "quantized_model",
+        "data",
+        "records",
+        "backend",
+        "scheme",
+        "metric_definitions",
+        "outputs",
+        "layers",
+        "unmatched",
+    }
+    layer = data["layers"][0]
+    assert set(layer) >= {"tensor", "quantized_tensor", "node", "op_type", "order", "metrics"}
+    assert data["unmatched"] == {"fp32": ["conv1"], "quantized": []}
+    assert list(data["metric_definitions"]) == [
+        "mse",
+        "mpeir",
+        "tae",
+        "srmse",
+        "mre",
+        "max_abs",
+        "lsb",
+        "cosine",
+        "sqnr",
+    ]
+    assert [x["order"] for x in data["layers"]] == sorted(x["order"] for x in data["layers"])
+
+
+def test_worst_records_and_layers(zoo):
+    result = compare(ModelPair(zoo["fp32"], zoo["qdq_u8"]), zoo["data"], metrics="mse,sqnr")
+    worst = result.output("logits").worst_records
+    assert len(worst["mse"]) == 5 and worst["mse"] == sorted(worst["mse"], key=lambda rv: -rv[1])
+    assert worst["sqnr"] == sorted(worst["sqnr"], key=lambda rv: rv[1])  # lowest SQNR first
+    ranked = worst_layers(result, "sqnr", 3)
+    assert [x.metrics["sqnr"] for x in ranked] == sorted(x.metrics["sqnr"] for x in result.layers)[:3]
+    assert first_jump(result, "sqnr") in result.layers
+
+
+def test_datasets_in_every_format_give_the_same_result(zoo, tmp_path):
+    records = random_inputs(12, seed=4)
+    np.savez(tmp_path / "d.npz", x=records)
+    pair = ModelPair(zoo["fp32"], zoo["qop_u8"])
+    a = compare(pair, zoo["data"], metrics="sqnr")
+    b = compare(pair, load_dataset(tmp_path / "d.npz"), metrics="sqnr")
+    assert a.output("logits").metrics == b.output("logits").metrics
+
+
+def test_peak_memory_does_not_grow_with_records(zoo, tmp_path):
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    peaks = []
+    for count in (8, 64):
+        path = write_h5(tmp_path / f"d{count}.h5", random_inputs(count, seed=5))
+        compare(pair, path, options=RuntimeOptions(batch_size=4))  # warm-up: sessions and caches
+        tracemalloc.start()
+        compare(pair, path, options=RuntimeOptions(batch_size=4))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert peaks[1] < peaks[0] * 1.3, peaks
+
+
+def test_the_core_never_imports_pytest():
+    code = (
+        "import sys\n"
+        "import pytest_qaccuracy.data, pytest_qaccuracy.model, pytest_qaccuracy.runtime, pytest_qaccuracy.metrics\n"
+        "import pytest_qaccuracy.analysis.compare, pytest_qaccuracy.report.artifacts, pytest_qaccuracy.cli\n"
+        "assert 'pytest' not in sys.modules and '_pytest' not in sys.modules, 'pytest was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

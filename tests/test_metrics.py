@@ -1,0 +1,160 @@
+"""Metrics: ONE's goldens, hand-computed values, ORT's SQNR, streaming merges, undefined values, registry."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnxruntime.quantization.qdq_loss_debug import compute_signal_to_quantization_noice_ratio
+
+from pytest_qaccuracy.errors import MetricError
+from pytest_qaccuracy.metrics import (
+    StatsMetric,
+    TensorPair,
+    available_metrics,
+    get_metric,
+    parse_metric_names,
+    register_metric,
+    unregister_metric,
+)
+
+
+def _value(name: str, ref, test, **pair_kwargs):
+    metric = get_metric(name)()
+    metric.update(TensorPair(np.asarray(ref, np.float32), np.asarray(test, np.float32), **pair_kwargs))
+    return metric.result()
+
+
+# Samsung ONE visq-unittest goldens: fp32 records {ones(16), zeros(16)} vs quantized {zeros, zeros}.
+ONE_REF = np.stack([np.ones(16), np.zeros(16)])
+ONE_TEST = np.zeros((2, 16))
+
+
+def test_one_visq_goldens():
+    assert _value("mse", ONE_REF, ONE_TEST) == (0.5, None)
+    assert _value("tae", ONE_REF, ONE_TEST) == (8.0, None)
+    value, reason = _value("srmse", ONE_REF, ONE_TEST, scale=2.0)
+    assert reason is None and value == pytest.approx(math.sqrt(0.5) / 2, rel=1e-15)
+
+
+def test_hand_computed_values():
+    # two records of four elements; every number below is worked out by hand
+    ref = [[1.0, -2.0, 3.0, 0.0], [0.5, 0.5, -1.0, 2.0]]
+    test = [[1.5, -2.0, 2.0, 0.0], [0.5, 1.0, -1.0, 2.0]]
+    # record 0 diffs: -0.5, 0, 1, 0 ; record 1 diffs: 0, -0.5, 0, 0
+    assert _value("mse", ref, test)[0] == pytest.approx(((0.25 + 1) / 4 + 0.25 / 4) / 2)
+    assert _value("tae", ref, test)[0] == pytest.approx((1.5 + 0.5) / 2)
+    assert _value("max_abs", ref, test)[0] == pytest.approx(1.0)
+    # MPEIR: record 0: 1 / (3 - -2 + 1e-6); record 1: 0.5 / (2 - -1 + 1e-6)
+    assert _value("mpeir", ref, test)[0] == pytest.approx((1 / (5 + 1e-6) + 0.5 / (3 + 1e-6)) / 2)
+    # MRE: sum|d| = 2.0, sum|f| = 6 + 4 = 10
+    assert _value("mre", ref, test)[0] == pytest.approx(0.2)
+    # cosine: f.q = (1.5 + 4 + 6) + (0.25 + 0.5 + 1 + 4) = 17.25; |f|^2 = 14 + 5.5; |q|^2 = 10.25 + 6.25
+    assert _value("cosine", ref, test)[0] == pytest.approx(17.25 / math.sqrt(19.5 * 16.5))
+    # SQNR: |f|^2 = 19.5, |d|^2 = 1.5
+    assert _value("sqnr", ref, test)[0] == pytest.approx(20 * math.log10(math.sqrt(19.5) / math.sqrt(1.5)))
+    # LSB with scale 0.25: max |d| = 1 -> 4 steps
+    assert _value("lsb", ref, test, scale=0.25)[0] == pytest.approx(4.0)
+
+
+def test_lsb_per_channel_divides_each_channel_by_its_own_step():
+    ref = np.zeros((1, 2, 3), np.float32)
+    test = np.array([[[0.1, 0.0, 0.0], [0.0, 0.3, 0.0]]], np.float32)
+    # channel 0 (axis 1) has step 0.1 -> 1 step; channel 1 has step 0.05 -> 6 steps
+    value, _ = _value("lsb", ref, test, scale=np.array([0.1, 0.05]), axis=1)
+    assert value == pytest.approx(6.0, rel=1e-6)
+    assert _value("srmse", ref, test, scale=np.array([0.1, 0.05]), axis=1) == (
+        None,
+        "per-channel scale: SRMSE is defined for a per-tensor scale",
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sqnr_matches_onnxruntime_qdq_loss_debug(seed):
+    rng = np.random.default_rng(seed)
+    batches_f = [rng.standard_normal((4, 8, 5, 5)).astype(np.float32) for _ in range(3)]
+    batches_q = [f + rng.normal(0, 0.05, f.shape).astype(np.float32) for f in batches_f]
+    metric = get_metric("sqnr")()
+    for f, q in zip(batches_f, batches_q, strict=True):
+        metric.update(TensorPair(f, q))
+    expected = compute_signal_to_quantization_noice_ratio(batches_f, batches_q)
+    assert metric.value() == pytest.approx(expected, rel=1e-6)
+
+
+def test_identical_tensors_give_finite_sqnr_like_onnxruntime():
+    x = np.linspace(-1, 1, 50, dtype=np.float32).reshape(2, 25)
+    assert _value("sqnr", x, x)[0] == pytest.approx(compute_signal_to_quantization_noice_ratio(x, x), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["mse", "mpeir", "tae", "srmse", "mre", "max_abs", "lsb", "cosine", "sqnr"])
+def test_batches_and_merges_agree_with_one_pass(name):
+    rng = np.random.default_rng(7)
+    ref = rng.standard_normal((10, 3, 4)).astype(np.float32)
+    test = (ref + rng.normal(0, 0.1, ref.shape)).astype(np.float32)
+    whole = get_metric(name)()
+    whole.update(TensorPair(ref, test, scale=0.05))
+    left, right = get_metric(name)(), get_metric(name)()
+    for start in (0, 3):
+        left.update(TensorPair(ref[start : start + 3], test[start : start + 3], scale=0.05))
+    right.update(TensorPair(ref[6:], test[6:], scale=0.05))
+    left.merge(right)
+    assert left.value() == pytest.approx(whole.value(), rel=1e-12)
+
+
+def test_undefined_values_carry_a_reason():
+    zeros, ones = np.zeros((2, 3)), np.ones((2, 3))
+    assert _value("cosine", zeros, ones) == (None, "the fp32 tensor is all zeros")
+    assert _value("cosine", ones, zeros) == (None, "the quantized tensor is all zeros")
+    assert _value("cosine", zeros, zeros) == (1.0, None)
+    assert _value("mre", zeros, ones) == (None, "the fp32 tensor is all zeros")
+    assert _value("mre", zeros, zeros) == (0.0, None)
+    assert _value("srmse", ones, ones) == (None, "the quantized tensor has no scale")
+    assert _value("lsb", ones, ones) == (None, "the quantized tensor has no scale")
+    assert get_metric("mse")().result() == (None, "no records")
+
+
+def test_record_values_are_per_record():
+    ref = np.array([[1.0, 1.0], [1.0, 1.0]], np.float32)
+    test = np.array([[1.0, 1.0], [0.0, 1.0]], np.float32)
+    pair = TensorPair(ref, test)
+    np.testing.assert_allclose(get_metric("mse")().record_values(pair), [0.0, 0.5])
+    np.testing.assert_allclose(get_metric("cosine")().record_values(pair), [1.0, 1 / math.sqrt(2)])
+
+
+def test_state_is_fixed_size():
+    metric = get_metric("mse")()
+    before = dict(metric.state)
+    for _ in range(5):
+        metric.update(TensorPair(np.ones((3, 10), np.float32), np.zeros((3, 10), np.float32)))
+    assert metric.state.keys() == before.keys()
+    assert metric.state["records"] == 15
+
+
+def test_registry_accepts_user_metrics_and_rejects_bad_ones():
+    class Bias(StatsMetric):
+        """Mean of q - f over all elements."""
+
+        name = "bias"
+        formula = "sum(q - f) / count over all elements of all records"
+        sums = ("diff", "count")
+
+        def fold(self, stats, pair):
+            return {"diff": float((pair.test.astype(np.float64) - pair.ref).sum()), "count": pair.ref.size}
+
+        def compute(self):
+            return self.state["diff"] / self.state["count"], None
+
+    register_metric(Bias)
+    try:
+        assert "bias" in available_metrics()
+        assert _value("bias", [[0.0, 0.0]], [[1.0, 3.0]]) == (2.0, None)
+        with pytest.raises(MetricError, match="metric 'bias' is already registered"):
+            register_metric(Bias)
+    finally:
+        unregister_metric("bias")
+    with pytest.raises(MetricError, match="unknown metric 'nope'; available: mse, mpeir"):
+        get_metric("nope")
+    with pytest.raises(MetricError, match="unknown metric 'nope'"):
+        parse_metric_names("mse, nope")
+    assert parse_metric_names(" SQNR,cosine,sqnr ") == ["sqnr", "cosine"]
