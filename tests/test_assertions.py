@@ -79,7 +79,7 @@ def test_topk_k5_is_looser_than_k1() -> None:
     test = ref.copy()
     top2 = np.argsort(-ref, axis=1)[:, 1]
     test[np.arange(100), top2] += 10.0  # the runner-up becomes the winner everywhere
-    with pytest.raises(AssertionError, match="top-1 agreement 0 < 0.9"):
+    with pytest.raises(AssertionError, match=r"top-1 agreement 0 < 0\.9"):
         assert_topk(test, ref, k=1, min_agreement=0.9)
     assert assert_topk(test, ref, k=5, min_agreement=1.0).agreement(5) == 1.0
 
@@ -120,7 +120,9 @@ def test_within_lsb_float_int_and_per_channel() -> None:
     assert str(info.value).splitlines()[0] == "lsb 1 > 0.5 for output"
     assert " [1, 1]: 3.1 (ACTUAL), 3 (EXPECTED)" in str(info.value)
     # per-channel along axis 1: column 1 has a step of 1.0, so 0.5 off is half a step
-    assert assert_within_lsb(ref + [0.0, 0.5], ref, scale=np.array([0.1, 1.0]), max_lsb=0.5) == pytest.approx(0.5)
+    assert assert_within_lsb(ref + np.array([0.0, 0.5]), ref, scale=np.array([0.1, 1.0]), max_lsb=0.5) == pytest.approx(
+        0.5
+    )
 
 
 def test_helpers_do_not_import_pytest() -> None:
