@@ -1,0 +1,136 @@
+"""Plain-text tables of a comparison: the outputs, then the worst layers (printed by the CLI and the plugin)."""
+
+from __future__ import annotations
+
+import math
+
+from tabulate import tabulate
+
+from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
+from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.report._palette import finite, higher_is_better, metric_names
+
+#: Tensor names longer than this are shortened in the middle so tables stay readable in a terminal.
+MAX_NAME = 60
+
+
+def format_value(name: str, value: float | None) -> str:
+    """Format one metric value for people: ``n/a`` for None, dB for SQNR, 4 significant digits otherwise.
+
+    Cosine similarity is shown with enough decimals that ``1 - cosine`` keeps 2 significant digits
+    (``0.999953`` shows as ``0.999953``, not ``1``).
+
+    Args:
+        name: the metric name (lower case, as in contract 2).
+        value: the value, or None when undefined.
+
+    Returns:
+        The formatted value.
+    """
+    number = finite(value)
+    if number is None:
+        return "n/a" if value is None else str(value)
+    if name == "sqnr":
+        return f"{number:.2f} dB"
+    if name == "cosine":
+        gap = 1.0 - abs(number)
+        decimals = 4 if gap <= 0 else min(12, max(4, 1 - math.floor(math.log10(gap))))
+        return f"{number:.{decimals}f}"
+    if number == 0:
+        return "0"
+    return f"{number:.4g}"
+
+
+def shorten(name: str, width: int = MAX_NAME) -> str:
+    """``name`` cut in the middle with ``…`` when longer than ``width`` characters."""
+    if len(name) <= width:
+        return name
+    head = (width - 1) // 2
+    return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
+
+
+def rank_layers(result: ComparisonResult, metric: str) -> list[LayerResult]:
+    """All layers, worst first by ``metric``; layers without a value come last, in topological order.
+
+    Worst is the lowest value for higher-is-better metrics (cosine, SQNR) and the highest otherwise.
+    Ties keep topological order.
+
+    Raises:
+        InputError: ``metric`` is not one of the result's metrics.
+    """
+    names = metric_names(result)
+    if metric not in names:
+        raise InputError(f"cannot rank layers by {metric!r}: the result's metrics are {', '.join(names) or 'none'}")
+    sign = 1.0 if higher_is_better(result, metric) else -1.0
+
+    def key(layer: LayerResult) -> tuple[int, float, int]:
+        value = finite(layer.metrics.get(metric))
+        return (1, 0.0, layer.order) if value is None else (0, sign * value, layer.order)
+
+    return sorted(result.layers, key=key)
+
+
+def outputs_table(result: ComparisonResult, tablefmt: str = "simple") -> str:
+    """One row per model output with every metric."""
+    metrics = metric_names(result)
+    rows = [[shorten(o.name)] + [format_value(m, o.metrics.get(m)) for m in metrics] for o in result.outputs]
+    return tabulate(
+        rows, headers=["output", *metrics], tablefmt=tablefmt, disable_numparse=True, colalign=_align(1, metrics)
+    )
+
+
+def layers_table(result: ComparisonResult, top: int = 10, rank_by: str | None = None, tablefmt: str = "simple") -> str:
+    """The ``top`` worst layers by ``rank_by``: columns order, tensor, op_type and every metric."""
+    metrics = metric_names(result)
+    layers = rank_layers(result, rank_by or metrics[0])[: max(top, 0)]
+    rows = [
+        [str(x.order), shorten(x.tensor), x.op_type or "?"] + [format_value(m, x.metrics.get(m)) for m in metrics]
+        for x in layers
+    ]
+    headers = ["order", "tensor", "op_type", *metrics]
+    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True, colalign=_align(3, metrics, 1))
+
+
+def _align(text_columns: int, metrics: list[str], numeric_first: int = 0) -> tuple[str, ...]:
+    """Right-align numbers (the first ``numeric_first`` columns and the metrics), left-align names."""
+    left = ["right"] * numeric_first + ["left"] * (text_columns - numeric_first)
+    return (*left, *(["right"] * len(metrics)))
+
+
+def comparison_table(result: ComparisonResult, top: int = 10, rank_by: str | None = None) -> str:
+    """The outputs with all their metrics, then the ``top`` worst layers ranked by one metric.
+
+    Args:
+        result: the comparison to show.
+        top: how many layers to list (0 lists none).
+        rank_by: the metric that ranks layers; default the result's first metric.
+
+    Returns:
+        Text without a trailing newline.
+
+    Raises:
+        InputError: ``rank_by`` is not one of the result's metrics.
+    """
+    metrics = metric_names(result)
+    if not metrics:
+        return f"{result.quantized_model}: no metrics were computed"
+    metric = rank_by or metrics[0]
+    direction = "lowest" if higher_is_better(result, metric) else "highest"
+    parts = [f"{result.quantized_model} vs {result.fp32_model} on {result.data} ({result.records} records)", ""]
+    if result.outputs:
+        parts += ["Outputs", outputs_table(result)]
+    else:
+        parts.append("Outputs: none compared")
+    if not result.layers:
+        parts += ["", "Layers: none compared"]
+    elif top > 0:
+        shown = min(top, len(result.layers))
+        parts += [
+            "",
+            f"Worst {shown} of {len(result.layers)} layers by {metric} ({direction} first)",
+            layers_table(result, top, metric),
+        ]
+    unmatched = len(result.unmatched_fp32)
+    if unmatched:
+        parts += ["", f"{unmatched} fp32 tensor(s) had no quantized counterpart (see the JSON's 'unmatched')"]
+    return "\n".join(parts)
