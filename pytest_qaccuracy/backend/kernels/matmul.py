@@ -94,11 +94,10 @@ def qgemm(
     b = arith.clamp_weights(B.T if transB else B, scheme)
     acc = integer_matmul(a, a_zero_point, b, b_zero_point, scheme)
     scale = arith.real_multiplier([np.float32(alpha), a_scale, _col_param(b_scale)], None, scheme)
-    if y_scale is None:  # float output: acc * scale + C (ORT's scale-bias output processor)
-        y = acc.astype(np.float32) * np.asarray(scale, np.float32)
-        return ((y + C.astype(np.float32)) if C is not None else y,)
     if C is not None:
         acc = arith.accumulate(acc + C.astype(np.int64), scheme)
+    if y_scale is None:  # float output: f32(acc) * scale (ORT's scale output processor)
+        return (acc.astype(np.float32) * np.asarray(scale, np.float32),)
     multiplier = arith.real_multiplier([scale], y_scale, scheme)
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else A.dtype
     y_zp = 0 if y_zero_point is None else y_zero_point

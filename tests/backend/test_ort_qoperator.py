@@ -1,0 +1,257 @@
+"""Bit-exactness of the ``onnxruntime`` preset against onnxruntime, one QOperator node at a time.
+
+Each case runs a one-node model on real onnxruntime (CPU EP, full optimizations) and on
+``IntegerSession``; every output element must be equal. Adversarial cases: power-of-two scales with
+odd zero points (exact .5 ties), accumulators above 2**24, per-channel weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from backend_models import MS, assert_same, node_model, ort_run, random_q
+
+from pytest_qaccuracy.backend import IntegerSession
+
+f32 = np.float32
+
+
+def _check(model, feeds, what=""):  # noqa: ANN001, ANN202
+    want = ort_run(model, feeds)
+    got = IntegerSession(model).run(None, feeds)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_same(g, w, f"{what} output {i}")
+    return got
+
+
+CONV_CASES = {
+    # name: (x dtype, w dtype, per_channel, mode, attrs)
+    "u8s8": (np.uint8, np.int8, False, "random", {"pads": [1, 1, 1, 1]}),
+    "u8s8-per-channel": (np.uint8, np.int8, True, "random", {"pads": [1, 1, 1, 1]}),
+    "s8s8-per-channel": (np.int8, np.int8, True, "random", {"pads": [1, 1, 1, 1]}),
+    "u8u8-odd-wzp": (np.uint8, np.uint8, False, "random", {"pads": [0, 1, 2, 1]}),
+    "ties": (np.uint8, np.int8, False, "ties", {"pads": [1, 1, 1, 1]}),
+    "ties-s8": (np.int8, np.int8, False, "ties", {}),
+    "bigacc": (np.uint8, np.int8, False, "bigacc", {}),
+    "f32-adversarial": (np.uint8, np.int8, True, "f32adv", {}),
+    "stride-dilation": (np.uint8, np.int8, False, "random", {"strides": [2, 2], "dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+    "groups": (np.uint8, np.int8, True, "random", {"group": 2, "pads": [1, 1, 1, 1]}),
+    "depthwise": (np.int8, np.int8, True, "random", {"group": 8, "pads": [1, 1, 1, 1]}),
+    "same-upper": (np.uint8, np.int8, False, "random", {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+}
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_qlinear_conv(case: str) -> None:
+    xdt, wdt, per_channel, mode, attrs = CONV_CASES[case]
+    rng = np.random.default_rng(len(case))
+    group = attrs.get("group", 1)
+    c, m, k = (8, 8, 3) if mode != "bigacc" else (512, 4, 1)
+    if mode in ("ties", "f32adv"):
+        k = 1
+    x = random_q(rng, xdt, (3, c, 9, 9))
+    w = random_q(rng, wdt, (m, c // group, k, k))
+    if mode == "bigacc":
+        x = np.full_like(x, np.iinfo(xdt).max)
+        x[:, ::3] = np.iinfo(xdt).min
+        w = np.full_like(w, np.iinfo(wdt).min)
+    xs, ys = f32(0.5 if mode == "ties" else 0.0173), f32(2.0 if mode == "ties" else 0.37)
+    ws = rng.uniform(0.002, 0.02, m).astype(f32) if per_channel else f32(0.5 if mode == "ties" else 0.0091)
+    wzp = np.zeros(m, wdt) if per_channel else np.array(0 if wdt == np.int8 else 131, wdt)
+    xzp = np.array(7 if xdt == np.uint8 else -3, xdt)
+    yzp = np.array(127 if xdt == np.uint8 else 3, xdt)  # odd: ties round differently if zp joins first
+    bias = rng.integers(-20000, 20000, m).astype(np.int32)
+    if mode == "f32adv":  # acc above 2**24 with a tiny multiplier: f32(acc) drops low bits
+        bias = np.full(m, 2**25 + 2**18 + 1, np.int32)
+        ys = f32(1.0)
+        ws = np.full(m, f32(2.0**-19) / xs, f32)
+    inits = {"xs": xs, "xz": xzp, "w": w, "ws": ws, "wz": wzp, "ys": ys, "yz": yzp, "b": bias}
+    model = node_model("QLinearConv", [("x", xdt, x.shape)], inits, xdt, **attrs)
+    _check(model, {"x": x}, case)
+
+
+def test_qlinear_conv_1d_without_bias() -> None:
+    rng = np.random.default_rng(5)
+    x = random_q(rng, np.uint8, (4, 6, 17))
+    inits = {"xs": f32(0.1), "xz": np.uint8(128), "w": random_q(rng, np.int8, (5, 6, 3)), "ws": f32(0.01),
+             "wz": np.int8(0), "ys": f32(0.25), "yz": np.uint8(3)}  # fmt: skip
+    _check(node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, pads=[1, 1]), {"x": x})
+
+
+@pytest.mark.parametrize(
+    ("adt", "bdt", "a_shape", "b_shape", "per_column", "ties"),
+    [
+        (np.uint8, np.int8, (7, 40), (40, 9), False, False),
+        (np.uint8, np.uint8, (7, 40), (40, 9), False, True),
+        (np.int8, np.int8, (3, 7, 40), (40, 9), True, False),
+        (np.uint8, np.int8, (2, 5, 300), (300, 6), True, False),
+        (np.int8, np.int8, (2, 5, 16), (2, 16, 6), False, True),
+    ],
+)
+def test_qlinear_matmul(adt, bdt, a_shape, b_shape, per_column, ties) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(sum(a_shape))
+    a, b = random_q(rng, adt, a_shape), random_q(rng, bdt, b_shape)
+    n = b_shape[-1]
+    bs = rng.uniform(0.001, 0.05, n).astype(f32) if per_column else f32(0.25 if ties else 0.013)
+    bz = np.zeros(n, bdt) if per_column else np.array(0 if bdt == np.int8 else 77, bdt)
+    inits = {"as": f32(0.5 if ties else 0.021), "az": np.array(5, adt), "b": b, "bs": bs, "bz": bz,
+             "ys": f32(2.0 if ties else 0.33), "yz": np.array(13, adt)}  # fmt: skip
+    model = node_model("QLinearMatMul", [("a", adt, a_shape)], inits, adt)
+    _check(model, {"a": a})
+
+
+@pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("quantized_output", [True, False])
+def test_qgemm(trans, quantized_output) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(3)
+    a = random_q(rng, np.uint8, (30, 12) if trans[0] else (12, 30))
+    b = random_q(rng, np.int8, (16, 30) if trans[1] else (30, 16))
+    inits = {"as": f32(0.02), "az": np.uint8(120), "b": b, "bs": rng.uniform(0.01, 0.02, 16).astype(f32),
+             "bz": np.zeros(16, np.int8)}  # fmt: skip
+    order = ["a", "as", "az", "b", "bs", "bz"]
+    if quantized_output:
+        inits |= {"c": rng.integers(-9000, 9000, 16).astype(np.int32), "ys": f32(0.4), "yz": np.uint8(9)}
+        order += ["c", "ys", "yz"]
+        out = np.uint8
+    else:
+        inits |= {"c": rng.integers(-9000, 9000, 16).astype(np.int32)}
+        order += ["c"]
+        out = np.float32
+    model = node_model("QGemm", [("a", np.uint8, a.shape)], inits, out, domain=MS, input_order=order,
+                       alpha=0.75, transA=trans[0], transB=trans[1])  # fmt: skip
+    if quantized_output:
+        _check(model, {"a": a})
+    else:  # float output: same float32 formula; compare to the last bit as well
+        want = ort_run(model, {"a": a})[0]
+        got = IntegerSession(model).run(None, {"a": a})[0]
+        np.testing.assert_array_equal(got, want)
+
+
+BINARY_SHAPES = {
+    "same": ((2, 8, 5, 5), (2, 8, 5, 5)),
+    "scalar-b": ((2, 8, 5, 5), ()),
+    "scalar-a": ((), (2, 8, 5, 5)),
+    "per-channel-b": ((2, 8, 5, 5), (1, 8, 1, 1)),
+    "last-dim-b": ((2, 8, 5, 5), (5,)),
+}
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("shapes", BINARY_SHAPES)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("ties", [False, True])
+def test_qlinear_binary(op, shapes, dtype, ties) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(11)
+    a_shape, b_shape = BINARY_SHAPES[shapes]
+    a, b = random_q(rng, dtype, a_shape), random_q(rng, dtype, b_shape)
+    scales = (f32(0.5), f32(0.25), f32(1.0)) if ties else (f32(0.031), f32(0.017), f32(0.043))
+    if op == "QLinearMul" and ties:
+        scales = (f32(0.5), f32(0.25), f32(8.0))
+    zps = [np.array(v, dtype) for v in ((3, 9, 1) if dtype == np.uint8 else (-5, 7, 1))]
+    inits = {"as": scales[0], "az": zps[0], "bs": scales[1], "bz": zps[1], "cs": scales[2], "cz": zps[2]}
+    order = ["a", "as", "az", "b", "bs", "bz", "cs", "cz"]
+    model = node_model(op, [("a", dtype, a_shape), ("b", dtype, b_shape)], inits, dtype, domain=MS, input_order=order)
+    _check(model, {"a": a, "b": b}, op)
+
+
+@pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("params", [(0.05, 7, 1 / 256, 0), (0.125, 3, 0.0625, 5), (0.0031, 0, 0.011, 9)])
+def test_qlinear_lookup_ops(op, dtype, params) -> None:  # noqa: ANN001
+    xs, xz, ys, yz = params
+    if dtype == np.int8:
+        xz, yz = xz - 64, yz - 128
+    x = np.arange(np.iinfo(dtype).min, int(np.iinfo(dtype).max) + 1, dtype=dtype).reshape(4, 64)  # every input
+    inits = {"xs": f32(xs), "xz": np.array(xz, dtype), "ys": f32(ys), "yz": np.array(yz, dtype)}
+    attrs = {"alpha": 0.13} if op == "QLinearLeakyRelu" else {}
+    model = node_model(op, [("x", dtype, x.shape)], inits, dtype, domain=MS, **attrs)
+    _check(model, {"x": x}, op)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 1, 0]},
+    ],
+)
+@pytest.mark.parametrize("ties", [False, True])
+def test_qlinear_average_pool(attrs, ties) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(2)
+    x = random_q(rng, np.uint8, (2, 4, 9, 9))
+    inits = {"xs": f32(0.25 if ties else 0.031), "xz": np.uint8(3), "ys": f32(0.25 if ties else 0.027), "yz": np.uint8(5)}
+    model = node_model("QLinearAveragePool", [("x", np.uint8, x.shape)], inits, np.uint8, domain=MS, **attrs)
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("ties", [False, True])
+def test_qlinear_global_average_pool(dtype, ties) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(4)
+    x = random_q(rng, dtype, (3, 16, 4, 4) if ties else (3, 16, 7, 5))
+    inits = {"xs": f32(1.0 if ties else 0.031), "xz": np.array(3, dtype), "ys": f32(1.0 if ties else 0.029),
+             "yz": np.array(5, dtype)}  # fmt: skip
+    model = node_model("QLinearGlobalAveragePool", [("x", dtype, x.shape)], inits, dtype, domain=MS, channels_last=0)
+    _check(model, {"x": x})
+
+
+def test_qlinear_concat() -> None:
+    rng = np.random.default_rng(6)
+    a, b = random_q(rng, np.uint8, (2, 3, 4)), random_q(rng, np.uint8, (2, 5, 4))
+    inits = {"ys": f32(0.05), "yz": np.uint8(10), "as": f32(0.05), "az": np.uint8(10), "bs": f32(0.0731), "bz": np.uint8(133)}
+    order = ["ys", "yz", "a", "as", "az", "b", "bs", "bz"]
+    model = node_model("QLinearConcat", [("a", np.uint8, a.shape), ("b", np.uint8, b.shape)], inits, np.uint8,
+                       domain=MS, input_order=order, axis=1)  # fmt: skip
+    _check(model, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize(("axis", "opset"), [(-1, 13), (1, 13), (1, 12)])
+def test_qlinear_softmax(dtype, axis, opset) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(8)
+    x = random_q(rng, dtype, (3, 10, 6))
+    yz = np.array(0 if dtype == np.uint8 else -128, dtype)
+    inits = {"xs": f32(0.07), "xz": np.array(0, dtype), "ys": f32(1 / 256), "yz": yz}
+    model = node_model("QLinearSoftmax", [("x", dtype, x.shape)], inits, dtype, domain=MS, axis=axis, opset=opset, model_opset=13)
+    _check(model, {"x": x})
+
+
+def test_conv_integer_and_matmul_integer() -> None:
+    rng = np.random.default_rng(9)
+    x = random_q(rng, np.uint8, (2, 3, 7, 7))
+    inits = {"w": random_q(rng, np.uint8, (4, 3, 3, 3)), "xz": np.uint8(120), "wz": np.uint8(131)}
+    conv = node_model("ConvInteger", [("x", np.uint8, x.shape)], inits, np.int32, input_order=["x", "w", "xz", "wz"],
+                      pads=[1, 1, 1, 1])  # fmt: skip
+    _check(conv, {"x": x})
+    a = random_q(rng, np.uint8, (5, 300))
+    inits = {"b": random_q(rng, np.int8, (300, 7)), "az": np.uint8(3), "bz": np.int8(-2)}
+    mm = node_model("MatMulInteger", [("a", np.uint8, a.shape)], inits, np.int32, input_order=["a", "b", "az", "bz"])
+    _check(mm, {"a": a})
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16])
+def test_quantize_dequantize_ties(dtype) -> None:  # noqa: ANN001
+    scale = f32(0.5)
+    zp = np.array(3, dtype)
+    x = ((np.arange(-300, 300) + 0.5) * scale).astype(f32)  # every value an exact .5 tie
+    q = node_model("QuantizeLinear", [("x", np.float32, x.shape)], {"s": scale, "z": zp}, dtype, model_opset=21)
+    got = _check(q, {"x": x})[0]
+    dq = node_model("DequantizeLinear", [("q", dtype, x.shape)], {"s": scale, "z": zp}, np.float32, model_opset=21)
+    _check(dq, {"q": got})
+
+
+def test_quantize_per_axis() -> None:
+    rng = np.random.default_rng(10)
+    x = rng.normal(0, 2, (2, 3, 4)).astype(f32)
+    inits = {"s": np.array([0.1, 0.02, 0.5], f32), "z": np.array([0, 5, -3], np.int8)}
+    _check(node_model("QuantizeLinear", [("x", np.float32, x.shape)], inits, np.int8, axis=1), {"x": x})
+
+
+@pytest.mark.parametrize("spread", [(-3.0, 5.0), (0.5, 7.0), (-4.0, -1.0)])
+def test_dynamic_quantize_linear(spread) -> None:  # noqa: ANN001
+    x = np.random.default_rng(12).uniform(*spread, (4, 33)).astype(f32)
+    model = node_model("DynamicQuantizeLinear", [("x", np.float32, x.shape)], {}, np.uint8, n_outputs=3)
+    model.graph.output[1].type.tensor_type.elem_type = 1
+    _check(model, {"x": x})
