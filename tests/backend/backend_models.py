@@ -121,7 +121,7 @@ def quantize_qdq(
     return onnx.load(str(dst))
 
 
-def float_net(ops: Sequence[str], channels: int = 8, size: int = 12, seed: int = 0) -> onnx.ModelProto:
+def float_net(ops: Sequence[str], channels: int = 8, size: int = 12, seed: int = 0, opset: int = 13) -> onnx.ModelProto:
     """A small float CNN whose layers are ``ops`` in sequence (each keeps the NCHW shape)."""
     rng = np.random.default_rng(seed)
     nodes, inits = [], []
@@ -161,6 +161,28 @@ def float_net(ops: Sequence[str], channels: int = 8, size: int = 12, seed: int =
         elif op == "Transpose":
             nodes.append(helper.make_node("Transpose", [current], [f"tr{i}"], perm=[0, 1, 3, 2]))
             nodes.append(helper.make_node("Transpose", [f"tr{i}"], [out], perm=[0, 1, 3, 2]))
+        elif op == "Resize":  # nearest x2 up, then 2x2 average pool back down
+            inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), f"sc{i}"))
+            nodes.append(helper.make_node("Resize", [current, "", f"sc{i}"], [f"up{i}"], mode="nearest"))
+            nodes.append(helper.make_node("AveragePool", [f"up{i}"], [out], kernel_shape=[2, 2], strides=[2, 2]))
+        elif op == "Clip":
+            inits += [numpy_helper.from_array(np.float32(-0.5), f"lo{i}"), numpy_helper.from_array(np.float32(0.8), f"hi{i}")]
+            nodes.append(helper.make_node("Clip", [current, f"lo{i}", f"hi{i}"], [out]))
+        elif op == "Reshape":
+            inits += [numpy_helper.from_array(np.array([0, channels, -1], np.int64), f"s{i}a"),
+                      numpy_helper.from_array(np.array([0, channels, size, size], np.int64), f"s{i}b")]  # fmt: skip
+            nodes.append(helper.make_node("Reshape", [current, f"s{i}a"], [f"r{i}"]))
+            nodes.append(helper.make_node("Unsqueeze", [f"r{i}", f"ax{i}"], [f"u{i}"]))
+            nodes.append(helper.make_node("Squeeze", [f"u{i}", f"ax{i}"], [f"q{i}"]))
+            nodes.append(helper.make_node("Reshape", [f"q{i}", f"s{i}b"], [out]))
+            inits.append(numpy_helper.from_array(np.array([1], np.int64), f"ax{i}"))
+        elif op == "Split":
+            nodes.append(helper.make_node("Split", [current], [f"p{i}", f"h{i}"], axis=1, num_outputs=2))
+            nodes.append(helper.make_node("Concat", [f"h{i}", f"p{i}"], [out], axis=1))
+        elif op == "ConvTranspose":
+            w = rng.normal(0, 0.3, (channels, channels, 3, 3)).astype(np.float32)
+            inits.append(numpy_helper.from_array(w, f"w{i}"))
+            nodes.append(helper.make_node("ConvTranspose", [current, f"w{i}"], [out], pads=[1, 1, 1, 1]))
         else:
             raise ValueError(op)
         skip = current
@@ -185,7 +207,7 @@ def float_net(ops: Sequence[str], channels: int = 8, size: int = 12, seed: int =
         [helper.make_tensor_value_info("prob", TensorProto.FLOAT, None)],
         inits,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
 def integer_tensors(model: onnx.ModelProto) -> list[str]:
