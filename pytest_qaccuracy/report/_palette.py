@@ -14,6 +14,8 @@ from pytest_qaccuracy.analysis.results import ComparisonResult
 #: ColorBrewer YlOrRd-9, light (good) to dark red (bad): the palette of ONE's visq (contract 3).
 YLORRD9 = ("#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026")
 NUM_SLOTS = len(YLORRD9)
+#: Colours dark enough that text on them must be white.
+DARK = frozenset(YLORRD9[6:])
 
 #: Used when a result does not say (older JSON): the built-in similarity metrics are higher-is-better.
 DEFAULT_HIGHER_IS_BETTER = {"cosine": True, "sqnr": True}
