@@ -1,0 +1,233 @@
+"""``backend/arith.py`` against hand-computed values and independent scalar implementations.
+
+The scalar goldens below are written from the gemmlowp/TFLite definitions with Python integers and
+``fractions.Fraction`` (exact), one element at a time, on small samples; the code under test is
+vectorised numpy.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from pytest_qaccuracy.backend import arith, get_scheme
+from pytest_qaccuracy.errors import InputError
+
+TIES = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5], dtype=np.float32)
+EXPECTED_TIES = {
+    "half_even": [-2, -2, -0, 0, 2, 2],
+    "half_up": [-2, -1, 0, 1, 2, 3],
+    "half_away": [-3, -2, -1, 1, 2, 3],
+    "floor": [-3, -2, -1, 0, 1, 2],
+}
+
+
+@pytest.mark.parametrize("mode", EXPECTED_TIES)
+def test_round_float_ties(mode: str) -> None:
+    np.testing.assert_array_equal(arith.round_float(TIES, mode), EXPECTED_TIES[mode])
+
+
+def test_half_up_is_not_fooled_by_float_addition() -> None:
+    just_below = np.nextafter(np.float32(0.5), np.float32(0))  # 0.49999997 + 0.5 == 1.0 in float32
+    assert arith.round_float(np.array([just_below]), "half_up")[0] == 0
+
+
+def _golden_shift(x: int, n: int, mode: str) -> int:
+    q = Fraction(x, 2**n)
+    floor = q.numerator // q.denominator
+    frac = q - floor
+    if mode == "floor":
+        return floor
+    if mode == "half_up":
+        return floor + (frac >= Fraction(1, 2))
+    if mode == "half_even":
+        return round(q)  # Python rounds Fractions half to even
+    magnitude = abs(q)
+    base = magnitude.numerator // magnitude.denominator
+    r = base + (magnitude - base >= Fraction(1, 2))
+    return r if x >= 0 else -r
+
+
+@pytest.mark.parametrize("mode", ["floor", "half_up", "half_even", "half_away"])
+def test_round_shift_matches_exact_fractions(mode: str) -> None:
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.integers(-(2**40), 2**40, 300), np.arange(-40, 41)])  # includes every tie of n <= 3
+    n = rng.integers(0, 5, x.size)
+    got = arith.round_shift(x, n, mode)
+    want = [_golden_shift(int(a), int(b), mode) for a, b in zip(x, n)]
+    np.testing.assert_array_equal(got, want)
+
+
+# -- gemmlowp / TFLite, from their definitions ------------------------------------------------------
+
+
+def _srdhm(a: int, b: int) -> int:
+    if a == b == -(2**31):
+        return 2**31 - 1
+    ab = a * b
+    nudge = 2**30 if ab >= 0 else 1 - 2**30
+    t = ab + nudge
+    return abs(t) // 2**31 * (1 if t >= 0 else -1)  # C++ division truncates toward zero
+
+
+def _rdbpot(x: int, e: int) -> int:
+    mask = (1 << e) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (1 if x < 0 else 0)
+    return (x >> e) + (1 if remainder > threshold else 0)
+
+
+def test_srdhm_rounds_half_up() -> None:
+    got = arith.srdhm(np.array([1, -1, 3, -3, 5, -5]), np.int64(2**30))
+    np.testing.assert_array_equal(got, [1, 0, 2, -1, 3, -2])  # research notes, section 0 item 9
+    assert arith.srdhm(np.int64(-(2**31)), np.int64(-(2**31))) == 2**31 - 1
+
+
+def test_rounding_divide_by_pot_rounds_half_away() -> None:
+    got = arith.rounding_divide_by_pot(np.array([5, -5, 3, -3, 6, -6, 7]), np.array([1, 1, 1, 1, 2, 2, 0]))
+    np.testing.assert_array_equal(got, [3, -3, 2, -2, 2, -2, 7])
+
+
+def test_srdhm_and_rdbpot_match_scalar_definitions() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.integers(-(2**31), 2**31, 500)
+    b = rng.integers(2**30, 2**31, 500)
+    np.testing.assert_array_equal(arith.srdhm(a, b), [_srdhm(int(x), int(y)) for x, y in zip(a, b)])
+    e = rng.integers(0, 31, 500)
+    np.testing.assert_array_equal(arith.rounding_divide_by_pot(a, e), [_rdbpot(int(x), int(y)) for x, y in zip(a, e)])
+
+
+@pytest.mark.parametrize(
+    ("m", "q", "shift"),
+    [
+        (0.5, 2**30, 0),
+        (0.75, 1610612736, 0),
+        (1 / 3, 1431655765, -1),  # 2**31 * 2/3 = 1431655765.33
+        (1 - 2**-40, 2**30, 1),  # rounds up to 2**31: renormalised
+        (2**-40, 0, 0),  # below 2**-31: flushed to zero
+        (3.0, 1610612736, 2),
+    ],
+)
+def test_quantize_multiplier(m: float, q: int, shift: int) -> None:
+    got_q, got_shift = arith.quantize_multiplier(np.float64(m))
+    assert (int(got_q), int(got_shift)) == (q, shift)
+
+
+def _mbqm_double(x: int, q: int, shift: int) -> int:
+    left, right = max(shift, 0), max(-shift, 0)
+    return _rdbpot(_srdhm(x * (1 << left), q), right)
+
+
+def test_multiply_by_quantized_multiplier_double_rounding() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.integers(-(2**20), 2**20, 400)
+    m = rng.uniform(1e-4, 0.9, 400)
+    q, shift = arith.quantize_multiplier(m)
+    got = arith.multiply_by_quantized_multiplier(x, q, shift, double_rounding=True)
+    want = [_mbqm_double(int(a), int(b), int(c)) for a, b, c in zip(x, q, shift)]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_multiply_by_quantized_multiplier_single_rounding_ties() -> None:
+    q, shift = arith.quantize_multiplier(np.float64(0.25))  # exact: every odd multiple of 2 is a tie
+    got = arith.multiply_by_quantized_multiplier(np.array([2, -2, 6, -6, 5]), q, shift, rounding="half_up")
+    np.testing.assert_array_equal(got, [1, 0, 2, -1, 1])
+
+
+def test_glow_params() -> None:
+    pre, post, s = arith.glow_params(np.array([0.25, 3.0, 0.1], np.float32))
+    assert list(zip(pre.tolist(), post.tolist(), s.tolist())) == [(0, 2, 1), (0, 7, 384), (0, 12, 410)]
+
+
+# -- requantize per preset ----------------------------------------------------------------------------
+
+
+def _golden(preset: str, acc: int, m32: np.float32, zp: int) -> int:
+    """One element, written from each backend's definition (research notes sections 2-4)."""
+    if preset == "onnxruntime":
+        value = np.float32(np.float32(acc) * m32)
+        r = int(np.rint(value)) + zp
+    elif preset == "onnx-reference":
+        r = round(Fraction(float(np.float64(acc) * np.float64(m32))) + zp)
+    elif preset in ("tflite", "tflite-single-rounding", "tvm-upward"):
+        m = float(m32)
+        frac, exp = np.frexp(m)
+        q = int(_golden_shift(int(Fraction(float(frac)) * 2**31 * 2), 1, "half_away"))
+        if q == 2**31:
+            q, exp = q // 2, exp + 1
+        if preset == "tflite":
+            r = _mbqm_double(acc, q, int(exp)) + zp
+        else:
+            t = 31 - int(exp)
+            r = (acc * q + (1 << (t - 1))) >> t
+            r += zp
+    else:  # power2: nearest power of two in log domain, rounding shift half up
+        e = int(np.round(np.log2(float(m32))))
+        r = _golden_shift(acc, -e, "half_up") + zp
+    return min(max(r, 0), 255)
+
+
+@pytest.mark.parametrize("preset", ["onnxruntime", "onnx-reference", "tflite", "tflite-single-rounding", "tvm-upward", "power2"])
+def test_requantize_matches_scalar_definitions(preset: str) -> None:
+    rng = np.random.default_rng(3)
+    acc = np.concatenate([rng.integers(-200000, 200000, 300), rng.integers(-(2**28), 2**28, 100)])
+    m = rng.uniform(1e-5, 3e-3, acc.size).astype(np.float32)
+    m[::7] = np.float32(2.0**-6)  # exact ties for acc multiples of 32
+    acc[::7] = (acc[::7] // 64) * 64 + 32
+    got = arith.requantize(acc, m, 17, np.uint8, get_scheme(preset), "gemm")
+    want = [_golden(preset, int(a), mm, 17) for a, mm in zip(acc, m)]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_presets_disagree_on_ties() -> None:
+    acc = (np.arange(-64, 64) * 2 + 1) * 2  # M = 1/4: every value is a tie
+    m = np.full(acc.shape, np.float32(0.25))
+    results = {p: arith.requantize(acc, m, 101, np.uint8, get_scheme(p), "gemm") for p in ("onnxruntime", "onnx-reference", "tflite-single-rounding", "tflite")}
+    assert not np.array_equal(results["onnxruntime"], results["onnx-reference"])  # zp before rounding
+    assert not np.array_equal(results["onnxruntime"], results["tflite-single-rounding"])  # half up vs even
+    assert not np.array_equal(results["tflite-single-rounding"], results["tflite"])  # half away for negatives
+
+
+# -- exact integer GEMM ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("low", "k"), [(128, 64), (256, 4096), (2**20, 2**14)])
+def test_int_matmul_is_exact_beyond_float32(low: int, k: int) -> None:
+    rng = np.random.default_rng(4)
+    a = rng.integers(-low, low, (5, k))
+    b = rng.integers(-low, low, (k, 3))
+    np.testing.assert_array_equal(arith.int_matmul(a, b), a @ b)  # numpy int64 matmul is exact here
+
+
+def test_int16_pair_accumulator_saturates_like_vpmaddubsw() -> None:
+    a = np.full((1, 4), 255, np.uint8)
+    b = np.array([[100], [100], [-100], [1]], np.int8)
+    # pairs: 255*100 + 255*100 = 51000 -> 32767; 255*(-100) + 255*1 = -25245
+    assert arith.int16_pair_matmul(a, b)[0, 0] == 32767 - 25245
+    scheme = get_scheme("onnxruntime").replace(accumulator="int16_pairs")
+    exact = arith.zero_point_matmul(a, 0, b, 0, get_scheme("onnxruntime"))
+    assert exact[0, 0] == 255 * 101 and arith.zero_point_matmul(a, 0, b, 0, scheme)[0, 0] == 32767 - 25245
+
+
+def test_accumulator_wrap_and_saturate() -> None:
+    acc = np.array([2**31, -(2**31) - 1, 5])
+    np.testing.assert_array_equal(arith.accumulate(acc, get_scheme("onnxruntime")), [-(2**31), 2**31 - 1, 5])
+    sat = get_scheme("onnxruntime").replace(accumulator="saturate32")
+    np.testing.assert_array_equal(arith.accumulate(acc, sat), [2**31 - 1, -(2**31), 5])
+
+
+def test_scheme_validation_and_presets() -> None:
+    with pytest.raises(InputError, match="unknown scheme 'nope'.*onnxruntime"):
+        get_scheme("nope")
+    with pytest.raises(InputError, match="double_rounding needs"):
+        get_scheme("onnxruntime").replace(double_rounding=True)
+    with pytest.raises(InputError, match="unknown op families"):
+        get_scheme("onnxruntime").replace(zp_before_rounding=frozenset({"conv2"}))
+    assert get_scheme("tflite").to_dict()["multiplier"] == "q31"
+
+
+def test_reduced_weight_bits_saturate() -> None:
+    w = np.array([-128, -65, -64, 63, 64, 127], np.int8)
+    np.testing.assert_array_equal(arith.clamp_weights(w, get_scheme("onnxruntime").replace(reduce_range=True)), [-64, -64, -64, 63, 63, 63])
