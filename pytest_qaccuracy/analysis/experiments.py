@@ -1,0 +1,255 @@
+"""Running many partial-quantization experiments on one dataset, reusing work between them.
+
+An experiment is a set of enabled quantization edges (see :mod:`.partial`). Its outputs are
+compared with the fp32 model's on every record. Two strategies give the same numbers:
+
+* ``reuse`` (default): per batch, the fp32 model and one *cached configuration* (all edges off, or
+  all on) run once, exposing every tensor an experiment reads; each experiment then runs only its
+  *dirty* nodes (those whose values differ from the cache), fed with cached tensors. Experiments are
+  packed side by side into a few onnxruntime sessions (shared initializers, renamed activations),
+  so sessions are built once and each batch costs one run per session.
+* ``naive``: per experiment, build the whole partial model, open a session, run every record
+  (what peers do; kept as the reference and for ``bench/sensitivity.py``).
+
+Memory: only the current batch's tensors are alive; metric accumulators have fixed-size state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from pytest_qaccuracy.analysis.partial import Edge, QdqGraph, dirty_nodes
+from pytest_qaccuracy.data.binding import Batch, BoundDataset
+from pytest_qaccuracy.errors import InputError, ModelError
+from pytest_qaccuracy.metrics import TensorPair, get_metric
+from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
+from pytest_qaccuracy.runtime.session import _LEVELS, _first_line
+
+STRATEGIES = ("reuse", "naive")
+#: Upper bound on the nodes packed into one experiment session.
+SESSION_NODES = 6000
+
+OutputMetrics = dict[str, dict[str, float | None]]  # output name -> metric -> value
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """One partially quantized configuration: ``enabled`` edges are quantized, all others float."""
+
+    label: str
+    enabled: frozenset[Edge]
+
+
+class _Accumulators:
+    """Metric accumulators of one experiment, per model output."""
+
+    def __init__(self, outputs: Sequence[str], names: Sequence[str]) -> None:
+        self.metrics = {o: {n: get_metric(n)() for n in names} for o in outputs}
+
+    def update(self, output: str, ref: np.ndarray, test: np.ndarray) -> None:
+        pair = TensorPair(ref, test)
+        for metric in self.metrics[output].values():
+            metric.update(pair)
+
+    def results(self) -> OutputMetrics:
+        return {o: {n: m.result()[0] for n, m in metrics.items()} for o, metrics in self.metrics.items()}
+
+
+def _session(model: onnx.ModelProto, options: RuntimeOptions, label: str):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[options.optimization])
+    so.intra_op_num_threads = options.threads
+    so.log_severity_level = 3
+    for key, value in options.session_config.items():
+        so.add_session_config_entry(key, str(value))
+    try:
+        return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=list(options.providers))
+    except Exception as exc:
+        raise ModelError(f"{label}: onnxruntime cannot load the experiment model ({_first_line(exc)})") from None
+
+
+@dataclass(slots=True)
+class _Packed:
+    """Experiments packed into one session: per experiment, output -> fetched name (or cached name)."""
+
+    experiments: list[int]
+    nodes: list[onnx.NodeProto]
+    inputs: list[str]
+    fetch: dict[int, dict[str, tuple[bool, str]]]  # exp -> output -> (from session?, tensor)
+    session: object = None
+    names: list[str] | None = None
+
+
+class ExperimentRunner:
+    """Runs experiments of one QDQ model against its fp32 model on a bound dataset.
+
+    Args:
+        qgraph: the quantized model's edge index.
+        fp32: the fp32 model (its outputs are the reference).
+        outputs: (fp32 output, quantized output) pairs.
+        data: the bound dataset.
+        metrics: metric names.
+        options: onnxruntime options; experiments run with ``options.optimization``.
+        strategy: ``reuse`` or ``naive``.
+    """
+
+    def __init__(
+        self,
+        qgraph: QdqGraph,
+        fp32: onnx.ModelProto,
+        outputs: Sequence[tuple[str, str]],
+        data: BoundDataset,
+        metrics: Sequence[str],
+        options: RuntimeOptions,
+        strategy: str = "reuse",
+        label: str = "model",
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise InputError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+        self.qgraph, self.fp32, self.outputs = qgraph, fp32, list(outputs)
+        self.data, self.metrics, self.options, self.strategy, self.label = data, list(metrics), options, strategy, label
+        self._fp32_runner: OrtRunner | None = None
+        self.sessions_built = 0
+
+    @property
+    def fp32_runner(self) -> OrtRunner:
+        if self._fp32_runner is None:
+            names = [f for f, _ in self.outputs]
+            self._fp32_runner = OrtRunner(self.fp32, names, self.options, f"{self.label} (fp32)")
+        return self._fp32_runner
+
+    def run(self, experiments: Sequence[Experiment], cache: str = "float") -> list[OutputMetrics]:
+        """Output metrics of every experiment, in order; ``cache`` is ``float`` or ``quantized``."""
+        if not experiments:
+            return []
+        if self.strategy == "naive":
+            return self._run_naive(experiments)
+        return self._run_reuse(experiments, cache)
+
+    # -- naive ----------------------------------------------------------------------------------
+
+    def _run_naive(self, experiments: Sequence[Experiment]) -> list[OutputMetrics]:
+        q_names = [q for _, q in self.outputs]
+        refs = [self.fp32_runner.run(batch) for batch in self.data.iter_batches(self.options.batch_size)]
+        results = []
+        for exp in experiments:
+            model = self.qgraph.build(exp.enabled)
+            runner = OrtRunner(model, q_names, self.options, f"{self.label} [{exp.label}]")
+            self.sessions_built += 1
+            acc = _Accumulators(q_names, self.metrics)
+            for batch, ref in zip(self.data.iter_batches(self.options.batch_size), refs, strict=True):
+                test = runner.run(batch)
+                for f, q in self.outputs:
+                    acc.update(q, ref[f], test[q])
+            results.append(acc.results())
+        return results
+
+    # -- reuse ----------------------------------------------------------------------------------
+
+    def _run_reuse(self, experiments: Sequence[Experiment], cache: str) -> list[OutputMetrics]:
+        qg = self.qgraph
+        cache_edges = frozenset() if cache == "float" else qg.all_edges
+        cached_nodes, _ = qg.wiring(cache_edges)
+        constants = {t.name for t in qg.model.graph.initializer} | set(qg.float_weights)
+        inputs = set(qg.view.input_names)
+        packs: list[_Packed] = []
+        needed: set[str] = set()
+        pack = _Packed([], [], [], {})
+        for k, exp in enumerate(experiments):
+            nodes, outputs = qg.wiring(exp.enabled)
+            dirty, boundary = dirty_nodes(nodes, cached_nodes, constants)
+            produced = {o for n in dirty for o in n.output if o}
+            fetch = {}
+            for q, tensor in zip(qg.view.output_names, outputs, strict=True):
+                if tensor in produced:
+                    fetch[q] = (True, f"{tensor}@{k}")
+                else:
+                    fetch[q] = (False, tensor)
+                    needed.add(tensor)
+            if pack.nodes and len(pack.nodes) + len(dirty) > SESSION_NODES:
+                packs.append(pack)
+                pack = _Packed([], [], [], {})
+            pack.experiments.append(k)
+            pack.nodes.extend(_renamed(dirty, produced, k))
+            pack.inputs.extend(b for b in boundary if b not in pack.inputs)
+            pack.fetch[k] = fetch
+            needed.update(boundary)
+        packs.append(pack)
+        fetched = [*qg.view.output_names, *sorted(needed - inputs - set(qg.view.output_names))]
+        cache_model = qg.build(cache_edges, extra_outputs=fetched)
+        cache_runner = OrtRunner(cache_model, fetched, self.options, f"{self.label} (cache)")
+        accs = [_Accumulators(list(qg.view.output_names), self.metrics) for _ in experiments]
+        for batch in self.data.iter_batches(self.options.batch_size):
+            ref = self.fp32_runner.run(batch)
+            values = cache_runner.run(batch)
+            values.update(batch.stacked())
+            for pack in packs:
+                if not pack.experiments:
+                    continue
+                fetched = self._run_pack(pack, values, batch, cache_runner.batching)
+                for k in pack.experiments:
+                    for f, q in self.outputs:
+                        from_session, tensor = pack.fetch[k][q]
+                        accs[k].update(q, ref[f], fetched[tensor] if from_session else values[tensor])
+            del ref, values
+        return [acc.results() for acc in accs]
+
+    def _run_pack(self, pack: _Packed, values: dict[str, np.ndarray], batch: Batch, batching: bool):
+        if pack.session is None:
+            names = sorted({t for fetch in pack.fetch.values() for s, t in fetch.values() if s})
+            value_infos = [
+                onnx.helper.make_tensor_value_info(
+                    name, onnx.helper.np_dtype_to_tensor_dtype(values[name].dtype), [None] * values[name].ndim
+                )
+                for name in pack.inputs
+            ]
+            model = self.qgraph.make_model(pack.nodes, value_infos, names)
+            pack.session, pack.names = _session(model, self.options, self.label), names
+            self.sessions_built += 1
+        if not pack.names:
+            return {}
+        feeds = {name: values[name] for name in pack.inputs}
+        if batching or len(batch) == 1:
+            out = self._call(pack, feeds)
+        else:  # the model does not batch: one record at a time (records keep their batch axis of 1)
+            parts = [self._call(pack, {n: v[r : r + 1] for n, v in feeds.items()}) for r in range(len(batch))]
+            out = [np.concatenate([p[i] for p in parts], axis=0) for i in range(len(pack.names))]
+        return dict(zip(pack.names, out, strict=True))
+
+    def _call(self, pack: _Packed, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            return pack.session.run(pack.names, feeds)
+        except Exception as exc:
+            raise ModelError(f"{self.label}: onnxruntime failed to run an experiment ({_first_line(exc)})") from None
+
+
+def _renamed(nodes: Sequence[onnx.NodeProto], produced: set[str], k: int) -> list[onnx.NodeProto]:
+    """Copies of ``nodes`` whose produced tensors (and node names) carry the suffix ``@k``."""
+    out = []
+    for node in nodes:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name = f"{node.name}@{k}"
+        for i, name in enumerate(copy.input):
+            if name in produced:
+                copy.input[i] = f"{name}@{k}"
+        for i, name in enumerate(copy.output):
+            if name:
+                copy.output[i] = f"{name}@{k}"
+        out.append(copy)
+    return out
+
+
+def metric_mean(per_output: OutputMetrics, metric: str) -> float | None:
+    """The mean of a metric over the outputs where it is defined (None if nowhere)."""
+    values = [m[metric] for m in per_output.values() if m.get(metric) is not None]
+    return float(np.mean(values)) if values else None
+
+
+__all__ = ["STRATEGIES", "Experiment", "ExperimentRunner", "metric_mean"]

@@ -1,0 +1,311 @@
+"""Partial quantization of a QDQ model: which Q/DQ pairs each node owns, and models with some removed.
+
+A QDQ model quantizes a tensor where a ``DequantizeLinear`` output feeds a node. Each such *edge*
+(consumer node, input position) is one quantization point; a graph output produced by a
+``DequantizeLinear`` is an edge too. Removing an edge makes its consumer read the float value the
+pair stood for: the ``QuantizeLinear`` input for activations, the fp32 model's initializer for
+weights. A *quantized node* is a compute node with its edges: its inputs read through a
+DequantizeLinear (activations and weights) and the edges fed by the Q/DQ pair on its outputs.
+
+Any set of enabled edges describes one partially quantized model (:meth:`QdqGraph.build`);
+:func:`dirty_nodes` finds what such a model recomputes against a cached configuration, which is what
+lets an experiment run only the part of the graph its change reaches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import onnx
+from onnx import numpy_helper
+
+from pytest_qaccuracy.errors import ModelError
+from pytest_qaccuracy.model.graph import GraphView
+from pytest_qaccuracy.model.quant_params import detect_format
+
+#: Ops that only carry quantization (never "quantized nodes" themselves).
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+#: Activations a quantizer may fold into the Q/DQ pair after a node.
+FOLDED = ("Relu", "Clip")
+#: Consumer index of an edge that is a graph output (position = output index).
+OUTPUT = -1
+
+Edge = tuple[int, int]  # (consumer node index or OUTPUT, input position or output index)
+
+
+@dataclass(frozen=True, slots=True)
+class QuantizedNode:
+    """A compute node of a QDQ model and the quantization edges it owns.
+
+    ``weights`` are edges whose DequantizeLinear reads a constant; ``inputs`` are activation edges
+    on the node's inputs; ``outputs`` are the edges fed by the Q/DQ pair on its outputs.
+    """
+
+    name: str
+    op_type: str
+    index: int
+    order: int
+    weights: frozenset[Edge]
+    inputs: frozenset[Edge]
+    outputs: frozenset[Edge]
+
+    def edges(self, kind: str = "node") -> frozenset[Edge]:
+        """Edges of one kind: ``node`` (all), ``weight`` or ``activation``."""
+        if kind == "weight":
+            return self.weights
+        if kind == "activation":
+            return self.inputs | self.outputs
+        if kind == "node":
+            return self.weights | self.inputs | self.outputs
+        raise ValueError(f"unknown edge kind {kind!r}; expected node, weight or activation")
+
+
+class QdqGraph:
+    """Index of a QDQ model's quantization edges and quantized nodes.
+
+    Args:
+        quantized: the QDQ model.
+        fp32: the fp32 model, where the float weights of weight edges are looked up.
+
+    Raises:
+        ModelError: the model is not a QDQ model (QOperator models cannot be partially quantized).
+    """
+
+    def __init__(self, quantized: onnx.ModelProto, fp32: onnx.ModelProto | None = None, name: str = "model") -> None:
+        self.model = quantized
+        self.view = GraphView(quantized)
+        self.name = name
+        fmt = detect_format(self.view)
+        if fmt != "qdq":
+            raise ModelError(
+                f"{name}: sensitivity analysis needs a QDQ model (QuantizeLinear/DequantizeLinear pairs around "
+                f"float ops); this model is {fmt}. Quantize with quant_format=QuantFormat.QDQ, or compare "
+                "QOperator models layer by layer with `qaccuracy compare`"
+            )
+        self._fp32 = GraphView(fp32) if fp32 is not None else None
+        self.float_weights: dict[str, onnx.TensorProto] = {}
+        self.sources: dict[Edge, str] = {}
+        self.kinds: dict[Edge, str] = {}
+        self.unremovable: list[str] = []
+        self._restore: dict[int, list[onnx.NodeProto]] = {}  # node index -> re-inserted Relu/Clip before it
+        self._restored: dict[str, str] = {}
+        self._index_edges()
+
+    # -- indexing -------------------------------------------------------------------------------
+
+    def _index_edges(self) -> None:
+        view = self.view
+        for i, node in enumerate(view.nodes):
+            if node.op_type in QDQ_OPS:
+                continue
+            for pos, name in enumerate(node.input):
+                self._add_edge((i, pos), name, node, pos)
+        for k, name in enumerate(view.output_names):
+            self._add_edge((OUTPUT, k), name, None, k)
+
+    def _add_edge(self, edge: Edge, tensor: str, consumer: onnx.NodeProto | None, pos: int) -> None:
+        found = self.view.producer.get(tensor)
+        if not tensor or not found or found[1].op_type != "DequantizeLinear":
+            return
+        dq = found[1]
+        upstream = self.view.producer.get(dq.input[0])
+        if upstream and upstream[1].op_type == "QuantizeLinear":
+            self.sources[edge], self.kinds[edge] = self._activation_source(upstream[1].input[0]), "activation"
+            return
+        if self.view.is_constant(dq.input[0]):
+            weight = self._float_weight(dq, consumer, pos)
+            if weight is not None:
+                self.sources[edge], self.kinds[edge] = weight, "weight"
+                return
+        where = consumer.name if consumer is not None else f"graph output {tensor!r}"
+        self.unremovable.append(f"{dq.name} -> {where}")
+
+    def _activation_source(self, tensor: str) -> str:
+        """The float value a Q/DQ pair on ``tensor`` stands for.
+
+        A quantizer may fold a Relu/Clip into the range of the Q after a Conv (the pair then clamps,
+        and the Conv writes the Relu's output name). Without the pair the clamp must be redone: the
+        fp32 model's Relu/Clip producing ``tensor`` is re-inserted after the quantized producer.
+        """
+        if tensor in self._restored:
+            return self._restored[tensor]
+        found = self.view.producer.get(tensor)
+        fp32 = self._fp32.producer.get(tensor) if self._fp32 is not None else None
+        if not found or not fp32 or fp32[1].op_type not in FOLDED or found[1].op_type == fp32[1].op_type:
+            return tensor
+        act = onnx.NodeProto()
+        act.CopyFrom(fp32[1])
+        act.name = f"{tensor}::refolded"
+        act.input[0], act.output[0] = tensor, f"{tensor}::refolded"
+        for name in act.input[1:]:
+            if name and name not in self.float_weights and self._fp32.is_constant(name):
+                self.float_weights[name] = numpy_helper.from_array(self._fp32.constant(name), name)
+        self._restore.setdefault(found[0] + 1, []).append(act)
+        self._restored[tensor] = act.output[0]
+        return act.output[0]
+
+    def _float_weight(self, dq: onnx.NodeProto, consumer: onnx.NodeProto | None, pos: int) -> str | None:
+        """Name of an initializer holding the fp32 value a weight DequantizeLinear stands for."""
+        name = f"{dq.output[0]}::float"
+        if name in self.float_weights:
+            return name
+        value = None
+        if self._fp32 is not None:
+            fp32 = self._fp32
+            node = next((n for n in fp32.nodes if consumer is not None and n.name == consumer.name), None)
+            if node is not None and node.op_type == consumer.op_type and pos < len(node.input):
+                value = fp32.constant(node.input[pos])
+            for candidate in (dq.output[0], dq.input[0].removesuffix("_quantized")):
+                if value is None and fp32.is_constant(candidate):
+                    value = fp32.constant(candidate)
+        if value is None:
+            return None
+        self.float_weights[name] = numpy_helper.from_array(value, name)
+        return name
+
+    @cached_property
+    def nodes(self) -> list[QuantizedNode]:
+        """Quantized nodes in topological order (``order`` counts quantized nodes only)."""
+        view, out = self.view, []
+        by_consumer: dict[int, list[Edge]] = {}
+        for edge in self.sources:
+            by_consumer.setdefault(edge[0], []).append(edge)
+        for i, node in enumerate(view.nodes):
+            if node.op_type in QDQ_OPS or node.op_type == "Constant":
+                continue
+            own = by_consumer.get(i, [])
+            weights = frozenset(e for e in own if self.kinds[e] == "weight")
+            inputs = frozenset(e for e in own if self.kinds[e] == "activation")
+            outputs = frozenset(e for e, src in self.sources.items() if src in node.output and e not in own)
+            if weights or inputs or outputs:
+                out.append(
+                    QuantizedNode(
+                        node.name or f"{node.op_type}_{i}", node.op_type, i, len(out), weights, inputs, outputs
+                    )
+                )
+        return out
+
+    @cached_property
+    def all_edges(self) -> frozenset[Edge]:
+        return frozenset(self.sources)
+
+    def node(self, name: str) -> QuantizedNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(n.name for n in self.nodes[:20])
+        raise ModelError(f"{self.name}: no quantized node {name!r}; quantized nodes: {known}")
+
+    def edges_of(self, names: Iterable[str], kind: str = "node") -> frozenset[Edge]:
+        edges: frozenset[Edge] = frozenset()
+        for name in names:
+            edges |= self.node(name).edges(kind)
+        return edges
+
+    # -- building -------------------------------------------------------------------------------
+
+    def wiring(self, enabled: frozenset[Edge], keep: Sequence[str] = ()) -> tuple[list[onnx.NodeProto], list[str]]:
+        """Nodes (rewired copies, dead ones dropped) and graph output tensors for ``enabled`` edges."""
+        nodes = []
+        for i, node in enumerate(self.view.nodes):
+            nodes.extend(self._restore.get(i, ()))
+            disabled = [(pos, self.sources[(i, pos)]) for pos in range(len(node.input)) if (i, pos) in self.sources]
+            disabled = [(pos, src) for pos, src in disabled if (i, pos) not in enabled]
+            if disabled:
+                node = onnx.NodeProto()
+                node.CopyFrom(self.view.nodes[i])
+                for pos, src in disabled:
+                    node.input[pos] = src
+            nodes.append(node)
+        nodes.extend(self._restore.get(len(self.view.nodes), ()))
+        outputs = [
+            name if (OUTPUT, k) in enabled or (OUTPUT, k) not in self.sources else self.sources[(OUTPUT, k)]
+            for k, name in enumerate(self.view.output_names)
+        ]
+        return _live(nodes, [*outputs, *keep]), outputs
+
+    def build(self, enabled: frozenset[Edge], extra_outputs: Sequence[str] = ()) -> onnx.ModelProto:
+        """A whole model with only ``enabled`` edges quantized; its outputs keep the original names.
+
+        ``extra_outputs`` are internal tensors to expose as well (kept alive, appended to the outputs).
+        """
+        extra = [name for name in extra_outputs if name not in self.view.output_names]
+        nodes, outputs = self.wiring(enabled, extra)
+        renamed = []
+        for name, tensor in zip(self.view.output_names, outputs, strict=True):
+            if tensor != name:
+                renamed.append(onnx.helper.make_node("Identity", [tensor], [name], name=f"{name}::float"))
+        return self.make_model(nodes + renamed, self.view.input_names, [*self.view.output_names, *extra])
+
+    def make_model(
+        self,
+        nodes: Sequence[onnx.NodeProto],
+        inputs: Sequence[str] | Sequence[onnx.ValueInfoProto],
+        outputs: Sequence[str],
+    ) -> onnx.ModelProto:
+        """A model of ``nodes`` with the initializers they read (the quantized model's or float weights)."""
+        used = {name for node in nodes for name in node.input}
+        inits = [t for t in self.model.graph.initializer if t.name in used]
+        inits += [t for name, t in self.float_weights.items() if name in used]
+        originals = {v.name: v for v in self.model.graph.input}
+        graph_inputs = [
+            v if isinstance(v, onnx.ValueInfoProto) else originals.get(v, onnx.ValueInfoProto(name=v)) for v in inputs
+        ]
+        graph = onnx.helper.make_graph(
+            list(nodes),
+            f"{self.model.graph.name}_partial",
+            graph_inputs,
+            [onnx.ValueInfoProto(name=o) for o in outputs],
+            inits,
+        )
+        model = onnx.helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        model.ir_version = self.model.ir_version
+        model.functions.extend(self.model.functions)
+        return model
+
+
+def _live(nodes: list[onnx.NodeProto], outputs: Sequence[str]) -> list[onnx.NodeProto]:
+    """Drop nodes none of whose outputs is needed (walking backwards from the graph outputs)."""
+    needed = set(outputs)
+    keep = []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output if o):
+            keep.append(node)
+            needed.update(name for name in node.input if name)
+    return keep[::-1]
+
+
+def dirty_nodes(
+    nodes: Sequence[onnx.NodeProto], cached: Sequence[onnx.NodeProto], constants: set[str]
+) -> tuple[list[onnx.NodeProto], set[str]]:
+    """Nodes of a model whose outputs differ from a cached model's, and the clean tensors they read.
+
+    A node is clean when the cached model has a node with the same outputs and inputs, all of them
+    clean or constant: its outputs then equal the cached values. Returns (dirty nodes in order,
+    clean non-constant tensors read by dirty nodes).
+    """
+    signature = {tuple(n.output): tuple(n.input) for n in cached}
+    dirty_tensors: set[str] = set()
+    dirty, boundary = [], set()
+    for node in nodes:
+        same = signature.get(tuple(node.output)) == tuple(node.input)
+        if same and not any(name in dirty_tensors for name in node.input):
+            continue
+        dirty.append(node)
+        dirty_tensors.update(o for o in node.output if o)
+    producers = {o: n for n in nodes for o in n.output if o}
+    pulled = set()
+    for node in dirty:
+        for name in node.input:
+            if not name or name in dirty_tensors or name in constants:
+                continue
+            source = producers.get(name)
+            if source is not None and source.op_type == "Constant":
+                pulled.add(id(source))
+            else:
+                boundary.add(name)
+    if pulled:
+        dirty = [n for n in nodes if id(n) in pulled or any(n is d for d in dirty)]
+    return dirty, boundary
