@@ -1,0 +1,138 @@
+"""HTML report: self-contained, safely embedded data, and rendered by a real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from pytest_qaccuracy.report.html import embed_json, pair_data, render_html, write_html
+
+DATA = re.compile(r'<script type="application/json" id="qaccuracy-data">(.*?)</script>', re.S)
+HOSTILE = 'a"b</script><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+def hostile_result(make_result):
+    rows = [
+        ("conv1_out", "Conv", {"mse": 0.002, "cosine": 0.999, "sqnr": 30.0}),
+        (HOSTILE, "Relu", {"mse": 0.02, "cosine": float("nan"), "sqnr": None}),
+        ("back\\slash\u2028", "Add", {"mse": 0.0, "cosine": 1.0, "sqnr": 60.0}),
+    ]
+    defs = {"mse": "mean((f - q)^2)", "cosine": "cos </script>", "sqnr": "dB"}
+    return make_result(rows, outputs=[("y", {"mse": 0.01, "cosine": 0.99, "sqnr": 20.0})], definitions=defs)
+
+
+def embedded(text: str) -> dict:
+    return json.loads(DATA.search(text)[1])
+
+
+def test_self_contained(small_result):
+    text = render_html([small_result], title="Nightly <int8> & co")
+    urls = set(re.findall(r"https?://[^\s\"')]+", text))
+    assert urls <= {"http://www.w3.org/2000/svg"}  # the SVG namespace name, never fetched
+    assert not re.search(r"<(link|img|iframe)\b|src=", text)
+    assert "<title>Nightly &lt;int8&gt; &amp; co</title>" in text
+    assert text.count("<script") == 2 and text.count("</script>") == 2
+
+
+def test_embedded_data(small_result):
+    data = embedded(render_html([small_result]))
+    assert data["title"] == "Quantization accuracy report"
+    (pair,) = data["pairs"]
+    assert pair["title"] == "net.int8.onnx vs net.onnx"
+    assert [m["name"] for m in pair["metrics"]] == ["mse", "mpeir", "cosine", "sqnr"]
+    mse = pair["metrics"][0]
+    assert mse["higher_is_better"] is False and mse["label"] == "MSE"
+    assert mse["slots"][0] == [0.0005, pytest.approx(0.0005 + 0.0195 / 9), "#ffffcc"]
+    assert mse["slots"][-1][1:] == [0.02, "#800026"]
+    assert pair["metrics"][2]["slots"][0][2] == "#800026"  # cosine: lowest values are dark red
+    assert pair["metrics"][1]["scale"] == "fixed 0..1"
+    assert [x["order"] for x in pair["layers"]] == [0, 1, 2, 3]
+    assert pair["unmatched"] == {"fp32": ["pool_out"], "quantized": ["pool_out_quantized"]}
+    assert pair["outputs"][0]["metrics"]["sqnr"] == 25.0
+
+
+def test_hostile_names_and_non_finite_values(hostile_result):
+    text = render_html([hostile_result])
+    assert "NaN" not in DATA.search(text)[1]
+    assert "\u2028" not in text
+    pair = embedded(text)["pairs"][0]
+    assert pair["layers"][1]["tensor"] == HOSTILE
+    assert pair["layers"][1]["metrics"]["cosine"] is None
+    assert pair["layers"][2]["tensor"] == "back\\slash\u2028"
+    assert pair_data(hostile_result)["metrics"][1]["definition"] == "cos </script>"
+
+
+def test_embed_json_escapes():
+    text = embed_json({"k": "</script><!-- & \u2028", "v": [1.5, None]})
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == {"k": "</script><!-- & \u2028", "v": [1.5, None]}
+    with pytest.raises(ValueError):
+        embed_json({"v": float("nan")})
+
+
+def test_no_results_and_write(tmp_path):
+    path = write_html(tmp_path / "sub" / "report.html", [])
+    assert embedded(path.read_text(encoding="utf-8"))["pairs"] == []
+
+
+# --- a real browser --------------------------------------------------------------------------------
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    for name in BROWSERS:
+        if path := shutil.which(name):
+            return path
+    pytest.skip("no headless Chromium found (apt-get install -y chromium)")
+
+
+def run_chromium(chromium, tmp_path, url, *extra):
+    cmd = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        *extra,
+        url,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_browser_builds_tables_and_chart(chromium, tmp_path, small_result, hostile_result):
+    path = write_html(tmp_path / "report.html", [small_result, hostile_result], title="browser test")
+    dom = run_chromium(chromium, tmp_path, path.as_uri(), "--dump-dom")
+    assert 'data-ready="1"' in dom and 'data-error="' not in dom
+    assert dom.count('<section class="pair"') == 2
+    assert dom.count('class="layer-row"') == 4 + 3
+    # the chart shows the first metric (mse): every layer of both pairs has a finite value
+    assert dom.count('<rect class="bar"') == 4 + 3
+    assert dom.count('class="overview-table"') == 1
+    # 4 metrics x (4 layers + 1 output) cells, coloured with the visq palette, for the first pair
+    first = dom[dom.index('id="pair-0"') : dom.index('id="pair-1"')]
+    assert len(re.findall(r'data-color="#[0-9a-f]{6}"', first)) == 4 * 5 - 1  # relu1_out's MPEIR is None
+    assert "pool_out_quantized" in first
+    # the hostile name is text, not markup
+    assert 'a"b&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;' in dom
+    assert "<img" not in dom
+
+
+def test_browser_screenshot(chromium, tmp_path, small_result):
+    path = write_html(tmp_path / "report.html", [small_result])
+    shot = tmp_path / "report.png"
+    run_chromium(chromium, tmp_path, path.as_uri(), "--window-size=1300,1500", f"--screenshot={shot}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
