@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, Out
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import Metric, TensorPair, get_metric, parse_metric_names
+from pytest_qaccuracy.metrics.pair import scratch
 from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.matching import FLOAT_TYPES, TensorMatch
 from pytest_qaccuracy.model.pair import ModelPair
@@ -40,7 +42,7 @@ class _Tracked:
 
     def update(self, ref: np.ndarray, test: np.ndarray, first_record: int) -> None:
         if self.params is not None:
-            test = self.params.dequantize(test)
+            test = self.params.dequantize(test, out=scratch(3, test.shape))
         if ref.shape != test.shape:
             self.problem = f"shape {ref.shape[1:]} in the fp32 model but {test.shape[1:]} in the quantized model"
             return
@@ -130,17 +132,30 @@ def compare(
             backend,
             scheme,
         )
-        for batch in bound.iter_batches(options.batch_size):
-            ref, test = fp32_runner.run(batch), q_runner.run(batch)
-            for tracker in outputs + layer_trackers:
-                if tracker.problem is None:
-                    tracker.update(ref[tracker.fp32], test[tracker.capture], batch.start)
-            del ref, test
+        trackers = outputs + layer_trackers
+        with ThreadPoolExecutor(max_workers=_workers(options)) as pool:
+            for batch in bound.iter_batches(options.batch_size):
+                _fold(pool, trackers, fp32_runner.run(batch), q_runner.run(batch), batch.start)
         records = len(bound)
     finally:
         if not isinstance(data, Dataset):
             dataset.close()
     return _result(pair, dataset, names, records, outputs, layer_matches, layer_trackers, capture, q_runner)
+
+
+def _fold(pool: ThreadPoolExecutor, trackers: list[_Tracked], ref: dict, test: dict, start: int) -> None:
+    """Fold one batch into every tracker; numpy and BLAS release the GIL, so tensors go in parallel."""
+
+    def one(tracker: _Tracked) -> None:
+        if tracker.problem is None:
+            tracker.update(ref[tracker.fp32], test[tracker.capture], start)
+
+    for _ in pool.map(one, trackers):
+        pass
+
+
+def _workers(options: RuntimeOptions) -> int:
+    return max(1, options.threads or os.cpu_count() or 1)
 
 
 def _tracker(fp32: str, capture: str, params: QuantParams | None, names: list[str], worst: bool = False) -> _Tracked:

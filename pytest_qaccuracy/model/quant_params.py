@@ -8,6 +8,7 @@ output's (scale, zero point), per the ONNX and com.microsoft op specs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,14 +66,28 @@ class QuantParams:
     def per_tensor_scale(self) -> float | None:
         return float(self.scale.reshape(-1)[0]) if self.scale.size == 1 else None
 
-    def dequantize(self, q: np.ndarray) -> np.ndarray:
-        """``(q - zero_point) * scale`` in float32, as DequantizeLinear computes it."""
+    def dequantize(self, q: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``(q - zero_point) * scale`` rounded to float32, as DequantizeLinear computes it.
+
+        8-bit per-tensor data goes through a 256-entry table (one gather instead of three passes)
+        into ``out`` when given (a float64 array of q's shape): the same float32 numbers, as float64.
+        """
+        if q.dtype in (np.uint8, np.int8) and self.scale.size == 1:
+            table = _dequant_table(q.dtype.char, float(self.scale.reshape(-1)[0]), int(self.zero_point.reshape(-1)[0]))
+            return np.take(table, q.view(np.uint8), out=out)
         scale, zp = self.scale.astype(np.float32), self.zero_point.astype(np.int32)
         if scale.size > 1:
             shape = [1] * q.ndim
             shape[self.axis % q.ndim if self.axis is not None else 1] = scale.size
             scale, zp = scale.reshape(shape), zp.reshape(shape)
         return ((q.astype(np.int32) - zp).astype(np.float32) * scale).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dequant_table(dtype_char: str, scale: float, zero_point: int) -> np.ndarray:
+    """Dequantized value of each of the 256 codes, indexed by the code's unsigned byte."""
+    codes = np.arange(256, dtype=np.uint8).view(np.dtype(dtype_char)).astype(np.int32)
+    return ((codes - np.int32(zero_point)).astype(np.float32) * np.float32(scale)).astype(np.float64)
 
 
 def _params(view: GraphView, scale: str, zero_point: str | None, axis: int | None) -> QuantParams | None:
@@ -89,8 +104,19 @@ def _slot(node: onnx.NodeProto, pos: int) -> str | None:
     return node.input[pos] if pos < len(node.input) and node.input[pos] else None
 
 
-def find_quant_params(view: GraphView, tensor: str) -> QuantParams | None:
-    """The scale/zero point of integer ``tensor``, from its producer or a consumer; None if float."""
+#: Ops whose integer output keeps the scale and zero point of their first input (QOperator graphs
+#: run them on uint8/int8 directly, e.g. MaxPool between QLinearConv and Flatten).
+PASS_THROUGH_OPS = frozenset(
+    {"MaxPool", "GlobalMaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Slice",
+     "Gather", "Split", "Resize", "DepthToSpace", "SpaceToDepth"}
+)  # fmt: skip
+
+
+def find_quant_params(view: GraphView, tensor: str, _depth: int = 0) -> QuantParams | None:
+    """The scale/zero point of integer ``tensor``, from its producer or a consumer; None if float.
+
+    When neither says, a pass-through producer (``PASS_THROUGH_OPS``) hands over its input's.
+    """
     found = view.producer.get(tensor)
     if found:
         node = found[1]
@@ -111,6 +137,8 @@ def find_quant_params(view: GraphView, tensor: str) -> QuantParams | None:
                 return _params(view, node.input[s], _slot(node, z), None)
         if node.op_type == "QLinearConcat" and pos >= 2 and (pos - 2) % 3 == 0:
             return _params(view, node.input[pos + 1], _slot(node, pos + 2), None)
+    if found and found[1].op_type in PASS_THROUGH_OPS and found[1].input and _depth < 64:
+        return find_quant_params(view, found[1].input[0], _depth + 1)
     return None
 
 

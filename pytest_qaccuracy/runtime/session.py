@@ -85,6 +85,8 @@ class OrtRunner:
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[self.options.optimization])
         so.intra_op_num_threads = self.options.threads
         so.log_severity_level = 3
+        # We interleave numpy work with runs: idle ORT threads must sleep, not spin and steal the cores.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         for key, value in self.options.session_config.items():
             so.add_session_config_entry(key, str(value))
         try:

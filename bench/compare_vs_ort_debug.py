@@ -1,0 +1,188 @@
+"""Layer-wise comparison: pytest-qaccuracy against onnxruntime's qdq_loss_debug, side by side.
+
+Builds a detector-like conv net (53 Conv layers, 256x256 input), quantizes it with onnxruntime
+(QDQ, uint8 activations), and times in separate processes, so that each peak RSS is its own:
+
+- ``floor``: plain inference of both models over all records (no intermediate tensors);
+- ``ort_debug``: qdq_loss_debug (modify_model_output_intermediate_tensors, collect_activations,
+  create_activation_matching, compute_activation_error);
+- ``ours_reference`` / ``ours_deployed``: ``compare`` in both capture modes, all metrics;
+- ``ours_deployed_big``: the same with 8x the records, to show that peak RSS does not grow.
+
+Usage: python bench/compare_vs_ort_debug.py [--records 32] [--size 256] [--batch-size 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import netzoo  # noqa: E402
+
+METHODS = ("floor", "ort_debug", "ours_reference", "ours_deployed", "ours_deployed_big")
+
+
+class _Reader:
+    """CalibrationDataReader over an array of records."""
+
+    def __init__(self, records: np.ndarray) -> None:
+        self._it = iter([{"x": r} for r in records])
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def __iter__(self):  # collect_activations iterates the reader
+        return self
+
+    def __next__(self):
+        item = self.get_next()
+        if item is None:
+            raise StopIteration
+        return item
+
+
+def prepare(work: Path, records: int, size: int) -> None:
+    import h5py
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    logging.getLogger().setLevel(logging.ERROR)
+    fp32 = netzoo.detector(work / "det.onnx", size=size)
+    quantize_static(str(fp32), str(work / "det.qdq.onnx"), _Reader(netzoo.images(16, size, seed=7)),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    for name, count in (("data", records), ("data_big", records * 8)):
+        with h5py.File(work / f"{name}.h5", "w") as f:
+            for start in range(0, count, 32):  # write in chunks: never hold the big set in memory
+                chunk = netzoo.images(min(32, count - start), size, seed=100 + start)
+                for i, r in enumerate(chunk):
+                    f.create_dataset(f"value/{start + i}/0", data=r)
+
+
+def _records(work: Path, name: str = "data") -> np.ndarray:
+    import h5py
+
+    with h5py.File(work / f"{name}.h5", "r") as f:
+        return np.stack([f["value"][str(i)]["0"][()] for i in range(len(f["value"]))])
+
+
+def run_floor(work: Path, batch: int) -> dict:
+    import onnxruntime as ort
+
+    x = _records(work)
+    start = time.perf_counter()
+    for model in ("det.onnx", "det.qdq.onnx"):
+        session = ort.InferenceSession(str(work / model), providers=["CPUExecutionProvider"])
+        stacked = x.reshape(len(x), *x.shape[2:])
+        for i in range(0, len(stacked), batch):
+            session.run(None, {"x": stacked[i : i + batch]})
+    return {"seconds": time.perf_counter() - start}
+
+
+def run_ort_debug(work: Path, batch: int) -> dict:
+    from onnxruntime.quantization import qdq_loss_debug as dbg
+
+    x = _records(work)
+    start = time.perf_counter()
+    dbg.modify_model_output_intermediate_tensors(str(work / "det.onnx"), str(work / "aug_fp32.onnx"))
+    dbg.modify_model_output_intermediate_tensors(str(work / "det.qdq.onnx"), str(work / "aug_qdq.onnx"))
+    float_acts = dbg.collect_activations(str(work / "aug_fp32.onnx"), _Reader(x))
+    qdq_acts = dbg.collect_activations(str(work / "aug_qdq.onnx"), _Reader(x))
+    matched = dbg.create_activation_matching(qdq_acts, float_acts)
+    errors = dbg.compute_activation_error(matched)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "tensors": len(errors), "xmodel_sqnr": {k: v["xmodel_err"] for k, v in errors.items()}}
+
+
+def run_ours(work: Path, batch: int, capture: str, data: str = "data") -> dict:
+    import onnxruntime  # noqa: F401  (imported before the clock starts, as in the other methods)
+
+    from pytest_qaccuracy.analysis.compare import compare
+    from pytest_qaccuracy.model import ModelPair
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    start = time.perf_counter()
+    pair = ModelPair(work / "det.onnx", work / "det.qdq.onnx")
+    result = compare(pair, work / f"{data}.h5", options=RuntimeOptions(batch_size=batch), capture=capture)
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "tensors": len(result.layers),
+        "records": result.records,
+        "sqnr": {layer.tensor: layer.metrics["sqnr"] for layer in result.layers},
+    }
+
+
+def worker(method: str, work: Path, batch: int) -> None:
+    if method == "floor":
+        out = run_floor(work, batch)
+    elif method == "ort_debug":
+        out = run_ort_debug(work, batch)
+    elif method == "ours_deployed_big":
+        out = run_ours(work, batch, "deployed", "data_big")
+    else:
+        out = run_ours(work, batch, method.removeprefix("ours_"))
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(out))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=32)
+    parser.add_argument("--size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.work, args.batch_size)
+        return
+    from tabulate import tabulate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        prepare(work, args.records, args.size)
+        print(f"model: {netzoo.count_convs(work / 'det.onnx')} Conv layers, input 3x{args.size}x{args.size}, "
+              f"{args.records} records, batch {args.batch_size}")
+        results = {}
+        for method in args.methods.split(","):
+            proc = subprocess.run(
+                [sys.executable, __file__, "--worker", method, "--work", str(work), "--batch-size", str(args.batch_size)],
+                capture_output=True, text=True, check=False,
+            )
+            if proc.returncode:
+                sys.exit(f"{method} failed:\n{proc.stderr}")
+            results[method] = json.loads(proc.stdout.strip().splitlines()[-1])
+    floor = results.get("floor", {}).get("seconds")
+    debug = results.get("ort_debug", {}).get("seconds")
+    rows = []
+    for method, r in results.items():
+        records = args.records * (8 if method.endswith("_big") else 1)
+        rows.append([method, records, f"{r['seconds']:.2f}", f"{r['peak_rss_mb']:.0f}",
+                     f"{r['seconds'] / floor:.2f}x" if floor else "",
+                     f"{r['seconds'] / debug:.3f}x" if debug and method.startswith("ours") else ""])
+    print(tabulate(rows, headers=["method", "records", "wall s", "peak RSS MB", "vs floor", "vs ort_debug"]))
+    if "ort_debug" in results and "ours_reference" in results:
+        theirs, ours = results["ort_debug"]["xmodel_sqnr"], results["ours_reference"]["sqnr"]
+        common = [k for k in theirs if k in ours and ours[k] is not None]
+        diff = max(abs(theirs[k] - ours[k]) for k in common) if common else float("nan")
+        print(f"SQNR agreement with qdq_loss_debug on {len(common)} common tensors: max |diff| = {diff:.2e} dB")
+    if "ours_deployed" in results and "ours_deployed_big" in results:
+        small, big = results["ours_deployed"]["peak_rss_mb"], results["ours_deployed_big"]["peak_rss_mb"]
+        print(f"peak RSS with {args.records * 8} records / with {args.records}: {big / small:.3f}")
+
+
+if __name__ == "__main__":
+    main()

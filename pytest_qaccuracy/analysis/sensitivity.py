@@ -1,0 +1,298 @@
+"""Node sensitivity, partial-quantization sweeps and exclusion lists for QDQ models.
+
+Definitions (docs/sensitivity.md):
+
+* **single**: only the node's Q/DQ pairs are kept (the rest of the model runs in fp32), so the
+  output error is the error this node's quantization introduces on its own (Horizon's
+  ``get_sensitivity_of_nodes``).
+* **leave-one-out**: every pair except the node's is kept, so the output error is what remains when
+  this node alone stays in float.
+* granularity ``node`` takes all of a node's pairs, ``weight`` its weight pairs only, ``activation``
+  its activation pairs only (inputs and output).
+
+Metrics are measured on the model outputs against the fp32 model over all records, per output; a
+node's ``metrics`` are the mean over outputs. Nodes are ranked worst first by the first metric.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner, OutputMetrics, metric_mean
+from pytest_qaccuracy.analysis.partial import QdqGraph
+from pytest_qaccuracy.analysis.results import _finite_or_none, _metrics_dict
+from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.metrics import get_metric, parse_metric_names
+from pytest_qaccuracy.model.pair import ModelPair
+from pytest_qaccuracy.runtime import RuntimeOptions
+
+SCHEMA_VERSION = 1
+MODES = ("single", "leave-one-out")
+GRANULARITIES = ("node", "weight", "activation")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSensitivity:
+    """Output metrics of one node's experiment (``metrics``: mean over outputs; ``outputs``: each)."""
+
+    node: str
+    op_type: str
+    order: int
+    metrics: Mapping[str, float | None]
+    outputs: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "op_type": self.op_type,
+            "order": self.order,
+            "metrics": _metrics_dict(self.metrics),
+            "outputs": {o: _metrics_dict(m) for o, m in self.outputs.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NodeSensitivity:
+        return cls(
+            data["node"],
+            data["op_type"],
+            int(data["order"]),
+            dict(data["metrics"]),
+            {o: dict(m) for o, m in data.get("outputs", {}).items()},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SensitivityResult:
+    """Sensitivity of every quantized node of a pair, ranked worst first by the first metric.
+
+    ``baseline`` holds the fully quantized model's output metrics (mean over outputs).
+    """
+
+    fp32_model: str
+    quantized_model: str
+    data: str
+    records: int
+    mode: str
+    granularity: str
+    metric_definitions: Mapping[str, str]
+    higher_is_better: Mapping[str, bool]
+    nodes: list[NodeSensitivity]
+    baseline: Mapping[str, float | None] = field(default_factory=dict)
+    unremovable: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def metric_names(self) -> list[str]:
+        return list(self.metric_definitions)
+
+    def ranked(self, metric: str | None = None) -> list[NodeSensitivity]:
+        """Nodes worst first by ``metric`` (default: the first); undefined values last."""
+        return rank(self.nodes, metric or self.metric_names[0], self.higher_is_better, self.mode)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "kind": "sensitivity",
+            "fp32_model": self.fp32_model,
+            "quantized_model": self.quantized_model,
+            "data": self.data,
+            "records": self.records,
+            "mode": self.mode,
+            "granularity": self.granularity,
+            "metric_definitions": dict(self.metric_definitions),
+            "higher_is_better": dict(self.higher_is_better),
+            "baseline": _metrics_dict(self.baseline),
+            "nodes": [n.to_dict() for n in self.nodes],
+            "unremovable": list(self.unremovable),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SensitivityResult:
+        if data.get("schema_version") != SCHEMA_VERSION or data.get("kind") != "sensitivity":
+            raise ValueError("not a sensitivity result (schema_version 1, kind 'sensitivity')")
+        return cls(
+            data["fp32_model"],
+            data["quantized_model"],
+            data["data"],
+            int(data["records"]),
+            data["mode"],
+            data["granularity"],
+            dict(data["metric_definitions"]),
+            dict(data["higher_is_better"]),
+            [NodeSensitivity.from_dict(n) for n in data["nodes"]],
+            dict(data.get("baseline", {})),
+            list(data.get("unremovable", [])),
+        )
+
+
+def rank(
+    nodes: Sequence[NodeSensitivity], metric: str, higher_is_better: Mapping[str, bool], mode: str = "single"
+) -> list[NodeSensitivity]:
+    """Most sensitive first.
+
+    In ``single`` mode a node is sensitive when its output metric is bad. In ``leave-one-out`` mode
+    it is sensitive when keeping it in float makes the output metric *good*, so the order flips.
+    """
+    higher = higher_is_better.get(metric, False)
+    worst_first_sign = 1.0 if higher else -1.0
+    if mode == "leave-one-out":
+        worst_first_sign = -worst_first_sign
+
+    def key(node: NodeSensitivity) -> tuple[int, float, int]:
+        value = node.metrics.get(metric)
+        return (1, 0.0, node.order) if value is None else (0, worst_first_sign * value, node.order)
+
+    return sorted(nodes, key=key)
+
+
+@dataclass(slots=True)
+class Session:
+    """Everything an analysis of one pair needs, prepared once (graph index, bound data, runner)."""
+
+    pair: ModelPair
+    dataset: Dataset
+    qgraph: QdqGraph
+    runner: ExperimentRunner
+    metrics: list[str]
+
+    @property
+    def records(self) -> int:
+        return len(self.runner.data)
+
+    def definitions(self) -> tuple[dict[str, str], dict[str, bool]]:
+        return (
+            {n: get_metric(n).formula for n in self.metrics},
+            {n: get_metric(n).higher_is_better for n in self.metrics},
+        )
+
+    def close(self) -> None:
+        self.dataset.close()
+
+
+def open_session(
+    pair: ModelPair,
+    data: Dataset | str | os.PathLike[str],
+    metrics: str | Sequence[str] | None = "cosine",
+    options: RuntimeOptions | None = None,
+    capture: str = "reference",
+    strategy: str = "reuse",
+    allow_nonfinite: bool = False,
+) -> Session:
+    """Index the quantized model, bind the dataset and prepare the experiment runner.
+
+    ``capture`` is ``reference`` (QDQ fake quantization, graph optimizations off: the default, so
+    partial models mean the same as the whole one) or ``deployed`` (``options.optimization``).
+    """
+    names = parse_metric_names(metrics)
+    options = (options or RuntimeOptions()).for_capture(capture)
+    qgraph = QdqGraph(pair.quantized, pair.fp32, pair.quantized_path.name)
+    dataset = data if isinstance(data, Dataset) else load_dataset(data)
+    bound = bind_dataset(dataset, pair.inputs, allow_nonfinite=allow_nonfinite)
+    runner = ExperimentRunner(
+        qgraph, pair.fp32, pair.output_pairs(), bound, names, options, strategy, pair.quantized_path.name
+    )
+    return Session(pair, dataset, qgraph, runner, names)
+
+
+def _check_choice(value: str, choices: Sequence[str], what: str) -> None:
+    if value not in choices:
+        raise InputError(f"unknown {what} {value!r}; expected one of {', '.join(choices)}")
+
+
+def node_sensitivity(
+    pair: ModelPair,
+    data: Dataset | str | os.PathLike[str],
+    mode: str = "single",
+    granularity: str = "node",
+    metrics: str | Sequence[str] | None = "cosine",
+    nodes: Sequence[str] | None = None,
+    options: RuntimeOptions | None = None,
+    capture: str = "reference",
+    strategy: str = "reuse",
+    allow_nonfinite: bool = False,
+) -> SensitivityResult:
+    """Sensitivity of every quantized node (or of ``nodes``) of a QDQ pair.
+
+    Args:
+        pair: the fp32 and QDQ models.
+        data: a dataset or its path.
+        mode: ``single`` (only this node quantized) or ``leave-one-out`` (all but this node).
+        granularity: ``node``, ``weight`` or ``activation``: which of the node's pairs count.
+        metrics: metric names; the first ranks the nodes.
+        nodes: node names to analyse (default: every quantized node).
+        options: onnxruntime options (batch size, threads, providers).
+        capture: ``reference`` (fake quantization) or ``deployed``.
+        strategy: ``reuse`` (cached activations, dirty subgraphs) or ``naive`` (one model per node).
+        allow_nonfinite: accept NaN/Inf in the inputs.
+
+    Returns:
+        A :class:`SensitivityResult`, nodes ranked most sensitive first.
+
+    Raises:
+        InputError: bad data or options, a QOperator model, an unknown node.
+    """
+    _check_choice(mode, MODES, "mode")
+    _check_choice(granularity, GRANULARITIES, "granularity")
+    session = open_session(pair, data, metrics, options, capture, strategy, allow_nonfinite)
+    try:
+        return sensitivity_in(session, mode, granularity, nodes)
+    finally:
+        if not isinstance(data, Dataset):
+            session.close()
+
+
+def sensitivity_in(
+    session: Session, mode: str = "single", granularity: str = "node", nodes: Sequence[str] | None = None
+) -> SensitivityResult:
+    """:func:`node_sensitivity` on a prepared :class:`Session`."""
+    qg = session.qgraph
+    chosen = [qg.node(n) for n in nodes] if nodes else list(qg.nodes)
+    chosen = [n for n in chosen if n.edges(granularity)]
+    all_edges = qg.all_edges
+    experiments = [
+        Experiment(n.name, n.edges(granularity) if mode == "single" else all_edges - n.edges(granularity))
+        for n in chosen
+    ]
+    experiments.append(Experiment("fully quantized", all_edges))
+    cache = "float" if mode == "single" else "quantized"
+    results = session.runner.run(experiments, cache)
+    definitions, higher = session.definitions()
+    entries = [
+        NodeSensitivity(n.name, n.op_type, n.order, _mean(r, session.metrics), r)
+        for n, r in zip(chosen, results, strict=False)
+    ]
+    pair = session.pair
+    return SensitivityResult(
+        pair.fp32_path.name,
+        pair.quantized_path.name,
+        session.dataset.name,
+        session.records,
+        mode,
+        granularity,
+        definitions,
+        higher,
+        rank(entries, session.metrics[0], higher, mode),
+        _mean(results[-1], session.metrics),
+        list(qg.unremovable),
+    )
+
+
+def _mean(result: OutputMetrics, metrics: Sequence[str]) -> dict[str, float | None]:
+    return {m: _finite_or_none(metric_mean(result, m)) for m in metrics}
+
+
+__all__ = [
+    "GRANULARITIES",
+    "MODES",
+    "NodeSensitivity",
+    "SensitivityResult",
+    "Session",
+    "node_sensitivity",
+    "open_session",
+    "rank",
+    "sensitivity_in",
+]
