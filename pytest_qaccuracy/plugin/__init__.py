@@ -1,1 +1,94 @@
-"""pytest plugin entry point (``pytest11`` = ``pytest_qaccuracy.plugin``)."""
+"""pytest plugin entry point (``pytest11`` = ``pytest_qaccuracy.plugin``): hooks only wire.
+
+Options live in :mod:`.settings`, run state in :mod:`.session` (kept in ``config.stash``), fixtures
+and the marker in :mod:`.fixtures`, declarative suites in :mod:`.suite`. Only stdlib and pytest are
+imported here; numpy, onnx and onnxruntime load when a pair is first compared.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_qaccuracy.plugin.fixtures import (
+    MARKER_HELP,
+    _marker_kwargs,
+    qaccuracy,
+    qaccuracy_dataset,
+    qaccuracy_pair,
+    session_key,
+    validate_marker,
+)
+from pytest_qaccuracy.plugin.session import QAccuracySession
+from pytest_qaccuracy.plugin.settings import add_options, load_settings
+from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
+
+__all__ = ["qaccuracy", "qaccuracy_dataset", "qaccuracy_pair"]
+
+
+class QAccuracyXdist:
+    """Controller-side xdist hooks, registered only when xdist is active."""
+
+    def __init__(self, state: QAccuracySession) -> None:
+        self.state = state
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        self.state.merge(getattr(node, "workeroutput", {}).get("qaccuracy"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_HELP)
+    worker = hasattr(config, "workerinput")
+    state = QAccuracySession(load_settings(config), config.rootpath, worker)
+    config.stash[session_key] = state
+    if not worker and config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(QAccuracyXdist(state), "qaccuracy-xdist")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    xdist = config.pluginmanager.get_plugin("qaccuracy-xdist")
+    if xdist is not None:
+        config.pluginmanager.unregister(xdist)
+    if session_key in config.stash:
+        del config.stash[session_key]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    return QAccuracyFile.from_parent(parent, path=file_path) if is_suite(file_path) else None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    try:
+        validate_marker(_marker_kwargs(item))
+    except ValueError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(session_key, None)
+    if state is None:
+        return
+    if state.worker:
+        session.config.workeroutput["qaccuracy"] = state.payload()  # type: ignore[attr-defined]
+    else:
+        state.finish()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(session_key, None)
+    if state is None or state.worker or not state.records:
+        return
+    from pytest_qaccuracy.report.summary import summary_lines
+
+    artifacts = state.settings.artifacts_dir if state.written else None
+    terminalreporter.write_sep("=", "quantization accuracy summary")
+    for line in summary_lines(state.sorted_records(), str(artifacts) if artifacts else None):
+        terminalreporter.write_line(line, red=": FAILED (" in line or " FAIL" in line)

@@ -1,0 +1,213 @@
+"""Evaluate a pair's tolerances against its results, and write the failure message. Pure: no pytest.
+
+Each check gives :class:`Outcome` rows (plain data, so they travel across xdist and into JSON).
+The failure message follows numpy's layout: the first failed rule and by how much, where its
+tolerance came from, the other failures, the worst records or elements, then the worst layers and
+the first layer where the error jumps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
+from pytest_qaccuracy.analysis.outputs import OutputStats
+from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.assertions import SHOW, fmt
+from pytest_qaccuracy.plugin.rules import Rule, rules_for
+
+#: Tolerance -> (metric of ComparisonResult, op, unit) for the simple output checks.
+SIMPLE = {"min_cosine": ("cosine", ">=", ""), "min_sqnr": ("sqnr", ">=", " dB"), "max_lsb": ("lsb", "<=", "")}
+_NEGATED = {">=": "<", "<=": ">", ">": "<=", "<": ">="}
+
+#: Tolerance values with their source: name -> (value, "marker" / "ini file pytest.ini" / ...).
+Tolerances = Mapping[str, tuple[float, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One rule applied to one target (an output or a layer)."""
+
+    check: str
+    target: str
+    metric: str
+    op: str
+    threshold: float | None
+    value: float | None
+    passed: bool
+    source: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
+        return cls(**data)
+
+
+def _compare(check: str, target: str, metric: str, op: str, threshold: float, value: float | None, source: str,
+             unit: str = "", why: str | None = None) -> Outcome:  # fmt: skip
+    from pytest_qaccuracy.plugin.rules import OPS
+
+    passed = value is not None and OPS[op](value, threshold)
+    if value is None:
+        detail = f"{metric} undefined for {target}" + (f" ({why})" if why else "")
+    else:
+        verb = op if passed else _NEGATED[op]
+        detail = f"{metric} {fmt(value)}{unit} {verb} {fmt(threshold)}{unit} for {target}"
+    return Outcome(check, target, metric, op, threshold, value, passed, source, detail)
+
+
+def _output_checks(result: ComparisonResult, stats: OutputStats | None, tolerances: Tolerances) -> list[Outcome]:
+    rows = []
+    for output in result.outputs:
+        target = f"output '{output.name}'"
+        for name, (metric, op, unit) in SIMPLE.items():
+            if name in tolerances:
+                value, source = tolerances[name]
+                why = output.undefined.get(metric) or (None if metric in output.metrics else "metric not computed")
+                rows.append(_compare(name, target, metric, op, value, output.metrics.get(metric), source, unit, why))
+        if ("rtol" in tolerances or "atol" in tolerances) and stats is not None:
+            rows.append(_relative(target, stats.relative.get(output.name), tolerances))
+        if stats is not None:
+            rows.extend(_topk(target, stats.topk.get(output.name), tolerances))
+    return rows
+
+
+def _relative(target: str, rel: Any, tolerances: Tolerances) -> Outcome:
+    name = "rtol" if "rtol" in tolerances else "atol"
+    source = tolerances[name][1]
+    if rel is None:
+        return Outcome(name, target, "relative", "<=", 0.0, None, False, source, f"no element stats for {target}")
+    fraction = rel.violations / max(rel.elements, 1)
+    detail = (
+        f"{rel.violations} / {rel.elements} elements ({fmt(100 * fraction)}%) outside atol + rtol*|fp32| "
+        f"(rtol={fmt(rel.rtol)}, atol={fmt(rel.atol)}) for {target}"
+    )
+    return Outcome(name, target, "relative", "<=", 0.0, fraction, rel.violations == 0, source, detail)
+
+
+def _topk(target: str, counts: Mapping[str, Any] | None, tolerances: Tolerances) -> list[Outcome]:
+    rows = []
+    wanted = [n for n in ("min_top1_agreement", "max_top1_drop") if n in tolerances]
+    if wanted and counts is None:
+        source = tolerances[wanted[0]][1]
+        return [Outcome(wanted[0], target, "top1", ">=", None, None, False, source, f"{target} is not class scores")]
+    if "min_top1_agreement" in tolerances:
+        value, source = tolerances["min_top1_agreement"]
+        agreement = counts["k"]["1"]["agreement"]
+        rows.append(_compare("min_top1_agreement", target, "top-1 agreement", ">=", value, agreement, source))
+    if "max_top1_drop" in tolerances:
+        value, source = tolerances["max_top1_drop"]
+        for k in sorted({1, int(tolerances.get("topk", (1, ""))[0])}):
+            per_k = counts["k"].get(str(k), {})
+            drop = per_k.get("accuracy_drop")
+            row = _compare("max_top1_drop", target, f"top-{k} accuracy drop", "<=", value, drop, source,
+                           why="the dataset has no labels")  # fmt: skip
+            if drop is not None:
+                extra = f" (fp32 {fmt(per_k['fp32_accuracy'])}, quantized {fmt(per_k['quantized_accuracy'])})"
+                row = Outcome(**{**row.to_dict(), "detail": row.detail + extra})
+            rows.append(row)
+    return rows
+
+
+def _rule_checks(result: ComparisonResult, pair_id: str, rules: Sequence[Rule]) -> list[Outcome]:
+    rows = []
+    for output in result.outputs:
+        for rule in rules_for(rules, pair_id, [output.name], layer=False).values():
+            rows.append(_rule_outcome(rule, f"output '{output.name}'", output.metrics, output.undefined))
+    for layer in sorted(result.layers, key=lambda x: x.order):
+        target = f"layer '{layer.tensor}'" + (f" ({layer.op_type})" if layer.op_type else "")
+        for rule in rules_for(rules, pair_id, [layer.tensor, layer.node], layer=True).values():
+            rows.append(_rule_outcome(rule, target, layer.metrics, layer.undefined))
+    return rows
+
+
+def _rule_outcome(rule: Rule, target: str, metrics: Mapping[str, Any], undefined: Mapping[str, str]) -> Outcome:
+    why = undefined.get(rule.metric) or (None if rule.metric in metrics else "metric not computed")
+    unit = " dB" if rule.metric == "sqnr" else ""
+    source = f"{rule.source}, rule '{rule.text}'"
+    return _compare(rule.text, target, rule.metric, rule.op, rule.value, metrics.get(rule.metric), source, unit, why)
+
+
+def evaluate(
+    result: ComparisonResult,
+    stats: OutputStats | None,
+    tolerances: Tolerances,
+    rules: Sequence[Rule],
+    pair_id: str,
+) -> list[Outcome]:
+    """Every named tolerance on every output, then every winning rule on outputs and layers."""
+    return _output_checks(result, stats, tolerances) + _rule_checks(result, pair_id, rules)
+
+
+def failure_message(
+    pair_id: str,
+    failed: Sequence[Outcome],
+    result: ComparisonResult | None,
+    stats: OutputStats | None = None,
+    extra: Sequence[str] = (),
+) -> str:
+    """The message of a failed pair check (see the module docstring)."""
+    from pytest_qaccuracy.assertions import failure_message as layout
+
+    first = failed[0]
+    sections: list[list[str]] = []
+    if len(failed) > 1:
+        others = [f" {o.detail}" for o in failed[1 : 1 + 2 * SHOW]]
+        more = len(failed) - 1 - len(others)
+        sections.append([f"Also failed ({len(failed) - 1}):", *others, *([f" ... and {more} more"] if more else [])])
+    if result is not None:
+        sections.append(_worst_records(first, result))
+        sections.append(_worst_elements(first, stats))
+        sections.append(_layers(first, result))
+    sections.append(list(extra))
+    return layout(f"{first.detail} (pair '{pair_id}')", first.source, sections)
+
+
+def _worst_records(outcome: Outcome, result: ComparisonResult) -> list[str]:
+    name = outcome.target.removeprefix("output '").removesuffix("'")
+    output = next((o for o in result.outputs if o.name == name), None)
+    rows = [] if output is None else output.worst_records.get(outcome.metric, [])
+    return [f"Worst records ({outcome.metric}):", *(f" record {r}: {fmt(v)}" for r, v in rows[:SHOW])] if rows else []
+
+
+def _worst_elements(outcome: Outcome, stats: OutputStats | None) -> list[str]:
+    if outcome.metric != "relative" or stats is None:
+        return []
+    name = outcome.target.removeprefix("output '").removesuffix("'")
+    rel = stats.relative.get(name)
+    if rel is None or not rel.worst:
+        return []
+    rows = [f" record {r} {i}: {fmt(q)} (ACTUAL), {fmt(f)} (EXPECTED)" for r, i, q, f in rel.worst]
+    return [
+        f"Max absolute difference among violations: {fmt(rel.max_abs)}",
+        f"Max relative difference among violations: {fmt(rel.max_rel)}",
+        "Worst elements:",
+        *rows,
+    ]
+
+
+def _layers(outcome: Outcome, result: ComparisonResult) -> list[str]:
+    metric = outcome.metric if outcome.metric in result.metric_names else "sqnr"
+    if metric not in result.metric_names or not result.layers:
+        return []
+    unit = " dB" if metric == "sqnr" else ""
+    lines = [f"Worst layers ({metric}):"]
+    for layer in worst_layers(result, metric, SHOW):
+        lines.append(f" {layer.tensor} ({layer.op_type}): {fmt(layer.metrics.get(metric))}{unit}")
+    jump = first_jump(result, metric)
+    if jump is not None:
+        ordered = sorted(result.layers, key=lambda x: x.order)
+        before = [x for x in ordered if x.order < jump.order and x.metrics.get(metric) is not None]
+        prev = f"{fmt(before[-1].metrics[metric])}{unit} -> " if before else ""
+        lines.append(
+            f"First jump ({metric}): {jump.tensor} ({jump.op_type}): {prev}{fmt(jump.metrics.get(metric))}{unit}"
+        )
+    return lines
+
+
+__all__ = ["SIMPLE", "Outcome", "Tolerances", "evaluate", "failure_message"]

@@ -1,0 +1,208 @@
+"""Fixtures and the ``qaccuracy`` marker: pairs, datasets, and the recorder that checks them.
+
+Relative paths (fixture arguments and marker keys) resolve against the test module's folder.
+Tolerances resolve, most specific first: ``check()`` arguments, the ``qaccuracy`` marker, the
+command line, the ini file, the defaults; each failure message says which one applied.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance, parse_rules
+from pytest_qaccuracy.plugin.session import CheckResult, PairSpec, QAccuracySession
+
+session_key = pytest.StashKey[QAccuracySession]()
+
+#: Marker keys besides the tolerances.
+PAIR_KEYS = ("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers")
+MARKER_HELP = (
+    "qaccuracy(fp32=None, quantized=None, data=None, labels=None, name=None, layers=(), **tolerances): "
+    "the model pair of a test and its tolerances (" + ", ".join(TOLERANCES) + ")"
+)
+
+
+def validate_marker(kwargs: Mapping[str, Any]) -> None:
+    """Unknown keys and bad tolerance values raise ValueError naming the key."""
+    for key, value in kwargs.items():
+        if key in TOLERANCES:
+            check_tolerance(key, value)
+        elif key not in PAIR_KEYS:
+            known = ", ".join([*PAIR_KEYS, *TOLERANCES])
+            raise ValueError(f"@pytest.mark.qaccuracy: unknown key '{key}' (known: {known})")
+
+
+def _marker_kwargs(node: pytest.Item) -> dict[str, Any]:
+    """The marker's keys; markers closer to the test win (function over class over module)."""
+    merged: dict[str, Any] = {}
+    for mark in reversed(list(node.iter_markers("qaccuracy"))):
+        if mark.args:
+            raise ValueError("@pytest.mark.qaccuracy takes keyword arguments only")
+        merged.update(mark.kwargs)
+    return merged
+
+
+class PairHandle:
+    """A model pair of the session: comparing it runs once and is cached for the session."""
+
+    def __init__(self, spec: PairSpec, state: QAccuracySession) -> None:
+        self.spec = spec
+        self._state = state
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def result(self) -> Any:
+        """The :class:`~pytest_qaccuracy.analysis.results.ComparisonResult` (computed on first use)."""
+        return self._state.comparison(self.spec)
+
+    @property
+    def models(self) -> Any:
+        """The loaded :class:`~pytest_qaccuracy.model.ModelPair`."""
+        return self._state.model_pair(self.spec)
+
+    def __repr__(self) -> str:
+        return f"PairHandle({self.spec.id!r})"
+
+
+def _resolve(base: Path, value: str | Path | None) -> Path | None:
+    return None if value is None else (base / Path(value)).resolve()
+
+
+def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) -> PairSpec:
+    """A :class:`PairSpec` from user arguments; missing files raise ValueError."""
+    missing = [name for name, value in (("fp32", fp32), ("quantized", quantized), ("data", data)) if value is None]
+    if missing:
+        raise ValueError(f"a qaccuracy pair needs fp32, quantized and data; missing {', '.join(missing)}")
+    paths = {"fp32": _resolve(base, fp32), "quantized": _resolve(base, quantized), "data": _resolve(base, data)}
+    labels = _resolve(base, extra.get("labels"))
+    for name, path in [*paths.items(), ("labels", labels)]:
+        if path is not None and not path.exists():
+            raise ValueError(f"qaccuracy pair: {name} not found: {path}")
+    mapping = tuple(sorted(dict(extra.get("mapping") or {}).items()))
+    metrics = tuple(extra.get("metrics") or ())
+    name = extra.get("name") or paths["quantized"].stem
+    return PairSpec(str(name), paths["fp32"], paths["quantized"], paths["data"], labels, mapping, metrics)
+
+
+def pair_rules(pair_id: str, lines: Sequence[str], source: str, offset: int) -> list[Rule]:
+    """Per-pair layer rules ``<layer glob> <metric><op><value>`` scoped to ``pair_id``."""
+    scoped = [f"{glob.escape(pair_id)}::{line.strip()}" for line in lines if line.strip()]
+    rules = parse_rules(scoped, source)
+    return [Rule(r.pair, r.layer, r.metric, r.op, r.value, r.text, r.source, r.position + offset) for r in rules]
+
+
+class QAccuracyRecorder:
+    """What the ``qaccuracy`` fixture returns: checks pairs and records results for the summary,
+    JUnit XML and artifacts."""
+
+    def __init__(self, request: pytest.FixtureRequest, state: QAccuracySession) -> None:
+        self._request = request
+        self._state = state
+        self._marker = _marker_kwargs(request.node)
+        self._base = request.path.parent
+        self.results: list[CheckResult] = []
+
+    def pair(self, fp32: Any = None, quantized: Any = None, data: Any = None, **extra: Any) -> PairHandle:
+        """A pair from arguments, falling back to the marker's ``fp32``/``quantized``/``data``."""
+        keys = {k: self._marker.get(k) for k in PAIR_KEYS if k in self._marker}
+        given = {"fp32": fp32, "quantized": quantized, "data": data, **extra}
+        keys.update({k: v for k, v in given.items() if v is not None})
+        keys.pop("layers", None)
+        try:
+            spec = make_spec(self._base, keys.pop("fp32", None), keys.pop("quantized", None), keys.pop("data", None),
+                             **keys)  # fmt: skip
+        except ValueError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        return PairHandle(spec, self._state)
+
+    def tolerances(self, **overrides: Any) -> dict[str, tuple[float, str]]:
+        """The tolerances in effect for this test, each with its source."""
+        found = dict(self._state.settings.tolerances)
+        for name in TOLERANCES:
+            if name in self._marker:
+                found[name] = (check_tolerance(name, self._marker[name]), f"marker @pytest.mark.qaccuracy({name}=...)")
+        for name, value in overrides.items():
+            found[name] = (check_tolerance(name, value), f"check() argument {name}=")
+        return found
+
+    def check(self, pair: PairHandle | None = None, *, layers: Sequence[str] = (), **tolerances: Any) -> CheckResult:
+        """Check a pair (the marker's by default) against every tolerance and rule in effect.
+
+        Args:
+            pair: from ``qaccuracy_pair(...)`` or ``qaccuracy.pair(...)``; the marker's pair if omitted.
+            layers: extra layer rules for this pair, ``"<layer glob> <metric><op><value>"``.
+            **tolerances: overrides of the named tolerances (``min_cosine=0.999``, ...).
+
+        Raises:
+            AssertionError: a check failed; the message starts with what failed and by how much.
+        """
+        __tracebackhide__ = True
+        handle = pair or self.pair()
+        settings = self._state.settings
+        effective = self.tolerances(**tolerances)
+        rules = list(settings.rules)
+        rules += pair_rules(handle.id, list(self._marker.get("layers", ())), "marker layers=", len(rules))
+        rules += pair_rules(handle.id, list(layers), "check() argument layers=", len(rules))
+        result = self._state.check(handle.spec, effective, rules, self._request.node.nodeid)
+        self.results.append(result)
+        if settings.junit_properties:
+            self._request.node.user_properties.extend(result.properties)
+        if result.message is not None:
+            raise AssertionError(result.message)
+        return result
+
+
+@pytest.fixture
+def qaccuracy(request: pytest.FixtureRequest) -> QAccuracyRecorder:
+    """Check model pairs against tolerances and record the results.
+
+    Example::
+
+        @pytest.mark.qaccuracy(fp32="m.onnx", quantized="m.int8.onnx", data="calib.h5", min_cosine=0.99)
+        def test_int8(qaccuracy):
+            qaccuracy.check()
+    """
+    return QAccuracyRecorder(request, request.config.stash[session_key])
+
+
+@pytest.fixture
+def qaccuracy_pair(request: pytest.FixtureRequest) -> Callable[..., PairHandle]:
+    """Factory ``qaccuracy_pair(fp32, quantized, data, *, labels=None, name=None, mapping=None)``.
+
+    The comparison of a pair runs once per session (per xdist worker) and is cached.
+    """
+    recorder = QAccuracyRecorder(request, request.config.stash[session_key])
+    return recorder.pair
+
+
+@pytest.fixture
+def qaccuracy_dataset(request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """Factory ``qaccuracy_dataset(path=None)``: an opened dataset (the marker's ``data`` by default),
+    closed after the test."""
+    opened: list[Any] = []
+    marker = _marker_kwargs(request.node)
+
+    def load(path: str | Path | None = None) -> Any:
+        from pytest_qaccuracy.data import load_dataset
+
+        target = path if path is not None else marker.get("data")
+        if target is None:
+            pytest.fail("qaccuracy_dataset: no path given and no @pytest.mark.qaccuracy(data=...)", pytrace=False)
+        dataset = load_dataset(request.path.parent / Path(target))
+        opened.append(dataset)
+        return dataset
+
+    yield load
+    for dataset in opened:
+        dataset.close()
+
+
+__all__ = ["PairHandle", "QAccuracyRecorder", "qaccuracy", "qaccuracy_dataset", "qaccuracy_pair", "session_key"]

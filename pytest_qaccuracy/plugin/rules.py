@@ -1,0 +1,148 @@
+"""Tolerances: the named output tolerances, and ``qaccuracy_tolerances`` rule lines.
+
+A rule line is ``<pair glob>[::<layer glob>] <metric><op><value>``, e.g. ``*::* sqnr>=20`` (every
+layer of every pair) or ``detector::head* sqnr>=8``. Without ``::`` a rule applies to the pair's
+outputs. For each target and metric the most specific matching rule wins: the one with the most
+non-wildcard characters in its globs; on a tie, the later line. Pure: no pytest import.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+#: Named tolerances (ini ``qaccuracy_<name>``, CLI ``--qaccuracy-<name>``, marker and TOML keys).
+#: name -> (type, help)
+TOLERANCES: dict[str, tuple[type, str]] = {
+    "min_cosine": (float, "Smallest cosine similarity of each output (fp32 vs quantized)"),
+    "rtol": (float, "Relative tolerance per output element: |q - f| <= atol + rtol*|f|"),
+    "atol": (float, "Absolute tolerance per output element (with rtol)"),
+    "min_sqnr": (float, "Smallest SQNR of each output, in dB"),
+    "min_top1_agreement": (float, "Smallest fraction (0..1) of records whose top-1 class is unchanged"),
+    "max_top1_drop": (float, "Largest top-1 accuracy drop (fraction 0..1, needs labels); also top-k when topk > 1"),
+    "topk": (int, "k of the extra top-k accuracy-drop check and of the top-k agreement reported"),
+    "max_lsb": (float, "Largest error of each output in quantization steps"),
+}
+
+#: Values used when nothing else sets them.
+DEFAULTS: dict[str, float | int] = {"min_cosine": 0.99, "topk": 1}
+
+OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+}
+
+_RULE = re.compile(r"^(?P<target>\S+)\s+(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s*(?P<op>>=|<=|>|<)\s*(?P<value>\S+)$")
+
+
+def parse_number(text: object, kind: type = float) -> float | int:
+    """``text`` as ``kind``; a ValueError says why not (inline comments, percentages)."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a number, got {text!r}")
+    if isinstance(text, (int, float)) and kind is float:
+        return float(text)
+    if isinstance(text, int) and kind is int:
+        return text
+    raw = str(text).strip()
+    hint = ""
+    if "#" in raw or ";" in raw:
+        hint = " (inline comments are not supported in ini files)"
+    elif raw.endswith("%"):
+        hint = " (write a fraction: 0.005, not 0.5%)"
+    try:
+        value = kind(raw)
+    except ValueError:
+        expected = "an integer" if kind is int else "a number"
+        raise ValueError(f"expected {expected}, got {raw!r}{hint}") from None
+    if kind is float and value != value:
+        raise ValueError(f"expected a number, got {raw!r}")
+    return value
+
+
+def check_tolerance(name: str, value: object) -> float | int:
+    """Validate one named tolerance; ValueError names the key and the problem."""
+    if name not in TOLERANCES:
+        raise ValueError(f"unknown tolerance '{name}' (known: {', '.join(TOLERANCES)})")
+    kind = TOLERANCES[name][0]
+    try:
+        number = parse_number(value, kind)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    if number < 0 and name != "min_sqnr":
+        raise ValueError(f"{name}: must be >= 0, got {number}")
+    if name == "topk" and number < 1:
+        raise ValueError(f"topk: must be >= 1, got {number}")
+    if name in ("min_cosine", "min_top1_agreement", "max_top1_drop") and number > 1:
+        raise ValueError(f"{name}: must be between 0 and 1, got {number}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One ``qaccuracy_tolerances`` line."""
+
+    pair: str
+    layer: str | None
+    metric: str
+    op: str
+    value: float
+    text: str
+    source: str
+    position: int = 0
+
+    @property
+    def specificity(self) -> tuple[int, int]:
+        globs = self.pair + (self.layer or "")
+        return (len(re.sub(r"[*?\[\]]", "", globs)), self.position)
+
+    def holds(self, value: float | None) -> bool:
+        return value is not None and OPS[self.op](value, self.value)
+
+
+def parse_rule(text: str, source: str, position: int = 0, known_metrics: Iterable[str] | None = None) -> Rule:
+    """Parse ``<pair glob>[::<layer glob>] <metric><op><value>``; ValueError on a bad line."""
+    match = _RULE.match(text.strip())
+    if not match:
+        expected = "'<pair glob>[::<layer glob>] <metric><op><value>'"
+        raise ValueError(f"bad tolerance rule {text.strip()!r}: expected {expected}")
+    target, metric = match["target"], match["metric"].lower()
+    pair, _, layer = target.partition("::")
+    if known_metrics is not None and metric not in set(known_metrics):
+        raise ValueError(f"tolerance rule {text.strip()!r}: unknown metric '{metric}'")
+    try:
+        value = parse_number(match["value"])
+    except ValueError as exc:
+        raise ValueError(f"tolerance rule {text.strip()!r}: {exc}") from None
+    return Rule(pair or "*", layer or None, metric, match["op"], float(value), text.strip(), source, position)
+
+
+def parse_rules(lines: Sequence[str], source: str, known_metrics: Iterable[str] | None = None) -> list[Rule]:
+    known = None if known_metrics is None else list(known_metrics)
+    rules = []
+    for position, line in enumerate(lines):
+        if line.strip() and not line.strip().startswith("#"):
+            rules.append(parse_rule(line, source, position, known))
+    return rules
+
+
+def rules_for(rules: Sequence[Rule], pair: str, names: Sequence[str | None], layer: bool) -> dict[str, Rule]:
+    """The winning rule per metric for one target: an output (``layer=False``) or a layer whose
+    tensor or node name is in ``names``."""
+    best: dict[str, Rule] = {}
+    for rule in rules:
+        if (rule.layer is not None) != layer or not fnmatchcase(pair, rule.pair):
+            continue
+        if layer and not any(name is not None and fnmatchcase(name, rule.layer or "*") for name in names):
+            continue
+        current = best.get(rule.metric)
+        if current is None or rule.specificity >= current.specificity:
+            best[rule.metric] = rule
+    return best
+
+
+__all__ = ["DEFAULTS", "OPS", "TOLERANCES", "Rule", "check_tolerance", "parse_number", "parse_rule", "rules_for"]

@@ -1,0 +1,267 @@
+"""Run state of one pytest session: cached comparisons, checked pairs, and what they produced.
+
+One :class:`QAccuracySession` lives in ``config.stash``. Pairs are compared once per process and
+cached; each check adds :class:`Outcome` rows to the pair's record. Records are plain builtins, so
+an xdist worker hands them to the controller through ``workeroutput``, and only the controller
+writes artifacts. Heavy modules are imported on first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_qaccuracy.plugin.rules import Rule
+from pytest_qaccuracy.plugin.settings import QAccuracySettings
+
+
+@dataclass(frozen=True, slots=True)
+class PairSpec:
+    """What a pair is made of; paths are absolute."""
+
+    id: str
+    fp32: Path
+    quantized: Path
+    data: Path
+    labels: Path | None = None
+    mapping: tuple[tuple[str, str], ...] = ()
+    metrics: tuple[str, ...] = ()
+
+    def key(self, root: Path) -> str:
+        """A stable identity across runs and machines: the id and the paths relative to ``root``."""
+        parts = [self.id, *(_relative(p, root) for p in (self.fp32, self.quantized, self.data, self.labels) if p)]
+        return "|".join(parts)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def artifact_stem(pair_id: str, key: str) -> str:
+    """A file-name-safe stem with a short hash of ``key``, so two ids never collide."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", pair_id).strip("._")[:60] or "pair"
+    return f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """What one ``check`` produced: every outcome, the failure message (None if all passed)."""
+
+    pair_id: str
+    outcomes: list[Any]
+    message: str | None
+    properties: list[tuple[str, str]]
+
+    @property
+    def passed(self) -> bool:
+        return self.message is None
+
+
+class QAccuracySession:
+    """Caches and records of one pytest process (controller, worker, or a run without xdist)."""
+
+    def __init__(self, settings: QAccuracySettings, rootpath: Path, worker: bool) -> None:
+        self.settings = settings
+        self.rootpath = rootpath
+        self.worker = worker
+        self.records: dict[str, dict[str, Any]] = {}
+        self.workers_without_data = 0
+        self._pairs: dict[PairSpec, Any] = {}
+        self._comparisons: dict[tuple[PairSpec, tuple[str, ...]], Any] = {}
+        self._stats: dict[tuple[Any, ...], Any] = {}
+        self.written: list[Path] = []
+
+    # -- running -------------------------------------------------------------------------------
+    def model_pair(self, spec: PairSpec) -> Any:
+        from pytest_qaccuracy.model import ModelPair
+
+        if spec not in self._pairs:
+            self._pairs[spec] = ModelPair(spec.fp32, spec.quantized, dict(spec.mapping) or None)
+        return self._pairs[spec]
+
+    def runtime_options(self) -> Any:
+        from pytest_qaccuracy.runtime import RuntimeOptions
+
+        return RuntimeOptions(providers=self.settings.providers, batch_size=self.settings.batch_size)
+
+    def metric_names(self, spec: PairSpec, rules: Sequence[Rule] = ()) -> tuple[str, ...]:
+        """Configured metrics (all registered by default) plus what tolerances and rules need."""
+        from pytest_qaccuracy.metrics import parse_metric_names
+
+        base = parse_metric_names(list(self.settings.metrics) if self.settings.metrics else None)
+        needed = ["cosine", "sqnr", "lsb", *spec.metrics, *(r.metric for r in rules)]
+        return tuple(parse_metric_names(list(dict.fromkeys([*base, *needed]))))
+
+    def comparison(self, spec: PairSpec, rules: Sequence[Rule] = ()) -> Any:
+        """The pair's :class:`ComparisonResult`, computed once per process."""
+        from pytest_qaccuracy.analysis.compare import compare
+
+        names = self.metric_names(spec, rules)
+        key = (spec, names)
+        if key not in self._comparisons:
+            pair = self.model_pair(spec)
+            self._comparisons[key] = compare(pair, spec.data, metrics=list(names), options=self.runtime_options())
+        return self._comparisons[key]
+
+    def output_stats(self, spec: PairSpec, tolerances: Mapping[str, tuple[float, str]]) -> Any:
+        """Top-k counts and element checks of the outputs, computed once per (pair, k, rtol, atol)."""
+        import numpy as np
+
+        from pytest_qaccuracy.analysis.outputs import measure_outputs
+
+        k = int(tolerances.get("topk", (1, ""))[0])
+        rtol = tolerances["rtol"][0] if "rtol" in tolerances else None
+        atol = tolerances["atol"][0] if "atol" in tolerances else None
+        key = (spec, k, rtol, atol)
+        if key not in self._stats:
+            labels = np.load(spec.labels, allow_pickle=False) if spec.labels else None
+            ks = sorted({1, k})
+            self._stats[key] = measure_outputs(
+                self.model_pair(spec), spec.data, ks, labels, rtol, atol, self.runtime_options()
+            )
+        return self._stats[key]
+
+    def check(
+        self,
+        spec: PairSpec,
+        tolerances: Mapping[str, tuple[float, str]],
+        rules: Sequence[Rule],
+        nodeid: str,
+        drift: bool = True,
+        measure: Mapping[str, tuple[float, str]] | None = None,
+    ) -> CheckResult:
+        """Evaluate ``tolerances`` and ``rules`` (and baseline drift) on a pair; record the outcome.
+
+        ``measure`` are the tolerances the output statistics are measured for (default
+        ``tolerances``): a suite's items check one tolerance each but share one measurement.
+        """
+        from pytest_qaccuracy.plugin.checks import evaluate, failure_message
+
+        result = self.comparison(spec, rules)
+        stats = self.output_stats(spec, measure or tolerances)
+        outcomes = evaluate(result, stats, tolerances, rules, spec.id)
+        extra: list[str] = []
+        if drift and self.settings.baseline_dir is not None:
+            drift_rows, extra = self.drift(spec, result)
+            outcomes += drift_rows
+        key = spec.key(self.rootpath)
+        stem = artifact_stem(spec.id, key)
+        failed = [o for o in outcomes if not o.passed]
+        message = None
+        if failed:
+            if self.settings.artifacts_dir is not None:
+                extra = [*extra, f"Artifacts: {self.settings.artifacts_dir / 'pairs' / stem}.json"]
+            message = failure_message(spec.id, failed, result, stats, extra)
+        self._record(spec, key, stem, result, stats, outcomes, nodeid)
+        return CheckResult(spec.id, outcomes, message, self._properties(spec, result, stats, not failed))
+
+    def drift(self, spec: PairSpec, result: Any) -> tuple[list[Any], list[str]]:
+        """Drift outcomes against the saved baseline, and notes (missing layers, no baseline)."""
+        from pytest_qaccuracy.plugin.checks import Outcome
+        from pytest_qaccuracy.report.baseline import DEFAULT_DRIFT, find_drift, load_baseline, parse_drift_rule
+
+        directory = self.settings.baseline_dir
+        assert directory is not None
+        path = directory / f"{artifact_stem(spec.id, spec.key(self.rootpath))}.json"
+        source = "--qaccuracy-baseline"
+        document = load_baseline(path)
+        if document is None:
+            detail = f"no baseline for pair '{spec.id}' in {directory} (save one with --qaccuracy-save-baseline)"
+            return [Outcome("drift", "baseline", "baseline", "", None, None, False, source, detail)], []
+        try:
+            rules = [parse_drift_rule(t, result.higher_is_better) for t in self.settings.max_drift or DEFAULT_DRIFT]
+        except ValueError as exc:
+            return [Outcome("drift", "baseline", "drift rule", "", None, None, False, source, str(exc))], []
+        drifts, missing = find_drift(document, result, rules)
+        rows = [
+            Outcome("drift", d.target, d.metric, "drift", d.allowed, d.current, False, source, f"drift: {d.describe()}")
+            for d in drifts
+        ]
+        if not rows:
+            ok = f"no drift beyond {', '.join(r.text for r in rules)}"
+            rows = [Outcome("drift", "baseline", "drift", "drift", None, None, True, source, ok)]
+        notes = [f"Not in this run (in the baseline): {', '.join(missing[:10])}"] if missing else []
+        return rows, notes
+
+    def _properties(self, spec: PairSpec, result: Any, stats: Any, passed: bool) -> list[tuple[str, str]]:
+        """JUnit properties: plain strings, never numpy scalars."""
+        props = [("qaccuracy.pair", spec.id), ("qaccuracy.passed", str(passed).lower())]
+        for output in result.outputs:
+            for metric in ("cosine", "sqnr", "lsb"):
+                value = output.metrics.get(metric)
+                if value is not None:
+                    props.append((f"qaccuracy.{output.name}.{metric}", f"{float(value):.6g}"))
+            counts = stats.topk.get(output.name) if stats is not None else None
+            for k, row in (counts or {}).get("k", {}).items():
+                for name in ("agreement", "accuracy_drop"):
+                    if row.get(name) is not None:
+                        props.append((f"qaccuracy.{output.name}.top{k}_{name}", f"{float(row[name]):.6g}"))
+        return props
+
+    def _record(self, spec, key, stem, result, stats, outcomes, nodeid) -> None:
+        record = self.records.get(key)
+        if record is None:
+            record = self.records[key] = {
+                "id": spec.id,
+                "key": key,
+                "stem": stem,
+                "fp32": str(spec.fp32),
+                "quantized": str(spec.quantized),
+                "data": str(spec.data),
+                "labels": str(spec.labels) if spec.labels else None,
+                "comparison": result.to_dict(),
+                "topk": {},
+                "checks": [],
+            }
+        if stats is not None:
+            record["topk"].update(stats.topk)
+        for index, outcome in enumerate(outcomes):
+            record["checks"].append({"test": nodeid, "index": index, **outcome.to_dict()})
+
+    # -- xdist ---------------------------------------------------------------------------------
+    def payload(self) -> dict[str, Any]:
+        """Everything a worker sends the controller: builtins only."""
+        return {"records": self.records}
+
+    def merge(self, payload: Mapping[str, Any] | None) -> None:
+        if not payload:
+            self.workers_without_data += 1
+            return
+        for key, record in payload.get("records", {}).items():
+            mine = self.records.get(key)
+            if mine is None:
+                self.records[key] = record
+                continue
+            mine["topk"].update(record["topk"])
+            seen = {(c["test"], c["index"]) for c in mine["checks"]}
+            mine["checks"].extend(c for c in record["checks"] if (c["test"], c["index"]) not in seen)
+
+    def sorted_records(self) -> list[dict[str, Any]]:
+        """Records in a stable order, checks sorted by test and position (same with or without xdist)."""
+        records = sorted(self.records.values(), key=lambda r: (r["id"], r["key"]))
+        for record in records:
+            record["checks"].sort(key=lambda c: (c["test"], c["index"]))
+        return records
+
+    # -- end of session (controller only) ------------------------------------------------------
+    def finish(self) -> None:
+        """Write artifacts and baselines; called once, on the controller."""
+        from pytest_qaccuracy.plugin.artifacts import save_baselines, write_artifacts
+
+        records = self.sorted_records()
+        if not records:
+            return
+        if self.settings.artifacts_dir is not None:
+            self.written += write_artifacts(self.settings.artifacts_dir, records, self.rootpath)
+        if self.settings.save_baseline_dir is not None:
+            self.written += save_baselines(self.settings.save_baseline_dir, records)
+
+
+__all__ = ["CheckResult", "PairSpec", "QAccuracySession", "artifact_stem"]

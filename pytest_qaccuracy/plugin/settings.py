@@ -1,0 +1,167 @@
+"""Options of the plugin: declared once, read once into a frozen :class:`QAccuracySettings`.
+
+A bad value (``5%``, an inline comment, a string where a number belongs) raises ``pytest.UsageError``
+with one line naming the option, so pytest exits with code 4 and no traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from pytest_qaccuracy.plugin.rules import DEFAULTS, TOLERANCES, Rule, check_tolerance, parse_rules
+
+GROUP = ("qaccuracy", "quantization accuracy regression testing (pytest-qaccuracy)")
+DEFAULT_ARTIFACTS = ".qaccuracy"
+
+
+@dataclass(frozen=True, slots=True)
+class QAccuracySettings:
+    """Everything read from the command line and ini files, validated.
+
+    ``tolerances`` maps a tolerance name to ``(value, source)``; rules are not yet checked against
+    the metric registry (that needs numpy; it happens on first use).
+    """
+
+    tolerances: Mapping[str, tuple[float, str]]
+    metrics: tuple[str, ...] | None
+    rules: tuple[Rule, ...]
+    max_drift: tuple[str, ...]
+    artifacts_dir: Path | None
+    providers: tuple[str, ...]
+    batch_size: int
+    baseline_dir: Path | None
+    save_baseline_dir: Path | None
+    junit_properties: bool
+    ini_source: str = "ini file"
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Declare every ``--qaccuracy-*`` flag and ``qaccuracy_*`` ini key."""
+    group = parser.getgroup(*GROUP)
+    for name, (kind, help_text) in TOLERANCES.items():
+        flag = "--qaccuracy-" + name.replace("_", "-")
+        group.addoption(flag, dest=f"qaccuracy_{name}", default=None, metavar="N", help=f"{help_text} (overrides ini)")
+        parser.addini(f"qaccuracy_{name}", help_text, type="int" if kind is int else "float", default=None)
+    group.addoption("--qaccuracy-metrics", dest="qaccuracy_metrics", default=None, metavar="LIST",
+                    help="Comma-separated metrics to compute (default: all registered)")  # fmt: skip
+    parser.addini("qaccuracy_metrics", "Metrics to compute (default: all registered)", type="args", default=[])
+    group.addoption("--qaccuracy-tolerance", dest="qaccuracy_tolerances", action="append", default=[],
+                    metavar="RULE", help="Add a '<pair glob>[::<layer glob>] <metric><op><value>' rule")  # fmt: skip
+    parser.addini("qaccuracy_tolerances", "Rules '<pair glob>[::<layer glob>] <metric><op><value>'", type="linelist")
+    group.addoption("--qaccuracy-artifacts-dir", dest="qaccuracy_artifacts_dir", default=None, metavar="DIR",
+                    help=f"Where artifacts go (default: {DEFAULT_ARTIFACTS}/ under the rootdir)")  # fmt: skip
+    parser.addini("qaccuracy_artifacts_dir", f"Artifacts folder (default {DEFAULT_ARTIFACTS}/ under rootdir)")
+    group.addoption("--qaccuracy-no-artifacts", dest="qaccuracy_no_artifacts", action="store_true",
+                    help="Write no artifacts")  # fmt: skip
+    group.addoption("--qaccuracy-providers", dest="qaccuracy_providers", default=None, metavar="LIST",
+                    help="Comma-separated onnxruntime execution providers")  # fmt: skip
+    parser.addini("qaccuracy_providers", "onnxruntime execution providers", type="args", default=[])
+    parser.addini("qaccuracy_batch_size", "Records per onnxruntime run (default 8)", type="int", default=8)
+    group.addoption("--qaccuracy-save-baseline", dest="qaccuracy_save_baseline", default=None, metavar="DIR",
+                    help="Save each pair's per-layer error profile to DIR")  # fmt: skip
+    group.addoption("--qaccuracy-baseline", dest="qaccuracy_baseline", default=None, metavar="DIR",
+                    help="Fail pairs that drift from the profiles saved in DIR")  # fmt: skip
+    group.addoption("--qaccuracy-max-drift", dest="qaccuracy_max_drift", action="append", default=[],
+                    metavar="RULE", help="Add a drift rule such as sqnr:-1.0 or mse:+20%%")  # fmt: skip
+    parser.addini("qaccuracy_max_drift", "Drift rules such as 'sqnr:-1.0' or 'mse:+20%' (default sqnr:-1.0)",
+                  type="linelist")  # fmt: skip
+    parser.addini("qaccuracy_junit_properties", "Add key metrics to JUnit XML as properties", type="bool", default=True)
+
+
+def _ini(config: pytest.Config, name: str) -> object:
+    """``getini`` with pytest's own type errors turned into one-line usage errors."""
+    try:
+        return config.getini(name)
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        raw = message.split(": ", 1)[1] if "could not convert" in message or "invalid literal" in message else ""
+        hint = " (inline comments are not supported in ini files)" if "#" in raw or ";" in raw else ""
+        detail = f"expected a number, got {raw}{hint}" if raw else message.split(": ", 1)[-1]
+        raise pytest.UsageError(f"{name}: {detail}") from None
+
+
+def _tolerances(config: pytest.Config, ini_source: str) -> dict[str, tuple[float, str]]:
+    found: dict[str, tuple[float, str]] = {name: (value, "default") for name, value in DEFAULTS.items()}
+    for name in TOLERANCES:
+        key = f"qaccuracy_{name}"
+        cli = config.getoption(key)
+        try:
+            if cli is not None:
+                found[name] = (check_tolerance(name, cli), f"command line --qaccuracy-{name.replace('_', '-')}")
+            else:
+                value = _ini(config, key)
+                if value is not None:
+                    found[name] = (check_tolerance(name, value), f"{ini_source} ({key})")
+        except ValueError as exc:
+            where = f"--qaccuracy-{name.replace('_', '-')}" if cli is not None else key
+            raise pytest.UsageError(f"{where}: {str(exc).split(': ', 1)[-1]}") from None
+    return found
+
+
+def _path(config: pytest.Config, cli_key: str, ini_key: str | None = None) -> Path | None:
+    value = config.getoption(cli_key)
+    if value:
+        return (config.invocation_params.dir / value).resolve()
+    if ini_key:
+        text = str(_ini(config, ini_key) or "").strip()
+        if text:
+            base = config.inipath.parent if config.inipath else config.invocation_params.dir
+            return (base / text).resolve()
+    return None
+
+
+def _list(config: pytest.Config, cli_key: str, ini_key: str) -> tuple[str, ...] | None:
+    value = config.getoption(cli_key)
+    items = value.split(",") if value else [x for part in _ini(config, ini_key) for x in str(part).split(",")]
+    names = tuple(x.strip() for x in items if x.strip())
+    return names or None
+
+
+def load_settings(config: pytest.Config) -> QAccuracySettings:
+    """Read and check every option once; ``pytest.UsageError`` on a bad value."""
+    ini_source = f"ini file {config.inipath.name}" if config.inipath else "ini file"
+    tolerances = _tolerances(config, ini_source)
+    try:
+        rules = parse_rules(list(_ini(config, "qaccuracy_tolerances")), f"{ini_source} (qaccuracy_tolerances)")
+        cli_rules = parse_rules(config.getoption("qaccuracy_tolerances"), "command line --qaccuracy-tolerance")
+    except ValueError as exc:
+        raise pytest.UsageError(f"qaccuracy_tolerances: {exc}") from None
+    offset = len(rules)
+    rules += [replace(r, position=r.position + offset) for r in cli_rules]
+    batch_size = _ini(config, "qaccuracy_batch_size")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise pytest.UsageError(f"qaccuracy_batch_size: expected an integer >= 1, got {batch_size!r}")
+    drift = tuple(config.getoption("qaccuracy_max_drift")) or tuple(_ini(config, "qaccuracy_max_drift"))
+    from pytest_qaccuracy.report.baseline import parse_drift_rule  # stdlib only; imported when needed
+
+    try:
+        for text in drift:
+            parse_drift_rule(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"qaccuracy_max_drift: {exc}") from None
+    artifacts = None
+    if not config.getoption("qaccuracy_no_artifacts"):
+        artifacts = _path(config, "qaccuracy_artifacts_dir", "qaccuracy_artifacts_dir") or (
+            config.rootpath / DEFAULT_ARTIFACTS
+        )
+    return QAccuracySettings(
+        tolerances=tolerances,
+        metrics=_list(config, "qaccuracy_metrics", "qaccuracy_metrics"),
+        rules=tuple(rules),
+        max_drift=drift,
+        artifacts_dir=artifacts,
+        providers=_list(config, "qaccuracy_providers", "qaccuracy_providers") or ("CPUExecutionProvider",),
+        batch_size=batch_size,
+        baseline_dir=_path(config, "qaccuracy_baseline"),
+        save_baseline_dir=_path(config, "qaccuracy_save_baseline"),
+        junit_properties=bool(_ini(config, "qaccuracy_junit_properties")),
+        ini_source=ini_source,
+    )
+
+
+__all__ = ["GROUP", "QAccuracySettings", "add_options", "load_settings"]

@@ -1,0 +1,220 @@
+"""Declarative suites: ``qaccuracy_*.toml`` files whose pairs and checks become test items.
+
+::
+
+    [defaults]                      # optional; every key of a pair except quantized and name
+    data = "data/test.npz"
+    [defaults.tolerances]
+    min_cosine = 0.99
+
+    [pairs.int8]                    # one collector per pair, in file order
+    fp32 = "models/m.onnx"          # paths are relative to this file
+    quantized = "models/m.int8.onnx"
+    labels = "data/labels.npy"      # optional; else the dataset's own labels
+    metrics = ["mse", "sqnr"]       # optional: computed besides the configured metrics
+    layers = ["conv* sqnr>=20"]     # optional layer rules for this pair
+    xfail = "why"                   # optional: the pair's items are xfail(strict=True)
+    [pairs.int8.tolerances]
+    max_top1_drop = 0.005
+
+Item ids are ``<file>::<pair>::<check>``, checks in a fixed order: one per tolerance in effect,
+``rules`` when layer/output rules apply, ``drift`` with ``--qaccuracy-baseline``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_qaccuracy.plugin.fixtures import make_spec, pair_rules, session_key
+from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance
+from pytest_qaccuracy.plugin.session import PairSpec
+
+SUITE_GLOB = "qaccuracy_*.toml"
+PAIR_KEYS = ("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers", "tolerances", "xfail")
+DEFAULT_KEYS = tuple(k for k in PAIR_KEYS if k not in ("quantized", "name"))
+#: Item order within a pair; ``rtol`` covers ``atol`` too.
+CHECK_ORDER = ("min_cosine", "min_sqnr", "rtol", "max_lsb", "min_top1_agreement", "max_top1_drop")
+
+
+class SuiteError(Exception):
+    """A malformed suite file; the message is one line naming the file and the key."""
+
+
+def is_suite(path: Path) -> bool:
+    return fnmatchcase(path.name, SUITE_GLOB)
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - pytest requires tomli on 3.10
+        import tomli as tomllib
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{path.name}: not valid TOML: {exc}") from None
+
+
+def _check_table(where: str, table: Any, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise SuiteError(f"{where}: expected a table, got {type(table).__name__}")
+    for key in table:
+        if key not in allowed:
+            raise SuiteError(f"{where}: unknown key '{key}' (known: {', '.join(allowed)})")
+    return table
+
+
+def _strings(where: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise SuiteError(f"{where}: expected a list of strings")
+    return value
+
+
+class PairConfig:
+    """One pair of a suite, validated."""
+
+    def __init__(self, file: Path, name: str, table: dict[str, Any], defaults: dict[str, Any], start: int) -> None:
+        where = f"{file.name}: pairs.{name}"
+        merged = {**defaults, **table}
+        tolerances = {**defaults.get("tolerances", {}), **table.get("tolerances", {})}
+        _check_table(f"{where}.tolerances", tolerances, tuple(TOLERANCES))
+        self.tolerances: dict[str, tuple[float, str]] = {}
+        for key, value in tolerances.items():
+            origin = "pairs." + name if key in table.get("tolerances", {}) else "defaults"
+            try:
+                self.tolerances[key] = (check_tolerance(key, value), f"{file.name} [{origin}.tolerances]")
+            except ValueError as exc:
+                raise SuiteError(f"{where}.tolerances.{exc}") from None
+        for key in ("metrics", "layers"):
+            if key in merged:
+                _strings(f"{where}.{key}", merged[key])
+        if "mapping" in merged and not isinstance(merged["mapping"], dict):
+            raise SuiteError(f"{where}.mapping: expected a table of fp32 tensor = quantized tensor")
+        xfail = merged.get("xfail")
+        if xfail is not None and not isinstance(xfail, str):
+            raise SuiteError(f"{where}.xfail: expected a reason string")
+        self.xfail = xfail
+        try:
+            extra = {k: merged[k] for k in ("labels", "mapping", "metrics") if k in merged}
+            self.spec: PairSpec = make_spec(file.parent, merged.get("fp32"), merged.get("quantized"),
+                                            merged.get("data"), name=name, **extra)  # fmt: skip
+        except ValueError as exc:
+            raise SuiteError(f"{where}: {exc}") from None
+        try:
+            self.rules = pair_rules(self.spec.id, merged.get("layers", []), f"{where}.layers", start)
+        except ValueError as exc:
+            raise SuiteError(f"{where}.layers: {exc}") from None
+
+
+def load_suite(path: Path, start: int = 0) -> list[PairConfig]:
+    """Parse and validate a suite file; :class:`SuiteError` on the first problem."""
+    document = _check_table(path.name, _load_toml(path), ("defaults", "pairs"))
+    defaults = _check_table(f"{path.name}: defaults", document.get("defaults", {}), DEFAULT_KEYS)
+    pairs = document.get("pairs")
+    if not isinstance(pairs, dict) or not pairs:
+        raise SuiteError(f"{path.name}: no [pairs.<name>] table")
+    configs = []
+    for name, table in pairs.items():  # TOML tables keep file order: deterministic ids under xdist
+        _check_table(f"{path.name}: pairs.{name}", table, PAIR_KEYS)
+        configs.append(PairConfig(path, name, table, defaults, start))
+    return configs
+
+
+class QAccuracyFile(pytest.File):
+    """A ``qaccuracy_*.toml`` suite."""
+
+    def collect(self) -> Iterator[pytest.Collector]:
+        state = self.config.stash[session_key]
+        try:
+            pairs = load_suite(self.path, len(state.settings.rules))
+        except SuiteError as exc:
+            raise self.CollectError(str(exc)) from None
+        for pair in pairs:
+            yield QAccuracyPair.from_parent(self, name=pair.spec.id, pair=pair)
+
+
+class QAccuracyPair(pytest.Collector):
+    """One pair of a suite; its children are the checks."""
+
+    def __init__(self, *, pair: PairConfig, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pair = pair
+
+    def collect(self) -> Iterator[pytest.Item]:
+        state = self.config.stash[session_key]
+        tolerances = {**state.settings.tolerances, **self.pair.tolerances}
+        rules = [*state.settings.rules, *self.pair.rules]
+        groups: list[tuple[str, dict[str, tuple[float, str]], list[Rule], bool]] = []
+        keep = {k: v for k, v in tolerances.items() if k == "topk"}
+        for name in CHECK_ORDER:
+            if name == "rtol" and ("rtol" in tolerances or "atol" in tolerances):
+                subset = {k: tolerances[k] for k in ("rtol", "atol") if k in tolerances}
+                groups.append(("rtol" if "rtol" in tolerances else "atol", {**keep, **subset}, [], False))
+            elif name in tolerances and name != "rtol":
+                groups.append((name, {**keep, name: tolerances[name]}, [], False))
+        if any(fnmatchcase(self.pair.spec.id, r.pair) for r in rules):
+            groups.append(("rules", dict(keep), rules, False))
+        if state.settings.baseline_dir is not None:
+            groups.append(("drift", dict(keep), [], True))
+        if not groups:
+            groups.append(("compare", dict(keep), [], False))
+        for name, subset, subset_rules, drift in groups:
+            item = QAccuracyCheck.from_parent(
+                self, name=name, spec=self.pair.spec, tolerances=subset, rules=subset_rules, drift=drift,
+                measure=tolerances,
+            )  # fmt: skip
+            if self.pair.xfail is not None:
+                item.add_marker(pytest.mark.xfail(reason=self.pair.xfail, strict=True))
+            yield item
+
+
+class QAccuracyCheckFailed(AssertionError):
+    """A suite check failed; ``args[0]`` is the full message."""
+
+
+class QAccuracyCheck(pytest.Item):
+    """One check of one suite pair."""
+
+    def __init__(
+        self,
+        *,
+        spec: PairSpec,
+        tolerances: Mapping[str, tuple[float, str]],
+        rules: list[Rule],
+        drift: bool,
+        measure: Mapping[str, tuple[float, str]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spec, self.tolerances, self.rules, self.drift, self.measure = spec, tolerances, rules, drift, measure
+
+    def runtest(self) -> None:
+        state = self.config.stash[session_key]
+        result = state.check(self.spec, self.tolerances, self.rules, self.nodeid, drift=self.drift,
+                             measure=self.measure)  # fmt: skip
+        if state.settings.junit_properties:
+            self.user_properties.extend(result.properties)
+        if result.message is not None:
+            raise QAccuracyCheckFailed(result.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, QAccuracyCheckFailed):
+            return str(excinfo.value)
+        from pytest_qaccuracy.errors import InputError
+
+        if isinstance(excinfo.value, InputError):
+            return f"{type(excinfo.value).__name__}: {excinfo.value}"
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"qaccuracy: {self.spec.id}::{self.name}"
+
+
+__all__ = ["QAccuracyCheck", "QAccuracyFile", "QAccuracyPair", "SuiteError", "is_suite", "load_suite"]

@@ -1,0 +1,147 @@
+"""Per-layer baselines: a pair's error profile saved once, and drift checks against it later.
+
+A baseline file holds each output's and each layer's metrics. Drift rules (``qaccuracy_max_drift``)
+say how much a metric may worsen: ``sqnr:-1.0`` (SQNR may drop by 1 dB), ``mse:+20%`` (MSE may rise
+by 20 %), ``cosine:-0.001``. The sign must point in the metric's worse direction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_qaccuracy.report.atomic import atomic_write_json
+
+if TYPE_CHECKING:
+    from pytest_qaccuracy.analysis.results import ComparisonResult
+
+BASELINE_SCHEMA = 1
+DEFAULT_DRIFT = ("sqnr:-1.0",)
+
+_DRIFT = re.compile(
+    r"^\s*(?P<metric>[A-Za-z_][A-Za-z0-9_]*)\s*:\s*(?P<sign>[+-])?(?P<value>[0-9.eE+-]+)(?P<pct>%)?\s*$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DriftRule:
+    """How far ``metric`` may move in its worse direction: an amount, or a percentage of the baseline."""
+
+    metric: str
+    limit: float
+    percent: bool
+    text: str
+
+    def allowed(self, baseline: float, higher_is_better: bool) -> float:
+        """The worst current value still accepted."""
+        amount = abs(baseline) * self.limit / 100 if self.percent else self.limit
+        return baseline - amount if higher_is_better else baseline + amount
+
+
+def parse_drift_rule(text: str, higher_is_better: Mapping[str, bool] | None = None) -> DriftRule:
+    """Parse ``metric:[+-]value[%]``; a ValueError names the problem."""
+    match = _DRIFT.match(text)
+    if not match:
+        raise ValueError(f"bad drift rule {text.strip()!r}: expected '<metric>:<+|-><value>[%]', e.g. 'sqnr:-1.0'")
+    metric = match["metric"].lower()
+    try:
+        limit = float(match["value"])
+    except ValueError:
+        raise ValueError(f"bad drift rule {text.strip()!r}: {match['value']!r} is not a number") from None
+    if higher_is_better is not None:
+        if metric not in higher_is_better:
+            raise ValueError(f"drift rule {text.strip()!r}: unknown metric '{metric}'")
+        worse = "-" if higher_is_better[metric] else "+"
+        if match["sign"] and match["sign"] != worse:
+            raise ValueError(
+                f"drift rule {text.strip()!r}: {metric} gets worse as it {'falls' if worse == '-' else 'rises'}; "
+                f"write {metric}:{worse}{match['value']}{match['pct'] or ''}"
+            )
+    return DriftRule(metric, limit, bool(match["pct"]), text.strip())
+
+
+def profile(result: ComparisonResult, pair_id: str) -> dict[str, Any]:
+    """The baseline document of one comparison."""
+    return {
+        "schema_version": BASELINE_SCHEMA,
+        "pair": pair_id,
+        "fp32_model": result.fp32_model,
+        "quantized_model": result.quantized_model,
+        "data": result.data,
+        "records": result.records,
+        "higher_is_better": dict(result.higher_is_better),
+        "outputs": {o.name: dict(o.metrics) for o in result.outputs},
+        "layers": {layer.tensor: dict(layer.metrics) for layer in result.layers},
+    }
+
+
+def save_baseline(path: Path, document: Mapping[str, Any]) -> Path:
+    return atomic_write_json(path, document)
+
+
+def load_baseline(path: Path) -> dict[str, Any] | None:
+    """The baseline at ``path``, or None if there is none; ValueError if it is not ours."""
+    if not path.is_file():
+        return None
+    document = json.loads(path.read_text(encoding="utf-8"))
+    if document.get("schema_version") != BASELINE_SCHEMA:
+        raise ValueError(f"{path}: unsupported baseline schema_version {document.get('schema_version')!r}")
+    return document
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One target whose metric moved beyond its rule."""
+
+    target: str
+    metric: str
+    baseline: float
+    current: float | None
+    allowed: float
+    rule: str
+
+    def describe(self) -> str:
+        current = "undefined" if self.current is None else f"{self.current:.6g}"
+        return f"{self.target}: {self.metric} {self.baseline:.6g} -> {current} (limit {self.allowed:.6g}, {self.rule})"
+
+
+def find_drift(
+    baseline: Mapping[str, Any], result: ComparisonResult, rules: Sequence[DriftRule]
+) -> tuple[list[Drift], list[str]]:
+    """Drifts beyond ``rules``, and the baseline's outputs/layers this result no longer has."""
+    higher = {**baseline.get("higher_is_better", {}), **result.higher_is_better}
+    current = {f"output '{o.name}'": o.metrics for o in result.outputs}
+    current |= {f"layer '{x.tensor}'": x.metrics for x in result.layers}
+    saved = {f"output '{k}'": v for k, v in baseline.get("outputs", {}).items()}
+    saved |= {f"layer '{k}'": v for k, v in baseline.get("layers", {}).items()}
+    drifts, missing = [], []
+    for target, before in saved.items():
+        if target not in current:
+            missing.append(target)
+            continue
+        for rule in rules:
+            old = before.get(rule.metric)
+            if old is None or rule.metric not in current[target]:
+                continue
+            new = current[target][rule.metric]
+            worst = rule.allowed(float(old), higher.get(rule.metric, False))
+            ok = new is not None and (new >= worst if higher.get(rule.metric, False) else new <= worst)
+            if not ok:
+                drifts.append(Drift(target, rule.metric, float(old), new, worst, rule.text))
+    return drifts, missing
+
+
+__all__ = [
+    "DEFAULT_DRIFT",
+    "Drift",
+    "DriftRule",
+    "find_drift",
+    "load_baseline",
+    "parse_drift_rule",
+    "profile",
+    "save_baseline",
+]

@@ -1,0 +1,169 @@
+"""The session summary: terminal lines (tabulate) and the ``summary.json`` document. Pure: no pytest.
+
+Both take the plugin's pair records (plain dicts: ``id``, ``comparison`` (contract 2), ``topk``,
+``checks``), so they read the same whether the results came from this process or xdist workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SUMMARY_SCHEMA = 1
+#: Output metrics shown in the terminal summary when present.
+KEY_METRICS = ("cosine", "sqnr", "mse", "max_abs", "lsb")
+SENSITIVE_LAYERS = 3
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.6g}"
+
+
+def record_passed(record: Mapping[str, Any]) -> bool:
+    return all(check["passed"] for check in record["checks"])
+
+
+def _check_rows(record: Mapping[str, Any]) -> list[list[str]]:
+    """One row per distinct (target, metric, op, threshold) among output checks, failures first."""
+    rows: dict[tuple[Any, ...], list[str]] = {}
+    for check in record["checks"]:
+        if check["target"].startswith("layer "):
+            continue
+        key = (check["target"], check["metric"], check["op"], check["threshold"])
+        limit = "-" if check["threshold"] is None else f"{check['op']} {_fmt(check['threshold'])}"
+        row = [check["target"], check["metric"], _fmt(check["value"]), limit, "pass" if check["passed"] else "FAIL"]
+        if key not in rows or row[-1] == "FAIL":
+            rows[key] = row
+    checked = {(r[0], r[1]) for r in rows.values()}
+    for output in record["comparison"]["outputs"]:
+        target = f"output '{output['name']}'"
+        for metric in KEY_METRICS:
+            if metric in output["metrics"] and (target, metric) not in checked:
+                rows[(target, metric)] = [target, metric, _fmt(output["metrics"][metric]), "-", ""]
+    return sorted(rows.values(), key=lambda r: (r[-1] != "FAIL", r[0], r[1]))
+
+
+def _layer_line(record: Mapping[str, Any]) -> list[str]:
+    layers = record["comparison"]["layers"]
+    checks = [c for c in record["checks"] if c["target"].startswith("layer ")]
+    lines = []
+    if checks:
+        failed = [c for c in checks if not c["passed"]]
+        lines.append(f"  layer rules: {len(checks) - len(failed)} / {len(checks)} pass")
+        lines += [f"    FAIL {c['detail']}" for c in failed[:5]]
+    higher = record["comparison"].get("higher_is_better", {})
+    metric = next((m for m in ("sqnr", "cosine", "mse") if m in record["comparison"]["metric_definitions"]), None)
+    if metric and layers:
+        sign = 1.0 if higher.get(metric, False) else -1.0  # worst first
+        defined = [x for x in layers if x["metrics"].get(metric) is not None]
+        worst = sorted(defined, key=lambda x: sign * x["metrics"][metric])[:SENSITIVE_LAYERS]
+        unit = " dB" if metric == "sqnr" else ""
+        names = ", ".join(f"{x['tensor']} ({x['op_type']}) {_fmt(x['metrics'][metric])}{unit}" for x in worst)
+        lines.append(f"  most sensitive layers ({metric}): {names}")
+    return lines
+
+
+def summary_lines(records: Sequence[Mapping[str, Any]], artifacts: str | None = None) -> list[str]:
+    """The terminal summary: one block per pair (header, tabulate table, sensitive layers)."""
+    from tabulate import tabulate
+
+    lines: list[str] = []
+    for record in records:
+        comparison = record["comparison"]
+        verdict = "PASSED" if record_passed(record) else "FAILED"
+        lines.append(
+            f"{record['id']}: {verdict} ({comparison['fp32_model']} vs {comparison['quantized_model']} "
+            f"on {comparison['data']}, {comparison['records']} records)"
+        )
+        rows = _check_rows(record)
+        for output, counts in sorted(record.get("topk", {}).items()):
+            for k, row in counts["k"].items():
+                target = f"output '{output}'"
+                if not any(r[0] == target and r[1] == f"top-{k} agreement" for r in rows):
+                    rows.append([target, f"top-{k} agreement", _fmt(row["agreement"]), "-", ""])
+        table = tabulate(rows, headers=["target", "metric", "value", "tolerance", "status"], tablefmt="simple")
+        lines += ["  " + line for line in table.splitlines()]
+        lines += _layer_line(record)
+        lines.append("")
+    passed = sum(record_passed(r) for r in records)
+    lines.append(f"{passed} / {len(records)} pairs passed" + (f"; artifacts in {artifacts}" if artifacts else ""))
+    return lines
+
+
+def file_sha256(path: Path) -> str | None:
+    """SHA-256 of a file, or of a folder's files (relative names and contents, sorted)."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+    else:
+        return None
+    for file in files:
+        if path.is_dir():
+            digest.update(file.relative_to(path).as_posix().encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def versions() -> dict[str, str | None]:
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    names = ("pytest-qaccuracy", "onnx", "onnxruntime", "numpy", "pytest")
+    return {"python": platform.python_version(), **{name: version(name) for name in names}}
+
+
+def summary_document(
+    records: Sequence[Mapping[str, Any]], root: Path, artifacts: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """``summary.json``: versions, UTC time, and per pair its files' SHA-256, checks and artifacts."""
+
+    def file_entry(path: str | None) -> dict[str, str | None] | None:
+        if path is None:
+            return None
+        p = Path(path)
+        try:
+            shown = p.relative_to(root).as_posix()
+        except ValueError:
+            shown = p.as_posix()
+        return {"path": shown, "sha256": file_sha256(p)}
+
+    pairs = []
+    for record in records:
+        pairs.append(
+            {
+                "id": record["id"],
+                "key": record["key"],
+                "passed": record_passed(record),
+                "fp32": file_entry(record["fp32"]),
+                "quantized": file_entry(record["quantized"]),
+                "data": file_entry(record["data"]),
+                "labels": file_entry(record.get("labels")),
+                "records": record["comparison"]["records"],
+                "outputs": {o["name"]: o["metrics"] for o in record["comparison"]["outputs"]},
+                "topk": record.get("topk", {}),
+                "checks": list(record["checks"]),
+                "artifacts": dict(artifacts.get(record["key"], {})),
+            }
+        )
+    return {
+        "schema_version": SUMMARY_SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": versions(),
+        "passed": all(p["passed"] for p in pairs),
+        "pairs": pairs,
+    }
+
+
+__all__ = ["SUMMARY_SCHEMA", "file_sha256", "record_passed", "summary_document", "summary_lines", "versions"]
