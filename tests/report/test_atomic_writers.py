@@ -1,0 +1,76 @@
+"""Every writer goes through report.atomic: a failure mid-way leaves neither a file nor a temp file."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.report import atomic
+from pytest_qaccuracy.report.dot import write_dot
+from pytest_qaccuracy.report.html import write_html
+from pytest_qaccuracy.report.visq import write_visq
+
+
+def tiny_model() -> onnx.ModelProto:
+    node = helper.make_node("Relu", ["x"], ["conv1_out"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("conv1_out", TensorProto.FLOAT, [1])],
+    )
+    return helper.make_model(graph)
+
+
+WRITERS = {
+    "visq": lambda path, result: write_visq(path, result, "mse"),
+    "dot": lambda path, result: write_dot(path, tiny_model(), result, "mse"),
+    "html": lambda path, result: write_html(path, [result]),
+}
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_writes_and_returns_the_path(tmp_path, small_result, kind):
+    path = tmp_path / "deeper" / f"out.{kind}"
+    assert WRITERS[kind](path, small_result) == path
+    assert path.read_text(encoding="utf-8")
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_failure_mid_write_leaves_nothing(tmp_path, small_result, monkeypatch, kind):
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(atomic.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        WRITERS[kind](tmp_path / f"out.{kind}", small_result)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", WRITERS)
+def test_failure_keeps_the_old_file(tmp_path, small_result, monkeypatch, kind):
+    path = tmp_path / f"out.{kind}"
+    path.write_text("old")
+
+    def broken_fsync(fd):
+        raise OSError("I/O error")
+
+    monkeypatch.setattr(atomic.os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="I/O error"):
+        WRITERS[kind](path, small_result)
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("kind", ["visq", "dot"])
+def test_bad_metric_writes_nothing(tmp_path, small_result, kind):
+    writer = {
+        "visq": lambda p: write_visq(p, small_result, "tae"),
+        "dot": lambda p: write_dot(p, tiny_model(), small_result, "tae"),
+    }
+    with pytest.raises(InputError):
+        writer[kind](tmp_path / "x")
+    assert list(tmp_path.iterdir()) == []
