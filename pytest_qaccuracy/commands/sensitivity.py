@@ -1,0 +1,98 @@
+"""``qaccuracy sensitivity``: which quantized nodes hurt the outputs, and what to keep in float (contract 1)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pytest_qaccuracy.errors import InputError
+
+NAME = "sensitivity"
+HELP = "rank the quantized nodes of a QDQ model by how much they hurt the outputs; suggest nodes to exclude"
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("fp32", type=Path, help="the fp32 ONNX model")
+    parser.add_argument("quantized", type=Path, help="the QDQ ONNX model")
+    parser.add_argument("--data", required=True, type=Path, help=".h5/.hdf5 (ONE layout), .npz, or a folder of .npy")
+    parser.add_argument(
+        "--mode",
+        choices=("single", "leave-one-out", "cumulative"),
+        default="single",
+        help="single: only the node quantized; leave-one-out: all but the node; cumulative: error per layer",
+    )
+    parser.add_argument("--metric", default="cosine", help="metric(s), comma-separated; the first ranks")
+    parser.add_argument("--granularity", choices=("node", "weight", "activation"), default="node")
+    parser.add_argument("--nodes", type=_names, default=None, help="comma-separated nodes to analyse (default: all)")
+    parser.add_argument("--sweep", type=int, default=None, metavar="K", help="keep the K worst nodes in float, k=0..K")
+    parser.add_argument("--target", default=None, help="suggest the nodes to exclude to reach e.g. cosine>=0.999")
+    parser.add_argument(
+        "--quantize-nodes", type=_names, action="append", default=[], help="cumulative: a curve quantizing only these"
+    )
+    parser.add_argument(
+        "--exclude-nodes", type=_names, action="append", default=[], help="cumulative: a curve with all but these"
+    )
+    parser.add_argument("--average-mode", action="store_true", help="cumulative: running mean of the curve")
+    parser.add_argument("--batch-size", type=int, default=8, help="records per run (default: 8)")
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: onnxruntime decides)")
+    parser.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated execution providers")
+    parser.add_argument("--capture", choices=("reference", "deployed"), default="reference")
+    parser.add_argument("--strategy", choices=("reuse", "naive"), default="reuse")
+    parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
+    parser.add_argument("--top", type=int, default=20, help="how many nodes to print (default: 20)")
+    parser.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument("--out-dir", type=Path, default=None, help="write result files and chart data here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pytest_qaccuracy.analysis.cumulative import DEFAULT_CONFIGS, cumulative_in, parse_configs
+    from pytest_qaccuracy.analysis.sensitivity import open_session, sensitivity_in
+    from pytest_qaccuracy.analysis.sensitivity_report import (
+        cumulative_table,
+        sensitivity_table,
+        sweep_table,
+        write_sensitivity_artifacts,
+    )
+    from pytest_qaccuracy.analysis.sweep import Target, sweep_in
+    from pytest_qaccuracy.model import ModelPair
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    if args.top < 0:
+        raise InputError(f"--top must be >= 0, got {args.top}")
+    if args.sweep is not None and args.sweep < 0:
+        raise InputError(f"--sweep must be >= 0, got {args.sweep}")
+    target = Target.parse(args.target) if args.target else None
+    options = RuntimeOptions(
+        providers=tuple(p.strip() for p in args.providers.split(",") if p.strip()),
+        threads=args.threads,
+        batch_size=args.batch_size,
+    )
+    metrics = list(_names(args.metric))
+    if target is not None and target.metric not in metrics:
+        metrics.append(target.metric)
+    pair = ModelPair(args.fp32, args.quantized)
+    session = open_session(pair, args.data, metrics, options, args.capture, args.strategy, args.allow_nonfinite)
+    results = {}
+    try:
+        if args.mode == "cumulative":
+            configs = parse_configs(args.quantize_nodes, args.exclude_nodes) or list(DEFAULT_CONFIGS)
+            results["cumulative"] = cumulative_in(session, configs, args.average_mode)
+            sys.stdout.write(cumulative_table(results["cumulative"]) + "\n")
+        else:
+            ranking = sensitivity_in(session, args.mode, args.granularity, args.nodes)
+            results["sensitivity"] = ranking
+            sys.stdout.write(sensitivity_table(ranking, top=args.top) + "\n")
+            if args.sweep is not None or target is not None:
+                results["sweep"] = sweep_in(session, ranking, args.sweep, target)
+                sys.stdout.write("\n" + sweep_table(results["sweep"]) + "\n")
+    finally:
+        session.close()
+    for path in write_sensitivity_artifacts(pair.quantized_path.stem, args.out_dir, args.json, **results):
+        sys.stdout.write(f"wrote {path}\n")
+    sweep = results.get("sweep")
+    return 1 if sweep is not None and sweep.target is not None and sweep.suggestion is None else 0
