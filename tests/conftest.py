@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests import the model builder
 
 import modelzoo
 
+pytest_plugins = ["pytester"]  # tests/plugin runs real pytest sessions
+
 #: (format, activation type, weight type, per-channel) of each quantized variant in the zoo.
 VARIANTS = {
     "qdq_u8": ("qdq", "uint8", "int8", False),

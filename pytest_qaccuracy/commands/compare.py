@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the comparison JSON (contract 2) here")
     parser.add_argument("--out-dir", type=Path, default=None, help="write visq.json, DOT and report.html here")
     parser.add_argument("--top", type=int, default=10, help="how many worst layers to print (default: 10)")
+    parser.add_argument(
+        "--rank-by", default=None, help="metric that ranks the worst layers (default: sqnr if measured)"
+    )
 
 
 def _session_config(items: list[str]) -> dict[str, str]:
@@ -68,11 +71,10 @@ def _mapping(path: Path | None) -> dict[str, str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_qaccuracy.report.tables import comparison_table
-
     from pytest_qaccuracy.analysis.compare import compare
     from pytest_qaccuracy.model import ModelPair
     from pytest_qaccuracy.report.artifacts import write_comparison_artifacts
+    from pytest_qaccuracy.report.tables import comparison_table
     from pytest_qaccuracy.runtime import RuntimeOptions
 
     options = RuntimeOptions(
@@ -98,8 +100,15 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         scheme=args.scheme,
     )
-    sys.stdout.write(comparison_table(result, top=args.top) + "\n")
-    written = write_comparison_artifacts(result, pair.fp32, json_path=args.json, out_dir=args.out_dir)
-    for path in written:
-        sys.stdout.write(f"wrote {path}\n")
+    rank_by = args.rank_by or ("sqnr" if "sqnr" in result.metric_names else None)
+    if rank_by is not None and rank_by not in result.metric_names:
+        raise InputError(f"--rank-by {rank_by}: not among the measured metrics {', '.join(result.metric_names)}")
+    sys.stdout.write(comparison_table(result, top=args.top, rank_by=rank_by) + "\n")
+    write_comparison_artifacts(result, pair.fp32, json_path=args.json, out_dir=args.out_dir)
+    if args.json is not None:
+        sys.stdout.write(f"wrote {args.json}\n")
+    if args.out_dir is not None:
+        sys.stdout.write(
+            f"wrote {len(result.metric_names)} visq.json and DOT files, and report.html, to {args.out_dir}\n"
+        )
     return 0

@@ -37,7 +37,7 @@ def write_comparison_artifacts(
         stem = artifact_stem(result)
         written.append(atomic_write_json(out_dir / f"{stem}.comparison.json", result.to_dict()))
         for metric in result.metric_names:
-            written.append(write_visq(out_dir / f"{stem}.{metric}.visq.json", result, metric) or out_dir)
-            written.append(write_dot(out_dir / f"{stem}.{metric}.dot", fp32_model, result, metric) or out_dir)
-        written.append(write_html(out_dir / "report.html", [result]) or out_dir)
+            written.append(write_visq(out_dir / f"{stem}.{metric}.visq.json", result, metric))
+            written.append(write_dot(out_dir / f"{stem}.{metric}.dot", fp32_model, result, metric))
+        written.append(write_html(out_dir / "report.html", [result]))
     return written

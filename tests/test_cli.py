@@ -1,0 +1,100 @@
+"""The qaccuracy command: compare end to end, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.cli import main
+
+
+def test_compare_prints_tables_and_writes_every_artifact(zoo, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(
+        [
+            "compare",
+            str(zoo["fp32"]),
+            str(zoo["qdq_u8"]),
+            "--data",
+            str(zoo["data"]),
+            "--metrics",
+            "mse,sqnr,srmse",
+            "--out-dir",
+            str(out),
+            "--json",
+            str(tmp_path / "r.json"),
+            "--top",
+            "3",
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "logits" in text and "Worst 3 of 11 layers by sqnr" in text
+    result = ComparisonResult.from_dict(json.loads((tmp_path / "r.json").read_text()))
+    assert result.records == 12 and result.metric_names == ["mse", "sqnr", "srmse"]
+    stem = "net.qdq_u8"
+    expected = {f"{stem}.comparison.json", "report.html"} | {
+        f"{stem}.{m}.{ext}" for m in ("mse", "sqnr", "srmse") for ext in ("visq.json", "dot")
+    }
+    assert {p.name for p in out.iterdir()} == expected
+    visq = json.loads((out / f"{stem}.mse.visq.json").read_text())
+    assert visq["meta"]["model"] == "net.onnx" and visq["meta"]["metric"] == "MSE"
+    assert set(visq["error"][0]) == {layer.tensor for layer in result.layers}
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+def test_bad_input_is_exit_2_with_one_error_line(zoo, tmp_path, capsys):
+    args = ["compare", str(zoo["fp32"]), str(zoo["qop_u8"])]
+    assert main([*args, "--data", str(tmp_path / "none.h5")]) == 2
+    assert _error_line(capsys) == f"error: {tmp_path / 'none.h5'}: dataset not found"
+    assert main([*args, "--data", str(zoo["data"]), "--metrics", "mse,nope"]) == 2
+    assert _error_line(capsys).startswith("error: unknown metric 'nope'; available: mse")
+    bad = tmp_path / "bad.h5"
+    with h5py.File(bad, "w") as f:
+        f.create_dataset("value/0/0", data=np.zeros((1, 16, 16, 3), np.float32))
+    assert main([*args, "--data", str(bad)]) == 2
+    assert _error_line(capsys) == (
+        "error: bad.h5: record 0, input 0 ('x'): shape (1, 16, 16, 3) does not match the model input (N, 3, 16, 16)"
+    )
+    assert main([*args, "--data", str(zoo["data"]), "--scheme", "tflite"]) == 2
+    assert _error_line(capsys) == "error: --scheme applies to --backend integer only"
+
+
+def test_usage_errors_are_exit_2_with_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["compare", "a.onnx"])
+    assert info.value.code == 2
+    assert _error_line(capsys).startswith("error: qaccuracy compare: the following arguments are required")
+
+
+def test_console_script_runs(zoo, tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_qaccuracy.cli",
+            "compare",
+            str(zoo["fp32"]),
+            str(zoo["qop_s8_pc"]),
+            "--data",
+            str(zoo["data"]),
+            "--outputs-only",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "logits" in proc.stdout
