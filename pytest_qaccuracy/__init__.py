@@ -1,0 +1,60 @@
+"""pytest-qaccuracy: quantization accuracy of ONNX model pairs as an ordinary regression test.
+
+The public API is re-exported here lazily (PEP 562): importing the package costs nothing, so the
+pytest plugin, which pytest loads for every run, stays cheap. See docs/api.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+#: public name -> module that defines it
+_EXPORTS = {
+    "ModelPair": "pytest_qaccuracy.model",
+    "load_model": "pytest_qaccuracy.model",
+    "match_tensors": "pytest_qaccuracy.model",
+    "load_dataset": "pytest_qaccuracy.data",
+    "bind_dataset": "pytest_qaccuracy.data",
+    "compare": "pytest_qaccuracy.analysis.compare",
+    "worst_layers": "pytest_qaccuracy.analysis.compare",
+    "first_jump": "pytest_qaccuracy.analysis.compare",
+    "ComparisonResult": "pytest_qaccuracy.analysis.results",
+    "LayerResult": "pytest_qaccuracy.analysis.results",
+    "OutputResult": "pytest_qaccuracy.analysis.results",
+    "RuntimeOptions": "pytest_qaccuracy.runtime",
+    "Metric": "pytest_qaccuracy.metrics",
+    "StatsMetric": "pytest_qaccuracy.metrics",
+    "register_metric": "pytest_qaccuracy.metrics",
+    "available_metrics": "pytest_qaccuracy.metrics",
+    "QAccuracyError": "pytest_qaccuracy.errors",
+    "InputError": "pytest_qaccuracy.errors",
+    "DataError": "pytest_qaccuracy.errors",
+    "ModelError": "pytest_qaccuracy.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from pytest_qaccuracy.analysis.compare import compare, first_jump, worst_layers
+    from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
+    from pytest_qaccuracy.data import bind_dataset, load_dataset
+    from pytest_qaccuracy.errors import DataError, InputError, ModelError, QAccuracyError
+    from pytest_qaccuracy.metrics import Metric, StatsMetric, available_metrics, register_metric
+    from pytest_qaccuracy.model import ModelPair, load_model, match_tensors
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pytest_qaccuracy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
