@@ -7,7 +7,7 @@ pytest plugin, which pytest loads for every run, stays cheap. See docs/api.md.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -36,16 +36,6 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from pytest_qaccuracy.analysis.compare import compare, first_jump, worst_layers
-    from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
-    from pytest_qaccuracy.data import bind_dataset, load_dataset
-    from pytest_qaccuracy.errors import DataError, InputError, ModelError, QAccuracyError
-    from pytest_qaccuracy.metrics import Metric, StatsMetric, available_metrics, register_metric
-    from pytest_qaccuracy.model import ModelPair, load_model, match_tensors
-    from pytest_qaccuracy.runtime import RuntimeOptions
-
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
