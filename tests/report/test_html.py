@@ -136,3 +136,51 @@ def test_browser_screenshot(chromium, tmp_path, small_result):
     shot = tmp_path / "report.png"
     run_chromium(chromium, tmp_path, path.as_uri(), "--window-size=1300,1500", f"--screenshot={shot}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+
+INTERACT = """<script>
+(function () {
+  var out = {};
+  var section = document.getElementById("pair-0");
+  var head = section.querySelector('table.layers th[data-key="mse"] button');
+  head.click();  // first click on an error metric sorts worst first
+  out.sortedByMse = Array.prototype.map.call(section.querySelectorAll("tr.layer-row td.tensor"), function (td) {
+    return td.textContent;
+  });
+  out.ariaSort = section.querySelector('th[data-key="mse"]').getAttribute("aria-sort");
+  head.click();
+  out.reversedFirst = section.querySelector("tr.layer-row td.tensor").textContent;
+  var select = section.querySelector("select");
+  select.value = "mpeir";
+  select.dispatchEvent(new Event("change"));
+  out.mpeirBars = section.querySelectorAll("rect.bar").length;
+  out.mpeirMissing = section.querySelectorAll("rect.missing").length;
+  var filter = section.querySelector('input[type="search"]');
+  filter.value = "CONV";
+  filter.dispatchEvent(new Event("input"));
+  out.filtered = section.querySelectorAll("tr.layer-row").length;
+  section.querySelector('rect.bar[data-order="2"]').dispatchEvent(new MouseEvent("click"));
+  out.highlighted = section.querySelector("tr.hl").getAttribute("data-order");
+  document.body.setAttribute("data-interaction", JSON.stringify(out));
+})();
+</script>
+"""
+
+
+def test_browser_interaction(chromium, tmp_path, small_result):
+    text = render_html([small_result]).replace("</body>", INTERACT + "</body>")
+    path = tmp_path / "interactive.html"
+    path.write_text(text, encoding="utf-8")
+    dom = run_chromium(chromium, tmp_path, path.as_uri(), "--dump-dom")
+    found = re.search(r"data-interaction=\"([^\"]*)\"", dom)
+    assert found, dom[-3000:]
+    result = json.loads(found[1].replace("&quot;", '"').replace("&amp;", "&"))
+    assert result == {
+        "sortedByMse": ["conv2_out", "logits", "conv1_out", "relu1_out"],
+        "ariaSort": "descending",
+        "reversedFirst": "relu1_out",
+        "mpeirBars": 3,
+        "mpeirMissing": 1,
+        "filtered": 2,
+        "highlighted": "2",
+    }
