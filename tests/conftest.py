@@ -6,8 +6,6 @@ import logging
 import sys
 from pathlib import Path
 
-import h5py
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests import the model builders as `modelzoo`
@@ -34,16 +32,5 @@ def zoo(tmp_path_factory) -> dict[str, Path]:
     calib = modelzoo.random_inputs(8, seed=3)
     for name, (fmt, act, weight, per_channel) in VARIANTS.items():
         paths[name] = modelzoo.quantize(paths["fp32"], root / f"net.{name}.onnx", calib, fmt, act, weight, per_channel)
-    paths["data"] = write_h5(root / "data.h5", modelzoo.random_inputs(12, seed=4))
+    paths["data"] = modelzoo.write_h5(root / "data.h5", modelzoo.random_inputs(12, seed=4))
     return paths
-
-
-def write_h5(path: Path, records: np.ndarray, labels: np.ndarray | None = None) -> Path:
-    """Write records (record axis first, one input) in ONE's layout value/<record>/0."""
-    with h5py.File(path, "w") as f:
-        group = f.create_group("value")
-        for i, record in enumerate(records):
-            group.create_dataset(f"{i}/0", data=record)
-        if labels is not None:
-            f.create_dataset("labels", data=labels)
-    return path

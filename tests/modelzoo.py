@@ -105,3 +105,16 @@ def quantize(
         **extra,
     )
     return out
+
+
+def write_h5(path: Path, records: np.ndarray, labels: np.ndarray | None = None) -> Path:
+    """Write records (record axis first, one input) in ONE's layout value/<record>/0."""
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        group = f.create_group("value")
+        for i, record in enumerate(records):
+            group.create_dataset(f"{i}/0", data=record)
+        if labels is not None:
+            f.create_dataset("labels", data=labels)
+    return path

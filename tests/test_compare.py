@@ -12,8 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import write_h5
-from modelzoo import conv_net, random_inputs
+from modelzoo import conv_net, random_inputs, write_h5
 
 from pytest_qaccuracy.analysis.compare import compare, first_jump, worst_layers
 from pytest_qaccuracy.analysis.results import ComparisonResult

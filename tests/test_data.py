@@ -8,7 +8,7 @@ import zipfile
 import h5py
 import numpy as np
 import pytest
-from conftest import write_h5
+from modelzoo import write_h5
 
 from pytest_qaccuracy.data import HDF5Dataset, NpyDirDataset, NpzDataset, bind_dataset, load_dataset
 from pytest_qaccuracy.errors import DataError
