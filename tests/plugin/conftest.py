@@ -1,0 +1,55 @@
+"""Fixtures for the plugin tests: a pytester project holding the bundled digits models and data."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_suites"
+
+#: A test module checking the QDQ pair (passes) and the broken pair (fails) through the fixtures.
+PAIRS_MODULE = """
+import pytest
+
+FP32, DATA = "models/digits_cnn.onnx", "data/digits_test.npz"
+
+
+@pytest.mark.qaccuracy(fp32=FP32, quantized="models/digits_cnn.qdq.onnx", data=DATA, max_top1_drop=0.005)
+def test_good(qaccuracy):
+    qaccuracy.check()
+
+
+def test_broken(qaccuracy, qaccuracy_pair):
+    qaccuracy.check(qaccuracy_pair(FP32, "models/digits_cnn.broken.onnx", DATA), min_top1_agreement=0.9)
+"""
+
+#: A suite with the same two pairs.
+SUITE = """
+[defaults]
+fp32 = "models/digits_cnn.onnx"
+data = "data/digits_test.npz"
+
+[defaults.tolerances]
+max_top1_drop = 0.005
+
+[pairs.qdq]
+quantized = "models/digits_cnn.qdq.onnx"
+layers = ["conv* sqnr>=15"]
+
+[pairs.broken]
+quantized = "models/digits_cnn.broken.onnx"
+"""
+
+
+@pytest.fixture
+def digits(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A pytester project with ``models/`` (fp32, qdq, qoperator, broken) and ``data/digits_test.npz``."""
+    for folder in ("models", "data"):
+        target = pytester.path / folder
+        target.mkdir()
+        for file in sorted((EXAMPLES / folder).iterdir()):
+            if file.suffix in (".onnx", ".npz"):
+                shutil.copy(file, target / file.name)
+    return pytester

@@ -1,0 +1,168 @@
+"""Options from pytest.ini, [tool.pytest.ini_options], native TOML and the command line; bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+#: A test that prints the tolerances in effect, so a run shows each value and its source.
+SHOW = """
+def test_show(qaccuracy):
+    for name, (value, source) in sorted(qaccuracy.tolerances().items()):
+        print(f"TOL {name}={value!r} from {source}")
+"""
+
+
+def _tolerances(result: pytest.RunResult) -> dict[str, str]:
+    found = {}
+    for line in result.outlines:
+        if "TOL " in line:
+            name, rest = line[line.index("TOL ") + 4 :].split("=", 1)
+            found[name] = rest
+    return found
+
+
+def test_pytest_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nqaccuracy_min_cosine = 0.995\nqaccuracy_topk = 5\nqaccuracy_max_top1_drop = 5e-3\n")
+    pytester.makepyfile(SHOW)
+    result = pytester.runpytest("-s")
+    assert result.ret == 0
+    tol = _tolerances(result)
+    assert tol["min_cosine"] == "0.995 from ini file tox.ini (qaccuracy_min_cosine)"
+    assert tol["topk"] == "5 from ini file tox.ini (qaccuracy_topk)"
+    assert tol["max_top1_drop"].startswith("0.005 from")
+
+
+def test_pyproject_ini_options(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\nqaccuracy_min_sqnr = "25"\nqaccuracy_atol = 1e-3\n')
+    pytester.makepyfile(SHOW)
+    tol = _tolerances(pytester.runpytest("-s"))
+    assert tol["min_sqnr"] == "25.0 from ini file pyproject.toml (qaccuracy_min_sqnr)"
+    assert tol["atol"].startswith("0.001 from")
+    assert tol["min_cosine"] == "0.99 from default"
+
+
+def test_native_toml_and_cli_override(pytester: pytest.Pytester) -> None:
+    pytester.maketoml(
+        "[pytest]\nqaccuracy_min_cosine = 1\nqaccuracy_rtol = 0.02\nqaccuracy_tolerances = ['* sqnr>=2']\n"
+    )
+    pytester.makepyfile(SHOW)
+    tol = _tolerances(pytester.runpytest("-s", "--qaccuracy-rtol=0.5"))
+    assert tol["min_cosine"] == "1.0 from ini file pytest.toml (qaccuracy_min_cosine)"
+    assert tol["rtol"] == "0.5 from command line --qaccuracy-rtol"
+
+
+def test_marker_and_check_arguments_win(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nqaccuracy_min_cosine = 0.9\n")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.qaccuracy(min_cosine=0.95)
+        def test_marker(qaccuracy):
+            assert qaccuracy.tolerances()["min_cosine"] == (0.95, "marker @pytest.mark.qaccuracy(min_cosine=...)")
+            assert qaccuracy.tolerances(min_cosine=0.99)["min_cosine"][0] == 0.99
+        """
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("[pytest]\nqaccuracy_max_top1_drop = 5%\n", "qaccuracy_max_top1_drop: expected a number, got '5%'"),
+        ("[pytest]\nqaccuracy_rtol = 0.02  # relative\n", "inline comments are not supported"),
+        ("[pytest]\nqaccuracy_min_cosine = 1.5\n", "qaccuracy_min_cosine: must be between 0 and 1"),
+        ("[pytest]\nqaccuracy_topk = five\n", "qaccuracy_topk: expected"),
+        ("[pytest]\nqaccuracy_tolerances =\n    * sqnr=>20\n", "qaccuracy_tolerances: bad tolerance rule"),
+        ("[pytest]\nqaccuracy_max_drift = sqnr:lots\n", "qaccuracy_max_drift: bad drift rule"),
+        ("[pytest]\nqaccuracy_batch_size = 0\n", "qaccuracy_batch_size: expected an integer >= 1"),
+    ],
+    ids=["percent", "inline-comment", "out-of-range", "int", "rule", "drift", "batch-size"],
+)
+def test_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester, config: str, expected: str) -> None:
+    pytester.makefile(".ini", pytest=config)
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and expected in errors[0], result.errlines
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_native_toml_string_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.maketoml('[pytest]\nqaccuracy_min_sqnr = "20 dB"\n')
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert any(line.startswith("ERROR: qaccuracy_min_sqnr:") for line in result.errlines)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_bad_cli_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--qaccuracy-min-cosine=high")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --qaccuracy-min-cosine: expected a number, got 'high'"])
+
+
+def test_help_lists_options_and_writes_nothing(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["*quantization accuracy regression testing*", "*--qaccuracy-baseline=DIR*"])
+    result.stdout.fnmatch_lines(["*qaccuracy_tolerances (linelist)*"])
+    assert not (pytester.path / ".qaccuracy").exists()
+
+
+def test_markers_listed(pytester: pytest.Pytester) -> None:
+    pytester.runpytest("--markers").stdout.fnmatch_lines(["@pytest.mark.qaccuracy(fp32=None, quantized=None*"])
+
+
+def test_disabled_plugin(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.qaccuracy(min_cosine=0.9)
+        def test_x(qaccuracy):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:qaccuracy", "--strict-markers")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*'qaccuracy' not found in `markers` configuration option*"])
+    result = pytester.runpytest_subprocess("-p", "no:qaccuracy")
+    result.stdout.fnmatch_lines(["*fixture 'qaccuracy' not found*"])
+
+
+def test_strict_markers_and_warnings_as_errors(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nfilterwarnings = error\nstrict = true\njunit_family = xunit2\n")
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.qaccuracy(min_cosine=0.9)
+        def test_x(qaccuracy):
+            assert qaccuracy.tolerances()["min_cosine"][0] == 0.9
+        """
+    )
+    result = pytester.runpytest("--junitxml=out.xml")
+    result.assert_outcomes(passed=1)
+
+
+def test_unknown_marker_key_names_it(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.qaccuracy(rtl=0.1)
+        def test_typo(qaccuracy):
+            pass
+
+        @pytest.mark.qaccuracy(min_cosine="high")
+        def test_bad_value(qaccuracy):
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*@pytest.mark.qaccuracy: unknown key 'rtl' (known: fp32, *"])
+    result.stdout.fnmatch_lines(["*min_cosine: expected a number, got 'high'*"])

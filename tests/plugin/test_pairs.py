@@ -1,0 +1,171 @@
+"""Fixtures and marker on real models: verdicts, failure messages, caching, summary, artifacts, JUnit."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from .conftest import PAIRS_MODULE
+
+
+def test_good_passes_broken_fails_with_full_message(digits: pytest.Pytester) -> None:
+    digits.makepyfile(PAIRS_MODULE)
+    result = digits.runpytest()
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E       AssertionError: cosine 0.38* < 0.99 for output 'logits' (pair 'digits_cnn.broken')",
+            "E       Tolerance from: default",
+            "E       Also failed (1):",
+            "E        top-1 agreement 0.07* < 0.9 for output 'logits'",
+            "E       Worst records (cosine):",
+            "E        record 49: 0.0077*",
+        ]
+    )
+    result.stdout.fnmatch_lines(["E       Worst layers (cosine):", "E        logits (Gemm): 0.38*"])
+    result.stdout.fnmatch_lines(["E       First jump (cosine): logits (Gemm): 0.58* -> 0.38*"])
+    result.stdout.fnmatch_lines(["E       Artifacts: *pairs*digits_cnn.broken-*.json"])
+
+
+def test_session_summary_blocks(digits: pytest.Pytester) -> None:
+    digits.makepyfile(PAIRS_MODULE)
+    result = digits.runpytest()
+    result.stdout.fnmatch_lines(
+        [
+            "*= quantization accuracy summary =*",
+            "digits_cnn.broken: FAILED (digits_cnn.onnx vs digits_cnn.broken.onnx on digits_test.npz, 300 records)",
+            "*target*metric*value*tolerance*status*",
+            "*output 'logits'*cosine*0.38*>= 0.99*FAIL*",
+            "*most sensitive layers (sqnr): logits (Gemm)*",
+            "digits_cnn.qdq: PASSED *",
+            "*output 'logits'*top-1 accuracy drop*<= 0.005*pass*",
+            "1 / 2 pairs passed; artifacts in *.qaccuracy",
+        ]
+    )
+
+
+def test_artifacts_written_by_controller(digits: pytest.Pytester) -> None:
+    digits.makepyfile(PAIRS_MODULE)
+    digits.runpytest()
+    root = digits.path / ".qaccuracy"
+    summary = json.loads((root / "summary.json").read_text())
+    assert summary["schema_version"] == 1
+    assert set(summary["versions"]) >= {"onnx", "onnxruntime", "numpy", "python"}
+    assert summary["created"].endswith("+00:00")
+    ids = [p["id"] for p in summary["pairs"]]
+    assert ids == ["digits_cnn.broken", "digits_cnn.qdq"]
+    broken, good = summary["pairs"]
+    assert broken["passed"] is False and good["passed"] is True
+    assert len(broken["quantized"]["sha256"]) == 64 and broken["data"]["path"] == "data/digits_test.npz"
+    comparison = json.loads((root / broken["artifacts"]["comparison"]).read_text())
+    assert comparison["schema_version"] == 1 and comparison["quantized_model"] == "digits_cnn.broken.onnx"
+    for metric, path in broken["artifacts"]["visq"].items():
+        visq = json.loads((root / path).read_text())
+        assert visq["meta"]["metric"] == metric.upper()
+    assert set(broken["artifacts"]["visq"]) >= {"cosine", "sqnr", "mse"}
+    assert (root / broken["artifacts"]["dot"]).read_text().startswith("digraph")
+    assert not list(root.rglob("*.tmp"))
+
+
+def test_custom_artifacts_dir_and_no_artifacts(digits: pytest.Pytester) -> None:
+    digits.makeini("[pytest]\nqaccuracy_artifacts_dir = out/acc\n")
+    digits.makepyfile(PAIRS_MODULE)
+    digits.runpytest("-k", "good")
+    assert (digits.path / "out" / "acc" / "summary.json").is_file()
+    digits.runpytest("-k", "good", "--qaccuracy-no-artifacts", "--qaccuracy-artifacts-dir=other")
+    assert not (digits.path / "other").exists()
+
+
+def test_comparison_runs_once_per_session(digits: pytest.Pytester) -> None:
+    digits.makepyfile(
+        """
+        import pytest
+
+        SEEN = []
+        ARGS = ("models/digits_cnn.onnx", "models/digits_cnn.qdq.onnx", "data/digits_test.npz")
+
+        @pytest.mark.parametrize("n", range(3))
+        def test_same_pair(qaccuracy_pair, n):
+            SEEN.append(qaccuracy_pair(*ARGS).result)
+            assert all(r is SEEN[0] for r in SEEN)
+            assert len(SEEN[0].layers) > 3
+        """
+    )
+    digits.runpytest().assert_outcomes(passed=3)
+
+
+def test_junit_properties(digits: pytest.Pytester) -> None:
+    digits.makepyfile(PAIRS_MODULE)
+    digits.runpytest("--junitxml=out.xml", "-W", "error::pytest.PytestWarning")
+    cases = {case.get("name"): case for case in ET.parse(digits.path / "out.xml").iter("testcase")}
+    props = {p.get("name"): p.get("value") for p in cases["test_good"].iter("property")}
+    assert props["qaccuracy.pair"] == "digits_cnn.qdq"
+    assert props["qaccuracy.passed"] == "true"
+    assert float(props["qaccuracy.logits.cosine"]) > 0.999
+    assert float(props["qaccuracy.logits.top1_agreement"]) > 0.99
+    broken = {p.get("name"): p.get("value") for p in cases["test_broken"].iter("property")}
+    assert broken["qaccuracy.passed"] == "false"
+
+
+def test_rtol_and_layer_rules(digits: pytest.Pytester) -> None:
+    digits.makeini("[pytest]\nqaccuracy_tolerances =\n    *::* sqnr>=30\n    *::relu1 sqnr>=50\n")
+    digits.makepyfile(
+        """
+        ARGS = ("models/digits_cnn.onnx", "models/digits_cnn.qdq.onnx", "data/digits_test.npz")
+
+        def test_rtol(qaccuracy, qaccuracy_pair):
+            qaccuracy.check(qaccuracy_pair(*ARGS), rtol=0.01, atol=0.01)
+
+        def test_layers(qaccuracy, qaccuracy_pair):
+            qaccuracy.check(qaccuracy_pair(*ARGS))
+        """
+    )
+    result = digits.runpytest()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "E       AssertionError: * / 3000 elements (*%) outside atol + rtol*|fp32| (rtol=0.01, atol=0.01) *",
+            "E       Max absolute difference among violations: *",
+            "E       Worst elements:",
+            "E        record * [[]*[]]: * (ACTUAL), * (EXPECTED)",
+        ]
+    )
+    # the most specific rule wins: relu1 needs 50 dB, the other layers 30 dB
+    result.stdout.fnmatch_lines(
+        [
+            "E       AssertionError: sqnr 44.* dB < 50 dB for layer 'relu1' (Relu) (pair 'digits_cnn.qdq')",
+            "E       Tolerance from: ini file tox.ini (qaccuracy_tolerances), rule '*::relu1 sqnr>=50'",
+        ]
+    )
+
+
+def test_bad_pair_paths_fail_cleanly(digits: pytest.Pytester) -> None:
+    digits.makepyfile(
+        """
+        def test_missing(qaccuracy, qaccuracy_pair):
+            qaccuracy.check(qaccuracy_pair("models/nope.onnx", "models/digits_cnn.qdq.onnx", "data/digits_test.npz"))
+
+        def test_no_marker(qaccuracy):
+            qaccuracy.check()
+        """
+    )
+    result = digits.runpytest()
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["qaccuracy pair: fp32 not found: *nope.onnx"])
+    result.stdout.fnmatch_lines(["a qaccuracy pair needs fp32, quantized and data; missing fp32, quantized, data"])
+
+
+def test_dataset_fixture(digits: pytest.Pytester) -> None:
+    digits.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.qaccuracy(data="data/digits_test.npz")
+        def test_data(qaccuracy_dataset):
+            dataset = qaccuracy_dataset()
+            assert len(dataset) == 300 and dataset.labels().shape == (300,)
+        """
+    )
+    digits.runpytest().assert_outcomes(passed=1)
