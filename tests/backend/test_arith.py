@@ -231,3 +231,22 @@ def test_scheme_validation_and_presets() -> None:
 def test_reduced_weight_bits_saturate() -> None:
     w = np.array([-128, -65, -64, 63, 64, 127], np.int8)
     np.testing.assert_array_equal(arith.clamp_weights(w, get_scheme("onnxruntime").replace(reduce_range=True)), [-64, -64, -64, 63, 63, 63])
+
+
+def test_int16_pair_convolution_matches_direct_pair_sums() -> None:
+    """QLinearConv with the int16-pair accumulator against pair sums computed tap by tap here."""
+    from pytest_qaccuracy.backend.kernels.conv import conv_integer_acc
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(200, 256, (1, 2, 3, 3)).astype(np.uint8)
+    w = rng.integers(90, 128, (1, 2, 3, 3)).astype(np.int8)  # 255 * 127 * 2 overflows int16
+    scheme = get_scheme("onnxruntime").replace(accumulator="int16_pairs")
+    acc, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), {"pads": [1, 1, 1, 1]}, scheme)
+    xp = np.pad(x.astype(np.int64), [(0, 0), (0, 0), (1, 1), (1, 1)])
+    for oh in range(3):
+        for ow in range(3):
+            window = xp[0, :, oh : oh + 3, ow : ow + 3].transpose(1, 2, 0).ravel()  # (tap, channel) order
+            weights = w[0].transpose(1, 2, 0).ravel().astype(np.int64)
+            products = np.append(window * weights, 0)[: 2 * ((window.size + 1) // 2)].reshape(-1, 2)
+            want = int(np.clip(products.sum(axis=1), -32768, 32767).sum())
+            assert int(acc[0, 0, oh, ow]) == want

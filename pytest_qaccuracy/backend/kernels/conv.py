@@ -7,7 +7,9 @@ small integers and the float type is chosen from a bound on every partial sum (`
 
 from __future__ import annotations
 
+import itertools
 import math
+import threading
 
 import numpy as np
 
@@ -43,44 +45,68 @@ def conv_pads(
     return list(pads)
 
 
-def _windows(xp: np.ndarray, kernel_shape: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...]) -> np.ndarray:
-    """View ``(N, C, *out, *kernel)`` of a padded input (no copy)."""
-    d = len(kernel_shape)
-    effective = tuple((k - 1) * dil + 1 for k, dil in zip(kernel_shape, dilations))
-    view = np.lib.stride_tricks.sliding_window_view(xp, effective, axis=tuple(range(2, 2 + d)))
-    index = (slice(None), slice(None), *(slice(None, None, s) for s in strides), *(slice(None, None, dil) for dil in dilations))
-    return view[index]
+_BUFFERS = threading.local()
+
+
+def _buffer(size: int, dtype: type) -> np.ndarray:
+    """A reusable scratch buffer (fresh large allocations page-fault on every call)."""
+    key = np.dtype(dtype).str
+    cache = _BUFFERS.__dict__.setdefault("cache", {})
+    buf = cache.get(key)
+    if buf is None or buf.size < size:
+        buf = cache[key] = np.empty(size, dtype)
+    return buf[:size]
+
+
+def to_padded(x: np.ndarray, pads: list[int], offset: np.ndarray | int, dtype: type) -> np.ndarray:
+    """``x - offset`` as ``dtype`` with zero padding on the spatial axes, in one pass over ``x``."""
+    d = x.ndim - 2
+    spatial = x.shape[2:]
+    shape = (*x.shape[:2], *(s + pads[i] + pads[d + i] for i, s in enumerate(spatial)))
+    xp = np.zeros(shape, dtype) if any(pads) else np.empty(shape, dtype)
+    inner = (slice(None), slice(None), *(slice(pads[i], pads[i] + s) for i, s in enumerate(spatial)))
+    np.subtract(x, offset, out=xp[inner], dtype=dtype, casting="unsafe")
+    return xp
+
+
+def output_shape(padded: tuple[int, ...], kernel_shape: tuple[int, ...], strides, dilations) -> tuple[int, ...]:  # noqa: ANN001
+    return tuple((size - ((k - 1) * dil + 1)) // s + 1 for size, k, s, dil in zip(padded, kernel_shape, strides, dilations))
 
 
 def conv_core(
     xp: np.ndarray, w: np.ndarray, group: int, strides: tuple[int, ...], dilations: tuple[int, ...], dtype: type
 ) -> np.ndarray:
-    """``sum x*w`` over windows of the padded input, as ``dtype`` GEMMs; returns ``(N, M, *out)``.
+    """``sum x*w`` over the windows of a padded input, as ``dtype`` GEMMs (channels-first im2col).
+
+    Each tap copies a shifted image plane into the column matrix (long contiguous runs), then one
+    ``W (Mg, taps*Cg) @ cols (taps*Cg, rows)`` GEMM per group runs on a bounded chunk of rows.
 
     Args:
-        xp: padded input ``(N, C, *spatial)``, values already exact in ``dtype``.
+        xp: padded input ``(N, C, *spatial)``, values exact in ``dtype``.
         w: weights ``(M, C/group, *kernel)``.
         group: number of groups.
         strides: strides per spatial axis.
         dilations: dilations per spatial axis.
         dtype: float type of the GEMMs.
+
+    Returns:
+        ``(N, M, *out)``.
     """
     kernel_shape = w.shape[2:]
-    win = _windows(xp, kernel_shape, strides, dilations)
     n, c = xp.shape[:2]
-    out_spatial = win.shape[2 : 2 + len(kernel_shape)]
+    out_spatial = output_shape(xp.shape[2:], kernel_shape, strides, dilations)
     m = w.shape[0]
     cg, mg = c // group, m // group
-    kg = cg * math.prod(kernel_shape)
-    win = win.reshape(n, group, cg, *win.shape[2:])
-    d = len(kernel_shape)
-    # (N, G, O..., Cg, k...) so that a chunk reshapes to (G, rows, Kg)
-    order = (1, 0, *range(3, 3 + d), 2, *range(3 + d, 3 + 2 * d))
-    wmat = w.reshape(group, mg, kg).transpose(0, 2, 1).astype(dtype)
+    taps = list(itertools.product(*(range(k) for k in kernel_shape)))
     out = np.empty((n, m, *out_spatial), dtype=dtype)
-    rest = math.prod(out_spatial[1:]) if d > 1 else 1
-    per_row = group * kg * rest  # elements for one record and one first-axis output row
-    first = out_spatial[0] if d else 1
+    depthwise = cg == 1 and group > 1
+    if depthwise:  # elementwise multiply-accumulate per tap, vectorised over everything else
+        wt = w.reshape(group, mg, len(taps)).astype(dtype)
+    else:  # (G, Mg, taps * Cg), K ordered (tap, channel) like the columns
+        wmat = np.moveaxis(w.reshape(group, mg, cg, len(taps)), 3, 2).reshape(group, mg, len(taps) * cg)
+        wmat = np.ascontiguousarray(wmat, dtype=dtype)
+    per_row = len(taps) * c * math.prod(out_spatial[1:])
+    first = out_spatial[0]
     rows = max(1, CHUNK_ELEMENTS // max(per_row, 1))
     records = max(1, rows // max(first, 1))
     for n0 in range(0, n, records):
@@ -88,13 +114,31 @@ def conv_core(
         row_step = first if n1 - n0 > 1 else min(first, rows)
         for o0 in range(0, first, row_step):  # bounded chunks of output rows, not single pixels
             o1 = min(first, o0 + row_step)
-            sub = win[n0:n1, :, :, o0:o1].transpose(order)
-            lead = sub.shape[1 : 2 + d]
-            cols = np.ascontiguousarray(sub, dtype=dtype).reshape(group, -1, kg)
-            res = np.matmul(cols, wmat)  # (G, rows, Mg)
-            res = res.reshape(group, *lead, mg)
-            res = np.moveaxis(res, -1, 1).reshape(group * mg, *lead)  # (M, n, o, ...)
-            out[n0:n1, :, o0:o1] = np.moveaxis(res, 1, 0)
+            lead = (n1 - n0, o1 - o0, *out_spatial[1:])
+
+            def tap_view(tap: tuple[int, ...]) -> np.ndarray:
+                index = [slice(n0, n1), slice(None)]
+                for axis, (t, s, dil, size) in enumerate(zip(tap, strides, dilations, lead[1:])):
+                    begin = t * dil + (o0 * s if axis == 0 else 0)
+                    index.append(slice(begin, begin + (size - 1) * s + 1, s))
+                return xp[tuple(index)]
+
+            target = out[n0:n1, :, o0:o1]
+            if depthwise:
+                view = target.reshape(lead[0], group, mg, *lead[1:])
+                view[...] = 0
+                for t, tap in enumerate(taps):
+                    x_tap = tap_view(tap)[:, :, None]
+                    view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
+                continue
+            cols = _buffer(len(taps) * c * math.prod(lead), dtype).reshape(len(taps), c, lead[0], *lead[1:])
+            for t, tap in enumerate(taps):
+                cols[t] = np.moveaxis(tap_view(tap), 1, 0)
+            grouped = cols.reshape(len(taps), group, cg, -1)
+            if group > 1:
+                grouped = grouped.transpose(1, 0, 2, 3)
+            res = np.matmul(wmat, grouped.reshape(group, len(taps) * cg, -1))  # (G, Mg, rows)
+            target[...] = np.moveaxis(res.reshape(m, *lead), 0, 1)
     return out
 
 
@@ -107,52 +151,60 @@ def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tup
     return pads, strides, dilations, int(attrs.get("group") or 1)
 
 
-def _pad(x: np.ndarray, pads: list[int], value: float | int) -> np.ndarray:
-    d = len(pads) // 2
-    if not any(pads):
-        return x
-    widths = [(0, 0), (0, 0), *zip(pads[:d], pads[d:])]
-    return np.pad(x, widths, constant_values=value)
-
-
 def conv_integer_acc(
     x: np.ndarray, x_zp: np.ndarray | int, w: np.ndarray, w_zp: np.ndarray | int, attrs: dict, scheme: Scheme
-) -> np.ndarray:
-    """Exact ``sum (x - x_zp)(w - w_zp)`` as int64 ``(N, M, *out)`` (padding contributes 0)."""
+) -> tuple[np.ndarray, float]:
+    """Exact ``sum (x - x_zp)(w - w_zp)`` as ``(N, M, *out)``, padding contributing 0.
+
+    Returns:
+        the accumulator (a float array holding exact integers, or int64 for the int16-pair
+        accumulator) and a bound on its magnitude.
+    """
     pads, strides, dilations, group = _geometry(x, w, attrs)
     m = w.shape[0]
     w_zp = np.asarray(w_zp, dtype=np.int64)
     ws = w.astype(np.int64) - (w_zp.reshape((m,) + (1,) * (w.ndim - 1)) if w_zp.size > 1 else w_zp)
-    xs = x.astype(np.int32) - np.int32(np.asarray(x_zp).reshape(()))
-    bound = float(np.abs(xs).max(initial=0)) * float(np.abs(ws).reshape(m, -1).sum(axis=1).max(initial=0))
+    x_zp = np.asarray(x_zp).reshape(()).astype(np.int64)
+    x_range = max(abs(int(x.max(initial=0)) - int(x_zp)), abs(int(x.min(initial=0)) - int(x_zp))) if x.size else 0
+    bound = float(x_range) * float(np.abs(ws).reshape(m, -1).sum(axis=1).max(initial=0))
     if scheme.accumulator == "int16_pairs" and x.dtype == np.uint8 and w.dtype == np.int8:
-        return _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme)
+        return _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme), bound
     dtype = np.float32 if bound < 2.0**24 else np.float64
-    acc = conv_core(_pad(xs.astype(dtype), pads, 0), ws.astype(dtype), group, strides, dilations, dtype)
-    return arith.accumulate(acc.astype(np.int64), scheme)
+    return conv_core(to_padded(x, pads, x_zp, dtype), ws.astype(dtype), group, strides, dilations, dtype), bound
 
 
 def _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme) -> np.ndarray:  # noqa: ANN001
-    """im2col on raw values (padding = x_zp), then the int16 pair accumulator of ``arith``."""
-    n = x.shape[0]
+    """Columns of raw values (padding = x_zp), then the int16 pair accumulator of ``arith``."""
+    if group != 1:
+        raise NotImplementedError("the int16_pairs accumulator supports group=1 convolutions only")
+    d = x.ndim - 2
+    xp = np.full((*x.shape[:2], *(s + pads[i] + pads[d + i] for i, s in enumerate(x.shape[2:]))), x_zp, np.int32)
+    xp[(slice(None), slice(None), *(slice(pads[i], pads[i] + s) for i, s in enumerate(x.shape[2:])))] = x  # pad = zp
     kernel_shape = w.shape[2:]
-    xp = _pad(x, pads, int(np.asarray(x_zp).reshape(())))
-    win = _windows(xp, kernel_shape, strides, dilations)
-    d = len(kernel_shape)
-    out_spatial = win.shape[2 : 2 + d]
-    cg, mg = x.shape[1] // group, w.shape[0] // group
-    win = win.reshape(n, group, cg, *win.shape[2:])
-    order = (1, 0, *range(3, 3 + d), 2, *range(3 + d, 3 + 2 * d))
-    cols = np.ascontiguousarray(win.transpose(order)).reshape(group, -1, cg * math.prod(kernel_shape))
-    wmat = w.reshape(group, mg, -1).transpose(0, 2, 1)
-    zp_cols = np.broadcast_to(np.asarray(w_zp), (w.shape[0],)).reshape(group, 1, mg)
-    acc = arith.zero_point_matmul(cols, x_zp, wmat, zp_cols, scheme)  # (G, rows, Mg)
-    acc = acc.reshape(group, n, *out_spatial, mg)
-    return np.moveaxis(acc, -1, 1).reshape(group * mg, n, *out_spatial).swapaxes(0, 1)
+    out_spatial = output_shape(xp.shape[2:], kernel_shape, strides, dilations)
+    columns = []
+    for tap in itertools.product(*(range(k) for k in kernel_shape)):
+        index = tuple(slice(t * dil, t * dil + (o - 1) * s + 1, s) for t, dil, o, s in zip(tap, dilations, out_spatial, strides))
+        columns.append(np.moveaxis(xp[(slice(None), slice(None), *index)], 1, -1))  # (N, *out, C)
+    cols = np.stack(columns, axis=-2).reshape(-1, len(columns) * x.shape[1]).astype(np.uint8)
+    wmat = np.moveaxis(w.reshape(w.shape[0], w.shape[1], -1), 1, -1).reshape(w.shape[0], -1).T  # (taps*C, M)
+    acc = arith.zero_point_matmul(cols, x_zp, wmat, np.broadcast_to(np.asarray(w_zp), (w.shape[0],)), scheme)
+    return np.moveaxis(acc.reshape(x.shape[0], *out_spatial, w.shape[0]), -1, 1)
 
 
-def _bias_shape(b: np.ndarray, ndim: int) -> np.ndarray:
-    return np.asarray(b, dtype=np.int64).reshape((1, -1) + (1,) * (ndim - 2))
+def _requantize_conv(acc: np.ndarray, bound: float, bias: np.ndarray | None, multiplier: np.ndarray,
+                     y_zp: np.ndarray | int, dtype: np.dtype, scheme: Scheme) -> np.ndarray:  # fmt: skip
+    """Add the bias and requantize; stays in float when every value is an exact float32 integer."""
+    bias_max = float(np.abs(bias).max(initial=0)) if bias is not None else 0.0
+    exact_in_float = acc.dtype.kind == "f" and bound + bias_max < (2.0**24 if acc.dtype == np.float32 else 2.0**53)
+    if exact_in_float and scheme.multiplier in ("float32", "float64") and bound + bias_max < 2.0**31:
+        if bias is not None:
+            acc += bias.astype(acc.dtype)  # exact: no int32 overflow, no float rounding
+        return arith.requantize(acc, multiplier, y_zp, dtype, scheme, "gemm")
+    acc = arith.accumulate(acc.astype(np.int64), scheme)
+    if bias is not None:
+        acc = arith.accumulate(acc + bias.astype(np.int64), scheme)
+    return arith.requantize(acc, multiplier, y_zp, dtype, scheme, "gemm")
 
 
 @kernel("", "QLinearConv", 10, scheme=True)
@@ -178,14 +230,13 @@ def qlinear_conv(
     """int32 accumulate (+ bias), then requantize with the scheme (per output channel scale)."""
     attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
     w = arith.clamp_weights(w, scheme)
-    acc = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme)
-    if B is not None:
-        acc = arith.accumulate(acc + _bias_shape(B, acc.ndim), scheme)
+    acc, bound = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme)
     multiplier = arith.real_multiplier([x_scale, np.asarray(w_scale).reshape(-1)], y_scale, scheme)
-    multiplier = multiplier.reshape((1, -1) + (1,) * (acc.ndim - 2))
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else x.dtype
     y_zp = 0 if y_zero_point is None else y_zero_point
-    return (arith.requantize(acc, multiplier, y_zp, dtype, scheme, "gemm"),)
+    bias = None if B is None else np.asarray(B).reshape((-1,) + (1,) * (x.ndim - 2))
+    multiplier = multiplier.reshape((-1,) + (1,) * (x.ndim - 2))
+    return (_requantize_conv(acc, bound, bias, multiplier, y_zp, dtype, scheme),)
 
 
 @kernel("", "ConvInteger", 10, scheme=True)
@@ -207,7 +258,8 @@ def conv_integer(
     attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
     x_zp = 0 if x_zero_point is None else x_zero_point
     w_zp = 0 if w_zero_point is None else w_zero_point
-    acc = conv_integer_acc(x, x_zp, w, w_zp, attrs, scheme.replace(accumulator="wrap32"))
+    acc, _ = conv_integer_acc(x, x_zp, w, w_zp, attrs, scheme.replace(accumulator="wrap32"))
+    acc = arith.accumulate(acc.astype(np.int64), scheme.replace(accumulator="wrap32"))
     return (acc.astype(np.int32),)
 
 
@@ -228,7 +280,7 @@ def conv(
     attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
     pad_list, stride, dilation, groups = _geometry(X, W, attrs)
     dtype = X.dtype.type
-    y = conv_core(_pad(X, pad_list, 0), W.astype(dtype), groups, stride, dilation, dtype)
+    y = conv_core(to_padded(X, pad_list, 0, dtype), W.astype(dtype), groups, stride, dilation, dtype)
     if B is not None:
-        y += B.astype(dtype).reshape((1, -1) + (1,) * (y.ndim - 2))
+        y += B.astype(dtype).reshape((-1,) + (1,) * (X.ndim - 2))
     return (y,)

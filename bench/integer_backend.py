@@ -1,0 +1,146 @@
+"""Benchmark: the emulated integer backend against onnxruntime and onnx.reference, side by side.
+
+Builds a float conv net (``--convs`` 3x3 convs, residual adds, a pooled classifier head), quantizes it
+with ``onnxruntime.quantization.quantize_static`` (QDQ uint8 activations, int8 per-channel weights,
+opset 21 so that ``onnx.reference`` can run it, and a QOperator twin), then times one batch:
+
+    python bench/integer_backend.py                  # 22 convs, batch 32, 32x32, 32 channels
+    python bench/integer_backend.py --reference-records 4
+
+Each runtime runs the same quantized model on the same batch; the best of ``--repeat`` runs is reported
+(onnx.reference: one run). ``--reference-records`` times onnx.reference on fewer records and scales
+linearly to the batch (labelled "scaled" in the table). The integer backend's outputs are checked
+bit for bit against onnxruntime's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+
+def conv_net(convs: int, channels: int, size: int, seed: int = 0) -> onnx.ModelProto:
+    """``convs`` 3x3 convs with ReLU, a residual add every two convs, two stride-2 stages, a head."""
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    current, skip = "input", "input"
+    for i in range(convs):
+        stride = 2 if i in (convs // 3, 2 * convs // 3) else 1
+        w = rng.normal(0, (2.0 / (9 * channels)) ** 0.5, (channels, channels, 3, 3)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(np.zeros(channels, np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Conv", [current, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride] * 2))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
+        current = f"r{i}"
+        if stride == 2:
+            skip = current
+        elif i % 2 == 1:
+            nodes.append(helper.make_node("Add", [current, skip], [f"a{i}"]))
+            current = skip = f"a{i}"
+    inits.append(numpy_helper.from_array(rng.normal(0, 0.1, (channels, 10)).astype(np.float32), "fc"))
+    nodes += [
+        helper.make_node("GlobalAveragePool", [current], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "fc"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bench_net",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", channels, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def quantize(model: onnx.ModelProto, calibration: np.ndarray, folder: Path, fmt: str) -> Path:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    class Reader:
+        def __init__(self) -> None:
+            self.items = iter([{"input": calibration[i : i + 8]} for i in range(0, len(calibration), 8)])
+
+        def get_next(self) -> dict | None:
+            return next(self.items, None)
+
+    src, dst = folder / "float.onnx", folder / f"{fmt}.onnx"
+    onnx.save(model, src)
+    quantize_static(
+        str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
+        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
+        calibrate_method=CalibrationMethod.MinMax,
+    )  # fmt: skip
+    return dst
+
+
+def best_of(fn, repeat: int) -> tuple[float, object]:  # noqa: ANN001
+    times, result = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--convs", type=int, default=22)
+    parser.add_argument("--channels", type=int, default=32)
+    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--reference-records", type=int, default=0, help="time onnx.reference on this many records")
+    args = parser.parse_args()
+    logging.getLogger().setLevel(logging.ERROR)
+
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+
+    from pytest_qaccuracy.backend import IntegerSession
+
+    rng = np.random.default_rng(1)
+    calibration = rng.normal(0, 1, (32, args.channels, args.size, args.size)).astype(np.float32)
+    batch = rng.normal(0, 1, (args.batch, args.channels, args.size, args.size)).astype(np.float32)
+    folder = Path(tempfile.mkdtemp(prefix="qaccuracy-bench-"))
+    net = conv_net(args.convs, args.channels, args.size)
+    print(f"net: {args.convs} convs, {args.channels} channels, {args.size}x{args.size}, batch {args.batch}; "
+          f"{os.cpu_count()} cores; onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}")  # fmt: skip
+    rows = []
+    for fmt in ("qdq", "qoperator"):
+        path = quantize(net, calibration, folder, fmt)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.add_session_config_entry("session.qdqisint8allowed", "1")
+        ort_session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        integer = IntegerSession(path, "onnxruntime")
+        t_ort, want = best_of(lambda s=ort_session: s.run(None, {"input": batch}), args.repeat)
+        t_int, got = best_of(lambda s=integer: s.run(None, {"input": batch}), args.repeat)
+        mismatches = int(np.count_nonzero(np.asarray(got[0]) != np.asarray(want[0])))
+        t_ref, note = float("nan"), "cannot run (com.microsoft / opset-10 QOperator kernels)"
+        if fmt == "qdq":
+            n = args.reference_records or args.batch
+            reference = ReferenceEvaluator(str(path))
+            t_sub, _ = best_of(lambda r=reference: r.run(None, {"input": batch[:n]}), 1)
+            t_ref = t_sub * args.batch / n
+            note = "measured" if n == args.batch else f"scaled from {n} records"
+        rows.append((fmt, t_ort, t_int, t_ref, mismatches, note))
+    print(f"\n| model | onnxruntime | integer backend | onnx.reference | integer / ort | reference / integer | output mismatches |")
+    print("|---|---|---|---|---|---|---|")
+    for fmt, t_ort, t_int, t_ref, mismatches, note in rows:
+        ref = f"{t_ref * 1000:.0f} ms ({note})" if t_ref == t_ref else note
+        speedup = f"{t_ref / t_int:.0f}x" if t_ref == t_ref else "-"
+        print(f"| {fmt} | {t_ort * 1000:.1f} ms | {t_int * 1000:.1f} ms | {ref} | {t_int / t_ort:.1f}x | {speedup} | {mismatches} |")
+
+
+if __name__ == "__main__":
+    main()
