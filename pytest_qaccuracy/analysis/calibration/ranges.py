@@ -1,0 +1,172 @@
+"""Range-selection algorithms: pure functions over fixed-size statistics (no model, no data).
+
+Every function here is vectorised numpy over a histogram or a vector of per-record extrema, and has
+its formula in docs/calibration.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: TVM/MXNet KL defaults: 8001 histogram bins over [-t, t], 255 quantized bins.
+KL_BINS = 8001
+KL_QUANTIZED_BINS = 255
+#: Smoothing of zero bins before the KL divergence (MXNet ``_smooth_distribution``).
+KL_EPS = 1e-4
+
+
+def one_percentile(values: np.ndarray, percent: float) -> float:
+    """ONE record-minmax's percentile: sort, ``i = floor((n-1)p/100)``, interpolate ``v[i]..v[i+1]``."""
+    if not 0.0 <= percent <= 100.0:
+        raise ValueError(f"percentile must be within [0, 100], got {percent}")
+    v = np.sort(np.asarray(values, dtype=np.float64).reshape(-1))
+    if v.size == 0:
+        raise ValueError("percentile of no values")
+    if v.size == 1 or percent == 0.0:
+        return float(v[0])
+    if percent == 100.0:
+        return float(v[-1])
+    pos = (v.size - 1) * percent / 100.0
+    i = math.floor(pos)
+    return float(v[i] + (pos - i) * (v[i + 1] - v[i]))
+
+
+def moving_average(extrema: np.ndarray, is_min: bool, batch: int = 16, constant: float = 0.1) -> float:
+    """ONE's moving average of per-record minima (or maxima): batch extrema folded by an EMA.
+
+    ``curr = batch_0``; for each later batch ``curr = curr * (1 - c) + batch_k * c``, where
+    ``batch_k`` is the min (or max) of records ``16k .. 16k+15``.
+    """
+    v = np.asarray(extrema, dtype=np.float64).reshape(-1)
+    chunks = [v[i : i + batch] for i in range(0, v.size, batch)]
+    curr = None
+    for chunk in chunks:
+        value = float(chunk.min() if is_min else chunk.max())
+        curr = value if curr is None else curr * (1.0 - constant) + value * constant
+    if curr is None:
+        raise ValueError("moving average of no values")
+    return curr
+
+
+def _smooth(p: np.ndarray, eps: float = KL_EPS) -> np.ndarray | None:
+    """Move ``eps`` mass onto every zero bin, taken evenly from the non-zero bins (None if all zero)."""
+    zeros = p == 0
+    nonzero = p.size - int(zeros.sum())
+    if nonzero == 0:
+        return None
+    eps1 = eps * float(zeros.sum()) / float(nonzero)
+    out = p.astype(np.float64) + np.where(zeros, eps, -eps1)
+    return out if (out > 0).all() else None
+
+
+def kl_threshold(hist: np.ndarray, edges: np.ndarray, quantized_bins: int = KL_QUANTIZED_BINS) -> tuple[float, float]:
+    """The threshold ``t`` whose clipped, ``quantized_bins``-level distribution is closest in KL.
+
+    ``hist`` is symmetric around zero: an odd number of bins over ``[-T, T]`` (``edges`` has one more
+    entry). For each window of ``2i+1`` central bins (i from ``quantized_bins // 2`` to
+    ``len(hist) // 2``): the reference P is the window with the outside counts added to its end
+    bins; Q merges the window into ``quantized_bins`` groups (the last takes the remainder),
+    spreads each group's count evenly over its non-empty bins, and is zero where P is. Both are
+    smoothed, and the window's right edge with the smallest ``KL(P || Q)`` wins (MXNet, TVM #3538).
+
+    Returns:
+        (threshold, divergence).
+    """
+    hist = np.asarray(hist, dtype=np.float64)
+    n = hist.size
+    if n % 2 == 0 or edges.size != n + 1:
+        raise ValueError(f"expected an odd number of bins and bins+1 edges, got {n} and {edges.size}")
+    zero = n // 2
+    half = quantized_bins // 2
+    if zero < half:
+        raise ValueError(f"{n} bins are fewer than the {quantized_bins} quantized bins")
+    cumsum = np.concatenate([[0.0], np.cumsum(hist)])
+    best = (float(edges[-1]), math.inf)
+    for i in range(half, zero + 1):
+        start, stop = zero - i, zero + i + 1
+        window = hist[start:stop]
+        p = window.copy()
+        p[0] += cumsum[start]
+        p[-1] += cumsum[n] - cumsum[stop]
+        nonzero = (p != 0).astype(np.float64)
+        width = window.size // quantized_bins
+        group = np.minimum(np.arange(window.size) // width, quantized_bins - 1)
+        counts = np.bincount(group, weights=window, minlength=quantized_bins)
+        norms = np.bincount(group, weights=nonzero, minlength=quantized_bins)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_bin = np.where(norms > 0, counts / norms, 0.0)
+        q = per_bin[group] * nonzero
+        ps, qs = _smooth(p), _smooth(q)
+        if ps is None or qs is None:
+            continue
+        ps, qs = ps / ps.sum(), qs / qs.sum()
+        divergence = float(np.sum(ps * np.log(ps / qs)))
+        if divergence < best[1]:
+            best = (float(edges[stop]), divergence)
+    return best
+
+
+def quantize_grid(lo: float, hi: float, qmin: int, qmax: int) -> tuple[float, int]:
+    """onnxruntime's asymmetric (scale, zero point) for a range: the range is widened to include 0."""
+    rmin, rmax = min(lo, 0.0), max(hi, 0.0)
+    scale = (rmax - rmin) / (qmax - qmin)
+    if scale <= 0:
+        return 1.0, 0
+    return scale, int(np.clip(np.round(qmin - rmin / scale), qmin, qmax))
+
+
+def mse_range(
+    hist: np.ndarray, edges: np.ndarray, lo: float, hi: float, qmin: int, qmax: int, candidates: int = 256
+) -> tuple[float, float]:
+    """The clipping range with the least expected squared quantization error over the histogram.
+
+    Candidates are ``(max(lo, -t), min(hi, t))`` for ``t = T * j / candidates``, j = 1..candidates
+    (T: the histogram's half width). Each bin's values are taken at the bin centre, quantized on the
+    candidate's grid (:func:`quantize_grid`, round half to even, clamp) and dequantized.
+    """
+    hist = np.asarray(hist, dtype=np.float64)
+    centres = (edges[:-1] + edges[1:]) / 2.0
+    span = float(edges[-1])
+    best, best_err = (lo, hi), math.inf
+    ts = span * np.arange(1, candidates + 1) / candidates
+    los, his = np.maximum(lo, -ts), np.minimum(hi, ts)
+    rmin, rmax = np.minimum(los, 0.0), np.maximum(his, 0.0)
+    scales = (rmax - rmin) / (qmax - qmin)
+    ok = scales > 0
+    scales = np.where(ok, scales, 1.0)
+    zps = np.clip(np.round(qmin - rmin / scales), qmin, qmax)
+    for j in np.flatnonzero(ok):
+        q = np.clip(np.round(centres / scales[j]) + zps[j], qmin, qmax)
+        err = float(np.dot(hist, (centres - (q - zps[j]) * scales[j]) ** 2))
+        if err < best_err:
+            best, best_err = (float(los[j]), float(his[j])), err
+    return best
+
+
+def power2_range(lo: float, hi: float, qmin: int, qmax: int) -> tuple[float, float]:
+    """The smallest range covering ``[lo, hi]`` (and 0) whose asymmetric grid step is a power of two.
+
+    With ``s = 2**k`` and ``z = ceil(-min(lo,0) / s)`` steps below zero, the range is
+    ``(-z*s, (qmax - qmin - z)*s)``; k starts at ``ceil(log2((hi - lo) / (qmax - qmin)))`` and grows
+    until the range covers ``hi``. onnxruntime then derives scale ``s`` and zero point ``qmin + z``.
+    """
+    rmin, rmax = min(lo, 0.0), max(hi, 0.0)
+    levels = qmax - qmin
+    if rmax - rmin <= 0:
+        return 0.0, 0.0
+    k = math.ceil(math.log2((rmax - rmin) / levels))
+    while True:
+        s = 2.0**k
+        z = math.ceil(-rmin / s)
+        if z <= levels and (levels - z) * s >= rmax:
+            return -z * s, (levels - z) * s
+        k += 1
+
+
+def power2_scale(absmax: float, qmax: int) -> float:
+    """The smallest power of two ``s`` with ``absmax <= qmax * s`` (symmetric weights)."""
+    if absmax <= 0:
+        return 1.0
+    return 2.0 ** math.ceil(math.log2(absmax / qmax))
