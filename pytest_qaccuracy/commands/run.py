@@ -1,0 +1,118 @@
+"""``qaccuracy run``: run a quantized model on a dataset and write its outputs (contract 1).
+
+    qaccuracy run QUANT --data DATA --backend integer --scheme PRESET --out OUT.h5
+
+The outputs are written in the ONE HDF5 layout: ``value/<record>/<output index>``, one dataset per
+graph output per record. The file is written to a temporary file in the same folder and renamed, so a
+failed run never leaves a half-written file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pytest_qaccuracy.errors import InputError, ModelError, QAccuracyError
+
+NAME = "run"
+HELP = "run a quantized model on a dataset (integer emulation or onnxruntime) and write its outputs as HDF5"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", type=Path, help="the quantized ONNX model (QDQ or QOperator)")
+    parser.add_argument("--data", required=True, type=Path, help=".h5/.hdf5 (ONE layout), .npz, or a folder of .npy")
+    parser.add_argument("--backend", choices=("integer", "onnxruntime"), default="integer")
+    parser.add_argument("--scheme", default="onnxruntime", help="integer backend scheme preset (default: onnxruntime)")
+    parser.add_argument("--out", required=True, type=Path, help="output HDF5 file (ONE layout)")
+    parser.add_argument("--batch-size", type=int, default=32, help="records per run (default: 32)")
+    parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
+
+
+def _runner(model_path: Path, backend: str, scheme: str):  # noqa: ANN202
+    """``(run(feeds) -> outputs, output names, scheme label)`` for the chosen backend."""
+    from pytest_qaccuracy.model.loading import load_model
+
+    model = load_model(model_path)
+    if backend == "integer":
+        from pytest_qaccuracy.backend import IntegerSession
+
+        session = IntegerSession(model, scheme)
+        names = [o.name for o in session.get_outputs()]
+        return (lambda feeds: session.run(None, feeds)), names, session.scheme.name
+    from pytest_qaccuracy.backend.agreement import onnxruntime_session
+
+    names = [o.name for o in model.graph.output]
+    ort_session = onnxruntime_session(model, [])
+    return (lambda feeds: ort_session.run(None, feeds)), names, None
+
+
+def _split(outputs: list[np.ndarray], sizes: list[int]) -> list[list[np.ndarray]] | None:
+    """Per-record slices of batched outputs, or None when an output has no matching batch axis."""
+    total = sum(sizes)
+    if any(np.ndim(o) == 0 or np.shape(o)[0] != total for o in outputs):
+        return None
+    bounds = np.cumsum([0, *sizes])
+    return [[np.asarray(o)[bounds[i] : bounds[i + 1]] for o in outputs] for i in range(len(sizes))]
+
+
+def run(args: argparse.Namespace) -> int:
+    import h5py
+
+    from pytest_qaccuracy.data import bind_dataset, load_dataset
+    from pytest_qaccuracy.model.loading import graph_inputs, load_model
+
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
+    try:
+        execute, names, scheme = _runner(args.model, args.backend, args.scheme)
+    except QAccuracyError as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise ModelError(f"{args.model}: {exc}") from None
+    dataset = bind_dataset(load_dataset(args.data), graph_inputs(load_model(args.model)), args.allow_nonfinite)
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(handle)
+    records = 0
+    try:
+        with h5py.File(tmp, "w") as h5:
+            h5.attrs["model"] = args.model.name
+            h5.attrs["backend"] = args.backend
+            h5.attrs["scheme"] = scheme or ""
+            h5.attrs["output_names"] = json.dumps(names)
+            group = h5.create_group("value")
+            for batch in dataset.iter_batches(args.batch_size):
+                per_record = _split(_execute(execute, batch.stacked()), [_batch_size(r) for r in batch.records])
+                if per_record is None:  # outputs without a batch axis: one record at a time
+                    per_record = [_execute(execute, r) for r in batch.records]
+                for offset, outputs in enumerate(per_record):
+                    record = group.create_group(str(batch.start + offset))
+                    for index, value in enumerate(outputs):
+                        record.create_dataset(str(index), data=np.asarray(value))
+                records += len(batch)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    print(f"wrote {records} record(s) x {len(names)} output(s) to {out} ({args.backend}{f', {scheme}' if scheme else ''})")
+    return 0
+
+
+def _batch_size(record: dict[str, np.ndarray]) -> int:
+    first = next(iter(record.values()))
+    return int(first.shape[0]) if first.ndim else 1
+
+
+def _execute(execute, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:  # noqa: ANN001
+    try:
+        return execute(feeds)
+    except QAccuracyError as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise ModelError(str(exc)) from None
