@@ -42,7 +42,7 @@ class _Tracked:
 
     def update(self, ref: np.ndarray, test: np.ndarray, first_record: int) -> None:
         if self.params is not None:
-            test = self.params.dequantize(test, out=scratch(3, test.shape))
+            test = self.params.dequantize(test, out=scratch(2, test.shape))
         if ref.shape != test.shape:
             self.problem = f"shape {ref.shape[1:]} in the fp32 model but {test.shape[1:]} in the quantized model"
             return

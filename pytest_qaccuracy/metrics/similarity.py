@@ -13,22 +13,32 @@ from pytest_qaccuracy.metrics.pair import RecordStats, TensorPair
 SQNR_EPS = float(np.finfo(np.float64).eps)
 
 
+def _cosine(ref_sq, test_sq, sq_err):
+    """cos(f, q) from ||f||^2, ||q||^2 and ||f - q||^2, without cancellation near 1.
+
+    Since ||f - q||^2 = ||f||^2 + ||q||^2 - 2 f.q, cos = 1 - (||f - q||^2 - (||f|| - ||q||)^2) / (2 ||f|| ||q||):
+    the small error norm is summed directly, so 1 - cos keeps its digits when f and q nearly agree.
+    """
+    nf, nq = np.sqrt(ref_sq), np.sqrt(test_sq)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.clip(1.0 - (sq_err - (nf - nq) ** 2) / (2.0 * nf * nq), -1.0, 1.0)
+
+
 @register_metric
 class Cosine(StatsMetric):
     name = "cosine"
     formula = "sum(f*q) / (||f|| * ||q||) over all elements of all records; 1 when both are all zeros"
     higher_is_better = True
-    sums = ("dot", "ref_sq", "test_sq")
+    sums = ("ref_sq", "test_sq", "sq_err")
 
     def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
-        return {"dot": stats.dot.sum(), "ref_sq": stats.ref_sq.sum(), "test_sq": stats.test_sq.sum()}
+        return {"ref_sq": stats.ref_sq.sum(), "test_sq": stats.test_sq.sum(), "sq_err": stats.sq_err.sum()}
 
     def record_values(self, pair: TensorPair) -> np.ndarray:
         s = pair.stats
-        norm = np.sqrt(s.ref_sq * s.test_sq)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cos = np.where(norm > 0, s.dot / norm, np.where((s.ref_sq == 0) & (s.test_sq == 0), 1.0, 0.0))
-        return np.clip(cos, -1.0, 1.0)
+        both_zero = (s.ref_sq == 0) & (s.test_sq == 0)
+        one_zero = (s.ref_sq == 0) ^ (s.test_sq == 0)
+        return np.where(both_zero, 1.0, np.where(one_zero, 0.0, _cosine(s.ref_sq, s.test_sq, s.sq_err)))
 
     def compute(self) -> Result:
         ref, test = self.state["ref_sq"], self.state["test_sq"]
@@ -37,7 +47,7 @@ class Cosine(StatsMetric):
         if ref == 0 or test == 0:
             which = "fp32" if ref == 0 else "quantized"
             return None, f"the {which} tensor is all zeros"
-        return max(-1.0, min(1.0, self.state["dot"] / math.sqrt(ref * test))), None
+        return float(_cosine(ref, test, self.state["sq_err"])), None
 
 
 @register_metric

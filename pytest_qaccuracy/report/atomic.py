@@ -13,6 +13,16 @@ from pathlib import Path
 from typing import IO, Any
 
 
+def _file_mode() -> int:
+    """The mode a plain ``open()`` would give a new file (mkstemp's own is 0600)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+_MODE = _file_mode()
+
+
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[Any]], None], mode: str = "w") -> Path:
     """Call ``write(file)`` on a temp file beside ``path`` and rename it over ``path`` on success."""
     path = Path(path)
@@ -23,6 +33,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[Any]], None],
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
