@@ -39,7 +39,9 @@ def conv_net(convs: int, channels: int, size: int, seed: int = 0) -> onnx.ModelP
         stride = 2 if i in (convs // 3, 2 * convs // 3) else 1
         w = rng.normal(0, (2.0 / (9 * channels)) ** 0.5, (channels, channels, 3, 3)).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(np.zeros(channels, np.float32), f"b{i}")]
-        nodes.append(helper.make_node("Conv", [current, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride] * 2))
+        nodes.append(
+            helper.make_node("Conv", [current, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1], strides=[stride] * 2)
+        )
         nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
         current = f"r{i}"
         if stride == 2:
@@ -83,7 +85,7 @@ def quantize(model: onnx.ModelProto, calibration: np.ndarray, folder: Path, fmt:
     return dst
 
 
-def best_of(fn, repeat: int) -> tuple[float, object]:  # noqa: ANN001
+def best_of(fn, repeat: int) -> tuple[float, object]:
     times, result = [], None
     for _ in range(repeat):
         start = time.perf_counter()
@@ -113,8 +115,9 @@ def main() -> None:
     batch = rng.normal(0, 1, (args.batch, args.channels, args.size, args.size)).astype(np.float32)
     folder = Path(tempfile.mkdtemp(prefix="qaccuracy-bench-"))
     net = conv_net(args.convs, args.channels, args.size)
-    print(f"net: {args.convs} convs, {args.channels} channels, {args.size}x{args.size}, batch {args.batch}; "
-          f"{os.cpu_count()} cores; onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}")  # fmt: skip
+    versions = f"onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}"
+    shape = f"{args.convs} convs, {args.channels} channels, {args.size}x{args.size}, batch {args.batch}"
+    print(f"net: {shape}; {os.cpu_count()} cores; {versions}")
     rows = []
     for fmt in ("qdq", "qoperator"):
         path = quantize(net, calibration, folder, fmt)
@@ -130,16 +133,22 @@ def main() -> None:
         if fmt == "qdq":
             n = args.reference_records or args.batch
             reference = ReferenceEvaluator(str(path))
-            t_sub, _ = best_of(lambda r=reference: r.run(None, {"input": batch[:n]}), 1)
+            t_sub, _ = best_of(lambda r=reference, n=n: r.run(None, {"input": batch[:n]}), 1)
             t_ref = t_sub * args.batch / n
             note = "measured" if n == args.batch else f"scaled from {n} records"
         rows.append((fmt, t_ort, t_int, t_ref, mismatches, note))
-    print(f"\n| model | onnxruntime | integer backend | onnx.reference | integer / ort | reference / integer | output mismatches |")
+    print(
+        "\n| model | onnxruntime | integer backend | onnx.reference | integer / ort | reference / integer "
+        "| output mismatches |"
+    )
     print("|---|---|---|---|---|---|---|")
     for fmt, t_ort, t_int, t_ref, mismatches, note in rows:
         ref = f"{t_ref * 1000:.0f} ms ({note})" if t_ref == t_ref else note
         speedup = f"{t_ref / t_int:.0f}x" if t_ref == t_ref else "-"
-        print(f"| {fmt} | {t_ort * 1000:.1f} ms | {t_int * 1000:.1f} ms | {ref} | {t_int / t_ort:.1f}x | {speedup} | {mismatches} |")
+        print(
+            f"| {fmt} | {t_ort * 1000:.1f} ms | {t_int * 1000:.1f} ms | {ref} | {t_int / t_ort:.1f}x | {speedup} "
+            f"| {mismatches} |"
+        )
 
 
 if __name__ == "__main__":

@@ -99,8 +99,10 @@ class AgreementResult:
         if self.ok:
             return f"{head}: ok on {len(self.tensors)} tensors"
         bad = next(t for t in self.tensors if t.tensor == self.first_divergence)
-        return (f"{head}: first divergence at '{bad.tensor}' (order {bad.order}): {bad.mismatches} / {bad.elements} "
-                f"elements differ, max {bad.max_steps} steps; {self.num_mismatched_tensors} tensors differ")  # fmt: skip
+        return (
+            f"{head}: first divergence at '{bad.tensor}' (order {bad.order}): {bad.mismatches} / {bad.elements} "
+            f"elements differ, max {bad.max_steps} steps; {self.num_mismatched_tensors} tensors differ"
+        )
 
 
 def onnxruntime_session(model: onnx.ModelProto, outputs: list[str]) -> Any:
@@ -148,7 +150,7 @@ def check_agreement(
     theirs = onnxruntime_session(proto, names).run(names, dict(feeds)) if names else []
     tensors = []
     first = None
-    for order, (name, reference) in enumerate(zip(names, theirs)):
+    for order, (name, reference) in enumerate(zip(names, theirs, strict=False)):
         ours = produced[name]
         if ours.shape != reference.shape:
             steps, mismatches = -1, ours.size

@@ -310,7 +310,7 @@ def int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b64 = np.asarray(b)
     if a64.size == 0 or b64.size == 0:
         return np.zeros(
-            np.broadcast_shapes(a64.shape[:-1] + (1,), b64.shape[:-2] + (1, 1))[:-1] + (b64.shape[-1],), np.int64
+            (*np.broadcast_shapes((*a64.shape[:-1], 1), (*b64.shape[:-2], 1, 1))[:-1], b64.shape[-1]), np.int64
         )
     amax = float(np.abs(a64).max())
     col = float(np.abs(b64.astype(np.int64)).sum(axis=-2).max())
@@ -339,9 +339,9 @@ def int16_pair_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     b = np.asarray(b, dtype=np.int32)
     k = a.shape[-1]
     if k % 2:
-        a = np.concatenate([a, np.zeros(a.shape[:-1] + (1,), np.int32)], axis=-1)
-        b = np.concatenate([b, np.zeros((1,) + b.shape[1:], np.int32)], axis=0)
-    out = np.zeros(a.shape[:-1] + (b.shape[-1],), np.int64)
+        a = np.concatenate([a, np.zeros((*a.shape[:-1], 1), np.int32)], axis=-1)
+        b = np.concatenate([b, np.zeros((1, *b.shape[1:]), np.int32)], axis=0)
+    out = np.zeros((*a.shape[:-1], b.shape[-1]), np.int64)
     for p in range(0, a.shape[-1], 2):
         pair = a[..., p, None] * b[p] + a[..., p + 1, None] * b[p + 1]
         out += np.clip(pair, -32768, 32767)

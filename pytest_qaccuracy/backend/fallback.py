@@ -20,7 +20,9 @@ def reference_kernel(step: Step, opsets: dict[str, int]) -> Callable[[list[Any]]
 
     proto = step.proto
     if proto is None or list(proto.input) != step.inputs or list(proto.output) != step.outputs:
-        proto = helper.make_node(step.op_type, step.inputs, step.outputs, name=step.name, domain=step.domain, **step.attrs)
+        proto = helper.make_node(
+            step.op_type, step.inputs, step.outputs, name=step.name, domain=step.domain, **step.attrs
+        )
     try:
         evaluator = ReferenceEvaluator(proto, opsets={d or "": v for d, v in opsets.items()})
     except Exception as exc:
@@ -30,7 +32,7 @@ def reference_kernel(step: Step, opsets: dict[str, int]) -> Callable[[list[Any]]
     names = list(proto.input)
 
     def run(args: list[Any]) -> tuple[Any, ...]:
-        feeds = {name: value for name, value in zip(names, args) if name}
+        feeds = {name: value for name, value in zip(names, args, strict=False) if name}
         return tuple(evaluator.run(None, feeds))
 
     return run

@@ -23,13 +23,26 @@ from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN
 MS = "com.microsoft"
 EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
 #: ops that only move or select values: they commute with any monotone requantization
-PASS_THROUGH = {"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Split", "Gather", "Resize"}
+PASS_THROUGH = {
+    "MaxPool",
+    "Reshape",
+    "Transpose",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Slice",
+    "Split",
+    "Gather",
+    "Resize",
+}
 
 
 class _Graph:
     """Producer/consumer maps over a step list."""
 
-    def __init__(self, steps: list[Step], constants: dict[str, np.ndarray], types: dict[str, np.dtype], outputs: set[str]):
+    def __init__(
+        self, steps: list[Step], constants: dict[str, np.ndarray], types: dict[str, np.dtype], outputs: set[str]
+    ):
         self.steps = steps
         self.constants = constants
         self.types = types
@@ -230,7 +243,7 @@ def _pass_through(graph: _Graph, step: Step, keep: set[str]) -> list[Step] | Non
     if any(graph.types.get(q.outputs[0]) != graph.types.get(dq.inputs[0]) for q in qs):  # type: ignore[union-attr]
         return None
     raw_outputs, extra = [], []
-    for out, q in zip(step.outputs, qs):
+    for out, q in zip(step.outputs, qs, strict=False):
         assert q is not None
         if _same_params(graph, dq, q):
             raw_outputs.append(q.outputs[0])
@@ -248,7 +261,9 @@ def _same_params(graph: _Graph, a: Step, b: Step) -> bool:
     values = [graph.constants.get(n) if n else np.zeros(1) for n in (*pa, *pb)]
     if any(v is None for v in values):
         return False
-    return bool(np.array_equal(values[0], values[2]) and np.array_equal(values[1].astype(np.int64), values[3].astype(np.int64)))
+    return bool(
+        np.array_equal(values[0], values[2]) and np.array_equal(values[1].astype(np.int64), values[3].astype(np.int64))
+    )
 
 
 def fuse_qdq(

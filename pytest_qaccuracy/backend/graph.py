@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,13 +65,9 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, np.dtype]:
     for value in [*graph.input, *graph.output, *graph.value_info]:
         elem = value.type.tensor_type.elem_type
         if elem:
-            try:
+            with contextlib.suppress(KeyError, TypeError):
                 types[value.name] = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
-            except (KeyError, TypeError):
-                pass
     for init in graph.initializer:
-        try:
+        with contextlib.suppress(KeyError, TypeError):
             types[init.name] = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
-        except (KeyError, TypeError):
-            pass
     return types

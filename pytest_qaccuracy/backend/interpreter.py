@@ -117,7 +117,7 @@ class IntegerSession:
         for index, bound in enumerate(plan):
             step = bound.step
             args = [values[i] if i else None for i in step.inputs]
-            missing = [i for i, a in zip(step.inputs, args) if i and i not in values]
+            missing = [i for i, a in zip(step.inputs, args, strict=False) if i and i not in values]
             if missing:
                 raise KernelError(f"{step.describe()}: input(s) {missing} were never produced")
             try:
@@ -126,7 +126,7 @@ class IntegerSession:
                 raise
             except Exception as exc:
                 raise KernelError(f"{step.describe()} failed: {type(exc).__name__}: {exc}") from None
-            for name, value in zip(step.outputs, outs):
+            for name, value in zip(step.outputs, outs, strict=False):
                 if not name:
                     continue
                 values[name] = value
@@ -192,7 +192,9 @@ class IntegerSession:
 
 
 def _copy(step: Step) -> Step:
-    return Step(step.name, step.domain, step.op_type, list(step.inputs), list(step.outputs), dict(step.attrs), step.proto)
+    return Step(
+        step.name, step.domain, step.op_type, list(step.inputs), list(step.outputs), dict(step.attrs), step.proto
+    )
 
 
 def _prune(plan: list[_Bound], names: list[str]) -> list[_Bound]:

@@ -32,7 +32,7 @@ class Kernel:
     needs_outputs: bool
 
 
-class NotHandled(Exception):  # noqa: N818  (a signal, not an error)
+class NotHandled(Exception):
     """Raised by a kernel for a case it leaves to the ``onnx.reference`` fallback (e.g. a rare mode)."""
 
 

@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
 
 
-def _runner(model_path: Path, backend: str, scheme: str):  # noqa: ANN202
+def _runner(model_path: Path, backend: str, scheme: str):
     """``(run(feeds) -> outputs, output names, scheme label)`` for the chosen backend."""
     from pytest_qaccuracy.model.loading import load_model
 
@@ -100,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    print(f"wrote {records} record(s) x {len(names)} output(s) to {out} ({args.backend}{f', {scheme}' if scheme else ''})")
+    print(
+        f"wrote {records} record(s) x {len(names)} output(s) to {out} ({args.backend}{f', {scheme}' if scheme else ''})"
+    )
     return 0
 
 
@@ -109,7 +111,7 @@ def _batch_size(record: dict[str, np.ndarray]) -> int:
     return int(first.shape[0]) if first.ndim else 1
 
 
-def _execute(execute, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:  # noqa: ANN001
+def _execute(execute, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     try:
         return execute(feeds)
     except QAccuracyError as exc:

@@ -166,7 +166,10 @@ def float_net(ops: Sequence[str], channels: int = 8, size: int = 12, seed: int =
             nodes.append(helper.make_node("Resize", [current, "", f"sc{i}"], [f"up{i}"], mode="nearest"))
             nodes.append(helper.make_node("AveragePool", [f"up{i}"], [out], kernel_shape=[2, 2], strides=[2, 2]))
         elif op == "Clip":
-            inits += [numpy_helper.from_array(np.float32(-0.5), f"lo{i}"), numpy_helper.from_array(np.float32(0.8), f"hi{i}")]
+            inits += [
+                numpy_helper.from_array(np.float32(-0.5), f"lo{i}"),
+                numpy_helper.from_array(np.float32(0.8), f"hi{i}"),
+            ]
             nodes.append(helper.make_node("Clip", [current, f"lo{i}", f"hi{i}"], [out]))
         elif op == "Reshape":
             inits += [numpy_helper.from_array(np.array([0, channels, -1], np.int64), f"s{i}a"),

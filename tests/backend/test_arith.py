@@ -56,7 +56,7 @@ def test_round_shift_matches_exact_fractions(mode: str) -> None:
     x = np.concatenate([rng.integers(-(2**40), 2**40, 300), np.arange(-40, 41)])  # includes every tie of n <= 3
     n = rng.integers(0, 5, x.size)
     got = arith.round_shift(x, n, mode)
-    want = [_golden_shift(int(a), int(b), mode) for a, b in zip(x, n)]
+    want = [_golden_shift(int(a), int(b), mode) for a, b in zip(x, n, strict=False)]
     np.testing.assert_array_equal(got, want)
 
 
@@ -94,9 +94,11 @@ def test_srdhm_and_rdbpot_match_scalar_definitions() -> None:
     rng = np.random.default_rng(1)
     a = rng.integers(-(2**31), 2**31, 500)
     b = rng.integers(2**30, 2**31, 500)
-    np.testing.assert_array_equal(arith.srdhm(a, b), [_srdhm(int(x), int(y)) for x, y in zip(a, b)])
+    np.testing.assert_array_equal(arith.srdhm(a, b), [_srdhm(int(x), int(y)) for x, y in zip(a, b, strict=False)])
     e = rng.integers(0, 31, 500)
-    np.testing.assert_array_equal(arith.rounding_divide_by_pot(a, e), [_rdbpot(int(x), int(y)) for x, y in zip(a, e)])
+    np.testing.assert_array_equal(
+        arith.rounding_divide_by_pot(a, e), [_rdbpot(int(x), int(y)) for x, y in zip(a, e, strict=False)]
+    )
 
 
 @pytest.mark.parametrize(
@@ -126,7 +128,7 @@ def test_multiply_by_quantized_multiplier_double_rounding() -> None:
     m = rng.uniform(1e-4, 0.9, 400)
     q, shift = arith.quantize_multiplier(m)
     got = arith.multiply_by_quantized_multiplier(x, q, shift, double_rounding=True)
-    want = [_mbqm_double(int(a), int(b), int(c)) for a, b, c in zip(x, q, shift)]
+    want = [_mbqm_double(int(a), int(b), int(c)) for a, b, c in zip(x, q, shift, strict=False)]
     np.testing.assert_array_equal(got, want)
 
 
@@ -138,7 +140,7 @@ def test_multiply_by_quantized_multiplier_single_rounding_ties() -> None:
 
 def test_glow_params() -> None:
     pre, post, s = arith.glow_params(np.array([0.25, 3.0, 0.1], np.float32))
-    assert list(zip(pre.tolist(), post.tolist(), s.tolist())) == [(0, 2, 1), (0, 7, 384), (0, 12, 410)]
+    assert list(zip(pre.tolist(), post.tolist(), s.tolist(), strict=False)) == [(0, 2, 1), (0, 7, 384), (0, 12, 410)]
 
 
 # -- requantize per preset ----------------------------------------------------------------------------
@@ -169,7 +171,9 @@ def _golden(preset: str, acc: int, m32: np.float32, zp: int) -> int:
     return min(max(r, 0), 255)
 
 
-@pytest.mark.parametrize("preset", ["onnxruntime", "onnx-reference", "tflite", "tflite-single-rounding", "tvm-upward", "power2"])
+@pytest.mark.parametrize(
+    "preset", ["onnxruntime", "onnx-reference", "tflite", "tflite-single-rounding", "tvm-upward", "power2"]
+)
 def test_requantize_matches_scalar_definitions(preset: str) -> None:
     rng = np.random.default_rng(3)
     acc = np.concatenate([rng.integers(-200000, 200000, 300), rng.integers(-(2**28), 2**28, 100)])
@@ -177,14 +181,17 @@ def test_requantize_matches_scalar_definitions(preset: str) -> None:
     m[::7] = np.float32(2.0**-6)  # exact ties for acc multiples of 32
     acc[::7] = (acc[::7] // 64) * 64 + 32
     got = arith.requantize(acc, m, 17, np.uint8, get_scheme(preset), "gemm")
-    want = [_golden(preset, int(a), mm, 17) for a, mm in zip(acc, m)]
+    want = [_golden(preset, int(a), mm, 17) for a, mm in zip(acc, m, strict=False)]
     np.testing.assert_array_equal(got, want)
 
 
 def test_presets_disagree_on_ties() -> None:
     acc = (np.arange(-64, 64) * 2 + 1) * 2  # M = 1/4: every value is a tie
     m = np.full(acc.shape, np.float32(0.25))
-    results = {p: arith.requantize(acc, m, 101, np.uint8, get_scheme(p), "gemm") for p in ("onnxruntime", "onnx-reference", "tflite-single-rounding", "tflite")}
+    results = {
+        p: arith.requantize(acc, m, 101, np.uint8, get_scheme(p), "gemm")
+        for p in ("onnxruntime", "onnx-reference", "tflite-single-rounding", "tflite")
+    }
     assert not np.array_equal(results["onnxruntime"], results["onnx-reference"])  # zp before rounding
     assert not np.array_equal(results["onnxruntime"], results["tflite-single-rounding"])  # half up vs even
     assert not np.array_equal(results["tflite-single-rounding"], results["tflite"])  # half away for negatives
@@ -219,7 +226,7 @@ def test_accumulator_wrap_and_saturate() -> None:
 
 
 def test_scheme_validation_and_presets() -> None:
-    with pytest.raises(InputError, match="unknown scheme 'nope'.*onnxruntime"):
+    with pytest.raises(InputError, match=r"unknown scheme 'nope'.*onnxruntime"):
         get_scheme("nope")
     with pytest.raises(InputError, match="double_rounding needs"):
         get_scheme("onnxruntime").replace(double_rounding=True)
@@ -230,7 +237,9 @@ def test_scheme_validation_and_presets() -> None:
 
 def test_reduced_weight_bits_saturate() -> None:
     w = np.array([-128, -65, -64, 63, 64, 127], np.int8)
-    np.testing.assert_array_equal(arith.clamp_weights(w, get_scheme("onnxruntime").replace(reduce_range=True)), [-64, -64, -64, 63, 63, 63])
+    np.testing.assert_array_equal(
+        arith.clamp_weights(w, get_scheme("onnxruntime").replace(reduce_range=True)), [-64, -64, -64, 63, 63, 63]
+    )
 
 
 def test_int16_pair_convolution_matches_direct_pair_sums() -> None:

@@ -30,7 +30,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, np.ndar
 
 
 @pytest.mark.parametrize("backend", ["integer", "onnxruntime"])
-def test_run_writes_one_layout(setup, backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+def test_run_writes_one_layout(setup, backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, data, records = setup
     out = tmp_path / "sub" / "out.h5"
     assert main(["run", str(model), "--data", str(data), "--backend", backend, "--scheme", "onnxruntime",
@@ -45,17 +45,19 @@ def test_run_writes_one_layout(setup, backend: str, tmp_path: Path, capsys: pyte
     assert [p.name for p in out.parent.iterdir()] == ["out.h5"]  # no temporary file left
 
 
-def test_run_other_scheme_differs(setup, tmp_path: Path) -> None:  # noqa: ANN001
+def test_run_other_scheme_differs(setup, tmp_path: Path) -> None:
     model, data, records = setup
     out = tmp_path / "glow.h5"
     assert main(["run", str(model), "--data", str(data), "--scheme", "glow", "--out", str(out)]) == 0
     with h5py.File(out) as h5:
         got = np.concatenate([h5[f"value/{i}/0"][()] for i in range(5)])
         assert h5.attrs["scheme"] == "glow"
-    np.testing.assert_array_equal(got, IntegerSession(model, "glow").run(None, {"input": records.reshape(5, 8, 10, 10)})[0])
+    np.testing.assert_array_equal(
+        got, IntegerSession(model, "glow").run(None, {"input": records.reshape(5, 8, 10, 10)})[0]
+    )
 
 
-def test_run_errors_are_one_line(setup, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+def test_run_errors_are_one_line(setup, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model, data, _ = setup
     out = tmp_path / "out.h5"
     assert main(["run", str(model), "--data", str(data), "--scheme", "nope", "--out", str(out)]) == 2
@@ -66,13 +68,17 @@ def test_run_errors_are_one_line(setup, tmp_path: Path, capsys: pytest.CaptureFi
     assert not out.exists()
 
 
-def test_run_unsupported_op_names_node(setup, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: ANN001
+def test_run_unsupported_op_names_node(setup, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, data, _ = setup
     node = helper.make_node("Mystery", ["input"], ["y"], name="odd_node", domain="example.custom")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 8, 10, 10])],
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 8, 10, 10])]
+    graph = helper.make_graph([node], "g", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
     path = tmp_path / "odd.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("example.custom", 1)]), path)
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("example.custom", 1)]),
+        path,
+    )
     assert main(["run", str(path), "--data", str(data), "--out", str(tmp_path / "o.h5")]) == 2
     err = capsys.readouterr().err
     assert "node 'odd_node'" in err and "example.custom::Mystery" in err and err.count("\n") == 1

@@ -31,7 +31,7 @@ def records() -> np.ndarray:
 
 def test_inputs_and_outputs_look_like_onnxruntime(qdq_model: onnx.ModelProto) -> None:
     ours, theirs = IntegerSession(qdq_model), ort_session(qdq_model)
-    for a, b in zip(ours.get_inputs() + ours.get_outputs(), theirs.get_inputs() + theirs.get_outputs()):
+    for a, b in zip(ours.get_inputs() + ours.get_outputs(), theirs.get_inputs() + theirs.get_outputs(), strict=False):
         assert (a.name, a.type) == (b.name, b.type)
         assert a.shape == b.shape
 
@@ -54,13 +54,15 @@ def test_batch_equals_records_one_by_one(qdq_model: onnx.ModelProto, records: np
 def test_intermediate_tensors_and_callback(qdq_model: onnx.ModelProto, records: np.ndarray) -> None:
     session = IntegerSession(qdq_model)
     q_outputs = [n.output[0] for n in qdq_model.graph.node if n.op_type == "QuantizeLinear"]
-    dq_outputs = [n.output[0] for n in qdq_model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in q_outputs]
+    dq_outputs = [
+        n.output[0] for n in qdq_model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in q_outputs
+    ]
     seen: dict[str, np.ndarray] = {}
     final = session.run(None, {"input": records}, on_tensor=lambda name, value: seen.setdefault(name, value))[0]
     assert set(q_outputs) <= set(seen) and set(dq_outputs) <= set(seen)
     assert not any(name.startswith("qaccuracy::") for name in seen)
     picked = session.run(q_outputs[1:3] + dq_outputs[:1], {"input": records})
-    for name, value in zip(q_outputs[1:3] + dq_outputs[:1], picked):
+    for name, value in zip(q_outputs[1:3] + dq_outputs[:1], picked, strict=False):
         assert_same(value, seen[name], name)
         assert value.dtype == (np.float32 if name in dq_outputs else np.uint8)
     assert_same(final, seen[qdq_model.graph.output[0].name], "graph output")
@@ -82,7 +84,9 @@ def test_unsupported_op_names_node_and_op() -> None:
     node = helper.make_node("FancyOp", ["x"], ["y"], name="my_node", domain="example.custom")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("example.custom", 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("example.custom", 1)]
+    )
     with pytest.raises(UnsupportedOpError, match=r"node 'my_node'.*example\.custom::FancyOp"):
         IntegerSession(model)
 
@@ -100,7 +104,9 @@ def test_kernel_failure_names_node_not_numpy() -> None:
 def test_float_ops_fall_back_to_onnx_reference() -> None:
     x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
     model = node_model("Erf", [("x", np.float32, x.shape)], {}, np.float32)
-    np.testing.assert_allclose(IntegerSession(model).run(None, {"x": x})[0], ort_session(model).run(None, {"x": x})[0], rtol=1e-6)
+    np.testing.assert_allclose(
+        IntegerSession(model).run(None, {"x": x})[0], ort_session(model).run(None, {"x": x})[0], rtol=1e-6
+    )
 
 
 def test_registering_a_kernel_twice_raises() -> None:
@@ -110,7 +116,9 @@ def test_registering_a_kernel_twice_raises() -> None:
 
 def test_custom_scheme_changes_results(qdq_model: onnx.ModelProto, records: np.ndarray) -> None:
     ort_like = IntegerSession(qdq_model).run(None, {"input": records})[0]
-    shift_only = IntegerSession(qdq_model, Scheme(name="shift", multiplier="power2", rounding="floor")).run(None, {"input": records})[0]
+    shift_only = IntegerSession(qdq_model, Scheme(name="shift", multiplier="power2", rounding="floor")).run(
+        None, {"input": records}
+    )[0]
     assert not np.array_equal(ort_like, shift_only)
 
 

@@ -33,9 +33,11 @@ def data() -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("net", NETS)
 @pytest.mark.parametrize("activation", ["uint8", "int8"])
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_quantized_net_agrees(net, activation, per_channel, data, tmp_path: Path) -> None:  # noqa: ANN001
+def test_quantized_net_agrees(net, activation, per_channel, data, tmp_path: Path) -> None:
     calibration, records = data
-    model = quantize_qdq(float_net(NETS[net], opset=18), calibration, tmp_path, activation=activation, per_channel=per_channel)
+    model = quantize_qdq(
+        float_net(NETS[net], opset=18), calibration, tmp_path, activation=activation, per_channel=per_channel
+    )
     result = check_agreement(model, {"input": records})
     assert result.ok, result.summary()
     assert len(result.tensors) >= 10 and all(t.mismatches == 0 for t in result.tensors)
@@ -44,7 +46,7 @@ def test_quantized_net_agrees(net, activation, per_channel, data, tmp_path: Path
     assert_same(got, want, "softmax output")
 
 
-def test_qoperator_net_agrees(data, tmp_path: Path) -> None:  # noqa: ANN001
+def test_qoperator_net_agrees(data, tmp_path: Path) -> None:
     calibration, records = data
     model = quantize_qdq(float_net(NETS["residual"]), calibration, tmp_path, quant_format="QOperator", per_channel=True)
     assert any(n.op_type == "QLinearConv" for n in model.graph.node)
@@ -52,13 +54,15 @@ def test_qoperator_net_agrees(data, tmp_path: Path) -> None:  # noqa: ANN001
     assert result.ok, result.summary()
 
 
-def _qdq_group(op_type: str, x_params, y_params, *, extra_inputs=(), dtype=np.uint8, **attrs) -> onnx.ModelProto:  # noqa: ANN001
+def _qdq_group(op_type: str, x_params, y_params, *, extra_inputs=(), dtype=np.uint8, **attrs) -> onnx.ModelProto:
     """``x -> DQ -> op -> Q -> y`` with constant parameters; extra inputs are (name, array) initializers."""
     tt = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     inits = [
-        numpy_helper.from_array(np.float32(x_params[0]), "xs"), numpy_helper.from_array(np.array(x_params[1], dtype), "xz"),
-        numpy_helper.from_array(np.float32(y_params[0]), "ys"), numpy_helper.from_array(np.array(y_params[1], dtype), "yz"),
-    ]  # fmt: skip
+        numpy_helper.from_array(np.float32(x_params[0]), "xs"),
+        numpy_helper.from_array(np.array(x_params[1], dtype), "xz"),
+        numpy_helper.from_array(np.float32(y_params[0]), "ys"),
+        numpy_helper.from_array(np.array(y_params[1], dtype), "yz"),
+    ]
     inits += [numpy_helper.from_array(np.asarray(v), n) for n, v in extra_inputs]
     nodes = [
         helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
@@ -78,8 +82,13 @@ GROUPS = {
     "maxpool-same": ("MaxPool", (0.05, 100), (0.05, 100), (), {"kernel_shape": [2, 2], "strides": [2, 2]}),
     "reshape-requant": ("Reshape", (0.05, 100), (0.11, 9), (("shape", np.array([0, -1], np.int64)),), {}),
     "transpose-same": ("Transpose", (0.05, 100), (0.05, 100), (), {"perm": [0, 2, 3, 1]}),
-    "resize-nearest": ("Resize", (0.05, 100), (0.06, 1), (("roi", np.zeros(0, np.float32)),
-                       ("scales", np.array([1, 1, 2, 3], np.float32))), {"mode": "nearest"}),  # fmt: skip
+    "resize-nearest": (
+        "Resize",
+        (0.05, 100),
+        (0.06, 1),
+        (("roi", np.zeros(0, np.float32)), ("scales", np.array([1, 1, 2, 3], np.float32))),
+        {"mode": "nearest"},
+    ),
     "sigmoid": ("Sigmoid", (0.05, 100), (1 / 256, 0), (), {}),
     "softmax": ("Softmax", (0.05, 100), (1 / 256, 0), (), {"axis": 1}),
     "global-average-pool": ("GlobalAveragePool", (0.5, 101), (0.5, 3), (), {}),
@@ -88,7 +97,7 @@ GROUPS = {
 
 @pytest.mark.parametrize("group", GROUPS)
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
-def test_qdq_group(group, dtype) -> None:  # noqa: ANN001
+def test_qdq_group(group, dtype) -> None:
     op_type, xp, yp, extra, attrs = GROUPS[group]
     if dtype == np.int8:
         xp, yp = (xp[0], xp[1] - 128), (yp[0], yp[1] - 128)
@@ -98,7 +107,7 @@ def test_qdq_group(group, dtype) -> None:  # noqa: ANN001
     assert_same(IntegerSession(model).run(None, {"x": x})[0], want, group)
 
 
-def test_intermediate_inside_fused_group_matches_unfused_runtime(data, tmp_path: Path) -> None:  # noqa: ANN001
+def test_intermediate_inside_fused_group_matches_unfused_runtime(data, tmp_path: Path) -> None:
     """Asking for a float tensor inside a QDQ group leaves that group unfused, as ORT does for an output."""
     calibration, records = data
     model = quantize_qdq(float_net(["Conv", "Conv"]), calibration, tmp_path)
@@ -117,7 +126,7 @@ def test_intermediate_inside_fused_group_matches_unfused_runtime(data, tmp_path:
     assert np.count_nonzero(fused != got[1]) <= 2  # the float path may differ at rare exact ties
 
 
-def test_agreement_reports_first_divergence(data, tmp_path: Path) -> None:  # noqa: ANN001
+def test_agreement_reports_first_divergence(data, tmp_path: Path) -> None:
     calibration, records = data
     model = quantize_qdq(float_net(NETS["residual"]), calibration, tmp_path)
     result = check_agreement(model, {"input": records}, scheme="glow")

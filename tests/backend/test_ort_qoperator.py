@@ -16,10 +16,10 @@ from pytest_qaccuracy.backend import IntegerSession
 f32 = np.float32
 
 
-def _check(model, feeds, what=""):  # noqa: ANN001, ANN202
+def _check(model, feeds, what=""):
     want = ort_run(model, feeds)
     got = IntegerSession(model).run(None, feeds)
-    for i, (g, w) in enumerate(zip(got, want)):
+    for i, (g, w) in enumerate(zip(got, want, strict=False)):
         assert_same(g, w, f"{what} output {i}")
     return got
 
@@ -34,7 +34,13 @@ CONV_CASES = {
     "ties-s8": (np.int8, np.int8, False, "ties", {}),
     "bigacc": (np.uint8, np.int8, False, "bigacc", {}),
     "f32-adversarial": (np.uint8, np.int8, True, "f32adv", {}),
-    "stride-dilation": (np.uint8, np.int8, False, "random", {"strides": [2, 2], "dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+    "stride-dilation": (
+        np.uint8,
+        np.int8,
+        False,
+        "random",
+        {"strides": [2, 2], "dilations": [2, 1], "pads": [2, 1, 2, 1]},
+    ),
     "groups": (np.uint8, np.int8, True, "random", {"group": 2, "pads": [1, 1, 1, 1]}),
     "depthwise": (np.int8, np.int8, True, "random", {"group": 8, "pads": [1, 1, 1, 1]}),
     "same-upper": (np.uint8, np.int8, False, "random", {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
@@ -88,7 +94,7 @@ def test_qlinear_conv_1d_without_bias() -> None:
         (np.int8, np.int8, (2, 5, 16), (2, 16, 6), False, True),
     ],
 )
-def test_qlinear_matmul(adt, bdt, a_shape, b_shape, per_column, ties) -> None:  # noqa: ANN001
+def test_qlinear_matmul(adt, bdt, a_shape, b_shape, per_column, ties) -> None:
     rng = np.random.default_rng(sum(a_shape))
     a, b = random_q(rng, adt, a_shape), random_q(rng, bdt, b_shape)
     n = b_shape[-1]
@@ -102,7 +108,7 @@ def test_qlinear_matmul(adt, bdt, a_shape, b_shape, per_column, ties) -> None:  
 
 @pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
 @pytest.mark.parametrize("quantized_output", [True, False])
-def test_qgemm(trans, quantized_output) -> None:  # noqa: ANN001
+def test_qgemm(trans, quantized_output) -> None:
     rng = np.random.default_rng(3)
     a = random_q(rng, np.uint8, (30, 12) if trans[0] else (12, 30))
     b = random_q(rng, np.int8, (16, 30) if trans[1] else (30, 16))
@@ -140,7 +146,7 @@ BINARY_SHAPES = {
 @pytest.mark.parametrize("shapes", BINARY_SHAPES)
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("ties", [False, True])
-def test_qlinear_binary(op, shapes, dtype, ties) -> None:  # noqa: ANN001
+def test_qlinear_binary(op, shapes, dtype, ties) -> None:
     rng = np.random.default_rng(11)
     a_shape, b_shape = BINARY_SHAPES[shapes]
     a, b = random_q(rng, dtype, a_shape), random_q(rng, dtype, b_shape)
@@ -157,7 +163,7 @@ def test_qlinear_binary(op, shapes, dtype, ties) -> None:  # noqa: ANN001
 @pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("params", [(0.05, 7, 1 / 256, 0), (0.125, 3, 0.0625, 5), (0.0031, 0, 0.011, 9)])
-def test_qlinear_lookup_ops(op, dtype, params) -> None:  # noqa: ANN001
+def test_qlinear_lookup_ops(op, dtype, params) -> None:
     xs, xz, ys, yz = params
     if dtype == np.int8:
         xz, yz = xz - 64, yz - 128
@@ -178,17 +184,22 @@ def test_qlinear_lookup_ops(op, dtype, params) -> None:  # noqa: ANN001
     ],
 )
 @pytest.mark.parametrize("ties", [False, True])
-def test_qlinear_average_pool(attrs, ties) -> None:  # noqa: ANN001
+def test_qlinear_average_pool(attrs, ties) -> None:
     rng = np.random.default_rng(2)
     x = random_q(rng, np.uint8, (2, 4, 9, 9))
-    inits = {"xs": f32(0.25 if ties else 0.031), "xz": np.uint8(3), "ys": f32(0.25 if ties else 0.027), "yz": np.uint8(5)}
+    inits = {
+        "xs": f32(0.25 if ties else 0.031),
+        "xz": np.uint8(3),
+        "ys": f32(0.25 if ties else 0.027),
+        "yz": np.uint8(5),
+    }
     model = node_model("QLinearAveragePool", [("x", np.uint8, x.shape)], inits, np.uint8, domain=MS, **attrs)
     _check(model, {"x": x})
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("ties", [False, True])
-def test_qlinear_global_average_pool(dtype, ties) -> None:  # noqa: ANN001
+def test_qlinear_global_average_pool(dtype, ties) -> None:
     rng = np.random.default_rng(4)
     x = random_q(rng, dtype, (3, 16, 4, 4) if ties else (3, 16, 7, 5))
     inits = {"xs": f32(1.0 if ties else 0.031), "xz": np.array(3, dtype), "ys": f32(1.0 if ties else 0.029),
@@ -200,7 +211,14 @@ def test_qlinear_global_average_pool(dtype, ties) -> None:  # noqa: ANN001
 def test_qlinear_concat() -> None:
     rng = np.random.default_rng(6)
     a, b = random_q(rng, np.uint8, (2, 3, 4)), random_q(rng, np.uint8, (2, 5, 4))
-    inits = {"ys": f32(0.05), "yz": np.uint8(10), "as": f32(0.05), "az": np.uint8(10), "bs": f32(0.0731), "bz": np.uint8(133)}
+    inits = {
+        "ys": f32(0.05),
+        "yz": np.uint8(10),
+        "as": f32(0.05),
+        "az": np.uint8(10),
+        "bs": f32(0.0731),
+        "bz": np.uint8(133),
+    }
     order = ["ys", "yz", "a", "as", "az", "b", "bs", "bz"]
     model = node_model("QLinearConcat", [("a", np.uint8, a.shape), ("b", np.uint8, b.shape)], inits, np.uint8,
                        domain=MS, input_order=order, axis=1)  # fmt: skip
@@ -209,12 +227,14 @@ def test_qlinear_concat() -> None:
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize(("axis", "opset"), [(-1, 13), (1, 13), (1, 12)])
-def test_qlinear_softmax(dtype, axis, opset) -> None:  # noqa: ANN001
+def test_qlinear_softmax(dtype, axis, opset) -> None:
     rng = np.random.default_rng(8)
     x = random_q(rng, dtype, (3, 10, 6))
     yz = np.array(0 if dtype == np.uint8 else -128, dtype)
     inits = {"xs": f32(0.07), "xz": np.array(0, dtype), "ys": f32(1 / 256), "yz": yz}
-    model = node_model("QLinearSoftmax", [("x", dtype, x.shape)], inits, dtype, domain=MS, axis=axis, opset=opset, model_opset=13)
+    model = node_model(
+        "QLinearSoftmax", [("x", dtype, x.shape)], inits, dtype, domain=MS, axis=axis, opset=opset, model_opset=13
+    )
     _check(model, {"x": x})
 
 
@@ -232,7 +252,7 @@ def test_conv_integer_and_matmul_integer() -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16])
-def test_quantize_dequantize_ties(dtype) -> None:  # noqa: ANN001
+def test_quantize_dequantize_ties(dtype) -> None:
     scale = f32(0.5)
     zp = np.array(3, dtype)
     x = ((np.arange(-300, 300) + 0.5) * scale).astype(f32)  # every value an exact .5 tie
@@ -250,7 +270,7 @@ def test_quantize_per_axis() -> None:
 
 
 @pytest.mark.parametrize("spread", [(-3.0, 5.0), (0.5, 7.0), (-4.0, -1.0)])
-def test_dynamic_quantize_linear(spread) -> None:  # noqa: ANN001
+def test_dynamic_quantize_linear(spread) -> None:
     x = np.random.default_rng(12).uniform(*spread, (4, 33)).astype(f32)
     model = node_model("DynamicQuantizeLinear", [("x", np.float32, x.shape)], {}, np.uint8, n_outputs=3)
     model.graph.output[1].type.tensor_type.elem_type = 1

@@ -33,7 +33,7 @@ def conv_pads(
     d = len(spatial)
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         begin, end = [], []
-        for size, k, s, dil in zip(spatial, kernel_shape, strides, dilations):
+        for size, k, s, dil in zip(spatial, kernel_shape, strides, dilations, strict=False):
             out = -(-size // s)
             total = max(0, (out - 1) * s + (k - 1) * dil + 1 - size)
             small, large = total // 2, total - total // 2
@@ -69,8 +69,11 @@ def to_padded(x: np.ndarray, pads: list[int], offset: np.ndarray | int, dtype: t
     return xp
 
 
-def output_shape(padded: tuple[int, ...], kernel_shape: tuple[int, ...], strides, dilations) -> tuple[int, ...]:  # noqa: ANN001
-    return tuple((size - ((k - 1) * dil + 1)) // s + 1 for size, k, s, dil in zip(padded, kernel_shape, strides, dilations))
+def output_shape(padded: tuple[int, ...], kernel_shape: tuple[int, ...], strides, dilations) -> tuple[int, ...]:
+    return tuple(
+        (size - ((k - 1) * dil + 1)) // s + 1
+        for size, k, s, dil in zip(padded, kernel_shape, strides, dilations, strict=False)
+    )
 
 
 def conv_core(
@@ -116,24 +119,17 @@ def conv_core(
             o1 = min(first, o0 + row_step)
             lead = (n1 - n0, o1 - o0, *out_spatial[1:])
 
-            def tap_view(tap: tuple[int, ...]) -> np.ndarray:
-                index = [slice(n0, n1), slice(None)]
-                for axis, (t, s, dil, size) in enumerate(zip(tap, strides, dilations, lead[1:])):
-                    begin = t * dil + (o0 * s if axis == 0 else 0)
-                    index.append(slice(begin, begin + (size - 1) * s + 1, s))
-                return xp[tuple(index)]
-
             target = out[n0:n1, :, o0:o1]
             if depthwise:
                 view = target.reshape(lead[0], group, mg, *lead[1:])
                 view[...] = 0
                 for t, tap in enumerate(taps):
-                    x_tap = tap_view(tap)[:, :, None]
+                    x_tap = _tap_view(xp, tap, (n0, n1), o0, lead, strides, dilations)[:, :, None]
                     view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
                 continue
             cols = _buffer(len(taps) * c * math.prod(lead), dtype).reshape(len(taps), c, lead[0], *lead[1:])
             for t, tap in enumerate(taps):
-                cols[t] = np.moveaxis(tap_view(tap), 1, 0)
+                cols[t] = np.moveaxis(_tap_view(xp, tap, (n0, n1), o0, lead, strides, dilations), 1, 0)
             grouped = cols.reshape(len(taps), group, cg, -1)
             if group > 1:
                 grouped = grouped.transpose(1, 0, 2, 3)
@@ -142,12 +138,23 @@ def conv_core(
     return out
 
 
+def _tap_view(xp, tap, records, o0, lead, strides, dilations) -> np.ndarray:
+    """The ``(n, C, *out_chunk)`` slice of the padded input that kernel tap ``tap`` reads."""
+    index = [slice(*records), slice(None)]
+    for axis, (t, s, dil, size) in enumerate(zip(tap, strides, dilations, lead[1:], strict=True)):
+        begin = t * dil + (o0 * s if axis == 0 else 0)
+        index.append(slice(begin, begin + (size - 1) * s + 1, s))
+    return xp[tuple(index)]
+
+
 def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tuple[int, ...], tuple[int, ...], int]:
     d = x.ndim - 2
     kernel_shape = tuple(attrs.get("kernel_shape") or w.shape[2:])
     strides = tuple(attrs.get("strides") or (1,) * d)
     dilations = tuple(attrs.get("dilations") or (1,) * d)
-    pads = conv_pads(x.shape[2:], kernel_shape, attrs.get("auto_pad") or "NOTSET", attrs.get("pads"), strides, dilations)
+    pads = conv_pads(
+        x.shape[2:], kernel_shape, attrs.get("auto_pad") or "NOTSET", attrs.get("pads"), strides, dilations
+    )
     return pads, strides, dilations, int(attrs.get("group") or 1)
 
 
@@ -173,7 +180,7 @@ def conv_integer_acc(
     return conv_core(to_padded(x, pads, x_zp, dtype), ws.astype(dtype), group, strides, dilations, dtype), bound
 
 
-def _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme) -> np.ndarray:  # noqa: ANN001
+def _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme) -> np.ndarray:
     """Columns of raw values (padding = x_zp), then the int16 pair accumulator of ``arith``."""
     if group != 1:
         raise NotImplementedError("the int16_pairs accumulator supports group=1 convolutions only")
@@ -184,7 +191,10 @@ def _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme)
     out_spatial = output_shape(xp.shape[2:], kernel_shape, strides, dilations)
     columns = []
     for tap in itertools.product(*(range(k) for k in kernel_shape)):
-        index = tuple(slice(t * dil, t * dil + (o - 1) * s + 1, s) for t, dil, o, s in zip(tap, dilations, out_spatial, strides))
+        index = tuple(
+            slice(t * dil, t * dil + (o - 1) * s + 1, s)
+            for t, dil, o, s in zip(tap, dilations, out_spatial, strides, strict=False)
+        )
         columns.append(np.moveaxis(xp[(slice(None), slice(None), *index)], 1, -1))  # (N, *out, C)
     cols = np.stack(columns, axis=-2).reshape(-1, len(columns) * x.shape[1]).astype(np.uint8)
     wmat = np.moveaxis(w.reshape(w.shape[0], w.shape[1], -1), 1, -1).reshape(w.shape[0], -1).T  # (taps*C, M)
@@ -217,7 +227,7 @@ def qlinear_conv(
     w_zero_point: np.ndarray,
     y_scale: np.ndarray,
     y_zero_point: np.ndarray,
-    B: np.ndarray | None = None,  # noqa: N803  (ONNX input name)
+    B: np.ndarray | None = None,
     *,
     auto_pad: str = "NOTSET",
     dilations: list[int] | None = None,
@@ -228,7 +238,9 @@ def qlinear_conv(
     scheme: Scheme,
 ) -> tuple[np.ndarray]:
     """int32 accumulate (+ bias), then requantize with the scheme (per output channel scale)."""
-    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+    attrs = dict(
+        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
+    )
     w = arith.clamp_weights(w, scheme)
     acc, bound = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme)
     multiplier = arith.real_multiplier([x_scale, np.asarray(w_scale).reshape(-1)], y_scale, scheme)
@@ -255,7 +267,9 @@ def conv_integer(
     scheme: Scheme,
 ) -> tuple[np.ndarray]:
     """int32 ``sum (x - x_zp)(w - w_zp)``; padding contributes zero."""
-    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+    attrs = dict(
+        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
+    )
     x_zp = 0 if x_zero_point is None else x_zero_point
     w_zp = 0 if w_zero_point is None else w_zero_point
     acc, _ = conv_integer_acc(x, x_zp, w, w_zp, attrs, scheme.replace(accumulator="wrap32"))
@@ -265,9 +279,9 @@ def conv_integer(
 
 @kernel("", "Conv", 1, float_op=True)
 def conv(
-    X: np.ndarray,  # noqa: N803
-    W: np.ndarray,  # noqa: N803
-    B: np.ndarray | None = None,  # noqa: N803
+    X: np.ndarray,
+    W: np.ndarray,
+    B: np.ndarray | None = None,
     *,
     auto_pad: str = "NOTSET",
     dilations: list[int] | None = None,
@@ -277,7 +291,9 @@ def conv(
     strides: list[int] | None = None,
 ) -> tuple[np.ndarray]:
     """Float convolution (im2col + float BLAS in the input's precision)."""
-    attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides)
+    attrs = dict(
+        auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
+    )
     pad_list, stride, dilation, groups = _geometry(X, W, attrs)
     dtype = X.dtype.type
     y = conv_core(to_padded(X, pad_list, 0, dtype), W.astype(dtype), groups, stride, dilation, dtype)

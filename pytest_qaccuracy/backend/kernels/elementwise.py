@@ -53,7 +53,9 @@ def lookup_table(
     """``table[q - qmin] = quantize(fn(dequantize(q)))`` for every 8-bit ``q`` (float32 throughout)."""
     lo, hi = arith.qrange(x_dtype)
     q = np.arange(lo, hi + 1)
-    v = arith.dequantize(q, np.asarray(x_scale, np.float32).reshape(()), None if x_zp is None else np.asarray(x_zp).reshape(()))
+    v = arith.dequantize(
+        q, np.asarray(x_scale, np.float32).reshape(()), None if x_zp is None else np.asarray(x_zp).reshape(())
+    )
     out = np.asarray(fn(v.astype(np.float32)), dtype=np.float32)
     zp = np.zeros((), y_dtype) if y_zp is None else np.asarray(y_zp).reshape(())
     return arith.quantize_float(out, np.asarray(y_scale, np.float32).reshape(()), zp, y_dtype, scheme)
@@ -69,14 +71,16 @@ def _out_dtype(y_zp: np.ndarray | None, x: np.ndarray) -> np.dtype:
 
 
 @kernel(MS, "QLinearSigmoid", 1, scheme=True)
-def qlinear_sigmoid(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, scheme: Scheme):  # noqa: ANN001, N803
+def qlinear_sigmoid(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, scheme: Scheme):
     dtype = _out_dtype(Y_zero_point, X)
-    table = lookup_table(lambda v: logistic(v, scheme), X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme)
+    table = lookup_table(
+        lambda v: logistic(v, scheme), X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme
+    )
     return (apply_table(X, table),)
 
 
 @kernel(MS, "QLinearLeakyRelu", 1, scheme=True)
-def qlinear_leaky_relu(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, alpha: float = 0.01, scheme: Scheme):  # noqa: ANN001, N803
+def qlinear_leaky_relu(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, alpha: float = 0.01, scheme: Scheme):
     dtype = _out_dtype(Y_zero_point, X)
     a = np.float32(alpha)
 
@@ -88,20 +92,34 @@ def qlinear_leaky_relu(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, 
 
 
 @kernel(INTERNAL_DOMAIN, "QLinearLookup", 1, scheme=True)
-def qlinear_lookup(X, X_scale, X_zero_point, Y_scale, Y_zero_point, low=None, high=None, *, function: str,  # noqa: ANN001, N803
-                   min: float | None = None, max: float | None = None, scheme: Scheme):  # noqa: A002
+def qlinear_lookup(
+    X,
+    X_scale,
+    X_zero_point,
+    Y_scale,
+    Y_zero_point,
+    low=None,
+    high=None,
+    *,
+    function: str,
+    min: float | None = None,
+    max: float | None = None,
+    scheme: Scheme,
+):
     """Fused ``DQ -> Relu|Clip -> Q`` as a table (exactly ORT's float path for these ops)."""
     lo_v = np.float32(-np.inf if low is None else low) if min is None else np.float32(min)
     hi_v = np.float32(np.inf if high is None else high) if max is None else np.float32(max)
     if function == "Relu":
         lo_v, hi_v = np.float32(0), np.float32(np.inf)
     dtype = _out_dtype(Y_zero_point, X)
-    table = lookup_table(lambda v: np.clip(v, lo_v, hi_v), X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme)
+    table = lookup_table(
+        lambda v: np.clip(v, lo_v, hi_v), X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme
+    )
     return (apply_table(X, table),)
 
 
 @kernel(INTERNAL_DOMAIN, "Requantize", 1, scheme=True)
-def requantize_table(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, scheme: Scheme):  # noqa: ANN001, N803
+def requantize_table(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, scheme: Scheme):
     """``Q(DQ(x))`` with different parameters: what a data-movement op between them computes."""
     dtype = _out_dtype(Y_zero_point, X)
     table = lookup_table(lambda v: v, X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme)
@@ -117,7 +135,7 @@ def _scalar_span(x: np.ndarray, out_shape: tuple[int, ...]) -> bool:
     return bool(axes) and shape[axes[-1]] == 1
 
 
-def _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype) -> np.ndarray:  # noqa: ANN001
+def _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype) -> np.ndarray:
     """MLAS AVX2 QLinearAdd: float32 ratios, a folded constant and two FMAs, RNE, int16 then 8-bit saturation."""
     f32 = np.float32
     r_a = f32(f32(a_s) / f32(c_s))
@@ -135,7 +153,7 @@ def _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype) -> np.ndarray:  # no
     return arith.saturate(np.clip(np.rint(t), -32768, 32767), dtype)
 
 
-def _add_fixed(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme: Scheme) -> np.ndarray:  # noqa: ANN001
+def _add_fixed(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme: Scheme) -> np.ndarray:
     """TFLite ADD: inputs shifted left 20 bits, rescaled by Q31 multipliers, summed, rescaled again."""
     bits = 31 if scheme.multiplier == "q31" else 15
     left_shift = 20 if np.dtype(dtype).itemsize == 1 else 15
@@ -144,14 +162,20 @@ def _add_fixed(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme: Scheme) -> 
     for x, s, zp in ((a, a_s, a_zp), (b, b_s, b_zp)):
         q, sh = arith.quantize_multiplier(float(s) / twice_max, bits)
         shifted = (x.astype(np.int64) - int(zp)) << left_shift
-        terms.append(arith.multiply_by_quantized_multiplier(shifted, q, sh, bits=bits, double_rounding=scheme.double_rounding, rounding=scheme.rounding))
+        terms.append(
+            arith.multiply_by_quantized_multiplier(
+                shifted, q, sh, bits=bits, double_rounding=scheme.double_rounding, rounding=scheme.rounding
+            )
+        )
     q, sh = arith.quantize_multiplier(twice_max / (2.0**left_shift * float(c_s)), bits)
-    total = arith.multiply_by_quantized_multiplier(terms[0] + terms[1], q, sh, bits=bits, double_rounding=scheme.double_rounding, rounding=scheme.rounding)
+    total = arith.multiply_by_quantized_multiplier(
+        terms[0] + terms[1], q, sh, bits=bits, double_rounding=scheme.double_rounding, rounding=scheme.rounding
+    )
     return arith.saturate(total + int(c_zp), dtype)
 
 
 @kernel(MS, "QLinearAdd", 1, scheme=True)
-def qlinear_add(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None, *, scheme: Scheme):  # noqa: ANN001, N803
+def qlinear_add(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None, *, scheme: Scheme):
     """``C = (A_s(A - A_zp) + B_s(B - B_zp)) / C_s + C_zp`` as the scheme computes it."""
     dtype = _out_dtype(C_zero_point, A)
     a_zp = 0 if A_zero_point is None else np.asarray(A_zero_point).reshape(())
@@ -174,7 +198,7 @@ def qlinear_add(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_z
 
 
 @kernel(MS, "QLinearMul", 1, scheme=True)
-def qlinear_mul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None, *, scheme: Scheme):  # noqa: ANN001, N803
+def qlinear_mul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None, *, scheme: Scheme):
     """``C = (A - A_zp)(B - B_zp) * A_s B_s / C_s + C_zp``; the product is exact in int32."""
     dtype = _out_dtype(C_zero_point, A)
     a_zp = 0 if A_zero_point is None else np.asarray(A_zero_point).reshape(()).astype(np.int64)
@@ -190,7 +214,7 @@ def qlinear_mul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_z
 
 def _binary(op_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> None:
     @kernel("", op_type, 7, float_op=True)
-    def run(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray]:  # noqa: N803
+    def run(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray]:
         y = fn(A, B)
         return (y.astype(A.dtype, copy=False),)
 
@@ -203,17 +227,17 @@ _binary("Mul", np.multiply)
 
 
 @kernel("", "Relu", 6, float_op=True)
-def relu(X: np.ndarray) -> tuple[np.ndarray]:  # noqa: N803
+def relu(X: np.ndarray) -> tuple[np.ndarray]:
     return (np.maximum(X, X.dtype.type(0)),)
 
 
 @kernel("", "Sigmoid", 6, float_op=True)
-def sigmoid(X: np.ndarray) -> tuple[np.ndarray]:  # noqa: N803
+def sigmoid(X: np.ndarray) -> tuple[np.ndarray]:
     return ((1 / (1 + np.exp(-X))).astype(X.dtype),)
 
 
 @kernel("", "Clip", 11, float_op=True)
-def clip(input: np.ndarray, min: np.ndarray | None = None, max: np.ndarray | None = None) -> tuple[np.ndarray]:  # noqa: A002
+def clip(input: np.ndarray, min: np.ndarray | None = None, max: np.ndarray | None = None) -> tuple[np.ndarray]:
     y = input
     if min is not None:
         y = np.maximum(y, min)

@@ -29,13 +29,15 @@ def _col_param(p: np.ndarray | None) -> np.ndarray | int:
     return p.reshape(()) if p.size == 1 else p
 
 
-def integer_matmul(a: np.ndarray, a_zp, b: np.ndarray, b_zp, scheme: Scheme) -> np.ndarray:  # noqa: ANN001
+def integer_matmul(a: np.ndarray, a_zp, b: np.ndarray, b_zp, scheme: Scheme) -> np.ndarray:
     """``(a - a_zp) @ (b - b_zp)`` with numpy matmul broadcasting, exact, with the scheme's accumulator."""
     a_zp = _row_param(a_zp, a)
     b_zp = _col_param(b_zp)
     if b.ndim == 2 and np.ndim(a_zp) == 0:
         return arith.zero_point_matmul(a, a_zp, b, b_zp, scheme)
-    acc = arith.int_matmul(a.astype(np.int32) - np.asarray(a_zp, np.int32), b.astype(np.int32) - np.asarray(b_zp, np.int32))
+    acc = arith.int_matmul(
+        a.astype(np.int32) - np.asarray(a_zp, np.int32), b.astype(np.int32) - np.asarray(b_zp, np.int32)
+    )
     return arith.accumulate(acc, scheme)
 
 
@@ -61,8 +63,8 @@ def qlinear_matmul(
 
 @kernel("", "MatMulInteger", 10, scheme=True)
 def matmul_integer(
-    A: np.ndarray,  # noqa: N803
-    B: np.ndarray,  # noqa: N803
+    A: np.ndarray,
+    B: np.ndarray,
     a_zero_point: np.ndarray | None = None,
     b_zero_point: np.ndarray | None = None,
     *,
@@ -74,19 +76,19 @@ def matmul_integer(
 
 @kernel(MS, "QGemm", 1, scheme=True)
 def qgemm(
-    A: np.ndarray,  # noqa: N803
+    A: np.ndarray,
     a_scale: np.ndarray,
     a_zero_point: np.ndarray,
-    B: np.ndarray,  # noqa: N803
+    B: np.ndarray,
     b_scale: np.ndarray,
     b_zero_point: np.ndarray,
-    C: np.ndarray | None = None,  # noqa: N803
+    C: np.ndarray | None = None,
     y_scale: np.ndarray | None = None,
     y_zero_point: np.ndarray | None = None,
     *,
     alpha: float = 1.0,
-    transA: int = 0,  # noqa: N803
-    transB: int = 0,  # noqa: N803
+    transA: int = 0,
+    transB: int = 0,
     scheme: Scheme,
 ) -> tuple[np.ndarray]:
     """ORT QGemm: ``alpha * A' B'`` accumulated in int32 plus int32 C; quantized (or float) output."""
@@ -105,20 +107,20 @@ def qgemm(
 
 
 @kernel("", "MatMul", 1, float_op=True)
-def matmul(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray]:  # noqa: N803
+def matmul(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray]:
     return (np.matmul(A, B),)
 
 
 @kernel("", "Gemm", 1, float_op=True)
 def gemm(
-    A: np.ndarray,  # noqa: N803
-    B: np.ndarray,  # noqa: N803
-    C: np.ndarray | None = None,  # noqa: N803
+    A: np.ndarray,
+    B: np.ndarray,
+    C: np.ndarray | None = None,
     *,
     alpha: float = 1.0,
     beta: float = 1.0,
-    transA: int = 0,  # noqa: N803
-    transB: int = 0,  # noqa: N803
+    transA: int = 0,
+    transB: int = 0,
 ) -> tuple[np.ndarray]:
     a = A.T if transA else A
     b = B.T if transB else B

@@ -20,14 +20,14 @@ from pytest_qaccuracy.backend.scheme import Scheme
 MS = "com.microsoft"
 
 
-def _pool_geometry(shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations):  # noqa: ANN001, ANN202
+def _pool_geometry(shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations):
     spatial = shape[2:]
     d = len(spatial)
     strides = tuple(strides or (1,) * d)
     dilations = tuple(dilations or (1,) * d)
     pads = conv_pads(spatial, tuple(kernel_shape), auto_pad or "NOTSET", pads, strides, dilations)
     out = []
-    for i, (size, k, s, dil) in enumerate(zip(spatial, kernel_shape, strides, dilations)):
+    for i, (size, k, s, dil) in enumerate(zip(spatial, kernel_shape, strides, dilations, strict=False)):
         span = size + pads[i] + pads[d + i] - ((k - 1) * dil + 1)
         n = (-(-span // s) if ceil_mode else span // s) + 1
         if ceil_mode and (n - 1) * s >= size + pads[i]:  # last window must start inside the input or left pad
@@ -36,19 +36,25 @@ def _pool_geometry(shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dila
     return pads, strides, dilations, out
 
 
-def _taps(x: np.ndarray, kernel_shape, strides, dilations, pads, out, fill):  # noqa: ANN001, ANN202
+def _taps(x: np.ndarray, kernel_shape, strides, dilations, pads, out, fill):
     """Yield, per kernel tap in row-major order, the ``(N, C, *out)`` slice it reads (``fill`` outside)."""
     d = len(kernel_shape)
-    extra = [max(0, (o - 1) * s + (k - 1) * dil + 1 - (size + pads[i]) - pads[d + i])
-             for i, (o, s, k, dil, size) in enumerate(zip(out, strides, kernel_shape, dilations, x.shape[2:]))]  # fmt: skip
+    geometry = zip(out, strides, kernel_shape, dilations, x.shape[2:], strict=True)
+    extra = [
+        max(0, (o - 1) * s + (k - 1) * dil + 1 - (size + pads[i]) - pads[d + i])
+        for i, (o, s, k, dil, size) in enumerate(geometry)
+    ]
     widths = [(0, 0), (0, 0), *((pads[i], pads[d + i] + extra[i]) for i in range(d))]
     xp = np.pad(x, widths, constant_values=fill) if any(p for w in widths for p in w) else x
     for tap in itertools.product(*(range(k) for k in kernel_shape)):
-        index = tuple(slice(t * dil, t * dil + (o - 1) * s + 1, s) for t, dil, o, s in zip(tap, dilations, out, strides))
+        index = tuple(
+            slice(t * dil, t * dil + (o - 1) * s + 1, s)
+            for t, dil, o, s in zip(tap, dilations, out, strides, strict=False)
+        )
         yield xp[(slice(None), slice(None), *index)]
 
 
-def _counts(shape, kernel_shape, strides, dilations, pads, out) -> np.ndarray:  # noqa: ANN001
+def _counts(shape, kernel_shape, strides, dilations, pads, out) -> np.ndarray:
     """Number of in-bounds taps of every output position, shape ``(1, 1, *out)``."""
     ones = np.ones((1, 1, *shape[2:]), np.int64)
     return sum(_taps(ones, kernel_shape, strides, dilations, pads, out, 0))  # type: ignore[return-value]
@@ -56,14 +62,14 @@ def _counts(shape, kernel_shape, strides, dilations, pads, out) -> np.ndarray:  
 
 @kernel(MS, "QLinearAveragePool", 1, scheme=True)
 def qlinear_average_pool(
-    X, x_scale, x_zero_point, y_scale, y_zero_point=None, *,  # noqa: ANN001, N803
+    X, x_scale, x_zero_point, y_scale, y_zero_point=None, *,
     auto_pad: str = "NOTSET", ceil_mode: int = 0, channels_last: int = 0, count_include_pad: int = 0,
     kernel_shape: list[int], pads: list[int] | None = None, strides: list[int] | None = None, scheme: Scheme,
 ):  # fmt: skip
     """Float path of ORT (dequantize table, float32 tap sum, divide, ``rne(y / ys + zp)``), or an
     integer sum and one requantization for fixed-point schemes."""
     if channels_last:
-        X = np.moveaxis(X, -1, 1)  # noqa: N806
+        X = np.moveaxis(X, -1, 1)
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
     pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, None)
     count = math.prod(kernel_shape) if count_include_pad else _counts(X.shape, kernel_shape, strides_, dil, pads_, out)
@@ -89,14 +95,19 @@ def qlinear_average_pool(
 
 
 @kernel(MS, "QLinearGlobalAveragePool", 1, scheme=True)
-def qlinear_global_average_pool(X, x_scale, x_zero_point, y_scale, y_zero_point=None, *, channels_last: int = 0, scheme: Scheme):  # noqa: ANN001, N803
+def qlinear_global_average_pool(
+    X, x_scale, x_zero_point, y_scale, y_zero_point=None, *, channels_last: int = 0, scheme: Scheme
+):
     """ORT: ``acc = sum x - x_zp * N`` (int32), then requantize by ``x_s / (y_s * N)``."""
     axes = tuple(range(1, X.ndim - 1)) if channels_last else tuple(range(2, X.ndim))
     count = math.prod(X.shape[a] for a in axes)
     zp_x = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
     acc = X.astype(np.int64).sum(axis=axes, keepdims=True) - zp_x * count
     if scheme.scale_precision == "float32":
-        multiplier = np.float32(np.asarray(x_scale, np.float32).reshape(()) / (np.float32(np.asarray(y_scale).reshape(())) * np.float32(count)))
+        multiplier = np.float32(
+            np.asarray(x_scale, np.float32).reshape(())
+            / (np.float32(np.asarray(y_scale).reshape(())) * np.float32(count))
+        )
     else:
         multiplier = np.float64(np.asarray(x_scale).reshape(())) / (np.float64(np.asarray(y_scale).reshape(())) * count)
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
@@ -106,7 +117,7 @@ def qlinear_global_average_pool(X, x_scale, x_zero_point, y_scale, y_zero_point=
 
 @kernel("", "MaxPool", 8, outputs=True)
 def max_pool(
-    X, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, dilations: list[int] | None = None,  # noqa: ANN001, N803
+    X, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, dilations: list[int] | None = None,
     kernel_shape: list[int], pads: list[int] | None = None, storage_order: int = 0,
     strides: list[int] | None = None, n_outputs: int = 1,
 ):  # fmt: skip
@@ -123,7 +134,7 @@ def max_pool(
 
 @kernel("", "AveragePool", 7, float_op=True)
 def average_pool(
-    X, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, count_include_pad: int = 0,  # noqa: ANN001, N803
+    X, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, count_include_pad: int = 0,
     dilations: list[int] | None = None, kernel_shape: list[int], pads: list[int] | None = None,
     strides: list[int] | None = None,
 ):  # fmt: skip
@@ -136,5 +147,5 @@ def average_pool(
 
 
 @kernel("", "GlobalAveragePool", 1, float_op=True)
-def global_average_pool(X):  # noqa: ANN001, N803
+def global_average_pool(X):
     return (X.mean(axis=tuple(range(2, X.ndim)), keepdims=True).astype(X.dtype),)

@@ -15,7 +15,7 @@ _INTEGER_TYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16)}
 def broadcast_param(param: np.ndarray, x_ndim: int, x_shape: tuple[int, ...], axis: int, block_size: int) -> np.ndarray:
     """Reshape a scale/zero point for per-tensor, per-axis or blocked use against ``x``."""
     param = np.asarray(param)
-    if param.ndim == 0 or param.size == 1 and block_size == 0:
+    if param.ndim == 0 or (param.size == 1 and block_size == 0):
         return param.reshape(())
     axis = axis % x_ndim
     if block_size:

@@ -22,16 +22,15 @@ def _exp_table(x_scale: float, reduce_len: int) -> np.ndarray:
 
 
 @kernel(MS, "QLinearSoftmax", 1, scheme=True)
-def qlinear_softmax(X, X_scale, x_zero_point, y_scale, y_zero_point=None, *, axis: int = -1, opset: int, scheme: Scheme):  # noqa: ANN001, N803
+def qlinear_softmax(
+    X, X_scale, x_zero_point, y_scale, y_zero_point=None, *, axis: int = -1, opset: int, scheme: Scheme
+):
     """ORT: rows shifted so their max reads table[255]; ``y = rne(t * floor(1/y_s) / sum t) + zp``.
 
     The float32 sum runs sequentially along the row (``np.cumsum`` keeps that order).
     """
     axis = axis % X.ndim
-    if opset < 13:
-        rows = X.reshape(int(np.prod(X.shape[:axis])), -1)
-    else:
-        rows = np.moveaxis(X, axis, -1)
+    rows = X.reshape(int(np.prod(X.shape[:axis])), -1) if opset < 13 else np.moveaxis(X, axis, -1)
     flat = rows.reshape(-1, rows.shape[-1])
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
     table = _exp_table(float(np.asarray(X_scale).reshape(())), flat.shape[-1])
@@ -51,6 +50,6 @@ def qlinear_softmax(X, X_scale, x_zero_point, y_scale, y_zero_point=None, *, axi
 
 
 @kernel("", "Softmax", 13, float_op=True)
-def softmax(input: np.ndarray, *, axis: int = -1) -> tuple[np.ndarray]:  # noqa: A002
+def softmax(input: np.ndarray, *, axis: int = -1) -> tuple[np.ndarray]:
     e = np.exp(input - input.max(axis=axis, keepdims=True))
     return ((e / e.sum(axis=axis, keepdims=True)).astype(input.dtype),)

@@ -25,7 +25,7 @@ def transpose(data: np.ndarray, *, perm: list[int] | None = None) -> tuple[np.nd
 
 
 @kernel("", "Flatten", 1)
-def flatten(input: np.ndarray, *, axis: int = 1) -> tuple[np.ndarray]:  # noqa: A002
+def flatten(input: np.ndarray, *, axis: int = 1) -> tuple[np.ndarray]:
     axis = axis % input.ndim if input.ndim else 0
     outer = int(np.prod(input.shape[:axis]))
     return (input.reshape(outer, -1),)
@@ -65,24 +65,28 @@ def gather(data: np.ndarray, indices: np.ndarray, *, axis: int = 0) -> tuple[np.
 
 
 @kernel("", "Slice", 10)
-def slice_(data: np.ndarray, starts, ends, axes=None, steps=None) -> tuple[np.ndarray]:  # noqa: ANN001
+def slice_(data: np.ndarray, starts, ends, axes=None, steps=None) -> tuple[np.ndarray]:
     index = [slice(None)] * data.ndim
     axes = range(len(starts)) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
-    for start, end, axis, step in zip(starts, ends, axes, steps):
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
         # python slicing clamps like ONNX; int64 extremes are fine for slice objects
         index[int(axis)] = slice(int(start), int(end), int(step))
     return (data[tuple(index)],)
 
 
 @kernel(MS, "QLinearConcat", 1, scheme=True)
-def qlinear_concat(Y_scale, Y_zero_point, *tensors, axis: int, scheme: Scheme):  # noqa: ANN001, N803
+def qlinear_concat(Y_scale, Y_zero_point, *tensors, axis: int, scheme: Scheme):
     """ORT: an input with the output's (scale, zp) is copied; any other is requantized by a table."""
     parts = []
     dtype = np.asarray(Y_zero_point).dtype
-    for x, scale, zp in zip(tensors[0::3], tensors[1::3], tensors[2::3]):
-        if np.array_equal(scale, Y_scale) and np.array_equal(np.asarray(zp).astype(np.int64), np.asarray(Y_zero_point).astype(np.int64)):
+    for x, scale, zp in zip(tensors[0::3], tensors[1::3], tensors[2::3], strict=False):
+        if np.array_equal(scale, Y_scale) and np.array_equal(
+            np.asarray(zp).astype(np.int64), np.asarray(Y_zero_point).astype(np.int64)
+        ):
             parts.append(x)
         else:
-            parts.append(apply_table(x, lookup_table(lambda v: v, x.dtype, scale, zp, Y_scale, Y_zero_point, dtype, scheme)))
+            parts.append(
+                apply_table(x, lookup_table(lambda v: v, x.dtype, scale, zp, Y_scale, Y_zero_point, dtype, scheme))
+            )
     return (np.concatenate(parts, axis=axis),)
