@@ -87,3 +87,98 @@ def test_unmatched_quantized_tensors_are_listed(zoo):
     quant.graph.node.append(extra)
     matching = match_tensors(fp32, quant)
     assert "extra_neg" in matching.unmatched_quantized
+
+
+def _hand_made_pair(tmp_path):
+    """fp32 Conv-Relu-Conv, and a hand-made QDQ version named like an exporter's output:
+    float weights go through QuantizeLinear/DequantizeLinear, every tensor has another name."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((4, 4, 1, 1)) * 0.3).astype(np.float32)
+
+    def graph(nodes, inits):
+        return helper.make_model(
+            helper.make_graph(
+                nodes,
+                "g",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                inits,
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+            ir_version=8,
+        )
+
+    fp32 = graph(
+        [
+            helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1] * 4),
+            helper.make_node("Relu", ["a"], ["b"]),
+            helper.make_node("Conv", ["b", "w2"], ["y"]),
+        ],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
+    s, z = (
+        numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+        numpy_helper.from_array(np.array(128, np.uint8), "z"),
+    )
+    ws, wz = (
+        numpy_helper.from_array(np.array(0.01, np.float32), "ws"),
+        numpy_helper.from_array(np.array(0, np.int8), "wz"),
+    )
+    q = helper.make_node
+    quant = graph(
+        [
+            q("QuantizeLinear", ["x", "s", "z"], ["/in/q"]),
+            q("DequantizeLinear", ["/in/q", "s", "z"], ["/in/dq"]),
+            q("QuantizeLinear", ["W1", "ws", "wz"], ["/w1/q"]),
+            q("DequantizeLinear", ["/w1/q", "ws", "wz"], ["/w1/dq"]),
+            q("Conv", ["/in/dq", "/w1/dq"], ["/conv1/out"], pads=[1] * 4),
+            q("Relu", ["/conv1/out"], ["/relu/out"]),
+            q("QuantizeLinear", ["/relu/out", "s", "z"], ["/relu/q"]),
+            q("DequantizeLinear", ["/relu/q", "s", "z"], ["/relu/dq"]),
+            q("QuantizeLinear", ["W2", "ws", "wz"], ["/w2/q"]),
+            q("DequantizeLinear", ["/w2/q", "ws", "wz"], ["/w2/dq"]),
+            q("Conv", ["/relu/dq", "/w2/dq"], ["y"]),
+        ],
+        [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2"), s, z, ws, wz],
+    )
+    onnx.save(fp32, str(tmp_path / "f.onnx"))
+    onnx.save(quant, str(tmp_path / "q.onnx"))
+    return tmp_path / "f.onnx", tmp_path / "q.onnx"
+
+
+def test_hand_made_qdq_models_match_by_structure_and_compare(tmp_path):
+    import numpy as np
+    from modelzoo import write_h5
+
+    from pytest_qaccuracy.analysis.compare import compare
+
+    fp32, quant = _hand_made_pair(tmp_path)
+    pair = ModelPair(fp32, quant)
+    matches = {m.fp32: m for m in pair.matching.matches}
+    assert matches["a"].capture == "/conv1/out" and matches["a"].params is None  # float, not quantized
+    assert matches["b"].capture == "/relu/q" and matches["b"].quantized == "/relu/dq"
+    assert matches["b"].matched_by == "structure"
+    data = write_h5(tmp_path / "d.h5", np.random.default_rng(1).standard_normal((4, 1, 3, 8, 8)).astype(np.float32))
+    result = compare(pair, data, metrics="lsb,sqnr", capture="reference")
+    relu = next(layer for layer in result.layers if layer.tensor == "b")
+    assert relu.scale == pytest.approx(0.02, rel=1e-6)
+    # independently: expose the fp32 'b' and the quantized '/relu/dq' and compute SQNR by hand
+    import onnxruntime as ort
+
+    def run(path, name):
+        model = onnx.load(str(path))
+        model.graph.output.append(onnx.ValueInfoProto(name=name))
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        x = np.random.default_rng(1).standard_normal((4, 3, 8, 8)).astype(np.float32)
+        return session.run([name], {"x": x})[0].astype(np.float64)
+
+    f, q = run(fp32, "b"), run(quant, "/relu/dq")
+    expected = 20 * np.log10(np.linalg.norm(f) / np.linalg.norm(f - q))
+    assert relu.metrics["sqnr"] == pytest.approx(expected, rel=1e-6)
+    assert relu.metrics["lsb"] == pytest.approx(np.abs(f - q).max() / np.float32(0.02), rel=1e-6)
