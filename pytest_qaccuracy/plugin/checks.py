@@ -119,11 +119,26 @@ def _rule_checks(result: ComparisonResult, pair_id: str, rules: Sequence[Rule]) 
     for output in result.outputs:
         for rule in rules_for(rules, pair_id, [output.name], layer=False).values():
             rows.append(_rule_outcome(rule, f"output '{output.name}'", output.metrics, output.undefined))
+    used: set[Rule] = set()
     for layer in sorted(result.layers, key=lambda x: x.order):
         target = f"layer '{layer.tensor}'" + (f" ({layer.op_type})" if layer.op_type else "")
         for rule in rules_for(rules, pair_id, [layer.tensor, layer.node], layer=True).values():
             rows.append(_rule_outcome(rule, target, layer.metrics, layer.undefined))
+            used.add(rule)
+    for rule in rules:
+        if rule.required and rule.layer is not None and rule not in used and not _matches_any(rule, result):
+            names = ", ".join(x.tensor for x in result.layers[:10]) or "none"
+            detail = f"layer rule '{rule.text}' matches no compared layer (layers: {names})"
+            rows.append(
+                Outcome(rule.text, "layers", rule.metric, rule.op, rule.value, None, False, rule.source, detail)
+            )
     return rows
+
+
+def _matches_any(rule: Rule, result: ComparisonResult) -> bool:
+    from fnmatch import fnmatchcase
+
+    return any(fnmatchcase(n, rule.layer or "*") for x in result.layers for n in (x.tensor, x.node) if n)
 
 
 def _rule_outcome(rule: Rule, target: str, metrics: Mapping[str, Any], undefined: Mapping[str, str]) -> Outcome:

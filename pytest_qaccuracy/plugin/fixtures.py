@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,7 @@ def pair_rules(pair_id: str, lines: Sequence[str], source: str, offset: int) -> 
     """Per-pair layer rules ``<layer glob> <metric><op><value>`` scoped to ``pair_id``."""
     scoped = [f"{glob.escape(pair_id)}::{line.strip()}" for line in lines if line.strip()]
     rules = parse_rules(scoped, source)
-    return [Rule(r.pair, r.layer, r.metric, r.op, r.value, r.text, r.source, r.position + offset) for r in rules]
+    return [replace(r, position=r.position + offset, required=True) for r in rules]
 
 
 class QAccuracyRecorder:

@@ -94,6 +94,7 @@ class Rule:
     text: str
     source: str
     position: int = 0
+    required: bool = False  # a pair's own layer rule: matching no layer is an error (likely a typo)
 
     @property
     def specificity(self) -> tuple[int, int]:

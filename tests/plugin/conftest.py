@@ -36,7 +36,7 @@ max_top1_drop = 0.005
 
 [pairs.qdq]
 quantized = "models/digits_cnn.qdq.onnx"
-layers = ["conv* sqnr>=15"]
+layers = ["relu* sqnr>=15"]
 
 [pairs.broken]
 quantized = "models/digits_cnn.broken.onnx"
