@@ -17,53 +17,44 @@ from pytest_qaccuracy.metrics.pair import RecordStats, TensorPair
 MPEIR_EPS = 1e-6
 
 
-@register_metric
-class MSE(StatsMetric):
-    name = "mse"
-    formula = "mean over records s of mean((f_s - q_s)^2)  (Samsung ONE visq)"
-    sums = ("records", "mse_sum")
+class RecordMean(StatsMetric):
+    """A metric that is the mean over records of a per-record value (ONE's visq metrics)."""
+
+    sums = ("records", "total")
 
     def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
-        return {"records": len(stats.sq_err), "mse_sum": self.record_values(pair).sum()}
+        return {"records": len(stats.sq_err), "total": self.record_values(pair).sum()}
+
+    def compute(self) -> Result:
+        return self.state["total"] / self.state["records"], None
+
+
+@register_metric
+class MSE(RecordMean):
+    name = "mse"
+    formula = "mean over records s of mean((f_s - q_s)^2)  (Samsung ONE visq)"
 
     def record_values(self, pair: TensorPair) -> np.ndarray:
         return pair.stats.sq_err / max(pair.stats.count, 1)
 
-    def compute(self) -> Result:
-        return self.state["mse_sum"] / self.state["records"], None
-
 
 @register_metric
-class MPEIR(StatsMetric):
+class MPEIR(RecordMean):
     name = "mpeir"
     formula = "mean over records s of max|f_s - q_s| / (max(f_s) - min(f_s) + 1e-6)  (Samsung ONE visq)"
-    sums = ("records", "peir_sum")
-
-    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
-        return {"records": len(stats.sq_err), "peir_sum": self.record_values(pair).sum()}
 
     def record_values(self, pair: TensorPair) -> np.ndarray:
         stats = pair.stats
         return stats.max_abs_err / (stats.ref_max - stats.ref_min + MPEIR_EPS)
 
-    def compute(self) -> Result:
-        return self.state["peir_sum"] / self.state["records"], None
-
 
 @register_metric
-class TAE(StatsMetric):
+class TAE(RecordMean):
     name = "tae"
     formula = "mean over records s of sum|f_s - q_s|  (Samsung ONE visq)"
-    sums = ("records", "tae_sum")
-
-    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
-        return {"records": len(stats.sq_err), "tae_sum": stats.abs_err.sum()}
 
     def record_values(self, pair: TensorPair) -> np.ndarray:
         return pair.stats.abs_err
-
-    def compute(self) -> Result:
-        return self.state["tae_sum"] / self.state["records"], None
 
 
 @register_metric
