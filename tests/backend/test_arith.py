@@ -7,10 +7,9 @@ vectorised numpy.
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 import pytest
+from golden import golden_requantize, golden_shift, mbqm_double, rdbpot, srdhm
 
 from pytest_qaccuracy.backend import arith, get_scheme
 from pytest_qaccuracy.errors import InputError
@@ -34,49 +33,17 @@ def test_half_up_is_not_fooled_by_float_addition() -> None:
     assert arith.round_float(np.array([just_below]), "half_up")[0] == 0
 
 
-def _golden_shift(x: int, n: int, mode: str) -> int:
-    q = Fraction(x, 2**n)
-    floor = q.numerator // q.denominator
-    frac = q - floor
-    if mode == "floor":
-        return floor
-    if mode == "half_up":
-        return floor + (frac >= Fraction(1, 2))
-    if mode == "half_even":
-        return round(q)  # Python rounds Fractions half to even
-    magnitude = abs(q)
-    base = magnitude.numerator // magnitude.denominator
-    r = base + (magnitude - base >= Fraction(1, 2))
-    return r if x >= 0 else -r
-
-
 @pytest.mark.parametrize("mode", ["floor", "half_up", "half_even", "half_away"])
 def test_round_shift_matches_exact_fractions(mode: str) -> None:
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.integers(-(2**40), 2**40, 300), np.arange(-40, 41)])  # includes every tie of n <= 3
     n = rng.integers(0, 5, x.size)
     got = arith.round_shift(x, n, mode)
-    want = [_golden_shift(int(a), int(b), mode) for a, b in zip(x, n, strict=False)]
+    want = [golden_shift(int(a), int(b), mode) for a, b in zip(x, n, strict=False)]
     np.testing.assert_array_equal(got, want)
 
 
 # -- gemmlowp / TFLite, from their definitions ------------------------------------------------------
-
-
-def _srdhm(a: int, b: int) -> int:
-    if a == b == -(2**31):
-        return 2**31 - 1
-    ab = a * b
-    nudge = 2**30 if ab >= 0 else 1 - 2**30
-    t = ab + nudge
-    return abs(t) // 2**31 * (1 if t >= 0 else -1)  # C++ division truncates toward zero
-
-
-def _rdbpot(x: int, e: int) -> int:
-    mask = (1 << e) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (1 if x < 0 else 0)
-    return (x >> e) + (1 if remainder > threshold else 0)
 
 
 def test_srdhm_rounds_half_up() -> None:
@@ -94,10 +61,10 @@ def test_srdhm_and_rdbpot_match_scalar_definitions() -> None:
     rng = np.random.default_rng(1)
     a = rng.integers(-(2**31), 2**31, 500)
     b = rng.integers(2**30, 2**31, 500)
-    np.testing.assert_array_equal(arith.srdhm(a, b), [_srdhm(int(x), int(y)) for x, y in zip(a, b, strict=False)])
+    np.testing.assert_array_equal(arith.srdhm(a, b), [srdhm(int(x), int(y)) for x, y in zip(a, b, strict=False)])
     e = rng.integers(0, 31, 500)
     np.testing.assert_array_equal(
-        arith.rounding_divide_by_pot(a, e), [_rdbpot(int(x), int(y)) for x, y in zip(a, e, strict=False)]
+        arith.rounding_divide_by_pot(a, e), [rdbpot(int(x), int(y)) for x, y in zip(a, e, strict=False)]
     )
 
 
@@ -117,18 +84,13 @@ def test_quantize_multiplier(m: float, q: int, shift: int) -> None:
     assert (int(got_q), int(got_shift)) == (q, shift)
 
 
-def _mbqm_double(x: int, q: int, shift: int) -> int:
-    left, right = max(shift, 0), max(-shift, 0)
-    return _rdbpot(_srdhm(x * (1 << left), q), right)
-
-
 def test_multiply_by_quantized_multiplier_double_rounding() -> None:
     rng = np.random.default_rng(2)
     x = rng.integers(-(2**20), 2**20, 400)
     m = rng.uniform(1e-4, 0.9, 400)
     q, shift = arith.quantize_multiplier(m)
     got = arith.multiply_by_quantized_multiplier(x, q, shift, double_rounding=True)
-    want = [_mbqm_double(int(a), int(b), int(c)) for a, b, c in zip(x, q, shift, strict=False)]
+    want = [mbqm_double(int(a), int(b), int(c)) for a, b, c in zip(x, q, shift, strict=False)]
     np.testing.assert_array_equal(got, want)
 
 
@@ -146,31 +108,6 @@ def test_glow_params() -> None:
 # -- requantize per preset ----------------------------------------------------------------------------
 
 
-def _golden(preset: str, acc: int, m32: np.float32, zp: int) -> int:
-    """One element, written from each backend's definition (research notes sections 2-4)."""
-    if preset == "onnxruntime":
-        value = np.float32(np.float32(acc) * m32)
-        r = int(np.rint(value)) + zp
-    elif preset == "onnx-reference":
-        r = round(Fraction(float(np.float64(acc) * np.float64(m32))) + zp)
-    elif preset in ("tflite", "tflite-single-rounding", "tvm-upward"):
-        m = float(m32)
-        frac, exp = np.frexp(m)
-        q = int(_golden_shift(int(Fraction(float(frac)) * 2**31 * 2), 1, "half_away"))
-        if q == 2**31:
-            q, exp = q // 2, exp + 1
-        if preset == "tflite":
-            r = _mbqm_double(acc, q, int(exp)) + zp
-        else:
-            t = 31 - int(exp)
-            r = (acc * q + (1 << (t - 1))) >> t
-            r += zp
-    else:  # power2: nearest power of two in log domain, rounding shift half up
-        e = int(np.round(np.log2(float(m32))))
-        r = _golden_shift(acc, -e, "half_up") + zp
-    return min(max(r, 0), 255)
-
-
 @pytest.mark.parametrize(
     "preset", ["onnxruntime", "onnx-reference", "tflite", "tflite-single-rounding", "tvm-upward", "power2"]
 )
@@ -181,7 +118,7 @@ def test_requantize_matches_scalar_definitions(preset: str) -> None:
     m[::7] = np.float32(2.0**-6)  # exact ties for acc multiples of 32
     acc[::7] = (acc[::7] // 64) * 64 + 32
     got = arith.requantize(acc, m, 17, np.uint8, get_scheme(preset), "gemm")
-    want = [_golden(preset, int(a), mm, 17) for a, mm in zip(acc, m, strict=False)]
+    want = [golden_requantize(preset, int(a), mm, 17) for a, mm in zip(acc, m, strict=False)]
     np.testing.assert_array_equal(got, want)
 
 
