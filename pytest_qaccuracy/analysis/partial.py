@@ -89,6 +89,7 @@ class QdqGraph:
         self.sources: dict[Edge, str] = {}
         self.kinds: dict[Edge, str] = {}
         self.unremovable: list[str] = []
+        self.quantized_tensor: dict[Edge, str] = {}  # activation edge -> the tensor its Q reads
         self._restore: dict[int, list[onnx.NodeProto]] = {}  # node index -> re-inserted Relu/Clip before it
         self._restored: dict[str, str] = {}
         self._index_edges()
@@ -112,6 +113,7 @@ class QdqGraph:
         dq = found[1]
         upstream = self.view.producer.get(dq.input[0])
         if upstream and upstream[1].op_type == "QuantizeLinear":
+            self.quantized_tensor[edge] = upstream[1].input[0]
             self.sources[edge], self.kinds[edge] = self._activation_source(upstream[1].input[0]), "activation"
             return
         if self.view.is_constant(dq.input[0]):
@@ -178,7 +180,7 @@ class QdqGraph:
             own = by_consumer.get(i, [])
             weights = frozenset(e for e in own if self.kinds[e] == "weight")
             inputs = frozenset(e for e in own if self.kinds[e] == "activation")
-            outputs = frozenset(e for e, src in self.sources.items() if src in node.output and e not in own)
+            outputs = frozenset(e for e, t in self.quantized_tensor.items() if t in node.output and e not in own)
             if weights or inputs or outputs:
                 out.append(
                     QuantizedNode(

@@ -1,0 +1,208 @@
+"""Benchmark: node sensitivity with work reuse against the naive way (one whole model per node).
+
+Builds a residual conv net (>= 50 nodes), quantizes it with onnxruntime (QDQ), and times
+single-node and leave-one-out sensitivity with ``strategy="naive"`` (rebuild the partial model,
+open a session, run every record, per node) and ``strategy="reuse"`` (fp32 / quantized activations
+computed once per batch, only dirty subgraphs run, experiments packed into few sessions). Results
+must be identical. Peak RSS is measured in a child process per run.
+
+    python bench/sensitivity.py [--records 64] [--blocks 12] [--size 32] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def resnet(path: Path, blocks: int = 12, channels: int = 16, size: int = 32, seed: int = 0) -> Path:
+    """A residual conv net: stem conv, ``blocks`` x (Conv-Relu-Conv-Add-Relu), GAP, Flatten, Gemm."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def weight(name: str, shape: tuple[int, ...], scale: float) -> str:
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    c = channels
+    x = "x"
+    nodes.append(
+        helper.make_node(
+            "Conv", [x, weight("w0", (c, 3, 3, 3), 0.3), weight("b0", (c,), 0.1)], ["s0"], pads=[1] * 4, name="stem"
+        )
+    )
+    nodes.append(helper.make_node("Relu", ["s0"], ["h0"], name="stem_relu"))
+    h = "h0"
+    for b in range(blocks):
+        w1 = weight(f"w{b}a", (c, c, 3, 3), 0.6 / np.sqrt(9 * c))
+        w2 = weight(f"w{b}b", (c, c, 3, 3), 0.6 / np.sqrt(9 * c))
+        nodes += [
+            helper.make_node("Conv", [h, w1, weight(f"b{b}a", (c,), 0.05)], [f"c{b}a"], pads=[1] * 4, name=f"conv{b}a"),
+            helper.make_node("Relu", [f"c{b}a"], [f"r{b}a"], name=f"relu{b}a"),
+            helper.make_node(
+                "Conv", [f"r{b}a", w2, weight(f"b{b}b", (c,), 0.05)], [f"c{b}b"], pads=[1] * 4, name=f"conv{b}b"
+            ),
+            helper.make_node("Add", [f"c{b}b", h], [f"a{b}"], name=f"add{b}"),
+            helper.make_node("Relu", [f"a{b}"], [f"h{b + 1}"], name=f"relu{b}b"),
+        ]
+        h = f"h{b + 1}"
+    nodes += [
+        helper.make_node("GlobalAveragePool", [h], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flat"),
+        helper.make_node(
+            "Gemm", ["flat", weight("wg", (10, c), 0.5), weight("bg", (10,), 0.1)], ["logits"], transB=1, name="gemm"
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bench_resnet",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def prepare(root: Path, records: int, blocks: int, size: int, channels: int = 16) -> dict[str, Path]:
+    import h5py
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import modelzoo
+
+    logging.getLogger().setLevel(logging.ERROR)
+    fp32 = resnet(root / "bench.onnx", blocks=blocks, channels=channels, size=size)
+    rng = np.random.default_rng(1)
+    calib = rng.standard_normal((8, 1, 3, size, size)).astype(np.float32)
+    quant = modelzoo.quantize(fp32, root / "bench.qdq.onnx", calib)
+    data = root / "bench.h5"
+    with h5py.File(data, "w") as f:
+        for i in range(records):
+            f.create_dataset(f"value/{i}/0", data=rng.standard_normal((3, size, size)).astype(np.float32))
+    return {"fp32": fp32, "quantized": quant, "data": data}
+
+
+def run_once(paths: dict[str, str], mode: str, strategy: str, batch_size: int) -> dict:
+    """One timed sensitivity run (in this process); returns timing, peak RSS and the node metrics."""
+    from pytest_qaccuracy.analysis.sensitivity import node_sensitivity
+    from pytest_qaccuracy.model import ModelPair
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    pair = ModelPair(paths["fp32"], paths["quantized"])
+    start = time.perf_counter()
+    result = node_sensitivity(
+        pair,
+        paths["data"],
+        mode=mode,
+        metrics="cosine,mse",
+        options=RuntimeOptions(batch_size=batch_size, threads=1),
+        strategy=strategy,
+    )
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "nodes": {n.node: n.metrics for n in result.nodes},
+        "fp32_nodes": len(pair.fp32.graph.node),
+        "qdq_nodes": len(pair.quantized.graph.node),
+    }
+
+
+def child(paths: dict[str, Path], mode: str, strategy: str, batch_size: int) -> dict:
+    args = [
+        sys.executable,
+        __file__,
+        "--child",
+        json.dumps({k: str(v) for k, v in paths.items()}),
+        mode,
+        strategy,
+        str(batch_size),
+    ]
+    out = subprocess.run(args, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=64)
+    parser.add_argument("--blocks", type=int, default=12)
+    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--channels", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--modes", default="single,leave-one-out")
+    parser.add_argument("--write-docs", action="store_true", help="append the figures to docs/performance.md")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        paths, mode, strategy, batch = args.child
+        print(json.dumps(run_once(json.loads(paths), mode, strategy, int(batch))))
+        return 0
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = prepare(Path(tmp), args.records, args.blocks, args.size, args.channels)
+        for mode in args.modes.split(","):
+            naive = child(paths, mode, "naive", args.batch_size)
+            reuse = child(paths, mode, "reuse", args.batch_size)
+            diff = max(
+                abs(naive["nodes"][n][m] - reuse["nodes"][n][m]) for n in naive["nodes"] for m in naive["nodes"][n]
+            )
+            rows.append((mode, naive, reuse, diff))
+            print(
+                f"{mode}: naive {naive['seconds']:.2f} s ({naive['peak_rss_mb']:.0f} MB), reuse {reuse['seconds']:.2f} s "
+                f"({reuse['peak_rss_mb']:.0f} MB), speedup {naive['seconds'] / reuse['seconds']:.1f}x, "
+                f"max |diff| {diff:.3g}, {len(naive['nodes'])} quantized nodes"
+            )
+    if args.write_docs:
+        write_docs(rows, args)
+    return 0
+
+
+def write_docs(rows, args) -> None:
+    import platform
+
+    from pytest_qaccuracy.report.atomic import atomic_write_text
+
+    path = ROOT / "docs" / "performance.md"
+    text = path.read_text() if path.exists() else "# Performance\n"
+    first = rows[0][1]
+    lines = [
+        "",
+        "## Sensitivity",
+        "",
+        f"`python bench/sensitivity.py --records {args.records} --blocks {args.blocks} --size {args.size} "
+        f"--batch-size {args.batch_size}` on {platform.machine()}, {platform.python_version()}, 1 intra-op thread: "
+        f"a residual conv net of {first['fp32_nodes']} nodes ({first['qdq_nodes']} in QDQ form), "
+        f"{len(first['nodes'])} quantized nodes, {args.records} records of 3x{args.size}x{args.size}, "
+        "metrics cosine and mse on the output. *naive*: one partial model built and run whole per node "
+        '(fp32 outputs computed once); *reuse*: `node_sensitivity(..., strategy="reuse")`. Peak RSS is per child process.',
+        "",
+        "| mode | naive (s) | reuse (s) | speedup | naive peak RSS (MB) | reuse peak RSS (MB) | max abs difference |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, naive, reuse, diff in rows:
+        lines.append(
+            f"| {mode} | {naive['seconds']:.2f} | {reuse['seconds']:.2f} | {naive['seconds'] / reuse['seconds']:.1f}x | "
+            f"{naive['peak_rss_mb']:.0f} | {reuse['peak_rss_mb']:.0f} | {diff:.3g} |"
+        )
+    atomic_write_text(path, text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,172 @@
+"""Node sensitivity, partial models, work reuse, sweeps and exclusion lists on real onnxruntime runs."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from pytest_qaccuracy.analysis.compare import compare
+from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner
+from pytest_qaccuracy.analysis.partial import QdqGraph
+from pytest_qaccuracy.analysis.sensitivity import SensitivityResult, node_sensitivity, open_session, sensitivity_in
+from pytest_qaccuracy.analysis.sensitivity_report import sensitivity_table, sweep_table
+from pytest_qaccuracy.analysis.sweep import Target, sweep_in
+from pytest_qaccuracy.errors import InputError, ModelError
+from pytest_qaccuracy.model import ModelPair
+from pytest_qaccuracy.runtime import RuntimeOptions
+
+NODES = ["conv1", "conv2", "add1", "cat1", "pool1", "conv3", "sig1", "gap", "flat", "gemm", "matmul"]
+
+
+def _run(model, x):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+@pytest.fixture(scope="module")
+def pair(zoo) -> ModelPair:
+    return ModelPair(zoo["fp32"], zoo["qdq_u8"])
+
+
+def test_quantized_nodes_and_their_edges(pair):
+    qg = QdqGraph(pair.quantized, pair.fp32)
+    assert [n.name for n in qg.nodes] == NODES
+    conv1 = qg.node("conv1")
+    assert len(conv1.weights) == 2 and len(conv1.inputs) == 1  # weight + bias, input x
+    assert len(conv1.outputs) == 3  # relu1 feeds conv2, add1 and cat1 through its pair
+    assert qg.node("matmul").outputs == {(-1, 0)}  # the graph output comes out of a DequantizeLinear
+    assert not qg.unremovable
+
+
+def test_no_edges_is_the_fp32_model_and_all_edges_the_quantized_model(pair):
+    """Removing every pair restores the folded Relu and the fp32 weights; keeping all changes nothing."""
+    qg = QdqGraph(pair.quantized, pair.fp32)
+    x = np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32)
+    np.testing.assert_allclose(_run(qg.build(frozenset()), x), _run(pair.fp32, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(_run(qg.build(qg.all_edges), x), _run(pair.quantized, x))
+    # one node's pairs only: differs from both
+    single = _run(qg.build(qg.node("conv3").edges()), x)
+    assert not np.array_equal(single, _run(pair.fp32, x))
+
+
+@pytest.mark.parametrize("mode", ["single", "leave-one-out"])
+@pytest.mark.parametrize("granularity", ["node", "weight", "activation"])
+def test_reuse_gives_the_naive_results(pair, zoo, mode, granularity):
+    options = RuntimeOptions(batch_size=5)
+    fast = node_sensitivity(pair, zoo["data"], mode, granularity, "cosine,mse,sqnr", options=options)
+    slow = node_sensitivity(pair, zoo["data"], mode, granularity, "cosine,mse,sqnr", options=options, strategy="naive")
+    assert [n.node for n in fast.nodes] == [n.node for n in slow.nodes]
+    for a, b in zip(fast.nodes, slow.nodes, strict=True):
+        for metric in ("cosine", "mse", "sqnr"):
+            assert a.metrics[metric] == pytest.approx(b.metrics[metric], rel=1e-9, abs=1e-12), (a.node, metric)
+    assert fast.baseline == pytest.approx(slow.baseline)
+
+
+def test_single_node_matches_onnxruntime_quantizing_only_that_node(pair, zoo, tmp_path):
+    """An independent golden: ORT's quantize_static(nodes_to_quantize=[matmul]) on the zoo's calibration data
+    puts exactly matmul's pairs (its input, weight and output) into the model, with the same ranges."""
+    import modelzoo
+
+    logging.getLogger().setLevel(logging.ERROR)
+    only = modelzoo.quantize(
+        zoo["fp32"], tmp_path / "only.onnx", modelzoo.random_inputs(8, seed=3), nodes_to_quantize=["matmul"]
+    )
+    expected = compare(ModelPair(zoo["fp32"], only), zoo["data"], "cosine,mse", capture="reference", layers=False)
+    result = node_sensitivity(pair, zoo["data"], "single", metrics="cosine,mse", nodes=["matmul"])
+    (node,) = result.nodes
+    # compare() dequantizes the output's integer tensor in numpy: agreement to float32 rounding
+    assert node.metrics["mse"] == pytest.approx(expected.outputs[0].metrics["mse"], rel=1e-4)
+    assert node.metrics["cosine"] == pytest.approx(expected.outputs[0].metrics["cosine"], abs=1e-9)
+    assert node.metrics["mse"] > 0
+
+
+def test_baseline_is_the_whole_quantized_model(pair, zoo):
+    result = node_sensitivity(pair, zoo["data"], metrics="mse", nodes=["gemm"])
+    whole = compare(pair, zoo["data"], "mse", capture="reference", layers=False)
+    assert result.baseline["mse"] == pytest.approx(whole.outputs[0].metrics["mse"], rel=1e-4)
+
+
+def test_a_damaged_node_ranks_first_in_both_modes_and_is_the_suggested_exclusion(zoo, damaged):
+    pair = ModelPair(zoo["fp32"], damaged)
+    session = open_session(pair, zoo["data"], "cosine,mse")
+    try:
+        single = sensitivity_in(session, "single")
+        loo = sensitivity_in(session, "leave-one-out")
+        weights = sensitivity_in(session, "single", "weight")
+        activations = sensitivity_in(session, "single", "activation")
+        sweep = sweep_in(session, single, max_excluded=3, target=Target("cosine", 0.999))
+    finally:
+        session.close()
+    assert single.ranked()[0].node == "conv3" and single.ranked()[0].metrics["cosine"] < 0.99
+    assert loo.ranked()[0].node == "conv3" and loo.ranked()[0].metrics["cosine"] > 0.999
+    assert weights.ranked()[0].node == "conv3"
+    conv3_act = next(n for n in activations.nodes if n.node == "conv3")
+    assert conv3_act.metrics["cosine"] > 0.999  # its activations are fine: the damage is in the weight
+    assert sweep.steps[0].metrics["cosine"] == pytest.approx(single.baseline["cosine"])
+    assert sweep.steps[1].excluded == ["conv3"]
+    assert sweep.suggestion == ["conv3"]
+    assert sweep.nodes_to_exclude() == "nodes_to_exclude=['conv3']"
+    table = sensitivity_table(single, top=3)
+    assert table.splitlines()[3].split()[:3] == ["1", "conv3", "Conv"] and "8 more node(s)" in table
+    assert "nodes_to_exclude=['conv3']" in sweep_table(sweep)
+
+
+def test_unreachable_target_gives_no_suggestion(zoo, damaged):
+    pair = ModelPair(zoo["fp32"], damaged)
+    session = open_session(pair, zoo["data"], "cosine")
+    try:
+        ranking = sensitivity_in(session, "single", nodes=["gemm", "matmul"])  # conv3 never excluded
+        sweep = sweep_in(session, ranking, target=Target("cosine", 0.999))
+    finally:
+        session.close()
+    assert [s.k for s in sweep.steps] == [0, 1, 2]
+    assert sweep.suggestion is None and "no exclusion list" in sweep.nodes_to_exclude()
+
+
+def test_result_round_trips_through_json(pair, zoo):
+    result = node_sensitivity(pair, zoo["data"], "leave-one-out", metrics="cosine,mse")
+    again = SensitivityResult.from_dict(result.to_dict())
+    assert again == result
+    entry = result.to_dict()["nodes"][0]
+    assert set(entry) >= {"node", "op_type", "metrics"} and set(entry["metrics"]) == {"cosine", "mse"}
+
+
+def test_packed_sessions_handle_many_experiments(pair, zoo, monkeypatch):
+    """Packing limits change how experiments share sessions, never their numbers."""
+    from pytest_qaccuracy.analysis import experiments
+
+    qg = QdqGraph(pair.quantized, pair.fp32)
+    session = open_session(pair, zoo["data"], "mse")
+    exps = [Experiment(n.name, n.edges()) for n in qg.nodes]
+    try:
+        small = session.runner.run(exps, "float")
+        monkeypatch.setattr(experiments, "SESSION_NODES", 100000)
+        runner = ExperimentRunner(
+            session.qgraph, pair.fp32, pair.output_pairs(), session.runner.data, ["mse"], session.runner.options
+        )
+        big = runner.run(exps, "float")
+        assert runner.sessions_built == 1
+    finally:
+        session.close()
+    assert [r["logits"]["mse"] for r in small] == pytest.approx([r["logits"]["mse"] for r in big], rel=1e-9)
+
+
+def test_qoperator_models_are_refused_with_a_clear_message(zoo):
+    pair = ModelPair(zoo["fp32"], zoo["qop_u8"])
+    with pytest.raises(ModelError, match=r"needs a QDQ model .* this model is qoperator"):
+        node_sensitivity(pair, zoo["data"])
+
+
+def test_bad_arguments_name_what_is_wrong(pair, zoo):
+    with pytest.raises(InputError, match="unknown mode 'both'"):
+        node_sensitivity(pair, zoo["data"], mode="both")
+    with pytest.raises(InputError, match="no quantized node 'nope'"):
+        node_sensitivity(pair, zoo["data"], nodes=["nope"])
+    with pytest.raises(InputError, match="cosine is better when higher"):
+        Target.parse("cosine<=0.9")
+    assert Target.parse("mse<=1e-4") == Target("mse", 1e-4)
