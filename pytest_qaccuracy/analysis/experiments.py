@@ -202,8 +202,12 @@ class ExperimentRunner:
         return [acc.results() for acc in accs]
 
     def _run_pack(self, pack: _Packed, values: dict[str, np.ndarray], batch: Batch, batching: bool):
+        if pack.names is None:
+            pack.names = sorted({t for fetch in pack.fetch.values() for s, t in fetch.values() if s})
+        if not pack.names:  # every experiment of the pack equals the cache
+            return {}
         if pack.session is None:
-            names = sorted({t for fetch in pack.fetch.values() for s, t in fetch.values() if s})
+            names = pack.names
             value_infos = [
                 onnx.helper.make_tensor_value_info(
                     name, onnx.helper.np_dtype_to_tensor_dtype(values[name].dtype), [None] * values[name].ndim
@@ -211,10 +215,8 @@ class ExperimentRunner:
                 for name in pack.inputs
             ]
             model = self.qgraph.make_model(pack.nodes, value_infos, names)
-            pack.session, pack.names = _session(model, self.options, self.label), names
+            pack.session = _session(model, self.options, self.label)
             self.sessions_built += 1
-        if not pack.names:
-            return {}
         feeds = {name: values[name] for name in pack.inputs}
         if batching or len(batch) == 1:
             out = self._call(pack, feeds)
