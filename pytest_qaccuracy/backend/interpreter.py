@@ -73,6 +73,12 @@ class IntegerSession:
         self._all_tensors = {o for s in self._steps for o in s.outputs if o} | set(self.constants)
         self._all_tensors |= {v.name for v in self._inputs}
         self._plans: dict[frozenset[str], list[_Bound]] = {}
+        # float tensors whose only consumer is a QuantizeLinear: asking for one can change the fusion
+        consumers: dict[str, list[str]] = {}
+        for s in self._steps:
+            for i in s.inputs:
+                consumers.setdefault(i, []).append(s.op_type)
+        self._fusion_sensitive = {n for n, ops in consumers.items() if ops == ["QuantizeLinear"]}
         self._plan(frozenset())  # bind every kernel now, so unsupported ops fail at construction
 
     # -- onnxruntime-like API -----------------------------------------------------------------
@@ -110,7 +116,7 @@ class IntegerSession:
             raise InputError(f"unknown tensor name(s) {unknown[:5]}: not produced by the model")
         values: dict[str, Any] = dict(self.constants)
         values.update(self._check_feeds(feeds))
-        plan = self._plan(frozenset(names) - set(values))
+        plan = self._plan(frozenset(names) & self._fusion_sensitive)
         if on_tensor is None:
             plan = _prune(plan, names)
         last_use = _last_use(plan, set(names))
