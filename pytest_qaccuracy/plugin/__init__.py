@@ -82,9 +82,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         state.finish()
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    state = config.stash.get(session_key, None)
+    if state is None or config.get_verbosity() < 1:
+        return None
+    return state.header()
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(session_key, None)
-    if state is None or state.worker or not state.records:
+    if state is None or state.worker or not (state.records or state.workers_without_data):
         return
     from pytest_qaccuracy.report.summary import summary_lines
 
@@ -92,3 +99,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "quantization accuracy summary")
     for line in summary_lines(state.sorted_records(), str(artifacts) if artifacts else None):
         terminalreporter.write_line(line, red=": FAILED (" in line or " FAIL" in line)
+    if state.workers_without_data:
+        terminalreporter.write_line(
+            f"{state.workers_without_data} xdist worker(s) sent no qaccuracy results (crashed?)", red=True
+        )

@@ -52,6 +52,7 @@ def _compare(check: str, target: str, metric: str, op: str, threshold: float, va
              unit: str = "", why: str | None = None) -> Outcome:  # fmt: skip
     from pytest_qaccuracy.plugin.rules import OPS
 
+    value = None if value is None else float(value)  # exact floats: execnet refuses numpy scalars
     passed = value is not None and OPS[op](value, threshold)
     if value is None:
         detail = f"{metric} undefined for {target}" + (f" ({why})" if why else "")

@@ -78,6 +78,12 @@ class QAccuracySession:
         self._stats: dict[tuple[Any, ...], Any] = {}
         self.written: list[Path] = []
 
+    def header(self) -> str:
+        """One line for ``pytest -v``'s header: the tolerances in effect and where artifacts go."""
+        tolerances = ", ".join(f"{name}={value:g}" for name, (value, _) in sorted(self.settings.tolerances.items()))
+        artifacts = self.settings.artifacts_dir or "off"
+        return f"qaccuracy: {tolerances}; rules: {len(self.settings.rules)}; artifacts: {artifacts}"
+
     # -- running -------------------------------------------------------------------------------
     def model_pair(self, spec: PairSpec) -> Any:
         from pytest_qaccuracy.model import ModelPair

@@ -112,6 +112,12 @@ def test_help_lists_options_and_writes_nothing(pytester: pytest.Pytester) -> Non
     assert not (pytester.path / ".qaccuracy").exists()
 
 
+def test_report_header(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nqaccuracy_min_sqnr = 20\nqaccuracy_tolerances = *::* sqnr>=10\n")
+    result = pytester.runpytest("-v")
+    result.stdout.fnmatch_lines(["qaccuracy: min_cosine=0.99, min_sqnr=20, topk=1; rules: 1; artifacts: *.qaccuracy"])
+
+
 def test_markers_listed(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--markers").stdout.fnmatch_lines(["@pytest.mark.qaccuracy(fp32=None, quantized=None*"])
 
@@ -133,19 +139,23 @@ def test_disabled_plugin(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*fixture 'qaccuracy' not found*"])
 
 
-def test_strict_markers_and_warnings_as_errors(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\nfilterwarnings = error\nstrict = true\njunit_family = xunit2\n")
-    pytester.makepyfile(
+def test_strict_markers_and_warnings_as_errors(digits: pytest.Pytester) -> None:
+    digits.makeini("[pytest]\nfilterwarnings = error\nstrict = true\njunit_family = xunit2\n")
+    digits.makefile(".toml", qaccuracy_models='[pairs.a]\nfp32 = "models/digits_cnn.onnx"\n'
+                    'quantized = "models/digits_cnn.qoperator.onnx"\ndata = "data/digits_test.npz"\n')  # fmt: skip
+    digits.makepyfile(
         """
         import pytest
 
-        @pytest.mark.qaccuracy(min_cosine=0.9)
+        @pytest.mark.qaccuracy(fp32="models/digits_cnn.onnx", quantized="models/digits_cnn.qdq.onnx",
+                               data="data/digits_test.npz", min_cosine=0.9, rtol=0.5, atol=0.5, max_top1_drop=0.01)
         def test_x(qaccuracy):
-            assert qaccuracy.tolerances()["min_cosine"][0] == 0.9
+            qaccuracy.check()
         """
     )
-    result = pytester.runpytest("--junitxml=out.xml")
-    result.assert_outcomes(passed=1)
+    result = digits.runpytest("--junitxml=out.xml", "--qaccuracy-save-baseline=base")
+    result.assert_outcomes(passed=2, warnings=0)
+    digits.runpytest("--qaccuracy-baseline=base").assert_outcomes(passed=3, warnings=0)
 
 
 def test_unknown_marker_key_names_it(pytester: pytest.Pytester) -> None:

@@ -67,6 +67,7 @@ def test_artifacts_written_by_controller(digits: pytest.Pytester) -> None:
     assert set(broken["artifacts"]["visq"]) >= {"cosine", "sqnr", "mse"}
     assert (root / broken["artifacts"]["dot"]).read_text().startswith("digraph")
     assert not list(root.rglob("*.tmp"))
+    assert summary["report"] == "report.html" and "digits_cnn.broken" in (root / "report.html").read_text()
 
 
 def test_custom_artifacts_dir_and_no_artifacts(digits: pytest.Pytester) -> None:

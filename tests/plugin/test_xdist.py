@@ -64,11 +64,17 @@ def test_payload_is_plain_builtins(digits: pytest.Pytester) -> None:
         import json
         from pytest_qaccuracy.plugin.fixtures import session_key
 
+        def walk(value):
+            assert type(value) in (dict, list, str, int, float, bool, type(None)), type(value)
+            for item in value.values() if type(value) is dict else value if type(value) is list else ():
+                walk(item)
+
         def test_payload(qaccuracy, qaccuracy_pair, request):
             pair = qaccuracy_pair("models/digits_cnn.onnx", "models/digits_cnn.qdq.onnx", "data/digits_test.npz")
             qaccuracy.check(pair, rtol=0.5, atol=0.5, max_top1_drop=0.01)
             payload = request.config.stash[session_key].payload()
             assert json.loads(json.dumps(payload, allow_nan=False)) == payload
+            walk(payload)
         """
     )
     digits.runpytest().assert_outcomes(passed=1)
