@@ -7,7 +7,7 @@
     [defaults.tolerances]
     min_cosine = 0.99
 
-    [pairs.int8]                    # one collector per pair, in file order
+    [pairs.int8]                    # one collector per pair, in file order; id "int8" unless name = "..."
     fp32 = "models/m.onnx"          # paths are relative to this file
     quantized = "models/m.int8.onnx"
     labels = "data/labels.npy"      # optional; else the dataset's own labels
@@ -104,7 +104,7 @@ class PairConfig:
         try:
             extra = {k: merged[k] for k in ("labels", "mapping", "metrics") if k in merged}
             self.spec: PairSpec = make_spec(file.parent, merged.get("fp32"), merged.get("quantized"),
-                                            merged.get("data"), name=name, **extra)  # fmt: skip
+                                            merged.get("data"), name=table.get("name", name), **extra)  # fmt: skip
         except ValueError as exc:
             raise SuiteError(f"{where}: {exc}") from None
         try:

@@ -1,0 +1,65 @@
+"""The summary renderer and summary.json helpers, on hand-made records (no session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_qaccuracy.plugin.session import artifact_stem
+from pytest_qaccuracy.report.summary import file_sha256, summary_document, summary_lines
+
+
+def _record(passed: bool) -> dict:
+    check = {"test": "t::a", "index": 0, "check": "min_cosine", "target": "output 'y'", "metric": "cosine",
+             "op": ">=", "threshold": 0.99, "value": 0.999 if passed else 0.5, "passed": passed, "source": "default",
+             "detail": "..."}  # fmt: skip
+    layer_check = {**check, "target": "layer 'b' (Relu)", "metric": "sqnr", "threshold": 20.0, "value": 3.0,
+                   "passed": False, "detail": "sqnr 3 dB < 20 dB for layer 'b' (Relu)"}  # fmt: skip
+    layers = [
+        {"tensor": "a", "op_type": "Conv", "metrics": {"sqnr": 40.0, "cosine": 0.99}},
+        {"tensor": "b", "op_type": "Relu", "metrics": {"sqnr": 3.0, "cosine": 0.5}},
+        {"tensor": "c", "op_type": "Gemm", "metrics": {"sqnr": None, "cosine": None}},
+    ]
+    comparison = {
+        "fp32_model": "m.onnx", "quantized_model": "m.q.onnx", "data": "d.npz", "records": 4,
+        "metric_definitions": {"sqnr": "", "cosine": ""}, "higher_is_better": {"sqnr": True, "cosine": True},
+        "outputs": [{"name": "y", "metrics": {"cosine": check["value"], "sqnr": 12.5}}], "layers": layers,
+    }  # fmt: skip
+    checks = [check] if passed else [check, layer_check]
+    return {"id": "p", "key": "p|m", "comparison": comparison, "topk": {}, "checks": checks,
+            "fp32": None, "quantized": None, "data": None}  # fmt: skip
+
+
+def test_summary_lines_block() -> None:
+    lines = summary_lines([_record(False)], "out")
+    assert lines[0] == "p: FAILED (m.onnx vs m.q.onnx on d.npz, 4 records)"
+    table = "\n".join(lines[1:6])
+    assert "  output 'y'  cosine        0.5  >= 0.99      FAIL" in table
+    assert "  output 'y'  sqnr         12.5  -" in table
+    assert "  layer rules: 0 / 1 pass" in lines
+    assert "    FAIL sqnr 3 dB < 20 dB for layer 'b' (Relu)" in lines
+    assert "  most sensitive layers (sqnr): b (Relu) 3 dB, a (Conv) 40 dB" in lines
+    assert lines[-1] == "0 / 1 pairs passed; artifacts in out"
+    assert summary_lines([_record(True)])[-1] == "1 / 1 pairs passed"
+
+
+def test_summary_document_hashes(tmp_path: Path) -> None:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"abc")
+    folder = tmp_path / "npy" / "x"
+    folder.mkdir(parents=True)
+    (folder / "0.npy").write_bytes(b"1")
+    record = {**_record(True), "fp32": str(model), "quantized": str(model), "data": str(tmp_path / "npy")}
+    document = summary_document([record], tmp_path, {"p|m": {"comparison": "pairs/p.json"}})
+    pair = document["pairs"][0]
+    assert pair["fp32"] == {
+        "path": "m.onnx",
+        "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+    }
+    assert pair["data"]["sha256"] == file_sha256(tmp_path / "npy") and len(pair["data"]["sha256"]) == 64
+    assert pair["artifacts"] == {"comparison": "pairs/p.json"} and document["passed"] is True
+
+
+def test_artifact_stems_are_safe_and_distinct() -> None:
+    first, second = artifact_stem("a/b c", "k1"), artifact_stem("a/b c", "k2")
+    assert first.startswith("a_b_c-") and first != second
+    assert artifact_stem("...", "k").startswith("pair-")
