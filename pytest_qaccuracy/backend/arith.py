@@ -201,6 +201,8 @@ def requantize(
     dtype: np.dtype | type,
     scheme: Scheme,
     family: str,
+    *,
+    overwrite: bool = False,
 ) -> np.ndarray:
     """``saturate(round(acc * M) + zp)`` as the scheme computes it.
 
@@ -211,6 +213,7 @@ def requantize(
         dtype: output integer dtype.
         scheme: the quantization scheme.
         family: op family (``gemm``, ``add``, ...) deciding whether zp is added before rounding.
+        overwrite: ``acc`` (already of the multiplier's float type) may be reused as scratch.
 
     Returns:
         an array of ``dtype``.
@@ -218,7 +221,14 @@ def requantize(
     kind = scheme.multiplier
     if kind in ("float32", "float64"):
         ftype = np.float32 if kind == "float32" else np.float64
-        value = np.asarray(acc).astype(ftype) * np.asarray(multiplier).astype(ftype)
+        m = np.asarray(multiplier).astype(ftype)
+        acc = np.asarray(acc)
+        if overwrite and acc.dtype == ftype and np.broadcast_shapes(acc.shape, m.shape) == acc.shape:
+            value = np.multiply(acc, m, out=acc)
+        else:
+            value = acc.astype(ftype) * m
+        if value.shape != np.broadcast_shapes(value.shape, np.shape(zero_point)):
+            value = np.broadcast_to(value, np.broadcast_shapes(value.shape, np.shape(zero_point))).copy()
         return requantize_float(value, zero_point, dtype, scheme, family)
     zp = np.asarray(zero_point).astype(np.int64)
     before = scheme.zp_first(family)
@@ -247,16 +257,28 @@ def requantize_float(
 ) -> np.ndarray:
     """``saturate(round(value) + zp)`` for a real ``value`` (zp joins before rounding if the family says so).
 
-    Values are clamped in float first, so huge values cannot overflow the integer cast (as MLAS does).
+    ``value`` (a float array with the output's shape) is overwritten. Values are clamped in float first,
+    so huge values cannot overflow the integer cast (as MLAS does); after clamping and rounding every
+    value is a small integer, exact in float, so the zero point is added in float.
     """
-    ftype = value.dtype
-    zp = np.asarray(zero_point).astype(np.int64)
+    ftype = value.dtype.type
+    zp = np.asarray(zero_point).astype(ftype)
     lo, hi = qrange(dtype)
     if scheme.zp_first(family):
-        value = value + zp.astype(ftype)
-        return saturate(round_float(np.clip(value, lo, hi), scheme.rounding), dtype)
-    value = np.clip(value, (lo - zp).astype(ftype), (hi - zp).astype(ftype))
-    return saturate(round_float(value, scheme.rounding).astype(np.int64) + zp, dtype)
+        np.add(value, zp, out=value)
+        np.clip(value, ftype(lo), ftype(hi), out=value)
+        value = _round_inplace(value, scheme.rounding)
+    else:
+        np.clip(value, ftype(lo) - zp, ftype(hi) - zp, out=value)
+        value = _round_inplace(value, scheme.rounding)
+        np.add(value, zp, out=value)
+    return value.astype(dtype)
+
+
+def _round_inplace(value: np.ndarray, mode: Rounding) -> np.ndarray:
+    if mode == "half_even":
+        return np.rint(value, out=value)
+    return round_float(value, mode)
 
 
 def quantize_float(

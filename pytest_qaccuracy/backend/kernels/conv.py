@@ -210,7 +210,7 @@ def _requantize_conv(acc: np.ndarray, bound: float, bias: np.ndarray | None, mul
     if exact_in_float and scheme.multiplier in ("float32", "float64") and bound + bias_max < 2.0**31:
         if bias is not None:
             acc += bias.astype(acc.dtype)  # exact: no int32 overflow, no float rounding
-        return arith.requantize(acc, multiplier, y_zp, dtype, scheme, "gemm")
+        return arith.requantize(acc, multiplier, y_zp, dtype, scheme, "gemm", overwrite=True)
     acc = arith.accumulate(acc.astype(np.int64), scheme)
     if bias is not None:
         acc = arith.accumulate(acc + bias.astype(np.int64), scheme)

@@ -135,21 +135,19 @@ def _scalar_span(x: np.ndarray, out_shape: tuple[int, ...]) -> bool:
     return bool(axes) and shape[axes[-1]] == 1
 
 
-def _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype) -> np.ndarray:
+def _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, spans: tuple[bool, bool]) -> np.ndarray:
     """MLAS AVX2 QLinearAdd: float32 ratios, a folded constant and two FMAs, RNE, int16 then 8-bit saturation."""
     f32 = np.float32
     r_a = f32(f32(a_s) / f32(c_s))
     r_b = f32(f32(b_s) / f32(c_s))
     fixed = f32(f32(c_zp) - f32(f32(r_a * f32(a_zp)) + f32(r_b * f32(b_zp))))
-    out_shape = np.broadcast_shapes(a.shape, b.shape)
     fa, fb = a.astype(f32), b.astype(f32)
-    if _scalar_span(a, out_shape):
+    if spans[0]:
         t = arith.fma32(fb, r_b, (fixed + (fa * r_a).astype(f32)).astype(f32))
-    elif _scalar_span(b, out_shape):
+    elif spans[1]:
         t = arith.fma32(fa, r_a, (fixed + (fb * r_b).astype(f32)).astype(f32))
     else:
         t = arith.fma32(fa, r_a, arith.fma32(fb, r_b, fixed))
-    t = np.broadcast_to(t, out_shape)
     return arith.saturate(np.clip(np.rint(t), -32768, 32767), dtype)
 
 
@@ -174,6 +172,43 @@ def _add_fixed(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme: Scheme) -> 
     return arith.saturate(total + int(c_zp), dtype)
 
 
+def _add(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme: Scheme, spans: tuple[bool, bool]) -> np.ndarray:
+    """QLinearAdd on broadcastable integer arrays, as the scheme computes it."""
+    if scheme.multiplier == "float32":
+        return _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, spans)
+    if scheme.multiplier in ("q31", "q15"):
+        return _add_fixed(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme)
+    if scheme.multiplier == "float64":
+        value = ((a.astype(np.float64) - a_zp) * float(a_s) + (b.astype(np.float64) - b_zp) * float(b_s)) / float(c_s)
+        return arith.requantize_float(value, c_zp, dtype, scheme, "add")
+    # power2 / glow: each input rescaled to the output scale on its own (two roundings), then added
+    parts = [
+        arith.requantize(x.astype(np.int64) - zp, arith.real_multiplier([s], c_s, scheme), 0, np.int32, scheme, "add")
+        for x, s, zp in ((a, a_s, a_zp), (b, b_s, b_zp))
+    ]
+    return arith.saturate(parts[0].astype(np.int64) + parts[1] + c_zp, dtype)
+
+
+def binary_table_apply(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``fn(a, b)`` for 8-bit ``a``, ``b``: evaluated once on all 65536 pairs, then one gather per element.
+
+    Exact for any elementwise formula with fixed parameters, and much cheaper than the float64/int64
+    formula on large tensors.
+    """
+    lo_a, lo_b = arith.qrange(a.dtype)[0], arith.qrange(b.dtype)[0]
+    grid_a = np.arange(lo_a, lo_a + 256).astype(a.dtype)[:, None]
+    grid_b = np.arange(lo_b, lo_b + 256).astype(b.dtype)[None, :]
+    table = np.ascontiguousarray(fn(grid_a, grid_b)).reshape(-1)
+    ua = a.view(np.uint8) if a.dtype == np.uint8 else a.view(np.uint8) ^ np.uint8(0x80)
+    ub = b.view(np.uint8) if b.dtype == np.uint8 else b.view(np.uint8) ^ np.uint8(0x80)
+    index = (ua.astype(np.uint16) << 8) | ub
+    return table[index]
+
+
+def _eight_bit(*arrays: np.ndarray) -> bool:
+    return all(x.dtype in (np.dtype(np.uint8), np.dtype(np.int8)) for x in arrays)
+
+
 @kernel(MS, "QLinearAdd", 1, scheme=True)
 def qlinear_add(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None, *, scheme: Scheme):
     """``C = (A_s(A - A_zp) + B_s(B - B_zp)) / C_s + C_zp`` as the scheme computes it."""
@@ -182,19 +217,13 @@ def qlinear_add(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_z
     b_zp = 0 if B_zero_point is None else np.asarray(B_zero_point).reshape(())
     c_zp = 0 if C_zero_point is None else np.asarray(C_zero_point).reshape(())
     a_s, b_s, c_s = (np.asarray(s).reshape(()) for s in (A_scale, B_scale, C_scale))
-    if scheme.multiplier == "float32":
-        return (_add_mlas(A, a_s, a_zp, B, b_s, b_zp, c_s, c_zp, dtype),)
-    if scheme.multiplier in ("q31", "q15"):
-        return (_add_fixed(A, a_s, a_zp, B, b_s, b_zp, c_s, c_zp, dtype, scheme),)
-    if scheme.multiplier == "float64":
-        value = ((A.astype(np.float64) - a_zp) * float(a_s) + (B.astype(np.float64) - b_zp) * float(b_s)) / float(c_s)
-        return (arith.requantize_float(value, c_zp, dtype, scheme, "add"),)
-    # power2 / glow: each input rescaled to the output scale on its own (two roundings), then added
-    parts = [
-        arith.requantize(x.astype(np.int64) - zp, arith.real_multiplier([s], c_s, scheme), 0, np.int32, scheme, "add")
-        for x, s, zp in ((A, a_s, a_zp), (B, b_s, b_zp))
-    ]
-    return (arith.saturate(parts[0].astype(np.int64) + parts[1] + c_zp, dtype),)
+    out_shape = np.broadcast_shapes(A.shape, B.shape)
+    spans = (_scalar_span(A, out_shape), _scalar_span(B, out_shape))
+
+    def formula(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return _add(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme, spans)
+
+    return (binary_table_apply(formula, A, B) if _eight_bit(A, B) else formula(A, B),)
 
 
 @kernel(MS, "QLinearMul", 1, scheme=True)
@@ -203,10 +232,14 @@ def qlinear_mul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_z
     dtype = _out_dtype(C_zero_point, A)
     a_zp = 0 if A_zero_point is None else np.asarray(A_zero_point).reshape(()).astype(np.int64)
     b_zp = 0 if B_zero_point is None else np.asarray(B_zero_point).reshape(()).astype(np.int64)
-    product = (A.astype(np.int64) - a_zp) * (B.astype(np.int64) - b_zp)
     multiplier = arith.real_multiplier([A_scale, B_scale], C_scale, scheme)
     c_zp = 0 if C_zero_point is None else C_zero_point
-    return (arith.requantize(product, multiplier, c_zp, dtype, scheme, "mul"),)
+
+    def formula(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        product = (a.astype(np.int64) - a_zp) * (b.astype(np.int64) - b_zp)
+        return arith.requantize(product, multiplier, c_zp, dtype, scheme, "mul")
+
+    return (binary_table_apply(formula, A, B) if _eight_bit(A, B) else formula(A, B),)
 
 
 # -- float kernels ------------------------------------------------------------------------------
