@@ -1,0 +1,209 @@
+"""Calibration end to end: ranges from our observers, QDQ models written by onnxruntime's quantizer."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pytest_qaccuracy.analysis.calibration import CalibrationOptions, calibrate, compute_ranges, moving_average
+from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
+from pytest_qaccuracy.analysis.compare import compare
+from pytest_qaccuracy.cli import main
+from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.model import ModelPair
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def mlp(path: Path, features: int = 32, seed: int = 0) -> Path:
+    """x[N, features] -> MatMul -> Relu -> MatMul -> y[N, 10]."""
+    rng = np.random.default_rng(seed)
+    scale = 1 / np.sqrt(features)
+    w1 = numpy_helper.from_array((rng.standard_normal((features, features)) * scale).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((features, 10)) * scale).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+        [w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def npz(path: Path, records: np.ndarray) -> Path:
+    np.savez(path, x=records)
+    return path
+
+
+@pytest.fixture(scope="module")
+def outliers(tmp_path_factory):
+    """100 calibration records, one of them with a spike of 300; 40 clean evaluation records."""
+    logging.getLogger().setLevel(logging.ERROR)
+    root = tmp_path_factory.mktemp("outliers")
+    rng = np.random.default_rng(7)
+    calib = rng.standard_normal((100, 1, 32)).astype(np.float32)
+    calib[57, 0, 3] = 300.0
+    return {
+        "root": root,
+        "fp32": mlp(root / "mlp.onnx"),
+        "calib": npz(root / "calib.npz", calib),
+        "eval": npz(root / "eval.npz", rng.standard_normal((40, 1, 32)).astype(np.float32)),
+    }
+
+
+def _output_mse(paths, method: str, **options) -> float:
+    out = paths["root"] / f"mlp.{method}.onnx"
+    calibrate(paths["fp32"], paths["calib"], out, CalibrationOptions(method=method, **options))
+    result = compare(ModelPair(paths["fp32"], out), paths["eval"], "mse", layers=False)
+    return result.outputs[0].metrics["mse"]
+
+
+def test_kl_and_percentile_beat_minmax_on_activations_with_outliers(outliers):
+    minmax = _output_mse(outliers, "minmax")
+    assert minmax > 0.05  # a 300-wide grid for inputs of unit scale: the outputs are ruined
+    assert _output_mse(outliers, "kl", bins=4001) < minmax / 10  # 0.15 wide bins: ~20 over the bulk
+    assert _output_mse(outliers, "percentile") < minmax / 100  # 99th percentile of 100 maxima: 1% of the spike
+    assert _output_mse(outliers, "moving-average") < minmax / 10  # the spike is one batch of 16 in 7, weighted 0.1
+    # MSE keeps the spike: with 3,200 values per tensor, clipping 300 to ~4 costs more than a coarse grid
+    assert _output_mse(outliers, "mse") <= minmax * 1.01
+
+
+def test_percentile_and_moving_average_follow_one_over_per_record_extrema(outliers):
+    records = np.load(outliers["calib"])["x"]
+    maxima, minima = records.reshape(100, -1).max(axis=1), records.reshape(100, -1).min(axis=1)
+    result = compute_ranges(outliers["fp32"], outliers["calib"], CalibrationOptions(method="percentile"))
+    ordered = np.sort(maxima)  # (n-1) * 99 / 100 = 98.01: between the 99th and 100th largest
+    assert result.ranges["x"][1] == pytest.approx(ordered[98] + 0.01 * (ordered[99] - ordered[98]), rel=1e-6)
+    ordered = np.sort(minima)
+    assert result.ranges["x"][0] == pytest.approx(ordered[0] + 0.99 * (ordered[1] - ordered[0]), rel=1e-6)
+    result = compute_ranges(outliers["fp32"], outliers["calib"], CalibrationOptions(method="moving-average"))
+    assert result.ranges["x"][1] == pytest.approx(moving_average(maxima, False, 16, 0.1), rel=1e-6)
+    assert result.observed["x"] == (pytest.approx(minima.min()), pytest.approx(300.0))
+
+
+def _scales(path: Path) -> dict[str, np.ndarray]:
+    model = onnx.load(str(path))
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name.endswith("scale")}
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_power2_scales_everywhere_and_the_model_runs(zoo, tmp_path, per_channel):
+    out = tmp_path / "p2.onnx"
+    options = CalibrationOptions(method="percentile", power2=True, per_channel=per_channel)
+    calibrate(zoo["fp32"], zoo["data"], out, options)
+    scales = _scales(out)
+    assert len(scales) > 10 and any(s.size > 1 for s in scales.values()) == per_channel
+    for name, scale in scales.items():
+        exponents = np.log2(scale.astype(np.float64))
+        assert np.all(exponents == np.round(exponents)), name
+    result = compare(ModelPair(zoo["fp32"], out), zoo["data"], "cosine", layers=False)
+    assert result.outputs[0].metrics["cosine"] > 0.999
+
+
+def test_ranges_reach_the_written_model(zoo, tmp_path):
+    out = tmp_path / "mm.onnx"
+    result = calibrate(zoo["fp32"], zoo["data"], out, CalibrationOptions(method="minmax"))
+    lo, hi = result.ranges["conv2"]
+    assert _scales(out)["conv2_scale"] == pytest.approx((max(hi, 0) - min(lo, 0)) / 255, rel=1e-6)
+
+
+def test_dataset_reader_feeds_quantize_static_directly(zoo, tmp_path):
+    from onnxruntime.quantization import QuantType, quantize_static
+
+    reader = DatasetReader(zoo["data"], zoo["fp32"])
+    assert len(reader) == 12
+    first = reader.get_next()
+    assert set(first) == {"x"} and first["x"].shape == (1, 3, 16, 16)
+    reader.set_range(10, 20)
+    assert reader.get_next() is not None and reader.get_next() is not None and reader.get_next() is None
+    for extra in ({}, {"CalibStridedMinMax": 4}):
+        reader.set_range(0, len(reader))
+        out = tmp_path / f"direct{len(extra)}.onnx"
+        quantize_static(str(zoo["fp32"]), str(out), reader, activation_type=QuantType.QUInt8, extra_options=extra)
+        sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        assert sess.run(None, {"x": first["x"]})[0].shape == (1, 10)
+
+
+def test_cli_calibrate_writes_a_model_onnxruntime_runs(zoo, tmp_path, capsys):
+    out = tmp_path / "cli.onnx"
+    ranges = tmp_path / "ranges.json"
+    code = main(
+        [
+            *("calibrate", str(zoo["fp32"]), "--data", str(zoo["data"]), "--method", "kl", "--bins", "1001"),
+            *("--per-channel", "--out", str(out), "--ranges-json", str(ranges)),
+        ]
+    )
+    assert code == 0 and f"wrote {out}" in capsys.readouterr().out
+    assert json.loads(ranges.read_text())["method"] == "kl"
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"x": np.zeros((2, 3, 16, 16), np.float32)})[0].shape == (2, 10)
+
+
+def test_cli_calibrate_bad_input(zoo, tmp_path, capsys):
+    base = ["calibrate", str(zoo["fp32"]), "--out", str(tmp_path / "x.onnx")]
+    assert main([*base, "--data", str(tmp_path / "missing.h5")]) == 2
+    assert "missing.h5: dataset not found" in capsys.readouterr().err
+    assert main([*base, "--data", str(zoo["data"]), "--percentiles", "99,1"]) == 2
+    assert "percentiles must satisfy" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--data", str(zoo["data"]), "--method", "entropy"])
+    assert exc.value.code == 2
+    with pytest.raises(InputError, match="unknown calibration method"):
+        CalibrationOptions(method="entropy")
+
+
+RSS_SCRIPT = """
+import json, resource, sys, logging
+sys.path.insert(0, sys.argv[1])
+logging.disable(logging.WARNING)
+from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
+from pytest_qaccuracy.runtime import RuntimeOptions
+compute_ranges(sys.argv[2], sys.argv[3], CalibrationOptions(method="kl", bins=1001), RuntimeOptions(batch_size=4))
+print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+"""
+
+
+def _peak_rss_kb(model: Path, data: Path) -> int:
+    args = [sys.executable, "-c", RSS_SCRIPT, str(ROOT), str(model), str(data)]
+    out = subprocess.run(args, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def test_histogram_calibration_memory_is_flat_in_the_number_of_records(tmp_path):
+    """16 vs 400 records of 3x64x64 (9 MB more data, 7 tensors): peak RSS must not follow."""
+    import h5py
+    import modelzoo
+
+    model = modelzoo.conv_net(tmp_path / "big.onnx", size=64)
+    rng = np.random.default_rng(0)
+    sizes = {}
+    for count in (16, 400):
+        path = tmp_path / f"d{count}.h5"
+        with h5py.File(path, "w") as f:
+            for i in range(count):
+                f.create_dataset(f"value/{i}/0", data=rng.standard_normal((3, 64, 64)).astype(np.float32))
+        sizes[count] = _peak_rss_kb(model, path)
+    grown_mb = (sizes[400] - sizes[16]) / 1024
+    # keeping every tensor would add >= 400 * 3*64*64*4 B = 19 MB for the input alone
+    assert grown_mb < 8, f"peak RSS grew by {grown_mb:.1f} MB from 16 to 400 records"
+    assert math.isfinite(grown_mb)
