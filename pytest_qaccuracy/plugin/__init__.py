@@ -78,8 +78,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if state.worker:
         session.config.workeroutput["qaccuracy"] = state.payload()  # type: ignore[attr-defined]
-    else:
-        state.finish()
+    elif not state.finish() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked-for artifacts are missing: say so in CI
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -91,7 +91,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(session_key, None)
-    if state is None or state.worker or not (state.records or state.workers_without_data):
+    if state is None or state.worker or not (state.records or state.workers_without_data or state.errors):
         return
     from pytest_qaccuracy.report.summary import summary_lines
 
@@ -99,6 +99,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "quantization accuracy summary")
     for line in summary_lines(state.sorted_records(), str(artifacts) if artifacts else None):
         terminalreporter.write_line(line, red=": FAILED (" in line or " FAIL" in line)
+    for error in state.errors:
+        terminalreporter.write_line(error, red=True)
     if state.workers_without_data:
         terminalreporter.write_line(
             f"{state.workers_without_data} xdist worker(s) sent no qaccuracy results (crashed?)", red=True

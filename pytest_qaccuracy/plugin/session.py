@@ -73,6 +73,7 @@ class QAccuracySession:
         self.worker = worker
         self.records: dict[str, dict[str, Any]] = {}
         self.workers_without_data = 0
+        self.errors: list[str] = []
         self._pairs: dict[PairSpec, Any] = {}
         self._comparisons: dict[tuple[PairSpec, tuple[str, ...]], Any] = {}
         self._stats: dict[tuple[Any, ...], Any] = {}
@@ -257,17 +258,24 @@ class QAccuracySession:
         return records
 
     # -- end of session (controller only) ------------------------------------------------------
-    def finish(self) -> None:
-        """Write artifacts and baselines; called once, on the controller."""
+    def finish(self) -> bool:
+        """Write artifacts and baselines; called once, on the controller. False if a write failed
+        (the reason is in ``errors``, for the terminal summary)."""
+        from pytest_qaccuracy.errors import QAccuracyError
         from pytest_qaccuracy.plugin.artifacts import save_baselines, write_artifacts
 
         records = self.sorted_records()
         if not records:
-            return
-        if self.settings.artifacts_dir is not None:
-            self.written += write_artifacts(self.settings.artifacts_dir, records, self.rootpath)
-        if self.settings.save_baseline_dir is not None:
-            self.written += save_baselines(self.settings.save_baseline_dir, records)
+            return True
+        try:
+            if self.settings.artifacts_dir is not None:
+                self.written += write_artifacts(self.settings.artifacts_dir, records, self.rootpath)
+            if self.settings.save_baseline_dir is not None:
+                self.written += save_baselines(self.settings.save_baseline_dir, records)
+        except (OSError, ValueError, QAccuracyError) as exc:
+            self.errors.append(f"could not write qaccuracy artifacts: {type(exc).__name__}: {exc}")
+            return False
+        return True
 
 
 __all__ = ["CheckResult", "PairSpec", "QAccuracySession", "artifact_stem"]

@@ -170,3 +170,37 @@ def test_dataset_fixture(digits: pytest.Pytester) -> None:
         """
     )
     digits.runpytest().assert_outcomes(passed=1)
+
+
+def test_unwritable_artifacts_fail_the_run(digits: pytest.Pytester) -> None:
+    (digits.path / "blocker").write_text("a file where a folder should be")
+    digits.makepyfile(PAIRS_MODULE)
+    result = digits.runpytest("-k", "good", "--qaccuracy-artifacts-dir=blocker/acc")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["could not write qaccuracy artifacts: *Error: *blocker*"])
+
+
+def test_topk_needs_a_class_score_output(pytester: pytest.Pytester) -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(pytester.path / "boxes.onnx"))
+    np.savez(pytester.path / "data.npz", x=np.random.default_rng(0).standard_normal((4, 2, 3)).astype(np.float32))
+    pytester.makepyfile(
+        """
+        def test_boxes(qaccuracy, qaccuracy_pair):
+            qaccuracy.check(qaccuracy_pair("boxes.onnx", "boxes.onnx", "data.npz"), min_top1_agreement=0.9)
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["E   *min_top1_agreement needs class scores (records, classes), but no output is (y) (pair 'boxes')"]
+    )
