@@ -35,13 +35,23 @@ class TensorAgreement:
     max_steps: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tensor": self.tensor, "order": self.order, "elements": self.elements,
-                "mismatches": self.mismatches, "max_steps": self.max_steps}  # fmt: skip
+        return {
+            "tensor": self.tensor,
+            "order": self.order,
+            "elements": self.elements,
+            "mismatches": self.mismatches,
+            "max_steps": self.max_steps,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TensorAgreement:
-        return cls(str(data["tensor"]), int(data["order"]), int(data["elements"]), int(data["mismatches"]),
-                   int(data["max_steps"]))  # fmt: skip
+        return cls(
+            str(data["tensor"]),
+            int(data["order"]),
+            int(data["elements"]),
+            int(data["mismatches"]),
+            int(data["max_steps"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,14 @@ import argparse
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from pytest_qaccuracy.errors import InputError, ModelError, QAccuracyError
+
+Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
 NAME = "run"
 HELP = "run a quantized model on a dataset (integer emulation or onnxruntime) and write its outputs as HDF5"
@@ -33,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
 
 
-def _runner(model_path: Path, backend: str, scheme: str):
+def _runner(model_path: Path, backend: str, scheme: str) -> tuple[Runner, list[str], str | None]:
     """``(run(feeds) -> outputs, output names, scheme label)`` for the chosen backend."""
     from pytest_qaccuracy.model.loading import load_model
 
@@ -111,7 +114,7 @@ def _batch_size(record: dict[str, np.ndarray]) -> int:
     return int(first.shape[0]) if first.ndim else 1
 
 
-def _execute(execute, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _execute(execute: Runner, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     try:
         return execute(feeds)
     except QAccuracyError as exc:

@@ -69,7 +69,9 @@ def to_padded(x: np.ndarray, pads: list[int], offset: np.ndarray | int, dtype: t
     return xp
 
 
-def output_shape(padded: tuple[int, ...], kernel_shape: tuple[int, ...], strides, dilations) -> tuple[int, ...]:
+def output_shape(
+    padded: tuple[int, ...], kernel_shape: tuple[int, ...], strides: tuple[int, ...], dilations: tuple[int, ...]
+) -> tuple[int, ...]:
     return tuple(
         (size - ((k - 1) * dil + 1)) // s + 1
         for size, k, s, dil in zip(padded, kernel_shape, strides, dilations, strict=False)
@@ -138,7 +140,15 @@ def conv_core(
     return out
 
 
-def _tap_view(xp, tap, records, o0, lead, strides, dilations) -> np.ndarray:
+def _tap_view(
+    xp: np.ndarray,
+    tap: tuple[int, ...],
+    records: tuple[int, int],
+    o0: int,
+    lead: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> np.ndarray:
     """The ``(n, C, *out_chunk)`` slice of the padded input that kernel tap ``tap`` reads."""
     index = [slice(*records), slice(None)]
     for axis, (t, s, dil, size) in enumerate(zip(tap, strides, dilations, lead[1:], strict=True)):
@@ -180,7 +190,17 @@ def conv_integer_acc(
     return conv_core(to_padded(x, pads, x_zp, dtype), ws.astype(dtype), group, strides, dilations, dtype), bound
 
 
-def _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme) -> np.ndarray:
+def _conv_int16_pairs(
+    x: np.ndarray,
+    x_zp: np.ndarray,
+    w: np.ndarray,
+    w_zp: np.ndarray,
+    pads: list[int],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    group: int,
+    scheme: Scheme,
+) -> np.ndarray:
     """Columns of raw values (padding = x_zp), then the int16 pair accumulator of ``arith``."""
     if group != 1:
         raise NotImplementedError("the int16_pairs accumulator supports group=1 convolutions only")
@@ -202,8 +222,15 @@ def _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme)
     return np.moveaxis(acc.reshape(x.shape[0], *out_spatial, w.shape[0]), -1, 1)
 
 
-def _requantize_conv(acc: np.ndarray, bound: float, bias: np.ndarray | None, multiplier: np.ndarray,
-                     y_zp: np.ndarray | int, dtype: np.dtype, scheme: Scheme) -> np.ndarray:  # fmt: skip
+def _requantize_conv(
+    acc: np.ndarray,
+    bound: float,
+    bias: np.ndarray | None,
+    multiplier: np.ndarray,
+    y_zp: np.ndarray | int,
+    dtype: np.dtype,
+    scheme: Scheme,
+) -> np.ndarray:
     """Add the bias and requantize; stays in float when every value is an exact float32 integer."""
     bias_max = float(np.abs(bias).max(initial=0)) if bias is not None else 0.0
     exact_in_float = acc.dtype.kind == "f" and bound + bias_max < (2.0**24 if acc.dtype == np.float32 else 2.0**53)

@@ -71,7 +71,15 @@ def _out_dtype(y_zp: np.ndarray | None, x: np.ndarray) -> np.dtype:
 
 
 @kernel(MS, "QLinearSigmoid", 1, scheme=True)
-def qlinear_sigmoid(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, scheme: Scheme):
+def qlinear_sigmoid(
+    X: np.ndarray,
+    X_scale: np.ndarray,
+    X_zero_point: np.ndarray | None,
+    Y_scale: np.ndarray,
+    Y_zero_point: np.ndarray | None = None,
+    *,
+    scheme: Scheme,
+) -> tuple[np.ndarray]:
     dtype = _out_dtype(Y_zero_point, X)
     table = lookup_table(
         lambda v: logistic(v, scheme), X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme
@@ -80,7 +88,16 @@ def qlinear_sigmoid(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, sch
 
 
 @kernel(MS, "QLinearLeakyRelu", 1, scheme=True)
-def qlinear_leaky_relu(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, alpha: float = 0.01, scheme: Scheme):
+def qlinear_leaky_relu(
+    X: np.ndarray,
+    X_scale: np.ndarray,
+    X_zero_point: np.ndarray | None,
+    Y_scale: np.ndarray,
+    Y_zero_point: np.ndarray | None = None,
+    *,
+    alpha: float = 0.01,
+    scheme: Scheme,
+) -> tuple[np.ndarray]:
     dtype = _out_dtype(Y_zero_point, X)
     a = np.float32(alpha)
 
@@ -93,19 +110,19 @@ def qlinear_leaky_relu(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, 
 
 @kernel(INTERNAL_DOMAIN, "QLinearLookup", 1, scheme=True)
 def qlinear_lookup(
-    X,
-    X_scale,
-    X_zero_point,
-    Y_scale,
-    Y_zero_point,
-    low=None,
-    high=None,
+    X: np.ndarray,
+    X_scale: np.ndarray,
+    X_zero_point: np.ndarray | None,
+    Y_scale: np.ndarray,
+    Y_zero_point: np.ndarray | None,
+    low: np.ndarray | None = None,
+    high: np.ndarray | None = None,
     *,
     function: str,
     min: float | None = None,
     max: float | None = None,
     scheme: Scheme,
-):
+) -> tuple[np.ndarray]:
     """Fused ``DQ -> Relu|Clip -> Q`` as a table (exactly ORT's float path for these ops)."""
     lo_v = np.float32(-np.inf if low is None else low) if min is None else np.float32(min)
     hi_v = np.float32(np.inf if high is None else high) if max is None else np.float32(max)
@@ -119,7 +136,15 @@ def qlinear_lookup(
 
 
 @kernel(INTERNAL_DOMAIN, "Requantize", 1, scheme=True)
-def requantize_table(X, X_scale, X_zero_point, Y_scale, Y_zero_point=None, *, scheme: Scheme):
+def requantize_table(
+    X: np.ndarray,
+    X_scale: np.ndarray,
+    X_zero_point: np.ndarray | None,
+    Y_scale: np.ndarray,
+    Y_zero_point: np.ndarray | None = None,
+    *,
+    scheme: Scheme,
+) -> tuple[np.ndarray]:
     """``Q(DQ(x))`` with different parameters: what a data-movement op between them computes."""
     dtype = _out_dtype(Y_zero_point, X)
     table = lookup_table(lambda v: v, X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme)
@@ -135,7 +160,18 @@ def _scalar_span(x: np.ndarray, out_shape: tuple[int, ...]) -> bool:
     return bool(axes) and shape[axes[-1]] == 1
 
 
-def _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, spans: tuple[bool, bool]) -> np.ndarray:
+def _add_mlas(
+    a: np.ndarray,
+    a_s: np.ndarray,
+    a_zp: np.ndarray | float | int,
+    b: np.ndarray,
+    b_s: np.ndarray,
+    b_zp: np.ndarray | float | int,
+    c_s: np.ndarray,
+    c_zp: np.ndarray | float | int,
+    dtype: np.dtype,
+    spans: tuple[bool, bool],
+) -> np.ndarray:
     """MLAS AVX2 QLinearAdd: float32 ratios, a folded constant and two FMAs, RNE, int16 then 8-bit saturation."""
     f32 = np.float32
     r_a = f32(f32(a_s) / f32(c_s))
@@ -151,7 +187,18 @@ def _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, spans: tuple[bool, b
     return arith.saturate(np.clip(np.rint(t), -32768, 32767), dtype)
 
 
-def _add_fixed(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme: Scheme) -> np.ndarray:
+def _add_fixed(
+    a: np.ndarray,
+    a_s: np.ndarray,
+    a_zp: np.ndarray | float | int,
+    b: np.ndarray,
+    b_s: np.ndarray,
+    b_zp: np.ndarray | float | int,
+    c_s: np.ndarray,
+    c_zp: np.ndarray | float | int,
+    dtype: np.dtype,
+    scheme: Scheme,
+) -> np.ndarray:
     """TFLite ADD: inputs shifted left 20 bits, rescaled by Q31 multipliers, summed, rescaled again."""
     bits = 31 if scheme.multiplier == "q31" else 15
     left_shift = 20 if np.dtype(dtype).itemsize == 1 else 15
@@ -172,7 +219,19 @@ def _add_fixed(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme: Scheme) -> 
     return arith.saturate(total + int(c_zp), dtype)
 
 
-def _add(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme: Scheme, spans: tuple[bool, bool]) -> np.ndarray:
+def _add(
+    a: np.ndarray,
+    a_s: np.ndarray,
+    a_zp: np.ndarray | float | int,
+    b: np.ndarray,
+    b_s: np.ndarray,
+    b_zp: np.ndarray | float | int,
+    c_s: np.ndarray,
+    c_zp: np.ndarray | float | int,
+    dtype: np.dtype,
+    scheme: Scheme,
+    spans: tuple[bool, bool],
+) -> np.ndarray:
     """QLinearAdd on broadcastable integer arrays, as the scheme computes it."""
     if scheme.multiplier == "float32":
         return _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, spans)
@@ -210,7 +269,18 @@ def _eight_bit(*arrays: np.ndarray) -> bool:
 
 
 @kernel(MS, "QLinearAdd", 1, scheme=True)
-def qlinear_add(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None, *, scheme: Scheme):
+def qlinear_add(
+    A: np.ndarray,
+    A_scale: np.ndarray,
+    A_zero_point: np.ndarray | None,
+    B: np.ndarray,
+    B_scale: np.ndarray,
+    B_zero_point: np.ndarray | None,
+    C_scale: np.ndarray,
+    C_zero_point: np.ndarray | None = None,
+    *,
+    scheme: Scheme,
+) -> tuple[np.ndarray]:
     """``C = (A_s(A - A_zp) + B_s(B - B_zp)) / C_s + C_zp`` as the scheme computes it."""
     dtype = _out_dtype(C_zero_point, A)
     a_zp = 0 if A_zero_point is None else np.asarray(A_zero_point).reshape(())
@@ -227,7 +297,18 @@ def qlinear_add(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_z
 
 
 @kernel(MS, "QLinearMul", 1, scheme=True)
-def qlinear_mul(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point=None, *, scheme: Scheme):
+def qlinear_mul(
+    A: np.ndarray,
+    A_scale: np.ndarray,
+    A_zero_point: np.ndarray | None,
+    B: np.ndarray,
+    B_scale: np.ndarray,
+    B_zero_point: np.ndarray | None,
+    C_scale: np.ndarray,
+    C_zero_point: np.ndarray | None = None,
+    *,
+    scheme: Scheme,
+) -> tuple[np.ndarray]:
     """``C = (A - A_zp)(B - B_zp) * A_s B_s / C_s + C_zp``; the product is exact in int32."""
     dtype = _out_dtype(C_zero_point, A)
     a_zp = 0 if A_zero_point is None else np.asarray(A_zero_point).reshape(()).astype(np.int64)

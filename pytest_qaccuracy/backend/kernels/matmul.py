@@ -29,7 +29,9 @@ def _col_param(p: np.ndarray | None) -> np.ndarray | int:
     return p.reshape(()) if p.size == 1 else p
 
 
-def integer_matmul(a: np.ndarray, a_zp, b: np.ndarray, b_zp, scheme: Scheme) -> np.ndarray:
+def integer_matmul(
+    a: np.ndarray, a_zp: np.ndarray | int | None, b: np.ndarray, b_zp: np.ndarray | int | None, scheme: Scheme
+) -> np.ndarray:
     """``(a - a_zp) @ (b - b_zp)`` with numpy matmul broadcasting, exact, with the scheme's accumulator."""
     a_zp = _row_param(a_zp, a)
     b_zp = _col_param(b_zp)

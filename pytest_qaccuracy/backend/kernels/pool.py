@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -20,7 +21,15 @@ from pytest_qaccuracy.backend.scheme import Scheme
 MS = "com.microsoft"
 
 
-def _pool_geometry(shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations):
+def _pool_geometry(
+    shape: tuple[int, ...],
+    kernel_shape: list[int],
+    strides: list[int] | None,
+    pads: list[int] | None,
+    auto_pad: str,
+    ceil_mode: int,
+    dilations: list[int] | None,
+) -> tuple[list[int], tuple[int, ...], tuple[int, ...], list[int]]:
     spatial = shape[2:]
     d = len(spatial)
     strides = tuple(strides or (1,) * d)
@@ -36,7 +45,15 @@ def _pool_geometry(shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dila
     return pads, strides, dilations, out
 
 
-def _taps(x: np.ndarray, kernel_shape, strides, dilations, pads, out, fill):
+def _taps(
+    x: np.ndarray,
+    kernel_shape: list[int],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    pads: list[int],
+    out: list[int],
+    fill: float,
+) -> Iterator[np.ndarray]:
     """Yield, per kernel tap in row-major order, the ``(N, C, *out)`` slice it reads (``fill`` outside)."""
     d = len(kernel_shape)
     geometry = zip(out, strides, kernel_shape, dilations, x.shape[2:], strict=True)
@@ -54,7 +71,14 @@ def _taps(x: np.ndarray, kernel_shape, strides, dilations, pads, out, fill):
         yield xp[(slice(None), slice(None), *index)]
 
 
-def _counts(shape, kernel_shape, strides, dilations, pads, out) -> np.ndarray:
+def _counts(
+    shape: tuple[int, ...],
+    kernel_shape: list[int],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    pads: list[int],
+    out: list[int],
+) -> np.ndarray:
     """Number of in-bounds taps of every output position, shape ``(1, 1, *out)``."""
     ones = np.ones((1, 1, *shape[2:]), np.int64)
     return sum(_taps(ones, kernel_shape, strides, dilations, pads, out, 0))  # type: ignore[return-value]
@@ -62,10 +86,21 @@ def _counts(shape, kernel_shape, strides, dilations, pads, out) -> np.ndarray:
 
 @kernel(MS, "QLinearAveragePool", 1, scheme=True)
 def qlinear_average_pool(
-    X, x_scale, x_zero_point, y_scale, y_zero_point=None, *,
-    auto_pad: str = "NOTSET", ceil_mode: int = 0, channels_last: int = 0, count_include_pad: int = 0,
-    kernel_shape: list[int], pads: list[int] | None = None, strides: list[int] | None = None, scheme: Scheme,
-):  # fmt: skip
+    X: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    channels_last: int = 0,
+    count_include_pad: int = 0,
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+    scheme: Scheme,
+) -> tuple[np.ndarray]:
     """Float path of ORT (dequantize table, float32 tap sum, divide, ``rne(y / ys + zp)``), or an
     integer sum and one requantization for fixed-point schemes."""
     if channels_last:
@@ -96,8 +131,15 @@ def qlinear_average_pool(
 
 @kernel(MS, "QLinearGlobalAveragePool", 1, scheme=True)
 def qlinear_global_average_pool(
-    X, x_scale, x_zero_point, y_scale, y_zero_point=None, *, channels_last: int = 0, scheme: Scheme
-):
+    X: np.ndarray,
+    x_scale: np.ndarray,
+    x_zero_point: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    channels_last: int = 0,
+    scheme: Scheme,
+) -> tuple[np.ndarray]:
     """ORT: ``acc = sum x - x_zp * N`` (int32), then requantize by ``x_s / (y_s * N)``."""
     axes = tuple(range(1, X.ndim - 1)) if channels_last else tuple(range(2, X.ndim))
     count = math.prod(X.shape[a] for a in axes)
@@ -117,10 +159,17 @@ def qlinear_global_average_pool(
 
 @kernel("", "MaxPool", 8, outputs=True)
 def max_pool(
-    X, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, dilations: list[int] | None = None,
-    kernel_shape: list[int], pads: list[int] | None = None, storage_order: int = 0,
-    strides: list[int] | None = None, n_outputs: int = 1,
-):  # fmt: skip
+    X: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
+    storage_order: int = 0,
+    strides: list[int] | None = None,
+    n_outputs: int = 1,
+) -> tuple[np.ndarray]:
     """Max over windows, for float and integer tensors (padding never wins)."""
     if n_outputs > 1:
         raise NotHandled  # Indices output: onnx.reference
@@ -134,10 +183,16 @@ def max_pool(
 
 @kernel("", "AveragePool", 7, float_op=True)
 def average_pool(
-    X, *, auto_pad: str = "NOTSET", ceil_mode: int = 0, count_include_pad: int = 0,
-    dilations: list[int] | None = None, kernel_shape: list[int], pads: list[int] | None = None,
+    X: np.ndarray,
+    *,
+    auto_pad: str = "NOTSET",
+    ceil_mode: int = 0,
+    count_include_pad: int = 0,
+    dilations: list[int] | None = None,
+    kernel_shape: list[int],
+    pads: list[int] | None = None,
     strides: list[int] | None = None,
-):  # fmt: skip
+) -> tuple[np.ndarray]:
     pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations)
     total = np.zeros((*X.shape[:2], *out), X.dtype)
     for tap in _taps(X, kernel_shape, strides_, dil, pads_, out, 0):
@@ -147,5 +202,5 @@ def average_pool(
 
 
 @kernel("", "GlobalAveragePool", 1, float_op=True)
-def global_average_pool(X):
+def global_average_pool(X: np.ndarray) -> tuple[np.ndarray]:
     return (X.mean(axis=tuple(range(2, X.ndim)), keepdims=True).astype(X.dtype),)

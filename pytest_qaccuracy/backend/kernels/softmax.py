@@ -23,8 +23,16 @@ def _exp_table(x_scale: float, reduce_len: int) -> np.ndarray:
 
 @kernel(MS, "QLinearSoftmax", 1, scheme=True)
 def qlinear_softmax(
-    X, X_scale, x_zero_point, y_scale, y_zero_point=None, *, axis: int = -1, opset: int, scheme: Scheme
-):
+    X: np.ndarray,
+    X_scale: np.ndarray,
+    x_zero_point: np.ndarray | None,
+    y_scale: np.ndarray,
+    y_zero_point: np.ndarray | None = None,
+    *,
+    axis: int = -1,
+    opset: int,
+    scheme: Scheme,
+) -> tuple[np.ndarray]:
     """ORT: rows shifted so their max reads table[255]; ``y = rne(t * floor(1/y_s) / sum t) + zp``.
 
     The float32 sum runs sequentially along the row (``np.cumsum`` keeps that order).

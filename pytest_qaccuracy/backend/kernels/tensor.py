@@ -65,7 +65,13 @@ def gather(data: np.ndarray, indices: np.ndarray, *, axis: int = 0) -> tuple[np.
 
 
 @kernel("", "Slice", 10)
-def slice_(data: np.ndarray, starts, ends, axes=None, steps=None) -> tuple[np.ndarray]:
+def slice_(
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    axes: np.ndarray | None = None,
+    steps: np.ndarray | None = None,
+) -> tuple[np.ndarray]:
     index = [slice(None)] * data.ndim
     axes = range(len(starts)) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
@@ -76,7 +82,9 @@ def slice_(data: np.ndarray, starts, ends, axes=None, steps=None) -> tuple[np.nd
 
 
 @kernel(MS, "QLinearConcat", 1, scheme=True)
-def qlinear_concat(Y_scale, Y_zero_point, *tensors, axis: int, scheme: Scheme):
+def qlinear_concat(
+    Y_scale: np.ndarray, Y_zero_point: np.ndarray, *tensors: np.ndarray, axis: int, scheme: Scheme
+) -> tuple[np.ndarray]:
     """ORT: an input with the output's (scale, zp) is copied; any other is requantized by a table."""
     parts = []
     dtype = np.asarray(Y_zero_point).dtype
