@@ -33,6 +33,8 @@ STRATEGIES = ("reuse", "naive")
 #: Upper bound on the nodes packed into one experiment session (onnxruntime session creation grows
 #: faster than linearly with graph size, so small packs are cheaper than one big one).
 SESSION_NODES = 256
+#: Upper bound on the initializer bytes held by the experiment sessions alive at once.
+SESSION_BYTES = 1 << 30
 
 OutputMetrics = dict[str, dict[str, float | None]]  # output name -> metric -> value
 
@@ -117,6 +119,7 @@ class ExperimentRunner:
         self.data, self.metrics, self.options, self.strategy, self.label = data, list(metrics), options, strategy, label
         self._fp32_runner: OrtRunner | None = None
         self.sessions_built = 0
+        self.rounds = 0
 
     @property
     def fp32_runner(self) -> OrtRunner:
@@ -186,20 +189,27 @@ class ExperimentRunner:
         cache_model = qg.build(cache_edges, extra_outputs=fetched)
         cache_runner = OrtRunner(cache_model, fetched, self.options, f"{self.label} (cache)")
         accs = [_Accumulators(list(qg.view.output_names), self.metrics) for _ in experiments]
-        for batch in self.data.iter_batches(self.options.batch_size):
-            ref = self.fp32_runner.run(batch)
-            values = cache_runner.run(batch)
-            values.update(batch.stacked())
-            for pack in packs:
-                if not pack.experiments:
-                    continue
-                fetched = self._run_pack(pack, values, batch, cache_runner.batching)
-                for k in pack.experiments:
-                    for f, q in self.outputs:
-                        from_session, tensor = pack.fetch[k][q]
-                        accs[k].update(q, ref[f], fetched[tensor] if from_session else values[tensor])
-            del ref, values
+        for group in _rounds(packs, self._initializer_bytes()):
+            self.rounds += 1
+            for batch in self.data.iter_batches(self.options.batch_size):
+                ref = self.fp32_runner.run(batch)
+                values = cache_runner.run(batch)
+                values.update(batch.stacked())
+                for pack in group:
+                    fetched = self._run_pack(pack, values, batch, cache_runner.batching)
+                    for k in pack.experiments:
+                        for f, q in self.outputs:
+                            from_session, tensor = pack.fetch[k][q]
+                            accs[k].update(q, ref[f], fetched[tensor] if from_session else values[tensor])
+                del ref, values
+            for pack in group:  # free the round's sessions before the next round builds its own
+                pack.session = None
         return [acc.results() for acc in accs]
+
+    def _initializer_bytes(self) -> dict[str, int]:
+        sizes = {t.name: _tensor_bytes(t) for t in self.qgraph.model.graph.initializer}
+        sizes.update({name: _tensor_bytes(t) for name, t in self.qgraph.float_weights.items()})
+        return sizes
 
     def _run_pack(self, pack: _Packed, values: dict[str, np.ndarray], batch: Batch, batching: bool):
         if pack.names is None:
@@ -230,6 +240,32 @@ class ExperimentRunner:
             return pack.session.run(pack.names, feeds)
         except Exception as exc:
             raise ModelError(f"{self.label}: onnxruntime failed to run an experiment ({_first_line(exc)})") from None
+
+
+def _tensor_bytes(tensor: onnx.TensorProto) -> int:
+    count = int(np.prod(tensor.dims)) if tensor.dims else 1
+    return count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+
+
+def _rounds(packs: list[_Packed], sizes: dict[str, int]) -> list[list[_Packed]]:
+    """Packs grouped so that one group's sessions hold at most ``SESSION_BYTES`` of initializers.
+
+    Every session keeps its own copy of the initializers it reads; a group's sessions are alive
+    together, and each group costs one more pass over the data (fp32 and cache runs included).
+    """
+    groups: list[list[_Packed]] = [[]]
+    total = 0
+    for pack in packs:
+        if not pack.experiments:
+            continue
+        used = {name for node in pack.nodes for name in node.input if name in sizes}
+        weight = sum(sizes[name] for name in used)
+        if groups[-1] and total + weight > SESSION_BYTES:
+            groups.append([])
+            total = 0
+        groups[-1].append(pack)
+        total += weight
+    return [g for g in groups if g]
 
 
 def _renamed(nodes: Sequence[onnx.NodeProto], produced: set[str], k: int) -> list[onnx.NodeProto]:

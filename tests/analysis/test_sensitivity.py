@@ -137,7 +137,7 @@ def test_result_round_trips_through_json(pair, zoo):
 
 
 def test_packed_sessions_handle_many_experiments(pair, zoo, monkeypatch):
-    """Packing limits change how experiments share sessions, never their numbers."""
+    """Packing and memory limits change how experiments share sessions and passes, never their numbers."""
     from pytest_qaccuracy.analysis import experiments
 
     qg = QdqGraph(pair.quantized, pair.fp32)
@@ -150,10 +150,19 @@ def test_packed_sessions_handle_many_experiments(pair, zoo, monkeypatch):
             session.qgraph, pair.fp32, pair.output_pairs(), session.runner.data, ["mse"], session.runner.options
         )
         big = runner.run(exps, "float")
-        assert runner.sessions_built == 1
+        assert runner.sessions_built == 1 and runner.rounds == 1
+        monkeypatch.setattr(experiments, "SESSION_NODES", 1)  # one experiment per pack
+        monkeypatch.setattr(experiments, "SESSION_BYTES", 1)  # one pack alive at a time: a pass per pack
+        runner = ExperimentRunner(
+            session.qgraph, pair.fp32, pair.output_pairs(), session.runner.data, ["mse"], session.runner.options
+        )
+        rounds = runner.run(exps, "float")
+        assert runner.rounds == runner.sessions_built == len(exps)
     finally:
         session.close()
-    assert [r["logits"]["mse"] for r in small] == pytest.approx([r["logits"]["mse"] for r in big], rel=1e-9)
+    expected = [r["logits"]["mse"] for r in small]
+    assert [r["logits"]["mse"] for r in big] == pytest.approx(expected, rel=1e-9)
+    assert [r["logits"]["mse"] for r in rounds] == pytest.approx(expected, rel=1e-9)
 
 
 def test_qoperator_models_are_refused_with_a_clear_message(zoo):
