@@ -6,7 +6,7 @@ open a session, run every record, per node) and ``strategy="reuse"`` (fp32 / qua
 computed once per batch, only dirty subgraphs run, experiments packed into few sessions). Results
 must be identical. Peak RSS is measured in a child process per run.
 
-    python bench/sensitivity.py [--records 64] [--blocks 12] [--size 32] [--write-docs]
+    python bench/sensitivity.py [--records 64] [--blocks 12] [--shapes 32x16,8x32] [--write-docs]
 """
 
 from __future__ import annotations
@@ -143,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=64)
     parser.add_argument("--blocks", type=int, default=12)
-    parser.add_argument("--size", type=int, default=32)
-    parser.add_argument("--channels", type=int, default=16)
+    parser.add_argument(
+        "--shapes", default="32x16,8x32", help="comma-separated SIZExCHANNELS: image size and conv channels"
+    )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--modes", default="single,leave-one-out")
     parser.add_argument("--write-docs", action="store_true", help="append the figures to docs/performance.md")
@@ -155,20 +156,23 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_once(json.loads(paths), mode, strategy, int(batch))))
         return 0
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = prepare(Path(tmp), args.records, args.blocks, args.size, args.channels)
-        for mode in args.modes.split(","):
-            naive = child(paths, mode, "naive", args.batch_size)
-            reuse = child(paths, mode, "reuse", args.batch_size)
-            diff = max(
-                abs(naive["nodes"][n][m] - reuse["nodes"][n][m]) for n in naive["nodes"] for m in naive["nodes"][n]
-            )
-            rows.append((mode, naive, reuse, diff))
-            print(
-                f"{mode}: naive {naive['seconds']:.2f} s ({naive['peak_rss_mb']:.0f} MB), reuse {reuse['seconds']:.2f} s "
-                f"({reuse['peak_rss_mb']:.0f} MB), speedup {naive['seconds'] / reuse['seconds']:.1f}x, "
-                f"max |diff| {diff:.3g}, {len(naive['nodes'])} quantized nodes"
-            )
+    for shape in args.shapes.split(","):
+        size, channels = (int(v) for v in shape.split("x"))
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = prepare(Path(tmp), args.records, args.blocks, size, channels)
+            for mode in args.modes.split(","):
+                naive = child(paths, mode, "naive", args.batch_size)
+                reuse = child(paths, mode, "reuse", args.batch_size)
+                diff = max(
+                    abs(naive["nodes"][n][m] - reuse["nodes"][n][m]) for n in naive["nodes"] for m in naive["nodes"][n]
+                )
+                rows.append((shape, mode, naive, reuse, diff))
+                speedup = naive["seconds"] / reuse["seconds"]
+                print(
+                    f"{shape} {mode}: naive {naive['seconds']:.2f} s ({naive['peak_rss_mb']:.0f} MB), "
+                    f"reuse {reuse['seconds']:.2f} s ({reuse['peak_rss_mb']:.0f} MB), speedup {speedup:.1f}x, "
+                    f"max |diff| {diff:.3g}, {len(naive['nodes'])} quantized nodes"
+                )
     if args.write_docs:
         write_docs(rows, args)
     return 0
@@ -181,25 +185,29 @@ def write_docs(rows, args) -> None:
 
     path = ROOT / "docs" / "performance.md"
     text = path.read_text() if path.exists() else "# Performance\n"
-    first = rows[0][1]
+    first = rows[0][2]
     lines = [
         "",
         "## Sensitivity",
         "",
-        f"`python bench/sensitivity.py --records {args.records} --blocks {args.blocks} --size {args.size} "
-        f"--batch-size {args.batch_size}` on {platform.machine()}, {platform.python_version()}, 1 intra-op thread: "
-        f"a residual conv net of {first['fp32_nodes']} nodes ({first['qdq_nodes']} in QDQ form), "
-        f"{len(first['nodes'])} quantized nodes, {args.records} records of 3x{args.size}x{args.size}, "
-        "metrics cosine and mse on the output. *naive*: one partial model built and run whole per node "
-        '(fp32 outputs computed once); *reuse*: `node_sensitivity(..., strategy="reuse")`. Peak RSS is per child process.',
+        f"`python bench/sensitivity.py --records {args.records} --blocks {args.blocks} --shapes {args.shapes} "
+        f"--batch-size {args.batch_size}` ({platform.machine()}, Python {platform.python_version()}, "
+        "onnxruntime with 1 intra-op thread, each run in its own process). The model is a residual conv net "
+        f"of {first['fp32_nodes']} nodes ({first['qdq_nodes']} in QDQ form, {len(first['nodes'])} quantized "
+        f"nodes), quantized by onnxruntime (uint8/int8 QDQ); {args.records} records of 3xSIZExSIZE; metrics "
+        "cosine and mse on the output. *naive*: per node, build the partial model, open a session, run every "
+        "record through the whole model (fp32 outputs computed once); *reuse*: "
+        '`node_sensitivity(..., strategy="reuse")`.',
         "",
-        "| mode | naive (s) | reuse (s) | speedup | naive peak RSS (MB) | reuse peak RSS (MB) | max abs difference |",
-        "|---|---|---|---|---|---|---|",
+        "| SIZExCHANNELS | mode | naive (s) | reuse (s) | speedup | naive peak RSS (MB) | reuse peak RSS (MB) "
+        "| max abs difference |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for mode, naive, reuse, diff in rows:
+    for shape, mode, naive, reuse, diff in rows:
+        speedup = naive["seconds"] / reuse["seconds"]
         lines.append(
-            f"| {mode} | {naive['seconds']:.2f} | {reuse['seconds']:.2f} | {naive['seconds'] / reuse['seconds']:.1f}x | "
-            f"{naive['peak_rss_mb']:.0f} | {reuse['peak_rss_mb']:.0f} | {diff:.3g} |"
+            f"| {shape} | {mode} | {naive['seconds']:.2f} | {reuse['seconds']:.2f} | {speedup:.1f}x "
+            f"| {naive['peak_rss_mb']:.0f} | {reuse['peak_rss_mb']:.0f} | {diff:.3g} |"
         )
     atomic_write_text(path, text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
 
