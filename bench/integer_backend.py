@@ -6,6 +6,7 @@ opset 21 so that ``onnx.reference`` can run it, and a QOperator twin), then time
 
     python bench/integer_backend.py                  # 22 convs, batch 32, 32x32, 32 channels
     python bench/integer_backend.py --reference-records 4
+    OPENBLAS_NUM_THREADS=1 python bench/integer_backend.py --threads 1   # one core for everyone
 
 Each runtime runs the same quantized model on the same batch; the best of ``--repeat`` runs is reported
 (onnx.reference: one run). ``--reference-records`` times onnx.reference on fewer records and scales
@@ -102,6 +103,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--reference-records", type=int, default=0, help="time onnx.reference on this many records")
+    parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: all cores)")
     args = parser.parse_args()
     logging.getLogger().setLevel(logging.ERROR)
 
@@ -117,13 +119,17 @@ def main() -> None:
     net = conv_net(args.convs, args.channels, args.size)
     versions = f"onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}"
     shape = f"{args.convs} convs, {args.channels} channels, {args.size}x{args.size}, batch {args.batch}"
-    print(f"net: {shape}; {os.cpu_count()} cores; {versions}")
+    blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")
+    print(
+        f"net: {shape}; {os.cpu_count()} cores (ORT threads {args.threads or 'all'}, BLAS threads {blas}); {versions}"
+    )
     rows = []
     for fmt in ("qdq", "qoperator"):
         path = quantize(net, calibration, folder, fmt)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.add_session_config_entry("session.qdqisint8allowed", "1")
+        options.intra_op_num_threads = args.threads
         ort_session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         integer = IntegerSession(path, "onnxruntime")
         t_ort, want = best_of(lambda s=ort_session: s.run(None, {"input": batch}), args.repeat)
