@@ -156,12 +156,11 @@ class ExperimentRunner:
 
     # -- reuse ----------------------------------------------------------------------------------
 
-    def _run_reuse(self, experiments: Sequence[Experiment], cache: str) -> list[OutputMetrics]:
+    def _plan(self, experiments: Sequence[Experiment], cache_edges: frozenset[Edge]) -> tuple[list[_Packed], set[str]]:
+        """Each experiment's dirty nodes, packed into sessions; and the cached tensors they read."""
         qg = self.qgraph
-        cache_edges = frozenset() if cache == "float" else qg.all_edges
         cached_nodes, _ = qg.wiring(cache_edges)
         constants = {t.name for t in qg.model.graph.initializer} | set(qg.float_weights)
-        inputs = set(qg.view.input_names)
         packs: list[_Packed] = []
         needed: set[str] = set()
         pack = _Packed([], [], [], {})
@@ -171,10 +170,8 @@ class ExperimentRunner:
             produced = {o for n in dirty for o in n.output if o}
             fetch = {}
             for q, tensor in zip(qg.view.output_names, outputs, strict=True):
-                if tensor in produced:
-                    fetch[q] = (True, f"{tensor}@{k}")
-                else:
-                    fetch[q] = (False, tensor)
+                fetch[q] = (True, f"{tensor}@{k}") if tensor in produced else (False, tensor)
+                if tensor not in produced:
                     needed.add(tensor)
             if pack.nodes and len(pack.nodes) + len(dirty) > SESSION_NODES:
                 packs.append(pack)
@@ -185,6 +182,13 @@ class ExperimentRunner:
             pack.fetch[k] = fetch
             needed.update(boundary)
         packs.append(pack)
+        return packs, needed
+
+    def _run_reuse(self, experiments: Sequence[Experiment], cache: str) -> list[OutputMetrics]:
+        qg = self.qgraph
+        cache_edges = frozenset() if cache == "float" else qg.all_edges
+        packs, needed = self._plan(experiments, cache_edges)
+        inputs = set(qg.view.input_names)
         fetched = [*qg.view.output_names, *sorted(needed - inputs - set(qg.view.output_names))]
         cache_model = qg.build(cache_edges, extra_outputs=fetched)
         cache_runner = OrtRunner(cache_model, fetched, self.options, f"{self.label} (cache)")
