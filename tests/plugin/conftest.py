@@ -43,6 +43,15 @@ quantized = "models/digits_cnn.broken.onnx"
 """
 
 
+@pytest.fixture(autouse=True)
+def _quiet_foreign_plugins(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner pytest runs skip pytest-benchmark (when installed): inside an xdist worker it warns on
+    every run, which is noise here and an error under ``filterwarnings = error``."""
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")  # pytester clears PYTEST_ADDOPTS when it starts
+        monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:benchmark")
+
+
 @pytest.fixture
 def digits(pytester: pytest.Pytester) -> pytest.Pytester:
     """A pytester project with ``models/`` (fp32, qdq, qoperator, broken) and ``data/digits_test.npz``."""
