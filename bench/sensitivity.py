@@ -12,8 +12,10 @@ must be identical. Peak RSS is measured in a child process per run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
+import os
 import resource
 import subprocess
 import sys
@@ -99,7 +101,7 @@ def prepare(root: Path, records: int, blocks: int, size: int, channels: int = 16
     return {"fp32": fp32, "quantized": quant, "data": data}
 
 
-def run_once(paths: dict[str, str], mode: str, strategy: str, batch_size: int) -> dict:
+def run_once(paths: dict[str, str], mode: str, strategy: str, batch_size: int, threads: int) -> dict:
     """One timed sensitivity run (in this process); returns timing, peak RSS and the node metrics."""
     from pytest_qaccuracy.analysis.sensitivity import node_sensitivity
     from pytest_qaccuracy.model import ModelPair
@@ -112,7 +114,7 @@ def run_once(paths: dict[str, str], mode: str, strategy: str, batch_size: int) -
         paths["data"],
         mode=mode,
         metrics="cosine,mse",
-        options=RuntimeOptions(batch_size=batch_size, threads=1),
+        options=RuntimeOptions(batch_size=batch_size, threads=threads),
         strategy=strategy,
     )
     seconds = time.perf_counter() - start
@@ -125,7 +127,7 @@ def run_once(paths: dict[str, str], mode: str, strategy: str, batch_size: int) -
     }
 
 
-def child(paths: dict[str, Path], mode: str, strategy: str, batch_size: int) -> dict:
+def child(paths: dict[str, Path], mode: str, strategy: str, batch_size: int, threads: int) -> dict:
     args = [
         sys.executable,
         __file__,
@@ -134,6 +136,7 @@ def child(paths: dict[str, Path], mode: str, strategy: str, batch_size: int) -> 
         mode,
         strategy,
         str(batch_size),
+        str(threads),
     ]
     out = subprocess.run(args, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -149,27 +152,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--modes", default="single,leave-one-out")
     parser.add_argument("--write-docs", action="store_true", help="append the figures to docs/performance.md")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", default="1,0", help="comma-separated onnxruntime thread settings (0: all cores)")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        paths, mode, strategy, batch = args.child
-        print(json.dumps(run_once(json.loads(paths), mode, strategy, int(batch))))
+        paths, mode, strategy, batch, threads = args.child
+        print(json.dumps(run_once(json.loads(paths), mode, strategy, int(batch), int(threads))))
         return 0
     rows = []
     for shape in args.shapes.split(","):
         size, channels = (int(v) for v in shape.split("x"))
         with tempfile.TemporaryDirectory() as tmp:
             paths = prepare(Path(tmp), args.records, args.blocks, size, channels)
-            for mode in args.modes.split(","):
-                naive = child(paths, mode, "naive", args.batch_size)
-                reuse = child(paths, mode, "reuse", args.batch_size)
+            for threads, mode in itertools.product(args.threads.split(","), args.modes.split(",")):
+                naive = child(paths, mode, "naive", args.batch_size, int(threads))
+                reuse = child(paths, mode, "reuse", args.batch_size, int(threads))
                 diff = max(
                     abs(naive["nodes"][n][m] - reuse["nodes"][n][m]) for n in naive["nodes"] for m in naive["nodes"][n]
                 )
-                rows.append((shape, mode, naive, reuse, diff))
+                rows.append((shape, threads, mode, naive, reuse, diff))
                 speedup = naive["seconds"] / reuse["seconds"]
                 print(
-                    f"{shape} {mode}: naive {naive['seconds']:.2f} s ({naive['peak_rss_mb']:.0f} MB), "
+                    f"{shape} threads={threads} {mode}: "
+                    f"naive {naive['seconds']:.2f} s ({naive['peak_rss_mb']:.0f} MB), "
                     f"reuse {reuse['seconds']:.2f} s ({reuse['peak_rss_mb']:.0f} MB), speedup {speedup:.1f}x, "
                     f"max |diff| {diff:.3g}, {len(naive['nodes'])} quantized nodes"
                 )
@@ -185,28 +190,28 @@ def write_docs(rows, args) -> None:
 
     path = ROOT / "docs" / "performance.md"
     text = path.read_text() if path.exists() else "# Performance\n"
-    first = rows[0][2]
+    first = rows[0][3]
     lines = [
         "",
         "## Sensitivity",
         "",
         f"`python bench/sensitivity.py --records {args.records} --blocks {args.blocks} --shapes {args.shapes} "
         f"--batch-size {args.batch_size}` ({platform.machine()}, Python {platform.python_version()}, "
-        "onnxruntime with 1 intra-op thread, each run in its own process). The model is a residual conv net "
+        f"{os.cpu_count()} cores, each run in its own process). The model is a residual conv net "
         f"of {first['fp32_nodes']} nodes ({first['qdq_nodes']} in QDQ form, {len(first['nodes'])} quantized "
         f"nodes), quantized by onnxruntime (uint8/int8 QDQ); {args.records} records of 3xSIZExSIZE; metrics "
         "cosine and mse on the output. *naive*: per node, build the partial model, open a session, run every "
         "record through the whole model (fp32 outputs computed once); *reuse*: "
         '`node_sensitivity(..., strategy="reuse")`.',
         "",
-        "| SIZExCHANNELS | mode | naive (s) | reuse (s) | speedup | naive peak RSS (MB) | reuse peak RSS (MB) "
-        "| max abs difference |",
-        "|---|---|---|---|---|---|---|---|",
+        "| SIZExCHANNELS | threads | mode | naive (s) | reuse (s) | speedup | naive peak RSS (MB) "
+        "| reuse peak RSS (MB) | max abs difference |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for shape, mode, naive, reuse, diff in rows:
+    for shape, threads, mode, naive, reuse, diff in rows:
         speedup = naive["seconds"] / reuse["seconds"]
         lines.append(
-            f"| {shape} | {mode} | {naive['seconds']:.2f} | {reuse['seconds']:.2f} | {speedup:.1f}x "
+            f"| {shape} | {threads} | {mode} | {naive['seconds']:.2f} | {reuse['seconds']:.2f} | {speedup:.1f}x "
             f"| {naive['peak_rss_mb']:.0f} | {reuse['peak_rss_mb']:.0f} | {diff:.3g} |"
         )
     atomic_write_text(path, text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")

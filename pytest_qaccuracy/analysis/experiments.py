@@ -16,7 +16,10 @@ Memory: only the current batch's tensors are alive; metric accumulators have fix
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,12 +65,12 @@ class _Accumulators:
         return {o: {n: m.result()[0] for n, m in metrics.items()} for o, metrics in self.metrics.items()}
 
 
-def _session(model: onnx.ModelProto, options: RuntimeOptions, label: str):
+def _session(model: onnx.ModelProto, options: RuntimeOptions, label: str, threads: int):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[options.optimization])
-    so.intra_op_num_threads = options.threads
+    so.intra_op_num_threads = threads
     so.log_severity_level = 3
     for key, value in options.session_config.items():
         so.add_session_config_entry(key, str(value))
@@ -120,6 +123,8 @@ class ExperimentRunner:
         self._fp32_runner: OrtRunner | None = None
         self.sessions_built = 0
         self.rounds = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
 
     @property
     def fp32_runner(self) -> OrtRunner:
@@ -193,22 +198,45 @@ class ExperimentRunner:
         cache_model = qg.build(cache_edges, extra_outputs=fetched)
         cache_runner = OrtRunner(cache_model, fetched, self.options, f"{self.label} (cache)")
         accs = [_Accumulators(list(qg.view.output_names), self.metrics) for _ in experiments]
-        for group in _rounds(packs, self._initializer_bytes()):
-            self.rounds += 1
-            for batch in self.data.iter_batches(self.options.batch_size):
-                ref = self.fp32_runner.run(batch)
-                values = cache_runner.run(batch)
-                values.update(batch.stacked())
-                for pack in group:
-                    fetched = self._run_pack(pack, values, batch, cache_runner.batching)
-                    for k in pack.experiments:
-                        for f, q in self.outputs:
-                            from_session, tensor = pack.fetch[k][q]
-                            accs[k].update(q, ref[f], fetched[tensor] if from_session else values[tensor])
-                del ref, values
-            for pack in group:  # free the round's sessions before the next round builds its own
-                pack.session = None
+        try:
+            for group in _rounds(packs, self._initializer_bytes()):
+                self.rounds += 1
+                for batch in self.data.iter_batches(self.options.batch_size):
+                    ref = self.fp32_runner.run(batch)
+                    values = cache_runner.run(batch)
+                    values.update(batch.stacked())
+                    results = self._run_group(group, values, batch, cache_runner.batching)
+                    for pack, fetched in zip(group, results, strict=True):
+                        for k in pack.experiments:
+                            for f, q in self.outputs:
+                                from_session, tensor = pack.fetch[k][q]
+                                accs[k].update(q, ref[f], fetched[tensor] if from_session else values[tensor])
+                    del ref, values
+                for pack in group:  # free the round's sessions before the next round builds its own
+                    pack.session = None
+        finally:
+            self.close()
         return [acc.results() for acc in accs]
+
+    @property
+    def workers(self) -> int:
+        """Experiment sessions run side by side: ``options.threads`` of them, or one per core."""
+        return self.options.threads or os.cpu_count() or 1
+
+    def _run_group(self, group: list[_Packed], values: dict[str, np.ndarray], batch: Batch, batching: bool):
+        """Every pack of a group on one batch; independent sessions run in parallel threads (onnxruntime
+        releases the GIL), each with one intra-op thread, so all cores work on different experiments."""
+        if self.workers == 1 or len(group) == 1:
+            return [self._run_pack(pack, values, batch, batching) for pack in group]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="qaccuracy-experiment")
+        return list(self._pool.map(lambda pack: self._run_pack(pack, values, batch, batching), group))
+
+    def close(self) -> None:
+        """Stop the worker threads (also done when the runner is garbage collected)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     def _initializer_bytes(self) -> dict[str, int]:
         sizes = {t.name: _tensor_bytes(t) for t in self.qgraph.model.graph.initializer}
@@ -229,8 +257,10 @@ class ExperimentRunner:
                 for name in pack.inputs
             ]
             model = self.qgraph.make_model(pack.nodes, value_infos, names)
-            pack.session = _session(model, self.options, self.label)
-            self.sessions_built += 1
+            threads = 1 if self.workers > 1 else self.options.threads
+            pack.session = _session(model, self.options, self.label, threads)
+            with self._lock:
+                self.sessions_built += 1
         feeds = {name: values[name] for name in pack.inputs}
         if batching or len(batch) == 1:
             out = self._call(pack, feeds)

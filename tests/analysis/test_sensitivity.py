@@ -57,7 +57,7 @@ def test_no_edges_is_the_fp32_model_and_all_edges_the_quantized_model(pair):
 @pytest.mark.parametrize("mode", ["single", "leave-one-out"])
 @pytest.mark.parametrize("granularity", ["node", "weight", "activation"])
 def test_reuse_gives_the_naive_results(pair, zoo, mode, granularity):
-    options = RuntimeOptions(batch_size=5)
+    options = RuntimeOptions(batch_size=5, threads=2)  # reuse runs two experiment sessions side by side
     fast = node_sensitivity(pair, zoo["data"], mode, granularity, "cosine,mse,sqnr", options=options)
     slow = node_sensitivity(pair, zoo["data"], mode, granularity, "cosine,mse,sqnr", options=options, strategy="naive")
     assert [n.node for n in fast.nodes] == [n.node for n in slow.nodes]
