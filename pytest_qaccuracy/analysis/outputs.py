@@ -17,7 +17,10 @@ import numpy as np
 
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.metrics.topk import TopKCounter, as_scores
+from pytest_qaccuracy.model.graph import GraphView
+from pytest_qaccuracy.model.matching import FLOAT_TYPES
 from pytest_qaccuracy.model.pair import ModelPair
+from pytest_qaccuracy.model.quant_params import QuantParams, find_quant_params
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
 
 WORST_ELEMENTS = 5
@@ -118,6 +121,18 @@ def _is_scores(array: np.ndarray) -> bool:
         return False
 
 
+def _integer_outputs(pair: ModelPair) -> dict[str, QuantParams]:
+    """Quantized-model outputs that are integer tensors, with the parameters that dequantize them."""
+    view = GraphView(pair.quantized)
+    found = {}
+    for _, name in pair.output_pairs():
+        elem = view.elem_types.get(name)
+        params = None if elem is None or elem in FLOAT_TYPES else find_quant_params(view, name)
+        if params is not None:
+            found[name] = params
+    return found
+
+
 def measure_outputs(
     pair: ModelPair,
     data: Dataset | str | os.PathLike[str],
@@ -148,12 +163,14 @@ def measure_outputs(
             labels = dataset.labels()
         bound = bind_dataset(dataset, pair.inputs)
         names = pair.output_pairs()
+        params = _integer_outputs(pair)
         fp32 = OrtRunner(pair.fp32, [f for f, _ in names], options, pair.fp32_path.name)
         quant = OrtRunner(pair.quantized, [q for _, q in names], options, pair.quantized_path.name)
         counters: dict[str, TopKCounter | None] = {}
         relative = {f: _RelativeTracker(rtol or 0.0, atol or 0.0) for f, _ in names} if rtol or atol else {}
         for batch in bound.iter_batches(options.batch_size):
             ref, test = fp32.run(batch), quant.run(batch)
+            test = {q: params[q].dequantize(t) if q in params else t for q, t in test.items()}
             batch_labels = None if labels is None else np.asarray(labels)[batch.start : batch.start + len(batch)]
             for f, q in names:
                 if f not in counters:

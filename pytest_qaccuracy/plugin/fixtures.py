@@ -152,7 +152,12 @@ class QAccuracyRecorder:
         rules = list(settings.rules)
         rules += pair_rules(handle.id, list(self._marker.get("layers", ())), "marker layers=", len(rules))
         rules += pair_rules(handle.id, list(layers), "check() argument layers=", len(rules))
-        result = self._state.check(handle.spec, effective, rules, self._request.node.nodeid)
+        from pytest_qaccuracy.errors import InputError
+
+        try:
+            result = self._state.check(handle.spec, effective, rules, self._request.node.nodeid)
+        except InputError as exc:  # bad models or data: one line, not a traceback through the plugin
+            pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
         self.results.append(result)
         if settings.junit_properties:
             self._request.node.user_properties.extend(result.properties)

@@ -204,3 +204,19 @@ def test_topk_needs_a_class_score_output(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["E   *min_top1_agreement needs class scores (records, classes), but no output is (y) (pair 'boxes')"]
     )
+
+
+def test_bad_data_is_one_line(digits: pytest.Pytester) -> None:
+    import numpy as np
+
+    np.savez(digits.path / "data" / "wrong.npz", x=np.zeros((3, 1, 9, 9), dtype=np.float32))
+    digits.makepyfile(
+        """
+        def test_wrong_shape(qaccuracy, qaccuracy_pair):
+            qaccuracy.check(qaccuracy_pair("models/digits_cnn.onnx", "models/digits_cnn.qdq.onnx", "data/wrong.npz"))
+        """
+    )
+    result = digits.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["DataError: wrong.npz: record 0, input 'x': shape (1, 9, 9) does not match *"])
+    assert "Traceback" not in result.stdout.str()
