@@ -94,8 +94,18 @@ class QAccuracySession:
         return self._pairs[spec]
 
     def runtime_options(self) -> Any:
+        """onnxruntime options; a provider onnxruntime lacks is an error (it would fall back to CPU)."""
+        import onnxruntime
+
+        from pytest_qaccuracy.errors import InputError
         from pytest_qaccuracy.runtime import RuntimeOptions
 
+        available = onnxruntime.get_available_providers()
+        missing = [p for p in self.settings.providers if p not in available]
+        if missing:
+            raise InputError(
+                f"qaccuracy_providers: {', '.join(missing)} not available (available: {', '.join(available)})"
+            )
         return RuntimeOptions(providers=self.settings.providers, batch_size=self.settings.batch_size)
 
     def metric_names(self, spec: PairSpec, rules: Sequence[Rule] = ()) -> tuple[str, ...]:

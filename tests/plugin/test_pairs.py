@@ -220,3 +220,16 @@ def test_bad_data_is_one_line(digits: pytest.Pytester) -> None:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["DataError: wrong.npz: record 0, input 'x': shape (1, 9, 9) does not match *"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_metrics_and_providers_options(digits: pytest.Pytester) -> None:
+    digits.makeini("[pytest]\nqaccuracy_metrics = mse mre\nqaccuracy_providers = CPUExecutionProvider\n")
+    digits.makepyfile(PAIRS_MODULE)
+    digits.runpytest("-k", "good").assert_outcomes(passed=1)
+    visq = sorted(p.name.split(".")[-3] for p in (digits.path / ".qaccuracy" / "pairs").glob("*.visq.json"))
+    assert visq == ["cosine", "lsb", "mre", "mse", "sqnr"]  # configured + what the tolerances need
+    result = digits.runpytest("-k", "good", "--qaccuracy-providers=NoSuchExecutionProvider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["InputError: qaccuracy_providers: NoSuchExecutionProvider not available (available: *"]
+    )
