@@ -43,8 +43,10 @@ def test_quantized_nodes_and_their_edges(pair):
     assert not qg.unremovable
 
 
-def test_no_edges_is_the_fp32_model_and_all_edges_the_quantized_model(pair):
+@pytest.mark.parametrize("variant", ["qdq_u8", "qdq_s8_pc"])
+def test_no_edges_is_the_fp32_model_and_all_edges_the_quantized_model(zoo, variant):
     """Removing every pair restores the folded Relu and the fp32 weights; keeping all changes nothing."""
+    pair = ModelPair(zoo["fp32"], zoo[variant])
     qg = QdqGraph(pair.quantized, pair.fp32)
     x = np.random.default_rng(0).standard_normal((4, 3, 16, 16)).astype(np.float32)
     np.testing.assert_allclose(_run(qg.build(frozenset()), x), _run(pair.fp32, x), rtol=1e-5, atol=1e-6)
