@@ -50,14 +50,12 @@ def moving_average(extrema: np.ndarray, is_min: bool, batch: int = 16, constant:
     return curr
 
 
-def _smooth(p: np.ndarray, eps: float = KL_EPS) -> np.ndarray | None:
-    """Move ``eps`` mass onto every zero bin, taken evenly from the non-zero bins (None if all zero)."""
-    zeros = p == 0
-    nonzero = p.size - int(zeros.sum())
-    if nonzero == 0:
+def _smooth(p: np.ndarray, zeros: np.ndarray, eps: float = KL_EPS) -> np.ndarray | None:
+    """Move ``eps`` mass onto every zero bin, taken evenly from the non-zero bins (None if impossible)."""
+    count = int(zeros.sum())
+    if count == p.size:
         return None
-    eps1 = eps * float(zeros.sum()) / float(nonzero)
-    out = p.astype(np.float64) + np.where(zeros, eps, -eps1)
+    out = np.where(zeros, eps, p - eps * count / (p.size - count))
     return out if (out > 0).all() else None
 
 
@@ -68,8 +66,9 @@ def kl_threshold(hist: np.ndarray, edges: np.ndarray, quantized_bins: int = KL_Q
     entry). For each window of ``2i+1`` central bins (i from ``quantized_bins // 2`` to
     ``len(hist) // 2``): the reference P is the window with the outside counts added to its end
     bins; Q merges the window into ``quantized_bins`` groups (the last takes the remainder),
-    spreads each group's count evenly over its non-empty bins, and is zero where P is. Both are
-    smoothed, and the window's right edge with the smallest ``KL(P || Q)`` wins (MXNet, TVM #3538).
+    spreads each group's count evenly over its bins where P is non-zero, and is zero where P is.
+    Both are smoothed, and the window's right edge with the smallest ``KL(P || Q)`` wins (MXNet,
+    TVM #3538).
 
     Returns:
         (threshold, divergence).
@@ -86,23 +85,26 @@ def kl_threshold(hist: np.ndarray, edges: np.ndarray, quantized_bins: int = KL_Q
     best = (float(edges[-1]), math.inf)
     for i in range(half, zero + 1):
         start, stop = zero - i, zero + i + 1
+        size = stop - start
         window = hist[start:stop]
         p = window.copy()
         p[0] += cumsum[start]
         p[-1] += cumsum[n] - cumsum[stop]
-        nonzero = (p != 0).astype(np.float64)
-        width = window.size // quantized_bins
-        group = np.minimum(np.arange(window.size) // width, quantized_bins - 1)
-        counts = np.bincount(group, weights=window, minlength=quantized_bins)
-        norms = np.bincount(group, weights=nonzero, minlength=quantized_bins)
+        nonzero = p != 0
+        width = size // quantized_bins
+        starts = np.arange(0, quantized_bins * width, width)
+        lengths = np.full(quantized_bins, width)
+        lengths[-1] = size - width * (quantized_bins - 1)
+        counts = np.add.reduceat(window, starts)
+        norms = np.add.reduceat(nonzero.astype(np.float64), starts)
         with np.errstate(divide="ignore", invalid="ignore"):
             per_bin = np.where(norms > 0, counts / norms, 0.0)
-        q = per_bin[group] * nonzero
-        ps, qs = _smooth(p), _smooth(q)
+        q = np.repeat(per_bin, lengths) * nonzero
+        ps, qs = _smooth(p, ~nonzero), _smooth(q, q == 0)
         if ps is None or qs is None:
             continue
-        ps, qs = ps / ps.sum(), qs / qs.sum()
-        divergence = float(np.sum(ps * np.log(ps / qs)))
+        sp, sq = ps.sum(), qs.sum()  # KL of the normalised distributions, without normalising
+        divergence = float(np.dot(ps, np.log(ps / qs)) / sp + math.log(sq / sp))
         if divergence < best[1]:
             best = (float(edges[stop]), divergence)
     return best
