@@ -112,11 +112,14 @@ class QAccuracyRecorder:
         self.results: list[CheckResult] = []
 
     def pair(self, fp32: Any = None, quantized: Any = None, data: Any = None, **extra: Any) -> PairHandle:
-        """A pair from arguments, falling back to the marker's ``fp32``/``quantized``/``data``."""
-        keys = {k: self._marker.get(k) for k in PAIR_KEYS if k in self._marker}
-        given = {"fp32": fp32, "quantized": quantized, "data": data, **extra}
-        keys.update({k: v for k, v in given.items() if v is not None})
-        keys.pop("layers", None)
+        """A pair from arguments; with none of fp32/quantized/data, the marker's pair. An explicit
+        pair still takes the marker's ``data`` and ``labels`` when it names none."""
+        if fp32 is None and quantized is None and data is None:
+            keys = {k: v for k, v in self._marker.items() if k in PAIR_KEYS and k != "layers"}
+        else:
+            shared = {k: self._marker[k] for k in ("data", "labels") if k in self._marker}
+            keys = {**shared, **{k: v for k, v in (("fp32", fp32), ("quantized", quantized), ("data", data)) if v}}
+        keys.update({k: v for k, v in extra.items() if v is not None})
         try:
             spec = make_spec(self._base, keys.pop("fp32", None), keys.pop("quantized", None), keys.pop("data", None),
                              **keys)  # fmt: skip

@@ -233,3 +233,21 @@ def test_metrics_and_providers_options(digits: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["InputError: qaccuracy_providers: NoSuchExecutionProvider not available (available: *"]
     )
+
+
+def test_marker_pair_and_explicit_pairs(digits: pytest.Pytester) -> None:
+    digits.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.qaccuracy(fp32="models/digits_cnn.onnx", quantized="models/digits_cnn.qdq.onnx",
+                               data="data/digits_test.npz", name="marked", min_cosine=0.9)
+        def test_two(qaccuracy, qaccuracy_pair):
+            assert qaccuracy.check().pair_id == "marked"
+            other = qaccuracy_pair("models/digits_cnn.onnx", "models/digits_cnn.qoperator.onnx")  # marker's data
+            assert qaccuracy.check(other).pair_id == "digits_cnn.qoperator"
+        """
+    )
+    result = digits.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["digits_cnn.qoperator: PASSED *", "*", "*", "*cosine*>= 0.9 *pass*"])
