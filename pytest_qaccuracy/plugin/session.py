@@ -166,7 +166,7 @@ class QAccuracySession:
         outcomes = evaluate(result, stats, tolerances, rules, spec.id)
         extra: list[str] = []
         if drift and self.settings.baseline_dir is not None:
-            drift_rows, extra = self.drift(spec, result)
+            drift_rows, extra = self.drift(spec, result, self.settings.baseline_dir)
             outcomes += drift_rows
         key = spec.key(self.rootpath)
         stem = artifact_stem(spec.id, key)
@@ -179,16 +179,18 @@ class QAccuracySession:
         self._record(spec, key, stem, result, stats, outcomes, nodeid)
         return CheckResult(spec.id, outcomes, message, self._properties(spec, result, stats, not failed))
 
-    def drift(self, spec: PairSpec, result: Any) -> tuple[list[Any], list[str]]:
-        """Drift outcomes against the saved baseline, and notes (missing layers, no baseline)."""
+    def drift(self, spec: PairSpec, result: Any, directory: Path) -> tuple[list[Any], list[str]]:
+        """Drift outcomes against the baseline saved in ``directory``, and notes (missing layers)."""
         from pytest_qaccuracy.plugin.checks import Outcome
         from pytest_qaccuracy.report.baseline import DEFAULT_DRIFT, find_drift, load_baseline, parse_drift_rule
 
-        directory = self.settings.baseline_dir
-        assert directory is not None
         path = directory / f"{artifact_stem(spec.id, spec.key(self.rootpath))}.json"
         source = "--qaccuracy-baseline"
-        document = load_baseline(path)
+        try:
+            document = load_baseline(path)
+        except ValueError as exc:  # includes JSON syntax errors
+            detail = f"unreadable baseline {path}: {exc}"
+            return [Outcome("drift", "baseline", "baseline", "", None, None, False, source, detail)], []
         if document is None:
             detail = f"no baseline for pair '{spec.id}' in {directory} (save one with --qaccuracy-save-baseline)"
             return [Outcome("drift", "baseline", "baseline", "", None, None, False, source, detail)], []
