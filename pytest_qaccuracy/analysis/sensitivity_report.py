@@ -2,18 +2,25 @@
 
 * :func:`sensitivity_table`, :func:`sweep_table`, :func:`cumulative_table` return tabulate text;
 * :func:`write_sensitivity_artifacts` writes ``<stem>.sensitivity.json``, ``<stem>.sweep.json``,
-  ``<stem>.cumulative.json`` and ``<stem>.cumulative.chart.json`` (chart-ready series).
+  ``<stem>.cumulative.json`` and ``<stem>.cumulative.chart.json`` (chart-ready series);
+* :func:`analyse_pair` runs the usual analyses of one pair in one call and returns a
+  :class:`SensitivityReport` (what the pytest summary shows for a failing pair).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tabulate import tabulate
 
-from pytest_qaccuracy.analysis.cumulative import CumulativeResult
-from pytest_qaccuracy.analysis.sensitivity import SensitivityResult
-from pytest_qaccuracy.analysis.sweep import SweepResult
+from pytest_qaccuracy.analysis.cumulative import DEFAULT_CONFIGS, CumulativeResult, cumulative_in
+from pytest_qaccuracy.analysis.sensitivity import SensitivityResult, open_session, sensitivity_in
+from pytest_qaccuracy.analysis.sweep import SweepResult, Target, sweep_in
+from pytest_qaccuracy.errors import ModelError
 from pytest_qaccuracy.report.atomic import atomic_write_json
 
 
@@ -91,4 +98,85 @@ def write_sensitivity_artifacts(
     return written
 
 
-__all__ = ["cumulative_table", "sensitivity_table", "sweep_table", "write_sensitivity_artifacts"]
+@dataclass(frozen=True, slots=True)
+class SensitivityReport:
+    """The analyses of one pair: ranking, sweep (with a target), cumulative curves.
+
+    ``unsupported`` holds the reason instead of results when the pair cannot be analysed (a QOperator
+    model): the caller shows it rather than failing.
+    """
+
+    stem: str
+    sensitivity: SensitivityResult | None = None
+    sweep: SweepResult | None = None
+    cumulative: CumulativeResult | None = None
+    unsupported: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        parts = {"sensitivity": self.sensitivity, "sweep": self.sweep, "cumulative": self.cumulative}
+        out: dict[str, Any] = {"schema_version": 1, "stem": self.stem}
+        out.update({k: v.to_dict() for k, v in parts.items() if v is not None})
+        if self.unsupported:
+            out["unsupported"] = self.unsupported
+        return out
+
+    def lines(self, top: int = 10) -> list[str]:
+        """Terminal lines: the ranked table and the exclusion suggestion (or why there is none)."""
+        if self.unsupported:
+            return [f"sensitivity of {self.stem}: {self.unsupported}"]
+        lines = sensitivity_table(self.sensitivity, top=top).splitlines() if self.sensitivity else []
+        if self.sweep is not None and self.sweep.target is not None:
+            lines.append(f"target {self.sweep.target}: {self.sweep.nodes_to_exclude()}")
+        return lines
+
+    def write(self, out_dir: Path) -> list[Path]:
+        """``<stem>.sensitivity.json``, ``.sweep.json``, ``.cumulative.json``, ``.cumulative.chart.json``."""
+        return write_sensitivity_artifacts(
+            self.stem, out_dir, sensitivity=self.sensitivity, sweep=self.sweep, cumulative=self.cumulative
+        )
+
+
+def analyse_pair(
+    pair,
+    data: str | os.PathLike[str],
+    metrics: str | Sequence[str] = "cosine",
+    mode: str = "single",
+    target: Target | str | None = None,
+    max_excluded: int | None = 10,
+    cumulative: bool = True,
+    average_mode: bool = False,
+    options=None,
+) -> SensitivityReport:
+    """Rank the nodes of a QDQ pair, sweep exclusions towards ``target``, and draw the cumulative curves.
+
+    All analyses share one bound dataset and graph index. A QOperator pair gives a report whose
+    ``unsupported`` says why, instead of raising.
+    """
+    target = Target.parse(target) if isinstance(target, str) else target
+    names = [m.strip() for m in metrics.split(",")] if isinstance(metrics, str) else list(metrics)
+    if target is not None and target.metric not in names:
+        names.append(target.metric)
+    stem = pair.quantized_path.stem
+    try:
+        session = open_session(pair, data, names, options)
+    except ModelError as exc:
+        if pair.format != "qdq":
+            return SensitivityReport(stem, unsupported=str(exc))
+        raise
+    try:
+        ranking = sensitivity_in(session, mode)
+        sweep = sweep_in(session, ranking, max_excluded, target) if target is not None else None
+        curves = cumulative_in(session, DEFAULT_CONFIGS, average_mode) if cumulative else None
+    finally:
+        session.close()
+    return SensitivityReport(stem, ranking, sweep, curves)
+
+
+__all__ = [
+    "SensitivityReport",
+    "analyse_pair",
+    "cumulative_table",
+    "sensitivity_table",
+    "sweep_table",
+    "write_sensitivity_artifacts",
+]

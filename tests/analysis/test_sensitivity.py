@@ -181,3 +181,16 @@ def test_bad_arguments_name_what_is_wrong(pair, zoo):
     with pytest.raises(InputError, match="cosine is better when higher"):
         Target.parse("cosine<=0.9")
     assert Target.parse("mse<=1e-4") == Target("mse", 1e-4)
+
+
+def test_analyse_pair_gives_the_summary_lines_and_files(zoo, damaged, tmp_path):
+    from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
+
+    report = analyse_pair(ModelPair(zoo["fp32"], damaged), zoo["data"], "cosine,mse", target="cosine>=0.999")
+    lines = report.lines(top=3)
+    assert lines[3].split()[:2] == ["1", "conv3"] and lines[-1] == "target cosine >= 0.999: nodes_to_exclude=['conv3']"
+    names = sorted(p.name for p in report.write(tmp_path))
+    assert names == sorted(f"net.damaged.{k}.json" for k in ("cumulative", "cumulative.chart", "sensitivity", "sweep"))
+    assert set(report.to_dict()) == {"schema_version", "stem", "sensitivity", "sweep", "cumulative"}
+    qop = analyse_pair(ModelPair(zoo["fp32"], zoo["qop_u8"]), zoo["data"])
+    assert qop.sensitivity is None and "needs a QDQ model" in qop.lines()[0] and qop.write(tmp_path / "q") == []
