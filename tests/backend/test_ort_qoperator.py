@@ -16,6 +16,12 @@ from pytest_qaccuracy.backend import IntegerSession
 f32 = np.float32
 
 
+def _saturated(y: np.ndarray) -> float:
+    """Fraction of outputs at the ends of their range (a test whose outputs all saturate proves little)."""
+    info = np.iinfo(y.dtype)
+    return float(np.mean((y == info.min) | (y == info.max)))
+
+
 def _check(model, feeds, what=""):
     want = ort_run(model, feeds)
     got = IntegerSession(model).run(None, feeds)
@@ -52,36 +58,52 @@ def test_qlinear_conv(case: str) -> None:
     xdt, wdt, per_channel, mode, attrs = CONV_CASES[case]
     rng = np.random.default_rng(len(case))
     group = attrs.get("group", 1)
-    c, m, k = (8, 8, 3) if mode != "bigacc" else (512, 4, 1)
+    c, m, k = (8, 8, 3) if mode != "bigacc" else (1024, 4, 1)
     if mode in ("ties", "f32adv"):
         k = 1
     x = random_q(rng, xdt, (3, c, 9, 9))
     w = random_q(rng, wdt, (m, c // group, k, k))
-    if mode == "bigacc":
-        x = np.full_like(x, np.iinfo(xdt).max)
-        x[:, ::3] = np.iinfo(xdt).min
-        w = np.full_like(w, np.iinfo(wdt).min)
+    if mode == "ties":  # small values: no saturation, many exact .5 ties with M = 1/8
+        x = (rng.integers(-6, 7, x.shape) + (7 if xdt == np.uint8 else -3)).astype(xdt)
+        w = rng.integers(-6, 7, w.shape).astype(wdt)
+    if mode == "bigacc":  # large same-sign products: |acc| > 2**24, output still inside the uint8 range
+        x = rng.integers(180, 256, x.shape).astype(xdt)
+        w = rng.integers(-128, -90, w.shape).astype(wdt)
     xs, ys = f32(0.5 if mode == "ties" else 0.0173), f32(2.0 if mode == "ties" else 0.37)
+    if mode == "bigacc":
+        ys = f32(35.0)
     ws = rng.uniform(0.002, 0.02, m).astype(f32) if per_channel else f32(0.5 if mode == "ties" else 0.0091)
     wzp = np.zeros(m, wdt) if per_channel else np.array(0 if wdt == np.int8 else 131, wdt)
     xzp = np.array(7 if xdt == np.uint8 else -3, xdt)
     yzp = np.array(127 if xdt == np.uint8 else 3, xdt)  # odd: ties round differently if zp joins first
-    bias = rng.integers(-20000, 20000, m).astype(np.int32)
+    bias = (
+        rng.integers(-40, 40, m).astype(np.int32) if mode == "ties" else rng.integers(-20000, 20000, m).astype(np.int32)
+    )
     if mode == "f32adv":  # acc above 2**24 with a tiny multiplier: f32(acc) drops low bits
         bias = np.full(m, 2**25 + 2**18 + 1, np.int32)
         ys = f32(1.0)
         ws = np.full(m, f32(2.0**-19) / xs, f32)
     inits = {"xs": xs, "xz": xzp, "w": w, "ws": ws, "wz": wzp, "ys": ys, "yz": yzp, "b": bias}
     model = node_model("QLinearConv", [("x", xdt, x.shape)], inits, xdt, **attrs)
-    _check(model, {"x": x}, case)
+    if mode == "bigacc":  # the integer sum itself exceeds 2**24: the float64 GEMM path is exercised
+        acc = np.einsum(
+            "nchw,mc->nmhw", x.astype(np.int64) - int(xzp), w[:, :, 0, 0].astype(np.int64) - wzp.astype(np.int64)
+        )
+        assert np.abs(acc).min() > 2**24
+    got = _check(model, {"x": x}, case)[0]
+    assert _saturated(got) < 0.25
+    if mode == "ties":  # the case really is adversarial: adding zp before rounding changes many outputs
+        zp_first = IntegerSession(model, "onnx-reference").run(None, {"x": x})[0]
+        assert np.mean(zp_first != got) > 0.05
 
 
 def test_qlinear_conv_1d_without_bias() -> None:
     rng = np.random.default_rng(5)
     x = random_q(rng, np.uint8, (4, 6, 17))
     inits = {"xs": f32(0.1), "xz": np.uint8(128), "w": random_q(rng, np.int8, (5, 6, 3)), "ws": f32(0.01),
-             "wz": np.int8(0), "ys": f32(0.25), "yz": np.uint8(3)}  # fmt: skip
-    _check(node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, pads=[1, 1]), {"x": x})
+             "wz": np.int8(0), "ys": f32(1.0), "yz": np.uint8(127)}  # fmt: skip
+    got = _check(node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, pads=[1, 1]), {"x": x})[0]
+    assert _saturated(got) < 0.25
 
 
 @pytest.mark.parametrize(
@@ -100,10 +122,21 @@ def test_qlinear_matmul(adt, bdt, a_shape, b_shape, per_column, ties) -> None:
     n = b_shape[-1]
     bs = rng.uniform(0.001, 0.05, n).astype(f32) if per_column else f32(0.25 if ties else 0.013)
     bz = np.zeros(n, bdt) if per_column else np.array(0 if bdt == np.int8 else 77, bdt)
-    inits = {"as": f32(0.5 if ties else 0.021), "az": np.array(5, adt), "b": b, "bs": bs, "bz": bz,
-             "ys": f32(2.0 if ties else 0.33), "yz": np.array(13, adt)}  # fmt: skip
+    if ties:  # small values and M = 1/4: a quarter of the outputs are exact .5 ties
+        a = (rng.integers(-3, 4, a_shape) + 5).astype(adt)
+        b = (rng.integers(-3, 4, b_shape) + bz.astype(np.int64)).astype(bdt)
+        bs = f32(0.5)
+    a_s = f32(0.5 if ties else 0.021)
+    acc = (a.astype(np.int64) - 5) @ (b.astype(np.int64) - bz.astype(np.int64))
+    reach = float(np.abs(acc).max()) * float(a_s) * float(np.max(bs)) / 100.0  # outputs within about +-100
+    ys = f32(1.0) if ties else f32(reach * 1.37)
+    yz = np.array(127 if adt == np.uint8 else 13, adt)
+    inits = {"as": a_s, "az": np.array(5, adt), "b": b, "bs": bs, "bz": bz, "ys": ys, "yz": yz}
     model = node_model("QLinearMatMul", [("a", adt, a_shape)], inits, adt)
-    _check(model, {"a": a})
+    got = _check(model, {"a": a})[0]
+    assert _saturated(got) < 0.25
+    if ties:
+        assert np.mean(IntegerSession(model, "onnx-reference").run(None, {"a": a})[0] != got) > 0.02
 
 
 @pytest.mark.parametrize("trans", [(0, 0), (1, 1)])
@@ -149,15 +182,20 @@ BINARY_SHAPES = {
 def test_qlinear_binary(op, shapes, dtype, ties) -> None:
     rng = np.random.default_rng(11)
     a_shape, b_shape = BINARY_SHAPES[shapes]
-    a, b = random_q(rng, dtype, a_shape), random_q(rng, dtype, b_shape)
-    scales = (f32(0.5), f32(0.25), f32(1.0)) if ties else (f32(0.031), f32(0.017), f32(0.043))
-    if op == "QLinearMul" and ties:
-        scales = (f32(0.5), f32(0.25), f32(8.0))
-    zps = [np.array(v, dtype) for v in ((3, 9, 1) if dtype == np.uint8 else (-5, 7, 1))]
+    unsigned_zps = (133, 121, 129) if op == "QLinearMul" else (3, 9, 1)  # odd; mid-range where results are signed
+    zps = [np.array(v, dtype) for v in (unsigned_zps if dtype == np.uint8 else (-5, 7, 1))]
+    if op == "QLinearMul" and ties:  # small values so that products / 8 stay in range
+        a = np.asarray(rng.integers(-12, 13, a_shape) + zps[0]).astype(dtype)
+        b = np.asarray(rng.integers(-12, 13, b_shape) + zps[1]).astype(dtype)
+    else:
+        a, b = random_q(rng, dtype, a_shape), random_q(rng, dtype, b_shape)
+    scales = (f32(0.5), f32(0.25), f32(1.0)) if ties else (f32(0.031), f32(0.017), f32(0.08))
+    if op == "QLinearMul" and not ties:
+        scales = (f32(0.031), f32(0.017), f32(0.5))
     inits = {"as": scales[0], "az": zps[0], "bs": scales[1], "bz": zps[1], "cs": scales[2], "cz": zps[2]}
     order = ["a", "as", "az", "b", "bs", "bz", "cs", "cz"]
     model = node_model(op, [("a", dtype, a_shape), ("b", dtype, b_shape)], inits, dtype, domain=MS, input_order=order)
-    _check(model, {"a": a, "b": b}, op)
+    assert _saturated(_check(model, {"a": a, "b": b}, op)[0]) < 0.35
 
 
 @pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
@@ -275,3 +313,15 @@ def test_dynamic_quantize_linear(spread) -> None:
     model = node_model("DynamicQuantizeLinear", [("x", np.float32, x.shape)], {}, np.uint8, n_outputs=3)
     model.graph.output[1].type.tensor_type.elem_type = 1
     _check(model, {"x": x})
+
+
+def test_qlinear_matmul_accumulator_above_2_24() -> None:
+    rng = np.random.default_rng(13)
+    a = rng.integers(200, 256, (2, 4, 2048)).astype(np.uint8)
+    b = rng.integers(100, 128, (2048, 3)).astype(np.int8)
+    inits = {"as": f32(0.5), "az": np.uint8(3), "b": b, "bs": f32(2.0**-10), "bz": np.int8(0), "ys": f32(2.0**8),
+             "yz": np.uint8(9)}  # fmt: skip
+    acc = (a.astype(np.int64) - 3) @ b.astype(np.int64)
+    assert np.abs(acc).min() > 2**24
+    got = _check(node_model("QLinearMatMul", [("a", np.uint8, a.shape)], inits, np.uint8), {"a": a})[0]
+    assert got.min() > 0 and got.max() < 255  # not saturated: the low bits matter
