@@ -129,6 +129,72 @@ def onnxruntime_session(model: onnx.ModelProto, outputs: list[str]) -> Any:
     return ort.InferenceSession(copy.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+class AgreementChecker:
+    """Streaming agreement check: feed batches with :meth:`update`, read :meth:`result` at the end.
+
+    State is fixed-size (per tensor: elements, mismatches, max steps); sessions are built once.
+
+    Args:
+        model: a quantized model (QDQ or QOperator), path or proto.
+        scheme: the emulation's scheme (preset name or :class:`Scheme`).
+        max_steps: tolerated difference N, in quantization steps.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | onnx.ModelProto,
+        *,
+        scheme: str | Scheme = "onnxruntime",
+        max_steps: int = 0,
+    ) -> None:
+        self.proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+        self.label = (
+            os.path.basename(str(model))
+            if not isinstance(model, onnx.ModelProto)
+            else (self.proto.graph.name or "model")
+        )
+        self.session = IntegerSession(self.proto, scheme)
+        self.max_steps = max_steps
+        self.records = 0
+        self._names: list[str] | None = None
+        self._ort: Any = None
+        self._stats: dict[str, list[int]] = {}  # name -> [elements, mismatches, max_steps]
+
+    def update(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Run one batch on both runtimes and fold the differences into the per-tensor state."""
+        produced: dict[str, np.ndarray] = {}
+
+        def keep_integers(name: str, value: np.ndarray) -> None:
+            if isinstance(value, np.ndarray) and value.dtype in _EIGHT_BIT and name not in self.session.constants:
+                produced[name] = value
+
+        self.session.run([], feeds, on_tensor=keep_integers)
+        if self._names is None:
+            self._names = list(produced)
+            self._ort = onnxruntime_session(self.proto, self._names) if self._names else None
+        theirs = self._ort.run(self._names, dict(feeds)) if self._ort is not None else []
+        for name, reference in zip(self._names, theirs, strict=True):
+            ours = produced[name]
+            stats = self._stats.setdefault(name, [0, 0, 0])
+            stats[0] += int(ours.size)
+            if ours.shape != reference.shape:
+                stats[1] += int(ours.size)
+                stats[2] = -1
+                continue
+            diff = np.abs(ours.astype(np.int64) - reference.astype(np.int64))
+            stats[1] += int(np.count_nonzero(diff))
+            if stats[2] >= 0:
+                stats[2] = max(stats[2], int(diff.max(initial=0)))
+        self.records += int(np.asarray(next(iter(feeds.values()))).shape[0]) if feeds else 0
+
+    def result(self) -> AgreementResult:
+        tensors = tuple(
+            TensorAgreement(name, order, *self._stats[name]) for order, name in enumerate(self._names or [])
+        )
+        first = next((t.tensor for t in tensors if t.max_steps > self.max_steps or t.max_steps < 0), None)
+        return AgreementResult(self.label, self.session.scheme.name, self.max_steps, self.records, tensors, first)
+
+
 def check_agreement(
     model: str | os.PathLike[str] | onnx.ModelProto,
     feeds: Mapping[str, np.ndarray],
@@ -146,30 +212,8 @@ def check_agreement(
 
     Returns:
         an :class:`AgreementResult`; ``result.ok`` is False when some tensor differs by more than N.
+        For many batches, use :class:`AgreementChecker` (same result, sessions built once).
     """
-    proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
-    session = IntegerSession(proto, scheme)
-    produced: dict[str, np.ndarray] = {}
-
-    def keep_integers(name: str, value: np.ndarray) -> None:
-        if isinstance(value, np.ndarray) and value.dtype in _EIGHT_BIT and name not in session.constants:
-            produced[name] = value
-
-    session.run([], feeds, on_tensor=keep_integers)
-    names = list(produced)
-    theirs = onnxruntime_session(proto, names).run(names, dict(feeds)) if names else []
-    tensors = []
-    first = None
-    for order, (name, reference) in enumerate(zip(names, theirs, strict=False)):
-        ours = produced[name]
-        if ours.shape != reference.shape:
-            steps, mismatches = -1, ours.size
-        else:
-            diff = np.abs(ours.astype(np.int64) - reference.astype(np.int64))
-            steps, mismatches = int(diff.max(initial=0)), int(np.count_nonzero(diff))
-        tensors.append(TensorAgreement(name, order, int(ours.size), mismatches, steps))
-        if first is None and (steps > max_steps or steps < 0):
-            first = name
-    records = int(np.asarray(next(iter(feeds.values()))).shape[0]) if feeds else 0
-    label = os.path.basename(str(model)) if not isinstance(model, onnx.ModelProto) else (proto.graph.name or "model")
-    return AgreementResult(label, session.scheme.name, max_steps, records, tuple(tensors), first)
+    checker = AgreementChecker(model, scheme=scheme, max_steps=max_steps)
+    checker.update(feeds)
+    return checker.result()

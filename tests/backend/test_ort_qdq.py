@@ -137,3 +137,16 @@ def test_agreement_reports_first_divergence(data, tmp_path: Path) -> None:
     assert AgreementResult.from_dict(result.to_dict()) == result
     loose = check_agreement(model, {"input": records}, scheme="glow", max_steps=255)
     assert loose.ok
+
+
+def test_agreement_checker_streams_batches(data, tmp_path: Path) -> None:
+    from pytest_qaccuracy.backend.agreement import AgreementChecker
+
+    calibration, records = data
+    model = quantize_qdq(float_net(NETS["residual"]), calibration, tmp_path)
+    checker = AgreementChecker(model, scheme="tflite", max_steps=1)
+    for start in range(0, len(records), 2):
+        checker.update({"input": records[start : start + 2]})
+    streamed = checker.result()
+    whole = check_agreement(model, {"input": records}, scheme="tflite", max_steps=1)
+    assert streamed == whole and streamed.records == len(records)
