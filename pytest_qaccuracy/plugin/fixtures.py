@@ -158,7 +158,9 @@ class QAccuracyRecorder:
         from pytest_qaccuracy.errors import InputError
 
         try:
-            result = self._state.check(handle.spec, effective, rules, self._request.node.nodeid)
+            xfail = self._request.node.get_closest_marker("xfail")
+            reason = None if xfail is None else str(xfail.kwargs.get("reason") or "xfail")
+            result = self._state.check(handle.spec, effective, rules, self._request.node.nodeid, xfail=reason)
         except InputError as exc:  # bad models or data: one line, not a traceback through the plugin
             pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
         self.results.append(result)

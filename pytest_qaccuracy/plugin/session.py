@@ -153,11 +153,13 @@ class QAccuracySession:
         nodeid: str,
         drift: bool = True,
         measure: Mapping[str, tuple[float, str]] | None = None,
+        xfail: str | None = None,
     ) -> CheckResult:
         """Evaluate ``tolerances`` and ``rules`` (and baseline drift) on a pair; record the outcome.
 
         ``measure`` are the tolerances the output statistics are measured for (default
         ``tolerances``): a suite's items check one tolerance each but share one measurement.
+        ``xfail`` is the reason when the test is expected to fail (shown in the summary).
         """
         from pytest_qaccuracy.plugin.checks import evaluate, failure_message
 
@@ -176,7 +178,7 @@ class QAccuracySession:
             if self.settings.artifacts_dir is not None:
                 extra = [*extra, f"Artifacts: {self.settings.artifacts_dir / 'pairs' / stem}.json"]
             message = failure_message(spec.id, failed, result, stats, extra)
-        self._record(spec, key, stem, result, stats, outcomes, nodeid)
+        self._record(spec, key, stem, result, stats, outcomes, nodeid, xfail)
         return CheckResult(spec.id, outcomes, message, self._properties(spec, result, stats, not failed))
 
     def drift(self, spec: PairSpec, result: Any, directory: Path) -> tuple[list[Any], list[str]]:
@@ -224,7 +226,7 @@ class QAccuracySession:
                         props.append((f"qaccuracy.{output.name}.top{k}_{name}", f"{float(row[name]):.6g}"))
         return props
 
-    def _record(self, spec, key, stem, result, stats, outcomes, nodeid) -> None:
+    def _record(self, spec, key, stem, result, stats, outcomes, nodeid, xfail) -> None:
         record = self.records.get(key)
         if record is None:
             record = self.records[key] = {
@@ -242,7 +244,7 @@ class QAccuracySession:
         if stats is not None:
             record["topk"].update(stats.topk)
         for index, outcome in enumerate(outcomes):
-            record["checks"].append({"test": nodeid, "index": index, **outcome.to_dict()})
+            record["checks"].append({"test": nodeid, "index": index, **outcome.to_dict(), "xfail": xfail})
 
     # -- xdist ---------------------------------------------------------------------------------
     def payload(self) -> dict[str, Any]:

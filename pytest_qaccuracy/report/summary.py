@@ -28,6 +28,13 @@ def record_passed(record: Mapping[str, Any]) -> bool:
     return all(check["passed"] for check in record["checks"])
 
 
+def expected_failure(record: Mapping[str, Any]) -> str | None:
+    """The xfail reason when every failed check of a failed pair was expected to fail, else None."""
+    failed = [c for c in record["checks"] if not c["passed"]]
+    reasons = {c.get("xfail") for c in failed}
+    return next(iter(reasons)) if failed and None not in reasons else None
+
+
 def _check_rows(record: Mapping[str, Any]) -> list[list[str]]:
     """One row per distinct (target, metric, op, threshold) among output checks, failures first."""
     rows: dict[tuple[Any, ...], list[str]] = {}
@@ -75,7 +82,8 @@ def summary_lines(records: Sequence[Mapping[str, Any]], artifacts: str | None = 
     lines: list[str] = []
     for record in records:
         comparison = record["comparison"]
-        verdict = "PASSED" if record_passed(record) else "FAILED"
+        expected = expected_failure(record)
+        verdict = "PASSED" if record_passed(record) else f"FAILED as expected: {expected};" if expected else "FAILED"
         lines.append(
             f"{record['id']}: {verdict} ({comparison['fp32_model']} vs {comparison['quantized_model']} "
             f"on {comparison['data']}, {comparison['records']} records)"
@@ -91,7 +99,9 @@ def summary_lines(records: Sequence[Mapping[str, Any]], artifacts: str | None = 
         lines += _layer_line(record)
         lines.append("")
     passed = sum(record_passed(r) for r in records)
-    lines.append(f"{passed} / {len(records)} pairs passed" + (f"; artifacts in {artifacts}" if artifacts else ""))
+    expected = sum(expected_failure(r) is not None for r in records)
+    counts = f"{passed} / {len(records)} pairs passed" + (f", {expected} failed as expected" if expected else "")
+    lines.append(counts + (f"; artifacts in {artifacts}" if artifacts else ""))
     return lines
 
 

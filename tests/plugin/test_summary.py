@@ -63,3 +63,11 @@ def test_artifact_stems_are_safe_and_distinct() -> None:
     first, second = artifact_stem("a/b c", "k1"), artifact_stem("a/b c", "k2")
     assert first.startswith("a_b_c-") and first != second
     assert artifact_stem("...", "k").startswith("pair-")
+
+
+def test_expected_failures_are_labelled() -> None:
+    record = _record(False)
+    record["checks"] = [{**c, "xfail": "known bad"} for c in record["checks"]]
+    lines = summary_lines([record, _record(True)])
+    assert lines[0].startswith("p: FAILED as expected: known bad; (m.onnx vs m.q.onnx")
+    assert lines[-1] == "1 / 2 pairs passed, 1 failed as expected"
