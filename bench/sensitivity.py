@@ -142,6 +142,13 @@ def child(paths: dict[str, Path], mode: str, strategy: str, batch_size: int, thr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def best(paths: dict[str, Path], mode: str, strategy: str, batch_size: int, threads: int, repeat: int) -> dict:
+    """The fastest of ``repeat`` child runs (the machine may be shared), with the largest peak RSS seen."""
+    runs = [child(paths, mode, strategy, batch_size, threads) for _ in range(max(1, repeat))]
+    fastest = min(runs, key=lambda r: r["seconds"])
+    return {**fastest, "peak_rss_mb": max(r["peak_rss_mb"] for r in runs)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=64)
@@ -150,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes", default="32x16,8x32", help="comma-separated SIZExCHANNELS: image size and conv channels"
     )
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the fastest counts")
     parser.add_argument("--modes", default="single,leave-one-out")
     parser.add_argument("--write-docs", action="store_true", help="append the figures to docs/performance.md")
     parser.add_argument("--threads", default="1,0", help="comma-separated onnxruntime thread settings (0: all cores)")
@@ -165,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             paths = prepare(Path(tmp), args.records, args.blocks, size, channels)
             for threads, mode in itertools.product(args.threads.split(","), args.modes.split(",")):
-                naive = child(paths, mode, "naive", args.batch_size, int(threads))
-                reuse = child(paths, mode, "reuse", args.batch_size, int(threads))
+                naive = best(paths, mode, "naive", args.batch_size, int(threads), args.repeat)
+                reuse = best(paths, mode, "reuse", args.batch_size, int(threads), args.repeat)
                 diff = max(
                     abs(naive["nodes"][n][m] - reuse["nodes"][n][m]) for n in naive["nodes"] for m in naive["nodes"][n]
                 )
@@ -196,13 +204,14 @@ def write_docs(rows, args) -> None:
         "## Sensitivity",
         "",
         f"`python bench/sensitivity.py --records {args.records} --blocks {args.blocks} --shapes {args.shapes} "
-        f"--batch-size {args.batch_size}` ({platform.machine()}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} cores, each run in its own process). The model is a residual conv net "
-        f"of {first['fp32_nodes']} nodes ({first['qdq_nodes']} in QDQ form, {len(first['nodes'])} quantized "
-        f"nodes), quantized by onnxruntime (uint8/int8 QDQ); {args.records} records of 3xSIZExSIZE; metrics "
-        "cosine and mse on the output. *naive*: per node, build the partial model, open a session, run every "
-        "record through the whole model (fp32 outputs computed once); *reuse*: "
-        '`node_sensitivity(..., strategy="reuse")`.',
+        f"--threads {args.threads} --batch-size {args.batch_size} --repeat {args.repeat}` "
+        f"(fastest of {args.repeat} runs; {platform.machine()}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} cores, each run in its own process; threads 0 = onnxruntime's default, all cores). "
+        f"The model is a residual conv net of {first['fp32_nodes']} nodes ({first['qdq_nodes']} in QDQ form, "
+        f"{len(first['nodes'])} quantized nodes), quantized by onnxruntime (uint8/int8 QDQ); {args.records} "
+        "records of 3xSIZExSIZE; metrics cosine and mse on the output. *naive*: per node, build the partial "
+        "model, open a session, run every record through the whole model (fp32 outputs computed once); "
+        '*reuse*: `node_sensitivity(..., strategy="reuse")`.',
         "",
         "| SIZExCHANNELS | threads | mode | naive (s) | reuse (s) | speedup | naive peak RSS (MB) "
         "| reuse peak RSS (MB) | max abs difference |",
@@ -214,7 +223,14 @@ def write_docs(rows, args) -> None:
             f"| {shape} | {threads} | {mode} | {naive['seconds']:.2f} | {reuse['seconds']:.2f} | {speedup:.1f}x "
             f"| {naive['peak_rss_mb']:.0f} | {reuse['peak_rss_mb']:.0f} | {diff:.3g} |"
         )
-    atomic_write_text(path, text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+    section = "\n".join(lines[1:]) + "\n"
+    if "\n## Sensitivity\n" in text:  # replace this bench's own section, leave the others alone
+        head, _, rest = text.partition("\n## Sensitivity\n")
+        tail = rest[rest.index("\n## ") :] if "\n## " in rest else ""
+        text = head.rstrip("\n") + "\n\n" + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    atomic_write_text(path, text)
 
 
 if __name__ == "__main__":
