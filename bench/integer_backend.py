@@ -66,6 +66,55 @@ def conv_net(convs: int, channels: int, size: int, seed: int = 0) -> onnx.ModelP
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
+def detector_net(
+    size: int, widths: tuple[int, ...] = (8, 16, 32, 64), blocks: tuple[int, ...] = (4, 6, 6, 7)
+) -> onnx.ModelProto:
+    """A text-detector-like net: stride-2 stem, residual stages, nearest-upsampling head (53 convs)."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+
+    def conv(x: str, cin: int, cout: int, k: int = 3, stride: int = 1, relu: bool = True) -> str:
+        i = len(inits) // 2
+        w = rng.normal(0, (2.0 / (cin * k * k)) ** 0.5, (cout, cin, k, k)).astype(np.float32)
+        inits.extend(
+            [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(np.zeros(cout, np.float32), f"b{i}")]
+        )
+        nodes.append(
+            helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[k // 2] * 4, strides=[stride] * 2)
+        )
+        if not relu:
+            return f"c{i}"
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
+        return f"r{i}"
+
+    x = conv("input", widths[0], widths[0], stride=2)
+    features = []
+    for stage, (width, count) in enumerate(zip(widths, blocks, strict=True)):
+        if stage:
+            x = conv(x, widths[stage - 1], width, stride=2)
+        for _ in range(count):
+            y = conv(conv(x, width, width), width, width, relu=False)
+            nodes.append(helper.make_node("Add", [x, y], [f"{y}_add"]))
+            nodes.append(helper.make_node("Relu", [f"{y}_add"], [f"{y}_out"]))
+            x = f"{y}_out"
+        features.append((x, width))
+    inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "up"))
+    x, width = features[-1]
+    for skip, skip_width in reversed(features[:-1]):
+        nodes.append(helper.make_node("Resize", [x, "", "up"], [f"{x}_up"], mode="nearest"))
+        nodes.append(helper.make_node("Concat", [f"{x}_up", skip], [f"{x}_cat"], axis=1))
+        x, width = conv(f"{x}_cat", width + skip_width, skip_width, k=1), skip_width
+    x = conv(x, width, 1, k=1, relu=False)
+    graph = helper.make_graph(
+        nodes,
+        "detector",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", widths[0], size, size])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
 def quantize(model: onnx.ModelProto, calibration: np.ndarray, folder: Path, fmt: str) -> Path:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -97,6 +146,7 @@ def best_of(fn, repeat: int) -> tuple[float, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--net", choices=("plain", "detector"), default="plain", help="plain conv net or detector-like")
     parser.add_argument("--convs", type=int, default=22)
     parser.add_argument("--channels", type=int, default=32)
     parser.add_argument("--size", type=int, default=32)
@@ -112,11 +162,16 @@ def main() -> None:
 
     from pytest_qaccuracy.backend import IntegerSession
 
+    if args.net == "detector":
+        args.channels = 8  # the detector's stem takes 8 channels (an image already lifted by a first layer)
+        net = detector_net(args.size)
+        args.convs = sum(1 for n in net.graph.node if n.op_type == "Conv")
+    else:
+        net = conv_net(args.convs, args.channels, args.size)
     rng = np.random.default_rng(1)
     calibration = rng.normal(0, 1, (32, args.channels, args.size, args.size)).astype(np.float32)
     batch = rng.normal(0, 1, (args.batch, args.channels, args.size, args.size)).astype(np.float32)
     folder = Path(tempfile.mkdtemp(prefix="qaccuracy-bench-"))
-    net = conv_net(args.convs, args.channels, args.size)
     versions = f"onnxruntime {ort.__version__}, onnx {onnx.__version__}, numpy {np.__version__}"
     shape = f"{args.convs} convs, {args.channels} channels, {args.size}x{args.size}, batch {args.batch}"
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")
