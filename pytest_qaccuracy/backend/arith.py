@@ -253,7 +253,12 @@ def requantize(
 
 
 def requantize_float(
-    value: np.ndarray, zero_point: np.ndarray | int, dtype: np.dtype | type, scheme: Scheme, family: str
+    value: np.ndarray,
+    zero_point: np.ndarray | int,
+    dtype: np.dtype | type,
+    scheme: Scheme,
+    family: str,
+    rounding: Rounding | None = None,
 ) -> np.ndarray:
     """``saturate(round(value) + zp)`` for a real ``value`` (zp joins before rounding if the family says so).
 
@@ -264,13 +269,14 @@ def requantize_float(
     ftype = value.dtype.type
     zp = np.asarray(zero_point).astype(ftype)
     lo, hi = qrange(dtype)
+    mode = rounding or scheme.rounding
     if scheme.zp_first(family):
         np.add(value, zp, out=value)
         np.clip(value, ftype(lo), ftype(hi), out=value)
-        value = _round_inplace(value, scheme.rounding)
+        value = _round_inplace(value, mode)
     else:
         np.clip(value, ftype(lo) - zp, ftype(hi) - zp, out=value)
-        value = _round_inplace(value, scheme.rounding)
+        value = _round_inplace(value, mode)
         np.add(value, zp, out=value)
     return value.astype(dtype)
 
@@ -289,24 +295,20 @@ def quantize_float(
     With ``quantize`` in ``scheme.zp_before_rounding`` the zero point joins before rounding (Glow, XNNPACK).
     """
     ftype = np.result_type(np.asarray(x).dtype, np.float32)
-    value = np.asarray(x, dtype=ftype) / np.asarray(scale).astype(ftype)
-    zp = np.asarray(zero_point).astype(np.int64)
-    lo, hi = qrange(dtype)
-    if scheme.zp_first("quantize"):
-        value = value + zp.astype(ftype)
-        return saturate(round_float(np.clip(value, lo, hi), scheme.quantize_rounding), dtype)
-    value = np.clip(value, (lo - zp).astype(ftype), (hi - zp).astype(ftype))
-    return saturate(round_float(value, scheme.quantize_rounding).astype(np.int64) + zp, dtype)
+    value = np.divide(np.asarray(x, dtype=ftype), np.asarray(scale).astype(ftype))
+    shape = np.broadcast_shapes(value.shape, np.shape(zero_point))
+    if value.shape != shape:
+        value = np.broadcast_to(value, shape).copy()
+    return requantize_float(value, zero_point, dtype, scheme, "quantize", scheme.quantize_rounding)
 
 
 def dequantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | int | None) -> np.ndarray:
     """DequantizeLinear in the scale's precision: ``(x - zp) * scale`` (zp subtracted exactly as float32)."""
     scale = np.asarray(scale)
     ftype = scale.dtype if scale.dtype.kind == "f" else np.dtype(np.float32)
-    shifted = np.asarray(x).astype(np.int64)
-    if zero_point is not None:
-        shifted = shifted - np.asarray(zero_point).astype(np.int64)
-    return shifted.astype(np.float32).astype(ftype) * scale
+    zp = np.float32(0) if zero_point is None else np.asarray(zero_point).astype(np.float32)
+    shifted = np.subtract(np.asarray(x), zp, dtype=np.float32)  # exact for 8/16-bit; as the spec for int32
+    return np.multiply(shifted, scale.astype(ftype), dtype=ftype)
 
 
 # ----------------------------------------------------------------------------------------------

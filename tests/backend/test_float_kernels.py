@@ -70,6 +70,34 @@ CASES = {
     "unsqueeze": ("Unsqueeze", {"x": Q}, {"a": _i64(0, -1)}, {}, True),
     "concat": ("Concat", {"x": Q, "b": Q[:, :2]}, {}, {"axis": 1}, True),
     "gather": ("Gather", {"x": Q}, {"i": _i64(0, -1, 2)}, {"axis": 1}, True),
+    "resize-nearest-half-pixel": (
+        "Resize",
+        {"x": Q},
+        {"roi": np.zeros(0, np.float32), "sc": np.array([1, 1, 2, 1.5], np.float32)},
+        {"mode": "nearest"},
+        True,
+    ),
+    "resize-nearest-asymmetric-sizes": (
+        "Resize",
+        {"x": X},
+        {"roi": np.zeros(0, np.float32), "sc": np.zeros(0, np.float32), "sz": _i64(2, 6, 3, 11)},
+        {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
+        True,
+    ),
+    "resize-nearest-align-corners": (
+        "Resize",
+        {"x": Q},
+        {"roi": np.zeros(0, np.float32), "sc": np.array([1, 1, 0.5, 3], np.float32)},
+        {"mode": "nearest", "coordinate_transformation_mode": "align_corners", "nearest_mode": "round_prefer_ceil"},
+        True,
+    ),
+    "resize-linear-falls-back": (
+        "Resize",
+        {"x": X},
+        {"roi": np.zeros(0, np.float32), "sc": np.array([1, 1, 2, 2], np.float32)},
+        {"mode": "linear"},
+        False,
+    ),
     "slice": ("Slice", {"x": Q}, {"st": _i64(1, -1), "en": _i64(5, -8), "ax": _i64(1, 3), "sp": _i64(2, -2)}, {}, True),
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from pytest_qaccuracy.backend.kernels.elementwise import apply_table, lookup_table
-from pytest_qaccuracy.backend.registry import kernel
+from pytest_qaccuracy.backend.registry import NotHandled, kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
 MS = "com.microsoft"
@@ -98,3 +98,65 @@ def qlinear_concat(
                 apply_table(x, lookup_table(lambda v: v, x.dtype, scale, zp, Y_scale, Y_zero_point, dtype, scheme))
             )
     return (np.concatenate(parts, axis=axis),)
+
+
+def _nearest_index(out_size: int, in_size: int, scale: float, transform: str, nearest_mode: str) -> np.ndarray:
+    """Input index of every output position along one axis (ONNX Resize, mode ``nearest``)."""
+    x = np.arange(out_size, dtype=np.float64)
+    if transform == "half_pixel":
+        original = (x + 0.5) / scale - 0.5
+    elif transform == "pytorch_half_pixel":
+        original = (x + 0.5) / scale - 0.5 if out_size > 1 else np.zeros_like(x)
+    elif transform == "align_corners":
+        original = x * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros_like(x)
+    elif transform == "asymmetric":
+        original = x / scale
+    elif transform == "tf_half_pixel_for_nn":
+        original = (x + 0.5) / scale
+    else:
+        raise NotHandled
+    if nearest_mode == "round_prefer_floor":
+        index = np.ceil(original - 0.5)
+    elif nearest_mode == "round_prefer_ceil":
+        index = np.floor(original + 0.5)
+    elif nearest_mode == "floor":
+        index = np.floor(original)
+    else:
+        index = np.ceil(original)
+    return np.clip(index, 0, in_size - 1).astype(np.intp)
+
+
+@kernel("", "Resize", 11)
+def resize(
+    X: np.ndarray,
+    roi: np.ndarray | None = None,
+    scales: np.ndarray | None = None,
+    sizes: np.ndarray | None = None,
+    *,
+    antialias: int = 0,
+    axes: list[int] | None = None,
+    coordinate_transformation_mode: str = "half_pixel",
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: int = 0,
+    extrapolation_value: float = 0.0,
+    keep_aspect_ratio_policy: str = "stretch",
+    mode: str = "nearest",
+    nearest_mode: str = "round_prefer_floor",
+) -> tuple[np.ndarray]:
+    """Nearest-neighbour Resize as index gathers (any dtype); other modes go to ``onnx.reference``."""
+    if mode != "nearest" or axes or keep_aspect_ratio_policy != "stretch" or antialias:
+        raise NotHandled
+    if coordinate_transformation_mode == "tf_crop_and_resize":
+        raise NotHandled
+    if sizes is not None and np.size(sizes):
+        out_sizes = [int(s) for s in sizes]
+        factors = [o / i for o, i in zip(out_sizes, X.shape, strict=True)]
+    else:
+        factors = [float(s) for s in np.asarray(scales, dtype=np.float32)]
+        out_sizes = [int(np.floor(i * f)) for i, f in zip(X.shape, factors, strict=True)]
+    y = X
+    for axis, (out, size, factor) in enumerate(zip(out_sizes, X.shape, factors, strict=True)):
+        if out == size and factor == 1.0:
+            continue
+        y = np.take(y, _nearest_index(out, size, factor, coordinate_transformation_mode, nearest_mode), axis=axis)
+    return (y,)
