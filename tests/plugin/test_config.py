@@ -114,8 +114,8 @@ def test_help_lists_options_and_writes_nothing(pytester: pytest.Pytester) -> Non
 
 def test_report_header(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nqaccuracy_min_sqnr = 20\nqaccuracy_tolerances = *::* sqnr>=10\n")
-    result = pytester.runpytest("-v")
-    result.stdout.fnmatch_lines(["qaccuracy: min_cosine=0.99, min_sqnr=20, topk=1; rules: 1; artifacts: *.qaccuracy"])
+    result = pytester.runpytest("-v", "--qaccuracy-tolerance=* cosine>=0.9")
+    result.stdout.fnmatch_lines(["qaccuracy: min_cosine=0.99, min_sqnr=20, topk=1; rules: 2; artifacts: *.qaccuracy"])
 
 
 def test_markers_listed(pytester: pytest.Pytester) -> None:

@@ -108,6 +108,8 @@ def test_junit_properties(digits: pytest.Pytester) -> None:
     assert float(props["qaccuracy.logits.top1_agreement"]) > 0.99
     broken = {p.get("name"): p.get("value") for p in cases["test_broken"].iter("property")}
     assert broken["qaccuracy.passed"] == "false"
+    digits.runpytest("--junitxml=off.xml", "-o", "qaccuracy_junit_properties=false")
+    assert not list(ET.parse(digits.path / "off.xml").iter("property"))
 
 
 def test_rtol_and_layer_rules(digits: pytest.Pytester) -> None:
