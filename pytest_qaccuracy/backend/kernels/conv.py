@@ -129,14 +129,18 @@ def conv_core(
                     x_tap = _tap_view(xp, tap, (n0, n1), o0, lead, strides, dilations)[:, :, None]
                     view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
                 continue
-            cols = _buffer(len(taps) * c * math.prod(lead), dtype).reshape(len(taps), c, lead[0], *lead[1:])
+            # columns per record: (n, taps, C, *rows), so that one batched GEMM writes (n, M, rows)
+            cols = _buffer(len(taps) * c * math.prod(lead), dtype).reshape(lead[0], len(taps), c, *lead[1:])
             for t, tap in enumerate(taps):
-                cols[t] = np.moveaxis(_tap_view(xp, tap, (n0, n1), o0, lead, strides, dilations), 1, 0)
-            grouped = cols.reshape(len(taps), group, cg, -1)
+                cols[:, t] = _tap_view(xp, tap, (n0, n1), o0, lead, strides, dilations)
+            grouped = cols.reshape(lead[0], len(taps), group, cg, -1)
             if group > 1:
-                grouped = grouped.transpose(1, 0, 2, 3)
-            res = np.matmul(wmat, grouped.reshape(group, len(taps) * cg, -1))  # (G, Mg, rows)
-            target[...] = np.moveaxis(res.reshape(m, *lead), 0, 1)
+                grouped = grouped.transpose(0, 2, 1, 3, 4)
+            grouped = grouped.reshape(lead[0], group, len(taps) * cg, -1)
+            if o1 - o0 == first:  # whole records: the GEMM writes straight into the output
+                np.matmul(wmat, grouped, out=target.reshape(lead[0], group, mg, -1))
+            else:
+                target[...] = np.matmul(wmat, grouped).reshape(lead[0], m, *lead[1:])
     return out
 
 
