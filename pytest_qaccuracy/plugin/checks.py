@@ -16,7 +16,7 @@ from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
 from pytest_qaccuracy.analysis.outputs import OutputStats
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.assertions import SHOW, fmt
-from pytest_qaccuracy.plugin.rules import Rule, rules_for
+from pytest_qaccuracy.plugin.rules import OPS, Rule, rules_for
 
 #: Tolerance -> (metric of ComparisonResult, op, unit) for the simple output checks.
 SIMPLE = {"min_cosine": ("cosine", ">=", ""), "min_sqnr": ("sqnr", ">=", " dB"), "max_lsb": ("lsb", "<=", "")}
@@ -48,10 +48,17 @@ class Outcome:
         return cls(**data)
 
 
-def _compare(check: str, target: str, metric: str, op: str, threshold: float, value: float | None, source: str,
-             unit: str = "", why: str | None = None) -> Outcome:  # fmt: skip
-    from pytest_qaccuracy.plugin.rules import OPS
-
+def _compare(
+    check: str,
+    target: str,
+    metric: str,
+    op: str,
+    threshold: float,
+    value: float | None,
+    source: str,
+    unit: str = "",
+    why: str | None = None,
+) -> Outcome:
     value = None if value is None else float(value)  # exact floats: execnet refuses numpy scalars
     passed = value is not None and OPS[op](value, threshold)
     if value is None:
@@ -108,8 +115,16 @@ def _topk(target: str, counts: Mapping[str, Any], tolerances: Tolerances) -> lis
         for k in sorted({1, int(tolerances.get("topk", (1, ""))[0])}):
             per_k = counts["k"].get(str(k), {})
             drop = per_k.get("accuracy_drop")
-            row = _compare("max_top1_drop", target, f"top-{k} accuracy drop", "<=", value, drop, source,
-                           why="the dataset has no labels")  # fmt: skip
+            row = _compare(
+                "max_top1_drop",
+                target,
+                f"top-{k} accuracy drop",
+                "<=",
+                value,
+                drop,
+                source,
+                why="the dataset has no labels",
+            )
             if drop is not None:
                 extra = f" (fp32 {fmt(per_k['fp32_accuracy'])}, quantized {fmt(per_k['quantized_accuracy'])})"
                 row = Outcome(**{**row.to_dict(), "detail": row.detail + extra})

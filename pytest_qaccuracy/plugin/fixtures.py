@@ -121,8 +121,9 @@ class QAccuracyRecorder:
             keys = {**shared, **{k: v for k, v in (("fp32", fp32), ("quantized", quantized), ("data", data)) if v}}
         keys.update({k: v for k, v in extra.items() if v is not None})
         try:
-            spec = make_spec(self._base, keys.pop("fp32", None), keys.pop("quantized", None), keys.pop("data", None),
-                             **keys)  # fmt: skip
+            spec = make_spec(
+                self._base, keys.pop("fp32", None), keys.pop("quantized", None), keys.pop("data", None), **keys
+            )
         except ValueError as exc:
             pytest.fail(str(exc), pytrace=False)
         return PairHandle(spec, self._state)

@@ -226,7 +226,17 @@ class QAccuracySession:
                         props.append((f"qaccuracy.{output.name}.top{k}_{name}", f"{float(row[name]):.6g}"))
         return props
 
-    def _record(self, spec, key, stem, result, stats, outcomes, nodeid, xfail) -> None:
+    def _record(
+        self,
+        spec: PairSpec,
+        key: str,
+        stem: str,
+        result: Any,
+        stats: Any,
+        outcomes: Sequence[Any],
+        nodeid: str,
+        xfail: str | None,
+    ) -> None:
         record = self.records.get(key)
         if record is None:
             record = self.records[key] = {

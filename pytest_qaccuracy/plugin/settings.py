@@ -47,29 +47,68 @@ def add_options(parser: pytest.Parser) -> None:
         flag = "--qaccuracy-" + name.replace("_", "-")
         group.addoption(flag, dest=f"qaccuracy_{name}", default=None, metavar="N", help=f"{help_text} (overrides ini)")
         parser.addini(f"qaccuracy_{name}", help_text, type="int" if kind is int else "float", default=None)
-    group.addoption("--qaccuracy-metrics", dest="qaccuracy_metrics", default=None, metavar="LIST",
-                    help="Comma-separated metrics to compute (default: all registered)")  # fmt: skip
+    group.addoption(
+        "--qaccuracy-metrics",
+        dest="qaccuracy_metrics",
+        default=None,
+        metavar="LIST",
+        help="Comma-separated metrics to compute (default: all registered)",
+    )
     parser.addini("qaccuracy_metrics", "Metrics to compute (default: all registered)", type="args", default=[])
-    group.addoption("--qaccuracy-tolerance", dest="qaccuracy_tolerances", action="append", default=[],
-                    metavar="RULE", help="Add a '<pair glob>[::<layer glob>] <metric><op><value>' rule")  # fmt: skip
+    group.addoption(
+        "--qaccuracy-tolerance",
+        dest="qaccuracy_tolerances",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="Add a '<pair glob>[::<layer glob>] <metric><op><value>' rule",
+    )
     parser.addini("qaccuracy_tolerances", "Rules '<pair glob>[::<layer glob>] <metric><op><value>'", type="linelist")
-    group.addoption("--qaccuracy-artifacts-dir", dest="qaccuracy_artifacts_dir", default=None, metavar="DIR",
-                    help=f"Where artifacts go (default: {DEFAULT_ARTIFACTS}/ under the rootdir)")  # fmt: skip
+    group.addoption(
+        "--qaccuracy-artifacts-dir",
+        dest="qaccuracy_artifacts_dir",
+        default=None,
+        metavar="DIR",
+        help=f"Where artifacts go (default: {DEFAULT_ARTIFACTS}/ under the rootdir)",
+    )
     parser.addini("qaccuracy_artifacts_dir", f"Artifacts folder (default {DEFAULT_ARTIFACTS}/ under rootdir)")
-    group.addoption("--qaccuracy-no-artifacts", dest="qaccuracy_no_artifacts", action="store_true",
-                    help="Write no artifacts")  # fmt: skip
-    group.addoption("--qaccuracy-providers", dest="qaccuracy_providers", default=None, metavar="LIST",
-                    help="Comma-separated onnxruntime execution providers")  # fmt: skip
+    group.addoption(
+        "--qaccuracy-no-artifacts", dest="qaccuracy_no_artifacts", action="store_true", help="Write no artifacts"
+    )
+    group.addoption(
+        "--qaccuracy-providers",
+        dest="qaccuracy_providers",
+        default=None,
+        metavar="LIST",
+        help="Comma-separated onnxruntime execution providers",
+    )
     parser.addini("qaccuracy_providers", "onnxruntime execution providers", type="args", default=[])
     parser.addini("qaccuracy_batch_size", "Records per onnxruntime run (default 8)", type="int", default=8)
-    group.addoption("--qaccuracy-save-baseline", dest="qaccuracy_save_baseline", default=None, metavar="DIR",
-                    help="Save each pair's per-layer error profile to DIR")  # fmt: skip
-    group.addoption("--qaccuracy-baseline", dest="qaccuracy_baseline", default=None, metavar="DIR",
-                    help="Fail pairs that drift from the profiles saved in DIR")  # fmt: skip
-    group.addoption("--qaccuracy-max-drift", dest="qaccuracy_max_drift", action="append", default=[],
-                    metavar="RULE", help="Add a drift rule such as sqnr:-1.0 or mse:+20%%")  # fmt: skip
-    parser.addini("qaccuracy_max_drift", "Drift rules such as 'sqnr:-1.0' or 'mse:+20%' (default sqnr:-1.0)",
-                  type="linelist")  # fmt: skip
+    group.addoption(
+        "--qaccuracy-save-baseline",
+        dest="qaccuracy_save_baseline",
+        default=None,
+        metavar="DIR",
+        help="Save each pair's per-layer error profile to DIR",
+    )
+    group.addoption(
+        "--qaccuracy-baseline",
+        dest="qaccuracy_baseline",
+        default=None,
+        metavar="DIR",
+        help="Fail pairs that drift from the profiles saved in DIR",
+    )
+    group.addoption(
+        "--qaccuracy-max-drift",
+        dest="qaccuracy_max_drift",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="Add a drift rule such as sqnr:-1.0 or mse:+20%%",
+    )
+    parser.addini(
+        "qaccuracy_max_drift", "Drift rules such as 'sqnr:-1.0' or 'mse:+20%' (default sqnr:-1.0)", type="linelist"
+    )
     parser.addini("qaccuracy_junit_properties", "Add key metrics to JUnit XML as properties", type="bool", default=True)
 
 

@@ -103,8 +103,14 @@ class PairConfig:
         self.xfail = xfail
         try:
             extra = {k: merged[k] for k in ("labels", "mapping", "metrics") if k in merged}
-            self.spec: PairSpec = make_spec(file.parent, merged.get("fp32"), merged.get("quantized"),
-                                            merged.get("data"), name=table.get("name", name), **extra)  # fmt: skip
+            self.spec: PairSpec = make_spec(
+                file.parent,
+                merged.get("fp32"),
+                merged.get("quantized"),
+                merged.get("data"),
+                name=table.get("name", name),
+                **extra,
+            )
         except ValueError as exc:
             raise SuiteError(f"{where}: {exc}") from None
         try:
@@ -167,9 +173,14 @@ class QAccuracyPair(pytest.Collector):
             groups.append(("compare", dict(keep), [], False))
         for name, subset, subset_rules, drift in groups:
             item = QAccuracyCheck.from_parent(
-                self, name=name, spec=self.pair.spec, tolerances=subset, rules=subset_rules, drift=drift,
+                self,
+                name=name,
+                spec=self.pair.spec,
+                tolerances=subset,
+                rules=subset_rules,
+                drift=drift,
                 measure=tolerances,
-            )  # fmt: skip
+            )
             if self.pair.xfail is not None:
                 item.add_marker(pytest.mark.xfail(reason=self.pair.xfail, strict=True))
             yield item
@@ -199,8 +210,9 @@ class QAccuracyCheck(pytest.Item):
         state = self.config.stash[session_key]
         xfail = self.get_closest_marker("xfail")
         reason = None if xfail is None else str(xfail.kwargs.get("reason") or "xfail")
-        result = state.check(self.spec, self.tolerances, self.rules, self.nodeid, drift=self.drift,
-                             measure=self.measure, xfail=reason)  # fmt: skip
+        result = state.check(
+            self.spec, self.tolerances, self.rules, self.nodeid, drift=self.drift, measure=self.measure, xfail=reason
+        )
         if state.settings.junit_properties:
             self.user_properties.extend(result.properties)
         if result.message is not None:

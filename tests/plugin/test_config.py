@@ -141,8 +141,11 @@ def test_disabled_plugin(pytester: pytest.Pytester) -> None:
 
 def test_strict_markers_and_warnings_as_errors(digits: pytest.Pytester) -> None:
     digits.makeini("[pytest]\nfilterwarnings = error\nstrict = true\njunit_family = xunit2\n")
-    digits.makefile(".toml", qaccuracy_models='[pairs.a]\nfp32 = "models/digits_cnn.onnx"\n'
-                    'quantized = "models/digits_cnn.qoperator.onnx"\ndata = "data/digits_test.npz"\n')  # fmt: skip
+    digits.makefile(
+        ".toml",
+        qaccuracy_models='[pairs.a]\nfp32 = "models/digits_cnn.onnx"\n'
+        'quantized = "models/digits_cnn.qoperator.onnx"\ndata = "data/digits_test.npz"\n',
+    )
     digits.makepyfile(
         """
         import pytest

@@ -24,8 +24,9 @@ def test_measure_outputs_matches_numpy() -> None:
     x, labels = data["x"], data["labels"]
     ref, test = _run("digits_cnn.onnx", x), _run("digits_cnn.broken.onnx", x)
     pair = ModelPair(EXAMPLES / "models" / "digits_cnn.onnx", EXAMPLES / "models" / "digits_cnn.broken.onnx")
-    stats = measure_outputs(pair, EXAMPLES / "data" / "digits_test.npz", ks=(1, 5), rtol=0.1, atol=0.5,
-                            options=RuntimeOptions(batch_size=7))  # fmt: skip
+    stats = measure_outputs(
+        pair, EXAMPLES / "data" / "digits_test.npz", ks=(1, 5), rtol=0.1, atol=0.5, options=RuntimeOptions(batch_size=7)
+    )
     counts = stats.topk["logits"]
     assert counts["records"] == counts["labelled"] == 300
     top1 = counts["k"]["1"]

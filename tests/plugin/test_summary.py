@@ -9,24 +9,54 @@ from pytest_qaccuracy.report.summary import file_sha256, summary_document, summa
 
 
 def _record(passed: bool) -> dict:
-    check = {"test": "t::a", "index": 0, "check": "min_cosine", "target": "output 'y'", "metric": "cosine",
-             "op": ">=", "threshold": 0.99, "value": 0.999 if passed else 0.5, "passed": passed, "source": "default",
-             "detail": "..."}  # fmt: skip
-    layer_check = {**check, "target": "layer 'b' (Relu)", "metric": "sqnr", "threshold": 20.0, "value": 3.0,
-                   "passed": False, "detail": "sqnr 3 dB < 20 dB for layer 'b' (Relu)"}  # fmt: skip
+    check = {
+        "test": "t::a",
+        "index": 0,
+        "check": "min_cosine",
+        "target": "output 'y'",
+        "metric": "cosine",
+        "op": ">=",
+        "threshold": 0.99,
+        "value": 0.999 if passed else 0.5,
+        "passed": passed,
+        "source": "default",
+        "detail": "...",
+    }
+    layer_check = {
+        **check,
+        "target": "layer 'b' (Relu)",
+        "metric": "sqnr",
+        "threshold": 20.0,
+        "value": 3.0,
+        "passed": False,
+        "detail": "sqnr 3 dB < 20 dB for layer 'b' (Relu)",
+    }
     layers = [
         {"tensor": "a", "op_type": "Conv", "metrics": {"sqnr": 40.0, "cosine": 0.99}},
         {"tensor": "b", "op_type": "Relu", "metrics": {"sqnr": 3.0, "cosine": 0.5}},
         {"tensor": "c", "op_type": "Gemm", "metrics": {"sqnr": None, "cosine": None}},
     ]
     comparison = {
-        "fp32_model": "m.onnx", "quantized_model": "m.q.onnx", "data": "d.npz", "records": 4,
-        "metric_definitions": {"sqnr": "", "cosine": ""}, "higher_is_better": {"sqnr": True, "cosine": True},
-        "outputs": [{"name": "y", "metrics": {"cosine": check["value"], "sqnr": 12.5}}], "layers": layers,
-    }  # fmt: skip
+        "fp32_model": "m.onnx",
+        "quantized_model": "m.q.onnx",
+        "data": "d.npz",
+        "records": 4,
+        "metric_definitions": {"sqnr": "", "cosine": ""},
+        "higher_is_better": {"sqnr": True, "cosine": True},
+        "outputs": [{"name": "y", "metrics": {"cosine": check["value"], "sqnr": 12.5}}],
+        "layers": layers,
+    }
     checks = [check] if passed else [check, layer_check]
-    return {"id": "p", "key": "p|m", "comparison": comparison, "topk": {}, "checks": checks,
-            "fp32": None, "quantized": None, "data": None}  # fmt: skip
+    return {
+        "id": "p",
+        "key": "p|m",
+        "comparison": comparison,
+        "topk": {},
+        "checks": checks,
+        "fp32": None,
+        "quantized": None,
+        "data": None,
+    }
 
 
 def test_summary_lines_block() -> None:

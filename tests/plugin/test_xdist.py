@@ -31,8 +31,10 @@ def _artifacts(root: Path) -> dict[str, object]:
 
 def _properties(xml: Path) -> dict[str, dict[str, str]]:
     cases = ET.parse(xml).iter("testcase")
-    return {f"{c.get('classname')}::{c.get('name')}": {p.get("name"): p.get("value") for p in c.iter("property")}
-            for c in cases}  # fmt: skip
+    return {
+        f"{c.get('classname')}::{c.get('name')}": {p.get("name"): p.get("value") for p in c.iter("property")}
+        for c in cases
+    }
 
 
 def test_xdist_matches_serial_run(digits: pytest.Pytester) -> None:
