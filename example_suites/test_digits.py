@@ -41,6 +41,6 @@ def test_helpers_on_raw_outputs(qaccuracy_dataset):
     x = np.concatenate([record["x"][np.newaxis] for record in dataset.iter_records()])
     labels = dataset.labels()
     fp32, int8 = _run(FP32, x), _run("models/digits_cnn.qdq.onnx", x)
-    assert_cosine(int8, fp32, 0.99, name="output 'logits'")
+    assert_cosine(int8, fp32, 0.99, name="logits")
     for k in (1, 5):
-        assert_topk(int8, fp32, k=k, max_accuracy_drop=0.005, labels=labels, name="output 'logits'")
+        assert_topk(int8, fp32, k=k, max_accuracy_drop=0.005, labels=labels, name="logits")

@@ -36,6 +36,10 @@ def failure_message(first_line: str, source: str | None, sections: Sequence[Sequ
     return "\n".join(lines)
 
 
+def _target(name: str | None) -> str:
+    return f"output '{name}'" if name else "output"
+
+
 def _records(array: np.ndarray) -> np.ndarray:
     """Records on axis 0 (a 0-d or 1-d array is one record), flattened to (records, elements)."""
     array = np.asarray(array, dtype=np.float64)
@@ -83,7 +87,12 @@ def _cosines(actual: np.ndarray, expected: np.ndarray) -> tuple[float, np.ndarra
 
 
 def assert_cosine(
-    actual: np.ndarray, expected: np.ndarray, min_similarity: float, *, name: str = "output", source: str | None = None
+    actual: np.ndarray,
+    expected: np.ndarray,
+    min_similarity: float,
+    *,
+    name: str | None = None,
+    source: str | None = None,
 ) -> float:
     """Assert that the cosine similarity of ``actual`` and ``expected`` is at least ``min_similarity``.
 
@@ -93,7 +102,7 @@ def assert_cosine(
         actual: the quantized model's values.
         expected: the fp32 model's values, same shape.
         min_similarity: the smallest cosine similarity accepted.
-        name: the tensor's name, for the message.
+        name: the output's name, for the message (``for output 'logits'``).
         source: where ``min_similarity`` came from (the plugin says marker, ini file or default).
 
     Returns:
@@ -110,7 +119,7 @@ def assert_cosine(
     order = np.argsort(per_record, kind="stable")[:SHOW]
     worst = ["Worst records (cosine):", *(f" record {int(r)}: {fmt(per_record[r])}" for r in order)]
     diff = np.abs(np.asarray(actual, dtype=np.float64) - np.asarray(expected, dtype=np.float64))
-    first = f"cosine {fmt(overall)} < {fmt(min_similarity)} for {name}"
+    first = f"cosine {fmt(overall)} < {fmt(min_similarity)} for {_target(name)}"
     raise AssertionError(failure_message(first, source, [worst, _worst_elements(actual, expected, diff, None)]))
 
 
@@ -121,7 +130,7 @@ def assert_relative(
     atol: float = 0.0,
     max_fraction: float = 0.0,
     *,
-    name: str = "output",
+    name: str | None = None,
     source: str | None = None,
 ) -> float:
     """Assert ``|actual - expected| <= atol + rtol * |expected|`` for all but ``max_fraction`` of elements.
@@ -132,7 +141,7 @@ def assert_relative(
         rtol: relative tolerance.
         atol: absolute tolerance.
         max_fraction: the fraction of elements (0..1) allowed to exceed the tolerance.
-        name: the tensor's name, for the message.
+        name: the output's name, for the message (``for output 'logits'``).
         source: where the tolerance came from.
 
     Returns:
@@ -155,7 +164,7 @@ def assert_relative(
     allowed = "" if max_fraction == 0 else f" (at most {fmt(100 * max_fraction)}% allowed)"
     first = (
         f"{count} / {total} elements ({fmt(100 * fraction)}%) outside atol + rtol*|expected| "
-        f"(rtol={fmt(rtol)}, atol={fmt(atol)}){allowed} for {name}"
+        f"(rtol={fmt(rtol)}, atol={fmt(atol)}){allowed} for {_target(name)}"
     )
     stats = [
         f"Max absolute difference among violations: {fmt(np.max(diff[bad]))}",
@@ -173,7 +182,7 @@ def assert_topk(
     max_accuracy_drop: float | None = None,
     labels: np.ndarray | None = None,
     *,
-    name: str = "output",
+    name: str | None = None,
     source: str | None = None,
 ) -> TopKCounter:
     """Assert top-k agreement with the fp32 model, and/or at most a given top-k accuracy drop.
@@ -190,7 +199,7 @@ def assert_topk(
         min_agreement: the smallest agreement@k accepted (0..1).
         max_accuracy_drop: the largest accuracy@k drop accepted (0..1); needs ``labels``.
         labels: one class index per record.
-        name: the tensor's name, for the message.
+        name: the output's name, for the message (``for output 'logits'``).
         source: where the tolerances came from.
 
     Returns:
@@ -211,12 +220,12 @@ def assert_topk(
     failures = []
     agreement = counter.agreement(k)
     if min_agreement is not None and agreement is not None and agreement < min_agreement:
-        failures.append(f"top-{k} agreement {fmt(agreement)} < {fmt(min_agreement)} for {name}")
+        failures.append(f"top-{k} agreement {fmt(agreement)} < {fmt(min_agreement)} for {_target(name)}")
     drop = counter.drop(k)
     if max_accuracy_drop is not None and drop is not None and drop > max_accuracy_drop:
         ref_acc, test_acc = counter.accuracy(k) or (0.0, 0.0)
         failures.append(
-            f"top-{k} accuracy drop {fmt(drop)} > {fmt(max_accuracy_drop)} for {name} "
+            f"top-{k} accuracy drop {fmt(drop)} > {fmt(max_accuracy_drop)} for {_target(name)} "
             f"(fp32 {fmt(ref_acc)}, quantized {fmt(test_acc)})"
         )
     if not failures:
@@ -248,7 +257,7 @@ def assert_within_lsb(
     *,
     zero_point: int | np.ndarray = 0,
     axis: int = 1,
-    name: str = "output",
+    name: str | None = None,
     source: str | None = None,
 ) -> float:
     """Assert ``|quantized - reference| / scale <= max_lsb`` for every element.
@@ -261,7 +270,7 @@ def assert_within_lsb(
         max_lsb: the largest error accepted, in quantization steps.
         zero_point: zero point(s) of integer ``quantized`` values.
         axis: the channel axis of a per-channel ``scale``.
-        name: the tensor's name, for the message.
+        name: the output's name, for the message (``for output 'logits'``).
         source: where ``max_lsb`` came from.
 
     Returns:
@@ -289,7 +298,7 @@ def assert_within_lsb(
     if worst <= max_lsb:
         return worst
     bad = steps > max_lsb
-    first = f"lsb {fmt(worst)} > {fmt(max_lsb)} for {name}"
+    first = f"lsb {fmt(worst)} > {fmt(max_lsb)} for {_target(name)}"
     count = [f"{int(bad.sum())} / {bad.size} elements ({fmt(100 * bad.mean())}%) more than {fmt(max_lsb)} steps away"]
     raise AssertionError(failure_message(first, source, [count, _worst_elements(q, r, steps, bad)]))
 

@@ -26,7 +26,7 @@ def test_cosine_failure_message_layout() -> None:
     test = ref.copy()
     test[7] = -test[7]  # one record flipped: it is the worst record
     with pytest.raises(AssertionError) as info:
-        assert_cosine(test, ref, 0.999, name="output 'logits'", source="marker")
+        assert_cosine(test, ref, 0.999, name="logits", source="marker")
     lines = str(info.value).splitlines()
     assert lines[0].startswith("cosine 0.9") and lines[0].endswith("< 0.999 for output 'logits'")
     assert lines[1] == "Tolerance from: marker"
@@ -67,7 +67,7 @@ def test_topk_agreement_and_glow_drop() -> None:
     assert counter.agreement(1) == pytest.approx(197 / 200)
     assert counter.drop(1) == pytest.approx(3 / 200)
     with pytest.raises(AssertionError) as info:
-        assert_topk(test, ref, k=1, max_accuracy_drop=0.005, labels=labels, name="output 'logits'")
+        assert_topk(test, ref, k=1, max_accuracy_drop=0.005, labels=labels, name="logits")
     first = str(info.value).splitlines()[0]
     assert first == "top-1 accuracy drop 0.015 > 0.005 for output 'logits' (fp32 1, quantized 0.985)"
     assert "3 / 200 records disagree" in str(info.value)
