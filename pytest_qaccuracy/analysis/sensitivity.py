@@ -158,6 +158,7 @@ class Session:
     qgraph: QdqGraph
     runner: ExperimentRunner
     metrics: list[str]
+    owns_dataset: bool = True
 
     @property
     def records(self) -> int:
@@ -170,7 +171,10 @@ class Session:
         )
 
     def close(self) -> None:
-        self.dataset.close()
+        """Close the dataset if the session opened it (a Dataset passed in stays open)."""
+        self.runner.close()
+        if self.owns_dataset:
+            self.dataset.close()
 
 
 def open_session(
@@ -191,11 +195,16 @@ def open_session(
     options = (options or RuntimeOptions()).for_capture(capture)
     qgraph = QdqGraph(pair.quantized, pair.fp32, pair.quantized_path.name)
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
-    bound = bind_dataset(dataset, pair.inputs, allow_nonfinite=allow_nonfinite)
+    try:
+        bound = bind_dataset(dataset, pair.inputs, allow_nonfinite=allow_nonfinite)
+    except BaseException:
+        if not isinstance(data, Dataset):
+            dataset.close()
+        raise
     runner = ExperimentRunner(
         qgraph, pair.fp32, pair.output_pairs(), bound, names, options, strategy, pair.quantized_path.name
     )
-    return Session(pair, dataset, qgraph, runner, names)
+    return Session(pair, dataset, qgraph, runner, names, not isinstance(data, Dataset))
 
 
 def _check_choice(value: str, choices: Sequence[str], what: str) -> None:
@@ -241,8 +250,7 @@ def node_sensitivity(
     try:
         return sensitivity_in(session, mode, granularity, nodes)
     finally:
-        if not isinstance(data, Dataset):
-            session.close()
+        session.close()
 
 
 def sensitivity_in(
