@@ -38,6 +38,7 @@ def _properties(xml: Path) -> dict[str, dict[str, str]]:
 
 
 def test_xdist_matches_serial_run(digits: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
     digits.makepyfile(test_pairs=PAIRS_MODULE)
     digits.makefile(".toml", qaccuracy_models=SUITE)
     serial = digits.runpytest_subprocess(
