@@ -179,3 +179,13 @@ def test_unknown_marker_key_names_it(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*@pytest.mark.qaccuracy: unknown key 'rtl' (known: fp32, *"])
     result.stdout.fnmatch_lines(["*min_cosine: expected a number, got 'high'*"])
+
+
+def test_pyproject_native_toml(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml(
+        '[tool.pytest]\nqaccuracy_max_top1_drop = 0.005\nqaccuracy_topk = 5\nqaccuracy_metrics = ["mse"]\n'
+    )
+    pytester.makepyfile(SHOW)
+    tol = _tolerances(pytester.runpytest("-s"))
+    assert tol["max_top1_drop"] == "0.005 from ini file pyproject.toml (qaccuracy_max_top1_drop)"
+    assert tol["topk"] == "5 from ini file pyproject.toml (qaccuracy_topk)"
