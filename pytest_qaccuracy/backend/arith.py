@@ -259,10 +259,13 @@ def requantize_float(
     scheme: Scheme,
     family: str,
     rounding: Rounding | None = None,
+    *,
+    as_float: bool = False,
 ) -> np.ndarray:
     """``saturate(round(value) + zp)`` for a real ``value`` (zp joins before rounding if the family says so).
 
-    ``value`` (a float array with the output's shape) is overwritten. Values are clamped in float first,
+    ``value`` (a float array with the output's shape) is overwritten; ``as_float`` returns it (integral
+    values inside the type's range) instead of casting. Values are clamped in float first,
     so huge values cannot overflow the integer cast (as MLAS does); after clamping and rounding every
     value is a small integer, exact in float, so the zero point is added in float.
     """
@@ -278,7 +281,7 @@ def requantize_float(
         np.clip(value, ftype(lo) - zp, ftype(hi) - zp, out=value)
         value = _round_inplace(value, mode)
         np.add(value, zp, out=value)
-    return value.astype(dtype)
+    return value if as_float else value.astype(dtype)
 
 
 def _round_inplace(value: np.ndarray, mode: Rounding) -> np.ndarray:

@@ -187,7 +187,7 @@ def test_int16_pair_convolution_matches_direct_pair_sums() -> None:
     x = rng.integers(200, 256, (1, 2, 3, 3)).astype(np.uint8)
     w = rng.integers(90, 128, (1, 2, 3, 3)).astype(np.int8)  # 255 * 127 * 2 overflows int16
     scheme = get_scheme("onnxruntime").replace(accumulator="int16_pairs")
-    acc, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), {"pads": [1, 1, 1, 1]}, scheme)
+    acc, _, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), {"pads": [1, 1, 1, 1]}, scheme)
     xp = np.pad(x.astype(np.int64), [(0, 0), (0, 0), (1, 1), (1, 1)])
     for oh in range(3):
         for ow in range(3):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,9 +49,9 @@ def conv_pads(
 _BUFFERS = threading.local()
 
 
-def _buffer(size: int, dtype: type) -> np.ndarray:
+def _buffer(size: int, dtype: type, role: str = "cols") -> np.ndarray:
     """A reusable scratch buffer (fresh large allocations page-fault on every call)."""
-    key = np.dtype(dtype).str
+    key = (role, np.dtype(dtype).str)
     cache = _BUFFERS.__dict__.setdefault("cache", {})
     buf = cache.get(key)
     if buf is None or buf.size < size:
@@ -78,8 +79,17 @@ def output_shape(
     )
 
 
+Epilogue = Callable[[np.ndarray], np.ndarray]
+
+
 def conv_core(
-    xp: np.ndarray, w: np.ndarray, group: int, strides: tuple[int, ...], dilations: tuple[int, ...], dtype: type
+    xp: np.ndarray,
+    w: np.ndarray,
+    group: int,
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    dtype: type,
+    epilogue: tuple[Epilogue, np.dtype] | None = None,
 ) -> np.ndarray:
     """``sum x*w`` over the windows of a padded input, as ``dtype`` GEMMs (channels-first im2col).
 
@@ -93,6 +103,8 @@ def conv_core(
         strides: strides per spatial axis.
         dilations: dilations per spatial axis.
         dtype: float type of the GEMMs.
+        epilogue: ``(fn, out_dtype)``: ``fn`` maps each finished chunk (scratch, may be overwritten) to
+            values stored as ``out_dtype``, e.g. requantization while the chunk is still in cache.
 
     Returns:
         ``(N, M, *out)``.
@@ -103,7 +115,7 @@ def conv_core(
     m = w.shape[0]
     cg, mg = c // group, m // group
     taps = list(itertools.product(*(range(k) for k in kernel_shape)))
-    out = np.empty((n, m, *out_spatial), dtype=dtype)
+    out = np.empty((n, m, *out_spatial), dtype=epilogue[1] if epilogue else dtype)
     depthwise = cg == 1 and group > 1
     if depthwise:  # elementwise multiply-accumulate per tap, vectorised over everything else
         wt = w.reshape(group, mg, len(taps)).astype(dtype)
@@ -121,27 +133,51 @@ def conv_core(
             o1 = min(first, o0 + row_step)
             lead = (n1 - n0, o1 - o0, *out_spatial[1:])
 
-            target = out[n0:n1, :, o0:o1]
+            if epilogue:
+                target = _buffer(m * math.prod(lead), dtype, "target").reshape(lead[0], m, *lead[1:])
+            else:
+                target = out[n0:n1, :, o0:o1]
             if depthwise:
                 view = target.reshape(lead[0], group, mg, *lead[1:])
                 view[...] = 0
                 for t, tap in enumerate(taps):
                     x_tap = _tap_view(xp, tap, (n0, n1), o0, lead, strides, dilations)[:, :, None]
                     view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
-                continue
-            # columns per record: (n, taps, C, *rows), so that one batched GEMM writes (n, M, rows)
-            cols = _buffer(len(taps) * c * math.prod(lead), dtype).reshape(lead[0], len(taps), c, *lead[1:])
-            for t, tap in enumerate(taps):
-                cols[:, t] = _tap_view(xp, tap, (n0, n1), o0, lead, strides, dilations)
-            grouped = cols.reshape(lead[0], len(taps), group, cg, -1)
-            if group > 1:
-                grouped = grouped.transpose(0, 2, 1, 3, 4)
-            grouped = grouped.reshape(lead[0], group, len(taps) * cg, -1)
-            if o1 - o0 == first:  # whole records: the GEMM writes straight into the output
-                np.matmul(wmat, grouped, out=target.reshape(lead[0], group, mg, -1))
             else:
-                target[...] = np.matmul(wmat, grouped).reshape(lead[0], m, *lead[1:])
+                _gemm_chunk(xp, wmat, target, taps, (n0, n1), o0, lead, strides, dilations, o1 - o0 == first)
+            if epilogue:
+                np.copyto(out[n0:n1, :, o0:o1], epilogue[0](target), casting="unsafe")
     return out
+
+
+def _gemm_chunk(
+    xp: np.ndarray,
+    wmat: np.ndarray,
+    target: np.ndarray,
+    taps: list[tuple[int, ...]],
+    records: tuple[int, int],
+    o0: int,
+    lead: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    whole: bool,
+) -> None:
+    """im2col for one chunk (per record: taps x channels x rows) and one batched GEMM into ``target``."""
+    group, mg, _ = wmat.shape
+    c = xp.shape[1]
+    cg = c // group
+    # columns per record: (n, taps, C, *rows), so that one batched GEMM writes (n, M, rows)
+    cols = _buffer(len(taps) * c * math.prod(lead), wmat.dtype.type).reshape(lead[0], len(taps), c, *lead[1:])
+    for t, tap in enumerate(taps):
+        cols[:, t] = _tap_view(xp, tap, records, o0, lead, strides, dilations)
+    grouped = cols.reshape(lead[0], len(taps), group, cg, -1)
+    if group > 1:
+        grouped = grouped.transpose(0, 2, 1, 3, 4)
+    grouped = grouped.reshape(lead[0], group, len(taps) * cg, -1)
+    if whole and target.flags.c_contiguous:  # whole records: the GEMM writes straight into the output
+        np.matmul(wmat, grouped, out=target.reshape(lead[0], group, mg, -1))
+    else:
+        target[...] = np.matmul(wmat, grouped).reshape(target.shape)
 
 
 def _tap_view(
@@ -173,13 +209,20 @@ def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tup
 
 
 def conv_integer_acc(
-    x: np.ndarray, x_zp: np.ndarray | int, w: np.ndarray, w_zp: np.ndarray | int, attrs: dict, scheme: Scheme
-) -> tuple[np.ndarray, float]:
+    x: np.ndarray,
+    x_zp: np.ndarray | int,
+    w: np.ndarray,
+    w_zp: np.ndarray | int,
+    attrs: dict,
+    scheme: Scheme,
+    epilogue_for: Callable[[float, type], tuple[Epilogue, np.dtype] | None] | None = None,
+) -> tuple[np.ndarray, float, bool]:
     """Exact ``sum (x - x_zp)(w - w_zp)`` as ``(N, M, *out)``, padding contributing 0.
 
     Returns:
         the accumulator (a float array holding exact integers, or int64 for the int16-pair
-        accumulator) and a bound on its magnitude.
+        accumulator), a bound on its magnitude, and whether ``epilogue_for(bound, float type)``
+        supplied an epilogue that was applied chunk by chunk (the result is then the epilogue's).
     """
     pads, strides, dilations, group = _geometry(x, w, attrs)
     m = w.shape[0]
@@ -189,9 +232,11 @@ def conv_integer_acc(
     x_range = max(abs(int(x.max(initial=0)) - int(x_zp)), abs(int(x.min(initial=0)) - int(x_zp))) if x.size else 0
     bound = float(x_range) * float(np.abs(ws).reshape(m, -1).sum(axis=1).max(initial=0))
     if scheme.accumulator == "int16_pairs" and x.dtype == np.uint8 and w.dtype == np.int8:
-        return _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme), bound
+        return _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme), bound, False
     dtype = np.float32 if bound < 2.0**24 else np.float64
-    return conv_core(to_padded(x, pads, x_zp, dtype), ws.astype(dtype), group, strides, dilations, dtype), bound
+    epilogue = epilogue_for(bound, dtype) if epilogue_for else None
+    xp = to_padded(x, pads, x_zp, dtype)
+    return conv_core(xp, ws.astype(dtype), group, strides, dilations, dtype, epilogue), bound, epilogue is not None
 
 
 def _conv_int16_pairs(
@@ -273,12 +318,32 @@ def qlinear_conv(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
     w = arith.clamp_weights(w, scheme)
-    acc, bound = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme)
     multiplier = arith.real_multiplier([x_scale, np.asarray(w_scale).reshape(-1)], y_scale, scheme)
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else x.dtype
     y_zp = 0 if y_zero_point is None else y_zero_point
     bias = None if B is None else np.asarray(B).reshape((-1,) + (1,) * (x.ndim - 2))
     multiplier = multiplier.reshape((-1,) + (1,) * (x.ndim - 2))
+
+    def epilogue_for(bound: float, ftype: type) -> tuple[Epilogue, np.dtype] | None:
+        """Requantize each chunk in float while it is in cache, when that is exact (see ``_requantize_conv``)."""
+        bias_max = float(np.abs(bias).max(initial=0)) if bias is not None else 0.0
+        kind_type = {"float32": np.float32, "float64": np.float64}.get(scheme.multiplier)
+        if kind_type is not ftype or bound + bias_max >= (2.0**24 if ftype is np.float32 else 2.0**31):
+            return None
+        bias_f = None if bias is None else bias.astype(ftype)
+        m = multiplier.astype(ftype)
+
+        def epilogue(chunk: np.ndarray) -> np.ndarray:
+            if bias_f is not None:
+                chunk += bias_f
+            np.multiply(chunk, m, out=chunk)
+            return arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", as_float=True)
+
+        return epilogue, np.dtype(dtype)
+
+    acc, bound, done = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme, epilogue_for)
+    if done:
+        return (acc,)
     return (_requantize_conv(acc, bound, bias, multiplier, y_zp, dtype, scheme),)
 
 
@@ -303,7 +368,7 @@ def conv_integer(
     )
     x_zp = 0 if x_zero_point is None else x_zero_point
     w_zp = 0 if w_zero_point is None else w_zero_point
-    acc, _ = conv_integer_acc(x, x_zp, w, w_zp, attrs, scheme.replace(accumulator="wrap32"))
+    acc, _, _ = conv_integer_acc(x, x_zp, w, w_zp, attrs, scheme.replace(accumulator="wrap32"))
     acc = arith.accumulate(acc.astype(np.int64), scheme.replace(accumulator="wrap32"))
     return (acc.astype(np.int32),)
 

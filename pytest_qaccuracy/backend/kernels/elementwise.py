@@ -62,8 +62,12 @@ def lookup_table(
 
 
 def apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
-    lo = arith.qrange(x.dtype)[0]
-    return table[x.astype(np.intp) - lo]
+    """``table[x - qmin]``; 8-bit values index directly (int8 through its offset-binary bit pattern)."""
+    if x.dtype == np.uint8:
+        return np.take(table, x)
+    if x.dtype == np.int8:
+        return np.take(table, x.view(np.uint8) ^ np.uint8(0x80))
+    return table[x.astype(np.intp) - arith.qrange(x.dtype)[0]]
 
 
 def _out_dtype(y_zp: np.ndarray | None, x: np.ndarray) -> np.dtype:
