@@ -224,6 +224,18 @@ def write_docs(rows, args) -> None:
             f"| {shape} | {threads} | {mode} | {naive['seconds']:.2f} | {reuse['seconds']:.2f} | {speedup:.1f}x "
             f"| {naive['peak_rss_mb']:.0f} | {reuse['peak_rss_mb']:.0f} | {diff:.3g} |"
         )
+    lines += [
+        "",
+        "Both strategies give identical numbers (max abs difference 0 on every node and metric). **The issue's "
+        "target of 5x is not met**: an experiment must still run everything downstream of its node (its input "
+        "differs there), so reuse saves the upstream part and the per-node rebuilds, about half the work on this "
+        "chain of equal blocks (2x in single mode); leave-one-out gains more because the naive models carry every "
+        "Q/DQ pair of the upstream part too. Session creation is cheap with optimizations off (1-3 ms per naive "
+        "model), so there is little per-node overhead left to remove. With all cores, reuse runs independent "
+        "experiment sessions side by side. Reuse holds more memory than naive (one session per pack of 256 nodes, "
+        "bounded to 1 GiB of initializers, and one batch of cached activations); neither grows with the number of "
+        "records. Timings swing with the machine's load (other jobs shared the VM).",
+    ]
     section = "\n".join(lines[1:]) + "\n"
     if "\n## Sensitivity\n" in text:  # replace this bench's own section, leave the others alone
         head, _, rest = text.partition("\n## Sensitivity\n")
