@@ -285,29 +285,36 @@ def dirty_nodes(
     """Nodes of a model whose outputs differ from a cached model's, and the clean tensors they read.
 
     A node is clean when the cached model has a node with the same outputs and inputs, all of them
-    clean or constant: its outputs then equal the cached values. Returns (dirty nodes in order,
-    clean non-constant tensors read by dirty nodes).
+    clean or constant: its outputs then equal the cached values. Tensors computed from constants
+    alone (a weight's DequantizeLinear, a Constant) are never read from the cache: their nodes are
+    recomputed with the dirty ones, since they have no batch axis to split records on. Returns
+    (dirty nodes in order, clean non-constant tensors read by dirty nodes).
     """
     signature = {tuple(n.output): tuple(n.input) for n in cached}
+    folded = set(constants)  # constants and what is computed from constants alone
+    for node in nodes:
+        if all(not name or name in folded for name in node.input):
+            folded.update(o for o in node.output if o)
     dirty_tensors: set[str] = set()
-    dirty, boundary = [], set()
+    dirty_ids = set()
     for node in nodes:
         same = signature.get(tuple(node.output)) == tuple(node.input)
         if same and not any(name in dirty_tensors for name in node.input):
             continue
-        dirty.append(node)
+        dirty_ids.add(id(node))
         dirty_tensors.update(o for o in node.output if o)
     producers = {o: n for n in nodes for o in n.output if o}
-    pulled = set()
-    for node in dirty:
-        for name in node.input:
-            if not name or name in dirty_tensors or name in constants:
-                continue
-            source = producers.get(name)
-            if source is not None and source.op_type == "Constant":
-                pulled.add(id(source))
-            else:
-                boundary.add(name)
-    if pulled:
-        dirty = [n for n in nodes if id(n) in pulled or any(n is d for d in dirty)]
-    return dirty, boundary
+    boundary: set[str] = set()
+    pending = [name for n in nodes if id(n) in dirty_ids for name in n.input]
+    while pending:
+        name = pending.pop()
+        if not name or name in dirty_tensors or name in constants:
+            continue
+        source = producers.get(name)
+        if name in folded and source is not None:
+            if id(source) not in dirty_ids:
+                dirty_ids.add(id(source))
+                pending.extend(source.input)
+        else:
+            boundary.add(name)
+    return [n for n in nodes if id(n) in dirty_ids], boundary

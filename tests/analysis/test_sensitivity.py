@@ -194,3 +194,17 @@ def test_analyse_pair_gives_the_summary_lines_and_files(zoo, damaged, tmp_path):
     assert set(report.to_dict()) == {"schema_version", "stem", "sensitivity", "sweep", "cumulative"}
     qop = analyse_pair(ModelPair(zoo["fp32"], zoo["qop_u8"]), zoo["data"])
     assert qop.sensitivity is None and "needs a QDQ model" in qop.lines()[0] and qop.write(tmp_path / "q") == []
+
+
+def test_a_model_with_a_fixed_batch_of_one(zoo, tmp_path):
+    """Weights' DequantizeLinear outputs have no record axis: they are recomputed, never sliced from the cache."""
+    import modelzoo
+
+    logging.getLogger().setLevel(logging.ERROR)
+    fp32 = modelzoo.conv_net(tmp_path / "one.onnx", batch=1)
+    quant = modelzoo.quantize(fp32, tmp_path / "one.qdq.onnx", modelzoo.random_inputs(4))
+    pair = ModelPair(fp32, quant)
+    options = RuntimeOptions(batch_size=3)
+    fast = node_sensitivity(pair, zoo["data"], "leave-one-out", metrics="mse", options=options)
+    slow = node_sensitivity(pair, zoo["data"], "leave-one-out", metrics="mse", options=options, strategy="naive")
+    assert [n.metrics["mse"] for n in fast.nodes] == pytest.approx([n.metrics["mse"] for n in slow.nodes], rel=1e-9)
