@@ -113,8 +113,12 @@ class QdqGraph:
         dq = found[1]
         upstream = self.view.producer.get(dq.input[0])
         if upstream and upstream[1].op_type == "QuantizeLinear":
-            self.quantized_tensor[edge] = upstream[1].input[0]
-            self.sources[edge], self.kinds[edge] = self._activation_source(upstream[1].input[0]), "activation"
+            source = upstream[1].input[0]
+            if self.view.is_constant(source):  # a float weight quantized in the graph: Q(w) -> DQ
+                self.sources[edge], self.kinds[edge] = source, "weight"
+                return
+            self.quantized_tensor[edge] = source
+            self.sources[edge], self.kinds[edge] = self._activation_source(source), "activation"
             return
         if self.view.is_constant(dq.input[0]):
             weight = self._float_weight(dq, consumer, pos)
