@@ -73,13 +73,10 @@ class IntegerSession:
         self._all_tensors = {o for s in self._steps for o in s.outputs if o} | set(self.constants)
         self._all_tensors |= {v.name for v in self._inputs}
         self._plans: dict[frozenset[str], list[_Bound]] = {}
-        # float tensors whose only consumer is a QuantizeLinear: asking for one can change the fusion
-        consumers: dict[str, list[str]] = {}
-        for s in self._steps:
-            for i in s.inputs:
-                consumers.setdefault(i, []).append(s.op_type)
-        self._fusion_sensitive = {n for n, ops in consumers.items() if ops == ["QuantizeLinear"]}
-        self._plan(frozenset())  # bind every kernel now, so unsupported ops fail at construction
+        fused = self._plan(frozenset())  # bind every kernel now, so unsupported ops fail at construction
+        # tensors that fusion removed (float interiors of QDQ groups): asking for one changes the plan
+        produced = {o for b in fused for o in b.step.outputs} | set(self.constants) | {v.name for v in self._inputs}
+        self._fusion_sensitive = self._all_tensors - produced
 
     # -- onnxruntime-like API -----------------------------------------------------------------
 
@@ -122,10 +119,10 @@ class IntegerSession:
         last_use = _last_use(plan, set(names))
         for index, bound in enumerate(plan):
             step = bound.step
-            args = [values[i] if i else None for i in step.inputs]
-            missing = [i for i, a in zip(step.inputs, args, strict=False) if i and i not in values]
+            missing = [i for i in step.inputs if i and i not in values]
             if missing:
                 raise KernelError(f"{step.describe()}: input(s) {missing} were never produced")
+            args = [values[i] if i else None for i in step.inputs]
             try:
                 outs = bound.run(args)
             except QAccuracyError:

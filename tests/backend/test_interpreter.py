@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from backend_models import assert_same, float_net, node_model, ort_session, quantize_qdq, random_q
+from backend_models import assert_same, float_net, node_model, ort_session, quantize_qdq, random_q, with_outputs
 from onnx import TensorProto, helper, numpy_helper
 
 from pytest_qaccuracy.backend import IntegerSession, KernelError, Scheme, get_scheme
@@ -140,3 +140,16 @@ def test_qoperator_weights_from_initializers_are_not_copied_per_run() -> None:
     first = session.run(None, {"x": x})[0]
     assert_same(session.run(None, {"x": x})[0], first)
     assert_same(numpy_helper.to_array(model.graph.initializer[2]), w)
+
+
+def test_float_tensors_removed_by_fusion_can_still_be_asked_for(
+    qdq_model: onnx.ModelProto, records: np.ndarray
+) -> None:
+    """Conv outputs (before an implied Relu or a QuantizeLinear) exist only if their group stays unfused."""
+    session = IntegerSession(qdq_model)
+    interiors = [n.output[0] for n in qdq_model.graph.node if n.op_type in ("Conv", "Add", "MaxPool")]
+    values = session.run(interiors, {"input": records})
+    want = ort_session(with_outputs(qdq_model, interiors)).run(interiors, {"input": records})
+    for name, got, ref in zip(interiors, values, want, strict=True):
+        assert got.dtype == np.float32, name
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
