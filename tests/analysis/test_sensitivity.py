@@ -208,3 +208,45 @@ def test_a_model_with_a_fixed_batch_of_one(zoo, tmp_path):
     fast = node_sensitivity(pair, zoo["data"], "leave-one-out", metrics="mse", options=options)
     slow = node_sensitivity(pair, zoo["data"], "leave-one-out", metrics="mse", options=options, strategy="naive")
     assert [n.metrics["mse"] for n in fast.nodes] == pytest.approx([n.metrics["mse"] for n in slow.nodes], rel=1e-9)
+
+
+RSS_SCRIPT = """
+import resource, sys, logging
+sys.path.insert(0, sys.argv[1])
+logging.disable(logging.WARNING)
+from pytest_qaccuracy.analysis.sensitivity import node_sensitivity
+from pytest_qaccuracy.model import ModelPair
+from pytest_qaccuracy.runtime import RuntimeOptions
+pair = ModelPair(sys.argv[2], sys.argv[3])
+node_sensitivity(pair, sys.argv[4], "leave-one-out", metrics="cosine", options=RuntimeOptions(batch_size=4))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_sensitivity_memory_is_flat_in_the_number_of_records(tmp_path):
+    """16 vs 400 records of 3x64x64: peak RSS must not follow (the data alone grows by 19 MB)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import h5py
+    import modelzoo
+
+    logging.getLogger().setLevel(logging.ERROR)
+    rng = np.random.default_rng(0)
+    fp32 = modelzoo.conv_net(tmp_path / "big.onnx", size=64)
+    calib = rng.standard_normal((4, 1, 3, 64, 64)).astype(np.float32)
+    quant = modelzoo.quantize(fp32, tmp_path / "big.qdq.onnx", calib)
+    peak = {}
+    for count in (16, 400):
+        data = tmp_path / f"d{count}.h5"
+        with h5py.File(data, "w") as f:
+            for i in range(count):
+                f.create_dataset(f"value/{i}/0", data=rng.standard_normal((3, 64, 64)).astype(np.float32))
+        root = Path(__file__).resolve().parents[2]
+        args = [sys.executable, "-c", RSS_SCRIPT, str(root), str(fp32), str(quant), str(data)]
+        out = subprocess.run(args, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        peak[count] = int(out.stdout.strip().splitlines()[-1])
+    grown_mb = (peak[400] - peak[16]) / 1024
+    assert grown_mb < 8, f"peak RSS grew by {grown_mb:.1f} MB from 16 to 400 records"
