@@ -125,6 +125,43 @@ def _clip_bound(act: Step, graph: _Graph, index: int, attr: str, default: float)
 Builder = Callable[[_Graph, Step, list[Step], Step, int], list[Step] | None]
 
 
+def _granularity(graph: _Graph, step: Step) -> int | None:
+    """``-1`` for a per-tensor Q/DQ, the (non-negative) axis for a per-axis one, None if unknown/blocked."""
+    scale = graph.constants.get(step.inputs[1])
+    if scale is None or step.attrs.get("block_size", 0):
+        return None
+    if scale.size == 1:
+        return -1
+    rank = len(graph.constants[step.inputs[0]].shape) if step.inputs[0] in graph.constants else None
+    axis = int(step.attrs.get("axis", 1))
+    if axis < 0:
+        if rank is None:
+            return None
+        axis += rank
+    return axis
+
+
+#: op -> allowed granularity of each DQ input (by position) and of the output Q: what the QOperator
+#: kernels accept (per-tensor activations; weights per tensor or per output channel)
+_GRANULARITY: dict[str, tuple[tuple[int, ...], ...]] = {
+    "Conv": ((-1,), (-1, 0)),
+    "MatMul": ((-1,), (-1, 1)),
+}
+
+
+def _granularity_ok(graph: _Graph, step: Step, dqs: list[Step], q: Step) -> bool:
+    if _granularity(graph, q) != -1:
+        return False
+    allowed = _GRANULARITY.get(step.op_type)
+    if step.op_type == "Gemm":
+        allowed = ((-1,), (-1, 0 if step.attrs.get("transB", 0) else 1))
+    for i, dq in enumerate(dqs):
+        ok = allowed[i] if allowed and i < len(allowed) else (-1,)
+        if _granularity(graph, dq) not in ok:
+            return False
+    return True
+
+
 def _dq_inputs(graph: _Graph, step: Step, indices: tuple[int, ...]) -> list[Step] | None:
     dqs = [graph.dq(step.inputs[i]) if i < len(step.inputs) and step.inputs[i] else None for i in indices]
     return None if any(d is None for d in dqs) else dqs  # type: ignore[return-value]
@@ -292,7 +329,7 @@ def fuse_qdq(
             q = graph.single_q(step.outputs[0], keep)
             idx = tuple(range(len(step.inputs))) if indices is None else indices
             dqs = _dq_inputs(graph, step, idx) if q is not None else None
-            if q is not None and dqs is not None:
+            if q is not None and dqs is not None and _granularity_ok(graph, step, dqs, q):
                 new = build(graph, step, dqs, q, opset)
             qs = [q] if new else []
         if new:

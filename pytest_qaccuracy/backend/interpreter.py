@@ -86,6 +86,16 @@ class IntegerSession:
     def get_outputs(self) -> list[TensorArg]:
         return [_arg(v) for v in self.model.graph.output]
 
+    def plan(self) -> list[tuple[str, str, tuple[str, ...]]]:
+        """The steps a full run executes: ``(op, node, fused_from)``, ``op`` as ``domain::op_type``.
+
+        Shows which QDQ groups became integer kernels (``fused_from`` names the original nodes).
+        """
+        return [
+            (f"{b.step.domain or 'ai.onnx'}::{b.step.op_type}", b.step.name, b.step.fused)
+            for b in self._plan(frozenset())
+        ]
+
     def run(
         self,
         output_names: Iterable[str] | None,

@@ -150,3 +150,16 @@ def test_agreement_checker_streams_batches(data, tmp_path: Path) -> None:
     streamed = checker.result()
     whole = check_agreement(model, {"input": records}, scheme="tflite", max_steps=1)
     assert streamed == whole and streamed.records == len(records)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_qdq_groups_become_integer_kernels(per_channel: bool, data, tmp_path: Path) -> None:
+    calibration, _ = data
+    model = quantize_qdq(float_net(NETS["conv-pool-act"]), calibration, tmp_path, per_channel=per_channel)
+    ops = [op for op, _, _ in IntegerSession(model).plan()]
+    for fused in ("ai.onnx::QLinearConv", "ai.onnx::QLinearMatMul", "com.microsoft::QGemm",
+                  "com.microsoft::QLinearAveragePool", "com.microsoft::QLinearSigmoid",
+                  "com.microsoft::QLinearLeakyRelu", "com.microsoft::QLinearGlobalAveragePool",
+                  "com.microsoft::QLinearSoftmax"):  # fmt: skip
+        assert fused in ops
+    assert not {"ai.onnx::Conv", "ai.onnx::MatMul", "ai.onnx::Gemm", "ai.onnx::Sigmoid"} & set(ops)
