@@ -176,6 +176,12 @@ class Session:
         if self.owns_dataset:
             self.dataset.close()
 
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def open_session(
     pair: ModelPair,
