@@ -11,6 +11,7 @@ memory stays flat in the number of records.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import tempfile
 from collections.abc import Sequence
@@ -258,6 +259,9 @@ def quantize_with_ranges(
         cache = Path(tmp) / "ranges.json"
         save_tensors_data(TensorsData(CalibrationMethod.MinMax, data), cache)
         written = Path(tmp) / out.name
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(max(level, logging.ERROR))  # onnxruntime's "consider pre-processing" advice, per call
         try:
             quantize_static(
                 str(model),
@@ -274,6 +278,8 @@ def quantize_with_ranges(
             )
         except (ValueError, KeyError, RuntimeError) as exc:
             raise InputError(f"{model}: onnxruntime could not quantize the model ({exc})") from None
+        finally:
+            root.setLevel(level)
         payload = written.read_bytes()
     return atomic_write(out, lambda handle: handle.write(payload), mode="wb")
 
