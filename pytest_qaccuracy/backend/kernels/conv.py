@@ -167,9 +167,13 @@ def _gemm_chunk(
     c = xp.shape[1]
     cg = c // group
     # columns per record: (n, taps, C, *rows), so that one batched GEMM writes (n, M, rows)
-    cols = _buffer(len(taps) * c * math.prod(lead), wmat.dtype.type).reshape(lead[0], len(taps), c, *lead[1:])
-    for t, tap in enumerate(taps):
-        cols[:, t] = _tap_view(xp, tap, records, o0, lead, strides, dilations)
+    single = _tap_view(xp, taps[0], records, o0, lead, strides, dilations) if len(taps) == 1 else None
+    if single is not None and single.flags.c_contiguous:  # 1x1, stride 1, no padding: the input is the matrix
+        cols = single.reshape(lead[0], 1, c, *lead[1:])
+    else:
+        cols = _buffer(len(taps) * c * math.prod(lead), wmat.dtype.type).reshape(lead[0], len(taps), c, *lead[1:])
+        for t, tap in enumerate(taps):
+            cols[:, t] = _tap_view(xp, tap, records, o0, lead, strides, dilations)
     grouped = cols.reshape(lead[0], len(taps), group, cg, -1)
     if group > 1:
         grouped = grouped.transpose(0, 2, 1, 3, 4)
