@@ -91,3 +91,49 @@ def test_reuse_equals_naive_on_attention(block, mode):
     for a, b in zip(fast.nodes, slow.nodes, strict=True):
         assert a.metrics["mse"] == pytest.approx(b.metrics["mse"], rel=1e-9, abs=1e-15)
     assert all(n.metrics["mse"] > 0 for n in fast.nodes)
+
+
+def two_heads(path, d: int = 16, seed: int = 0):
+    """x -> MatMul -> Relu -> (MatMul -> y1, MatMul -> y2): two outputs."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32), name)
+        for name in ("w0", "w1", "w2")
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["h"], name="trunk"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w1"], ["y1"], name="head1"),
+        helper.make_node("MatMul", ["r", "w2"], ["y2"], name="head2"),
+    ]
+    outputs = [helper.make_tensor_value_info(y, TensorProto.FLOAT, ["N", d]) for y in ("y1", "y2")]
+    graph = helper.make_graph(
+        nodes, "two_heads", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", d])], outputs, inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_two_outputs_each_measured_and_averaged(tmp_path):
+    import modelzoo
+
+    logging.getLogger().setLevel(logging.ERROR)
+    rng = np.random.default_rng(3)
+    fp32 = two_heads(tmp_path / "two.onnx")
+    quant = modelzoo.quantize(fp32, tmp_path / "two.qdq.onnx", rng.standard_normal((8, 1, 16)).astype(np.float32))
+    data = tmp_path / "data.npz"
+    np.savez(data, x=rng.standard_normal((9, 1, 16)).astype(np.float32))
+    pair = ModelPair(fp32, quant)
+    fast = node_sensitivity(pair, data, "single", metrics="mse")
+    slow = node_sensitivity(pair, data, "single", metrics="mse", strategy="naive")
+    head1 = next(n for n in fast.nodes if n.node == "head1")
+    assert set(head1.outputs) == {"y1", "y2"}
+    # head1's pairs are its own edges (its read of r, its weight, its output): head2 still reads float r
+    assert head1.outputs["y1"]["mse"] > 0 and head1.outputs["y2"]["mse"] == 0.0
+    trunk = next(n for n in fast.nodes if n.node == "trunk")  # the trunk's output pair feeds both heads
+    assert trunk.outputs["y1"]["mse"] > 0 and trunk.outputs["y2"]["mse"] > 0
+    assert head1.metrics["mse"] == pytest.approx((head1.outputs["y1"]["mse"] + head1.outputs["y2"]["mse"]) / 2)
+    for a, b in zip(fast.nodes, slow.nodes, strict=True):
+        assert a.node == b.node and a.metrics["mse"] == pytest.approx(b.metrics["mse"], rel=1e-9, abs=1e-15)
