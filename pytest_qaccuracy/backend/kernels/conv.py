@@ -138,16 +138,32 @@ def conv_core(
             else:
                 target = out[n0:n1, :, o0:o1]
             if depthwise:
-                view = target.reshape(lead[0], group, mg, *lead[1:])
-                view[...] = 0
-                for t, tap in enumerate(taps):
-                    x_tap = _tap_view(xp, tap, (n0, n1), o0, lead, strides, dilations)[:, :, None]
-                    view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
+                _depthwise_chunk(xp, wt, target, taps, (n0, n1), o0, lead, strides, dilations)
             else:
                 _gemm_chunk(xp, wmat, target, taps, (n0, n1), o0, lead, strides, dilations, o1 - o0 == first)
             if epilogue:
                 np.copyto(out[n0:n1, :, o0:o1], epilogue[0](target), casting="unsafe")
     return out
+
+
+def _depthwise_chunk(
+    xp: np.ndarray,
+    wt: np.ndarray,
+    target: np.ndarray,
+    taps: list[tuple[int, ...]],
+    records: tuple[int, int],
+    o0: int,
+    lead: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+) -> None:
+    """One input channel per group: multiply-accumulate tap by tap, vectorised over everything else."""
+    group, mg, _ = wt.shape
+    view = target.reshape(lead[0], group, mg, *lead[1:])
+    view[...] = 0
+    for t, tap in enumerate(taps):
+        x_tap = _tap_view(xp, tap, records, o0, lead, strides, dilations)[:, :, None]
+        view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
 
 
 def _gemm_chunk(
