@@ -60,7 +60,7 @@ class IntegerSession:
         UnsupportedOpError: an op has neither a kernel nor an ``onnx.reference`` implementation.
     """
 
-    def __init__(self, model: str | os.PathLike[str] | onnx.ModelProto, scheme: str | Scheme = "onnxruntime"):
+    def __init__(self, model: str | os.PathLike[str] | onnx.ModelProto, scheme: str | Scheme | None = "onnxruntime"):
         self.model = model if isinstance(model, onnx.ModelProto) else load_model(model)
         self.scheme = get_scheme(scheme)
         graph = self.model.graph

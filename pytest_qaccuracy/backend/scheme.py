@@ -140,14 +140,16 @@ PRESETS: dict[str, Scheme] = {
 }
 
 
-def get_scheme(scheme: str | Scheme) -> Scheme:
-    """A preset by name (or the scheme itself).
+def get_scheme(scheme: str | Scheme | None) -> Scheme:
+    """A preset by name (or the scheme itself; ``None`` means the default, ``onnxruntime``).
 
     Raises:
         InputError: the name is not a preset; the message lists the presets.
     """
     if isinstance(scheme, Scheme):
         return scheme
+    if scheme is None:
+        return PRESETS["onnxruntime"]
     try:
         return PRESETS[scheme]
     except KeyError:

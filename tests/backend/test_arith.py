@@ -170,6 +170,7 @@ def test_scheme_validation_and_presets() -> None:
     with pytest.raises(InputError, match="unknown op families"):
         get_scheme("onnxruntime").replace(zp_before_rounding=frozenset({"conv2"}))
     assert get_scheme("tflite").to_dict()["multiplier"] == "q31"
+    assert get_scheme(None) is get_scheme("onnxruntime")
 
 
 def test_reduced_weight_bits_saturate() -> None:
