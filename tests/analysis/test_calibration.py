@@ -207,3 +207,21 @@ def test_histogram_calibration_memory_is_flat_in_the_number_of_records(tmp_path)
     # keeping every tensor would add >= 400 * 3*64*64*4 B = 19 MB for the input alone
     assert grown_mb < 8, f"peak RSS grew by {grown_mb:.1f} MB from 16 to 400 records"
     assert math.isfinite(grown_mb)
+
+
+@pytest.mark.parametrize("power2", [False, True])
+def test_overrides_write_the_same_model_as_the_calibration_cache(zoo, tmp_path, power2):
+    """The path for onnxruntime releases without calibration_cache_path gives the same model."""
+    from pytest_qaccuracy.analysis.calibration import quantize_with_ranges
+
+    options = CalibrationOptions(method="percentile", power2=power2, per_channel=power2)
+    result = compute_ranges(zoo["fp32"], zoo["data"], options)
+    a = quantize_with_ranges(zoo["fp32"], tmp_path / "cache.onnx", result, options, via="cache")
+    b = quantize_with_ranges(zoo["fp32"], tmp_path / "overrides.onnx", result, options, via="overrides")
+    inits_a = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(a)).graph.initializer}
+    inits_b = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(b)).graph.initializer}
+    assert inits_a.keys() == inits_b.keys() and len(inits_a) > 20
+    for name, value in inits_a.items():
+        np.testing.assert_array_equal(value, inits_b[name], err_msg=name)
+    with pytest.raises(InputError, match="unknown way"):
+        quantize_with_ranges(zoo["fp32"], tmp_path / "x.onnx", result, options, via="telepathy")

@@ -239,49 +239,98 @@ def quantize_with_ranges(
     result: CalibrationResult,
     calibration: CalibrationOptions | None = None,
     nodes_to_exclude: Sequence[str] | None = None,
+    via: str = "auto",
 ) -> Path:
-    """Have onnxruntime's ``quantize_static`` write a QDQ model with our ranges (its calibration cache)."""
+    """Have onnxruntime's ``quantize_static`` write a QDQ model with our ranges.
+
+    ``via="cache"`` hands the ranges over as onnxruntime's calibration cache (no calibration run);
+    ``via="overrides"`` as ``TensorQuantOverrides`` rmin/rmax, with onnxruntime calibrating one
+    all-zero record whose ranges are all overridden (for releases without ``calibration_cache_path``);
+    ``auto`` takes the cache when onnxruntime has it.
+    """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
 
     calibration = calibration or CalibrationOptions()
-    if "calibration_cache_path" not in inspect.signature(quantize_static).parameters:
-        raise InputError("qaccuracy calibrate needs an onnxruntime whose quantize_static takes calibration_cache_path")
-    qtypes = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+    has_cache = "calibration_cache_path" in inspect.signature(quantize_static).parameters
+    if via not in ("auto", "cache", "overrides"):
+        raise InputError(f"unknown way to hand ranges to onnxruntime {via!r}; expected auto, cache or overrides")
+    if via == "cache" and not has_cache:
+        raise InputError("this onnxruntime's quantize_static takes no calibration_cache_path; use via='overrides'")
+    use_cache = via == "cache" or (via == "auto" and has_cache)
     proto = load_model(model)
-    data = {n: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for n, (lo, hi) in result.ranges.items()}
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"TensorQuantOverrides": {}}
     if calibration.power2:
-        extra["TensorQuantOverrides"] = _power2_weight_overrides(proto, calibration)
+        extra["TensorQuantOverrides"].update(_power2_weight_overrides(proto, calibration))
         extra["QDQDisableWeightAdjustForInt32Bias"] = True
+    qtypes = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+    kwargs: dict[str, Any] = {
+        "quant_format": QuantFormat.QDQ,
+        "per_channel": calibration.per_channel,
+        "activation_type": qtypes[calibration.activation_type],
+        "weight_type": qtypes[calibration.weight_type],
+        "nodes_to_exclude": list(nodes_to_exclude or []),
+        "calibrate_method": CalibrationMethod.MinMax,
+        "extra_options": extra,
+    }
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="qaccuracy-calibrate-") as tmp:
-        cache = Path(tmp) / "ranges.json"
-        save_tensors_data(TensorsData(CalibrationMethod.MinMax, data), cache)
+        if use_cache:
+            from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
+
+            data = {
+                n: TensorData(lowest=np.float32(lo), highest=np.float32(hi)) for n, (lo, hi) in result.ranges.items()
+            }
+            cache = Path(tmp) / "ranges.json"
+            save_tensors_data(TensorsData(CalibrationMethod.MinMax, data), cache)
+            kwargs.update(calibration_data_reader=None, calibration_cache_path=str(cache))
+        else:
+            extra["TensorQuantOverrides"].update(_range_overrides(proto, result))
+            kwargs["calibration_data_reader"] = _ZeroRecord(proto)
         written = Path(tmp) / out.name
         root = logging.getLogger()
         level = root.level
         root.setLevel(max(level, logging.ERROR))  # onnxruntime's "consider pre-processing" advice, per call
         try:
-            quantize_static(
-                str(model),
-                str(written),
-                calibration_data_reader=None,
-                quant_format=QuantFormat.QDQ,
-                per_channel=calibration.per_channel,
-                activation_type=qtypes[calibration.activation_type],
-                weight_type=qtypes[calibration.weight_type],
-                nodes_to_exclude=list(nodes_to_exclude or []),
-                calibrate_method=CalibrationMethod.MinMax,
-                extra_options=extra,
-                calibration_cache_path=str(cache),
-            )
+            quantize_static(str(model), str(written), **kwargs)
         except (ValueError, KeyError, RuntimeError) as exc:
             raise InputError(f"{model}: onnxruntime could not quantize the model ({exc})") from None
         finally:
             root.setLevel(level)
         payload = written.read_bytes()
     return atomic_write(out, lambda handle: handle.write(payload), mode="wb")
+
+
+def _range_overrides(model: onnx.ModelProto, result: CalibrationResult) -> dict[str, list[dict[str, Any]]]:
+    """rmin/rmax overrides of every calibrated activation, with onnxruntime's own range rules applied
+    first (``adjust_tensor_ranges``): a Relu/Clip's single-consumer input takes the output's range,
+    and a Softmax output is [0, 1] (overrides win over those rules, so they must already agree)."""
+    view = GraphView(model)
+    ranges = dict(result.ranges)
+    for node in view.nodes:
+        if node.op_type in ("Relu", "Clip") and len(view.consumers.get(node.input[0], [])) == 1:
+            if node.output[0] in ranges:
+                ranges[node.input[0]] = ranges[node.output[0]]
+        elif node.op_type == "Softmax":
+            ranges[node.output[0]] = (0.0, 1.0)
+    return {
+        name: [{"rmin": np.float32(lo), "rmax": np.float32(hi)}]
+        for name, (lo, hi) in ranges.items()
+        if name not in view.initializers
+    }
+
+
+class _ZeroRecord:
+    """A CalibrationDataReader of one all-zero record (every range it yields is overridden)."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        feeds = {}
+        for spec in graph_inputs(model):
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in spec.shape]
+            feeds[spec.name] = np.zeros(shape, dtype=np.dtype(spec.dtype))
+        self._items = iter([feeds])
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._items, None)
 
 
 def calibrate(
