@@ -92,14 +92,14 @@ def quantize_multiplier(m: np.ndarray | float, bits: int = 31) -> tuple[np.ndarr
     """TFLite ``QuantizeMultiplier``: ``m ~= q * 2**(shift - bits)`` with ``q`` in ``[2**(bits-1), 2**bits)``.
 
     ``q`` is rounded half away from zero (``std::round``); ``q == 2**bits`` renormalises; multipliers
-    below ``2**-bits`` flush to zero, as TFLite does for ``shift < -31``.
+    with ``shift < -31`` flush to zero, as TFLite does (whatever the multiplier's width).
     """
     f, shift = np.frexp(np.asarray(m, dtype=np.float64))
     q = round_float(f * 2.0**bits, "half_away").astype(np.int64)
     full = q == (1 << bits)
     q = np.where(full, q // 2, q)
     shift = np.where(full, shift + 1, shift).astype(np.int64)
-    tiny = shift < -bits
+    tiny = shift < -31
     return np.where(tiny, 0, q), np.where(tiny, 0, shift)
 
 

@@ -95,3 +95,76 @@ def test_qlinear_mul_tflite() -> None:
         for p, r in zip(a.ravel(), b.ravel(), strict=True)
     ]
     np.testing.assert_array_equal(got.ravel(), want)
+
+
+def test_q15_multiplier_single_rounding() -> None:
+    """A 15-bit multiplier: q = round_half_away(frac * 2**15), y = (acc q + 2**(t-1)) >> t, t = 15 - shift."""
+    from golden import golden_shift
+
+    from pytest_qaccuracy.backend import arith, get_scheme
+
+    scheme = get_scheme("tflite-single-rounding").replace(multiplier="q15")
+    rng = np.random.default_rng(4)
+    acc = rng.integers(-(2**16), 2**16, 300)
+    m = rng.uniform(1e-5, 2e-3, 300)
+    got = arith.requantize(acc, m, 3, np.int8, scheme, "gemm")
+    want = []
+    for a, mm in zip(acc.tolist(), m.tolist(), strict=True):
+        frac, exp = np.frexp(mm)
+        q = golden_shift(int(frac * 2**16), 1, "half_away")  # frac * 2**15, rounded half away
+        if q == 2**15:
+            q, exp = q // 2, exp + 1
+        t = 15 - int(exp)
+        want.append(min(max(((a * q + (1 << (t - 1))) >> t) + 3, -128), 127))
+    np.testing.assert_array_equal(got, want)
+    assert np.mean(np.abs(got) == 127) < 0.25
+
+
+@pytest.mark.parametrize("preset", ["glow", "power2"])
+def test_qlinear_add_rescales_each_input(preset: str) -> None:
+    """Glow/power2 add: each input rescaled to the output scale on its own, then summed (two roundings)."""
+    from golden import golden_shift
+
+    rng = np.random.default_rng(5)
+    a, b = random_q(rng, np.uint8, (64,)), random_q(rng, np.uint8, (64,))
+    s_a, s_b, s_c = f32(0.031), f32(0.017), f32(0.08)
+    inits = {"as": s_a, "az": np.uint8(3), "bs": s_b, "bz": np.uint8(9), "cs": s_c, "cz": np.uint8(1)}
+    order = ["a", "as", "az", "b", "bs", "bz", "cs", "cz"]
+    spec = [("a", np.uint8, a.shape), ("b", np.uint8, b.shape)]
+    model = node_model("QLinearAdd", spec, inits, np.uint8, domain=MS, input_order=order)
+    got = IntegerSession(model, preset).run(None, {"a": a, "b": b})[0]
+
+    def rescale(x: int, ratio: float) -> int:
+        if preset == "glow":
+            return glow_scale(x, float(f32(ratio)))
+        e = int(np.round(np.log2(ratio)))  # nearest power of two, rounding shift half up
+        return golden_shift(x, -e, "half_up")
+
+    r_a, r_b = float(s_a) / float(s_c), float(s_b) / float(s_c)
+    if preset == "glow":
+        r_a, r_b = float(f32(s_a / s_c)), float(f32(s_b / s_c))
+    want = [
+        min(max(rescale(int(p) - 3, r_a) + rescale(int(q) - 9, r_b) + 1, 0), 255) for p, q in zip(a, b, strict=True)
+    ]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_accumulator_wraps_or_stays_exact() -> None:
+    """A 1x1 conv whose sum exceeds int32: ``wrap32`` wraps it like C kernels, ``exact`` does not."""
+    from pytest_qaccuracy.backend import arith, get_scheme
+
+    c = 70000  # 255 * 127 * 70000 > 2**31
+    x = np.full((1, c, 1, 1), 255, np.uint8)
+    w = np.full((1, c, 1, 1), 127, np.int8)
+    exact_sum = 255 * 127 * c
+    wrapped = (exact_sum + 2**31) % 2**32 - 2**31
+    inits = {"xs": f32(1.0), "xz": np.uint8(0), "w": w, "ws": f32(2.0**-24), "wz": np.int8(0), "ys": f32(1.0),
+             "yz": np.uint8(128)}  # fmt: skip
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8)
+    ort_like = get_scheme("onnxruntime")
+    got_wrap = IntegerSession(model, ort_like).run(None, {"x": x})[0].item()
+    got_exact = IntegerSession(model, ort_like.replace(accumulator="exact")).run(None, {"x": x})[0].item()
+    assert got_wrap == min(max(int(np.rint(np.float32(wrapped) * np.float32(2.0**-24))) + 128, 0), 255)
+    assert got_exact == min(max(int(np.rint(np.float32(exact_sum) * np.float32(2.0**-24))) + 128, 0), 255)
+    assert got_wrap != got_exact
+    assert arith.accumulate(np.array([exact_sum]), ort_like)[0] == wrapped
