@@ -325,3 +325,18 @@ def test_qlinear_matmul_accumulator_above_2_24() -> None:
     assert np.abs(acc).min() > 2**24
     got = _check(node_model("QLinearMatMul", [("a", np.uint8, a.shape)], inits, np.uint8), {"a": a})[0]
     assert got.min() > 0 and got.max() < 255  # not saturated: the low bits matter
+
+
+@pytest.mark.parametrize("channels", [70000, 140000])
+def test_int32_accumulator_wraps_like_onnxruntime(channels: int) -> None:
+    """Sums beyond int32 wrap around in onnxruntime's kernels; the wrap32 accumulator does the same."""
+    x = np.full((1, channels, 1, 1), 255, np.uint8)
+    inits = {"xs": f32(1.0), "xz": np.uint8(0), "w": np.full((1, channels, 1, 1), 127, np.int8), "ws": f32(2.0**-24),
+             "wz": np.int8(0), "ys": f32(1.0), "yz": np.uint8(128)}  # fmt: skip
+    assert 255 * 127 * channels > 2**31
+    got = _check(node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8), {"x": x})[0]
+    assert got.item() not in (0, 255)  # the exact sum would saturate; the wrapped one does not
+    a = np.full((1, channels), 255, np.uint8)
+    inits = {"as": f32(1.0), "az": np.uint8(0), "b": np.full((channels, 1), 127, np.int8), "bs": f32(2.0**-24),
+             "bz": np.int8(0), "ys": f32(1.0), "yz": np.uint8(128)}  # fmt: skip
+    _check(node_model("QLinearMatMul", [("a", np.uint8, a.shape)], inits, np.uint8), {"a": a})
