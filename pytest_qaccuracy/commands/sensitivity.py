@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--top must be >= 0, got {args.top}")
     if args.sweep is not None and args.sweep < 0:
         raise InputError(f"--sweep must be >= 0, got {args.sweep}")
+    if args.mode == "cumulative" and (args.sweep is not None or args.target):
+        raise InputError("--sweep and --target apply to --mode single or leave-one-out, not cumulative")
+    if args.mode != "cumulative" and (args.quantize_nodes or args.exclude_nodes or args.average_mode):
+        raise InputError("--quantize-nodes, --exclude-nodes and --average-mode apply to --mode cumulative")
     target = Target.parse(args.target) if args.target else None
     options = RuntimeOptions(
         providers=tuple(p.strip() for p in args.providers.split(",") if p.strip()),

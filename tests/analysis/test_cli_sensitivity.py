@@ -60,3 +60,11 @@ def test_bad_input_is_one_error_line_and_exit_2(zoo, capsys):
     assert "no quantized node 'nope'" in capsys.readouterr().err
     assert main([*base, str(zoo["qdq_u8"]), "--data", str(zoo["data"]), "--metric", "bogus"]) == 2
     assert "unknown metric 'bogus'" in capsys.readouterr().err
+
+
+def test_options_of_another_mode_are_refused(zoo, capsys):
+    base = ["sensitivity", str(zoo["fp32"]), str(zoo["qdq_u8"]), "--data", str(zoo["data"])]
+    assert main([*base, "--mode", "cumulative", "--target", "cosine>=0.99"]) == 2
+    assert "apply to --mode single or leave-one-out" in capsys.readouterr().err
+    assert main([*base, "--average-mode"]) == 2
+    assert "apply to --mode cumulative" in capsys.readouterr().err
