@@ -20,8 +20,11 @@ from tabulate import tabulate
 from pytest_qaccuracy.analysis.cumulative import DEFAULT_CONFIGS, CumulativeResult, cumulative_in
 from pytest_qaccuracy.analysis.sensitivity import SensitivityResult, open_session, sensitivity_in
 from pytest_qaccuracy.analysis.sweep import SweepResult, Target, sweep_in
+from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import ModelError
+from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.report.atomic import atomic_write_json
+from pytest_qaccuracy.runtime import RuntimeOptions
 
 
 def _fmt(value: float | None) -> str:
@@ -137,15 +140,15 @@ class SensitivityReport:
 
 
 def analyse_pair(
-    pair,
-    data: str | os.PathLike[str],
+    pair: ModelPair,
+    data: Dataset | str | os.PathLike[str],
     metrics: str | Sequence[str] = "cosine",
     mode: str = "single",
     target: Target | str | None = None,
     max_excluded: int | None = 10,
     cumulative: bool = True,
     average_mode: bool = False,
-    options=None,
+    options: RuntimeOptions | None = None,
 ) -> SensitivityReport:
     """Rank the nodes of a QDQ pair, sweep exclusions towards ``target``, and draw the cumulative curves.
 

@@ -14,7 +14,7 @@ import inspect
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,7 +164,9 @@ def compute_ranges(
     return CalibrationResult(calibration.method, len(bound), chosen, observed)
 
 
-def _passes(runner: OrtRunner, bound: BoundDataset, batch_size: int, names: Sequence[str]):
+def _passes(
+    runner: OrtRunner, bound: BoundDataset, batch_size: int, names: Sequence[str]
+) -> Iterator[tuple[dict[str, np.ndarray], int]]:
     """Per batch: ({tensor: values}, records in the batch); one batch alive at a time."""
     wanted = set(names)
     for batch in bound.iter_batches(batch_size):
@@ -173,7 +175,9 @@ def _passes(runner: OrtRunner, bound: BoundDataset, batch_size: int, names: Sequ
         yield {n: values[n] for n in names if values[n].dtype.kind == "f"}, len(batch)
 
 
-def _extrema_range(observed, per_record: ExtremaObserver | None, c: CalibrationOptions) -> tuple[float, float]:
+def _extrema_range(
+    observed: tuple[float, float], per_record: ExtremaObserver | None, c: CalibrationOptions
+) -> tuple[float, float]:
     if c.method == "minmax":
         return observed
     if c.method == "percentile":
@@ -185,7 +189,14 @@ def _extrema_range(observed, per_record: ExtremaObserver | None, c: CalibrationO
     )
 
 
-def _histogram_ranges(runner, bound, batch_size, names, observed, c: CalibrationOptions):
+def _histogram_ranges(
+    runner: OrtRunner,
+    bound: BoundDataset,
+    batch_size: int,
+    names: Sequence[str],
+    observed: dict[str, tuple[float, float]],
+    c: CalibrationOptions,
+) -> dict[str, tuple[float, float]]:
     hists = {n: HistogramObserver(max(abs(observed[n][0]), abs(observed[n][1])), c.histogram_bins) for n in names}
     for values, _ in _passes(runner, bound, batch_size, names):
         for name, value in values.items():
