@@ -219,6 +219,8 @@ def test_qlinear_lookup_ops(op, dtype, params) -> None:
         {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
         {"kernel_shape": [2, 2], "strides": [2, 2]},
         {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 1, 0]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+        {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 0, 0], "ceil_mode": 1, "count_include_pad": 1},
     ],
 )
 @pytest.mark.parametrize("ties", [False, True])
