@@ -60,8 +60,14 @@ def prepare(work: Path, records: int, size: int) -> None:
 
     logging.getLogger().setLevel(logging.ERROR)
     fp32 = netzoo.detector(work / "det.onnx", size=size)
-    quantize_static(str(fp32), str(work / "det.qdq.onnx"), _Reader(netzoo.images(16, size, seed=7)),
-                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    quantize_static(
+        str(fp32),
+        str(work / "det.qdq.onnx"),
+        _Reader(netzoo.images(16, size, seed=7)),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+    )
     for name, count in (("data", records), ("data_big", records * 8)):
         with h5py.File(work / f"{name}.h5", "w") as f:
             for start in range(0, count, 32):  # write in chunks: never hold the big set in memory
@@ -154,13 +160,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         prepare(work, args.records, args.size)
-        print(f"model: {netzoo.count_convs(work / 'det.onnx')} Conv layers, input 3x{args.size}x{args.size}, "
-              f"{args.records} records, batch {args.batch_size}")
+        print(
+            f"model: {netzoo.count_convs(work / 'det.onnx')} Conv layers, input 3x{args.size}x{args.size}, "
+            f"{args.records} records, batch {args.batch_size}"
+        )
         results = {}
         for method in args.methods.split(","):
             proc = subprocess.run(
-                [sys.executable, __file__, "--worker", method, "--work", str(work), "--batch-size", str(args.batch_size)],
-                capture_output=True, text=True, check=False,
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    method,
+                    "--work",
+                    str(work),
+                    "--batch-size",
+                    str(args.batch_size),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
             )
             if proc.returncode:
                 sys.exit(f"{method} failed:\n{proc.stderr}")
@@ -170,9 +189,16 @@ def main() -> None:
     rows = []
     for method, r in results.items():
         records = args.records * (8 if method.endswith("_big") else 1)
-        rows.append([method, records, f"{r['seconds']:.2f}", f"{r['peak_rss_mb']:.0f}",
-                     f"{r['seconds'] / floor:.2f}x" if floor else "",
-                     f"{r['seconds'] / debug:.3f}x" if debug and method.startswith("ours") else ""])
+        rows.append(
+            [
+                method,
+                records,
+                f"{r['seconds']:.2f}",
+                f"{r['peak_rss_mb']:.0f}",
+                f"{r['seconds'] / floor:.2f}x" if floor else "",
+                f"{r['seconds'] / debug:.3f}x" if debug and method.startswith("ours") else "",
+            ]
+        )
     print(tabulate(rows, headers=["method", "records", "wall s", "peak RSS MB", "vs floor", "vs ort_debug"]))
     if "ort_debug" in results and "ours_reference" in results:
         theirs, ours = results["ort_debug"]["xmodel_sqnr"], results["ours_reference"]["sqnr"]

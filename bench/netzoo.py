@@ -20,12 +20,15 @@ class _Builder:
         i = self.convs = self.convs + 1
         std = np.sqrt(2.0 / (cin * k * k))
         w = (self.rng.standard_normal((cout, cin, k, k)) * std).astype(np.float32)
-        self.inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(
-            (self.rng.standard_normal(cout) * 0.05).astype(np.float32), f"b{i}")]
+        self.inits += [
+            numpy_helper.from_array(w, f"w{i}"),
+            numpy_helper.from_array((self.rng.standard_normal(cout) * 0.05).astype(np.float32), f"b{i}"),
+        ]
         pad = k // 2
         out = f"conv{i}"
-        self.nodes.append(helper.make_node(
-            "Conv", [x, f"w{i}", f"b{i}"], [out], pads=[pad] * 4, strides=[stride] * 2, name=out))
+        self.nodes.append(
+            helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [out], pads=[pad] * 4, strides=[stride] * 2, name=out)
+        )
         if relu:
             self.nodes.append(helper.make_node("Relu", [out], [f"relu{i}"], name=f"relu{i}"))
             return f"relu{i}"

@@ -29,6 +29,18 @@ _EXPORTS = {
     "StatsMetric": "pytest_qaccuracy.metrics",
     "register_metric": "pytest_qaccuracy.metrics",
     "available_metrics": "pytest_qaccuracy.metrics",
+    "assert_cosine": "pytest_qaccuracy.assertions",
+    "assert_relative": "pytest_qaccuracy.assertions",
+    "assert_topk": "pytest_qaccuracy.assertions",
+    "assert_within_lsb": "pytest_qaccuracy.assertions",
+    "IntegerSession": "pytest_qaccuracy.backend",
+    "Scheme": "pytest_qaccuracy.backend",
+    "get_scheme": "pytest_qaccuracy.backend",
+    "check_agreement": "pytest_qaccuracy.backend.agreement",
+    "node_sensitivity": "pytest_qaccuracy.analysis.sensitivity",
+    "analyse_pair": "pytest_qaccuracy.analysis.sensitivity_report",
+    "calibrate": "pytest_qaccuracy.analysis.calibration",
+    "DatasetReader": "pytest_qaccuracy.analysis.calibration.reader",
     "QAccuracyError": "pytest_qaccuracy.errors",
     "InputError": "pytest_qaccuracy.errors",
     "DataError": "pytest_qaccuracy.errors",
@@ -36,6 +48,7 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
+
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
