@@ -22,6 +22,11 @@ _F32_EXACT = 2.0**24
 _F64_EXACT = 2.0**53
 
 
+def scalar(value: np.ndarray | None, default: int = 0) -> np.ndarray | int:
+    """A per-tensor scale or zero point as a 0-d array; ``default`` for an omitted optional input."""
+    return default if value is None else np.asarray(value).reshape(())
+
+
 def qrange(dtype: np.dtype | type) -> tuple[int, int]:
     """``(qmin, qmax)`` of an integer dtype."""
     return QRANGES[np.dtype(dtype)]

@@ -287,9 +287,9 @@ def qlinear_add(
 ) -> tuple[np.ndarray]:
     """``C = (A_s(A - A_zp) + B_s(B - B_zp)) / C_s + C_zp`` as the scheme computes it."""
     dtype = _out_dtype(C_zero_point, A)
-    a_zp = 0 if A_zero_point is None else np.asarray(A_zero_point).reshape(())
-    b_zp = 0 if B_zero_point is None else np.asarray(B_zero_point).reshape(())
-    c_zp = 0 if C_zero_point is None else np.asarray(C_zero_point).reshape(())
+    a_zp = arith.scalar(A_zero_point)
+    b_zp = arith.scalar(B_zero_point)
+    c_zp = arith.scalar(C_zero_point)
     a_s, b_s, c_s = (np.asarray(s).reshape(()) for s in (A_scale, B_scale, C_scale))
     out_shape = np.broadcast_shapes(A.shape, B.shape)
     spans = (_scalar_span(A, out_shape), _scalar_span(B, out_shape))
@@ -315,8 +315,8 @@ def qlinear_mul(
 ) -> tuple[np.ndarray]:
     """``C = (A - A_zp)(B - B_zp) * A_s B_s / C_s + C_zp``; the product is exact in int32."""
     dtype = _out_dtype(C_zero_point, A)
-    a_zp = 0 if A_zero_point is None else np.asarray(A_zero_point).reshape(()).astype(np.int64)
-    b_zp = 0 if B_zero_point is None else np.asarray(B_zero_point).reshape(()).astype(np.int64)
+    a_zp = np.int64(arith.scalar(A_zero_point))
+    b_zp = np.int64(arith.scalar(B_zero_point))
     multiplier = arith.real_multiplier([A_scale, B_scale], C_scale, scheme)
     c_zp = 0 if C_zero_point is None else C_zero_point
 

@@ -108,7 +108,7 @@ def qlinear_average_pool(
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
     pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, None)
     count = math.prod(kernel_shape) if count_include_pad else _counts(X.shape, kernel_shape, strides_, dil, pads_, out)
-    y_zp = 0 if y_zero_point is None else np.asarray(y_zero_point).reshape(())
+    y_zp = arith.scalar(y_zero_point)
     if scheme.multiplier in ("float32", "float64"):
         ftype = np.float32 if scheme.multiplier == "float32" else np.float64
         lo = arith.qrange(X.dtype)[0]
