@@ -19,10 +19,9 @@ from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import Metric, TensorPair, get_metric, parse_metric_names
 from pytest_qaccuracy.metrics.pair import scratch
-from pytest_qaccuracy.model.graph import GraphView
-from pytest_qaccuracy.model.matching import FLOAT_TYPES, TensorMatch
+from pytest_qaccuracy.model.matching import TensorMatch
 from pytest_qaccuracy.model.pair import ModelPair
-from pytest_qaccuracy.model.quant_params import QuantParams, find_quant_params
+from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions, make_runner
 
 #: How many worst records each output keeps per metric (for failure messages).
@@ -163,18 +162,11 @@ def _tracker(fp32: str, capture: str, params: QuantParams | None, names: list[st
 
 
 def _output_trackers(pair: ModelPair, names: list[str]) -> list[_Tracked]:
-    view = GraphView(pair.quantized)
+    """Outputs are captured like layers: a DequantizeLinear output as its integer input (keeps fusion
+    intact), an integer output dequantized, a float output as it is."""
     trackers = []
     for f_name, q_name in pair.output_pairs():
-        found = view.producer.get(q_name)
-        if found and found[1].op_type == "DequantizeLinear":  # fetch the integer tensor: keeps fusion intact
-            capture = found[1].input[0]
-            params = find_quant_params(view, capture)
-        else:
-            capture, params = q_name, None
-            elem = view.elem_types.get(q_name)
-            if elem is not None and elem not in FLOAT_TYPES:  # an integer output: dequantize it
-                params = find_quant_params(view, q_name)
+        _, capture, params = pair.matcher.resolve(q_name, follow_quantize=False)
         trackers.append(_tracker(f_name, capture, params, names, worst=True))
     return trackers
 
@@ -279,13 +271,4 @@ def first_jump(result: ComparisonResult, metric: str = "sqnr", factor_db: float 
     return best_layer
 
 
-def dataset_labels(data: Dataset | str | os.PathLike[str]) -> np.ndarray | None:
-    dataset = data if isinstance(data, Dataset) else load_dataset(data)
-    try:
-        return dataset.labels()
-    finally:
-        if not isinstance(data, Dataset):
-            dataset.close()
-
-
-__all__ = ["compare", "dataset_labels", "first_jump", "worst_layers"]
+__all__ = ["compare", "first_jump", "worst_layers"]

@@ -102,13 +102,18 @@ class Matcher:
 
     # -- resolving a quantized-model tensor to what is captured ---------------------------------
 
-    def resolve(self, name: str) -> tuple[str, str, QuantParams | None]:
-        """(reported name, captured name, params) for quantized-model tensor ``name``."""
+    def resolve(self, name: str, follow_quantize: bool = True) -> tuple[str, str, QuantParams | None]:
+        """(reported name, captured name, params) for quantized-model tensor ``name``.
+
+        A DequantizeLinear output is captured as its integer input. With ``follow_quantize``, a float
+        tensor that a QuantizeLinear reads is captured as that quantized value (what the next layer
+        reads); without it (model outputs), the float tensor itself is captured.
+        """
         found = self.q.producer.get(name)
         if found and found[1].op_type == "DequantizeLinear":
             integer = found[1].input[0]
             return name, integer, find_quant_params(self.q, integer)
-        for _, node, pos in self.q.consumers.get(name, []):
+        for _, node, pos in self.q.consumers.get(name, []) if follow_quantize else ():
             if node.op_type == "QuantizeLinear" and pos == 0:
                 integer = node.output[0]
                 return self._dq_name(integer) or integer, integer, find_quant_params(self.q, integer)

@@ -12,7 +12,7 @@ import onnx
 from pytest_qaccuracy.errors import ModelError
 from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.loading import InputSpec, graph_inputs, load_model
-from pytest_qaccuracy.model.matching import Matching, match_tensors
+from pytest_qaccuracy.model.matching import Matcher, Matching
 from pytest_qaccuracy.model.quant_params import detect_format
 
 
@@ -51,8 +51,12 @@ class ModelPair:
         return detect_format(GraphView(self.quantized))
 
     @cached_property
+    def matcher(self) -> Matcher:
+        return Matcher(self.fp32, self.quantized)
+
+    @cached_property
     def matching(self) -> Matching:
-        return match_tensors(self.fp32, self.quantized, self.mapping)
+        return self.matcher.match(self.mapping)
 
     def output_pairs(self) -> list[tuple[str, str]]:
         """(fp32 output, quantized output) pairs: by name, else by position."""

@@ -50,8 +50,6 @@ QOPERATOR_FLOAT_OP = {
     "QLinearWhere": "Where",
 }
 
-QUANTIZE_OPS = ("QuantizeLinear", "DynamicQuantizeLinear")
-
 
 @dataclass(frozen=True, slots=True)
 class QuantParams:
