@@ -111,7 +111,14 @@ def test_undefined_values_carry_a_reason():
     assert _value("mre", zeros, zeros) == (0.0, None)
     assert _value("srmse", ones, ones) == (None, "the quantized tensor has no scale")
     assert _value("lsb", ones, ones) == (None, "the quantized tensor has no scale")
-    assert get_metric("mse")().result() == (None, "no records")
+
+
+@pytest.mark.parametrize("name", ["mse", "mpeir", "tae", "srmse", "mre", "max_abs", "lsb", "cosine", "sqnr"])
+def test_no_records_is_undefined_for_every_metric(name):
+    assert get_metric(name)().result() == (None, "no records")
+    merged = get_metric(name)()
+    merged.merge(get_metric(name)())
+    assert merged.result() == (None, "no records")
 
 
 def test_record_values_are_per_record():

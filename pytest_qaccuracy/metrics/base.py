@@ -53,16 +53,18 @@ class StatsMetric(Metric):
     """A metric whose state is a few float64 sums over :class:`RecordStats` fields.
 
     Subclasses list ``sums`` (names of state fields), implement ``fold(stats) -> dict`` returning the
-    batch's contribution to each sum, and ``compute()``. ``update`` and ``merge`` come for free.
+    batch's contribution to each sum, and ``compute()``. ``update`` and ``merge`` come for free, and
+    so does ``state["records"]``: the records folded so far (no records -> undefined, for every metric).
     """
 
     sums: ClassVar[tuple[str, ...]] = ()
     maxima: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
-        self.state = {key: 0.0 for key in self.sums} | {key: -math.inf for key in self.maxima}
+        self.state = {"records": 0.0} | {key: 0.0 for key in self.sums} | {key: -math.inf for key in self.maxima}
 
     def update(self, pair: TensorPair) -> None:
+        self.state["records"] += pair.records
         for key, value in self.fold(pair.stats, pair).items():
             if key in self.maxima:
                 self.state[key] = max(self.state[key], float(value))
@@ -71,13 +73,13 @@ class StatsMetric(Metric):
 
     def merge(self, other: Metric) -> None:
         assert isinstance(other, type(self))
-        for key in self.sums:
+        for key in ("records", *self.sums):
             self.state[key] += other.state[key]
         for key in self.maxima:
             self.state[key] = max(self.state[key], other.state[key])
 
     def result(self) -> Result:
-        if self.state.get("records", 1.0) == 0:
+        if self.state["records"] == 0:
             return None, "no records"
         return self.compute()
 

@@ -20,10 +20,10 @@ MPEIR_EPS = 1e-6
 class RecordMean(StatsMetric):
     """A metric that is the mean over records of a per-record value (ONE's visq metrics)."""
 
-    sums = ("records", "total")
+    sums = ("total",)
 
     def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
-        return {"records": len(stats.sq_err), "total": self.record_values(pair).sum()}
+        return {"total": self.record_values(pair).sum()}
 
     def compute(self) -> Result:
         return self.state["total"] / self.state["records"], None
@@ -64,7 +64,7 @@ class SRMSE(StatsMetric):
         "sqrt(mean over records s of mean((f_s - q_s)^2)) / scale, scale = the quantized tensor's step "
         "(Samsung ONE visq; about 0.289 = 1/sqrt(12) for uniformly distributed rounding error)"
     )
-    sums = ("records", "mse_sum")
+    sums = ("mse_sum",)
 
     def __init__(self) -> None:
         super().__init__()
@@ -78,7 +78,7 @@ class SRMSE(StatsMetric):
                 self.scale, self.reason = float(scale.reshape(())), None
             else:
                 self.reason = "per-channel scale: SRMSE is defined for a per-tensor scale"
-        return {"records": len(stats.sq_err), "mse_sum": (stats.sq_err / max(stats.count, 1)).sum()}
+        return {"mse_sum": (stats.sq_err / max(stats.count, 1)).sum()}
 
     def merge(self, other) -> None:
         super().merge(other)
@@ -118,10 +118,9 @@ class MaxAbs(StatsMetric):
     name = "max_abs"
     formula = "max |f - q| over all elements of all records"
     maxima = ("max_abs",)
-    sums = ("records",)
 
     def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
-        return {"records": len(stats.sq_err), "max_abs": stats.max_abs_err.max(initial=0.0)}
+        return {"max_abs": stats.max_abs_err.max(initial=0.0)}
 
     def record_values(self, pair: TensorPair) -> np.ndarray:
         return pair.stats.max_abs_err
@@ -135,7 +134,6 @@ class LSB(StatsMetric):
     name = "lsb"
     formula = "max |f - q| / scale over all elements of all records: the worst error in quantization steps"
     maxima = ("lsb",)
-    sums = ("records",)
 
     def __init__(self) -> None:
         super().__init__()
@@ -144,9 +142,9 @@ class LSB(StatsMetric):
     def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
         steps = pair.steps
         if steps is None:
-            return {"records": len(stats.sq_err)}
+            return {}
         self.has_scale = True
-        return {"records": len(stats.sq_err), "lsb": steps.max(initial=0.0)}
+        return {"lsb": steps.max(initial=0.0)}
 
     def record_values(self, pair: TensorPair) -> np.ndarray | None:
         return pair.steps
