@@ -7,6 +7,7 @@ Nothing but the current batch's tensors and the accumulators' fixed-size state i
 from __future__ import annotations
 
 import heapq
+import itertools
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -243,32 +244,29 @@ def worst_layers(result: ComparisonResult, metric: str, count: int = 5) -> list[
 def first_jump(result: ComparisonResult, metric: str = "sqnr", factor_db: float = 6.0) -> LayerResult | None:
     """The first layer (topological order) where ``metric`` worsens sharply against the layer before.
 
-    For dB metrics a drop of ``factor_db``; for others a rise by a factor of 2 in relative terms.
-    Returns the layer with the largest single-step worsening if none crosses the threshold.
+    SQNR: a drop of ``factor_db`` dB. Other metrics: the error (for higher-is-better metrics, the
+    distance from 1) at least doubles. Without such a step, the layer with the largest worsening, or
+    None when nothing worsens.
     """
     ordered = [x for x in sorted(result.layers, key=lambda x: x.order) if x.metrics.get(metric) is not None]
-    if not ordered:
-        return None
     higher = result.higher_is_better.get(metric, False)
+    threshold = factor_db if metric == "sqnr" else 1.0
     best_step, best_layer = 0.0, None
-    previous = None
-    for layer in ordered:
-        value = layer.metrics[metric]
-        if previous is None:
-            step = 0.0
-        elif metric == "sqnr":
-            step = previous - value
-        elif higher:
-            step = (previous - value) / max(abs(1 - previous), 1e-12)
-        else:
-            step = (value - previous) / max(abs(previous), 1e-12)
-        threshold = factor_db if metric == "sqnr" else 1.0
-        if previous is not None and step >= threshold:
+    for before, layer in itertools.pairwise(ordered):
+        step = _worsening(before.metrics[metric], layer.metrics[metric], metric, higher)
+        if step >= threshold:
             return layer
         if step > best_step:
             best_step, best_layer = step, layer
-        previous = value
     return best_layer
+
+
+def _worsening(before: float, value: float, metric: str, higher: bool) -> float:
+    if metric == "sqnr":
+        return before - value
+    if higher:
+        return (before - value) / max(abs(1 - before), 1e-12)
+    return (value - before) / max(abs(before), 1e-12)
 
 
 __all__ = ["compare", "first_jump", "worst_layers"]
