@@ -211,6 +211,6 @@ def _layers_result(metric: str, values: list[float], higher: bool) -> Comparison
 def test_first_jump_finds_the_sharp_step():
     assert first_jump(_layers_result("sqnr", [40.0, 38.0, 30.0, 20.0], True)).tensor == "t2"  # -8 dB
     assert first_jump(_layers_result("mse", [1.0, 1.5, 3.2, 9.0], False), "mse").tensor == "t2"  # x2.13
-    assert first_jump(_layers_result("cosine", [0.999, 0.998, 0.990], True), "cosine").tensor == "t1"  # 1-cos doubles
+    assert first_jump(_layers_result("cosine", [0.999, 0.997, 0.990], True), "cosine").tensor == "t1"  # 1-cos triples
     assert first_jump(_layers_result("sqnr", [40.0, 38.0, 35.0], True)).tensor == "t2"  # largest step, none >= 6
     assert first_jump(_layers_result("sqnr", [30.0, 31.0], True)) is None  # nothing worsens
