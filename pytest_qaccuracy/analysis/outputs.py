@@ -21,7 +21,7 @@ from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.matching import FLOAT_TYPES
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams, find_quant_params
-from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
+from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions, make_runner
 
 WORST_ELEMENTS = 5
 
@@ -141,6 +141,8 @@ def measure_outputs(
     rtol: float | None = None,
     atol: float | None = None,
     options: RuntimeOptions | None = None,
+    backend: str = "onnxruntime",
+    scheme: str | None = None,
 ) -> OutputStats:
     """Run both models on every record and measure their outputs.
 
@@ -152,6 +154,8 @@ def measure_outputs(
         rtol: relative tolerance; with ``atol``, counts elements outside ``atol + rtol*|f|``.
         atol: absolute tolerance.
         options: onnxruntime options.
+        backend: ``onnxruntime`` or ``integer`` (the emulated integer backend) for the quantized model.
+        scheme: the integer backend's scheme preset (default ``onnxruntime``).
 
     Returns:
         :class:`OutputStats` keyed by the fp32 model's output names.
@@ -165,7 +169,7 @@ def measure_outputs(
         names = pair.output_pairs()
         params = _integer_outputs(pair)
         fp32 = OrtRunner(pair.fp32, [f for f, _ in names], options, pair.fp32_path.name)
-        quant = OrtRunner(pair.quantized, [q for _, q in names], options, pair.quantized_path.name)
+        quant = make_runner(pair.quantized, [q for _, q in names], options, pair.quantized_path.name, backend, scheme)
         counters: dict[str, TopKCounter | None] = {}
         relative = {f: _RelativeTracker(rtol or 0.0, atol or 0.0) for f, _ in names} if rtol or atol else {}
         for batch in bound.iter_batches(options.batch_size):

@@ -8,8 +8,9 @@ differs by more than ``max_steps`` (the Glow issue's per-node comparison across 
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,8 @@ from onnx import helper
 
 from pytest_qaccuracy.backend.interpreter import IntegerSession
 from pytest_qaccuracy.backend.scheme import Scheme
-from pytest_qaccuracy.model.loading import load_model
+from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.model.loading import graph_inputs, load_model
 
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.uint16))
 
@@ -101,6 +103,12 @@ class AgreementResult:
             int(data["records"]),
             tuple(TensorAgreement.from_dict(t) for t in data["tensors"]),
             data["first_divergence"],
+        )
+
+    def with_max_steps(self, max_steps: int) -> AgreementResult:
+        """The same measurement judged against another tolerance N (nothing is run again)."""
+        return dataclasses.replace(
+            self, max_steps_allowed=max_steps, first_divergence=_first_divergence(self.tensors, max_steps)
         )
 
     def summary(self) -> str:
@@ -191,8 +199,13 @@ class AgreementChecker:
         tensors = tuple(
             TensorAgreement(name, order, *self._stats[name]) for order, name in enumerate(self._names or [])
         )
-        first = next((t.tensor for t in tensors if t.max_steps > self.max_steps or t.max_steps < 0), None)
+        first = _first_divergence(tensors, self.max_steps)
         return AgreementResult(self.label, self.session.scheme.name, self.max_steps, self.records, tensors, first)
+
+
+def _first_divergence(tensors: Sequence[TensorAgreement], max_steps: int) -> str | None:
+    """First tensor (topological order) off by more than ``max_steps``; -1 steps marks a shape mismatch."""
+    return next((t.tensor for t in tensors if t.max_steps > max_steps or t.max_steps < 0), None)
 
 
 def check_agreement(
@@ -216,4 +229,38 @@ def check_agreement(
     """
     checker = AgreementChecker(model, scheme=scheme, max_steps=max_steps)
     checker.update(feeds)
+    return checker.result()
+
+
+def dataset_agreement(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    data: Dataset | str | os.PathLike[str],
+    *,
+    scheme: str | Scheme = "onnxruntime",
+    max_steps: int = 0,
+    batch_size: int = 32,
+) -> AgreementResult:
+    """:func:`check_agreement` over every record of a dataset, streamed batch by batch.
+
+    Args:
+        model: a quantized model (QDQ or QOperator), path or proto.
+        data: a dataset or its path (``.h5``/``.hdf5``, ``.npz``, or a folder of ``.npy``).
+        scheme: the emulation's scheme (preset name or :class:`Scheme`).
+        max_steps: tolerated difference N, in quantization steps.
+        batch_size: records per run; memory holds one batch and fixed-size state per tensor.
+
+    Returns:
+        the :class:`AgreementResult` of all records.
+
+    Raises:
+        InputError: bad data or an unknown scheme (the message names it).
+    """
+    checker = AgreementChecker(model, scheme=scheme, max_steps=max_steps)
+    dataset = data if isinstance(data, Dataset) else load_dataset(data)
+    try:
+        for batch in bind_dataset(dataset, graph_inputs(checker.proto)).iter_batches(batch_size):
+            checker.update(batch.stacked())
+    finally:
+        if not isinstance(data, Dataset):
+            dataset.close()
     return checker.result()

@@ -15,15 +15,22 @@ from typing import Any
 
 import pytest
 
+from pytest_qaccuracy.plugin.backend import DEFAULT_BACKEND, DEFAULT_SCHEME, check_backend, check_scheme
 from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance, parse_rules
 from pytest_qaccuracy.plugin.session import CheckResult, PairSpec, QAccuracySession
 
 session_key = pytest.StashKey[QAccuracySession]()
 
+#: Pair keys naming where the quantized model runs, with their checks (ValueError naming the key).
+RUN_KEYS = {"backend": check_backend, "scheme": check_scheme}
+
 #: Marker keys besides the tolerances.
-PAIR_KEYS = ("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers")
+PAIR_KEYS = ("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers", "backend", "scheme")
+#: Pair keys an explicit pair (``qaccuracy.pair(...)``, ``qaccuracy_pair(...)``) takes from the marker.
+SHARED_KEYS = ("data", "labels", "backend", "scheme")
 MARKER_HELP = (
-    "qaccuracy(fp32=None, quantized=None, data=None, labels=None, name=None, layers=(), **tolerances): "
+    "qaccuracy(fp32=None, quantized=None, data=None, labels=None, name=None, layers=(), backend=None, "
+    "scheme=None, **tolerances): "
     "the model pair of a test and its tolerances (" + ", ".join(TOLERANCES) + ")"
 )
 
@@ -33,6 +40,8 @@ def validate_marker(kwargs: Mapping[str, Any]) -> None:
     for key, value in kwargs.items():
         if key in TOLERANCES:
             check_tolerance(key, value)
+        elif key in RUN_KEYS:
+            RUN_KEYS[key](value)
         elif key not in PAIR_KEYS:
             known = ", ".join([*PAIR_KEYS, *TOLERANCES])
             raise ValueError(f"@pytest.mark.qaccuracy: unknown key '{key}' (known: {known})")
@@ -90,7 +99,11 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
     mapping = tuple(sorted(dict(extra.get("mapping") or {}).items()))
     metrics = tuple(extra.get("metrics") or ())
     name = extra.get("name") or paths["quantized"].stem
-    return PairSpec(str(name), paths["fp32"], paths["quantized"], paths["data"], labels, mapping, metrics)
+    backend = check_backend(extra.get("backend", DEFAULT_BACKEND))
+    scheme = check_scheme(extra.get("scheme", DEFAULT_SCHEME))
+    return PairSpec(
+        str(name), paths["fp32"], paths["quantized"], paths["data"], labels, mapping, metrics, backend, scheme
+    )
 
 
 def pair_rules(pair_id: str, lines: Sequence[str], source: str, offset: int) -> list[Rule]:
@@ -113,12 +126,15 @@ class QAccuracyRecorder:
 
     def pair(self, fp32: Any = None, quantized: Any = None, data: Any = None, **extra: Any) -> PairHandle:
         """A pair from arguments; with none of fp32/quantized/data, the marker's pair. An explicit
-        pair still takes the marker's ``data`` and ``labels`` when it names none."""
+        pair still takes the marker's ``data``, ``labels``, ``backend`` and ``scheme`` when it names
+        none; backend and scheme default to ``qaccuracy_backend``/``qaccuracy_scheme``."""
+        settings = self._state.settings
+        keys: dict[str, Any] = {"backend": settings.backend, "scheme": settings.scheme}
         if fp32 is None and quantized is None and data is None:
-            keys = {k: v for k, v in self._marker.items() if k in PAIR_KEYS and k != "layers"}
+            keys.update({k: v for k, v in self._marker.items() if k in PAIR_KEYS and k != "layers"})
         else:
-            shared = {k: self._marker[k] for k in ("data", "labels") if k in self._marker}
-            keys = {**shared, **{k: v for k, v in (("fp32", fp32), ("quantized", quantized), ("data", data)) if v}}
+            keys.update({k: self._marker[k] for k in SHARED_KEYS if k in self._marker})
+            keys.update({k: v for k, v in (("fp32", fp32), ("quantized", quantized), ("data", data)) if v})
         keys.update({k: v for k, v in extra.items() if v is not None})
         try:
             spec = make_spec(
@@ -156,13 +172,13 @@ class QAccuracyRecorder:
         rules = list(settings.rules)
         rules += pair_rules(handle.id, list(self._marker.get("layers", ())), "marker layers=", len(rules))
         rules += pair_rules(handle.id, list(layers), "check() argument layers=", len(rules))
-        from pytest_qaccuracy.errors import InputError
+        from pytest_qaccuracy.errors import QAccuracyError
 
         try:
             xfail = self._request.node.get_closest_marker("xfail")
             reason = None if xfail is None else str(xfail.kwargs.get("reason") or "xfail")
             result = self._state.check(handle.spec, effective, rules, self._request.node.nodeid, xfail=reason)
-        except InputError as exc:  # bad models or data: one line, not a traceback through the plugin
+        except QAccuracyError as exc:  # bad models, data, unsupported ops: one line, not a traceback
             pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
         self.results.append(result)
         if settings.junit_properties:

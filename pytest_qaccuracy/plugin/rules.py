@@ -25,6 +25,7 @@ TOLERANCES: dict[str, tuple[type, str]] = {
     "max_top1_drop": (float, "Largest top-1 accuracy drop (fraction 0..1, needs labels); also top-k when topk > 1"),
     "topk": (int, "k of the extra top-k accuracy-drop check and of the top-k agreement reported"),
     "max_lsb": (float, "Largest error of each output in quantization steps"),
+    "max_backend_steps": (int, "Largest step difference of any 8-bit tensor, integer emulation vs onnxruntime"),
 }
 
 #: Values used when nothing else sets them.

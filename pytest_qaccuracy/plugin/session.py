@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_qaccuracy.plugin.backend import DEFAULT_BACKEND, DEFAULT_SCHEME, GATE
 from pytest_qaccuracy.plugin.rules import Rule
 from pytest_qaccuracy.plugin.settings import QAccuracySettings
 
@@ -30,11 +31,25 @@ class PairSpec:
     labels: Path | None = None
     mapping: tuple[tuple[str, str], ...] = ()
     metrics: tuple[str, ...] = ()
+    backend: str = DEFAULT_BACKEND
+    scheme: str = DEFAULT_SCHEME
 
     def key(self, root: Path) -> str:
-        """A stable identity across runs and machines: the id and the paths relative to ``root``."""
+        """A stable identity across runs and machines: the id, the paths relative to ``root``, and the
+        backend and scheme when not the defaults (so existing keys, stems and baselines stay valid)."""
         parts = [self.id, *(_relative(p, root) for p in (self.fp32, self.quantized, self.data, self.labels) if p)]
+        for name, value, default in (
+            ("backend", self.backend, DEFAULT_BACKEND),
+            ("scheme", self.scheme, DEFAULT_SCHEME),
+        ):
+            if value != default:
+                parts.append(f"{name}={value}")
         return "|".join(parts)
+
+    @property
+    def compare_scheme(self) -> str | None:
+        """The scheme the comparison runs with: the pair's on the integer backend, none on onnxruntime."""
+        return self.scheme if self.backend == "integer" else None
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -77,6 +92,7 @@ class QAccuracySession:
         self._pairs: dict[PairSpec, Any] = {}
         self._comparisons: dict[tuple[PairSpec, tuple[str, ...]], Any] = {}
         self._stats: dict[tuple[Any, ...], Any] = {}
+        self._agreements: dict[tuple[Path, Path, str], Any] = {}
         self.written: list[Path] = []
 
     def header(self) -> str:
@@ -124,7 +140,10 @@ class QAccuracySession:
         key = (spec, names)
         if key not in self._comparisons:
             pair = self.model_pair(spec)
-            self._comparisons[key] = compare(pair, spec.data, metrics=list(names), options=self.runtime_options())
+            options = self.runtime_options()
+            self._comparisons[key] = compare(
+                pair, spec.data, list(names), options, backend=spec.backend, scheme=spec.compare_scheme
+            )
         return self._comparisons[key]
 
     def output_stats(self, spec: PairSpec, tolerances: Mapping[str, tuple[float, str]]) -> Any:
@@ -140,10 +159,24 @@ class QAccuracySession:
         if key not in self._stats:
             labels = np.load(spec.labels, allow_pickle=False) if spec.labels else None
             ks = sorted({1, k})
+            pair, options = self.model_pair(spec), self.runtime_options()
             self._stats[key] = measure_outputs(
-                self.model_pair(spec), spec.data, ks, labels, rtol, atol, self.runtime_options()
+                pair, spec.data, ks, labels, rtol, atol, options, spec.backend, spec.compare_scheme
             )
         return self._stats[key]
+
+    def agreement(self, spec: PairSpec, max_steps: int) -> Any:
+        """The pair's :class:`AgreementResult` (its scheme vs onnxruntime over its dataset) judged
+        against ``max_steps``; measured once per process per (quantized model, data, scheme)."""
+        from pytest_qaccuracy.backend.agreement import dataset_agreement
+
+        key = (spec.quantized, spec.data, spec.scheme)
+        if key not in self._agreements:
+            batch_size = self.settings.batch_size
+            self._agreements[key] = dataset_agreement(
+                spec.quantized, spec.data, scheme=spec.scheme, batch_size=batch_size
+            )
+        return self._agreements[key].with_max_steps(max_steps)
 
     def check(
         self,
@@ -161,6 +194,7 @@ class QAccuracySession:
         ``tolerances``): a suite's items check one tolerance each but share one measurement.
         ``xfail`` is the reason when the test is expected to fail (shown in the summary).
         """
+        from pytest_qaccuracy.plugin.backend import agreement_record, gate_notes, gate_outcome, gate_properties
         from pytest_qaccuracy.plugin.checks import evaluate, failure_message
 
         result = self.comparison(spec, rules)
@@ -170,6 +204,11 @@ class QAccuracySession:
         if drift and self.settings.baseline_dir is not None:
             drift_rows, extra = self.drift(spec, result, self.settings.baseline_dir)
             outcomes += drift_rows
+        agreement = None
+        if GATE in tolerances:
+            agreement = self.agreement(spec, int(tolerances[GATE][0]))
+            outcomes.append(gate_outcome(agreement, tolerances[GATE][1]))
+            extra += gate_notes(agreement)
         key = spec.key(self.rootpath)
         stem = artifact_stem(spec.id, key)
         failed = [o for o in outcomes if not o.passed]
@@ -177,9 +216,14 @@ class QAccuracySession:
         if failed:
             if self.settings.artifacts_dir is not None:
                 extra = [*extra, f"Artifacts: {self.settings.artifacts_dir / 'pairs' / stem}.json"]
-            message = failure_message(spec.id, failed, result, stats, extra)
+            gate_first = failed[0].check == GATE  # worst records and layers say nothing about the gate
+            message = failure_message(spec.id, failed, None if gate_first else result, stats, extra)
         self._record(spec, key, stem, result, stats, outcomes, nodeid, xfail)
-        return CheckResult(spec.id, outcomes, message, self._properties(spec, result, stats, not failed))
+        if agreement is not None:
+            self.records[key]["agreement"] = agreement_record(agreement)
+        properties = self._properties(spec, result, stats, not failed)
+        properties += gate_properties(agreement) if agreement is not None else []
+        return CheckResult(spec.id, outcomes, message, properties)
 
     def drift(self, spec: PairSpec, result: Any, directory: Path) -> tuple[list[Any], list[str]]:
         """Drift outcomes against the baseline saved in ``directory``, and notes (missing layers)."""
@@ -247,6 +291,8 @@ class QAccuracySession:
                 "quantized": str(spec.quantized),
                 "data": str(spec.data),
                 "labels": str(spec.labels) if spec.labels else None,
+                "backend": spec.backend,
+                "scheme": spec.scheme,
                 "comparison": result.to_dict(),
                 "topk": {},
                 "checks": [],
@@ -271,6 +317,8 @@ class QAccuracySession:
                 self.records[key] = record
                 continue
             mine["topk"].update(record["topk"])
+            if record.get("agreement") and not mine.get("agreement"):
+                mine["agreement"] = record["agreement"]
             seen = {(c["test"], c["index"]) for c in mine["checks"]}
             mine["checks"].extend(c for c in record["checks"] if (c["test"], c["index"]) not in seen)
 

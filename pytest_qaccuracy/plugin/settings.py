@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_qaccuracy.plugin.backend import add_backend_options, read_backend
 from pytest_qaccuracy.plugin.rules import DEFAULTS, TOLERANCES, Rule, check_tolerance, parse_rules
 
 GROUP = ("qaccuracy", "quantization accuracy regression testing (pytest-qaccuracy)")
@@ -38,6 +39,8 @@ class QAccuracySettings:
     junit_properties: bool
     ini_source: str = "ini file"
     extra: Mapping[str, str] = field(default_factory=dict)
+    backend: str = "onnxruntime"
+    scheme: str = "onnxruntime"
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -110,6 +113,7 @@ def add_options(parser: pytest.Parser) -> None:
         "qaccuracy_max_drift", "Drift rules such as 'sqnr:-1.0' or 'mse:+20%' (default sqnr:-1.0)", type="linelist"
     )
     parser.addini("qaccuracy_junit_properties", "Add key metrics to JUnit XML as properties", type="bool", default=True)
+    add_backend_options(parser, group)
 
 
 def _ini(config: pytest.Config, name: str) -> object:
@@ -188,6 +192,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         artifacts = _path(config, "qaccuracy_artifacts_dir", "qaccuracy_artifacts_dir") or (
             config.rootpath / DEFAULT_ARTIFACTS
         )
+    backend, scheme = read_backend(config)
     return QAccuracySettings(
         tolerances=tolerances,
         metrics=_list(config, "qaccuracy_metrics", "qaccuracy_metrics"),
@@ -200,6 +205,8 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         save_baseline_dir=_path(config, "qaccuracy_save_baseline"),
         junit_properties=bool(_ini(config, "qaccuracy_junit_properties")),
         ini_source=ini_source,
+        backend=backend,
+        scheme=scheme,
     )
 
 

@@ -13,12 +13,15 @@
     labels = "data/labels.npy"      # optional; else the dataset's own labels
     metrics = ["mse", "sqnr"]       # optional: computed besides the configured metrics
     layers = ["conv* sqnr>=20"]     # optional layer rules for this pair
+    backend = "integer"             # optional: onnxruntime (default: qaccuracy_backend) or integer
+    scheme = "tflite"               # optional: integer scheme preset (default: qaccuracy_scheme)
     xfail = "why"                   # optional: the pair's items are xfail(strict=True)
     [pairs.int8.tolerances]
     max_top1_drop = 0.005
 
 Item ids are ``<file>::<pair>::<check>``, checks in a fixed order: one per tolerance in effect,
-``rules`` when layer/output rules apply, ``drift`` with ``--qaccuracy-baseline``.
+``rules`` when layer/output rules apply, ``drift`` with ``--qaccuracy-baseline``. A tolerance
+``max_backend_steps`` is the agreement gate of the pair's scheme (see :mod:`.backend`).
 """
 
 from __future__ import annotations
@@ -31,15 +34,18 @@ from typing import Any
 
 import pytest
 
-from pytest_qaccuracy.plugin.fixtures import make_spec, pair_rules, session_key
+from pytest_qaccuracy.plugin.fixtures import RUN_KEYS, make_spec, pair_rules, session_key
 from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance
 from pytest_qaccuracy.plugin.session import PairSpec
 
 SUITE_GLOB = "qaccuracy_*.toml"
-PAIR_KEYS = ("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers", "tolerances", "xfail")
+PAIR_KEYS = (
+    *("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers", "tolerances", "xfail"),
+    *("backend", "scheme"),
+)
 DEFAULT_KEYS = tuple(k for k in PAIR_KEYS if k not in ("quantized", "name"))
 #: Item order within a pair; ``rtol`` covers ``atol`` too.
-CHECK_ORDER = ("min_cosine", "min_sqnr", "rtol", "max_lsb", "min_top1_agreement", "max_top1_drop")
+CHECK_ORDER = ("min_cosine", "min_sqnr", "rtol", "max_lsb", "min_top1_agreement", "max_top1_drop", "max_backend_steps")
 
 
 class SuiteError(Exception):
@@ -80,9 +86,17 @@ def _strings(where: str, value: Any) -> list[str]:
 class PairConfig:
     """One pair of a suite, validated."""
 
-    def __init__(self, file: Path, name: str, table: dict[str, Any], defaults: dict[str, Any], start: int) -> None:
+    def __init__(
+        self,
+        file: Path,
+        name: str,
+        table: dict[str, Any],
+        defaults: dict[str, Any],
+        start: int,
+        run: Mapping[str, str] | None = None,
+    ) -> None:
         where = f"{file.name}: pairs.{name}"
-        merged = {**defaults, **table}
+        merged = {**(run or {}), **defaults, **table}
         tolerances = {**defaults.get("tolerances", {}), **table.get("tolerances", {})}
         _check_table(f"{where}.tolerances", tolerances, tuple(TOLERANCES))
         self.tolerances: dict[str, tuple[float, str]] = {}
@@ -101,8 +115,14 @@ class PairConfig:
         if xfail is not None and not isinstance(xfail, str):
             raise SuiteError(f"{where}.xfail: expected a reason string")
         self.xfail = xfail
+        for key, check in RUN_KEYS.items():
+            if key in merged:
+                try:
+                    check(merged[key])
+                except ValueError as exc:
+                    raise SuiteError(f"{where}.{exc}") from None
         try:
-            extra = {k: merged[k] for k in ("labels", "mapping", "metrics") if k in merged}
+            extra = {k: merged[k] for k in ("labels", "mapping", "metrics", *RUN_KEYS) if k in merged}
             self.spec: PairSpec = make_spec(
                 file.parent,
                 merged.get("fp32"),
@@ -119,8 +139,9 @@ class PairConfig:
             raise SuiteError(f"{where}.layers: {exc}") from None
 
 
-def load_suite(path: Path, start: int = 0) -> list[PairConfig]:
-    """Parse and validate a suite file; :class:`SuiteError` on the first problem."""
+def load_suite(path: Path, start: int = 0, run: Mapping[str, str] | None = None) -> list[PairConfig]:
+    """Parse and validate a suite file; :class:`SuiteError` on the first problem. ``run`` holds the
+    ``backend`` and ``scheme`` of pairs that set none (the ini/command-line values)."""
     document = _check_table(path.name, _load_toml(path), ("defaults", "pairs"))
     defaults = _check_table(f"{path.name}: defaults", document.get("defaults", {}), DEFAULT_KEYS)
     pairs = document.get("pairs")
@@ -129,7 +150,7 @@ def load_suite(path: Path, start: int = 0) -> list[PairConfig]:
     configs = []
     for name, table in pairs.items():  # TOML tables keep file order: deterministic ids under xdist
         _check_table(f"{path.name}: pairs.{name}", table, PAIR_KEYS)
-        configs.append(PairConfig(path, name, table, defaults, start))
+        configs.append(PairConfig(path, name, table, defaults, start, run))
     return configs
 
 
@@ -139,7 +160,8 @@ class QAccuracyFile(pytest.File):
     def collect(self) -> Iterator[pytest.Collector]:
         state = self.config.stash[session_key]
         try:
-            pairs = load_suite(self.path, len(state.settings.rules))
+            run = {"backend": state.settings.backend, "scheme": state.settings.scheme}
+            pairs = load_suite(self.path, len(state.settings.rules), run)
         except SuiteError as exc:
             raise self.CollectError(str(exc)) from None
         for pair in pairs:
@@ -221,9 +243,9 @@ class QAccuracyCheck(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:  # type: ignore[override]
         if isinstance(excinfo.value, QAccuracyCheckFailed):
             return str(excinfo.value)
-        from pytest_qaccuracy.errors import InputError
+        from pytest_qaccuracy.errors import QAccuracyError
 
-        if isinstance(excinfo.value, InputError):
+        if isinstance(excinfo.value, QAccuracyError):
             return f"{type(excinfo.value).__name__}: {excinfo.value}"
         return str(super().repr_failure(excinfo))
 

@@ -18,6 +18,8 @@ SUMMARY_SCHEMA = 1
 #: Output metrics shown in the terminal summary when present.
 KEY_METRICS = ("cosine", "sqnr", "mse", "max_abs", "lsb")
 SENSITIVE_LAYERS = 3
+#: A pair's default (backend, scheme): not shown in its summary line.
+DEFAULT_RUN = ("onnxruntime", "onnxruntime")
 
 
 def _fmt(value: Any) -> str:
@@ -75,6 +77,12 @@ def _layer_line(record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _run_label(record: Mapping[str, Any]) -> str:
+    """``, backend integer, scheme tflite`` when a pair does not run with the defaults, else empty."""
+    backend, scheme = record.get("backend", DEFAULT_RUN[0]), record.get("scheme", DEFAULT_RUN[1])
+    return "" if (backend, scheme) == DEFAULT_RUN else f", backend {backend}, scheme {scheme}"
+
+
 def summary_lines(records: Sequence[Mapping[str, Any]], artifacts: str | None = None) -> list[str]:
     """The terminal summary: one block per pair (header, tabulate table, sensitive layers)."""
     from tabulate import tabulate
@@ -86,7 +94,7 @@ def summary_lines(records: Sequence[Mapping[str, Any]], artifacts: str | None = 
         verdict = "PASSED" if record_passed(record) else f"FAILED as expected: {expected};" if expected else "FAILED"
         lines.append(
             f"{record['id']}: {verdict} ({comparison['fp32_model']} vs {comparison['quantized_model']} "
-            f"on {comparison['data']}, {comparison['records']} records)"
+            f"on {comparison['data']}, {comparison['records']} records{_run_label(record)})"
         )
         rows = _check_rows(record)
         for output, counts in sorted(record.get("topk", {}).items()):
@@ -160,11 +168,14 @@ def summary_document(
                 "quantized": file_entry(record["quantized"]),
                 "data": file_entry(record["data"]),
                 "labels": file_entry(record.get("labels")),
+                "backend": record.get("backend", DEFAULT_RUN[0]),
+                "scheme": record.get("scheme", DEFAULT_RUN[1]),
                 "records": record["comparison"]["records"],
                 "outputs": {o["name"]: o["metrics"] for o in record["comparison"]["outputs"]},
                 "topk": record.get("topk", {}),
                 "checks": list(record["checks"]),
                 "artifacts": dict(artifacts.get(record["key"], {})),
+                "agreement": record.get("agreement"),
             }
         )
     return {

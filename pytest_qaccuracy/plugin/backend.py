@@ -1,0 +1,148 @@
+"""Where a pair's quantized model runs (backend, scheme), and the agreement gate ``max_backend_steps``.
+
+``qaccuracy_backend`` is ``onnxruntime`` (default) or ``integer`` (the emulated integer backend);
+``qaccuracy_scheme`` is a preset of :data:`pytest_qaccuracy.backend.scheme.PRESETS` (default
+``onnxruntime``). With ``max_backend_steps = N``, a check streams the pair's dataset through
+:class:`~pytest_qaccuracy.backend.agreement.AgreementChecker` with the pair's scheme and fails with
+the first tensor, in topological order, that differs from onnxruntime by more than N steps. The
+gate compares the *scheme* with onnxruntime whatever the pair's backend: with the default backend it
+still asks "would target <scheme> agree with what onnxruntime ran?".
+
+Only stdlib and pytest at module level; the scheme presets module is stdlib-only too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+#: The backends of :func:`pytest_qaccuracy.runtime.make_runner` (kept here: ``runtime`` imports onnx;
+#: a test checks they are the same).
+BACKENDS = ("onnxruntime", "integer")
+DEFAULT_BACKEND = "onnxruntime"
+DEFAULT_SCHEME = "onnxruntime"
+#: The tolerance of the agreement gate (a key of ``rules.TOLERANCES``).
+GATE = "max_backend_steps"
+#: Diverging tensors listed in a failure message after the first one.
+SHOW_TENSORS = 5
+
+
+def check_backend(value: object) -> str:
+    """``value`` if it names a backend; ValueError naming the key and the backends otherwise."""
+    if value not in BACKENDS:
+        raise ValueError(f"backend: unknown backend {value!r} (known: {', '.join(BACKENDS)})")
+    return str(value)
+
+
+def check_scheme(value: object) -> str:
+    """``value`` if it names a scheme preset; ValueError naming the key and the presets otherwise."""
+    from pytest_qaccuracy.backend.scheme import PRESETS  # stdlib only
+
+    if not isinstance(value, str) or value not in PRESETS:
+        raise ValueError(f"scheme: unknown scheme {value!r} (presets: {', '.join(PRESETS)})")
+    return value
+
+
+def add_backend_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+    """Declare ``--qaccuracy-backend``/``qaccuracy_backend`` and ``--qaccuracy-scheme``/``qaccuracy_scheme``."""
+    backend_help = f"Backend running the quantized model: {' or '.join(BACKENDS)} (default {DEFAULT_BACKEND})"
+    scheme_help = f"Integer scheme preset of the integer backend and of {GATE} (default {DEFAULT_SCHEME})"
+    group.addoption("--qaccuracy-backend", dest="qaccuracy_backend", default=None, metavar="NAME", help=backend_help)
+    parser.addini("qaccuracy_backend", backend_help, default=DEFAULT_BACKEND)
+    group.addoption("--qaccuracy-scheme", dest="qaccuracy_scheme", default=None, metavar="PRESET", help=scheme_help)
+    parser.addini("qaccuracy_scheme", scheme_help, default=DEFAULT_SCHEME)
+
+
+def read_backend(config: pytest.Config) -> tuple[str, str]:
+    """``(backend, scheme)`` from the command line, else the ini file; ``pytest.UsageError`` if unknown."""
+    found = []
+    for name, check in (("backend", check_backend), ("scheme", check_scheme)):
+        cli = config.getoption(f"qaccuracy_{name}")
+        value = cli if cli is not None else str(config.getini(f"qaccuracy_{name}")).strip()
+        try:
+            found.append(check(value))
+        except ValueError as exc:
+            where = f"--qaccuracy-{name}" if cli is not None else f"qaccuracy_{name}"
+            raise pytest.UsageError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
+    return found[0], found[1]
+
+
+def gate_outcome(agreement: Any, source: str) -> Any:
+    """The :class:`~pytest_qaccuracy.plugin.checks.Outcome` of one ``AgreementResult``."""
+    from pytest_qaccuracy.plugin.checks import Outcome
+
+    n, scheme = agreement.max_steps_allowed, agreement.scheme
+    rule = f"integer emulation ({scheme}) within {n} step{'s' if n != 1 else ''} of onnxruntime"
+    metric = "steps vs onnxruntime"
+    if not agreement.tensors:
+        detail = f"{rule}: the model has no 8-bit tensors to compare"
+        return Outcome(GATE, "integer tensors", metric, "<=", float(n), None, False, source, detail)
+    if agreement.ok:
+        worst = max(t.max_steps for t in agreement.tensors)
+        detail = f"{rule}: ok on {len(agreement.tensors)} tensors (max {worst} steps)"
+        target = f"{len(agreement.tensors)} integer tensors ({scheme})"
+        return Outcome(GATE, target, metric, "<=", float(n), float(worst), True, source, detail)
+    bad = next(t for t in agreement.tensors if t.tensor == agreement.first_divergence)
+    target = f"tensor '{bad.tensor}' ({scheme})"
+    if bad.max_steps < 0:
+        detail = f"{rule}: tensor '{bad.tensor}' (order {bad.order}) has another shape on onnxruntime"
+        return Outcome(GATE, target, metric, "<=", float(n), None, False, source, detail)
+    share = 100.0 * bad.mismatches / max(bad.elements, 1)
+    detail = (
+        f"{rule}: tensor '{bad.tensor}' (order {bad.order}) differs by up to {bad.max_steps} steps, "
+        f"{bad.mismatches} / {bad.elements} elements ({share:.3g}%)"
+    )
+    return Outcome(GATE, target, metric, "<=", float(n), float(bad.max_steps), False, source, detail)
+
+
+def gate_notes(agreement: Any) -> list[str]:
+    """Message lines after the first divergence: the next diverging tensors, then the totals."""
+    if agreement.ok:
+        return []
+    n = agreement.max_steps_allowed
+    after = [t for t in agreement.tensors if t.max_steps > n or t.max_steps < 0][1:]  # [0] is the first line
+    lines = [f"Next diverging tensors (> {n} steps):"] if after else []
+    for t in after[:SHOW_TENSORS]:
+        lines.append(f" {t.tensor} (order {t.order}): {t.max_steps} steps, {t.mismatches} / {t.elements} elements")
+    if len(after) > SHOW_TENSORS:
+        lines.append(f" ... and {len(after) - SHOW_TENSORS} more")
+    worst = max(agreement.tensors, key=lambda t: t.max_steps)
+    lines.append(
+        f"Tensors that differ: {agreement.num_mismatched_tensors} / {len(agreement.tensors)}; "
+        f"max {worst.max_steps} steps at '{worst.tensor}' ({agreement.records} records)"
+    )
+    return lines
+
+
+def gate_properties(agreement: Any) -> list[tuple[str, str]]:
+    """JUnit properties of the gate: plain strings."""
+    worst = max((t.max_steps for t in agreement.tensors), default=0)
+    return [
+        ("qaccuracy.agreement.scheme", agreement.scheme),
+        ("qaccuracy.agreement.max_steps", str(worst)),
+        ("qaccuracy.agreement.first_divergence", agreement.first_divergence or ""),
+    ]
+
+
+def agreement_record(agreement: Any) -> dict[str, Any]:
+    """The measurement for ``summary.json`` (builtins); the verdict per N is in the pair's checks."""
+    data: Mapping[str, Any] = agreement.to_dict()
+    return {k: v for k, v in data.items() if k not in ("max_steps_allowed", "first_divergence")}
+
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "DEFAULT_SCHEME",
+    "GATE",
+    "add_backend_options",
+    "agreement_record",
+    "check_backend",
+    "check_scheme",
+    "gate_notes",
+    "gate_outcome",
+    "gate_properties",
+    "read_backend",
+]
