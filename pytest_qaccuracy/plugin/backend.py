@@ -8,7 +8,7 @@ the first tensor, in topological order, that differs from onnxruntime by more th
 gate compares the *scheme* with onnxruntime whatever the pair's backend: with the default backend it
 still asks "would target <scheme> agree with what onnxruntime ran?".
 
-Only stdlib and pytest at module level; the scheme presets module is stdlib-only too.
+Only stdlib and pytest at module level.
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ from typing import Any
 
 import pytest
 
-#: The backends of :func:`pytest_qaccuracy.runtime.make_runner` (kept here: ``runtime`` imports onnx;
-#: a test checks they are the same).
+#: The backends of :func:`pytest_qaccuracy.runtime.make_runner` and the scheme presets of
+#: :data:`pytest_qaccuracy.backend.scheme.PRESETS`, named here because options are checked at configure
+#: time, which runs for every pytest invocation: importing ``runtime`` loads onnx, and importing the
+#: ``backend`` package loads numpy and every kernel. A test checks that both lists match.
 BACKENDS = ("onnxruntime", "integer")
+SCHEMES = ("onnxruntime", "onnx-reference", "tflite", "tflite-single-rounding", "tvm-upward", "power2", "glow")
 DEFAULT_BACKEND = "onnxruntime"
 DEFAULT_SCHEME = "onnxruntime"
 #: The tolerance of the agreement gate (a key of ``rules.TOLERANCES``).
@@ -38,11 +41,9 @@ def check_backend(value: object) -> str:
 
 def check_scheme(value: object) -> str:
     """``value`` if it names a scheme preset; ValueError naming the key and the presets otherwise."""
-    from pytest_qaccuracy.backend.scheme import PRESETS  # stdlib only
-
-    if not isinstance(value, str) or value not in PRESETS:
-        raise ValueError(f"scheme: unknown scheme {value!r} (presets: {', '.join(PRESETS)})")
-    return value
+    if value not in SCHEMES:
+        raise ValueError(f"scheme: unknown scheme {value!r} (presets: {', '.join(SCHEMES)})")
+    return str(value)
 
 
 def add_backend_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
@@ -74,14 +75,14 @@ def gate_outcome(agreement: Any, source: str) -> Any:
     from pytest_qaccuracy.plugin.checks import Outcome
 
     n, scheme = agreement.max_steps_allowed, agreement.scheme
-    rule = f"integer emulation ({scheme}) within {n} step{'s' if n != 1 else ''} of onnxruntime"
+    rule = f"integer emulation ({scheme}) within {_steps(n)} of onnxruntime"
     metric = "steps vs onnxruntime"
     if not agreement.tensors:
         detail = f"{rule}: the model has no 8-bit tensors to compare"
         return Outcome(GATE, "integer tensors", metric, "<=", float(n), None, False, source, detail)
     if agreement.ok:
         worst = max(t.max_steps for t in agreement.tensors)
-        detail = f"{rule}: ok on {len(agreement.tensors)} tensors (max {worst} steps)"
+        detail = f"{rule}: ok on {len(agreement.tensors)} tensors (max {_steps(worst)})"
         target = f"{len(agreement.tensors)} integer tensors ({scheme})"
         return Outcome(GATE, target, metric, "<=", float(n), float(worst), True, source, detail)
     bad = next(t for t in agreement.tensors if t.tensor == agreement.first_divergence)
@@ -91,7 +92,7 @@ def gate_outcome(agreement: Any, source: str) -> Any:
         return Outcome(GATE, target, metric, "<=", float(n), None, False, source, detail)
     share = 100.0 * bad.mismatches / max(bad.elements, 1)
     detail = (
-        f"{rule}: tensor '{bad.tensor}' (order {bad.order}) differs by up to {bad.max_steps} steps, "
+        f"{rule}: tensor '{bad.tensor}' (order {bad.order}) differs by up to {_steps(bad.max_steps)}, "
         f"{bad.mismatches} / {bad.elements} elements ({share:.3g}%)"
     )
     return Outcome(GATE, target, metric, "<=", float(n), float(bad.max_steps), False, source, detail)
@@ -103,17 +104,22 @@ def gate_notes(agreement: Any) -> list[str]:
         return []
     n = agreement.max_steps_allowed
     after = [t for t in agreement.tensors if t.max_steps > n or t.max_steps < 0][1:]  # [0] is the first line
-    lines = [f"Next diverging tensors (> {n} steps):"] if after else []
+    lines = [f"Next diverging tensors (> {_steps(n)}):"] if after else []
     for t in after[:SHOW_TENSORS]:
-        lines.append(f" {t.tensor} (order {t.order}): {t.max_steps} steps, {t.mismatches} / {t.elements} elements")
+        shape = "another shape" if t.max_steps < 0 else _steps(t.max_steps)
+        lines.append(f" {t.tensor} (order {t.order}): {shape}, {t.mismatches} / {t.elements} elements")
     if len(after) > SHOW_TENSORS:
         lines.append(f" ... and {len(after) - SHOW_TENSORS} more")
     worst = max(agreement.tensors, key=lambda t: t.max_steps)
     lines.append(
         f"Tensors that differ: {agreement.num_mismatched_tensors} / {len(agreement.tensors)}; "
-        f"max {worst.max_steps} steps at '{worst.tensor}' ({agreement.records} records)"
+        f"max {_steps(worst.max_steps)} at '{worst.tensor}' ({agreement.records} records)"
     )
     return lines
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
 
 
 def gate_properties(agreement: Any) -> list[tuple[str, str]]:
@@ -137,6 +143,7 @@ __all__ = [
     "DEFAULT_BACKEND",
     "DEFAULT_SCHEME",
     "GATE",
+    "SCHEMES",
     "add_backend_options",
     "agreement_record",
     "check_backend",
