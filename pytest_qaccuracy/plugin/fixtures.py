@@ -203,7 +203,8 @@ def qaccuracy(request: pytest.FixtureRequest) -> QAccuracyRecorder:
 
 @pytest.fixture
 def qaccuracy_pair(request: pytest.FixtureRequest) -> Callable[..., PairHandle]:
-    """Factory ``qaccuracy_pair(fp32, quantized, data, *, labels=None, name=None, mapping=None)``.
+    """Factory ``qaccuracy_pair(fp32, quantized, data, *, labels=None, name=None, mapping=None,
+    metrics=(), backend=None, scheme=None)``.
 
     The comparison of a pair runs once per session (per xdist worker) and is cached.
     """

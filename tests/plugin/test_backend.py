@@ -356,3 +356,15 @@ def test_backend_and_scheme_are_part_of_a_pair_key(tmp_path: Path) -> None:
     assert PairSpec("p", *paths, backend="integer").key(tmp_path).endswith("|d.npz|backend=integer")
     assert PairSpec("p", *paths, scheme="tflite").key(tmp_path).endswith("|d.npz|scheme=tflite")
     assert len({default, PairSpec("p", *paths, backend="integer"), PairSpec("p", *paths, scheme="glow")}) == 3
+
+
+def test_gate_on_a_model_without_integer_tensors_fails(digits: pytest.Pytester) -> None:
+    digits.makepyfile(test_marked=MARKED.format(keys=", max_backend_steps=3").replace("digits_cnn.qdq", "digits_cnn"))
+    result = digits.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E * integer emulation (onnxruntime) within 3 steps of onnxruntime: "
+            "the model has no 8-bit tensors to compare (pair 'qdq')"
+        ]
+    )
