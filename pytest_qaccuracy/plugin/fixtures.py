@@ -41,7 +41,8 @@ def validate_marker(kwargs: Mapping[str, Any]) -> None:
         if key in TOLERANCES:
             check_tolerance(key, value)
         elif key in RUN_KEYS:
-            RUN_KEYS[key](value)
+            if value is not None:  # None: the ini/command-line value
+                RUN_KEYS[key](value)
         elif key not in PAIR_KEYS:
             known = ", ".join([*PAIR_KEYS, *TOLERANCES])
             raise ValueError(f"@pytest.mark.qaccuracy: unknown key '{key}' (known: {known})")
@@ -131,9 +132,9 @@ class QAccuracyRecorder:
         settings = self._state.settings
         keys: dict[str, Any] = {"backend": settings.backend, "scheme": settings.scheme}
         if fp32 is None and quantized is None and data is None:
-            keys.update({k: v for k, v in self._marker.items() if k in PAIR_KEYS and k != "layers"})
+            keys.update({k: v for k, v in self._marker.items() if k in PAIR_KEYS and k != "layers" and v is not None})
         else:
-            keys.update({k: self._marker[k] for k in SHARED_KEYS if k in self._marker})
+            keys.update({k: self._marker[k] for k in SHARED_KEYS if self._marker.get(k) is not None})
             keys.update({k: v for k, v in (("fp32", fp32), ("quantized", quantized), ("data", data)) if v})
         keys.update({k: v for k, v in extra.items() if v is not None})
         try:

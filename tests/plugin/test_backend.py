@@ -188,7 +188,7 @@ def test_ini_and_command_line_routes(digits: pytest.Pytester) -> None:
     digits.makeini(
         "[pytest]\nqaccuracy_backend = integer\nqaccuracy_scheme = power2\nqaccuracy_max_backend_steps = 0\n"
     )
-    digits.makepyfile(test_marked=MARKED.format(keys=""))
+    digits.makepyfile(test_marked=MARKED.format(keys=", backend=None, scheme=None"))  # None: the ini's
     result = digits.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
