@@ -73,6 +73,17 @@ class CumulativeCurve:
             "values": [_finite_or_none(v) for v in self.values],
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CumulativeCurve:
+        quantize = data.get("quantize")
+        return cls(
+            data["label"],
+            None if quantize is None else list(quantize),
+            list(data.get("exclude", [])),
+            data.get("kind", "node"),
+            list(data["values"]),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class CumulativeResult:
@@ -106,6 +117,24 @@ class CumulativeResult:
             "op_types": list(self.op_types),
             "curves": [c.to_dict() for c in self.curves],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CumulativeResult:
+        if data.get("schema_version") != SCHEMA_VERSION or data.get("kind") != "cumulative":
+            raise ValueError("not a cumulative result (schema_version 1, kind 'cumulative')")
+        return cls(
+            data["fp32_model"],
+            data["quantized_model"],
+            data["data"],
+            int(data["records"]),
+            data["metric"],
+            data["formula"],
+            bool(data["higher_is_better"]),
+            bool(data["average_mode"]),
+            list(data["nodes"]),
+            list(data["op_types"]),
+            [CumulativeCurve.from_dict(c) for c in data["curves"]],
+        )
 
     def chart_data(self) -> dict[str, Any]:
         """The curves as chart-ready series: ``{"x": [...], "series": [{"name", "y"}], ...}``."""

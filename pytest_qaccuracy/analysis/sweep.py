@@ -70,6 +70,11 @@ class SweepStep:
             "outputs": {o: _metrics_dict(m) for o, m in self.outputs.items()},
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepStep:
+        outputs = {o: dict(m) for o, m in data.get("outputs", {}).items()}
+        return cls(int(data["k"]), list(data["excluded"]), dict(data["metrics"]), outputs)
+
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
@@ -108,6 +113,24 @@ class SweepResult:
             "suggestion": self.suggestion,
             "steps": [s.to_dict() for s in self.steps],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepResult:
+        if data.get("schema_version") != SCHEMA_VERSION or data.get("kind") != "sweep":
+            raise ValueError("not a sweep result (schema_version 1, kind 'sweep')")
+        target = data.get("target")
+        suggestion = data.get("suggestion")
+        return cls(
+            data["fp32_model"],
+            data["quantized_model"],
+            data["data"],
+            int(data["records"]),
+            data["ranking_mode"],
+            data["ranking_metric"],
+            [SweepStep.from_dict(s) for s in data["steps"]],
+            None if target is None else Target(target["metric"], float(target["value"])),
+            None if suggestion is None else list(suggestion),
+        )
 
 
 def sweep_in(
