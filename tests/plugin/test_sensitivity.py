@@ -243,3 +243,12 @@ def test_model_node_names_are_what_the_table_shows() -> None:
     model = onnx.load(str(Path(__file__).resolve().parents[2] / "example_suites/models/digits_cnn.broken.onnx"))
     names = {n.name for n in model.graph.node if n.op_type not in ("QuantizeLinear", "DequantizeLinear")}
     assert names == BROKEN_NODES
+
+
+def test_renderer_on_hand_made_records() -> None:
+    from pytest_qaccuracy.report.sensitivity_summary import sensitivity_brief, sensitivity_lines
+
+    record = {"checks": [{"passed": False}], "sensitivity": {"mode": "single", "metric": "cosine", "error": "E: x"}}
+    assert sensitivity_lines(record) == ["  sensitivity not analysed: E: x"]
+    assert sensitivity_brief(record)["error"] == "E: x" and sensitivity_brief(record)["most_sensitive"] == []
+    assert sensitivity_lines({"checks": []}) == [] and sensitivity_brief({"checks": []}) is None
