@@ -17,7 +17,7 @@ import numpy as np
 
 from pytest_qaccuracy.analysis.partial import OUTPUT, Edge, QdqGraph, QuantizedNode
 from pytest_qaccuracy.analysis.results import _finite_or_none
-from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, Session
+from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, Session, result_header
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
 from pytest_qaccuracy.runtime import OrtRunner
@@ -120,13 +120,8 @@ class CumulativeResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CumulativeResult:
-        if data.get("schema_version") != SCHEMA_VERSION or data.get("kind") != "cumulative":
-            raise ValueError("not a cumulative result (schema_version 1, kind 'cumulative')")
         return cls(
-            data["fp32_model"],
-            data["quantized_model"],
-            data["data"],
-            int(data["records"]),
+            *result_header(data, "cumulative"),
             data["metric"],
             data["formula"],
             bool(data["higher_is_better"]),

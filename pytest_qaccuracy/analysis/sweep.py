@@ -15,7 +15,7 @@ from typing import Any
 
 from pytest_qaccuracy.analysis.experiments import Experiment, OutputMetrics
 from pytest_qaccuracy.analysis.results import _metrics_dict
-from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, SensitivityResult, Session, _mean
+from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, SensitivityResult, Session, _mean, result_header
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import get_metric
 
@@ -116,15 +116,10 @@ class SweepResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepResult:
-        if data.get("schema_version") != SCHEMA_VERSION or data.get("kind") != "sweep":
-            raise ValueError("not a sweep result (schema_version 1, kind 'sweep')")
         target = data.get("target")
         suggestion = data.get("suggestion")
         return cls(
-            data["fp32_model"],
-            data["quantized_model"],
-            data["data"],
-            int(data["records"]),
+            *result_header(data, "sweep"),
             data["ranking_mode"],
             data["ranking_metric"],
             [SweepStep.from_dict(s) for s in data["steps"]],
