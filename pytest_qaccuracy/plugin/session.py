@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.plugin.rules import Rule
+from pytest_qaccuracy.plugin.sensitivity import analyse_records, merge_entry
 from pytest_qaccuracy.plugin.settings import QAccuracySettings
 
 
@@ -256,6 +257,10 @@ class QAccuracySession:
         for index, outcome in enumerate(outcomes):
             record["checks"].append({"test": nodeid, "index": index, **outcome.to_dict(), "xfail": xfail})
 
+    def analyse(self) -> None:
+        """Sensitivity of the pairs the settings select, into their records (:mod:`.sensitivity`)."""
+        analyse_records(self, {spec.key(self.rootpath): spec for spec in self._pairs})
+
     # -- xdist ---------------------------------------------------------------------------------
     def payload(self) -> dict[str, Any]:
         """Everything a worker sends the controller: builtins only."""
@@ -271,6 +276,7 @@ class QAccuracySession:
                 self.records[key] = record
                 continue
             mine["topk"].update(record["topk"])
+            merge_entry(mine, record)
             seen = {(c["test"], c["index"]) for c in mine["checks"]}
             mine["checks"].extend(c for c in record["checks"] if (c["test"], c["index"]) not in seen)
 
