@@ -17,7 +17,7 @@ import numpy as np
 
 from pytest_qaccuracy.analysis.partial import OUTPUT, Edge, QdqGraph, QuantizedNode
 from pytest_qaccuracy.analysis.results import _finite_or_none
-from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, Session
+from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, Session, result_header
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
 from pytest_qaccuracy.runtime import OrtRunner
@@ -73,6 +73,17 @@ class CumulativeCurve:
             "values": [_finite_or_none(v) for v in self.values],
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CumulativeCurve:
+        quantize = data.get("quantize")
+        return cls(
+            data["label"],
+            None if quantize is None else list(quantize),
+            list(data.get("exclude", [])),
+            data.get("kind", "node"),
+            list(data["values"]),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class CumulativeResult:
@@ -106,6 +117,19 @@ class CumulativeResult:
             "op_types": list(self.op_types),
             "curves": [c.to_dict() for c in self.curves],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CumulativeResult:
+        return cls(
+            *result_header(data, "cumulative"),
+            data["metric"],
+            data["formula"],
+            bool(data["higher_is_better"]),
+            bool(data["average_mode"]),
+            list(data["nodes"]),
+            list(data["op_types"]),
+            [CumulativeCurve.from_dict(c) for c in data["curves"]],
+        )
 
     def chart_data(self) -> dict[str, Any]:
         """The curves as chart-ready series: ``{"x": [...], "series": [{"name", "y"}], ...}``."""

@@ -112,13 +112,8 @@ class SensitivityResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SensitivityResult:
-        if data.get("schema_version") != SCHEMA_VERSION or data.get("kind") != "sensitivity":
-            raise ValueError("not a sensitivity result (schema_version 1, kind 'sensitivity')")
         return cls(
-            data["fp32_model"],
-            data["quantized_model"],
-            data["data"],
-            int(data["records"]),
+            *result_header(data, "sensitivity"),
             data["mode"],
             data["granularity"],
             dict(data["metric_definitions"]),
@@ -127,6 +122,13 @@ class SensitivityResult:
             dict(data.get("baseline", {})),
             list(data.get("unremovable", [])),
         )
+
+
+def result_header(data: Mapping[str, Any], kind: str) -> tuple[str, str, str, int]:
+    """``(fp32_model, quantized_model, data, records)`` of a result dict of ``kind``; ValueError otherwise."""
+    if data.get("schema_version") != SCHEMA_VERSION or data.get("kind") != kind:
+        raise ValueError(f"not a {kind} result (schema_version {SCHEMA_VERSION}, kind {kind!r})")
+    return data["fp32_model"], data["quantized_model"], data["data"], int(data["records"])
 
 
 def rank(
@@ -308,5 +310,6 @@ __all__ = [
     "node_sensitivity",
     "open_session",
     "rank",
+    "result_header",
     "sensitivity_in",
 ]

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,6 +123,20 @@ class SensitivityReport:
             out["unsupported"] = self.unsupported
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SensitivityReport:
+        """The inverse of :meth:`to_dict` (e.g. a report sent by a pytest-xdist worker)."""
+        if data.get("schema_version") != 1 or "stem" not in data:
+            raise ValueError("not a sensitivity report (schema_version 1 with a 'stem')")
+        parts = data.get("sensitivity"), data.get("sweep"), data.get("cumulative")
+        return cls(
+            data["stem"],
+            None if parts[0] is None else SensitivityResult.from_dict(parts[0]),
+            None if parts[1] is None else SweepResult.from_dict(parts[1]),
+            None if parts[2] is None else CumulativeResult.from_dict(parts[2]),
+            data.get("unsupported"),
+        )
+
     def lines(self, top: int = 10) -> list[str]:
         """Terminal lines: the ranked table and the exclusion suggestion (or why there is none)."""
         if self.unsupported:
@@ -132,10 +146,11 @@ class SensitivityReport:
             lines.append(f"target {self.sweep.target}: {self.sweep.nodes_to_exclude()}")
         return lines
 
-    def write(self, out_dir: Path) -> list[Path]:
-        """``<stem>.sensitivity.json``, ``.sweep.json``, ``.cumulative.json``, ``.cumulative.chart.json``."""
+    def write(self, out_dir: Path, stem: str | None = None) -> list[Path]:
+        """``<stem>.sensitivity.json``, ``.sweep.json``, ``.cumulative.json``, ``.cumulative.chart.json``
+        (``stem`` defaults to the report's own)."""
         return write_sensitivity_artifacts(
-            self.stem, out_dir, sensitivity=self.sensitivity, sweep=self.sweep, cumulative=self.cumulative
+            stem or self.stem, out_dir, sensitivity=self.sensitivity, sweep=self.sweep, cumulative=self.cumulative
         )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pytest_qaccuracy.analysis.experiments import Experiment, OutputMetrics
 from pytest_qaccuracy.analysis.results import _metrics_dict
-from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, SensitivityResult, Session, _mean
+from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, SensitivityResult, Session, _mean, result_header
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import get_metric
 
@@ -70,6 +70,11 @@ class SweepStep:
             "outputs": {o: _metrics_dict(m) for o, m in self.outputs.items()},
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepStep:
+        outputs = {o: dict(m) for o, m in data.get("outputs", {}).items()}
+        return cls(int(data["k"]), list(data["excluded"]), dict(data["metrics"]), outputs)
+
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
@@ -108,6 +113,19 @@ class SweepResult:
             "suggestion": self.suggestion,
             "steps": [s.to_dict() for s in self.steps],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepResult:
+        target = data.get("target")
+        suggestion = data.get("suggestion")
+        return cls(
+            *result_header(data, "sweep"),
+            data["ranking_mode"],
+            data["ranking_metric"],
+            [SweepStep.from_dict(s) for s in data["steps"]],
+            None if target is None else Target(target["metric"], float(target["value"])),
+            None if suggestion is None else list(suggestion),
+        )
 
 
 def sweep_in(

@@ -31,6 +31,9 @@ class Metric(ABC):
     name: ClassVar[str]
     formula: ClassVar[str]
     higher_is_better: ClassVar[bool] = False
+    #: The :class:`RecordStats` fields the metric reads: computed together in one sweep per batch.
+    #: A field read but not declared is still computed, by a sweep of its own.
+    stats_fields: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def update(self, pair: TensorPair) -> None: ...

@@ -32,6 +32,7 @@ class RecordMean(StatsMetric):
 @register_metric
 class MSE(RecordMean):
     name = "mse"
+    stats_fields = ("sq_err",)
     formula = "mean over records s of mean((f_s - q_s)^2)  (Samsung ONE visq)"
 
     def record_values(self, pair: TensorPair) -> np.ndarray:
@@ -41,6 +42,7 @@ class MSE(RecordMean):
 @register_metric
 class MPEIR(RecordMean):
     name = "mpeir"
+    stats_fields = ("max_abs_err", "ref_min", "ref_max")
     formula = "mean over records s of max|f_s - q_s| / (max(f_s) - min(f_s) + 1e-6)  (Samsung ONE visq)"
 
     def record_values(self, pair: TensorPair) -> np.ndarray:
@@ -51,6 +53,7 @@ class MPEIR(RecordMean):
 @register_metric
 class TAE(RecordMean):
     name = "tae"
+    stats_fields = ("abs_err",)
     formula = "mean over records s of sum|f_s - q_s|  (Samsung ONE visq)"
 
     def record_values(self, pair: TensorPair) -> np.ndarray:
@@ -60,6 +63,7 @@ class TAE(RecordMean):
 @register_metric
 class SRMSE(StatsMetric):
     name = "srmse"
+    stats_fields = ("sq_err",)
     formula = (
         "sqrt(mean over records s of mean((f_s - q_s)^2)) / scale, scale = the quantized tensor's step "
         "(Samsung ONE visq; about 0.289 = 1/sqrt(12) for uniformly distributed rounding error)"
@@ -96,6 +100,7 @@ class SRMSE(StatsMetric):
 @register_metric
 class MRE(StatsMetric):
     name = "mre"
+    stats_fields = ("abs_err", "ref_abs")
     formula = "sum|f - q| / sum|f| over all elements of all records (relative L1 error)"
     sums = ("abs_err", "ref_abs")
 
@@ -116,6 +121,7 @@ class MRE(StatsMetric):
 @register_metric
 class MaxAbs(StatsMetric):
     name = "max_abs"
+    stats_fields = ("max_abs_err",)
     formula = "max |f - q| over all elements of all records"
     maxima = ("max_abs",)
 
@@ -132,6 +138,7 @@ class MaxAbs(StatsMetric):
 @register_metric
 class LSB(StatsMetric):
     name = "lsb"
+    stats_fields = ("max_abs_err",)
     formula = "max |f - q| / scale over all elements of all records: the worst error in quantization steps"
     maxima = ("lsb",)
 

@@ -27,6 +27,7 @@ def _cosine(ref_sq, test_sq, sq_err):
 @register_metric
 class Cosine(StatsMetric):
     name = "cosine"
+    stats_fields = ("ref_sq", "test_sq", "sq_err")
     formula = "sum(f*q) / (||f|| * ||q||) over all elements of all records; 1 when both are all zeros"
     higher_is_better = True
     sums = ("ref_sq", "test_sq", "sq_err")
@@ -53,6 +54,7 @@ class Cosine(StatsMetric):
 @register_metric
 class SQNR(StatsMetric):
     name = "sqnr"
+    stats_fields = ("ref_sq", "sq_err")
     formula = (
         "20*log10(max(||f||, eps) / max(||f - q||, eps)) in dB, norms over all records, eps = 2.22e-16 "
         "(as onnxruntime's qdq_loss_debug)"

@@ -21,6 +21,7 @@ from pytest_qaccuracy.plugin.fixtures import (
     session_key,
     validate_marker,
 )
+from pytest_qaccuracy.plugin.sensitivity import check_metric
 from pytest_qaccuracy.plugin.session import QAccuracySession
 from pytest_qaccuracy.plugin.settings import add_options, load_settings
 from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
@@ -76,10 +77,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(session_key, None)
     if state is None:
         return
+    if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        state.analyse()  # where the pairs were compared, before a worker sends its records
     if state.worker:
         session.config.workeroutput["qaccuracy"] = state.payload()  # type: ignore[attr-defined]
     elif not state.finish() and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked-for artifacts are missing: say so in CI
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = session.config.stash.get(session_key, None)
+    if state is not None and not state.worker:  # a metric the registry lacks: exit 4 before any test
+        check_metric(state.settings.sensitivity, state.settings.sensitivity_metric)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -97,7 +107,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
     artifacts = state.settings.artifacts_dir if state.written else None
     terminalreporter.write_sep("=", "quantization accuracy summary")
-    for line in summary_lines(state.sorted_records(), str(artifacts) if artifacts else None):
+    top = state.settings.sensitivity_top
+    for line in summary_lines(state.sorted_records(), str(artifacts) if artifacts else None, top):
         terminalreporter.write_line(line, red=": FAILED (" in line or " FAIL" in line)
     for error in state.errors:
         terminalreporter.write_line(error, red=True)

@@ -6,6 +6,8 @@ Layout under the artifacts folder::
     pairs/<id>-<hash8>.json            the comparison (contract 2)
     pairs/<id>-<hash8>.<metric>.visq.json   one per metric (contract 3)
     pairs/<id>-<hash8>.dot             the fp32 graph coloured by the pair's error
+    pairs/<id>-<hash8>.sensitivity.json, .sweep.json, .cumulative.json, .cumulative.chart.json
+                                       the pair's sensitivity analysis (when it was analysed)
     report.html                        all pairs (when the HTML writer is available)
 """
 
@@ -49,6 +51,7 @@ def write_artifacts(directory: Path, records: Sequence[Mapping[str, Any]], root:
             write_dot(path, load_model(record["fp32"]), result, metric)
             written.append(path)
             entry["dot"] = _rel(path, directory)
+        entry.update(_write_sensitivity(record, base.parent, directory))
         index[record["key"]] = entry
     html = _write_html(directory / "report.html", results)
     if html is not None:
@@ -58,6 +61,18 @@ def write_artifacts(directory: Path, records: Sequence[Mapping[str, Any]], root:
         summary["report"] = _rel(html, directory)
     written.append(atomic_write_json(directory / "summary.json", summary))
     return written
+
+
+def _write_sensitivity(record: Mapping[str, Any], folder: Path, directory: Path) -> dict[str, str]:
+    """The pair's sensitivity files, as ``{"sensitivity": path, "sweep": ..., "cumulative_chart": ...}``."""
+    from pytest_qaccuracy.analysis.sensitivity_report import SensitivityReport
+
+    report = (record.get("sensitivity") or {}).get("report")
+    if report is None:
+        return {}
+    stem = record["stem"]
+    paths = SensitivityReport.from_dict(report).write(folder, stem)
+    return {p.name[len(stem) + 1 : -len(".json")].replace(".", "_"): _rel(p, directory) for p in paths}
 
 
 def _write_html(path: Path, results: list[Any]) -> Path | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_qaccuracy.plugin.backend import DEFAULT_BACKEND, DEFAULT_SCHEME, GATE
 from pytest_qaccuracy.plugin.rules import Rule
+from pytest_qaccuracy.plugin.sensitivity import analyse_records, merge_entry
 from pytest_qaccuracy.plugin.settings import QAccuracySettings
 
 
@@ -302,6 +303,10 @@ class QAccuracySession:
         for index, outcome in enumerate(outcomes):
             record["checks"].append({"test": nodeid, "index": index, **outcome.to_dict(), "xfail": xfail})
 
+    def analyse(self) -> None:
+        """Sensitivity of the pairs the settings select, into their records (:mod:`.sensitivity`)."""
+        analyse_records(self, {spec.key(self.rootpath): spec for spec in self._pairs})
+
     # -- xdist ---------------------------------------------------------------------------------
     def payload(self) -> dict[str, Any]:
         """Everything a worker sends the controller: builtins only."""
@@ -317,6 +322,7 @@ class QAccuracySession:
                 self.records[key] = record
                 continue
             mine["topk"].update(record["topk"])
+            merge_entry(mine, record)
             if record.get("agreement") and not mine.get("agreement"):
                 mine["agreement"] = record["agreement"]
             seen = {(c["test"], c["index"]) for c in mine["checks"]}

@@ -14,6 +14,7 @@ import pytest
 
 from pytest_qaccuracy.plugin.backend import add_backend_options, read_backend
 from pytest_qaccuracy.plugin.rules import DEFAULTS, TOLERANCES, Rule, check_tolerance, parse_rules
+from pytest_qaccuracy.plugin.sensitivity import add_sensitivity_options, sensitivity_settings
 
 GROUP = ("qaccuracy", "quantization accuracy regression testing (pytest-qaccuracy)")
 DEFAULT_ARTIFACTS = ".qaccuracy"
@@ -39,6 +40,10 @@ class QAccuracySettings:
     junit_properties: bool
     ini_source: str = "ini file"
     extra: Mapping[str, str] = field(default_factory=dict)
+    sensitivity: str = "failed"
+    sensitivity_metric: str = "cosine"
+    sensitivity_mode: str = "single"
+    sensitivity_top: int = 10
     backend: str = "onnxruntime"
     scheme: str = "onnxruntime"
 
@@ -113,6 +118,7 @@ def add_options(parser: pytest.Parser) -> None:
         "qaccuracy_max_drift", "Drift rules such as 'sqnr:-1.0' or 'mse:+20%' (default sqnr:-1.0)", type="linelist"
     )
     parser.addini("qaccuracy_junit_properties", "Add key metrics to JUnit XML as properties", type="bool", default=True)
+    add_sensitivity_options(parser, group)
     add_backend_options(parser, group)
 
 
@@ -205,6 +211,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         save_baseline_dir=_path(config, "qaccuracy_save_baseline"),
         junit_properties=bool(_ini(config, "qaccuracy_junit_properties")),
         ini_source=ini_source,
+        **sensitivity_settings(config),
         backend=backend,
         scheme=scheme,
     )

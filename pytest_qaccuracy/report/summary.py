@@ -83,9 +83,14 @@ def _run_label(record: Mapping[str, Any]) -> str:
     return "" if (backend, scheme) == DEFAULT_RUN else f", backend {backend}, scheme {scheme}"
 
 
-def summary_lines(records: Sequence[Mapping[str, Any]], artifacts: str | None = None) -> list[str]:
-    """The terminal summary: one block per pair (header, tabulate table, sensitive layers)."""
+def summary_lines(
+    records: Sequence[Mapping[str, Any]], artifacts: str | None = None, sensitivity_top: int = 10
+) -> list[str]:
+    """The terminal summary: one block per pair (header, tabulate table, sensitive layers, and the
+    sensitivity table with at most ``sensitivity_top`` rows when the pair was analysed)."""
     from tabulate import tabulate
+
+    from pytest_qaccuracy.report.sensitivity_summary import sensitivity_lines
 
     lines: list[str] = []
     for record in records:
@@ -105,6 +110,7 @@ def summary_lines(records: Sequence[Mapping[str, Any]], artifacts: str | None = 
         table = tabulate(rows, headers=["target", "metric", "value", "tolerance", "status"], tablefmt="simple")
         lines += ["  " + line for line in table.splitlines()]
         lines += _layer_line(record)
+        lines += sensitivity_lines(record, sensitivity_top)
         lines.append("")
     passed = sum(record_passed(r) for r in records)
     expected = sum(expected_failure(r) is not None for r in records)
@@ -145,7 +151,9 @@ def versions() -> dict[str, str | None]:
 def summary_document(
     records: Sequence[Mapping[str, Any]], root: Path, artifacts: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """``summary.json``: versions, UTC time, and per pair its files' SHA-256, checks and artifacts."""
+    """``summary.json``: versions, UTC time, and per pair its files' SHA-256, checks, artifacts and
+    sensitivity (None when not analysed)."""
+    from pytest_qaccuracy.report.sensitivity_summary import sensitivity_brief
 
     def file_entry(path: str | None) -> dict[str, str | None] | None:
         if path is None:
@@ -175,6 +183,7 @@ def summary_document(
                 "topk": record.get("topk", {}),
                 "checks": list(record["checks"]),
                 "artifacts": dict(artifacts.get(record["key"], {})),
+                "sensitivity": sensitivity_brief(record),
                 "agreement": record.get("agreement"),
             }
         )

@@ -1,0 +1,66 @@
+"""A pair's sensitivity in the session summary: terminal lines and its ``summary.json`` entry. Pure.
+
+Both read the ``"sensitivity"`` entry of a plugin pair record: ``mode``, ``metric``,
+``target_from`` (the failed check the sweep aimed at, or None), and either ``report``
+(:meth:`SensitivityReport.to_dict`) or ``error`` (one line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+INDENT = "  "
+
+
+def _report(entry: Mapping[str, Any]) -> Any:
+    from pytest_qaccuracy.analysis.sensitivity_report import SensitivityReport
+
+    return SensitivityReport.from_dict(entry["report"])
+
+
+def sensitivity_lines(record: Mapping[str, Any], top: int = 10) -> list[str]:
+    """The ranked table and the exclusion suggestion of a pair (nothing when it was not analysed)."""
+    entry = record.get("sensitivity")
+    if not entry:
+        return []
+    if "error" in entry:
+        return [f"{INDENT}sensitivity not analysed: {entry['error']}"]
+    report = _report(entry)
+    lines = report.lines(top)
+    target = entry.get("target_from")
+    if target is not None and lines and lines[-1].startswith("target "):
+        # 'target cosine >= 0.99: nodes_to_exclude=[...]' -> say which tolerance it restores
+        lines[-1] = lines[-1].replace(":", f" (failed {target['check']} on {target['target']}):", 1)
+    elif report.unsupported is None and not all(c["passed"] for c in record["checks"]):
+        lines.append("no exclusion list suggested: no failed cosine or SQNR check on an output to aim at")
+    return [INDENT + line for line in lines]
+
+
+def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any] | None:
+    """The pair's ``sensitivity`` in ``summary.json``: ranking head, target and suggestion, or why not."""
+    entry = record.get("sensitivity")
+    if not entry:
+        return None
+    brief: dict[str, Any] = {
+        "mode": entry["mode"],
+        "metric": entry["metric"],
+        "target_from": entry.get("target_from"),
+        "target": None,
+        "nodes_to_exclude": None,
+        "most_sensitive": [],
+        "unsupported": None,
+        "error": entry.get("error"),
+    }
+    if "report" in entry:
+        report = _report(entry)
+        brief["unsupported"] = report.unsupported
+        if report.sensitivity is not None:
+            brief["most_sensitive"] = [n.node for n in report.sensitivity.ranked()[:top]]
+        if report.sweep is not None and report.sweep.target is not None:
+            brief["target"] = str(report.sweep.target)
+            brief["nodes_to_exclude"] = report.sweep.suggestion
+    return brief
+
+
+__all__ = ["sensitivity_brief", "sensitivity_lines"]
