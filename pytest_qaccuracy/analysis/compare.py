@@ -39,23 +39,17 @@ class _Tracked:
     metrics: dict[str, Metric]
     worst: dict[str, list[tuple[float, int, float]]] | None = None  # metric -> heap of (badness, record, value)
     problem: str | None = None
-    fields: frozenset[str] = frozenset()  # RecordStats fields the metrics read, swept together
+    fields: frozenset[str] = frozenset()  # RecordStats fields the metrics read, computed together
 
     def update(self, ref: np.ndarray, test: np.ndarray, first_record: int) -> None:
         if ref.shape != test.shape:
             self.problem = f"shape {ref.shape[1:]} in the fp32 model but {test.shape[1:]} in the quantized model"
             return
-        params = self.params
-        if params is not None and params.per_tensor_scale is not None and ref.dtype == np.float32:
-            # integer codes are dequantized chunk by chunk inside the statistics sweep
-            zero_point = float(params.zero_point.reshape(-1)[0])
-            pair = TensorPair.from_codes(ref, test, params.per_tensor_scale, zero_point, first_record)
-        else:
-            if params is not None:
-                test = params.dequantize(test, out=scratch(2, test.shape))
-            scale = None if params is None else params.scale
-            axis = None if params is None else params.axis
-            pair = TensorPair(ref, test, scale=scale, axis=axis, first_record=first_record)
+        if self.params is not None:
+            test = self.params.dequantize(test, out=scratch(2, test.shape))
+        scale = None if self.params is None else self.params.scale
+        axis = None if self.params is None else self.params.axis
+        pair = TensorPair(ref, test, scale=scale, axis=axis, first_record=first_record)
         pair.stats.prepare(self.fields)
         for metric in self.metrics.values():
             metric.update(pair)

@@ -31,8 +31,8 @@ class Metric(ABC):
     name: ClassVar[str]
     formula: ClassVar[str]
     higher_is_better: ClassVar[bool] = False
-    #: The :class:`RecordStats` fields the metric reads: computed together in one sweep per batch.
-    #: A field read but not declared is still computed, by a sweep of its own.
+    #: The :class:`RecordStats` fields the metric reads: computed together once per batch. A field
+    #: read but not declared is still computed, on first read.
     stats_fields: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod

@@ -15,9 +15,6 @@ import numpy as np
 #: The fields of :class:`RecordStats`: per-record sums and extrema over one tensor's elements.
 FIELDS = ("sq_err", "abs_err", "max_abs_err", "ref_sq", "test_sq", "ref_abs", "ref_min", "ref_max")
 _NEED_DIFF = frozenset({"sq_err", "abs_err", "max_abs_err"})
-_NEED_TEST = _NEED_DIFF | {"test_sq"}
-#: Elements per chunk of one sweep: a few such float32 chunks stay in a core's L2 cache.
-CHUNK = 1 << 16
 
 
 class RecordStats:
@@ -33,38 +30,30 @@ class RecordStats:
     ``sum(f*q)`` is not a field: it is ``(ref_sq + test_sq - sq_err) / 2``. ``count`` is the number
     of elements per record.
 
-    The fields the metrics declare (``prepare``) are computed together in one sweep over column
-    chunks of ``CHUNK`` elements, so each chunk of ``f`` and ``q`` is read from memory once and every
-    pass over it (dequantize, subtract, absolute value, sums) runs in cache: the fold is bound by
-    memory bandwidth, and whole-array passes read a batch's activations five or six times. A field
-    nobody declared is computed on first use by a sweep of its own. Elementwise work runs in the
-    tensors' own float32; every sum is taken over blocks of ``BLOCK`` elements by BLAS and the block
-    sums are added in float64 (relative error about 1e-8). The inputs are never modified.
+    Only the fields someone reads are computed: those the metrics declare together (``prepare``,
+    sharing ``f - q`` and ``|f - q|``), any other on first read. A comparison asking only for SQNR
+    thus reads ``f`` twice and ``q`` once and never pays for absolute values, extrema or
+    ``sum(q^2)``. Elementwise work runs in the tensors' own float32; every sum is taken over blocks
+    of ``BLOCK`` elements by BLAS and the block sums are added in float64 (relative error about
+    1e-8, at a quarter of the memory traffic of float64 copies). The inputs are never modified.
     """
 
-    __slots__ = ("_codes", "_dequant", "_f", "_q", "_values", "count")
+    __slots__ = ("_f", "_q", "_values", "count")
 
-    def __init__(self, pair: TensorPair) -> None:
-        n = pair.records
-        self.count = pair.ref.size // n if n else 0
+    def __init__(self, ref: np.ndarray, test: np.ndarray) -> None:
+        n = ref.shape[0]
+        self.count = ref.size // n if n else 0
         shape = (n, self.count)
-        self._codes = pair._codes.reshape(shape) if pair._codes is not None else None
-        if self._codes is not None:
-            self._f = np.ascontiguousarray(pair.ref.reshape(shape), dtype=np.float32)
-            self._q = None
-        else:
-            test = pair.test
-            dtype = np.float64 if np.float64 in (pair.ref.dtype, test.dtype) else np.float32
-            self._f = np.ascontiguousarray(pair.ref.reshape(shape), dtype=dtype)
-            self._q = np.ascontiguousarray(test.reshape(shape), dtype=dtype)
-        self._dequant = pair._dequant
+        dtype = np.float64 if np.float64 in (ref.dtype, test.dtype) else np.float32
+        self._f = np.ascontiguousarray(ref.reshape(shape), dtype=dtype)
+        self._q = np.ascontiguousarray(test.reshape(shape), dtype=dtype)
         self._values: dict[str, np.ndarray] = {}
 
     def prepare(self, fields: Iterable[str]) -> None:
-        """Compute ``fields`` (those not computed yet) in one sweep."""
+        """Compute ``fields`` (those not computed yet) together."""
         missing = frozenset(fields) - self._values.keys()
         if missing:
-            self._values.update(_sweep(self._f, self._q, self._codes, self._dequant, missing))
+            self._values.update(_compute(self._f, self._q, missing))
 
     def _get(self, name: str) -> np.ndarray:
         if name not in self._values:
@@ -81,58 +70,37 @@ class RecordStats:
     ref_max = property(lambda self: self._get("ref_max"), doc="max f")
 
 
-def _sweep(
-    f: np.ndarray,
-    q: np.ndarray | None,
-    codes: np.ndarray | None,
-    dequant: tuple[np.float32, np.float32] | None,
-    fields: frozenset[str],
-) -> dict[str, np.ndarray]:
-    """The per-row ``fields`` of (n, m) arrays, chunk by chunk (see :class:`RecordStats`)."""
-    n, m = f.shape
-    sums = {name: np.zeros(n) for name in fields if name not in ("max_abs_err", "ref_min", "ref_max")}
-    extrema: dict[str, np.ndarray] = {}
-    step = max(BLOCK, CHUNK // max(n, 1) // BLOCK * BLOCK)  # a multiple of BLOCK: the same block sums
-    for start in range(0, m, step):
-        fc = f[:, start : start + step]
-        if "ref_sq" in fields:
-            sums["ref_sq"] += block_dot(fc, fc)
-        if "ref_abs" in fields:
-            sums["ref_abs"] += block_sum(np.abs(fc, out=scratch(1, fc.shape, fc.dtype)))
-        if "ref_min" in fields:
-            _running(extrema, "ref_min", fc.min(axis=1), np.minimum)
-        if "ref_max" in fields:
-            _running(extrema, "ref_max", fc.max(axis=1), np.maximum)
-        if not fields & _NEED_TEST:
-            continue
-        if codes is None:
-            qc = q[:, start : start + step]
-        else:  # (codes - zero point) * scale in float32: what QuantParams.dequantize computes
-            qc = np.subtract(codes[:, start : start + step], dequant[1], out=scratch(0, fc.shape), dtype=np.float32)
-            np.multiply(qc, dequant[0], out=qc)
-        if "test_sq" in fields:
-            sums["test_sq"] += block_dot(qc, qc)
-        if not fields & _NEED_DIFF:
-            continue
-        d = np.subtract(fc, qc, out=scratch(3, fc.shape, fc.dtype))
+def _compute(f: np.ndarray, q: np.ndarray, fields: frozenset[str]) -> dict[str, np.ndarray]:
+    """The per-row ``fields`` of (n, m) arrays ``f`` and ``q`` (see :class:`RecordStats`)."""
+    out: dict[str, np.ndarray] = {}
+    if "ref_sq" in fields:
+        out["ref_sq"] = block_dot(f, f)
+    if "test_sq" in fields:
+        out["test_sq"] = block_dot(q, q)
+    if "ref_abs" in fields:
+        out["ref_abs"] = block_sum(np.abs(f, out=scratch(1, f.shape, f.dtype)))
+    if "ref_min" in fields:
+        out["ref_min"] = _row_reduce(np.min, f)
+    if "ref_max" in fields:
+        out["ref_max"] = _row_reduce(np.max, f)
+    if fields & _NEED_DIFF:
+        d = np.subtract(f, q, out=scratch(0, f.shape, f.dtype))
         if "sq_err" in fields:
-            sums["sq_err"] += block_dot(d, d)
+            out["sq_err"] = block_dot(d, d)
         if "abs_err" in fields or "max_abs_err" in fields:
             np.abs(d, out=d)
             if "abs_err" in fields:
-                sums["abs_err"] += block_sum(d)
+                out["abs_err"] = block_sum(d)
             if "max_abs_err" in fields:
-                _running(extrema, "max_abs_err", d.max(axis=1), np.maximum)
-    for name in ("max_abs_err", "ref_min", "ref_max"):
-        if name in fields:
-            value = extrema.get(name)
-            sums[name] = np.zeros(n) if value is None else value.astype(np.float64)
-    return sums
+                out["max_abs_err"] = _row_reduce(np.max, d)
+    return out
 
 
-def _running(extrema: dict[str, np.ndarray], name: str, value: np.ndarray, combine) -> None:
-    previous = extrema.get(name)
-    extrema[name] = value if previous is None else combine(previous, value)
+def _row_reduce(reduce, a: np.ndarray) -> np.ndarray:
+    """Per-row ``reduce`` of an (n, m) array as float64; zeros when rows are empty."""
+    if a.shape[1] == 0:
+        return np.zeros(a.shape[0])
+    return reduce(a, axis=1).astype(np.float64)
 
 
 class TensorPair:
@@ -140,11 +108,9 @@ class TensorPair:
 
     Both have shape (records, ...); ``scale``/``axis`` describe the quantized tensor's step when it
     has one (a scalar for per-tensor, a vector along ``axis`` for per-channel quantization).
-    :meth:`from_codes` builds a pair from per-tensor integer codes, dequantized chunk by chunk
-    while the statistics are computed (``test`` is dequantized whole only if someone reads it).
     """
 
-    __slots__ = ("__dict__", "_codes", "_dequant", "_test", "axis", "first_record", "ref", "scale")
+    __slots__ = ("__dict__", "axis", "first_record", "ref", "scale", "test")
 
     def __init__(
         self,
@@ -156,35 +122,7 @@ class TensorPair:
     ) -> None:
         if ref.shape != test.shape:
             raise ValueError(f"reference shape {ref.shape} differs from test shape {test.shape}")
-        self.ref, self._test, self.scale, self.axis, self.first_record = ref, test, scale, axis, first_record
-        self._codes: np.ndarray | None = None
-        self._dequant: tuple[np.float32, np.float32] | None = None
-
-    @classmethod
-    def from_codes(
-        cls, ref: np.ndarray, codes: np.ndarray, scale: float, zero_point: float, first_record: int = 0
-    ) -> TensorPair:
-        """A pair whose test values are ``(codes - zero_point) * scale`` (per-tensor, float32).
-
-        The values are bit-identical to DequantizeLinear's (the subtraction is exact in float32 for
-        8- and 16-bit codes); ``ref`` must be float32.
-        """
-        if ref.shape != codes.shape:
-            raise ValueError(f"reference shape {ref.shape} differs from test shape {codes.shape}")
-        pair = cls.__new__(cls)
-        pair.ref, pair._test, pair.scale, pair.axis, pair.first_record = ref, None, scale, None, first_record
-        pair._codes = codes
-        pair._dequant = (np.float32(scale), np.float32(zero_point))
-        return pair
-
-    @property
-    def test(self) -> np.ndarray:
-        """The test values (dequantized on first read for a pair made by :meth:`from_codes`)."""
-        if self._test is None:
-            scale, zero_point = self._dequant
-            test = np.subtract(self._codes, zero_point, dtype=np.float32)
-            self._test = np.multiply(test, scale, out=test)
-        return self._test
+        self.ref, self.test, self.scale, self.axis, self.first_record = ref, test, scale, axis, first_record
 
     @property
     def records(self) -> int:
@@ -193,7 +131,7 @@ class TensorPair:
     @cached_property
     def stats(self) -> RecordStats:
         """The per-record sums of this batch (see :class:`RecordStats`)."""
-        return RecordStats(self)
+        return RecordStats(self.ref, self.test)
 
     @cached_property
     def steps(self) -> np.ndarray | None:
@@ -218,7 +156,7 @@ BLOCK = 4096
 def scratch(slot: int, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
     """A reusable work array of this thread (fresh multi-MB arrays cost page faults on every batch).
 
-    Slots 0, 1 and 3 belong to :class:`RecordStats`' sweep; slot 2 holds dequantized values during an update.
+    Slots 0 and 1 belong to :class:`RecordStats`; slot 2 holds dequantized values during an update.
     The contents are only valid until the same slot is asked for again on this thread.
     """
     buffers = getattr(_local, "buffers", None)
