@@ -342,3 +342,46 @@ def test_int32_accumulator_wraps_like_onnxruntime(channels: int) -> None:
     inits = {"as": f32(1.0), "az": np.uint8(0), "b": np.full((channels, 1), 127, np.int8), "bs": f32(2.0**-24),
              "bz": np.int8(0), "ys": f32(1.0), "yz": np.uint8(128)}  # fmt: skip
     _check(node_model("QLinearMatMul", [("a", np.uint8, a.shape)], inits, np.uint8), {"a": a})
+
+
+ROW_PATH_CASES = {
+    # name: (kernel (kh, kw), attrs, records) - every case has vertical stride 1: the row path
+    "3x3": ((3, 3), {"pads": [1, 1, 1, 1]}, 3),
+    "5x5-asymmetric-pads": ((5, 5), {"pads": [2, 0, 1, 3]}, 2),
+    "3x1": ((3, 1), {"pads": [1, 0, 1, 0]}, 2),
+    "2x3-horizontal-stride": ((2, 3), {"strides": [1, 2], "pads": [0, 1, 1, 1]}, 2),
+    "dilated": ((3, 3), {"dilations": [2, 3], "pads": [2, 3, 1, 0]}, 2),
+    "big-accumulator": ((3, 3), {"pads": [1, 1, 1, 1]}, 1),
+}
+
+
+@pytest.mark.parametrize("chunk", [1 << 23, 700], ids=["one chunk", "row chunks"])
+@pytest.mark.parametrize("case", ROW_PATH_CASES)
+def test_qlinear_conv_row_path(case: str, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact convolutions with vertical stride 1 add the kernel rows' partial GEMMs (``_row_gemm_chunk``):
+    bit-exact with onnxruntime for any kernel, pads, dilation, horizontal stride and row chunking."""
+    from pytest_qaccuracy.backend.kernels import conv
+
+    calls = []
+    original = conv._row_gemm_chunk
+    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(conv, "_row_gemm_chunk", lambda *a: calls.append(a[5]) or original(*a))
+    (kh, kw), attrs, records = ROW_PATH_CASES[case]
+    rng = np.random.default_rng(len(case))
+    c, m = (256, 4) if case == "big-accumulator" else (6, 5)
+    x = random_q(rng, np.uint8, (records, c, 11, 10))
+    w = random_q(rng, np.int8, (m, c, kh, kw))
+    if case == "big-accumulator":  # large same-sign products: the float64 GEMM path
+        x = rng.integers(200, 256, x.shape).astype(np.uint8)
+        w = rng.integers(-128, -100, w.shape).astype(np.int8)
+    ys = f32(300.0) if case == "big-accumulator" else f32(0.37)
+    inits = {
+        "xs": f32(0.0173), "xz": np.array(7, np.uint8), "w": w, "ws": rng.uniform(0.002, 0.02, m).astype(f32),
+        "wz": np.zeros(m, np.int8), "ys": ys, "yz": np.array(127, np.uint8),
+        "b": rng.integers(-20000, 20000, m).astype(np.int32),
+    }  # fmt: skip
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[kh, kw], **attrs)
+    got = _check(model, {"x": x}, case)[0]
+    assert _saturated(got) < 0.25
+    assert calls, "the row path was not taken"
+    assert (len(set(calls)) > 1) == (chunk == 700), f"row chunks starting at {sorted(set(calls))}"
