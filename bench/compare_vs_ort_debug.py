@@ -1,7 +1,9 @@
 """Layer-wise comparison: pytest-qaccuracy against onnxruntime's qdq_loss_debug, side by side.
 
-Builds a detector-like conv net (53 Conv layers, 256x256 input), quantizes it with onnxruntime
-(QDQ, uint8 activations), and times in separate processes, so that each peak RSS is its own:
+Builds a conv net with 50+ Conv layers at 256x256 (``--net detector``: dense residual stages,
+53 convs; ``--net mobile``: MobileNetV2-style inverted residuals with a top-down head, 54 convs;
+see ``netzoo``), quantizes it with onnxruntime (QDQ, uint8 activations), and times in separate
+processes, so that each peak RSS is its own:
 
 - ``floor``: plain inference of both models over all records (no intermediate tensors);
 - ``ort_debug``: qdq_loss_debug (modify_model_output_intermediate_tensors, collect_activations,
@@ -13,7 +15,8 @@ Builds a detector-like conv net (53 Conv layers, 256x256 input), quantizes it wi
 - ``ours_reference`` / ``ours_deployed``: ``compare`` in both capture modes, all nine metrics;
 - ``ours_deployed_big``: the same with 8x the records, to show that peak RSS does not grow.
 
-Usage: python bench/compare_vs_ort_debug.py [--records 32] [--size 256] [--batch-size 8] [--repeat 1]
+Usage: python bench/compare_vs_ort_debug.py [--net detector] [--records 32] [--size 256] [--batch-size 8]
+       [--repeat 1]
 """
 
 from __future__ import annotations
@@ -66,12 +69,15 @@ class _Reader:
         return item
 
 
-def prepare(work: Path, records: int, size: int) -> None:
+NETS = {"detector": netzoo.detector, "mobile": netzoo.mobile_detector}
+
+
+def prepare(work: Path, records: int, size: int, net: str = "detector") -> None:
     import h5py
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     logging.getLogger().setLevel(logging.ERROR)
-    fp32 = netzoo.detector(work / "det.onnx", size=size)
+    fp32 = NETS[net](work / "det.onnx", size=size)
     quantize_static(
         str(fp32),
         str(work / "det.qdq.onnx"),
@@ -169,6 +175,7 @@ def _run_worker(method: str, work: Path, batch: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--net", choices=tuple(NETS), default="detector")
     parser.add_argument("--records", type=int, default=32)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -184,9 +191,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        prepare(work, args.records, args.size)
+        prepare(work, args.records, args.size, args.net)
         print(
-            f"model: {netzoo.count_convs(work / 'det.onnx')} Conv layers, input 3x{args.size}x{args.size}, "
+            f"model: {args.net}, {netzoo.count_convs(work / 'det.onnx')} Conv layers, input 3x{args.size}x{args.size}, "
             f"{args.records} records, batch {args.batch_size}"
         )
         results: dict[str, dict] = {}
