@@ -115,6 +115,20 @@ def detector_net(
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
+def mobile_net(size: int) -> onnx.ModelProto:
+    """``netzoo.mobile_detector`` (MobileNetV2-style, depthwise convs) at opset 21, input named ``input``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import netzoo
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = onnx.load(str(netzoo.mobile_detector(Path(tmp) / "mobile.onnx", size=size)))
+    model.opset_import[0].version, model.ir_version = 21, 10
+    model.graph.input[0].name = "input"
+    for node in model.graph.node:
+        node.input[:] = ["input" if name == "x" else name for name in node.input]
+    return model
+
+
 def quantize(model: onnx.ModelProto, calibration: np.ndarray, folder: Path, fmt: str) -> Path:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -146,7 +160,12 @@ def best_of(fn, repeat: int) -> tuple[float, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--net", choices=("plain", "detector"), default="plain", help="plain conv net or detector-like")
+    parser.add_argument(
+        "--net",
+        choices=("plain", "detector", "mobile"),
+        default="plain",
+        help="plain, detector-like, or MobileNet-like",
+    )
     parser.add_argument("--convs", type=int, default=22)
     parser.add_argument("--channels", type=int, default=32)
     parser.add_argument("--size", type=int, default=32)
@@ -165,6 +184,10 @@ def main() -> None:
     if args.net == "detector":
         args.channels = 8  # the detector's stem takes 8 channels (an image already lifted by a first layer)
         net = detector_net(args.size)
+        args.convs = sum(1 for n in net.graph.node if n.op_type == "Conv")
+    elif args.net == "mobile":
+        args.channels = 3
+        net = mobile_net(args.size)
         args.convs = sum(1 for n in net.graph.node if n.op_type == "Conv")
     else:
         net = conv_net(args.convs, args.channels, args.size)
