@@ -365,7 +365,7 @@ def test_qlinear_conv_row_path(case: str, chunk: int, monkeypatch: pytest.Monkey
     calls = []
     original = conv._row_gemm_chunk
     monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)
-    monkeypatch.setattr(conv, "_row_gemm_chunk", lambda *a: calls.append(a[5]) or original(*a))
+    monkeypatch.setattr(conv, "_row_gemm_chunk", lambda *a: calls.append(a[-1].o0) or original(*a))
     (kh, kw), attrs, records = ROW_PATH_CASES[case]
     rng = np.random.default_rng(len(case))
     c, m = (256, 4) if case == "big-accumulator" else (6, 5)

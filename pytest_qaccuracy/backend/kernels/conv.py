@@ -13,6 +13,7 @@ import itertools
 import math
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -146,15 +147,36 @@ def conv_core(
                 target = _buffer(m * math.prod(lead), dtype, "target").reshape(lead[0], m, *lead[1:])
             else:
                 target = out[n0:n1, :, o0:o1]
+            chunk = _Chunk((n0, n1), o0, lead, strides, dilations)
             if depthwise:
-                _depthwise_chunk(xp, wt, target, taps, (n0, n1), o0, lead, strides, dilations)
+                _depthwise_chunk(xp, wt, target, taps, chunk)
             elif rowwise:
-                _row_gemm_chunk(xp, wrows, target, kernel_shape, (n0, n1), o0, lead, strides, dilations)
+                _row_gemm_chunk(xp, wrows, target, kernel_shape, chunk)
             else:
-                _gemm_chunk(xp, wmat, target, taps, (n0, n1), o0, lead, strides, dilations, o1 - o0 == first)
+                _gemm_chunk(xp, wmat, target, taps, chunk, o1 - o0 == first)
             if epilogue:
                 np.copyto(out[n0:n1, :, o0:o1], epilogue[0](target), casting="unsafe")
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """Where one chunk of a convolution lies: records ``[n0, n1)``, output rows from ``o0``, and the
+    chunk's output shape ``lead`` = (records, rows, *other output axes)."""
+
+    records: tuple[int, int]
+    o0: int
+    lead: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+
+    def tap_view(self, xp: np.ndarray, tap: tuple[int, ...]) -> np.ndarray:
+        """The ``(n, C, *lead[1:])`` slice of the padded input that kernel tap ``tap`` reads."""
+        index = [slice(*self.records), slice(None)]
+        for axis, (t, s, dil, size) in enumerate(zip(tap, self.strides, self.dilations, self.lead[1:], strict=True)):
+            begin = t * dil + (self.o0 * s if axis == 0 else 0)
+            index.append(slice(begin, begin + (size - 1) * s + 1, s))
+        return xp[tuple(index)]
 
 
 def _depthwise_chunk(
@@ -162,18 +184,15 @@ def _depthwise_chunk(
     wt: np.ndarray,
     target: np.ndarray,
     taps: list[tuple[int, ...]],
-    records: tuple[int, int],
-    o0: int,
-    lead: tuple[int, ...],
-    strides: tuple[int, ...],
-    dilations: tuple[int, ...],
+    chunk: _Chunk,
 ) -> None:
     """One input channel per group: multiply-accumulate tap by tap, vectorised over everything else."""
     group, mg, _ = wt.shape
+    lead = chunk.lead
     view = target.reshape(lead[0], group, mg, *lead[1:])
     view[...] = 0
     for t, tap in enumerate(taps):
-        x_tap = _tap_view(xp, tap, records, o0, lead, strides, dilations)[:, :, None]
+        x_tap = chunk.tap_view(xp, tap)[:, :, None]
         view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
 
 
@@ -182,25 +201,22 @@ def _gemm_chunk(
     wmat: np.ndarray,
     target: np.ndarray,
     taps: list[tuple[int, ...]],
-    records: tuple[int, int],
-    o0: int,
-    lead: tuple[int, ...],
-    strides: tuple[int, ...],
-    dilations: tuple[int, ...],
+    chunk: _Chunk,
     whole: bool,
 ) -> None:
     """im2col for one chunk (per record: taps x channels x rows) and one batched GEMM into ``target``."""
     group, mg, _ = wmat.shape
+    lead = chunk.lead
     c = xp.shape[1]
     cg = c // group
     # columns per record: (n, taps, C, *rows), so that one batched GEMM writes (n, M, rows)
-    single = _tap_view(xp, taps[0], records, o0, lead, strides, dilations) if len(taps) == 1 else None
+    single = chunk.tap_view(xp, taps[0]) if len(taps) == 1 else None
     if single is not None and single.flags.c_contiguous:  # 1x1, stride 1, no padding: the input is the matrix
         cols = single.reshape(lead[0], 1, c, *lead[1:])
     else:
         cols = _buffer(len(taps) * c * math.prod(lead), wmat.dtype.type).reshape(lead[0], len(taps), c, *lead[1:])
         for t, tap in enumerate(taps):
-            cols[:, t] = _tap_view(xp, tap, records, o0, lead, strides, dilations)
+            cols[:, t] = chunk.tap_view(xp, tap)
     grouped = cols.reshape(lead[0], len(taps), group, cg, -1)
     if group > 1:
         grouped = grouped.transpose(0, 2, 1, 3, 4)
@@ -216,11 +232,7 @@ def _row_gemm_chunk(
     wrows: np.ndarray,
     target: np.ndarray,
     kernel_shape: tuple[int, ...],
-    records: tuple[int, int],
-    o0: int,
-    lead: tuple[int, ...],
-    strides: tuple[int, ...],
-    dilations: tuple[int, ...],
+    chunk: _Chunk,
 ) -> None:
     """A 2-D chunk with vertical stride 1: columns of the ``kw`` horizontal taps of every input row
     the chunk reads, one GEMM giving each kernel row's contribution on every such row, then the
@@ -231,39 +243,22 @@ def _row_gemm_chunk(
     sums are exact integers under the same bound as the whole sum, so the result is bit-identical.
     """
     kh, kw = kernel_shape
-    dh, dw = dilations
-    n, rows, width = lead
+    dh, dw = chunk.dilations
+    n, rows, width = chunk.lead
+    n0, n1 = chunk.records
     c = xp.shape[1]
     m = wrows.shape[0] // kh
-    span = rows + (kh - 1) * dh  # input rows the chunk reads
+    span = rows + (kh - 1) * dh  # input rows the chunk reads, from chunk.o0 (vertical stride 1)
+    step = chunk.strides[1]
     cols = _buffer(n * kw * c * span * width, wrows.dtype.type).reshape(n, kw, c, span, width)
     for j in range(kw):
         begin = j * dw
-        cols[:, j] = xp[
-            records[0] : records[1], :, o0 : o0 + span, begin : begin + (width - 1) * strides[1] + 1 : strides[1]
-        ]
+        cols[:, j] = xp[n0:n1, :, chunk.o0 : chunk.o0 + span, begin : begin + (width - 1) * step + 1 : step]
     parts = _buffer(n * kh * m * span * width, wrows.dtype.type, "rows").reshape(n, kh, m, span, width)
     np.matmul(wrows, cols.reshape(n, kw * c, span * width), out=parts.reshape(n, kh * m, span * width))
     np.add(parts[:, 0, :, :rows], parts[:, 1, :, dh : dh + rows], out=target)
     for i in range(2, kh):
         target += parts[:, i, :, i * dh : i * dh + rows]
-
-
-def _tap_view(
-    xp: np.ndarray,
-    tap: tuple[int, ...],
-    records: tuple[int, int],
-    o0: int,
-    lead: tuple[int, ...],
-    strides: tuple[int, ...],
-    dilations: tuple[int, ...],
-) -> np.ndarray:
-    """The ``(n, C, *out_chunk)`` slice of the padded input that kernel tap ``tap`` reads."""
-    index = [slice(*records), slice(None)]
-    for axis, (t, s, dil, size) in enumerate(zip(tap, strides, dilations, lead[1:], strict=True)):
-        begin = t * dil + (o0 * s if axis == 0 else 0)
-        index.append(slice(begin, begin + (size - 1) * s + 1, s))
-    return xp[tuple(index)]
 
 
 def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tuple[int, ...], tuple[int, ...], int]:
