@@ -196,3 +196,21 @@ def test_a_large_npz_is_streamed_not_read_whole(tmp_path):
     assert peak < total / 20, f"peak {peak} bytes while streaming {total} bytes"
     with zipfile.ZipFile(path) as z:  # sanity: the member really is compressed, so streaming was needed
         assert z.getinfo("x.npy").compress_type == zipfile.ZIP_DEFLATED
+
+
+def test_head_is_the_first_records_of_a_dataset(tmp_path):
+    from pytest_qaccuracy.data import Head
+
+    records, labels = _records(5, (2,)), np.arange(5)
+    np.savez(tmp_path / "d.npz", x=records, labels=labels)
+    ds = load_dataset(tmp_path / "d.npz")
+    head = Head(ds, 3)
+    assert (len(head), head.keys, head.name) == (3, ["x"], "d.npz")
+    np.testing.assert_array_equal(np.stack([r["x"] for r in head.iter_records()]), records[:3])
+    np.testing.assert_array_equal(np.stack([r["x"] for r in head.iter_records(1, 99)]), records[1:3])
+    np.testing.assert_array_equal(head.labels(), labels[:3])
+    batches = list(bind_dataset(head, [InputSpec("x", "float32", (2,))]).iter_batches(2))
+    assert [len(b) for b in batches] == [2, 1]
+    assert len(Head(ds, 50)) == 5  # a larger sample is the whole dataset
+    with pytest.raises(DataError, match=r"d\.npz: a sample needs at least 1 record, got 0"):
+        Head(ds, 0)

@@ -20,7 +20,8 @@ from tabulate import tabulate
 from pytest_qaccuracy.analysis.cumulative import DEFAULT_CONFIGS, CumulativeResult, cumulative_in
 from pytest_qaccuracy.analysis.sensitivity import SensitivityResult, open_session, sensitivity_in
 from pytest_qaccuracy.analysis.sweep import SweepResult, Target, sweep_in
-from pytest_qaccuracy.data import Dataset
+from pytest_qaccuracy.data import Dataset, load_dataset
+from pytest_qaccuracy.data.head import Head
 from pytest_qaccuracy.errors import ModelError
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.report.atomic import atomic_write_json
@@ -164,16 +165,41 @@ def analyse_pair(
     cumulative: bool = True,
     average_mode: bool = False,
     options: RuntimeOptions | None = None,
+    records: int | None = None,
 ) -> SensitivityReport:
     """Rank the nodes of a QDQ pair, sweep exclusions towards ``target``, and draw the cumulative curves.
 
-    All analyses share one bound dataset and graph index. A QOperator pair gives a report whose
-    ``unsupported`` says why, instead of raising.
+    All analyses share one bound dataset and graph index; ``records`` limits them to the first N
+    records (their cost grows with every record and every node). A QOperator pair gives a report
+    whose ``unsupported`` says why, instead of raising.
     """
     target = Target.parse(target) if isinstance(target, str) else target
     names = [m.strip() for m in metrics.split(",")] if isinstance(metrics, str) else list(metrics)
     if target is not None and target.metric not in names:
         names.append(target.metric)
+    owned = None  # a dataset opened here, closed here
+    if records is not None:
+        if not isinstance(data, Dataset):
+            data = owned = load_dataset(data)
+        data = Head(data, records)
+    try:
+        return _analyse(pair, data, names, mode, target, max_excluded, cumulative, average_mode, options)
+    finally:
+        if owned is not None:
+            owned.close()
+
+
+def _analyse(
+    pair: ModelPair,
+    data: Dataset | str | os.PathLike[str],
+    names: list[str],
+    mode: str,
+    target: Target | None,
+    max_excluded: int | None,
+    cumulative: bool,
+    average_mode: bool,
+    options: RuntimeOptions | None,
+) -> SensitivityReport:
     stem = pair.quantized_path.stem
     try:
         session = open_session(pair, data, names, options)

@@ -12,6 +12,7 @@ from pathlib import Path
 from pytest_qaccuracy.data.base import ArrayMeta, Dataset
 from pytest_qaccuracy.data.binding import Batch, BoundDataset
 from pytest_qaccuracy.data.hdf5 import HDF5Dataset
+from pytest_qaccuracy.data.head import Head
 from pytest_qaccuracy.data.npy_dir import NpyDirDataset
 from pytest_qaccuracy.data.npz import NpzDataset
 from pytest_qaccuracy.errors import DataError
@@ -52,6 +53,7 @@ __all__ = [
     "BoundDataset",
     "Dataset",
     "HDF5Dataset",
+    "Head",
     "NpyDirDataset",
     "NpzDataset",
     "bind_dataset",

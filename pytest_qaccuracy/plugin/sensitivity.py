@@ -28,6 +28,8 @@ SCOPES = ("failed", "all", "off")
 MODES = ("single", "leave-one-out")
 DEFAULT_METRIC = "cosine"
 DEFAULT_TOP = 10
+#: Records the analysis reads by default: its cost grows with records times nodes (0: all records).
+DEFAULT_RECORDS = 32
 #: Output metrics whose failed check sets the sweep target (the sweep measures the mean over outputs).
 TARGET_METRICS = ("cosine", "sqnr")
 
@@ -39,11 +41,16 @@ def add_sensitivity_options(parser: pytest.Parser, group: Any) -> None:
         ("sensitivity_metric", "NAME", f"Metric the sensitivity table ranks nodes by (default {DEFAULT_METRIC})"),
         ("sensitivity_mode", "MODE", "Sensitivity mode: single or leave-one-out (default single)"),
         ("sensitivity_top", "N", f"Rows of the sensitivity table (default {DEFAULT_TOP})"),
+        (
+            "sensitivity_records",
+            "N",
+            f"Records the sensitivity analysis reads, from the first (default {DEFAULT_RECORDS}; 0: all)",
+        ),
     )
     for name, metavar, help_text in options:
         flag = "--qaccuracy-" + name.replace("_", "-")
         group.addoption(flag, dest=f"qaccuracy_{name}", default=None, metavar=metavar, help=help_text)
-        kind = "int" if name == "sensitivity_top" else "string"
+        kind = "int" if name in ("sensitivity_top", "sensitivity_records") else "string"
         parser.addini(f"qaccuracy_{name}", help_text, type=kind, default=None)
 
 
@@ -86,18 +93,27 @@ def get_sensitivity_metric(config: pytest.Config) -> str:
     return text
 
 
+def _integer(config: pytest.Config, name: str, default: int, minimum: int) -> int:
+    value, where = _raw(config, name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = minimum - 1
+    if isinstance(value, bool) or number < minimum:
+        raise pytest.UsageError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+    return number
+
+
 def get_sensitivity_top(config: pytest.Config) -> int:
     """Rows of the table, at least 1."""
-    value, where = _raw(config, "sensitivity_top")
-    if value is None or value == "":
-        return DEFAULT_TOP
-    try:
-        top = int(str(value).strip())
-    except ValueError:
-        top = 0
-    if isinstance(value, bool) or top < 1:
-        raise pytest.UsageError(f"{where}: expected an integer >= 1, got {value!r}")
-    return top
+    return _integer(config, "sensitivity_top", DEFAULT_TOP, 1)
+
+
+def get_sensitivity_records(config: pytest.Config) -> int:
+    """Records the analysis reads (the first N); 0 for all of them."""
+    return _integer(config, "sensitivity_records", DEFAULT_RECORDS, 0)
 
 
 def sensitivity_settings(config: pytest.Config) -> dict[str, Any]:
@@ -107,6 +123,7 @@ def sensitivity_settings(config: pytest.Config) -> dict[str, Any]:
         "sensitivity_metric": get_sensitivity_metric(config),
         "sensitivity_mode": get_sensitivity_mode(config),
         "sensitivity_top": get_sensitivity_top(config),
+        "sensitivity_records": get_sensitivity_records(config),
     }
 
 
@@ -198,6 +215,7 @@ def analyse_one(state: QAccuracySession, spec: PairSpec, target: str | None) -> 
             mode=settings.sensitivity_mode,
             target=target,
             options=state.runtime_options(),
+            records=settings.sensitivity_records or None,
         )
         entry["report"] = report.to_dict()
     except Exception as exc:  # a bad model or dataset must not end the session
@@ -216,6 +234,7 @@ __all__ = [
     "get_sensitivity",
     "get_sensitivity_metric",
     "get_sensitivity_mode",
+    "get_sensitivity_records",
     "get_sensitivity_top",
     "merge_entry",
     "sensitivity_settings",

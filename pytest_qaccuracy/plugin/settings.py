@@ -44,6 +44,7 @@ class QAccuracySettings:
     sensitivity_metric: str = "cosine"
     sensitivity_mode: str = "single"
     sensitivity_top: int = 10
+    sensitivity_records: int = 32
     backend: str = "onnxruntime"
     scheme: str = "onnxruntime"
 

@@ -183,6 +183,29 @@ def test_bad_arguments_name_what_is_wrong(pair, zoo):
     assert Target.parse("mse<=1e-4") == Target("mse", 1e-4)
 
 
+def test_analyse_pair_on_the_first_records_equals_a_file_of_those_records(zoo, damaged, tmp_path):
+    """``records=5`` analyses exactly the first five records: the same numbers as a file holding only them."""
+    import modelzoo
+
+    from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
+
+    pair = ModelPair(zoo["fp32"], damaged)
+    five = modelzoo.write_h5(tmp_path / "five.h5", [r for _, r in zip(range(5), _zoo_records(zoo), strict=False)])
+    sample = analyse_pair(pair, zoo["data"], "cosine", records=5, cumulative=False)
+    alone = analyse_pair(pair, five, "cosine", cumulative=False)
+    whole = analyse_pair(pair, zoo["data"], "cosine", cumulative=False)
+    assert sample.sensitivity.records == 5 and whole.sensitivity.records > 5
+    assert sample.sensitivity.to_dict()["nodes"] == alone.sensitivity.to_dict()["nodes"]
+    assert sample.sensitivity.to_dict()["nodes"] != whole.sensitivity.to_dict()["nodes"]
+
+
+def _zoo_records(zoo):
+    from pytest_qaccuracy.data import load_dataset
+
+    with load_dataset(zoo["data"]) as ds:
+        return [r["0"] for r in ds.iter_records()]
+
+
 def test_analyse_pair_gives_the_summary_lines_and_files(zoo, damaged, tmp_path):
     from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
 

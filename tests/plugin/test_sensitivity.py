@@ -77,6 +77,19 @@ def test_failing_pair_gets_table_suggestion_and_artifacts(digits: pytest.Pyteste
     assert not list(out.glob("pairs/digits_cnn.qdq-*.sensitivity.json"))
 
 
+@pytest.mark.parametrize(
+    ("args", "records"),
+    [((), 32), (("--qaccuracy-sensitivity-records=5",), 5), (("--qaccuracy-sensitivity-records=0",), 300)],
+)
+def test_the_analysis_reads_the_first_records(digits: pytest.Pytester, args: tuple[str, ...], records: int) -> None:
+    """32 records by default (its cost grows with records x nodes), N with the option, all 300 with 0."""
+    digits.makepyfile(test_pairs=PAIRS_MODULE)
+    result = digits.runpytest("--qaccuracy-no-artifacts", *args)
+    title = next(line for line in _block(result, "digits_cnn.broken") if "sensitivity (node) of" in line)
+    assert f"on digits_test.npz ({records} records)" in title
+    assert _block(result, "digits_cnn.broken")[0].endswith(", 300 records)")  # the comparison reads every record
+
+
 def test_all_pairs_with_the_option_and_none_when_off(digits: pytest.Pytester) -> None:
     digits.makepyfile(test_pairs=PAIRS_MODULE)
     digits.makeini("[pytest]\nqaccuracy_sensitivity = all\nqaccuracy_sensitivity_mode = leave-one-out\n")
@@ -165,8 +178,9 @@ def test_an_analysis_that_raises_is_one_line(digits: pytest.Pytester) -> None:
         (("--qaccuracy-sensitivity-top=ten",), "", "--qaccuracy-sensitivity-top: expected an integer >= 1, got 'ten'"),
         (("--qaccuracy-sensitivity-metric=cosine,mse",), "", "--qaccuracy-sensitivity-metric: expected one metric"),
         (("--qaccuracy-sensitivity-metric=cosin",), "", "qaccuracy_sensitivity_metric: unknown metric 'cosin'"),
+        ((), "qaccuracy_sensitivity_records = -1", "qaccuracy_sensitivity_records: expected an integer >= 0, got -1"),
     ],
-    ids=["scope", "mode", "top-ini", "top-cli", "metric-list", "metric-unknown"],
+    ids=["scope", "mode", "top-ini", "top-cli", "metric-list", "metric-unknown", "records-ini"],
 )
 def test_bad_value_is_a_usage_error(pytester: pytest.Pytester, args: tuple[str, ...], ini: str, expected: str) -> None:
     pytester.makeini(f"[pytest]\n{ini}\n")
