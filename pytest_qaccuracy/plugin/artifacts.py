@@ -53,7 +53,7 @@ def write_artifacts(directory: Path, records: Sequence[Mapping[str, Any]], root:
             entry["dot"] = _rel(path, directory)
         entry.update(_write_sensitivity(record, base.parent, directory))
         index[record["key"]] = entry
-    html = _write_html(directory / "report.html", results)
+    html = _write_html(directory / "report.html", results, records)
     if html is not None:
         written.append(html)
     summary = summary_document(records, root, index)
@@ -75,12 +75,14 @@ def _write_sensitivity(record: Mapping[str, Any], folder: Path, directory: Path)
     return {p.name[len(stem) + 1 : -len(".json")].replace(".", "_"): _rel(p, directory) for p in paths}
 
 
-def _write_html(path: Path, results: list[Any]) -> Path | None:
+def _write_html(path: Path, results: list[Any], records: Sequence[Mapping[str, Any]]) -> Path | None:
     try:
         from pytest_qaccuracy.report.html import write_html
     except ImportError:  # the HTML writer is optional for the plugin
         return None
-    write_html(path, results)
+    from pytest_qaccuracy.report.sensitivity_summary import sensitivity_view
+
+    write_html(path, results, sensitivity=[sensitivity_view(record) for record in records])
     return path
 
 

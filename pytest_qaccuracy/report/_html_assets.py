@@ -66,6 +66,11 @@ svg.chart rect.bar { cursor: pointer; }
 svg.chart rect.bar:hover { stroke: #1f2328; stroke-width: 1; }
 svg.chart rect.missing { fill: #afb8c1; }
 .legend { display: flex; flex-wrap: wrap; gap: 0; margin: 4px 0 2px; }
+svg.chart polyline.curve { fill: none; stroke-width: 2; }
+svg.chart circle.point { stroke: none; }
+.curve-legend { display: flex; flex-wrap: wrap; gap: 14px; font-size: 12px; margin: 4px 0 0; }
+.curve-legend i { display: inline-block; width: 18px; height: 3px; margin-right: 6px; vertical-align: middle; }
+code.suggestion { white-space: pre-wrap; word-break: break-all; }
 .legend span { font: 11px ui-monospace, Menlo, Consolas, monospace; padding: 2px 6px; }
 .legend span.dark { color: #fff; }
 dl.defs { display: grid; grid-template-columns: max-content 1fr; gap: 6px 18px; margin: 0; }
@@ -360,6 +365,81 @@ JS = r"""
     return el("dl", { cls: "defs" }, items);
   }
 
+  var CURVE_COLORS = ["#bd0026", "#fd8d3c", "#2c7fb8", "#31a354", "#756bb1"];
+
+  function sensitivitySection(view) {
+    var box = el("div", { cls: "sensitivity" });
+    if (view.note) { box.appendChild(el("p", { cls: "meta", text: view.note })); return box; }
+    box.appendChild(el("p", { cls: "meta", text: view.title }));
+    var head = el("tr", {}, [el("th", { cls: "num", text: "rank" }), el("th", { text: "node" }),
+      el("th", { text: "op" }), el("th", { cls: "num", text: view.metric.toUpperCase() })]);
+    var rows = view.rows.map(function (r) {
+      return el("tr", { cls: "sens-row" }, [el("td", { cls: "num plain", text: String(r.rank) }),
+        el("td", { cls: "tensor", text: r.node }), el("td", { cls: "plain", text: r.op_type || "?" }),
+        el("td", { cls: "num plain", text: fmt(view.metric, r.value) })]);
+    });
+    box.appendChild(el("div", { cls: "table-wrap short" }, [
+      el("table", { cls: "sensitivity-table" }, [el("thead", {}, [head]), el("tbody", {}, rows)])]));
+    if (view.more) {
+      box.appendChild(el("p", { cls: "hint", text: view.more + " more node(s) in the sensitivity artifact" }));
+    }
+    if (finite(view.baseline)) {
+      box.appendChild(el("p", { cls: "meta", text: "fully quantized model: " + view.metric + " " +
+        fmt(view.metric, view.baseline) }));
+    }
+    if (view.suggestion) box.appendChild(el("p", {}, [el("code", { cls: "suggestion", text: view.suggestion })]));
+    if (view.chart && view.chart.x.length) box.appendChild(curveChart(view.chart));
+    return box;
+  }
+
+  function curveChart(chart) {
+    var W = 1200, H = 280, L = 78, R = 14, T = 14, B = 42, pw = W - L - R, ph = H - T - B;
+    var root = svg("svg", { "class": "chart curves", viewBox: "0 0 " + W + " " + H, role: "img" });
+    root.appendChild(svg("title", {}, chart.title + " per quantized node"));
+    var values = [];
+    chart.series.forEach(function (s) { s.y.forEach(function (v) { if (finite(v)) values.push(v); }); });
+    var wrap = el("div", { cls: "chart-wrap" }, [root]);
+    if (!values.length) {
+      root.appendChild(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no values of " + chart.y_label));
+      return wrap;
+    }
+    var lo = Math.min.apply(null, values), hi = Math.max.apply(null, values);
+    if (lo === hi) { var pad = Math.abs(lo) / 2 || 1; lo -= pad; hi += pad; }
+    else { var m = (hi - lo) * 0.05; lo -= m; hi += m; }
+    var n = chart.x.length;
+    function x(i) { return L + (n === 1 ? pw / 2 : i * pw / (n - 1)); }
+    function y(v) { return T + ph - (v - lo) / (hi - lo) * ph; }
+    ticks(lo, hi, false).forEach(function (t) {
+      root.appendChild(svg("line", { "class": "grid", x1: L, x2: W - R, y1: y(t), y2: y(t) }));
+      root.appendChild(svg("text", { x: L - 6, y: y(t) + 4, "text-anchor": "end" }, fmt(chart.y_label, t)));
+    });
+    chart.series.forEach(function (s, k) {
+      var color = CURVE_COLORS[k % CURVE_COLORS.length], points = [];
+      s.y.forEach(function (v, i) { if (finite(v)) points.push(x(i).toFixed(1) + "," + y(v).toFixed(1)); });
+      var line = { "class": "curve", points: points.join(" "), stroke: color, "data-series": s.name };
+      root.appendChild(svg("polyline", line));
+      s.y.forEach(function (v, i) {
+        if (!finite(v)) return;
+        var dot = svg("circle", { "class": "point", cx: x(i), cy: y(v), r: 3, fill: color });
+        dot.appendChild(svg("title", {}, s.name + "\n#" + i + "  " + chart.x[i] + "\n" + chart.y_label + ": " +
+          fmt(chart.y_label, v)));
+        root.appendChild(dot);
+      });
+    });
+    root.appendChild(svg("line", { "class": "axis", x1: L, x2: W - R, y1: T + ph, y2: T + ph }));
+    root.appendChild(svg("line", { "class": "axis", x1: L, x2: L, y1: T, y2: T + ph }));
+    var every = Math.max(1, Math.ceil(n / 12));
+    for (var i = 0; i < n; i += every) {
+      root.appendChild(svg("text", { x: x(i), y: T + ph + 15, "text-anchor": "middle" }, chart.x[i]));
+    }
+    root.appendChild(svg("text", { x: L + pw / 2, y: H - 6, "text-anchor": "middle" },
+      chart.title + " after each quantized node, in " + chart.x_label));
+    wrap.appendChild(el("div", { cls: "curve-legend" }, chart.series.map(function (s, k) {
+      return el("span", {}, [el("i", { style: "background:" + CURVE_COLORS[k % CURVE_COLORS.length] }), s.name]);
+    })));
+    return wrap;
+  }
+
   function renderPair(pair, index) {
     var state = { pair: pair, metric: pair.metrics[0], sort: { key: "order", dir: 1 } };
     var section = el("section", { cls: "pair", id: "pair-" + index, "data-pair": String(index) });
@@ -409,6 +489,10 @@ JS = r"""
       state.filter.addEventListener("input", function () { renderRows(state); });
       drawChart(state);
       renderRows(state);
+    }
+    if (pair.sensitivity) {
+      section.appendChild(el("h3", { text: "Sensitivity" }));
+      section.appendChild(sensitivitySection(pair.sensitivity));
     }
     section.appendChild(el("h3", { text: "Unmatched tensors" }));
     section.appendChild(unmatched(pair));

@@ -10,7 +10,7 @@ import html
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,17 +76,27 @@ def embed_json(data: Any) -> str:
     return json.dumps(data, allow_nan=False, ensure_ascii=True, separators=(",", ":")).translate(_SCRIPT_ESCAPES)
 
 
-def render_html(results: Sequence[ComparisonResult], title: str = DEFAULT_TITLE) -> str:
+def render_html(
+    results: Sequence[ComparisonResult],
+    title: str = DEFAULT_TITLE,
+    sensitivity: Sequence[Mapping[str, Any] | None] | None = None,
+) -> str:
     """The report page for ``results`` (one section per comparison, an overview when there are several).
 
     Args:
         results: the comparisons, in the order they are shown.
         title: the page title.
+        sensitivity: per comparison, its sensitivity section
+            (:func:`~pytest_qaccuracy.report.sensitivity_summary.sensitivity_view`) or None.
 
     Returns:
         A complete HTML document that loads nothing from the network.
     """
-    payload = embed_json({"title": title, "pairs": [pair_data(r) for r in results]})
+    views = list(sensitivity or [])
+    pairs = [pair_data(r) for r in results]
+    for pair, view in zip(pairs, views, strict=False):
+        pair["sensitivity"] = _finite_json(view)
+    payload = embed_json({"title": title, "pairs": pairs})
     heading = html.escape(title)
     count = len(results)
     subtitle = f"{count} comparison{'s' if count != 1 else ''} of fp32 and quantized ONNX models, layer by layer"
@@ -114,6 +124,11 @@ def render_html(results: Sequence[ComparisonResult], title: str = DEFAULT_TITLE)
 """
 
 
-def write_html(path: str | os.PathLike[str], results: Sequence[ComparisonResult], title: str = DEFAULT_TITLE) -> Path:
+def write_html(
+    path: str | os.PathLike[str],
+    results: Sequence[ComparisonResult],
+    title: str = DEFAULT_TITLE,
+    sensitivity: Sequence[Mapping[str, Any] | None] | None = None,
+) -> Path:
     """Write :func:`render_html` to ``path`` atomically; returns the path."""
-    return atomic_write_text(path, render_html(results, title=title))
+    return atomic_write_text(path, render_html(results, title=title, sensitivity=sensitivity))

@@ -1,4 +1,5 @@
-"""A pair's sensitivity in the session summary: terminal lines and its ``summary.json`` entry. Pure.
+"""A pair's sensitivity in the session summary: terminal lines, its ``summary.json`` entry, and the
+data of its section in the HTML report. Pure.
 
 Both read the ``"sensitivity"`` entry of a plugin pair record: ``mode``, ``metric``,
 ``target_from`` (the failed check the sweep aimed at, or None), and either ``report``
@@ -63,4 +64,35 @@ def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any
     return brief
 
 
-__all__ = ["sensitivity_brief", "sensitivity_lines"]
+def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[str, Any] | None:
+    """The pair's section of the HTML report: the terminal table's title, its rows (``top`` of them,
+    all by default) and suggestion as data, and the cumulative curves as chart series; ``note`` alone
+    when the pair was not analysed."""
+    entry = record.get("sensitivity")
+    if not entry:
+        return None
+    lines = [line.strip() for line in sensitivity_lines(record)]
+    if "report" not in entry or _report(entry).sensitivity is None:
+        return {"note": lines[0] if lines else "sensitivity not analysed"}
+    report = _report(entry)
+    result = report.sensitivity
+    metric = result.metric_names[0]
+    ranked = result.ranked()
+    rows = [
+        {"rank": i + 1, "node": n.node, "op_type": n.op_type, "value": n.metrics.get(metric)}
+        for i, n in enumerate(ranked[:top])
+    ]
+    last = lines[-1]
+    return {
+        "title": lines[0],
+        "metric": metric,
+        "higher_is_better": bool(result.higher_is_better.get(metric, False)),
+        "rows": rows,
+        "more": len(ranked) - len(rows),
+        "baseline": result.baseline.get(metric),
+        "suggestion": last if last.startswith(("target ", "no exclusion list")) else None,
+        "chart": report.cumulative.chart_data() if report.cumulative is not None else None,
+    }
+
+
+__all__ = ["sensitivity_brief", "sensitivity_lines", "sensitivity_view"]

@@ -75,6 +75,22 @@ def test_failing_pair_gets_table_suggestion_and_artifacts(digits: pytest.Pyteste
     assert brief["target_from"]["check"] == "min_cosine" and brief["target_from"]["source"] == "default"
     assert _pair_entry(out, "digits_cnn.qdq")["sensitivity"] is None
     assert not list(out.glob("pairs/digits_cnn.qdq-*.sensitivity.json"))
+    # the HTML report carries the same analysis: every node (not only the terminal's top 3) and the curves
+    pages = {p["quantized_model"]: p for p in _report_pairs(out / "report.html")}
+    view = pages["digits_cnn.broken.onnx"]["sensitivity"]
+    assert [(r["rank"], r["node"], r["op_type"]) for r in view["rows"][:3]] == [r[:3] for r in rows]
+    assert len(view["rows"]) == 6 and view["more"] == 0 and view["metric"] == "cosine"
+    assert view["suggestion"] == suggestion.strip() and view["chart"] == chart
+    assert pages["digits_cnn.qdq.onnx"]["sensitivity"] is None
+
+
+def _report_pairs(path: Path) -> list[dict]:
+    """The pairs embedded in report.html."""
+    import re
+
+    text = path.read_text(encoding="utf-8")
+    found = re.search(r'<script type="application/json" id="qaccuracy-data">(.*?)</script>', text, re.S)
+    return json.loads(found[1])["pairs"]
 
 
 @pytest.mark.parametrize(
@@ -266,3 +282,7 @@ def test_renderer_on_hand_made_records() -> None:
     assert sensitivity_lines(record) == ["  sensitivity not analysed: E: x"]
     assert sensitivity_brief(record)["error"] == "E: x" and sensitivity_brief(record)["most_sensitive"] == []
     assert sensitivity_lines({"checks": []}) == [] and sensitivity_brief({"checks": []}) is None
+    from pytest_qaccuracy.report.sensitivity_summary import sensitivity_view
+
+    assert sensitivity_view(record) == {"note": "sensitivity not analysed: E: x"}
+    assert sensitivity_view({"checks": []}) is None

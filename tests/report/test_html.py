@@ -184,3 +184,50 @@ def test_browser_interaction(chromium, tmp_path, small_result):
         "filtered": 2,
         "highlighted": "2",
     }
+
+
+SENSITIVITY_VIEW = {
+    "title": "single sensitivity (node) of net.int8.onnx on d.npz (4 records), ranked by cosine",
+    "metric": "cosine",
+    "higher_is_better": True,
+    "rows": [
+        {"rank": 1, "node": "conv2", "op_type": "Conv", "value": 0.91},
+        {"rank": 2, "node": HOSTILE, "op_type": "Relu", "value": None},
+    ],
+    "more": 3,
+    "baseline": 0.9,
+    "suggestion": "target cosine >= 0.99: nodes_to_exclude=['conv2']",
+    "chart": {
+        "title": "cumulative cosine",
+        "x_label": "node (topological order)",
+        "y_label": "cosine",
+        "x": ["conv1", "conv2", "fc"],
+        "series": [
+            {"name": "fully quantized", "y": [0.99, 0.95, float("nan")]},
+            {"name": "weights only", "y": [1.0, 0.999, 0.998]},
+        ],
+    },
+}
+
+
+def test_sensitivity_section_is_embedded_per_pair(small_result):
+    note = {"note": "sensitivity of net: needs a QDQ model"}
+    pairs = embedded(render_html([small_result, small_result], sensitivity=[SENSITIVITY_VIEW, note]))["pairs"]
+    assert pairs[0]["sensitivity"]["rows"][1]["node"] == HOSTILE
+    assert pairs[0]["sensitivity"]["chart"]["series"][0]["y"] == [0.99, 0.95, None]  # NaN -> null
+    assert pairs[1]["sensitivity"] == note
+    assert "sensitivity" not in embedded(render_html([small_result]))["pairs"][0]
+
+
+def test_browser_draws_the_sensitivity_section(chromium, tmp_path, small_result):
+    note = {"note": "sensitivity of net: needs a QDQ model"}
+    path = write_html(tmp_path / "report.html", [small_result, small_result], sensitivity=[SENSITIVITY_VIEW, note])
+    dom = run_chromium(chromium, tmp_path, path.as_uri(), "--dump-dom")
+    assert 'data-ready="1"' in dom and 'data-error="' not in dom
+    first = dom[dom.index('id="pair-0"') : dom.index('id="pair-1"')]
+    assert first.count('class="sens-row"') == 2 and "3 more node(s)" in first
+    assert first.count('class="curve"') == 2 and first.count('class="point"') == 5  # the NaN point is left out
+    assert "nodes_to_exclude=['conv2']" in first and "fully quantized model: cosine 0.9000" in first
+    assert 'a"b&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;' in first and "<img" not in dom
+    second = dom[dom.index('id="pair-1"') :]
+    assert "needs a QDQ model" in second and 'class="sens-row"' not in second
