@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--exclude-nodes", type=_names, action="append", default=[], help="cumulative: a curve with all but these"
     )
     parser.add_argument("--average-mode", action="store_true", help="cumulative: running mean of the curve")
+    parser.add_argument(
+        "--records", type=int, default=None, metavar="N", help="analyse the first N records only (default: all)"
+    )
     parser.add_argument("--batch-size", type=int, default=8, help="records per run (default: 8)")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: onnxruntime decides)")
     parser.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated execution providers")
@@ -59,11 +62,14 @@ def run(args: argparse.Namespace) -> int:
         write_sensitivity_artifacts,
     )
     from pytest_qaccuracy.analysis.sweep import Target, sweep_in
+    from pytest_qaccuracy.data import Head, load_dataset
     from pytest_qaccuracy.model import ModelPair
     from pytest_qaccuracy.runtime import RuntimeOptions
 
     if args.top < 0:
         raise InputError(f"--top must be >= 0, got {args.top}")
+    if args.records is not None and args.records < 1:
+        raise InputError(f"--records must be >= 1, got {args.records}")
     if args.sweep is not None and args.sweep < 0:
         raise InputError(f"--sweep must be >= 0, got {args.sweep}")
     if args.mode == "cumulative" and (args.sweep is not None or args.target):
@@ -80,7 +86,13 @@ def run(args: argparse.Namespace) -> int:
     if target is not None and target.metric not in metrics:
         metrics.append(target.metric)
     pair = ModelPair(args.fp32, args.quantized)
-    session = open_session(pair, args.data, metrics, options, args.capture, args.strategy, args.allow_nonfinite)
+    dataset = load_dataset(args.data)
+    data = dataset if args.records is None else Head(dataset, args.records)
+    try:
+        session = open_session(pair, data, metrics, options, args.capture, args.strategy, args.allow_nonfinite)
+    except BaseException:
+        dataset.close()
+        raise
     results = {}
     try:
         if args.mode == "cumulative":
@@ -96,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n" + sweep_table(results["sweep"]) + "\n")
     finally:
         session.close()
+        dataset.close()
     for path in write_sensitivity_artifacts(pair.quantized_path.stem, args.out_dir, args.json, **results):
         sys.stdout.write(f"wrote {path}\n")
     sweep = results.get("sweep")

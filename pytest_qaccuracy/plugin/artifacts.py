@@ -82,7 +82,8 @@ def _write_html(path: Path, results: list[Any], records: Sequence[Mapping[str, A
         return None
     from pytest_qaccuracy.report.sensitivity_summary import sensitivity_view
 
-    write_html(path, results, sensitivity=[sensitivity_view(record) for record in records])
+    views = [sensitivity_view(record) for record in records]
+    write_html(path, results, sensitivity=views, names=[record["id"] for record in records])
     return path
 
 

@@ -80,6 +80,7 @@ def render_html(
     results: Sequence[ComparisonResult],
     title: str = DEFAULT_TITLE,
     sensitivity: Sequence[Mapping[str, Any] | None] | None = None,
+    names: Sequence[str | None] | None = None,
 ) -> str:
     """The report page for ``results`` (one section per comparison, an overview when there are several).
 
@@ -88,14 +89,18 @@ def render_html(
         title: the page title.
         sensitivity: per comparison, its sensitivity section
             (:func:`~pytest_qaccuracy.report.sensitivity_summary.sensitivity_view`) or None.
+        names: per comparison, a name shown before its models (a pytest pair id), or None; pairs of
+            the same model files (another backend, another dataset) stay apart.
 
     Returns:
         A complete HTML document that loads nothing from the network.
     """
-    views = list(sensitivity or [])
     pairs = [pair_data(r) for r in results]
-    for pair, view in zip(pairs, views, strict=False):
+    for pair, view in zip(pairs, list(sensitivity or []), strict=False):
         pair["sensitivity"] = _finite_json(view)
+    for pair, name in zip(pairs, list(names or []), strict=False):
+        if name:
+            pair["title"] = f"{name}: {pair['title']}"
     payload = embed_json({"title": title, "pairs": pairs})
     heading = html.escape(title)
     count = len(results)
@@ -129,6 +134,7 @@ def write_html(
     results: Sequence[ComparisonResult],
     title: str = DEFAULT_TITLE,
     sensitivity: Sequence[Mapping[str, Any] | None] | None = None,
+    names: Sequence[str | None] | None = None,
 ) -> Path:
     """Write :func:`render_html` to ``path`` atomically; returns the path."""
-    return atomic_write_text(path, render_html(results, title=title, sensitivity=sensitivity))
+    return atomic_write_text(path, render_html(results, title=title, sensitivity=sensitivity, names=names))

@@ -68,3 +68,14 @@ def test_options_of_another_mode_are_refused(zoo, capsys):
     assert "apply to --mode single or leave-one-out" in capsys.readouterr().err
     assert main([*base, "--average-mode"]) == 2
     assert "apply to --mode cumulative" in capsys.readouterr().err
+
+
+def test_records_limits_the_analysis_to_the_first_records(zoo, damaged, tmp_path, capsys):
+    base = ["sensitivity", str(zoo["fp32"]), str(damaged), "--data", str(zoo["data"])]
+    assert main([*base, "--records", "5", "--json", str(tmp_path / "five.json")]) == 0
+    assert "(5 records)" in capsys.readouterr().out.splitlines()[0]
+    assert json.loads((tmp_path / "five.json").read_text())["sensitivity"]["records"] == 5
+    assert main([*base, "--records", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --records must be >= 1, got 0"
+    assert main([*base, "--records", "5", "--metric", "bogus"]) == 2  # the dataset is closed on errors too
+    assert "unknown metric 'bogus'" in capsys.readouterr().err

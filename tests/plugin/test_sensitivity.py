@@ -76,12 +76,12 @@ def test_failing_pair_gets_table_suggestion_and_artifacts(digits: pytest.Pyteste
     assert _pair_entry(out, "digits_cnn.qdq")["sensitivity"] is None
     assert not list(out.glob("pairs/digits_cnn.qdq-*.sensitivity.json"))
     # the HTML report carries the same analysis: every node (not only the terminal's top 3) and the curves
-    pages = {p["quantized_model"]: p for p in _report_pairs(out / "report.html")}
-    view = pages["digits_cnn.broken.onnx"]["sensitivity"]
+    pages = {p["title"]: p for p in _report_pairs(out / "report.html")}
+    view = pages["digits_cnn.broken: digits_cnn.broken.onnx vs digits_cnn.onnx"]["sensitivity"]
     assert [(r["rank"], r["node"], r["op_type"]) for r in view["rows"][:3]] == [r[:3] for r in rows]
     assert len(view["rows"]) == 6 and view["more"] == 0 and view["metric"] == "cosine"
     assert view["suggestion"] == suggestion.strip() and view["chart"] == chart
-    assert pages["digits_cnn.qdq.onnx"]["sensitivity"] is None
+    assert pages["digits_cnn.qdq: digits_cnn.qdq.onnx vs digits_cnn.onnx"]["sensitivity"] is None
 
 
 def _report_pairs(path: Path) -> list[dict]:

@@ -217,6 +217,8 @@ def test_sensitivity_section_is_embedded_per_pair(small_result):
     assert pairs[0]["sensitivity"]["chart"]["series"][0]["y"] == [0.99, 0.95, None]  # NaN -> null
     assert pairs[1]["sensitivity"] == note
     assert "sensitivity" not in embedded(render_html([small_result]))["pairs"][0]
+    named = embedded(render_html([small_result, small_result], names=["int8-on-tflite", None]))["pairs"]
+    assert [p["title"] for p in named] == ["int8-on-tflite: net.int8.onnx vs net.onnx", "net.int8.onnx vs net.onnx"]
 
 
 def test_browser_draws_the_sensitivity_section(chromium, tmp_path, small_result):
