@@ -24,7 +24,7 @@ from typing import Any
 from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner, OutputMetrics, metric_mean
 from pytest_qaccuracy.analysis.partial import QdqGraph
 from pytest_qaccuracy.analysis.results import _finite_or_none, _metrics_dict
-from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.data import Dataset, Head, bind_dataset, load_dataset
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import get_metric, parse_metric_names
 from pytest_qaccuracy.model.pair import ModelPair
@@ -193,17 +193,21 @@ def open_session(
     capture: str = "reference",
     strategy: str = "reuse",
     allow_nonfinite: bool = False,
+    records: int | None = None,
 ) -> Session:
     """Index the quantized model, bind the dataset and prepare the experiment runner.
 
     ``capture`` is ``reference`` (QDQ fake quantization, graph optimizations off: the default, so
     partial models mean the same as the whole one) or ``deployed`` (``options.optimization``).
+    ``records`` limits every analysis of the session to the first N records (:class:`Head`).
     """
     names = parse_metric_names(metrics)
     options = (options or RuntimeOptions()).for_capture(capture)
     qgraph = QdqGraph(pair.quantized, pair.fp32, pair.quantized_path.name)
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     try:
+        if records is not None:
+            dataset = Head(dataset, records)  # closing the head closes the dataset it samples
         bound = bind_dataset(dataset, pair.inputs, allow_nonfinite=allow_nonfinite)
     except BaseException:
         if not isinstance(data, Dataset):

@@ -20,8 +20,7 @@ from tabulate import tabulate
 from pytest_qaccuracy.analysis.cumulative import DEFAULT_CONFIGS, CumulativeResult, cumulative_in
 from pytest_qaccuracy.analysis.sensitivity import SensitivityResult, open_session, sensitivity_in
 from pytest_qaccuracy.analysis.sweep import SweepResult, Target, sweep_in
-from pytest_qaccuracy.data import Dataset, load_dataset
-from pytest_qaccuracy.data.head import Head
+from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import ModelError
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.report.atomic import atomic_write_json
@@ -177,32 +176,9 @@ def analyse_pair(
     names = [m.strip() for m in metrics.split(",")] if isinstance(metrics, str) else list(metrics)
     if target is not None and target.metric not in names:
         names.append(target.metric)
-    owned = None  # a dataset opened here, closed here
-    if records is not None:
-        if not isinstance(data, Dataset):
-            data = owned = load_dataset(data)
-        data = Head(data, records)
-    try:
-        return _analyse(pair, data, names, mode, target, max_excluded, cumulative, average_mode, options)
-    finally:
-        if owned is not None:
-            owned.close()
-
-
-def _analyse(
-    pair: ModelPair,
-    data: Dataset | str | os.PathLike[str],
-    names: list[str],
-    mode: str,
-    target: Target | None,
-    max_excluded: int | None,
-    cumulative: bool,
-    average_mode: bool,
-    options: RuntimeOptions | None,
-) -> SensitivityReport:
     stem = pair.quantized_path.stem
     try:
-        session = open_session(pair, data, names, options)
+        session = open_session(pair, data, names, options, records=records)
     except ModelError as exc:
         if pair.format != "qdq":
             return SensitivityReport(stem, unsupported=str(exc))

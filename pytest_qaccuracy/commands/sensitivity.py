@@ -62,7 +62,6 @@ def run(args: argparse.Namespace) -> int:
         write_sensitivity_artifacts,
     )
     from pytest_qaccuracy.analysis.sweep import Target, sweep_in
-    from pytest_qaccuracy.data import Head, load_dataset
     from pytest_qaccuracy.model import ModelPair
     from pytest_qaccuracy.runtime import RuntimeOptions
 
@@ -86,13 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if target is not None and target.metric not in metrics:
         metrics.append(target.metric)
     pair = ModelPair(args.fp32, args.quantized)
-    dataset = load_dataset(args.data)
-    data = dataset if args.records is None else Head(dataset, args.records)
-    try:
-        session = open_session(pair, data, metrics, options, args.capture, args.strategy, args.allow_nonfinite)
-    except BaseException:
-        dataset.close()
-        raise
+    session = open_session(
+        pair, args.data, metrics, options, args.capture, args.strategy, args.allow_nonfinite, args.records
+    )
     results = {}
     try:
         if args.mode == "cumulative":
@@ -108,7 +103,6 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n" + sweep_table(results["sweep"]) + "\n")
     finally:
         session.close()
-        dataset.close()
     for path in write_sensitivity_artifacts(pair.quantized_path.stem, args.out_dir, args.json, **results):
         sys.stdout.write(f"wrote {path}\n")
     sweep = results.get("sweep")

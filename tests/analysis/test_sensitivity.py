@@ -273,3 +273,26 @@ def test_sensitivity_memory_is_flat_in_the_number_of_records(tmp_path):
         peak[count] = int(out.stdout.strip().splitlines()[-1])
     grown_mb = (peak[400] - peak[16]) / 1024
     assert grown_mb < 8, f"peak RSS grew by {grown_mb:.1f} MB from 16 to 400 records"
+
+
+def test_open_session_samples_records_and_closes_only_what_it_opened(zoo, monkeypatch):
+    import pytest_qaccuracy.analysis.sensitivity as sensitivity
+    from pytest_qaccuracy.errors import DataError
+
+    closed: list[str] = []
+    real = sensitivity.load_dataset
+
+    def spy(path):
+        dataset = real(path)
+        close = dataset.close
+        dataset.close = lambda: closed.append(dataset.name) or close()
+        return dataset
+
+    monkeypatch.setattr(sensitivity, "load_dataset", spy)
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    with pytest.raises(DataError, match="a sample needs at least 1 record, got 0"):
+        sensitivity.open_session(pair, zoo["data"], records=0)
+    assert closed == ["data.h5"]  # opened here, closed on the error path
+    with sensitivity.open_session(pair, zoo["data"], records=5) as session:
+        assert session.records == 5
+    assert closed == ["data.h5", "data.h5"]
