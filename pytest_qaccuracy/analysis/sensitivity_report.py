@@ -31,17 +31,21 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.6g}"
 
 
+def sensitivity_title(result: SensitivityResult) -> str:
+    """What was analysed and how it is ranked: the first line of :func:`sensitivity_table`."""
+    return (
+        f"{result.mode} sensitivity ({result.granularity}) of {result.quantized_model} on {result.data} "
+        f"({result.records} records), ranked by {result.metric_names[0]}"
+    )
+
+
 def sensitivity_table(result: SensitivityResult, top: int | None = None) -> str:
     """Ranked nodes, most sensitive first, one column per metric (tabulate ``simple``)."""
     names = result.metric_names
     nodes = result.ranked()
     shown = nodes if top is None else nodes[:top]
     rows = [[i + 1, n.node, n.op_type, *(_fmt(n.metrics.get(m)) for m in names)] for i, n in enumerate(shown)]
-    title = (
-        f"{result.mode} sensitivity ({result.granularity}) of {result.quantized_model} on {result.data} "
-        f"({result.records} records), ranked by {names[0]}"
-    )
-    lines = [title, tabulate(rows, headers=["rank", "node", "op_type", *names], tablefmt="simple")]
+    lines = [sensitivity_title(result), tabulate(rows, headers=["rank", "node", "op_type", *names], tablefmt="simple")]
     if top is not None and len(nodes) > top:
         lines.append(f"... {len(nodes) - top} more node(s)")
     baseline = ", ".join(f"{m} {_fmt(result.baseline.get(m))}" for m in names)
@@ -197,6 +201,7 @@ __all__ = [
     "analyse_pair",
     "cumulative_table",
     "sensitivity_table",
+    "sensitivity_title",
     "sweep_table",
     "write_sensitivity_artifacts",
 ]

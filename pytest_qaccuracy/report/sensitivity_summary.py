@@ -20,22 +20,40 @@ def _report(entry: Mapping[str, Any]) -> Any:
     return SensitivityReport.from_dict(entry["report"])
 
 
+def _not_analysed(entry: Mapping[str, Any], report: Any) -> str | None:
+    """Why a pair has no ranking (an analysis error, a QOperator model), or None when it has one."""
+    if "error" in entry:
+        return f"sensitivity not analysed: {entry['error']}"
+    if report.sensitivity is None:
+        return report.lines()[0] if report.unsupported else "sensitivity not analysed"
+    return None
+
+
+def _suggestion(report: Any, record: Mapping[str, Any]) -> str | None:
+    """The exclusion suggestion, naming the failed check it aims at, or why there is none."""
+    sweep, target = report.sweep, record["sensitivity"].get("target_from")
+    if sweep is not None and sweep.target is not None:
+        aim = f" (failed {target['check']} on {target['target']})" if target is not None else ""
+        return f"target {sweep.target}{aim}: {sweep.nodes_to_exclude()}"
+    if not all(c["passed"] for c in record["checks"]):
+        return "no exclusion list suggested: no failed cosine or SQNR check on an output to aim at"
+    return None
+
+
 def sensitivity_lines(record: Mapping[str, Any], top: int = 10) -> list[str]:
     """The ranked table and the exclusion suggestion of a pair (nothing when it was not analysed)."""
+    from pytest_qaccuracy.analysis.sensitivity_report import sensitivity_table
+
     entry = record.get("sensitivity")
     if not entry:
         return []
-    if "error" in entry:
-        return [f"{INDENT}sensitivity not analysed: {entry['error']}"]
-    report = _report(entry)
-    lines = report.lines(top)
-    target = entry.get("target_from")
-    if target is not None and lines and lines[-1].startswith("target "):
-        # 'target cosine >= 0.99: nodes_to_exclude=[...]' -> say which tolerance it restores
-        lines[-1] = lines[-1].replace(":", f" (failed {target['check']} on {target['target']}):", 1)
-    elif report.unsupported is None and not all(c["passed"] for c in record["checks"]):
-        lines.append("no exclusion list suggested: no failed cosine or SQNR check on an output to aim at")
-    return [INDENT + line for line in lines]
+    report = _report(entry) if "report" in entry else None
+    note = _not_analysed(entry, report)
+    if note is not None:
+        return [INDENT + note]
+    lines = sensitivity_table(report.sensitivity, top).splitlines()
+    suggestion = _suggestion(report, record)
+    return [INDENT + line for line in [*lines, *([suggestion] if suggestion else [])]]
 
 
 def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any] | None:
@@ -68,13 +86,15 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
     """The pair's section of the HTML report: the terminal table's title, its rows (``top`` of them,
     all by default) and suggestion as data, and the cumulative curves as chart series; ``note`` alone
     when the pair was not analysed."""
+    from pytest_qaccuracy.analysis.sensitivity_report import sensitivity_title
+
     entry = record.get("sensitivity")
     if not entry:
         return None
-    lines = [line.strip() for line in sensitivity_lines(record)]
-    if "report" not in entry or _report(entry).sensitivity is None:
-        return {"note": lines[0] if lines else "sensitivity not analysed"}
-    report = _report(entry)
+    report = _report(entry) if "report" in entry else None
+    note = _not_analysed(entry, report)
+    if note is not None:
+        return {"note": note}
     result = report.sensitivity
     metric = result.metric_names[0]
     ranked = result.ranked()
@@ -82,15 +102,14 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
         {"rank": i + 1, "node": n.node, "op_type": n.op_type, "value": n.metrics.get(metric)}
         for i, n in enumerate(ranked[:top])
     ]
-    last = lines[-1]
     return {
-        "title": lines[0],
+        "title": sensitivity_title(result),
         "metric": metric,
         "higher_is_better": bool(result.higher_is_better.get(metric, False)),
         "rows": rows,
         "more": len(ranked) - len(rows),
         "baseline": result.baseline.get(metric),
-        "suggestion": last if last.startswith(("target ", "no exclusion list")) else None,
+        "suggestion": _suggestion(report, record),
         "chart": report.cumulative.chart_data() if report.cumulative is not None else None,
     }
 
