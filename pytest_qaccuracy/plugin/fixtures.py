@@ -25,7 +25,7 @@ session_key = pytest.StashKey[QAccuracySession]()
 RUN_KEYS = {"backend": check_backend, "scheme": check_scheme}
 
 #: Marker keys besides the tolerances.
-PAIR_KEYS = ("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers", "backend", "scheme")
+PAIR_KEYS = ("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers", *RUN_KEYS)
 #: Pair keys an explicit pair (``qaccuracy.pair(...)``, ``qaccuracy_pair(...)``) takes from the marker.
 SHARED_KEYS = ("data", "labels", "backend", "scheme")
 MARKER_HELP = (

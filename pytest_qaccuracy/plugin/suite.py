@@ -40,8 +40,17 @@ from pytest_qaccuracy.plugin.session import PairSpec
 
 SUITE_GLOB = "qaccuracy_*.toml"
 PAIR_KEYS = (
-    *("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers", "tolerances", "xfail"),
-    *("backend", "scheme"),
+    "fp32",
+    "quantized",
+    "data",
+    "labels",
+    "name",
+    "mapping",
+    "metrics",
+    "layers",
+    "tolerances",
+    "xfail",
+    *RUN_KEYS,
 )
 DEFAULT_KEYS = tuple(k for k in PAIR_KEYS if k not in ("quantized", "name"))
 #: Item order within a pair; ``rtol`` covers ``atol`` too.
