@@ -105,7 +105,6 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
     return {
         "title": sensitivity_title(result),
         "metric": metric,
-        "higher_is_better": bool(result.higher_is_better.get(metric, False)),
         "rows": rows,
         "more": len(ranked) - len(rows),
         "baseline": result.baseline.get(metric),

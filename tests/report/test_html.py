@@ -189,7 +189,6 @@ def test_browser_interaction(chromium, tmp_path, small_result):
 SENSITIVITY_VIEW = {
     "title": "single sensitivity (node) of net.int8.onnx on d.npz (4 records), ranked by cosine",
     "metric": "cosine",
-    "higher_is_better": True,
     "rows": [
         {"rank": 1, "node": "conv2", "op_type": "Conv", "value": 0.91},
         {"rank": 2, "node": HOSTILE, "op_type": "Relu", "value": None},
