@@ -209,7 +209,7 @@ def main() -> None:
         options.add_session_config_entry("session.qdqisint8allowed", "1")
         options.intra_op_num_threads = args.threads
         ort_session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        integer = IntegerSession(path, "onnxruntime")
+        integer = IntegerSession(path, "onnxruntime", threads=args.threads)
         t_ort, want = best_of(lambda s=ort_session: s.run(None, {"input": batch}), args.repeat)
         t_int, got = best_of(lambda s=integer: s.run(None, {"input": batch}), args.repeat)
         mismatches = int(np.count_nonzero(np.asarray(got[0]) != np.asarray(want[0])))

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pytest_qaccuracy.backend import parallel
 from pytest_qaccuracy.backend.scheme import Rounding, Scheme
 
 #: Saturation range of each integer type (ONNX QuantizeLinear table).
@@ -302,7 +303,21 @@ def quantize_float(
 
     With ``quantize`` in ``scheme.zp_before_rounding`` the zero point joins before rounding (Glow, XNNPACK).
     """
-    ftype = np.result_type(np.asarray(x).dtype, np.float32)
+    x = np.asarray(x)
+    ftype = np.result_type(x.dtype, np.float32)
+    if np.size(scale) == 1 and np.size(zero_point) == 1:  # per tensor: in cache-sized blocks, on threads
+        scale_f = np.asarray(scale).astype(ftype).reshape(())
+        zp = np.asarray(zero_point).reshape(())
+        rounding = scheme.quantize_rounding
+
+        def block(out: np.ndarray, xb: np.ndarray) -> None:
+            value = np.divide(xb, scale_f, dtype=ftype)
+            value = requantize_float(value, zp, dtype, scheme, "quantize", rounding, as_float=True)
+            np.copyto(out, value, casting="unsafe")
+
+        out = np.empty(x.shape, dtype)
+        if parallel.blockwise(block, out, x):
+            return out
     value = np.divide(np.asarray(x, dtype=ftype), np.asarray(scale).astype(ftype))
     shape = np.broadcast_shapes(value.shape, np.shape(zero_point))
     if value.shape != shape:

@@ -18,6 +18,7 @@ import onnx
 from onnx import helper
 
 from pytest_qaccuracy.backend import kernels as _kernels  # noqa: F401  (registers every kernel family)
+from pytest_qaccuracy.backend import parallel
 from pytest_qaccuracy.backend.fallback import reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
 from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step, steps_from_graph, tensor_types
@@ -54,13 +55,23 @@ class IntegerSession:
     Args:
         model: path to an ONNX model, or a ``ModelProto``.
         scheme: a preset name (see ``PRESETS``) or a :class:`Scheme`.
+        threads: intra-op threads, as onnxruntime's ``intra_op_num_threads``: 0 uses every available
+            core, 1 runs on the calling thread only. Results do not depend on it (every chunk is exact).
 
     Raises:
         ModelError: the model cannot be loaded.
         UnsupportedOpError: an op has neither a kernel nor an ``onnx.reference`` implementation.
     """
 
-    def __init__(self, model: str | os.PathLike[str] | onnx.ModelProto, scheme: str | Scheme | None = "onnxruntime"):
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | onnx.ModelProto,
+        scheme: str | Scheme | None = "onnxruntime",
+        threads: int = 0,
+    ):
+        if not isinstance(threads, int) or threads < 0:
+            raise InputError(f"threads must be an integer >= 0, got {threads!r}")
+        self.threads = threads
         self.model = model if isinstance(model, onnx.ModelProto) else load_model(model)
         self.scheme = get_scheme(scheme)
         graph = self.model.graph
@@ -127,6 +138,17 @@ class IntegerSession:
         if on_tensor is None:
             plan = _prune(plan, names)
         last_use = _last_use(plan, set(names))
+        with parallel.using(self.threads):
+            self._execute(plan, values, last_use, on_tensor)
+        return [values[n] for n in names]
+
+    def _execute(
+        self,
+        plan: list[_Bound],
+        values: dict[str, Any],
+        last_use: dict[int, list[str]],
+        on_tensor: TensorCallback | None,
+    ) -> None:
         for index, bound in enumerate(plan):
             step = bound.step
             missing = [i for i in step.inputs if i and i not in values]
@@ -147,7 +169,6 @@ class IntegerSession:
                     on_tensor(name, value)
             for name in last_use.get(index, ()):
                 values.pop(name, None)
-        return [values[n] for n in names]
 
     # -- planning -----------------------------------------------------------------------------
 

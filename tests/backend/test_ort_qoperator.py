@@ -345,21 +345,30 @@ def test_int32_accumulator_wraps_like_onnxruntime(channels: int) -> None:
 
 
 ROW_PATH_CASES = {
-    # name: (kernel (kh, kw), attrs, records) - every case has vertical stride 1: the row path
+    # name: (kernel (kh, kw), attrs, records): every exact 2-D conv with kh > 1 takes the row path
     "3x3": ((3, 3), {"pads": [1, 1, 1, 1]}, 3),
     "5x5-asymmetric-pads": ((5, 5), {"pads": [2, 0, 1, 3]}, 2),
     "3x1": ((3, 1), {"pads": [1, 0, 1, 0]}, 2),
     "2x3-horizontal-stride": ((2, 3), {"strides": [1, 2], "pads": [0, 1, 1, 1]}, 2),
     "dilated": ((3, 3), {"dilations": [2, 3], "pads": [2, 3, 1, 0]}, 2),
+    "pads-wider-than-kernel": ((3, 3), {"strides": [1, 3], "pads": [3, 4, 2, 5]}, 2),
+    "no-pads": ((3, 2), {"strides": [1, 2]}, 2),
+    "stride-2": ((3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, 2),
+    "stride-3-dilated": ((3, 3), {"strides": [3, 1], "dilations": [2, 1], "pads": [2, 0, 1, 1]}, 2),
+    "stride-2-even-kernel": ((4, 2), {"strides": [2, 1], "pads": [1, 0, 2, 1]}, 2),
+    "stride-above-kernel": ((2, 3), {"strides": [3, 1]}, 3),
     "big-accumulator": ((3, 3), {"pads": [1, 1, 1, 1]}, 1),
 }
 
 
+@pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("chunk", [1 << 23, 700], ids=["one chunk", "row chunks"])
 @pytest.mark.parametrize("case", ROW_PATH_CASES)
-def test_qlinear_conv_row_path(case: str, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Exact convolutions with vertical stride 1 add the kernel rows' partial GEMMs (``_row_gemm_chunk``):
-    bit-exact with onnxruntime for any kernel, pads, dilation, horizontal stride and row chunking."""
+def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exact convolutions add the kernel rows' partial GEMMs (``_row_gemm_chunk``), grouped by residue
+    modulo the vertical stride: bit-exact with onnxruntime for any kernel, pads, dilation, strides,
+    row chunking and thread count (columns come straight from the unpadded input)."""
+    from pytest_qaccuracy.backend import parallel
     from pytest_qaccuracy.backend.kernels import conv
 
     calls = []
@@ -381,7 +390,11 @@ def test_qlinear_conv_row_path(case: str, chunk: int, monkeypatch: pytest.Monkey
         "b": rng.integers(-20000, 20000, m).astype(np.int32),
     }  # fmt: skip
     model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[kh, kw], **attrs)
-    got = _check(model, {"x": x}, case)[0]
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    want = ort_run(model, {"x": x})[0]
+    got = IntegerSession(model, threads=threads).run(None, {"x": x})[0]
+    assert_same(got, want, case)
     assert _saturated(got) < 0.25
     assert calls, "the row path was not taken"
-    assert (len(set(calls)) > 1) == (chunk == 700), f"row chunks starting at {sorted(set(calls))}"
+    split_rows = chunk == 700 or threads >= 2 * records  # too few records for the threads: rows are shared
+    assert (len(set(calls)) > 1) == split_rows, f"row chunks starting at {sorted(set(calls))}"

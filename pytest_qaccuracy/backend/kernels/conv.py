@@ -3,8 +3,9 @@
 The im2col matrix is built from a strided window view in bounded chunks of records and output rows,
 and each chunk is one (grouped, batched) BLAS matmul. Integer convolutions stay exact: operands are
 small integers and the float type is chosen from a bound on every partial sum (``arith.int_matmul``).
-Exact 2-D convolutions with vertical stride 1 take the row path (:func:`_row_gemm_chunk`), which
-copies a third of what im2col copies for a 3x3 kernel.
+Exact 2-D convolutions take the row path (:func:`_row_gemm_chunk`), which reads the unpadded input
+directly and copies a third (vertical stride 1) or two thirds (stride 2) of what im2col copies for a
+3x3 kernel. Chunks run on the session's threads (``parallel``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith
+from pytest_qaccuracy.backend import arith, parallel
 from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -94,6 +95,8 @@ def conv_core(
     dtype: type,
     epilogue: tuple[Epilogue, np.dtype] | None = None,
     exact: bool = False,
+    pads: list[int] | None = None,
+    offset: np.ndarray | int = 0,
 ) -> np.ndarray:
     """``sum x*w`` over the windows of a padded input, as ``dtype`` GEMMs (channels-first im2col).
 
@@ -101,7 +104,9 @@ def conv_core(
     ``W (Mg, taps*Cg) @ cols (taps*Cg, rows)`` GEMM per group runs on a bounded chunk of rows.
 
     Args:
-        xp: padded input ``(N, C, *spatial)``, values exact in ``dtype``.
+        xp: padded input ``(N, C, *spatial)``, values exact in ``dtype``; or, with ``pads``, the
+            unpadded input, read as ``xp - offset`` zero-padded by ``pads`` (the row path then builds
+            its columns straight from it, without a padded copy).
         w: weights ``(M, C/group, *kernel)``.
         group: number of groups.
         strides: strides per spatial axis.
@@ -110,53 +115,77 @@ def conv_core(
         epilogue: ``(fn, out_dtype)``: ``fn`` maps each finished chunk (scratch, may be overwritten) to
             values stored as ``out_dtype``, e.g. requantization while the chunk is still in cache.
         exact: the sums are exact in ``dtype`` (integer operands under the bound), so they may be
-            added in any order: 2-D kernels with vertical stride 1 then take the row path.
+            added in any order: 2-D kernels of more than one row then take the row path.
+        pads: begin then end pads of an unpadded ``xp``.
+        offset: subtracted from an unpadded ``xp`` (the input's zero point).
 
     Returns:
         ``(N, M, *out)``.
     """
     kernel_shape = w.shape[2:]
     n, c = xp.shape[:2]
-    out_spatial = output_shape(xp.shape[2:], kernel_shape, strides, dilations)
+    depthwise = c // group == 1 and group > 1
+    rowwise = exact and group == 1 and len(kernel_shape) == 2 and kernel_shape[0] > 1
+    source = None
+    if pads is not None and rowwise:
+        source = _Source(xp, pads, offset)
+        padded_spatial = source.padded_spatial
+    else:
+        if pads is not None:
+            xp = to_padded(xp, pads, offset, dtype)
+        padded_spatial = xp.shape[2:]
+    out_spatial = output_shape(padded_spatial, kernel_shape, strides, dilations)
     m = w.shape[0]
     cg, mg = c // group, m // group
     taps = list(itertools.product(*(range(k) for k in kernel_shape)))
     out = np.empty((n, m, *out_spatial), dtype=epilogue[1] if epilogue else dtype)
-    depthwise = cg == 1 and group > 1
-    rowwise = exact and group == 1 and len(kernel_shape) == 2 and kernel_shape[0] > 1 and strides[0] == 1
     if depthwise:  # elementwise multiply-accumulate per tap, vectorised over everything else
         wt = w.reshape(group, mg, len(taps)).astype(dtype)
-    elif rowwise:  # (kh * M, kw * C): kernel row i's weights, K ordered (tap j, channel) like the columns
-        kh, kw = kernel_shape
-        wrows = np.ascontiguousarray(np.transpose(w, (2, 0, 3, 1)).reshape(kh * m, kw * c), dtype=dtype)
+    elif rowwise:
+        classes = _row_classes(w, strides[0], dilations[0], dtype)
     else:  # (G, Mg, taps * Cg), K ordered (tap, channel) like the columns
         wmat = np.moveaxis(w.reshape(group, mg, cg, len(taps)), 3, 2).reshape(group, mg, len(taps) * cg)
         wmat = np.ascontiguousarray(wmat, dtype=dtype)
-    per_row = len(taps) * c * math.prod(out_spatial[1:])
+    row_source = source or (_Source(xp, [0] * 4, 0) if rowwise else None)
+
+    def run_chunk(n0: int, n1: int, o0: int, o1: int) -> None:
+        lead = (n1 - n0, o1 - o0, *out_spatial[1:])
+        if epilogue:
+            target = _buffer(m * math.prod(lead), dtype, "target").reshape(lead[0], m, *lead[1:])
+        else:
+            target = out[n0:n1, :, o0:o1]
+        chunk = _Chunk((n0, n1), o0, lead, strides, dilations)
+        if depthwise:
+            _depthwise_chunk(xp, wt, target, taps, chunk)
+        elif row_source is not None:
+            _row_gemm_chunk(row_source, classes, target, kernel_shape[1], chunk)
+        else:
+            _gemm_chunk(xp, wmat, target, taps, chunk, o1 - o0 == first)
+        if epilogue:
+            np.copyto(out[n0:n1, :, o0:o1], epilogue[0](target), casting="unsafe")
+
     first = out_spatial[0]
+    spans = _chunks(n, first, len(taps) * c * math.prod(out_spatial[1:]))
+    parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
+    return out
+
+
+def _chunks(n: int, first: int, per_row: int) -> list[tuple[int, int, int, int]]:
+    """``(n0, n1, o0, o1)``: bounded chunks of records and output rows, at least one per thread."""
     rows = max(1, CHUNK_ELEMENTS // max(per_row, 1))
     records = max(1, rows // max(first, 1))
+    threads = parallel.current()
+    if threads > 1 and n * first * per_row >= parallel.MIN_PARALLEL_ELEMENTS:
+        records = min(records, -(-n // threads))
+        if n < threads:  # too few records to share: split the rows too
+            rows = min(rows, -(-first // (threads // n)))
+    spans = []
     for n0 in range(0, n, records):
         n1 = min(n, n0 + records)
         row_step = first if n1 - n0 > 1 else min(first, rows)
         for o0 in range(0, first, row_step):  # bounded chunks of output rows, not single pixels
-            o1 = min(first, o0 + row_step)
-            lead = (n1 - n0, o1 - o0, *out_spatial[1:])
-
-            if epilogue:
-                target = _buffer(m * math.prod(lead), dtype, "target").reshape(lead[0], m, *lead[1:])
-            else:
-                target = out[n0:n1, :, o0:o1]
-            chunk = _Chunk((n0, n1), o0, lead, strides, dilations)
-            if depthwise:
-                _depthwise_chunk(xp, wt, target, taps, chunk)
-            elif rowwise:
-                _row_gemm_chunk(xp, wrows, target, kernel_shape, chunk)
-            else:
-                _gemm_chunk(xp, wmat, target, taps, chunk, o1 - o0 == first)
-            if epilogue:
-                np.copyto(out[n0:n1, :, o0:o1], epilogue[0](target), casting="unsafe")
-    return out
+            spans.append((n0, n1, o0, min(first, o0 + row_step)))
+    return spans
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,38 +256,112 @@ def _gemm_chunk(
         target[...] = np.matmul(wmat, grouped).reshape(target.shape)
 
 
-def _row_gemm_chunk(
-    xp: np.ndarray,
-    wrows: np.ndarray,
-    target: np.ndarray,
-    kernel_shape: tuple[int, ...],
-    chunk: _Chunk,
-) -> None:
-    """A 2-D chunk with vertical stride 1: columns of the ``kw`` horizontal taps of every input row
-    the chunk reads, one GEMM giving each kernel row's contribution on every such row, then the
-    ``kh`` contributions added with each row's shift.
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """A 2-D input read as ``x - offset`` with zero padding, without building the padded copy."""
 
-    For a 3x3 kernel the columns are a third of im2col's (the input rows are shared by the kernel
-    rows) and the GEMM has 3M outputs, which BLAS runs better than M when M is small. The partial
-    sums are exact integers under the same bound as the whole sum, so the result is bit-identical.
+    x: np.ndarray
+    pads: list[int]
+    offset: np.ndarray | int
+
+    @property
+    def padded_spatial(self) -> tuple[int, int]:
+        (h, w), (top, left, bottom, right) = self.x.shape[2:], self.pads
+        return h + top + bottom, w + left + right
+
+    def fill(self, out: np.ndarray, records: tuple[int, int], rows: tuple[int, int], cols: tuple[int, int]) -> None:
+        """``out (n, C, R, K)`` = the padded input at rows ``row0 + r * row_step`` and columns
+        ``col0 + k * col_step``, where ``rows = (row0, row_step)`` and ``cols = (col0, col_step)``.
+
+        Positions in the padding get 0, the rest ``x - offset``: one pass over what the chunk reads.
+        """
+        (r0, r1), (c0, c1) = (
+            _inside(first - pad, step, count, size)
+            for (first, step), pad, count, size in zip(
+                (rows, cols), self.pads[:2], out.shape[2:], self.x.shape[2:], strict=True
+            )
+        )
+        if r1 <= r0 or c1 <= c0:
+            out[...] = 0
+            return
+        out[:, :, :r0] = 0
+        out[:, :, r1:] = 0
+        out[:, :, r0:r1, :c0] = 0
+        out[:, :, r0:r1, c1:] = 0
+        (row0, row_step), (col0, col_step) = rows, cols
+        top, left = row0 - self.pads[0] + r0 * row_step, col0 - self.pads[1] + c0 * col_step
+        src = self.x[
+            slice(*records),
+            :,
+            top : top + (r1 - r0 - 1) * row_step + 1 : row_step,
+            left : left + (c1 - c0 - 1) * col_step + 1 : col_step,
+        ]
+        np.subtract(src, self.offset, out=out[:, :, r0:r1, c0:c1], dtype=out.dtype, casting="unsafe")
+
+
+def _inside(first: int, step: int, count: int, size: int) -> tuple[int, int]:
+    """``[lo, hi)``: the ``k < count`` with ``0 <= first + k * step < size``."""
+    lo = min(count, max(0, -(first // step)))
+    hi = max(lo, min(count, (size - 1 - first) // step + 1)) if size - 1 >= first else lo
+    return lo, hi
+
+
+@dataclass(frozen=True, slots=True)
+class _RowClass:
+    """Kernel rows whose input rows share one residue modulo the vertical stride.
+
+    Kernel row ``i`` of output row ``r`` reads padded row ``s * r + i * dh``; with ``q = i * dh % s``
+    and ``shift = i * dh // s`` that is row ``shift + r`` of the rows ``q, q + s, q + 2s, ...``.
     """
-    kh, kw = kernel_shape
-    dh, dw = chunk.dilations
+
+    residue: int
+    shifts: tuple[int, ...]
+    weights: np.ndarray  # (len(shifts) * M, kw * C), kernel rows stacked like the shifts
+
+
+def _row_classes(w: np.ndarray, stride: int, dilation: int, dtype: type) -> list[_RowClass]:
+    """The kernel rows of ``w (M, C, kh, kw)`` grouped by residue, each with its GEMM weights."""
+    m, c, kh, kw = w.shape
+    wrows = np.transpose(w, (2, 0, 3, 1)).reshape(kh, m, kw * c)  # K ordered (tap j, channel) like the columns
+    classes = []
+    for q in range(stride):
+        rows = [i for i in range(kh) if i * dilation % stride == q]
+        if rows:
+            weights = np.ascontiguousarray(wrows[rows].reshape(len(rows) * m, kw * c), dtype=dtype)
+            classes.append(_RowClass(q, tuple(i * dilation // stride for i in rows), weights))
+    return classes
+
+
+def _row_gemm_chunk(source: _Source, classes: list[_RowClass], target: np.ndarray, kw: int, chunk: _Chunk) -> None:
+    """A 2-D chunk by kernel rows: for each residue class, columns of the ``kw`` horizontal taps of
+    every input row of that class the chunk reads, one GEMM giving each of the class's kernel rows'
+    contribution on every such row, then the contributions added with each kernel row's shift.
+
+    With vertical stride 1 (one class) a 3x3 kernel's columns are a third of im2col's, since the
+    kernel rows share input rows; with stride 2, two thirds. The GEMM has (rows of the class) x M
+    outputs, which BLAS runs better than M when M is small. The partial sums are exact integers
+    under the same bound as the whole sum, so the result is bit-identical.
+    """
+    s, step = chunk.strides
+    dw = chunk.dilations[1]
     n, rows, width = chunk.lead
-    n0, n1 = chunk.records
-    c = xp.shape[1]
-    m = wrows.shape[0] // kh
-    span = rows + (kh - 1) * dh  # input rows the chunk reads, from chunk.o0 (vertical stride 1)
-    step = chunk.strides[1]
-    cols = _buffer(n * kw * c * span * width, wrows.dtype.type).reshape(n, kw, c, span, width)
-    for j in range(kw):
-        begin = j * dw
-        cols[:, j] = xp[n0:n1, :, chunk.o0 : chunk.o0 + span, begin : begin + (width - 1) * step + 1 : step]
-    parts = _buffer(n * kh * m * span * width, wrows.dtype.type, "rows").reshape(n, kh, m, span, width)
-    np.matmul(wrows, cols.reshape(n, kw * c, span * width), out=parts.reshape(n, kh * m, span * width))
-    np.add(parts[:, 0, :, :rows], parts[:, 1, :, dh : dh + rows], out=target)
-    for i in range(2, kh):
-        target += parts[:, i, :, i * dh : i * dh + rows]
+    c = source.x.shape[1]
+    first = True
+    for cls in classes:
+        span = rows + max(cls.shifts)  # rows of this class the chunk reads
+        m = cls.weights.shape[0] // len(cls.shifts)
+        cols = _buffer(n * kw * c * span * width, cls.weights.dtype.type).reshape(n, kw, c, span, width)
+        for j in range(kw):
+            source.fill(cols[:, j], chunk.records, (chunk.o0 * s + cls.residue, s), (j * dw, step))
+        shape = (n, len(cls.shifts), m, span, width)
+        parts = _buffer(math.prod(shape), cls.weights.dtype.type, "rows").reshape(shape)
+        np.matmul(cls.weights, cols.reshape(n, kw * c, -1), out=parts.reshape(n, len(cls.shifts) * m, -1))
+        for i, shift in enumerate(cls.shifts):
+            if first:
+                np.copyto(target, parts[:, i, :, shift : shift + rows])
+                first = False
+            else:
+                target += parts[:, i, :, shift : shift + rows]
 
 
 def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tuple[int, ...], tuple[int, ...], int]:
@@ -299,8 +402,7 @@ def conv_integer_acc(
         return _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme), bound, False
     dtype = np.float32 if bound < 2.0**24 else np.float64
     epilogue = epilogue_for(bound, dtype) if epilogue_for else None
-    xp = to_padded(x, pads, x_zp, dtype)
-    acc = conv_core(xp, ws.astype(dtype), group, strides, dilations, dtype, epilogue, exact=True)
+    acc = conv_core(x, ws.astype(dtype), group, strides, dilations, dtype, epilogue, exact=True, pads=pads, offset=x_zp)
     return acc, bound, epilogue is not None
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith
+from pytest_qaccuracy.backend import arith, parallel
 from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN, kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -63,10 +63,16 @@ def lookup_table(
 
 def apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     """``table[x - qmin]``; 8-bit values index directly (int8 through its offset-binary bit pattern)."""
-    if x.dtype == np.uint8:
-        return np.take(table, x)
-    if x.dtype == np.int8:
-        return np.take(table, x.view(np.uint8) ^ np.uint8(0x80))
+    if x.dtype == np.uint8 or x.dtype == np.int8:
+        offset = x.dtype == np.int8
+
+        def gather(out: np.ndarray, v: np.ndarray) -> None:
+            np.take(table, v ^ np.uint8(0x80) if offset else v, out=out, mode="clip")
+
+        out = np.empty(x.shape, table.dtype)
+        if not parallel.blockwise(gather, out, x.view(np.uint8)):
+            gather(out, x.view(np.uint8))
+        return out
     return table[x.astype(np.intp) - arith.qrange(x.dtype)[0]]
 
 
@@ -262,10 +268,23 @@ def binary_table_apply(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np
     grid_a = np.arange(lo_a, lo_a + 256).astype(a.dtype)[:, None]
     grid_b = np.arange(lo_b, lo_b + 256).astype(b.dtype)[None, :]
     table = np.ascontiguousarray(fn(grid_a, grid_b)).reshape(-1)
-    ua = a.view(np.uint8) if a.dtype == np.uint8 else a.view(np.uint8) ^ np.uint8(0x80)
-    ub = b.view(np.uint8) if b.dtype == np.uint8 else b.view(np.uint8) ^ np.uint8(0x80)
-    index = (ua.astype(np.uint16) << 8) | ub
-    return table[index]
+    flip_a, flip_b = a.dtype == np.int8, b.dtype == np.int8  # int8 indexes by its offset-binary pattern
+
+    def gather(out: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+        index = x.astype(np.uint16)
+        if flip_a:
+            index ^= 0x80
+        index <<= 8
+        np.bitwise_or(index, y, out=index)
+        if flip_b:
+            index ^= 0x80
+        np.take(table, index, out=out, mode="clip")  # every index is in range; "clip" avoids a copy
+
+    ua, ub = a.view(np.uint8), b.view(np.uint8)
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), table.dtype)
+    if not parallel.blockwise(gather, out, ua, ub):  # broadcasting or strided operands: one whole gather
+        gather(out, *np.broadcast_arrays(ua, ub))
+    return out
 
 
 def _eight_bit(*arrays: np.ndarray) -> bool:

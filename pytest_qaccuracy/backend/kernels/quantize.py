@@ -53,7 +53,7 @@ def quantize_linear(
     scale = broadcast_param(y_scale, x.ndim, x.shape, axis, block_size)
     zp = 0 if y_zero_point is None else broadcast_param(y_zero_point, x.ndim, x.shape, axis, block_size)
     ftype = np.float32 if x.dtype != np.float64 and scale.dtype != np.float64 else np.float64
-    return (arith.quantize_float(x.astype(ftype), scale.astype(ftype), np.asarray(zp), dtype, scheme),)
+    return (arith.quantize_float(x.astype(ftype, copy=False), scale.astype(ftype), np.asarray(zp), dtype, scheme),)
 
 
 @kernel("", "DequantizeLinear", 10)
