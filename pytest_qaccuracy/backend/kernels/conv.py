@@ -115,7 +115,7 @@ def conv_core(
         epilogue: ``(fn, out_dtype)``: ``fn`` maps each finished chunk (scratch, may be overwritten) to
             values stored as ``out_dtype``, e.g. requantization while the chunk is still in cache.
         exact: the sums are exact in ``dtype`` (integer operands under the bound), so they may be
-            added in any order: 2-D kernels of more than one row then take the row path.
+            added in any order: 2-D kernels then take the row path.
         pads: begin then end pads of an unpadded ``xp``.
         offset: subtracted from an unpadded ``xp`` (the input's zero point).
 
@@ -125,7 +125,7 @@ def conv_core(
     kernel_shape = w.shape[2:]
     n, c = xp.shape[:2]
     depthwise = c // group == 1 and group > 1
-    rowwise = exact and group == 1 and len(kernel_shape) == 2 and kernel_shape[0] > 1
+    rowwise = exact and group == 1 and len(kernel_shape) == 2
     source = None
     if pads is not None and rowwise:
         source = _Source(xp, pads, offset)
@@ -353,15 +353,21 @@ def _row_gemm_chunk(source: _Source, classes: list[_RowClass], target: np.ndarra
         cols = _buffer(n * kw * c * span * width, cls.weights.dtype.type).reshape(n, kw, c, span, width)
         for j in range(kw):
             source.fill(cols[:, j], chunk.records, (chunk.o0 * s + cls.residue, s), (j * dw, step))
+        if cls.shifts == (0,) and len(classes) == 1 and target.flags.c_contiguous:  # one kernel row: no sums
+            np.matmul(cls.weights, cols.reshape(n, kw * c, -1), out=target.reshape(n, m, -1))
+            return
         shape = (n, len(cls.shifts), m, span, width)
         parts = _buffer(math.prod(shape), cls.weights.dtype.type, "rows").reshape(shape)
         np.matmul(cls.weights, cols.reshape(n, kw * c, -1), out=parts.reshape(n, len(cls.shifts) * m, -1))
-        for i, shift in enumerate(cls.shifts):
-            if first:
-                np.copyto(target, parts[:, i, :, shift : shift + rows])
-                first = False
+        views = [parts[:, i, :, shift : shift + rows] for i, shift in enumerate(cls.shifts)]
+        if first:
+            first = False
+            if len(views) == 1:
+                np.copyto(target, views.pop())
             else:
-                target += parts[:, i, :, shift : shift + rows]
+                np.add(views.pop(0), views.pop(0), out=target)
+        for view in views:
+            target += view
 
 
 def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tuple[int, ...], tuple[int, ...], int]:
