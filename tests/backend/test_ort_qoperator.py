@@ -398,3 +398,48 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
     assert calls, "the row path was not taken"
     split_rows = chunk == 700 or threads >= 2 * records  # too few records for the threads: rows are shared
     assert (len(set(calls)) > 1) == split_rows, f"row chunks starting at {sorted(set(calls))}"
+
+
+DEPTHWISE_CASES = {
+    # name: (channels, multiplier, (h, w), attrs): stride 1 and >= 64 output columns run on the padded width
+    "flat": (6, 1, (5, 70), {"pads": [1, 1, 1, 1]}),
+    "flat-dilated-asymmetric": (4, 1, (6, 72), {"dilations": [2, 3], "pads": [2, 3, 1, 4]}),
+    "flat-multiplier-2": (3, 2, (4, 66), {"pads": [0, 1, 2, 1]}),
+    "rows-stride-2": (6, 1, (9, 11), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "rows-narrow": (5, 1, (7, 9), {"pads": [1, 0, 1, 2]}),
+    "rows-multiplier-3-stride-3x1": (2, 3, (10, 8), {"strides": [3, 1], "pads": [1, 1, 0, 0]}),
+}
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("chunk", [1 << 22, 500], ids=["one chunk", "row chunks"])
+@pytest.mark.parametrize("case", DEPTHWISE_CASES)
+def test_qlinear_conv_depthwise_paths(case: str, chunk: int, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Depthwise convolutions read the unpadded input chunk by chunk (on the padded width when the
+    rows are long): bit-exact with onnxruntime for any pads, dilation, stride, multiplier, chunking
+    and thread count."""
+    from pytest_qaccuracy.backend import parallel
+    from pytest_qaccuracy.backend.kernels import conv
+
+    calls = []
+    original = conv._depthwise_flat_chunk
+    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    monkeypatch.setattr(conv, "_depthwise_flat_chunk", lambda *a: calls.append(a[-1].o0) or original(*a))
+    c, multiplier, (h, w_), attrs = DEPTHWISE_CASES[case]
+    rng = np.random.default_rng(len(case))
+    x = random_q(rng, np.uint8, (3, c, h, w_))
+    w = random_q(rng, np.int8, (c * multiplier, 1, 3, 3))
+    inits = {
+        "xs": f32(0.021), "xz": np.array(131, np.uint8), "w": w,
+        "ws": rng.uniform(0.002, 0.02, c * multiplier).astype(f32), "wz": np.zeros(c * multiplier, np.int8),
+        "ys": f32(0.09), "yz": np.array(121, np.uint8), "b": rng.integers(-3000, 3000, c * multiplier).astype(np.int32),
+    }  # fmt: skip
+    model = node_model(
+        "QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[3, 3], group=c, **attrs
+    )
+    want = ort_run(model, {"x": x})[0]
+    got = IntegerSession(model, threads=threads).run(None, {"x": x})[0]
+    assert_same(got, want, case)
+    assert _saturated(got) < 0.25
+    assert bool(calls) == case.startswith("flat"), "the padded-width path was (not) taken"

@@ -22,8 +22,8 @@ from pytest_qaccuracy.backend import arith, parallel
 from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
-#: elements of one im2col chunk (float32: 32 MiB)
-CHUNK_ELEMENTS = 1 << 23
+#: scratch elements of one chunk (float32: 16 MiB; measured best of 2^19..2^23 on three nets)
+CHUNK_ELEMENTS = 1 << 22
 
 
 def conv_pads(
@@ -127,7 +127,7 @@ def conv_core(
     depthwise = c // group == 1 and group > 1
     rowwise = exact and group == 1 and len(kernel_shape) == 2
     source = None
-    if pads is not None and rowwise:
+    if pads is not None and (rowwise or (depthwise and len(kernel_shape) == 2)):
         source = _Source(xp, pads, offset)
         padded_spatial = source.padded_spatial
     else:
@@ -146,7 +146,7 @@ def conv_core(
     else:  # (G, Mg, taps * Cg), K ordered (tap, channel) like the columns
         wmat = np.moveaxis(w.reshape(group, mg, cg, len(taps)), 3, 2).reshape(group, mg, len(taps) * cg)
         wmat = np.ascontiguousarray(wmat, dtype=dtype)
-    row_source = source or (_Source(xp, [0] * 4, 0) if rowwise else None)
+    row_source = (source or _Source(xp, [0] * 4, 0)) if rowwise else None
 
     def run_chunk(n0: int, n1: int, o0: int, o1: int) -> None:
         lead = (n1 - n0, o1 - o0, *out_spatial[1:])
@@ -155,7 +155,16 @@ def conv_core(
         else:
             target = out[n0:n1, :, o0:o1]
         chunk = _Chunk((n0, n1), o0, lead, strides, dilations)
-        if depthwise:
+        if flat_depthwise:  # computed on the padded width; the extra columns are dropped when stored
+            wide = (lead[2] - 1) + (kernel_shape[1] - 1) * dilations[1] + 1
+            result = _buffer(m * lead[0] * lead[1] * wide, dtype, "target").reshape(lead[0], m, lead[1], wide)
+            _depthwise_flat_chunk(source, wt, result, kernel_shape, chunk)
+            values = epilogue[0](result) if epilogue else result
+            np.copyto(out[n0:n1, :, o0:o1], values[..., : lead[2]], casting="unsafe")
+            return
+        if depthwise and source is not None:
+            _depthwise_source_chunk(source, wt, target, kernel_shape, chunk)
+        elif depthwise:
             _depthwise_chunk(xp, wt, target, taps, chunk)
         elif row_source is not None:
             _row_gemm_chunk(row_source, classes, target, kernel_shape[1], chunk)
@@ -164,8 +173,15 @@ def conv_core(
         if epilogue:
             np.copyto(out[n0:n1, :, o0:o1], epilogue[0](target), casting="unsafe")
 
+    # on the padded width when rows are long enough for it to pay (measured: faster from 64 columns)
+    flat_depthwise = depthwise and source is not None and tuple(strides) == (1, 1) and out_spatial[-1] >= 64
     first = out_spatial[0]
-    spans = _chunks(n, first, len(taps) * c * math.prod(out_spatial[1:]))
+    # scratch per output row: the columns, the partial sums of the row path and the chunk's output
+    if depthwise:  # the chunk's padded input rows, its output and one product
+        scratch = c * math.prod(strides) + 2 * m
+    else:
+        scratch = len(taps) * c + (kernel_shape[0] if row_source is not None else 1) * m
+    spans = _chunks(n, first, scratch * math.prod(out_spatial[1:]))
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
 
@@ -223,6 +239,67 @@ def _depthwise_chunk(
     for t, tap in enumerate(taps):
         x_tap = chunk.tap_view(xp, tap)[:, :, None]
         view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
+
+
+def _depthwise_source_chunk(
+    source: _Source, wt: np.ndarray, target: np.ndarray, kernel_shape: tuple[int, ...], chunk: _Chunk
+) -> None:
+    """A 2-D depthwise chunk: its padded input rows converted once into scratch (no padded copy of
+    the whole input), then one multiply and one add per tap on chunk-sized arrays."""
+    kh, kw = kernel_shape
+    (sh, sw), (dh, dw) = chunk.strides, chunk.dilations
+    n, rows, width = chunk.lead
+    c = source.x.shape[1]
+    span, wide = (rows - 1) * sh + (kh - 1) * dh + 1, (width - 1) * sw + (kw - 1) * dw + 1
+    dtype = wt.dtype.type
+    local = _buffer(n * c * span * wide, dtype, "padded").reshape(n, c, span, wide)
+    source.fill(local, chunk.records, (chunk.o0 * sh, 1), (0, 1))
+    group, mg, _ = wt.shape
+    view = target.reshape(n, group, mg, rows, width)
+    product = _buffer(view.size, dtype, "product").reshape(view.shape)
+    for t, (i, j) in enumerate(itertools.product(range(kh), range(kw))):
+        x_tap = local[:, :, i * dh : i * dh + (rows - 1) * sh + 1 : sh, j * dw : j * dw + (width - 1) * sw + 1 : sw]
+        weights = wt[:, :, t].reshape(group, mg, 1, 1)
+        if t == 0:
+            np.multiply(x_tap[:, :, None], weights, out=view)
+        else:
+            np.multiply(x_tap[:, :, None], weights, out=product)
+            view += product
+
+
+def _depthwise_flat_chunk(
+    source: _Source, wt: np.ndarray, result: np.ndarray, kernel_shape: tuple[int, ...], chunk: _Chunk
+) -> None:
+    """A 2-D depthwise chunk with stride 1, on the padded width: each tap is then one contiguous run
+    of the flattened input rows per channel (long vector loops instead of one per output row).
+
+    ``result (n, M, rows, wide)``: columns from ``width`` on are scratch (they mix neighbouring
+    rows) and are dropped by the caller.
+    """
+    kh, kw = kernel_shape
+    dh, dw = chunk.dilations
+    n, rows, _ = chunk.lead
+    wide = result.shape[3]
+    c = source.x.shape[1]
+    span = rows + (kh - 1) * dh
+    dtype = wt.dtype.type
+    local = _buffer(n * c * span * wide, dtype, "padded").reshape(n, c, span, wide)
+    source.fill(local, chunk.records, (chunk.o0, 1), (0, 1))
+    flat = local.reshape(n, c, 1, span * wide)
+    group, mg, _ = wt.shape
+    length = rows * wide - (kw - 1) * dw  # the last row's scratch tail would read past the input
+    view = result.reshape(n, group, mg, rows * wide)
+    view[..., length:] = 0
+    view = view[..., :length]
+    product = _buffer(view.size, dtype, "product").reshape(view.shape)
+    for t, (i, j) in enumerate(itertools.product(range(kh), range(kw))):
+        begin = i * dh * wide + j * dw
+        weights = wt[:, :, t].reshape(group, mg, 1)
+        if t == 0:
+            np.multiply(flat[..., begin : begin + length], weights, out=view)
+        else:
+            np.multiply(flat[..., begin : begin + length], weights, out=product)
+            view += product
 
 
 def _gemm_chunk(
