@@ -123,7 +123,7 @@ class AgreementResult:
         )
 
 
-def onnxruntime_session(model: onnx.ModelProto, outputs: list[str]) -> Any:
+def onnxruntime_session(model: onnx.ModelProto, outputs: list[str], threads: int = 0) -> Any:
     """onnxruntime with deployed kernels, full optimizations, int8 QDQ fusion, extra graph outputs."""
     import onnxruntime as ort
 
@@ -134,6 +134,7 @@ def onnxruntime_session(model: onnx.ModelProto, outputs: list[str]) -> Any:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.add_session_config_entry("session.qdqisint8allowed", "1")
+    options.intra_op_num_threads = threads
     return ort.InferenceSession(copy.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

@@ -33,10 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheme", default="onnxruntime", help="integer backend scheme preset (default: onnxruntime)")
     parser.add_argument("--out", required=True, type=Path, help="output HDF5 file (ONE layout)")
     parser.add_argument("--batch-size", type=int, default=32, help="records per run (default: 32)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="intra-op threads of either backend (default: 0, every core)"
+    )
     parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
 
 
-def _runner(model_path: Path, backend: str, scheme: str) -> tuple[Runner, list[str], str | None]:
+def _runner(model_path: Path, backend: str, scheme: str, threads: int) -> tuple[Runner, list[str], str | None]:
     """``(run(feeds) -> outputs, output names, scheme label)`` for the chosen backend."""
     from pytest_qaccuracy.model.loading import load_model
 
@@ -44,13 +47,13 @@ def _runner(model_path: Path, backend: str, scheme: str) -> tuple[Runner, list[s
     if backend == "integer":
         from pytest_qaccuracy.backend import IntegerSession
 
-        session = IntegerSession(model, scheme)
+        session = IntegerSession(model, scheme, threads=threads)
         names = [o.name for o in session.get_outputs()]
         return (lambda feeds: session.run(None, feeds)), names, session.scheme.name
     from pytest_qaccuracy.backend.agreement import onnxruntime_session
 
     names = [o.name for o in model.graph.output]
-    ort_session = onnxruntime_session(model, [])
+    ort_session = onnxruntime_session(model, [], threads)
     return (lambda feeds: ort_session.run(None, feeds)), names, None
 
 
@@ -71,8 +74,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.threads < 0:
+        raise InputError(f"--threads must be >= 0, got {args.threads}")
     try:
-        execute, names, scheme = _runner(args.model, args.backend, args.scheme)
+        execute, names, scheme = _runner(args.model, args.backend, args.scheme, args.threads)
     except QAccuracyError as exc:
         if isinstance(exc, InputError):
             raise

@@ -29,7 +29,7 @@ def make_runner(
     if backend == "integer":
         from pytest_qaccuracy.runtime.integer import IntegerRunner
 
-        return IntegerRunner(model, tensors, scheme or "onnxruntime", label)
+        return IntegerRunner(model, tensors, scheme or "onnxruntime", label, threads=options.threads)
     raise InputError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
 
 

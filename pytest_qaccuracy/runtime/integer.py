@@ -19,13 +19,15 @@ class IntegerRunner:
     backend = "integer"
     capture = "emulated"
 
-    def __init__(self, model: onnx.ModelProto, tensors: Sequence[str], scheme: str, label: str) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, tensors: Sequence[str], scheme: str, label: str, threads: int = 0
+    ) -> None:
         from pytest_qaccuracy.backend import IntegerSession
 
         self.label = label
         self.scheme_name = scheme
         self.tensors = list(dict.fromkeys(tensors))
-        self.session = IntegerSession(model, scheme=scheme)
+        self.session = IntegerSession(model, scheme=scheme, threads=threads)
 
     def run(self, batch: Batch) -> dict[str, np.ndarray]:
         return dict(zip(self.tensors, self.session.run(self.tensors, batch.stacked()), strict=True))

@@ -29,12 +29,15 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, np.ndar
     return folder / "model.onnx", folder / "data.h5", records
 
 
+@pytest.mark.parametrize("threads", ["0", "1", "2"])
 @pytest.mark.parametrize("backend", ["integer", "onnxruntime"])
-def test_run_writes_one_layout(setup, backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_writes_one_layout(
+    setup, backend: str, threads: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     model, data, records = setup
     out = tmp_path / "sub" / "out.h5"
     assert main(["run", str(model), "--data", str(data), "--backend", backend, "--scheme", "onnxruntime",
-                 "--out", str(out), "--batch-size", "2"]) == 0  # fmt: skip
+                 "--out", str(out), "--batch-size", "2", "--threads", threads]) == 0  # fmt: skip
     assert "wrote 5 record(s)" in capsys.readouterr().out
     want = ort_session(model).run(None, {"input": records.reshape(5, 8, 10, 10)})[0]
     with h5py.File(out) as h5:
@@ -65,6 +68,8 @@ def test_run_errors_are_one_line(setup, tmp_path: Path, capsys: pytest.CaptureFi
     assert err.startswith("error: unknown scheme 'nope'") and err.count("\n") == 1
     assert main(["run", str(model), "--data", str(tmp_path / "missing.h5"), "--out", str(out)]) == 2
     assert "dataset not found" in capsys.readouterr().err
+    assert main(["run", str(model), "--data", str(data), "--out", str(out), "--threads", "-1"]) == 2
+    assert "--threads must be >= 0, got -1" in capsys.readouterr().err
     assert not out.exists()
 
 
