@@ -311,7 +311,7 @@ def quantize_float(
         rounding = scheme.quantize_rounding
 
         def block(out: np.ndarray, xb: np.ndarray) -> None:
-            value = np.divide(xb, scale_f, dtype=ftype)
+            value = np.divide(xb, scale_f, out=parallel.scratch(xb.size, ftype, "quantize"), dtype=ftype)
             value = requantize_float(value, zp, dtype, scheme, "quantize", rounding, as_float=True)
             np.copyto(out, value, casting="unsafe")
 

@@ -176,6 +176,22 @@ def split(total: int, per_chunk_cost: int = 1) -> list[tuple[int, int]]:
 #: elements of one block of an elementwise kernel: small enough that its temporaries stay in cache
 BLOCK_ELEMENTS = 1 << 16
 
+_scratch = threading.local()
+
+
+def scratch(size: int, dtype: type | np.dtype, role: str) -> np.ndarray:
+    """A reusable per-thread buffer of ``size`` elements for one ``role`` (contents undefined).
+
+    Fresh large allocations page-fault on every call, and from several threads they contend in the
+    kernel's memory map; kernels call this instead of allocating temporaries per chunk.
+    """
+    key = (role, np.dtype(dtype).str)
+    cache = _scratch.__dict__.setdefault("cache", {})
+    buf = cache.get(key)
+    if buf is None or buf.size < size:
+        buf = cache[key] = np.empty(size, dtype)
+    return buf[:size]
+
 
 def blockwise(fn: Callable[..., None], out: np.ndarray, *inputs: np.ndarray) -> bool:
     """``fn(out_block, *input_blocks)`` over flat blocks, on the calling thread's share of the pool.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,17 +49,9 @@ def conv_pads(
     return list(pads)
 
 
-_BUFFERS = threading.local()
-
-
 def _buffer(size: int, dtype: type, role: str = "cols") -> np.ndarray:
-    """A reusable scratch buffer (fresh large allocations page-fault on every call)."""
-    key = (role, np.dtype(dtype).str)
-    cache = _BUFFERS.__dict__.setdefault("cache", {})
-    buf = cache.get(key)
-    if buf is None or buf.size < size:
-        buf = cache[key] = np.empty(size, dtype)
-    return buf[:size]
+    """A reusable per-thread scratch buffer (see ``parallel.scratch``)."""
+    return parallel.scratch(size, dtype, f"conv-{role}")
 
 
 def to_padded(x: np.ndarray, pads: list[int], offset: np.ndarray | int, dtype: type) -> np.ndarray:

@@ -67,7 +67,9 @@ def apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
         offset = x.dtype == np.int8
 
         def gather(out: np.ndarray, v: np.ndarray) -> None:
-            np.take(table, v ^ np.uint8(0x80) if offset else v, out=out, mode="clip")
+            if offset:
+                v = np.bitwise_xor(v, np.uint8(0x80), out=parallel.scratch(v.size, np.uint8, "offset").reshape(v.shape))
+            np.take(table, v, out=out, mode="clip")
 
         out = np.empty(x.shape, table.dtype)
         if not parallel.blockwise(gather, out, x.view(np.uint8)):
@@ -271,7 +273,8 @@ def binary_table_apply(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np
     flip_a, flip_b = a.dtype == np.int8, b.dtype == np.int8  # int8 indexes by its offset-binary pattern
 
     def gather(out: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
-        index = x.astype(np.uint16)
+        index = parallel.scratch(x.size, np.uint16, "pair-index").reshape(x.shape)
+        np.copyto(index, x)
         if flip_a:
             index ^= 0x80
         index <<= 8
