@@ -183,7 +183,9 @@ def _chunks(n: int, first: int, per_row: int) -> list[tuple[int, int, int, int]]
     records = max(1, rows // max(first, 1))
     threads = parallel.current()
     if threads > 1 and n * first * per_row >= parallel.MIN_PARALLEL_ELEMENTS:
-        records = min(records, -(-n // threads))
+        count = -(-n // records)
+        count = -(-count // threads) * threads  # a multiple of the threads: no thread idles at the end
+        records = -(-n // count)
         if n < threads:  # too few records to share: split the rows too
             rows = min(rows, -(-first // (threads // n)))
     spans = []
