@@ -172,7 +172,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--reference-records", type=int, default=0, help="time onnx.reference on this many records")
-    parser.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: all cores)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="intra-op threads of onnxruntime and the backend (0: all cores)"
+    )
     args = parser.parse_args()
     logging.getLogger().setLevel(logging.ERROR)
 
