@@ -267,11 +267,13 @@ def requantize_float(
     rounding: Rounding | None = None,
     *,
     as_float: bool = False,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """``saturate(round(value) + zp)`` for a real ``value`` (zp joins before rounding if the family says so).
 
     ``value`` (a float array with the output's shape) is overwritten; ``as_float`` returns it (integral
-    values inside the type's range) instead of casting. Values are clamped in float first,
+    values inside the type's range) instead of casting; ``out`` (of the integer type) receives the
+    result instead, the last step writing it (one pass fewer). Values are clamped in float first,
     so huge values cannot overflow the integer cast (as MLAS does); after clamping and rounding every
     value is a small integer, exact in float, so the zero point is added in float.
     """
@@ -286,7 +288,13 @@ def requantize_float(
     else:
         np.clip(value, ftype(lo) - zp, ftype(hi) - zp, out=value)
         value = _round_inplace(value, mode)
+        if out is not None:
+            np.add(value, zp, out=out, casting="unsafe")  # integral and in range: the cast is exact
+            return out
         np.add(value, zp, out=value)
+    if out is not None:
+        np.copyto(out, value, casting="unsafe")
+        return out
     return value if as_float else value.astype(dtype)
 
 
@@ -312,8 +320,7 @@ def quantize_float(
 
         def block(out: np.ndarray, xb: np.ndarray) -> None:
             value = np.divide(xb, scale_f, out=parallel.scratch(xb.size, ftype, "quantize"), dtype=ftype)
-            value = requantize_float(value, zp, dtype, scheme, "quantize", rounding, as_float=True)
-            np.copyto(out, value, casting="unsafe")
+            requantize_float(value, zp, dtype, scheme, "quantize", rounding, out=out)
 
         out = np.empty(x.shape, dtype)
         if parallel.blockwise(block, out, x):

@@ -74,7 +74,7 @@ def output_shape(
     )
 
 
-Epilogue = Callable[[np.ndarray], np.ndarray]
+Epilogue = Callable[[np.ndarray, np.ndarray], None]
 
 
 def conv_core(
@@ -103,8 +103,9 @@ def conv_core(
         strides: strides per spatial axis.
         dilations: dilations per spatial axis.
         dtype: float type of the GEMMs.
-        epilogue: ``(fn, out_dtype)``: ``fn`` maps each finished chunk (scratch, may be overwritten) to
-            values stored as ``out_dtype``, e.g. requantization while the chunk is still in cache.
+        epilogue: ``(fn, out_dtype)``: ``fn(chunk, dest)`` writes each finished chunk's values (the
+            chunk is scratch and may be overwritten) into ``dest``, a view of the ``out_dtype``
+            output, e.g. requantization while the chunk is still in cache.
         exact: the sums are exact in ``dtype`` (integer operands under the bound), so they may be
             added in any order: 2-D kernels then take the row path.
         pads: begin then end pads of an unpadded ``xp``.
@@ -150,8 +151,10 @@ def conv_core(
             wide = (lead[2] - 1) + (kernel_shape[1] - 1) * dilations[1] + 1
             result = _buffer(m * lead[0] * lead[1] * wide, dtype, "target").reshape(lead[0], m, lead[1], wide)
             _depthwise_flat_chunk(source, wt, result, kernel_shape, chunk)
-            values = epilogue[0](result) if epilogue else result
-            np.copyto(out[n0:n1, :, o0:o1], values[..., : lead[2]], casting="unsafe")
+            if epilogue:
+                epilogue[0](result[..., : lead[2]], out[n0:n1, :, o0:o1])
+            else:
+                np.copyto(out[n0:n1, :, o0:o1], result[..., : lead[2]])
             return
         if depthwise and source is not None:
             _depthwise_source_chunk(source, wt, target, kernel_shape, chunk)
@@ -162,7 +165,7 @@ def conv_core(
         else:
             _gemm_chunk(xp, wmat, target, taps, chunk, o1 - o0 == first)
         if epilogue:
-            np.copyto(out[n0:n1, :, o0:o1], epilogue[0](target), casting="unsafe")
+            epilogue[0](target, out[n0:n1, :, o0:o1])
 
     # on the padded width when rows are long enough for it to pay (measured: faster from 64 columns)
     flat_depthwise = depthwise and source is not None and tuple(strides) == (1, 1) and out_spatial[-1] >= 64
@@ -576,11 +579,11 @@ def qlinear_conv(
         bias_f = None if bias is None else bias.astype(ftype)
         m = multiplier.astype(ftype)
 
-        def epilogue(chunk: np.ndarray) -> np.ndarray:
+        def epilogue(chunk: np.ndarray, dest: np.ndarray) -> None:
             if bias_f is not None:
                 chunk += bias_f
             np.multiply(chunk, m, out=chunk)
-            return arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", as_float=True)
+            arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=dest)
 
         return epilogue, np.dtype(dtype)
 
