@@ -197,3 +197,20 @@ def test_int16_pair_convolution_matches_direct_pair_sums() -> None:
             products = np.append(window * weights, 0)[: 2 * ((window.size + 1) // 2)].reshape(-1, 2)
             want = int(np.clip(products.sum(axis=1), -32768, 32767).sum())
             assert int(acc[0, 0, oh, ow]) == want
+
+
+@pytest.mark.parametrize("zp_first", [False, True])
+@pytest.mark.parametrize("rounding", ["half_even", "half_up", "half_away", "floor"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_requantize_float_into_out_matches_the_returned_array(zp_first: bool, rounding: str, dtype: type) -> None:
+    """``out=`` writes the same integers as the cast of the returned array (ties, saturation, both zp orders)."""
+    scheme = get_scheme("onnxruntime").replace(rounding=rounding, zp_before_rounding=("gemm",) if zp_first else ())
+    rng = np.random.default_rng(5)
+    value = np.concatenate([rng.uniform(-400, 400, 2000), np.arange(-300, 300) + 0.5]).astype(np.float32)
+    zp = np.int64(3 if dtype == np.uint8 else -7)
+    want = arith.requantize_float(value.copy(), zp, dtype, scheme, "gemm")
+    out = np.full(value.shape, 99, dtype)
+    got = arith.requantize_float(value.copy(), zp, dtype, scheme, "gemm", out=out)
+    assert got is out and got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
+    assert got.min() == np.iinfo(dtype).min and got.max() == np.iinfo(dtype).max  # saturation exercised
