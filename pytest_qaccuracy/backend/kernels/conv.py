@@ -475,8 +475,14 @@ def conv_integer_acc(
     w_zp = np.asarray(w_zp, dtype=np.int64)
     ws = w.astype(np.int64) - (w_zp.reshape((m,) + (1,) * (w.ndim - 1)) if w_zp.size > 1 else w_zp)
     x_zp = np.asarray(x_zp).reshape(()).astype(np.int64)
-    x_range = max(abs(int(x.max(initial=0)) - int(x_zp)), abs(int(x.min(initial=0)) - int(x_zp))) if x.size else 0
-    bound = float(x_range) * float(np.abs(ws).reshape(m, -1).sum(axis=1).max(initial=0))
+    w_sum = float(np.abs(ws).reshape(m, -1).sum(axis=1).max(initial=0))
+    x_range = 0
+    if x.dtype.kind in "iu":  # the type's range first: no pass over the input when it is small enough
+        info = np.iinfo(x.dtype)
+        x_range = max(abs(int(info.max) - int(x_zp)), abs(int(info.min) - int(x_zp)))
+    if (x.dtype.kind not in "iu" or x_range * w_sum >= 2.0**23) and x.size:  # then the data's own range
+        x_range = max(abs(int(x.max(initial=0)) - int(x_zp)), abs(int(x.min(initial=0)) - int(x_zp)))
+    bound = float(x_range) * w_sum
     if scheme.accumulator == "int16_pairs" and x.dtype == np.uint8 and w.dtype == np.int8:
         return _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme), bound, False
     dtype = np.float32 if bound < 2.0**24 else np.float64
