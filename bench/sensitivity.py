@@ -101,6 +101,54 @@ def prepare(root: Path, records: int, blocks: int, size: int, channels: int = 16
     return {"fp32": fp32, "quantized": quant, "data": data}
 
 
+def work_bound(paths: dict[str, Path], mode: str) -> float:
+    """The speedup reuse could reach if time were proportional to arithmetic: the naive models' cost
+    over the dirty nodes' cost (plus the cached configuration's one run, for leave-one-out).
+
+    A node's cost is its output elements per record, times the multiply-adds per output element for
+    Conv/Gemm/MatMul (from the weight shape); shapes from onnx shape inference. This bounds what
+    skipping clean nodes can give on a model: an experiment must recompute everything downstream of
+    its node.
+    """
+    from pytest_qaccuracy.analysis.partial import QdqGraph, dirty_nodes
+    from pytest_qaccuracy.model import ModelPair
+
+    pair = ModelPair(paths["fp32"], paths["quantized"])
+    qg = QdqGraph(pair.quantized, pair.fp32)
+    inferred = onnx.shape_inference.infer_shapes(pair.quantized)
+    shapes = {
+        v.name: [d.dim_value or 1 for d in v.type.tensor_type.shape.dim]
+        for v in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]
+    }
+    shapes.update({t.name: list(t.dims) for t in pair.quantized.graph.initializer})
+
+    def shape(name: str) -> list[int]:  # partial models rename tensors "<name>::<role>"
+        return shapes.get(name.split("::")[0], [1])
+
+    def cost(node: onnx.NodeProto) -> float:
+        elements = float(np.prod(shape(node.output[0])))
+        if node.op_type in ("Conv", "Gemm", "MatMul") and len(node.input) > 1:
+            w = shape(node.input[1])
+            per_output = np.prod(w[1:]) if node.op_type == "Conv" else (w[0] if w else 1)
+            elements *= float(per_output)
+        return elements
+
+    all_edges = qg.all_edges
+    constants = {t.name for t in qg.model.graph.initializer} | set(qg.float_weights)
+    cache_edges = frozenset() if mode == "single" else all_edges
+    cached, _ = qg.wiring(cache_edges)
+    experiments = [n.edges("node") if mode == "single" else all_edges - n.edges("node") for n in qg.nodes]
+    experiments = [e for e in experiments if e] + [all_edges]
+    naive = reuse = 0.0
+    for enabled in experiments:
+        nodes, _ = qg.wiring(enabled)
+        naive += sum(cost(n) for n in nodes)
+        reuse += sum(cost(n) for n in dirty_nodes(nodes, cached, constants)[0])
+    if mode != "single":
+        reuse += sum(cost(n) for n in cached)  # the quantized configuration runs once per batch
+    return naive / reuse
+
+
 def run_once(paths: dict[str, str], mode: str, strategy: str, batch_size: int, threads: int) -> dict:
     """One timed sensitivity run (in this process); returns timing, peak RSS and the node metrics."""
     from pytest_qaccuracy.analysis.sensitivity import node_sensitivity
@@ -178,13 +226,14 @@ def main(argv: list[str] | None = None) -> int:
                 diff = max(
                     abs(naive["nodes"][n][m] - reuse["nodes"][n][m]) for n in naive["nodes"] for m in naive["nodes"][n]
                 )
-                rows.append((shape, threads, mode, naive, reuse, diff))
+                bound = work_bound(paths, mode)
+                rows.append((shape, threads, mode, naive, reuse, diff, bound))
                 speedup = naive["seconds"] / reuse["seconds"]
                 print(
                     f"{shape} threads={threads} {mode}: "
                     f"naive {naive['seconds']:.2f} s ({naive['peak_rss_mb']:.0f} MB), "
-                    f"reuse {reuse['seconds']:.2f} s ({reuse['peak_rss_mb']:.0f} MB), speedup {speedup:.1f}x, "
-                    f"max |diff| {diff:.3g}, {len(naive['nodes'])} quantized nodes"
+                    f"reuse {reuse['seconds']:.2f} s ({reuse['peak_rss_mb']:.0f} MB), speedup {speedup:.1f}x "
+                    f"(arithmetic bound {bound:.1f}x), max |diff| {diff:.3g}, {len(naive['nodes'])} quantized nodes"
                 )
     if args.write_docs:
         write_docs(rows, args)
@@ -214,27 +263,30 @@ def write_docs(rows, args) -> None:
         "model, open a session, run every record through the whole model (fp32 outputs computed once); "
         '*reuse*: `node_sensitivity(..., strategy="reuse")`.',
         "",
-        "| SIZExCHANNELS | threads | mode | naive (s) | reuse (s) | speedup | naive peak RSS (MB) "
+        "| SIZExCHANNELS | threads | mode | naive (s) | reuse (s) | speedup | arithmetic bound | naive peak RSS (MB) "
         "| reuse peak RSS (MB) | max abs difference |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for shape, threads, mode, naive, reuse, diff in rows:
+    for shape, threads, mode, naive, reuse, diff, bound in rows:
         speedup = naive["seconds"] / reuse["seconds"]
         lines.append(
             f"| {shape} | {threads} | {mode} | {naive['seconds']:.2f} | {reuse['seconds']:.2f} | {speedup:.1f}x "
+            f"| {bound:.1f}x "
             f"| {naive['peak_rss_mb']:.0f} | {reuse['peak_rss_mb']:.0f} | {diff:.3g} |"
         )
     lines += [
         "",
         "Both strategies give identical numbers (max abs difference 0 on every node and metric). **The issue's "
-        "target of 5x is not met**: an experiment must still run everything downstream of its node (its input "
-        "differs there), so reuse saves the upstream part and the per-node rebuilds, about half the work on this "
-        "chain of equal blocks (2x in single mode); leave-one-out gains more because the naive models carry every "
-        "Q/DQ pair of the upstream part too. Session creation is cheap with optimizations off (1-3 ms per naive "
-        "model), so there is little per-node overhead left to remove. With all cores, reuse runs independent "
-        "experiment sessions side by side. Reuse holds more memory than naive (one session per pack of 256 nodes, "
-        "bounded to 1 GiB of initializers, and one batch of cached activations); neither grows with the number of "
-        "records. Timings swing with the machine's load (other jobs shared the VM).",
+        "target of 5x is not met, and cannot be by recomputing only what changes**: an experiment must still run "
+        "everything downstream of its node (its input differs there). The *arithmetic bound* column is the "
+        "speedup that skipping clean nodes allows if time were proportional to arithmetic (`work_bound`: the "
+        "naive models' cost over the dirty nodes' cost, a node's cost being its multiply-adds or output "
+        "elements): about 2x here, and 2.15x on `netzoo.mobile_detector` (110 nodes, MobileNetV2-style "
+        "detector with a top-down head), since most quantized nodes sit in the trunk that every output depends "
+        "on. Measured speedups above the bound come from what naive pays per node beyond arithmetic (model "
+        "rebuilds, session creation, per-run overhead on small tensors). Reuse holds more memory than naive "
+        "(one session per pack of 256 nodes, bounded to 1 GiB of initializers, and one batch of cached "
+        "activations); neither grows with the number of records. Timings swing with the machine's load.",
     ]
     section = "\n".join(lines[1:]) + "\n"
     if "\n## Sensitivity\n" in text:  # replace this bench's own section, leave the others alone
