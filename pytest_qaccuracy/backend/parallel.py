@@ -59,13 +59,19 @@ def using(threads: int) -> Iterator[None]:
         _local.threads = previous
 
 
+_pool_pid = 0
+
+
 def _executor(size: int) -> ThreadPoolExecutor:
-    global _pool, _pool_size
+    """The shared pool, grown to ``size`` workers; a new one in a forked child (its threads stayed behind)."""
+    global _pool, _pool_size, _pool_pid
     with _pool_lock:
-        if _pool is None or _pool_size < size:
+        forked = _pool_pid != os.getpid()
+        if _pool is None or _pool_size < size or forked:
             old = _pool
             _pool, _pool_size = ThreadPoolExecutor(size, thread_name_prefix="qaccuracy-kernel"), size
-            if old is not None:
+            _pool_pid = os.getpid()
+            if old is not None and not forked:
                 old.shutdown(wait=False)
         return _pool
 
@@ -215,3 +221,15 @@ def blockwise(fn: Callable[..., None], out: np.ndarray, *inputs: np.ndarray) -> 
         runs = max(1, len(tasks) // (4 * current()))
         run_all([lambda i=i: [t() for t in tasks[i : i + runs]] for i in range(0, len(tasks), runs)])
     return True
+
+
+def _after_fork_in_child() -> None:
+    """Locks held by other threads at fork time would stay held forever in the child: renew them."""
+    global _pool_lock
+    _pool_lock = threading.Lock()
+    blas_threads._lock = threading.Lock()
+    blas_threads._users = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

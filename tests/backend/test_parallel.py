@@ -118,3 +118,26 @@ def test_bad_thread_count_is_a_clear_error(threads: object, tmp_path: Path) -> N
     model = quantize_qdq(float_net(["Conv"], opset=18), np.ones((2, 8, 12, 12), np.float32), tmp_path)
     with pytest.raises(InputError, match="threads must be an integer >= 0"):
         IntegerSession(model, threads=threads)  # type: ignore[arg-type]
+
+
+def _run_in_child(queue) -> None:
+    with parallel.using(2):
+        queue.put(parallel.run_all([lambda i=i: i + 1 for i in range(6)]))
+
+
+def test_a_forked_child_gets_its_own_pool() -> None:
+    """The parent's pool threads do not exist in a forked child: the child must not wait on them."""
+    import multiprocessing
+
+    with parallel.using(2):
+        parallel.run_all([lambda: None] * 4)  # the parent's pool exists
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_run_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=30)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive, "the forked child hung on the parent's pool"
+    assert child.exitcode == 0 and queue.get(timeout=5) == [1, 2, 3, 4, 5, 6]
