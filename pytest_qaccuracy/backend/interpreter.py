@@ -8,6 +8,7 @@ callback. QDQ groups are fused first (``fusion.py``), as onnxruntime does.
 from __future__ import annotations
 
 import inspect
+import operator
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -69,9 +70,12 @@ class IntegerSession:
         scheme: str | Scheme | None = "onnxruntime",
         threads: int = 0,
     ):
-        if not isinstance(threads, int) or threads < 0:
+        try:
+            self.threads = operator.index(threads)  # ints and numpy integers, not floats or strings
+        except TypeError:
+            self.threads = -1
+        if self.threads < 0 or isinstance(threads, bool):
             raise InputError(f"threads must be an integer >= 0, got {threads!r}")
-        self.threads = threads
         self.model = model if isinstance(model, onnx.ModelProto) else load_model(model)
         self.scheme = get_scheme(scheme)
         graph = self.model.graph

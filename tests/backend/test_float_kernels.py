@@ -37,6 +37,13 @@ CASES = {
         False,
     ),
     "conv-depthwise": ("Conv", {"x": X}, {"w": rng.normal(0, 1, (6, 1, 3, 3)).astype(np.float32)}, {"group": 6}, False),
+    "conv-depthwise-padded-wide": (  # 64+ output columns: the padded-width path
+        "Conv",
+        {"x": rng.normal(0, 1, (2, 4, 5, 70)).astype(np.float32)},
+        {"w": rng.normal(0, 1, (4, 1, 3, 3)).astype(np.float32), "b": rng.normal(0, 1, 4).astype(np.float32)},
+        {"group": 4, "pads": [1, 2, 0, 1], "dilations": [1, 2]},
+        False,
+    ),
     "matmul": ("MatMul", {"x": X[0, 0]}, {"w": rng.normal(0, 1, (7, 5)).astype(np.float32)}, {}, False),
     "gemm": (
         "Gemm",

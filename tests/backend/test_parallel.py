@@ -113,7 +113,7 @@ def test_blockwise_falls_back_for_broadcast_operands() -> None:
     assert (got == 3).all()
 
 
-@pytest.mark.parametrize("threads", [-1, 1.5, "2"])
+@pytest.mark.parametrize("threads", [-1, 1.5, "2", True])
 def test_bad_thread_count_is_a_clear_error(threads: object, tmp_path: Path) -> None:
     model = quantize_qdq(float_net(["Conv"], opset=18), np.ones((2, 8, 12, 12), np.float32), tmp_path)
     with pytest.raises(InputError, match="threads must be an integer >= 0"):
@@ -141,3 +141,8 @@ def test_a_forked_child_gets_its_own_pool() -> None:
         child.kill()
     assert not alive, "the forked child hung on the parent's pool"
     assert child.exitcode == 0 and queue.get(timeout=5) == [1, 2, 3, 4, 5, 6]
+
+
+def test_numpy_integer_thread_count_is_accepted(tmp_path: Path) -> None:
+    model = quantize_qdq(float_net(["Conv"], opset=18), np.ones((2, 8, 12, 12), np.float32), tmp_path)
+    assert IntegerSession(model, threads=np.int64(2)).threads == 2

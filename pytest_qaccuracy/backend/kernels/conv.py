@@ -1,11 +1,12 @@
 """Convolutions: QLinearConv, ConvInteger, QLinearConvTranspose and float Conv, by im2col + GEMM.
 
-The im2col matrix is built from a strided window view in bounded chunks of records and output rows,
-and each chunk is one (grouped, batched) BLAS matmul. Integer convolutions stay exact: operands are
-small integers and the float type is chosen from a bound on every partial sum (``arith.int_matmul``).
-Exact 2-D convolutions take the row path (:func:`_row_gemm_chunk`), which reads the unpadded input
-directly and copies a third (vertical stride 1) or two thirds (stride 2) of what im2col copies for a
-3x3 kernel. Chunks run on the session's threads (``parallel``).
+Work is cut into bounded chunks of records and output rows, which run on the session's threads
+(``parallel``). Integer convolutions stay exact: operands are small integers and the float type is
+chosen from a bound on every partial sum (``arith.int_matmul``). Exact 2-D convolutions take the row
+path (:func:`_row_gemm_chunk`), which reads the unpadded input directly and copies a third (vertical
+stride 1) or two thirds (stride 2) of what im2col copies for a 3x3 kernel; 2-D depthwise ones
+multiply-accumulate tap by tap on chunks read the same way; the rest build im2col columns from a
+padded copy and run one (grouped, batched) BLAS matmul per chunk.
 """
 
 from __future__ import annotations
@@ -89,10 +90,13 @@ def conv_core(
     pads: list[int] | None = None,
     offset: np.ndarray | int = 0,
 ) -> np.ndarray:
-    """``sum x*w`` over the windows of a padded input, as ``dtype`` GEMMs (channels-first im2col).
+    """``sum x*w`` over the windows of a padded input, chunk by chunk on the session's threads.
 
-    Each tap copies a shifted image plane into the column matrix (long contiguous runs), then one
-    ``W (Mg, taps*Cg) @ cols (taps*Cg, rows)`` GEMM per group runs on a bounded chunk of rows.
+    Paths: exact 2-D convolutions with one group take the row path (:func:`_row_gemm_chunk`); 2-D
+    depthwise convolutions read their chunks from the unpadded input (:func:`_depthwise_source_chunk`,
+    :func:`_depthwise_flat_chunk`); the rest use channels-first im2col, each tap copying a shifted
+    image plane into the column matrix, then one ``W (Mg, taps*Cg) @ cols (taps*Cg, rows)`` GEMM per
+    group (:func:`_gemm_chunk`).
 
     Args:
         xp: padded input ``(N, C, *spatial)``, values exact in ``dtype``; or, with ``pads``, the
@@ -142,10 +146,6 @@ def conv_core(
 
     def run_chunk(n0: int, n1: int, o0: int, o1: int) -> None:
         lead = (n1 - n0, o1 - o0, *out_spatial[1:])
-        if epilogue:
-            target = _buffer(m * math.prod(lead), dtype, "target").reshape(lead[0], m, *lead[1:])
-        else:
-            target = out[n0:n1, :, o0:o1]
         chunk = _Chunk((n0, n1), o0, lead, strides, dilations)
         if flat_depthwise:  # computed on the padded width; the extra columns are dropped when stored
             wide = (lead[2] - 1) + (kernel_shape[1] - 1) * dilations[1] + 1
@@ -156,6 +156,10 @@ def conv_core(
             else:
                 np.copyto(out[n0:n1, :, o0:o1], result[..., : lead[2]])
             return
+        if epilogue:
+            target = _buffer(m * math.prod(lead), dtype, "target").reshape(lead[0], m, *lead[1:])
+        else:
+            target = out[n0:n1, :, o0:o1]
         if depthwise and source is not None:
             _depthwise_source_chunk(source, wt, target, kernel_shape, chunk)
         elif depthwise:
@@ -644,7 +648,7 @@ def conv(
     )
     pad_list, stride, dilation, groups = _geometry(X, W, attrs)
     dtype = X.dtype.type
-    y = conv_core(to_padded(X, pad_list, 0, dtype), W.astype(dtype), groups, stride, dilation, dtype)
+    y = conv_core(X, W.astype(dtype), groups, stride, dilation, dtype, pads=pad_list)
     if B is not None:
         y += B.astype(dtype).reshape((-1,) + (1,) * (X.ndim - 2))
     return (y,)
