@@ -357,6 +357,8 @@ ROW_PATH_CASES = {
     "stride-3-dilated": ((3, 3), {"strides": [3, 1], "dilations": [2, 1], "pads": [2, 0, 1, 1]}, 2),
     "stride-2-even-kernel": ((4, 2), {"strides": [2, 1], "pads": [1, 0, 2, 1]}, 2),
     "stride-above-kernel": ((2, 3), {"strides": [3, 1]}, 3),
+    "1x1": ((1, 1), {}, 2),
+    "1x1-stride-2-padded": ((1, 1), {"strides": [2, 2], "pads": [1, 0, 0, 1]}, 2),
     "big-accumulator": ((3, 3), {"pads": [1, 1, 1, 1]}, 1),
 }
 
@@ -377,7 +379,7 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
     monkeypatch.setattr(conv, "_row_gemm_chunk", lambda *a: calls.append(a[-1].o0) or original(*a))
     (kh, kw), attrs, records = ROW_PATH_CASES[case]
     rng = np.random.default_rng(len(case))
-    c, m = (256, 4) if case == "big-accumulator" else (6, 5)
+    c, m = (256, 4) if case == "big-accumulator" else (24, 5) if case.startswith("1x1") else (6, 5)
     x = random_q(rng, np.uint8, (records, c, 11, 10))
     w = random_q(rng, np.int8, (m, c, kh, kw))
     if case == "big-accumulator":  # large same-sign products: the float64 GEMM path
