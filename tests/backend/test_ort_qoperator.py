@@ -403,11 +403,14 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
 
 
 DEPTHWISE_CASES = {
-    # name: (channels, multiplier, (h, w), attrs): stride 1 and >= 64 output columns run on the padded width
+    # name: (channels, multiplier, (h, w), attrs); the name's first word is the path taken:
+    # flat (stride 1, >= 64 output columns), nhwc (channels >= output columns), rows (the rest)
     "flat": (6, 1, (5, 70), {"pads": [1, 1, 1, 1]}),
     "flat-dilated-asymmetric": (4, 1, (6, 72), {"dilations": [2, 3], "pads": [2, 3, 1, 4]}),
     "flat-multiplier-2": (3, 2, (4, 66), {"pads": [0, 1, 2, 1]}),
-    "rows-stride-2": (6, 1, (9, 11), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "nhwc-stride-2": (6, 1, (9, 11), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "nhwc-dilated-asymmetric": (12, 1, (7, 8), {"dilations": [2, 1], "pads": [2, 0, 1, 3]}),
+    "nhwc-stride-1x3": (9, 1, (6, 14), {"strides": [1, 3], "pads": [1, 1, 1, 1]}),
     "rows-narrow": (5, 1, (7, 9), {"pads": [1, 0, 1, 2]}),
     "rows-multiplier-3-stride-3x1": (2, 3, (10, 8), {"strides": [3, 1], "pads": [1, 1, 0, 0]}),
 }
@@ -417,17 +420,23 @@ DEPTHWISE_CASES = {
 @pytest.mark.parametrize("chunk", [1 << 22, 500], ids=["one chunk", "row chunks"])
 @pytest.mark.parametrize("case", DEPTHWISE_CASES)
 def test_qlinear_conv_depthwise_paths(case: str, chunk: int, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Depthwise convolutions read the unpadded input chunk by chunk (on the padded width when the
-    rows are long): bit-exact with onnxruntime for any pads, dilation, stride, multiplier, chunking
-    and thread count."""
+    """Depthwise convolutions read the unpadded input chunk by chunk, on the padded width when rows
+    are long and channels last when channels outnumber columns: bit-exact with onnxruntime for any
+    pads, dilation, stride, multiplier, chunking and thread count."""
     from pytest_qaccuracy.backend import parallel
     from pytest_qaccuracy.backend.kernels import conv
 
-    calls = []
-    original = conv._depthwise_flat_chunk
-    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)
+    taken = []
+    for path in ("flat", "nhwc", "source"):
+        original = getattr(conv, f"_depthwise_{path}_chunk")
+        monkeypatch.setattr(
+            conv,
+            f"_depthwise_{path}_chunk",
+            lambda *a, path=path, original=original: taken.append(path) or original(*a),
+        )
+    monkeypatch.setattr(conv, "DEPTHWISE_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)  # the padded-width path's budget
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
-    monkeypatch.setattr(conv, "_depthwise_flat_chunk", lambda *a: calls.append(a[-1].o0) or original(*a))
     c, multiplier, (h, w_), attrs = DEPTHWISE_CASES[case]
     rng = np.random.default_rng(len(case))
     x = random_q(rng, np.uint8, (3, c, h, w_))
@@ -444,4 +453,7 @@ def test_qlinear_conv_depthwise_paths(case: str, chunk: int, threads: int, monke
     got = IntegerSession(model, threads=threads).run(None, {"x": x})[0]
     assert_same(got, want, case)
     assert _saturated(got) < 0.25
-    assert bool(calls) == case.startswith("flat"), "the padded-width path was (not) taken"
+    expected = {"flat": "flat", "nhwc": "nhwc", "rows": "source"}[case.split("-")[0]]
+    assert set(taken) == {expected}, f"{case}: took {sorted(set(taken))}"
+    if chunk == 500:
+        assert len(taken) > 1, "small chunks were not used"

@@ -27,6 +27,7 @@ def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     monkeypatch.setattr(parallel, "BLOCK_ELEMENTS", 100)
     monkeypatch.setattr(conv, "CHUNK_ELEMENTS", 3000)
+    monkeypatch.setattr(conv, "DEPTHWISE_CHUNK_ELEMENTS", 3000)
 
 
 @pytest.mark.parametrize("net", NETS)
