@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pytest_qaccuracy.backend import parallel
 from pytest_qaccuracy.backend.kernels.elementwise import apply_table, lookup_table
 from pytest_qaccuracy.backend.registry import NotHandled, kernel
 from pytest_qaccuracy.backend.scheme import Scheme
@@ -97,7 +98,18 @@ def qlinear_concat(
             parts.append(
                 apply_table(x, lookup_table(lambda v: v, x.dtype, scale, zp, Y_scale, Y_zero_point, dtype, scheme))
             )
-    return (np.concatenate(parts, axis=axis),)
+    axis = axis % parts[0].ndim
+    if axis == 0 or len({x.shape[0] for x in parts}) != 1:  # (a mismatch raises numpy's own error)
+        return (np.concatenate(parts, axis=axis),)
+    shape = list(parts[0].shape)
+    shape[axis] = sum(x.shape[axis] for x in parts)
+    out = np.empty(shape, np.result_type(*parts))
+
+    def part(n0: int, n1: int) -> None:  # records split over the threads
+        np.concatenate([x[n0:n1] for x in parts], axis=axis, out=out[n0:n1])
+
+    parallel.run_all([lambda r=r: part(*r) for r in parallel.split(shape[0], out[0].size)])
+    return (out,)
 
 
 def _nearest_index(out_size: int, in_size: int, scale: float, transform: str, nearest_mode: str) -> np.ndarray:
@@ -154,9 +166,22 @@ def resize(
     else:
         factors = [float(s) for s in np.asarray(scales, dtype=np.float32)]
         out_sizes = [int(np.floor(i * f)) for i, f in zip(X.shape, factors, strict=True)]
-    y = X
-    for axis, (out, size, factor) in enumerate(zip(out_sizes, X.shape, factors, strict=True)):
-        if out == size and factor == 1.0:
-            continue
-        y = np.take(y, _nearest_index(out, size, factor, coordinate_transformation_mode, nearest_mode), axis=axis)
+    gathers = [
+        (axis, _nearest_index(out, size, factor, coordinate_transformation_mode, nearest_mode))
+        for axis, (out, size, factor) in enumerate(zip(out_sizes, X.shape, factors, strict=True))
+        if not (out == size and factor == 1.0)
+    ]
+    if not gathers:
+        return (X,)
+    y = np.empty(out_sizes, X.dtype)
+
+    def part(n0: int, n1: int) -> None:  # records split over the threads when the batch axis is kept
+        block = X[n0:n1] if gathers[0][0] > 0 else X
+        for axis, index in gathers[:-1]:
+            block = np.take(block, index, axis=axis)
+        axis, index = gathers[-1]
+        np.take(block, index, axis=axis, out=y[n0:n1] if gathers[0][0] > 0 else y, mode="clip")
+
+    ranges = parallel.split(X.shape[0], y[0].size) if gathers[0][0] > 0 and X.ndim > 1 else [(0, X.shape[0])]
+    parallel.run_all([lambda r=r: part(*r) for r in ranges])
     return (y,)
