@@ -358,6 +358,8 @@ ROW_PATH_CASES = {
     "stride-2-even-kernel": ((4, 2), {"strides": [2, 1], "pads": [1, 0, 2, 1]}, 2),
     "stride-above-kernel": ((2, 3), {"strides": [3, 1]}, 3),
     "1x1": ((1, 1), {}, 2),
+    "same-width-dilated": ((3, 3), {"dilations": [1, 2], "pads": [1, 2, 1, 2]}, 2),  # shifted whole rows
+    "same-width-5x5-top-only": ((5, 5), {"pads": [4, 2, 0, 2]}, 2),
     "1x1-stride-2-padded": ((1, 1), {"strides": [2, 2], "pads": [1, 0, 0, 1]}, 2),
     "big-accumulator": ((3, 3), {"pads": [1, 1, 1, 1]}, 1),
 }
@@ -377,6 +379,9 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
     original = conv._row_gemm_chunk
     monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(conv, "_row_gemm_chunk", lambda *a: calls.append(a[-1].o0) or original(*a))
+    shifted = []
+    original_shifted = conv._Source._fill_shifted
+    monkeypatch.setattr(conv._Source, "_fill_shifted", lambda *a: shifted.append(a[-1]) or original_shifted(*a))
     (kh, kw), attrs, records = ROW_PATH_CASES[case]
     rng = np.random.default_rng(len(case))
     c, m = (256, 4) if case == "big-accumulator" else (24, 5) if case.startswith("1x1") else (6, 5)
@@ -398,6 +403,11 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
     assert_same(got, want, case)
     assert _saturated(got) < 0.25
     assert calls, "the row path was not taken"
+    whole_rows = {  # output as wide as the input, vertical stride 1: whole image rows, shifted
+        "3x3": {-1, 0, 1}, "big-accumulator": {-1, 0, 1}, "3x1": {0}, "1x1": {0},
+        "same-width-dilated": {-2, 0, 2}, "same-width-5x5-top-only": {-2, -1, 0, 1, 2},
+    }  # fmt: skip
+    assert set(shifted) == whole_rows.get(case, set()), "whole shifted rows used (or not) as expected"
     split_rows = chunk == 700 or threads >= 2 * records  # too few records for the threads: rows are shared
     assert (len(set(calls)) > 1) == split_rows, f"row chunks starting at {sorted(set(calls))}"
 

@@ -402,9 +402,12 @@ class _Source:
             return
         out[:, :, :r0] = 0
         out[:, :, r1:] = 0
+        (row0, row_step), (col0, col_step) = rows, cols
+        if row_step == 1 and col_step == 1 and out.shape[3] == self.x.shape[3] and out[0, 0].flags.c_contiguous:
+            self._fill_shifted(out[:, :, r0:r1], records, row0 - self.pads[0] + r0, col0 - self.pads[1])
+            return
         out[:, :, r0:r1, :c0] = 0
         out[:, :, r0:r1, c1:] = 0
-        (row0, row_step), (col0, col_step) = rows, cols
         top, left = row0 - self.pads[0] + r0 * row_step, col0 - self.pads[1] + c0 * col_step
         src = self.x[
             slice(*records),
@@ -413,6 +416,30 @@ class _Source:
             left : left + (c1 - c0 - 1) * col_step + 1 : col_step,
         ]
         np.subtract(src, self.offset, out=out[:, :, r0:r1, c0:c1], dtype=out.dtype, casting="unsafe")
+
+    def _fill_shifted(self, out: np.ndarray, records: tuple[int, int], top: int, shift: int) -> None:
+        """Whole image rows ``top ..`` with column ``w`` taken from image column ``w + shift``.
+
+        Rows are contiguous in both arrays, so the copy runs over the flattened rows (one long vector
+        loop per channel instead of one per row); the ``|shift|`` columns that wrapped into the
+        neighbouring row are then zeroed (they are padding).
+        """
+        n, c, rows, width = out.shape
+        src = self.x[slice(*records), :, top : top + rows].reshape(n, c, rows * width)
+        dst = out.reshape(n, c, rows * width)
+        length = rows * width - abs(shift)
+        begin_dst, begin_src = max(0, -shift), max(0, shift)
+        np.subtract(
+            src[:, :, begin_src : begin_src + length],
+            self.offset,
+            out=dst[:, :, begin_dst : begin_dst + length],
+            dtype=out.dtype,
+            casting="unsafe",
+        )
+        if shift < 0:
+            out[..., :-shift] = 0
+        elif shift > 0:
+            out[..., width - shift :] = 0
 
 
 def _inside(first: int, step: int, count: int, size: int) -> tuple[int, int]:
