@@ -198,6 +198,32 @@ def test_qlinear_binary(op, shapes, dtype, ties) -> None:
     assert _saturated(_check(model, {"a": a, "b": b}, op)[0]) < 0.35
 
 
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_pair_tables_are_kept_per_exact_parameters(op: str) -> None:
+    """Cached pair tables: parameters one float32 ulp apart, or another zero point, are each bit-exact
+    with onnxruntime (a table is only shared when the formula's parameters are equal), and a
+    repeated call builds no new table."""
+    from pytest_qaccuracy.backend.kernels import elementwise
+
+    rng = np.random.default_rng(2)
+    a, b = random_q(rng, np.uint8, (2, 4, 9, 9)), random_q(rng, np.uint8, (2, 4, 9, 9))
+    order = ["a", "as", "az", "b", "bs", "bz", "cs", "cz"]
+    base = f32(0.031)
+    added = []
+    for a_scale, c_zp in ((base, 1), (np.nextafter(base, f32(1)), 1), (base, 2), (base, 1)):
+        inits = {"as": f32(a_scale), "az": np.uint8(3), "bs": f32(0.017), "bz": np.uint8(9),
+                 "cs": f32(0.08 if op == "QLinearAdd" else 0.5), "cz": np.uint8(c_zp)}  # fmt: skip
+        model = node_model(op, [("a", np.uint8, a.shape), ("b", np.uint8, b.shape)], inits, np.uint8,
+                           domain=MS, input_order=order)  # fmt: skip
+        before = set(elementwise._PAIR_TABLES)
+        _check(model, {"a": a, "b": b}, f"{op} scale {a_scale!r} zp {c_zp}")
+        added.append(set(elementwise._PAIR_TABLES) - before)
+    assert len(added[2]) == 1, "another output zero point needs its own table"
+    assert not added[3], "the same parameters reuse their table"
+    if op == "QLinearAdd":  # MLAS folds each scale into its own float32 ratio: one ulp is another table
+        assert len(added[1]) == 1
+
+
 @pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 @pytest.mark.parametrize("params", [(0.05, 7, 1 / 256, 0), (0.125, 3, 0.0625, 5), (0.0031, 0, 0.011, 9)])

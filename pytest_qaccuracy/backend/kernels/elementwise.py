@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -260,16 +261,46 @@ def _add(
     return arith.saturate(parts[0].astype(np.int64) + parts[1] + c_zp, dtype)
 
 
-def binary_table_apply(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+#: pair tables by their parameters (64 KiB each): a model's adds and muls reuse theirs on every run
+_PAIR_TABLES: dict[tuple, np.ndarray] = {}
+_PAIR_TABLES_MAX = 256
+_PAIR_TABLES_LOCK = threading.Lock()
+
+
+def param_key(*values: object) -> tuple:
+    """A hashable key of exact parameter values (dtype and bytes of each array or scalar)."""
+    key = []
+    for value in values:
+        if isinstance(value, Scheme | str | bool | tuple | type(None)):
+            key.append(value)
+        else:
+            array = np.asarray(value)
+            key.append((array.dtype.str, array.shape, array.tobytes()))
+    return tuple(key)
+
+
+def binary_table_apply(
+    fn: Callable[[np.ndarray, np.ndarray], np.ndarray], a: np.ndarray, b: np.ndarray, key: tuple | None = None
+) -> np.ndarray:
     """``fn(a, b)`` for 8-bit ``a``, ``b``: evaluated once on all 65536 pairs, then one gather per element.
 
     Exact for any elementwise formula with fixed parameters, and much cheaper than the float64/int64
-    formula on large tensors.
+    formula on large tensors. With ``key`` (every parameter ``fn`` depends on, see :func:`param_key`)
+    the table is kept for the next call with the same key.
     """
-    lo_a, lo_b = arith.qrange(a.dtype)[0], arith.qrange(b.dtype)[0]
-    grid_a = np.arange(lo_a, lo_a + 256).astype(a.dtype)[:, None]
-    grid_b = np.arange(lo_b, lo_b + 256).astype(b.dtype)[None, :]
-    table = np.ascontiguousarray(fn(grid_a, grid_b)).reshape(-1)
+    full_key = None if key is None else (key, a.dtype.str, b.dtype.str)
+    with _PAIR_TABLES_LOCK:
+        table = _PAIR_TABLES.get(full_key) if full_key is not None else None
+    if table is None:
+        lo_a, lo_b = arith.qrange(a.dtype)[0], arith.qrange(b.dtype)[0]
+        grid_a = np.arange(lo_a, lo_a + 256).astype(a.dtype)[:, None]
+        grid_b = np.arange(lo_b, lo_b + 256).astype(b.dtype)[None, :]
+        table = np.ascontiguousarray(fn(grid_a, grid_b)).reshape(-1)
+        if full_key is not None:
+            with _PAIR_TABLES_LOCK:
+                if len(_PAIR_TABLES) >= _PAIR_TABLES_MAX:
+                    _PAIR_TABLES.pop(next(iter(_PAIR_TABLES)))  # the oldest entry
+                _PAIR_TABLES[full_key] = table
     flip_a, flip_b = a.dtype == np.int8, b.dtype == np.int8  # int8 indexes by its offset-binary pattern
 
     def gather(out: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
@@ -319,7 +350,10 @@ def qlinear_add(
     def formula(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return _add(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, scheme, spans)
 
-    return (binary_table_apply(formula, A, B) if _eight_bit(A, B) else formula(A, B),)
+    if not _eight_bit(A, B):
+        return (formula(A, B),)
+    key = param_key("QLinearAdd", a_s, a_zp, b_s, b_zp, c_s, c_zp, np.dtype(dtype).str, scheme, spans)
+    return (binary_table_apply(formula, A, B, key),)
 
 
 @kernel(MS, "QLinearMul", 1, scheme=True)
@@ -346,7 +380,10 @@ def qlinear_mul(
         product = (a.astype(np.int64) - a_zp) * (b.astype(np.int64) - b_zp)
         return arith.requantize(product, multiplier, c_zp, dtype, scheme, "mul")
 
-    return (binary_table_apply(formula, A, B) if _eight_bit(A, B) else formula(A, B),)
+    if not _eight_bit(A, B):
+        return (formula(A, B),)
+    key = param_key("QLinearMul", a_zp, b_zp, multiplier, c_zp, np.dtype(dtype).str, scheme)
+    return (binary_table_apply(formula, A, B, key),)
 
 
 # -- float kernels ------------------------------------------------------------------------------
