@@ -230,7 +230,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for fmt, t_ort, t_int, t_ref, mismatches, note in rows:
         ref = f"{t_ref * 1000:.0f} ms ({note})" if t_ref == t_ref else note
-        speedup = f"{t_ref / t_int:.0f}x" if t_ref == t_ref else "-"
+        speedup = f"{t_ref / t_int:.1f}x" if t_ref == t_ref else "-"
         print(
             f"| {fmt} | {t_ort * 1000:.1f} ms | {t_int * 1000:.1f} ms | {ref} | {t_int / t_ort:.1f}x | {speedup} "
             f"| {mismatches} |"
