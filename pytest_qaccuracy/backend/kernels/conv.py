@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -251,30 +251,53 @@ def _depthwise_chunk(
         view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
 
 
+def _chunk_rows(
+    source: _Source, chunk: _Chunk, kernel_shape: tuple[int, ...], dtype: type, channels_last: bool = False
+) -> np.ndarray:
+    """The padded input rows a 2-D chunk reads, converted once into scratch: ``(n, C, rows, cols)``,
+    or ``(n, rows, cols, C)`` with ``channels_last``."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel_shape, chunk.strides, chunk.dilations
+    n, rows, width = chunk.lead
+    c = source.x.shape[1]
+    span, wide = (rows - 1) * sh + (kh - 1) * dh + 1, (width - 1) * sw + (kw - 1) * dw + 1
+    shape = (n, span, wide, c) if channels_last else (n, c, span, wide)
+    local = _buffer(math.prod(shape), dtype, "padded").reshape(shape)
+    source.fill(local.transpose(0, 3, 1, 2) if channels_last else local, chunk.records, (chunk.o0 * sh, 1), (0, 1))
+    return local
+
+
+def _multiply_accumulate(terms: Iterable[tuple[np.ndarray, np.ndarray]], acc: np.ndarray) -> None:
+    """``acc = sum x * w`` over the terms, with one product buffer (no temporary per term)."""
+    product = _buffer(acc.size, acc.dtype.type, "product").reshape(acc.shape)
+    for t, (x, w) in enumerate(terms):
+        if t == 0:
+            np.multiply(x, w, out=acc)
+        else:
+            np.multiply(x, w, out=product)
+            acc += product
+
+
+def _tap_slices(chunk: _Chunk, i: int, j: int) -> tuple[slice, slice]:
+    """Rows and columns of a chunk's padded input rows that kernel tap ``(i, j)`` reads."""
+    (sh, sw), (dh, dw) = chunk.strides, chunk.dilations
+    _, rows, width = chunk.lead
+    return slice(i * dh, i * dh + (rows - 1) * sh + 1, sh), slice(j * dw, j * dw + (width - 1) * sw + 1, sw)
+
+
 def _depthwise_source_chunk(
     source: _Source, wt: np.ndarray, target: np.ndarray, kernel_shape: tuple[int, ...], chunk: _Chunk
 ) -> None:
     """A 2-D depthwise chunk: its padded input rows converted once into scratch (no padded copy of
     the whole input), then one multiply and one add per tap on chunk-sized arrays."""
-    kh, kw = kernel_shape
-    (sh, sw), (dh, dw) = chunk.strides, chunk.dilations
-    n, rows, width = chunk.lead
-    c = source.x.shape[1]
-    span, wide = (rows - 1) * sh + (kh - 1) * dh + 1, (width - 1) * sw + (kw - 1) * dw + 1
-    dtype = wt.dtype.type
-    local = _buffer(n * c * span * wide, dtype, "padded").reshape(n, c, span, wide)
-    source.fill(local, chunk.records, (chunk.o0 * sh, 1), (0, 1))
+    local = _chunk_rows(source, chunk, kernel_shape, wt.dtype.type)
     group, mg, _ = wt.shape
-    view = target.reshape(n, group, mg, rows, width)
-    product = _buffer(view.size, dtype, "product").reshape(view.shape)
-    for t, (i, j) in enumerate(itertools.product(range(kh), range(kw))):
-        x_tap = local[:, :, i * dh : i * dh + (rows - 1) * sh + 1 : sh, j * dw : j * dw + (width - 1) * sw + 1 : sw]
-        weights = wt[:, :, t].reshape(group, mg, 1, 1)
-        if t == 0:
-            np.multiply(x_tap[:, :, None], weights, out=view)
-        else:
-            np.multiply(x_tap[:, :, None], weights, out=product)
-            view += product
+    view = target.reshape(chunk.lead[0], group, mg, *chunk.lead[1:])
+    taps = itertools.product(range(kernel_shape[0]), range(kernel_shape[1]))
+    terms = (
+        (local[(slice(None), slice(None), *_tap_slices(chunk, i, j))][:, :, None], wt[:, :, t].reshape(group, mg, 1, 1))
+        for t, (i, j) in enumerate(taps)
+    )
+    _multiply_accumulate(terms, view)
 
 
 def _depthwise_nhwc_chunk(
@@ -284,25 +307,20 @@ def _depthwise_nhwc_chunk(
     rows are converted once into ``(n, rows, columns, C)`` scratch, each tap multiplies a view whose
     innermost run is ``columns x C`` long (stride 1) or ``C`` (wider strides), and the result is
     transposed into ``target (n, C, rows, width)`` once."""
-    kh, kw = kernel_shape
-    (sh, sw), (dh, dw) = chunk.strides, chunk.dilations
+    local = _chunk_rows(source, chunk, kernel_shape, wt.dtype.type, channels_last=True)
     n, rows, width = chunk.lead
-    c = source.x.shape[1]
-    span, wide = (rows - 1) * sh + (kh - 1) * dh + 1, (width - 1) * sw + (kw - 1) * dw + 1
-    dtype = wt.dtype.type
-    local = _buffer(n * span * wide * c, dtype, "padded").reshape(n, span, wide, c)
-    source.fill(local.transpose(0, 3, 1, 2), chunk.records, (chunk.o0 * sh, 1), (0, 1))
-    acc = _buffer(n * rows * width * c, dtype, "channels-last").reshape(n, rows, width, c)
-    product = _buffer(acc.size, dtype, "product").reshape(acc.shape)
-    weights = wt.reshape(c, kh * kw)
-    for t, (i, j) in enumerate(itertools.product(range(kh), range(kw))):
-        x_tap = local[:, i * dh : i * dh + (rows - 1) * sh + 1 : sh, j * dw : j * dw + (width - 1) * sw + 1 : sw]
-        w_tap = np.tile(weights[:, t], (width, 1)) if sw == 1 else weights[:, t]  # contiguous with x_tap rows
-        if t == 0:
-            np.multiply(x_tap, w_tap, out=acc)
-        else:
-            np.multiply(x_tap, w_tap, out=product)
-            acc += product
+    c = local.shape[3]
+    acc = _buffer(n * rows * width * c, wt.dtype.type, "channels-last").reshape(n, rows, width, c)
+    weights = wt.reshape(c, -1)
+    tile = chunk.strides[1] == 1  # the weights repeated along the columns: runs of columns x C
+
+    def term(t: int, i: int, j: int) -> tuple[np.ndarray, np.ndarray]:
+        return local[(slice(None), *_tap_slices(chunk, i, j))], np.tile(weights[:, t], (width, 1)) if tile else weights[
+            :, t
+        ]
+
+    taps = itertools.product(range(kernel_shape[0]), range(kernel_shape[1]))
+    _multiply_accumulate((term(t, i, j) for t, (i, j) in enumerate(taps)), acc)
     np.copyto(target, acc.transpose(0, 3, 1, 2))
 
 
@@ -318,27 +336,16 @@ def _depthwise_flat_chunk(
     kh, kw = kernel_shape
     dh, dw = chunk.dilations
     n, rows, _ = chunk.lead
-    wide = result.shape[3]
-    c = source.x.shape[1]
-    span = rows + (kh - 1) * dh
-    dtype = wt.dtype.type
-    local = _buffer(n * c * span * wide, dtype, "padded").reshape(n, c, span, wide)
-    source.fill(local, chunk.records, (chunk.o0, 1), (0, 1))
-    flat = local.reshape(n, c, 1, span * wide)
+    local = _chunk_rows(source, chunk, kernel_shape, wt.dtype.type)
+    wide = local.shape[3]
+    flat = local.reshape(n, local.shape[1], 1, -1)
     group, mg, _ = wt.shape
     length = rows * wide - (kw - 1) * dw  # the last row's scratch tail would read past the input
     view = result.reshape(n, group, mg, rows * wide)
     view[..., length:] = 0
-    view = view[..., :length]
-    product = _buffer(view.size, dtype, "product").reshape(view.shape)
-    for t, (i, j) in enumerate(itertools.product(range(kh), range(kw))):
-        begin = i * dh * wide + j * dw
-        weights = wt[:, :, t].reshape(group, mg, 1)
-        if t == 0:
-            np.multiply(flat[..., begin : begin + length], weights, out=view)
-        else:
-            np.multiply(flat[..., begin : begin + length], weights, out=product)
-            view += product
+    begins = (i * dh * wide + j * dw for i, j in itertools.product(range(kh), range(kw)))
+    terms = ((flat[..., b : b + length], wt[:, :, t].reshape(group, mg, 1)) for t, b in enumerate(begins))
+    _multiply_accumulate(terms, view[..., :length])
 
 
 def _gemm_chunk(
