@@ -23,6 +23,7 @@ _local = threading.local()
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+_pool_pid = 0  # the process that built the pool (a forked child needs its own)
 
 #: below this many elements a chunk is not worth a thread hand-off
 MIN_PARALLEL_ELEMENTS = 1 << 16
@@ -57,9 +58,6 @@ def using(threads: int) -> Iterator[None]:
         yield
     finally:
         _local.threads = previous
-
-
-_pool_pid = 0
 
 
 def _executor(size: int) -> ThreadPoolExecutor:
