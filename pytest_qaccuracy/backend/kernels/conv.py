@@ -123,34 +123,34 @@ def conv_core(
     """
     kernel_shape = w.shape[2:]
     n, c = xp.shape[:2]
-    depthwise = c // group == 1 and group > 1
-    rowwise = exact and group == 1 and len(kernel_shape) == 2
-    source = None
-    if pads is not None and (rowwise or (depthwise and len(kernel_shape) == 2)):
-        source = _Source(xp, pads, offset)
+    m = w.shape[0]
+    cg, mg = c // group, m // group
+    depthwise = cg == 1 and group > 1
+    source = None  # 2-D row and depthwise paths read the unpadded input chunk by chunk
+    if len(kernel_shape) == 2 and ((exact and group == 1) or depthwise):
+        source = _Source(xp, [0] * 4 if pads is None else list(pads), offset if pads is not None else 0)
         padded_spatial = source.padded_spatial
     else:
         if pads is not None:
             xp = to_padded(xp, pads, offset, dtype)
         padded_spatial = xp.shape[2:]
     out_spatial = output_shape(padded_spatial, kernel_shape, strides, dilations)
-    m = w.shape[0]
-    cg, mg = c // group, m // group
+    path = _path(source is not None, depthwise, c, mg, strides, out_spatial[-1])
     taps = list(itertools.product(*(range(k) for k in kernel_shape)))
     out = np.empty((n, m, *out_spatial), dtype=epilogue[1] if epilogue else dtype)
     if depthwise:  # elementwise multiply-accumulate per tap, vectorised over everything else
         wt = w.reshape(group, mg, len(taps)).astype(dtype)
-    elif rowwise:
+    elif path == "rows":
         classes = _row_classes(w, strides[0], dilations[0], dtype)
     else:  # (G, Mg, taps * Cg), K ordered (tap, channel) like the columns
         wmat = np.moveaxis(w.reshape(group, mg, cg, len(taps)), 3, 2).reshape(group, mg, len(taps) * cg)
         wmat = np.ascontiguousarray(wmat, dtype=dtype)
-    row_source = (source or _Source(xp, [0] * 4, 0)) if rowwise else None
+    first = out_spatial[0]
 
     def run_chunk(n0: int, n1: int, o0: int, o1: int) -> None:
         lead = (n1 - n0, o1 - o0, *out_spatial[1:])
         chunk = _Chunk((n0, n1), o0, lead, strides, dilations)
-        if flat_depthwise:  # computed on the padded width; the extra columns are dropped when stored
+        if path == "flat":  # computed on the padded width; the extra columns are dropped when stored
             wide = (lead[2] - 1) + (kernel_shape[1] - 1) * dilations[1] + 1
             result = _buffer(m * lead[0] * lead[1] * wide, dtype, "target").reshape(lead[0], m, lead[1], wide)
             _depthwise_flat_chunk(source, wt, result, kernel_shape, chunk)
@@ -163,34 +163,42 @@ def conv_core(
             target = _buffer(m * math.prod(lead), dtype, "target").reshape(lead[0], m, *lead[1:])
         else:
             target = out[n0:n1, :, o0:o1]
-        if channels_last:
+        if path == "rows":
+            _row_gemm_chunk(source, classes, target, kernel_shape[1], chunk)
+        elif path == "channels-last":
             _depthwise_nhwc_chunk(source, wt, target, kernel_shape, chunk)
-        elif depthwise and source is not None:
+        elif path == "depthwise-rows":
             _depthwise_source_chunk(source, wt, target, kernel_shape, chunk)
-        elif depthwise:
+        elif path == "depthwise":
             _depthwise_chunk(xp, wt, target, taps, chunk)
-        elif row_source is not None:
-            _row_gemm_chunk(row_source, classes, target, kernel_shape[1], chunk)
         else:
             _gemm_chunk(xp, wmat, target, taps, chunk, o1 - o0 == first)
         if epilogue:
             epilogue[0](target, out[n0:n1, :, o0:o1])
 
-    # on the padded width when rows are long enough for it to pay (measured: faster from 64 columns)
-    flat_depthwise = depthwise and source is not None and tuple(strides) == (1, 1) and out_spatial[-1] >= 64
-    # channels last when there are more channels than output columns (measured: 384 channels at
-    # 16x16 2.2x faster, 192 at 32x32 1.7x): the vector loops then run over channels x columns
-    channels_last = depthwise and source is not None and not flat_depthwise and mg == 1 and c >= out_spatial[-1]
-    first = out_spatial[0]
     # scratch per output row: the columns, the partial sums of the row path and the chunk's output
     if depthwise:  # the chunk's padded input rows, its output, one product (and channels last: one more)
-        scratch = c * math.prod(strides) + (3 if channels_last else 2) * m
+        scratch = c * math.prod(strides) + (3 if path == "channels-last" else 2) * m
     else:
-        scratch = len(taps) * c + (kernel_shape[0] if row_source is not None else 1) * m
-    budget = DEPTHWISE_CHUNK_ELEMENTS if depthwise and not flat_depthwise else CHUNK_ELEMENTS
+        scratch = len(taps) * c + (kernel_shape[0] if path == "rows" else 1) * m
+    budget = DEPTHWISE_CHUNK_ELEMENTS if depthwise and path != "flat" else CHUNK_ELEMENTS
     spans = _chunks(n, first, scratch * math.prod(out_spatial[1:]), budget)
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
+
+
+def _path(from_source: bool, depthwise: bool, c: int, mg: int, strides: tuple[int, ...], width: int) -> str:
+    """Which chunk function a convolution takes (see :func:`conv_core`)."""
+    if not from_source:
+        return "depthwise" if depthwise else "im2col"
+    if not depthwise:
+        return "rows"
+    # on the padded width when rows are long enough for it to pay (measured: faster from 64 columns)
+    if tuple(strides) == (1, 1) and width >= 64:
+        return "flat"
+    # channels last when there are more channels than output columns (measured: 384 channels at
+    # 16x16 2.2x faster, 192 at 32x32 1.7x): the vector loops then run over channels x columns
+    return "channels-last" if mg == 1 and c >= width else "depthwise-rows"
 
 
 def _chunks(n: int, first: int, per_row: int, budget: int | None = None) -> list[tuple[int, int, int, int]]:
