@@ -112,6 +112,13 @@ CASES = {
         {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
         True,
     ),
+    "resize-nearest-batch-axis": (  # the record axis resized too: no split over records
+        "Resize",
+        {"x": Q},
+        {"roi": np.zeros(0, np.float32), "sc": np.array([2, 1, 1, 2], np.float32)},
+        {"mode": "nearest"},
+        True,
+    ),
     "resize-nearest-align-corners": (
         "Resize",
         {"x": Q},

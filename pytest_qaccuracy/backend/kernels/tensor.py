@@ -174,14 +174,15 @@ def resize(
     if not gathers:
         return (X,)
     y = np.empty(out_sizes, X.dtype)
+    keeps_records = gathers[0][0] > 0  # the record axis is not resized: records split over the threads
 
-    def part(n0: int, n1: int) -> None:  # records split over the threads when the batch axis is kept
-        block = X[n0:n1] if gathers[0][0] > 0 else X
+    def part(n0: int, n1: int) -> None:
+        block = X[n0:n1]
         for axis, index in gathers[:-1]:
             block = np.take(block, index, axis=axis)
         axis, index = gathers[-1]
-        np.take(block, index, axis=axis, out=y[n0:n1] if gathers[0][0] > 0 else y, mode="clip")
+        np.take(block, index, axis=axis, out=y[n0:n1] if keeps_records else y, mode="clip")
 
-    ranges = parallel.split(X.shape[0], y[0].size) if gathers[0][0] > 0 and X.ndim > 1 else [(0, X.shape[0])]
+    ranges = parallel.split(X.shape[0], y[0].size) if keeps_records else [(0, X.shape[0])]
     parallel.run_all([lambda r=r: part(*r) for r in ranges])
     return (y,)
