@@ -112,6 +112,7 @@ def work_bound(paths: dict[str, Path], mode: str) -> float:
     its node.
     """
     from pytest_qaccuracy.analysis.partial import QdqGraph, dirty_nodes
+    from pytest_qaccuracy.analysis.sensitivity import node_experiments, sensitivity_cache
     from pytest_qaccuracy.model import ModelPair
 
     pair = ModelPair(paths["fp32"], paths["quantized"])
@@ -134,18 +135,15 @@ def work_bound(paths: dict[str, Path], mode: str) -> float:
             elements *= float(per_output)
         return elements
 
-    all_edges = qg.all_edges
     constants = {t.name for t in qg.model.graph.initializer} | set(qg.float_weights)
-    cache_edges = frozenset() if mode == "single" else all_edges
-    cached, _ = qg.wiring(cache_edges)
-    experiments = [n.edges("node") if mode == "single" else all_edges - n.edges("node") for n in qg.nodes]
-    experiments = [e for e in experiments if e] + [all_edges]
+    cached, _ = qg.wiring(frozenset() if sensitivity_cache(mode) == "float" else qg.all_edges)
+    chosen = [n for n in qg.nodes if n.edges("node")]
     naive = reuse = 0.0
-    for enabled in experiments:
-        nodes, _ = qg.wiring(enabled)
+    for experiment in node_experiments(qg, chosen, mode):
+        nodes, _ = qg.wiring(experiment.enabled)
         naive += sum(cost(n) for n in nodes)
         reuse += sum(cost(n) for n in dirty_nodes(nodes, cached, constants)[0])
-    if mode != "single":
+    if sensitivity_cache(mode) == "quantized":
         reuse += sum(cost(n) for n in cached)  # the quantized configuration runs once per batch
     return naive / reuse
 

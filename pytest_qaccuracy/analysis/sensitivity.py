@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner, OutputMetrics, metric_mean
-from pytest_qaccuracy.analysis.partial import QdqGraph
+from pytest_qaccuracy.analysis.partial import QdqGraph, QuantizedNode
 from pytest_qaccuracy.analysis.results import _finite_or_none, _metrics_dict
 from pytest_qaccuracy.data import Dataset, Head, bind_dataset, load_dataset
 from pytest_qaccuracy.errors import InputError
@@ -265,6 +265,23 @@ def node_sensitivity(
         session.close()
 
 
+def node_experiments(
+    qg: QdqGraph, chosen: Sequence[QuantizedNode], mode: str, granularity: str = "node"
+) -> list[Experiment]:
+    """One experiment per chosen node (only it quantized, or all but it), then the fully quantized model."""
+    all_edges = qg.all_edges
+    experiments = [
+        Experiment(n.name, n.edges(granularity) if mode == "single" else all_edges - n.edges(granularity))
+        for n in chosen
+    ]
+    return [*experiments, Experiment("fully quantized", all_edges)]
+
+
+def sensitivity_cache(mode: str) -> str:
+    """The configuration whose tensors a mode's experiments reuse: float for single, quantized otherwise."""
+    return "float" if mode == "single" else "quantized"
+
+
 def sensitivity_in(
     session: Session, mode: str = "single", granularity: str = "node", nodes: Sequence[str] | None = None
 ) -> SensitivityResult:
@@ -272,14 +289,7 @@ def sensitivity_in(
     qg = session.qgraph
     chosen = [qg.node(n) for n in nodes] if nodes else list(qg.nodes)
     chosen = [n for n in chosen if n.edges(granularity)]
-    all_edges = qg.all_edges
-    experiments = [
-        Experiment(n.name, n.edges(granularity) if mode == "single" else all_edges - n.edges(granularity))
-        for n in chosen
-    ]
-    experiments.append(Experiment("fully quantized", all_edges))
-    cache = "float" if mode == "single" else "quantized"
-    results = session.runner.run(experiments, cache)
+    results = session.runner.run(node_experiments(qg, chosen, mode, granularity), sensitivity_cache(mode))
     definitions, higher = session.definitions()
     entries = [
         NodeSensitivity(n.name, n.op_type, n.order, _mean(r, session.metrics), r)
