@@ -266,16 +266,15 @@ def requantize_float(
     family: str,
     rounding: Rounding | None = None,
     *,
-    as_float: bool = False,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """``saturate(round(value) + zp)`` for a real ``value`` (zp joins before rounding if the family says so).
 
-    ``value`` (a float array with the output's shape) is overwritten; ``as_float`` returns it (integral
-    values inside the type's range) instead of casting; ``out`` (of the integer type) receives the
-    result instead, the last step writing it (one pass fewer). Values are clamped in float first,
-    so huge values cannot overflow the integer cast (as MLAS does); after clamping and rounding every
-    value is a small integer, exact in float, so the zero point is added in float.
+    ``value`` (a float array with the output's shape) is overwritten; ``out`` (of the integer type)
+    receives the result, the last step writing it (one pass fewer than casting a copy). Values are
+    clamped in float first, so huge values cannot overflow the integer cast (as MLAS does); after
+    clamping and rounding every value is a small integer, exact in float, so the zero point is added
+    in float.
     """
     ftype = value.dtype.type
     zp = np.asarray(zero_point).astype(ftype)
@@ -295,7 +294,7 @@ def requantize_float(
     if out is not None:
         np.copyto(out, value, casting="unsafe")
         return out
-    return value if as_float else value.astype(dtype)
+    return value.astype(dtype)
 
 
 def _round_inplace(value: np.ndarray, mode: Rounding) -> np.ndarray:
