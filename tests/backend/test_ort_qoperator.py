@@ -404,6 +404,7 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
     calls = []
     original = conv._row_gemm_chunk
     monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(conv, "_row_gemm_chunk", lambda *a: calls.append(a[-1].o0) or original(*a))
     shifted = []
     original_shifted = conv._Source._fill_shifted
@@ -521,6 +522,7 @@ def test_qlinear_conv_depthwise_paths(case: str, chunk: int, threads: int, monke
         )
     monkeypatch.setattr(conv, "DEPTHWISE_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)  # the padded-width path's budget
+    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     c, multiplier, (h, w_), attrs = DEPTHWISE_CASES[case]
     rng = np.random.default_rng(len(case))

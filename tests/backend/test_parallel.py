@@ -27,6 +27,7 @@ def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     monkeypatch.setattr(parallel, "BLOCK_ELEMENTS", 100)
     monkeypatch.setattr(conv, "CHUNK_ELEMENTS", 3000)
+    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", 3000)
     monkeypatch.setattr(conv, "DEPTHWISE_CHUNK_ELEMENTS", 3000)
 
 
@@ -49,6 +50,7 @@ def test_chunks_cover_every_record_and_row_once(monkeypatch: pytest.MonkeyPatch)
     from pytest_qaccuracy.backend.kernels import conv
 
     monkeypatch.setattr(conv, "CHUNK_ELEMENTS", 1 << 23)
+    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", 1 << 23)
     for threads, n, first in ((1, 5, 7), (2, 5, 7), (3, 1, 10), (4, 2, 9), (2, 1, 1)):
         with parallel.using(threads):
             spans = conv._chunks(n, first, per_row=1 << 14)
@@ -59,6 +61,20 @@ def test_chunks_cover_every_record_and_row_once(monkeypatch: pytest.MonkeyPatch)
         assert len(spans) >= min(threads, n * first) or threads == 1, (threads, spans)
         if threads == 1:
             assert len(spans) == 1
+
+
+def test_chunk_budget_is_larger_when_threads_share_the_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_qaccuracy.backend.kernels import conv
+
+    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", 4000)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    sizes = {}
+    for threads in (1, 2):
+        with parallel.using(threads):
+            spans = conv._chunks(40, 10, per_row=100)  # a record is 10 rows of 100: 1000 elements
+        sizes[threads] = {n1 - n0 for n0, n1, _, _ in spans}
+    assert sizes == {1: {1}, 2: {4}}
 
 
 def test_run_all_keeps_order_and_raises_after_all_tasks() -> None:
