@@ -445,6 +445,7 @@ FOLD_CASES = {
     "u8-odd-zp": (np.uint8, 131, "random", 20000, 1, True),
     "s8-negative-zp": (np.int8, -37, "random", 20000, 1, True),
     "depthwise": (np.uint8, 99, "random", 20000, 6, True),
+    "grouped-im2col": (np.uint8, 77, "random", 20000, 2, True),  # a padded copy holding the zero point
     "zero-zp": (np.uint8, 0, "random", 20000, 1, False),  # nothing to fold
     "raw-sums-above-2^24": (np.uint8, 128, "extreme", 20000, 1, False),  # 255 * sum|w| >= 2^24 > 128 * sum|w|
     # x near its zero point: the bound comes from the data (5 * sum|w|), but zp * sum(w) + bias is not
