@@ -490,8 +490,9 @@ def test_qlinear_conv_zero_point_fold(case: str, monkeypatch: pytest.MonkeyPatch
 
 
 DEPTHWISE_CASES = {
-    # name: (channels, multiplier, (h, w), attrs); the name's first word is the path taken:
-    # flat (stride 1, >= 64 output columns), nhwc (channels >= output columns), rows (the rest)
+    # name: (channels, multiplier, (h, w), attrs); the name's first word is the path a float depthwise
+    # convolution takes: flat (stride 1, >= 64 output columns), nhwc (channels >= output columns),
+    # rows (the rest); integer ones all take the row path
     "flat": (6, 1, (5, 70), {"pads": [1, 1, 1, 1]}),
     "flat-dilated-asymmetric": (4, 1, (6, 72), {"dilations": [2, 3], "pads": [2, 3, 1, 4]}),
     "flat-multiplier-2": (3, 2, (4, 66), {"pads": [0, 1, 2, 1]}),
@@ -506,23 +507,17 @@ DEPTHWISE_CASES = {
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("chunk", [1 << 22, 500], ids=["one chunk", "row chunks"])
 @pytest.mark.parametrize("case", DEPTHWISE_CASES)
-def test_qlinear_conv_depthwise_paths(case: str, chunk: int, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Depthwise convolutions read the unpadded input chunk by chunk, on the padded width when rows
-    are long and channels last when channels outnumber columns: bit-exact with onnxruntime for any
-    pads, dilation, stride, multiplier, chunking and thread count."""
+def test_qlinear_conv_depthwise_row_path(case: str, chunk: int, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Integer depthwise convolutions take the row path with pairs of channels as block-diagonal
+    GEMMs (odd channel counts: one channel per GEMM): bit-exact with onnxruntime for any pads,
+    dilation, stride, multiplier, chunking and thread count."""
     from pytest_qaccuracy.backend import parallel
     from pytest_qaccuracy.backend.kernels import conv
 
-    taken = []
-    for path in ("flat", "nhwc", "source"):
-        original = getattr(conv, f"_depthwise_{path}_chunk")
-        monkeypatch.setattr(
-            conv,
-            f"_depthwise_{path}_chunk",
-            lambda *a, path=path, original=original: taken.append(path) or original(*a),
-        )
-    monkeypatch.setattr(conv, "DEPTHWISE_CHUNK_ELEMENTS", chunk)
-    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)  # the padded-width path's budget
+    blocks = []
+    original = conv._row_gemm_chunk
+    monkeypatch.setattr(conv, "_row_gemm_chunk", lambda *a: blocks.append(a[0].x.shape[1]) or original(*a))
+    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     c, multiplier, (h, w_), attrs = DEPTHWISE_CASES[case]
@@ -541,6 +536,50 @@ def test_qlinear_conv_depthwise_paths(case: str, chunk: int, threads: int, monke
     got = IntegerSession(model, threads=threads).run(None, {"x": x})[0]
     assert_same(got, want, case)
     assert _saturated(got) < 0.25
+    assert set(blocks) == {c // 2 if c % 2 == 0 else c}, f"{case}: blocks {sorted(set(blocks))}"
+    if chunk == 500:
+        assert len(blocks) > 1, "small chunks were not used"
+
+
+@pytest.mark.parametrize("chunk", [1 << 22, 500], ids=["one chunk", "row chunks"])
+@pytest.mark.parametrize("case", DEPTHWISE_CASES)
+def test_float_depthwise_paths(case: str, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Float depthwise convolutions multiply-accumulate tap by tap on chunks read from the unpadded
+    input, on the padded width when rows are long and channels last when channels outnumber columns.
+    On integer-valued floats every order of summation is exact, so each path must equal a direct
+    int64 correlation."""
+    from pytest_qaccuracy.backend import parallel
+    from pytest_qaccuracy.backend.kernels import conv
+
+    taken = []
+    for path in ("flat", "nhwc", "source"):
+        original = getattr(conv, f"_depthwise_{path}_chunk")
+        monkeypatch.setattr(
+            conv,
+            f"_depthwise_{path}_chunk",
+            lambda *a, path=path, original=original: taken.append(path) or original(*a),
+        )
+    monkeypatch.setattr(conv, "DEPTHWISE_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)  # the padded-width path's budget
+    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    c, multiplier, (h, w_), attrs = DEPTHWISE_CASES[case]
+    rng = np.random.default_rng(len(case))
+    x = rng.integers(-128, 128, (3, c, h, w_))
+    w = rng.integers(-127, 128, (c * multiplier, 1, 3, 3))
+    strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs["pads"]
+    got = conv.conv_core(x.astype(f32), w.astype(f32), c, tuple(strides), tuple(dilations), f32, pads=pads)
+    padded = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    (sh, sw), (dh, dw) = strides, dilations
+    oh, ow = (padded.shape[2] - 2 * dh - 1) // sh + 1, (padded.shape[3] - 2 * dw - 1) // sw + 1
+    want = np.zeros((3, c * multiplier, oh, ow), np.int64)
+    source = np.repeat(padded, multiplier, axis=1)  # output channel m reads input channel m // multiplier
+    for i in range(3):
+        for j in range(3):
+            window = source[:, :, i * dh : i * dh + (oh - 1) * sh + 1 : sh, j * dw : j * dw + (ow - 1) * sw + 1 : sw]
+            want += window * w[None, :, 0, i, j, None, None]
+    np.testing.assert_array_equal(got, want.astype(f32), err_msg=case)
     expected = {"flat": "flat", "nhwc": "nhwc", "rows": "source"}[case.split("-")[0]]
     assert set(taken) == {expected}, f"{case}: took {sorted(set(taken))}"
     if chunk == 500:
