@@ -440,53 +440,61 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
 
 
 FOLD_CASES = {
-    # name: (x dtype, x zero point, weights, bias, group, folded?): the sums run over raw x, padding
-    # holds the zero point and -zp * sum(w) joins the bias, unless that would leave exact float32
-    "u8-odd-zp": (np.uint8, 131, "random", 20000, 1, True),
-    "s8-negative-zp": (np.int8, -37, "random", 20000, 1, True),
-    "depthwise": (np.uint8, 99, "random", 20000, 6, True),
-    "grouped-im2col": (np.uint8, 77, "random", 20000, 2, True),  # a padded copy holding the zero point
-    "zero-zp": (np.uint8, 0, "random", 20000, 1, False),  # nothing to fold
-    "raw-sums-above-2^24": (np.uint8, 128, "extreme", 20000, 1, False),  # 255 * sum|w| >= 2^24 > 128 * sum|w|
+    # name: (x dtype, x zero point, weights, bias, group, folded?, bias with the sums?). Folded: the sums
+    # run over raw x, padding holds the zero point and -zp * sum(w) joins the bias, unless that would
+    # leave exact float32. The bias (folded or not) is added with the sums (by the GEMMs themselves on
+    # the row paths) when every partial sum stays exact, else to each finished chunk.
+    "u8-odd-zp": (np.uint8, 131, "random", 20000, 1, True, True),
+    "s8-negative-zp": (np.int8, -37, "random", 20000, 1, True, True),
+    "depthwise": (np.uint8, 99, "random", 20000, 6, True, True),
+    "grouped": (np.uint8, 77, "random", 20000, 2, True, True),
+    "conv1d-im2col": (np.uint8, 77, "random", 20000, 1, True, True),  # a padded copy holding the zero point
+    "zero-zp": (np.uint8, 0, "random", 20000, 1, False, True),  # nothing to fold
+    "raw-sums-above-2^24": (np.uint8, 128, "extreme", 20000, 1, False, True),  # 255 * sum|w| >= 2^24 > 128 *
     # x near its zero point: the bound comes from the data (5 * sum|w|), but zp * sum(w) + bias is not
     # exact in float32 for the negative-bias channels
-    "bias-and-shift-above-2^24": (np.uint8, 255, "positive", 7_000_000, 1, False),
+    "bias-and-shift-above-2^24": (np.uint8, 255, "positive", 7_000_000, 1, False, True),
+    # folded, but raw sums (up to 255 * sum|w| = 10.3M) plus the folded bias (-5M - 128 * sum(w) = -10.1M)
+    # could leave float32 inside the GEMM: the bias is added to each finished chunk instead
+    "bias-after-the-gemm": (np.uint8, 128, "positive-any-x", 5_000_000, 1, True, False),
 }
 
 
 @pytest.mark.parametrize("case", FOLD_CASES)
-def test_qlinear_conv_zero_point_fold(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Folding the input zero point out of the sums (columns become a plain converting copy of x) is
-    bit-exact with onnxruntime, and is declined where the raw sums or the folded bias would not be
-    exact in float32 (those convolutions subtract the zero point as before)."""
+def test_qlinear_conv_zero_point_fold_and_gemm_bias(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folding the input zero point out of the sums (columns become a plain converting copy of x),
+    and adding the bias inside the GEMMs (a column of ones), are bit-exact with onnxruntime, and each
+    is declined where the raw sums or the bias would not stay exact in float32."""
     from pytest_qaccuracy.backend.kernels import conv
 
-    paddings = []
+    calls = []
     original = conv.conv_core
-    monkeypatch.setattr(conv, "conv_core", lambda *a, **k: paddings.append(k["padding"]) or original(*a, **k))
-    xdt, zp, weights, bias, group, folded = FOLD_CASES[case]
+    monkeypatch.setattr(conv, "conv_core", lambda *a, **k: calls.append(k) or original(*a, **k))
+    xdt, zp, weights, bias, group, folded, in_gemm = FOLD_CASES[case]
     rng = np.random.default_rng(len(case))
     c, m = (6, 6) if group > 1 else (64, 4)
-    x = random_q(rng, xdt, (2, c, 9, 10))
-    w = random_q(rng, np.int8, (m, c // group, 3, 3))
+    spatial, kernel, pads = ((10,), [3], [1, 2]) if case.startswith("conv1d") else ((9, 10), [3, 3], [1, 2, 0, 1])
+    x = random_q(rng, xdt, (2, c, *spatial))
+    w = random_q(rng, np.int8, (m, c // group, *kernel))
     if weights == "extreme":  # sum|w| = 576 * 127 = 73152: 128 * 73152 < 2^24 <= 255 * 73152
         w = np.where(rng.random(w.shape) < 0.5, -127, 127).astype(np.int8)
-    if weights == "positive":  # sum(w) = 576 * ~70: 255 * sum(w) is above 2^23 but below 2^24
+    if weights.startswith("positive"):  # sum(w) = 576 * ~70: 255 * sum(w) is above 2^23 but below 2^24
         w = rng.integers(60, 81, w.shape).astype(np.int8)
+    if weights == "positive":
         x = rng.integers(250, 256, x.shape).astype(xdt)
+    scale = {"random": 0.9, "extreme": 40.0, "positive": 3.0, "positive-any-x": 30.0}[weights]
     inits = {
         "xs": f32(0.011), "xz": np.array(zp, xdt), "w": w, "ws": rng.uniform(0.001, 0.003, m).astype(f32),
-        "wz": np.zeros(m, np.int8), "ys": f32({"random": 0.9, "extreme": 40.0, "positive": 3.0}[weights]),
-        "yz": np.array(120 if xdt == np.uint8 else -8, xdt),
+        "wz": np.zeros(m, np.int8), "ys": f32(scale), "yz": np.array(120 if xdt == np.uint8 else -8, xdt),
         "b": np.full(m, bias, np.int32) * np.where(np.arange(m) % 2, 1, -1).astype(np.int32),
     }  # fmt: skip
-    attrs = {"pads": [1, 2, 0, 1], "group": group}
-    model = node_model("QLinearConv", [("x", xdt, x.shape)], inits, xdt, kernel_shape=[3, 3], **attrs)
+    model = node_model("QLinearConv", [("x", xdt, x.shape)], inits, xdt, kernel_shape=kernel, pads=pads, group=group)
     want = ort_run(model, {"x": x})[0]
     got = IntegerSession(model).run(None, {"x": x})[0]
     assert_same(got, want, case)
     assert _saturated(got) < 0.5
-    assert paddings == [zp if folded else 0]
+    assert [k["padding"] for k in calls] == [zp if folded else 0]
+    assert [k["bias"] is not None for k in calls] == [in_gemm]
 
 
 DEPTHWISE_CASES = {

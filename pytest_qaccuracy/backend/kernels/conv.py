@@ -105,8 +105,9 @@ def conv_core(
     pads: list[int] | None = None,
     offset: np.ndarray | int = 0,
     padding: int = 0,
+    bias: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``sum x*w`` over the windows of a padded input, chunk by chunk on the session's threads.
+    """``sum x*w (+ bias)`` over the windows of a padded input, chunk by chunk on the session's threads.
 
     Paths (:func:`_path`): exact 2-D convolutions take the row path (:func:`_row_gemm_chunk`), grouped
     ones with blocks of groups as block-diagonal dense GEMMs; float 2-D depthwise convolutions read
@@ -133,6 +134,9 @@ def conv_core(
         offset: subtracted from an unpadded ``xp`` (the input's zero point).
         padding: the value of padded positions of an unpadded ``xp`` (after ``offset``): 0, or the
             zero point when the caller folds it out of the sums instead of subtracting it.
+        bias: ``(M,)`` added to every sum before the epilogue: on the row paths by the GEMMs
+            themselves (one more column of ones; the caller ensures the sums stay exact with it),
+            elsewhere by one pass over each chunk.
 
     Returns:
         ``(N, M, *out)``.
@@ -157,7 +161,8 @@ def conv_core(
     if path in ("rows", "grouped-rows"):  # ordinary: one dense block; grouped: blocks of groups
         blocks = 1 if path == "rows" else group // _groups_per_block(group, cg)
         dense = w[None] if path == "rows" else _block_weights(w, group, blocks)
-        classes = _row_classes(dense, strides[0], dilations[0], dtype)
+        block_bias = None if bias is None else np.asarray(bias).reshape(blocks, -1)
+        classes = _row_classes(dense, strides[0], dilations[0], dtype, block_bias)
         source = dataclasses.replace(source, x=source.x.reshape(n, blocks, c // blocks, *source.x.shape[2:]))
     elif depthwise:  # elementwise multiply-accumulate per tap, vectorised over everything else
         wt = w.reshape(group, mg, len(taps)).astype(dtype)
@@ -165,6 +170,9 @@ def conv_core(
         wmat = np.moveaxis(w.reshape(group, mg, cg, len(taps)), 3, 2).reshape(group, mg, len(taps) * cg)
         wmat = np.ascontiguousarray(wmat, dtype=dtype)
     first = out_spatial[0]
+    added = None  # the bias, when a pass over each chunk adds it
+    if bias is not None and path not in ("rows", "grouped-rows"):
+        added = np.asarray(bias, dtype).reshape((m,) + (1,) * len(out_spatial))
 
     def run_chunk(n0: int, n1: int, o0: int, o1: int) -> None:
         lead = (n1 - n0, o1 - o0, *out_spatial[1:])
@@ -173,6 +181,8 @@ def conv_core(
             wide = (lead[2] - 1) + (kernel_shape[1] - 1) * dilations[1] + 1
             result = _buffer(m * lead[0] * lead[1] * wide, dtype, "target").reshape(lead[0], m, lead[1], wide)
             _depthwise_flat_chunk(source, wt, result, kernel_shape, chunk)
+            if added is not None:
+                result += added
             if epilogue:
                 epilogue[0](result[..., : lead[2]], out[n0:n1, :, o0:o1])
             else:
@@ -192,6 +202,8 @@ def conv_core(
             _depthwise_chunk(xp, wt, target, taps, chunk)
         else:
             _gemm_chunk(xp, wmat, target, taps, chunk, o1 - o0 == first)
+        if added is not None:
+            target += added
         if epilogue:
             epilogue[0](target, out[n0:n1, :, o0:o1])
 
@@ -504,15 +516,27 @@ class _RowClass:
     weights: np.ndarray  # (blocks, len(shifts) * M, kw * C), kernel rows stacked like the shifts
 
 
-def _row_classes(w: np.ndarray, stride: int, dilation: int, dtype: type) -> list[_RowClass]:
-    """The kernel rows of ``w (blocks, M, C, kh, kw)`` grouped by residue, each with its GEMM weights."""
+def _row_classes(
+    w: np.ndarray, stride: int, dilation: int, dtype: type, bias: np.ndarray | None = None
+) -> list[_RowClass]:
+    """The kernel rows of ``w (blocks, M, C, kh, kw)`` grouped by residue, each with its GEMM weights.
+
+    With ``bias (blocks, M)``, the first class's weights get one more column holding it on its first
+    kernel row's outputs (zeros on the others), against a row of ones in the columns: the GEMM then
+    adds the bias, and no pass over the output does.
+    """
     blocks, m, c, kh, kw = w.shape
     wrows = np.transpose(w, (0, 3, 1, 4, 2)).reshape(blocks, kh, m, kw * c)  # K ordered (tap j, channel)
     classes = []
     for q in range(stride):
         rows = [i for i in range(kh) if i * dilation % stride == q]
         if rows:
-            weights = np.ascontiguousarray(wrows[:, rows].reshape(blocks, len(rows) * m, kw * c), dtype=dtype)
+            weights = wrows[:, rows].reshape(blocks, len(rows) * m, kw * c)
+            if bias is not None and not classes:
+                column = np.zeros((blocks, len(rows) * m, 1))
+                column[:, :m, 0] = bias
+                weights = np.concatenate([weights, column], axis=2)
+            weights = np.ascontiguousarray(weights, dtype=dtype)
             classes.append(_RowClass(q, tuple(i * dilation // stride for i in rows), weights))
     return classes
 
@@ -559,11 +583,13 @@ def _row_gemm_chunk(source: _Source, classes: list[_RowClass], target: np.ndarra
     for cls in classes:
         span = rows + max(cls.shifts)  # rows of this class the chunk reads
         m = cls.weights.shape[1] // len(cls.shifts)
-        shape = (n, blocks, kw, c, span, width)
-        cols = _buffer(math.prod(shape), cls.weights.dtype.type).reshape(shape)
+        k = cls.weights.shape[2]  # kw * c, and one more for the bias's row of ones
+        matrix = _buffer(n * blocks * k * span * width, cls.weights.dtype.type).reshape(n, blocks, k, span * width)
+        cols = matrix[:, :, : kw * c].reshape(n, blocks, kw, c, span, width)
         for j in range(kw):
             source.fill(cols[:, :, j], chunk.records, (chunk.o0 * s + cls.residue, s), (j * dw, step))
-        matrix = cols.reshape(n, blocks, kw * c, span * width)
+        if k > kw * c:
+            matrix[:, :, kw * c :] = 1
         if cls.shifts == (0,) and len(classes) == 1 and target.flags.c_contiguous:  # one kernel row: no sums
             np.matmul(cls.weights, matrix, out=target.reshape(n, blocks, m, -1))
             return
@@ -592,6 +618,17 @@ def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tup
     return pads, strides, dilations, int(attrs.get("group") or 1)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Requantizer:
+    """How exact sums become a convolution's output chunk by chunk: ``bias`` (int64 per output
+    channel, or None) is added to them first, then ``finish(chunk, dest)`` writes ``dest`` (of
+    ``dtype``); the chunk is scratch and may be overwritten."""
+
+    bias: np.ndarray | None
+    finish: Epilogue
+    dtype: np.dtype
+
+
 def conv_integer_acc(
     x: np.ndarray,
     x_zp: np.ndarray | int,
@@ -599,16 +636,19 @@ def conv_integer_acc(
     w_zp: np.ndarray | int,
     attrs: dict,
     scheme: Scheme,
-    epilogue_for: Callable[[float, type, np.ndarray | None], tuple[Epilogue, np.dtype] | None] | None = None,
+    requantizer_for: Callable[[float, type], Requantizer | None] | None = None,
 ) -> tuple[np.ndarray, float, bool]:
     """Exact ``sum (x - x_zp)(w - w_zp)`` as ``(N, M, *out)``, padding contributing 0.
 
+    ``requantizer_for(bound, float type)`` may supply a :class:`Requantizer` (when it is exact for
+    sums under ``bound``), which then runs on each chunk while it is in cache. Its bias is added by
+    the GEMMs themselves when the sums stay exact with it, and the input zero point is folded into it
+    when the sums over the raw input do (see :func:`_folded_zero_point`).
+
     Returns:
         the accumulator (a float array holding exact integers, or int64 for the int16-pair
-        accumulator), a bound on its magnitude, and whether ``epilogue_for(bound, float type, shift)``
-        supplied an epilogue that was applied chunk by chunk (the result is then the epilogue's).
-        ``shift`` is None, or a per-output-channel integer the epilogue must add to each chunk before
-        anything else: the sums then ran over the raw input (see :func:`_folded_zero_point`).
+        accumulator), or the requantizer's output; a bound on the accumulator's magnitude; and whether
+        the requantizer ran.
     """
     pads, strides, dilations, group = _geometry(x, w, attrs)
     m = w.shape[0]
@@ -626,15 +666,21 @@ def conv_integer_acc(
     if scheme.accumulator == "int16_pairs" and x.dtype == np.uint8 and w.dtype == np.int8:
         return _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme), bound, False
     dtype = np.float32 if bound < 2.0**24 else np.float64
-    epilogue, offset, padding = None, x_zp, 0
-    if epilogue_for is not None:
-        shift = _folded_zero_point(x, x_zp, ws, w_sum, dtype)
-        if shift is not None:
-            epilogue = epilogue_for(bound, dtype, shift)
-            if epilogue is not None:
-                offset, padding = 0, int(x_zp)
-        if epilogue is None:
-            epilogue = epilogue_for(bound, dtype, None)
+    limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
+    requantizer = requantizer_for(bound, dtype) if requantizer_for else None
+    offset, padding, sums_bound, added = x_zp, 0, bound, None
+    if requantizer is not None:
+        added = requantizer.bias
+        raw_bound, shift = _folded_zero_point(x, x_zp, ws, w_sum)
+        if shift is not None and raw_bound < limit:
+            folded = shift if added is None else shift + added
+            if float(np.abs(folded).max(initial=0)) < limit:
+                offset, padding, sums_bound, added = 0, int(x_zp), raw_bound, folded
+    epilogue, gemm_bias = None, None
+    if requantizer is not None:
+        if added is not None and sums_bound + float(np.abs(added).max(initial=0)) < limit:
+            gemm_bias, added = added.astype(dtype), None  # every partial sum stays exact with it
+        epilogue = (_adding(added, dtype, x.ndim - 2, requantizer.finish), requantizer.dtype)
     acc = conv_core(
         x,
         ws.astype(dtype),
@@ -647,24 +693,40 @@ def conv_integer_acc(
         pads=pads,
         offset=offset,
         padding=padding,
+        bias=gemm_bias,
     )
     return acc, bound, epilogue is not None
 
 
-def _folded_zero_point(x: np.ndarray, x_zp: np.ndarray, ws: np.ndarray, w_sum: float, dtype: type) -> np.ndarray | None:
-    """``-x_zp * sum(w)`` per output channel, when the sums may run over ``x`` instead of ``x - x_zp``.
+def _adding(added: np.ndarray | None, dtype: type, spatial: int, finish: Epilogue) -> Epilogue:
+    """``finish``, after adding ``added`` (per output channel) to the chunk when there is one."""
+    if added is None:
+        return finish
+    per_channel = added.astype(dtype).reshape((-1,) + (1,) * spatial)
+
+    def epilogue(chunk: np.ndarray, dest: np.ndarray) -> None:
+        chunk += per_channel  # exact: the result is a sum the requantizer's bound covers
+        finish(chunk, dest)
+
+    return epilogue
+
+
+def _folded_zero_point(
+    x: np.ndarray, x_zp: np.ndarray, ws: np.ndarray, w_sum: float
+) -> tuple[float, np.ndarray | None]:
+    """The bound of ``sum x w`` over the raw input, and ``-x_zp * sum(w)`` per output channel (None
+    when there is no zero point to fold).
 
     With the padding holding ``x_zp``, ``sum (x - x_zp) w = sum x w - x_zp sum w`` on every window,
     so the columns become a plain converting copy of ``x`` (measured: about 25 % faster than
-    converting and subtracting) and the constant joins the bias in the epilogue. Only when ``sum x w`` over the
-    raw values stays exact in ``dtype``; None otherwise.
+    converting and subtracting) and the constant joins the bias; the caller folds only when the raw
+    sums stay exact.
     """
     if x.dtype.kind not in "iu" or x.dtype.itemsize > 2 or int(x_zp) == 0:
-        return None
+        return float("inf"), None
     info = np.iinfo(x.dtype)
-    if max(abs(int(info.min)), abs(int(info.max))) * w_sum >= (2.0**24 if dtype is np.float32 else 2.0**53):
-        return None
-    return -int(x_zp) * ws.reshape(ws.shape[0], -1).sum(axis=1)
+    raw_bound = max(abs(int(info.min)), abs(int(info.max))) * w_sum
+    return raw_bound, -int(x_zp) * ws.reshape(ws.shape[0], -1).sum(axis=1)
 
 
 def _conv_int16_pairs(
@@ -752,30 +814,21 @@ def qlinear_conv(
     bias = None if B is None else np.asarray(B).reshape((-1,) + (1,) * (x.ndim - 2))
     multiplier = multiplier.reshape((-1,) + (1,) * (x.ndim - 2))
 
-    def epilogue_for(bound: float, ftype: type, shift: np.ndarray | None) -> tuple[Epilogue, np.dtype] | None:
-        """Requantize each chunk in float while it is in cache, when that is exact (see ``_requantize_conv``);
-        a ``shift`` joins the bias."""
+    def requantizer_for(bound: float, ftype: type) -> Requantizer | None:
+        """Requantize each chunk in float while it is in cache, when that is exact (see ``_requantize_conv``)."""
         bias_max = float(np.abs(bias).max(initial=0)) if bias is not None else 0.0
         kind_type = {"float32": np.float32, "float64": np.float64}.get(scheme.multiplier)
         if kind_type is not ftype or bound + bias_max >= (2.0**24 if ftype is np.float32 else 2.0**31):
             return None
-        added = bias
-        if shift is not None:
-            added = shift.reshape((-1,) + (1,) * (x.ndim - 2)) + (0 if bias is None else bias.astype(np.int64))
-            if float(np.abs(added).max(initial=0)) >= (2.0**24 if ftype is np.float32 else 2.0**53):
-                return None
-        bias_f = None if added is None else added.astype(ftype)
         m = multiplier.astype(ftype)
 
-        def epilogue(chunk: np.ndarray, dest: np.ndarray) -> None:
-            if bias_f is not None:
-                chunk += bias_f
+        def finish(chunk: np.ndarray, dest: np.ndarray) -> None:
             np.multiply(chunk, m, out=chunk)
             arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=dest)
 
-        return epilogue, np.dtype(dtype)
+        return Requantizer(None if bias is None else bias.reshape(-1).astype(np.int64), finish, np.dtype(dtype))
 
-    acc, bound, done = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme, epilogue_for)
+    acc, bound, done = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme, requantizer_for)
     if done:
         return (acc,)
     return (_requantize_conv(acc, bound, bias, multiplier, y_zp, dtype, scheme),)
