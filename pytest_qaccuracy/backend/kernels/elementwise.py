@@ -301,17 +301,15 @@ def binary_table_apply(
                 if len(_PAIR_TABLES) >= _PAIR_TABLES_MAX:
                     _PAIR_TABLES.pop(next(iter(_PAIR_TABLES)))  # the oldest entry
                 _PAIR_TABLES[full_key] = table
-    flip_a, flip_b = a.dtype == np.int8, b.dtype == np.int8  # int8 indexes by its offset-binary pattern
+    # int8 indexes by its offset-binary pattern: the sign bit of each byte flipped
+    flips = (0x8000 if a.dtype == np.int8 else 0) | (0x80 if b.dtype == np.int8 else 0)
 
     def gather(out: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
         index = parallel.scratch(x.size, np.uint16, "pair-index").reshape(x.shape)
-        np.copyto(index, x)
-        if flip_a:
-            index ^= 0x80
-        index <<= 8
-        np.bitwise_or(index, y, out=index)
-        if flip_b:
-            index ^= 0x80
+        np.multiply(x, np.uint16(256), out=index, dtype=np.uint16)  # measured: faster than copy + shift
+        np.add(index, y, out=index)  # the low byte is free: adding is or-ing
+        if flips:
+            index ^= flips
         np.take(table, index, out=out, mode="clip")  # every index is in range; "clip" avoids a copy
 
     ua, ub = a.view(np.uint8), b.view(np.uint8)
