@@ -544,8 +544,8 @@ def _row_classes(
 def _groups_per_block(group: int, cg: int) -> int:
     """Groups merged into one block-diagonal GEMM on the row path: two one-channel groups (measured on
     eleven MobileNetV2 depthwise layers: 1.05-2.4x faster than the elementwise depthwise paths on one
-    core, 1.7-2.7x on two, and 5-15 % faster than one group per GEMM; four groups were no better);
-    wider groups alone."""
+    core, 1.7-2.7x on two; 2-8 % faster than one group per GEMM on one core, 4-24 % on two; four
+    groups were no better); wider groups alone."""
     return 2 if cg == 1 and group % 2 == 0 else 1
 
 
