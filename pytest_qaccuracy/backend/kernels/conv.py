@@ -4,9 +4,10 @@ Work is cut into bounded chunks of records and output rows, which run on the ses
 (``parallel``). Integer convolutions stay exact: operands are small integers and the float type is
 chosen from a bound on every partial sum (``arith.int_matmul``). Exact 2-D convolutions take the row
 path (:func:`_row_gemm_chunk`), which reads the unpadded input directly and copies a third (vertical
-stride 1) or two thirds (stride 2) of what im2col copies for a 3x3 kernel; 2-D depthwise ones
-multiply-accumulate tap by tap on chunks read the same way; the rest build im2col columns from a
-padded copy and run one (grouped, batched) BLAS matmul per chunk.
+stride 1) or two thirds (stride 2) of what im2col copies for a 3x3 kernel; grouped and depthwise ones
+too, with blocks of groups as block-diagonal dense GEMMs; float 2-D depthwise ones multiply-accumulate
+tap by tap on chunks read the same way; the rest build im2col columns from a padded copy and run one
+(grouped, batched) BLAS matmul per chunk.
 """
 
 from __future__ import annotations
