@@ -440,10 +440,10 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
 
 
 FOLD_CASES = {
-    # name: (x dtype, x zero point, weights, bias, group, folded?, bias with the sums?). Folded: the sums
+    # name: (x dtype, x zero point, weights, bias, group, folded?, bias in the GEMMs?). Folded: the sums
     # run over raw x, padding holds the zero point and -zp * sum(w) joins the bias, unless that would
-    # leave exact float32. The bias (folded or not) is added with the sums (by the GEMMs themselves on
-    # the row paths) when every partial sum stays exact, else to each finished chunk.
+    # leave exact float32. The bias (folded or not) may join the GEMMs (on the row paths) when every
+    # partial sum stays exact with it; else one pass adds it to each finished chunk.
     "u8-odd-zp": (np.uint8, 131, "random", 20000, 1, True, True),
     "s8-negative-zp": (np.int8, -37, "random", 20000, 1, True, True),
     "depthwise": (np.uint8, 99, "random", 20000, 6, True, True),
@@ -494,7 +494,8 @@ def test_qlinear_conv_zero_point_fold_and_gemm_bias(case: str, monkeypatch: pyte
     assert_same(got, want, case)
     assert _saturated(got) < 0.5
     assert [k["padding"] for k in calls] == [zp if folded else 0]
-    assert [k["bias"] is not None for k in calls] == [in_gemm]
+    assert [k["bias"] is not None for k in calls] == [True]
+    assert [k["bias_in_gemm"] for k in calls] == [in_gemm]
 
 
 DEPTHWISE_CASES = {

@@ -107,6 +107,7 @@ def conv_core(
     offset: np.ndarray | int = 0,
     padding: int = 0,
     bias: np.ndarray | None = None,
+    bias_in_gemm: bool = False,
 ) -> np.ndarray:
     """``sum x*w (+ bias)`` over the windows of a padded input, chunk by chunk on the session's threads.
 
@@ -135,9 +136,9 @@ def conv_core(
         offset: subtracted from an unpadded ``xp`` (the input's zero point).
         padding: the value of padded positions of an unpadded ``xp`` (after ``offset``): 0, or the
             zero point when the caller folds it out of the sums instead of subtracting it.
-        bias: ``(M,)`` added to every sum before the epilogue: on the row paths by the GEMMs
-            themselves (one more column of ones; the caller ensures the sums stay exact with it),
-            elsewhere by one pass over each chunk.
+        bias: ``(M,)`` added to every sum before the epilogue, by one pass over each chunk.
+        bias_in_gemm: every partial sum stays exact with the bias added (the caller checked the
+            bound): the row paths then add it in the GEMMs themselves, one more column of ones.
 
     Returns:
         ``(N, M, *out)``.
@@ -162,7 +163,7 @@ def conv_core(
     if path in ("rows", "grouped-rows"):  # ordinary: one dense block; grouped: blocks of groups
         blocks = 1 if path == "rows" else group // _groups_per_block(group, cg)
         dense = w[None] if path == "rows" else _block_weights(w, group, blocks)
-        block_bias = None if bias is None else np.asarray(bias).reshape(blocks, -1)
+        block_bias = np.asarray(bias).reshape(blocks, -1) if bias is not None and bias_in_gemm else None
         classes = _row_classes(dense, strides[0], dilations[0], dtype, block_bias)
         source = dataclasses.replace(source, x=source.x.reshape(n, blocks, c // blocks, *source.x.shape[2:]))
     elif depthwise:  # elementwise multiply-accumulate per tap, vectorised over everything else
@@ -172,7 +173,7 @@ def conv_core(
         wmat = np.ascontiguousarray(wmat, dtype=dtype)
     first = out_spatial[0]
     added = None  # the bias, when a pass over each chunk adds it
-    if bias is not None and path not in ("rows", "grouped-rows"):
+    if bias is not None and not (bias_in_gemm and path in ("rows", "grouped-rows")):
         added = np.asarray(bias, dtype).reshape((m,) + (1,) * len(out_spatial))
 
     def run_chunk(n0: int, n1: int, o0: int, o1: int) -> None:
@@ -643,9 +644,10 @@ def conv_integer_acc(
     """Exact ``sum (x - x_zp)(w - w_zp)`` as ``(N, M, *out)``, padding contributing 0.
 
     ``requantizer_for(bound, float type)`` may supply a :class:`Requantizer` (when it is exact for
-    sums under ``bound``), which then runs on each chunk while it is in cache. Its bias is added by
-    the GEMMs themselves when the sums stay exact with it, and the input zero point is folded into it
-    when the sums over the raw input do (see :func:`_folded_zero_point`).
+    sums under ``bound``), which then runs on each chunk while it is in cache. The input zero point
+    is folded into its bias when the sums over the raw input stay exact (see
+    :func:`_folded_zero_point`), and the bias goes into the GEMMs when every partial sum stays exact
+    with it (``conv_core``'s ``bias_in_gemm``).
 
     Returns:
         the accumulator (a float array holding exact integers, or int64 for the int16-pair
@@ -678,11 +680,8 @@ def conv_integer_acc(
             folded = shift if added is None else shift + added
             if float(np.abs(folded).max(initial=0)) < limit:
                 offset, padding, sums_bound, added = 0, int(x_zp), raw_bound, folded
-    epilogue, gemm_bias = None, None
-    if requantizer is not None:
-        if added is not None and sums_bound + float(np.abs(added).max(initial=0)) < limit:
-            gemm_bias, added = added.astype(dtype), None  # every partial sum stays exact with it
-        epilogue = (_adding(added, dtype, x.ndim - 2, requantizer.finish), requantizer.dtype)
+    epilogue = None if requantizer is None else (requantizer.finish, requantizer.dtype)
+    in_gemm = added is not None and sums_bound + float(np.abs(added).max(initial=0)) < limit
     acc = conv_core(
         x,
         ws.astype(dtype),
@@ -695,22 +694,10 @@ def conv_integer_acc(
         pads=pads,
         offset=offset,
         padding=padding,
-        bias=gemm_bias,
+        bias=None if added is None else added.astype(dtype),
+        bias_in_gemm=in_gemm,
     )
     return acc, bound, epilogue is not None
-
-
-def _adding(added: np.ndarray | None, dtype: type, spatial: int, finish: Epilogue) -> Epilogue:
-    """``finish``, after adding ``added`` (per output channel) to the chunk when there is one."""
-    if added is None:
-        return finish
-    per_channel = added.astype(dtype).reshape((-1,) + (1,) * spatial)
-
-    def epilogue(chunk: np.ndarray, dest: np.ndarray) -> None:
-        chunk += per_channel  # exact: the result is a sum the requantizer's bound covers
-        finish(chunk, dest)
-
-    return epilogue
 
 
 def _folded_zero_point(
