@@ -29,8 +29,9 @@ CHUNK_ELEMENTS = 1 << 22
 #: threads hand-offs (measured at 2 threads: the detector 5 % faster than at 2^22; plain and mobile
 #: nets unchanged, and one thread slower, hence two budgets)
 THREADED_CHUNK_ELEMENTS = 1 << 23
-#: the same for depthwise chunks off the padded-width path, whose nine passes want their scratch in
-#: cache (measured on six MobileNet layers: 1.2-1.9x faster than at 2^22; the padded-width path is not)
+#: the same for float depthwise chunks off the padded-width path, whose nine passes want their scratch
+#: in cache (measured on six MobileNet layers, when integer depthwise convolutions still took these
+#: paths: 1.2-1.9x faster than at 2^22; the padded-width path is not)
 DEPTHWISE_CHUNK_ELEMENTS = 1 << 19
 
 
