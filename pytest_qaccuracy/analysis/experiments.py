@@ -133,8 +133,14 @@ class ExperimentRunner:
             self._fp32_runner = OrtRunner(self.fp32, names, self.options, f"{self.label} (fp32)")
         return self._fp32_runner
 
+    @property
+    def output_names(self) -> list[str]:
+        """The measured outputs, by their fp32 names (the keys of every experiment's metrics)."""
+        return [f for f, _ in self.outputs]
+
     def run(self, experiments: Sequence[Experiment], cache: str = "float") -> list[OutputMetrics]:
-        """Output metrics of every experiment, in order; ``cache`` is ``float`` or ``quantized``."""
+        """Output metrics of every experiment, in order, per fp32 output name; ``cache`` is ``float``
+        or ``quantized``."""
         if not experiments:
             return []
         if self.strategy == "naive":
@@ -151,11 +157,11 @@ class ExperimentRunner:
             model = self.qgraph.build(exp.enabled)
             runner = OrtRunner(model, q_names, self.options, f"{self.label} [{exp.label}]")
             self.sessions_built += 1
-            acc = _Accumulators(q_names, self.metrics)
+            acc = _Accumulators(self.output_names, self.metrics)
             for batch, ref in zip(self.data.iter_batches(self.options.batch_size), refs, strict=True):
                 test = runner.run(batch)
                 for f, q in self.outputs:
-                    acc.update(q, ref[f], test[q])
+                    acc.update(f, ref[f], test[q])
             results.append(acc.results())
         return results
 
@@ -197,7 +203,7 @@ class ExperimentRunner:
         fetched = [*qg.view.output_names, *sorted(needed - inputs - set(qg.view.output_names))]
         cache_model = qg.build(cache_edges, extra_outputs=fetched)
         cache_runner = OrtRunner(cache_model, fetched, self.options, f"{self.label} (cache)")
-        accs = [_Accumulators(list(qg.view.output_names), self.metrics) for _ in experiments]
+        accs = [_Accumulators(self.output_names, self.metrics) for _ in experiments]
         try:
             for group in _rounds(packs, self._initializer_bytes()):
                 self.rounds += 1
@@ -210,7 +216,7 @@ class ExperimentRunner:
                         for k in pack.experiments:
                             for f, q in self.outputs:
                                 from_session, tensor = pack.fetch[k][q]
-                                accs[k].update(q, ref[f], fetched[tensor] if from_session else values[tensor])
+                                accs[k].update(f, ref[f], fetched[tensor] if from_session else values[tensor])
                     del ref, values
                 for pack in group:  # free the round's sessions before the next round builds its own
                     pack.session = None

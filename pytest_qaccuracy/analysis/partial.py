@@ -118,7 +118,7 @@ class QdqGraph:
                 self.sources[edge], self.kinds[edge] = source, "weight"
                 return
             self.quantized_tensor[edge] = source
-            self.sources[edge], self.kinds[edge] = self._activation_source(source), "activation"
+            self.sources[edge], self.kinds[edge] = self._activation_source(source, tensor), "activation"
             return
         if self.view.is_constant(dq.input[0]):
             weight = self._float_weight(dq, consumer, pos)
@@ -128,17 +128,21 @@ class QdqGraph:
         where = consumer.name if consumer is not None else f"graph output {tensor!r}"
         self.unremovable.append(f"{dq.name} -> {where}")
 
-    def _activation_source(self, tensor: str) -> str:
-        """The float value a Q/DQ pair on ``tensor`` stands for.
+    def _activation_source(self, tensor: str, dequantized: str) -> str:
+        """The float value a Q/DQ pair on ``tensor`` stands for (``dequantized``: the pair's output).
 
         A quantizer may fold a Relu/Clip into the range of the Q after a Conv (the pair then clamps,
         and the Conv writes the Relu's output name). Without the pair the clamp must be redone: the
-        fp32 model's Relu/Clip producing ``tensor`` is re-inserted after the quantized producer.
+        fp32 model's Relu/Clip producing ``tensor`` is re-inserted after the quantized producer. When
+        the Relu's output is a graph output, onnxruntime gives its name to the pair's output instead
+        (the Conv writes ``<name>_QuantizeLinear_Input``), so the fp32 Relu is looked up by that name.
         """
         if tensor in self._restored:
             return self._restored[tensor]
         found = self.view.producer.get(tensor)
-        fp32 = self._fp32.producer.get(tensor) if self._fp32 is not None else None
+        fp32 = None
+        if self._fp32 is not None:
+            fp32 = self._fp32.producer.get(tensor) or self._fp32.producer.get(dequantized)
         if not found or not fp32 or fp32[1].op_type not in FOLDED or found[1].op_type == fp32[1].op_type:
             return tensor
         act = onnx.NodeProto()
@@ -239,6 +243,14 @@ class QdqGraph:
         """
         extra = [name for name in extra_outputs if name not in self.view.output_names]
         nodes, outputs = self.wiring(enabled, extra)
+        # an output that other nodes also read keeps its pair for them: that pair's tensor moves aside
+        produced = {o for node in nodes for o in node.output}
+        aside = {
+            n: f"{n}::quantized"
+            for n, t in zip(self.view.output_names, outputs, strict=True)
+            if t != n and n in produced
+        }
+        nodes = _with_tensors_renamed(nodes, aside) if aside else nodes
         renamed = []
         for name, tensor in zip(self.view.output_names, outputs, strict=True):
             if tensor != name:
@@ -270,6 +282,20 @@ class QdqGraph:
         model.ir_version = self.model.ir_version
         model.functions.extend(self.model.functions)
         return model
+
+
+def _with_tensors_renamed(nodes: Sequence[onnx.NodeProto], names: dict[str, str]) -> list[onnx.NodeProto]:
+    """``nodes``, with copies of those that read or write a tensor of ``names`` using its new name."""
+    out = []
+    for node in nodes:
+        if any(name in names for name in [*node.input, *node.output]):
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.input[:] = [names.get(name, name) for name in node.input]
+            copy.output[:] = [names.get(name, name) for name in node.output]
+            node = copy
+        out.append(node)
+    return out
 
 
 def _live(nodes: list[onnx.NodeProto], outputs: Sequence[str]) -> list[onnx.NodeProto]:

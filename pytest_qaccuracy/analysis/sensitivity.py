@@ -27,6 +27,7 @@ from pytest_qaccuracy.analysis.results import _finite_or_none, _metrics_dict
 from pytest_qaccuracy.data import Dataset, Head, bind_dataset, load_dataset
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import get_metric, parse_metric_names
+from pytest_qaccuracy.model.cut import cut_pair
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.runtime import RuntimeOptions
 
@@ -69,7 +70,8 @@ class NodeSensitivity:
 class SensitivityResult:
     """Sensitivity of every quantized node of a pair, ranked worst first by the first metric.
 
-    ``baseline`` holds the fully quantized model's output metrics (mean over outputs).
+    ``baseline`` holds the fully quantized model's output metrics (mean over outputs);
+    ``measured_at`` names the fp32 tensors measured when the pair was cut (empty: the model outputs).
     """
 
     fp32_model: str
@@ -83,6 +85,7 @@ class SensitivityResult:
     nodes: list[NodeSensitivity]
     baseline: Mapping[str, float | None] = field(default_factory=dict)
     unremovable: list[str] = field(default_factory=list)
+    measured_at: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -108,6 +111,7 @@ class SensitivityResult:
             "baseline": _metrics_dict(self.baseline),
             "nodes": [n.to_dict() for n in self.nodes],
             "unremovable": list(self.unremovable),
+            "measured_at": list(self.measured_at),
         }
 
     @classmethod
@@ -121,6 +125,7 @@ class SensitivityResult:
             [NodeSensitivity.from_dict(n) for n in data["nodes"]],
             dict(data.get("baseline", {})),
             list(data.get("unremovable", [])),
+            list(data.get("measured_at", [])),
         )
 
 
@@ -161,6 +166,7 @@ class Session:
     runner: ExperimentRunner
     metrics: list[str]
     owns_dataset: bool = True
+    measured_at: list[str] = field(default_factory=list)  # fp32 tensors where the pair was cut; [] = outputs
 
     @property
     def records(self) -> int:
@@ -194,15 +200,20 @@ def open_session(
     strategy: str = "reuse",
     allow_nonfinite: bool = False,
     records: int | None = None,
+    outputs: Sequence[str] | None = None,
 ) -> Session:
     """Index the quantized model, bind the dataset and prepare the experiment runner.
 
     ``capture`` is ``reference`` (QDQ fake quantization, graph optimizations off: the default, so
     partial models mean the same as the whole one) or ``deployed`` (``options.optimization``).
     ``records`` limits every analysis of the session to the first N records (:class:`Head`).
+    ``outputs`` cuts both models at these tensors or nodes (:func:`~pytest_qaccuracy.model.cut.cut_pair`):
+    every analysis of the session then measures there, and nodes after the cut are not analysed.
     """
     names = parse_metric_names(metrics)
     options = (options or RuntimeOptions()).for_capture(capture)
+    if outputs is not None:
+        pair = cut_pair(pair, outputs)
     qgraph = QdqGraph(pair.quantized, pair.fp32, pair.quantized_path.name)
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     try:
@@ -216,7 +227,8 @@ def open_session(
     runner = ExperimentRunner(
         qgraph, pair.fp32, pair.output_pairs(), bound, names, options, strategy, pair.quantized_path.name
     )
-    return Session(pair, dataset, qgraph, runner, names, not isinstance(data, Dataset))
+    measured_at = runner.output_names if outputs is not None else []
+    return Session(pair, dataset, qgraph, runner, names, not isinstance(data, Dataset), measured_at)
 
 
 def _check_choice(value: str, choices: Sequence[str], what: str) -> None:
@@ -235,6 +247,7 @@ def node_sensitivity(
     capture: str = "reference",
     strategy: str = "reuse",
     allow_nonfinite: bool = False,
+    outputs: Sequence[str] | None = None,
 ) -> SensitivityResult:
     """Sensitivity of every quantized node (or of ``nodes``) of a QDQ pair.
 
@@ -249,16 +262,18 @@ def node_sensitivity(
         capture: ``reference`` (fake quantization) or ``deployed``.
         strategy: ``reuse`` (cached activations, dirty subgraphs) or ``naive`` (one model per node).
         allow_nonfinite: accept NaN/Inf in the inputs.
+        outputs: measure at these fp32 tensors or nodes instead of the model outputs (Horizon's
+            ``output_node``); only the nodes they depend on are analysed.
 
     Returns:
         A :class:`SensitivityResult`, nodes ranked most sensitive first.
 
     Raises:
-        InputError: bad data or options, a QOperator model, an unknown node.
+        InputError: bad data or options, a QOperator model, an unknown node or output.
     """
     _check_choice(mode, MODES, "mode")
     _check_choice(granularity, GRANULARITIES, "granularity")
-    session = open_session(pair, data, metrics, options, capture, strategy, allow_nonfinite)
+    session = open_session(pair, data, metrics, options, capture, strategy, allow_nonfinite, outputs=outputs)
     try:
         return sensitivity_in(session, mode, granularity, nodes)
     finally:
@@ -308,6 +323,7 @@ def sensitivity_in(
         rank(entries, session.metrics[0], higher, mode),
         _mean(results[-1], session.metrics),
         list(qg.unremovable),
+        list(session.measured_at),
     )
 
 

@@ -33,8 +33,9 @@ def _fmt(value: float | None) -> str:
 
 def sensitivity_title(result: SensitivityResult) -> str:
     """What was analysed and how it is ranked: the first line of :func:`sensitivity_table`."""
+    where = f" measured at {', '.join(result.measured_at)}" if result.measured_at else ""
     return (
-        f"{result.mode} sensitivity ({result.granularity}) of {result.quantized_model} on {result.data} "
+        f"{result.mode} sensitivity ({result.granularity}) of {result.quantized_model}{where} on {result.data} "
         f"({result.records} records), ranked by {result.metric_names[0]}"
     )
 
@@ -169,12 +170,14 @@ def analyse_pair(
     average_mode: bool = False,
     options: RuntimeOptions | None = None,
     records: int | None = None,
+    outputs: Sequence[str] | None = None,
 ) -> SensitivityReport:
     """Rank the nodes of a QDQ pair, sweep exclusions towards ``target``, and draw the cumulative curves.
 
     All analyses share one bound dataset and graph index; ``records`` limits them to the first N
-    records (their cost grows with every record and every node). A QOperator pair gives a report
-    whose ``unsupported`` says why, instead of raising.
+    records (their cost grows with every record and every node); ``outputs`` measures them at these
+    fp32 tensors or nodes instead of the model outputs. A QOperator pair gives a report whose
+    ``unsupported`` says why, instead of raising.
     """
     target = Target.parse(target) if isinstance(target, str) else target
     names = [m.strip() for m in metrics.split(",")] if isinstance(metrics, str) else list(metrics)
@@ -182,7 +185,7 @@ def analyse_pair(
         names.append(target.metric)
     stem = pair.quantized_path.stem
     try:
-        session = open_session(pair, data, names, options, records=records)
+        session = open_session(pair, data, names, options, records=records, outputs=outputs)
     except ModelError as exc:
         if pair.format != "qdq":
             return SensitivityReport(stem, unsupported=str(exc))

@@ -29,6 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", default="cosine", help="metric(s), comma-separated; the first ranks")
     parser.add_argument("--granularity", choices=("node", "weight", "activation"), default="node")
     parser.add_argument("--nodes", type=_names, default=None, help="comma-separated nodes to analyse (default: all)")
+    parser.add_argument(
+        "--output",
+        type=_names,
+        default=None,
+        metavar="NAMES",
+        help="measure at these comma-separated fp32 tensors or nodes instead of the model outputs "
+        "(Horizon's output_node); only the nodes before them are analysed",
+    )
     parser.add_argument("--sweep", type=int, default=None, metavar="K", help="keep the K worst nodes in float, k=0..K")
     parser.add_argument("--target", default=None, help="suggest the nodes to exclude to reach e.g. cosine>=0.999")
     parser.add_argument(
@@ -86,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         metrics.append(target.metric)
     pair = ModelPair(args.fp32, args.quantized)
     session = open_session(
-        pair, args.data, metrics, options, args.capture, args.strategy, args.allow_nonfinite, args.records
+        pair, args.data, metrics, options, args.capture, args.strategy, args.allow_nonfinite, args.records, args.output
     )
     results = {}
     try:
