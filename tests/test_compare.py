@@ -152,6 +152,7 @@ def test_results_round_trip_the_contract_json(zoo):
         "mre",
         "max_abs",
         "lsb",
+        "clipped",
         "cosine",
         "sqnr",
     ]
@@ -214,3 +215,28 @@ def test_first_jump_finds_the_sharp_step():
     assert first_jump(_layers_result("cosine", [0.999, 0.997, 0.990], True), "cosine").tensor == "t1"  # 1-cos triples
     assert first_jump(_layers_result("sqnr", [40.0, 38.0, 35.0], True)).tensor == "t2"  # largest step, none >= 6
     assert first_jump(_layers_result("sqnr", [30.0, 31.0], True)) is None  # nothing worsens
+
+
+@pytest.mark.parametrize("gain", [1.0, 4.0])
+def test_clipped_counts_the_fp32_values_outside_each_layers_range(zoo, tmp_path, gain):
+    """The quantizer calibrated on other records: at gain 4 the inputs leave the calibrated ranges.
+    Golden: the fp32 tensor from onnxruntime, quantized by ONNX's own formula in float64 with the
+    scale and zero point of the QuantizeLinear that reads it."""
+    records = random_inputs(6, seed=9) * np.float32(gain)
+    data = write_h5(tmp_path / "data.h5", records)
+    result = compare(ModelPair(zoo["fp32"], zoo["qdq_u8"]), data, "clipped", capture="reference")
+    quantized = onnx.load(str(zoo["qdq_u8"]))
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in quantized.graph.initializer}
+    reads = {n.input[0]: n for n in quantized.graph.node if n.op_type == "QuantizeLinear"}
+    layers = {layer.tensor: layer for layer in result.layers}
+    checked = 0
+    for tensor in ("add1", "pool1", "conv3", "sig1"):
+        q = reads[tensor]
+        scale, zp = inits[q.input[1]].astype(np.float64), inits[q.input[2]]
+        f = _run_with_outputs(zoo["fp32"], [tensor], records)[tensor]
+        t = np.rint(f / scale) + zp.astype(np.int64)
+        golden = np.count_nonzero((t < 0) | (t > 255)) / f.size
+        assert layers[tensor].metrics["clipped"] == pytest.approx(golden, abs=1e-12), tensor
+        checked += golden > 0
+    if gain > 1:  # 4x the calibration data's spread saturates every unbounded layer (not the sigmoid)
+        assert checked >= 3 and all(layers[t].metrics["clipped"] > 0 for t in ("add1", "pool1", "conv3"))

@@ -87,17 +87,18 @@ def test_identical_tensors_give_finite_sqnr_like_onnxruntime():
     assert _value("sqnr", x, x)[0] == pytest.approx(compute_signal_to_quantization_noice_ratio(x, x), rel=1e-6)
 
 
-@pytest.mark.parametrize("name", ["mse", "mpeir", "tae", "srmse", "mre", "max_abs", "lsb", "cosine", "sqnr"])
+@pytest.mark.parametrize("name", ["mse", "mpeir", "tae", "srmse", "mre", "max_abs", "lsb", "clipped", "cosine", "sqnr"])
 def test_batches_and_merges_agree_with_one_pass(name):
     rng = np.random.default_rng(7)
     ref = rng.standard_normal((10, 3, 4)).astype(np.float32)
     test = (ref + rng.normal(0, 0.1, ref.shape)).astype(np.float32)
+    quant = {"scale": 0.01, "zero_point": np.int8(0)}  # a range of +-1.28: clipped is not 0
     whole = get_metric(name)()
-    whole.update(TensorPair(ref, test, scale=0.05))
+    whole.update(TensorPair(ref, test, **quant))
     left, right = get_metric(name)(), get_metric(name)()
     for start in (0, 3):
-        left.update(TensorPair(ref[start : start + 3], test[start : start + 3], scale=0.05))
-    right.update(TensorPair(ref[6:], test[6:], scale=0.05))
+        left.update(TensorPair(ref[start : start + 3], test[start : start + 3], **quant))
+    right.update(TensorPair(ref[6:], test[6:], **quant))
     left.merge(right)
     assert left.value() == pytest.approx(whole.value(), rel=1e-12)
 
@@ -111,9 +112,58 @@ def test_undefined_values_carry_a_reason():
     assert _value("mre", zeros, zeros) == (0.0, None)
     assert _value("srmse", ones, ones) == (None, "the quantized tensor has no scale")
     assert _value("lsb", ones, ones) == (None, "the quantized tensor has no scale")
+    assert _value("clipped", ones, ones, scale=0.1) == (None, "the quantized tensor has no scale and zero point")
 
 
-@pytest.mark.parametrize("name", ["mse", "mpeir", "tae", "srmse", "mre", "max_abs", "lsb", "cosine", "sqnr"])
+def _saturated_golden(f: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int | None) -> int:
+    """ONNX QuantizeLinear's own definition, element by element in float64: rint(f / scale) + zero_point
+    (half to even) outside the zero point type's range."""
+    info = np.iinfo(zero_point.dtype)
+    if axis is not None:
+        shape = [1] * f.ndim
+        shape[axis] = -1
+        scale, zero_point = scale.reshape(shape), zero_point.reshape(shape)
+    t = np.rint(f.astype(np.float64) / scale) + zero_point.astype(np.int64)
+    return int(np.count_nonzero((t < info.min) | (t > info.max)))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_clipped_is_the_share_that_quantizelinear_saturates(dtype, per_channel):
+    rng = np.random.default_rng(3)
+    info = np.iinfo(dtype)
+    f = rng.standard_normal((5, 3, 7, 4)) * (info.max - info.min) / 6
+    if per_channel:
+        scale, zp = np.array([0.5, 1.0, 2.0]), np.array([info.min // 2 + info.max // 2, 0, 3], dtype=dtype)
+        if info.min == 0:
+            zp = np.array([info.max // 2, 0, 3], dtype=dtype)
+    else:
+        scale, zp = np.array([1.0]), np.array([info.max // 4 if info.min == 0 else -3], dtype=dtype)
+    # values exactly on the rounding boundaries: qmax + 0.5 saturates (to even), qmin - 0.5 does not
+    c_scale, c_zp = scale[0], float(zp[0])
+    f[0, 0, 0, :4] = [(info.max + 0.5 - c_zp) * c_scale, (info.min - 0.5 - c_zp) * c_scale,
+                      (info.max + 0.49 - c_zp) * c_scale, (info.min - 0.51 - c_zp) * c_scale]  # fmt: skip
+    f = f.astype(np.float32)
+    axis = 1 if per_channel else None
+    value, reason = _value("clipped", f, f, scale=scale if per_channel else scale[0], axis=axis, zero_point=zp)
+    golden = _saturated_golden(f, scale, zp, axis)
+    assert reason is None and 0 < golden < f.size
+    assert value == golden / f.size
+    per_record = get_metric("clipped")().record_values(
+        TensorPair(f, f, scale=scale if per_channel else scale[0], axis=axis, zero_point=zp)
+    )
+    np.testing.assert_array_equal(per_record * f[0].size, [_saturated_golden(r[None], scale, zp, axis) for r in f])
+
+
+def test_clipped_counts_each_record_and_int8_range_is_asymmetric():
+    """int8 with zero point 0 and scale 0.01 holds [-1.285, 1.275): the first record lies inside it."""
+    f = np.stack([np.linspace(-1, 1, 21), np.linspace(-2, 2, 21)]).astype(np.float32)
+    pair = TensorPair(f, f, scale=0.01, zero_point=np.int8(0))
+    outside = int(np.count_nonzero((f[1] < -1.285) | (f[1] >= 1.275)))
+    assert pair.saturated.tolist() == [0, outside] and outside == 8
+
+
+@pytest.mark.parametrize("name", ["mse", "mpeir", "tae", "srmse", "mre", "max_abs", "lsb", "clipped", "cosine", "sqnr"])
 def test_no_records_is_undefined_for_every_metric(name):
     assert get_metric(name)().result() == (None, "no records")
     merged = get_metric(name)()
@@ -227,12 +277,12 @@ def test_a_user_metric_may_read_fields_it_did_not_declare():
         unregister_metric("test_ref_peak")
 
 
-@pytest.mark.parametrize("name", ["mse", "mpeir", "tae", "srmse", "cosine", "sqnr", "mre", "max_abs", "lsb"])
+@pytest.mark.parametrize("name", ["mse", "mpeir", "tae", "srmse", "cosine", "sqnr", "mre", "max_abs", "lsb", "clipped"])
 def test_a_builtin_metric_reads_exactly_the_fields_it_declares(name):
     """An undeclared field would cost a pass of its own; a declared one nobody reads, a wasted pass."""
     rng = np.random.default_rng(1)
     ref = rng.standard_normal((3, 2, 50)).astype(np.float32)
-    pair = TensorPair(ref, ref + np.float32(0.01), scale=0.02)
+    pair = TensorPair(ref, ref + np.float32(0.01), scale=0.02, zero_point=np.int8(0))
     metric = get_metric(name)()
     metric.update(pair)
     metric.record_values(pair)

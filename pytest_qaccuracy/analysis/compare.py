@@ -49,7 +49,8 @@ class _Tracked:
             test = self.params.dequantize(test, out=scratch(2, test.shape))
         scale = None if self.params is None else self.params.scale
         axis = None if self.params is None else self.params.axis
-        pair = TensorPair(ref, test, scale=scale, axis=axis, first_record=first_record)
+        zero_point = None if self.params is None else self.params.zero_point
+        pair = TensorPair(ref, test, scale=scale, axis=axis, first_record=first_record, zero_point=zero_point)
         pair.stats.prepare(self.fields)
         for metric in self.metrics.values():
             metric.update(pair)

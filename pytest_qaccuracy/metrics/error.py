@@ -1,4 +1,5 @@
-"""Error metrics (lower is better): Samsung ONE's MSE, MPEIR, TAE, SRMSE, plus MRE and max_abs.
+"""Error metrics (lower is better): Samsung ONE's MSE, MPEIR, TAE, SRMSE, plus MRE, max_abs, lsb and
+clipped (the share of fp32 values outside the quantized range).
 
 Notation: f_s and q_s are the fp32 and quantized values of record s (all elements of the tensor),
 N the number of records, n the elements per record. ONE's metrics are means of per-record values.
@@ -164,3 +165,29 @@ class LSB(StatsMetric):
         if not self.has_scale:
             return None, "the quantized tensor has no scale"
         return self.state["lsb"], None
+
+
+@register_metric
+class Clipped(StatsMetric):
+    name = "clipped"
+    stats_fields = ("ref_min", "ref_max")
+    formula = (
+        "fraction of fp32 elements outside the quantized tensor's range (saturated by QuantizeLinear): "
+        "f / scale + zero_point < qmin - 0.5 or >= qmax + 0.5, over all elements of all records"
+    )
+    sums = ("clipped", "elements")
+
+    def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]:
+        counts = pair.saturated
+        if counts is None:
+            return {}
+        return {"clipped": float(counts.sum()), "elements": float(stats.count * pair.records)}
+
+    def record_values(self, pair: TensorPair) -> np.ndarray | None:
+        counts = pair.saturated
+        return None if counts is None else counts / max(pair.stats.count, 1)
+
+    def compute(self) -> Result:
+        if self.state["elements"] == 0:
+            return None, "the quantized tensor has no scale and zero point"
+        return self.state["clipped"] / self.state["elements"], None

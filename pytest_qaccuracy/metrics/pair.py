@@ -107,10 +107,11 @@ class TensorPair:
     """Reference values ``f`` (fp32 model) and test values ``q`` (quantized model) for a batch.
 
     Both have shape (records, ...); ``scale``/``axis`` describe the quantized tensor's step when it
-    has one (a scalar for per-tensor, a vector along ``axis`` for per-channel quantization).
+    has one (a scalar for per-tensor, a vector along ``axis`` for per-channel quantization), and
+    ``zero_point`` (of the integer type) its offset and, by its dtype, its integer range.
     """
 
-    __slots__ = ("__dict__", "axis", "first_record", "ref", "scale", "test")
+    __slots__ = ("__dict__", "axis", "first_record", "ref", "scale", "test", "zero_point")
 
     def __init__(
         self,
@@ -119,10 +120,12 @@ class TensorPair:
         scale: float | np.ndarray | None = None,
         axis: int | None = None,
         first_record: int = 0,
+        zero_point: np.ndarray | np.integer | None = None,
     ) -> None:
         if ref.shape != test.shape:
             raise ValueError(f"reference shape {ref.shape} differs from test shape {test.shape}")
         self.ref, self.test, self.scale, self.axis, self.first_record = ref, test, scale, axis, first_record
+        self.zero_point = zero_point
 
     @property
     def records(self) -> int:
@@ -145,6 +148,48 @@ class TensorPair:
         shape[self.axis if self.axis is not None else 1] = scale.size
         err = np.abs(self.ref.astype(np.float64) - self.test.astype(np.float64)) / scale.reshape(shape)
         return err.reshape(self.records, -1).max(axis=1)
+
+    @cached_property
+    def range_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(low, high)``: fp32 values ``f`` with ``f < low`` or ``f >= high`` saturate in the quantized
+        tensor's QuantizeLinear; None without scale, zero point, or an integer zero-point type.
+
+        ``t = f / scale + zero_point`` saturates when ``rint(t)`` leaves ``[qmin, qmax]``: ``t < qmin - 0.5``
+        or ``t >= qmax + 0.5`` (rounding half to even keeps ``qmin - 0.5`` at the even ``qmin`` and sends
+        ``qmax + 0.5`` past the odd ``qmax``, for every integer type ONNX quantizes to). Per-channel bounds
+        are shaped to broadcast against ``ref`` along ``axis``.
+        """
+        if self.scale is None or self.zero_point is None:
+            return None
+        zp = np.asarray(self.zero_point)
+        if not np.issubdtype(zp.dtype, np.integer):
+            return None
+        info = np.iinfo(zp.dtype)
+        scale = np.asarray(self.scale, dtype=np.float64)
+        zp = zp.astype(np.float64)
+        low, high = (info.min - zp - 0.5) * scale, (info.max - zp + 0.5) * scale
+        if scale.size > 1:
+            shape = [1] * self.ref.ndim
+            shape[self.axis % self.ref.ndim if self.axis is not None else 1] = scale.size
+            return low.reshape(shape), high.reshape(shape)
+        return low.reshape(()), high.reshape(())
+
+    @cached_property
+    def saturated(self) -> np.ndarray | None:
+        """Per-record count of fp32 elements outside the quantized tensor's range (see
+        :attr:`range_bounds`); None when the range is unknown. Records whose min and max lie inside
+        every channel's range are not scanned."""
+        bounds = self.range_bounds
+        if bounds is None:
+            return None
+        low, high = bounds
+        stats = self.stats
+        counts = np.zeros(self.records, dtype=np.int64)
+        suspect = np.flatnonzero((stats.ref_min < low.max()) | (stats.ref_max >= high.min()))
+        for r in suspect:  # one record at a time: a boolean mask of one record, not of the batch
+            f = self.ref[r : r + 1]
+            counts[r] = np.count_nonzero(f < low) + np.count_nonzero(f >= high)
+        return counts
 
 
 _local = threading.local()

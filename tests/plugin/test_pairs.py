@@ -253,3 +253,31 @@ def test_marker_pair_and_explicit_pairs(digits: pytest.Pytester) -> None:
     result = digits.runpytest()
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["digits_cnn.qoperator: PASSED *", "*", "*", "*cosine*>= 0.9 *pass*"])
+
+
+def test_a_clipped_rule_names_the_layer_whose_range_cuts_off_values(digits: pytest.Pytester) -> None:
+    """Inputs 3x larger than the calibration data: the first layers' ranges saturate part of them."""
+    digits.makeini("[pytest]\nqaccuracy_tolerances =\n    *::* clipped<=0.01\n")
+    digits.makepyfile(
+        """
+        import numpy as np
+
+        def test_scaled(qaccuracy, qaccuracy_pair, tmp_path):
+            data = dict(np.load("data/digits_test.npz"))
+            np.savez(tmp_path / "loud.npz", **{k: v * np.float32(3) for k, v in data.items()})
+            pair = qaccuracy_pair("models/digits_cnn.onnx", "models/digits_cnn.qdq.onnx", tmp_path / "loud.npz")
+            qaccuracy.check(pair, min_cosine=0.5)
+
+        def test_as_calibrated(qaccuracy, qaccuracy_pair):
+            pair = qaccuracy_pair("models/digits_cnn.onnx", "models/digits_cnn.qdq.onnx", "data/digits_test.npz")
+            qaccuracy.check(pair, min_cosine=0.5)
+        """
+    )
+    result = digits.runpytest()
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E       AssertionError: clipped 0.* > 0.01 for layer 'relu1' (Relu) (pair 'digits_cnn.qdq')",
+            "E       Tolerance from: ini file tox.ini (qaccuracy_tolerances), rule '*::* clipped<=0.01'",
+        ]
+    )
