@@ -22,7 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 from pytest_qaccuracy.errors import ModelError
-from pytest_qaccuracy.model.graph import GraphView
+from pytest_qaccuracy.model.graph import GraphView, live_nodes
 from pytest_qaccuracy.model.quant_params import detect_format
 
 #: Ops that only carry quantization (never "quantized nodes" themselves).
@@ -234,7 +234,7 @@ class QdqGraph:
             name if (OUTPUT, k) in enabled or (OUTPUT, k) not in self.sources else self.sources[(OUTPUT, k)]
             for k, name in enumerate(self.view.output_names)
         ]
-        return _live(nodes, [*outputs, *keep]), outputs
+        return live_nodes(nodes, [*outputs, *keep]), outputs
 
     def build(self, enabled: frozenset[Edge], extra_outputs: Sequence[str] = ()) -> onnx.ModelProto:
         """A whole model with only ``enabled`` edges quantized; its outputs keep the original names.
@@ -296,17 +296,6 @@ def _with_tensors_renamed(nodes: Sequence[onnx.NodeProto], names: dict[str, str]
             node = copy
         out.append(node)
     return out
-
-
-def _live(nodes: list[onnx.NodeProto], outputs: Sequence[str]) -> list[onnx.NodeProto]:
-    """Drop nodes none of whose outputs is needed (walking backwards from the graph outputs)."""
-    needed = set(outputs)
-    keep = []
-    for node in reversed(nodes):
-        if any(o in needed for o in node.output if o):
-            keep.append(node)
-            needed.update(name for name in node.input if name)
-    return keep[::-1]
 
 
 def dirty_nodes(

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 import onnx
 
 from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.model.graph import live_nodes, node_reads
 from pytest_qaccuracy.model.pair import ModelPair
 
 
@@ -80,14 +81,8 @@ def _unknown(pair: ModelPair, name: str, known: Iterable[str]) -> str:
 
 def _ending_at(model: onnx.ModelProto, outputs: Sequence[str], types: dict[str, int]) -> onnx.ModelProto:
     """A copy of ``model`` whose graph outputs are ``outputs``, without the nodes they do not need."""
-    nodes = list(model.graph.node)
-    needed = set(outputs)
-    keep = []
-    for node in reversed(nodes):
-        if any(o in needed for o in node.output if o):
-            keep.append(node)
-            needed.update(_reads(node))
-    keep.reverse()
+    keep = live_nodes(list(model.graph.node), outputs)
+    needed = set(outputs).union(*(node_reads(n) for n in keep))
     weights = {t.name for t in model.graph.initializer}
     graph = onnx.helper.make_graph(
         keep,
@@ -101,17 +96,6 @@ def _ending_at(model: onnx.ModelProto, outputs: Sequence[str], types: dict[str, 
     cut.ir_version = model.ir_version
     cut.functions.extend(model.functions)
     return cut
-
-
-def _reads(node: onnx.NodeProto) -> set[str]:
-    """Tensors a node reads: its inputs and, for If/Loop/Scan, what its subgraphs take from outside."""
-    names = {x for x in node.input if x}
-    for attr in node.attribute:
-        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-        for graph in graphs:
-            for inner in graph.node:
-                names |= _reads(inner)
-    return names
 
 
 def _value_info(name: str, elem_type: int | None) -> onnx.ValueInfoProto:

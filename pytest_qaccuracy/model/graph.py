@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -80,6 +81,28 @@ class GraphView:
     @cached_property
     def opset(self) -> int:
         return next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def node_reads(node: onnx.NodeProto) -> set[str]:
+    """Tensors a node reads: its inputs and, for If/Loop/Scan, what its subgraphs take from outside."""
+    names = {x for x in node.input if x}
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for graph in graphs:
+            for inner in graph.node:
+                names |= node_reads(inner)
+    return names
+
+
+def live_nodes(nodes: Sequence[onnx.NodeProto], outputs: Iterable[str]) -> list[onnx.NodeProto]:
+    """The nodes (in order) that ``outputs`` need: a walk backwards from them over what nodes read."""
+    needed = set(outputs)
+    keep = []
+    for node in reversed(nodes):
+        if any(o in needed for o in node.output if o):
+            keep.append(node)
+            needed |= node_reads(node)
+    return keep[::-1]
 
 
 def attribute(node: onnx.NodeProto, name: str, default=None):
