@@ -71,3 +71,43 @@ def test_pair_inputs_must_agree(tmp_path, quant, message):
     onnx.save(quant, str(tmp_path / "b.onnx"))
     with pytest.raises(ModelError, match=message):
         ModelPair(tmp_path / "a.onnx", tmp_path / "b.onnx")
+
+
+def test_live_nodes_keep_what_a_subgraph_reads_from_outside():
+    """An If branch reads ``r`` without naming it as an input: the Relu producing it must stay."""
+    import onnxruntime as ort
+
+    from pytest_qaccuracy.model.graph import live_nodes
+
+    branch = helper.make_graph(
+        [helper.make_node("Neg", ["r"], ["neg"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("neg", TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["r"], ["same"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("same", TensorProto.FLOAT, None)],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Sigmoid", ["x"], ["unused"], name="dead"),
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0, name="max"),
+        helper.make_node("Greater", ["m", "zero"], ["c"], name="cond"),
+        helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other, name="if"),
+    ]
+    kept = live_nodes(nodes, ["y"])
+    assert [n.name for n in kept] == ["relu", "max", "cond", "if"]
+    graph = helper.make_graph(
+        kept,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {"x": np.array([-1.0, 2.0, 0.5], np.float32)})
+    np.testing.assert_array_equal(y, [-0.0, -2.0, -0.5])
