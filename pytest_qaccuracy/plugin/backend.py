@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from pytest_qaccuracy.plugin.ini import ini_text
+
 #: The backends of :func:`pytest_qaccuracy.runtime.make_runner` and the scheme presets of
 #: :data:`pytest_qaccuracy.backend.scheme.PRESETS`, named here because options are checked at configure
 #: time, which runs for every pytest invocation: importing ``runtime`` loads onnx, and importing the
@@ -51,19 +53,19 @@ def add_backend_options(parser: pytest.Parser, group: pytest.OptionGroup) -> Non
     backend_help = f"Backend running the quantized model: {' or '.join(BACKENDS)} (default {DEFAULT_BACKEND})"
     scheme_help = f"Integer scheme preset of the integer backend and of {GATE} (default {DEFAULT_SCHEME})"
     group.addoption("--qaccuracy-backend", dest="qaccuracy_backend", default=None, metavar="NAME", help=backend_help)
-    parser.addini("qaccuracy_backend", backend_help, default=DEFAULT_BACKEND)
+    parser.addini("qaccuracy_backend", backend_help, default=None)
     group.addoption("--qaccuracy-scheme", dest="qaccuracy_scheme", default=None, metavar="PRESET", help=scheme_help)
-    parser.addini("qaccuracy_scheme", scheme_help, default=DEFAULT_SCHEME)
+    parser.addini("qaccuracy_scheme", scheme_help, default=None)
 
 
 def read_backend(config: pytest.Config) -> tuple[str, str]:
     """``(backend, scheme)`` from the command line, else the ini file; ``pytest.UsageError`` if unknown."""
     found = []
-    for name, check in (("backend", check_backend), ("scheme", check_scheme)):
+    for name, check, default in (("backend", check_backend, DEFAULT_BACKEND), ("scheme", check_scheme, DEFAULT_SCHEME)):
         cli = config.getoption(f"qaccuracy_{name}")
-        value = cli if cli is not None else str(config.getini(f"qaccuracy_{name}")).strip()
+        value = cli if cli is not None else ini_text(config, f"qaccuracy_{name}")
         try:
-            found.append(check(value))
+            found.append(check(default if value is None else value))
         except ValueError as exc:
             where = f"--qaccuracy-{name}" if cli is not None else f"qaccuracy_{name}"
             raise pytest.UsageError(f"{where}: {str(exc).split(': ', 1)[1]}") from None

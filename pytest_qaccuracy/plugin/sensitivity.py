@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_qaccuracy.plugin.backend import GATE
+from pytest_qaccuracy.plugin.ini import ini_text
 
 if TYPE_CHECKING:
     from pytest_qaccuracy.plugin.session import PairSpec, QAccuracySession
@@ -50,8 +51,7 @@ def add_sensitivity_options(parser: pytest.Parser, group: Any) -> None:
     for name, metavar, help_text in options:
         flag = "--qaccuracy-" + name.replace("_", "-")
         group.addoption(flag, dest=f"qaccuracy_{name}", default=None, metavar=metavar, help=help_text)
-        kind = "int" if name in ("sensitivity_top", "sensitivity_records") else "string"
-        parser.addini(f"qaccuracy_{name}", help_text, type=kind, default=None)
+        parser.addini(f"qaccuracy_{name}", help_text, default=None)
 
 
 def _raw(config: pytest.Config, name: str) -> tuple[object, str]:
@@ -59,9 +59,7 @@ def _raw(config: pytest.Config, name: str) -> tuple[object, str]:
     cli = config.getoption(f"qaccuracy_{name}")
     if cli is not None:
         return cli, "--qaccuracy-" + name.replace("_", "-")
-    from pytest_qaccuracy.plugin.settings import _ini  # settings imports this module
-
-    return _ini(config, f"qaccuracy_{name}"), f"qaccuracy_{name}"
+    return ini_text(config, f"qaccuracy_{name}"), f"qaccuracy_{name}"
 
 
 def _choice(config: pytest.Config, name: str, choices: Sequence[str], default: str) -> str:

@@ -1,7 +1,8 @@
 """Options of the plugin: declared once, read once into a frozen :class:`QAccuracySettings`.
 
-A bad value (``5%``, an inline comment, a string where a number belongs) raises ``pytest.UsageError``
-with one line naming the option, so pytest exits with code 4 and no traceback.
+Ini keys are declared as strings or lists of strings and parsed here (:mod:`.ini`), never by pytest,
+so a bad value (``5%``, an inline comment, a string where a number belongs) reads the same on every
+pytest: ``pytest.UsageError`` with one line naming the option, exit code 4 and no traceback.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from pytest_qaccuracy.plugin.backend import add_backend_options, read_backend
-from pytest_qaccuracy.plugin.rules import DEFAULTS, TOLERANCES, Rule, check_tolerance, parse_rules
+from pytest_qaccuracy.plugin.ini import ini_lines, ini_text, parse_bool
+from pytest_qaccuracy.plugin.rules import DEFAULTS, TOLERANCES, Rule, check_tolerance, parse_number, parse_rules
 from pytest_qaccuracy.plugin.sensitivity import add_sensitivity_options, sensitivity_settings
 
 GROUP = ("qaccuracy", "quantization accuracy regression testing (pytest-qaccuracy)")
 DEFAULT_ARTIFACTS = ".qaccuracy"
+DEFAULT_BATCH_SIZE = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +58,7 @@ def add_options(parser: pytest.Parser) -> None:
     for name, (kind, help_text) in TOLERANCES.items():
         flag = "--qaccuracy-" + name.replace("_", "-")
         group.addoption(flag, dest=f"qaccuracy_{name}", default=None, metavar="N", help=f"{help_text} (overrides ini)")
-        parser.addini(f"qaccuracy_{name}", help_text, type="int" if kind is int else "float", default=None)
+        parser.addini(f"qaccuracy_{name}", f"{help_text} ({'integer' if kind is int else 'number'})", default=None)
     group.addoption(
         "--qaccuracy-metrics",
         dest="qaccuracy_metrics",
@@ -92,7 +95,7 @@ def add_options(parser: pytest.Parser) -> None:
         help="Comma-separated onnxruntime execution providers",
     )
     parser.addini("qaccuracy_providers", "onnxruntime execution providers", type="args", default=[])
-    parser.addini("qaccuracy_batch_size", "Records per onnxruntime run (default 8)", type="int", default=8)
+    parser.addini("qaccuracy_batch_size", f"Records per onnxruntime run (default {DEFAULT_BATCH_SIZE})", default=None)
     group.addoption(
         "--qaccuracy-save-baseline",
         dest="qaccuracy_save_baseline",
@@ -118,21 +121,11 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "qaccuracy_max_drift", "Drift rules such as 'sqnr:-1.0' or 'mse:+20%' (default sqnr:-1.0)", type="linelist"
     )
-    parser.addini("qaccuracy_junit_properties", "Add key metrics to JUnit XML as properties", type="bool", default=True)
+    parser.addini(
+        "qaccuracy_junit_properties", "Add key metrics to JUnit XML as properties (default true)", default=None
+    )
     add_sensitivity_options(parser, group)
     add_backend_options(parser, group)
-
-
-def _ini(config: pytest.Config, name: str) -> object:
-    """``getini`` with pytest's own type errors turned into one-line usage errors."""
-    try:
-        return config.getini(name)
-    except (TypeError, ValueError) as exc:
-        message = str(exc)
-        raw = message.split(": ", 1)[1] if "could not convert" in message or "invalid literal" in message else ""
-        hint = " (inline comments are not supported in ini files)" if "#" in raw or ";" in raw else ""
-        detail = f"expected a number, got {raw}{hint}" if raw else message.split(": ", 1)[-1]
-        raise pytest.UsageError(f"{name}: {detail}") from None
 
 
 def _tolerances(config: pytest.Config, ini_source: str) -> dict[str, tuple[float, str]]:
@@ -144,7 +137,7 @@ def _tolerances(config: pytest.Config, ini_source: str) -> dict[str, tuple[float
             if cli is not None:
                 found[name] = (check_tolerance(name, cli), f"command line --qaccuracy-{name.replace('_', '-')}")
             else:
-                value = _ini(config, key)
+                value = ini_text(config, key)
                 if value is not None:
                     found[name] = (check_tolerance(name, value), f"{ini_source} ({key})")
         except ValueError as exc:
@@ -158,18 +151,39 @@ def _path(config: pytest.Config, cli_key: str, ini_key: str | None = None) -> Pa
     if value:
         return (config.invocation_params.dir / value).resolve()
     if ini_key:
-        text = str(_ini(config, ini_key) or "").strip()
-        if text:
+        text = ini_text(config, ini_key)
+        if text is not None:
             base = config.inipath.parent if config.inipath else config.invocation_params.dir
-            return (base / text).resolve()
+            return (base / str(text)).resolve()
     return None
 
 
 def _list(config: pytest.Config, cli_key: str, ini_key: str) -> tuple[str, ...] | None:
     value = config.getoption(cli_key)
-    items = value.split(",") if value else [x for part in _ini(config, ini_key) for x in str(part).split(",")]
+    items = value.split(",") if value else [x for part in ini_lines(config, ini_key) for x in part.split(",")]
     names = tuple(x.strip() for x in items if x.strip())
     return names or None
+
+
+def _batch_size(config: pytest.Config) -> int:
+    value = ini_text(config, "qaccuracy_batch_size")
+    if value is None:
+        return DEFAULT_BATCH_SIZE
+    try:
+        number = parse_number(value, int)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise pytest.UsageError(f"qaccuracy_batch_size: expected an integer >= 1, got {value!r}")
+    return int(number)
+
+
+def _junit_properties(config: pytest.Config) -> bool:
+    value = ini_text(config, "qaccuracy_junit_properties")
+    try:
+        return True if value is None else parse_bool(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"qaccuracy_junit_properties: {exc}") from None
 
 
 def load_settings(config: pytest.Config) -> QAccuracySettings:
@@ -177,16 +191,14 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
     ini_source = f"ini file {config.inipath.name}" if config.inipath else "ini file"
     tolerances = _tolerances(config, ini_source)
     try:
-        rules = parse_rules(list(_ini(config, "qaccuracy_tolerances")), f"{ini_source} (qaccuracy_tolerances)")
+        rules = parse_rules(ini_lines(config, "qaccuracy_tolerances"), f"{ini_source} (qaccuracy_tolerances)")
         cli_rules = parse_rules(config.getoption("qaccuracy_tolerances"), "command line --qaccuracy-tolerance")
     except ValueError as exc:
         raise pytest.UsageError(f"qaccuracy_tolerances: {exc}") from None
     offset = len(rules)
     rules += [replace(r, position=r.position + offset) for r in cli_rules]
-    batch_size = _ini(config, "qaccuracy_batch_size")
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise pytest.UsageError(f"qaccuracy_batch_size: expected an integer >= 1, got {batch_size!r}")
-    drift = tuple(config.getoption("qaccuracy_max_drift")) or tuple(_ini(config, "qaccuracy_max_drift"))
+    batch_size = _batch_size(config)
+    drift = tuple(config.getoption("qaccuracy_max_drift")) or tuple(ini_lines(config, "qaccuracy_max_drift"))
     from pytest_qaccuracy.report.baseline import parse_drift_rule  # stdlib only; imported when needed
 
     try:
@@ -210,7 +222,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         batch_size=batch_size,
         baseline_dir=_path(config, "qaccuracy_baseline"),
         save_baseline_dir=_path(config, "qaccuracy_save_baseline"),
-        junit_properties=bool(_ini(config, "qaccuracy_junit_properties")),
+        junit_properties=_junit_properties(config),
         ini_source=ini_source,
         **sensitivity_settings(config),
         backend=backend,

@@ -26,7 +26,6 @@ Item ids are ``<file>::<pair>::<check>``, checks in a fixed order: one per toler
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 import pytest
 
 from pytest_qaccuracy.plugin.fixtures import RUN_KEYS, make_spec, pair_rules, session_key
+from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
 from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance
 from pytest_qaccuracy.plugin.session import PairSpec
 
@@ -66,14 +66,9 @@ def is_suite(path: Path) -> bool:
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - pytest requires tomli on 3.10
-        import tomli as tomllib
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
+        return load_toml(path)
+    except toml_decode_error() as exc:
         raise SuiteError(f"{path.name}: not valid TOML: {exc}") from None
 
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+
+#: pytest 9.0 added native TOML configuration (``pytest.toml``, ``[tool.pytest]``) and the ``strict`` ini key.
+PYTEST_9 = pytest.version_tuple >= (9, 0)
+native_toml = pytest.mark.skipif(not PYTEST_9, reason="native TOML configuration needs pytest >= 9.0")
 
 #: A test that prints the tolerances in effect, so a run shows each value and its source.
 SHOW = """
@@ -41,6 +47,7 @@ def test_pyproject_ini_options(pytester: pytest.Pytester) -> None:
     assert tol["min_cosine"] == "0.99 from default"
 
 
+@native_toml
 def test_native_toml_and_cli_override(pytester: pytest.Pytester) -> None:
     pytester.maketoml(
         "[pytest]\nqaccuracy_min_cosine = 1\nqaccuracy_rtol = 0.02\nqaccuracy_tolerances = ['* sqnr>=2']\n"
@@ -69,15 +76,28 @@ def test_marker_and_check_arguments_win(pytester: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     ("config", "expected"),
     [
-        ("[pytest]\nqaccuracy_max_top1_drop = 5%\n", "qaccuracy_max_top1_drop: expected a number, got '5%'"),
+        (
+            "[pytest]\nqaccuracy_max_top1_drop = 5%\n",
+            "ERROR: qaccuracy_max_top1_drop: expected a number, got '5%' (write a fraction: 0.005, not 0.5%)",
+        ),
         ("[pytest]\nqaccuracy_rtol = 0.02  # relative\n", "inline comments are not supported"),
         ("[pytest]\nqaccuracy_min_cosine = 1.5\n", "qaccuracy_min_cosine: must be between 0 and 1"),
         ("[pytest]\nqaccuracy_topk = five\n", "qaccuracy_topk: expected"),
         ("[pytest]\nqaccuracy_tolerances =\n    * sqnr=>20\n", "qaccuracy_tolerances: bad tolerance rule"),
         ("[pytest]\nqaccuracy_max_drift = sqnr:lots\n", "qaccuracy_max_drift: bad drift rule"),
         ("[pytest]\nqaccuracy_batch_size = 0\n", "qaccuracy_batch_size: expected an integer >= 1"),
+        ("[pytest]\nqaccuracy_batch_size = 8.5\n", "qaccuracy_batch_size: expected an integer >= 1, got '8.5'"),
+        ("[pytest]\nqaccuracy_sensitivity_top = many\n", "qaccuracy_sensitivity_top: expected an integer >= 1"),
+        (
+            "[pytest]\nqaccuracy_junit_properties = maybe\n",
+            "ERROR: qaccuracy_junit_properties: expected true or false, got 'maybe'",
+        ),
+        ("[pytest]\nqaccuracy_backend = tpu\n", "qaccuracy_backend: unknown backend 'tpu'"),
     ],
-    ids=["percent", "inline-comment", "out-of-range", "int", "rule", "drift", "batch-size"],
+    ids=[
+        *("percent", "inline-comment", "out-of-range", "int", "rule", "drift", "batch-size", "batch-size-float"),
+        *("sensitivity-top", "bool", "backend"),
+    ],
 )
 def test_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester, config: str, expected: str) -> None:
     pytester.makefile(".ini", pytest=config)
@@ -89,6 +109,7 @@ def test_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester, config: str, 
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
+@native_toml
 def test_native_toml_string_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.maketoml('[pytest]\nqaccuracy_min_sqnr = "20 dB"\n')
     pytester.makepyfile("def test_x(): pass")
@@ -96,6 +117,61 @@ def test_native_toml_string_is_a_usage_error(pytester: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert any(line.startswith("ERROR: qaccuracy_min_sqnr:") for line in result.errlines)
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+@native_toml
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ("qaccuracy_junit_properties = 1.5", "ERROR: qaccuracy_junit_properties: expected true or false, got 1.5"),
+        ("qaccuracy_batch_size = true", "ERROR: qaccuracy_batch_size: expected an integer >= 1, got True"),
+        ("qaccuracy_topk = 2.5", "ERROR: qaccuracy_topk: expected an integer, got '2.5'"),
+        (
+            "qaccuracy_tolerances = '* sqnr>=2'",
+            "ERROR: qaccuracy_tolerances: expected a list of strings, got '* sqnr>=2'",
+        ),
+    ],
+    ids=["bool", "int", "topk", "list"],
+)
+def test_bad_native_toml_value_is_a_usage_error(pytester: pytest.Pytester, toml: str, expected: str) -> None:
+    pytester.maketoml(f"[pytest]\n{toml}\n")
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_inprocess()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.errlines if line.startswith("ERROR:")] == [expected], result.errlines
+
+
+@native_toml
+def test_native_toml_numbers_booleans_and_strings(pytester: pytest.Pytester) -> None:
+    """pytest refuses a native number for a string key; the plugin reads it from the file itself."""
+    pytester.maketoml(
+        "[pytest]\nqaccuracy_min_sqnr = 20\nqaccuracy_atol = '0.5'\nqaccuracy_batch_size = 4\n"
+        "qaccuracy_junit_properties = false\nqaccuracy_sensitivity_top = 3\n"
+    )
+    pytester.makepyfile(
+        """
+        def test_show(qaccuracy, pytestconfig):
+            from pytest_qaccuracy.plugin.fixtures import session_key
+
+            s = pytestconfig.stash[session_key].settings
+            print("SET", s.batch_size, s.junit_properties, s.sensitivity_top)
+        """
+        + SHOW.replace("test_show", "test_tol")
+    )
+    result = pytester.runpytest("-s")
+    assert result.ret == 0, result.outlines
+    result.stdout.fnmatch_lines(["*SET 4 False 3*"])
+    tol = _tolerances(result)
+    assert tol["min_sqnr"] == "20.0 from ini file pytest.toml (qaccuracy_min_sqnr)"
+    assert tol["atol"] == "0.5 from ini file pytest.toml (qaccuracy_atol)"
+
+
+def test_pytest_converts_no_option(pytester: pytest.Pytester) -> None:
+    """Every ini key is a string or a list of strings, so the plugin, not pytest, parses and reports."""
+    result = pytester.runpytest("--help")
+    kinds = dict(re.findall(r"^\s+(qaccuracy_\w+) \((\w+)\):", result.stdout.str(), flags=re.M))
+    assert len(kinds) > 20
+    assert set(kinds.values()) <= {"string", "linelist", "args"}, kinds
 
 
 def test_bad_cli_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
@@ -140,7 +216,9 @@ def test_disabled_plugin(pytester: pytest.Pytester) -> None:
 
 
 def test_strict_markers_and_warnings_as_errors(digits: pytest.Pytester) -> None:
-    digits.makeini("[pytest]\nfilterwarnings = error\nstrict = true\njunit_family = xunit2\n")
+    # pytest 9's `strict` key turns on strict markers and config; before 9 each has its own flag
+    strict = "strict = true" if PYTEST_9 else "addopts = --strict-markers --strict-config"
+    digits.makeini(f"[pytest]\nfilterwarnings = error\n{strict}\njunit_family = xunit2\n")
     digits.makefile(
         ".toml",
         qaccuracy_models='[pairs.a]\nfp32 = "models/digits_cnn.onnx"\n'
@@ -181,6 +259,7 @@ def test_unknown_marker_key_names_it(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*min_cosine: expected a number, got 'high'*"])
 
 
+@native_toml
 def test_pyproject_native_toml(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml(
         '[tool.pytest]\nqaccuracy_max_top1_drop = 0.005\nqaccuracy_topk = 5\nqaccuracy_metrics = ["mse"]\n'

@@ -190,11 +190,11 @@ def test_an_analysis_that_raises_is_one_line(digits: pytest.Pytester) -> None:
     [
         ((), "qaccuracy_sensitivity = sometimes", "qaccuracy_sensitivity: expected one of failed, all, off, got"),
         (("--qaccuracy-sensitivity-mode=cumulative",), "", "--qaccuracy-sensitivity-mode: expected one of single, "),
-        ((), "qaccuracy_sensitivity_top = 0", "qaccuracy_sensitivity_top: expected an integer >= 1, got 0"),
+        ((), "qaccuracy_sensitivity_top = 0", "qaccuracy_sensitivity_top: expected an integer >= 1, got '0'"),
         (("--qaccuracy-sensitivity-top=ten",), "", "--qaccuracy-sensitivity-top: expected an integer >= 1, got 'ten'"),
         (("--qaccuracy-sensitivity-metric=cosine,mse",), "", "--qaccuracy-sensitivity-metric: expected one metric"),
         (("--qaccuracy-sensitivity-metric=cosin",), "", "qaccuracy_sensitivity_metric: unknown metric 'cosin'"),
-        ((), "qaccuracy_sensitivity_records = -1", "qaccuracy_sensitivity_records: expected an integer >= 0, got -1"),
+        ((), "qaccuracy_sensitivity_records = -1", "qaccuracy_sensitivity_records: expected an integer >= 0, got '-1'"),
     ],
     ids=["scope", "mode", "top-ini", "top-cli", "metric-list", "metric-unknown", "records-ini"],
 )
