@@ -213,8 +213,14 @@ def _histogram_ranges(
     return chosen
 
 
-def _power2_weight_overrides(model: onnx.ModelProto, c: CalibrationOptions) -> dict[str, list[dict[str, Any]]]:
-    """Explicit power-of-two scales for every weight of a Conv/Gemm/MatMul (per channel for Conv)."""
+def _power2_weight_overrides(
+    model: onnx.ModelProto, c: CalibrationOptions, quant_type: Any
+) -> dict[str, list[dict[str, Any]]]:
+    """Explicit power-of-two scales for every weight of a Conv/Gemm/MatMul (per channel for Conv).
+
+    ``quant_type`` (the weight type) is stated too: onnxruntime 1.18 quantizes a MatMul's constant
+    input with the *activation* type, and would store the int8 zero point and scale as uint8.
+    """
     view = GraphView(model)
     qmin, qmax = QTYPES[c.weight_type]
     dtype = np.int8 if c.weight_type == "int8" else np.uint8
@@ -238,6 +244,7 @@ def _power2_weight_overrides(model: onnx.ModelProto, c: CalibrationOptions) -> d
                 scale = (hi - lo) / (qmax - qmin) or 1.0
                 zero = round(qmin - lo / scale)
             entries.append({"scale": np.float32(scale), "zero_point": dtype(zero)})
+        entries[0]["quant_type"] = quant_type
         if len(entries) > 1:
             entries[0]["axis"] = axis
         overrides[node.input[1]] = entries
@@ -270,10 +277,11 @@ def quantize_with_ranges(
     use_cache = via == "cache" or (via == "auto" and has_cache)
     proto = load_model(model)
     extra: dict[str, Any] = {"TensorQuantOverrides": {}}
-    if calibration.power2:
-        extra["TensorQuantOverrides"].update(_power2_weight_overrides(proto, calibration))
-        extra["QDQDisableWeightAdjustForInt32Bias"] = True
     qtypes = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
+    if calibration.power2:
+        weights = _power2_weight_overrides(proto, calibration, qtypes[calibration.weight_type])
+        extra["TensorQuantOverrides"].update(weights)
+        extra["QDQDisableWeightAdjustForInt32Bias"] = True
     kwargs: dict[str, Any] = {
         "quant_format": QuantFormat.QDQ,
         "per_channel": calibration.per_channel,
