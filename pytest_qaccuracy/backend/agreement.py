@@ -19,7 +19,7 @@ import onnx
 from onnx import helper
 
 from pytest_qaccuracy.backend.interpreter import IntegerSession
-from pytest_qaccuracy.backend.scheme import Scheme
+from pytest_qaccuracy.backend.scheme import Scheme, get_scheme
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 
@@ -162,7 +162,12 @@ class AgreementChecker:
             if not isinstance(model, onnx.ModelProto)
             else (self.proto.graph.name or "model")
         )
-        self.session = IntegerSession(self.proto, scheme)
+        # onnxruntime runs with session.qdqisint8allowed=1, so that every int8 tensor can be a graph output
+        # without unfusing its group: the emulation keeps int8 activations as int8 too
+        emulated = get_scheme(scheme)
+        if emulated.qdq_int8_to_uint8:
+            emulated = emulated.replace(name=emulated.name, qdq_int8_to_uint8=False)
+        self.session = IntegerSession(self.proto, emulated)
         self.max_steps = max_steps
         self.records = 0
         self._names: list[str] | None = None

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pytest_qaccuracy.backend import parallel
+from pytest_qaccuracy.backend import pairs, parallel
 from pytest_qaccuracy.backend.scheme import Rounding, Scheme
 
 #: Saturation range of each integer type (ONNX QuantizeLinear table).
@@ -346,7 +346,7 @@ def dequantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | int | 
 
 def accumulate(acc: np.ndarray, scheme: Scheme) -> np.ndarray:
     """Apply the scheme's accumulator width to an exact int64 sum."""
-    if scheme.accumulator in ("wrap32", "int16_pairs"):
+    if scheme.accumulator == "wrap32":
         return ((acc + 2**31) & 0xFFFFFFFF) - 2**31
     if scheme.accumulator == "saturate32":
         return np.clip(acc, INT32_MIN, INT32_MAX)
@@ -383,37 +383,27 @@ def int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def int16_pair_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``sum_p sat16(a[2p] b[2p] + a[2p+1] b[2p+1])`` over raw u8 x s8 values (x86 ``vpmaddubsw``).
-
-    The loop runs over pairs of the reduction axis (not over pixels); each step is a full outer product.
-    """
-    a = np.asarray(a, dtype=np.int32)
-    b = np.asarray(b, dtype=np.int32)
-    k = a.shape[-1]
-    if k % 2:
-        a = np.concatenate([a, np.zeros((*a.shape[:-1], 1), np.int32)], axis=-1)
-        b = np.concatenate([b, np.zeros((1, *b.shape[1:]), np.int32)], axis=0)
-    out = np.zeros((*a.shape[:-1], b.shape[-1]), np.int64)
-    for p in range(0, a.shape[-1], 2):
-        pair = a[..., p, None] * b[p] + a[..., p + 1, None] * b[p + 1]
-        out += np.clip(pair, -32768, 32767)
-    return out
-
-
 def zero_point_matmul(
     a: np.ndarray, a_zp: np.ndarray | int, b: np.ndarray, b_zp: np.ndarray | int, scheme: Scheme
 ) -> np.ndarray:
-    """``(a - a_zp) @ (b - b_zp)`` with the scheme's accumulator (b is 2-D ``K x N``; b_zp scalar or per N)."""
+    """``(a - a_zp) @ (b - b_zp)`` with the scheme's accumulator (b is 2-D ``K x N``; b_zp scalar or per N).
+
+    With ``pair_saturation`` a u8 x s8 product sums its raw pairs with int16 saturation (``pairs.py``):
+    the exact sums plus a correction for the pairs that saturate.
+    """
     a_zp = np.asarray(a_zp, dtype=np.int64)
     b_zp = np.asarray(b_zp, dtype=np.int64)
-    if scheme.accumulator == "int16_pairs" and a.dtype == np.uint8 and b.dtype == np.int8:
-        # raw products first, zero points corrected with row/column sums afterwards (MLAS)
-        k = a.shape[-1]
-        acc = int16_pair_matmul(a, b)
-        acc = acc - a_zp * b.astype(np.int64).sum(axis=0) - a.astype(np.int64).sum(axis=-1, keepdims=True) * b_zp
-        return accumulate(acc + k * a_zp * b_zp, scheme)
-    return accumulate(int_matmul(a.astype(np.int64) - a_zp, b.astype(np.int64) - b_zp), scheme)
+    acc = int_matmul(a.astype(np.int64) - a_zp, b.astype(np.int64) - b_zp)
+    if saturates_pairs(scheme, a.dtype, b.dtype):
+        correction = pairs.saturating_matmul_correction(a, b)
+        if correction is not None:
+            acc += correction
+    return accumulate(acc, scheme)
+
+
+def saturates_pairs(scheme: Scheme, a_dtype: np.dtype, b_dtype: np.dtype) -> bool:
+    """The scheme sums the products of these operand types in int16-saturated pairs (u8 x s8 only)."""
+    return scheme.pair_saturation and a_dtype == np.uint8 and b_dtype == np.int8
 
 
 def clamp_weights(w: np.ndarray, scheme: Scheme) -> np.ndarray:

@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from pytest_qaccuracy.backend import int8_to_uint8, parallel
 from pytest_qaccuracy.backend import kernels as _kernels  # noqa: F401  (registers every kernel family)
-from pytest_qaccuracy.backend import parallel
 from pytest_qaccuracy.backend.fallback import reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
 from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step, steps_from_graph, tensor_types
@@ -88,10 +88,12 @@ class IntegerSession:
         self._all_tensors = {o for s in self._steps for o in s.outputs if o} | set(self.constants)
         self._all_tensors |= {v.name for v in self._inputs}
         self._plans: dict[frozenset[str], list[_Bound]] = {}
+        self._converted: dict[frozenset[str], frozenset[str]] = {}  # tensors run as uint8, per plan
         fused = self._plan(frozenset())  # bind every kernel now, so unsupported ops fail at construction
         # tensors that fusion removed (float interiors of QDQ groups): asking for one changes the plan
         produced = {o for b in fused for o in b.step.outputs} | set(self.constants) | {v.name for v in self._inputs}
         self._fusion_sensitive = self._all_tensors - produced
+        self._int8_activations = {o for b in fused for o in b.step.outputs if self.types.get(o) == np.int8}
 
     # -- onnxruntime-like API -----------------------------------------------------------------
 
@@ -138,9 +140,13 @@ class IntegerSession:
             raise InputError(f"unknown tensor name(s) {unknown[:5]}: not produced by the model")
         values: dict[str, Any] = dict(self.constants)
         values.update(self._check_feeds(feeds))
-        plan = self._plan(frozenset(names) & self._fusion_sensitive)
+        # asking for a fusion interior, or for an int8 activation that may run as uint8, changes the plan
+        requested = frozenset(names) & (self._fusion_sensitive | self._int8_activations)
+        plan = self._plan(requested)
         if on_tensor is None:
             plan = _prune(plan, names)
+        elif self._converted[requested]:
+            on_tensor = _reporting_model_types(on_tensor, self._converted[requested])
         last_use = _last_use(plan, set(names))
         with parallel.using(self.threads):
             self._execute(plan, values, last_use, on_tensor)
@@ -179,10 +185,18 @@ class IntegerSession:
     def _plan(self, requested: frozenset[str]) -> list[_Bound]:
         if requested not in self._plans:
             steps = [_copy(s) for s in self._steps]
+            converted: set[str] = set()
             if self.scheme.fuse_qdq:
                 outputs = set(self._graph_outputs)
-                steps = fuse_qdq(steps, self.constants, self.types, outputs, set(requested), self.opsets.get("", 1))
+                types = self.types
+                if self.scheme.qdq_int8_to_uint8:
+                    steps, constants, types, converted = int8_to_uint8.convert(
+                        steps, self.constants, self.types, outputs | requested
+                    )
+                    self.constants.update(constants)  # the uint8 zero points, under internal names
+                steps = fuse_qdq(steps, self.constants, types, outputs, set(requested), self.opsets.get("", 1))
             self._plans[requested] = [self._bind(s) for s in steps]
+            self._converted[requested] = frozenset(converted)
         return self._plans[requested]
 
     def _bind(self, step: Step) -> _Bound:
@@ -227,6 +241,15 @@ class IntegerSession:
         if extra:
             raise InputError(f"unknown input(s) {sorted(extra)}; the model takes {[v.name for v in self._inputs]}")
         return checked
+
+
+def _reporting_model_types(on_tensor: TensorCallback, converted: frozenset[str]) -> TensorCallback:
+    """``on_tensor`` that sees tensors run as uint8 (``int8_to_uint8``) with the model's int8 values."""
+
+    def report(name: str, value: np.ndarray) -> None:
+        on_tensor(name, int8_to_uint8.as_model_type(value) if name in converted else value)
+
+    return report
 
 
 def _copy(step: Step) -> Step:

@@ -14,7 +14,7 @@ from pytest_qaccuracy.errors import InputError
 
 Multiplier = Literal["float32", "float64", "q31", "q15", "power2", "glow"]
 Rounding = Literal["half_even", "half_up", "half_away", "floor"]
-Accumulator = Literal["exact", "wrap32", "saturate32", "int16_pairs"]
+Accumulator = Literal["exact", "wrap32", "saturate32"]
 ScalePrecision = Literal["float32", "float64", "float32_product"]
 FloatKernels = Literal["mlas", "numpy", "reference"]
 
@@ -40,9 +40,15 @@ class Scheme:
         zp_before_rounding: op families (see ``FAMILIES``) that add the output zero point before
             rounding; the others add it after.
         accumulator: ``wrap32`` (int32 with two's complement wrap, as C kernels), ``exact`` (never
-            wraps: an int64 accumulator), ``saturate32`` (the final sum saturates to int32) or
-            ``int16_pairs`` (raw u8 x s8 products summed in pairs with int16 saturation, as x86
-            ``vpmaddubsw`` without VNNI; other type pairs accumulate as ``wrap32``).
+            wraps: an int64 accumulator) or ``saturate32`` (the final sum saturates to int32).
+        pair_saturation: u8 x s8 products are summed in neighbouring pairs of the reduction axis with
+            int16 saturation before they reach the accumulator, as onnxruntime's x86 kernels on CPUs
+            without VNNI (``vpmaddubsw``; see ``pairs.py``). Convolutions, MatMul, Gemm and
+            MatMulInteger; depthwise convolutions (one input and one output channel per group) and
+            ConvInteger sum exactly, as onnxruntime does on those CPUs.
+        qdq_int8_to_uint8: int8 QDQ activations run as uint8 (value and zero point + 128) before QDQ
+            groups are fused, as onnxruntime's default session does on x86 (its ``QDQS8ToU8``
+            transformer; ``session.qdqisint8allowed=1`` turns it off). Weights stay int8.
         scale_precision: how ``s_in * s_w / s_out`` is computed from the float32 scales:
             ``float32`` (both steps in float32, ORT), ``float64`` (TFLite), ``float32_product``
             (product in float32, division in float64, TVM's ONNX import).
@@ -62,6 +68,8 @@ class Scheme:
     double_rounding: bool = False
     zp_before_rounding: frozenset[str] = frozenset()
     accumulator: Accumulator = "wrap32"
+    pair_saturation: bool = False
+    qdq_int8_to_uint8: bool = False
     scale_precision: ScalePrecision = "float32"
     quantize_rounding: Rounding = "half_even"
     weight_bits: int = 8
@@ -70,6 +78,12 @@ class Scheme:
     float_kernels: FloatKernels = "numpy"
 
     def __post_init__(self) -> None:
+        if self.accumulator not in ("exact", "wrap32", "saturate32"):
+            hint = " (the int16 pair sums of x86 CPUs without VNNI are pair_saturation=True)"
+            raise InputError(
+                f"scheme '{self.name}': accumulator must be exact, wrap32 or saturate32, got {self.accumulator!r}"
+                + (hint if self.accumulator == "int16_pairs" else "")
+            )
         unknown = set(self.zp_before_rounding) - set(FAMILIES)
         if unknown:
             raise InputError(f"scheme '{self.name}': unknown op families {sorted(unknown)}; known: {FAMILIES}")
@@ -93,14 +107,24 @@ class Scheme:
         return data
 
 
+#: onnxruntime's CPU arithmetic on x86 (MLAS) with a default session:
+#: rne(f32(f32(acc) * f32(f32(xs*ws)/ys))) + zp; QLinearAdd/Mul/AveragePool add zp first.
+_ONNXRUNTIME = Scheme(
+    name="onnxruntime-vnni",
+    multiplier="float32",
+    zp_before_rounding=frozenset({"add", "mul", "pool"}),
+    float_kernels="mlas",
+    qdq_int8_to_uint8=True,
+)
+
+#: the preset that means "the onnxruntime of this machine", resolved by ``host.host_preset``
+HOST_PRESET = "onnxruntime"
+
 PRESETS: dict[str, Scheme] = {
-    # x86 MLAS: rne(f32(f32(acc) * f32(f32(xs*ws)/ys))) + zp; QLinearAdd/Mul/AveragePool add zp first.
-    "onnxruntime": Scheme(
-        name="onnxruntime",
-        multiplier="float32",
-        zp_before_rounding=frozenset({"add", "mul", "pool"}),
-        float_kernels="mlas",
-    ),
+    # x86 with AVX2 or AVX512 but no VNNI: u8 x s8 pairs saturate to int16 (vpmaddubsw).
+    "onnxruntime-avx2": _ONNXRUNTIME.replace(name="onnxruntime-avx2", pair_saturation=True),
+    # x86 with AVX-VNNI, AVX512-VNNI or AMX (and ARM64's dot-product kernels): exact int32 sums.
+    "onnxruntime-vnni": _ONNXRUNTIME,
     # onnx.reference: QLinearConv/MatMul in float64 with zp added before np.rint; QDQ groups unfused.
     "onnx-reference": Scheme(
         name="onnx-reference",
@@ -140,17 +164,28 @@ PRESETS: dict[str, Scheme] = {
 }
 
 
+def preset_names() -> tuple[str, ...]:
+    """Every name ``get_scheme`` accepts: ``onnxruntime`` (this machine's) and the presets."""
+    return (HOST_PRESET, *PRESETS)
+
+
 def get_scheme(scheme: str | Scheme | None) -> Scheme:
     """A preset by name (or the scheme itself; ``None`` means the default, ``onnxruntime``).
+
+    ``onnxruntime`` is the preset of this machine's onnxruntime, ``onnxruntime-avx2`` or
+    ``onnxruntime-vnni``, found once per process by a probe (see ``host.py``); the scheme returned
+    carries the resolved name.
 
     Raises:
         InputError: the name is not a preset; the message lists the presets.
     """
     if isinstance(scheme, Scheme):
         return scheme
-    if scheme is None:
-        return PRESETS["onnxruntime"]
+    if scheme is None or scheme == HOST_PRESET:
+        from pytest_qaccuracy.backend.host import host_preset  # onnxruntime is imported only when asked
+
+        return PRESETS[host_preset()]
     try:
         return PRESETS[scheme]
     except KeyError:
-        raise InputError(f"unknown scheme '{scheme}'; presets: {', '.join(PRESETS)}") from None
+        raise InputError(f"unknown scheme '{scheme}'; presets: {', '.join(preset_names())}") from None

@@ -25,7 +25,17 @@ from pytest_qaccuracy.plugin.ini import ini_text
 #: time, which runs for every pytest invocation: importing ``runtime`` loads onnx, and importing the
 #: ``backend`` package loads numpy and every kernel. A test checks that both lists match.
 BACKENDS = ("onnxruntime", "integer")
-SCHEMES = ("onnxruntime", "onnx-reference", "tflite", "tflite-single-rounding", "tvm-upward", "power2", "glow")
+SCHEMES = (
+    "onnxruntime",
+    "onnxruntime-avx2",
+    "onnxruntime-vnni",
+    "onnx-reference",
+    "tflite",
+    "tflite-single-rounding",
+    "tvm-upward",
+    "power2",
+    "glow",
+)
 DEFAULT_BACKEND = "onnxruntime"
 DEFAULT_SCHEME = "onnxruntime"
 #: The tolerance of the agreement gate (a key of ``rules.TOLERANCES``).

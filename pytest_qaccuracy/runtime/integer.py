@@ -25,9 +25,9 @@ class IntegerRunner:
         from pytest_qaccuracy.backend import IntegerSession
 
         self.label = label
-        self.scheme_name = scheme
         self.tensors = list(dict.fromkeys(tensors))
         self.session = IntegerSession(model, scheme=scheme, threads=threads)
+        self.scheme_name = self.session.scheme.name  # "onnxruntime" resolved to this machine's preset
 
     def run(self, batch: Batch) -> dict[str, np.ndarray]:
         return dict(zip(self.tensors, self.session.run(self.tensors, batch.stacked()), strict=True))

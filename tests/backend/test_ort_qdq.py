@@ -14,7 +14,7 @@ import pytest
 from backend_models import assert_same, float_net, ort_session, quantize_qdq, random_q
 from onnx import TensorProto, helper, numpy_helper
 
-from pytest_qaccuracy.backend import IntegerSession
+from pytest_qaccuracy.backend import IntegerSession, get_scheme
 from pytest_qaccuracy.backend.agreement import AgreementResult, check_agreement
 
 NETS = {
@@ -41,9 +41,15 @@ def test_quantized_net_agrees(net, activation, per_channel, data, tmp_path: Path
     result = check_agreement(model, {"input": records})
     assert result.ok, result.summary()
     assert len(result.tensors) >= 10 and all(t.mismatches == 0 for t in result.tensors)
+    # session.qdqisint8allowed=1 fuses int8 activations as int8; the preset then keeps them too
+    int8_fused = get_scheme("onnxruntime").replace(name="onnxruntime", qdq_int8_to_uint8=False)
     want = ort_session(model).run(None, {"input": records})[0]
-    got = IntegerSession(model).run(None, {"input": records})[0]
+    got = IntegerSession(model, int8_fused).run(None, {"input": records})[0]
     assert_same(got, want, "softmax output")
+    # a default x86 session runs int8 activations as uint8 (QDQS8ToU8), as the preset does by default
+    want = ort_session(model, int8_fusion=False).run(None, {"input": records})[0]
+    got = IntegerSession(model).run(None, {"input": records})[0]
+    assert_same(got, want, "softmax output, default session")
 
 
 def test_qoperator_net_agrees(data, tmp_path: Path) -> None:

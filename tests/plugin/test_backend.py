@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from pytest_qaccuracy.backend.host import host_preset
 from pytest_qaccuracy.plugin.backend import BACKENDS, SCHEMES
 from pytest_qaccuracy.plugin.session import PairSpec
 
-PRESETS = "onnxruntime, onnx-reference, tflite, tflite-single-rounding, tvm-upward, power2, glow"
+PRESETS = (
+    "onnxruntime, onnxruntime-avx2, onnxruntime-vnni, onnx-reference, tflite, tflite-single-rounding, tvm-upward, "
+    "power2, glow"
+)
 FIRST_QDQ = "relu1_QuantizeLinear_Output"
 
 #: The QDQ and QOperator pairs on the integer backend (onnxruntime scheme) and on onnxruntime.
@@ -111,7 +115,7 @@ def test_integer_backend_is_bit_exact_on_qdq_and_qoperator(digits: pytest.Pytest
             next(p for p in pairs if p["id"] == form and p["backend"] == b) for b in ("integer", "onnxruntime")
         )
         comparison = json.loads((digits.path / ".qaccuracy" / integer["artifacts"]["comparison"]).read_text())
-        assert (comparison["backend"], comparison["scheme"]) == ("integer", "onnxruntime")
+        assert (comparison["backend"], comparison["scheme"]) == ("integer", host_preset())
         assert integer["outputs"] == ort["outputs"]  # bit-exact: every output metric identical
         assert integer["topk"] == ort["topk"]
         tensors = integer["agreement"]["tensors"]
@@ -125,7 +129,7 @@ def test_integer_backend_is_bit_exact_on_qdq_and_qoperator(digits: pytest.Pytest
         ["qdq: PASSED (digits_cnn.onnx vs digits_cnn.qdq.onnx on digits_test.npz, 300 records)"]
     )
     result.stdout.fnmatch_lines(["qdq: PASSED (* 300 records, backend integer, scheme onnxruntime)"])
-    result.stdout.fnmatch_lines(["*7 integer tensors (onnxruntime)*steps vs onnxruntime*0*<= 0*pass"])
+    result.stdout.fnmatch_lines([f"*7 integer tensors ({host_preset()})*steps vs onnxruntime*0*<= 0*pass"])
     cases = {
         c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
         for c in ET.parse(digits.path / "out.xml").iter("testcase")
@@ -343,10 +347,10 @@ def test_xdist_summary_matches_serial(digits: pytest.Pytester) -> None:
 
 
 def test_names_match_the_library() -> None:
-    from pytest_qaccuracy.backend.scheme import PRESETS as LIBRARY_PRESETS
+    from pytest_qaccuracy.backend.scheme import preset_names
     from pytest_qaccuracy.runtime import BACKENDS as LIBRARY_BACKENDS
 
-    assert tuple(LIBRARY_PRESETS) == SCHEMES and ", ".join(SCHEMES) == PRESETS
+    assert preset_names() == SCHEMES and ", ".join(SCHEMES) == PRESETS
     assert tuple(LIBRARY_BACKENDS) == BACKENDS
 
 
@@ -365,7 +369,7 @@ def test_gate_on_a_model_without_integer_tensors_fails(digits: pytest.Pytester) 
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "E * integer emulation (onnxruntime) within 3 steps of onnxruntime: "
+            f"E * integer emulation ({host_preset()}) within 3 steps of onnxruntime: "
             "the model has no 8-bit tensors to compare (pair 'qdq')"
         ]
     )

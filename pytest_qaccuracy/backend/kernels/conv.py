@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith, parallel
+from pytest_qaccuracy.backend import arith, pairs, parallel
 from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -668,8 +668,13 @@ def conv_integer_acc(
     if (x.dtype.kind not in "iu" or x_range * w_sum >= 2.0**23) and x.size:  # then the data's own range
         x_range = max(abs(int(x.max()) - int(x_zp)), abs(int(x.min()) - int(x_zp)))
     bound = float(x_range) * w_sum
-    if scheme.accumulator == "int16_pairs" and x.dtype == np.uint8 and w.dtype == np.int8:
-        return _conv_int16_pairs(x, x_zp, w, w_zp, pads, strides, dilations, group, scheme), bound, False
+    # MLAS's depthwise kernel sums exactly; the others saturate u8 x s8 pairs on CPUs without VNNI
+    depthwise = group == x.shape[1] == w.shape[0]
+    risky = None
+    if arith.saturates_pairs(scheme, x.dtype, w.dtype) and not depthwise and x.size:
+        risky = _risky_conv_pairs(w, group, max(int(x.max()), int(x_zp)))
+        if risky:
+            requantizer_for = None  # the corrections join the sums before requantization
     dtype = np.float32 if bound < 2.0**24 else np.float64
     limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
     requantizer = requantizer_for(bound, dtype) if requantizer_for else None
@@ -698,6 +703,9 @@ def conv_integer_acc(
         bias=None if added is None else added.astype(dtype),
         bias_in_gemm=in_gemm,
     )
+    if risky:
+        acc = acc.astype(np.int64)
+        _add_pair_corrections(acc, x, x_zp, risky, w.shape[2:], pads, strides, dilations, group)
     return acc, bound, epilogue is not None
 
 
@@ -719,36 +727,65 @@ def _folded_zero_point(
     return raw_bound, -int(x_zp) * ws.reshape(ws.shape[0], -1).sum(axis=1)
 
 
-def _conv_int16_pairs(
+def _risky_conv_pairs(w: np.ndarray, group: int, x_max: int) -> dict[int, pairs.RiskyPairs]:
+    """Per group, the weight pairs that may saturate, on the reduction axis ordered (tap, channel).
+
+    That is the order of onnxruntime's channels-last im2col (and of its 1x1 GEMMs), in which MLAS
+    pairs neighbours, so pairs cross from one tap to the next when a group's channel count is odd.
+    """
+    m, cg = w.shape[:2]
+    mg = m // group
+    taps = math.prod(w.shape[2:])
+    wmat = w.reshape(group, mg, cg, taps).transpose(0, 3, 2, 1).reshape(group, taps * cg, mg)  # (G, K, Mg)
+    found = {g: pairs.risky_pairs(wmat[g], x_max) for g in range(group)}
+    return {g: p for g, p in found.items() if len(p)}
+
+
+def _add_pair_corrections(
+    acc: np.ndarray,
     x: np.ndarray,
     x_zp: np.ndarray,
-    w: np.ndarray,
-    w_zp: np.ndarray,
+    risky: dict[int, pairs.RiskyPairs],
+    kernel_shape: tuple[int, ...],
     pads: list[int],
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
     group: int,
-    scheme: Scheme,
-) -> np.ndarray:
-    """Columns of raw values (padding = x_zp), then the int16 pair accumulator of ``arith``."""
-    if group != 1:
-        raise NotImplementedError("the int16_pairs accumulator supports group=1 convolutions only")
-    d = x.ndim - 2
-    xp = np.full((*x.shape[:2], *(s + pads[i] + pads[d + i] for i, s in enumerate(x.shape[2:]))), x_zp, np.int32)
-    xp[(slice(None), slice(None), *(slice(pads[i], pads[i] + s) for i, s in enumerate(x.shape[2:])))] = x  # pad = zp
-    kernel_shape = w.shape[2:]
-    out_spatial = output_shape(xp.shape[2:], kernel_shape, strides, dilations)
-    columns = []
-    for tap in itertools.product(*(range(k) for k in kernel_shape)):
-        index = tuple(
-            slice(t * dil, t * dil + (o - 1) * s + 1, s)
-            for t, dil, o, s in zip(tap, dilations, out_spatial, strides, strict=False)
-        )
-        columns.append(np.moveaxis(xp[(slice(None), slice(None), *index)], 1, -1))  # (N, *out, C)
-    cols = np.stack(columns, axis=-2).reshape(-1, len(columns) * x.shape[1]).astype(np.uint8)
-    wmat = np.moveaxis(w.reshape(w.shape[0], w.shape[1], -1), 1, -1).reshape(w.shape[0], -1).T  # (taps*C, M)
-    acc = arith.zero_point_matmul(cols, x_zp, wmat, np.broadcast_to(np.asarray(w_zp), (w.shape[0],)), scheme)
-    return np.moveaxis(acc.reshape(x.shape[0], *out_spatial, w.shape[0]), -1, 1)
+) -> None:
+    """Add ``sat16(pair) - pair`` of the risky pairs to the exact sums ``acc`` (``(N, M, *out)``, int64).
+
+    Only the columns those pairs read are gathered, from a padded copy of the raw input (padding holds
+    the zero point, as in onnxruntime's im2col), a block of records at a time.
+    """
+    cg, mg = x.shape[1] // group, acc.shape[1] // group
+    taps = list(itertools.product(*(range(k) for k in kernel_shape)))
+    out_spatial = acc.shape[2:]
+    per_record = math.prod(out_spatial) * len(taps) * cg
+    step = max(1, CHUNK_ELEMENTS // max(per_record, 1))
+    for n0 in range(0, x.shape[0], step):
+        xp = to_padded(x[n0 : n0 + step], pads, 0, np.uint8, int(x_zp))
+        records = xp.shape[0]
+        rows = records * math.prod(out_spatial)
+        for g, found in risky.items():
+
+            def gather(ks: np.ndarray, g: int = g, xp: np.ndarray = xp, rows: int = rows) -> np.ndarray:
+                columns = np.empty((rows, ks.size), np.uint8)
+                tap_of, channel = np.divmod(ks, cg)
+                for t in np.unique(tap_of):
+                    where = np.nonzero(tap_of == t)[0]
+                    index = tuple(
+                        slice(i * dil, i * dil + (o - 1) * s + 1, s)
+                        for i, dil, o, s in zip(taps[t], dilations, out_spatial, strides, strict=True)
+                    )
+                    view = xp[(slice(None), g * cg + channel[where], *index)]  # (records, len, *out)
+                    columns[:, where] = np.moveaxis(view, 1, -1).reshape(rows, where.size)
+                return columns
+
+            total = np.zeros((rows, mg), np.int64)
+            for span, cols, values in pairs.corrections(found, gather, rows):
+                total[span, cols] += values
+            target = acc[n0 : n0 + records, g * mg : (g + 1) * mg]
+            target += np.moveaxis(total.reshape(records, *out_spatial, mg), -1, 1)
 
 
 def _requantize_conv(
@@ -845,8 +882,10 @@ def conv_integer(
     )
     x_zp = 0 if x_zero_point is None else x_zero_point
     w_zp = 0 if w_zero_point is None else w_zero_point
-    acc, _, _ = conv_integer_acc(x, x_zp, w, w_zp, attrs, scheme.replace(accumulator="wrap32"))
-    acc = arith.accumulate(acc.astype(np.int64), scheme.replace(accumulator="wrap32"))
+    # onnxruntime's ConvInteger sums exactly on every x86 CPU (measured on AVX2: no pair saturation)
+    exact = scheme.replace(accumulator="wrap32", pair_saturation=False)
+    acc, _, _ = conv_integer_acc(x, x_zp, w, w_zp, attrs, exact)
+    acc = arith.accumulate(acc.astype(np.int64), exact)
     return (acc.astype(np.int32),)
 
 

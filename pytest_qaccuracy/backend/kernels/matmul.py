@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith
+from pytest_qaccuracy.backend import arith, pairs
 from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -40,6 +40,10 @@ def integer_matmul(
     acc = arith.int_matmul(
         a.astype(np.int32) - np.asarray(a_zp, np.int32), b.astype(np.int32) - np.asarray(b_zp, np.int32)
     )
+    if arith.saturates_pairs(scheme, a.dtype, b.dtype):
+        correction = pairs.saturating_matmul_correction(a, b)
+        if correction is not None:
+            acc = acc + correction
     return arith.accumulate(acc, scheme)
 
 
@@ -72,7 +76,7 @@ def matmul_integer(
     *,
     scheme: Scheme,
 ) -> tuple[np.ndarray]:
-    """int32 ``(A - a_zp) @ (B - b_zp)``."""
+    """int32 ``(A - a_zp) @ (B - b_zp)`` (u8 x s8 pairs saturate as the scheme says)."""
     return (integer_matmul(A, a_zero_point, B, b_zero_point, scheme.replace(accumulator="wrap32")).astype(np.int32),)
 
 

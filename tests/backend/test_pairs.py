@@ -1,0 +1,169 @@
+"""int16 pair saturation (x86 without VNNI) against pair sums written out here, and the host probe.
+
+The oracle sums every pair of raw products with Python integers, one output at a time, in the
+reduction order MLAS packs (``(tap, channel)`` for convolutions); the backend computes exact sums with
+BLAS and corrects only the pairs its weight bound flags, so the two share no code.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pytest_qaccuracy.backend import arith, get_scheme, host, pairs
+from pytest_qaccuracy.backend.kernels.conv import conv_integer_acc
+from pytest_qaccuracy.errors import InputError
+
+AVX2 = get_scheme("onnxruntime-avx2")
+VNNI = get_scheme("onnxruntime-vnni")
+
+
+def _sat16(v: int) -> int:
+    return max(-32768, min(32767, v))
+
+
+def _pair_dot(a: list[int], b: list[int]) -> int:
+    """``sum_p sat16(a[2p] b[2p] + a[2p+1] b[2p+1])``; an odd last element pairs with 0."""
+    total = 0
+    for p in range(0, len(a), 2):
+        pair = a[p] * b[p] + (a[p + 1] * b[p + 1] if p + 1 < len(a) else 0)
+        total += _sat16(pair)
+    return total
+
+
+def _oracle_matmul(a: np.ndarray, a_zp: int, b: np.ndarray, b_zp: int) -> np.ndarray:
+    m, k = a.shape
+    out = np.zeros((m, b.shape[1]), np.int64)
+    for i in range(m):
+        for j in range(b.shape[1]):
+            raw = _pair_dot([int(v) for v in a[i]], [int(v) for v in b[:, j]])
+            out[i, j] = raw - a_zp * int(b[:, j].astype(np.int64).sum()) - b_zp * int(a[i].astype(np.int64).sum())
+            out[i, j] += k * a_zp * b_zp
+    return out
+
+
+def _heavy_weights(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Weights with many large same-sign neighbours, so that many pairs saturate."""
+    sign = rng.choice([-1, 1], size=(*shape[:-1], 1))
+    return np.clip(sign * rng.integers(20, 129, size=shape), -128, 127).astype(np.int8)
+
+
+def test_a_pair_saturates_like_vpmaddubsw() -> None:
+    a = np.full((1, 4), 255, np.uint8)
+    b = np.array([[100], [100], [-100], [1]], np.int8)
+    # pairs: 255*100 + 255*100 = 51000 -> 32767; 255*(-100) + 255*1 = -25245
+    assert arith.zero_point_matmul(a, 0, b, 0, AVX2)[0, 0] == 32767 - 25245
+    assert arith.zero_point_matmul(a, 0, b, 0, VNNI)[0, 0] == 255 * 101
+
+
+def test_the_weight_bound_flags_every_pair_that_can_saturate_and_no_other() -> None:
+    """Over every pair of int8 weights: flagged iff some inputs in [0, a_max] leave the int16 range."""
+    values = np.arange(-128, 128)
+    w0, w1 = np.meshgrid(values, values, indexing="ij")
+    for a_max in (255, 200, 128, 64):
+        w = np.stack([w0.ravel(), w1.ravel()]).astype(np.int8)  # (2, 65536): one pair per column
+        flagged = np.zeros(w.shape[1], bool)
+        flagged[pairs.risky_pairs(w, a_max).column] = True
+        # the extremes of a0*w0 + a1*w1 over the box [0, a_max]^2 lie at its corners
+        corners = [a0 * w0.ravel() + a1 * w1.ravel() for a0 in (0, a_max) for a1 in (0, a_max)]
+        can_saturate = (np.max(corners, axis=0) > 32767) | (np.min(corners, axis=0) < -32768)
+        np.testing.assert_array_equal(flagged, can_saturate)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 64, 32), (3, 63, 17), (5, 1, 4), (8, 130, 9)])
+@pytest.mark.parametrize(("a_zp", "b_zp"), [(0, 0), (128, 0), (37, -5)])
+def test_matmul_matches_the_pair_oracle(m: int, k: int, n: int, a_zp: int, b_zp: int) -> None:
+    rng = np.random.default_rng(m * 1000 + k + n)
+    a = rng.integers(150, 256, (m, k)).astype(np.uint8)
+    b = _heavy_weights(rng, (n, k)).T.copy()
+    got = arith.zero_point_matmul(a, a_zp, b, b_zp, AVX2)
+    np.testing.assert_array_equal(got, _oracle_matmul(a, a_zp, b, b_zp))
+    if k > 1:
+        assert not np.array_equal(got, arith.zero_point_matmul(a, a_zp, b, b_zp, VNNI))  # it saturated
+
+
+def test_batched_matmul_saturates_per_batch() -> None:
+    from pytest_qaccuracy.backend.kernels.matmul import integer_matmul
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(200, 256, (2, 3, 10)).astype(np.uint8)
+    b = np.stack([_heavy_weights(rng, (4, 10)).T for _ in range(2)])
+    got = integer_matmul(a, 0, b, 0, AVX2)
+    for i in range(2):
+        np.testing.assert_array_equal(got[i], _oracle_matmul(a[i], 0, b[i], 0))
+
+
+def _oracle_conv(x, x_zp, w, pads, strides, dilations, group) -> np.ndarray:
+    n, c, h, wd = x.shape
+    m, cg, kh, kw = w.shape
+    mg = m // group
+    xp = np.full((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]), x_zp, np.int64)
+    xp[:, :, pads[0] : pads[0] + h, pads[1] : pads[1] + wd] = x
+    oh = (xp.shape[2] - dilations[0] * (kh - 1) - 1) // strides[0] + 1
+    ow = (xp.shape[3] - dilations[1] * (kw - 1) - 1) // strides[1] + 1
+    out = np.zeros((n, m, oh, ow), np.int64)
+    for r, o, i, j in itertools.product(range(n), range(m), range(oh), range(ow)):
+        g = o // mg
+        window, weights = [], []
+        for ti, tj, ch in itertools.product(range(kh), range(kw), range(cg)):  # (tap, channel) order
+            row, col = i * strides[0] + ti * dilations[0], j * strides[1] + tj * dilations[1]
+            window.append(int(xp[r, g * cg + ch, row, col]))
+            weights.append(int(w[o, ch, ti, tj]))
+        out[r, o, i, j] = _pair_dot(window, weights) - x_zp * sum(weights)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("c", "m", "group", "kernel", "pads", "strides", "dilations"),
+    [
+        (3, 4, 1, 3, [1, 1, 1, 1], (1, 1), (1, 1)),  # odd channels: pairs cross taps
+        (8, 6, 1, 1, [0, 0, 0, 0], (1, 1), (1, 1)),  # 1x1
+        (5, 4, 1, 3, [2, 1, 0, 1], (2, 1), (1, 2)),  # strides, dilations, uneven pads
+        (6, 4, 2, 3, [1, 1, 1, 1], (1, 1), (1, 1)),  # grouped, 3 channels per group
+        (4, 8, 4, 3, [1, 1, 1, 1], (1, 1), (1, 1)),  # one channel in, two out per group: paired taps
+    ],
+)
+def test_convolution_matches_the_pair_oracle(c, m, group, kernel, pads, strides, dilations) -> None:
+    rng = np.random.default_rng(c * 100 + m + group)
+    x = rng.integers(180, 256, (2, c, 5, 6)).astype(np.uint8)
+    w = _heavy_weights(rng, (m, c // group, kernel, kernel))
+    attrs = {"pads": pads, "strides": list(strides), "dilations": list(dilations), "group": group}
+    got, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, AVX2)
+    want = _oracle_conv(x, 131, w, pads, strides, dilations, group)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), want)
+    exact, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, VNNI)
+    assert not np.array_equal(np.asarray(exact, np.int64), want)
+
+
+def test_depthwise_convolution_sums_exactly() -> None:
+    """One channel in and one out per group: MLAS's depthwise kernel widens to int32, no pairs."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(200, 256, (1, 4, 5, 5)).astype(np.uint8)
+    w = _heavy_weights(rng, (4, 1, 3, 3))
+    attrs = {"pads": [1, 1, 1, 1], "group": 4}
+    got, _, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), attrs, AVX2)
+    exact, _, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), attrs, VNNI)
+    np.testing.assert_array_equal(got, exact)
+    assert not np.array_equal(np.asarray(exact, np.int64), _oracle_conv(x, 0, w, [1, 1, 1, 1], (1, 1), (1, 1), 4))
+
+
+def test_the_probe_names_this_machine_and_can_be_overridden(monkeypatch: pytest.MonkeyPatch) -> None:
+    value = host.probe()
+    assert value in (32767, 64770)
+    host.host_preset.cache_clear()
+    monkeypatch.delenv(host.ENV_OVERRIDE, raising=False)
+    try:
+        assert host.host_preset() == ("onnxruntime-avx2" if value == 32767 else "onnxruntime-vnni")
+        assert get_scheme("onnxruntime").name == host.host_preset()
+        for preset in host.HOST_PRESETS:
+            host.host_preset.cache_clear()
+            monkeypatch.setenv(host.ENV_OVERRIDE, preset)
+            assert get_scheme("onnxruntime") is get_scheme(preset)
+        host.host_preset.cache_clear()
+        monkeypatch.setenv(host.ENV_OVERRIDE, "onnxruntime-sse")
+        with pytest.raises(InputError, match="QACCURACY_HOST_PRESET='onnxruntime-sse': expected one of"):
+            host.host_preset()
+    finally:
+        host.host_preset.cache_clear()
