@@ -10,8 +10,11 @@ opset 21 so that ``onnx.reference`` can run it, and a QOperator twin), then time
 
 Each runtime runs the same quantized model on the same batch; the best of ``--repeat`` runs is reported
 (onnx.reference: one run). ``--reference-records`` times onnx.reference on fewer records and scales
-linearly to the batch (labelled "scaled" in the table). The integer backend's outputs are checked
-bit for bit against onnxruntime's.
+linearly to the batch (labelled "scaled" in the table). The integer backend runs this machine's
+preset, whose outputs are checked bit for bit against onnxruntime's, and the other x86 family's
+preset: the second table gives
+the cost of emulating the int16 pair saturation of CPUs without VNNI (``onnxruntime-avx2``) against
+exact int32 sums (``onnxruntime-vnni``).
 """
 
 from __future__ import annotations
@@ -203,7 +206,8 @@ def main() -> None:
     print(
         f"net: {shape}; {os.cpu_count()} cores (ORT threads {args.threads or 'all'}, BLAS threads {blas}); {versions}"
     )
-    rows = []
+    rows, families = [], []
+    print(f"host preset: {_host()}")
     for fmt in ("qdq", "qoperator"):
         path = quantize(net, calibration, folder, fmt)
         options = ort.SessionOptions()
@@ -211,9 +215,13 @@ def main() -> None:
         options.add_session_config_entry("session.qdqisint8allowed", "1")
         options.intra_op_num_threads = args.threads
         ort_session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        integer = IntegerSession(path, "onnxruntime", threads=args.threads)
+        integer = IntegerSession(path, "onnxruntime", threads=args.threads)  # this machine's preset
+        other = IntegerSession(path, OTHER_FAMILY[integer.scheme.name], threads=args.threads)
         t_ort, want = best_of(lambda s=ort_session: s.run(None, {"input": batch}), args.repeat)
         t_int, got = best_of(lambda s=integer: s.run(None, {"input": batch}), args.repeat)
+        t_other, _ = best_of(lambda s=other: s.run(None, {"input": batch}), args.repeat)
+        times = {integer.scheme.name: t_int, other.scheme.name: t_other}
+        families.append((fmt, times["onnxruntime-avx2"], times["onnxruntime-vnni"]))
         mismatches = int(np.count_nonzero(np.asarray(got[0]) != np.asarray(want[0])))
         t_ref, note = float("nan"), "cannot run (com.microsoft / opset-10 QOperator kernels)"
         if fmt == "qdq":
@@ -235,6 +243,19 @@ def main() -> None:
             f"| {fmt} | {t_ort * 1000:.1f} ms | {t_int * 1000:.1f} ms | {ref} | {t_int / t_ort:.1f}x | {speedup} "
             f"| {mismatches} |"
         )
+    print("\n| model | onnxruntime-avx2 (pairs saturate) | onnxruntime-vnni (exact) | avx2 / vnni |")
+    print("|---|---|---|---|")
+    for fmt, t_avx2, t_vnni in families:
+        print(f"| {fmt} | {t_avx2 * 1000:.1f} ms | {t_vnni * 1000:.1f} ms | {t_avx2 / t_vnni:.2f}x |")
+
+
+OTHER_FAMILY = {"onnxruntime-avx2": "onnxruntime-vnni", "onnxruntime-vnni": "onnxruntime-avx2"}
+
+
+def _host() -> str:
+    from pytest_qaccuracy.backend.host import host_preset
+
+    return host_preset()
 
 
 if __name__ == "__main__":

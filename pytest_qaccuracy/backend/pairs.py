@@ -16,7 +16,7 @@ fast way and only the pairs that may saturate are corrected: ``acc = exact + sum
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,30 +65,51 @@ def risky_pairs(w: np.ndarray, a_max: int) -> RiskyPairs:
 
 def corrections(
     pairs: RiskyPairs, gather: Callable[[np.ndarray], np.ndarray], rows: int
-) -> Iterator[tuple[slice, np.ndarray, np.ndarray]]:
-    """``(row slice, columns, values)`` blocks to add to the exact sums: ``sat16(p) - p`` per column.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The non-zero ``sat16(p) - p`` of the risky pairs as ``(row, column, value)`` triples.
 
     Args:
         pairs: the risky pairs of the weight matrix.
-        gather: ``gather(ks)`` returns the raw inputs at reduction indices ``ks`` as ``(rows, len(ks))``.
+        gather: ``gather(ks)`` returns the raw inputs at reduction indices ``ks`` as ``(len(ks), rows)``.
         rows: number of rows (records times output positions).
+
+    A row of a pair can only saturate when ``(a[k] + a[k+1]) * w_max > 32767``, ``w_max`` the largest
+    weight magnitude among the pair's risky columns: a cheap test over the rows picks the candidates,
+    and only those are multiplied out column by column.
     """
+    empty = np.zeros(0, np.int64)
     if not len(pairs) or not rows:
-        return
+        return empty, empty, empty
     needed = np.unique(np.concatenate([pairs.first, pairs.first + 1]))
-    columns = gather(needed)
-    i_first = np.searchsorted(needed, pairs.first)
-    i_second = np.searchsorted(needed, pairs.first + 1)
-    out_cols, starts = np.unique(pairs.column, return_index=True)
-    step = max(1, BLOCK_ELEMENTS // len(pairs))
-    for r0 in range(0, rows, step):
-        block = columns[r0 : r0 + step]
-        total = block[:, i_first].astype(np.int32) * pairs.w_first
-        total += block[:, i_second].astype(np.int32) * pairs.w_second
-        clipped = np.clip(total, INT16_MIN, INT16_MAX)
-        clipped -= total
-        if clipped.any():
-            yield slice(r0, r0 + block.shape[0]), out_cols, np.add.reduceat(clipped, starts, axis=1)
+    inputs = gather(needed)
+    firsts, which = np.unique(pairs.first, return_inverse=True)  # distinct pairs of the reduction axis
+    row_first, row_second = np.searchsorted(needed, firsts), np.searchsorted(needed, firsts + 1)
+    largest = np.zeros(firsts.size, np.int32)
+    np.maximum.at(largest, which, np.maximum(np.abs(pairs.w_first), np.abs(pairs.w_second)))
+    threshold = INT16_MAX // largest  # a + a' above it may saturate
+    order = np.argsort(which, kind="stable")  # the risky entries grouped by pair
+    start = np.searchsorted(which[order], np.arange(firsts.size))
+    count = np.bincount(which, minlength=firsts.size)
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    step = max(1, BLOCK_ELEMENTS // rows)
+    for p0 in range(0, firsts.size, step):
+        block = slice(p0, p0 + step)
+        total = inputs[row_first[block]].astype(np.uint16) + inputs[row_second[block]]
+        pair, row = np.nonzero(total > threshold[block, None])
+        if not pair.size:
+            continue
+        pair += p0
+        per = count[pair]
+        entry = order[np.repeat(start[pair] - np.cumsum(per) + per, per) + np.arange(per.sum())]
+        pair, row = np.repeat(pair, per), np.repeat(row, per)
+        value = inputs[row_first[pair], row].astype(np.int32) * pairs.w_first[entry]
+        value += inputs[row_second[pair], row].astype(np.int32) * pairs.w_second[entry]
+        change = np.clip(value, INT16_MIN, INT16_MAX) - value
+        keep = np.nonzero(change)[0]
+        found.append((row[keep], pairs.column[entry[keep]], change[keep].astype(np.int64)))
+    if not found:
+        return empty, empty, empty
+    return tuple(np.concatenate(parts) for parts in zip(*found, strict=True))  # type: ignore[return-value]
 
 
 def saturating_matmul_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray | None:
@@ -108,9 +129,9 @@ def saturating_matmul_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray | N
         return np.stack([zeros if p is None else p for p in parts]).reshape(*batch, *zeros.shape)
     a2 = a.reshape(-1, a.shape[-1])
     found = risky_pairs(w, int(a2.max(initial=0)))
-    result = None
-    for rows, cols, values in corrections(found, lambda ks: a2[:, ks], a2.shape[0]):
-        if result is None:
-            result = np.zeros((a2.shape[0], w.shape[1]), np.int64)
-        result[rows, cols] += values
-    return None if result is None else result.reshape(*a.shape[:-1], w.shape[1])
+    rows, cols, values = corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), a2.shape[0])
+    if not values.size:
+        return None
+    result = np.zeros((a2.shape[0], w.shape[1]), np.int64)
+    np.add.at(result, (rows, cols), values)
+    return result.reshape(*a.shape[:-1], w.shape[1])

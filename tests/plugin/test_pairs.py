@@ -16,16 +16,16 @@ def test_good_passes_broken_fails_with_full_message(digits: pytest.Pytester) -> 
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [
-            "E       AssertionError: cosine 0.38* < 0.99 for output 'logits' (pair 'digits_cnn.broken')",
+            "E       AssertionError: cosine 0.39* < 0.99 for output 'logits' (pair 'digits_cnn.broken')",
             "E       Tolerance from: default",
             "E       Also failed (1):",
             "E        top-1 agreement 0.07* < 0.9 for output 'logits'",
             "E       Worst records (cosine):",
-            "E        record 49: 0.0077*",
+            "E        record 49: 0.022*",
         ]
     )
-    result.stdout.fnmatch_lines(["E       Worst layers (cosine):", "E        logits (Gemm): 0.38*"])
-    result.stdout.fnmatch_lines(["E       First jump (cosine): logits (Gemm): 0.58* -> 0.38*"])
+    result.stdout.fnmatch_lines(["E       Worst layers (cosine):", "E        logits (Gemm): 0.39*"])
+    result.stdout.fnmatch_lines(["E       First jump (cosine): logits (Gemm): 0.58* -> 0.39*"])
     result.stdout.fnmatch_lines(["E       Artifacts: *pairs*digits_cnn.broken-*.json"])
 
 
@@ -37,7 +37,7 @@ def test_session_summary_blocks(digits: pytest.Pytester) -> None:
             "*= quantization accuracy summary =*",
             "digits_cnn.broken: FAILED (digits_cnn.onnx vs digits_cnn.broken.onnx on digits_test.npz, 300 records)",
             "*target*metric*value*tolerance*status*",
-            "*output 'logits'*cosine*0.38*>= 0.99*FAIL*",
+            "*output 'logits'*cosine*0.39*>= 0.99*FAIL*",
             "*most sensitive layers (sqnr): logits (Gemm)*",
             "digits_cnn.qdq: PASSED *",
             "*output 'logits'*top-1 accuracy drop*<= 0.005*pass*",
@@ -138,7 +138,7 @@ def test_rtol_and_layer_rules(digits: pytest.Pytester) -> None:
     # the most specific rule wins: relu1 needs 50 dB, the other layers 30 dB
     result.stdout.fnmatch_lines(
         [
-            "E       AssertionError: sqnr 44.* dB < 50 dB for layer 'relu1' (Relu) (pair 'digits_cnn.qdq')",
+            "E       AssertionError: sqnr 41.* dB < 50 dB for layer 'relu1' (Relu) (pair 'digits_cnn.qdq')",
             "E       Tolerance from: ini file tox.ini (qaccuracy_tolerances), rule '*::relu1 sqnr>=50'",
         ]
     )

@@ -74,7 +74,7 @@ def test_payload_is_plain_builtins(digits: pytest.Pytester) -> None:
 
         def test_payload(qaccuracy, qaccuracy_pair, request):
             pair = qaccuracy_pair("models/digits_cnn.onnx", "models/digits_cnn.qdq.onnx", "data/digits_test.npz")
-            qaccuracy.check(pair, rtol=0.5, atol=0.5, max_top1_drop=0.01)
+            qaccuracy.check(pair, rtol=1.0, atol=1.0, max_top1_drop=0.01)
             payload = request.config.stash[session_key].payload()
             assert json.loads(json.dumps(payload, allow_nan=False)) == payload
             walk(payload)

@@ -760,16 +760,16 @@ def _add_pair_corrections(
     cg, mg = x.shape[1] // group, acc.shape[1] // group
     taps = list(itertools.product(*(range(k) for k in kernel_shape)))
     out_spatial = acc.shape[2:]
-    per_record = math.prod(out_spatial) * len(taps) * cg
-    step = max(1, CHUNK_ELEMENTS // max(per_record, 1))
+    positions = math.prod(out_spatial)
+    step = max(1, CHUNK_ELEMENTS // max(positions * len(taps) * cg, 1))
+    flat = acc.reshape(acc.shape[0], acc.shape[1], positions)  # a view: acc is a fresh int64 array
     for n0 in range(0, x.shape[0], step):
         xp = to_padded(x[n0 : n0 + step], pads, 0, np.uint8, int(x_zp))
         records = xp.shape[0]
-        rows = records * math.prod(out_spatial)
         for g, found in risky.items():
 
-            def gather(ks: np.ndarray, g: int = g, xp: np.ndarray = xp, rows: int = rows) -> np.ndarray:
-                columns = np.empty((rows, ks.size), np.uint8)
+            def gather(ks: np.ndarray, g: int = g, xp: np.ndarray = xp) -> np.ndarray:
+                columns = np.empty((ks.size, xp.shape[0] * positions), np.uint8)
                 tap_of, channel = np.divmod(ks, cg)
                 for t in np.unique(tap_of):
                     where = np.nonzero(tap_of == t)[0]
@@ -778,14 +778,12 @@ def _add_pair_corrections(
                         for i, dil, o, s in zip(taps[t], dilations, out_spatial, strides, strict=True)
                     )
                     view = xp[(slice(None), g * cg + channel[where], *index)]  # (records, len, *out)
-                    columns[:, where] = np.moveaxis(view, 1, -1).reshape(rows, where.size)
+                    columns[where] = np.moveaxis(view, 1, 0).reshape(where.size, -1)
                 return columns
 
-            total = np.zeros((rows, mg), np.int64)
-            for span, cols, values in pairs.corrections(found, gather, rows):
-                total[span, cols] += values
-            target = acc[n0 : n0 + records, g * mg : (g + 1) * mg]
-            target += np.moveaxis(total.reshape(records, *out_spatial, mg), -1, 1)
+            rows, cols, values = pairs.corrections(found, gather, records * positions)
+            record, position = np.divmod(rows, positions)
+            np.add.at(flat, (n0 + record, g * mg + cols, position), values)
 
 
 def _requantize_conv(
