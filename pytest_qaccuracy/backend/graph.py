@@ -10,6 +10,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from pytest_qaccuracy.errors import ModelError
+
 #: Prefix of tensors that QDQ fusion creates; they are never reported to callers.
 INTERNAL_PREFIX = "qaccuracy::"
 
@@ -65,9 +67,35 @@ def tensor_types(model: onnx.ModelProto) -> dict[str, np.dtype]:
     for value in [*graph.input, *graph.output, *graph.value_info]:
         elem = value.type.tensor_type.elem_type
         if elem:
+            _check_representable(value.name, elem)
             with contextlib.suppress(KeyError, TypeError):
                 types[value.name] = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
     for init in graph.initializer:
+        _check_representable(init.name, init.data_type)
         with contextlib.suppress(KeyError, TypeError):
             types[init.name] = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
     return types
+
+
+#: float8, 4-bit, 2-bit and float4 element types (those this onnx knows); onnx.reference runs them for us
+_NARROW_TYPES = {
+    getattr(onnx.TensorProto, name): name
+    for name in (
+        "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0",
+        "UINT4", "INT4", "FLOAT4E2M1", "UINT2", "INT2",
+    )
+    if hasattr(onnx.TensorProto, name)
+}  # fmt: skip
+#: onnx >= 1.19 gives those types their own numpy dtypes (ml_dtypes). Older onnx maps them to int8/uint8/float32
+#: in ``helper`` while ``numpy_helper.to_array`` returns float32 (1.16) or its own structured dtypes (1.17, 1.18),
+#: so feeds, initializers and ``onnx.reference`` disagree on their representation and 4-bit values are not
+#: even saturated to their range.
+NARROW_TYPES_SUPPORTED = np.dtype(helper.tensor_dtype_to_np_dtype(onnx.TensorProto.FLOAT8E4M3FN)) != np.float32
+
+
+def _check_representable(name: str, elem: int) -> None:
+    if elem in _NARROW_TYPES and not NARROW_TYPES_SUPPORTED:
+        raise ModelError(
+            f"tensor '{name}' is {_NARROW_TYPES[elem]}: float8, 4-bit, 2-bit and float4 tensors need onnx >= 1.19 "
+            f"(onnx {onnx.__version__} has no numpy dtype for them)"
+        )
