@@ -68,8 +68,17 @@ def test_bad_input_is_exit_2_with_one_error_line(zoo, tmp_path, capsys):
     assert _error_line(capsys) == (
         "error: bad.h5: record 0, input 0 ('x'): shape (1, 16, 16, 3) does not match the model input (N, 3, 16, 16)"
     )
-    assert main([*args, "--data", str(zoo["data"]), "--scheme", "tflite"]) == 2
+    assert main([*args, "--data", str(zoo["data"]), "--backend", "onnxruntime", "--scheme", "tflite"]) == 2
     assert _error_line(capsys) == "error: --scheme applies to --backend integer only"
+
+
+def test_a_scheme_alone_runs_the_integer_backend(zoo, tmp_path) -> None:
+    """``--scheme onnxruntime-avx2`` is the layer-wise view of a CPU without VNNI, from any machine."""
+    out = tmp_path / "avx2.json"
+    args = ["compare", str(zoo["fp32"]), str(zoo["qop_u8"]), "--data", str(zoo["data"])]
+    assert main([*args, "--scheme", "onnxruntime-avx2", "--json", str(out), "--outputs-only"]) == 0
+    document = json.loads(out.read_text())
+    assert (document["backend"], document["scheme"]) == ("integer", "onnxruntime-avx2")
 
 
 def test_usage_errors_are_exit_2_with_one_line(capsys):

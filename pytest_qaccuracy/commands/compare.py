@@ -19,8 +19,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, type=Path, help=".h5/.hdf5 (ONE layout), .npz, or a folder of .npy")
     parser.add_argument("--metrics", default=None, help="comma-separated metric names (default: all)")
     parser.add_argument("--batch-size", type=int, default=8, help="records per run (default: 8)")
-    parser.add_argument("--backend", choices=("onnxruntime", "integer"), default="onnxruntime")
-    parser.add_argument("--scheme", default=None, help="integer backend scheme preset (default: onnxruntime)")
+    parser.add_argument(
+        "--backend",
+        choices=("onnxruntime", "integer"),
+        default=None,
+        help="where the quantized model runs (default: integer with --scheme, else onnxruntime)",
+    )
+    parser.add_argument(
+        "--scheme",
+        default=None,
+        help="integer backend scheme preset, e.g. onnxruntime-avx2 for an x86 CPU without VNNI (docs/cpus.md)",
+    )
     parser.add_argument(
         "--capture",
         choices=("deployed", "reference"),
@@ -87,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise InputError(f"--top must be >= 0, got {args.top}")
     pair = ModelPair(args.fp32, args.quantized, mapping=_mapping(args.map))
+    if args.backend is None:  # a scheme names an emulated target, so it runs on the integer backend
+        args.backend = "integer" if args.scheme else "onnxruntime"
     if args.scheme and args.backend != "integer":
         raise InputError("--scheme applies to --backend integer only")
     result = compare(
