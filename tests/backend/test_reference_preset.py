@@ -7,9 +7,11 @@ do disagree there, so it cannot pass by accident.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from backend_models import assert_same, float_net, integer_tensors, node_model, quantize_qdq, random_q
 from onnx.reference import ReferenceEvaluator
@@ -21,19 +23,19 @@ f32 = np.float32
 
 def _tie_conv(dtype) -> tuple:
     rng = np.random.default_rng(0)
-    x = (rng.integers(-4, 5, (2, 6, 7, 7)) + 3).astype(dtype)  # small values: no saturation, many ties
+    x = (rng.integers(-4, 5, (2, 6, 7, 7)) + 4).astype(dtype)  # small values >= 0: no saturation, many ties
     w = rng.integers(-4, 5, (4, 6, 1, 1)).astype(np.int8)
     inits = {"xs": f32(0.5), "xz": np.array(3, dtype), "w": w, "ws": f32(0.5),
-             "wz": np.int8(0), "ys": f32(1.0), "yz": np.array(5, dtype)}  # fmt: skip
+             "wz": np.int8(0), "ys": f32(1.0), "yz": np.array(61, dtype)}  # fmt: skip
     return node_model("QLinearConv", [("x", dtype, x.shape)], inits, dtype), {"x": x}
 
 
 def _tie_matmul(dtype) -> tuple:
     rng = np.random.default_rng(1)
-    a = (rng.integers(-3, 4, (3, 5, 20)) + 1).astype(dtype)
+    a = (rng.integers(-3, 4, (3, 5, 20)) + 3).astype(dtype)  # >= 0: a negative value would wrap in uint8
     b = rng.integers(-3, 4, (20, 6)).astype(np.int8)
-    inits = {"as": f32(0.5), "az": np.array(1, dtype), "b": b, "bs": f32(0.5),
-             "bz": np.int8(0), "ys": f32(1.0), "yz": np.array(7, dtype)}  # fmt: skip
+    inits = {"as": f32(0.5), "az": np.array(3, dtype), "b": b, "bs": f32(0.5),
+             "bz": np.int8(0), "ys": f32(1.0), "yz": np.array(61, dtype)}  # fmt: skip
     return node_model("QLinearMatMul", [("a", dtype, a.shape)], inits, dtype), {"a": a}
 
 
@@ -42,16 +44,36 @@ def _tie_matmul(dtype) -> tuple:
 def test_qoperator_ties_match_reference(build, dtype) -> None:
     model, feeds = build(dtype)
     want = ReferenceEvaluator(model).run(None, feeds)[0]
+    # nothing saturates (onnx < 1.22's reference QLinearMatMul would wrap instead; the spec saturates)
+    assert np.iinfo(dtype).min < want.min() and want.max() < np.iinfo(dtype).max
     got = IntegerSession(model, "onnx-reference").run(None, feeds)[0]
     assert_same(got, want, "onnx-reference preset")
     ort_like = IntegerSession(model, "onnxruntime").run(None, feeds)[0]
     assert np.count_nonzero(ort_like != want) > want.size // 20  # ties: the presets really differ
 
 
-def test_integer_ops_match_reference() -> None:
+ONNX = tuple(int(p) for p in re.findall(r"\d+", onnx.__version__)[:2])
+
+
+@pytest.mark.parametrize(
+    "wz",
+    [
+        pytest.param(np.uint8(2), id="per-tensor"),
+        pytest.param(
+            np.array([1, 2, 3, 4], np.uint8),
+            marks=pytest.mark.skipif(
+                ONNX < (1, 20),
+                reason="onnx < 1.20's reference ConvInteger has no per-channel w_zero_point (`if w_zero_point:` "
+                "on an array raises); onnx 1.20 added it",
+            ),
+            id="per-channel",
+        ),
+    ],
+)
+def test_integer_ops_match_reference(wz: np.ndarray) -> None:
     rng = np.random.default_rng(2)
     x = random_q(rng, np.uint8, (2, 3, 6, 6))
-    inits = {"w": random_q(rng, np.uint8, (4, 3, 3, 3)), "xz": np.uint8(9), "wz": np.array([1, 2, 3, 4], np.uint8)}
+    inits = {"w": random_q(rng, np.uint8, (4, 3, 3, 3)), "xz": np.uint8(9), "wz": wz}
     conv = node_model("ConvInteger", [("x", np.uint8, x.shape)], inits, np.int32, input_order=["x", "w", "xz", "wz"],
                       pads=[1, 1, 1, 1])  # fmt: skip
     assert_same(
