@@ -97,7 +97,12 @@ def test_host_preset_is_bit_exact_with_the_host_onnxruntime(name: str) -> None:
     options.intra_op_num_threads = 1
     for key, value in case.get("session_config", {}).items():
         options.add_session_config_entry(key, value)
-    session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    try:
+        session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ConvInteger u8 x s8: no CPU kernel in onnxruntime 1.18 or 1.23 (1.32 has one)
+        if "NOT_IMPLEMENTED" not in str(exc):
+            raise
+        pytest.skip(f"onnxruntime {ort.__version__} has no CPU kernel for this case: {str(exc).splitlines()[0]}")
     feeds = dict(np.load(folder / "inputs.npz"))
     names = [o.name for o in session.get_outputs()]
     if name.startswith("net"):
