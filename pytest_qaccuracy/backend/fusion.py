@@ -176,8 +176,16 @@ def _out(q: Step) -> list[str]:
     return [q.inputs[1], q.inputs[2] if len(q.inputs) > 2 else ""]
 
 
+def _activation_types_match(graph: _Graph, x: Step, q: Step) -> bool:
+    """onnxruntime fuses Conv/MatMul/Gemm groups only when input and output activations share a type
+    (they may not after its int8 -> uint8 conversion of single QDQ pairs: ``int8_to_uint8``)."""
+    return graph.types.get(x.inputs[0]) == graph.types.get(q.outputs[0])
+
+
 def _conv(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> list[Step] | None:
     x, w = dqs
+    if not _activation_types_match(graph, x, q):
+        return None
     inputs = _qparams(x) + _qparams(w) + _out(q)
     if len(step.inputs) > 2 and step.inputs[2]:
         bias = graph.producer.get(step.inputs[2])
@@ -189,11 +197,15 @@ def _conv(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> li
 
 def _matmul(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> list[Step] | None:
     a, b = dqs
+    if not _activation_types_match(graph, a, q):
+        return None
     return [Step(step.name, "", "QLinearMatMul", _qparams(a) + _qparams(b) + _out(q), list(q.outputs))]
 
 
 def _gemm(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> list[Step] | None:
     a, b = dqs
+    if not _activation_types_match(graph, a, q):
+        return None
     bias = ""
     if len(step.inputs) > 2 and step.inputs[2]:
         c = graph.producer.get(step.inputs[2])

@@ -48,11 +48,6 @@ def host_preset() -> str:
         ) from None
 
 
-def host_cpu() -> str:
-    """A short description of how the host preset was found, for reports: ``probe`` or ``QACCURACY_HOST_PRESET``."""
-    return ENV_OVERRIDE if os.environ.get(ENV_OVERRIDE, "").strip() else "probe"
-
-
 def probe() -> int:
     """The first output of onnxruntime's MatMulInteger on ``a = 255...``, ``b[0:2] = 127``, ``b[2:] = 0``."""
     import onnxruntime as ort

@@ -27,20 +27,22 @@ def convert(
 ) -> tuple[list[Step], dict[str, np.ndarray], dict[str, np.dtype], set[str]]:
     """Rewrite int8 activation Q -> DQ pairs to uint8.
 
-    A QuantizeLinear qualifies when its zero point is an int8 constant, its output is not in ``keep``
-    (graph outputs and tensors the caller asked for) and every consumer of it is a DequantizeLinear
-    with the same scale and zero point.
+    A QuantizeLinear qualifies when its zero point is an int8 constant and its only consumer is a
+    DequantizeLinear with the same scale, zero point and axis whose output has one consumer (onnxruntime
+    duplicates a DequantizeLinear read by several nodes before converting, and then leaves the pair
+    alone); the quantized tensor may not be in ``keep`` (graph outputs, tensors the caller asked for). A QDQ
+    group whose input and output then differ in type is not fused and runs in float, as in onnxruntime.
 
     Returns:
-        the new steps, the constants with the uint8 zero points added, the updated types, and the
-        names of the converted tensors.
+        the new steps, the uint8 zero points (new constants), the updated types, and the names of the
+        converted tensors.
     """
     consumers: dict[str, list[Step]] = {}
     for step in steps:
         for name in step.inputs:
             if name:
                 consumers.setdefault(name, []).append(step)
-    constants = dict(constants)
+    added: dict[str, np.ndarray] = {}
     types = dict(types)
     converted: set[str] = set()
     replaced: dict[int, Step] = {}
@@ -50,19 +52,22 @@ def convert(
         tensor, zp = step.outputs[0], step.inputs[2]
         zero_point = constants.get(zp)
         users = consumers.get(tensor, [])
-        if zero_point is None or zero_point.dtype != np.int8 or tensor in keep or not users:
+        if zero_point is None or zero_point.dtype != np.int8 or tensor in keep or len(users) != 1:
             continue
-        if not all(_is_plain(u, _DQ) and u.inputs[0] == tensor and _same(u, step, constants) for u in users):
+        (dq,) = users
+        if not (_is_plain(dq, _DQ) and dq.inputs[0] == tensor and _same(dq, step, constants)):
             continue
+        if len(consumers.get(dq.outputs[0], [])) > 1:
+            continue  # onnxruntime first gives each consumer its own DequantizeLinear: the Q then has several
         shifted = f"{INTERNAL_PREFIX}{zp}:uint8"
-        constants[shifted] = (zero_point.astype(np.int16) + 128).astype(np.uint8)
-        for s in (step, *users):
+        added[shifted] = (zero_point.astype(np.int16) + 128).astype(np.uint8)
+        for s in (step, dq):
             inputs = list(s.inputs)
             inputs[2] = shifted
             replaced[id(s)] = Step(s.name, s.domain, s.op_type, inputs, list(s.outputs), dict(s.attrs), s.proto)
         types[tensor] = np.dtype(np.uint8)
         converted.add(tensor)
-    return [replaced.get(id(s), s) for s in steps], constants, types, converted
+    return [replaced.get(id(s), s) for s in steps], added, types, converted
 
 
 def as_model_type(value: np.ndarray) -> np.ndarray:

@@ -190,10 +190,10 @@ class IntegerSession:
                 outputs = set(self._graph_outputs)
                 types = self.types
                 if self.scheme.qdq_int8_to_uint8:
-                    steps, constants, types, converted = int8_to_uint8.convert(
+                    steps, zero_points, types, converted = int8_to_uint8.convert(
                         steps, self.constants, self.types, outputs | requested
                     )
-                    self.constants.update(constants)  # the uint8 zero points, under internal names
+                    self.constants.update(zero_points)  # under internal names
                 steps = fuse_qdq(steps, self.constants, types, outputs, set(requested), self.opsets.get("", 1))
             self._plans[requested] = [self._bind(s) for s in steps]
             self._converted[requested] = frozenset(converted)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from backend_models import (
     assert_same,
@@ -177,3 +178,38 @@ def test_qdq_groups_become_integer_kernels(per_channel: bool, data, tmp_path: Pa
                   "com.microsoft::QLinearSoftmax"):  # fmt: skip
         assert fused in ops
     assert not {"ai.onnx::Conv", "ai.onnx::MatMul", "ai.onnx::Gemm", "ai.onnx::Sigmoid"} & set(ops)
+
+
+def _fan_out_net() -> onnx.ModelProto:
+    """``c1`` feeds two convs whose sum feeds ``c4``: an int8 tensor read by two nodes."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    for name, source, cin, cout in (("c1", "x", 8, 8), ("c2", "c1", 8, 8), ("c3", "c1", 8, 8), ("c4", "s", 8, 4)):
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.3, (cout, cin, 3, 3)).astype(np.float32), f"{name}_w"))
+        nodes.append(helper.make_node("Conv", [source, f"{name}_w"], [name], name=name, pads=[1, 1, 1, 1]))
+    nodes.insert(3, helper.make_node("Add", ["c2", "c3"], ["s"], name="add"))
+    graph = helper.make_graph(
+        nodes,
+        "fan_out",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 8, 10, 10])],
+        [helper.make_tensor_value_info("c4", TensorProto.FLOAT, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_default_session_fuses_the_int8_groups_onnxruntime_fuses(tmp_path: Path) -> None:
+    """A default x86 session converts an int8 QDQ pair to uint8 only when its DequantizeLinear has one
+    reader; a Conv whose input and output then differ in type stays in float. The plan must fuse the
+    same groups as onnxruntime's optimized graph (here: c1, c2, c3 in float; the Add and c4 fused)."""
+    rng = np.random.default_rng(1)
+    calibration = rng.normal(0, 1, (16, 8, 10, 10)).astype(np.float32)
+    model = quantize_qdq(_fan_out_net(), calibration, tmp_path, activation="int8", per_channel=True)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    theirs = [n.op_type for n in onnx.load(tmp_path / "optimized.onnx").graph.node if "Conv" in n.op_type]
+    ours = [op.split("::")[1] for op, _, _ in IntegerSession(model).plan() if "Conv" in op]
+    assert sorted(ours) == sorted(theirs) == ["Conv", "Conv", "Conv", "QLinearConv"]
+    records = rng.normal(0, 1.2, (6, 8, 10, 10)).astype(np.float32)
+    assert_same(IntegerSession(model).run(None, {"x": records})[0], session.run(None, {"x": records})[0], "c4")
