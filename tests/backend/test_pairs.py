@@ -123,6 +123,8 @@ def _oracle_conv(x, x_zp, w, pads, strides, dilations, group) -> np.ndarray:
         (5, 4, 1, 3, [2, 1, 0, 1], (2, 1), (1, 2)),  # strides, dilations, uneven pads
         (6, 4, 2, 3, [1, 1, 1, 1], (1, 1), (1, 1)),  # grouped, 3 channels per group
         (4, 8, 4, 3, [1, 1, 1, 1], (1, 1), (1, 1)),  # one channel in, two out per group: paired taps
+        (8, 4, 1, 3, [2, 1, 0, 1], (2, 1), (1, 2)),  # even channels: pairs within a tap, read per pixel
+        (8, 6, 2, 3, [1, 1, 1, 1], (2, 2), (1, 1)),  # grouped, 4 channels per group
     ],
 )
 def test_convolution_matches_the_pair_oracle(c, m, group, kernel, pads, strides, dilations) -> None:

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith, pairs, parallel
+from pytest_qaccuracy.backend import arith, parallel
+from pytest_qaccuracy.backend.kernels import conv_pairs
 from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -109,6 +110,7 @@ def conv_core(
     padding: int = 0,
     bias: np.ndarray | None = None,
     bias_in_gemm: bool = False,
+    correction: np.ndarray | None = None,
 ) -> np.ndarray:
     """``sum x*w (+ bias)`` over the windows of a padded input, chunk by chunk on the session's threads.
 
@@ -140,6 +142,8 @@ def conv_core(
         bias: ``(M,)`` added to every sum before the epilogue, by one pass over each chunk.
         bias_in_gemm: every partial sum stays exact with the bias added (the caller checked the
             bound): the row paths then add it in the GEMMs themselves, one more column of ones.
+        correction: ``(N, M, *out)`` in ``dtype``, added to each chunk's sums before the bias pass and
+            the epilogue (the int16 pair saturation of ``conv_pairs``); exactness is the caller's.
 
     Returns:
         ``(N, M, *out)``.
@@ -184,6 +188,8 @@ def conv_core(
             wide = (lead[2] - 1) + (kernel_shape[1] - 1) * dilations[1] + 1
             result = _buffer(m * lead[0] * lead[1] * wide, dtype, "target").reshape(lead[0], m, lead[1], wide)
             _depthwise_flat_chunk(source, wt, result, kernel_shape, chunk)
+            if correction is not None:
+                result[..., : lead[2]] += correction[n0:n1, :, o0:o1]
             if added is not None:
                 result += added
             if epilogue:
@@ -205,6 +211,8 @@ def conv_core(
             _depthwise_chunk(xp, wt, target, taps, chunk)
         else:
             _gemm_chunk(xp, wmat, target, taps, chunk, o1 - o0 == first)
+        if correction is not None:
+            target += correction[n0:n1, :, o0:o1]
         if added is not None:
             target += added
         if epilogue:
@@ -669,12 +677,14 @@ def conv_integer_acc(
         x_range = max(abs(int(x.max()) - int(x_zp)), abs(int(x.min()) - int(x_zp)))
     bound = float(x_range) * w_sum
     # MLAS's depthwise kernel sums exactly; the others saturate u8 x s8 pairs on CPUs without VNNI
-    depthwise = group == x.shape[1] == w.shape[0]
-    risky = None
-    if arith.saturates_pairs(scheme, x.dtype, w.dtype) and not depthwise and x.size:
-        risky = _risky_conv_pairs(w, group, max(int(x.max()), int(x_zp)))
-        if risky:
-            requantizer_for = None  # the corrections join the sums before requantization
+    correction, correction_max = None, 0.0
+    if arith.saturates_pairs(scheme, x.dtype, w.dtype) and not group == x.shape[1] == w.shape[0] and x.size:
+        padded = [s + pads[i] + pads[x.ndim - 2 + i] for i, s in enumerate(x.shape[2:])]
+        out_spatial = output_shape(tuple(padded), w.shape[2:], strides, dilations)
+        correction = conv_pairs.pair_corrections(x, int(x_zp), w, group, pads, strides, dilations, out_spatial)
+        if correction is not None:  # |exact + correction| <= bound + max|correction|
+            correction_max = float(np.abs(correction).max())
+            bound += correction_max
     dtype = np.float32 if bound < 2.0**24 else np.float64
     limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
     requantizer = requantizer_for(bound, dtype) if requantizer_for else None
@@ -682,6 +692,7 @@ def conv_integer_acc(
     if requantizer is not None:
         added = requantizer.bias
         raw_bound, shift = _folded_zero_point(x, x_zp, ws, w_sum)
+        raw_bound += correction_max
         if shift is not None and raw_bound < limit:
             folded = shift if added is None else shift + added
             if float(np.abs(folded).max(initial=0)) < limit:
@@ -702,10 +713,8 @@ def conv_integer_acc(
         padding=padding,
         bias=None if added is None else added.astype(dtype),
         bias_in_gemm=in_gemm,
+        correction=None if correction is None else correction.astype(dtype),
     )
-    if risky:
-        acc = acc.astype(np.int64)
-        _add_pair_corrections(acc, x, x_zp, risky, w.shape[2:], pads, strides, dilations, group)
     return acc, bound, epilogue is not None
 
 
@@ -725,65 +734,6 @@ def _folded_zero_point(
     info = np.iinfo(x.dtype)
     raw_bound = max(abs(int(info.min)), abs(int(info.max))) * w_sum
     return raw_bound, -int(x_zp) * ws.reshape(ws.shape[0], -1).sum(axis=1)
-
-
-def _risky_conv_pairs(w: np.ndarray, group: int, x_max: int) -> dict[int, pairs.RiskyPairs]:
-    """Per group, the weight pairs that may saturate, on the reduction axis ordered (tap, channel).
-
-    That is the order of onnxruntime's channels-last im2col (and of its 1x1 GEMMs), in which MLAS
-    pairs neighbours, so pairs cross from one tap to the next when a group's channel count is odd.
-    """
-    m, cg = w.shape[:2]
-    mg = m // group
-    taps = math.prod(w.shape[2:])
-    wmat = w.reshape(group, mg, cg, taps).transpose(0, 3, 2, 1).reshape(group, taps * cg, mg)  # (G, K, Mg)
-    found = {g: pairs.risky_pairs(wmat[g], x_max) for g in range(group)}
-    return {g: p for g, p in found.items() if len(p)}
-
-
-def _add_pair_corrections(
-    acc: np.ndarray,
-    x: np.ndarray,
-    x_zp: np.ndarray,
-    risky: dict[int, pairs.RiskyPairs],
-    kernel_shape: tuple[int, ...],
-    pads: list[int],
-    strides: tuple[int, ...],
-    dilations: tuple[int, ...],
-    group: int,
-) -> None:
-    """Add ``sat16(pair) - pair`` of the risky pairs to the exact sums ``acc`` (``(N, M, *out)``, int64).
-
-    Only the columns those pairs read are gathered, from a padded copy of the raw input (padding holds
-    the zero point, as in onnxruntime's im2col), a block of records at a time.
-    """
-    cg, mg = x.shape[1] // group, acc.shape[1] // group
-    taps = list(itertools.product(*(range(k) for k in kernel_shape)))
-    out_spatial = acc.shape[2:]
-    positions = math.prod(out_spatial)
-    step = max(1, CHUNK_ELEMENTS // max(positions * len(taps) * cg, 1))
-    flat = acc.reshape(acc.shape[0], acc.shape[1], positions)  # a view: acc is a fresh int64 array
-    for n0 in range(0, x.shape[0], step):
-        xp = to_padded(x[n0 : n0 + step], pads, 0, np.uint8, int(x_zp))
-        records = xp.shape[0]
-        for g, found in risky.items():
-
-            def gather(ks: np.ndarray, g: int = g, xp: np.ndarray = xp) -> np.ndarray:
-                columns = np.empty((ks.size, xp.shape[0] * positions), np.uint8)
-                tap_of, channel = np.divmod(ks, cg)
-                for t in np.unique(tap_of):
-                    where = np.nonzero(tap_of == t)[0]
-                    index = tuple(
-                        slice(i * dil, i * dil + (o - 1) * s + 1, s)
-                        for i, dil, o, s in zip(taps[t], dilations, out_spatial, strides, strict=True)
-                    )
-                    view = xp[(slice(None), g * cg + channel[where], *index)]  # (records, len, *out)
-                    columns[where] = np.moveaxis(view, 1, 0).reshape(where.size, -1)
-                return columns
-
-            rows, cols, values = pairs.corrections(found, gather, records * positions)
-            record, position = np.divmod(rows, positions)
-            np.add.at(flat, (n0 + record, g * mg + cols, position), values)
 
 
 def _requantize_conv(
