@@ -110,7 +110,7 @@ class Reader(CalibrationDataReader):
         return next(self._items, None)
 
 
-def quantize(fp32: Path, out: Path, calib: np.ndarray, fmt: QuantFormat) -> None:
+def quantize(fp32: Path, out: Path, calib: np.ndarray, fmt: QuantFormat, reduce_range: bool = True) -> None:
     quantize_static(
         str(fp32),
         str(out),
@@ -120,7 +120,7 @@ def quantize(fp32: Path, out: Path, calib: np.ndarray, fmt: QuantFormat) -> None
         weight_type=QuantType.QInt8,
         # 7-bit weights: no u8 x s8 pair can saturate on x86 CPUs without VNNI, so onnxruntime gives the
         # same results on every x86 CPU and the example suite's figures hold on both families (docs/cpus.md)
-        reduce_range=True,
+        reduce_range=reduce_range,
     )
 
 
@@ -140,6 +140,8 @@ def main() -> None:
     quantize(fp32, ROOT / "models" / "digits_cnn.qdq.onnx", calib, QuantFormat.QDQ)
     quantize(fp32, ROOT / "models" / "digits_cnn.qoperator.onnx", calib, QuantFormat.QOperator)
     quantize(fp32, ROOT / "models" / "digits_cnn.broken.onnx", calib * 0.02, QuantFormat.QDQ)
+    # 8-bit weights, for the deployment-targets example: they saturate on x86 CPUs without VNNI
+    quantize(fp32, ROOT / "models" / "digits_cnn.qdq_w8.onnx", calib, QuantFormat.QDQ, reduce_range=False)
 
 
 if __name__ == "__main__":

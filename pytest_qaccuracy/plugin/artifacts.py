@@ -81,9 +81,11 @@ def _write_html(path: Path, results: list[Any], records: Sequence[Mapping[str, A
     except ImportError:  # the HTML writer is optional for the plugin
         return None
     from pytest_qaccuracy.report.sensitivity_summary import sensitivity_view
+    from pytest_qaccuracy.report.summary import target_view
 
     views = [sensitivity_view(record) for record in records]
-    write_html(path, results, sensitivity=views, names=[record["id"] for record in records])
+    targets = [target_view(record) for record in records]
+    write_html(path, results, sensitivity=views, names=[record["id"] for record in records], targets=targets)
     return path
 
 

@@ -13,12 +13,13 @@ Only stdlib and pytest at module level.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from pytest_qaccuracy.plugin.ini import ini_text
+from pytest_qaccuracy.plugin.ini import ini_lines, ini_text
 
 #: The backends of :func:`pytest_qaccuracy.runtime.make_runner` and the scheme presets of
 #: :data:`pytest_qaccuracy.backend.scheme.PRESETS`, named here because options are checked at configure
@@ -58,6 +59,23 @@ def check_scheme(value: object) -> str:
     return str(value)
 
 
+def check_targets(value: object) -> tuple[str, ...]:
+    """Deployment targets: scheme presets as a list, or one string separated by commas or spaces.
+
+    ValueError naming the key otherwise. Duplicates are dropped, the order is kept.
+    """
+    if isinstance(value, str):
+        names: list[object] = [n for n in re.split(r"[\s,]+", value) if n]
+    elif isinstance(value, list | tuple):
+        names = list(value)
+    else:
+        raise ValueError(f"targets: expected a list of scheme presets, got {value!r}")
+    for name in names:
+        if name not in SCHEMES:
+            raise ValueError(f"targets: unknown scheme {name!r} (presets: {', '.join(SCHEMES)})")
+    return tuple(dict.fromkeys(str(n) for n in names))
+
+
 def add_backend_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
     """Declare ``--qaccuracy-backend``/``qaccuracy_backend`` and ``--qaccuracy-scheme``/``qaccuracy_scheme``."""
     backend_help = f"Backend running the quantized model: {' or '.join(BACKENDS)} (default {DEFAULT_BACKEND})"
@@ -66,6 +84,12 @@ def add_backend_options(parser: pytest.Parser, group: pytest.OptionGroup) -> Non
     parser.addini("qaccuracy_backend", backend_help, default=None)
     group.addoption("--qaccuracy-scheme", dest="qaccuracy_scheme", default=None, metavar="PRESET", help=scheme_help)
     parser.addini("qaccuracy_scheme", scheme_help, default=None)
+    targets_help = (
+        "Deployment targets every pair's output checks also run on, e.g. 'onnxruntime-avx2 onnxruntime-vnni' "
+        "(scheme presets; this machine's own runs on onnxruntime, the others on the integer backend)"
+    )
+    group.addoption("--qaccuracy-targets", dest="qaccuracy_targets", default=None, metavar="PRESETS", help=targets_help)
+    parser.addini("qaccuracy_targets", targets_help, type="linelist", default=[])
 
 
 def read_backend(config: pytest.Config) -> tuple[str, str]:
@@ -80,6 +104,17 @@ def read_backend(config: pytest.Config) -> tuple[str, str]:
             where = f"--qaccuracy-{name}" if cli is not None else f"qaccuracy_{name}"
             raise pytest.UsageError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
     return found[0], found[1]
+
+
+def read_targets(config: pytest.Config) -> tuple[str, ...]:
+    """``qaccuracy_targets`` from the command line, else the ini file; ``pytest.UsageError`` if unknown."""
+    cli = config.getoption("qaccuracy_targets")
+    value = cli if cli is not None else " ".join(ini_lines(config, "qaccuracy_targets"))
+    try:
+        return check_targets(value)
+    except ValueError as exc:
+        where = "--qaccuracy-targets" if cli is not None else "qaccuracy_targets"
+        raise pytest.UsageError(f"{where}: {str(exc).split(': ', 1)[1]}") from None
 
 
 def gate_outcome(agreement: Any, source: str) -> Any:
@@ -160,8 +195,10 @@ __all__ = [
     "agreement_record",
     "check_backend",
     "check_scheme",
+    "check_targets",
     "gate_notes",
     "gate_outcome",
     "gate_properties",
     "read_backend",
+    "read_targets",
 ]

@@ -48,6 +48,18 @@ class Outcome:
         return cls(**data)
 
 
+#: Separates a check's target from the deployment target it ran on: ``output 'y' on onnxruntime-avx2``.
+ON_TARGET = " on "
+
+
+def deployment_target(target: str) -> str | None:
+    """The deployment target a check's target names (``... on <preset>``), or None for the pair's own run."""
+    from pytest_qaccuracy.plugin.backend import SCHEMES
+
+    head, _, tail = target.rpartition(ON_TARGET)
+    return tail if head and tail in SCHEMES else None
+
+
 def _compare(
     check: str,
     target: str,
@@ -201,8 +213,15 @@ def failure_message(
     return layout(f"{first.detail} (pair '{pair_id}')", first.source, sections)
 
 
+def _output_name(target: str) -> str:
+    """The output a check's target names: ``output 'y'`` or ``output 'y' on <preset>`` -> ``y``."""
+    if deployment_target(target) is not None:
+        target = target.rpartition(ON_TARGET)[0]
+    return target.removeprefix("output '").removesuffix("'")
+
+
 def _worst_records(outcome: Outcome, result: ComparisonResult) -> list[str]:
-    name = outcome.target.removeprefix("output '").removesuffix("'")
+    name = _output_name(outcome.target)
     output = next((o for o in result.outputs if o.name == name), None)
     rows = [] if output is None else output.worst_records.get(outcome.metric, [])
     return [f"Worst records ({outcome.metric}):", *(f" record {r}: {fmt(v)}" for r, v in rows[:SHOW])] if rows else []
@@ -211,7 +230,7 @@ def _worst_records(outcome: Outcome, result: ComparisonResult) -> list[str]:
 def _worst_elements(outcome: Outcome, stats: OutputStats | None) -> list[str]:
     if outcome.metric != "relative" or stats is None:
         return []
-    name = outcome.target.removeprefix("output '").removesuffix("'")
+    name = _output_name(outcome.target)
     rel = stats.relative.get(name)
     if rel is None or not rel.worst:
         return []
@@ -243,4 +262,4 @@ def _layers(outcome: Outcome, result: ComparisonResult) -> list[str]:
     return lines
 
 
-__all__ = ["SIMPLE", "Outcome", "Tolerances", "evaluate", "failure_message"]
+__all__ = ["ON_TARGET", "SIMPLE", "Outcome", "Tolerances", "deployment_target", "evaluate", "failure_message"]

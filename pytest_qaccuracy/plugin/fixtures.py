@@ -15,22 +15,28 @@ from typing import Any
 
 import pytest
 
-from pytest_qaccuracy.plugin.backend import DEFAULT_BACKEND, DEFAULT_SCHEME, check_backend, check_scheme
+from pytest_qaccuracy.plugin.backend import (
+    DEFAULT_BACKEND,
+    DEFAULT_SCHEME,
+    check_backend,
+    check_scheme,
+    check_targets,
+)
 from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance, parse_rules
 from pytest_qaccuracy.plugin.session import CheckResult, PairSpec, QAccuracySession
 
 session_key = pytest.StashKey[QAccuracySession]()
 
 #: Pair keys naming where the quantized model runs, with their checks (ValueError naming the key).
-RUN_KEYS = {"backend": check_backend, "scheme": check_scheme}
+RUN_KEYS = {"backend": check_backend, "scheme": check_scheme, "targets": check_targets}
 
 #: Marker keys besides the tolerances.
 PAIR_KEYS = ("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers", *RUN_KEYS)
 #: Pair keys an explicit pair (``qaccuracy.pair(...)``, ``qaccuracy_pair(...)``) takes from the marker.
-SHARED_KEYS = ("data", "labels", "backend", "scheme")
+SHARED_KEYS = ("data", "labels", "backend", "scheme", "targets")
 MARKER_HELP = (
     "qaccuracy(fp32=None, quantized=None, data=None, labels=None, name=None, layers=(), backend=None, "
-    "scheme=None, **tolerances): "
+    "scheme=None, targets=None, **tolerances): "
     "the model pair of a test and its tolerances (" + ", ".join(TOLERANCES) + ")"
 )
 
@@ -102,8 +108,9 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
     name = extra.get("name") or paths["quantized"].stem
     backend = check_backend(extra.get("backend", DEFAULT_BACKEND))
     scheme = check_scheme(extra.get("scheme", DEFAULT_SCHEME))
+    targets = check_targets(extra.get("targets") or ())
     return PairSpec(
-        str(name), paths["fp32"], paths["quantized"], paths["data"], labels, mapping, metrics, backend, scheme
+        str(name), paths["fp32"], paths["quantized"], paths["data"], labels, mapping, metrics, backend, scheme, targets
     )
 
 
@@ -130,7 +137,7 @@ class QAccuracyRecorder:
         pair still takes the marker's ``data``, ``labels``, ``backend`` and ``scheme`` when it names
         none; backend and scheme default to ``qaccuracy_backend``/``qaccuracy_scheme``."""
         settings = self._state.settings
-        keys: dict[str, Any] = {"backend": settings.backend, "scheme": settings.scheme}
+        keys: dict[str, Any] = {"backend": settings.backend, "scheme": settings.scheme, "targets": settings.targets}
         if fp32 is None and quantized is None and data is None:
             keys.update({k: v for k, v in self._marker.items() if k in PAIR_KEYS and k != "layers" and v is not None})
         else:

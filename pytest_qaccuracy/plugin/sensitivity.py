@@ -144,11 +144,14 @@ def exclusion_target(checks: Sequence[Mapping[str, Any]], metric: str) -> dict[s
     The strictest one, preferring the ranking metric, then cosine. Every process picks the same way,
     so the controller keeps the xdist worker's pick with the highest :func:`target_rank`.
     """
+    from pytest_qaccuracy.plugin.checks import deployment_target
+
     failed = [
         c
         for c in checks
         if not c["passed"]
         and c["target"].startswith("output ")
+        and deployment_target(c["target"]) is None  # the analysis runs the pair's own backend
         and c["metric"] in TARGET_METRICS
         and c["op"] in (">=", ">")
         and c["threshold"] is not None

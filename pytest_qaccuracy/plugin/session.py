@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ class PairSpec:
     metrics: tuple[str, ...] = ()
     backend: str = DEFAULT_BACKEND
     scheme: str = DEFAULT_SCHEME
+    #: deployment targets (scheme presets) whose output checks run besides the pair's own run
+    targets: tuple[str, ...] = ()
 
     def key(self, root: Path) -> str:
         """A stable identity across runs and machines: the id, the paths relative to ``root``, and the
@@ -47,10 +49,36 @@ class PairSpec:
                 parts.append(f"{name}={value}")
         return "|".join(parts)
 
+    def on_target(self, target: str) -> tuple[PairSpec, str]:
+        """The pair as it runs on ``target`` (a scheme preset), and the target's resolved name.
+
+        This machine's own target runs on onnxruntime itself (when the pair runs there); any other
+        on the integer backend with that preset.
+        """
+        from pytest_qaccuracy.backend.host import host_preset
+        from pytest_qaccuracy.backend.scheme import get_scheme
+
+        name = get_scheme(target).name
+        if name == host_preset() and self.backend == "onnxruntime":
+            return replace(self, targets=(), scheme=DEFAULT_SCHEME), name
+        return replace(self, targets=(), backend="integer", scheme=name), name
+
     @property
     def compare_scheme(self) -> str | None:
         """The scheme the comparison runs with: the pair's on the integer backend, none on onnxruntime."""
         return self.scheme if self.backend == "integer" else None
+
+
+def _target_properties(targets: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """JUnit properties of each deployment target: ``qaccuracy.target.<name>.<output>.<metric>``."""
+    props = []
+    for name, entry in targets.items():
+        props.append((f"qaccuracy.target.{name}.passed", str(entry["passed"]).lower()))
+        for output, metrics in entry["outputs"].items():
+            for metric in ("cosine", "sqnr"):
+                if metrics.get(metric) is not None:
+                    props.append((f"qaccuracy.target.{name}.{output}.{metric}", f"{float(metrics[metric]):.6g}"))
+    return props
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -196,7 +224,7 @@ class QAccuracySession:
         ``xfail`` is the reason when the test is expected to fail (shown in the summary).
         """
         from pytest_qaccuracy.plugin.backend import agreement_record, gate_notes, gate_outcome, gate_properties
-        from pytest_qaccuracy.plugin.checks import evaluate, failure_message
+        from pytest_qaccuracy.plugin.checks import deployment_target, evaluate, failure_message
 
         result = self.comparison(spec, rules)
         stats = self.output_stats(spec, measure or tolerances)
@@ -205,6 +233,9 @@ class QAccuracySession:
         if drift and self.settings.baseline_dir is not None:
             drift_rows, extra = self.drift(spec, result, self.settings.baseline_dir)
             outcomes += drift_rows
+        targets, runs = self._targets(spec, tolerances, rules, measure)
+        for entry in targets.values():
+            outcomes += entry.pop("outcomes")
         agreement = None
         if GATE in tolerances:
             agreement = self.agreement(spec, int(tolerances[GATE][0]))
@@ -218,13 +249,54 @@ class QAccuracySession:
             if self.settings.artifacts_dir is not None:
                 extra = [*extra, f"Artifacts: {self.settings.artifacts_dir / 'pairs' / stem}.json"]
             gate_first = failed[0].check == GATE  # worst records and layers say nothing about the gate
-            message = failure_message(spec.id, failed, None if gate_first else result, stats, extra)
+            # a failure on a deployment target shows that target's records, elements and layers
+            shown, shown_stats = runs.get(deployment_target(failed[0].target) or "", (result, stats))
+            message = failure_message(spec.id, failed, None if gate_first else shown, shown_stats, extra)
         self._record(spec, key, stem, result, stats, outcomes, nodeid, xfail)
         if agreement is not None:
             self.records[key]["agreement"] = agreement_record(agreement)
+        if targets:
+            self.records[key].setdefault("targets", {}).update(targets)
         properties = self._properties(spec, result, stats, not failed)
+        properties += _target_properties(targets)
         properties += gate_properties(agreement) if agreement is not None else []
         return CheckResult(spec.id, outcomes, message, properties)
+
+    def _targets(
+        self,
+        spec: PairSpec,
+        tolerances: Mapping[str, tuple[float, str]],
+        rules: Sequence[Rule],
+        measure: Mapping[str, tuple[float, str]] | None,
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[Any, Any]]]:
+        """Per deployment target: its output figures and its output checks (``outcomes``, labelled
+        ``... on <target>``), and its ``(ComparisonResult, OutputStats)``. A target that is the pair's
+        own run shows its figures and adds no checks."""
+        from pytest_qaccuracy.plugin.checks import ON_TARGET, Outcome, evaluate
+
+        found: dict[str, dict[str, Any]] = {}
+        runs: dict[str, tuple[Any, Any]] = {}
+        for target in spec.targets:
+            run, name = spec.on_target(target)
+            result = self.comparison(run, rules)
+            stats = self.output_stats(run, measure or tolerances)
+            own = (run.backend, run.compare_scheme) == (spec.backend, spec.compare_scheme)
+            rows = [] if own else evaluate(result, stats, tolerances, rules, spec.id)
+            rows = [
+                Outcome(**{**o.to_dict(), "target": o.target + ON_TARGET + name, "detail": o.detail + ON_TARGET + name})
+                for o in rows
+                if o.target.startswith("output")
+            ]
+            found[name] = {
+                "backend": run.backend,
+                "scheme": name,
+                "outputs": {o.name: dict(o.metrics) for o in result.outputs},
+                "topk": dict(stats.topk) if stats is not None else {},
+                "passed": all(o.passed for o in rows),
+                "outcomes": rows,
+            }
+            runs[name] = (result, stats)
+        return found, runs
 
     def drift(self, spec: PairSpec, result: Any, directory: Path) -> tuple[list[Any], list[str]]:
         """Drift outcomes against the baseline saved in ``directory``, and notes (missing layers)."""
@@ -325,6 +397,8 @@ class QAccuracySession:
             merge_entry(mine, record)
             if record.get("agreement") and not mine.get("agreement"):
                 mine["agreement"] = record["agreement"]
+            if record.get("targets"):
+                mine.setdefault("targets", {}).update(record["targets"])
             seen = {(c["test"], c["index"]) for c in mine["checks"]}
             mine["checks"].extend(c for c in record["checks"] if (c["test"], c["index"]) not in seen)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_qaccuracy.plugin.backend import add_backend_options, read_backend
+from pytest_qaccuracy.plugin.backend import add_backend_options, read_backend, read_targets
 from pytest_qaccuracy.plugin.ini import ini_lines, ini_text, parse_bool
 from pytest_qaccuracy.plugin.rules import DEFAULTS, TOLERANCES, Rule, check_tolerance, parse_number, parse_rules
 from pytest_qaccuracy.plugin.sensitivity import add_sensitivity_options, sensitivity_settings
@@ -50,6 +50,7 @@ class QAccuracySettings:
     sensitivity_records: int = 32
     backend: str = "onnxruntime"
     scheme: str = "onnxruntime"
+    targets: tuple[str, ...] = ()
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -227,6 +228,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         **sensitivity_settings(config),
         backend=backend,
         scheme=scheme,
+        targets=read_targets(config),
     )
 
 

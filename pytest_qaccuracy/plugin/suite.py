@@ -15,6 +15,7 @@
     layers = ["conv* sqnr>=20"]     # optional layer rules for this pair
     backend = "integer"             # optional: onnxruntime (default: qaccuracy_backend) or integer
     scheme = "tflite"               # optional: integer scheme preset (default: qaccuracy_scheme)
+    targets = ["onnxruntime-avx2", "onnxruntime-vnni"]  # optional: output checks on each (qaccuracy_targets)
     xfail = "why"                   # optional: the pair's items are xfail(strict=True)
     [pairs.int8.tolerances]
     max_top1_drop = 0.005
@@ -97,7 +98,7 @@ class PairConfig:
         table: dict[str, Any],
         defaults: dict[str, Any],
         start: int,
-        run: Mapping[str, str] | None = None,
+        run: Mapping[str, Any] | None = None,
     ) -> None:
         where = f"{file.name}: pairs.{name}"
         merged = {**(run or {}), **defaults, **table}
@@ -143,9 +144,9 @@ class PairConfig:
             raise SuiteError(f"{where}.layers: {exc}") from None
 
 
-def load_suite(path: Path, start: int = 0, run: Mapping[str, str] | None = None) -> list[PairConfig]:
+def load_suite(path: Path, start: int = 0, run: Mapping[str, Any] | None = None) -> list[PairConfig]:
     """Parse and validate a suite file; :class:`SuiteError` on the first problem. ``run`` holds the
-    ``backend`` and ``scheme`` of pairs that set none (the ini/command-line values)."""
+    ``backend``, ``scheme`` and ``targets`` of pairs that set none (the ini/command-line values)."""
     document = _check_table(path.name, _load_toml(path), ("defaults", "pairs"))
     defaults = _check_table(f"{path.name}: defaults", document.get("defaults", {}), DEFAULT_KEYS)
     pairs = document.get("pairs")
@@ -164,7 +165,11 @@ class QAccuracyFile(pytest.File):
     def collect(self) -> Iterator[pytest.Collector]:
         state = self.config.stash[session_key]
         try:
-            run = {"backend": state.settings.backend, "scheme": state.settings.scheme}
+            run = {
+                "backend": state.settings.backend,
+                "scheme": state.settings.scheme,
+                "targets": state.settings.targets,
+            }
             pairs = load_suite(self.path, len(state.settings.rules), run)
         except SuiteError as exc:
             raise self.CollectError(str(exc)) from None

@@ -38,6 +38,7 @@ table { border-collapse: separate; border-spacing: 0; width: 100%; font-variant-
 th, td { padding: 4px 10px; border-bottom: 1px solid var(--soft); text-align: left; white-space: nowrap; }
 th { font-size: 12px; color: var(--muted); font-weight: 600; }
 td.num, th.num { text-align: right; }
+td.fail { color: #b3261e; font-weight: 600; }
 td.num { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; }
 td.dark { color: #fff; }
 td.na { color: var(--muted); }
@@ -183,6 +184,22 @@ JS = r"""
     if (!rows.length) rows = [el("tr", {}, [el("td", { text: "no outputs compared" })])];
     return el("div", { cls: "table-wrap short" }, [
       el("table", { cls: "outputs" }, [el("thead", {}, [head]), el("tbody", {}, rows)]),
+    ]);
+  }
+
+  function targetsTable(view) {
+    var head = el("tr", {}, view.headers.map(function (h, i) {
+      return el("th", { cls: i > 1 ? "num" : "", text: h });
+    }));
+    var rows = view.rows.map(function (row) {
+      return el("tr", {}, row.map(function (cell, i) {
+        var cls = i > 1 ? "num" : "";
+        if (cell === "FAIL") cls += " fail";
+        return el("td", { cls: cls, text: cell });
+      }));
+    });
+    return el("div", { cls: "table-wrap short" }, [
+      el("table", { cls: "targets" }, [el("thead", {}, [head]), el("tbody", {}, rows)]),
     ]);
   }
 
@@ -463,6 +480,10 @@ JS = r"""
     section.appendChild(el("div", { cls: "cards" }, cards));
     section.appendChild(el("h3", { text: "Outputs" }));
     section.appendChild(outputsTable(pair));
+    if (pair.targets) {
+      section.appendChild(el("h3", { text: "Deployment targets" }));
+      section.appendChild(targetsTable(pair.targets));
+    }
     section.appendChild(el("h3", { text: "Layers" }));
     if (!state.metric || !pair.layers.length) {
       section.appendChild(el("p", { cls: "meta", text: "No intermediate layers were compared." }));

@@ -81,6 +81,7 @@ def render_html(
     title: str = DEFAULT_TITLE,
     sensitivity: Sequence[Mapping[str, Any] | None] | None = None,
     names: Sequence[str | None] | None = None,
+    targets: Sequence[Mapping[str, Any] | None] | None = None,
 ) -> str:
     """The report page for ``results`` (one section per comparison, an overview when there are several).
 
@@ -91,6 +92,8 @@ def render_html(
             (:func:`~pytest_qaccuracy.report.sensitivity_summary.sensitivity_view`) or None.
         names: per comparison, a name shown before its models (a pytest pair id), or None; pairs of
             the same model files (another backend, another dataset) stay apart.
+        targets: per comparison, its deployment targets side by side
+            (:func:`~pytest_qaccuracy.report.summary.target_view`) or None.
 
     Returns:
         A complete HTML document that loads nothing from the network.
@@ -98,6 +101,8 @@ def render_html(
     pairs = [pair_data(r) for r in results]
     for pair, view in zip(pairs, list(sensitivity or []), strict=False):
         pair["sensitivity"] = _finite_json(view)
+    for pair, view in zip(pairs, list(targets or []), strict=False):
+        pair["targets"] = view
     for pair, name in zip(pairs, list(names or []), strict=False):
         if name:
             pair["title"] = f"{name}: {pair['title']}"
@@ -135,6 +140,8 @@ def write_html(
     title: str = DEFAULT_TITLE,
     sensitivity: Sequence[Mapping[str, Any] | None] | None = None,
     names: Sequence[str | None] | None = None,
+    targets: Sequence[Mapping[str, Any] | None] | None = None,
 ) -> Path:
     """Write :func:`render_html` to ``path`` atomically; returns the path."""
-    return atomic_write_text(path, render_html(results, title=title, sensitivity=sensitivity, names=names))
+    page = render_html(results, title=title, sensitivity=sensitivity, names=names, targets=targets)
+    return atomic_write_text(path, page)

@@ -77,6 +77,35 @@ def _layer_line(record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def target_view(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Deployment targets side by side, values formatted: ``{headers, rows}`` (rows per output: cosine,
+    SQNR, top-1 agreement; the last row the verdict of each target's checks), or None without targets."""
+    targets = record.get("targets") or {}
+    if not targets:
+        return None
+    names = sorted(targets)
+    kinds = {n: "emulated" if targets[n]["backend"] == "integer" else "onnxruntime" for n in names}
+    rows = []
+    for output in sorted({o for n in names for o in targets[n]["outputs"]}):
+        for metric in ("cosine", "sqnr"):
+            rows.append([output, metric, *(_fmt(targets[n]["outputs"].get(output, {}).get(metric)) for n in names)])
+        if any(output in targets[n]["topk"] for n in names):
+            agreement = [targets[n]["topk"].get(output, {}).get("k", {}).get("1", {}).get("agreement") for n in names]
+            rows.append([output, "top-1 agreement", *(_fmt(a) for a in agreement)])
+    rows.append(["", "checks", *("pass" if targets[n]["passed"] else "FAIL" for n in names)])
+    return {"headers": ["output", "metric", *(f"{n} ({kinds[n]})" for n in names)], "rows": rows}
+
+
+def _target_lines(record: Mapping[str, Any]) -> list[str]:
+    from tabulate import tabulate
+
+    view = target_view(record)
+    if view is None:
+        return []
+    table = tabulate(view["rows"], headers=view["headers"], tablefmt="simple")
+    return ["  deployment targets:", *("    " + line for line in table.splitlines())]
+
+
 def _run_label(record: Mapping[str, Any]) -> str:
     """``, backend integer, scheme tflite`` when a pair does not run with the defaults, else empty."""
     backend, scheme = record.get("backend", DEFAULT_RUN[0]), record.get("scheme", DEFAULT_RUN[1])
@@ -109,6 +138,7 @@ def summary_lines(
                     rows.append([target, f"top-{k} agreement", _fmt(row["agreement"]), "-", ""])
         table = tabulate(rows, headers=["target", "metric", "value", "tolerance", "status"], tablefmt="simple")
         lines += ["  " + line for line in table.splitlines()]
+        lines += _target_lines(record)
         lines += _layer_line(record)
         lines += sensitivity_lines(record, sensitivity_top)
         lines.append("")
@@ -185,6 +215,7 @@ def summary_document(
                 "artifacts": dict(artifacts.get(record["key"], {})),
                 "sensitivity": sensitivity_brief(record),
                 "agreement": record.get("agreement"),
+                "targets": record.get("targets") or {},
             }
         )
     return {
@@ -196,4 +227,12 @@ def summary_document(
     }
 
 
-__all__ = ["SUMMARY_SCHEMA", "file_sha256", "record_passed", "summary_document", "summary_lines", "versions"]
+__all__ = [
+    "SUMMARY_SCHEMA",
+    "file_sha256",
+    "record_passed",
+    "summary_document",
+    "summary_lines",
+    "target_view",
+    "versions",
+]

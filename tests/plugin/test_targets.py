@@ -1,0 +1,122 @@
+"""Deployment targets: a pair's output checks on several CPU families, side by side.
+
+The 8-bit-weight digits model saturates u8 x s8 pairs on x86 CPUs without VNNI: its output SQNR is
+37.1 dB with exact sums and 23.4 dB with int16 pairs, on whichever machine runs the test (this machine's
+own target runs on onnxruntime, the other on the integer backend; both are bit-exact with their CPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_qaccuracy.backend.host import host_preset
+
+TARGETS_SUITE = """
+[pairs.w8]
+fp32 = "models/digits_cnn.onnx"
+quantized = "models/digits_cnn.qdq_w8.onnx"
+data = "data/digits_test.npz"
+targets = ["onnxruntime-avx2", "onnxruntime-vnni"]
+
+[pairs.w8.tolerances]
+min_sqnr = {threshold}
+"""
+
+
+def _kind(target: str) -> str:
+    return "onnxruntime" if target == host_preset() else "emulated"
+
+
+def test_a_target_that_saturates_fails_by_name_and_both_show_side_by_side(digits: pytest.Pytester) -> None:
+    digits.makefile(".toml", qaccuracy_w8=TARGETS_SUITE.format(threshold=30.0))
+    result = digits.runpytest("--junitxml=out.xml", "--qaccuracy-sensitivity=off")
+    result.assert_outcomes(failed=1, passed=1)  # min_sqnr fails (on the AVX2 target); min_cosine passes
+    result.stdout.fnmatch_lines(
+        [
+            "sqnr 23.4* dB < 30 dB for output 'logits' on onnxruntime-avx2 (pair 'w8')",
+            "Tolerance from: qaccuracy_w8.toml [[]pairs.w8.tolerances[]]",
+            "",
+            "Worst records (sqnr):",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "  deployment targets:",
+            f"    output    metric * onnxruntime-avx2 ({_kind('onnxruntime-avx2')}) * "
+            f"onnxruntime-vnni ({_kind('onnxruntime-vnni')})",
+            "*",
+            "    logits    cosine           0.998*0.9999*",
+            "    logits    sqnr             23.4*37.1*",
+            "              checks           FAIL * pass",
+        ]
+    )
+    summary = json.loads((digits.path / ".qaccuracy" / "summary.json").read_text())
+    targets = summary["pairs"][0]["targets"]
+    assert sorted(targets) == ["onnxruntime-avx2", "onnxruntime-vnni"]
+    assert round(targets["onnxruntime-avx2"]["outputs"]["logits"]["sqnr"], 1) == 23.4
+    assert round(targets["onnxruntime-vnni"]["outputs"]["logits"]["sqnr"], 1) == 37.1
+    assert (targets["onnxruntime-avx2"]["passed"], targets["onnxruntime-vnni"]["passed"]) == (False, True)
+    for name, entry in targets.items():
+        assert entry["backend"] == ("onnxruntime" if name == host_preset() else "integer")
+    checks = summary["pairs"][0]["checks"]
+    failed = [c for c in checks if not c["passed"]]
+    assert [c["target"] for c in failed] == ["output 'logits' on onnxruntime-avx2"]
+    properties = {
+        p.get("name"): p.get("value") for p in ET.parse(digits.path / "out.xml").iter("property") if p.get("name")
+    }
+    assert properties["qaccuracy.target.onnxruntime-avx2.passed"] == "false"
+    assert properties["qaccuracy.target.onnxruntime-vnni.logits.sqnr"].startswith("37.1")
+    report = (digits.path / ".qaccuracy" / "report.html").read_text()
+    assert "Deployment targets" in report and "onnxruntime-avx2 (" in report
+
+
+def test_the_sensitivity_analysis_does_not_aim_at_another_target(digits: pytest.Pytester) -> None:
+    """The analysis runs the pair's own backend: a failure on another target gets no exclusion list."""
+    digits.makefile(".toml", qaccuracy_w8=TARGETS_SUITE.format(threshold=30.0))
+    result = digits.runpytest()
+    assert "nodes_to_exclude=" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*no exclusion list suggested*"])
+
+
+def test_targets_from_the_ini_apply_to_marked_pairs_and_pass(digits: pytest.Pytester) -> None:
+    digits.makeini("[pytest]\nqaccuracy_targets = onnxruntime-avx2, onnxruntime-vnni\n")
+    digits.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.qaccuracy(fp32="models/digits_cnn.onnx", quantized="models/digits_cnn.qdq.onnx",
+                               data="data/digits_test.npz", min_sqnr=25)
+        def test_x(qaccuracy):
+            qaccuracy.check()
+        """
+    )
+    result = digits.runpytest()
+    result.assert_outcomes(passed=1)
+    # 7-bit weights: both targets give the same figures (30.5 dB)
+    result.stdout.fnmatch_lines(["    logits    sqnr             30.47*30.47*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ("-o", "qaccuracy_targets=onnxruntime-avx512"),
+            "ERROR: qaccuracy_targets: unknown scheme 'onnxruntime-avx512' *",
+        ),
+        (("--qaccuracy-targets=tflite,nope",), "ERROR: --qaccuracy-targets: unknown scheme 'nope' *"),
+    ],
+)
+def test_an_unknown_target_is_one_error_line(pytester: pytest.Pytester, args: tuple[str, ...], expected: str) -> None:
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])
+
+
+def test_an_unknown_target_in_a_suite_is_a_collection_error(digits: pytest.Pytester) -> None:
+    digits.makefile(".toml", qaccuracy_w8=TARGETS_SUITE.format(threshold=30.0).replace("onnxruntime-vnni", "vnni"))
+    result = digits.runpytest()
+    result.stdout.fnmatch_lines(["*pairs.w8.targets: unknown scheme 'vnni' (presets: *"])
