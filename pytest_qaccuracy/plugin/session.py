@@ -365,7 +365,7 @@ class QAccuracySession:
                 "data": str(spec.data),
                 "labels": str(spec.labels) if spec.labels else None,
                 "backend": spec.backend,
-                "scheme": spec.scheme,
+                "scheme": result.scheme or spec.scheme,  # the integer backend's preset, resolved
                 "comparison": result.to_dict(),
                 "topk": {},
                 "checks": [],

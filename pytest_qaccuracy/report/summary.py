@@ -181,8 +181,8 @@ def versions() -> dict[str, str | None]:
 def summary_document(
     records: Sequence[Mapping[str, Any]], root: Path, artifacts: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """``summary.json``: versions, UTC time, and per pair its files' SHA-256, checks, artifacts and
-    sensitivity (None when not analysed)."""
+    """``summary.json``: versions, UTC time, the host's onnxruntime preset, and per pair its files'
+    SHA-256, checks, artifacts, sensitivity (None when not analysed) and deployment targets."""
     from pytest_qaccuracy.report.sensitivity_summary import sensitivity_brief
 
     def file_entry(path: str | None) -> dict[str, str | None] | None:
@@ -218,10 +218,13 @@ def summary_document(
                 "targets": record.get("targets") or {},
             }
         )
+    from pytest_qaccuracy.backend.host import host_preset
+
     return {
         "schema_version": SUMMARY_SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": versions(),
+        "host_preset": host_preset(),  # what this machine's onnxruntime computes (docs/cpus.md)
         "passed": all(p["passed"] for p in pairs),
         "pairs": pairs,
     }

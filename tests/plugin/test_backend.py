@@ -104,9 +104,9 @@ def test_integer_backend_is_bit_exact_on_qdq_and_qoperator(digits: pytest.Pytest
     result.assert_outcomes(passed=4)
     pairs = _pairs(digits.path)
     assert sorted((p["id"], p["backend"], p["scheme"]) for p in pairs) == [
-        ("qdq", "integer", "onnxruntime"),
+        ("qdq", "integer", host_preset()),
         ("qdq", "onnxruntime", "onnxruntime"),
-        ("qoperator", "integer", "onnxruntime"),
+        ("qoperator", "integer", host_preset()),
         ("qoperator", "onnxruntime", "onnxruntime"),
     ]
     assert len({p["artifacts"]["comparison"] for p in pairs}) == 4  # one stem per backend
@@ -128,7 +128,7 @@ def test_integer_backend_is_bit_exact_on_qdq_and_qoperator(digits: pytest.Pytest
     result.stdout.fnmatch_lines(
         ["qdq: PASSED (digits_cnn.onnx vs digits_cnn.qdq.onnx on digits_test.npz, 300 records)"]
     )
-    result.stdout.fnmatch_lines(["qdq: PASSED (* 300 records, backend integer, scheme onnxruntime)"])
+    result.stdout.fnmatch_lines([f"qdq: PASSED (* 300 records, backend integer, scheme {host_preset()})"])
     result.stdout.fnmatch_lines([f"*7 integer tensors ({host_preset()})*steps vs onnxruntime*0*<= 0*pass"])
     cases = {
         c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
@@ -254,7 +254,7 @@ def test_suite_keys_and_item_order(digits: pytest.Pytester) -> None:
             "Tolerance from: qaccuracy_backends.toml [defaults.tolerances]",
         ]
     )
-    result.stdout.fnmatch_lines(["qoperator: PASSED (* backend integer, scheme onnxruntime)"])
+    result.stdout.fnmatch_lines([f"qoperator: PASSED (* backend integer, scheme {host_preset()})"])
     assert _artifact(digits.path, "qoperator")["comparison"]["backend"] == "integer"
 
 
