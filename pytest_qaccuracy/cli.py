@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pytest_qaccuracy.errors import InputError
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("compare", "report", "sensitivity", "run", "calibrate")
+COMMANDS = ("compare", "report", "sensitivity", "run", "calibrate", "saturation")
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from pytest_qaccuracy.backend import int8_to_uint8, parallel
+from pytest_qaccuracy.backend import int8_to_uint8, pairs, parallel
 from pytest_qaccuracy.backend import kernels as _kernels  # noqa: F401  (registers every kernel family)
 from pytest_qaccuracy.backend.fallback import reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
@@ -161,6 +161,8 @@ class IntegerSession:
     ) -> None:
         for index, bound in enumerate(plan):
             step = bound.step
+            if pairs.counter is not None:  # saturated pair sums are counted per node
+                pairs.counter.node = step.fused[0] if step.fused else step.name
             missing = [i for i in step.inputs if i and i not in values]
             if missing:
                 raise KernelError(f"{step.describe()}: input(s) {missing} were never produced")

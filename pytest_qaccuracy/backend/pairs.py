@@ -16,14 +16,75 @@ fast way and only the pairs that may saturate are corrected: ``acc = exact + sum
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
 INT16_MIN, INT16_MAX = -32768, 32767
 #: elements of one ``(rows, pairs)`` block of the correction
 BLOCK_ELEMENTS = 1 << 21
+
+
+@dataclass(slots=True)
+class NodeSaturation:
+    """Pair sums of one node over a run: how many were computed, how many saturated, and per record."""
+
+    pairs: int = 0
+    saturated: int = 0
+    per_record: dict[int, int] = field(default_factory=dict)
+
+    def worst_record(self) -> tuple[int, int] | None:
+        """``(record, saturated pair sums)`` of the record with the most, or None."""
+        return max(self.per_record.items(), key=lambda item: (item[1], -item[0])) if self.per_record else None
+
+
+class SaturationCounter:
+    """Counts the saturated pair sums of every node while :func:`counting` is active.
+
+    The interpreter names the node (``node``) before each step; ``offset`` is the index of the batch's
+    first record in the dataset. Kernels report through :func:`count` from any thread.
+    """
+
+    def __init__(self) -> None:
+        self.node = ""
+        self.offset = 0
+        self.nodes: dict[str, NodeSaturation] = {}
+        self._lock = threading.Lock()
+
+    def add(self, pairs: int, records: np.ndarray) -> None:
+        """``pairs`` pair sums computed; ``records`` holds the record of each one that saturated."""
+        found, counts = np.unique(records, return_counts=True) if records.size else ((), ())
+        with self._lock:
+            entry = self.nodes.setdefault(self.node, NodeSaturation())
+            entry.pairs += int(pairs)
+            entry.saturated += int(records.size)
+            for record, number in zip(found, counts, strict=True):
+                key = self.offset + int(record)
+                entry.per_record[key] = entry.per_record.get(key, 0) + int(number)
+
+
+#: the active counter (one at a time), or None
+counter: SaturationCounter | None = None
+
+
+@contextlib.contextmanager
+def counting(target: SaturationCounter) -> Iterator[SaturationCounter]:
+    """Count saturated pair sums into ``target`` for the duration of the block."""
+    global counter
+    previous, counter = counter, target
+    try:
+        yield target
+    finally:
+        counter = previous
+
+
+def count(pairs: int, records: np.ndarray) -> None:
+    """Report pair sums to the active counter (nothing when none is active)."""
+    if counter is not None:
+        counter.add(pairs, records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +191,9 @@ def saturating_matmul_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray | N
     a2 = a.reshape(-1, a.shape[-1])
     found = risky_pairs(w, int(a2.max(initial=0)))
     rows, cols, values = corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), a2.shape[0])
+    if counter is not None:  # rows of a record: the leading axis is the batch
+        per_record = max(1, a2.shape[0] // a.shape[0]) if a.ndim > 1 else a2.shape[0]
+        count(a2.shape[0] * ((w.shape[0] + 1) // 2) * w.shape[1], rows // per_record)
     if not values.size:
         return None
     result = np.zeros((a2.shape[0], w.shape[1]), np.int64)

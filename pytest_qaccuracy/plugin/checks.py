@@ -16,7 +16,7 @@ from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
 from pytest_qaccuracy.analysis.outputs import OutputStats
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.assertions import SHOW, fmt
-from pytest_qaccuracy.plugin.rules import OPS, Rule, rules_for
+from pytest_qaccuracy.plugin.rules import OPS, SATURATION, Rule, rules_for
 
 #: Tolerance -> (metric of ComparisonResult, op, unit) for the simple output checks.
 SIMPLE = {"min_cosine": ("cosine", ">=", ""), "min_sqnr": ("sqnr", ">=", " dB"), "max_lsb": ("lsb", "<=", "")}
@@ -213,6 +213,41 @@ def failure_message(
     return layout(f"{first.detail} (pair '{pair_id}')", first.source, sections)
 
 
+def saturation_outcome(report: Any, threshold: float, source: str) -> Outcome:
+    """``max_saturated``: the share of u8 x s8 pair sums that saturate on ``onnxruntime-avx2``."""
+    from pytest_qaccuracy.analysis.saturation import SATURATING
+
+    share = float(report.share)
+    passed = share <= threshold
+    worst = report.worst()
+    where = ""
+    if worst is not None:
+        record = "" if worst.worst_record is None else f", most in record {worst.worst_record}"
+        where = f" (worst layer '{worst.node}': {worst.saturated} / {worst.pairs}{record})"
+    verb = "<=" if passed else ">"
+    detail = (
+        f"saturated pair sums {fmt(100 * share)}% {verb} {fmt(100 * threshold)}% on {SATURATING}: "
+        f"{report.saturated} / {report.pairs}{where}"
+    )
+    return Outcome(SATURATION, f"{SATURATING} pair sums", "saturated", "<=", threshold, share, passed, source, detail)
+
+
+def saturation_notes(report: Any) -> list[str]:
+    """Message lines of a failed ``max_saturated``: the saturating layers and what their outputs lost."""
+    from pytest_qaccuracy.analysis.saturation import EXACT
+
+    layers = sorted((x for x in report.layers if x.saturated), key=lambda x: -x.share)
+    lines = ["Saturating layers:"]
+    for layer in layers[:SHOW]:
+        moved = f"; output moved in {layer.differing} / {layer.elements} elements" if layer.tensor else ""
+        lines.append(f" {layer.node}: {layer.saturated} / {layer.pairs} ({fmt(100 * layer.share)}%){moved}")
+    for name, sqnr in report.outputs.items():
+        if sqnr is not None:
+            lines.append(f"Output '{name}': SQNR {fmt(sqnr)} dB against {EXACT} (exact sums)")
+    lines.append("Remedies: 7-bit weights (reduce_range=True), u8 x u8 weights, or the worst layers in float")
+    return lines
+
+
 def _output_name(target: str) -> str:
     """The output a check's target names: ``output 'y'`` or ``output 'y' on <preset>`` -> ``y``."""
     if deployment_target(target) is not None:
@@ -262,4 +297,14 @@ def _layers(outcome: Outcome, result: ComparisonResult) -> list[str]:
     return lines
 
 
-__all__ = ["ON_TARGET", "SIMPLE", "Outcome", "Tolerances", "deployment_target", "evaluate", "failure_message"]
+__all__ = [
+    "ON_TARGET",
+    "SIMPLE",
+    "Outcome",
+    "Tolerances",
+    "deployment_target",
+    "evaluate",
+    "failure_message",
+    "saturation_notes",
+    "saturation_outcome",
+]

@@ -26,7 +26,11 @@ TOLERANCES: dict[str, tuple[type, str]] = {
     "topk": (int, "k of the extra top-k accuracy-drop check and of the top-k agreement reported"),
     "max_lsb": (float, "Largest error of each output in quantization steps"),
     "max_backend_steps": (int, "Largest step difference of any 8-bit tensor, integer emulation vs onnxruntime"),
+    "max_saturated": (float, "Largest fraction (0..1) of u8 x s8 pair sums that saturate on x86 CPUs without VNNI"),
 }
+
+#: The tolerance on the share of saturated int16 pair sums (``analysis.saturation``).
+SATURATION = "max_saturated"
 
 #: Values used when nothing else sets them.
 DEFAULTS: dict[str, float | int] = {"min_cosine": 0.99, "topk": 1}
@@ -78,7 +82,7 @@ def check_tolerance(name: str, value: object) -> float | int:
         raise ValueError(f"{name}: must be >= 0, got {number}")
     if name == "topk" and number < 1:
         raise ValueError(f"topk: must be >= 1, got {number}")
-    if name in ("min_cosine", "min_top1_agreement", "max_top1_drop") and number > 1:
+    if name in ("min_cosine", "min_top1_agreement", "max_top1_drop", "max_saturated") and number > 1:
         raise ValueError(f"{name}: must be between 0 and 1, got {number}")
     return number
 
@@ -147,4 +151,14 @@ def rules_for(rules: Sequence[Rule], pair: str, names: Sequence[str | None], lay
     return best
 
 
-__all__ = ["DEFAULTS", "OPS", "TOLERANCES", "Rule", "check_tolerance", "parse_number", "parse_rule", "rules_for"]
+__all__ = [
+    "DEFAULTS",
+    "OPS",
+    "SATURATION",
+    "TOLERANCES",
+    "Rule",
+    "check_tolerance",
+    "parse_number",
+    "parse_rule",
+    "rules_for",
+]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.plugin.backend import DEFAULT_BACKEND, DEFAULT_SCHEME, GATE
-from pytest_qaccuracy.plugin.rules import Rule
+from pytest_qaccuracy.plugin.rules import SATURATION, Rule
 from pytest_qaccuracy.plugin.sensitivity import analyse_records, merge_entry
 from pytest_qaccuracy.plugin.settings import QAccuracySettings
 
@@ -122,6 +122,7 @@ class QAccuracySession:
         self._comparisons: dict[tuple[PairSpec, tuple[str, ...]], Any] = {}
         self._stats: dict[tuple[Any, ...], Any] = {}
         self._agreements: dict[tuple[Path, Path, str], Any] = {}
+        self._saturation: dict[tuple[Path, Path], Any] = {}
         self.written: list[Path] = []
 
     def header(self) -> str:
@@ -207,6 +208,16 @@ class QAccuracySession:
             )
         return self._agreements[key].with_max_steps(max_steps)
 
+    def saturation(self, spec: PairSpec) -> Any:
+        """The pair's :class:`SaturationReport` (its quantized model on ``onnxruntime-avx2`` against
+        exact sums), measured once per process per (quantized model, data)."""
+        from pytest_qaccuracy.analysis.saturation import measure_saturation
+
+        key = (spec.quantized, spec.data)
+        if key not in self._saturation:
+            self._saturation[key] = measure_saturation(spec.quantized, spec.data, batch_size=self.settings.batch_size)
+        return self._saturation[key]
+
     def check(
         self,
         spec: PairSpec,
@@ -224,7 +235,13 @@ class QAccuracySession:
         ``xfail`` is the reason when the test is expected to fail (shown in the summary).
         """
         from pytest_qaccuracy.plugin.backend import agreement_record, gate_notes, gate_outcome, gate_properties
-        from pytest_qaccuracy.plugin.checks import deployment_target, evaluate, failure_message
+        from pytest_qaccuracy.plugin.checks import (
+            deployment_target,
+            evaluate,
+            failure_message,
+            saturation_notes,
+            saturation_outcome,
+        )
 
         result = self.comparison(spec, rules)
         stats = self.output_stats(spec, measure or tolerances)
@@ -236,6 +253,11 @@ class QAccuracySession:
         targets, runs = self._targets(spec, tolerances, rules, measure)
         for entry in targets.values():
             outcomes += entry.pop("outcomes")
+        if SATURATION in tolerances:
+            saturation = self.saturation(spec)
+            outcomes.append(saturation_outcome(saturation, *tolerances[SATURATION]))
+            if not outcomes[-1].passed:
+                extra += saturation_notes(saturation)
         agreement = None
         if GATE in tolerances:
             agreement = self.agreement(spec, int(tolerances[GATE][0]))
@@ -248,7 +270,7 @@ class QAccuracySession:
         if failed:
             if self.settings.artifacts_dir is not None:
                 extra = [*extra, f"Artifacts: {self.settings.artifacts_dir / 'pairs' / stem}.json"]
-            gate_first = failed[0].check == GATE  # worst records and layers say nothing about the gate
+            gate_first = failed[0].check in (GATE, SATURATION)  # worst records and layers say nothing there
             # a failure on a deployment target shows that target's records, elements and layers
             shown, shown_stats = runs.get(deployment_target(failed[0].target) or "", (result, stats))
             message = failure_message(spec.id, failed, None if gate_first else shown, shown_stats, extra)

@@ -55,7 +55,16 @@ PAIR_KEYS = (
 )
 DEFAULT_KEYS = tuple(k for k in PAIR_KEYS if k not in ("quantized", "name"))
 #: Item order within a pair; ``rtol`` covers ``atol`` too.
-CHECK_ORDER = ("min_cosine", "min_sqnr", "rtol", "max_lsb", "min_top1_agreement", "max_top1_drop", "max_backend_steps")
+CHECK_ORDER = (
+    "min_cosine",
+    "min_sqnr",
+    "rtol",
+    "max_lsb",
+    "min_top1_agreement",
+    "max_top1_drop",
+    "max_backend_steps",
+    "max_saturated",
+)
 
 
 class SuiteError(Exception):

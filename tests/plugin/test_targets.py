@@ -120,3 +120,23 @@ def test_an_unknown_target_in_a_suite_is_a_collection_error(digits: pytest.Pytes
     digits.makefile(".toml", qaccuracy_w8=TARGETS_SUITE.format(threshold=30.0).replace("onnxruntime-vnni", "vnni"))
     result = digits.runpytest()
     result.stdout.fnmatch_lines(["*pairs.w8.targets: unknown scheme 'vnni' (presets: *"])
+
+
+def test_max_saturated_names_the_layer_and_what_it_cost(digits: pytest.Pytester) -> None:
+    suite = TARGETS_SUITE.format(threshold=20.0) + "max_saturated = 0\n"
+    suite += '\n[pairs.seven_bit]\nfp32 = "models/digits_cnn.onnx"\nquantized = "models/digits_cnn.qdq.onnx"\n'
+    suite += 'data = "data/digits_test.npz"\n[pairs.seven_bit.tolerances]\nmax_saturated = 0\n'
+    digits.makefile(".toml", qaccuracy_w8=suite)
+    result = digits.runpytest("-k", "max_saturated")
+    result.assert_outcomes(failed=1, passed=1)  # 8-bit weights saturate, 7-bit ones cannot
+    result.stdout.fnmatch_lines(
+        [
+            "saturated pair sums 0.52*% > 0% on onnxruntime-avx2: 18895 / 3628800 "
+            "(worst layer 'conv1': 18895 / 768000, most in record 26) (pair 'w8')",
+            "*",
+            "Saturating layers:",
+            " conv1: 18895 / 768000 (2.46*%); output moved in 9586 / 153600 elements",
+            "Output 'logits': SQNR 23.4* dB against onnxruntime-vnni (exact sums)",
+        ]
+    )
+    assert "Worst layers" not in result.stdout.str().split("max_saturated ___")[1].split("Artifacts")[0]

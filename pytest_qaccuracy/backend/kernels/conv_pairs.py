@@ -47,7 +47,10 @@ def pair_corrections(
     x_max = int(xp.max(initial=0))
     found = [(g, pairs.risky_pairs(wmat[g], x_max)) for g in range(group)]
     found = [(g, p) for g, p in found if len(p)]
+    positions = math.prod(out_spatial)
+    total = x.shape[0] * positions * ((taps * cg + 1) // 2) * m  # pair sums the convolution computes
     if not found:
+        pairs.count(total, np.zeros(0, np.int64))
         return None
     out = np.zeros((x.shape[0], m, *out_spatial), np.int64)
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
@@ -72,6 +75,8 @@ def pair_corrections(
     spans = parallel.split(xp.shape[0], xp[0].size)  # records on the session's threads (disjoint outputs)
     tasks = [lambda a=a, b=b: _add_same_tap(out[a:b], xp[a:b], *entries, geometry) for a, b in spans]
     changed |= any(parallel.run_all(tasks))
+    if pairs.counter is not None:  # one saturated pair sum per non-zero (output, pair) change
+        pairs.count(total, np.zeros(0, np.int64))
     return out if changed else None
 
 
@@ -156,6 +161,7 @@ def _add_same_tap(
             if valid.any():
                 index = (record[candidate[valid]], column[entry[valid]], *(o[valid] for o in coords))
                 np.add.at(out, index, change[valid])
+                pairs.count(0, index[0])
                 changed = True
     return changed
 
@@ -186,6 +192,7 @@ def _add_crossing(
 
     rows, cols, values = pairs.corrections(risky, gather, xp.shape[0] * positions)
     record, position = np.divmod(rows, positions)
+    pairs.count(0, record)
     flat = out.reshape(out.shape[0], out.shape[1], positions)  # a view: out is contiguous
     np.add.at(flat, (record, g * mg + cols, position), values)
     return bool(values.size)
