@@ -204,4 +204,169 @@ def _quantized_outputs(model: onnx.ModelProto) -> dict[str, str]:
     return found
 
 
-__all__ = ["EXACT", "SATURATING", "LayerSaturation", "SaturationReport", "measure_saturation"]
+@dataclass(frozen=True, slots=True)
+class RemedyResult:
+    """One remedy applied to the model and run on ``onnxruntime-avx2``."""
+
+    name: str
+    how: str
+    saturated: int | None  # pair sums that still saturate; None when the remedy could not be applied
+    outputs: dict[str, float | None]  # SQNR (dB) against the original model's exact run; None: identical
+    note: str = ""
+
+
+#: MLAS kernels whose u8 x s8 weights the remedies rewrite: weight, scale, zero point, int32 bias input
+_QOPERATOR_WEIGHTS = {"QLinearConv": (3, 4, 5, 8), "QLinearMatMul": (3, 4, 5, None), "QGemm": (3, 4, 5, 6)}
+
+
+def check_remedies(
+    model: str | os.PathLike[str] | onnx.ModelProto,
+    data: Dataset | str | os.PathLike[str],
+    report: SaturationReport,
+    *,
+    batch_size: int = 32,
+    threads: int = 0,
+) -> list[RemedyResult]:
+    """Apply each remedy to the model and measure it on ``onnxruntime-avx2`` against the original
+    model's exact run: 7-bit weights (the model's weights halved, which approximates re-quantizing with
+    ``reduce_range=True``), u8 weights (``w + 128``, what onnxruntime's ``session.x64quantprecision=1``
+    does on such CPUs), and, for QDQ models, the saturating layers left in float."""
+    from pytest_qaccuracy.analysis.partial import QdqGraph
+    from pytest_qaccuracy.backend import IntegerSession, pairs
+    from pytest_qaccuracy.errors import ModelError
+
+    proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    candidates: dict[str, tuple[str, onnx.ModelProto | None, str]] = {
+        "7-bit weights": ("quantize with reduce_range=True", _rewrite_weights(proto, _halve), ""),
+        "u8 weights": (
+            "weight_type=QuantType.QUInt8, or session.x64quantprecision=1 on onnxruntime",
+            _rewrite_weights(proto, _to_uint8),
+            "",
+        ),
+    }
+    worst = [layer.node for layer in report.layers if layer.saturated]
+    try:
+        graph = QdqGraph(proto)
+        in_float = graph.build(graph.all_edges - graph.edges_of(worst)) if worst else None
+        candidates["worst layers in float"] = (f"nodes_to_exclude={worst}", in_float, "")
+    except ModelError:
+        candidates["worst layers in float"] = (f"nodes_to_exclude={worst}", None, "QDQ models only")
+    reference = IntegerSession(proto, EXACT, threads=threads)
+    sessions = {n: IntegerSession(m, SATURATING, threads=threads) for n, (_, m, _) in candidates.items() if m}
+    outputs = [o.name for o in reference.get_outputs()]
+    energy = {n: {o: [0.0, 0.0] for o in outputs} for n in sessions}
+    counters = {n: pairs.SaturationCounter() for n in sessions}
+    dataset = data if isinstance(data, Dataset) else load_dataset(data)
+    try:
+        for batch in bind_dataset(dataset, graph_inputs(proto)).iter_batches(batch_size):
+            feeds = batch.stacked()
+            want = dict(zip(outputs, reference.run(None, feeds), strict=True))
+            for name, session in sessions.items():
+                with pairs.counting(counters[name]):
+                    got = session.run(outputs, feeds)
+                for output, value in zip(outputs, got, strict=True):
+                    ref = np.asarray(want[output], np.float64)
+                    energy[name][output][0] += float(np.sum(ref * ref))
+                    energy[name][output][1] += float(np.sum((np.asarray(value, np.float64) - ref) ** 2))
+    finally:
+        if not isinstance(data, Dataset):
+            dataset.close()
+    found = []
+    for name, (how, _, note) in candidates.items():
+        if name not in sessions:
+            found.append(RemedyResult(name, how, None, {}, note or "nothing to change"))
+            continue
+        saturated = sum(e.saturated for e in counters[name].nodes.values())
+        sqnr = {o: _sqnr(*energy[name][o]) for o in outputs}
+        found.append(RemedyResult(name, how, saturated, sqnr, note))
+    return found
+
+
+def _halve(weights: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> tuple[np.ndarray, ...]:
+    """7-bit weights: ``rint(w / 2)`` in [-64, 64] at twice the scale (bias halves with it)."""
+    return (
+        np.clip(np.rint(weights / 2.0), -64, 64).astype(np.int8),
+        (scale * 2).astype(scale.dtype),
+        np.rint(zero_point / 2.0).astype(np.int8),
+    )
+
+
+def _to_uint8(weights: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> tuple[np.ndarray, ...]:
+    """u8 weights: ``w + 128`` and ``zp + 128``, the same values (the sums are exact in u8 x u8)."""
+    return _plus_128(weights), scale, _plus_128(zero_point)
+
+
+def _plus_128(values: np.ndarray) -> np.ndarray:
+    return (values.astype(np.int16) + 128).astype(np.uint8)
+
+
+def _rewrite_weights(model: onnx.ModelProto, rewrite: Any) -> onnx.ModelProto | None:
+    """A copy of ``model`` whose int8 weights of Conv/MatMul/Gemm kernels went through ``rewrite``
+    (the int32 bias follows the weight scale); None when the model has no such weight."""
+    from onnx import numpy_helper
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    inits = {t.name: t for t in copy.graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in copy.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    changed = False
+
+    def value(name: str) -> np.ndarray | None:
+        return numpy_helper.to_array(inits[name]) if name in inits else None
+
+    def put(node: onnx.NodeProto, index: int, array: np.ndarray) -> None:
+        name = f"{node.input[index]}::{node.name or node.op_type}:{index}"
+        copy.graph.initializer.append(numpy_helper.from_array(array, name))
+        node.input[index] = name
+
+    for node in copy.graph.node:
+        spots = _QOPERATOR_WEIGHTS.get(node.op_type)
+        if spots is None and node.op_type == "DequantizeLinear" and len(node.input) == 3:
+            users = readers.get(node.output[0], [])
+            if users and all(u.op_type in ("Conv", "MatMul", "Gemm") and u.input[1] == node.output[0] for u in users):
+                spots = (0, 1, 2, None)
+        if spots is None:
+            continue
+        w, s, zp = (value(node.input[i]) if i < len(node.input) else None for i in spots[:3])
+        if w is None or s is None or zp is None or w.dtype != np.int8:
+            continue
+        new_w, new_s, new_zp = rewrite(w, s, zp)
+        for index, array in zip(spots[:3], (new_w, new_s, new_zp), strict=True):
+            put(node, index, array)
+        bias_index = spots[3]
+        factor = float(np.asarray(new_s).reshape(-1)[0] / np.asarray(s).reshape(-1)[0])
+        if bias_index is not None and bias_index < len(node.input) and value(node.input[bias_index]) is not None:
+            put(node, bias_index, np.rint(value(node.input[bias_index]) / factor).astype(np.int32))
+        if spots[3] is None and node.op_type == "DequantizeLinear" and factor != 1.0:
+            _rescale_bias(copy, readers, inits, node, factor, put, value)
+        changed = True
+    return copy if changed else None
+
+
+def _rescale_bias(copy, readers, inits, weight_dq, factor, put, value) -> None:  # type: ignore[no-untyped-def]
+    """A QDQ Conv/Gemm's int32 bias (scale ``s_x * s_w``) follows its weight's new scale."""
+    for user in readers.get(weight_dq.output[0], []):
+        if len(user.input) < 3:
+            continue
+        bias_dq = next((n for n in copy.graph.node if user.input[2] in n.output), None)
+        if bias_dq is None or bias_dq.op_type != "DequantizeLinear":
+            continue
+        bias, scale = value(bias_dq.input[0]), value(bias_dq.input[1])
+        if bias is None or scale is None or bias.dtype != np.int32:
+            continue
+        put(bias_dq, 0, np.rint(bias / factor).astype(np.int32))
+        put(bias_dq, 1, (scale * factor).astype(scale.dtype))
+
+
+__all__ = [
+    "EXACT",
+    "SATURATING",
+    "LayerSaturation",
+    "RemedyResult",
+    "SaturationReport",
+    "check_remedies",
+    "measure_saturation",
+]

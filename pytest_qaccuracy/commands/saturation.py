@@ -17,12 +17,6 @@ from pathlib import Path
 NAME = "saturation"
 HELP = "count the int16 pair sums a u8 x s8 model saturates on x86 CPUs without VNNI, per layer"
 
-REMEDIES = (
-    "7-bit weights: quantize with reduce_range=True (no pair can reach 32767)",
-    "u8 x u8: weight_type=QuantType.QUInt8 (exact on every CPU)",
-    "keep the worst layers in float: nodes_to_exclude=[...]",
-)
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, help="the quantized ONNX model (QDQ or QOperator)")
@@ -41,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
-    from pytest_qaccuracy.analysis.saturation import EXACT, SATURATING, measure_saturation
+    from pytest_qaccuracy.analysis.saturation import EXACT, SATURATING, check_remedies, measure_saturation
     from pytest_qaccuracy.errors import InputError
     from pytest_qaccuracy.report.atomic import atomic_write_json
     from pytest_qaccuracy.report.tables import shorten
@@ -74,10 +68,27 @@ def run(args: argparse.Namespace) -> int:
     for name, sqnr in report.outputs.items():
         shown = "identical to the exact run" if sqnr is None else f"SQNR {sqnr:.4g} dB against the exact run"
         print(f"output '{name}' on {SATURATING}: {shown}")
+    document = report.to_dict()
     if report.saturated:
-        print("remedies (docs/cpus.md):", *(f"  - {r}" for r in REMEDIES), sep="\n")
+        remedies = check_remedies(args.model, args.data, report, batch_size=args.batch_size, threads=args.threads)
+        print(f"remedies, each applied to the model and run on {SATURATING} (docs/cpus.md):")
+        rows = [
+            [
+                r.name,
+                r.how,
+                "-" if r.saturated is None else str(r.saturated),
+                r.note or ", ".join(_sqnr_text(v) for v in r.outputs.values()),
+            ]
+            for r in remedies
+        ]
+        headers = ["remedy", "how", "saturated", f"outputs against {EXACT}"]
+        print(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
+        document["remedies"] = [
+            {"name": r.name, "how": r.how, "saturated": r.saturated, "outputs_sqnr_vs_exact": r.outputs, "note": r.note}
+            for r in remedies
+        ]
     if args.json is not None:
-        atomic_write_json(args.json, report.to_dict())
+        atomic_write_json(args.json, document)
     if args.max_saturated is not None and report.share > args.max_saturated:
         sys.stderr.write(
             f"error: {100 * report.share:.3g}% of pair sums saturate on {SATURATING}, more than "
@@ -85,3 +96,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _sqnr_text(value: float | None) -> str:
+    return "identical" if value is None else f"SQNR {value:.4g} dB"

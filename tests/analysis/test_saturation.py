@@ -91,3 +91,37 @@ def test_the_command_reports_and_gates(tmp_path: Path, capsys: pytest.CaptureFix
     seven_bit = ["saturation", str(EXAMPLES / "models" / "digits_cnn.qdq.onnx"), "--data"]
     assert main([*seven_bit, str(EXAMPLES / "data" / "digits_test.npz"), "--max-saturated", "0"]) == 0
     assert "identical to the exact run" in capsys.readouterr().out
+
+
+def test_remedies_on_a_qoperator_conv(tmp_path: Path) -> None:
+    """7-bit weights cannot saturate; u8 weights (w + 128) compute exactly what exact sums give; a
+    QOperator model cannot leave a layer in float."""
+    from pytest_qaccuracy.analysis.saturation import check_remedies
+
+    rng = np.random.default_rng(9)
+    sign = rng.choice([-1, 1], size=(5, 1, 1, 1))
+    w = np.clip(sign * rng.integers(30, 129, size=(5, 4, 3, 3)), -128, 127).astype(np.int8)
+    data = tmp_path / "data.npz"
+    np.savez(data, x=rng.integers(0, 256, size=(6, 4, 6, 6)).astype(np.uint8))
+    model = _conv_model(w, 1)
+    report = measure_saturation(model, data)
+    assert report.saturated > 0 and report.outputs["y"] is not None
+    remedies = {r.name: r for r in check_remedies(model, data, report)}
+    assert remedies["7-bit weights"].saturated == 0
+    assert remedies["u8 weights"].saturated == 0 and remedies["u8 weights"].outputs == {"y": None}
+    assert remedies["worst layers in float"].saturated is None
+    assert remedies["worst layers in float"].note == "QDQ models only"
+
+
+def test_the_command_checks_the_remedies_on_a_qdq_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "saturation.json"
+    model = str(EXAMPLES / "models" / "digits_cnn.qdq_w8.onnx")
+    assert main(["saturation", model, "--data", str(EXAMPLES / "data" / "digits_test.npz"), "--json", str(out)]) == 0
+    assert "remedies, each applied to the model and run on onnxruntime-avx2" in capsys.readouterr().out
+    remedies = {r["name"]: r for r in json.loads(out.read_text())["remedies"]}
+    assert all(r["saturated"] == 0 for r in remedies.values())
+    assert remedies["u8 weights"]["outputs_sqnr_vs_exact"] == {"logits": None}
+    # both change the model, both bring the AVX2 run closer to exact sums than 23.4 dB
+    assert remedies["7-bit weights"]["outputs_sqnr_vs_exact"]["logits"] > 25
+    assert remedies["worst layers in float"]["outputs_sqnr_vs_exact"]["logits"] > 25
+    assert remedies["worst layers in float"]["how"] == "nodes_to_exclude=['conv1']"
