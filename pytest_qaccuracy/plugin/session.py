@@ -69,6 +69,14 @@ class PairSpec:
         return self.scheme if self.backend == "integer" else None
 
 
+def _merge_targets(known: dict[str, Any], new: Mapping[str, Mapping[str, Any]]) -> None:
+    """Fold one check's deployment targets into a record's: a target passes only if all its checks did
+    (a suite checks one tolerance per item; xdist workers check different items)."""
+    for name, entry in new.items():
+        passed = bool(entry["passed"]) and bool(known.get(name, {}).get("passed", True))
+        known[name] = {**entry, "passed": passed}
+
+
 def _target_properties(targets: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
     """JUnit properties of each deployment target: ``qaccuracy.target.<name>.<output>.<metric>``."""
     props = []
@@ -278,7 +286,7 @@ class QAccuracySession:
         if agreement is not None:
             self.records[key]["agreement"] = agreement_record(agreement)
         if targets:
-            self.records[key].setdefault("targets", {}).update(targets)
+            _merge_targets(self.records[key].setdefault("targets", {}), targets)
         properties = self._properties(spec, result, stats, not failed)
         properties += _target_properties(targets)
         properties += gate_properties(agreement) if agreement is not None else []
@@ -420,7 +428,7 @@ class QAccuracySession:
             if record.get("agreement") and not mine.get("agreement"):
                 mine["agreement"] = record["agreement"]
             if record.get("targets"):
-                mine.setdefault("targets", {}).update(record["targets"])
+                _merge_targets(mine.setdefault("targets", {}), record["targets"])
             seen = {(c["test"], c["index"]) for c in mine["checks"]}
             mine["checks"].extend(c for c in record["checks"] if (c["test"], c["index"]) not in seen)
 
