@@ -360,7 +360,11 @@ class QAccuracySession:
 
     def _properties(self, spec: PairSpec, result: Any, stats: Any, passed: bool) -> list[tuple[str, str]]:
         """JUnit properties: plain strings, never numpy scalars."""
+        from pytest_qaccuracy.backend.host import host_preset
+
         props = [("qaccuracy.pair", spec.id), ("qaccuracy.passed", str(passed).lower())]
+        # where the quantized model ran: the integer backend's preset, or this machine's onnxruntime
+        props += [("qaccuracy.backend", spec.backend), ("qaccuracy.scheme", result.scheme or host_preset())]
         for output in result.outputs:
             for metric in ("cosine", "sqnr", "lsb"):
                 value = output.metrics.get(metric)

@@ -7,6 +7,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from pytest_qaccuracy.backend.host import host_preset
+
 from .conftest import PAIRS_MODULE
 
 
@@ -104,6 +106,7 @@ def test_junit_properties(digits: pytest.Pytester) -> None:
     props = {p.get("name"): p.get("value") for p in cases["test_good"].iter("property")}
     assert props["qaccuracy.pair"] == "digits_cnn.qdq"
     assert props["qaccuracy.passed"] == "true"
+    assert (props["qaccuracy.backend"], props["qaccuracy.scheme"]) == ("onnxruntime", host_preset())
     assert float(props["qaccuracy.logits.cosine"]) > 0.999
     assert float(props["qaccuracy.logits.top1_agreement"]) > 0.99
     broken = {p.get("name"): p.get("value") for p in cases["test_broken"].iter("property")}
