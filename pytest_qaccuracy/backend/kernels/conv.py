@@ -678,7 +678,8 @@ def conv_integer_acc(
     bound = float(x_range) * w_sum
     # MLAS's depthwise kernel sums exactly; the others saturate u8 x s8 pairs on CPUs without VNNI
     correction, correction_max = None, 0.0
-    if arith.saturates_pairs(scheme, x.dtype, w.dtype) and not group == x.shape[1] == w.shape[0] and x.size:
+    depthwise = group == x.shape[1] == w.shape[0]
+    if arith.saturates_pairs(scheme, x.dtype, w.dtype) and not depthwise and x.size:
         padded = [s + pads[i] + pads[x.ndim - 2 + i] for i, s in enumerate(x.shape[2:])]
         out_spatial = output_shape(tuple(padded), w.shape[2:], strides, dilations)
         correction = conv_pairs.pair_corrections(x, int(x_zp), w, group, pads, strides, dilations, out_spatial)
