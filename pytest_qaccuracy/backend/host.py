@@ -1,6 +1,7 @@
 """Which integer arithmetic this machine's onnxruntime uses: the ``onnxruntime`` preset, resolved.
 
-onnxruntime's u8 x s8 kernels sum exactly in int32 on x86 CPUs with VNNI or AMX (and on ARM64), but
+onnxruntime's u8 x s8 kernels sum exactly in int32 on x86 CPUs with VNNI or AMX (and on ARM64, whose
+other differences no preset emulates yet: docs/cpus.md), but
 add neighbouring products with int16 saturation on x86 CPUs with only AVX2 or AVX512 (``pairs.py``).
 The CPU flags alone do not say which kernel a given onnxruntime build dispatches to, so a probe asks
 onnxruntime itself: a one-node MatMulInteger whose first pair of products, ``255 * 127 * 2 = 64770``,

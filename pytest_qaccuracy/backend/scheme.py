@@ -123,7 +123,7 @@ HOST_PRESET = "onnxruntime"
 PRESETS: dict[str, Scheme] = {
     # x86 with AVX2 or AVX512 but no VNNI: u8 x s8 pairs saturate to int16 (vpmaddubsw).
     "onnxruntime-avx2": _ONNXRUNTIME.replace(name="onnxruntime-avx2", pair_saturation=True),
-    # x86 with AVX-VNNI, AVX512-VNNI or AMX (and ARM64's dot-product kernels): exact int32 sums.
+    # x86 with AVX-VNNI, AVX512-VNNI or AMX: exact int32 sums.
     "onnxruntime-vnni": _ONNXRUNTIME,
     # onnx.reference: QLinearConv/MatMul in float64 with zp added before np.rint; QDQ groups unfused.
     "onnx-reference": Scheme(
