@@ -169,3 +169,17 @@ def test_the_probe_names_this_machine_and_can_be_overridden(monkeypatch: pytest.
             host.host_preset()
     finally:
         host.host_preset.cache_clear()
+
+
+def test_one_dimensional_convolution_matches_the_pair_oracle() -> None:
+    """Conv1d (speech and sequence models): the same (tap, channel) order along one spatial axis."""
+    rng = np.random.default_rng(21)
+    x = rng.integers(150, 256, (2, 6, 11)).astype(np.uint8)
+    w = _heavy_weights(rng, (4, 6, 5))
+    attrs = {"pads": [2, 1], "strides": [2], "dilations": [1]}
+    got, _, _ = conv_integer_acc(x, np.uint8(7), w, np.int8(0), attrs, AVX2)
+    # the 2-D oracle on a height-1 image with a height-1 kernel is the 1-D convolution
+    want = _oracle_conv(x[:, :, None, :], 7, w[:, :, None, :], [0, 2, 0, 1], (1, 2), (1, 1), 1)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), want[:, :, 0, :])
+    exact, _, _ = conv_integer_acc(x, np.uint8(7), w, np.int8(0), attrs, VNNI)
+    assert not np.array_equal(np.asarray(exact, np.int64), want[:, :, 0, :])
