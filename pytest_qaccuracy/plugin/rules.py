@@ -128,11 +128,16 @@ def parse_rule(text: str, source: str, position: int = 0, known_metrics: Iterabl
 
 
 def parse_rules(lines: Sequence[str], source: str, known_metrics: Iterable[str] | None = None) -> list[Rule]:
+    """The rule lines of ``lines``, skipping blanks and ``#`` comments.
+
+    Positions count rules, not lines (0..n-1), so callers can append later rules at ``len(rules)``:
+    a comment line must not move a rule past one that comes after it.
+    """
     known = None if known_metrics is None else list(known_metrics)
-    rules = []
-    for position, line in enumerate(lines):
+    rules: list[Rule] = []
+    for line in lines:
         if line.strip() and not line.strip().startswith("#"):
-            rules.append(parse_rule(line, source, position, known))
+            rules.append(parse_rule(line, source, len(rules), known))
     return rules
 
 

@@ -196,7 +196,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         cli_rules = parse_rules(config.getoption("qaccuracy_tolerances"), "command line --qaccuracy-tolerance")
     except ValueError as exc:
         raise pytest.UsageError(f"qaccuracy_tolerances: {exc}") from None
-    offset = len(rules)
+    offset = len(rules)  # positions count rules, not lines: command-line rules come after every ini rule
     rules += [replace(r, position=r.position + offset) for r in cli_rules]
     batch_size = _batch_size(config)
     drift = tuple(config.getoption("qaccuracy_max_drift")) or tuple(ini_lines(config, "qaccuracy_max_drift"))

@@ -268,3 +268,22 @@ def test_pyproject_native_toml(pytester: pytest.Pytester) -> None:
     tol = _tolerances(pytester.runpytest("-s"))
     assert tol["max_top1_drop"] == "0.005 from ini file pyproject.toml (qaccuracy_max_top1_drop)"
     assert tol["topk"] == "5 from ini file pyproject.toml (qaccuracy_topk)"
+
+
+def test_command_line_rules_beat_ini_rules_after_comment_lines(digits: pytest.Pytester) -> None:
+    """docs/pytest.md: on a specificity tie the later line wins, and ``--qaccuracy-tolerance`` lines come
+    after the ini ones. Comment lines in the ini list must not push the ini rule past them."""
+    digits.makepyprojecttoml('[tool.pytest.ini_options]\nqaccuracy_tolerances = ["# note", "# note", "*::* sqnr>=1"]\n')
+    digits.makepyfile(
+        """
+        ARGS = ("models/digits_cnn.onnx", "models/digits_cnn.qdq.onnx", "data/digits_test.npz")
+
+        def test_layers(qaccuracy, qaccuracy_pair):
+            qaccuracy.check(qaccuracy_pair(*ARGS))
+        """
+    )
+    assert digits.runpytest().ret == 0  # every layer is above 1 dB: the ini rule alone passes
+    result = digits.runpytest("--qaccuracy-tolerance=*::* sqnr>=200")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E       Tolerance from: command line --qaccuracy-tolerance, rule '*::* sqnr>=200'"])
+    result.stdout.no_fnmatch_line("*rule '*::* sqnr>=1'*")
