@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_qaccuracy.assertions import assert_cosine, assert_relative, assert_topk, assert_within_lsb
-from pytest_qaccuracy.metrics.topk import TopKCounter, as_scores, topk_counter
+from pytest_qaccuracy.metrics.topk import TopKCounter, as_scores, topk_counter, topk_indices
 
 
 def _scores(records: int = 200, classes: int = 10, seed: int = 0) -> np.ndarray:
@@ -82,6 +82,41 @@ def test_topk_k5_is_looser_than_k1() -> None:
     with pytest.raises(AssertionError, match=r"top-1 agreement 0 < 0\.9"):
         assert_topk(test, ref, k=1, min_agreement=0.9)
     assert assert_topk(test, ref, k=5, min_agreement=1.0).agreement(5) == 1.0
+
+
+def test_topk_agreement_asks_for_the_fp32_winner_among_the_quantized_top_k() -> None:
+    """agreement@k: is the fp32 top-1 class among the quantized top-k? Not the other way round."""
+    fp32 = np.array([[4.0, 3.0, 2.0, 1.0]])  # top-1 class 0, top-2 {0, 1}
+    quantized = np.array([[3.0, 1.0, 4.0, 2.0]])  # top-1 class 2, top-2 {2, 0}
+    # fp32's winner (0) is in the quantized top-2; the quantized winner (2) is not in the fp32 top-2
+    assert topk_counter(fp32, quantized, (1, 2)).agreement(2) == 1.0
+    assert topk_counter(quantized, fp32, (1, 2)).agreement(2) == 0.0
+    assert assert_topk(quantized, fp32, k=2, min_agreement=1.0).agreement(2) == 1.0
+    with pytest.raises(AssertionError, match=r"top-2 agreement 0 < 1"):
+        assert_topk(fp32, quantized, k=2, min_agreement=1.0)
+
+
+def test_topk_accuracy_drop_is_fp32_minus_quantized() -> None:
+    fp32 = np.array([[2.0, 1.0, 0.0], [0.0, 2.0, 1.0]])  # both records right
+    quantized = np.array([[2.0, 1.0, 0.0], [0.0, 1.0, 2.0]])  # record 1 now says class 2
+    labels = np.array([0, 1])
+    counter = topk_counter(fp32, quantized, (1,), labels)
+    assert counter.accuracy(1) == (1.0, 0.5)
+    assert counter.drop(1) == 0.5  # a loss is a positive drop
+    assert topk_counter(quantized, fp32, (1,), labels).drop(1) == -0.5  # a gain is negative
+    with pytest.raises(AssertionError, match=r"top-1 accuracy drop 0\.5 > 0\.1 .*\(fp32 1, quantized 0\.5\)"):
+        assert_topk(quantized, fp32, k=1, max_accuracy_drop=0.1, labels=labels)
+
+
+def test_topk_ties_go_to_the_lowest_class_index_like_argmax() -> None:
+    """Documented in metrics/topk.py (and numpy's argmax, ONE's convention): the lower index wins a tie."""
+    scores = np.array([[1.0, 5.0, 5.0, 0.0, 5.0]])
+    assert topk_indices(scores, 1).tolist() == [[1]] == [[int(np.argmax(scores[0]))]]
+    assert topk_indices(scores, 3).tolist() == [[1, 2, 4]]
+    tied = np.array([[3.0, 3.0, 0.0]])
+    # label 0: right only if the tie goes to class 0; a quantized model that breaks the tie loses it
+    counter = topk_counter(tied, np.array([[2.0, 3.0, 0.0]]), (1,), np.array([0]))
+    assert counter.accuracy(1) == (1.0, 0.0) and counter.agreement(1) == 0.0
 
 
 def test_topk_needs_a_tolerance_and_labels() -> None:

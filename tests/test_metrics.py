@@ -58,6 +58,19 @@ def test_hand_computed_values():
     assert _value("lsb", ref, test, scale=0.25)[0] == pytest.approx(4.0)
 
 
+def test_mpeir_of_a_constant_record_divides_by_the_epsilon():
+    """docs/metrics.md: mean over records of max|f - q| / (max(f) - min(f) + 1e-6). A constant fp32
+    record has range 0, so its term is max|f - q| / 1e-6: very large, but finite."""
+    ref = [[2.0, 2.0, 2.0, 2.0], [0.0, 1.0, 2.0, 3.0]]
+    test = [[2.0, 2.5, 2.0, 2.0], [0.0, 1.0, 2.0, 3.75]]
+    constant_term = 0.5 / (0.0 + 1e-6)  # 500,000
+    varying_term = 0.75 / (3.0 + 1e-6)
+    value, reason = _value("mpeir", ref, test)
+    assert reason is None and math.isfinite(value)
+    assert value == pytest.approx((constant_term + varying_term) / 2, rel=1e-9)
+    assert _value("mpeir", [[2.0, 2.0]], [[2.0, 2.0]])[0] == 0.0  # no error: 0 / 1e-6
+
+
 def test_lsb_per_channel_divides_each_channel_by_its_own_step():
     ref = np.zeros((1, 2, 3), np.float32)
     test = np.array([[[0.1, 0.0, 0.0], [0.0, 0.3, 0.0]]], np.float32)

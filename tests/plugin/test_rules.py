@@ -53,3 +53,15 @@ def test_most_specific_rule_wins() -> None:
     assert rules_for(rules, "resnet", ["conv1"], layer=True)["sqnr"].value == 25  # tie: the later line
     assert rules_for(rules, "resnet", [None, "conv1"], layer=True)["sqnr"].value == 25
     assert rules_for(rules, "resnet", ["logits"], layer=False) == {}  # layer rules never apply to outputs
+
+
+def test_a_full_tie_goes_to_the_rule_later_in_the_sequence() -> None:
+    """Equal globs and equal positions (e.g. lists parsed separately): the later rule still wins,
+    as "on a tie, the later line" says; the first one must not stick."""
+    first, second = parse_rule("*::* sqnr>=20", "a"), parse_rule("*::* sqnr>=30", "b")
+    assert first.specificity == second.specificity
+    assert rules_for([first, second], "p", ["conv"], layer=True)["sqnr"] is second
+    assert rules_for([second, first], "p", ["conv"], layer=True)["sqnr"] is first
+    assert rules_for([first, second], "p", ["conv"], layer=False) == {}
+    outputs = parse_rule("* cosine>=0.9", "a"), parse_rule("* cosine>=0.99", "b")
+    assert rules_for(outputs, "p", ["y"], layer=False)["cosine"] is outputs[1]
