@@ -149,6 +149,51 @@ def test_hdf5_layout_errors(tmp_path):
         load_dataset(tmp_path / "c.h5")
 
 
+def _h5(path, datasets: dict[str, np.ndarray], groups: tuple[str, ...] = ()):
+    with h5py.File(path, "w") as f:
+        for name in groups:
+            f.create_group(name)
+        for name, data in datasets.items():
+            f.create_dataset(name, data=data)
+    return path
+
+
+def _message(path, records: int | None = None) -> str:
+    """The DataError message of opening ``path`` (and reading ``records`` records, if given)."""
+    with pytest.raises(DataError) as info:
+        ds = load_dataset(path)
+        list(ds.iter_records(0, records))
+    return str(info.value)
+
+
+def test_hdf5_layout_errors_name_file_record_and_input(tmp_path):
+    """Each broken layout gets one line naming the file, the record and the input."""
+    z = np.zeros(3, np.float32)
+    path = _h5(tmp_path / "names.h5", {"value/0/0": z, "value/first/0": z})
+    assert _message(path) == "names.h5: record 'first' is not a number; expected '0'..'N-1'"
+    path = _h5(tmp_path / "inputs.h5", {"value/0/0": z, "value/0/image": z})
+    assert _message(path) == "inputs.h5: record 0: input 'image' is not a number; expected '0'..'N-1'"
+    path = _h5(tmp_path / "empty.h5", {}, groups=("value",))
+    assert _message(path) == "empty.h5: group 'value' holds no records"
+    path = _h5(tmp_path / "flat.h5", {"value/0/0": z, "value/1": z})
+    assert _message(path) == "flat.h5: record 1 is not a group of input datasets"
+    path = _h5(tmp_path / "fewer.h5", {"value/0/0": z, "value/0/1": z, "value/1/0": z})
+    assert _message(path) == "fewer.h5: record 1 has no input '1' (record 0 has ['0', '1'])"
+    path = _h5(tmp_path / "nested.h5", {"value/0/0": z, "value/1/0/deeper": z})
+    assert _message(path) == "nested.h5: record 1, input 0 is not a dataset"
+    path = _h5(tmp_path / "more.h5", {"value/0/0": z, "value/1/0": z, "value/1/1": z, "value/1/2": z})
+    assert _message(path) == "more.h5: record 1 has inputs ['1', '2'] that record 0 lacks"
+
+
+def test_hdf5_an_input_that_record_0_lacks_is_an_error_not_skipped(tmp_path):
+    """Record 0 is read fine; record 1 carries an input the model would never see: an error, not a skip."""
+    z = np.zeros(3, np.float32)
+    ds = load_dataset(_h5(tmp_path / "more.h5", {"value/0/0": z, "value/1/0": z, "value/1/1": z}))
+    assert [list(r) for r in ds.iter_records(0, 1)] == [["0"]]
+    with pytest.raises(DataError, match=r"^more\.h5: record 1 has inputs \['1'\] that record 0 lacks$"):
+        list(ds.iter_records())
+
+
 def test_npy_folder_record_files_must_agree(tmp_path):
     root = _npy_dir(tmp_path / "d", {"a": _records(3, (2,)), "b": _records(2, (2,))})
     with pytest.raises(DataError, match=r"inputs 'a' and 'b' have different record files; e\.g\. record\(s\) \[2\]"):
