@@ -74,3 +74,16 @@ def test_bad_metric_writes_nothing(tmp_path, small_result, kind):
     with pytest.raises(InputError):
         writer[kind](tmp_path / "x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_written_files_get_the_mode_a_plain_open_would_give(tmp_path):
+    """mkstemp creates 0600 files; artifacts must be as readable as any file the user writes."""
+    import stat
+
+    plain = tmp_path / "plain.txt"
+    with open(plain, "w", encoding="utf-8") as handle:
+        handle.write("x")
+    expected = stat.S_IMODE(plain.stat().st_mode)
+    assert expected != 0o600, "umask 077 here: this test cannot tell the modes apart"
+    for path in (atomic.atomic_write_text(tmp_path / "a.txt", "x"), atomic.atomic_write_json(tmp_path / "b.json", {})):
+        assert stat.S_IMODE(path.stat().st_mode) == expected, path.name
