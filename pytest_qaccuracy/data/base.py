@@ -33,6 +33,8 @@ class Dataset(ABC):
     """
 
     by_position: bool = False
+    #: Every record has the same shapes and dtypes (one header per array), so checking record 0 suffices.
+    uniform: bool = False
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)

@@ -81,7 +81,7 @@ class BoundDataset:
     def _check_all_records(self) -> None:
         if len(self.dataset) == 0:
             raise DataError(f"{self.dataset.name}: the dataset holds no records")
-        for record in range(len(self.dataset)):
+        for record in range(1 if self.dataset.uniform else len(self.dataset)):
             for spec in self.inputs:
                 self._check_meta(record, spec)
 
@@ -93,6 +93,11 @@ class BoundDataset:
         batch_dim_free = bool(spec.shape) and (spec.shape[0] == 1 or not isinstance(spec.shape[0], int))
         if _dims_match(meta.shape, spec.shape):
             add_axis = False
+            if batch_dim_free and meta.shape[0] != 1:
+                raise DataError(
+                    f"{where}: shape {_shape_str(meta.shape)} holds {meta.shape[0]} samples; a record is one "
+                    f"sample (batch dimension 1, or none): store them as {meta.shape[0]} records"
+                )
         elif batch_dim_free and _dims_match((1, *meta.shape), spec.shape):
             add_axis = True
         else:

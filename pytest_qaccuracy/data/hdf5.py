@@ -8,6 +8,7 @@ import h5py
 import numpy as np
 
 from pytest_qaccuracy.data.base import ArrayMeta, Dataset, check_labels, check_plain_dtype
+from pytest_qaccuracy.data.budget import check_array_budget
 from pytest_qaccuracy.errors import DataError
 
 
@@ -73,6 +74,7 @@ class HDF5Dataset(Dataset):
             dtype = np.dtype(bool)
         else:
             dtype = check_plain_dtype(node.dtype, f"{self.name}: record {record}, input {key}")
+        check_array_budget(node.shape, dtype, f"{self.name}: record {record}, input {key}")
         return ArrayMeta(tuple(node.shape), dtype)
 
     def iter_records(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, np.ndarray]]:
@@ -92,6 +94,9 @@ class HDF5Dataset(Dataset):
     def labels(self) -> np.ndarray | None:
         if "labels" not in self._file:
             return None
+        node = self._file["labels"]
+        if isinstance(node, h5py.Dataset):
+            check_array_budget(node.shape, node.dtype, f"{self.name}: dataset 'labels'")
         return check_labels(self._file["labels"][()], len(self), f"{self.name}: dataset 'labels'")
 
     def close(self) -> None:

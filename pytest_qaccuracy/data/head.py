@@ -23,6 +23,7 @@ class Head(Dataset):
         self.dataset = dataset
         self.count = min(count, len(dataset))
         self.by_position = dataset.by_position
+        self.uniform = dataset.uniform
 
     @property
     def name(self) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from pytest_qaccuracy.data.base import ArrayMeta, Dataset, check_labels
-from pytest_qaccuracy.data.npy_stream import read_header
+from pytest_qaccuracy.data.npy_stream import read_file_header
 from pytest_qaccuracy.errors import DataError
 
 LABELS_FILE = "labels.npy"
@@ -63,8 +63,7 @@ class NpyDirDataset(Dataset):
         return f"{self.name}/{key}/{record}.npy"
 
     def meta(self, record: int, key: str) -> ArrayMeta:
-        with open(self._files[key][record], "rb") as stream:
-            shape, dtype, _ = read_header(stream, self._where(record, key))
+        shape, dtype = read_file_header(self._files[key][record], self._where(record, key))
         return ArrayMeta(shape, dtype)
 
     def iter_records(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, np.ndarray]]:
@@ -82,4 +81,5 @@ class NpyDirDataset(Dataset):
         path = self.path / LABELS_FILE
         if not path.is_file():
             return None
+        read_file_header(path, f"{self.name}/{LABELS_FILE}")
         return check_labels(np.load(path, allow_pickle=False), len(self), f"{self.name}/{LABELS_FILE}")

@@ -7,12 +7,15 @@ Pickled (object) arrays are refused before any data is read.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy_format
 
 from pytest_qaccuracy.data.base import check_plain_dtype
+from pytest_qaccuracy.data.budget import check_array_budget, check_fits_file
 from pytest_qaccuracy.errors import DataError
 
 
@@ -29,6 +32,16 @@ def read_header(stream: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype
     return tuple(shape), check_plain_dtype(np.dtype(dtype), where), bool(fortran)
 
 
+def read_file_header(path: Path, where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of a ``.npy`` file, checked to fit the file and the memory budget."""
+    with open(path, "rb") as stream:
+        shape, dtype, _ = read_header(stream, where)
+        available = os.fstat(stream.fileno()).st_size - stream.tell()
+    check_fits_file(shape, dtype, available, where)
+    check_array_budget(shape, dtype, where)
+    return shape, dtype
+
+
 class RecordReader:
     """Sequential reader of an array whose first axis is the record axis."""
 
@@ -42,6 +55,7 @@ class RecordReader:
         self._record_bytes = int(np.prod(self.record_shape, dtype=np.int64)) * self.dtype.itemsize
         self._whole: np.ndarray | None = None
         if fortran:  # records are not contiguous: this (rare) layout must be read whole
+            check_array_budget(shape, self.dtype, where)
             data = stream.read()
             self._whole = np.frombuffer(data, self.dtype).reshape(shape[::-1]).T
         self._next = 0

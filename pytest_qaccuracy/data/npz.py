@@ -8,6 +8,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from pytest_qaccuracy.data.base import ArrayMeta, Dataset, check_labels
+from pytest_qaccuracy.data.budget import (
+    DEFLATE_MAX_RATIO,
+    check_array_budget,
+    check_fits_file,
+    declared_bytes,
+    memory_budget,
+)
 from pytest_qaccuracy.data.npy_stream import RecordReader, read_header
 from pytest_qaccuracy.errors import DataError
 
@@ -17,8 +24,23 @@ LABELS_KEY = "labels"
 _CHUNK = 64  # records decoded per read when iterating
 
 
+def _member_capacity(info: zipfile.ZipInfo, archive_size: int) -> int | None:
+    """The most bytes a member can decompress to, or None when the method has no known bound."""
+    stored = min(info.compress_size, archive_size)
+    if info.compress_type == zipfile.ZIP_STORED:
+        return stored
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        return stored * DEFLATE_MAX_RATIO
+    return None
+
+
 class NpzDataset(Dataset):
-    """Arrays of an ``.npz`` archive, streamed record by record (compressed members too)."""
+    """Arrays of an ``.npz`` archive, streamed record by record (compressed members too).
+
+    Every record of an array has the same shape and dtype, so binding checks record 0 only.
+    """
+
+    uniform = True
 
     def __init__(self, path) -> None:
         super().__init__(path)
@@ -34,17 +56,29 @@ class NpzDataset(Dataset):
         if not self._members:
             raise DataError(f"{self.name}: the archive holds no arrays")
         self._meta: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        archive_size = self.path.stat().st_size
         for key, member in self._members.items():
+            where = f"{self.name}: array '{key}'"
+            info = self._zip.getinfo(member)
             with self._zip.open(member) as stream:
-                shape, dtype, _ = read_header(stream, f"{self.name}: array '{key}'")
+                shape, dtype, fortran = read_header(stream, where)
+                header_bytes = stream.tell()
             if not shape:
                 raise DataError(f"{self.name}: array '{key}' is 0-d; expected the record axis first")
+            capacity = _member_capacity(info, archive_size)
+            if capacity is not None:
+                check_fits_file(shape, dtype, max(capacity - header_bytes, 0), where)
+            if capacity is None or fortran or key == LABELS_KEY:  # read whole
+                check_array_budget(shape, dtype, where)
+            check_array_budget(shape[1:], dtype, f"{where}, one record")
             self._meta[key] = (shape, dtype)
         self._keys = [k for k in self._members if k != LABELS_KEY]
         counts = {key: self._meta[key][0][0] for key in self._keys}
         if len(set(counts.values())) > 1:
             raise DataError(f"{self.name}: arrays disagree on the number of records: {counts}")
         self._count = next(iter(counts.values()), 0)
+        record_bytes = sum(declared_bytes(self._meta[k][0][1:], self._meta[k][1]) for k in self._keys)
+        self._chunk = max(1, min(_CHUNK, memory_budget() // max(record_bytes, 1)))
 
     @property
     def keys(self) -> list[str]:
@@ -65,10 +99,10 @@ class NpzDataset(Dataset):
             for reader in readers.values():  # skip to start, a chunk at a time
                 skipped = 0
                 while skipped < start:
-                    skipped += len(reader.read(min(_CHUNK, start - skipped)))
+                    skipped += len(reader.read(min(self._chunk, start - skipped)))
             index = start
             while index < stop:
-                n = min(_CHUNK, stop - index)
+                n = min(self._chunk, stop - index)
                 chunk = {key: reader.read(n) for key, reader in readers.items()}
                 for i in range(n):
                     yield {key: arrays[i] for key, arrays in chunk.items()}

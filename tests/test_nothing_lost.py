@@ -1,0 +1,110 @@
+"""Issue 18, "nothing lost, nothing hangs": hostile inputs and outputs end in one ``error:`` line.
+
+Each case runs the ``qaccuracy`` command and checks the message, the exit code and that nothing
+(or exactly what is promised) was written.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import zipfile
+
+import h5py
+import numpy as np
+from numpy.lib import format as npy_format
+
+from pytest_qaccuracy.cli import main
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "Traceback" not in err[0]
+    return err[0]
+
+
+def _npy_header(shape: tuple[int, ...], payload: bytes = b"\0" * 64) -> bytes:
+    """An ``.npy`` file whose header declares ``shape`` float32, followed by a few bytes only."""
+    stream = io.BytesIO()
+    npy_format.write_array_header_1_0(stream, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return stream.getvalue() + payload
+
+
+def _compare(zoo, data, out, *extra: str) -> list[str]:
+    return ["compare", str(zoo["fp32"]), str(zoo["qdq_u8"]), "--data", str(data), "--out-dir", str(out), *extra]
+
+
+def test_a_tiny_npz_declaring_4e9_records_is_refused_at_once(zoo, tmp_path, capsys):
+    for method in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        data = tmp_path / f"huge{method}.npz"
+        with zipfile.ZipFile(data, "w", method) as archive:
+            archive.writestr("x.npy", _npy_header((4_000_000_000, 3, 16, 16)))
+        assert data.stat().st_size < 1024
+        out = tmp_path / "out"
+        began = time.monotonic()
+        assert main(_compare(zoo, data, out)) == 2
+        assert time.monotonic() - began < 5
+        line = _error_line(capsys)
+        assert line.startswith(
+            f"error: {data.name}: array 'x': the header declares shape (4000000000, 3, 16, 16) float32 (11.2 TiB), "
+            "more than the file can hold"
+        ), line
+        assert not out.exists()
+
+
+def test_a_npz_of_empty_records_is_checked_once_not_per_record(zoo, tmp_path, capsys):
+    data = tmp_path / "empty.npz"
+    with zipfile.ZipFile(data, "w") as archive:
+        archive.writestr("x.npy", _npy_header((4_000_000_000, 0), b""))
+    began = time.monotonic()
+    assert main(_compare(zoo, data, tmp_path / "out")) == 2
+    assert time.monotonic() - began < 5
+    assert _error_line(capsys) == (
+        "error: empty.npz: record 0, input 'x': shape (0,) does not match the model input (N, 3, 16, 16)"
+    )
+
+
+def test_a_npy_record_declaring_23_gib_is_refused_before_numpy_allocates(zoo, tmp_path, capsys):
+    (tmp_path / "data" / "x").mkdir(parents=True)
+    np.save(tmp_path / "data" / "x" / "0.npy", np.zeros((1, 3, 16, 16), np.float32))
+    (tmp_path / "data" / "x" / "1.npy").write_bytes(_npy_header((100_000_000, 3, 16, 16)))
+    out = tmp_path / "out"
+    assert main(_compare(zoo, tmp_path / "data", out)) == 2
+    line = _error_line(capsys)
+    assert line.startswith(
+        "error: data/x/1.npy: the header declares shape (100000000, 3, 16, 16) float32 (286.1 GiB), "
+        "more than the file can hold (64 B)"
+    ), line
+    assert not out.exists()
+
+
+def test_an_h5_record_over_the_memory_budget_is_refused(zoo, tmp_path, capsys, monkeypatch):
+    data = tmp_path / "sparse.h5"
+    with h5py.File(data, "w") as f:  # chunked and never written: a small file
+        f.create_dataset("value/0/0", shape=(100_000_000, 3, 16, 16), dtype=np.float32, chunks=(1, 3, 16, 16))
+    out = tmp_path / "out"
+    monkeypatch.setenv("QACCURACY_MEMORY_BUDGET", "1G")
+    assert main(_compare(zoo, data, out)) == 2
+    assert _error_line(capsys) == (
+        "error: sparse.h5: record 0, input 0: shape (100000000, 3, 16, 16) float32 needs 286.1 GiB, "
+        "over the memory budget of 1.0 GiB (set QACCURACY_MEMORY_BUDGET to raise it)"
+    )
+    assert not out.exists()
+    monkeypatch.setenv("QACCURACY_MEMORY_BUDGET", "lots")
+    assert main(_compare(zoo, data, out)) == 2
+    assert _error_line(capsys) == ("error: QACCURACY_MEMORY_BUDGET='lots': expected a size in bytes, e.g. 2G or 500M")
+
+
+def test_a_record_holding_several_samples_is_refused(zoo, tmp_path, capsys):
+    """One record is one sample: a (5, 3, 16, 16) file would be counted as 1 record for 5 samples."""
+    (tmp_path / "data" / "x").mkdir(parents=True)
+    np.save(tmp_path / "data" / "x" / "0.npy", np.zeros((1, 3, 16, 16), np.float32))
+    np.save(tmp_path / "data" / "x" / "1.npy", np.zeros((5, 3, 16, 16), np.float32))
+    out = tmp_path / "out"
+    assert main(_compare(zoo, tmp_path / "data", out)) == 2
+    assert _error_line(capsys) == (
+        "error: data: record 1, input 'x': shape (5, 3, 16, 16) holds 5 samples; a record is one sample "
+        "(batch dimension 1, or none): store them as 5 records"
+    )
+    assert not out.exists()
