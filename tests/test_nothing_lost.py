@@ -108,3 +108,47 @@ def test_a_record_holding_several_samples_is_refused(zoo, tmp_path, capsys):
         "(batch dimension 1, or none): store them as 5 records"
     )
     assert not out.exists()
+
+
+def _compare_to(zoo, *outputs: str) -> list[str]:
+    return ["compare", str(zoo["fp32"]), str(zoo["qdq_u8"]), "--data", str(zoo["data"]), "--metrics", "mse", *outputs]
+
+
+def test_unwritable_output_paths_are_refused_before_the_models_run(zoo, tmp_path, capsys):
+    folder = tmp_path / "a_folder"
+    folder.mkdir()
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    cases = {
+        ("--json", str(folder)): f"error: --json {folder}: is a directory, expected a file",
+        ("--out-dir", str(a_file)): f"error: --out-dir {a_file}: is a file, expected a directory",
+        ("--out-dir", str(a_file / "out")): (
+            f"error: --out-dir {a_file / 'out'}: cannot be created, {a_file} is not a directory"
+        ),
+        ("--json", str(a_file / "deep" / "r.json")): (
+            f"error: --json {a_file / 'deep' / 'r.json'}: cannot be created, {a_file} is not a directory"
+        ),
+    }
+    for option, message in cases.items():
+        assert main(_compare_to(zoo, *option)) == 2
+        assert _error_line(capsys) == message
+        assert capsys.readouterr().out == ""  # refused before the comparison ran
+    assert list(folder.iterdir()) == [] and a_file.read_text() == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "a_folder"]
+
+
+def test_a_directory_in_place_of_an_artifact_is_refused_before_any_is_written(zoo, tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "report.html").mkdir(parents=True)
+    json_path = tmp_path / "r.json"
+    assert main(_compare_to(zoo, "--out-dir", str(out), "--json", str(json_path))) == 2
+    assert _error_line(capsys) == f"error: --out-dir {out}: report.html exists there as a directory"
+    assert [p.name for p in out.iterdir()] == ["report.html"] and not json_path.exists()
+
+
+def test_report_out_pointing_at_a_directory_is_refused(zoo, tmp_path, capsys):
+    assert main(_compare_to(zoo, "--json", str(tmp_path / "r.json"))) == 0
+    capsys.readouterr()
+    (tmp_path / "report.html").mkdir()
+    assert main(["report", str(tmp_path)]) == 2
+    assert _error_line(capsys) == f"error: --out {tmp_path / 'report.html'}: is a directory, expected a file"

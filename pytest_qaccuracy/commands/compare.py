@@ -81,8 +81,9 @@ def _mapping(path: Path | None) -> dict[str, str] | None:
 
 def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.compare import compare
+    from pytest_qaccuracy.metrics import parse_metric_names
     from pytest_qaccuracy.model import ModelPair
-    from pytest_qaccuracy.report.artifacts import write_comparison_artifacts
+    from pytest_qaccuracy.report.artifacts import check_artifact_targets, write_comparison_artifacts
     from pytest_qaccuracy.report.tables import comparison_table
     from pytest_qaccuracy.runtime import RuntimeOptions
 
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.top < 0:
         raise InputError(f"--top must be >= 0, got {args.top}")
+    check_artifact_targets(args.json, args.out_dir, args.quantized.stem, parse_metric_names(args.metrics))
     pair = ModelPair(args.fp32, args.quantized, mapping=_mapping(args.map))
     if args.backend is None:  # a scheme names an emulated target, so it runs on the integer backend
         args.backend = "integer" if args.scheme else "onnxruntime"

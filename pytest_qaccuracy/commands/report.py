@@ -82,10 +82,13 @@ def load_comparisons(root: Path) -> list[tuple[Path, ComparisonResult]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pytest_qaccuracy.report.atomic import check_file_target
     from pytest_qaccuracy.report.html import DEFAULT_TITLE, write_html
 
-    found = load_comparisons(args.dir)
     out = args.out if args.out is not None else args.dir / "report.html"
+    if args.dir.is_dir():
+        check_file_target(out, "--out")
+    found = load_comparisons(args.dir)
     path = write_html(out, [result for _, result in found], title=args.title or DEFAULT_TITLE)
     for source, _ in found:
         sys.stdout.write(f"read {source}\n")

@@ -37,11 +37,13 @@ def run(args: argparse.Namespace) -> int:
 
     from pytest_qaccuracy.analysis.saturation import EXACT, SATURATING, check_remedies, measure_saturation
     from pytest_qaccuracy.errors import InputError
-    from pytest_qaccuracy.report.atomic import atomic_write_json
+    from pytest_qaccuracy.report.atomic import atomic_write_json, check_file_target
     from pytest_qaccuracy.report.tables import shorten
 
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.json is not None:
+        check_file_target(args.json, "--json")
     if args.threads < 0:
         raise InputError(f"--threads must be >= 0, got {args.threads}")
     if args.max_saturated is not None and not 0.0 <= args.max_saturated <= 1.0:

@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from pytest_qaccuracy.analysis.sweep import Target, sweep_in
     from pytest_qaccuracy.model import ModelPair
+    from pytest_qaccuracy.report.atomic import check_dir_target, check_file_target
     from pytest_qaccuracy.runtime import RuntimeOptions
 
     if args.top < 0:
@@ -92,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
     metrics = list(_names(args.metric))
     if target is not None and target.metric not in metrics:
         metrics.append(target.metric)
+    if args.json is not None:
+        check_file_target(args.json, "--json")
+    if args.out_dir is not None:
+        check_dir_target(args.out_dir, "--out-dir")
     pair = ModelPair(args.fp32, args.quantized)
     session = open_session(
         pair, args.data, metrics, options, args.capture, args.strategy, args.allow_nonfinite, args.records, args.output

@@ -7,12 +7,32 @@ from pathlib import Path
 import onnx
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
-from pytest_qaccuracy.report.atomic import atomic_write_json
+from pytest_qaccuracy.report.atomic import atomic_write_json, check_dir_target, check_file_target
 
 
 def artifact_stem(result: ComparisonResult) -> str:
     """File stem of a pair's artifacts: the quantized model's file stem."""
     return Path(result.quantized_model).stem
+
+
+def artifact_names(stem: str, metric_names: list[str]) -> list[str]:
+    """The files ``write_comparison_artifacts`` writes in ``out_dir``."""
+    names = [f"{stem}.comparison.json"]
+    for metric in metric_names:
+        names += [f"{stem}.{metric}.visq.json", f"{stem}.{metric}.dot"]
+    return [*names, "report.html"]
+
+
+def check_artifact_targets(json_path: Path | None, out_dir: Path | None, stem: str, metric_names: list[str]) -> None:
+    """Refuse unwritable output paths before anything runs (``--json``, ``--out-dir``).
+
+    Raises:
+        InputError: a path is a directory where a file goes (or the reverse), or cannot be written.
+    """
+    if json_path is not None:
+        check_file_target(json_path, "--json")
+    if out_dir is not None:
+        check_dir_target(out_dir, "--out-dir", artifact_names(stem, metric_names))
 
 
 def write_comparison_artifacts(

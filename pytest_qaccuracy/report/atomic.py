@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
+
+from pytest_qaccuracy.errors import InputError
 
 
 def _file_mode() -> int:
@@ -49,3 +51,53 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
     """Write strict JSON (NaN/Inf are refused: callers map them to null first)."""
     text = json.dumps(data, indent=2, allow_nan=False) + "\n"
     return atomic_write_text(path, text)
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_creatable(path: Path, what: str) -> None:
+    """``path`` does not exist yet: its nearest existing ancestor must be a writable folder."""
+    ancestor = _nearest_existing(path.parent)
+    if not ancestor.is_dir():
+        raise InputError(f"{what} {path}: cannot be created, {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"{what} {path}: cannot be created, {ancestor} is not writable")
+
+
+def check_file_target(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse, before any work, a file path that cannot be written (``what`` names the option).
+
+    Raises:
+        InputError: ``path`` is a directory, sits under a file, or its folder is not writable.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{what} {path}: is a directory, expected a file")
+    if path.exists():
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise InputError(f"{what} {path}: cannot be replaced, {path.parent} is not writable")
+    else:
+        _check_creatable(path, what)
+
+
+def check_dir_target(path: str | os.PathLike[str], what: str, names: Iterable[str] = ()) -> None:
+    """Refuse, before any work, a folder that cannot hold the files ``names``.
+
+    Raises:
+        InputError: ``path`` is a file, cannot be created or written, or one of ``names`` in it is a folder.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{what} {path}: is a file, expected a directory")
+    if not path.exists():
+        _check_creatable(path, what)
+        return
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise InputError(f"{what} {path}: is not writable")
+    for name in names:
+        if (path / name).is_dir():
+            raise InputError(f"{what} {path}: {name} exists there as a directory")
