@@ -39,7 +39,7 @@ def test_round_shift_matches_exact_fractions(mode: str) -> None:
     x = np.concatenate([rng.integers(-(2**40), 2**40, 300), np.arange(-40, 41)])  # includes every tie of n <= 3
     n = rng.integers(0, 5, x.size)
     got = arith.round_shift(x, n, mode)
-    want = [golden_shift(int(a), int(b), mode) for a, b in zip(x, n, strict=False)]
+    want = [golden_shift(int(a), int(b), mode) for a, b in zip(x, n, strict=True)]
     np.testing.assert_array_equal(got, want)
 
 
@@ -61,10 +61,10 @@ def test_srdhm_and_rdbpot_match_scalar_definitions() -> None:
     rng = np.random.default_rng(1)
     a = rng.integers(-(2**31), 2**31, 500)
     b = rng.integers(2**30, 2**31, 500)
-    np.testing.assert_array_equal(arith.srdhm(a, b), [srdhm(int(x), int(y)) for x, y in zip(a, b, strict=False)])
+    np.testing.assert_array_equal(arith.srdhm(a, b), [srdhm(int(x), int(y)) for x, y in zip(a, b, strict=True)])
     e = rng.integers(0, 31, 500)
     np.testing.assert_array_equal(
-        arith.rounding_divide_by_pot(a, e), [rdbpot(int(x), int(y)) for x, y in zip(a, e, strict=False)]
+        arith.rounding_divide_by_pot(a, e), [rdbpot(int(x), int(y)) for x, y in zip(a, e, strict=True)]
     )
 
 
@@ -90,7 +90,7 @@ def test_multiply_by_quantized_multiplier_double_rounding() -> None:
     m = rng.uniform(1e-4, 0.9, 400)
     q, shift = arith.quantize_multiplier(m)
     got = arith.multiply_by_quantized_multiplier(x, q, shift, double_rounding=True)
-    want = [mbqm_double(int(a), int(b), int(c)) for a, b, c in zip(x, q, shift, strict=False)]
+    want = [mbqm_double(int(a), int(b), int(c)) for a, b, c in zip(x, q, shift, strict=True)]
     np.testing.assert_array_equal(got, want)
 
 
@@ -102,7 +102,7 @@ def test_multiply_by_quantized_multiplier_single_rounding_ties() -> None:
 
 def test_glow_params() -> None:
     pre, post, s = arith.glow_params(np.array([0.25, 3.0, 0.1], np.float32))
-    assert list(zip(pre.tolist(), post.tolist(), s.tolist(), strict=False)) == [(0, 2, 1), (0, 7, 384), (0, 12, 410)]
+    assert list(zip(pre.tolist(), post.tolist(), s.tolist(), strict=True)) == [(0, 2, 1), (0, 7, 384), (0, 12, 410)]
 
 
 # -- requantize per preset ----------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def test_requantize_matches_scalar_definitions(preset: str) -> None:
     m[::7] = np.float32(2.0**-6)  # exact ties for acc multiples of 32
     acc[::7] = (acc[::7] // 64) * 64 + 32
     got = arith.requantize(acc, m, 17, np.uint8, get_scheme(preset), "gemm")
-    want = [golden_requantize(preset, int(a), mm, 17) for a, mm in zip(acc, m, strict=False)]
+    want = [golden_requantize(preset, int(a), mm, 17) for a, mm in zip(acc, m, strict=True)]
     np.testing.assert_array_equal(got, want)
 
 

@@ -130,8 +130,9 @@ def test_node_case(name: str, preset: str) -> None:
     inputs = [v.name for v in case.model.graph.input if v.name not in initializers]
     session = IntegerSession(case.model, preset)
     for feeds, expected in case.data_sets:
-        got = session.run(None, {n: _array(a) for n, a in zip(inputs, feeds, strict=False)})
-        for g, w in zip(got, expected, strict=False):
+        got = session.run(None, {n: _array(a) for n, a in zip(inputs, feeds, strict=True)})
+        assert len(got) == len(expected) == len(case.model.graph.output)
+        for g, w in zip(got, expected, strict=True):
             g, w = np.asarray(g), _array(w)
             assert g.dtype == w.dtype and g.shape == w.shape
             if g.dtype.kind == "f":

@@ -31,9 +31,21 @@ def records() -> np.ndarray:
 
 def test_inputs_and_outputs_look_like_onnxruntime(qdq_model: onnx.ModelProto) -> None:
     ours, theirs = IntegerSession(qdq_model), ort_session(qdq_model)
-    for a, b in zip(ours.get_inputs() + ours.get_outputs(), theirs.get_inputs() + theirs.get_outputs(), strict=False):
+    for a, b in zip(ours.get_inputs() + ours.get_outputs(), theirs.get_inputs() + theirs.get_outputs(), strict=True):
         assert (a.name, a.type) == (b.name, b.type)
         assert a.shape == b.shape
+
+
+def test_run_without_names_returns_every_graph_output_in_graph_order() -> None:
+    """``run(None, ...)`` is ``run(<all graph outputs>, ...)``, as in onnxruntime: not just the first one."""
+    v = np.random.default_rng(5).normal(0, 3, (4, 6)).astype(np.float32)
+    dql = node_model("DynamicQuantizeLinear", [("v", np.float32, v.shape)], {}, np.uint8, n_outputs=3)
+    session = IntegerSession(dql)
+    names = [o.name for o in dql.graph.output]
+    everything = session.run(None, {"v": v})
+    assert len(everything) == len(names) == 3
+    for name, got, want in zip(names, everything, session.run(names, {"v": v}), strict=True):
+        assert_same(np.asarray(got), np.asarray(want), name)
 
 
 def test_loads_from_path_and_rejects_bad_files(qdq_model: onnx.ModelProto, tmp_path: Path) -> None:
@@ -62,7 +74,7 @@ def test_intermediate_tensors_and_callback(qdq_model: onnx.ModelProto, records: 
     assert set(q_outputs) <= set(seen) and set(dq_outputs) <= set(seen)
     assert not any(name.startswith("qaccuracy::") for name in seen)
     picked = session.run(q_outputs[1:3] + dq_outputs[:1], {"input": records})
-    for name, value in zip(q_outputs[1:3] + dq_outputs[:1], picked, strict=False):
+    for name, value in zip(q_outputs[1:3] + dq_outputs[:1], picked, strict=True):
         assert_same(value, seen[name], name)
         assert value.dtype == (np.float32 if name in dq_outputs else np.uint8)
     assert_same(final, seen[qdq_model.graph.output[0].name], "graph output")

@@ -25,7 +25,8 @@ def _saturated(y: np.ndarray) -> float:
 def _check(model, feeds, what=""):
     want = ort_run(model, feeds)
     got = IntegerSession(model).run(None, feeds)
-    for i, (g, w) in enumerate(zip(got, want, strict=False)):
+    assert len(got) == len(want) == len(model.graph.output), f"{what}: one array per graph output"
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert_same(g, w, f"{what} output {i}")
     return got
 

@@ -84,7 +84,7 @@ def test_integer_ops_match_reference(wz: np.ndarray) -> None:
     for got, want in zip(
         IntegerSession(dql, "onnx-reference").run(None, {"v": v}),
         ReferenceEvaluator(dql).run(None, {"v": v}),
-        strict=False,
+        strict=True,
     ):
         assert_same(np.asarray(got), np.asarray(want))
 
@@ -101,5 +101,5 @@ def test_qdq_net_matches_reference_tensor_by_tensor(activation, tmp_path: Path) 
     names = integer_tensors(model) + [o.name for o in model.graph.output]
     want = ReferenceEvaluator(model).run(names, {"input": records})
     got = IntegerSession(model, "onnx-reference").run(names, {"input": records})
-    for name, g, w in zip(names, got, want, strict=False):
+    for name, g, w in zip(names, got, want, strict=True):
         assert_same(g, w, name)
