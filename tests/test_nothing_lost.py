@@ -7,11 +7,14 @@ Each case runs the ``qaccuracy`` command and checks the message, the exit code a
 from __future__ import annotations
 
 import io
+import json
 import time
 import zipfile
 
 import h5py
 import numpy as np
+import pytest
+from modelzoo import random_inputs, write_h5
 from numpy.lib import format as npy_format
 
 from pytest_qaccuracy.cli import main
@@ -152,3 +155,51 @@ def test_report_out_pointing_at_a_directory_is_refused(zoo, tmp_path, capsys):
     (tmp_path / "report.html").mkdir()
     assert main(["report", str(tmp_path)]) == 2
     assert _error_line(capsys) == f"error: --out {tmp_path / 'report.html'}: is a directory, expected a file"
+
+
+def test_nan_metrics_are_null_in_json_and_nan_on_the_terminal(zoo, tmp_path, capsys):
+    records = random_inputs(4, seed=4)
+    records[1, 0, 0, 0, 0] = np.nan
+    data = write_h5(tmp_path / "nan.h5", records)
+    out, json_path = tmp_path / "out", tmp_path / "r.json"
+    args = _compare(zoo, data, out, "--metrics", "mse,sqnr", "--allow-nonfinite", "--json", str(json_path))
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "nan" in captured.out
+    document = json.loads(json_path.read_text(), parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+    assert document["outputs"][0]["metrics"] == {"mse": None, "sqnr": None}
+    assert {p.name for p in out.iterdir()} == {
+        "net.qdq_u8.comparison.json",
+        "net.qdq_u8.mse.visq.json",
+        "net.qdq_u8.mse.dot",
+        "net.qdq_u8.sqnr.visq.json",
+        "net.qdq_u8.sqnr.dot",
+        "report.html",
+    }
+
+
+def test_report_names_the_file_layer_and_metric_of_a_non_numeric_value(zoo, tmp_path, capsys):
+    json_path = tmp_path / "r.json"
+    assert main(_compare_to(zoo, "--json", str(json_path))) == 0
+    capsys.readouterr()
+    document = json.loads(json_path.read_text())
+    layer = document["layers"][2]
+    layer["metrics"]["mse"] = "0.1 (approx)"
+    json_path.write_text(json.dumps(document))
+    assert main(["report", str(tmp_path)]) == 2
+    assert _error_line(capsys) == (
+        f"error: {json_path}: not a valid comparison JSON "
+        f"(layer '{layer['tensor']}', metric 'mse': '0.1 (approx)' is not a number)"
+    )
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_an_empty_onnx_file_is_refused_as_a_model(zoo, tmp_path, capsys):
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    out = tmp_path / "out"
+    for fp32, quantized in ((empty, zoo["qdq_u8"]), (zoo["fp32"], empty)):
+        args = ["compare", str(fp32), str(quantized), "--data", str(zoo["data"]), "--out-dir", str(out)]
+        assert main(args) == 2
+        assert _error_line(capsys) == f"error: {empty}: empty file, not an ONNX model"
+    assert not out.exists()

@@ -6,6 +6,7 @@ A reader never sees a half-written artifact, and a failed write leaves the old f
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -47,9 +48,20 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write(path, lambda handle: handle.write(text))
 
 
+def finite_json(value: Any) -> Any:
+    """``value`` with every NaN/Inf float replaced by None, so strict JSON can hold it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(item) for item in value]
+    return value
+
+
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
-    """Write strict JSON (NaN/Inf are refused: callers map them to null first)."""
-    text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    """Write strict JSON: NaN and Inf are written as null (:func:`finite_json`)."""
+    text = json.dumps(finite_json(data), indent=2, allow_nan=False) + "\n"
     return atomic_write_text(path, text)
 
 

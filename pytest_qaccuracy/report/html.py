@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,24 +16,13 @@ from typing import Any
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.report._html_assets import CSS, JS
 from pytest_qaccuracy.report._palette import FIXED_RANGES, ZERO_BASED, higher_is_better, metric_names, metric_slots
-from pytest_qaccuracy.report.atomic import atomic_write_text
+from pytest_qaccuracy.report.atomic import atomic_write_text, finite_json
 
 DEFAULT_TITLE = "Quantization accuracy report"
 
 #: Characters that must not appear literally inside ``<script>``: ``</script>``, ``<!--`` and the JS
 #: line terminators U+2028/U+2029 (escaped anyway by ``ensure_ascii``).
 _SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
-
-
-def _finite_json(value: Any) -> Any:
-    """``value`` with every NaN/Inf float replaced by None, so strict JSON can hold it."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _finite_json(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite_json(item) for item in value]
-    return value
 
 
 def _scale(metric: str, higher_better: bool) -> str:
@@ -68,7 +56,7 @@ def pair_data(result: ComparisonResult) -> dict[str, Any]:
                 "slots": [[s.begin, s.end, s.color] for s in metric_slots(result, name)],
             }
         )
-    return _finite_json(data)
+    return finite_json(data)
 
 
 def embed_json(data: Any) -> str:
@@ -100,7 +88,7 @@ def render_html(
     """
     pairs = [pair_data(r) for r in results]
     for pair, view in zip(pairs, list(sensitivity or []), strict=False):
-        pair["sensitivity"] = _finite_json(view)
+        pair["sensitivity"] = finite_json(view)
     for pair, view in zip(pairs, list(targets or []), strict=False):
         pair["targets"] = view
     for pair, name in zip(pairs, list(names or []), strict=False):
