@@ -24,6 +24,16 @@ def _metrics_dict(metrics: Mapping[str, float | None]) -> dict[str, float | None
     return {name: _finite_or_none(value) for name, value in metrics.items()}
 
 
+def _metrics_from(data: Any, where: str) -> dict[str, float | None]:
+    """Read metrics from JSON: every value a number or null (``where`` names the layer or output)."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: 'metrics' is not an object")
+    for name, value in data.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"{where}, metric '{name}': {value!r} is not a number")
+    return dict(data)
+
+
 @dataclass(frozen=True, slots=True)
 class OutputResult:
     """Metrics of one model output over all records.
@@ -52,7 +62,7 @@ class OutputResult:
     def from_dict(cls, data: Mapping[str, Any]) -> OutputResult:
         return cls(
             name=data["name"],
-            metrics=dict(data["metrics"]),
+            metrics=_metrics_from(data["metrics"], f"output '{data['name']}'"),
             undefined=dict(data.get("undefined", {})),
             worst_records={
                 m: [(int(r), float(v)) for r, v in rows] for m, rows in data.get("worst_records", {}).items()
@@ -99,7 +109,7 @@ class LayerResult:
             node=data.get("node"),
             op_type=data.get("op_type"),
             order=int(data["order"]),
-            metrics=dict(data["metrics"]),
+            metrics=_metrics_from(data["metrics"], f"layer '{data['tensor']}'"),
             undefined=dict(data.get("undefined", {})),
             matched_by=data.get("matched_by", "name"),
             scale=data.get("scale"),
