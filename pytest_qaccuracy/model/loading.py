@@ -50,10 +50,14 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: model file not found")
+    if path.stat().st_size == 0:  # protobuf reads 0 bytes as a valid, empty model
+        raise ModelError(f"{path}: empty file, not an ONNX model")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and friends
         raise ModelError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from None
+    if not model.HasField("graph"):
+        raise ModelError(f"{path}: no graph, not an ONNX model")
     _check_external_data(model, path)
     try:
         onnx.load_external_data_for_model(model, str(path.parent))
