@@ -45,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args))
     except InputError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        from pytest_qaccuracy.report.terminal import escape_control
+
+        sys.stderr.write(f"error: {escape_control(str(exc))}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")

@@ -13,6 +13,7 @@ import zipfile
 
 import h5py
 import numpy as np
+import onnx
 import pytest
 from modelzoo import random_inputs, write_h5
 from numpy.lib import format as npy_format
@@ -203,3 +204,35 @@ def test_an_empty_onnx_file_is_refused_as_a_model(zoo, tmp_path, capsys):
         assert main(args) == 2
         assert _error_line(capsys) == f"error: {empty}: empty file, not an ONNX model"
     assert not out.exists()
+
+
+def _rename(source, target, renames: dict[str, str]):
+    """A copy of the model at ``source`` with tensors renamed everywhere they appear."""
+    model = onnx.load(str(source))
+    graph = model.graph
+    for node in graph.node:
+        node.input[:] = [renames.get(n, n) for n in node.input]
+        node.output[:] = [renames.get(n, n) for n in node.output]
+    for value in [*graph.output, *graph.value_info]:
+        value.name = renames.get(value.name, value.name)
+    onnx.save(model, str(target))
+    return target
+
+
+HOSTILE = {"logits": "logits\x1b[2J", "relu1": "relu1\x1b]0;pwned\x07"}
+
+
+def test_control_characters_in_tensor_names_are_escaped_on_the_terminal_not_in_json(zoo, tmp_path, capsys):
+    fp32 = _rename(zoo["fp32"], tmp_path / "net.onnx", HOSTILE)
+    quantized = _rename(zoo["qdq_u8"], tmp_path / "net.q.onnx", HOSTILE)
+    json_path = tmp_path / "r.json"
+    args = ["compare", str(fp32), str(quantized), "--data", str(zoo["data"]), "--metrics", "mse,sqnr"]
+    assert main([*args, "--json", str(json_path), "--top", "20"]) == 0
+    text = capsys.readouterr().out
+    assert "\x1b" not in text and "\x07" not in text
+    assert "logits\\x1b[2J" in text and "relu1\\x1b]0;pwned\\x07" in text
+    document = json.loads(json_path.read_text())
+    assert document["outputs"][0]["name"] == HOSTILE["logits"]
+    assert HOSTILE["relu1"] in {layer["tensor"] for layer in document["layers"]}
+    assert main([*args, "--rank-by", "nope\x1b[2J"]) == 2
+    assert _error_line(capsys).endswith("--rank-by nope\\x1b[2J: not among the measured metrics mse, sqnr")

@@ -14,6 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pytest_qaccuracy.report.terminal import escape_control
+
 SUMMARY_SCHEMA = 1
 #: Output metrics shown in the terminal summary when present.
 KEY_METRICS = ("cosine", "sqnr", "mse", "max_abs", "lsb")
@@ -146,7 +148,7 @@ def summary_lines(
     expected = sum(expected_failure(r) is not None for r in records)
     counts = f"{passed} / {len(records)} pairs passed" + (f", {expected} failed as expected" if expected else "")
     lines.append(counts + (f"; artifacts in {artifacts}" if artifacts else ""))
-    return lines
+    return [escape_control(line) for line in lines]
 
 
 def file_sha256(path: Path) -> str | None:

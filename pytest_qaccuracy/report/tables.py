@@ -9,6 +9,7 @@ from tabulate import tabulate
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.report._palette import finite, higher_is_better, metric_names
+from pytest_qaccuracy.report.terminal import escape_control
 
 #: Tensor names longer than this are shortened in the middle so tables stay readable in a terminal.
 MAX_NAME = 60
@@ -42,7 +43,8 @@ def format_value(name: str, value: float | None) -> str:
 
 
 def shorten(name: str, width: int = MAX_NAME) -> str:
-    """``name`` cut in the middle with ``…`` when longer than ``width`` characters."""
+    """``name`` with control characters escaped, cut in the middle with ``…`` when longer than ``width``."""
+    name = escape_control(name)
     if len(name) <= width:
         return name
     head = (width - 1) // 2
@@ -84,7 +86,8 @@ def layers_table(result: ComparisonResult, top: int = 10, rank_by: str | None = 
     metrics = metric_names(result)
     layers = rank_layers(result, rank_by or metrics[0])[: max(top, 0)]
     rows = [
-        [str(x.order), shorten(x.tensor), x.op_type or "?"] + [format_value(m, x.metrics.get(m)) for m in metrics]
+        [str(x.order), shorten(x.tensor), shorten(x.op_type or "?")]
+        + [format_value(m, x.metrics.get(m)) for m in metrics]
         for x in layers
     ]
     headers = ["order", "tensor", "op_type", *metrics]
@@ -133,4 +136,4 @@ def comparison_table(result: ComparisonResult, top: int = 10, rank_by: str | Non
     unmatched = len(result.unmatched_fp32)
     if unmatched:
         parts += ["", f"{unmatched} fp32 tensor(s) had no quantized counterpart (see the JSON's 'unmatched')"]
-    return "\n".join(parts)
+    return escape_control("\n".join(parts))
