@@ -6,6 +6,7 @@ and ``fractions.Fraction``, one element at a time: independent of the vectorised
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -27,20 +28,26 @@ def golden_shift(x: int, n: int, mode: str) -> int:
     return r if x >= 0 else -r
 
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _round_half_away(q: Fraction) -> int:
+    r = math.floor(abs(q) + Fraction(1, 2))
+    return r if q >= 0 else -r
+
+
 def srdhm(a: int, b: int) -> int:
-    if a == b == -(2**31):
-        return 2**31 - 1
-    ab = a * b
-    nudge = 2**30 if ab >= 0 else 1 - 2**30
-    t = ab + nudge
-    return abs(t) // 2**31 * (1 if t >= 0 else -1)  # C++ division truncates toward zero
+    """gemmlowp SaturatingRoundingDoublingHighMul, from its meaning: ``a * b / 2**31`` rounded half
+    toward +inf (research notes item 9: ``srdhm(-1, 2**30)`` is 0, not -1), exactly; the one product
+    that overflows int32, ``INT32_MIN * INT32_MIN`` (1.0 in Q0.31), saturates to ``INT32_MAX``."""
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    return math.floor(Fraction(a * b, 2**31) + Fraction(1, 2))
 
 
 def rdbpot(x: int, e: int) -> int:
-    mask = (1 << e) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (1 if x < 0 else 0)
-    return (x >> e) + (1 if remainder > threshold else 0)
+    """gemmlowp RoundingDivideByPOT, from its meaning: ``x / 2**e`` rounded half away from zero, exactly."""
+    return _round_half_away(Fraction(x, 2**e))
 
 
 def mbqm_double(x: int, q: int, shift: int) -> int:
@@ -93,20 +100,28 @@ def tflite_add(a: int, a_s: float, a_zp: int, b: int, b_s: float, b_zp: int, c_s
     return mbqm_double(left_a + left_b, mo, so) + c_zp
 
 
+def _doublings(v: Fraction, target: Fraction) -> int:
+    """The fewest doublings ``p >= 0`` with ``v * 2**p >= target`` (no loop: 2**p >= ceil(target / v))."""
+    ratio = target / v
+    return 0 if ratio <= 1 else (math.ceil(ratio) - 1).bit_length()
+
+
 def glow_params(scale: float) -> tuple[int, int, int]:
-    """Glow quantizeScaleOffset32To8 (lib/Quantization/Base/Base.cpp), scalar."""
-    v = float(np.float32(scale))
-    mantissa, exponent = np.frexp(v)
-    if mantissa == 0.5:
-        e = int(exponent) - 1
-        return (0, 0, int(v)) if e > 0 else (0, -e, 1)
-    post = 0
-    while v < 0.5 or (v < 256 and post < 15):
-        v, post = v * 2, post + 1
-    pre = 0
-    while v < 255 and pre < post / 2:
-        v, pre = v * 2, pre + 1
-    return pre, post, golden_shift(int(Fraction(v) * 2), 1, "half_away")
+    """Glow quantizeScaleOffset32To8 (research notes section 6), in closed form rather than its loops.
+
+    A power of two ``2**e`` is exact: ``(0, 0, 2**e)`` for ``e > 0``, else ``(0, -e, 1)``. Otherwise the
+    first loop doubles until the scale is >= 0.5 and (>= 256 or 15 doublings): ``post = max(p(0.5),
+    min(p(256), 15))``; the second doubles ``pre`` more times until >= 255 or ``pre >= post / 2``:
+    ``pre = min(p(255), ceil(post / 2))``; ``s`` is the doubled scale rounded half away (std::round).
+    """
+    v = Fraction(float(np.float32(scale)))  # exact value of the float32 scale
+    if v.numerator == 1 and v.denominator & (v.denominator - 1) == 0:  # 2**-k, k >= 0
+        return 0, v.denominator.bit_length() - 1, 1
+    if v.denominator == 1 and v.numerator & (v.numerator - 1) == 0:  # 2**e, e > 0
+        return 0, 0, v.numerator
+    post = max(_doublings(v, Fraction(1, 2)), min(_doublings(v, Fraction(256)), 15))
+    pre = min(_doublings(v * 2**post, Fraction(255)), math.ceil(Fraction(post, 2)))
+    return pre, post, _round_half_away(v * 2 ** (post + pre))
 
 
 def glow_scale(acc: int, scale: float) -> int:

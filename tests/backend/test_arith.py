@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from golden import golden_requantize, golden_shift, mbqm_double, rdbpot, srdhm
+from golden import glow_params, golden_requantize, golden_shift, mbqm_double, rdbpot, srdhm
 
 from pytest_qaccuracy.backend import arith, get_scheme
 from pytest_qaccuracy.errors import InputError
@@ -59,12 +59,15 @@ def test_rounding_divide_by_pot_rounds_half_away() -> None:
 
 def test_srdhm_and_rdbpot_match_scalar_definitions() -> None:
     rng = np.random.default_rng(1)
-    a = rng.integers(-(2**31), 2**31, 500)
-    b = rng.integers(2**30, 2**31, 500)
+    odd = np.arange(-41, 42, 2)  # odd * 2**30 / 2**31 is a tie for srdhm
+    a = np.concatenate([rng.integers(-(2**31), 2**31, 500), odd, [-(2**31), -(2**31), 2**31 - 1]])
+    b = np.concatenate([rng.integers(2**30, 2**31, 300), rng.integers(-(2**31), 2**31, 200)])
+    b = np.concatenate([b, np.full(odd.size, 2**30), [-(2**31), 2**31 - 1, -(2**31)]])
     np.testing.assert_array_equal(arith.srdhm(a, b), [srdhm(int(x), int(y)) for x, y in zip(a, b, strict=True)])
-    e = rng.integers(0, 31, 500)
+    x = np.concatenate([a, np.arange(-40, 41)])  # every tie of e <= 3
+    e = np.concatenate([rng.integers(0, 31, a.size), rng.integers(1, 4, 81)])
     np.testing.assert_array_equal(
-        arith.rounding_divide_by_pot(a, e), [rdbpot(int(x), int(y)) for x, y in zip(a, e, strict=True)]
+        arith.rounding_divide_by_pot(x, e), [rdbpot(int(v), int(k)) for v, k in zip(x, e, strict=True)]
     )
 
 
@@ -103,6 +106,22 @@ def test_multiply_by_quantized_multiplier_single_rounding_ties() -> None:
 def test_glow_params() -> None:
     pre, post, s = arith.glow_params(np.array([0.25, 3.0, 0.1], np.float32))
     assert list(zip(pre.tolist(), post.tolist(), s.tolist(), strict=True)) == [(0, 2, 1), (0, 7, 384), (0, 12, 410)]
+
+
+def test_glow_params_match_the_closed_form() -> None:
+    """Every branch of Glow's loops: powers of two, tiny scales (post capped at 15), scales near 0.5,
+    255 and 256, and scales above 256 (no doubling at all)."""
+    rng = np.random.default_rng(4)
+    scales = np.concatenate(
+        [
+            2.0 ** np.arange(-20, 12),
+            np.exp(rng.uniform(np.log(1e-7), np.log(3e3), 400)),
+            [0.4999, 0.5001, 0.999, 1.5, 254.9, 255.0, 255.5, 256.5, 127.6, 3e-5, 1e-6],
+        ]
+    ).astype(np.float32)
+    pre, post, s = arith.glow_params(scales)
+    got = list(zip(pre.tolist(), post.tolist(), s.tolist(), strict=True))
+    assert got == [glow_params(float(v)) for v in scales]
 
 
 # -- requantize per preset ----------------------------------------------------------------------------
