@@ -236,3 +236,38 @@ def test_control_characters_in_tensor_names_are_escaped_on_the_terminal_not_in_j
     assert HOSTILE["relu1"] in {layer["tensor"] for layer in document["layers"]}
     assert main([*args, "--rank-by", "nope\x1b[2J"]) == 2
     assert _error_line(capsys).endswith("--rank-by nope\\x1b[2J: not among the measured metrics mse, sqnr")
+
+
+def _unrelated(fp32, target):
+    """A model with ``fp32``'s input and output but nothing else in common: pool, flatten, Gemm."""
+    source = onnx.load(str(fp32)).graph
+    channels = source.input[0].type.tensor_type.shape.dim[1].dim_value
+    classes = source.output[0].type.tensor_type.shape.dim[1].dim_value
+    weights = np.random.default_rng(0).standard_normal((classes, channels)).astype(np.float32)
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("GlobalAveragePool", [source.input[0].name], ["p"]),
+            onnx.helper.make_node("Flatten", ["p"], ["f"], axis=1),
+            onnx.helper.make_node("Gemm", ["f", "w"], [source.output[0].name], transB=1),
+        ],
+        "unrelated",
+        [source.input[0]],
+        [source.output[0]],
+        [onnx.numpy_helper.from_array(weights, "w")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(target))
+    return target
+
+
+def test_a_quantized_model_not_derived_from_the_fp32_one_is_flagged(zoo, tmp_path, capsys):
+    other = _unrelated(zoo["fp32"], tmp_path / "other.onnx")
+    json_path = tmp_path / "r.json"
+    args = ["compare", str(zoo["fp32"]), str(other), "--data", str(zoo["data"]), "--metrics", "mse"]
+    assert main([*args, "--json", str(json_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "warning: only 1 of 12 layers matched: are these the same model?" in lines
+    assert json_path.exists()
+    assert main(["compare", str(zoo["fp32"]), str(zoo["qdq_u8"]), "--data", str(zoo["data"])]) == 0
+    assert "warning" not in capsys.readouterr().out  # 11 of 12 matched

@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pytest_qaccuracy.report.terminal import escape_control
+from pytest_qaccuracy.report.terminal import escape_control, match_warning
 
 SUMMARY_SCHEMA = 1
 #: Output metrics shown in the terminal summary when present.
@@ -132,6 +132,9 @@ def summary_lines(
             f"{record['id']}: {verdict} ({comparison['fp32_model']} vs {comparison['quantized_model']} "
             f"on {comparison['data']}, {comparison['records']} records{_run_label(record)})"
         )
+        warning = match_warning(len(comparison["layers"]), len(comparison.get("unmatched", {}).get("fp32", [])))
+        if warning:
+            lines.append(f"  {warning}")
         rows = _check_rows(record)
         for output, counts in sorted(record.get("topk", {}).items()):
             for k, row in counts["k"].items():

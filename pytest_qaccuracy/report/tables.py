@@ -9,7 +9,7 @@ from tabulate import tabulate
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.report._palette import finite, higher_is_better, metric_names
-from pytest_qaccuracy.report.terminal import escape_control
+from pytest_qaccuracy.report.terminal import escape_control, match_warning
 
 #: Tensor names longer than this are shortened in the middle so tables stay readable in a terminal.
 MAX_NAME = 60
@@ -136,4 +136,7 @@ def comparison_table(result: ComparisonResult, top: int = 10, rank_by: str | Non
     unmatched = len(result.unmatched_fp32)
     if unmatched:
         parts += ["", f"{unmatched} fp32 tensor(s) had no quantized counterpart (see the JSON's 'unmatched')"]
+    warning = match_warning(len(result.layers), unmatched)
+    if warning:
+        parts.append(warning)
     return escape_control("\n".join(parts))
