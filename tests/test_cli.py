@@ -89,21 +89,26 @@ def test_usage_errors_are_exit_2_with_one_line(capsys):
 
 
 def test_console_script_runs(zoo, tmp_path):
+    """``python -m pytest_qaccuracy.cli`` in its own process: the same numbers as the library, and
+    main()'s exit code becomes the process's (a usage error is 2, not a traceback's 1 or a silent 0)."""
+    from pytest_qaccuracy.analysis.compare import compare
+    from pytest_qaccuracy.model import ModelPair
+
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "pytest_qaccuracy.cli", "compare", str(zoo["fp32"]), str(zoo["qop_s8_pc"])]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest_qaccuracy.cli",
-            "compare",
-            str(zoo["fp32"]),
-            str(zoo["qop_s8_pc"]),
-            "--data",
-            str(zoo["data"]),
-            "--outputs-only",
-        ],
+        [*args, "--data", str(zoo["data"]), "--outputs-only", "--json", str(out)],
         capture_output=True,
         text=True,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "logits" in proc.stdout
+    here = compare(ModelPair(zoo["fp32"], zoo["qop_s8_pc"]), zoo["data"], layers=False).outputs[0]
+    there = ComparisonResult.from_dict(json.loads(out.read_text())).outputs[0]
+    assert there.name == here.name == "logits"
+    assert there.metrics == pytest.approx(here.metrics, rel=1e-12)
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("logits "))
+    assert f"{here.metrics['cosine']:.6f}" in row
+    proc = subprocess.run([*args, "--data", str(tmp_path / "none.h5")], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: {tmp_path / 'none.h5'}: dataset not found"]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from pytest_qaccuracy.plugin.session import artifact_stem
-from pytest_qaccuracy.report.summary import file_sha256, summary_document, summary_lines
+from pytest_qaccuracy.report.summary import summary_document, summary_lines
 
 
 def _record(passed: bool) -> dict:
@@ -78,6 +79,8 @@ def test_summary_document_hashes(tmp_path: Path) -> None:
     folder = tmp_path / "npy" / "x"
     folder.mkdir(parents=True)
     (folder / "0.npy").write_bytes(b"1")
+    (folder / "1.npy").write_bytes(b"22")
+    (tmp_path / "npy" / "labels.npy").write_bytes(b"333")
     record = {**_record(True), "fp32": str(model), "quantized": str(model), "data": str(tmp_path / "npy")}
     document = summary_document([record], tmp_path, {"p|m": {"comparison": "pairs/p.json"}})
     pair = document["pairs"][0]
@@ -85,7 +88,9 @@ def test_summary_document_hashes(tmp_path: Path) -> None:
         "path": "m.onnx",
         "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
     }
-    assert pair["data"]["sha256"] == file_sha256(tmp_path / "npy") and len(pair["data"]["sha256"]) == 64
+    # a folder: each file's path relative to it (posix) and a NUL, then its bytes, files in sorted order
+    layout = b"labels.npy\x00" + b"333" + b"x/0.npy\x00" + b"1" + b"x/1.npy\x00" + b"22"
+    assert pair["data"] == {"path": "npy", "sha256": hashlib.sha256(layout).hexdigest()}
     assert pair["artifacts"] == {"comparison": "pairs/p.json"} and document["passed"] is True
 
 
