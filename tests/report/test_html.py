@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import struct
 import subprocess
+import zlib
 
+import numpy as np
 import pytest
 
 from pytest_qaccuracy.report.html import embed_json, pair_data, render_html, write_html
@@ -131,11 +134,63 @@ def test_browser_builds_tables_and_chart(chromium, tmp_path, small_result, hosti
     assert "<img" not in dom
 
 
+def png_rgb(data: bytes) -> np.ndarray:
+    """An 8-bit RGB(A), non-interlaced PNG (what Chromium writes) as a (height, width, 3) array; stdlib
+    zlib plus numpy, so the test needs no imaging library."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, [], (0, 0, 0, 0, 0, 0, 0)
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", data[pos + 8 : pos + 8 + length])
+        elif kind == b"IDAT":
+            idat.append(data[pos + 8 : pos + 8 + length])
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = header
+    assert depth == 8 and colour in (2, 6) and interlace == 0, header
+    bpp = 3 if colour == 2 else 4
+    raw = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8).reshape(height, width * bpp + 1)
+    out = np.zeros((height, width * bpp), np.int64)
+    prev = np.zeros(width * bpp, np.int64)
+    for y in range(height):  # undo each row's filter (PNG spec section 9)
+        kind, cur = raw[y, 0], raw[y, 1:].astype(np.int64)
+        if kind == 1:
+            cur = np.cumsum(cur.reshape(width, bpp), axis=0).reshape(-1) & 255
+        elif kind == 2:
+            cur = (cur + prev) & 255
+        elif kind in (3, 4):
+            for x in range(width * bpp):
+                a = int(cur[x - bpp]) if x >= bpp else 0
+                b = int(prev[x])
+                if kind == 3:
+                    cur[x] = (cur[x] + (a + b) // 2) & 255
+                else:
+                    c = int(prev[x - bpp]) if x >= bpp else 0
+                    p = a + b - c
+                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                    cur[x] = (cur[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        out[y], prev = cur, cur
+    return out.reshape(height, width, bpp)[:, :, :3].astype(np.uint8)
+
+
 def test_browser_screenshot(chromium, tmp_path, small_result):
+    """The page paints at the window's size, and every visq colour the cells and bars use is on screen.
+
+    Not caught: cells without their background (the legend swatches show the same colours)."""
     path = write_html(tmp_path / "report.html", [small_result])
     shot = tmp_path / "report.png"
     run_chromium(chromium, tmp_path, path.as_uri(), "--window-size=1300,1500", f"--screenshot={shot}")
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    image = png_rgb(shot.read_bytes())
+    assert image.shape == (1500, 1300, 3)
+    dom = run_chromium(chromium, tmp_path, path.as_uri(), "--dump-dom")
+    cells = set(re.findall(r'data-color="#([0-9a-f]{6})"', dom))
+    bars = set(re.findall(r'<rect class="bar"[^>]*fill="#([0-9a-f]{6})"', dom))
+    assert len(cells) >= 5 and bars <= cells, (cells, bars)  # 19 cells spread over the palette
+    pixels = image.reshape(-1, 3)
+    for colour in sorted(cells):
+        rgb = np.array([int(colour[i : i + 2], 16) for i in (0, 2, 4)], np.uint8)
+        painted = int((pixels == rgb).all(axis=1).sum())
+        assert painted >= 500, f"#{colour}: {painted} pixels"  # exact fills, not anti-aliased edges
 
 
 INTERACT = """<script>
