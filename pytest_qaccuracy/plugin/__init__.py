@@ -15,6 +15,7 @@ import pytest
 from pytest_qaccuracy.plugin.fixtures import (
     MARKER_HELP,
     _marker_kwargs,
+    mark_item,
     qaccuracy,
     qaccuracy_dataset,
     qaccuracy_pair,
@@ -63,6 +64,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
     return QAccuracyFile.from_parent(parent, path=file_path) if is_suite(file_path) else None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    mark_item(item)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

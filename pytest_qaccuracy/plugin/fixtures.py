@@ -64,6 +64,26 @@ def _marker_kwargs(node: pytest.Item) -> dict[str, Any]:
     return merged
 
 
+#: Fixtures that make a test a qaccuracy test (it gets the marker for ``-m`` selection).
+PLUGIN_FIXTURES = ("qaccuracy", "qaccuracy_pair", "qaccuracy_dataset")
+
+
+def mark_item(item: pytest.Item) -> None:
+    """Give a test that uses the plugin the ``qaccuracy`` marker, and its marker pair's id as a
+    keyword, so ``-m "not qaccuracy"`` and ``-k <pair id>`` select it as they select suite items."""
+    if item.get_closest_marker("qaccuracy") is None:
+        if not set(getattr(item, "fixturenames", ())) & set(PLUGIN_FIXTURES):
+            return
+        item.add_marker(pytest.mark.qaccuracy)
+    try:
+        kwargs = _marker_kwargs(item)
+    except ValueError:  # reported when the test runs (pytest_runtest_setup)
+        return
+    name = kwargs.get("name") or (Path(str(kwargs["quantized"])).stem if kwargs.get("quantized") else None)
+    if name:
+        item.extra_keyword_matches.add(str(name))
+
+
 class PairHandle:
     """A model pair of the session: comparing it runs once and is cached for the session."""
 

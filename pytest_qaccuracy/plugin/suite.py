@@ -20,7 +20,8 @@
     [pairs.int8.tolerances]
     max_top1_drop = 0.005
 
-Item ids are ``<file>::<pair>::<check>``, checks in a fixed order: one per tolerance in effect,
+Item ids are ``<file>::<pair>::<check>`` and every item carries the ``qaccuracy`` marker, so
+``-m`` and ``-k <pair id>`` select them; checks come in a fixed order: one per tolerance in effect,
 ``rules`` when layer/output rules apply, ``drift`` with ``--qaccuracy-baseline``. A tolerance
 ``max_backend_steps`` is the agreement gate of the pair's scheme (see :mod:`.backend`).
 """
@@ -221,6 +222,8 @@ class QAccuracyPair(pytest.Collector):
                 drift=drift,
                 measure=tolerances,
             )
+            item.add_marker(pytest.mark.qaccuracy)  # so -m "not qaccuracy" deselects suites too
+            item.extra_keyword_matches.add(self.pair.spec.id)
             if self.pair.xfail is not None:
                 item.add_marker(pytest.mark.xfail(reason=self.pair.xfail, strict=True))
             yield item

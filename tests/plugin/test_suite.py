@@ -85,3 +85,26 @@ def test_other_toml_files_are_ignored(digits: pytest.Pytester) -> None:
     digits.makefile(".toml", models="not = [valid")
     digits.makepyfile("def test_x(): pass")
     digits.runpytest().assert_outcomes(passed=1)
+
+
+def test_marker_and_pair_id_select_items(digits: pytest.Pytester) -> None:
+    """Suite items and tests using the plugin carry the ``qaccuracy`` marker, and their pair id is a
+    keyword: ``-m "not qaccuracy"`` leaves only the other tests, ``-k <pair id>`` picks a pair."""
+    from .conftest import PAIRS_MODULE
+
+    digits.makefile(".toml", qaccuracy_models=SUITE)
+    digits.makepyfile(test_pairs=PAIRS_MODULE, test_plain="def test_unrelated():\n    pass\n")
+
+    def collected(*args: str) -> list[str]:
+        result = digits.runpytest("--collect-only", "-q", "--strict-markers", *args)
+        return [line for line in result.outlines if "::" in line]
+
+    assert collected("-m", "not qaccuracy") == ["test_plain.py::test_unrelated"]
+    assert "test_plain.py::test_unrelated" not in collected("-m", "qaccuracy")
+    assert len(collected("-m", "qaccuracy")) == 7
+    # the marker test's pair id is the quantized file's stem: a keyword, though not in its node id
+    assert collected("-k", "digits_cnn.qdq") == ["test_pairs.py::test_good"]
+    assert collected("-k", "broken and not test_broken") == [
+        "qaccuracy_models.toml::broken::min_cosine",
+        "qaccuracy_models.toml::broken::max_top1_drop",
+    ]
