@@ -128,6 +128,25 @@ def test_undefined_values_carry_a_reason():
     assert _value("clipped", ones, ones, scale=0.1) == (None, "the quantized tensor has no scale and zero point")
 
 
+@pytest.mark.parametrize("name", ["mse", "mpeir", "tae", "srmse", "mre", "max_abs", "lsb", "cosine", "sqnr"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_or_inf_in_any_batch_makes_every_metric_undefined_with_a_reason(name, bad):
+    """Not ``nan``, and not ``-inf`` (the builtin ``max(-inf, nan)`` is ``-inf``), whichever batch holds it.
+    (``clipped`` reads only the fp32 values, which are finite here.)"""
+    ref = np.linspace(0.5, 2.0, 8, dtype=np.float32).reshape(2, 4)
+    poisoned = ref.copy()
+    poisoned[1, 2] = bad
+    quant = {"scale": 0.01, "zero_point": np.int8(0)}
+    for first, second in ((poisoned, ref), (ref, poisoned)):
+        metric, other = get_metric(name)(), get_metric(name)()
+        metric.update(TensorPair(ref, first, **quant))
+        metric.update(TensorPair(ref, second, **quant))
+        assert metric.result() == (None, "NaN or Inf in the compared values")
+        other.update(TensorPair(ref, ref * 0.9, **quant))
+        other.merge(metric)
+        assert other.result() == (None, "NaN or Inf in the compared values")
+
+
 def _saturated_golden(f: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, axis: int | None) -> int:
     """ONNX QuantizeLinear's own definition, element by element in float64: rint(f / scale) + zero_point
     (half to even) outside the zero point type's range."""

@@ -20,6 +20,7 @@ from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import Metric, TensorPair, get_metric, parse_metric_names
 from pytest_qaccuracy.metrics.pair import scratch
+from pytest_qaccuracy.metrics.base import finite_result
 from pytest_qaccuracy.model.matching import TensorMatch
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams
@@ -74,7 +75,7 @@ class _Tracked:
     def results(self) -> tuple[dict[str, float | None], dict[str, str]]:
         values, undefined = {}, {}
         for name, metric in self.metrics.items():
-            value, reason = metric.result()
+            value, reason = finite_result(*metric.result())  # a registered metric may give NaN too
             values[name] = value
             if value is None:
                 undefined[name] = reason or "undefined"

@@ -18,6 +18,22 @@ from pytest_qaccuracy.metrics.pair import RecordStats, TensorPair
 
 Result = tuple[float | None, str | None]
 
+#: Why a metric over NaN or Inf values (``--allow-nonfinite`` data, or a model that makes them) has none.
+NONFINITE_REASON = "NaN or Inf in the compared values"
+
+
+def nan_max(a: float, b: float) -> float:
+    """``max(a, b)``, but NaN if either is NaN (the builtin returns whichever comes first)."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)
+
+
+def finite_result(value: float | None, reason: str | None) -> Result:
+    """A result whose value is finite, or None with a reason: NaN or Inf becomes undefined
+    (:data:`NONFINITE_REASON`), as contract 2 asks, instead of ``nan`` or ``-inf`` in a table."""
+    if value is not None and not math.isfinite(value):
+        return None, NONFINITE_REASON
+    return value, reason
+
 _REGISTRY: dict[str, type[Metric]] = {}
 
 
@@ -70,7 +86,7 @@ class StatsMetric(Metric):
         self.state["records"] += pair.records
         for key, value in self.fold(pair.stats, pair).items():
             if key in self.maxima:
-                self.state[key] = max(self.state[key], float(value))
+                self.state[key] = nan_max(self.state[key], float(value))
             else:
                 self.state[key] += float(value)
 
@@ -79,12 +95,12 @@ class StatsMetric(Metric):
         for key in ("records", *self.sums):
             self.state[key] += other.state[key]
         for key in self.maxima:
-            self.state[key] = max(self.state[key], other.state[key])
+            self.state[key] = nan_max(self.state[key], other.state[key])
 
     def result(self) -> Result:
         if self.state["records"] == 0:
             return None, "no records"
-        return self.compute()
+        return finite_result(*self.compute())
 
     @abstractmethod
     def fold(self, stats: RecordStats, pair: TensorPair) -> dict[str, float]: ...

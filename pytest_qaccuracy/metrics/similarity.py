@@ -72,4 +72,6 @@ class SQNR(StatsMetric):
     def compute(self) -> Result:
         signal = max(math.sqrt(self.state["ref_sq"]), SQNR_EPS)
         noise = max(math.sqrt(self.state["sq_err"]), SQNR_EPS)
+        if not math.isfinite(signal / noise) or signal / noise == 0:  # Inf noise: log10(0) would raise
+            return math.nan, None
         return 20 * math.log10(signal / noise), None
