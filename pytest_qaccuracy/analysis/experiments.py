@@ -26,9 +26,10 @@ import numpy as np
 import onnx
 
 from pytest_qaccuracy.analysis.partial import Edge, QdqGraph, dirty_nodes
-from pytest_qaccuracy.data.binding import Batch, BoundDataset
+from pytest_qaccuracy.data.binding import BoundDataset
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
+from pytest_qaccuracy.model.graph import node_reads, renamed_node
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
 from pytest_qaccuracy.runtime.session import _LEVELS, _first_line
 
@@ -71,7 +72,7 @@ def _session(model: onnx.ModelProto, options: RuntimeOptions, label: str, thread
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[options.optimization])
     so.intra_op_num_threads = threads
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # failures reach the user as one ModelError line
     for key, value in options.session_config.items():
         so.add_session_config_entry(key, str(value))
     try:
@@ -208,16 +209,19 @@ class ExperimentRunner:
             for group in _rounds(packs, self._initializer_bytes()):
                 self.rounds += 1
                 for batch in self.data.iter_batches(self.options.batch_size):
-                    ref = self.fp32_runner.run(batch)
-                    values = cache_runner.run(batch)
-                    values.update(batch.stacked())
-                    results = self._run_group(group, values, batch, cache_runner.batching)
-                    for pack, fetched in zip(group, results, strict=True):
-                        for k in pack.experiments:
-                            for f, q in self.outputs:
-                                from_session, tensor = pack.fetch[k][q]
-                                accs[k].update(f, ref[f], fetched[tensor] if from_session else values[tensor])
-                    del ref, values
+                    # a model that does not batch runs record by record: its tensors may have no
+                    # record axis (a Reshape folds the batch away), so they are never split or stacked
+                    for unit in cache_runner.units(batch):
+                        ref = self.fp32_runner.run(unit)
+                        values = cache_runner.run(unit)
+                        values.update(unit.stacked())
+                        results = self._run_group(group, values)
+                        for pack, fetched in zip(group, results, strict=True):
+                            for k in pack.experiments:
+                                for f, q in self.outputs:
+                                    from_session, tensor = pack.fetch[k][q]
+                                    accs[k].update(f, ref[f], fetched[tensor] if from_session else values[tensor])
+                        del ref, values
                 for pack in group:  # free the round's sessions before the next round builds its own
                     pack.session = None
         finally:
@@ -229,14 +233,14 @@ class ExperimentRunner:
         """Experiment sessions run side by side: ``options.threads`` of them, or one per core."""
         return self.options.threads or os.cpu_count() or 1
 
-    def _run_group(self, group: list[_Packed], values: dict[str, np.ndarray], batch: Batch, batching: bool):
+    def _run_group(self, group: list[_Packed], values: dict[str, np.ndarray]):
         """Every pack of a group on one batch; independent sessions run in parallel threads (onnxruntime
         releases the GIL), each with one intra-op thread, so all cores work on different experiments."""
         if self.workers == 1 or len(group) == 1:
-            return [self._run_pack(pack, values, batch, batching) for pack in group]
+            return [self._run_pack(pack, values) for pack in group]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="qaccuracy-experiment")
-        return list(self._pool.map(lambda pack: self._run_pack(pack, values, batch, batching), group))
+        return list(self._pool.map(lambda pack: self._run_pack(pack, values), group))
 
     def close(self) -> None:
         """Stop the worker threads (also done when the runner is garbage collected)."""
@@ -249,7 +253,7 @@ class ExperimentRunner:
         sizes.update({name: _tensor_bytes(t) for name, t in self.qgraph.float_weights.items()})
         return sizes
 
-    def _run_pack(self, pack: _Packed, values: dict[str, np.ndarray], batch: Batch, batching: bool):
+    def _run_pack(self, pack: _Packed, values: dict[str, np.ndarray]):
         if pack.names is None:
             pack.names = sorted({t for fetch in pack.fetch.values() for s, t in fetch.values() if s})
         if not pack.names:  # every experiment of the pack equals the cache
@@ -267,12 +271,7 @@ class ExperimentRunner:
             pack.session = _session(model, self.options, self.label, threads)
             with self._lock:
                 self.sessions_built += 1
-        feeds = {name: values[name] for name in pack.inputs}
-        if batching or len(batch) == 1:
-            out = self._call(pack, feeds)
-        else:  # the model does not batch: one record at a time (records keep their batch axis of 1)
-            parts = [self._call(pack, {n: v[r : r + 1] for n, v in feeds.items()}) for r in range(len(batch))]
-            out = [np.concatenate([p[i] for p in parts], axis=0) for i in range(len(pack.names))]
+        out = self._call(pack, {name: values[name] for name in pack.inputs})
         return dict(zip(pack.names, out, strict=True))
 
     def _call(self, pack: _Packed, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -298,7 +297,7 @@ def _rounds(packs: list[_Packed], sizes: dict[str, int]) -> list[list[_Packed]]:
     for pack in packs:
         if not pack.experiments:
             continue
-        used = {name for node in pack.nodes for name in node.input if name in sizes}
+        used = {name for node in pack.nodes for name in node_reads(node) if name in sizes}
         weight = sum(sizes[name] for name in used)
         if groups[-1] and total + weight > SESSION_BYTES:
             groups.append([])
@@ -310,19 +309,9 @@ def _rounds(packs: list[_Packed], sizes: dict[str, int]) -> list[list[_Packed]]:
 
 def _renamed(nodes: Sequence[onnx.NodeProto], produced: set[str], k: int) -> list[onnx.NodeProto]:
     """Copies of ``nodes`` whose produced tensors (and node names) carry the suffix ``@k``."""
-    out = []
-    for node in nodes:
-        copy = onnx.NodeProto()
-        copy.CopyFrom(node)
-        copy.name = f"{node.name}@{k}"
-        for i, name in enumerate(copy.input):
-            if name in produced:
-                copy.input[i] = f"{name}@{k}"
-        for i, name in enumerate(copy.output):
-            if name:
-                copy.output[i] = f"{name}@{k}"
-        out.append(copy)
-    return out
+    names = {name: f"{name}@{k}" for name in produced}
+    # an unnamed node stays unnamed: onnxruntime wants node names unique, and "" is not counted
+    return [renamed_node(node, names, f"{node.name}@{k}" if node.name else "") for node in nodes]
 
 
 def metric_mean(per_output: OutputMetrics, metric: str) -> float | None:

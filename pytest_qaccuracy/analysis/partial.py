@@ -22,7 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 from pytest_qaccuracy.errors import ModelError
-from pytest_qaccuracy.model.graph import GraphView, live_nodes
+from pytest_qaccuracy.model.graph import GraphView, live_nodes, node_reads, renamed_node
 from pytest_qaccuracy.model.quant_params import detect_format
 
 #: Ops that only carry quantization (never "quantized nodes" themselves).
@@ -264,7 +264,7 @@ class QdqGraph:
         outputs: Sequence[str],
     ) -> onnx.ModelProto:
         """A model of ``nodes`` with the initializers they read (the quantized model's or float weights)."""
-        used = {name for node in nodes for name in node.input}
+        used = {name for node in nodes for name in node_reads(node)}
         inits = [t for t in self.model.graph.initializer if t.name in used]
         inits += [t for name, t in self.float_weights.items() if name in used]
         originals = {v.name: v for v in self.model.graph.input}
@@ -286,16 +286,7 @@ class QdqGraph:
 
 def _with_tensors_renamed(nodes: Sequence[onnx.NodeProto], names: dict[str, str]) -> list[onnx.NodeProto]:
     """``nodes``, with copies of those that read or write a tensor of ``names`` using its new name."""
-    out = []
-    for node in nodes:
-        if any(name in names for name in [*node.input, *node.output]):
-            copy = onnx.NodeProto()
-            copy.CopyFrom(node)
-            copy.input[:] = [names.get(name, name) for name in node.input]
-            copy.output[:] = [names.get(name, name) for name in node.output]
-            node = copy
-        out.append(node)
-    return out
+    return [renamed_node(n, names) if (node_reads(n) | set(n.output)) & names.keys() else n for n in nodes]
 
 
 def dirty_nodes(
@@ -310,21 +301,22 @@ def dirty_nodes(
     (dirty nodes in order, clean non-constant tensors read by dirty nodes).
     """
     signature = {tuple(n.output): tuple(n.input) for n in cached}
+    reads = {id(n): node_reads(n) for n in nodes}  # subgraphs read outer tensors without inputs
     folded = set(constants)  # constants and what is computed from constants alone
     for node in nodes:
-        if all(not name or name in folded for name in node.input):
+        if all(name in folded for name in reads[id(node)]):
             folded.update(o for o in node.output if o)
     dirty_tensors: set[str] = set()
     dirty_ids = set()
     for node in nodes:
         same = signature.get(tuple(node.output)) == tuple(node.input)
-        if same and not any(name in dirty_tensors for name in node.input):
+        if same and not reads[id(node)] & dirty_tensors:
             continue
         dirty_ids.add(id(node))
         dirty_tensors.update(o for o in node.output if o)
     producers = {o: n for n in nodes for o in n.output if o}
     boundary: set[str] = set()
-    pending = [name for n in nodes if id(n) in dirty_ids for name in n.input]
+    pending = [name for n in nodes if id(n) in dirty_ids for name in reads[id(n)]]
     while pending:
         name = pending.pop()
         if not name or name in dirty_tensors or name in constants:
@@ -333,7 +325,7 @@ def dirty_nodes(
         if name in folded and source is not None:
             if id(source) not in dirty_ids:
                 dirty_ids.add(id(source))
-                pending.extend(source.input)
+                pending.extend(reads[id(source)])
         else:
             boundary.add(name)
     return [n for n in nodes if id(n) in dirty_ids], boundary

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 
 import numpy as np
@@ -89,9 +89,31 @@ def node_reads(node: onnx.NodeProto) -> set[str]:
     for attr in node.attribute:
         graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
         for graph in graphs:
+            inner_names = {t.name for t in graph.initializer} | {v.name for v in graph.input}
             for inner in graph.node:
-                names |= node_reads(inner)
+                names |= node_reads(inner) - inner_names
+            names -= {o for inner in graph.node for o in inner.output}
     return names
+
+
+def renamed_node(node: onnx.NodeProto, names: Mapping[str, str], name: str | None = None) -> onnx.NodeProto:
+    """A copy of ``node`` reading and writing ``names`` under their new names, inside its If/Loop/Scan
+    subgraphs too (ONNX names are unique across scopes, so an inner name never shadows an outer one)."""
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    if name is not None:
+        copy.name = name
+    _rename_in(copy, names)
+    return copy
+
+
+def _rename_in(node: onnx.NodeProto, names: Mapping[str, str]) -> None:
+    node.input[:] = [names.get(x, x) for x in node.input]
+    node.output[:] = [names.get(x, x) for x in node.output]
+    for attr in node.attribute:
+        for graph in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            for inner in graph.node:
+                _rename_in(inner, names)
 
 
 def live_nodes(nodes: Sequence[onnx.NodeProto], outputs: Iterable[str]) -> list[onnx.NodeProto]:

@@ -3,8 +3,10 @@
 The model is copied with the requested tensors added as graph outputs. Records run several at a time
 when the model has a dynamic batch dimension; when the batch dimension is fixed at 1, it is made
 dynamic and the first batch is checked against record-by-record runs, falling back to one record per
-run if the model does not batch (a Reshape to a constant shape, say). Only the current batch's
-tensors are alive at any time.
+run if the model does not batch. A model that bakes its batch into the graph (a Reshape to a constant
+shape, as onnxruntime's ``quant_pre_process`` writes around a Gemm) is seen from the graph and never
+gets stacked records; a dynamic model whose first stacked run fails falls back the same way (issue 17).
+Only the current batch's tensors are alive at any time.
 """
 
 from __future__ import annotations
@@ -63,6 +65,27 @@ def _batch_dims(model: onnx.ModelProto) -> list[int | str | None]:
     return dims
 
 
+def bakes_batch(model: onnx.ModelProto) -> bool:
+    """Whether a Reshape fixes the element count of a tensor computed from the inputs: its shape is a
+    constant with no ``-1`` and no ``0``, so records stacked on any axis cannot pass through it."""
+    constants = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None and node.output:
+                constants[node.output[0]] = value
+    folded = set(constants)  # tensors computed from constants alone have no records in them
+    for node in model.graph.node:
+        if all(not x or x in folded for x in node.input):
+            folded.update(node.output)
+            continue
+        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] in constants:
+            shape = onnx.numpy_helper.to_array(constants[node.input[1]])
+            if shape.size and not np.isin(shape, (-1, 0)).any():
+                return True
+    return False
+
+
 class OrtRunner:
     """Runs one model with onnxruntime and returns the requested tensors for a batch of records."""
 
@@ -72,11 +95,11 @@ class OrtRunner:
         self.options = options
         dims = _batch_dims(model)
         self.dynamic = all(not isinstance(d, int) for d in dims)
-        self._relaxed = not self.dynamic and all(d == 1 for d in dims)
+        self._relaxed = not self.dynamic and all(d == 1 for d in dims) and not bakes_batch(model)
         self._model = model
         self._session = self._make_session(_with_outputs(model, self.tensors, self._relaxed))
         self.batching = self.dynamic or self._relaxed
-        self._verified = self.dynamic
+        self._verified = False
 
     def _make_session(self, model: onnx.ModelProto):
         import onnxruntime as ort
@@ -84,7 +107,7 @@ class OrtRunner:
         so = ort.SessionOptions()
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[self.options.optimization])
         so.intra_op_num_threads = self.options.threads
-        so.log_severity_level = 3
+        so.log_severity_level = 4  # failures reach the user as one ModelError line, not as ORT's log
         # We interleave numpy work with runs: idle ORT threads must sleep, not spin and steal the cores.
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         for key, value in self.options.session_config.items():
@@ -102,24 +125,35 @@ class OrtRunner:
         except Exception as exc:
             raise ModelError(f"{self.label}: onnxruntime failed to run ({_first_line(exc)})") from None
 
+    def units(self, batch: Batch) -> list[Batch]:
+        """``batch`` as this runner runs it: whole when the model takes stacked records (checked on
+        the first batch), else one batch per record. Callers that feed one model's tensors to
+        another run both on these units: a tensor of a model that does not batch may have no record
+        axis to split (a Reshape folds the batch into another dimension)."""
+        if len(batch) > 1 and self.batching and not self._verified:
+            self._verify(batch)
+        if self.batching or len(batch) == 1:
+            return [batch]
+        return [Batch(batch.start + i, [record]) for i, record in enumerate(batch.records)]
+
     def run(self, batch: Batch) -> dict[str, np.ndarray]:
         """The requested tensors for every record of ``batch``, concatenated on axis 0."""
-        if self.batching and len(batch) > 1:
-            if not self._verified:
-                self._verify(batch)
-            if self.batching:
-                return dict(zip(self.tensors, self._run(batch.stacked()), strict=True))
-        per_record = [self._run(record) for record in batch.records]
-        return {name: np.concatenate([r[i] for r in per_record], axis=0) for i, name in enumerate(self.tensors)}
+        parts = [self._run(u.records[0] if len(u) == 1 else u.stacked()) for u in self.units(batch)]
+        if len(parts) == 1:
+            return dict(zip(self.tensors, parts[0], strict=True))
+        return {name: np.concatenate([p[i] for p in parts], axis=0) for i, name in enumerate(self.tensors)}
 
     def _verify(self, batch: Batch) -> None:
-        """Check that running records together gives what running them one by one gives."""
+        """Check that running records together gives what running them one by one gives (a model
+        with a dynamic batch only has to run two stacked records)."""
         self._verified = True
         two = Batch(batch.start, batch.records[:2])
         try:
             together = self._run(two.stacked())
         except InputError:
             together = None
+        if self.dynamic and together is not None:
+            return
         singles = [self._run(r) for r in two.records]
         ok = together is not None and all(
             t.shape[:1] == (2,) and _close(t, np.concatenate([s[i] for s in singles], axis=0))
@@ -128,7 +162,8 @@ class OrtRunner:
         if not ok:
             log.info("%s: the model does not batch; running one record at a time", self.label)
             self.batching = False
-            self._session = self._make_session(_with_outputs(self._model, self.tensors, False))
+            if self._relaxed:
+                self._session = self._make_session(_with_outputs(self._model, self.tensors, False))
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:
