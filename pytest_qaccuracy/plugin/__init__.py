@@ -115,6 +115,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     top = state.settings.sensitivity_top
     for line in summary_lines(state.sorted_records(), str(artifacts) if artifacts else None, top):
         terminalreporter.write_line(line, red=": FAILED (" in line or " FAIL" in line)
+    if state.baselines is not None:
+        terminalreporter.write_line(state.baselines.line())
     for error in state.errors:
         terminalreporter.write_line(error, red=True)
     if state.workers_without_data:

@@ -93,16 +93,4 @@ def _rel(path: Path, directory: Path) -> str:
     return path.relative_to(directory).as_posix()
 
 
-def save_baselines(directory: Path, records: Sequence[Mapping[str, Any]]) -> list[Path]:
-    """Save each pair's per-layer error profile as ``<id>-<hash8>.json`` in ``directory``."""
-    from pytest_qaccuracy.analysis.results import ComparisonResult
-    from pytest_qaccuracy.report.baseline import profile, save_baseline
-
-    written = []
-    for record in records:
-        result = ComparisonResult.from_dict(record["comparison"])
-        written.append(save_baseline(directory / f"{record['stem']}.json", profile(result, record["id"])))
-    return written
-
-
-__all__ = ["save_baselines", "write_artifacts"]
+__all__ = ["write_artifacts"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.plugin.backend import DEFAULT_BACKEND, DEFAULT_SCHEME, GATE
+from pytest_qaccuracy.plugin.baselines import UPDATE_HINT, baseline_path, compared_dir, shown
 from pytest_qaccuracy.plugin.rules import SATURATION, Rule
 from pytest_qaccuracy.plugin.sensitivity import analyse_records, merge_entry
 from pytest_qaccuracy.plugin.settings import QAccuracySettings
@@ -132,6 +133,7 @@ class QAccuracySession:
         self._agreements: dict[tuple[Path, Path, str], Any] = {}
         self._saturation: dict[tuple[Path, Path], Any] = {}
         self.written: list[Path] = []
+        self.baselines: Any = None  # BaselineStatus, set by finish() when baselines were compared or written
 
     def header(self) -> str:
         """One line for ``pytest -v``'s header: the tolerances in effect and where artifacts go."""
@@ -255,8 +257,9 @@ class QAccuracySession:
         stats = self.output_stats(spec, measure or tolerances)
         outcomes = evaluate(result, stats, tolerances, rules, spec.id)
         extra: list[str] = []
-        if drift and self.settings.baseline_dir is not None:
-            drift_rows, extra = self.drift(spec, result, self.settings.baseline_dir)
+        folder = compared_dir(self.settings) if drift else None
+        if folder is not None:
+            drift_rows, extra = self.drift(spec, result, folder)
             outcomes += drift_rows
         targets, runs = self._targets(spec, tolerances, rules, measure)
         for entry in targets.values():
@@ -333,15 +336,17 @@ class QAccuracySession:
         from pytest_qaccuracy.plugin.checks import Outcome
         from pytest_qaccuracy.report.baseline import DEFAULT_DRIFT, find_drift, load_baseline, parse_drift_rule
 
-        path = directory / f"{artifact_stem(spec.id, spec.key(self.rootpath))}.json"
-        source = "--qaccuracy-baseline"
+        path = baseline_path(directory, spec, self.rootpath)
+        source = "--qaccuracy-baseline" if self.settings.baseline_required else f"baseline {shown(path, self.rootpath)}"
         try:
             document = load_baseline(path)
         except ValueError as exc:  # includes JSON syntax errors
             detail = f"unreadable baseline {path}: {exc}"
             return [Outcome("drift", "baseline", "baseline", "", None, None, False, source, detail)], []
         if document is None:
-            detail = f"no baseline for pair '{spec.id}' in {directory} (save one with --qaccuracy-save-baseline)"
+            if not self.settings.baseline_required:  # compared automatically: a new pair has none yet
+                return [], []
+            detail = f"no baseline for pair '{spec.id}' in {directory} ({UPDATE_HINT})"
             return [Outcome("drift", "baseline", "baseline", "", None, None, False, source, detail)], []
         try:
             rules = [parse_drift_rule(t, result.higher_is_better) for t in self.settings.max_drift or DEFAULT_DRIFT]
@@ -356,6 +361,8 @@ class QAccuracySession:
             ok = f"no drift beyond {', '.join(r.text for r in rules)}"
             rows = [Outcome("drift", "baseline", "drift", "drift", None, None, True, source, ok)]
         notes = [f"Not in this run (in the baseline): {', '.join(missing[:10])}"] if missing else []
+        if drifts:
+            notes.append("To accept these numbers as the new baseline: --qaccuracy-update-all-baselines")
         return rows, notes
 
     def _properties(self, spec: PairSpec, result: Any, stats: Any, passed: bool) -> list[tuple[str, str]]:
@@ -448,16 +455,17 @@ class QAccuracySession:
         """Write artifacts and baselines; called once, on the controller. False if a write failed
         (the reason is in ``errors``, for the terminal summary)."""
         from pytest_qaccuracy.errors import QAccuracyError
-        from pytest_qaccuracy.plugin.artifacts import save_baselines, write_artifacts
+        from pytest_qaccuracy.plugin.artifacts import write_artifacts
+        from pytest_qaccuracy.plugin.baselines import finish_baselines
 
         records = self.sorted_records()
         if not records:
             return True
-        try:
+        try:  # baselines first: they are committed, and must not depend on the report writers
+            self.baselines, written = finish_baselines(self.settings, records, self.rootpath)
+            self.written += written
             if self.settings.artifacts_dir is not None:
                 self.written += write_artifacts(self.settings.artifacts_dir, records, self.rootpath)
-            if self.settings.save_baseline_dir is not None:
-                self.written += save_baselines(self.settings.save_baseline_dir, records)
         except (OSError, ValueError, QAccuracyError) as exc:
             self.errors.append(f"could not write qaccuracy artifacts: {type(exc).__name__}: {exc}")
             return False

@@ -20,6 +20,7 @@ from pytest_qaccuracy.plugin.sensitivity import add_sensitivity_options, sensiti
 
 GROUP = ("qaccuracy", "quantization accuracy regression testing (pytest-qaccuracy)")
 DEFAULT_ARTIFACTS = ".qaccuracy"
+DEFAULT_BASELINES = ".qaccuracy-baselines"
 DEFAULT_BATCH_SIZE = 8
 
 
@@ -41,6 +42,11 @@ class QAccuracySettings:
     baseline_dir: Path | None
     save_baseline_dir: Path | None
     junit_properties: bool
+    #: ``--qaccuracy-baseline=DIR`` was given: compare even if DIR is missing, and a pair without a
+    #: baseline fails its drift check; otherwise ``baseline_dir`` is compared only when it exists
+    baseline_required: bool = False
+    #: write the baselines of failing pairs too (``--qaccuracy-update-all-baselines``)
+    save_failing_baselines: bool = False
     ini_source: str = "ini file"
     extra: Mapping[str, str] = field(default_factory=dict)
     sensitivity: str = "failed"
@@ -97,19 +103,35 @@ def add_options(parser: pytest.Parser) -> None:
     )
     parser.addini("qaccuracy_providers", "onnxruntime execution providers", type="args", default=[])
     parser.addini("qaccuracy_batch_size", f"Records per onnxruntime run (default {DEFAULT_BATCH_SIZE})", default=None)
+    parser.addini(
+        "qaccuracy_baseline_dir",
+        f"Baseline folder, compared when it exists (default {DEFAULT_BASELINES}/ under the rootdir; commit it)",
+    )
     group.addoption(
-        "--qaccuracy-save-baseline",
-        dest="qaccuracy_save_baseline",
-        default=None,
-        metavar="DIR",
-        help="Save each pair's per-layer error profile to DIR",
+        "--qaccuracy-update-baselines",
+        dest="qaccuracy_update_baselines",
+        action="store_true",
+        help="(Re)write the baselines of the pairs that ran and passed, in qaccuracy_baseline_dir",
+    )
+    group.addoption(
+        "--qaccuracy-update-all-baselines",
+        dest="qaccuracy_update_all_baselines",
+        action="store_true",
+        help="(Re)write the baselines of every pair that ran, failing ones included",
     )
     group.addoption(
         "--qaccuracy-baseline",
         dest="qaccuracy_baseline",
         default=None,
         metavar="DIR",
-        help="Fail pairs that drift from the profiles saved in DIR",
+        help="Use DIR as the baseline folder; every pair that runs must have a baseline there",
+    )
+    group.addoption(
+        "--qaccuracy-save-baseline",
+        dest="qaccuracy_save_baseline",
+        default=None,
+        metavar="DIR",
+        help="Write the baselines of every pair that ran to DIR, failing ones included (older spelling)",
     )
     group.addoption(
         "--qaccuracy-max-drift",
@@ -187,6 +209,24 @@ def _junit_properties(config: pytest.Config) -> bool:
         raise pytest.UsageError(f"qaccuracy_junit_properties: {exc}") from None
 
 
+def _baselines(config: pytest.Config) -> dict[str, object]:
+    """The baseline folder (``--qaccuracy-baseline`` > ini > default) and where the session writes.
+
+    ``--qaccuracy-save-baseline=DIR`` keeps its old meaning: every pair, to DIR.
+    """
+    folder = _path(config, "qaccuracy_baseline", "qaccuracy_baseline_dir") or config.rootpath / DEFAULT_BASELINES
+    save_all = bool(config.getoption("qaccuracy_update_all_baselines"))
+    save = _path(config, "qaccuracy_save_baseline")
+    if save is None and (save_all or config.getoption("qaccuracy_update_baselines")):
+        save = folder
+    return {
+        "baseline_dir": folder,
+        "save_baseline_dir": save,
+        "baseline_required": bool(config.getoption("qaccuracy_baseline")),
+        "save_failing_baselines": save_all or config.getoption("qaccuracy_save_baseline") is not None,
+    }
+
+
 def load_settings(config: pytest.Config) -> QAccuracySettings:
     """Read and check every option once; ``pytest.UsageError`` on a bad value."""
     ini_source = f"ini file {config.inipath.name}" if config.inipath else "ini file"
@@ -221,8 +261,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         artifacts_dir=artifacts,
         providers=_list(config, "qaccuracy_providers", "qaccuracy_providers") or ("CPUExecutionProvider",),
         batch_size=batch_size,
-        baseline_dir=_path(config, "qaccuracy_baseline"),
-        save_baseline_dir=_path(config, "qaccuracy_save_baseline"),
+        **_baselines(config),
         junit_properties=_junit_properties(config),
         ini_source=ini_source,
         **sensitivity_settings(config),

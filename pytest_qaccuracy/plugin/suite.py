@@ -22,7 +22,8 @@
 
 Item ids are ``<file>::<pair>::<check>`` and every item carries the ``qaccuracy`` marker, so
 ``-m`` and ``-k <pair id>`` select them; checks come in a fixed order: one per tolerance in effect,
-``rules`` when layer/output rules apply, ``drift`` with ``--qaccuracy-baseline``. A tolerance
+``rules`` when layer/output rules apply, ``drift`` when the baseline folder exists (skipped for a
+pair with no baseline yet, failed with ``--qaccuracy-baseline``). A tolerance
 ``max_backend_steps`` is the agreement gate of the pair's scheme (see :mod:`.backend`).
 """
 
@@ -35,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from pytest_qaccuracy.plugin.baselines import compared_dir, missing_reason
 from pytest_qaccuracy.plugin.fixtures import RUN_KEYS, make_spec, pair_rules, session_key
 from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
 from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance
@@ -208,7 +210,7 @@ class QAccuracyPair(pytest.Collector):
                 groups.append((name, {**keep, name: tolerances[name]}, [], False))
         if any(fnmatchcase(self.pair.spec.id, r.pair) for r in rules):
             groups.append(("rules", dict(keep), rules, False))
-        if state.settings.baseline_dir is not None:
+        if compared_dir(state.settings) is not None:
             groups.append(("drift", dict(keep), [], True))
         if not groups:
             groups.append(("compare", dict(keep), [], False))
@@ -251,6 +253,9 @@ class QAccuracyCheck(pytest.Item):
 
     def runtest(self) -> None:
         state = self.config.stash[session_key]
+        missing = missing_reason(state.settings, self.spec, state.rootpath) if self.drift else None
+        if missing is not None:
+            pytest.skip(missing)
         xfail = self.get_closest_marker("xfail")
         reason = None if xfail is None else str(xfail.kwargs.get("reason") or "xfail")
         result = state.check(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_qaccuracy.report.atomic import atomic_write_json
+from pytest_qaccuracy.report.atomic import atomic_write_json, finite_json
 
 if TYPE_CHECKING:
     from pytest_qaccuracy.analysis.results import ComparisonResult
@@ -83,6 +83,73 @@ def save_baseline(path: Path, document: Mapping[str, Any]) -> Path:
     return atomic_write_json(path, document)
 
 
+def write_baseline(path: Path, document: Mapping[str, Any]) -> str:
+    """Write ``document`` unless ``path`` already holds it: ``saved`` (new file), ``updated`` or
+    ``unchanged`` (not rewritten, so a committed folder shows no spurious change)."""
+    new = json.loads(json.dumps(finite_json(document)))
+    try:
+        old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        old = {}  # unreadable: replace it
+    if old == new:
+        return "unchanged"
+    save_baseline(path, new)
+    return "saved" if old is None else "updated"
+
+
+def baseline_files(directory: Path) -> list[str]:
+    """The ``*.json`` file names directly in ``directory`` (none when it does not exist), sorted."""
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir() if p.suffix == ".json" and p.is_file())
+
+
+def _names(items: Sequence[str], limit: int = 10) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
+def _count(label: str, items: Sequence[str], listed: bool) -> str:
+    return f"{label} {len(items)}" + (f" ({_names(items)})" if listed and items else "")
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineStatus:
+    """What a session did with its baseline folder: compared pairs (and those with no baseline),
+    or wrote them; ``stale`` are files there that no pair of the session produced."""
+
+    directory: str
+    updating: bool
+    compared: tuple[str, ...] = ()
+    drifted: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    saved: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    failing: tuple[str, ...] = ()
+    stale: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        """One line for the terminal summary, e.g. ``baselines .qaccuracy-baselines: saved 1, updated 0,
+        unchanged 2, stale 1 (old-1a2b3c4d.json)``."""
+        if self.updating:
+            parts = [
+                _count("saved", self.saved, False),
+                _count("updated", self.updated, True),
+                _count("unchanged", self.unchanged, False),
+            ]
+        else:
+            drifted = f" ({len(self.drifted)} drifted: {_names(self.drifted)})" if self.drifted else ""
+            parts = [f"compared {len(self.compared)}{drifted}", _count("missing", self.missing, True)]
+        text = f"baselines {self.directory}: " + ", ".join([*parts, _count("stale", self.stale, True)])
+        if self.failing:
+            text += (
+                f"; not saved, failing: {_names(self.failing)} "
+                "(--qaccuracy-update-all-baselines saves failing pairs too)"
+            )
+        return text
+
+
 def load_baseline(path: Path) -> dict[str, Any] | None:
     """The baseline at ``path``, or None if there is none; ValueError if it is not ours."""
     if not path.is_file():
@@ -137,11 +204,14 @@ def find_drift(
 
 __all__ = [
     "DEFAULT_DRIFT",
+    "BaselineStatus",
     "Drift",
     "DriftRule",
+    "baseline_files",
     "find_drift",
     "load_baseline",
     "parse_drift_rule",
     "profile",
     "save_baseline",
+    "write_baseline",
 ]
