@@ -114,7 +114,7 @@ class BoundDataset:
         for record, stored in enumerate(self.dataset.iter_records()):
             feeds = {}
             for spec in self.inputs:
-                array = stored[self._key_of[spec.name]]
+                array = np.asarray(stored[self._key_of[spec.name]])  # a 0-d record reads as a numpy scalar
                 if not self.allow_nonfinite and array.dtype.kind == "f" and not np.isfinite(array).all():
                     bad = "NaN" if np.isnan(array).any() else "Inf"
                     raise DataError(

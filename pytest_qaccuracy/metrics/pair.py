@@ -219,13 +219,19 @@ def block_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     n, m = a.shape
     k = m // BLOCK
     total = np.zeros(n)
+    with np.errstate(over="ignore", invalid="ignore"):  # an Inf sum is reported as an undefined metric
+        _block_dot_into(total, a, b, k)
+    return total
+
+
+def _block_dot_into(total: np.ndarray, a: np.ndarray, b: np.ndarray, k: int) -> None:
+    n, m = a.shape
     if k:
         head = np.matmul(a[:, : k * BLOCK].reshape(n, k, 1, BLOCK), b[:, : k * BLOCK].reshape(n, k, BLOCK, 1))
         total += head.reshape(n, k).sum(axis=1, dtype=np.float64)
     if m > k * BLOCK:
         tail = np.matmul(a[:, k * BLOCK :, np.newaxis].transpose(0, 2, 1), b[:, k * BLOCK :, np.newaxis])
         total += tail.reshape(n).astype(np.float64)
-    return total
 
 
 def block_sum(a: np.ndarray) -> np.ndarray:
@@ -235,5 +241,6 @@ def block_sum(a: np.ndarray) -> np.ndarray:
     total = a[:, k * BLOCK :].sum(axis=1, dtype=np.float64)
     if k:
         ones = np.ones((BLOCK, 1), a.dtype)
-        total += np.matmul(a[:, : k * BLOCK].reshape(n, k, BLOCK), ones).reshape(n, k).sum(axis=1, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            total += np.matmul(a[:, : k * BLOCK].reshape(n, k, BLOCK), ones).reshape(n, k).sum(axis=1, dtype=np.float64)
     return total
