@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
 
@@ -60,3 +62,28 @@ def small_result() -> ComparisonResult:
         unmatched_fp32=["pool_out"],
         unmatched_quantized=["pool_out_quantized"],
     )
+
+
+def chain_model(ops: Sequence[tuple[str, str]], name: str = "net") -> onnx.ModelProto:
+    """A model whose nodes form a chain from input ``x``: ``(output tensor, op_type)`` per node; each
+    node also reads an initializer, which the graph leaves out. Drawn, never run."""
+    nodes, previous = [], "x"
+    for i, (tensor, op) in enumerate(ops):
+        nodes.append(helper.make_node(op, [previous, f"w{i}"], [tensor], name=f"node_{i}"))
+        previous = tensor
+    weights = [helper.make_tensor(f"w{i}", TensorProto.FLOAT, [1], [1.0]) for i in range(len(ops))]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(previous, TensorProto.FLOAT, [1, 4])],
+        weights,
+    )
+    return helper.make_model(graph)
+
+
+@pytest.fixture
+def small_model() -> onnx.ModelProto:
+    """The fp32 model of ``small_result``: its four layers plus the unmatched ``pool_out``."""
+    ops = [("conv1_out", "Conv"), ("relu1_out", "Relu"), ("conv2_out", "Conv"), ("pool_out", "MaxPool")]
+    return chain_model([*ops, ("logits", "Gemm")])

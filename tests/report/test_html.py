@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import struct
-import subprocess
-import zlib
 
-import numpy as np
 import pytest
+from browser import find_chromium, painted, png_rgb, run_chromium
 
 from pytest_qaccuracy.report.html import embed_json, pair_data, render_html, write_html
 
@@ -50,13 +46,27 @@ def test_embedded_data(small_result):
     assert [m["name"] for m in pair["metrics"]] == ["mse", "mpeir", "cosine", "sqnr"]
     mse = pair["metrics"][0]
     assert mse["higher_is_better"] is False and mse["label"] == "MSE"
-    assert mse["slots"][0] == [0.0005, pytest.approx(0.0005 + 0.0195 / 9), "#ffffcc"]
-    assert mse["slots"][-1][1:] == [0.02, "#800026"]
+    assert mse["slots"][0] == [0.0005, pytest.approx(0.0005 + 0.0195 / 9), "#ffffcc", "0.0005 – 0.002667"]
+    assert mse["slots"][-1][1:] == [0.02, "#800026", "0.01783 – 0.02"]
     assert pair["metrics"][2]["slots"][0][2] == "#800026"  # cosine: lowest values are dark red
     assert pair["metrics"][1]["scale"] == "fixed 0..1"
     assert [x["order"] for x in pair["layers"]] == [0, 1, 2, 3]
     assert pair["unmatched"] == {"fp32": ["pool_out"], "quantized": ["pool_out_quantized"]}
     assert pair["outputs"][0]["metrics"]["sqnr"] == 25.0
+    # every value formatted and coloured in Python: the page's script never formats a number
+    assert pair["outputs"][0]["text"] == {"mse": "0.01", "mpeir": "0.2", "cosine": "0.9950", "sqnr": "25.00 dB"}
+    assert pair["layers"][1]["text"]["mpeir"] == "n/a" and "mpeir" not in pair["layers"][1]["color"]
+    assert pair["layers"][2]["color"] == {"mse": "#800026", "mpeir": "#fed976", "cosine": "#800026", "sqnr": "#800026"}
+    sqnr = pair["metrics"][3]
+    assert sqnr["axis"]["ticks"][0] == [20.0, "20.00 dB"] and sqnr["log_axis"]["ticks"][0][1] == "19.32 dB"
+    assert pair["first_metric"] == "sqnr" and pair["worst"][0] == {
+        "tensor": "conv2_out",
+        "op_type": "Conv",
+        "order": 2,
+        "text": "20.00 dB",
+    }
+    assert pair["verdict"]["status"] == "unchecked" and pair["verdict"]["label"] == "NO CHECKS"
+    assert pair["graph"] == {"note": "no graph: the fp32 model was not available to this report"}
 
 
 def test_hostile_names_and_non_finite_values(hostile_result):
@@ -85,112 +95,56 @@ def test_no_results_and_write(tmp_path):
 
 # --- a real browser --------------------------------------------------------------------------------
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-
 
 @pytest.fixture(scope="module")
 def chromium():
-    for name in BROWSERS:
-        if path := shutil.which(name):
-            return path
-    pytest.skip("no headless Chromium found (apt-get install -y chromium)")
+    path = find_chromium()
+    if path is None:
+        pytest.skip("no headless Chromium found (apt-get install -y chromium)")
+    return path
 
 
-def run_chromium(chromium, tmp_path, url, *extra):
-    cmd = [
-        chromium,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        *extra,
-        url,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+def load(chromium, tmp_path, path, *extra) -> str:
+    """The DOM of ``path`` after its script ran; the page must render with no console message."""
+    page = run_chromium(chromium, tmp_path, path.as_uri(), "--dump-dom", *extra)
+    assert page.console == []
+    assert 'data-ready="1"' in page.dom and 'data-error="' not in page.dom
+    return page.dom
 
 
 def test_browser_builds_tables_and_chart(chromium, tmp_path, small_result, hostile_result):
     path = write_html(tmp_path / "report.html", [small_result, hostile_result], title="browser test")
-    dom = run_chromium(chromium, tmp_path, path.as_uri(), "--dump-dom")
-    assert 'data-ready="1"' in dom and 'data-error="' not in dom
+    dom = load(chromium, tmp_path, path)
     assert dom.count('<section class="pair"') == 2
     assert dom.count('class="layer-row"') == 4 + 3
-    # the chart shows the first metric (mse): every layer of both pairs has a finite value
-    assert dom.count('<rect class="bar"') == 4 + 3
-    assert dom.count('class="overview-table"') == 1
+    # the chart shows SQNR first: every layer of the first pair has a value, one of the second has none
+    assert dom.count('<rect class="bar"') == 4 + 2
+    assert dom.count('class="overview-table"') == 1 and dom.count('data-verdict="unchecked"') == 4
     # 4 metrics x (4 layers + 1 output) cells, coloured with the visq palette, for the first pair
     first = dom[dom.index('id="pair-0"') : dom.index('id="pair-1"')]
     assert len(re.findall(r'data-color="#[0-9a-f]{6}"', first)) == 4 * 5 - 1  # relu1_out's MPEIR is None
-    assert "pool_out_quantized" in first
+    assert "pool_out_quantized" in first and "no graph: the fp32 model was not available" in first
     # the hostile name is text, not markup
     assert 'a"b&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;' in dom
     assert "<img" not in dom
 
 
-def png_rgb(data: bytes) -> np.ndarray:
-    """An 8-bit RGB(A), non-interlaced PNG (what Chromium writes) as a (height, width, 3) array; stdlib
-    zlib plus numpy, so the test needs no imaging library."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat, header = 8, [], (0, 0, 0, 0, 0, 0, 0)
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
-        if kind == b"IHDR":
-            header = struct.unpack(">IIBBBBB", data[pos + 8 : pos + 8 + length])
-        elif kind == b"IDAT":
-            idat.append(data[pos + 8 : pos + 8 + length])
-        pos += 12 + length
-    width, height, depth, colour, _, _, interlace = header
-    assert depth == 8 and colour in (2, 6) and interlace == 0, header
-    bpp = 3 if colour == 2 else 4
-    raw = np.frombuffer(zlib.decompress(b"".join(idat)), np.uint8).reshape(height, width * bpp + 1)
-    out = np.zeros((height, width * bpp), np.int64)
-    prev = np.zeros(width * bpp, np.int64)
-    for y in range(height):  # undo each row's filter (PNG spec section 9)
-        kind, cur = raw[y, 0], raw[y, 1:].astype(np.int64)
-        if kind == 1:
-            cur = np.cumsum(cur.reshape(width, bpp), axis=0).reshape(-1) & 255
-        elif kind == 2:
-            cur = (cur + prev) & 255
-        elif kind in (3, 4):
-            for x in range(width * bpp):
-                a = int(cur[x - bpp]) if x >= bpp else 0
-                b = int(prev[x])
-                if kind == 3:
-                    cur[x] = (cur[x] + (a + b) // 2) & 255
-                else:
-                    c = int(prev[x - bpp]) if x >= bpp else 0
-                    p = a + b - c
-                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                    cur[x] = (cur[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        out[y], prev = cur, cur
-    return out.reshape(height, width, bpp)[:, :, :3].astype(np.uint8)
+def test_browser_screenshot(chromium, tmp_path, small_result, small_model):
+    """The page paints at the window's size, and every visq colour the cells, bars and graph nodes use
+    is on screen. Not caught: cells without their background (the legend swatches show the same colours)."""
+    from pytest_qaccuracy.report.html import ReportPair
 
-
-def test_browser_screenshot(chromium, tmp_path, small_result):
-    """The page paints at the window's size, and every visq colour the cells and bars use is on screen.
-
-    Not caught: cells without their background (the legend swatches show the same colours)."""
-    path = write_html(tmp_path / "report.html", [small_result])
+    path = write_html(tmp_path / "report.html", [ReportPair(small_result, model=small_model)])
     shot = tmp_path / "report.png"
     run_chromium(chromium, tmp_path, path.as_uri(), "--window-size=1300,1500", f"--screenshot={shot}")
     image = png_rgb(shot.read_bytes())
     assert image.shape == (1500, 1300, 3)
-    dom = run_chromium(chromium, tmp_path, path.as_uri(), "--dump-dom")
-    cells = set(re.findall(r'data-color="#([0-9a-f]{6})"', dom))
-    bars = set(re.findall(r'<rect class="bar"[^>]*fill="#([0-9a-f]{6})"', dom))
+    dom = load(chromium, tmp_path, path)
+    cells = set(re.findall(r'<td class="num[^"]*" [^>]*data-color="(#[0-9a-f]{6})"', dom))
+    bars = set(re.findall(r'<rect class="bar"[^>]*fill="(#[0-9a-f]{6})"', dom))
     assert len(cells) >= 5 and bars <= cells, (cells, bars)  # 19 cells spread over the palette
-    pixels = image.reshape(-1, 3)
     for colour in sorted(cells):
-        rgb = np.array([int(colour[i : i + 2], 16) for i in (0, 2, 4)], np.uint8)
-        painted = int((pixels == rgb).all(axis=1).sum())
-        assert painted >= 500, f"#{colour}: {painted} pixels"  # exact fills, not anti-aliased edges
+        assert painted(image, colour) >= 500, colour  # exact fills, not anti-aliased edges
 
 
 INTERACT = """<script>
@@ -226,7 +180,7 @@ def test_browser_interaction(chromium, tmp_path, small_result):
     text = render_html([small_result]).replace("</body>", INTERACT + "</body>")
     path = tmp_path / "interactive.html"
     path.write_text(text, encoding="utf-8")
-    dom = run_chromium(chromium, tmp_path, path.as_uri(), "--dump-dom")
+    dom = load(chromium, tmp_path, path)
     found = re.search(r"data-interaction=\"([^\"]*)\"", dom)
     assert found, dom[-3000:]
     result = json.loads(found[1].replace("&quot;", '"').replace("&amp;", "&"))
@@ -270,7 +224,7 @@ def test_sensitivity_section_is_embedded_per_pair(small_result):
     assert pairs[0]["sensitivity"]["rows"][1]["node"] == HOSTILE
     assert pairs[0]["sensitivity"]["chart"]["series"][0]["y"] == [0.99, 0.95, None]  # NaN -> null
     assert pairs[1]["sensitivity"] == note
-    assert "sensitivity" not in embedded(render_html([small_result]))["pairs"][0]
+    assert embedded(render_html([small_result]))["pairs"][0]["sensitivity"] is None
     named = embedded(render_html([small_result, small_result], names=["int8-on-tflite", None]))["pairs"]
     assert [p["title"] for p in named] == ["int8-on-tflite: net.int8.onnx vs net.onnx", "net.int8.onnx vs net.onnx"]
 
@@ -278,8 +232,7 @@ def test_sensitivity_section_is_embedded_per_pair(small_result):
 def test_browser_draws_the_sensitivity_section(chromium, tmp_path, small_result):
     note = {"note": "sensitivity of net: needs a QDQ model"}
     path = write_html(tmp_path / "report.html", [small_result, small_result], sensitivity=[SENSITIVITY_VIEW, note])
-    dom = run_chromium(chromium, tmp_path, path.as_uri(), "--dump-dom")
-    assert 'data-ready="1"' in dom and 'data-error="' not in dom
+    dom = load(chromium, tmp_path, path)
     first = dom[dom.index('id="pair-0"') : dom.index('id="pair-1"')]
     assert first.count('class="sens-row"') == 2 and "3 more node(s)" in first
     assert first.count('class="curve"') == 2 and first.count('class="point"') == 5  # the NaN point is left out

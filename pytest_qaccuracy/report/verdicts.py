@@ -1,0 +1,120 @@
+"""A pair's verdict, checks, top-k accuracy and baseline drift as the HTML report shows them. Pure.
+
+Each view reads a plugin pair record (``checks``, ``topk``; see :mod:`.summary`) and formats every
+value here, once, with :func:`~pytest_qaccuracy.report.tables.format_value`; the page's script
+only places the text. Raw numbers ride along (``sort``) for sorting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.report.summary import expected_failure, record_passed
+from pytest_qaccuracy.report.tables import format_value, rank_layers
+
+DRIFT = "drift"
+LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked": "NO CHECKS"}
+
+
+def verdict_view(record: Mapping[str, Any] | None) -> dict[str, str]:
+    """``{status, label, detail}``: passed, failed, xfailed (every failure expected) or unchecked."""
+    checks = list(record["checks"]) if record else []
+    if not checks:
+        return {"status": "unchecked", "label": LABELS["unchecked"], "detail": "measured only: no tolerances checked"}
+    passed = sum(bool(c["passed"]) for c in checks)
+    expected = expected_failure(record) if record else None
+    status = "passed" if record_passed(record) else "xfailed" if expected else "failed"
+    detail = f"{passed} / {len(checks)} checks passed" + (f"; expected to fail: {expected}" if expected else "")
+    return {"status": status, "label": LABELS[status], "detail": detail}
+
+
+def _status(check: Mapping[str, Any]) -> str:
+    if check["passed"]:
+        return "pass"
+    return "xfail" if check.get("xfail") else "FAIL"
+
+
+def check_row(check: Mapping[str, Any]) -> dict[str, Any]:
+    """One check, formatted: value and tolerance as text, its source, status and message."""
+    metric, threshold = str(check["metric"]), check.get("threshold")
+    tolerance = "-" if threshold is None else f"{check['op']} {format_value(metric, threshold)}".strip()
+    value = check.get("value")
+    return {
+        "test": check.get("test", ""),
+        "check": check["check"],
+        "target": check["target"],
+        "metric": metric,
+        "value": "-" if value is None else format_value(metric, value),
+        "sort": value,
+        "tolerance": tolerance,
+        "source": check.get("source", ""),
+        "status": _status(check),
+        "message": check.get("detail", ""),
+    }
+
+
+def check_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Every check but the baseline drift ones, failures first, then by target (stable otherwise)."""
+    checks = [c for c in (record or {}).get("checks", []) if c["check"] != DRIFT]
+    rows = [check_row(c) for c in checks]
+    return sorted(rows, key=lambda r: (r["status"] == "pass", not r["target"].startswith("output")))
+
+
+def drift_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The baseline drift checks: one row per metric that moved too far, or the one 'no drift' row."""
+    return [check_row(c) for c in (record or {}).get("checks", []) if c["check"] == DRIFT]
+
+
+def _percent(value: Any) -> str:
+    return "-" if value is None else f"{100 * float(value):.2f} %"
+
+
+def topk_rows(record: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """Per classifier output and k: agreement, accuracy of both models (when labelled) and the drop."""
+    rows = []
+    for output, counts in sorted(((record or {}).get("topk") or {}).items()):
+        for k, row in sorted(counts.get("k", {}).items(), key=lambda item: int(item[0])):
+            drop = row.get("accuracy_drop")
+            rows.append(
+                {
+                    "output": output,
+                    "k": f"top-{k}",
+                    "agreement": _percent(row.get("agreement")),
+                    "fp32_accuracy": _percent(row.get("fp32_accuracy")),
+                    "quantized_accuracy": _percent(row.get("quantized_accuracy")),
+                    "accuracy_drop": "-" if drop is None else f"{100 * float(drop):+.2f} pp",
+                    "records": f"{counts.get('records', 0)} ({counts.get('labelled', 0)} labelled)",
+                }
+            )
+    return rows
+
+
+def worst_layers(result: ComparisonResult, metric: str | None, count: int = 3) -> list[dict[str, Any]]:
+    """The ``count`` worst layers by ``metric``, formatted, with the topological order to link to."""
+    if metric is None:
+        return []
+    ranked = [x for x in rank_layers(result, metric) if x.metrics.get(metric) is not None][:count]
+    return [
+        {
+            "tensor": x.tensor,
+            "op_type": x.op_type or "?",
+            "order": x.order,
+            "text": format_value(metric, x.metrics.get(metric)),
+        }
+        for x in ranked
+    ]
+
+
+def counts_line(verdicts: Sequence[Mapping[str, str]]) -> str:
+    """``6 / 8 pairs passed, 2 failed as expected``, as the terminal summary counts them."""
+    checked = [v for v in verdicts if v["status"] != "unchecked"]
+    if not checked:
+        return f"{len(verdicts)} comparison{'s' if len(verdicts) != 1 else ''}, no tolerances checked"
+    passed = sum(v["status"] == "passed" for v in checked)
+    expected = sum(v["status"] == "xfailed" for v in checked)
+    return f"{passed} / {len(checked)} pairs passed" + (f", {expected} failed as expected" if expected else "")
+
+
+__all__ = ["check_row", "check_rows", "counts_line", "drift_rows", "topk_rows", "verdict_view", "worst_layers"]
