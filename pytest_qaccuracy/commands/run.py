@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,15 +26,21 @@ HELP = "run a quantized model on a dataset (integer emulation or onnxruntime) an
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pytest_qaccuracy.commands._options import add_batch_size, add_data, add_threads
+
     parser.add_argument("model", type=Path, help="the quantized ONNX model (QDQ or QOperator)")
-    parser.add_argument("--data", required=True, type=Path, help=".h5/.hdf5 (ONE layout), .npz, or a folder of .npy")
-    parser.add_argument("--backend", choices=("integer", "onnxruntime"), default="integer")
-    parser.add_argument("--scheme", default="onnxruntime", help="integer backend scheme preset (default: onnxruntime)")
-    parser.add_argument("--out", required=True, type=Path, help="output HDF5 file (ONE layout)")
-    parser.add_argument("--batch-size", type=int, default=32, help="records per run (default: 32)")
+    add_data(parser)
     parser.add_argument(
-        "--threads", type=int, default=0, help="intra-op threads of either backend (default: 0, every core)"
+        "--backend",
+        choices=("integer", "onnxruntime"),
+        default="integer",
+        help="where the model runs (default: integer, the emulation this command exists for; compare "
+        "defaults to onnxruntime unless --scheme is given)",
     )
+    parser.add_argument("--scheme", default="onnxruntime", help="integer backend scheme preset (docs/backend.md)")
+    parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="output HDF5 file (ONE layout)")
+    add_batch_size(parser)
+    add_threads(parser)
     parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
 
 
@@ -71,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     from pytest_qaccuracy.data import bind_dataset, load_dataset
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
+    from pytest_qaccuracy.report.atomic import discard, temp_name
 
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -85,11 +91,10 @@ def run(args: argparse.Namespace) -> int:
     dataset = bind_dataset(load_dataset(args.data), graph_inputs(load_model(args.model)), args.allow_nonfinite)
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(handle)
+    tmp = temp_name(out)  # named before it exists, so an interrupt at any point finds it (issue 18)
     records = 0
     try:
-        with h5py.File(tmp, "w") as h5:
+        with h5py.File(tmp, "w-") as h5:
             h5.attrs["model"] = args.model.name
             h5.attrs["backend"] = args.backend
             h5.attrs["scheme"] = scheme or ""
@@ -105,9 +110,9 @@ def run(args: argparse.Namespace) -> int:
                         record.create_dataset(str(index), data=np.asarray(value))
                 records += len(batch)
         os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    except BaseException:
+        discard(tmp)
+        raise
     print(
         f"wrote {records} record(s) x {len(names)} output(s) to {out} ({args.backend}{f', {scheme}' if scheme else ''})"
     )

@@ -8,38 +8,60 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
 from pytest_qaccuracy.errors import InputError
 
-
-def _file_mode() -> int:
-    """The mode a plain ``open()`` would give a new file (mkstemp's own is 0600)."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
+#: ``os.open`` flags of a fresh temp file: never an existing one, not inherited by child processes.
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 
 
-_MODE = _file_mode()
+def temp_name(path: Path) -> Path:
+    """A fresh hidden name beside ``path``: ``.<name>.<16 hex digits>.tmp``."""
+    return path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+
+
+def discard(path: Path) -> None:
+    """Remove a temp file or folder if it exists. A KeyboardInterrupt meanwhile (a second Ctrl-C) does
+    not leave it half removed: the removal finishes, then the interrupt is raised."""
+    interrupt: KeyboardInterrupt | None = None
+    while True:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            break
+        except KeyboardInterrupt as exc:
+            interrupt = exc
+    if interrupt is not None:
+        raise interrupt
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[Any]], None], mode: str = "w") -> Path:
-    """Call ``write(file)`` on a temp file beside ``path`` and rename it over ``path`` on success."""
+    """Call ``write(file)`` on a temp file beside ``path`` and rename it over ``path`` on success.
+
+    Whatever interrupts it (an error, Ctrl-C at any point), ``path`` keeps its old content and no
+    temp file is left.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = temp_name(path)  # named before it exists: an interrupt inside os.open still finds it
     try:
+        fd = os.open(tmp, _CREATE, 0o666)  # the mode a plain open() gives, not mkstemp's 0600
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, _MODE)
         os.replace(tmp, path)
+    except FileExistsError:  # the random name is someone else's file (practically never): not ours to remove
+        raise
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        discard(tmp)
         raise
     return path
 

@@ -87,3 +87,62 @@ def test_written_files_get_the_mode_a_plain_open_would_give(tmp_path):
     assert expected != 0o600, "umask 077 here: this test cannot tell the modes apart"
     for path in (atomic.atomic_write_text(tmp_path / "a.txt", "x"), atomic.atomic_write_json(tmp_path / "b.json", {})):
         assert stat.S_IMODE(path.stat().st_mode) == expected, path.name
+
+
+def _interrupt(real, after: bool):
+    """``real`` that raises KeyboardInterrupt before it runs, or just after it returns (as a signal
+    landing between a syscall and the assignment of its result does)."""
+
+    def call(*args, **kwargs):
+        if not after:
+            raise KeyboardInterrupt
+        result = real(*args, **kwargs)
+        if real is atomic.os.open:
+            atomic.os.close(result)
+        raise KeyboardInterrupt
+
+    return call
+
+
+@pytest.mark.parametrize(
+    ("name", "after"),
+    [("open", False), ("open", True), ("fsync", False), ("fsync", True), ("replace", False)],
+    ids=["before-open", "inside-open", "before-fsync", "after-fsync", "before-replace"],
+)
+def test_an_interrupt_at_any_step_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypatch, name, after):
+    """The name is known before the file exists, so even an interrupt inside ``os.open`` finds it."""
+    path = tmp_path / "summary.json"
+    path.write_text("old")
+    monkeypatch.setattr(atomic.os, name, _interrupt(getattr(atomic.os, name), after))
+    with pytest.raises(KeyboardInterrupt):
+        atomic.atomic_write_text(path, "new")
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"] and path.read_text() == "old"
+
+
+def test_an_interrupt_while_writing_leaves_no_temp_file(tmp_path):
+    def write(handle):
+        handle.write("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic.atomic_write(tmp_path / "a.json", write)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_interrupt_during_cleanup_still_removes_the_temp_folder(tmp_path, monkeypatch):
+    folder = tmp_path / ".out.0123.tmp"
+    (folder / "pairs").mkdir(parents=True)
+    (folder / "pairs" / "a.json").write_text("{}")
+    real, calls = atomic.shutil.rmtree, []
+
+    def rmtree_interrupted_once(path, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real(path, **kwargs)
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", rmtree_interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.discard(folder)
+    assert len(calls) == 2 and list(tmp_path.iterdir()) == []
