@@ -1,0 +1,363 @@
+"""Pair checks and their failure messages, without a pytest session (``plugin/checks.py``).
+
+The expected outcomes and message lines are written from the layout in docs/pytest.md ("A failure
+reads: ...") with the numbers worked out by hand; the inputs are dyadic fractions, so every figure
+prints exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from pytest_qaccuracy.analysis.outputs import OutputStats, RelativeStats
+from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
+from pytest_qaccuracy.analysis.saturation import LayerSaturation, SaturationReport
+from pytest_qaccuracy.plugin.checks import (
+    Outcome,
+    deployment_target,
+    evaluate,
+    failure_message,
+    saturation_notes,
+    saturation_outcome,
+)
+from pytest_qaccuracy.plugin.rules import parse_rule, parse_rules
+
+INI = "ini file pytest.ini"
+
+
+def _result(outputs: list[OutputResult], layers: list[LayerResult] = ()) -> ComparisonResult:
+    return ComparisonResult(
+        fp32_model="net.onnx",
+        quantized_model="net.int8.onnx",
+        data="data.npz",
+        records=8,
+        metric_definitions={"sqnr": "signal to noise", "cosine": "cosine similarity", "lsb": "steps"},
+        outputs=list(outputs),
+        layers=list(layers),
+        higher_is_better={"sqnr": True, "cosine": True, "lsb": False},
+    )
+
+
+def _layer(tensor: str, order: int, op_type: str | None = "Conv", node: str | None = None, **metrics) -> LayerResult:
+    return LayerResult(tensor, tensor, node, op_type, order, metrics)
+
+
+def _fail(detail: str) -> Outcome:
+    return Outcome("min_cosine", "output 'y'", "cosine", ">=", 0.99, 0.5, False, "marker", detail)
+
+
+def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
+    y = OutputResult("y", {"cosine": 0.875, "sqnr": 20.0, "lsb": 2.5})
+    z = OutputResult("z", {"cosine": None, "lsb": 2.0}, undefined={"cosine": "all-zero reference"})
+    tolerances = {"min_cosine": (0.875, "marker"), "min_sqnr": (20.5, INI), "max_lsb": (2.0, "--qaccuracy-max-lsb")}
+    assert evaluate(_result([y, z]), None, tolerances, [], "net") == [
+        Outcome("min_cosine", "output 'y'", "cosine", ">=", 0.875, 0.875, True, "marker",
+                "cosine 0.875 >= 0.875 for output 'y'"),
+        Outcome("min_sqnr", "output 'y'", "sqnr", ">=", 20.5, 20.0, False, INI, "sqnr 20 dB < 20.5 dB for output 'y'"),
+        Outcome("max_lsb", "output 'y'", "lsb", "<=", 2.0, 2.5, False, "--qaccuracy-max-lsb",
+                "lsb 2.5 > 2 for output 'y'"),
+        Outcome("min_cosine", "output 'z'", "cosine", ">=", 0.875, None, False, "marker",
+                "cosine undefined for output 'z' (all-zero reference)"),
+        Outcome("min_sqnr", "output 'z'", "sqnr", ">=", 20.5, None, False, INI,
+                "sqnr undefined for output 'z' (metric not computed)"),
+        Outcome("max_lsb", "output 'z'", "lsb", "<=", 2.0, 2.0, True, "--qaccuracy-max-lsb",
+                "lsb 2 <= 2 for output 'z'"),
+    ]  # fmt: skip
+
+
+def test_values_become_plain_floats() -> None:
+    """execnet cannot carry numpy scalars to the xdist controller."""
+    y = OutputResult("y", {"cosine": np.float32(0.5)})
+    (outcome,) = evaluate(_result([y]), None, {"min_cosine": (0.25, "marker")}, [], "net")
+    assert type(outcome.value) is float and outcome.value == 0.5 and outcome.passed
+
+
+def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
+    result = _result([OutputResult("y", {}), OutputResult("z", {})])
+    rel = RelativeStats(rtol=0.01, atol=0.001, violations=3, elements=12, max_abs=0.5, max_rel=0.25)
+    clean = RelativeStats(rtol=0.01, atol=0.001, violations=0, elements=0, max_abs=0.0, max_rel=None)
+    stats = OutputStats(topk={}, relative={"y": rel, "z": clean})
+    bounds = "outside atol + rtol*|fp32| (rtol=0.01, atol=0.001)"
+    assert evaluate(result, stats, {"rtol": (0.01, "marker"), "atol": (0.001, INI)}, [], "net") == [
+        Outcome("rtol", "output 'y'", "relative", "<=", 0.0, 0.25, False, "marker",
+                f"3 / 12 elements (25%) {bounds} for output 'y'"),
+        Outcome("rtol", "output 'z'", "relative", "<=", 0.0, 0.0, True, "marker",
+                f"0 / 0 elements (0%) {bounds} for output 'z'"),
+    ]  # fmt: skip
+    (atol_only, _) = evaluate(result, stats, {"atol": (0.001, INI)}, [], "net")
+    assert (atol_only.check, atol_only.source, atol_only.value) == ("atol", INI, 0.25)
+    missing = OutputStats(topk={}, relative={})
+    assert evaluate(_result([OutputResult("y", {})]), missing, {"rtol": (0.01, "marker")}, [], "net") == [
+        Outcome("rtol", "output 'y'", "relative", "<=", 0.0, None, False, "marker", "no element stats for output 'y'")
+    ]
+    assert evaluate(result, None, {"rtol": (0.01, "marker")}, [], "net") == []  # no stats measured: no row
+
+
+def _counts(drop1: float | None, k3: bool) -> dict:
+    per_k = {"1": {"agreement": 0.75, "fp32_accuracy": 0.5, "quantized_accuracy": 0.25, "accuracy_drop": drop1}}
+    if k3:
+        per_k["3"] = {"agreement": 1.0, "fp32_accuracy": 0.75, "quantized_accuracy": 0.75, "accuracy_drop": 0.0}
+    return {"records": 8, "counted": "per record", "k": per_k}
+
+
+def test_topk_agreement_and_accuracy_drop_per_k() -> None:
+    result = _result([OutputResult("y", {}), OutputResult("boxes", {})])
+    stats = OutputStats(topk={"y": _counts(0.25, k3=True)}, relative={})
+    tolerances = {"min_top1_agreement": (0.75, "marker"), "max_top1_drop": (0.125, INI), "topk": (3, INI)}
+    assert evaluate(result, stats, tolerances, [], "net") == [
+        Outcome("min_top1_agreement", "output 'y'", "top-1 agreement", ">=", 0.75, 0.75, True, "marker",
+                "top-1 agreement 0.75 >= 0.75 for output 'y'"),
+        Outcome("max_top1_drop", "output 'y'", "top-1 accuracy drop", "<=", 0.125, 0.25, False, INI,
+                "top-1 accuracy drop 0.25 > 0.125 for output 'y' (fp32 0.5, quantized 0.25)"),
+        Outcome("max_top1_drop", "output 'y'", "top-3 accuracy drop", "<=", 0.125, 0.0, True, INI,
+                "top-3 accuracy drop 0 <= 0.125 for output 'y' (fp32 0.75, quantized 0.75)"),
+    ]  # fmt: skip
+    # without topk only top-1; the boxes output was not counted and gets no row
+    (top1,) = evaluate(result, stats, {"max_top1_drop": (0.25, INI)}, [], "net")
+    assert (top1.metric, top1.passed) == ("top-1 accuracy drop", True)
+
+
+def test_topk_drop_undefined_without_labels_or_without_top_k() -> None:
+    result = _result([OutputResult("y", {})])
+    tolerances = {"max_top1_drop": (0.125, INI), "topk": (3, INI)}
+    unlabelled = OutputStats(topk={"y": _counts(None, k3=False)}, relative={})
+    assert [o.detail for o in evaluate(result, unlabelled, tolerances, [], "net")] == [
+        "top-1 accuracy drop undefined for output 'y' (the dataset has no labels)",
+        "top-3 accuracy drop undefined for output 'y' (a per record output has top-1 only)",
+    ]
+
+
+def test_topk_tolerance_without_any_class_score_output() -> None:
+    result = _result([OutputResult("y", {}), OutputResult("boxes", {})])
+    tolerances = {"max_top1_drop": (0.01, INI), "min_top1_agreement": (0.9, "marker")}
+    why = "'boxes' float32 (4, 4): no class axis"
+    problems = OutputStats(topk={}, relative={}, problems={"boxes": why})
+    assert evaluate(result, problems, tolerances, [], "net") == [
+        Outcome("min_top1_agreement", "output 'boxes'", "top-1", "", None, None, False, "marker",
+                f"min_top1_agreement: cannot count top-1 on {why} (name the class-score output with scores=)")
+    ]  # fmt: skip
+    needs = Outcome("max_top1_drop", "outputs", "top-1", "", None, None, False, INI,
+                    "max_top1_drop needs class scores (records, classes), but no output is (y, boxes)")  # fmt: skip
+    assert evaluate(result, None, {"max_top1_drop": (0.01, INI)}, [], "net") == [needs]
+    assert evaluate(result, OutputStats({}, {}), {"max_top1_drop": (0.01, INI)}, [], "net") == [needs]
+    counted = OutputStats(topk={"y": _counts(0.0, k3=False)}, relative={}, problems={"boxes": why})
+    assert [o.target for o in evaluate(result, counted, {"max_top1_drop": (0.01, INI)}, [], "net")] == ["output 'y'"]
+
+
+def test_rules_on_outputs_then_layers_in_graph_order() -> None:
+    y = OutputResult("y", {"cosine": 0.5, "sqnr": 10.0})
+    layers = [
+        _layer("relu1", 1, "Relu", node="relu1_node", sqnr=25.0),
+        _layer("conv1", 0, "Conv", node="conv1_node", sqnr=30.0),
+        LayerResult("t", "t_q", None, None, 2, {"sqnr": None}, undefined={"sqnr": "constant reference"}),
+    ]
+    lines = ["* cosine>=0.75", "*::* sqnr>=26", "*::conv* sqnr>=30", "*::relu1_node cosine>=0.9", "other::* lsb<=0"]
+    rules = parse_rules(lines, INI)
+    src = {text: f"{INI}, rule '{text}'" for text in lines}
+    assert evaluate(_result([y], layers), None, {}, rules, "net") == [
+        Outcome("* cosine>=0.75", "output 'y'", "cosine", ">=", 0.75, 0.5, False, src["* cosine>=0.75"],
+                "cosine 0.5 < 0.75 for output 'y'"),
+        Outcome("*::conv* sqnr>=30", "layer 'conv1' (Conv)", "sqnr", ">=", 30.0, 30.0, True, src["*::conv* sqnr>=30"],
+                "sqnr 30 dB >= 30 dB for layer 'conv1' (Conv)"),
+        Outcome("*::* sqnr>=26", "layer 'relu1' (Relu)", "sqnr", ">=", 26.0, 25.0, False, src["*::* sqnr>=26"],
+                "sqnr 25 dB < 26 dB for layer 'relu1' (Relu)"),
+        Outcome("*::relu1_node cosine>=0.9", "layer 'relu1' (Relu)", "cosine", ">=", 0.9, None, False,
+                src["*::relu1_node cosine>=0.9"], "cosine undefined for layer 'relu1' (Relu) (metric not computed)"),
+        Outcome("*::* sqnr>=26", "layer 't'", "sqnr", ">=", 26.0, None, False, src["*::* sqnr>=26"],
+                "sqnr undefined for layer 't' (constant reference)"),
+    ]  # fmt: skip
+
+
+def test_a_pairs_own_layer_rule_that_matches_no_layer_fails() -> None:
+    layers = [_layer("relu1", 1, sqnr=25.0), _layer("conv1", 0, node="conv1_node", sqnr=30.0)]
+    typo = replace(parse_rule("net::head* sqnr>=8", "marker"), required=True)
+    assert evaluate(_result([], layers), None, {}, [typo], "net") == [
+        Outcome("net::head* sqnr>=8", "layers", "sqnr", ">=", 8.0, None, False, "marker",
+                "layer rule 'net::head* sqnr>=8' matches no compared layer (layers: relu1, conv1)")
+    ]  # fmt: skip
+    assert evaluate(_result([]), None, {}, [typo], "net")[0].detail.endswith("(layers: none)")
+    many = [_layer(f"l{i}", i, sqnr=1.0) for i in range(12)]
+    listed = ", ".join(f"l{i}" for i in range(10))
+    assert evaluate(_result([], many), None, {}, [typo], "net")[0].detail.endswith(f"(layers: {listed})")
+    # the same rule without required, or a required output rule: no such row
+    assert evaluate(_result([], layers), None, {}, [replace(typo, required=False)], "net") == []
+    output_rule = replace(parse_rule("net cosine>=0.9", "marker"), required=True)
+    assert evaluate(_result([], layers), None, {}, [output_rule], "net") == []
+
+
+def test_a_required_rule_that_matches_but_never_wins_is_not_a_typo() -> None:
+    layers = [_layer("conv1", 0, node="conv1_node", sqnr=30.0)]
+    by_tensor = replace(parse_rule("*::conv* sqnr>=1", "marker", 0), required=True)
+    by_node = replace(parse_rule("*::*_node sqnr>=1", "marker", 0), required=True)
+    winner = parse_rule("*::conv1 sqnr>=2", INI, 1)  # more specific than both, and later
+    for required in (by_tensor, by_node):
+        outcomes = evaluate(_result([], layers), None, {}, [required, winner], "net")
+        assert [o.check for o in outcomes] == ["*::conv1 sqnr>=2"]
+
+
+def _message_result() -> ComparisonResult:
+    y = OutputResult("y", {"sqnr": 12.0}, worst_records={"sqnr": [(4, 3.5), (0, 9.0)]})
+    layers = [
+        _layer("a", 0, "Conv", sqnr=40.0),
+        _layer("b", 1, "Relu", sqnr=38.0),
+        _layer("c", 2, "Gemm", sqnr=20.0),
+        _layer("d", 3, "Softmax", sqnr=19.0),
+    ]
+    return _result([y], layers)
+
+
+def test_failure_message_layout() -> None:
+    first = Outcome("* sqnr>=20", "output 'y'", "sqnr", ">=", 20.0, 12.0, False, f"{INI}, rule '* sqnr>=20'",
+                    "sqnr 12 dB < 20 dB for output 'y'")  # fmt: skip
+    others = [_fail(f"failure {i}") for i in range(12)]
+    message = failure_message("net", [first, *others], _message_result(), extra=["Artifacts: x.json"])
+    assert message.splitlines() == [
+        "sqnr 12 dB < 20 dB for output 'y' (pair 'net')",
+        f"Tolerance from: {INI}, rule '* sqnr>=20'",
+        "",
+        "Also failed (12):",
+        *(f" failure {i}" for i in range(10)),
+        " ... and 2 more",
+        "",
+        "Worst records (sqnr):",
+        " record 4: 3.5",
+        " record 0: 9",
+        "",
+        "Worst layers (sqnr):",
+        " d (Softmax): 19 dB",
+        " c (Gemm): 20 dB",
+        " b (Relu): 38 dB",
+        " a (Conv): 40 dB",
+        "First jump (sqnr): c (Gemm): 38 dB -> 20 dB",
+        "",
+        "Artifacts: x.json",
+    ]
+
+
+def test_failure_message_of_a_single_failure_without_results() -> None:
+    first = _fail("cosine 0.5 < 0.99 for output 'y'")
+    assert (
+        failure_message("net", [first], None) == "cosine 0.5 < 0.99 for output 'y' (pair 'net')\nTolerance from: marker"
+    )
+    ten = [first, *(_fail(f"f{i}") for i in range(10))]
+    assert failure_message("net", ten, None).splitlines()[-1] == " f9"  # all ten others shown, no "... more"
+
+
+def test_failure_message_of_a_relative_check_on_a_deployment_target() -> None:
+    rel = RelativeStats(0.01, 0.001, 3, 12, 0.5, 0.25, worst=[(2, "[0, 1]", 1.5, 1.0), (5, "[1, 0]", -0.25, 0.25)])
+    stats = OutputStats(topk={}, relative={"y": rel})
+    target = "output 'y' on onnxruntime-avx2"
+    first = Outcome("rtol", target, "relative", "<=", 0.0, 0.25, False, "marker", "3 / 12 elements outside")
+    result = _result([OutputResult("y", {"sqnr": 12.0}, worst_records={"relative": [(1, 2.0)]})])
+    assert failure_message("net", [first], result, stats).splitlines() == [
+        "3 / 12 elements outside (pair 'net')",
+        "Tolerance from: marker",
+        "",
+        "Worst records (relative):",
+        " record 1: 2",
+        "",
+        "Max absolute difference among violations: 0.5",
+        "Max relative difference among violations: 0.25",
+        "Worst elements:",
+        " record 2 [0, 1]: 1.5 (ACTUAL), 1 (EXPECTED)",
+        " record 5 [1, 0]: -0.25 (ACTUAL), 0.25 (EXPECTED)",
+    ]
+    # no worst elements: none recorded, no stats, or another check
+    quiet = OutputStats(topk={}, relative={"y": replace(rel, worst=[])})
+    assert "Worst elements:" not in failure_message("net", [first], result, quiet)
+    assert "Worst elements:" not in failure_message("net", [first], result, None)
+    assert "Worst elements:" not in failure_message("net", [replace(first, metric="cosine")], result, stats)
+    # "on" followed by something that is not a preset is part of the output's name
+    odd = OutputResult("y' on nothing", {}, worst_records={"relative": [(0, 1.0)]})
+    message = failure_message("net", [replace(first, target="output 'y' on nothing")], _result([odd]), stats)
+    assert " record 0: 1" in message.splitlines()
+
+
+def test_failure_message_layers_fall_back_to_sqnr() -> None:
+    first = _fail("cosine 0.5 < 0.99 for output 'y'")
+    lsb = replace(first, metric="max_steps")  # not a layer metric: the layers are ranked by SQNR
+    lines = failure_message("net", [lsb], _message_result()).splitlines()
+    assert lines[lines.index("Worst layers (sqnr):") + 1] == " d (Softmax): 19 dB"
+    cosine_layers = [_layer("a", 0, cosine=0.75), _layer("b", 1, cosine=0.25)]
+    lines = failure_message("net", [first], _result([], cosine_layers)).splitlines()
+    # cosine error (distance from 1) goes 0.25 -> 0.75: it more than doubles at b
+    assert lines[-4:] == [
+        "Worst layers (cosine):",
+        " b (Conv): 0.25",
+        " a (Conv): 0.75",
+        "First jump (cosine): b (Conv): 0.75 -> 0.25",
+    ]
+    no_sqnr = replace(_result([]), metric_definitions={"cosine": "cosine"}, layers=cosine_layers)
+    assert "Worst layers" not in failure_message("net", [lsb], no_sqnr)
+    assert "Worst layers" not in failure_message("net", [first], _result([]))
+
+
+def _saturation(*layers: LayerSaturation) -> SaturationReport:
+    return SaturationReport(model="m.onnx", records=4, layers=layers, outputs={"y": 30.0, "z": None})
+
+
+def _sat(
+    node: str, pairs: int, saturated: int, record: int | None = None, tensor: str | None = None
+) -> LayerSaturation:
+    return LayerSaturation(node, pairs, saturated, record, saturated, tensor, 2, 16, 1)
+
+
+def test_saturation_outcome_at_and_over_the_threshold() -> None:
+    report = _saturation(_sat("conv1", 8, 1, record=3), _sat("conv2", 24, 0))  # 1 / 32 = 3.125 %
+    where = "1 / 32 (worst layer 'conv1': 1 / 8, most in record 3)"
+    assert saturation_outcome(report, 0.03125, "marker") == Outcome(
+        "max_saturated", "onnxruntime-avx2 pair sums", "saturated", "<=", 0.03125, 0.03125, True, "marker",
+        f"saturated pair sums 3.125% <= 3.125% on onnxruntime-avx2: {where}",
+    )  # fmt: skip
+    over = saturation_outcome(report, 0.03, "marker")
+    assert not over.passed and over.detail == f"saturated pair sums 3.125% > 3% on onnxruntime-avx2: {where}"
+    no_record = saturation_outcome(_saturation(_sat("conv1", 8, 1)), 0.5, "marker")
+    assert no_record.detail.endswith("1 / 8 (worst layer 'conv1': 1 / 8)")
+    clean = saturation_outcome(_saturation(_sat("conv1", 8, 0)), 0.0, "marker")
+    assert clean.passed and clean.detail == "saturated pair sums 0% <= 0% on onnxruntime-avx2: 0 / 8"
+
+
+def test_saturation_notes_list_the_worst_layers_first() -> None:
+    report = _saturation(
+        _sat("conv1", 8, 1, tensor="y1"),
+        _sat("conv2", 12, 3),
+        _sat("conv3", 8, 0),
+        *(_sat(f"extra{i}", 100, 1) for i in range(4)),
+    )
+    assert saturation_notes(report) == [
+        "Saturating layers:",
+        " conv2: 3 / 12 (25%)",
+        " conv1: 1 / 8 (12.5%); output moved in 2 / 16 elements",
+        " extra0: 1 / 100 (1%)",
+        " extra1: 1 / 100 (1%)",
+        " extra2: 1 / 100 (1%)",
+        "Output 'y': SQNR 30 dB against onnxruntime-vnni (exact sums)",
+        "Remedies: 7-bit weights (reduce_range=True), u8 x u8 weights, or the worst layers in float",
+    ]
+
+
+def test_deployment_target_is_a_known_preset_after_on() -> None:
+    assert deployment_target("output 'y' on onnxruntime-avx2") == "onnxruntime-avx2"
+    assert deployment_target("output 'y' on tflite") == "tflite"
+    assert deployment_target("output 'y' on nothing") is None
+    assert deployment_target(" on onnxruntime-avx2") is None  # no check target before " on "
+    assert deployment_target("output 'y'") is None
+
+
+def test_outcome_round_trips_through_a_plain_dict() -> None:
+    outcome = _fail("cosine 0.5 < 0.99 for output 'y'")
+    data = outcome.to_dict()
+    assert data == {
+        "check": "min_cosine",
+        "target": "output 'y'",
+        "metric": "cosine",
+        "op": ">=",
+        "threshold": 0.99,
+        "value": 0.5,
+        "passed": False,
+        "source": "marker",
+        "detail": "cosine 0.5 < 0.99 for output 'y'",
+    }
+    assert Outcome.from_dict(data) == outcome
