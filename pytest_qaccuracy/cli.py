@@ -19,6 +19,12 @@ COMMANDS = ("compare", "report", "sensitivity", "run", "calibrate", "saturation"
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
 
+EPILOG = """\
+Options mean the same in every sub-command that has them: --data, --metrics, --batch-size,
+--threads (0: every core), --providers, --top, --exclude-nodes. Files: --json FILE is the command's
+result as JSON, --out-dir DIR a folder of artifacts, --out FILE the one file a command produces.
+Exit codes: 0 success, 1 a check failed, 2 bad usage or bad input (one 'error:' line)."""
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one ``error:`` line and exit code 2."""
@@ -28,12 +34,32 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _version() -> str:
+    """The installed distribution's version (the package's own when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pytest-qaccuracy")
+    except PackageNotFoundError:
+        from pytest_qaccuracy import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="qaccuracy", description="Quantization accuracy checks for ONNX model pairs.")
+    from pytest_qaccuracy.commands._options import HelpFormatter
+
+    parser = _Parser(
+        prog="qaccuracy",
+        description="Quantization accuracy checks for ONNX model pairs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"qaccuracy (pytest-qaccuracy) {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
         module = importlib.import_module(f"pytest_qaccuracy.commands.{name}")
-        command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter)
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
     return parser

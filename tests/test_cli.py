@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -112,3 +113,93 @@ def test_console_script_runs(zoo, tmp_path):
     proc = subprocess.run([*args, "--data", str(tmp_path / "none.h5")], capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"error: {tmp_path / 'none.h5'}: dataset not found"]
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"qaccuracy (pytest-qaccuracy) {version('pytest-qaccuracy')}"
+
+
+def _option_help(command: str) -> dict[str, str]:
+    """``{--option: its help text, whitespace collapsed}`` from ``qaccuracy COMMAND --help``."""
+    from pytest_qaccuracy.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    text = sub.choices[command].format_help()
+    found: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if line.startswith("  -"):
+            flag, _, rest = stripped.partition(" ")
+            current = flag.rstrip(",")
+            found[current] = rest
+        elif current is not None and line.startswith("    ") and stripped:
+            found[current] += " " + stripped
+        else:
+            current = None
+    return {flag: " ".join(value.split()) for flag, value in found.items()}
+
+
+COMMANDS = ("compare", "report", "sensitivity", "run", "calibrate", "saturation")
+
+
+def test_help_shows_every_default_and_shared_options_read_the_same():
+    from pytest_qaccuracy.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    shared: dict[str, set[str]] = {}
+    for command in COMMANDS:
+        helps = _option_help(command)
+        for action in sub.choices[command]._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            flag = max(action.option_strings, key=len)
+            default = action.default
+            if not (default is None or default is False or default == [] or default == argparse.SUPPRESS):
+                assert "default" in helps[flag], (command, flag, helps[flag])
+            if flag in ("--data", "--batch-size", "--threads", "--providers", "--top", "--json"):
+                shared.setdefault(flag, set()).add(helps[flag].split(" write ")[0])
+    top = {"N how many worst layers to print (default: 10)", "N how many nodes to print (default: 10)"}
+    assert shared["--top"] == top
+    for flag in ("--data", "--batch-size", "--threads", "--providers"):
+        assert len(shared[flag]) == 1, shared[flag]  # one text, so one default and one meaning
+    assert "(default: 8)" in shared["--batch-size"].pop() and "0: every core" in shared["--threads"].pop()
+    # a deliberate difference is said where it applies
+    assert "sensitivity defaults to reference" in _option_help("compare")["--capture"]
+    assert "compare defaults to deployed" in _option_help("sensitivity")["--capture"]
+    assert "compare defaults to onnxruntime" in _option_help("run")["--backend"]
+
+
+def test_one_name_per_option_old_spellings_hidden_but_parsed():
+    from pytest_qaccuracy.cli import build_parser
+
+    for command in COMMANDS:
+        helps = _option_help(command)
+        assert not {"--metric", "--exclude", "--ranges-json"} & set(helps), command
+    parser = build_parser()
+    args = parser.parse_args(["sensitivity", "a.onnx", "b.onnx", "--data", "d.npz", "--metric", "mse,cosine"])
+    assert args.metrics == "mse,cosine"
+    args = parser.parse_args(["calibrate", "a.onnx", "--data", "d.npz", "--out", "q.onnx", "--exclude", "a, b"])
+    assert args.exclude_nodes == [("a", "b")] and args.json is None
+    args = parser.parse_args(
+        ["calibrate", "a.onnx", "--data", "d", "--out", "q", "--exclude-nodes", "c", "--ranges-json", "r.json"]
+    )
+    assert args.exclude_nodes == [("c",)] and str(args.json) == "r.json"
+
+
+@pytest.mark.parametrize("command", ["compare", "sensitivity"])
+def test_a_missing_provider_is_exit_2_before_anything_runs(zoo, tmp_path, capsys, command):
+    """As in the plugin: onnxruntime would silently fall back to the CPU."""
+    import onnxruntime
+
+    out = tmp_path / "r.json"
+    args = [command, str(zoo["fp32"]), str(zoo["qdq_u8"]), "--data", str(zoo["data"]), "--json", str(out)]
+    assert main([*args, "--providers", "NoSuchExecutionProvider,CPUExecutionProvider"]) == 2
+    available = ", ".join(onnxruntime.get_available_providers())
+    assert _error_line(capsys) == f"error: --providers: NoSuchExecutionProvider not available (available: {available})"
+    assert not out.exists()

@@ -6,6 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
+from pytest_qaccuracy.commands._options import (
+    add_alias,
+    add_batch_size,
+    add_data,
+    add_json,
+    add_providers,
+    add_threads,
+    names,
+    runtime_options,
+)
+
 NAME = "calibrate"
 HELP = "calibrate an fp32 model on a dataset (minmax, ONE moving average/percentile, KL, MSE) and write a QDQ model"
 
@@ -24,26 +35,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from pytest_qaccuracy.analysis.calibration.calibrator import METHODS
 
     parser.add_argument("fp32", type=Path, help="the fp32 ONNX model")
-    parser.add_argument("--data", required=True, type=Path, help=".h5/.hdf5 (ONE layout), .npz, or a folder of .npy")
+    add_data(parser)
     parser.add_argument("--method", choices=METHODS, default="minmax", help="how activation ranges are chosen")
     parser.add_argument("--power2", action="store_true", help="round every scale up to a power of two")
     parser.add_argument("--per-channel", action="store_true", help="quantize weights per output channel")
-    parser.add_argument("--out", required=True, type=Path, help="the QDQ model to write")
-    parser.add_argument("--activation-type", choices=("uint8", "int8"), default="uint8")
-    parser.add_argument("--weight-type", choices=("uint8", "int8"), default="int8")
-    parser.add_argument("--percentiles", type=_pair, default=(1.0, 99.0), metavar="MIN,MAX", help="ONE: 1,99")
-    parser.add_argument("--moving-average", type=_pair, default=(16, 0.1), metavar="BATCH,CONST", help="ONE: 16,0.1")
-    parser.add_argument("--bins", type=int, default=None, help="histogram bins, odd (kl: 8001, mse: 2047)")
-    parser.add_argument("--exclude", default="", help="comma-separated nodes to keep in float (nodes_to_exclude)")
-    parser.add_argument("--batch-size", type=int, default=8, help="records per run (default: 8)")
-    parser.add_argument("--ranges-json", type=Path, default=None, help="also write the chosen ranges as JSON")
+    parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="the QDQ model to write")
+    parser.add_argument("--activation-type", choices=("uint8", "int8"), default="uint8", help="activation integer type")
+    parser.add_argument("--weight-type", choices=("uint8", "int8"), default="int8", help="weight integer type")
+    parser.add_argument(
+        "--percentiles",
+        type=_pair,
+        default=(1.0, 99.0),
+        metavar="MIN,MAX",
+        help="percentile method: the percentiles kept, as ONE's 1,99",
+    )
+    parser.add_argument(
+        "--moving-average",
+        type=_pair,
+        default=(16, 0.1),
+        metavar="BATCH,CONST",
+        help="moving-average method: batch and constant, as ONE's 16,0.1",
+    )
+    parser.add_argument("--bins", type=int, default=None, help="histogram bins, odd (default: kl 8001, mse 2047)")
+    parser.add_argument(
+        "--exclude-nodes",
+        type=names,
+        action="append",
+        default=[],
+        metavar="LIST",
+        help="comma-separated nodes to keep in float (onnxruntime's nodes_to_exclude; repeatable, adds)",
+    )
+    add_alias(parser, "--exclude", "exclude_nodes", type=names, action="append")
+    add_batch_size(parser)
+    add_threads(parser)
+    add_providers(parser)
+    add_json(parser, "the chosen ranges")
+    add_alias(parser, "--ranges-json", "json", type=Path)
 
 
 def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
     from pytest_qaccuracy.errors import InputError
-    from pytest_qaccuracy.report.atomic import atomic_write_json
-    from pytest_qaccuracy.runtime import RuntimeOptions
+    from pytest_qaccuracy.report.atomic import atomic_write_json, check_file_target
 
     batch, constant = args.moving_average
     if batch != int(batch):
@@ -58,11 +91,14 @@ def run(args: argparse.Namespace) -> int:
         moving_average=(int(batch), constant),
         bins=args.bins,
     )
-    result = compute_ranges(args.fp32, args.data, calibration, RuntimeOptions(batch_size=args.batch_size))
-    exclude = [n.strip() for n in args.exclude.split(",") if n.strip()]
+    options = runtime_options(args)
+    if args.json is not None:
+        check_file_target(args.json, "--json")
+    result = compute_ranges(args.fp32, args.data, calibration, options)
+    exclude = [node for group in args.exclude_nodes for node in group]
     path = quantize_with_ranges(args.fp32, args.out, result, calibration, exclude)
     sys.stdout.write(f"calibrated {len(result.ranges)} tensor(s) on {result.records} record(s) with {args.method}\n")
-    if args.ranges_json is not None:
-        sys.stdout.write(f"wrote {atomic_write_json(args.ranges_json, result.to_dict())}\n")
+    if args.json is not None:
+        sys.stdout.write(f"wrote {atomic_write_json(args.json, result.to_dict())}\n")
     sys.stdout.write(f"wrote {path}\n")
     return 0

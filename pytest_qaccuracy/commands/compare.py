@@ -7,6 +7,16 @@ import json
 import sys
 from pathlib import Path
 
+from pytest_qaccuracy.commands._options import (
+    add_batch_size,
+    add_data,
+    add_json,
+    add_out_dir,
+    add_providers,
+    add_threads,
+    add_top,
+    runtime_options,
+)
 from pytest_qaccuracy.errors import InputError
 
 NAME = "compare"
@@ -16,9 +26,9 @@ HELP = "compare an fp32 model and its quantized version, layer by layer, on a da
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("fp32", type=Path, help="the fp32 ONNX model")
     parser.add_argument("quantized", type=Path, help="the quantized ONNX model (QDQ or QOperator)")
-    parser.add_argument("--data", required=True, type=Path, help=".h5/.hdf5 (ONE layout), .npz, or a folder of .npy")
-    parser.add_argument("--metrics", default=None, help="comma-separated metric names (default: all)")
-    parser.add_argument("--batch-size", type=int, default=8, help="records per run (default: 8)")
+    add_data(parser)
+    parser.add_argument("--metrics", default=None, metavar="LIST", help="comma-separated metric names (default: all)")
+    add_batch_size(parser)
     parser.add_argument(
         "--backend",
         choices=("onnxruntime", "integer"),
@@ -34,11 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--capture",
         choices=("deployed", "reference"),
         default="deployed",
-        help="deployed: ORT's fused kernels (optimizations on); reference: QDQ fake-quant semantics",
+        help="deployed: onnxruntime's fused kernels, what ships (the default here; sensitivity defaults to "
+        "reference); reference: QDQ fake-quant semantics",
     )
-    parser.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated execution providers")
-    parser.add_argument("--optimization", choices=("disable", "basic", "extended", "all"), default="all")
-    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: onnxruntime decides)")
+    add_providers(parser)
+    parser.add_argument(
+        "--optimization",
+        choices=("disable", "basic", "extended", "all"),
+        default="all",
+        help="onnxruntime graph optimization level",
+    )
+    add_threads(parser)
     parser.add_argument(
         "--session-config",
         action="append",
@@ -46,12 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="onnxruntime session config entry, e.g. session.qdqisint8allowed=1 (repeatable)",
     )
-    parser.add_argument("--map", type=Path, default=None, help="JSON file {fp32 tensor: quantized tensor}")
+    parser.add_argument(
+        "--map", type=Path, default=None, metavar="FILE", help="JSON file {fp32 tensor: quantized tensor}"
+    )
     parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
     parser.add_argument("--outputs-only", action="store_true", help="compare the model outputs only")
-    parser.add_argument("--json", type=Path, default=None, help="write the comparison JSON (contract 2) here")
-    parser.add_argument("--out-dir", type=Path, default=None, help="write visq.json, DOT and report.html here")
-    parser.add_argument("--top", type=int, default=10, help="how many worst layers to print (default: 10)")
+    add_json(parser, "the comparison (contract 2)")
+    add_out_dir(parser, "visq.json and DOT files per metric, the comparison JSON and report.html")
+    add_top(parser, "worst layers")
     parser.add_argument(
         "--rank-by", default=None, help="metric that ranks the worst layers (default: sqnr if measured)"
     )
@@ -85,17 +103,8 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.model import ModelPair
     from pytest_qaccuracy.report.artifacts import check_artifact_targets, write_comparison_artifacts
     from pytest_qaccuracy.report.tables import comparison_table
-    from pytest_qaccuracy.runtime import RuntimeOptions
 
-    options = RuntimeOptions(
-        providers=tuple(p.strip() for p in args.providers.split(",") if p.strip()),
-        optimization=args.optimization,
-        threads=args.threads,
-        batch_size=args.batch_size,
-        session_config=_session_config(args.session_config),
-    )
-    if args.top < 0:
-        raise InputError(f"--top must be >= 0, got {args.top}")
+    options = runtime_options(args, optimization=args.optimization, session_config=_session_config(args.session_config))
     check_artifact_targets(args.json, args.out_dir, args.quantized.stem, parse_metric_names(args.metrics))
     pair = ModelPair(args.fp32, args.quantized, mapping=_mapping(args.map))
     if args.backend is None:  # a scheme names an emulated target, so it runs on the integer backend

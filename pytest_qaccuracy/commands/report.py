@@ -1,5 +1,8 @@
 """``qaccuracy report DIR``: (re)build ``DIR/report.html`` from the comparison JSON files under DIR.
 
+It never replaces a file it did not write (the pytest plugin's ``.qaccuracy/report.html``, say)
+unless ``--force`` says so; the pages it writes end with :data:`WRITTEN_BY`.
+
 A comparison JSON (contract 2) is any ``*.json`` file, searched recursively, whose top-level object
 has ``schema_version`` and ``layers``; other JSON files (visq.json, baselines, mappings) are skipped.
 The same comparison found twice (``--json`` and ``--out-dir`` copies) is shown once.
@@ -20,10 +23,43 @@ NAME = "report"
 HELP = "(re)build DIR/report.html from the comparison JSON files in DIR (searched recursively)"
 
 
+#: Ends every page this command writes: a file without it (the pytest plugin's report, a page of
+#: your own) is replaced only with ``--force``.
+WRITTEN_BY = "<!-- written by qaccuracy report -->"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("dir", type=Path, help="folder holding comparison JSON files (contract 2)")
-    parser.add_argument("--out", type=Path, default=None, help="where to write the report (default: DIR/report.html)")
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="FILE", help="where to write the report (default: DIR/report.html)"
+    )
     parser.add_argument("--title", default=None, help="page title (default: 'Quantization accuracy report')")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the output file even if this command did not write it (e.g. the plugin's .qaccuracy/report.html)",
+    )
+
+
+def check_replaceable(path: Path, force: bool) -> None:
+    """Refuse to replace a file this command did not write, unless ``force``.
+
+    Raises:
+        InputError: ``path`` exists and does not end with :data:`WRITTEN_BY`.
+    """
+    if force or not path.is_file():
+        return
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - 256))
+            tail = handle.read().decode("utf-8", "replace")
+    except OSError as exc:
+        raise InputError(f"--out {path}: cannot be read ({exc.strerror or exc})") from None
+    if WRITTEN_BY not in tail:
+        raise InputError(
+            f"--out {path}: exists and was not written by qaccuracy report; "
+            "pass --force to replace it, or --out to write elsewhere"
+        )
 
 
 def find_json_files(root: Path) -> list[Path]:
@@ -82,14 +118,16 @@ def load_comparisons(root: Path) -> list[tuple[Path, ComparisonResult]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_qaccuracy.report.atomic import check_file_target
-    from pytest_qaccuracy.report.html import DEFAULT_TITLE, write_html
+    from pytest_qaccuracy.report.atomic import atomic_write_text, check_file_target
+    from pytest_qaccuracy.report.html import DEFAULT_TITLE, render_html
 
     out = args.out if args.out is not None else args.dir / "report.html"
     if args.dir.is_dir():
         check_file_target(out, "--out")
+        check_replaceable(out, args.force)
     found = load_comparisons(args.dir)
-    path = write_html(out, [result for _, result in found], title=args.title or DEFAULT_TITLE)
+    page = render_html([result for _, result in found], title=args.title or DEFAULT_TITLE)
+    path = atomic_write_text(out, f"{page.rstrip()}\n{WRITTEN_BY}\n")
     for source, _ in found:
         sys.stdout.write(f"read {source}\n")
     sys.stdout.write(f"wrote {path} ({len(found)} comparison{'s' if len(found) != 1 else ''})\n")

@@ -14,16 +14,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from pytest_qaccuracy.commands._options import add_batch_size, add_data, add_json, add_threads, check_counts
+
 NAME = "saturation"
 HELP = "count the int16 pair sums a u8 x s8 model saturates on x86 CPUs without VNNI, per layer"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, help="the quantized ONNX model (QDQ or QOperator)")
-    parser.add_argument("--data", required=True, type=Path, help=".h5/.hdf5 (ONE layout), .npz, or a folder of .npy")
-    parser.add_argument("--batch-size", type=int, default=32, help="records per run (default: 32)")
-    parser.add_argument("--threads", type=int, default=0, help="integer backend threads (default: 0, every core)")
-    parser.add_argument("--json", type=Path, default=None, help="write the report as JSON here")
+    add_data(parser)
+    add_batch_size(parser)
+    add_threads(parser)
+    add_json(parser, "the report")
     parser.add_argument(
         "--max-saturated",
         type=float,
@@ -40,12 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.report.atomic import atomic_write_json, check_file_target
     from pytest_qaccuracy.report.tables import shorten
 
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
+    check_counts(args)
     if args.json is not None:
         check_file_target(args.json, "--json")
-    if args.threads < 0:
-        raise InputError(f"--threads must be >= 0, got {args.threads}")
     if args.max_saturated is not None and not 0.0 <= args.max_saturated <= 1.0:
         raise InputError(f"--max-saturated must be a fraction between 0 and 1, got {args.max_saturated}")
     report = measure_saturation(args.model, args.data, batch_size=args.batch_size, threads=args.threads)

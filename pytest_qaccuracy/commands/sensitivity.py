@@ -6,32 +6,52 @@ import argparse
 import sys
 from pathlib import Path
 
+from pytest_qaccuracy.commands._options import (
+    add_alias,
+    add_batch_size,
+    add_data,
+    add_json,
+    add_out_dir,
+    add_providers,
+    add_threads,
+    add_top,
+    names,
+    runtime_options,
+)
 from pytest_qaccuracy.errors import InputError
 
 NAME = "sensitivity"
 HELP = "rank the quantized nodes of a QDQ model by how much they hurt the outputs; suggest nodes to exclude"
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(n.strip() for n in text.split(",") if n.strip())
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("fp32", type=Path, help="the fp32 ONNX model")
     parser.add_argument("quantized", type=Path, help="the QDQ ONNX model")
-    parser.add_argument("--data", required=True, type=Path, help=".h5/.hdf5 (ONE layout), .npz, or a folder of .npy")
+    add_data(parser)
     parser.add_argument(
         "--mode",
         choices=("single", "leave-one-out", "cumulative"),
         default="single",
         help="single: only the node quantized; leave-one-out: all but the node; cumulative: error per layer",
     )
-    parser.add_argument("--metric", default="cosine", help="metric(s), comma-separated; the first ranks")
-    parser.add_argument("--granularity", choices=("node", "weight", "activation"), default="node")
-    parser.add_argument("--nodes", type=_names, default=None, help="comma-separated nodes to analyse (default: all)")
+    parser.add_argument(
+        "--metrics",
+        default="cosine",
+        metavar="LIST",
+        help="comma-separated metric names; the first ranks (default: cosine; compare measures all, "
+        "which here would cost every metric per node)",
+    )
+    add_alias(parser, "--metric", "metrics")
+    parser.add_argument(
+        "--granularity",
+        choices=("node", "weight", "activation"),
+        default="node",
+        help="what one experiment quantizes: a whole node, or only its weights or its activations",
+    )
+    parser.add_argument("--nodes", type=names, default=None, help="comma-separated nodes to analyse (default: all)")
     parser.add_argument(
         "--output",
-        type=_names,
+        type=names,
         default=None,
         metavar="NAMES",
         help="measure at these comma-separated fp32 tensors or nodes instead of the model outputs "
@@ -40,24 +60,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", type=int, default=None, metavar="K", help="keep the K worst nodes in float, k=0..K")
     parser.add_argument("--target", default=None, help="suggest the nodes to exclude to reach e.g. cosine>=0.999")
     parser.add_argument(
-        "--quantize-nodes", type=_names, action="append", default=[], help="cumulative: a curve quantizing only these"
+        "--quantize-nodes",
+        type=names,
+        action="append",
+        default=[],
+        metavar="LIST",
+        help="cumulative: a curve quantizing only these (repeatable: one curve each)",
     )
     parser.add_argument(
-        "--exclude-nodes", type=_names, action="append", default=[], help="cumulative: a curve with all but these"
+        "--exclude-nodes",
+        type=names,
+        action="append",
+        default=[],
+        metavar="LIST",
+        help="cumulative: a curve with all but these nodes quantized (repeatable: one curve each)",
     )
     parser.add_argument("--average-mode", action="store_true", help="cumulative: running mean of the curve")
     parser.add_argument(
         "--records", type=int, default=None, metavar="N", help="analyse the first N records only (default: all)"
     )
-    parser.add_argument("--batch-size", type=int, default=8, help="records per run (default: 8)")
-    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: onnxruntime decides)")
-    parser.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated execution providers")
-    parser.add_argument("--capture", choices=("reference", "deployed"), default="reference")
-    parser.add_argument("--strategy", choices=("reuse", "naive"), default="reuse")
+    add_batch_size(parser)
+    add_threads(parser)
+    add_providers(parser)
+    parser.add_argument(
+        "--capture",
+        choices=("reference", "deployed"),
+        default="reference",
+        help="reference: QDQ fake-quant semantics, so a partial model means what the whole one does "
+        "(the default here; compare defaults to deployed); deployed: onnxruntime's fused kernels",
+    )
+    parser.add_argument(
+        "--strategy",
+        choices=("reuse", "naive"),
+        default="reuse",
+        help="reuse: run only what a node changes; naive: one partial model per node (same numbers)",
+    )
     parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
-    parser.add_argument("--top", type=int, default=20, help="how many nodes to print (default: 20)")
-    parser.add_argument("--json", type=Path, default=None, help="write the results as JSON here")
-    parser.add_argument("--out-dir", type=Path, default=None, help="write result files and chart data here")
+    add_top(parser, "nodes")
+    add_json(parser, "the results")
+    add_out_dir(parser, "result files and chart data")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,10 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.sweep import Target, sweep_in
     from pytest_qaccuracy.model import ModelPair
     from pytest_qaccuracy.report.atomic import check_dir_target, check_file_target
-    from pytest_qaccuracy.runtime import RuntimeOptions
 
-    if args.top < 0:
-        raise InputError(f"--top must be >= 0, got {args.top}")
     if args.records is not None and args.records < 1:
         raise InputError(f"--records must be >= 1, got {args.records}")
     if args.sweep is not None and args.sweep < 0:
@@ -85,12 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if args.mode != "cumulative" and (args.quantize_nodes or args.exclude_nodes or args.average_mode):
         raise InputError("--quantize-nodes, --exclude-nodes and --average-mode apply to --mode cumulative")
     target = Target.parse(args.target) if args.target else None
-    options = RuntimeOptions(
-        providers=tuple(p.strip() for p in args.providers.split(",") if p.strip()),
-        threads=args.threads,
-        batch_size=args.batch_size,
-    )
-    metrics = list(_names(args.metric))
+    options = runtime_options(args)
+    metrics = list(names(args.metrics))
     if target is not None and target.metric not in metrics:
         metrics.append(target.metric)
     if args.json is not None:

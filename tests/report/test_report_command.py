@@ -73,3 +73,25 @@ def test_broken_comparison_names_the_file(tmp_path, small_result, capsys):
     (tmp_path / "broken.json").write_text(json.dumps({**small_result.to_dict(), "schema_version": 99}))
     assert main(["report", str(tmp_path)]) == 2
     assert "unsupported comparison schema_version 99" in error_line(capsys)
+
+
+def test_never_replaces_a_file_it_did_not_write(tmp_path, small_result, capsys):
+    """Pointed at the plugin's ``.qaccuracy/``, it keeps the plugin's report unless told (``--force``);
+    a page it wrote itself it rebuilds freely."""
+    (tmp_path / "r.json").write_text(json.dumps(small_result.to_dict()))
+    theirs = tmp_path / "report.html"
+    theirs.write_text("<!DOCTYPE html><title>the plugin's report</title>\n")
+    assert main(["report", str(tmp_path)]) == 2
+    assert error_line(capsys) == (
+        f"error: --out {theirs}: exists and was not written by qaccuracy report; "
+        "pass --force to replace it, or --out to write elsewhere\n"
+    )
+    assert theirs.read_text() == "<!DOCTYPE html><title>the plugin's report</title>\n"
+    mine = tmp_path / "mine.html"
+    assert main(["report", str(tmp_path), "--out", str(mine)]) == 0
+    assert main(["report", str(tmp_path), "--out", str(mine), "--title", "Again"]) == 0  # its own page
+    assert "<title>Again</title>" in mine.read_text(encoding="utf-8")
+    assert main(["report", str(tmp_path), "--force"]) == 0
+    assert pairs_in(theirs)[0]["quantized_model"] == "models/net.int8.onnx"
+    capsys.readouterr()
+    assert main(["report", str(tmp_path)]) == 0  # written by the command now: no --force needed
