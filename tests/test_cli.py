@@ -36,7 +36,7 @@ def test_compare_prints_tables_and_writes_every_artifact(zoo, tmp_path, capsys):
     )
     assert code == 0
     text = capsys.readouterr().out
-    assert "logits" in text and "Worst 3 of 11 layers by sqnr" in text
+    assert "logits" in text and "Worst 3 of 12 layers by sqnr" in text
     result = ComparisonResult.from_dict(json.loads((tmp_path / "r.json").read_text()))
     assert result.records == 12 and result.metric_names == ["mse", "sqnr", "srmse"]
     stem = "net.qdq_u8"

@@ -244,3 +244,20 @@ def test_clipped_counts_the_fp32_values_outside_each_layers_range(zoo, tmp_path,
         checked += golden > 0
     if gain > 1:  # 4x the calibration data's spread saturates every unbounded layer (not the sigmoid)
         assert checked >= 3 and all(layers[t].metrics["clipped"] > 0 for t in ("add1", "pool1", "conv3"))
+
+
+@pytest.mark.parametrize("variant", ["qdq_u8", "qop_s8_pc"])
+def test_the_quantized_graph_input_is_compared(zoo, variant):
+    """x -> QuantizeLinear is a quantization point like any other (issue 17): its error is the
+    rounding of the records to x's grid, recomputed here in numpy from the model's scale and zero point."""
+    records = random_inputs(12, seed=4)[:, 0].astype(np.float64)  # the records of zoo["data"]
+    result = compare(ModelPair(zoo["fp32"], zoo[variant]), zoo["data"], metrics="sqnr,max_abs")
+    (layer,) = [x for x in result.layers if x.tensor == "x"]
+    assert (layer.node, layer.op_type, layer.order) == (None, "input", -1)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(zoo[variant])).graph.initializer}
+    scale, zero = float(inits["x_scale"]), int(inits["x_zero_point"])
+    info = np.iinfo(inits["x_zero_point"].dtype)
+    q = (np.clip(np.round(records / scale) + zero, info.min, info.max) - zero) * scale
+    sqnr = 20 * math.log10(np.linalg.norm(records) / np.linalg.norm(records - q))
+    assert layer.metrics["sqnr"] == pytest.approx(sqnr, rel=1e-4)
+    assert layer.metrics["max_abs"] == pytest.approx(np.abs(records - q).max(), rel=1e-4)

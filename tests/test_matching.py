@@ -9,7 +9,8 @@ from pytest_qaccuracy.errors import ModelError
 from pytest_qaccuracy.model import ModelPair, match_tensors
 
 # The zoo's fp32 activations; conv1 is folded with relu1 by every ORT format (Conv+Relu fusion).
-COMPARED = ["relu1", "conv2", "add1", "cat1", "pool1", "conv3", "sig1", "gap", "flat", "gemm", "logits"]
+# The graph input x comes first: every format quantizes it (x -> QuantizeLinear), issue 17.
+COMPARED = ["x", "relu1", "conv2", "add1", "cat1", "pool1", "conv3", "sig1", "gap", "flat", "gemm", "logits"]
 
 
 def _rename_all(model: onnx.ModelProto, keep: set[str]) -> onnx.ModelProto:
@@ -43,11 +44,14 @@ def test_ort_quantized_models_match_every_activation_by_name(zoo, variant):
     assert matching.unmatched_fp32 == ["conv1"]  # listed, never dropped silently
     assert all(m.params is not None for m in matching.matches)  # every capture is an integer tensor
     by_name = {m.fp32: m for m in matching.matches}
+    assert (by_name["x"].node, by_name["x"].op_type, by_name["x"].order) == (None, "input", -1)
     if variant.startswith("qdq"):
+        assert by_name["x"].capture == "x_QuantizeLinear_Output"
         assert by_name["conv2"].quantized == "conv2_DequantizeLinear_Output"
         assert by_name["conv2"].capture == "conv2_QuantizeLinear_Output"
         assert by_name["logits"].quantized == "logits"
     else:
+        assert by_name["x"].capture == "x_quantized"
         assert by_name["conv2"].capture == "conv2_quantized"
         assert by_name["relu1"].capture == "conv1_quantized"  # Relu folded into QLinearConv
     assert pair.format == ("qdq" if variant.startswith("qdq") else "qoperator")
@@ -61,7 +65,7 @@ def test_renamed_graphs_are_matched_by_structure(zoo, variant):
     structural = {m.fp32: m for m in matching.matches}
     reference = {m.fp32: m for m in match_tensors(fp32, onnx.load(str(zoo[variant]))).matches}
     assert set(structural) == set(reference)
-    assert {m.matched_by for m in structural.values() if m.fp32 != "logits"} == {"structure"}
+    assert {m.matched_by for m in structural.values() if m.fp32 not in ("logits", "x")} == {"structure"}
     for name, m in structural.items():  # the same quantity: same scale and zero point
         assert float(m.params.scale.reshape(-1)[0]) == float(reference[name].params.scale.reshape(-1)[0])
         assert int(m.params.zero_point.reshape(-1)[0]) == int(reference[name].params.zero_point.reshape(-1)[0])

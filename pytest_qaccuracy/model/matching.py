@@ -37,6 +37,8 @@ FOLDABLE_ACTIVATIONS = {"Relu", "Clip"}
 #: Ops a converter may drop entirely (their output equals their input).
 DROPPABLE = {"Identity", "Dropout"}
 _IDENTITY_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+#: ``op_type`` reported for a graph input (it has no producing node).
+INPUT = "input"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class TensorMatch:
 
     ``capture`` is what is fetched from the quantized model; ``params`` dequantize it when it is an
     integer tensor. ``quantized`` is the name reported (a DequantizeLinear output where there is one).
+    A quantized graph input has ``node`` None, ``op_type`` :data:`INPUT` and ``order`` -1.
     """
 
     fp32: str
@@ -193,7 +196,7 @@ class Matcher:
                 found[name] = (*resolved, "structure")
                 used.add(root)
 
-        matches = []
+        matches = self._inputs(found, used)
         for i, node, name in candidates:
             if name in found:
                 reported, capture, params, how = found[name]
@@ -207,6 +210,19 @@ class Matcher:
             if out and self.classes.find(out) not in used and not self._constant_class(out)
         ]
         return Matching(matches, unmatched_fp32, unmatched_q)
+
+    def _inputs(self, found: Mapping[str, object], used: set[str]) -> list[TensorMatch]:
+        """Float graph inputs that the quantized model quantizes (``x -> QuantizeLinear``), as
+        onnxruntime's ``qdq_loss_debug`` reports them; ``order`` -1, before every node."""
+        matches = []
+        for name in self.f.input_names:
+            if name in found or name not in self.q.input_names or not _is_float(self.f, name):
+                continue
+            reported, capture, params = self.resolve(name)
+            if params is None or self.classes.find(capture) in used:
+                continue
+            matches.append(TensorMatch(name, reported, capture, params, None, INPUT, -1, "name"))
+        return matches
 
     def _unfold_activations(self, found: dict[str, tuple[str, str, QuantParams | None, str]]) -> None:
         """QOperator models fold Relu/Clip into the producing QLinear op and keep the producer's name
