@@ -159,6 +159,7 @@ def render_html(
     names: Sequence[str | None] | None = None,
     targets: Sequence[Mapping[str, Any] | None] | None = None,
     engine: str = "auto",
+    notice: str | None = None,
 ) -> str:
     """The report page: an overview (pairs x verdicts, worst layers), then one section per pair.
 
@@ -169,6 +170,8 @@ def render_html(
         names: per comparison, a name shown before its models (a pytest pair id), or None.
         targets: per comparison, its deployment targets side by side, or None.
         engine: the graph layout: ``auto`` (Graphviz when installed), ``graphviz`` or ``built-in``.
+        notice: a warning shown under the title, without JavaScript too (an interrupted or
+            incomplete session: :meth:`~pytest_qaccuracy.report.completeness.SessionStatus.headline`).
 
     Returns:
         A complete HTML document that loads nothing from the network.
@@ -181,12 +184,13 @@ def render_html(
         data.append(entry)
         holders.append(holder)
     summary = counts_line([entry["verdict"] for entry in data])
-    payload = embed_json({"title": title, "summary": summary, "pairs": data})
-    return _page(title, summary, payload, "\n".join(h for h in holders if h))
+    payload = embed_json({"title": title, "summary": summary, "notice": notice, "pairs": data})
+    return _page(title, summary, payload, "\n".join(h for h in holders if h), notice)
 
 
-def _page(title: str, summary: str, payload: str, graphs: str) -> str:
+def _page(title: str, summary: str, payload: str, graphs: str, notice: str | None = None) -> str:
     heading = html.escape(title)
+    warning = f'<p class="qa-notice" role="alert">{html.escape(notice)}</p>' if notice else ""
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -197,7 +201,7 @@ def _page(title: str, summary: str, payload: str, graphs: str) -> str:
 <style>{asset("report.css")}</style>
 </head>
 <body>
-<header class="top"><div class="inner"><h1>{heading}</h1><p>{html.escape(summary)}</p></div></header>
+<header class="top"><div class="inner"><h1>{heading}</h1><p>{html.escape(summary)}</p>{warning}</div></header>
 <main>
 <div id="qa-error" role="alert"></div>
 <noscript><p>This report needs JavaScript to draw its tables and charts; the data is in the page source.</p></noscript>
@@ -220,9 +224,12 @@ def write_html(
     names: Sequence[str | None] | None = None,
     targets: Sequence[Mapping[str, Any] | None] | None = None,
     engine: str = "auto",
+    notice: str | None = None,
 ) -> Path:
     """Write :func:`render_html` to ``path`` atomically; returns the path."""
-    page = render_html(results, title=title, sensitivity=sensitivity, names=names, targets=targets, engine=engine)
+    page = render_html(
+        results, title=title, sensitivity=sensitivity, names=names, targets=targets, engine=engine, notice=notice
+    )
     return atomic_write_text(path, page)
 
 

@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pytest_qaccuracy.report.completeness import SessionStatus
 from pytest_qaccuracy.report.terminal import escape_control, match_warning
 
 SUMMARY_SCHEMA = 1
@@ -135,6 +136,8 @@ def summary_lines(
         warning = match_warning(len(comparison["layers"]), len(comparison.get("unmatched", {}).get("fp32", [])))
         if warning:
             lines.append(f"  {warning}")
+        lines += [f"  warning: {text}" for text in channel_warnings(comparison)]
+        lines += _counted_lines(record)
         rows = _check_rows(record)
         for output, counts in sorted(record.get("topk", {}).items()):
             for k, row in counts["k"].items():
@@ -152,6 +155,28 @@ def summary_lines(
     counts = f"{passed} / {len(records)} pairs passed" + (f", {expected} failed as expected" if expected else "")
     lines.append(counts + (f"; artifacts in {artifacts}" if artifacts else ""))
     return [escape_control(line) for line in lines]
+
+
+def channel_warnings(comparison: Mapping[str, Any]) -> list[str]:
+    """``output0 channels 4..21 (axis 1) span < 1 step ...`` for every flagged output, view or layer
+    of a comparison dict (contract 2, ``channels``), outputs first."""
+    from pytest_qaccuracy.metrics.channels import ChannelReport
+
+    layers = sorted(comparison.get("layers", []), key=lambda x: x.get("order", 0))
+    named = [(o["name"], o) for o in comparison.get("outputs", [])] + [(x["tensor"], x) for x in layers]
+    reports = {name: ChannelReport.from_dict(entry["channels"]) for name, entry in named if entry.get("channels")}
+    return [report.warning(name) for name, report in reports.items() if report.flagged]
+
+
+def _counted_lines(record: Mapping[str, Any]) -> list[str]:
+    """How top-k counted an output, when not one class decision per record."""
+    lines = []
+    for output, counts in sorted(record.get("topk", {}).items()):
+        counted = counts.get("counted", "per record")
+        if counted != "per record":
+            units = f": {counts.get('units')} decisions in {counts.get('records')} records"
+            lines.append(f"  top-k on output '{output}' counted {counted}{units}")
+    return lines
 
 
 def file_sha256(path: Path) -> str | None:
@@ -184,10 +209,16 @@ def versions() -> dict[str, str | None]:
 
 
 def summary_document(
-    records: Sequence[Mapping[str, Any]], root: Path, artifacts: Mapping[str, Mapping[str, Any]]
+    records: Sequence[Mapping[str, Any]],
+    root: Path,
+    artifacts: Mapping[str, Mapping[str, Any]],
+    status: SessionStatus | None = None,
 ) -> dict[str, Any]:
-    """``summary.json``: versions, UTC time, the host's onnxruntime preset, and per pair its files'
-    SHA-256, checks, artifacts, sensitivity (None when not analysed) and deployment targets."""
+    """``summary.json``: versions, UTC time, the host's onnxruntime preset, whether the session is
+    complete (``status``, and under ``missing`` what it lacks), and per pair its files' SHA-256,
+    checks, artifacts, sensitivity (None when not analysed) and deployment targets. ``passed`` is
+    true only for a complete session whose pairs all passed."""
+    status = status or SessionStatus()
     from pytest_qaccuracy.report.sensitivity_summary import sensitivity_brief
 
     def file_entry(path: str | None) -> dict[str, str | None] | None:
@@ -230,7 +261,9 @@ def summary_document(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": versions(),
         "host_preset": host_preset(),  # what this machine's onnxruntime computes (docs/cpus.md)
-        "passed": all(p["passed"] for p in pairs),
+        "status": status.status,
+        "missing": status.to_dict(),
+        "passed": status.complete and all(p["passed"] for p in pairs),
         "pairs": pairs,
     }
 
