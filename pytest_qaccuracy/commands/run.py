@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.data import bind_dataset, load_dataset
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
     from pytest_qaccuracy.report.atomic import discard, temp_name
+    from pytest_qaccuracy.runtime.session import bakes_batch
 
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -88,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(exc, InputError):
             raise
         raise ModelError(f"{args.model}: {exc}") from None
-    dataset = bind_dataset(load_dataset(args.data), graph_inputs(load_model(args.model)), args.allow_nonfinite)
+    model = load_model(args.model)
+    dataset = bind_dataset(load_dataset(args.data), graph_inputs(model), args.allow_nonfinite)
+    # a Reshape to a constant shape (a graph exported with batch 1) cannot take stacked records
+    batch_size = 1 if bakes_batch(model) else args.batch_size
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(out)  # named before it exists, so an interrupt at any point finds it (issue 18)
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             h5.attrs["scheme"] = scheme or ""
             h5.attrs["output_names"] = json.dumps(names)
             group = h5.create_group("value")
-            for batch in dataset.iter_batches(args.batch_size):
+            for batch in dataset.iter_batches(batch_size):
                 per_record = _split(_execute(execute, batch.stacked()), [_batch_size(r) for r in batch.records])
                 if per_record is None:  # outputs without a batch axis: one record at a time
                     per_record = [_execute(execute, r) for r in batch.records]

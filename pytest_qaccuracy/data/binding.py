@@ -25,7 +25,15 @@ class Batch:
     def stacked(self) -> dict[str, np.ndarray]:
         """The records concatenated on the batch axis (axis 0), one array per input."""
         names = self.records[0].keys()
-        return {name: np.concatenate([r[name] for r in self.records], axis=0) for name in names}
+        return {name: join_records([r[name] for r in self.records]) for name in names}
+
+
+def join_records(parts: list[np.ndarray]) -> np.ndarray:
+    """Per-record arrays on one record axis: one record as it is, several concatenated on axis 0, or
+    stacked when they are scalars (a 0-d input has no batch axis: a speech model's sample rate)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.stack(parts) if parts[0].ndim == 0 else np.concatenate(parts, axis=0)
 
 
 def _shape_str(shape: Sequence[object]) -> str:

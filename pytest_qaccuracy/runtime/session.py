@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
-from pytest_qaccuracy.data.binding import Batch
+from pytest_qaccuracy.data.binding import Batch, join_records
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.runtime.options import RuntimeOptions
 
@@ -141,7 +141,7 @@ class OrtRunner:
         parts = [self._run(u.records[0] if len(u) == 1 else u.stacked()) for u in self.units(batch)]
         if len(parts) == 1:
             return dict(zip(self.tensors, parts[0], strict=True))
-        return {name: _join([p[i] for p in parts]) for i, name in enumerate(self.tensors)}
+        return {name: join_records([p[i] for p in parts]) for i, name in enumerate(self.tensors)}
 
     def _verify(self, batch: Batch) -> None:
         """Check that running records together gives what running them one by one gives (a model
@@ -164,12 +164,6 @@ class OrtRunner:
             self.batching = False
             if self._relaxed:
                 self._session = self._make_session(_with_outputs(self._model, self.tensors, False))
-
-
-def _join(parts: list[np.ndarray]) -> np.ndarray:
-    """Per-record results on one record axis: concatenated, or stacked when they are scalars (a 0-d
-    tensor has no batch axis, e.g. a speech model's sample-rate input and what is computed from it)."""
-    return np.stack(parts) if parts[0].ndim == 0 else np.concatenate(parts, axis=0)
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> bool:

@@ -28,7 +28,8 @@ def logistic(x: np.ndarray, scheme: Scheme) -> np.ndarray:
     """float32 logistic: MLAS's FMA polynomial (``float_kernels='mlas'``) or ``1 / (1 + exp(-x))``."""
     x = np.asarray(x, np.float32)
     if scheme.float_kernels != "mlas":
-        return (np.float32(1) / (np.float32(1) + np.exp(-x))).astype(np.float32)
+        with np.errstate(over="ignore"):  # exp(-x) = inf below x = -88 gives the exact limit 0
+            return (np.float32(1) / (np.float32(1) + np.exp(-x))).astype(np.float32)
     v = np.clip(x, np.float32(-18), np.float32(18))
     v2 = (v * v).astype(np.float32)
     p = arith.fma32(v2, _ALPHA[0], _ALPHA[1])
