@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pytest_qaccuracy.plugin.artifacts import report_path
 from pytest_qaccuracy.plugin.fixtures import (
     MARKER_HELP,
     _marker_kwargs,
@@ -115,6 +116,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     top = state.settings.sensitivity_top
     for line in summary_lines(state.sorted_records(), str(artifacts) if artifacts else None, top):
         terminalreporter.write_line(line, red=": FAILED (" in line or " FAIL" in line)
+    report = report_path(state.settings, state.written)
+    if report is not None:
+        terminalreporter.write_line(f"report: {report.as_uri()}")
     if state.baselines is not None:
         terminalreporter.write_line(state.baselines.line())
     for error in state.errors:

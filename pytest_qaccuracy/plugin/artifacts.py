@@ -8,7 +8,7 @@ Layout under the artifacts folder::
     pairs/<id>-<hash8>.dot             the fp32 graph coloured by the pair's error
     pairs/<id>-<hash8>.sensitivity.json, .sweep.json, .cumulative.json, .cumulative.chart.json
                                        the pair's sensitivity analysis (when it was analysed)
-    report.html                        all pairs (when the HTML writer is available)
+    report.html                        all pairs with verdicts and graphs (``qaccuracy_report`` moves it)
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from typing import Any
 DOT_METRICS = ("sqnr", "cosine", "mse")
 
 
-def write_artifacts(directory: Path, records: Sequence[Mapping[str, Any]], root: Path) -> list[Path]:
-    """Write every artifact of ``records`` into ``directory``; returns the paths written."""
+def write_artifacts(
+    directory: Path, records: Sequence[Mapping[str, Any]], root: Path, report: Path | None = None
+) -> list[Path]:
+    """Write every artifact of ``records`` into ``directory``, and the HTML report to ``report``
+    (default ``directory/report.html``); returns the paths written."""
     from pytest_qaccuracy.analysis.results import ComparisonResult
     from pytest_qaccuracy.model import load_model
     from pytest_qaccuracy.report.atomic import atomic_write_json
@@ -32,10 +35,9 @@ def write_artifacts(directory: Path, records: Sequence[Mapping[str, Any]], root:
 
     written: list[Path] = []
     index: dict[str, dict[str, Any]] = {}
-    results = []
+    models = fp32_models(records)
     for record in records:
         result = ComparisonResult.from_dict(record["comparison"])
-        results.append(result)
         base = directory / "pairs" / record["stem"]
         path = atomic_write_json(base.with_name(f"{base.name}.json"), record["comparison"])
         written.append(path)
@@ -48,17 +50,15 @@ def write_artifacts(directory: Path, records: Sequence[Mapping[str, Any]], root:
         metric = next((m for m in DOT_METRICS if m in result.metric_names), None)
         if metric is not None:
             path = base.with_name(f"{base.name}.dot")
-            write_dot(path, load_model(record["fp32"]), result, metric)
+            write_dot(path, models[record["fp32"]] or load_model(record["fp32"]), result, metric)
             written.append(path)
             entry["dot"] = _rel(path, directory)
         entry.update(_write_sensitivity(record, base.parent, directory))
         index[record["key"]] = entry
-    html = _write_html(directory / "report.html", results, records)
-    if html is not None:
-        written.append(html)
+    html = write_report(report or directory / "report.html", records, models)
+    written.append(html)
     summary = summary_document(records, root, index)
-    if html is not None:
-        summary["report"] = _rel(html, directory)
+    summary["report"] = _rel(html, directory) if html.is_relative_to(directory) else html.as_posix()
     written.append(atomic_write_json(directory / "summary.json", summary))
     return written
 
@@ -75,22 +75,38 @@ def _write_sensitivity(record: Mapping[str, Any], folder: Path, directory: Path)
     return {p.name[len(stem) + 1 : -len(".json")].replace(".", "_"): _rel(p, directory) for p in paths}
 
 
-def _write_html(path: Path, results: list[Any], records: Sequence[Mapping[str, Any]]) -> Path | None:
-    try:
-        from pytest_qaccuracy.report.html import write_html
-    except ImportError:  # the HTML writer is optional for the plugin
-        return None
-    from pytest_qaccuracy.report.sensitivity_summary import sensitivity_view
-    from pytest_qaccuracy.report.summary import target_view
+def fp32_models(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each record's fp32 model, loaded once per file; None for a file that no longer loads."""
+    from pytest_qaccuracy.errors import QAccuracyError
+    from pytest_qaccuracy.model import load_model
 
-    views = [sensitivity_view(record) for record in records]
-    targets = [target_view(record) for record in records]
-    write_html(path, results, sensitivity=views, names=[record["id"] for record in records], targets=targets)
-    return path
+    models: dict[str, Any] = {}
+    for path in dict.fromkeys(record["fp32"] for record in records):
+        try:
+            models[path] = load_model(path)
+        except (OSError, QAccuracyError):
+            models[path] = None
+    return models
+
+
+def write_report(path: Path, records: Sequence[Mapping[str, Any]], models: Mapping[str, Any] | None = None) -> Path:
+    """The session's HTML report: every pair with its verdict, checks and coloured graph."""
+    from pytest_qaccuracy.report.html import ReportPair, write_html
+
+    models = fp32_models(records) if models is None else models
+    return write_html(path, [ReportPair.from_record(record, models.get(record["fp32"])) for record in records])
+
+
+def report_path(settings: Any, written: Sequence[Path]) -> Path | None:
+    """The HTML report this session wrote (absolute), or None when it wrote none."""
+    path = settings.report
+    if path is None and settings.artifacts_dir is not None:
+        path = settings.artifacts_dir / "report.html"
+    return path.resolve() if path is not None and path in written else None
 
 
 def _rel(path: Path, directory: Path) -> str:
     return path.relative_to(directory).as_posix()
 
 
-__all__ = ["write_artifacts"]
+__all__ = ["fp32_models", "report_path", "write_artifacts", "write_report"]

@@ -455,7 +455,7 @@ class QAccuracySession:
         """Write artifacts and baselines; called once, on the controller. False if a write failed
         (the reason is in ``errors``, for the terminal summary)."""
         from pytest_qaccuracy.errors import QAccuracyError
-        from pytest_qaccuracy.plugin.artifacts import write_artifacts
+        from pytest_qaccuracy.plugin.artifacts import write_artifacts, write_report
         from pytest_qaccuracy.plugin.baselines import finish_baselines
 
         records = self.sorted_records()
@@ -465,7 +465,10 @@ class QAccuracySession:
             self.baselines, written = finish_baselines(self.settings, records, self.rootpath)
             self.written += written
             if self.settings.artifacts_dir is not None:
-                self.written += write_artifacts(self.settings.artifacts_dir, records, self.rootpath)
+                report = self.settings.report
+                self.written += write_artifacts(self.settings.artifacts_dir, records, self.rootpath, report)
+            elif self.settings.report is not None:  # --qaccuracy-no-artifacts, but a report asked for
+                self.written.append(write_report(self.settings.report, records))
         except (OSError, ValueError, QAccuracyError) as exc:
             self.errors.append(f"could not write qaccuracy artifacts: {type(exc).__name__}: {exc}")
             return False

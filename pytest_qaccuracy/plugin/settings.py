@@ -57,6 +57,8 @@ class QAccuracySettings:
     backend: str = "onnxruntime"
     scheme: str = "onnxruntime"
     targets: tuple[str, ...] = ()
+    #: the HTML report (``--qaccuracy-report``); None: ``report.html`` in the artifacts folder
+    report: Path | None = None
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -94,6 +96,14 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--qaccuracy-no-artifacts", dest="qaccuracy_no_artifacts", action="store_true", help="Write no artifacts"
     )
+    group.addoption(
+        "--qaccuracy-report",
+        dest="qaccuracy_report",
+        default=None,
+        metavar="PATH",
+        help="Where the HTML report goes (default: report.html in the artifacts folder)",
+    )
+    parser.addini("qaccuracy_report", "HTML report path (default report.html in the artifacts folder)")
     group.addoption(
         "--qaccuracy-providers",
         dest="qaccuracy_providers",
@@ -268,6 +278,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         backend=backend,
         scheme=scheme,
         targets=read_targets(config),
+        report=_path(config, "qaccuracy_report", "qaccuracy_report"),
     )
 
 

@@ -19,15 +19,18 @@ LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked
 
 
 def verdict_view(record: Mapping[str, Any] | None) -> dict[str, str]:
-    """``{status, label, detail}``: passed, failed, xfailed (every failure expected) or unchecked."""
+    """``{status, label, detail, reason}``: the status is passed, failed, xfailed (every failure was
+    expected; ``reason`` says why) or unchecked; ``detail`` counts the checks that passed."""
     checks = list(record["checks"]) if record else []
     if not checks:
-        return {"status": "unchecked", "label": LABELS["unchecked"], "detail": "measured only: no tolerances checked"}
+        detail = "measured only: no tolerances checked"
+        return {"status": "unchecked", "label": LABELS["unchecked"], "detail": detail, "reason": ""}
     passed = sum(bool(c["passed"]) for c in checks)
     expected = expected_failure(record) if record else None
     status = "passed" if record_passed(record) else "xfailed" if expected else "failed"
-    detail = f"{passed} / {len(checks)} checks passed" + (f"; expected to fail: {expected}" if expected else "")
-    return {"status": status, "label": LABELS[status], "detail": detail}
+    detail = f"{passed} / {len(checks)} checks passed"
+    reason = f"expected to fail: {expected}" if expected else ""
+    return {"status": status, "label": LABELS[status], "detail": detail, "reason": reason}
 
 
 def _status(check: Mapping[str, Any]) -> str:

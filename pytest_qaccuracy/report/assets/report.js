@@ -81,7 +81,7 @@
       el("td", { text: row.check }),
       el("td", { cls: "num", text: row.value }),
       el("td", { cls: "num", text: row.tolerance }),
-      el("td", { text: row.source }),
+      el("td", { cls: "source", text: row.source }),
       el("td", { cls: "message", text: row.message }),
     ]);
   }
@@ -314,7 +314,9 @@
     return el(
       "div",
       { cls: "legend" },
-      metric.slots.map((s) => el("span", { cls: DARK.has(s[2]) ? "dark" : "", style: `background:${s[2]}`, text: s[3] })),
+      metric.slots.map((s) =>
+        el("span", { cls: DARK.has(s[2]) ? "dark" : "", style: `background:${s[2]}`, text: s[3] }),
+      ),
     );
   }
 
@@ -373,7 +375,8 @@
       ]),
     );
     box.appendChild(table("sensitivity-table", headers, rows));
-    if (view.more) box.appendChild(el("p", { cls: "hint", text: `${view.more} more node(s) in the sensitivity artifact` }));
+    if (view.more)
+      box.appendChild(el("p", { cls: "hint", text: `${view.more} more node(s) in the sensitivity artifact` }));
     if (view.baseline_text) {
       box.appendChild(el("p", { cls: "meta", text: `fully quantized model: ${view.metric} ${view.baseline_text}` }));
     }
@@ -413,11 +416,15 @@
       s.y.forEach((v, i) => {
         if (finite(v)) points.push(`${x(i).toFixed(1)},${y(v).toFixed(1)}`);
       });
-      root.appendChild(svg("polyline", { class: "curve", points: points.join(" "), stroke: color, "data-series": s.name }));
+      root.appendChild(
+        svg("polyline", { class: "curve", points: points.join(" "), stroke: color, "data-series": s.name }),
+      );
       s.y.forEach((v, i) => {
         if (!finite(v)) return;
         const dot = svg("circle", { class: "point", cx: x(i), cy: y(v), r: 3, fill: color });
-        dot.appendChild(svg("title", {}, `${s.name}\n#${i}  ${chart.x[i]}\n${chart.y_label}: ${view.chart_text[k][i]}`));
+        dot.appendChild(
+          svg("title", {}, `${s.name}\n#${i}  ${chart.x[i]}\n${chart.y_label}: ${view.chart_text[k][i]}`),
+        );
         root.appendChild(dot);
       });
     });
@@ -567,7 +574,8 @@
     const section = el("section", { cls: "pair", id: pair.id, "data-pair": String(pair.index) });
     const state = { pair: pair, metric: metric, sort: { key: "order", dir: 1 }, section: section };
     section.appendChild(el("h2", {}, [badge(pair.verdict), pair.title]));
-    section.appendChild(el("p", { cls: "verdict", text: pair.verdict.detail }));
+    const reason = pair.verdict.reason ? `; ${pair.verdict.reason}` : "";
+    section.appendChild(el("p", { cls: "verdict", text: pair.verdict.detail + reason }));
     section.appendChild(metaLine(pair));
     section.appendChild(cards(pair));
     if (pair.checks.length) add(section, "Checks", checksTable(pair.checks, "checks"));
@@ -595,16 +603,17 @@
       const m = byName(pair, name);
       return m && out ? valueCell(m, out) : el("td", { cls: "num na", text: "n/a" });
     };
-    const worst = pair.worst[0];
     const worstCell = el("td", { cls: "worst" });
-    if (worst) {
-      const link = el("a", { href: `#${pair.id}-layer-${worst.order}` }, [el("code", { text: worst.tensor })]);
-      worstCell.append(link, ` ${worst.text}`);
-    }
+    pair.worst.forEach((layer, i) => {
+      const link = el("a", { href: `#${pair.id}-layer-${layer.order}`, title: `${layer.tensor} (${layer.op_type})` }, [
+        el("code", { text: layer.tensor }),
+      ]);
+      worstCell.append(i ? " \u00b7 " : "", link, ` ${layer.text}`);
+    });
     return el("tr", { cls: "overview-row" }, [
       el("td", {}, [badge(pair.verdict)]),
       el("td", {}, [el("a", { href: `#${pair.id}`, text: pair.title })]),
-      el("td", { text: pair.verdict.detail }),
+      el("td", { text: pair.verdict.detail, title: pair.verdict.reason }),
       cell("cosine"),
       cell("sqnr"),
       worstCell,
@@ -618,21 +627,12 @@
       ["checks"],
       ["COSINE", true, "first output"],
       ["SQNR", true, "first output"],
-      ["worst layer"],
+      ["worst layers", false, "by the metric each pair shows first (SQNR when measured)"],
     ];
-    const worst = [];
-    for (const pair of data.pairs) {
-      for (const layer of pair.worst) {
-        const link = el("a", { href: `#${pair.id}-layer-${layer.order}` }, [el("code", { text: layer.tensor })]);
-        worst.push(el("li", {}, [`${pair.title}: `, link, ` (${layer.op_type}) ${pair.first_metric} ${layer.text}`]));
-      }
-    }
     return el("section", { cls: "overview" }, [
       el("h2", { text: "Overview" }),
       el("p", { cls: "verdict", text: data.summary }),
       table("overview-table", headers, data.pairs.map(overviewRow)),
-      worst.length ? el("h3", { text: "Worst layers" }) : null,
-      worst.length ? el("ul", { cls: "worst" }, worst) : null,
     ]);
   }
 
