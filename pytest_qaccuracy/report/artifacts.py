@@ -47,7 +47,7 @@ def write_comparison_artifacts(
     ``<stem>.<metric>.visq.json`` and ``<stem>.<metric>.dot`` per metric, and ``report.html``.
     """
     from pytest_qaccuracy.report.dot import write_dot
-    from pytest_qaccuracy.report.html import write_html
+    from pytest_qaccuracy.report.html import ReportPair, write_html
     from pytest_qaccuracy.report.visq import write_visq
 
     written = []
@@ -59,5 +59,5 @@ def write_comparison_artifacts(
         for metric in result.metric_names:
             written.append(write_visq(out_dir / f"{stem}.{metric}.visq.json", result, metric))
             written.append(write_dot(out_dir / f"{stem}.{metric}.dot", fp32_model, result, metric))
-        written.append(write_html(out_dir / "report.html", [result]))
+        written.append(write_html(out_dir / "report.html", [ReportPair(result, model=fp32_model)]))
     return written
