@@ -193,37 +193,27 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _clean(element: ET.Element) -> ET.Element | None:
-    """A copy of ``element`` with allowed tags and attributes only (no links, scripts or handlers)."""
+def _clean(element: ET.Element) -> list[ET.Element]:
+    """A copy of ``element`` with allowed tags and attributes only (no links, scripts or handlers).
+
+    Graphviz wraps linked or tooltipped nodes in ``<a>``; its content is kept, in place of the link.
+    """
     tag = _local(element.tag)
-    if tag == "title":  # Graphviz's titles are our node ids; nodes get theirs in decorate_node
-        return None
-    if tag not in _ALLOWED_TAGS:
-        # Graphviz wraps linked or tooltipped nodes in <g><a>; keep what the link holds
-        return _unwrap(element) if tag == "a" else None
+    if tag == "a":
+        return [copy for child in element for copy in _clean(child)]
+    if tag not in _ALLOWED_TAGS:  # Graphviz's titles are our node ids; nodes get theirs in decorate_node
+        return []
     copy = ET.Element(tag, {k: v for k, v in element.attrib.items() if k in _ALLOWED_ATTRS})
     copy.text = element.text if tag == "text" else None
-    for child in element:
-        cleaned = _clean(child)
-        if cleaned is not None:
-            copy.append(cleaned)
-    return copy
-
-
-def _unwrap(element: ET.Element) -> ET.Element:
-    group = ET.Element("g")
-    for child in element:
-        cleaned = _clean(child)
-        if cleaned is not None:
-            group.append(cleaned)
-    return group
+    copy.extend(c for child in element for c in _clean(child))
+    return [copy]
 
 
 def sanitize_svg(root: ET.Element, graph: Graph) -> str:
     """Graphviz's SVG rebuilt from allowed elements, each node group given our title, data and link."""
-    svg = _clean(root)
-    if svg is None:
+    if _local(root.tag) != "svg":
         raise ValueError("not an SVG document")
+    (svg,) = _clean(root)
     svg.set("class", "graph")
     for group in svg.iter("g"):
         node_id = group.get("id", "")
