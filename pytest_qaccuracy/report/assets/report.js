@@ -601,7 +601,8 @@
     const out = pair.outputs[0];
     const cell = (name) => {
       const m = byName(pair, name);
-      return m && out ? valueCell(m, out) : el("td", { cls: "num na", text: "n/a" });
+      // plain text: each pair's colour scale is relative to its own layers, so colours do not compare
+      return el("td", { cls: "num", text: m && out ? out.text[name] : "n/a" });
     };
     const worstCell = el("td", { cls: "worst" });
     pair.worst.forEach((layer, i) => {
