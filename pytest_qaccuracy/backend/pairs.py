@@ -124,6 +124,27 @@ def risky_pairs(w: np.ndarray, a_max: int) -> RiskyPairs:
     )
 
 
+def lowest_second(w_first: np.ndarray, w_second: np.ndarray, pair: np.ndarray, pairs: int) -> np.ndarray:
+    """``table[p, a]``: the smallest second input at which some weight pair of ``p`` saturates, first input ``a``.
+
+    Pair ``i`` (weights ``w_first[i], w_second[i]``, one of ``pairs`` groups named by ``pair[i]``) saturates
+    at inputs ``(a, a')`` when ``a w + a' w' > 32767`` or ``< -32768``; for a fixed ``a`` each side is a
+    threshold on ``a'`` (the sum grows with ``a'`` when ``w' > 0``, falls when ``w' < 0``). ``256``: never.
+    """
+    a = np.arange(256, dtype=np.int64)[None, :]
+    w, w2 = np.asarray(w_first, np.int64)[:, None], np.asarray(w_second, np.int64)[:, None]
+    never = np.int64(256)
+    above = np.where(w2 > 0, -((a * w - (INT16_MAX + 1)) // np.maximum(w2, 1)), never)  # a w + a' w' >= 32768
+    below = np.where(w2 < 0, -((-a * w - (-INT16_MIN + 1)) // np.maximum(-w2, 1)), never)  # <= -32769
+    lowest = np.clip(np.minimum(above, below), 0, never)
+    order = np.argsort(pair, kind="stable")
+    starts = np.searchsorted(pair[order], np.arange(pairs))
+    table = np.full((pairs, 256), never, np.int64)
+    has = np.bincount(pair, minlength=pairs) > 0
+    table[has] = np.minimum.reduceat(lowest[order], starts[has], axis=0)
+    return table
+
+
 def corrections(
     pairs: RiskyPairs, gather: Callable[[np.ndarray], np.ndarray], rows: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -136,7 +157,8 @@ def corrections(
 
     A row of a pair can only saturate when ``(a[k] + a[k+1]) * w_max > 32767``, ``w_max`` the largest
     weight magnitude among the pair's risky columns: a cheap test over the rows picks the candidates,
-    and only those are multiplied out column by column.
+    a table lookup (:func:`lowest_second`) keeps those where some column does saturate, and only those
+    are multiplied out column by column.
     """
     empty = np.zeros(0, np.int64)
     if not len(pairs) or not rows:
@@ -152,6 +174,7 @@ def corrections(
     start = np.searchsorted(which[order], np.arange(firsts.size))
     count = np.bincount(which, minlength=firsts.size)
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    lowest = None  # the exact test of the candidates, made when the first candidate appears
     step = max(1, BLOCK_ELEMENTS // rows)
     for p0 in range(0, firsts.size, step):
         block = slice(p0, p0 + step)
@@ -160,6 +183,12 @@ def corrections(
         if not pair.size:
             continue
         pair += p0
+        if lowest is None:
+            lowest = lowest_second(pairs.w_first, pairs.w_second, which, firsts.size)
+        exact = inputs[row_second[pair], row] >= lowest[pair, inputs[row_first[pair], row]]  # some entry saturates
+        pair, row = pair[exact], row[exact]
+        if not pair.size:
+            continue
         per = count[pair]
         entry = order[np.repeat(start[pair] - np.cumsum(per) + per, per) + np.arange(per.sum())]
         pair, row = np.repeat(pair, per), np.repeat(row, per)

@@ -115,6 +115,20 @@ def _oracle_conv(x, x_zp, w, pads, strides, dilations, group) -> np.ndarray:
     return out
 
 
+def test_grouped_convolution_with_some_channel_pairs_quiet_matches_the_pair_oracle() -> None:
+    """3 channels per group and group 1's ``(0, 1)`` pairs unable to saturate: the pairs that may saturate
+    start at channels 0, 1 and 4, half the channel count but not every even channel."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(180, 256, (2, 6, 5, 6)).astype(np.uint8)
+    x[:, 3] //= 8  # small where a test of every even channel would look (channels 2 and 3) instead of 1 and 2
+    w = _heavy_weights(rng, (4, 3, 3, 3))
+    w[2:, 0, 0::2, :] = 0  # taps (0, 0), (0, 2), (1, 1), (2, 0), (2, 2) in the (tap, channel) order: even taps
+    w[2:, 0, 1, 1] = 0
+    attrs = {"pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [1, 1], "group": 2}
+    got, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, AVX2)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), _oracle_conv(x, 131, w, [1, 1, 1, 1], (1, 1), (1, 1), 2))
+
+
 @pytest.mark.parametrize(
     ("c", "m", "group", "kernel", "pads", "strides", "dilations"),
     [
@@ -183,3 +197,16 @@ def test_one_dimensional_convolution_matches_the_pair_oracle() -> None:
     np.testing.assert_array_equal(np.asarray(got, np.int64), want[:, :, 0, :])
     exact, _, _ = conv_integer_acc(x, np.uint8(7), w, np.int8(0), attrs, VNNI)
     assert not np.array_equal(np.asarray(exact, np.int64), want[:, :, 0, :])
+
+
+@pytest.mark.parametrize("x_zp", [0, 100])
+def test_convolution_read_unpadded_matches_the_pair_oracle(x_zp: int) -> None:
+    """Padding at a zero point too small to saturate is never materialised: outputs near the border stay right."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(150, 256, (2, 8, 5, 6)).astype(np.uint8)
+    w = _heavy_weights(rng, (4, 8, 3, 3))
+    pads, strides, dilations = [2, 1, 0, 1], (2, 1), (1, 2)
+    attrs = {"pads": pads, "strides": list(strides), "dilations": list(dilations), "group": 1}
+    got, _, _ = conv_integer_acc(x, np.uint8(x_zp), w, np.int8(0), attrs, AVX2)
+    want = _oracle_conv(x, x_zp, w, pads, strides, dilations, 1)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), want)

@@ -110,7 +110,7 @@ def conv_core(
     padding: int = 0,
     bias: np.ndarray | None = None,
     bias_in_gemm: bool = False,
-    correction: np.ndarray | None = None,
+    correction: conv_pairs.PairCorrection | None = None,
 ) -> np.ndarray:
     """``sum x*w (+ bias)`` over the windows of a padded input, chunk by chunk on the session's threads.
 
@@ -142,8 +142,8 @@ def conv_core(
         bias: ``(M,)`` added to every sum before the epilogue, by one pass over each chunk.
         bias_in_gemm: every partial sum stays exact with the bias added (the caller checked the
             bound): the row paths then add it in the GEMMs themselves, one more column of ones.
-        correction: ``(N, M, *out)`` in ``dtype``, added to each chunk's sums before the bias pass and
-            the epilogue (the int16 pair saturation of ``conv_pairs``); exactness is the caller's.
+        correction: the int16 pair saturation of ``conv_pairs``, added to each chunk's sums before the
+            bias pass and the epilogue; exactness is the caller's.
 
     Returns:
         ``(N, M, *out)``.
@@ -189,7 +189,7 @@ def conv_core(
             result = _buffer(m * lead[0] * lead[1] * wide, dtype, "target").reshape(lead[0], m, lead[1], wide)
             _depthwise_flat_chunk(source, wt, result, kernel_shape, chunk)
             if correction is not None:
-                result[..., : lead[2]] += correction[n0:n1, :, o0:o1]
+                correction.add_to(result, n0, n1, o0, o1)
             if added is not None:
                 result += added
             if epilogue:
@@ -212,7 +212,7 @@ def conv_core(
         else:
             _gemm_chunk(xp, wmat, target, taps, chunk, o1 - o0 == first)
         if correction is not None:
-            target += correction[n0:n1, :, o0:o1]
+            correction.add_to(target, n0, n1, o0, o1)
         if added is not None:
             target += added
         if epilogue:
@@ -684,7 +684,7 @@ def conv_integer_acc(
         out_spatial = output_shape(tuple(padded), w.shape[2:], strides, dilations)
         correction = conv_pairs.pair_corrections(x, int(x_zp), w, group, pads, strides, dilations, out_spatial)
         if correction is not None:  # |exact + correction| <= bound + max|correction|
-            correction_max = float(np.abs(correction).max())
+            correction_max = float(correction.max_abs())
             bound += correction_max
     dtype = np.float32 if bound < 2.0**24 else np.float64
     limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
@@ -714,7 +714,7 @@ def conv_integer_acc(
         padding=padding,
         bias=None if added is None else added.astype(dtype),
         bias_in_gemm=in_gemm,
-        correction=None if correction is None else correction.astype(dtype),
+        correction=correction,
     )
     return acc, bound, epilogue is not None
 

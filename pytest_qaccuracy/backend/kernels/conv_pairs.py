@@ -3,16 +3,20 @@
 onnxruntime reduces a convolution over ``(tap, channel)`` in its channels-last im2col order, and MLAS
 pairs neighbours of that order (``pairs.py``). When a group has an even number of channels every pair
 is two neighbouring channels at one tap, so both values of a pair come from one input pixel: whether a
-pair can saturate at an output depends only on ``x[c] + x[c+1]`` at the pixel the tap reads. The
-candidate test therefore runs once over the input, not once per tap over im2col rows, and only the
-candidates are multiplied out. Pairs that cross from one tap to the next (odd channel counts, e.g. a
-3-channel stem) gather their im2col columns instead (``pairs.corrections``).
+pair can saturate at an output depends only on ``(x[c], x[c+1])`` at the pixel the tap reads. The
+candidate test therefore runs once over the input, not once per tap over im2col rows: a cheap bound on
+``x[c] + x[c+1]`` first, then, where that leaves many pixels (mid-range inputs of a first layer), the
+exact test, one lookup of ``pairs.lowest_second`` per pixel; only the candidates are multiplied out.
+Pairs that cross from one tap to the next (odd channel counts, e.g. a 3-channel stem) gather their
+im2col columns instead (``pairs.corrections``). Few outputs change, so the correction is sparse
+(:class:`PairCorrection`) and each chunk of the convolution adds its own entries.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import threading
 
 import numpy as np
 
@@ -31,20 +35,19 @@ def pair_corrections(
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
     out_spatial: tuple[int, ...],
-) -> np.ndarray | None:
-    """``sum (sat16(p) - p)`` per output ``(N, M, *out)`` as int64, or None when no pair saturates.
+) -> PairCorrection | None:
+    """``sum (sat16(p) - p)`` per output ``(N, M, *out)``, or None when no pair saturates.
 
     Args:
         x: raw uint8 input ``(N, C, *spatial)``; padded positions hold ``x_zp``, as in onnxruntime.
         w: int8 weights ``(M, C / group, *kernel)``.
     """
-    xp = _padded(x, pads, x_zp)
     m, cg = w.shape[:2]
     mg = m // group
     kernel = w.shape[2:]
     taps = math.prod(kernel)
     wmat = w.reshape(group, mg, cg, taps).transpose(0, 3, 2, 1).reshape(group, taps * cg, mg)  # (G, K, Mg)
-    x_max = int(xp.max(initial=0))
+    x_max = max(int(x.max(initial=0)), int(x_zp) if any(pads) else 0)
     found = [(g, pairs.risky_pairs(wmat[g], x_max)) for g in range(group)]
     found = [(g, p) for g, p in found if len(p)]
     positions = math.prod(out_spatial)
@@ -52,10 +55,16 @@ def pair_corrections(
     if not found:
         pairs.count(total, np.zeros(0, np.int64))
         return None
-    out = np.zeros((x.shape[0], m, *out_spatial), np.int64)
+    out = _Correction((x.shape[0], m, *out_spatial))
+    padded: list[np.ndarray] = []  # the padded input, made when first needed
+
+    def xp() -> np.ndarray:
+        if not padded:
+            padded.append(_padded(x, pads, x_zp))
+        return padded[0]
+
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
     same: list[tuple[np.ndarray, ...]] = []
-    changed = False
     for g, risky in found:
         channel = risky.first % cg
         within = channel + 1 < cg
@@ -70,14 +79,87 @@ def pair_corrections(
         )
         if not within.all():
             crossing = pairs.RiskyPairs(*(field[~within] for field in _fields(risky)))
-            changed |= _add_crossing(out, xp, g, cg, mg, crossing, geometry)
+            _add_crossing(out, xp(), g, cg, mg, crossing, geometry)
     entries = [np.concatenate(parts) for parts in zip(*same, strict=True)]
-    spans = parallel.split(xp.shape[0], xp[0].size)  # records on the session's threads (disjoint outputs)
-    tasks = [lambda a=a, b=b: _add_same_tap(out[a:b], xp[a:b], *entries, geometry) for a, b in spans]
-    changed |= any(parallel.run_all(tasks))
+    # padded pixels (x_zp in both channels) that can never be candidates need not be materialised
+    d = x.ndim - 2
+    largest = int(np.maximum(np.abs(entries[3]), np.abs(entries[4])).max(initial=1))
+    source, offset = (x, tuple(pads[:d])) if 2 * int(x_zp) <= pairs.INT16_MAX // largest else (xp(), (0,) * d)
+    spans = parallel.split(x.shape[0], x[0].size)  # records on the session's threads (disjoint outputs)
+    tasks = [lambda a=a, b=b: _add_same_tap(out, a, source[a:b], offset, *entries, geometry) for a, b in spans]
+    parallel.run_all(tasks)
     if pairs.counter is not None:  # one saturated pair sum per non-zero (output, pair) change
         pairs.count(total, np.zeros(0, np.int64))
-    return out if changed else None
+    return out.result()
+
+
+class PairCorrection:
+    """The non-zero ``sum (sat16(p) - p)`` of a convolution's outputs ``(N, M, *out)``, one entry per output.
+
+    Entries are sorted by ``(record, first spatial index)``, the way the convolution cuts its chunks.
+    """
+
+    def __init__(self, shape: tuple[int, ...], index: tuple[np.ndarray, ...], value: np.ndarray):
+        linear = np.ravel_multi_index(index, shape)
+        unique, inverse = np.unique(linear, return_inverse=True)
+        summed = np.zeros(unique.size, np.int64)
+        np.add.at(summed, inverse, value)
+        keep = np.nonzero(summed)[0]
+        coords = np.unravel_index(unique[keep], shape)
+        rows = shape[2]
+        key = coords[0] * rows + coords[2]
+        order = np.argsort(key, kind="stable")
+        self.shape, self.rows = shape, rows
+        self.key = key[order]
+        self.index = tuple(c[order] for c in coords)
+        self.value = summed[keep][order]
+
+    def __bool__(self) -> bool:
+        return bool(self.value.size)
+
+    def max_abs(self) -> int:
+        """The largest ``|correction|`` of any output."""
+        return int(np.abs(self.value).max(initial=0))
+
+    def dense(self) -> np.ndarray:
+        """The whole ``(N, M, *out)`` int64 correction."""
+        out = np.zeros(self.shape, np.int64)
+        out[self.index] = self.value
+        return out
+
+    def add_to(self, target: np.ndarray, n0: int, n1: int, o0: int, o1: int) -> None:
+        """Add the entries of records ``n0:n1`` and first spatial indices ``o0:o1`` to ``target``,
+        that chunk's ``(n1 - n0, M, o1 - o0, *out[1:])`` sums (or wider along the last axis)."""
+        if o0 == 0 and o1 == self.rows:
+            ranges = [(n0 * self.rows, n1 * self.rows)]
+        else:
+            ranges = [(r * self.rows + o0, r * self.rows + o1) for r in range(n0, n1)]
+        for lo, hi in ranges:
+            a, b = np.searchsorted(self.key, [lo, hi])
+            if a < b:
+                record, channel, row, *rest = (c[a:b] for c in self.index)
+                target[(record - n0, channel, row - o0, *rest)] += self.value[a:b].astype(target.dtype)
+
+
+class _Correction:
+    """Collects the saturated pairs of every task (threads) into a :class:`PairCorrection`."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+        self.parts: list[tuple[tuple[np.ndarray, ...], np.ndarray]] = []
+        self._lock = threading.Lock()
+
+    def add(self, index: tuple[np.ndarray, ...], value: np.ndarray) -> None:
+        """``value`` added to the outputs at ``index`` (``(record, channel, *spatial)``, repeats allowed)."""
+        with self._lock:
+            self.parts.append((index, np.asarray(value, np.int64)))
+
+    def result(self) -> PairCorrection | None:
+        if not self.parts:
+            return None
+        index = tuple(np.concatenate(axis) for axis in zip(*(i for i, _ in self.parts), strict=True))
+        found = PairCorrection(self.shape, index, np.concatenate([v for _, v in self.parts]))
+        return found if found else None
 
 
 class _Geometry:
@@ -106,22 +188,24 @@ class _Geometry:
 
 
 def _add_same_tap(
-    out: np.ndarray,
+    out: _Correction,
+    n_first: int,
     xp: np.ndarray,
+    offset: tuple[int, ...],
     channel: np.ndarray,
     tap: np.ndarray,
     column: np.ndarray,
     w_first: np.ndarray,
     w_second: np.ndarray,
     geometry: _Geometry,
-) -> bool:
+) -> None:
     """Pairs of channels ``(c, c+1)`` at one tap: candidate pixels first, then each pair's outputs.
 
-    Returns whether any pair saturated.
+    ``xp`` holds records ``n_first...`` of the input, padded or not: ``offset`` is where its pixel 0 lies
+    in the padded input.
     """
-    changed = False
     if not channel.size:
-        return changed
+        return
     firsts, which = np.unique(channel, return_inverse=True)
     # an entry can only saturate where x[c] + x[c+1] > its threshold: entries sorted by threshold within
     # each channel pair, a candidate pixel multiplies out only the prefix whose threshold its sum exceeds
@@ -129,25 +213,39 @@ def _add_same_tap(
     order = np.lexsort((own, which))
     key = which[order] * (pairs.INT16_MAX + 1) + own[order]
     start = np.searchsorted(which[order], np.arange(firsts.size))
-    threshold = own[order][start]  # the smallest of each channel pair: the candidate test
+    threshold = own[order][start]  # the smallest of each channel pair: the cheap candidate test
+    lowest = None  # the exact test of the candidates, made when the first candidate appears
     spatial = xp.shape[2:]
     per_record = firsts.size * math.prod(spatial)
     step = max(1, BLOCK_ELEMENTS // max(per_record, 1))
+    every_even = firsts.size == xp.shape[1] // 2 and np.array_equal(firsts, 2 * np.arange(firsts.size))
     for n0 in range(0, xp.shape[0], step):
         block = xp[n0 : n0 + step]
-        if firsts.size == xp.shape[1] // 2 and firsts[-1] == 2 * (firsts.size - 1):  # every even channel
-            total = np.add(block[:, 0::2], block[:, 1::2], dtype=np.uint16)
-        else:
-            total = np.add(block[:, firsts], block[:, firsts + 1], dtype=np.uint16)
-        flat = np.flatnonzero(total > threshold.reshape(-1, *(1,) * len(spatial)))
+        total = (
+            np.add(block[:, 0::2], block[:, 1::2], dtype=np.uint16)
+            if every_even
+            else np.add(block[:, firsts], block[:, firsts + 1], dtype=np.uint16)
+        ).reshape(block.shape[0], firsts.size, -1)
+        flat = np.flatnonzero(total > threshold[:, None])
         if not flat.size:
             continue
-        sums = total.reshape(-1)[flat].astype(np.int64)
-        found = np.unravel_index(flat, total.shape)
-        record, pair, pixel = found[0] + n0, found[1], list(found[2:])
+        if lowest is None:
+            lowest = pairs.lowest_second(w_first, w_second, which, firsts.size).astype(np.int16)
+        if flat.size * 8 > total.size:  # dense: the exact test on every pixel, one table lookup each
+            flat = np.flatnonzero(_exact_candidates(block, firsts, lowest))
+        size = total.shape[2]
+        record, rest = np.divmod(flat, firsts.size * size)
+        pair, position = np.divmod(rest, size)
+        source = (record * block.shape[1] + firsts[pair]) * size + position  # flat index in the block
+        values = block.reshape(-1)
+        first, second = values[source].astype(np.int32), values[source + size].astype(np.int32)
+        exact = np.nonzero(second >= lowest[pair, first])[0]  # some entry of the pair saturates here
+        if not exact.size:
+            continue
+        record, pair, first, second = record[exact] + n0, pair[exact], first[exact], second[exact]
+        pixel = [p + o for p, o in zip(np.unravel_index(position[exact], spatial), offset, strict=True)]
+        sums = (first + second).astype(np.int64)
         count = np.searchsorted(key, pair * (pairs.INT16_MAX + 1) + sums) - start[pair]
-        first = xp[(record, firsts[pair], *pixel)].astype(np.int32)
-        second = xp[(record, firsts[pair] + 1, *pixel)].astype(np.int32)
         bounds = np.concatenate([[0], np.cumsum(count)])
         for c0, c1 in _spans(bounds, BLOCK_ELEMENTS):
             per = count[c0:c1]
@@ -160,19 +258,23 @@ def _add_same_tap(
             coords, valid = geometry.outputs([p[candidate] for p in pixel], tap[entry])
             if valid.any():
                 index = (record[candidate[valid]], column[entry[valid]], *(o[valid] for o in coords))
-                np.add.at(out, index, change[valid])
-                pairs.count(0, index[0])
-                changed = True
-    return changed
+                out.add((index[0] + n_first, *index[1:]), change[valid])
+                pairs.count(0, index[0] + n_first)
+
+
+def _exact_candidates(block: np.ndarray, firsts: np.ndarray, lowest: np.ndarray) -> np.ndarray:
+    """``(records, pairs, pixels)``: where some entry of the channel pair saturates (``x[c+1] >= lowest[x[c]]``)."""
+    flat = block.reshape(*block.shape[:2], -1)
+    mask = np.empty((block.shape[0], firsts.size, flat.shape[2]), bool)
+    for j, c in enumerate(firsts):
+        np.greater_equal(flat[:, c + 1], lowest[j][flat[:, c]], out=mask[:, j])
+    return mask
 
 
 def _add_crossing(
-    out: np.ndarray, xp: np.ndarray, g: int, cg: int, mg: int, risky: pairs.RiskyPairs, geometry: _Geometry
-) -> bool:
-    """Pairs that cross from one tap to the next: their im2col columns are gathered (``pairs.corrections``).
-
-    Returns whether any pair saturated.
-    """
+    out: _Correction, xp: np.ndarray, g: int, cg: int, mg: int, risky: pairs.RiskyPairs, geometry: _Geometry
+) -> None:
+    """Pairs that cross from one tap to the next: their im2col columns are gathered (``pairs.corrections``)."""
     positions = math.prod(geometry.out_spatial)
 
     def gather(ks: np.ndarray) -> np.ndarray:
@@ -193,9 +295,9 @@ def _add_crossing(
     rows, cols, values = pairs.corrections(risky, gather, xp.shape[0] * positions)
     record, position = np.divmod(rows, positions)
     pairs.count(0, record)
-    flat = out.reshape(out.shape[0], out.shape[1], positions)  # a view: out is contiguous
-    np.add.at(flat, (record, g * mg + cols, position), values)
-    return bool(values.size)
+    if values.size:
+        spatial = np.unravel_index(position, geometry.out_spatial)
+        out.add((record, g * mg + cols, *spatial), values)
 
 
 def _spans(bounds: np.ndarray, budget: int) -> list[tuple[int, int]]:
