@@ -23,12 +23,15 @@ from pytest_qaccuracy.plugin.fixtures import (
     session_key,
     validate_marker,
 )
+from pytest_qaccuracy.plugin.progress import SessionProgress, check_artifacts_dir, finish_session
 from pytest_qaccuracy.plugin.sensitivity import check_metric
 from pytest_qaccuracy.plugin.session import QAccuracySession
 from pytest_qaccuracy.plugin.settings import add_options, load_settings
 from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
 
 __all__ = ["qaccuracy", "qaccuracy_dataset", "qaccuracy_pair"]
+
+progress_key = pytest.StashKey[SessionProgress]()
 
 
 class QAccuracyXdist:
@@ -50,12 +53,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     worker = hasattr(config, "workerinput")
     state = QAccuracySession(load_settings(config), config.rootpath, worker)
+    if not worker and state.settings.artifacts_dir is not None:  # one ERROR line, exit 4, before any test
+        check_artifacts_dir(config, state.settings.artifacts_dir)
     config.stash[session_key] = state
+    config.stash[progress_key] = SessionProgress(state.records)
+    config.pluginmanager.register(config.stash[progress_key], "qaccuracy-progress")
     if not worker and config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(QAccuracyXdist(state), "qaccuracy-xdist")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    progress = config.pluginmanager.get_plugin("qaccuracy-progress")
+    if progress is not None:
+        config.pluginmanager.unregister(progress)
+        del config.stash[progress_key]
     xdist = config.pluginmanager.get_plugin("qaccuracy-xdist")
     if xdist is not None:
         config.pluginmanager.unregister(xdist)
@@ -81,14 +92,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(session_key, None)
-    if state is None:
-        return
-    if session.exitstatus != pytest.ExitCode.INTERRUPTED:
-        state.analyse()  # where the pairs were compared, before a worker sends its records
-    if state.worker:
-        session.config.workeroutput["qaccuracy"] = state.payload()  # type: ignore[attr-defined]
-    elif not state.finish() and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # asked-for artifacts are missing: say so in CI
+    if state is not None:
+        finish_session(session, state, session.config.stash[progress_key])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -123,7 +128,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         terminalreporter.write_line(state.baselines.line())
     for error in state.errors:
         terminalreporter.write_line(error, red=True)
-    if state.workers_without_data:
-        terminalreporter.write_line(
-            f"{state.workers_without_data} xdist worker(s) sent no qaccuracy results (crashed?)", red=True
-        )
+    if state.status is not None and not state.status.complete:
+        terminalreporter.write_line(state.status.headline(), red=True)

@@ -15,17 +15,52 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_qaccuracy.report.completeness import SessionStatus
 
 #: Metric the DOT graph is coloured by, in order of preference.
 DOT_METRICS = ("sqnr", "cosine", "mse")
 
 
+#: The entries of the artifacts folder a session writes; anything else there is the user's.
+OWNED = ("summary.json", "report.html", "pairs")
+
+
+def publish_artifacts(
+    directory: Path,
+    records: Sequence[Mapping[str, Any]],
+    root: Path,
+    report: Path | None = None,
+    status: SessionStatus | None = None,
+) -> list[Path]:
+    """:func:`write_artifacts` as one set that replaces ``directory`` in one rename
+    (:func:`~pytest_qaccuracy.report.publish.publish_folder`); returns the paths as published."""
+    from pytest_qaccuracy.report.publish import publish_folder
+
+    directory = directory.absolute()
+    stages: list[Path] = []
+
+    def build(stage: Path) -> list[Path]:
+        stages.append(stage)
+        inside = report is None or report.absolute() == directory / "report.html"
+        return write_artifacts(stage, records, root, None if inside else report, status)
+
+    written = publish_folder(directory, build, OWNED)
+    return [directory / p.relative_to(stages[0]) if p.is_relative_to(stages[0]) else p for p in written]
+
+
 def write_artifacts(
-    directory: Path, records: Sequence[Mapping[str, Any]], root: Path, report: Path | None = None
+    directory: Path,
+    records: Sequence[Mapping[str, Any]],
+    root: Path,
+    report: Path | None = None,
+    status: SessionStatus | None = None,
 ) -> list[Path]:
     """Write every artifact of ``records`` into ``directory``, and the HTML report to ``report``
-    (default ``directory/report.html``); returns the paths written."""
+    (default ``directory/report.html``); returns the paths written. ``summary.json`` and the report
+    say whether the session is complete (``status``)."""
     from pytest_qaccuracy.analysis.results import ComparisonResult
     from pytest_qaccuracy.model import load_model
     from pytest_qaccuracy.report.atomic import atomic_write_json
@@ -55,9 +90,9 @@ def write_artifacts(
             entry["dot"] = _rel(path, directory)
         entry.update(_write_sensitivity(record, base.parent, directory))
         index[record["key"]] = entry
-    html = write_report(report or directory / "report.html", records, models)
+    html = write_report(report or directory / "report.html", records, models, status)
     written.append(html)
-    summary = summary_document(records, root, index)
+    summary = summary_document(records, root, index, status)
     summary["report"] = _rel(html, directory) if html.is_relative_to(directory) else html.as_posix()
     written.append(atomic_write_json(directory / "summary.json", summary))
     return written
@@ -89,12 +124,19 @@ def fp32_models(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return models
 
 
-def write_report(path: Path, records: Sequence[Mapping[str, Any]], models: Mapping[str, Any] | None = None) -> Path:
-    """The session's HTML report: every pair with its verdict, checks and coloured graph."""
+def write_report(
+    path: Path,
+    records: Sequence[Mapping[str, Any]],
+    models: Mapping[str, Any] | None = None,
+    status: SessionStatus | None = None,
+) -> Path:
+    """The session's HTML report: every pair with its verdict, checks and coloured graph, and a notice
+    when the session is interrupted or incomplete."""
     from pytest_qaccuracy.report.html import ReportPair, write_html
 
     models = fp32_models(records) if models is None else models
-    return write_html(path, [ReportPair.from_record(record, models.get(record["fp32"])) for record in records])
+    pairs = [ReportPair.from_record(record, models.get(record["fp32"])) for record in records]
+    return write_html(path, pairs, notice=status.headline() if status else None)
 
 
 def report_path(settings: Any, written: Sequence[Path]) -> Path | None:
@@ -109,4 +151,4 @@ def _rel(path: Path, directory: Path) -> str:
     return path.relative_to(directory).as_posix()
 
 
-__all__ = ["fp32_models", "report_path", "write_artifacts", "write_report"]
+__all__ = ["OWNED", "fp32_models", "publish_artifacts", "report_path", "write_artifacts", "write_report"]

@@ -133,6 +133,7 @@ class QAccuracySession:
         self._agreements: dict[tuple[Path, Path, str], Any] = {}
         self._saturation: dict[tuple[Path, Path], Any] = {}
         self.written: list[Path] = []
+        self.status: Any = None  # SessionStatus: whether the session is complete, set before finish()
         self.baselines: Any = None  # BaselineStatus, set by finish() when baselines were compared or written
 
     def header(self) -> str:
@@ -455,7 +456,7 @@ class QAccuracySession:
         """Write artifacts and baselines; called once, on the controller. False if a write failed
         (the reason is in ``errors``, for the terminal summary)."""
         from pytest_qaccuracy.errors import QAccuracyError
-        from pytest_qaccuracy.plugin.artifacts import write_artifacts, write_report
+        from pytest_qaccuracy.plugin.artifacts import publish_artifacts, write_report
         from pytest_qaccuracy.plugin.baselines import finish_baselines
 
         records = self.sorted_records()
@@ -466,9 +467,10 @@ class QAccuracySession:
             self.written += written
             if self.settings.artifacts_dir is not None:
                 report = self.settings.report
-                self.written += write_artifacts(self.settings.artifacts_dir, records, self.rootpath, report)
+                folder, root = self.settings.artifacts_dir, self.rootpath
+                self.written += publish_artifacts(folder, records, root, report, self.status)
             elif self.settings.report is not None:  # --qaccuracy-no-artifacts, but a report asked for
-                self.written.append(write_report(self.settings.report, records))
+                self.written.append(write_report(self.settings.report, records, status=self.status))
         except (OSError, ValueError, QAccuracyError) as exc:
             self.errors.append(f"could not write qaccuracy artifacts: {type(exc).__name__}: {exc}")
             return False

@@ -73,3 +73,119 @@ def test_a_quantized_model_not_derived_from_the_fp32_one_is_flagged_in_the_summa
     result = digits.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["a.qdq: FAILED *", "  warning: only 1 of 8 layers matched: are these the same model?"])
+
+
+# -- the pytest side of the probe: one ERROR line and exit 4 before any test, the folder untouched --
+
+GOOD = """
+import pytest
+
+
+PAIR = dict(fp32="models/digits_cnn.onnx", quantized="models/digits_cnn.qdq.onnx", data="data/digits_test.npz")
+
+
+@pytest.mark.qaccuracy(**PAIR)
+def test_a(qaccuracy):
+    qaccuracy.check()
+"""
+
+
+def _blocker(root):
+    (root / "blocker").write_text("a file where a folder should be")
+    return [
+        "--qaccuracy-artifacts-dir=blocker"
+    ], "--qaccuracy-artifacts-dir {root}/blocker: is a file, expected a directory"
+
+
+def _under_a_file(root):
+    (root / "blocker").write_text("")
+    return ["--qaccuracy-artifacts-dir=blocker/acc"], (
+        "--qaccuracy-artifacts-dir {root}/blocker/acc: cannot be created, {root}/blocker is not a directory"
+    )
+
+
+def _foreign_folder(root):
+    (root / "out" / "baselines").mkdir(parents=True)
+    return ["--qaccuracy-artifacts-dir=out"], (
+        "--qaccuracy-artifacts-dir {root}/out: holds baselines/, not written by pytest-qaccuracy; the folder is "
+        "replaced as a whole at the end of a session: move them or choose a folder of its own"
+    )
+
+
+def _the_project(root):
+    root.joinpath("tox.ini").write_text("[pytest]\nqaccuracy_artifacts_dir = .\n")
+    return [], "qaccuracy_artifacts_dir {root}: holds {root}; artifacts need a folder of their own"
+
+
+def _bad_ini(root):
+    root.joinpath("tox.ini").write_text("[pytest]\nqaccuracy_min_cosine = high\n")
+    return [], "qaccuracy_min_cosine: expected a number, got 'high'"
+
+
+OPTION_CASES = {
+    "artifacts dir is a file": _blocker,
+    "artifacts dir under a file": _under_a_file,
+    "artifacts dir holds a folder of the user's": _foreign_folder,
+    "artifacts dir is the project": _the_project,
+    "ini value not a number": _bad_ini,
+}
+
+
+@pytest.mark.parametrize("name", OPTION_CASES)
+def test_a_bad_option_is_one_error_line_and_exit_4_before_any_test(digits: pytest.Pytester, name: str) -> None:
+    digits.makepyfile(test_good=GOOD)
+    args, message = OPTION_CASES[name](digits.path)
+    before = sorted(p.relative_to(digits.path).as_posix() for p in digits.path.rglob("*"))
+    result = digits.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.strip()]
+    assert errors == ["ERROR: " + message.replace("{root}", str(digits.path))]
+    assert "Traceback" not in result.stdout.str() and "test_a" not in result.stdout.str()
+    after = sorted(
+        p.relative_to(digits.path).as_posix() for p in digits.path.rglob("*") if "__pycache__" not in p.parts
+    )
+    assert after == [p for p in before if "__pycache__" not in p]
+
+
+BAD_PAIRS = """
+import pytest
+
+DATA, FP32 = "data/digits_test.npz", "models/digits_cnn.onnx"
+
+
+def test_empty_model(qaccuracy, qaccuracy_pair):
+    qaccuracy.check(qaccuracy_pair(FP32, "models/empty.onnx", DATA))
+
+
+def test_bad_shape(qaccuracy, qaccuracy_pair):
+    qaccuracy.check(qaccuracy_pair(FP32, "models/digits_cnn.qdq.onnx", "data/shape.npz"))
+
+
+def test_huge_header(qaccuracy, qaccuracy_pair):
+    qaccuracy.check(qaccuracy_pair(FP32, "models/digits_cnn.qdq.onnx", "data/huge.npz"))
+"""
+
+
+def test_bad_models_and_data_fail_their_test_with_one_line(digits: pytest.Pytester) -> None:
+    import io
+    import zipfile
+
+    from numpy.lib import format as npy_format
+
+    (digits.path / "models" / "empty.onnx").write_bytes(b"")
+    np.savez(digits.path / "data" / "shape.npz", x=np.zeros((4, 1, 4, 4), np.float32))
+    header = io.BytesIO()
+    npy_format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (4_000_000_000, 64)})
+    with zipfile.ZipFile(digits.path / "data" / "huge.npz", "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + b"\0" * 64)
+    digits.makepyfile(test_bad=BAD_PAIRS)
+    result = digits.runpytest("--qaccuracy-no-artifacts")
+    result.assert_outcomes(failed=3)
+    for test, (kind, message) in {
+        "test_empty_model": ("ModelError", "*/models/empty.onnx: empty file, not an ONNX model"),
+        "test_bad_shape": ("DataError", "shape.npz: record 0, input 'x': shape (1, 4, 4) does not match *"),
+        "test_huge_header": ("DataError", "huge.npz: array 'x': the header declares shape (4000000000, 64) float32 *"),
+    }.items():
+        result.stdout.fnmatch_lines([f"FAILED test_bad.py::{test} - Failed: {kind}: *"])
+        result.stdout.fnmatch_lines([f"{kind}: {message}"])
+    assert "Traceback" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()

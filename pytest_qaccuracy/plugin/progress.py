@@ -1,0 +1,187 @@
+"""What a session ran against what it collected, so interrupted and incomplete sessions are marked.
+
+:class:`SessionProgress` is registered as a plugin in every process. Where tests run (the only
+process, or an xdist worker), each report carries the pairs its test checked (``qaccuracy_checks``,
+plain lists, so it crosses xdist). The controller keeps the collected ids (its own collection, or
+the workers'), the ids that reported, and those announcements. At the end, tests that never
+reported did not run, and announced checks whose records never arrived were lost with a crashed
+worker (issue 18). The status reaches ``summary.json``, ``report.html``, the terminal and the exit code.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from pytest_qaccuracy.report.completeness import INCOMPLETE, INTERRUPTED, SessionStatus
+
+#: The report attribute listing ``[pair key, pair id]`` of the checks a test recorded.
+REPORT_ATTR = "qaccuracy_checks"
+
+
+class SessionProgress:
+    """Collected, reported and announced tests of one process; see the module docstring."""
+
+    def __init__(self, records: dict[str, dict[str, Any]]) -> None:
+        self.records = records  # the session's records, by pair key (appended to as checks run)
+        self.collected: list[str] = []
+        self.reported: set[str] = set()
+        self.announced: dict[str, dict[str, str]] = {}  # test id -> {pair key: pair id}
+        self.interrupted: str | None = None  # where, when the session was interrupted
+        self.status: SessionStatus | None = None  # set on the controller at the end
+        self._seen: dict[str, int] = {}
+
+    def interrupt(self, where: str) -> None:
+        self.interrupted = self.interrupted or where
+
+    # -- where tests run -----------------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        checked = self._new_checks(item.nodeid)
+        if checked:
+            setattr(report, REPORT_ATTR, [[key, pair] for key, pair in checked.items()])
+        return report
+
+    def _new_checks(self, nodeid: str) -> dict[str, str]:
+        """Pairs ``nodeid`` checked since the last report (records only grow until the end)."""
+        found = {}
+        for key, record in self.records.items():
+            checks = record["checks"]
+            if any(c["test"] == nodeid for c in checks[self._seen.get(key, 0) :]):
+                found[key] = record["id"]
+            self._seen[key] = len(checks)
+        return found
+
+    # -- on the controller ---------------------------------------------------------------------
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.collected = [item.nodeid for item in session.items]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        if not self.collected:  # every worker collects the same ids
+            self.collected = list(ids)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        payload = getattr(node, "workeroutput", {}).get("qaccuracy") or {}
+        if payload.get("interrupted"):
+            self.interrupt(payload["interrupted"])
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.reported.add(report.nodeid)
+        for key, pair in getattr(report, REPORT_ATTR, None) or ():
+            self.announced.setdefault(report.nodeid, {})[key] = pair
+
+    def finish(self, workers_lost: int, stopped: str | None) -> SessionStatus:
+        """The session's status from what was collected, reported and merged; kept in ``status``."""
+        not_run = tuple(test for test in self.collected if test not in self.reported)
+        arrived = {(check["test"], key) for key, record in self.records.items() for check in record["checks"]}
+        lost = tuple(
+            sorted(
+                (test, pair)
+                for test, keys in self.announced.items()
+                for key, pair in keys.items()
+                if (test, key) not in arrived
+            )
+        )
+        if self.interrupted:
+            self.status = SessionStatus(INTERRUPTED, self.interrupted, not_run, lost, workers_lost)
+        elif not_run or lost or workers_lost:
+            reason = "an xdist worker crashed" if workers_lost or lost else stopped or "not every test reported"
+            self.status = SessionStatus(INCOMPLETE, reason, not_run, lost, workers_lost)
+        else:
+            self.status = SessionStatus()
+        return self.status
+
+
+def stopped_reason(session: pytest.Session) -> str | None:
+    """Why pytest stopped before the end (``-x``, ``--maxfail``), as pytest words it, or None."""
+    for reason in (session.shouldfail, session.shouldstop):
+        if isinstance(reason, str) and reason:
+            return reason
+    return None
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While artifacts are written, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so the writer
+    removes its temp folder and leaves the artifacts folder as it was (the default SIGTERM action
+    ends the process at once and leaves the temp folder behind). Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def check_artifacts_dir(config: pytest.Config, directory: Any) -> None:
+    """A folder the session could not publish its artifacts to is a usage error before any test."""
+    from pytest_qaccuracy.errors import InputError
+    from pytest_qaccuracy.plugin.artifacts import OWNED
+    from pytest_qaccuracy.report.publish import check_publishable
+
+    what = "--qaccuracy-artifacts-dir" if config.getoption("qaccuracy_artifacts_dir") else "qaccuracy_artifacts_dir"
+    protected = (config.rootpath, config.invocation_params.dir.resolve())
+    try:
+        check_publishable(directory, what, OWNED, protected)
+    except InputError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def worker_payload(payload: Mapping[str, Any], progress: SessionProgress) -> dict[str, Any]:
+    """What a worker sends: its records, and where it was interrupted (None if it was not)."""
+    return {**payload, "interrupted": progress.interrupted}
+
+
+def finish_session(session: pytest.Session, state: Any, progress: SessionProgress) -> None:
+    """End of session: analyse, then (worker) send the records or (controller) publish artifacts that
+    say whether the session is complete, and let the exit code say so too.
+
+    Ctrl-C during the analysis skips it and marks the session interrupted; Ctrl-C (or SIGTERM) while
+    the artifacts are written stops at once with one line, leaving the folder as it was.
+    """
+    if session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        progress.interrupt("during the tests")
+    else:
+        try:
+            state.analyse()  # where the pairs were compared, before a worker sends its records
+        except KeyboardInterrupt:
+            progress.interrupt("during the sensitivity analysis")
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+    if state.worker:
+        session.config.workeroutput["qaccuracy"] = worker_payload(state.payload(), progress)
+        return
+    state.status = progress.finish(state.workers_without_data, stopped_reason(session))
+    try:
+        with sigterm_as_interrupt():
+            written = state.finish()
+    except KeyboardInterrupt:
+        folder = state.settings.artifacts_dir
+        pytest.exit(f"qaccuracy: interrupted while writing artifacts; {folder} left as it was", 2)
+    failed = not written or state.status.status == INCOMPLETE
+    if failed and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # missing artifacts or results: say so in CI
+
+
+__all__ = [
+    "REPORT_ATTR",
+    "SessionProgress",
+    "check_artifacts_dir",
+    "finish_session",
+    "sigterm_as_interrupt",
+    "stopped_reason",
+    "worker_payload",
+]
