@@ -34,6 +34,7 @@ def finite_result(value: float | None, reason: str | None) -> Result:
         return None, NONFINITE_REASON
     return value, reason
 
+
 _REGISTRY: dict[str, type[Metric]] = {}
 
 
