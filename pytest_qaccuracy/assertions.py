@@ -60,7 +60,7 @@ def _worst_elements(
     flat = badness.reshape(-1).copy()
     if mask is not None:
         flat[~mask.reshape(-1)] = -np.inf
-    count = int(np.isfinite(flat).sum()) if mask is not None else flat.size
+    count = int(np.count_nonzero(mask)) if mask is not None else flat.size  # NaNs (badness inf) count too
     order = np.argsort(-flat, kind="stable")[: min(SHOW, count)]
     shape = np.shape(actual) or (1,)
     a, e = np.asarray(actual).reshape(-1), np.asarray(expected).reshape(-1)

@@ -1,0 +1,237 @@
+"""The assertion helpers' whole failure messages, boundaries and edge cases (``assertions.py``).
+
+Inputs are small dyadic arrays, so each expected figure below was worked out by hand: the message
+layout is the one docs/pytest.md shows (numpy's: the rule, ``Tolerance from:``, then sections).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from pytest_qaccuracy import assertions
+from pytest_qaccuracy.assertions import assert_cosine, assert_relative, assert_topk, assert_within_lsb, fmt
+
+
+def _message(call, *args, **kwargs) -> list[str]:
+    with pytest.raises(AssertionError) as info:
+        call(*args, **kwargs)
+    return str(info.value).splitlines()
+
+
+def test_cosine_message() -> None:
+    actual = np.array([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]])
+    expected = np.array([[1.0, 0.0], [1.0, 0.0], [3.0, 4.0]])
+    # per record 1, 0, 1; overall 26 / sqrt(27 * 27) = 0.962963
+    assert _message(assert_cosine, actual, expected, 0.99, name="y", source="marker") == [
+        "cosine 0.962963 < 0.99 for output 'y'",
+        "Tolerance from: marker",
+        "",
+        "Worst records (cosine):",
+        " record 1: 0",
+        " record 0: 1",
+        " record 2: 1",
+        "",
+        "Worst elements:",
+        " [1, 0]: 0 (ACTUAL), 1 (EXPECTED)",
+        " [1, 1]: 1 (ACTUAL), 0 (EXPECTED)",
+        " [0, 0]: 1 (ACTUAL), 1 (EXPECTED)",
+        " [0, 1]: 0 (ACTUAL), 0 (EXPECTED)",
+        " [2, 0]: 3 (ACTUAL), 3 (EXPECTED)",
+    ]
+
+
+def test_cosine_of_a_vector_is_one_record() -> None:
+    lines = _message(assert_cosine, np.array([1.0, 0.0]), np.array([0.0, 1.0]), 0.5)
+    assert lines[0] == "cosine 0 < 0.5 for output"
+    assert lines[lines.index("Worst records (cosine):") :][:3] == ["Worst records (cosine):", " record 0: 0", ""]
+    assert lines[-2:] == [" [0]: 1 (ACTUAL), 0 (EXPECTED)", " [1]: 0 (ACTUAL), 1 (EXPECTED)"]
+
+
+def test_cosine_boundaries_zeros_and_rounding() -> None:
+    assert assert_cosine(np.array([[3.0, 4.0]]), np.array([[3.0, 4.0]]), 1.0) == 1.0  # at the bound: passes
+    zeros = np.zeros((2, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 0/0 must not warn
+        assert assert_cosine(zeros, zeros, 1.0) == 1.0  # both silent: identical
+        assert assert_cosine(zeros, np.ones((2, 3)), 0.0) == 0.0  # one silent: nothing in common
+        assert assert_cosine(np.ones((2, 3)), zeros, 0.0) == 0.0
+        lines = _message(assert_cosine, np.array([[0.0, 0.0], [1.0, 0.0]]), np.array([[0.0, 0.0], [0.0, 1.0]]), 0.5)
+    assert lines[2:5] == ["Worst records (cosine):", " record 1: 0", " record 0: 1"]
+    # a multiple of e whose rounded cosine is 1.0000000000000002: reported (and compared) as exactly 1 or -1
+    e = np.array([-0.535669373161111, 0.36159505490948474, 1.3040000451301372])
+    a = np.array([-3.9221796962164084, 2.647604760841311, 9.54790913412261])
+    assert assert_cosine(a, e, 1.0) == 1.0
+    assert assert_cosine(-a, e, -1.0) == -1.0
+
+
+def test_cosine_of_integer_outputs_does_not_overflow() -> None:
+    q = np.array([[100, 100]], dtype=np.int8)
+    assert assert_cosine(q, q, 1.0) == 1.0
+    lines = _message(assert_cosine, np.array([[100, 1]], np.int8), np.array([[-28, 0]], np.int8), 0.5)
+    assert lines[-2:] == [" [0, 0]: 100 (ACTUAL), -28 (EXPECTED)", " [0, 1]: 1 (ACTUAL), 0 (EXPECTED)"]
+
+
+def test_relative_message() -> None:
+    actual = np.array([[1.5, 2.625], [3.5, 4.5]])
+    expected = np.array([[1.0, 2.0], [2.0, 4.0]])
+    # tolerance 0.125 + 0.25*|e| = 0.375, 0.625, 0.625, 1.125; |a - e| = 0.5, 0.625 (at the bound), 1.5, 0.5
+    assert _message(assert_relative, actual, expected, rtol=0.25, atol=0.125, name="y", source="ini") == [
+        "2 / 4 elements (50%) outside atol + rtol*|expected| (rtol=0.25, atol=0.125) for output 'y'",
+        "Tolerance from: ini",
+        "",
+        "Max absolute difference among violations: 1.5",
+        "Max relative difference among violations: 0.75",
+        "",
+        "Worst elements:",
+        " [1, 0]: 3.5 (ACTUAL), 2 (EXPECTED)",
+        " [0, 0]: 1.5 (ACTUAL), 1 (EXPECTED)",
+    ]
+    assert assert_relative(actual, expected, rtol=0.25, atol=0.125, max_fraction=0.5) == 0.5
+
+
+def test_relative_zero_reference_allowed_share_and_nan() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the division by a zero reference must not warn
+        lines = _message(
+            assert_relative, np.array([0.5, 1.0, 1.0, 1.0]), np.array([0.0, 1.0, 1.0, 1.0]), 0.5, 0.0, 0.125
+        )
+    assert lines == [
+        "1 / 4 elements (25%) outside atol + rtol*|expected| (rtol=0.5, atol=0) (at most 12.5% allowed) for output",
+        "",
+        "Max absolute difference among violations: 0.5",
+        "Max relative difference among violations: inf",
+        "",
+        "Worst elements:",
+        " [0]: 0.5 (ACTUAL), 0 (EXPECTED)",
+    ]
+    lines = _message(assert_relative, np.array([1.0, np.nan, 3.0]), np.ones(3), rtol=0.0)
+    assert lines[-3:] == ["Worst elements:", " [1]: nan (ACTUAL), 1 (EXPECTED)", " [2]: 3 (ACTUAL), 1 (EXPECTED)"]
+    # one element: 1 of 1 is the whole output
+    with pytest.raises(AssertionError, match=r"^1 / 1 elements \(100%\)"):
+        assert_relative(np.array([2.0]), np.array([1.0]), rtol=0.0, max_fraction=0.75)
+    # integer outputs: differences taken in float64, not wrapped around in int8
+    with pytest.raises(AssertionError, match="Max absolute difference among violations: 200"):
+        assert_relative(np.array([100], np.int8), np.array([-100], np.int8), rtol=0.0)
+
+
+def _topk_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    reference = np.array([[3.0, 2.0, 1.0], [1.0, 3.0, 2.0], [2.0, 1.0, 3.0]])  # fp32 top-1: 0, 1, 2
+    actual = np.array([[3.0, 2.0, 1.0], [3.0, 1.0, 2.0], [2.0, 3.0, 0.0]])  # top-2: [0, 1], [0, 2], [1, 0]
+    return actual, reference, np.array([0, 1, 0])
+
+
+def test_topk_message() -> None:
+    actual, reference, labels = _topk_case()
+    # agreement@2: only record 0 keeps its fp32 winner in the top 2; accuracy@2: fp32 3/3, quantized 2/3
+    assert _message(
+        assert_topk, actual, reference, 2, 0.5, 0.25, labels, name="logits", source="marker"
+    ) == [
+        "top-2 agreement 0.333333 < 0.5 for output 'logits'",
+        "Tolerance from: marker",
+        "",
+        "top-2 accuracy drop 0.333333 > 0.25 for output 'logits' (fp32 1, quantized 0.666667)",
+        "",
+        "2 / 3 records disagree",
+        "",
+        "Worst records:",
+        " record 2: fp32 top-1 class 2, quantized top-2 [1, 0]",  # its winner fell by 3, record 1's by 2
+        " record 1: fp32 top-1 class 1, quantized top-2 [0, 2]",
+    ]  # fmt: skip
+
+
+def test_topk_boundaries_and_default_k() -> None:
+    reference = np.eye(4) + 0.5
+    actual = reference.copy()
+    actual[3] = [1.0, 0.0, 0.0, 0.0]  # record 3 now says class 0
+    labels = np.arange(4)
+    counter = assert_topk(actual, reference, min_agreement=0.75, max_accuracy_drop=0.25, labels=labels)
+    assert counter.ks == (1,) and counter.agreement(1) == 0.75 and counter.drop(1) == 0.25
+    with pytest.raises(AssertionError, match=r"^top-1 agreement 0.75 < 0.875 for output\n"):
+        assert_topk(actual, reference, min_agreement=0.875)
+
+
+def test_topk_argument_errors() -> None:
+    scores = np.eye(3)
+    with pytest.raises(ValueError, match=r"^assert_topk needs min_agreement or max_accuracy_drop$"):
+        assert_topk(scores, scores)
+    with pytest.raises(ValueError, match=r"^max_accuracy_drop needs labels$"):
+        assert_topk(scores, scores, max_accuracy_drop=0.1)
+    with pytest.raises(ValueError, match=r"^shape mismatch: actual \(3, 3\), reference \(2, 3\)$"):
+        assert_topk(scores, scores[:2], min_agreement=0.5)
+
+
+def test_within_lsb_message_per_channel_integers() -> None:
+    q = np.array([[10, -3], [0, 5]], dtype=np.int8)
+    scale, zero_point = np.array([0.5, 0.25]), np.array([2, -1])
+    dequantized = np.array([[4.0, -0.5], [-1.0, 1.5]])  # (q - zero_point) * scale, by column
+    assert assert_within_lsb(q, dequantized, scale, 0, zero_point=zero_point) == 0.0
+    reference = np.array([[4.5, -0.5], [-1.0, 1.0]])  # 1 step off (allowed), and 2 steps off
+    assert _message(assert_within_lsb, q, reference, scale, 1, zero_point=zero_point, name="y", source="marker") == [
+        "lsb 2 > 1 for output 'y'",
+        "Tolerance from: marker",
+        "",
+        "1 / 4 elements (25%) more than 1 steps away",
+        "",
+        "Worst elements:",
+        " [1, 1]: 1.5 (ACTUAL), 1 (EXPECTED)",
+    ]
+    # one zero point for every channel
+    assert assert_within_lsb(q, np.array([[4.0, -1.25], [-1.0, 0.75]]), scale, 0, zero_point=2) == 0.0
+
+
+def test_within_lsb_shapes_scales_and_defaults() -> None:
+    assert assert_within_lsb(1.0, 1.25, 0.5) == 0.5  # scalars
+    assert assert_within_lsb(np.zeros(0), np.zeros(0), 0.5) == 0.0  # nothing to compare
+    # a per-element scale along axis 0 of a vector: 0/0.25 and 0.5/0.5 steps
+    assert assert_within_lsb(np.array([1.0, 2.0]), np.array([1.0, 2.5]), np.array([0.25, 0.5]), axis=0) == 1.0
+    with pytest.raises(AssertionError, match=r"^lsb 2 > 1 for output"):
+        assert_within_lsb(np.array([1.0]), np.array([2.0]), 0.5)  # default max_lsb is 1
+    with pytest.raises(ValueError, match=r"^scale must be positive, got 0$"):
+        assert_within_lsb(np.ones(2), np.ones(2), 0)
+    with pytest.raises(ValueError, match=r"^shape mismatch: actual \(2,\), reference \(3,\)$"):
+        assert_within_lsb(np.ones(2), np.ones(3), 1.0)
+    with pytest.raises(ValueError, match=r"^shape mismatch: actual \(2,\), expected \(3,\)$"):
+        assert_cosine(np.ones(2), np.ones(3), 0.5)
+
+
+def test_nan_is_infinitely_many_steps_away_and_listed_first() -> None:
+    """A NaN output is the worst element: it is listed, first, next to the other violations."""
+    lines = _message(assert_within_lsb, np.array([np.nan, 3.0, 1.0]), np.array([1.0, 1.0, 1.0]), 0.5)
+    assert lines == [
+        "lsb inf > 1 for output",
+        "",
+        "2 / 3 elements (66.6667%) more than 1 steps away",
+        "",
+        "Worst elements:",
+        " [0]: nan (ACTUAL), 1 (EXPECTED)",
+        " [1]: 3 (ACTUAL), 1 (EXPECTED)",
+    ]
+
+
+def test_fmt() -> None:
+    assert fmt(None) == "undefined"
+    assert fmt(np.float32(0.1)) == "0.1" and fmt(1234567.0) == "1.23457e+06"
+
+
+@pytest.mark.parametrize(
+    ("helper", "args"),
+    [
+        (assert_cosine, (np.ones(2), -np.ones(2), 0.5)),
+        (assert_relative, (np.ones(2), -np.ones(2), 0.0)),
+        (assert_topk, (np.eye(2), np.eye(2)[::-1], 1, 1.0)),
+        (assert_within_lsb, (np.ones(2), -np.ones(2), 0.5)),
+    ],
+)
+def test_helper_frames_are_hidden_from_pytest_tracebacks(helper, args) -> None:
+    """pytest leaves out frames whose ``__tracebackhide__`` is true: the failure points at the test."""
+    with pytest.raises(AssertionError) as info:
+        helper(*args)
+    frames, tb = [], info.tb
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == assertions.__file__:
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    assert frames and all(frame.f_locals.get("__tracebackhide__") is True for frame in frames)
