@@ -1,0 +1,273 @@
+"""Mutation testing of the modules where a silent bug would mislead users (issue 19).
+
+Runs mutmut 3 (``pip install -e ".[mutation]"``) once per group below, each in its own copy of the
+work tree under a temporary folder, so no mutated file ever lands in the work tree. Each group pairs
+the modules to mutate with the test files that exercise them; mutmut then runs, for each mutant, only
+those of the group's tests that call the mutated function. Prints the score per module and fails if a
+module falls below ``--fail-under``.
+
+    python scripts/mutation.py                       # every group, about 25 minutes on 2 cores
+    python scripts/mutation.py --group rules atomic  # some groups
+    python scripts/mutation.py --survivors           # also print each surviving mutant's diff
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "pytest_qaccuracy"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Modules mutated together and the test files that exercise them."""
+
+    modules: tuple[str, ...]
+    tests: tuple[str, ...]
+
+
+GROUPS: dict[str, Group] = {
+    "metrics": Group(
+        ("metrics/*",),
+        ("tests/test_metrics.py", "tests/test_assertions.py", "tests/test_compare.py", "tests/plugin/test_outputs.py"),
+    ),
+    "assertions": Group(("assertions.py",), ("tests/test_assertions.py", "tests/test_assertion_messages.py")),
+    "data": Group(("data/*",), ("tests/test_data.py", "tests/test_compare.py")),
+    "rules": Group(("plugin/rules.py",), ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py")),
+    "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),
+    "atomic": Group(("report/atomic.py",), ("tests/report/test_atomic_writers.py",)),
+    "matching": Group(("model/matching.py",), ("tests/test_matching.py", "tests/test_pair.py")),
+    "arith": Group(
+        ("backend/arith.py",),
+        ("tests/backend/test_arith.py", "tests/backend/test_fixed_point.py", "tests/backend/test_pairs.py"),
+    ),
+}
+
+# mutmut's exit-code verdicts (mutmut/stats.py); a timeout means the tests noticed the mutant
+KILLED = {"killed", "timeout", "caught by type check"}
+STATUS = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    36: "timeout",
+    37: "caught by type check",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    None: "not checked",
+}
+
+
+#: Surviving mutants that cannot change what a user sees: (regex over the removed line(s), its
+#: replacement, reason). A mutant whose added line(s) equal the removed ones so rewritten is
+#: counted as equivalent, apart from the score. docs/testing.md explains each one.
+EQUIVALENT: list[tuple[str, str, str]] = [
+    (r"\.reshape\(([^()]*?)-1\b", r".reshape(\1-2", "numpy reads any negative size in reshape as 'the rest'"),
+    (r'kind="stable"', 'kind="STABLE"', "numpy reads the sort kind case-insensitively"),
+    (r'float\("nan"\)', 'float("NAN")', "float() reads 'nan' case-insensitively"),
+    (r'\.kind in "(\w+)"', r'.kind in "XX\1XX"', "a dtype kind is one letter, never X: 'i' in 'iu' as in 'XXiuXX'"),
+]
+
+MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
+
+
+def status(exit_code: int | None) -> str:
+    """mutmut's verdict for a worker's exit code."""
+    return STATUS.get(exit_code, "suspicious")
+
+
+def copy_tree(dest: Path, rev: str | None) -> None:
+    """Copy the package, the tests and pyproject.toml into dest: from commit ``rev``, or else from
+    the work tree (tracked and new files, not ignored ones)."""
+    paths = [PACKAGE, "tests", "example_suites", "pyproject.toml"]
+    if rev is not None:
+        archive = subprocess.run(["git", "archive", rev, "--", *paths], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+        return
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z", "--", *paths],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout.split(b"\0")
+    for name in (n.decode() for n in listed if n):
+        source = ROOT / name
+        if source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+
+
+def toml_list(items: list[str]) -> str:
+    """A TOML array of strings."""
+    return "[" + ", ".join(json.dumps(item) for item in items) + "]"
+
+
+def write_config(dest: Path, group: Group) -> None:
+    """Append the group's [tool.mutmut] table to the copy's pyproject.toml."""
+    config = {
+        "source_paths": toml_list([PACKAGE]),
+        "only_mutate": toml_list([f"{PACKAGE}/{module}" for module in group.modules]),
+        "pytest_add_cli_args_test_selection": toml_list(list(group.tests)),
+        "pytest_add_cli_args": toml_list(["-p", "no:cacheprovider", "-p", "no:xdist", "-W", "ignore"]),
+        "use_git_change_detection": "false",
+        "use_setproctitle": "false",
+    }
+    pyproject = dest / "pyproject.toml"
+    text = re.sub(r"(?ms)^\[tool\.mutmut\].*?(?=^\[|\Z)", "", pyproject.read_text())
+    lines = "\n".join(f"{key} = {value}" for key, value in config.items())
+    pyproject.write_text(f"{text}\n[tool.mutmut]\n{lines}\n")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutant: its name, the file it changes, mutmut's verdict and, unless killed, its diff."""
+
+    name: str
+    module: str
+    verdict: str
+    diff: str = ""
+
+
+def run_group(name: str, group: Group, workdir: Path, jobs: int, rev: str | None) -> list[Mutant]:
+    """Run mutmut on one group in a fresh copy; return every mutant with its verdict."""
+    dest = workdir / name
+    dest.mkdir(parents=True)
+    copy_tree(dest, rev)
+    write_config(dest, group)
+    # made now: a sys.path entry that does not exist at start-up is never looked at again
+    (dest / "mutants").mkdir()
+    # subprocesses started by the tests (CLI runs, pytester) import the mutated copy too
+    env = {**os.environ, "PYTHONPATH": str(dest / "mutants"), "PYTHONDONTWRITEBYTECODE": "1"}
+    log = dest / "mutmut.log"
+    with log.open("w") as out:
+        done = subprocess.run([*MUTMUT, "run", "--max-children", str(jobs)], cwd=dest, env=env, stdout=out, stderr=out)
+    if done.returncode != 0:
+        sys.exit(f"mutmut failed on group {name}; see {log}:\n" + log.read_text()[-3000:])
+    return read_results(dest)
+
+
+def read_results(dest: Path) -> list[Mutant]:
+    """The verdicts mutmut left in ``dest/mutants/**.meta``, with the diff of every mutant not killed."""
+    from mutmut.configuration import reset_config
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    mutants = []
+    cwd = Path.cwd()
+    os.chdir(dest)  # mutmut reads its config and the mutated files from the current folder
+    try:
+        reset_config()
+        for meta in sorted(Path("mutants").rglob("*.py.meta")):
+            module = str(meta.relative_to("mutants"))[: -len(".meta")]
+            for mutant, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+                verdict = status(code)
+                diff = "" if verdict in KILLED else get_diff_for_mutant(mutant, path=module)
+                mutants.append(Mutant(mutant, module.removeprefix(PACKAGE + "/"), verdict, diff))
+    finally:
+        os.chdir(cwd)
+    return mutants
+
+
+def changed_lines(diff: str) -> tuple[str, str]:
+    """The removed and the added lines of a mutant's diff, each joined and stripped."""
+    lines = diff.splitlines()[2:]  # past the --- / +++ header
+    old = " ".join(x[1:].strip() for x in lines if x.startswith("-"))
+    new = " ".join(x[1:].strip() for x in lines if x.startswith("+"))
+    return old, new
+
+
+def equivalent(mutant: Mutant) -> str | None:
+    """The reason a surviving mutant cannot change behaviour, or None (see EQUIVALENT)."""
+    if mutant.verdict in KILLED or not mutant.diff:
+        return None
+    old, new = changed_lines(mutant.diff)
+    for pattern, replacement, reason in EQUIVALENT:
+        for match in re.finditer(pattern, old):  # mutmut changes one place at a time
+            if old[: match.start()] + match.expand(replacement) + old[match.end() :] == new:
+                return reason
+    return None
+
+
+def print_scores(mutants: list[Mutant], elapsed: dict[str, float]) -> list[tuple[str, float]]:
+    """Print killed/total per file (equivalent mutants counted apart); return each file's score in percent."""
+    by_module: dict[str, Counter[str]] = {}
+    for mutant in mutants:
+        verdict = "equivalent" if equivalent(mutant) else mutant.verdict
+        by_module.setdefault(mutant.module, Counter())[verdict] += 1
+    by_module["all"] = sum(by_module.values(), Counter())
+    scores = []
+    print(f"{'module':30} {'killed':>7} {'total':>6} {'score':>7}  not killed")
+    for module, counts in sorted(by_module.items(), key=lambda item: (item[0] == "all", item[0])):
+        total = sum(n for verdict, n in counts.items() if verdict not in ("skipped", "equivalent"))
+        killed = sum(counts[verdict] for verdict in KILLED)
+        score = 100.0 * killed / total if total else 100.0
+        if module != "all":
+            scores.append((module, score))
+        others = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()) if verdict not in KILLED)
+        print(f"{module:30} {killed:>7} {total:>6} {score:>6.1f}%  {others}")
+    print("time: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in elapsed.items()))
+    return scores
+
+
+def print_survivors(mutants: list[Mutant]) -> None:
+    """Print the diff of every mutant not killed (equivalent ones with their reason)."""
+    for mutant in mutants:
+        if mutant.verdict not in KILLED | {"skipped"}:
+            reason = equivalent(mutant)
+            label = f"equivalent ({reason})" if reason else mutant.verdict
+            print(f"--- {label}: {mutant.name}\n{mutant.diff}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen groups and print the score per module."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--group", nargs="+", choices=sorted(GROUPS), default=list(GROUPS), help="groups to run")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="mutants run at once")
+    parser.add_argument("--fail-under", type=float, default=0.0, help="fail if a module's score is lower (percent)")
+    parser.add_argument("--survivors", action="store_true", help="print the diff of each mutant not killed")
+    parser.add_argument("--rev", help="mutate this commit (e.g. HEAD) instead of the work tree")
+    parser.add_argument("--keep", action="store_true", help="keep the copies (their path is printed)")
+    args = parser.parse_args(argv)
+
+    workdir = Path(tempfile.mkdtemp(prefix="qaccuracy-mutation-"))
+    mutants: list[Mutant] = []
+    elapsed: dict[str, float] = {}
+    try:
+        for name in args.group:
+            start = time.monotonic()
+            mutants += run_group(name, GROUPS[name], workdir, args.jobs, args.rev)
+            elapsed[name] = time.monotonic() - start
+            print(f"{name}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+        elapsed["total"] = sum(elapsed.values())
+        if args.survivors:
+            print_survivors(mutants)
+        scores = print_scores(mutants, elapsed)
+    finally:
+        if args.keep:
+            print(f"copies kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    low = [f"{module} {score:.1f}%" for module, score in scores if score < args.fail_under]
+    if low:
+        print(f"below {args.fail_under:g}%: {', '.join(low)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

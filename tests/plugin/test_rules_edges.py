@@ -1,0 +1,65 @@
+"""Edges of tolerance parsing and rule selection (``plugin/rules.py``), from docs/pytest.md's rules."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance, parse_number, parse_rule, parse_rules
+
+
+def test_parse_number_keeps_the_kind_asked_for() -> None:
+    assert parse_number(3) == 3.0 and type(parse_number(3)) is float
+    assert parse_number(2.5) == 2.5
+    assert parse_number(7, int) == 7 and type(parse_number(7, int)) is int
+    assert parse_number(" 4 ", int) == 4 and type(parse_number(" 4 ", int)) is int
+    with pytest.raises(ValueError, match=r"^expected an integer, got '2.5'$"):
+        parse_number(2.5, int)
+    with pytest.raises(ValueError, match=r"^expected a number, got 'nan'$"):
+        parse_number("nan")
+    with pytest.raises(ValueError, match=r"^expected a number, got '0.1 ; why' \(inline comments are not supported"):
+        parse_number("0.1 ; why")
+    with pytest.raises(ValueError, match=r"^expected a number, got 'high'$"):
+        parse_number("high")  # no hint when nothing explains it
+
+
+def test_check_tolerance_bounds_are_inclusive() -> None:
+    for name in ("min_cosine", "min_top1_agreement", "max_top1_drop", "max_saturated"):
+        assert check_tolerance(name, 1) == 1.0
+        assert check_tolerance(name, 0) == 0.0
+        with pytest.raises(ValueError, match=rf"^{name}: must be between 0 and 1, got 1.5$"):
+            check_tolerance(name, 1.5)
+    assert check_tolerance("max_lsb", 2.5) == 2.5  # no upper bound
+    assert check_tolerance("topk", 1) == 1
+    with pytest.raises(ValueError, match=r"^max_lsb: must be >= 0, got -1.0$"):
+        check_tolerance("max_lsb", -1)
+    with pytest.raises(ValueError, match=r"^topk: expected an integer, got '2.5'$"):
+        check_tolerance("topk", "2.5")
+    known = ", ".join(TOLERANCES)
+    with pytest.raises(ValueError, match=rf"^unknown tolerance 'x' \(known: {known}\)$"):
+        check_tolerance("x", 1)
+
+
+def test_rule_holds() -> None:
+    rule = parse_rule("* sqnr>=20", "ini")
+    assert rule.holds(20.0) and rule.holds(21.0) and not rule.holds(19.5)
+    assert not rule.holds(None)
+    assert parse_rule("* lsb<1", "ini").holds(0.5) and not parse_rule("* lsb<1", "ini").holds(1.0)
+
+
+def test_parse_rule_keeps_its_text_source_and_position() -> None:
+    rule = parse_rule("  ::conv* SQNR>=20  ", "ini file pytest.ini", 3)
+    assert rule == Rule("*", "conv*", "sqnr", ">=", 20.0, "::conv* SQNR>=20", "ini file pytest.ini", 3)
+    assert parse_rule("* cosine>=0.9", "marker").position == 0
+    message = "bad tolerance rule 'sqnr': expected '<pair glob>[::<layer glob>] <metric><op><value>'"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        parse_rule(" sqnr ", "ini")
+
+
+def test_parse_rules_numbers_rules_and_checks_metrics() -> None:
+    rules = parse_rules(["# note", "", "* cosine>=0.9", "*::* sqnr>=20"], "ini", known_metrics=iter(["sqnr", "cosine"]))
+    assert [(r.position, r.source, r.text) for r in rules] == [(0, "ini", "* cosine>=0.9"), (1, "ini", "*::* sqnr>=20")]
+    with pytest.raises(ValueError, match="unknown metric 'lsb'"):
+        parse_rules(["* lsb<=1"], "ini", known_metrics=["sqnr"])
+    assert parse_rules(["* lsb<=1"], "ini")[0].metric == "lsb"  # no list: any metric
