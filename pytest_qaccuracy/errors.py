@@ -27,5 +27,10 @@ class MetricError(InputError):
     """An unknown metric, or a metric registered twice."""
 
 
+class CheckError(QAccuracyError):
+    """An unexpected exception while checking a pair, as one line that names the pair (when known),
+    the output or layer and the cause; the original exception is chained (``__cause__``)."""
+
+
 class UnsupportedOpError(QAccuracyError):
     """An op that the emulated integer backend cannot run; the message names node, op and domain."""

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
+from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
-from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.errors import CheckError, InputError, QAccuracyError
 from pytest_qaccuracy.metrics import Metric, TensorPair, get_metric, parse_metric_names
-from pytest_qaccuracy.metrics.pair import scratch
 from pytest_qaccuracy.metrics.base import finite_result
+from pytest_qaccuracy.metrics.channels import ChannelSpans
+from pytest_qaccuracy.metrics.pair import scratch
 from pytest_qaccuracy.model.matching import TensorMatch
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams
@@ -41,8 +43,19 @@ class _Tracked:
     worst: dict[str, list[tuple[float, int, float]]] | None = None  # metric -> heap of (badness, record, value)
     problem: str | None = None
     fields: frozenset[str] = frozenset()  # RecordStats fields the metrics read, computed together
+    view: SliceSpec | None = None  # a named view of an output (its name replaces ``fp32`` in results)
+    spans: ChannelSpans | None = None  # per-channel ranges, for tensors with one scale
+
+    @property
+    def target(self) -> str:
+        """``output 'y'``, ``output 'boxes'`` (a view) or ``layer 'conv1'``, for messages."""
+        if self.view is not None:
+            return f"output '{self.view.name}'"
+        return f"{'output' if self.worst is not None else 'layer'} '{self.fp32}'"
 
     def update(self, ref: np.ndarray, test: np.ndarray, first_record: int) -> None:
+        if self.view is not None:
+            ref, test = self.view.take(ref), self.view.take(test)
         if ref.shape != test.shape:
             self.problem = f"shape {ref.shape[1:]} in the fp32 model but {test.shape[1:]} in the quantized model"
             return
@@ -55,6 +68,8 @@ class _Tracked:
         pair.stats.prepare(self.fields)
         for metric in self.metrics.values():
             metric.update(pair)
+        if self.spans is not None:
+            self.spans.update(ref)
         if self.worst is not None:
             self._track_worst(pair)
 
@@ -95,6 +110,7 @@ def compare(
     allow_nonfinite: bool = False,
     backend: str = "onnxruntime",
     scheme: str | None = None,
+    slices: Sequence[SliceSpec] = (),
 ) -> ComparisonResult:
     """Compare an fp32/quantized pair on every record of ``data``.
 
@@ -109,6 +125,7 @@ def compare(
         allow_nonfinite: accept NaN/Inf in the inputs.
         backend: ``onnxruntime`` or ``integer`` (the emulated integer backend) for the quantized model.
         scheme: the integer backend's scheme preset (default ``onnxruntime``).
+        slices: named views of outputs, compared as outputs of their own (:mod:`.slices`).
 
     Returns:
         A :class:`ComparisonResult` (contract 2).
@@ -122,7 +139,11 @@ def compare(
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     try:
         bound = bind_dataset(dataset, pair.inputs, allow_nonfinite=allow_nonfinite)
-        outputs = _output_trackers(pair, names)
+        try:
+            check_outputs(list(slices), [f for f, _ in pair.output_pairs()])
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        outputs = _output_trackers(pair, names, slices)
         layer_matches = pair.matching.matches if layers else []
         layer_trackers = [_tracker(m.fp32, m.capture, m.params, names) for m in layer_matches]
         fp32_runner = OrtRunner(
@@ -152,7 +173,12 @@ def _fold(pool: ThreadPoolExecutor, trackers: list[_Tracked], ref: dict, test: d
 
     def one(tracker: _Tracked) -> None:
         if tracker.problem is None:
-            tracker.update(ref[tracker.fp32], test[tracker.capture], start)
+            try:
+                tracker.update(ref[tracker.fp32], test[tracker.capture], start)
+            except QAccuracyError:
+                raise
+            except Exception as exc:  # a bug or an unforeseen tensor: name the tensor (issue 17)
+                raise CheckError(f"{tracker.target}: {type(exc).__name__}: {exc}") from exc
 
     for _ in pool.map(one, trackers):
         pass
@@ -162,19 +188,31 @@ def _workers(options: RuntimeOptions) -> int:
     return max(1, options.threads or os.cpu_count() or 1)
 
 
-def _tracker(fp32: str, capture: str, params: QuantParams | None, names: list[str], worst: bool = False) -> _Tracked:
+def _tracker(
+    fp32: str,
+    capture: str,
+    params: QuantParams | None,
+    names: list[str],
+    worst: bool = False,
+    view: SliceSpec | None = None,
+) -> _Tracked:
     metrics = {n: get_metric(n)() for n in names}
     fields = frozenset(f for m in metrics.values() for f in m.stats_fields)
-    return _Tracked(fp32, capture, params, metrics, {} if worst else None, fields=fields)
+    spans = ChannelSpans() if params is not None and params.per_tensor_scale is not None else None
+    return _Tracked(fp32, capture, params, metrics, {} if worst else None, fields=fields, view=view, spans=spans)
 
 
-def _output_trackers(pair: ModelPair, names: list[str]) -> list[_Tracked]:
+def _output_trackers(pair: ModelPair, names: list[str], slices: Sequence[SliceSpec] = ()) -> list[_Tracked]:
     """Outputs are captured like layers: a DequantizeLinear output as its integer input (keeps fusion
-    intact), an integer output dequantized, a float output as it is."""
-    trackers = []
+    intact), an integer output dequantized, a float output as it is. Views follow the outputs."""
+    trackers, found = [], {}
     for f_name, q_name in pair.output_pairs():
         _, capture, params = pair.matcher.resolve(q_name, follow_quantize=False)
         trackers.append(_tracker(f_name, capture, params, names, worst=True))
+        found[f_name] = (capture, params)
+    for view in slices:
+        capture, params = found[view.output]
+        trackers.append(_tracker(view.output, capture, params, names, worst=True, view=view))
     return trackers
 
 
@@ -190,11 +228,14 @@ def _result(
     q_runner,
 ) -> ComparisonResult:
     out_results = []
-    for (f_name, q_name), tracker in zip(pair.output_pairs(), outputs, strict=True):
+    quantized_names = [q for _, q in pair.output_pairs()] + [t.view.view for t in outputs if t.view is not None]
+    for q_name, tracker in zip(quantized_names, outputs, strict=True):
+        name = tracker.view.name if tracker.view is not None else tracker.fp32
         if tracker.problem:
-            raise InputError(f"output '{f_name}': {tracker.problem}")
+            raise InputError(f"output '{name}': {tracker.problem}")
         values, undefined = tracker.results()
-        out_results.append(OutputResult(f_name, values, undefined, tracker.worst_records(), q_name))
+        worst = tracker.worst_records()
+        out_results.append(OutputResult(name, values, undefined, worst, q_name, _channel_report(tracker)))
     layers, unmatched_fp32 = [], list(pair.matching.unmatched_fp32)
     unmatched_q = list(pair.matching.unmatched_quantized)
     for match, tracker in zip(matches, trackers, strict=True):
@@ -215,6 +256,7 @@ def _result(
                 undefined,
                 match.matched_by,
                 scale,
+                _channel_report(tracker),
             )
         )
     return ComparisonResult(
@@ -232,6 +274,12 @@ def _result(
         capture=getattr(q_runner, "capture", capture),
         higher_is_better={n: get_metric(n).higher_is_better for n in names},
     )
+
+
+def _channel_report(tracker: _Tracked):
+    if tracker.spans is None or tracker.params is None:
+        return None
+    return tracker.spans.report(tracker.params.per_tensor_scale)
 
 
 def worst_layers(result: ComparisonResult, metric: str, count: int = 5) -> list[LayerResult]:

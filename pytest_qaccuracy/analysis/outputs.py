@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
-from pytest_qaccuracy.metrics.topk import TopKCounter, as_scores
+from pytest_qaccuracy.errors import CheckError, InputError, QAccuracyError
+from pytest_qaccuracy.metrics.topk import ScoreLayout, TopKCounter, score_layout
 from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.matching import FLOAT_TYPES
 from pytest_qaccuracy.model.pair import ModelPair
@@ -101,24 +103,83 @@ class _RelativeTracker:
 
 @dataclass(frozen=True, slots=True)
 class OutputStats:
-    """Per output name: top-k counts (class-score outputs only) and relative-tolerance stats."""
+    """Per output name: top-k counts (class-score outputs only) and relative-tolerance stats.
+
+    ``problems`` names the outputs that top-k could not count, with a one-line reason that gives the
+    output's shape and dtype; ``candidates`` describes every output when none could be counted.
+    """
 
     topk: dict[str, dict[str, Any]]
     relative: dict[str, RelativeStats]
+    problems: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topk": self.topk, "relative": {k: v.to_dict() for k, v in self.relative.items()}}
+        return {
+            "topk": self.topk,
+            "relative": {k: v.to_dict() for k, v in self.relative.items()},
+            "problems": dict(self.problems),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OutputStats:
-        return cls(dict(data["topk"]), {k: RelativeStats.from_dict(v) for k, v in data["relative"].items()})
+        relative = {k: RelativeStats.from_dict(v) for k, v in data["relative"].items()}
+        return cls(dict(data["topk"]), relative, dict(data.get("problems", {})))
 
 
-def _is_scores(array: np.ndarray) -> bool:
+def parse_scores(text: str | None, outputs: Sequence[str]) -> tuple[str, int | None] | None:
+    """``scores`` as (output, class axis): ``"logits"``, or ``"logits:1"`` for classes on axis 1
+    (an output whose own name ends in ``:<n>`` is taken whole). ValueError names the known outputs."""
+    if text is None:
+        return None
+    if text in outputs:
+        return text, None
+    name, _, axis = text.rpartition(":")
+    if name in outputs and axis.lstrip("-").isdigit():
+        return name, int(axis)
+    raise ValueError(f"scores: no output {text!r} (outputs: {', '.join(outputs)})")
+
+
+def _describe(name: str, array: np.ndarray) -> str:
+    return f"output '{name}' {array.dtype} {tuple(array.shape)}"
+
+
+def plan_topk(
+    outputs: dict[str, np.ndarray], scores: str | None = None, automatic: int | None = None
+) -> tuple[dict[str, ScoreLayout], dict[str, str]]:
+    """Which outputs top-k counts, and how (from one batch of fp32 outputs); and why others cannot.
+
+    Named (``scores``): that output only; scores on the named axis, else ``(records, classes)``,
+    else a sequence with the classes last; integer outputs count as labels. Not named: the first
+    ``automatic`` outputs (default all) that are float ``(records, classes)``; without any, integer
+    label outputs ``(records,)``.
+    """
     try:
-        return as_scores(array).shape[1] >= 2
-    except ValueError:
-        return False
+        named = parse_scores(scores, list(outputs))
+    except ValueError as exc:
+        return {}, {str(scores): str(exc)}
+    if named is not None:
+        name, axis = named
+        array = outputs[name]
+        for attempt in (axis,) if axis is not None else (None, -1):
+            try:
+                return {name: score_layout(array, attempt)}, {}
+            except ValueError as exc:
+                reason = str(exc)
+        return {}, {name: f"{_describe(name, array)}: {reason}"}
+    layouts, problems = {}, {}
+    for name, array in list(outputs.items())[:automatic]:  # views are counted only when named
+        try:
+            layouts[name] = score_layout(array)
+        except ValueError as exc:
+            hint = f'; to count per position: scores = "{name}" (classes last) or "{name}:<axis>"'
+            problems[name] = f"{_describe(name, array)}: {exc}" + (hint if array.ndim > 2 else "")
+    found = {n: x for n, x in layouts.items() if x.kind == "scores"}
+    if not found:
+        found = {n: x for n, x in layouts.items() if x.positions == 1}  # labels, one per record
+    for name, layout in layouts.items():
+        if name not in found:
+            problems[name] = f"{_describe(name, outputs[name])}: {layout.kind} {layout.describe()}"
+    return found, problems
 
 
 def _integer_outputs(pair: ModelPair) -> dict[str, QuantParams]:
@@ -143,6 +204,8 @@ def measure_outputs(
     options: RuntimeOptions | None = None,
     backend: str = "onnxruntime",
     scheme: str | None = None,
+    scores: str | None = None,
+    slices: Sequence[SliceSpec] = (),
 ) -> OutputStats:
     """Run both models on every record and measure their outputs.
 
@@ -156,6 +219,9 @@ def measure_outputs(
         options: onnxruntime options.
         backend: ``onnxruntime`` or ``integer`` (the emulated integer backend) for the quantized model.
         scheme: the integer backend's scheme preset (default ``onnxruntime``).
+        scores: the output top-k counts (``"logits"``, or ``"logits:1"`` for classes on axis 1);
+            default: every float output shaped ``(records, classes)`` (see :func:`plan_topk`).
+        slices: named views of outputs, measured as outputs of their own (and ``scores`` may name one).
 
     Returns:
         :class:`OutputStats` keyed by the fp32 model's output names.
@@ -167,29 +233,59 @@ def measure_outputs(
             labels = dataset.labels()
         bound = bind_dataset(dataset, pair.inputs)
         names = pair.output_pairs()
+        try:
+            check_outputs(list(slices), [f for f, _ in names])
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
         params = _integer_outputs(pair)
+        outputs = [*names, *((v.name, v.name) for v in slices)]
         fp32 = OrtRunner(pair.fp32, [f for f, _ in names], options, pair.fp32_path.name)
         quant = make_runner(pair.quantized, [q for _, q in names], options, pair.quantized_path.name, backend, scheme)
-        counters: dict[str, TopKCounter | None] = {}
-        relative = {f: _RelativeTracker(rtol or 0.0, atol or 0.0) for f, _ in names} if rtol or atol else {}
+        counters: dict[str, TopKCounter] | None = None
+        problems: dict[str, str] = {}
+        relative = {f: _RelativeTracker(rtol or 0.0, atol or 0.0) for f, _ in outputs} if rtol or atol else {}
         for batch in bound.iter_batches(options.batch_size):
             ref, test = fp32.run(batch), quant.run(batch)
             test = {q: params[q].dequantize(t) if q in params else t for q, t in test.items()}
+            for view in slices:  # a view's fp32 and quantized values go by its name
+                ref[view.name] = view.take(ref[view.output])
+                test[view.name] = view.take(test[dict(names)[view.output]])
             batch_labels = None if labels is None else np.asarray(labels)[batch.start : batch.start + len(batch)]
-            for f, q in names:
-                if f not in counters:
-                    counters[f] = TopKCounter(tuple(ks)) if _is_scores(ref[f]) else None
-                if counters[f] is not None:
-                    counters[f].update(ref[f], test[q].astype(np.float32), batch_labels)
-                if f in relative:
-                    relative[f].update(ref[f], test[q], batch.start)
+            if counters is None:
+                layouts, problems = plan_topk({f: ref[f] for f, _ in outputs}, scores, len(names))
+                counters = {f: TopKCounter(tuple(ks), layout=layout) for f, layout in layouts.items()}
+            for f, q in outputs:
+                try:
+                    if f in counters:
+                        _count(counters, problems, f, ref[f], test[q], batch_labels)
+                    if f in relative:
+                        relative[f].update(ref[f], test[q], batch.start)
+                except QAccuracyError:
+                    raise
+                except Exception as exc:  # name the output (issue 17)
+                    raise CheckError(f"output '{f}': {type(exc).__name__}: {exc}") from exc
     finally:
         if not isinstance(data, Dataset):
             dataset.close()
     return OutputStats(
-        {name: c.to_dict() for name, c in counters.items() if c is not None},
+        {name: c.to_dict() for name, c in (counters or {}).items()},
         {name: r.result() for name, r in relative.items()},
+        problems,
     )
 
 
-__all__ = ["OutputStats", "RelativeStats", "measure_outputs"]
+def _count(
+    counters: dict[str, TopKCounter], problems: dict[str, str], name: str, ref: np.ndarray, test: np.ndarray, labels
+) -> None:
+    """Fold one output into its counter; a batch it cannot count drops the counter with the reason."""
+    counter = counters[name]
+    if counter.layout.kind == "scores":
+        test = test.astype(np.float32, copy=False)
+    try:
+        counter.update(ref, test, labels)
+    except ValueError as exc:
+        problems[name] = f"{_describe(name, ref)}: {exc}"
+        del counters[name]
+
+
+__all__ = ["OutputStats", "RelativeStats", "measure_outputs", "parse_scores", "plan_topk"]

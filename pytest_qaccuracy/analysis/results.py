@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_qaccuracy.metrics.channels import ChannelReport
+
 SCHEMA_VERSION = 1
 
 
@@ -34,6 +36,10 @@ def _metrics_from(data: Any, where: str) -> dict[str, float | None]:
     return dict(data)
 
 
+def _channels_from(data: Mapping[str, Any]) -> ChannelReport | None:
+    return ChannelReport.from_dict(data["channels"]) if data.get("channels") else None
+
+
 @dataclass(frozen=True, slots=True)
 class OutputResult:
     """Metrics of one model output over all records.
@@ -47,6 +53,8 @@ class OutputResult:
     undefined: Mapping[str, str] = field(default_factory=dict)
     worst_records: Mapping[str, list[tuple[int, float]]] = field(default_factory=dict)
     quantized_tensor: str | None = None
+    #: its narrowest varying channels in quantization steps, when it has one scale
+    channels: ChannelReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "metrics": _metrics_dict(self.metrics)}
@@ -56,6 +64,8 @@ class OutputResult:
             out["undefined"] = dict(self.undefined)
         if self.worst_records:
             out["worst_records"] = {m: [[int(r), float(v)] for r, v in rows] for m, rows in self.worst_records.items()}
+        if self.channels is not None:
+            out["channels"] = self.channels.to_dict()
         return out
 
     @classmethod
@@ -68,6 +78,7 @@ class OutputResult:
                 m: [(int(r), float(v)) for r, v in rows] for m, rows in data.get("worst_records", {}).items()
             },
             quantized_tensor=data.get("quantized_tensor"),
+            channels=_channels_from(data),
         )
 
 
@@ -84,6 +95,7 @@ class LayerResult:
     undefined: Mapping[str, str] = field(default_factory=dict)
     matched_by: str = "name"
     scale: float | None = None
+    channels: ChannelReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -99,6 +111,8 @@ class LayerResult:
             out["scale"] = float(self.scale)
         if self.undefined:
             out["undefined"] = dict(self.undefined)
+        if self.channels is not None:
+            out["channels"] = self.channels.to_dict()
         return out
 
     @classmethod
@@ -113,6 +127,7 @@ class LayerResult:
             undefined=dict(data.get("undefined", {})),
             matched_by=data.get("matched_by", "name"),
             scale=data.get("scale"),
+            channels=_channels_from(data),
         )
 
 

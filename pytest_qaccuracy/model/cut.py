@@ -42,8 +42,9 @@ def cut_pair(pair: ModelPair, names: Sequence[str]) -> ModelPair:
 
 
 def measurable(pair: ModelPair) -> dict[str, str]:
-    """Every fp32 tensor an analysis can be measured at, with its quantized counterpart."""
-    table = {m.fp32: m.quantized for m in pair.matching.matches}
+    """Every fp32 tensor an analysis can be measured at, with its quantized counterpart (not the
+    graph inputs: nothing lies before them to analyse)."""
+    table = {m.fp32: m.quantized for m in pair.matching.matches if m.node is not None}
     table.update(pair.output_pairs())
     return table
 

@@ -18,6 +18,8 @@ from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.assertions import SHOW, fmt
 from pytest_qaccuracy.plugin.rules import OPS, SATURATION, Rule, rules_for
 
+#: The tolerance on how many quantization steps each varying channel of an output spans.
+CHANNELS = "min_channel_steps"
 #: Tolerance -> (metric of ComparisonResult, op, unit) for the simple output checks.
 SIMPLE = {"min_cosine": ("cosine", ">=", ""), "min_sqnr": ("sqnr", ">=", " dB"), "max_lsb": ("lsb", "<=", "")}
 _NEGATED = {">=": "<", "<=": ">", ">": "<=", "<": ">="}
@@ -81,25 +83,53 @@ def _compare(
     return Outcome(check, target, metric, op, threshold, value, passed, source, detail)
 
 
-def _output_checks(result: ComparisonResult, stats: OutputStats | None, tolerances: Tolerances) -> list[Outcome]:
+def _output_checks(
+    result: ComparisonResult, stats: OutputStats | None, tolerances: Tolerances, slices: Sequence[Any] = ()
+) -> list[Outcome]:
     rows = []
+    # a view's own tolerance replaces the pair's for the checks asked for (a suite item asks for one)
+    own = {s.name: {k: (v, f"slice '{s.name}' {k}=") for k, v in s.tolerances if k in tolerances} for s in slices}
     for output in result.outputs:
         target = f"output '{output.name}'"
+        mine = {k: v for k, v in {**tolerances, **own.get(output.name, {})}.items() if v[0] == v[0]}  # NaN: none
         for name, (metric, op, unit) in SIMPLE.items():
-            if name in tolerances:
-                value, source = tolerances[name]
+            if name in mine:
+                value, source = mine[name]
                 why = output.undefined.get(metric) or (None if metric in output.metrics else "metric not computed")
                 rows.append(_compare(name, target, metric, op, value, output.metrics.get(metric), source, unit, why))
-        if ("rtol" in tolerances or "atol" in tolerances) and stats is not None:
-            rows.append(_relative(target, stats.relative.get(output.name), tolerances))
+        if CHANNELS in mine:
+            rows.append(_channel_steps(target, output.channels, *mine[CHANNELS]))
+        if ("rtol" in mine or "atol" in mine) and stats is not None:
+            rows.append(_relative(target, stats.relative.get(output.name), mine))
         if stats is not None and output.name in stats.topk:
-            rows.extend(_topk(target, stats.topk[output.name], tolerances))
-    wanted = [n for n in ("min_top1_agreement", "max_top1_drop") if n in tolerances]
-    if wanted and not (stats is not None and any(o.name in stats.topk for o in result.outputs)):
+            rows.extend(_topk(target, stats.topk[output.name], mine))
+    wanted = [
+        n for n in ("min_top1_agreement", "max_top1_drop") if n in tolerances and tolerances[n][0] == tolerances[n][0]
+    ]
+    counted = stats is not None and any(o.name in stats.topk for o in result.outputs)
+    if wanted and stats is not None and not counted and stats.problems:
+        # one line per output that could not be counted: its name, dtype, shape and why
+        for name, why in stats.problems.items():
+            detail = f"{wanted[0]}: cannot count top-1 on {why}"
+            target = f"output '{name}'"
+            rows.append(Outcome(wanted[0], target, "top-1", "", None, None, False, tolerances[wanted[0]][1], detail))
+    elif wanted and not counted:
         names = ", ".join(o.name for o in result.outputs)
         detail = f"{wanted[0]} needs class scores (records, classes), but no output is ({names})"
         rows.append(Outcome(wanted[0], "outputs", "top-1", "", None, None, False, tolerances[wanted[0]][1], detail))
     return rows
+
+
+def _channel_steps(target: str, report: Any, threshold: float, source: str) -> Outcome:
+    """``min_channel_steps``: the fewest steps a varying channel of the output spans (axes 1..3)."""
+    if report is None:
+        why = "the quantized output has no single scale, or no channel varies"
+        return _compare(CHANNELS, target, "channel steps", ">=", threshold, None, source, why=why)
+    row = _compare(CHANNELS, target, "channel steps", ">=", threshold, report.min_steps, source)
+    if report.low and not row.passed:
+        where = f" (channels {report.low} of axis {report.axis}, scale {fmt(report.scale)})"
+        row = Outcome(**{**row.to_dict(), "detail": row.detail + where})
+    return row
 
 
 def _relative(target: str, rel: Any, tolerances: Tolerances) -> Outcome:
@@ -125,18 +155,12 @@ def _topk(target: str, counts: Mapping[str, Any], tolerances: Tolerances) -> lis
     if "max_top1_drop" in tolerances:
         value, source = tolerances["max_top1_drop"]
         for k in sorted({1, int(tolerances.get("topk", (1, ""))[0])}):
-            per_k = counts["k"].get(str(k), {})
-            drop = per_k.get("accuracy_drop")
-            row = _compare(
-                "max_top1_drop",
-                target,
-                f"top-{k} accuracy drop",
-                "<=",
-                value,
-                drop,
-                source,
-                why="the dataset has no labels",
+            per_k = counts["k"].get(str(k))
+            drop = None if per_k is None else per_k.get("accuracy_drop")
+            why = (
+                "the dataset has no labels" if per_k is not None else f"a {counts.get('counted')} output has top-1 only"
             )
+            row = _compare("max_top1_drop", target, f"top-{k} accuracy drop", "<=", value, drop, source, why=why)
             if drop is not None:
                 extra = f" (fp32 {fmt(per_k['fp32_accuracy'])}, quantized {fmt(per_k['quantized_accuracy'])})"
                 row = Outcome(**{**row.to_dict(), "detail": row.detail + extra})
@@ -184,9 +208,15 @@ def evaluate(
     tolerances: Tolerances,
     rules: Sequence[Rule],
     pair_id: str,
+    slices: Sequence[Any] = (),
 ) -> list[Outcome]:
-    """Every named tolerance on every output, then every winning rule on outputs and layers."""
-    return _output_checks(result, stats, tolerances) + _rule_checks(result, pair_id, rules)
+    """Every named tolerance on every output, then every winning rule on outputs and layers.
+
+    ``slices`` (:class:`~pytest_qaccuracy.analysis.slices.SliceSpec`) are compared as outputs; each
+    view's own tolerances win over the pair's on that view (its rules come in ``rules``, see
+    :func:`~pytest_qaccuracy.plugin.rules.slice_rules`).
+    """
+    return _output_checks(result, stats, tolerances, slices) + _rule_checks(result, pair_id, rules)
 
 
 def failure_message(

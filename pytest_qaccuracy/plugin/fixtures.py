@@ -22,7 +22,14 @@ from pytest_qaccuracy.plugin.backend import (
     check_scheme,
     check_targets,
 )
-from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance, parse_rules
+from pytest_qaccuracy.plugin.rules import (
+    TOLERANCES,
+    Rule,
+    check_tolerance,
+    parse_rules,
+    slice_rules,
+    with_slice_tolerances,
+)
 from pytest_qaccuracy.plugin.session import CheckResult, PairSpec, QAccuracySession
 
 session_key = pytest.StashKey[QAccuracySession]()
@@ -31,7 +38,19 @@ session_key = pytest.StashKey[QAccuracySession]()
 RUN_KEYS = {"backend": check_backend, "scheme": check_scheme, "targets": check_targets}
 
 #: Marker keys besides the tolerances.
-PAIR_KEYS = ("fp32", "quantized", "data", "labels", "name", "mapping", "metrics", "layers", *RUN_KEYS)
+PAIR_KEYS = (
+    "fp32",
+    "quantized",
+    "data",
+    "labels",
+    "name",
+    "mapping",
+    "metrics",
+    "layers",
+    "scores",
+    "slices",
+    *RUN_KEYS,
+)
 #: Pair keys an explicit pair (``qaccuracy.pair(...)``, ``qaccuracy_pair(...)``) takes from the marker.
 SHARED_KEYS = ("data", "labels", "backend", "scheme", "targets")
 MARKER_HELP = (
@@ -129,9 +148,40 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
     backend = check_backend(extra.get("backend", DEFAULT_BACKEND))
     scheme = check_scheme(extra.get("scheme", DEFAULT_SCHEME))
     targets = check_targets(extra.get("targets") or ())
+    scores = extra.get("scores")
+    if scores is not None and not isinstance(scores, str):
+        raise ValueError(f"scores: expected an output name, got {scores!r}")
+    from pytest_qaccuracy.analysis.slices import check_slices
+
+    slices = tuple(check_slices(extra.get("slices") or {}, check_tolerance).values())
     return PairSpec(
-        str(name), paths["fp32"], paths["quantized"], paths["data"], labels, mapping, metrics, backend, scheme, targets
+        str(name),
+        paths["fp32"],
+        paths["quantized"],
+        paths["data"],
+        labels,
+        mapping,
+        metrics,
+        backend,
+        scheme,
+        targets,
+        scores,
+        slices,
     )
+
+
+def error_text(exc: BaseException, config: pytest.Config) -> str:
+    """One line for a pair that could not be checked: ``CheckError`` names the pair, the output or
+    layer and the cause; other errors their type. The traceback follows with ``-v`` or ``--tb=long``."""
+    import traceback
+
+    from pytest_qaccuracy.errors import CheckError
+
+    line = str(exc) if isinstance(exc, CheckError) else f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__
+    if cause is None or not (config.get_verbosity() > 0 or config.getoption("tbstyle", "auto") == "long"):
+        return line
+    return line + "\n\n" + "".join(traceback.format_exception(cause)).rstrip()
 
 
 def pair_rules(pair_id: str, lines: Sequence[str], source: str, offset: int) -> list[Rule]:
@@ -200,14 +250,21 @@ class QAccuracyRecorder:
         rules = list(settings.rules)
         rules += pair_rules(handle.id, list(self._marker.get("layers", ())), "marker layers=", len(rules))
         rules += pair_rules(handle.id, list(layers), "check() argument layers=", len(rules))
+        rules += slice_rules(handle.id, handle.spec.slices, len(rules))
         from pytest_qaccuracy.errors import QAccuracyError
+
+        effective = with_slice_tolerances(effective, handle.spec.slices)
 
         try:
             xfail = self._request.node.get_closest_marker("xfail")
             reason = None if xfail is None else str(xfail.kwargs.get("reason") or "xfail")
             result = self._state.check(handle.spec, effective, rules, self._request.node.nodeid, xfail=reason)
         except QAccuracyError as exc:  # bad models, data, unsupported ops: one line, not a traceback
-            pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+            failure = error_text(exc, self._request.config)
+        else:
+            failure = None
+        if failure is not None:  # outside the except block: no "During handling of ..." chain
+            pytest.fail(failure, pytrace=False)
         self.results.append(result)
         if settings.junit_properties:
             self._request.node.user_properties.extend(result.properties)

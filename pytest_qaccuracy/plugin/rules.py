@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Any
 
 #: Named tolerances (ini ``qaccuracy_<name>``, CLI ``--qaccuracy-<name>``, marker and TOML keys).
 #: name -> (type, help)
@@ -27,6 +28,7 @@ TOLERANCES: dict[str, tuple[type, str]] = {
     "max_lsb": (float, "Largest error of each output in quantization steps"),
     "max_backend_steps": (int, "Largest step difference of any 8-bit tensor, integer emulation vs onnxruntime"),
     "max_saturated": (float, "Largest fraction (0..1) of u8 x s8 pair sums that saturate on x86 CPUs without VNNI"),
+    "min_channel_steps": (float, "Fewest quantization steps any varying channel of an output spans (axes 1..3)"),
 }
 
 #: The tolerance on the share of saturated int16 pair sums (``analysis.saturation``).
@@ -100,10 +102,11 @@ class Rule:
     source: str
     position: int = 0
     required: bool = False  # a pair's own layer rule: matching no layer is an error (likely a typo)
+    output: str | None = None  # a view's own output rule applies to that view only (issue 17)
 
     @property
     def specificity(self) -> tuple[int, int]:
-        globs = self.pair + (self.layer or "")
+        globs = self.pair + (self.layer or "") + (self.output or "")
         return (len(re.sub(r"[*?\[\]]", "", globs)), self.position)
 
     def holds(self, value: float | None) -> bool:
@@ -141,6 +144,31 @@ def parse_rules(lines: Sequence[str], source: str, known_metrics: Iterable[str] 
     return rules
 
 
+def slice_rules(pair_id: str, slices: Sequence[object], offset: int = 0) -> list[Rule]:
+    """Each view's own rules (``"sqnr>=10"``) on that view of ``pair_id`` only; they win over the
+    pair's output rules (``position`` after every other rule)."""
+    import glob
+    from dataclasses import replace
+
+    rules = []
+    for view in slices:
+        for text in getattr(view, "rules", ()):
+            rule = parse_rule(f"{glob.escape(pair_id)} {text}", f"slice '{view.name}' rules", offset + len(rules))
+            rules.append(replace(rule, text=text, output=view.name, position=1_000_000 + offset + len(rules)))
+    return rules
+
+
+def with_slice_tolerances(
+    tolerances: Mapping[str, tuple[float, str]], slices: Sequence[Any]
+) -> dict[str, tuple[float, str]]:
+    """``tolerances`` plus, for a tolerance only views set, a NaN entry: asked for, but on the views only."""
+    found = dict(tolerances)
+    for view in slices:
+        for name, _ in view.tolerances:
+            found.setdefault(name, (float("nan"), f"slice '{view.name}'"))
+    return found
+
+
 def rules_for(rules: Sequence[Rule], pair: str, names: Sequence[str | None], layer: bool) -> dict[str, Rule]:
     """The winning rule per metric for one target: an output (``layer=False``) or a layer whose
     tensor or node name is in ``names``."""
@@ -149,6 +177,8 @@ def rules_for(rules: Sequence[Rule], pair: str, names: Sequence[str | None], lay
         if (rule.layer is not None) != layer or not fnmatchcase(pair, rule.pair):
             continue
         if layer and not any(name is not None and fnmatchcase(name, rule.layer or "*") for name in names):
+            continue
+        if rule.output is not None and rule.output not in names:
             continue
         current = best.get(rule.metric)
         if current is None or rule.specificity >= current.specificity:
@@ -166,4 +196,6 @@ __all__ = [
     "parse_number",
     "parse_rule",
     "rules_for",
+    "slice_rules",
+    "with_slice_tolerances",
 ]

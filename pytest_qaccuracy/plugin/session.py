@@ -37,6 +37,10 @@ class PairSpec:
     scheme: str = DEFAULT_SCHEME
     #: deployment targets (scheme presets) whose output checks run besides the pair's own run
     targets: tuple[str, ...] = ()
+    #: the output top-k counts (``"logits"`` or ``"logits:1"``); None: every (records, classes) output
+    scores: str | None = None
+    #: named views of outputs, each a :class:`~pytest_qaccuracy.analysis.slices.SliceSpec`
+    slices: tuple[Any, ...] = ()
 
     def key(self, root: Path) -> str:
         """A stable identity across runs and machines: the id, the paths relative to ``root``, and the
@@ -183,7 +187,13 @@ class QAccuracySession:
             pair = self.model_pair(spec)
             options = self.runtime_options()
             self._comparisons[key] = compare(
-                pair, spec.data, list(names), options, backend=spec.backend, scheme=spec.compare_scheme
+                pair,
+                spec.data,
+                list(names),
+                options,
+                backend=spec.backend,
+                scheme=spec.compare_scheme,
+                slices=spec.slices,
             )
         return self._comparisons[key]
 
@@ -202,7 +212,17 @@ class QAccuracySession:
             ks = sorted({1, k})
             pair, options = self.model_pair(spec), self.runtime_options()
             self._stats[key] = measure_outputs(
-                pair, spec.data, ks, labels, rtol, atol, options, spec.backend, spec.compare_scheme
+                pair,
+                spec.data,
+                ks,
+                labels,
+                rtol,
+                atol,
+                options,
+                spec.backend,
+                spec.compare_scheme,
+                spec.scores,
+                spec.slices,
             )
         return self._stats[key]
 
@@ -244,7 +264,49 @@ class QAccuracySession:
         ``measure`` are the tolerances the output statistics are measured for (default
         ``tolerances``): a suite's items check one tolerance each but share one measurement.
         ``xfail`` is the reason when the test is expected to fail (shown in the summary).
+
+        Raises:
+            QAccuracyError: bad models, data or options. Any other exception becomes a
+                :class:`~pytest_qaccuracy.errors.CheckError` whose one line names the pair, the output
+                or layer where known, and the cause; it is recorded as the pair's failed ``error`` check.
         """
+        from pytest_qaccuracy.errors import CheckError, QAccuracyError
+
+        try:
+            return self._check(spec, tolerances, rules, nodeid, drift, measure, xfail)
+        except Exception as exc:
+            if isinstance(exc, QAccuracyError) and not isinstance(exc, CheckError):
+                raise
+            checking = isinstance(exc, CheckError)  # already names the output or layer
+            cause = exc.__cause__ if checking else exc
+            text = (str(exc) if checking else f"{type(exc).__name__}: {exc}").strip().splitlines() or [""]
+            line = f"pair '{spec.id}': {text[0]}"
+            self._record_error(spec, line, nodeid, xfail)
+            raise CheckError(line) from cause
+
+    def _record_error(self, spec: PairSpec, line: str, nodeid: str, xfail: str | None) -> None:
+        """The pair's record (an empty comparison when none ran) with a failed ``error`` check."""
+        from pytest_qaccuracy.analysis.results import ComparisonResult
+        from pytest_qaccuracy.plugin.checks import Outcome
+
+        key = spec.key(self.rootpath)
+        known = [r for (s, _), r in self._comparisons.items() if s == spec]
+        result = (
+            known[0] if known else ComparisonResult(spec.fp32.name, spec.quantized.name, spec.data.name, 0, {}, [], [])
+        )
+        outcome = Outcome("error", f"pair '{spec.id}'", "error", "", None, None, False, "exception", line)
+        self._record(spec, key, artifact_stem(spec.id, key), result, None, [outcome], nodeid, xfail)
+
+    def _check(
+        self,
+        spec: PairSpec,
+        tolerances: Mapping[str, tuple[float, str]],
+        rules: Sequence[Rule],
+        nodeid: str,
+        drift: bool,
+        measure: Mapping[str, tuple[float, str]] | None,
+        xfail: str | None,
+    ) -> CheckResult:
         from pytest_qaccuracy.plugin.backend import agreement_record, gate_notes, gate_outcome, gate_properties
         from pytest_qaccuracy.plugin.checks import (
             deployment_target,
@@ -256,7 +318,7 @@ class QAccuracySession:
 
         result = self.comparison(spec, rules)
         stats = self.output_stats(spec, measure or tolerances)
-        outcomes = evaluate(result, stats, tolerances, rules, spec.id)
+        outcomes = evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
         extra: list[str] = []
         folder = compared_dir(self.settings) if drift else None
         if folder is not None:
@@ -315,7 +377,7 @@ class QAccuracySession:
             result = self.comparison(run, rules)
             stats = self.output_stats(run, measure or tolerances)
             own = (run.backend, run.compare_scheme) == (spec.backend, spec.compare_scheme)
-            rows = [] if own else evaluate(result, stats, tolerances, rules, spec.id)
+            rows = [] if own else evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
             rows = [
                 Outcome(**{**o.to_dict(), "target": o.target + ON_TARGET + name, "detail": o.detail + ON_TARGET + name})
                 for o in rows

@@ -37,9 +37,9 @@ from typing import Any
 import pytest
 
 from pytest_qaccuracy.plugin.baselines import compared_dir, missing_reason
-from pytest_qaccuracy.plugin.fixtures import RUN_KEYS, make_spec, pair_rules, session_key
+from pytest_qaccuracy.plugin.fixtures import RUN_KEYS, error_text, make_spec, pair_rules, session_key
 from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
-from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance
+from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance, slice_rules, with_slice_tolerances
 from pytest_qaccuracy.plugin.session import PairSpec
 
 SUITE_GLOB = "qaccuracy_*.toml"
@@ -54,6 +54,8 @@ PAIR_KEYS = (
     "layers",
     "tolerances",
     "xfail",
+    "scores",
+    "slices",
     *RUN_KEYS,
 )
 DEFAULT_KEYS = tuple(k for k in PAIR_KEYS if k not in ("quantized", "name"))
@@ -67,6 +69,7 @@ CHECK_ORDER = (
     "max_top1_drop",
     "max_backend_steps",
     "max_saturated",
+    "min_channel_steps",
 )
 
 
@@ -139,7 +142,9 @@ class PairConfig:
                 except ValueError as exc:
                     raise SuiteError(f"{where}.{exc}") from None
         try:
-            extra = {k: merged[k] for k in ("labels", "mapping", "metrics", *RUN_KEYS) if k in merged}
+            extra = {
+                k: merged[k] for k in ("labels", "mapping", "metrics", "scores", "slices", *RUN_KEYS) if k in merged
+            }
             self.spec: PairSpec = make_spec(
                 file.parent,
                 merged.get("fp32"),
@@ -154,6 +159,10 @@ class PairConfig:
             self.rules = pair_rules(self.spec.id, merged.get("layers", []), f"{where}.layers", start)
         except ValueError as exc:
             raise SuiteError(f"{where}.layers: {exc}") from None
+        try:
+            self.rules += slice_rules(self.spec.id, self.spec.slices, start + len(self.rules))
+        except ValueError as exc:
+            raise SuiteError(f"{where}.slices: {exc}") from None
 
 
 def load_suite(path: Path, start: int = 0, run: Mapping[str, Any] | None = None) -> list[PairConfig]:
@@ -198,7 +207,7 @@ class QAccuracyPair(pytest.Collector):
 
     def collect(self) -> Iterator[pytest.Item]:
         state = self.config.stash[session_key]
-        tolerances = {**state.settings.tolerances, **self.pair.tolerances}
+        tolerances = with_slice_tolerances({**state.settings.tolerances, **self.pair.tolerances}, self.pair.spec.slices)
         rules = [*state.settings.rules, *self.pair.rules]
         groups: list[tuple[str, dict[str, tuple[float, str]], list[Rule], bool]] = []
         keep = {k: v for k, v in tolerances.items() if k == "topk"}
@@ -272,7 +281,7 @@ class QAccuracyCheck(pytest.Item):
         from pytest_qaccuracy.errors import QAccuracyError
 
         if isinstance(excinfo.value, QAccuracyError):
-            return f"{type(excinfo.value).__name__}: {excinfo.value}"
+            return error_text(excinfo.value, self.config)
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int, str]:

@@ -136,6 +136,8 @@ def summary_lines(
         warning = match_warning(len(comparison["layers"]), len(comparison.get("unmatched", {}).get("fp32", [])))
         if warning:
             lines.append(f"  {warning}")
+        lines += [f"  warning: {text}" for text in channel_warnings(comparison)]
+        lines += _counted_lines(record)
         rows = _check_rows(record)
         for output, counts in sorted(record.get("topk", {}).items()):
             for k, row in counts["k"].items():
@@ -153,6 +155,28 @@ def summary_lines(
     counts = f"{passed} / {len(records)} pairs passed" + (f", {expected} failed as expected" if expected else "")
     lines.append(counts + (f"; artifacts in {artifacts}" if artifacts else ""))
     return [escape_control(line) for line in lines]
+
+
+def channel_warnings(comparison: Mapping[str, Any]) -> list[str]:
+    """``output0 channels 4..21 (axis 1) span < 1 step ...`` for every flagged output, view or layer
+    of a comparison dict (contract 2, ``channels``), outputs first."""
+    from pytest_qaccuracy.metrics.channels import ChannelReport
+
+    layers = sorted(comparison.get("layers", []), key=lambda x: x.get("order", 0))
+    named = [(o["name"], o) for o in comparison.get("outputs", [])] + [(x["tensor"], x) for x in layers]
+    reports = {name: ChannelReport.from_dict(entry["channels"]) for name, entry in named if entry.get("channels")}
+    return [report.warning(name) for name, report in reports.items() if report.flagged]
+
+
+def _counted_lines(record: Mapping[str, Any]) -> list[str]:
+    """How top-k counted an output, when not one class decision per record."""
+    lines = []
+    for output, counts in sorted(record.get("topk", {}).items()):
+        counted = counts.get("counted", "per record")
+        if counted != "per record":
+            units = f": {counts.get('units')} decisions in {counts.get('records')} records"
+            lines.append(f"  top-k on output '{output}' counted {counted}{units}")
+    return lines
 
 
 def file_sha256(path: Path) -> str | None:
