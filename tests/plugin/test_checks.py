@@ -119,30 +119,23 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
     assert (top1.metric, top1.passed) == ("top-1 accuracy drop", True)
 
 
-def test_topk_drop_undefined_without_labels_or_without_top_k() -> None:
+def test_topk_drop_undefined_without_labels() -> None:
     result = _result([OutputResult("y", {})])
-    tolerances = {"max_top1_drop": (0.125, INI), "topk": (3, INI)}
     unlabelled = OutputStats(topk={"y": _counts(None, k3=False)}, relative={})
-    assert [o.detail for o in evaluate(result, unlabelled, tolerances, [], "net")] == [
+    assert [o.detail for o in evaluate(result, unlabelled, {"max_top1_drop": (0.125, INI)}, [], "net")] == [
         "top-1 accuracy drop undefined for output 'y' (the dataset has no labels)",
-        "top-3 accuracy drop undefined for output 'y' (a per record output has top-1 only)",
     ]
 
 
 def test_topk_tolerance_without_any_class_score_output() -> None:
     result = _result([OutputResult("y", {}), OutputResult("boxes", {})])
-    tolerances = {"max_top1_drop": (0.01, INI), "min_top1_agreement": (0.9, "marker")}
-    why = "'boxes' float32 (4, 4): no class axis"
-    problems = OutputStats(topk={}, relative={}, problems={"boxes": why})
-    assert evaluate(result, problems, tolerances, [], "net") == [
-        Outcome("min_top1_agreement", "output 'boxes'", "top-1", "", None, None, False, "marker",
-                f"min_top1_agreement: cannot count top-1 on {why} (name the class-score output with scores=)")
-    ]  # fmt: skip
     needs = Outcome("max_top1_drop", "outputs", "top-1", "", None, None, False, INI,
                     "max_top1_drop needs class scores (records, classes), but no output is (y, boxes)")  # fmt: skip
     assert evaluate(result, None, {"max_top1_drop": (0.01, INI)}, [], "net") == [needs]
     assert evaluate(result, OutputStats({}, {}), {"max_top1_drop": (0.01, INI)}, [], "net") == [needs]
-    counted = OutputStats(topk={"y": _counts(0.0, k3=False)}, relative={}, problems={"boxes": why})
+    both = {"max_top1_drop": (0.01, INI), "min_top1_agreement": (0.9, "marker")}
+    assert [(o.check, o.source) for o in evaluate(result, None, both, [], "net")] == [("min_top1_agreement", "marker")]
+    counted = OutputStats(topk={"y": _counts(0.0, k3=False)}, relative={})
     assert [o.target for o in evaluate(result, counted, {"max_top1_drop": (0.01, INI)}, [], "net")] == ["output 'y'"]
 
 
@@ -361,3 +354,51 @@ def test_outcome_round_trips_through_a_plain_dict() -> None:
         "detail": "cosine 0.5 < 0.99 for output 'y'",
     }
     assert Outcome.from_dict(data) == outcome
+
+
+def test_a_metric_without_value_or_reason_is_just_undefined() -> None:
+    y = OutputResult("y", {"cosine": None})
+    (outcome,) = evaluate(_result([y]), None, {"min_cosine": (0.5, "marker")}, [], "net")
+    assert outcome.detail == "cosine undefined for output 'y'"
+    rule = parse_rule("*::* cosine>=0.5", INI)
+    (layer,) = evaluate(_result([], [_layer("conv1", 0, cosine=None)]), None, {}, [rule], "net")
+    assert layer.detail == "cosine undefined for layer 'conv1' (Conv)"
+
+
+def test_relative_share_of_a_one_element_output() -> None:
+    rel = RelativeStats(rtol=0.0, atol=0.0, violations=1, elements=1, max_abs=1.0, max_rel=1.0)
+    stats = OutputStats(topk={}, relative={"y": rel})
+    (outcome,) = evaluate(_result([OutputResult("y", {})]), stats, {"atol": (0.0, INI)}, [], "net")
+    assert outcome.value == 1.0 and outcome.detail.startswith("1 / 1 elements (100%) outside")
+
+
+def test_failure_message_short_lists() -> None:
+    first, second = replace(_fail("first failure"), metric="sqnr"), _fail("second failure")
+    y = OutputResult("y", {"sqnr": 12.0}, worst_records={"sqnr": [(3, 0.5)]})
+    many = [_layer(f"l{i}", i, sqnr=40.0 - i) for i in range(7)]
+    lines = failure_message("net", [first, second], _result([y], many)).splitlines()
+    assert lines[2:5] == ["", "Also failed (1):", " second failure"]
+    assert lines[5:8] == ["", "Worst records (sqnr):", " record 3: 0.5"]
+    assert lines[lines.index("Worst layers (sqnr):") + 1 :] == [
+        " l6 (Conv): 34 dB",
+        " l5 (Conv): 35 dB",
+        " l4 (Conv): 36 dB",
+        " l3 (Conv): 37 dB",
+        " l2 (Conv): 38 dB",
+        "First jump (sqnr): l1 (Conv): 40 dB -> 39 dB",  # no 6 dB step: the largest worsening, the first of equals
+    ]
+    # an output without worst records for the failed metric: no such section
+    cosine_only = OutputResult("y", {"sqnr": 12.0}, worst_records={"cosine": [(3, 0.5)]})
+    assert "Worst records" not in failure_message("net", [first], _result([cosine_only]))
+
+
+def test_on_inside_an_output_name() -> None:
+    """Only the last `` on `` separates the deployment target: output names may contain it."""
+    target = "output 'x on tflite' on onnxruntime-avx2"
+    assert deployment_target(target) == "onnxruntime-avx2"
+    named = OutputResult("x on tflite", {}, worst_records={"cosine": [(1, 0.25)]})
+    outcome = replace(_fail("cosine 0.25 < 0.99"), target=target)
+    assert failure_message("net", [outcome], _result([named])).splitlines()[-2:] == [
+        "Worst records (cosine):",
+        " record 1: 0.25",
+    ]
