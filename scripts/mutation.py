@@ -47,7 +47,9 @@ GROUPS: dict[str, Group] = {
     "data": Group(("data/*",), ("tests/test_data.py", "tests/test_compare.py")),
     "rules": Group(("plugin/rules.py",), ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py")),
     "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),
-    "atomic": Group(("report/atomic.py",), ("tests/report/test_atomic_writers.py",)),
+    "atomic": Group(
+        ("report/atomic.py",), ("tests/report/test_atomic_writers.py", "tests/report/test_atomic_edges.py")
+    ),
     "matching": Group(("model/matching.py",), ("tests/test_matching.py", "tests/test_pair.py")),
     "arith": Group(
         ("backend/arith.py",),

@@ -1,0 +1,78 @@
+"""``report/atomic.py`` on its own: temp names, folders, binary mode, strict JSON and the up-front
+checks of output paths (docs/cli.md: one error line before any work)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.report import atomic
+
+
+def test_temp_names_are_hidden_random_and_beside_the_target(tmp_path) -> None:
+    target = tmp_path / "summary.json"
+    first, second = atomic.temp_name(target), atomic.temp_name(target)
+    assert first.parent == tmp_path and first != second
+    assert re.fullmatch(r"\.summary\.json\.[0-9a-f]{16}\.tmp", first.name)
+
+
+def test_missing_folders_are_created_and_binary_mode_writes_bytes(tmp_path) -> None:
+    target = tmp_path / "a" / "b" / "blob.bin"
+    assert atomic.atomic_write(target, lambda handle: handle.write(b"\x00\xff"), mode="wb") == target
+    assert target.read_bytes() == b"\x00\xff"
+    text = tmp_path / "c" / "d" / "note.txt"
+    atomic.atomic_write_text(text, "é → ∞")
+    assert text.read_bytes() == "é → ∞".encode()
+    assert sorted(p.name for p in (tmp_path / "a" / "b").iterdir()) == ["blob.bin"]  # no temp file left
+
+
+def test_temp_folders_are_removed_with_their_content(tmp_path) -> None:
+    folder = tmp_path / ".out.0123.tmp"
+    (folder / "deep").mkdir(parents=True)
+    (folder / "deep" / "x.json").write_text("{}")
+    atomic.discard(folder)
+    atomic.discard(tmp_path / "never-made")  # nothing there: nothing to do
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_finite_json_replaces_nan_and_inf_at_any_depth() -> None:
+    data = {"a": [1.5, math.nan, (math.inf, -math.inf)], "b": {"c": 2, "d": "nan", "e": -0.25}}
+    assert atomic.finite_json(data) == {"a": [1.5, None, [None, None]], "b": {"c": 2, "d": "nan", "e": -0.25}}
+
+
+def test_json_is_strict_indented_and_ends_with_a_newline(tmp_path) -> None:
+    target = atomic.atomic_write_json(tmp_path / "x.json", {"a": [1.5, math.nan]})
+    assert target.read_text() == '{\n  "a": [\n    1.5,\n    null\n  ]\n}\n'
+
+
+def test_file_targets_checked_before_any_work(tmp_path) -> None:
+    (tmp_path / "file.txt").write_text("x")
+    atomic.check_file_target(tmp_path / "file.txt", "--out")  # an existing file is replaced
+    atomic.check_file_target(tmp_path / "new" / "deeper" / "out.json", "--out")  # folders will be made
+    with pytest.raises(InputError, match=rf"^--out {re.escape(str(tmp_path))}: is a directory, expected a file$"):
+        atomic.check_file_target(tmp_path, "--out")
+    below = tmp_path / "file.txt" / "a" / "b.json"
+    message = f"--out {below}: cannot be created, {tmp_path / 'file.txt'} is not a directory"
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        atomic.check_file_target(below, "--out")
+
+
+def test_dir_targets_checked_before_any_work(tmp_path) -> None:
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "out" / "index.html").mkdir(parents=True)
+    atomic.check_dir_target(tmp_path / "new" / "deeper", "--html")  # will be made
+    atomic.check_dir_target(tmp_path / "out", "--html", ["summary.json"])
+    with pytest.raises(
+        InputError, match=f"^{re.escape(f'--html {tmp_path}/out: index.html exists there as a directory')}$"
+    ):
+        atomic.check_dir_target(tmp_path / "out", "--html", ["summary.json", "index.html"])
+    with pytest.raises(
+        InputError, match=f"^{re.escape(f'--html {tmp_path}/file.txt: is a file, expected a directory')}$"
+    ):
+        atomic.check_dir_target(tmp_path / "file.txt", "--html")
+    below = tmp_path / "file.txt" / "sub"
+    with pytest.raises(InputError, match=re.escape(f"--html {below}: cannot be created, {tmp_path}/file.txt is not")):
+        atomic.check_dir_target(below, "--html")
