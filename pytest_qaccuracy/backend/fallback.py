@@ -1,4 +1,10 @@
-"""Float fallback: ops without a kernel of ours run through ``onnx.reference`` one node at a time."""
+"""Fallbacks for ops without a kernel of ours, one node at a time: onnxruntime, else ``onnx.reference``.
+
+onnxruntime runs the node in a one-node model built for the argument types it first sees (its own CPU
+kernels: fast, and the very arithmetic a deployment on onnxruntime computes). ``onnx.reference`` is the
+last resort (an op onnxruntime lacks, such as a training op) and the runner of the ``onnx-reference``
+preset: it is exact to the spec but slow (per-element Python loops in ops such as ``ConvTranspose``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import onnx
+from onnx import helper
 
 from pytest_qaccuracy.backend.graph import Step
 from pytest_qaccuracy.backend.registry import unsupported
@@ -14,6 +22,82 @@ from pytest_qaccuracy.backend.registry import unsupported
 #: roi or scales). onnx.reference before 1.22 indexes an empty roi (IndexError); onnx 1.22 drops it
 #: itself. Handing such inputs over as absent is the same node by the spec, for every onnx version.
 _EMPTY_MEANS_ABSENT: dict[tuple[str, str], tuple[int, ...]] = {("", "Resize"): (1, 2, 3)}
+
+
+#: the runner names that ``IntegerSession.plan()`` reports
+KERNEL, ONNXRUNTIME, REFERENCE = "kernel", "onnxruntime", "onnx.reference"
+
+
+class OnnxruntimeNode:
+    """``step`` run by onnxruntime's CPU kernels in a one-node model, one session per input type signature.
+
+    Raises (on construction and on a call with new input types) whatever onnxruntime raises for a node
+    it cannot run: the caller then falls back to ``onnx.reference``.
+    """
+
+    def __init__(self, step: Step, types: list[np.dtype | None], opsets: dict[str, int], ir_version: int, threads: int):
+        import onnxruntime  # noqa: F401  (fail here, not on the first run, if it is missing)
+
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in _attributes(step)):
+            raise ValueError("subgraphs may read outer-scope tensors that a one-node model does not have")
+        self.step, self.opsets, self.ir_version, self.threads = step, opsets, ir_version, threads
+        self._sessions: dict[tuple[str | None, ...], Any] = {}
+        known = [t is not None for name, t in zip(step.inputs, types, strict=False) if name]
+        if all(known):  # build now, so that a node onnxruntime cannot run is known before the first run
+            self._session(tuple(None if t is None else np.dtype(t).str for t in types))
+
+    def __call__(self, args: list[Any]) -> tuple[Any, ...]:
+        arrays = [None if a is None else np.asarray(a) for a in args]
+        session = self._session(tuple(None if a is None else a.dtype.str for a in arrays))
+        feeds = {f"in{i}": a for i, a in enumerate(arrays) if a is not None and self.step.inputs[i]}
+        wanted = [f"out{i}" for i, name in enumerate(self.step.outputs) if name]
+        values = dict(zip(wanted, session.run(wanted, feeds), strict=True))
+        return tuple(values.get(f"out{i}") for i in range(len(self.step.outputs)))
+
+    def _session(self, key: tuple[str | None, ...]) -> Any:
+        if key not in self._sessions:
+            import onnxruntime as ort
+
+            model = _one_node_model(self.step, key, self.opsets, self.ir_version)
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self.threads
+            options.log_severity_level = 4
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            self._sessions[key] = ort.InferenceSession(
+                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+        return self._sessions[key]
+
+
+def _attributes(step: Step) -> list[onnx.AttributeProto]:
+    return list(step.proto.attribute) if step.proto is not None else []
+
+
+def _one_node_model(
+    step: Step, dtypes: tuple[str | None, ...], opsets: dict[str, int], ir_version: int
+) -> onnx.ModelProto:
+    """``step`` alone, its inputs named ``in<i>`` with the given element types (any shape)."""
+    inputs, values = [], []
+    for i, name in enumerate(step.inputs):
+        dtype = dtypes[i] if i < len(dtypes) else None
+        if not name:
+            inputs.append("")
+            continue
+        if dtype is None:
+            raise ValueError(f"input '{name}' has no known type")
+        inputs.append(f"in{i}")
+        values.append(helper.make_tensor_value_info(f"in{i}", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), None))
+    outputs = [f"out{i}" if name else "" for i, name in enumerate(step.outputs)]
+    node = helper.make_node(step.op_type, inputs, outputs, name=step.name, domain=step.domain)
+    if step.proto is not None:
+        node.attribute.extend(step.proto.attribute)
+    else:
+        node.attribute.extend(helper.make_attribute(k, v) for k, v in step.attrs.items())
+    graph = helper.make_graph(
+        [node], "qaccuracy_node", values, [helper.make_empty_tensor_value_info(o) for o in outputs if o]
+    )
+    imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
+    return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
 
 
 def reference_kernel(step: Step, opsets: dict[str, int]) -> Callable[[list[Any]], tuple[Any, ...]]:

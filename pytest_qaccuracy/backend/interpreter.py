@@ -1,6 +1,7 @@
 """``IntegerSession``: run a quantized ONNX model on emulated integer kernels.
 
-The loop is generic: each step's kernel comes from the registry (or the ``onnx.reference`` fallback),
+The loop is generic: each step's kernel comes from the registry (or a fallback: onnxruntime running the
+node alone, else ``onnx.reference``),
 inputs are gathered by name, outputs stored by name, and every produced tensor can stream to a
 callback. QDQ groups are fused first (``fusion.py``), as onnxruntime does.
 """
@@ -12,7 +13,7 @@ import operator
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -20,11 +21,12 @@ from onnx import helper
 
 from pytest_qaccuracy.backend import int8_to_uint8, pairs, parallel
 from pytest_qaccuracy.backend import kernels as _kernels  # noqa: F401  (registers every kernel family)
-from pytest_qaccuracy.backend.fallback import reference_kernel
+from pytest_qaccuracy.backend.fallback import KERNEL, ONNXRUNTIME, REFERENCE, OnnxruntimeNode, reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
 from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step, steps_from_graph, tensor_types
 from pytest_qaccuracy.backend.registry import NotHandled, find_kernel, normalize_domain, unsupported
 from pytest_qaccuracy.backend.scheme import Scheme, get_scheme
+from pytest_qaccuracy.backend.weight_quantization import quantize_float_weights
 from pytest_qaccuracy.errors import InputError, QAccuracyError, UnsupportedOpError
 from pytest_qaccuracy.model.loading import load_model
 
@@ -44,10 +46,20 @@ class KernelError(QAccuracyError):
     """A kernel failed; the message names the node and op instead of a numpy traceback."""
 
 
+class PlanStep(NamedTuple):
+    """One step of :meth:`IntegerSession.plan`."""
+
+    op: str  #: ``domain::op_type``
+    node: str
+    fused_from: tuple[str, ...]  #: the original nodes a fused QDQ group replaces
+    runner: str  #: ``kernel`` (ours), ``onnxruntime`` (the node alone) or ``onnx.reference``
+
+
 @dataclass(slots=True)
 class _Bound:
     step: Step
     run: Callable[[list[Any]], tuple[Any, ...]]
+    runner: str = KERNEL
 
 
 class IntegerSession:
@@ -103,13 +115,13 @@ class IntegerSession:
     def get_outputs(self) -> list[TensorArg]:
         return [_arg(v) for v in self.model.graph.output]
 
-    def plan(self) -> list[tuple[str, str, tuple[str, ...]]]:
-        """The steps a full run executes: ``(op, node, fused_from)``, ``op`` as ``domain::op_type``.
-
-        Shows which QDQ groups became integer kernels (``fused_from`` names the original nodes).
+    def plan(self) -> list[PlanStep]:
+        """The steps a full run executes, with the QDQ groups that became integer kernels and the runner
+        of each step: ops without a kernel of ours run in onnxruntime, node by node, and only where
+        onnxruntime cannot (or under the ``onnx-reference`` preset) in ``onnx.reference``.
         """
         return [
-            (f"{b.step.domain or 'ai.onnx'}::{b.step.op_type}", b.step.name, b.step.fused)
+            PlanStep(f"{b.step.domain or 'ai.onnx'}::{b.step.op_type}", b.step.name, b.step.fused, b.runner)
             for b in self._plan(frozenset())
         ]
 
@@ -188,6 +200,8 @@ class IntegerSession:
         if requested not in self._plans:
             steps = [_copy(s) for s in self._steps]
             converted: set[str] = set()
+            if self.scheme.quantize_float_weights:
+                steps = quantize_float_weights(steps, self.constants, self.scheme)
             if self.scheme.fuse_qdq:
                 outputs = set(self._graph_outputs)
                 types = self.types
@@ -205,7 +219,7 @@ class IntegerSession:
         opset = self.opsets.get(normalize_domain(step.domain), 1)
         found = find_kernel(step.domain, step.op_type, opset)
         if found is None or (found.float_op and self.scheme.float_kernels == "reference"):
-            return _Bound(step, reference_kernel(step, self.opsets))
+            return self._fallback(step)
         params = inspect.signature(found.fn).parameters
         has_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         bad = [a for a in step.attrs if a not in params and not has_kwargs]
@@ -217,17 +231,29 @@ class IntegerSession:
         if found.needs_outputs:
             kwargs["n_outputs"] = len(step.outputs)
         fn = found.fn
-        fallback: list[Callable[[list[Any]], tuple[Any, ...]]] = []
+        fallback: list[_Bound] = []
 
         def run(args: list[Any]) -> tuple[Any, ...]:
             try:
                 return fn(*args, **kwargs)
-            except NotHandled:
+            except NotHandled:  # a case the kernel leaves to the fallback (e.g. a rare mode)
                 if not fallback:
-                    fallback.append(reference_kernel(step, self.opsets))
-                return fallback[0](args)
+                    fallback.append(self._fallback(step))
+                return fallback[0].run(args)
 
         return _Bound(step, run)
+
+    def _fallback(self, step: Step) -> _Bound:
+        """``step`` on onnxruntime alone, or on ``onnx.reference`` (its preset, or the last resort)."""
+        if self.scheme.float_kernels != "reference":
+            types = [self.constants[i].dtype if i in self.constants else self.types.get(i) for i in step.inputs]
+            try:
+                node = OnnxruntimeNode(step, types, self.opsets, self.model.ir_version, self.threads)
+            except Exception:  # onnxruntime has no kernel for it, or cannot take it alone
+                pass
+            else:
+                return _Bound(step, node, ONNXRUNTIME)
+        return _Bound(step, reference_kernel(step, self.opsets), REFERENCE)
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         checked = {}
@@ -298,4 +324,4 @@ def _arg(value: onnx.ValueInfoProto) -> TensorArg:
 
 _ORT_TYPE_NAMES = {"float": "float", "double": "double"}
 
-__all__ = ["IntegerSession", "KernelError", "TensorArg", "TensorCallback", "UnsupportedOpError"]
+__all__ = ["IntegerSession", "KernelError", "PlanStep", "TensorArg", "TensorCallback", "UnsupportedOpError"]

@@ -57,6 +57,9 @@ class Scheme:
         reduce_range: weights saturate to ``weight_bits - 1`` bits (ORT ``reduce_range``).
         fuse_qdq: run ``DQ -> op -> Q`` groups as integer kernels (ORT); ``False`` runs them in float
             as written (onnx.reference).
+        quantize_float_weights: a Conv, ConvTranspose or Gemm left in float between a DequantizeLinear and a
+            QuantizeLinear gets int8 weights and an int32 bias, as onnxruntime 1.21 and later do at load
+            time (``weight_quantization.py``). The onnxruntime presets follow the installed onnxruntime.
         float_kernels: float maths: ``mlas`` (numpy kernels; logistic by MLAS's rational polynomial
             with FMA, for the Sigmoid tables), ``numpy`` (numpy kernels, exact ``exp``) or
             ``reference`` (every float op through ``onnx.reference``).
@@ -75,6 +78,7 @@ class Scheme:
     weight_bits: int = 8
     reduce_range: bool = False
     fuse_qdq: bool = True
+    quantize_float_weights: bool = False
     float_kernels: FloatKernels = "numpy"
 
     def __post_init__(self) -> None:
@@ -107,6 +111,19 @@ class Scheme:
         return data
 
 
+def _onnxruntime_version() -> tuple[int, int]:
+    """``(major, minor)`` of the installed onnxruntime, read from its metadata (no import)."""
+    from importlib import metadata
+
+    for dist in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"):
+        try:
+            major, minor = metadata.version(dist).split(".")[:2]
+            return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+    return (0, 0)
+
+
 #: onnxruntime's CPU arithmetic on x86 (MLAS) with a default session:
 #: rne(f32(f32(acc) * f32(f32(xs*ws)/ys))) + zp; QLinearAdd/Mul/AveragePool add zp first.
 _ONNXRUNTIME = Scheme(
@@ -115,6 +132,7 @@ _ONNXRUNTIME = Scheme(
     zp_before_rounding=frozenset({"add", "mul", "pool"}),
     float_kernels="mlas",
     qdq_int8_to_uint8=True,
+    quantize_float_weights=_onnxruntime_version() >= (1, 21),
 )
 
 #: the preset that means "the onnxruntime of this machine", resolved by ``host.host_preset``

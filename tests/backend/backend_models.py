@@ -124,6 +124,7 @@ def quantize_qdq(
     per_channel: bool = False,
     quant_format: str = "QDQ",
     extra_options: dict | None = None,
+    nodes_to_exclude: Sequence[str] = (),
 ) -> onnx.ModelProto:
     """Quantize a float model with ``quantize_static`` (QDQ or QOperator), minmax calibration."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -142,6 +143,7 @@ def quantize_qdq(
         per_channel=per_channel,
         calibrate_method=CalibrationMethod.MinMax,
         extra_options=extra_options or {},
+        nodes_to_exclude=list(nodes_to_exclude),
     )
     return onnx.load(str(dst))
 

@@ -171,7 +171,7 @@ def test_agreement_checker_streams_batches(data, tmp_path: Path) -> None:
 def test_qdq_groups_become_integer_kernels(per_channel: bool, data, tmp_path: Path) -> None:
     calibration, _ = data
     model = quantize_qdq(float_net(NETS["conv-pool-act"]), calibration, tmp_path, per_channel=per_channel)
-    ops = [op for op, _, _ in IntegerSession(model).plan()]
+    ops = [step.op for step in IntegerSession(model).plan()]
     for fused in ("ai.onnx::QLinearConv", "ai.onnx::QLinearMatMul", "com.microsoft::QGemm",
                   "com.microsoft::QLinearAveragePool", "com.microsoft::QLinearSigmoid",
                   "com.microsoft::QLinearLeakyRelu", "com.microsoft::QLinearGlobalAveragePool",
@@ -209,7 +209,7 @@ def test_default_session_fuses_the_int8_groups_onnxruntime_fuses(tmp_path: Path)
     options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     theirs = [n.op_type for n in onnx.load(tmp_path / "optimized.onnx").graph.node if "Conv" in n.op_type]
-    ours = [op.split("::")[1] for op, _, _ in IntegerSession(model).plan() if "Conv" in op]
+    ours = [step.op.split("::")[1] for step in IntegerSession(model).plan() if "Conv" in step.op]
     assert sorted(ours) == sorted(theirs) == ["Conv", "Conv", "Conv", "QLinearConv"]
     records = rng.normal(0, 1.2, (6, 8, 10, 10)).astype(np.float32)
     assert_same(IntegerSession(model).run(None, {"x": records})[0], session.run(None, {"x": records})[0], "c4")
