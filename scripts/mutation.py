@@ -41,7 +41,13 @@ class Group:
 GROUPS: dict[str, Group] = {
     "metrics": Group(
         ("metrics/*",),
-        ("tests/test_metrics.py", "tests/test_assertions.py", "tests/test_compare.py", "tests/plugin/test_outputs.py"),
+        (
+            "tests/test_metrics.py",
+            "tests/test_metric_edges.py",
+            "tests/test_assertions.py",
+            "tests/test_compare.py",
+            "tests/plugin/test_outputs.py",
+        ),
     ),
     "assertions": Group(("assertions.py",), ("tests/test_assertions.py", "tests/test_assertion_messages.py")),
     "data": Group(("data/*",), ("tests/test_data.py", "tests/test_compare.py")),

@@ -1,0 +1,123 @@
+"""Metric edge cases the main metric tests do not reach: one-element and empty records, zero
+references, scales that are missing or zero, merges into an empty metric, rounding at +-1.
+
+Each expected value follows from the formula in docs/metrics.md, worked out by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from pytest_qaccuracy.errors import MetricError
+from pytest_qaccuracy.metrics import StatsMetric, TensorPair, get_metric, parse_metric_names, register_metric
+
+
+def _pair(ref, test, **kwargs) -> TensorPair:
+    return TensorPair(np.asarray(ref, np.float32), np.asarray(test, np.float32), **kwargs)
+
+
+def _value(name: str, *pairs: TensorPair):
+    metric = get_metric(name)()
+    for pair in pairs:
+        metric.update(pair)
+    return metric.result()
+
+
+def test_one_element_records() -> None:
+    pair = _pair([[2.0], [0.0]], [[1.0], [0.0]], scale=0.5)  # squared errors 1 and 0
+    np.testing.assert_array_equal(get_metric("mse")().record_values(pair), [1.0, 0.0])
+    assert _value("mse", pair) == (0.5, None)
+    assert _value("srmse", pair) == (pytest.approx(math.sqrt(0.5) / 0.5, rel=1e-15), None)
+
+
+def test_records_without_elements() -> None:
+    empty = _pair(np.zeros((2, 0)), np.zeros((2, 0)), scale=1.0)
+    assert _value("max_abs", empty) == (0.0, None)
+    assert _value("lsb", empty) == (0.0, None)
+
+
+def test_relative_error_of_a_zero_reference() -> None:
+    pair = _pair([[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]], [[1.0, 0.0], [1.0, 1.5], [0.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 1/0 and 0/0 must not warn
+        values = get_metric("mre")().record_values(pair)
+    np.testing.assert_array_equal(values, [np.inf, 0.25, 0.0])
+
+
+def test_cosine_records_with_zeros() -> None:
+    pair = _pair([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]], [[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        values = get_metric("cosine")().record_values(pair)
+    np.testing.assert_array_equal(values, [1.0, 0.0, 0.0, 0.0])  # both silent: identical; one: nothing shared
+
+
+@pytest.mark.parametrize(
+    ("ref", "factor", "expected"),
+    [
+        ([0.3455841839313507, 0.8216181397438049, 0.3304370641708374, -1.3031572103500366, 0.9053558707237244],
+         1.5583161115646362, 1.0),
+        ([-0.7364540696144104, -0.16290995478630066, -0.4821193218231201, 0.5988461971282959, 0.03972210735082626],
+         -1.5077824592590332, -1.0),
+    ],
+)  # fmt: skip
+def test_cosine_of_a_multiple_stays_within_one(ref, factor, expected) -> None:
+    """q = c*f has cosine exactly +-1; float32 rounding takes the formula just past it (found by search)."""
+    f = np.asarray([ref], np.float32)
+    pair = TensorPair(f, (f * np.float32(factor)).astype(np.float32))
+    assert get_metric("cosine")().record_values(pair)[0] == expected
+
+
+def test_sqnr_per_record() -> None:
+    pair = _pair([[2.0, 0.0], [3.0, 4.0]], [[1.0, 0.0], [3.0, 4.5]])  # |f| = 2, 5; |f - q| = 1, 0.5
+    np.testing.assert_allclose(get_metric("sqnr")().record_values(pair), [20 * math.log10(2), 20.0], rtol=1e-12)
+
+
+def test_srmse_needs_one_positive_scale() -> None:
+    assert _value("srmse", _pair([[1.0]], [[0.0]])) == (None, "the quantized tensor has no scale")
+    assert _value("srmse", _pair([[1.0]], [[0.0]], scale=0.0)) == (None, "non-positive scale 0.0")
+    per_channel = _pair([[1.0, 1.0]], [[0.0, 0.0]], scale=np.array([0.5, 0.25]))
+    assert _value("srmse", per_channel)[0] is None
+
+
+@pytest.mark.parametrize("name", ["srmse", "lsb"])
+def test_a_scale_survives_a_merge_into_an_empty_metric(name) -> None:
+    updated = get_metric(name)()
+    updated.update(_pair([[1.0, 0.0]], [[0.5, 0.0]], scale=0.25))
+    merged = get_metric(name)()
+    merged.merge(updated)
+    assert merged.result() == updated.result() and merged.result()[0] is not None
+
+
+def test_lsb_reports_fractions_of_a_step() -> None:
+    assert _value("lsb", _pair([[1.0, 2.0]], [[1.0625, 2.0]], scale=0.25)) == (0.25, None)
+
+
+def test_metric_names_and_registry_errors() -> None:
+    with pytest.raises(MetricError, match=r"^no metric named; available: mse, "):
+        parse_metric_names(" , ")
+    assert parse_metric_names(["SQNR", " mse ", "sqnr"]) == ["sqnr", "mse"]  # a list works like "a,b"
+
+    def metric(name, formula="x"):
+        return type("M", (StatsMetric,), {"name": name, "formula": formula, "sums": ("s",)})
+
+    for bad in ("", "Bad", "a-b", None):
+        with pytest.raises(MetricError, match=rf"^metric M: name must be a lower-case identifier, got {bad!r}$"):
+            register_metric(metric(bad))
+    with pytest.raises(MetricError, match=r"^metric 'ok_name': a formula string is required"):
+        register_metric(metric("ok_name", formula=""))
+    with pytest.raises(ValueError, match=r"^reference shape \(2,\) differs from test shape \(3,\)$"):
+        TensorPair(np.zeros(2, np.float32), np.zeros(3, np.float32))
+
+
+def test_unregister_removes_and_tolerates_unknown_names() -> None:
+    from pytest_qaccuracy.metrics import available_metrics, unregister_metric
+
+    register_metric(type("Tmp", (StatsMetric,), {"name": "tmp_metric", "formula": "x", "sums": ("s",)}))
+    unregister_metric("tmp_metric")
+    assert "tmp_metric" not in available_metrics()
+    unregister_metric("never_registered")  # nothing to remove: no error
