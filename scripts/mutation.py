@@ -50,7 +50,7 @@ GROUPS: dict[str, Group] = {
         ),
     ),
     "assertions": Group(("assertions.py",), ("tests/test_assertions.py", "tests/test_assertion_messages.py")),
-    "data": Group(("data/*",), ("tests/test_data.py", "tests/test_compare.py")),
+    "data": Group(("data/*",), ("tests/test_data.py", "tests/test_data_windows.py", "tests/test_compare.py")),
     "rules": Group(("plugin/rules.py",), ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py")),
     "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),
     "atomic": Group(
