@@ -59,7 +59,12 @@ GROUPS: dict[str, Group] = {
     "matching": Group(("model/matching.py",), ("tests/test_matching.py", "tests/test_pair.py")),
     "arith": Group(
         ("backend/arith.py",),
-        ("tests/backend/test_arith.py", "tests/backend/test_fixed_point.py", "tests/backend/test_pairs.py"),
+        (
+            "tests/backend/test_arith.py",
+            "tests/backend/test_arith_quantize.py",
+            "tests/backend/test_fixed_point.py",
+            "tests/backend/test_pairs.py",
+        ),
     ),
 }
 
