@@ -63,7 +63,7 @@ def _resolve(pair: ModelPair, names: Sequence[str]) -> list[tuple[str, str]]:
         elif node_outputs.get(name):
             found = node_outputs[name]
         else:
-            raise InputError(_unknown(pair, name, [*table, *node_outputs]))
+            raise InputError(_unknown(pair, name, [*table, *(n for n, outs in node_outputs.items() if outs)]))
         chosen.extend((f, table[f]) for f in found if (f, table[f]) not in chosen)
     return chosen
 
@@ -72,6 +72,13 @@ def _unknown(pair: ModelPair, name: str, known: Iterable[str]) -> str:
     inputs = {v.name for v in pair.fp32.graph.input}
     if name in inputs:
         return f"cannot measure at {name!r}: it is an input of {pair.fp32_path.name}, which both models share"
+    node = next((n for n in pair.fp32.graph.node if n.name == name), None)
+    if node is not None:  # e.g. a Conv whose Relu the quantizer folded: its own output has no counterpart
+        return (
+            f"cannot measure at {name!r}: the output(s) of this node of {pair.fp32_path.name} "
+            f"({', '.join(node.output)}) have no counterpart in {pair.quantized_path.name}; "
+            "measure at the node after it"
+        )
     close = difflib.get_close_matches(name, list(known), n=5, cutoff=0.5)
     hint = f"; close names: {', '.join(close)}" if close else ""
     return (

@@ -123,6 +123,13 @@ def test_bad_names_say_what_would_do(zoo):
         cut_pair(pair, ["conv33"])
     with pytest.raises(InputError, match="'x': it is an input"):
         cut_pair(pair, ["x"])
+    # QOperator folds conv1's Relu into QLinearConv: the node exists, its output has no counterpart
+    pair = ModelPair(zoo["fp32"], zoo["qop_u8"])
+    assert "conv1" not in {m.fp32 for m in pair.matching.matches}
+    folded = r"'conv1': the output\(s\) of this node of net\.onnx \(conv1\) have no counterpart"
+    with pytest.raises(InputError, match=folded):
+        cut_pair(pair, ["conv1"])
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
     with pytest.raises(InputError, match="at least one"):
         cut_pair(pair, [])
     with pytest.raises(ModelError, match="no quantized node 'gemm'"):  # gemm lies after the cut
