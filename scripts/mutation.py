@@ -137,6 +137,7 @@ def write_config(dest: Path, group: Group) -> None:
         "source_paths": toml_list([PACKAGE]),
         "only_mutate": toml_list([f"{PACKAGE}/{module}" for module in group.modules]),
         "pytest_add_cli_args_test_selection": toml_list(list(group.tests)),
+        "also_copy": toml_list(["example_suites"]),  # the tests read its models and data
         "pytest_add_cli_args": toml_list(["-p", "no:cacheprovider", "-p", "no:xdist", "-W", "ignore"]),
         "use_git_change_detection": "false",
         "use_setproctitle": "false",
