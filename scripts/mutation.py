@@ -45,6 +45,7 @@ GROUPS: dict[str, Group] = {
             "tests/test_metrics.py",
             "tests/test_metric_edges.py",
             "tests/test_score_layout.py",
+            "tests/test_channel_spans.py",
             "tests/test_assertions.py",
             "tests/test_compare.py",
             "tests/plugin/test_outputs.py",
