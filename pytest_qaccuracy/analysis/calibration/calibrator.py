@@ -15,6 +15,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.report.atomic import atomic_write
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
+
+log = logging.getLogger(__name__)
 
 METHODS = ("minmax", "moving-average", "percentile", "kl", "mse")
 QTYPES = {"uint8": (0, 255), "int8": (-128, 127)}
@@ -198,19 +201,21 @@ def _histogram_ranges(
     c: CalibrationOptions,
 ) -> dict[str, tuple[float, float]]:
     hists = {n: HistogramObserver(max(abs(observed[n][0]), abs(observed[n][1])), c.histogram_bins) for n in names}
-    for values, _ in _passes(runner, bound, batch_size, names):
-        for name, value in values.items():
-            hists[name].update(value)
     qmin, qmax = QTYPES[c.activation_type]
-    chosen = {}
-    for name, hist in hists.items():
-        lo, hi = observed[name]
+
+    def choose(name: str) -> tuple[float, float]:
+        hist, (lo, hi) = hists[name], observed[name]
         if c.method == "kl":
             t, _ = R.kl_threshold(hist.counts, hist.edges, c.quantized_bins)
-            chosen[name] = (max(lo, -t), min(hi, t))
-        else:
-            chosen[name] = R.mse_range(hist.counts, hist.edges, lo, hi, qmin, qmax)
-    return chosen
+            return max(lo, -t), min(hi, t)
+        return R.mse_range(hist.counts, hist.edges, lo, hi, qmin, qmax)
+
+    # numpy releases the GIL in its loops: tensors are folded, then searched, side by side
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for values, _ in _passes(runner, bound, batch_size, names):
+            list(pool.map(lambda item: hists[item[0]].update(item[1]), values.items()))
+            del values
+        return dict(zip(hists, pool.map(choose, hists), strict=True))
 
 
 def _power2_weight_overrides(
@@ -251,6 +256,44 @@ def _power2_weight_overrides(
     return overrides
 
 
+#: DequantizeLinear takes ``axis`` (per-channel weights) from this opset on.
+PER_CHANNEL_OPSET = 13
+
+
+def opset_note(model: onnx.ModelProto, calibration: CalibrationOptions) -> str | None:
+    """What :func:`quantize_with_ranges` will do to the opset, in one line (None: nothing)."""
+    opset = GraphView(model).opset
+    if not calibration.per_channel or opset >= PER_CHANNEL_OPSET:
+        return None
+    return (
+        f"per-channel weights need DequantizeLinear's axis (opset {PER_CHANNEL_OPSET}): "
+        f"the model is converted from opset {opset} to {PER_CHANNEL_OPSET} before quantization"
+    )
+
+
+def with_opset_for(
+    model: onnx.ModelProto, calibration: CalibrationOptions, label: str = "model"
+) -> tuple[onnx.ModelProto, bool]:
+    """The model as the quantizer needs it: opset 13 for per-channel weights (onnx's version
+    converter), else unchanged; and whether it was converted. InputError in one line if it cannot be."""
+    if opset_note(model, calibration) is None:
+        return model, False
+    from onnx import version_converter
+
+    opset = GraphView(model).opset
+    try:
+        converted = version_converter.convert_version(model, PER_CHANNEL_OPSET)
+        onnx.checker.check_model(converted)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(
+            f"{label}: per-channel weights need opset {PER_CHANNEL_OPSET} (DequantizeLinear axis), and onnx "
+            f"cannot convert this opset {opset} model ({first}); convert it, or quantize per tensor"
+        ) from None
+    log.info("%s", opset_note(model, calibration))
+    return converted, True
+
+
 def quantize_with_ranges(
     model: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -275,7 +318,7 @@ def quantize_with_ranges(
     if via == "cache" and not has_cache:
         raise InputError("this onnxruntime's quantize_static takes no calibration_cache_path; use via='overrides'")
     use_cache = via == "cache" or (via == "auto" and has_cache)
-    proto = load_model(model)
+    proto, upgraded = with_opset_for(load_model(model), calibration, str(model))
     extra: dict[str, Any] = {"TensorQuantOverrides": {}}
     qtypes = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}
     if calibration.power2:
@@ -306,6 +349,9 @@ def quantize_with_ranges(
             extra["TensorQuantOverrides"].update(_range_overrides(proto, result))
             kwargs["calibration_data_reader"] = _ZeroRecord(proto)
         written = Path(tmp) / out.name
+        if upgraded:  # onnxruntime's quantizer reads a file: hand it the converted model
+            model = Path(tmp) / f"opset{PER_CHANNEL_OPSET}.{Path(model).name}"
+            onnx.save(proto, str(model))
         root = logging.getLogger()
         level = root.level
         root.setLevel(max(level, logging.ERROR))  # onnxruntime's "consider pre-processing" advice, per call

@@ -85,8 +85,11 @@ class HistogramObserver:
         return np.linspace(-self.bound, self.bound, self.bins + 1)
 
     def update(self, values: np.ndarray) -> None:
-        x = values.reshape(-1).astype(np.float64, copy=False)
-        x = x[~np.isnan(x)]
-        index = np.floor((x + self.bound) * (self.bins / (2.0 * self.bound))).astype(np.int64)
+        x = values.astype(np.float64).reshape(-1)  # a copy, scaled in place
+        if np.isnan(x).any():
+            x = x[~np.isnan(x)]
+        x += self.bound
+        x *= self.bins / (2.0 * self.bound)
+        index = x.astype(np.int64)  # truncation is floor here: x >= 0 but for rounding, clipped below
         np.clip(index, 0, self.bins - 1, out=index)
         self.counts += np.bincount(index, minlength=self.bins)

@@ -13,6 +13,10 @@ import numpy as np
 #: TVM/MXNet KL defaults: 8001 histogram bins over [-t, t], 255 quantized bins.
 KL_BINS = 8001
 KL_QUANTIZED_BINS = 255
+#: KL tries every KL_STRIDE-th window, then the windows around the best (see kl_threshold).
+KL_STRIDE = 64
+#: The share of non-zero bins (between the first and the last) above which a histogram is dense.
+KL_DENSE = 0.5
 #: Smoothing of zero bins before the KL divergence (MXNet ``_smooth_distribution``).
 KL_EPS = 1e-4
 
@@ -59,7 +63,9 @@ def _smooth(p: np.ndarray, zeros: np.ndarray, eps: float = KL_EPS) -> np.ndarray
     return out if (out > 0).all() else None
 
 
-def kl_threshold(hist: np.ndarray, edges: np.ndarray, quantized_bins: int = KL_QUANTIZED_BINS) -> tuple[float, float]:
+def kl_threshold(
+    hist: np.ndarray, edges: np.ndarray, quantized_bins: int = KL_QUANTIZED_BINS, stride: int = KL_STRIDE
+) -> tuple[float, float]:
     """The threshold ``t`` whose clipped, ``quantized_bins``-level distribution is closest in KL.
 
     ``hist`` is symmetric around zero: an odd number of bins over ``[-T, T]`` (``edges`` has one more
@@ -69,6 +75,14 @@ def kl_threshold(hist: np.ndarray, edges: np.ndarray, quantized_bins: int = KL_Q
     spreads each group's count evenly over its bins where P is non-zero, and is zero where P is.
     Both are smoothed, and the window's right edge with the smallest ``KL(P || Q)`` wins (MXNet,
     TVM #3538).
+
+    On a dense histogram (at least :data:`KL_DENSE` of the bins between the first and the last
+    non-zero one are non-zero) with more than ``8 * stride`` windows (TVM's 8001 bins give 3874),
+    every ``stride``-th window is tried first, then every ``stride/8``-th within ``stride`` of the two
+    best, and so on down to every window. The divergence of a dense histogram varies slowly at that
+    scale but is jagged bin to bin, so the window found may not be the exhaustive search's
+    (docs/calibration.md gives how close). A sparse histogram, or ``stride=1``, tries every window
+    (TVM's exhaustive search): its divergence jumps from one window to the next.
 
     Returns:
         (threshold, divergence).
@@ -82,32 +96,72 @@ def kl_threshold(hist: np.ndarray, edges: np.ndarray, quantized_bins: int = KL_Q
     if zero < half:
         raise ValueError(f"{n} bins are fewer than the {quantized_bins} quantized bins")
     cumsum = np.concatenate([[0.0], np.cumsum(hist)])
+    windows = range(half, zero + 1)
+    tried: dict[int, float] = {}
+
+    def divergence(i: int) -> float:
+        if i not in tried:
+            tried[i] = _window_kl(hist, cumsum, zero, i, quantized_bins)
+        return tried[i]
+
+    filled = np.flatnonzero(hist)
+    dense = filled.size >= KL_DENSE * (filled[-1] - filled[0] + 1) if filled.size else False
+    step = stride if dense else 1  # a sparse histogram's divergence jumps from one window to the next
+    candidates = list(windows) if len(windows) <= 8 * step else [*windows[::step], windows[-1]]
+    while step > 1 and len(candidates) > 8:  # zoom in: a step 8 times finer around the two best
+        best_two = sorted(set(candidates), key=divergence)[:2]
+        fine = max(1, step // 8)
+        candidates = [i for c in best_two for i in range(max(half, c - step + 1), min(zero, c + step - 1) + 1, fine)]
+        candidates += best_two
+        step = fine
     best = (float(edges[-1]), math.inf)
-    for i in range(half, zero + 1):
-        start, stop = zero - i, zero + i + 1
-        size = stop - start
-        window = hist[start:stop]
-        p = window.copy()
-        p[0] += cumsum[start]
-        p[-1] += cumsum[n] - cumsum[stop]
-        nonzero = p != 0
-        width = size // quantized_bins
-        starts = np.arange(0, quantized_bins * width, width)
-        lengths = np.full(quantized_bins, width)
-        lengths[-1] = size - width * (quantized_bins - 1)
-        counts = np.add.reduceat(window, starts)
-        norms = np.add.reduceat(nonzero.astype(np.float64), starts)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_bin = np.where(norms > 0, counts / norms, 0.0)
-        q = np.repeat(per_bin, lengths) * nonzero
-        ps, qs = _smooth(p, ~nonzero), _smooth(q, q == 0)
-        if ps is None or qs is None:
-            continue
-        sp, sq = ps.sum(), qs.sum()  # KL of the normalised distributions, without normalising
-        divergence = float(np.dot(ps, np.log(ps / qs)) / sp + math.log(sq / sp))
-        if divergence < best[1]:
-            best = (float(edges[stop]), divergence)
+    for i in sorted({*candidates, *tried}):  # ties go to the narrower window, as in the exhaustive loop
+        value = divergence(i)
+        if value < best[1]:
+            best = (float(edges[zero + i + 1]), value)
     return best
+
+
+def _window_kl(hist: np.ndarray, cumsum: np.ndarray, zero: int, i: int, quantized_bins: int) -> float:
+    """``KL(P || Q)`` of the window of ``2i+1`` central bins (see :func:`kl_threshold`); inf if undefined.
+
+    Only the bins where P is non-zero are visited: elsewhere P and Q are both zero, both smoothed to
+    ``eps``, and add nothing to the sum. Group counts come from ``cumsum``.
+    """
+    n = hist.size
+    start, stop = zero - i, zero + i + 1
+    size = stop - start
+    width = size // quantized_bins
+    bounds = np.minimum(np.arange(quantized_bins + 1) * width, size)
+    bounds[-1] = size
+    counts = np.diff(cumsum[start + bounds])
+    where = start + np.flatnonzero(hist[start:stop])  # positions of the non-zero bins of P
+    p = hist[where]
+    outside = (cumsum[start], cumsum[n] - cumsum[stop])  # outliers land on the end bins
+    for pos, extra in zip((start, stop - 1), outside, strict=True):
+        if extra:
+            k = int(np.searchsorted(where, pos))
+            if k < where.size and where[k] == pos:
+                p[k] += extra
+            else:
+                where, p = np.insert(where, k, pos), np.insert(p, k, extra)
+    nonzero = where.size
+    if nonzero == 0:
+        return math.inf
+    group = np.minimum((where - start) // width, quantized_bins - 1)
+    norms = np.bincount(group, minlength=quantized_bins)
+    q = counts[group] / norms[group]
+    zeros_p = size - nonzero
+    ps = p - KL_EPS * zeros_p / nonzero
+    zeros_q = zeros_p + int(np.count_nonzero(q == 0))
+    if zeros_q == size or (ps <= 0).any():
+        return math.inf
+    qs = np.where(q == 0, KL_EPS, q - KL_EPS * zeros_q / (size - zeros_q))
+    if (qs <= 0).any():
+        return math.inf
+    sp = ps.sum() + zeros_p * KL_EPS  # KL of the normalised distributions, without normalising
+    sq = qs.sum() + zeros_p * KL_EPS
+    return float(np.dot(ps, np.log(ps / qs)) / sp + math.log(sq / sp))
 
 
 def quantize_grid(lo: float, hi: float, qmin: int, qmax: int) -> tuple[float, int]:
