@@ -66,7 +66,8 @@ def main() -> None:
         for method in args.methods.split(","):
             out = Path(tmp) / f"{method}.onnx"
             run = [sys.executable, __file__, "--one", method, str(model), str(data), str(out)]
-            figures = json.loads(subprocess.run(run, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+            stdout = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+            figures = json.loads(stdout.splitlines()[-1])  # onnxruntime may print before the figures
             print(f"  {method:12s} {figures['seconds']:7.2f} s   peak RSS {figures['peak_rss_mb']:7.0f} MB")
 
 
