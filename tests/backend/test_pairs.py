@@ -210,3 +210,22 @@ def test_convolution_read_unpadded_matches_the_pair_oracle(x_zp: int) -> None:
     got, _, _ = conv_integer_acc(x, np.uint8(x_zp), w, np.int8(0), attrs, AVX2)
     want = _oracle_conv(x, x_zp, w, pads, strides, dilations, 1)
     np.testing.assert_array_equal(np.asarray(got, np.int64), want)
+
+
+@pytest.mark.parametrize("hit_cost", [0, 10**9], ids=["sparse", "dense"])
+@pytest.mark.parametrize(
+    ("c", "group", "pads", "strides"), [(3, 1, [1, 1, 1, 1], (2, 2)), (8, 2, [0, 1, 2, 1], (1, 2))]
+)
+def test_dense_and_sparse_corrections_match_the_pair_oracle(monkeypatch, hit_cost, c, group, pads, strides) -> None:
+    """Inputs high on heavy weights saturate at most outputs (an image stem): the correction is then computed
+    densely from im2col columns; both ways give the oracle's sums."""
+    from pytest_qaccuracy.backend.kernels import conv_pairs
+
+    monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", hit_cost)
+    rng = np.random.default_rng(c + group)
+    x = rng.integers(150, 256, (5, c, 6, 7)).astype(np.uint8)
+    w = _heavy_weights(rng, (4, c // group, 3, 3))
+    attrs = {"pads": pads, "strides": list(strides), "dilations": [1, 1], "group": group}
+    got, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, AVX2)
+    want = _oracle_conv(x, 140, w, pads, strides, (1, 1), group)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), want)

@@ -55,15 +55,64 @@ def pair_corrections(
     if not found:
         pairs.count(total, np.zeros(0, np.int64))
         return None
-    out = _Correction((x.shape[0], m, *out_spatial))
-    padded: list[np.ndarray] = []  # the padded input, made when first needed
-
-    def xp() -> np.ndarray:
-        if not padded:
-            padded.append(_padded(x, pads, x_zp))
-        return padded[0]
-
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
+    layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry)
+    if _dense_is_cheaper(layer, found):
+        return _dense(layer, found, total)
+    return _sparse(layer, found, total)
+
+
+class _Layer:
+    """One convolution's input and shape, and its padded input made when first needed."""
+
+    def __init__(self, x: np.ndarray, x_zp: int, pads: list[int], cg: int, mg: int, m: int, geometry: _Geometry):
+        self.x, self.x_zp, self.pads, self.cg, self.mg, self.m, self.geometry = x, x_zp, pads, cg, mg, m, geometry
+        self._padded: np.ndarray | None = None
+
+    def xp(self) -> np.ndarray:
+        if self._padded is None:
+            self._padded = _padded(self.x, self.pads, self.x_zp)
+        return self._padded
+
+    def records(self, a: int, b: int) -> _Layer:
+        """The same layer on records ``a:b``."""
+        part = _Layer(self.x[a:b], self.x_zp, self.pads, self.cg, self.mg, self.m, self.geometry)
+        if self._padded is not None:
+            part._padded = self._padded[a:b]
+        return part
+
+
+#: cost of one saturated pair sum located and added sparsely, in dense pair evaluations
+SPARSE_HIT_COST = 16
+
+
+def _dense_is_cheaper(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]]) -> bool:
+    """Whether evaluating every risky pair at every output beats locating the saturated ones.
+
+    The first record is run the sparse way (without counting) to measure how many pair sums
+    saturate per record; layers whose inputs sit high on mid-range weights (an image stem) saturate
+    at a large share of their outputs.
+    """
+    n = layer.x.shape[0]
+    if n < 4:
+        return False
+    largest = max(int(np.maximum(np.abs(p.w_first), np.abs(p.w_second)).max()) for _, p in found)
+    if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:
+        return False  # few inputs high enough for a pair to saturate (most layers after a ReLU)
+    sample = layer.records(0, 1)
+    with pairs.counting(None):  # the sample is not part of the run's saturation counts
+        hits = _sparse(sample, found, 0, count_only=True)
+    entries = sum(len(p) for _, p in found)
+    positions = math.prod(layer.geometry.out_spatial)
+    return hits * SPARSE_HIT_COST > positions * entries
+
+
+def _sparse(
+    layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int, count_only: bool = False
+) -> PairCorrection | int | None:
+    """Candidates first, then only the pairs that saturate (most layers: none or few)."""
+    x, x_zp, pads, cg, mg, geometry, xp = layer.x, layer.x_zp, layer.pads, layer.cg, layer.mg, layer.geometry, layer.xp
+    out = _Correction((x.shape[0], layer.m, *geometry.out_spatial))
     same: list[tuple[np.ndarray, ...]] = []
     for g, risky in found:
         channel = risky.first % cg
@@ -90,7 +139,40 @@ def pair_corrections(
     parallel.run_all(tasks)
     if pairs.counter is not None:  # one saturated pair sum per non-zero (output, pair) change
         pairs.count(total, np.zeros(0, np.int64))
-    return out.result()
+    return out.hits if count_only else out.result()
+
+
+def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int) -> PairCorrection | None:
+    """Every risky pair evaluated at every output from im2col columns, records in blocks."""
+    x, geometry = layer.x, layer.geometry
+    n, positions = x.shape[0], math.prod(geometry.out_spatial)
+    result = np.zeros((n, layer.m, positions), np.int32)
+    saturated = np.zeros(n, np.int64)
+    xp = layer.xp()
+    for g, risky in found:
+        needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
+        firsts, which = np.unique(risky.first, return_inverse=True)
+        order = np.argsort(which, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(which, minlength=firsts.size))])
+        row_first, row_second = np.searchsorted(needed, firsts), np.searchsorted(needed, firsts + 1)
+        step = max(1, BLOCK_ELEMENTS // max(1, positions * max(needed.size, int(np.diff(bounds).max()))))
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            columns = _columns(xp[r0:r1], g, layer.cg, needed, geometry)
+            for j in range(firsts.size):
+                entry = order[bounds[j] : bounds[j + 1]]
+                a = columns[row_first[j]].astype(np.int32)[:, None]
+                b = columns[row_second[j]].astype(np.int32)[:, None]
+                value = a * risky.w_first[entry] + b * risky.w_second[entry]  # (rows, entries)
+                change = (np.clip(value, pairs.INT16_MIN, pairs.INT16_MAX) - value).reshape(r1 - r0, positions, -1)
+                result[r0:r1, g * layer.mg + risky.column[entry], :] += change.transpose(0, 2, 1)
+                if pairs.counter is not None:
+                    saturated[r0:r1] += np.count_nonzero(change, axis=(1, 2))
+    if pairs.counter is not None:
+        pairs.count(total, np.repeat(np.arange(n), saturated))
+    if not result.any():
+        return None
+    return PairCorrection.from_dense(result.reshape(n, layer.m, *geometry.out_spatial))
 
 
 class PairCorrection:
@@ -98,6 +180,16 @@ class PairCorrection:
 
     Entries are sorted by ``(record, first spatial index)``, the way the convolution cuts its chunks.
     """
+
+    array: np.ndarray | None = None  #: the whole correction, when most outputs change (``from_dense``)
+
+    @classmethod
+    def from_dense(cls, array: np.ndarray) -> PairCorrection:
+        """A correction held whole: ``(N, M, *out)`` integers."""
+        found = cls.__new__(cls)
+        found.shape, found.rows, found.array = array.shape, array.shape[2], array
+        found.value = array.reshape(-1)
+        return found
 
     def __init__(self, shape: tuple[int, ...], index: tuple[np.ndarray, ...], value: np.ndarray):
         linear = np.ravel_multi_index(index, shape)
@@ -123,6 +215,8 @@ class PairCorrection:
 
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
+        if self.array is not None:
+            return self.array.astype(np.int64)
         out = np.zeros(self.shape, np.int64)
         out[self.index] = self.value
         return out
@@ -130,6 +224,10 @@ class PairCorrection:
     def add_to(self, target: np.ndarray, n0: int, n1: int, o0: int, o1: int) -> None:
         """Add the entries of records ``n0:n1`` and first spatial indices ``o0:o1`` to ``target``,
         that chunk's ``(n1 - n0, M, o1 - o0, *out[1:])`` sums (or wider along the last axis)."""
+        if self.array is not None:
+            part = self.array[n0:n1, :, o0:o1]
+            target[(..., *(slice(0, size) for size in part.shape[3:]))] += part
+            return
         if o0 == 0 and o1 == self.rows:
             ranges = [(n0 * self.rows, n1 * self.rows)]
         else:
@@ -147,12 +245,14 @@ class _Correction:
     def __init__(self, shape: tuple[int, ...]):
         self.shape = shape
         self.parts: list[tuple[tuple[np.ndarray, ...], np.ndarray]] = []
+        self.hits = 0  #: saturated pair sums added so far
         self._lock = threading.Lock()
 
     def add(self, index: tuple[np.ndarray, ...], value: np.ndarray) -> None:
         """``value`` added to the outputs at ``index`` (``(record, channel, *spatial)``, repeats allowed)."""
         with self._lock:
             self.parts.append((index, np.asarray(value, np.int64)))
+            self.hits += int(np.size(value))
 
     def result(self) -> PairCorrection | None:
         if not self.parts:
@@ -276,28 +376,30 @@ def _add_crossing(
 ) -> None:
     """Pairs that cross from one tap to the next: their im2col columns are gathered (``pairs.corrections``)."""
     positions = math.prod(geometry.out_spatial)
-
-    def gather(ks: np.ndarray) -> np.ndarray:
-        columns = np.empty((ks.size, xp.shape[0] * positions), np.uint8)
-        tap_of, channel = np.divmod(ks, cg)
-        for t in np.unique(tap_of):
-            where = np.nonzero(tap_of == t)[0]
-            index = tuple(
-                slice(i * d, i * d + (o - 1) * s + 1, s)
-                for i, d, o, s in zip(
-                    geometry.taps[t], geometry.dilations, geometry.out_spatial, geometry.strides, strict=True
-                )
-            )
-            view = xp[(slice(None), g * cg + channel[where], *index)]  # (records, len, *out)
-            columns[where] = np.moveaxis(view, 1, 0).reshape(where.size, -1)
-        return columns
-
-    rows, cols, values = pairs.corrections(risky, gather, xp.shape[0] * positions)
+    rows, cols, values = pairs.corrections(risky, lambda ks: _columns(xp, g, cg, ks, geometry), xp.shape[0] * positions)
     record, position = np.divmod(rows, positions)
     pairs.count(0, record)
     if values.size:
         spatial = np.unravel_index(position, geometry.out_spatial)
         out.add((record, g * mg + cols, *spatial), values)
+
+
+def _columns(xp: np.ndarray, g: int, cg: int, ks: np.ndarray, geometry: _Geometry) -> np.ndarray:
+    """im2col rows ``ks`` (``tap * cg + channel`` of group ``g``) of a padded input: ``(len(ks), records * out)``."""
+    positions = math.prod(geometry.out_spatial)
+    columns = np.empty((ks.size, xp.shape[0] * positions), np.uint8)
+    tap_of, channel = np.divmod(ks, cg)
+    for t in np.unique(tap_of):
+        where = np.nonzero(tap_of == t)[0]
+        index = tuple(
+            slice(i * d, i * d + (o - 1) * s + 1, s)
+            for i, d, o, s in zip(
+                geometry.taps[t], geometry.dilations, geometry.out_spatial, geometry.strides, strict=True
+            )
+        )
+        view = xp[(slice(None), g * cg + channel[where], *index)]  # (records, len, *out)
+        columns[where] = np.moveaxis(view, 1, 0).reshape(where.size, -1)
+    return columns
 
 
 def _spans(bounds: np.ndarray, budget: int) -> list[tuple[int, int]]:
