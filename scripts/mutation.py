@@ -47,12 +47,11 @@ GROUPS: dict[str, Group] = {
             "tests/test_score_layout.py",
             "tests/test_channel_spans.py",
             "tests/test_assertions.py",
-            "tests/test_compare.py",
             "tests/plugin/test_outputs.py",
         ),
     ),
     "assertions": Group(("assertions.py",), ("tests/test_assertions.py", "tests/test_assertion_messages.py")),
-    "data": Group(("data/*",), ("tests/test_data.py", "tests/test_data_windows.py", "tests/test_compare.py")),
+    "data": Group(("data/*",), ("tests/test_data.py", "tests/test_data_windows.py")),
     "rules": Group(("plugin/rules.py",), ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py")),
     "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),
     "atomic": Group(
