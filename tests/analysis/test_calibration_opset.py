@@ -97,18 +97,20 @@ def _exhaustive_kl(hist: np.ndarray, edges: np.ndarray, qbins: int) -> tuple[flo
     return best
 
 
-@pytest.mark.parametrize("shape", ["normal", "relu", "bimodal"])
+@pytest.mark.parametrize("shape", ["normal", "relu", "bimodal", "spike"])
 def test_kl_search_against_the_exhaustive_loop(shape):
     rng = np.random.default_rng(3)
     x = {
         "normal": rng.standard_normal(20000),
         "relu": np.maximum(rng.standard_normal(20000), 0),
         "bimodal": np.r_[rng.normal(-3, 0.3, 3000), rng.normal(4, 1, 3000)],
+        "spike": np.r_[rng.standard_normal(3000), 300.0],  # few values: searched exhaustively
     }[shape]
     hist = HistogramObserver(float(np.abs(x).max()), 1025)
     hist.update(x.astype(np.float32))
     golden = _exhaustive_kl(hist.counts, hist.edges, 63)
     exhaustive = kl_threshold(hist.counts, hist.edges, 63, stride=1)
     assert exhaustive[0] == golden[0] and exhaustive[1] == pytest.approx(golden[1], rel=1e-9)
-    fast = kl_threshold(hist.counts, hist.edges, 63, stride=8)  # 481 windows: the zooming search
+    assert kl_threshold(hist.counts, hist.edges, 63) == exhaustive  # few pairs: the default is exhaustive
+    fast = kl_threshold(hist.counts, hist.edges, 63, stride=8, exhaustive=0)  # 482 windows: coarse to fine
     assert fast[1] == pytest.approx(golden[1], rel=0.01)  # within 1 % of the smallest divergence

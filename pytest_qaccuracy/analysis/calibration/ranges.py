@@ -15,8 +15,10 @@ KL_BINS = 8001
 KL_QUANTIZED_BINS = 255
 #: KL tries every KL_STRIDE-th window, then the windows around the best (see kl_threshold).
 KL_STRIDE = 64
-#: The share of non-zero bins (between the first and the last) above which a histogram is dense.
-KL_DENSE = 0.5
+#: The exhaustive search runs when it visits at most this many (window, non-zero bin) pairs.
+KL_EXHAUSTIVE = 1 << 20
+#: Upper bound on the (window, non-zero bin) pairs of one vectorised step of the exhaustive search.
+KL_PAIRS = 1 << 22
 #: Smoothing of zero bins before the KL divergence (MXNet ``_smooth_distribution``).
 KL_EPS = 1e-4
 
@@ -64,7 +66,11 @@ def _smooth(p: np.ndarray, zeros: np.ndarray, eps: float = KL_EPS) -> np.ndarray
 
 
 def kl_threshold(
-    hist: np.ndarray, edges: np.ndarray, quantized_bins: int = KL_QUANTIZED_BINS, stride: int = KL_STRIDE
+    hist: np.ndarray,
+    edges: np.ndarray,
+    quantized_bins: int = KL_QUANTIZED_BINS,
+    stride: int = KL_STRIDE,
+    exhaustive: int = KL_EXHAUSTIVE,
 ) -> tuple[float, float]:
     """The threshold ``t`` whose clipped, ``quantized_bins``-level distribution is closest in KL.
 
@@ -76,13 +82,13 @@ def kl_threshold(
     Both are smoothed, and the window's right edge with the smallest ``KL(P || Q)`` wins (MXNet,
     TVM #3538).
 
-    On a dense histogram (at least :data:`KL_DENSE` of the bins between the first and the last
-    non-zero one are non-zero) with more than ``8 * stride`` windows (TVM's 8001 bins give 3874),
-    every ``stride``-th window is tried first, then every ``stride/8``-th within ``stride`` of the two
-    best, and so on down to every window. The divergence of a dense histogram varies slowly at that
-    scale but is jagged bin to bin, so the window found may not be the exhaustive search's
-    (docs/calibration.md gives how close). A sparse histogram, or ``stride=1``, tries every window
-    (TVM's exhaustive search): its divergence jumps from one window to the next.
+    Windows are tried exhaustively, as TVM does, when that visits at most ``exhaustive``
+    (:data:`KL_EXHAUSTIVE`) (window, non-zero bin) pairs: few values, or outliers far out, where the
+    divergence jumps from one window to the next. Otherwise (a histogram dense over thousands of bins) every
+    ``stride``-th window is tried first, then every ``stride/8``-th within ``stride`` of the two
+    best, and so on down to every window: the divergence varies slowly at that scale but is jagged
+    bin to bin, so the window found may not be the exhaustive search's (docs/calibration.md gives
+    how close). ``stride=1`` always searches exhaustively.
 
     Returns:
         (threshold, divergence).
@@ -105,8 +111,15 @@ def kl_threshold(
         return tried[i]
 
     filled = np.flatnonzero(hist)
-    dense = filled.size >= KL_DENSE * (filled[-1] - filled[0] + 1) if filled.size else False
-    step = stride if dense else 1  # a sparse histogram's divergence jumps from one window to the next
+    halves = np.arange(half, zero + 1)
+    pairs = int(_inner(filled, zero, halves).sum())  # the exhaustive search's work
+    if stride == 1 or pairs <= exhaustive:  # few values: the divergence jumps from window to window
+        values = _windows_kl(hist, cumsum, filled, zero, halves, quantized_bins)
+        if not np.isfinite(values).any():
+            return float(edges[-1]), math.inf
+        k = int(np.argmin(values))  # the first minimum: ties go to the narrower window
+        return float(edges[zero + halves[k] + 1]), float(values[k])
+    step = stride
     candidates = list(windows) if len(windows) <= 8 * step else [*windows[::step], windows[-1]]
     while step > 1 and len(candidates) > 8:  # zoom in: a step 8 times finer around the two best
         best_two = sorted(set(candidates), key=divergence)[:2]
@@ -120,6 +133,68 @@ def kl_threshold(
         if value < best[1]:
             best = (float(edges[zero + i + 1]), value)
     return best
+
+
+def _windows_kl(
+    hist: np.ndarray, cumsum: np.ndarray, filled: np.ndarray, zero: int, halves: np.ndarray, qbins: int
+) -> np.ndarray:
+    """:func:`_window_kl` of every window of ``halves`` at once, over (window, non-zero bin) pairs:
+    numpy's work is the number of such pairs, so a sparse histogram is cheap to search exhaustively.
+    Windows go in chunks of at most :data:`KL_PAIRS` pairs."""
+    inner = _inner(filled, zero, halves)
+    out = np.empty(halves.size)
+    first = 0
+    while first < halves.size:
+        last = first + max(1, int(np.searchsorted(np.cumsum(inner[first:] + 2), KL_PAIRS, side="right")))
+        out[first:last] = _pairs_kl(hist, cumsum, filled, zero, halves[first:last], qbins)
+        first = last
+    return out
+
+
+def _inner(filled: np.ndarray, zero: int, halves: np.ndarray) -> np.ndarray:
+    """The non-zero bins strictly inside each window (``filled``: the non-zero bins, sorted)."""
+    return np.searchsorted(filled, zero + halves, side="left") - np.searchsorted(filled, zero - halves, side="right")
+
+
+def _pairs_kl(
+    hist: np.ndarray, cumsum: np.ndarray, filled: np.ndarray, zero: int, halves: np.ndarray, qbins: int
+) -> np.ndarray:
+    n, count = hist.size, halves.size
+    starts, stops = zero - halves, zero + halves + 1
+    sizes, widths = stops - starts, (stops - starts) // qbins
+    lo = np.searchsorted(filled, starts, side="right")  # the non-zero bins strictly inside each window
+    hi = np.searchsorted(filled, stops - 1, side="left")
+    inner = hi - lo
+    win = np.repeat(np.arange(count), inner)
+    ramp = np.arange(win.size) - np.repeat(np.cumsum(inner) - inner, inner)
+    pos = filled[np.repeat(lo, inner) + ramp]
+    value = hist[pos].astype(np.float64)
+    ends = np.r_[starts, stops - 1]  # the end bins take the counts outside the window (P only)
+    end_values = np.r_[hist[starts] + cumsum[starts], hist[stops - 1] + cumsum[n] - cumsum[stops]]
+    keep = end_values != 0
+    win = np.r_[win, np.tile(np.arange(count), 2)[keep]]
+    pos, value = np.r_[pos, ends[keep]], np.r_[value, end_values[keep]]
+    group = np.minimum((pos - starts[win]) // widths[win], qbins - 1)
+    bounds = np.minimum(np.arange(qbins + 1) * widths[:, None], sizes[:, None])
+    bounds[:, -1] = sizes
+    edges = cumsum[starts[:, None] + bounds]
+    counts = np.diff(edges, axis=1)  # each group's count in the window, without the outside counts
+    cell = win * qbins + group
+    norms = np.bincount(cell, minlength=count * qbins)
+    q = counts.reshape(-1)[cell] / norms[cell]
+    nonzero = np.bincount(win, minlength=count)
+    zeros_p = sizes - nonzero
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ps = value - (KL_EPS * zeros_p / nonzero)[win]
+        zeros_q = zeros_p + np.bincount(win, weights=q == 0, minlength=count)
+        qs = np.where(q == 0, KL_EPS, q - (KL_EPS * zeros_q / (sizes - zeros_q))[win])
+        bad = np.bincount(win, weights=(ps <= 0) | (qs <= 0), minlength=count) > 0
+        bad |= (nonzero == 0) | (zeros_q >= sizes)
+        sp = np.bincount(win, weights=ps, minlength=count) + zeros_p * KL_EPS
+        sq = np.bincount(win, weights=qs, minlength=count) + zeros_p * KL_EPS
+        terms = np.bincount(win, weights=np.where((ps > 0) & (qs > 0), ps * np.log(ps / qs), 0.0), minlength=count)
+        kl = terms / sp + np.log(sq / sp)
+    return np.where(bad, np.inf, kl)
 
 
 def _window_kl(hist: np.ndarray, cumsum: np.ndarray, zero: int, i: int, quantized_bins: int) -> float:
