@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.metrics import parse_metric_names
     from pytest_qaccuracy.model import ModelPair
     from pytest_qaccuracy.report.artifacts import check_artifact_targets, write_comparison_artifacts
+    from pytest_qaccuracy.report.summary import channel_warnings
     from pytest_qaccuracy.report.tables import comparison_table
 
     options = runtime_options(args, optimization=args.optimization, session_config=_session_config(args.session_config))
@@ -126,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if rank_by is not None and rank_by not in result.metric_names:
         raise InputError(f"--rank-by {rank_by}: not among the measured metrics {', '.join(result.metric_names)}")
     sys.stdout.write(comparison_table(result, top=args.top, rank_by=rank_by) + "\n")
+    for text in channel_warnings(result.to_dict()):  # channels one scale loses (issue 17)
+        sys.stdout.write(f"warning: {text}\n")
     write_comparison_artifacts(result, pair.fp32, json_path=args.json, out_dir=args.out_dir)
     if args.json is not None:
         sys.stdout.write(f"wrote {args.json}\n")

@@ -120,3 +120,14 @@ def test_views_parse_and_must_name_an_output(detector):
         check_slices({"s": {"view": "o[:]", "min_cos": 1}})
     with pytest.raises(InputError, match=r"slice 's': no output 'logits' \(outputs: output0\)"):
         compare(detector["pair"], detector["data"], metrics="cosine", slices=[SliceSpec("s", "logits[:, 1:]")])
+
+
+def test_qaccuracy_compare_prints_the_warning(detector, capsys):
+    from pytest_qaccuracy.cli import main
+
+    pair = detector["pair"]
+    args = ["compare", str(pair.fp32_path), str(pair.quantized_path), "--data", str(detector["data"])]
+    assert main([*args, "--metrics", "sqnr"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning: ")]
+    assert lines[0].startswith("warning: output0 channels 4..9 (axis 1) span < 1 step (scale ")
+    assert len(lines) == 2 and lines[1].startswith("warning: cat channels 4..9 (axis 1)")  # the Concat too
