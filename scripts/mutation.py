@@ -95,6 +95,7 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     (r"\.reshape\(([^()]*?)-1\b", r".reshape(\1-2", "numpy reads any negative size in reshape as 'the rest'"),
     (r'kind="stable"', 'kind="STABLE"', "numpy reads the sort kind case-insensitively"),
     (r'float\("nan"\)', 'float("NAN")', "float() reads 'nan' case-insensitively"),
+    (r"\.astype\(np\.float64\)", ".astype(None)", "numpy's astype(None) is astype(float64)"),
     (r'\.kind in "(\w+)"', r'.kind in "XX\1XX"', "a dtype kind is one letter, never X: 'i' in 'iu' as in 'XXiuXX'"),
 ]
 

@@ -235,3 +235,33 @@ def test_helper_frames_are_hidden_from_pytest_tracebacks(helper, args) -> None:
             frames.append(tb.tb_frame)
         tb = tb.tb_next
     assert frames and all(frame.f_locals.get("__tracebackhide__") is True for frame in frames)
+
+
+def test_cosine_message_of_partial_and_one_sided_records() -> None:
+    actual = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    expected = np.array([[2.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    # record 0: 2 / sqrt(2 * 4) = 0.707107; record 1: only actual is non-zero: 0; record 2: both zero: 1
+    lines = _message(assert_cosine, actual, expected, 0.9)
+    assert lines[2:6] == ["Worst records (cosine):", " record 1: 0", " record 0: 0.707107", " record 2: 1"]
+
+
+def test_relative_worst_elements_rank_by_the_excess_over_each_tolerance() -> None:
+    # rtol 0.5: element 0 is 1 off a tolerance of 0.875 (0.125 over), element 1 0.625 off 0.125 (0.5 over)
+    lines = _message(assert_relative, np.array([2.75, 0.875]), np.array([1.75, 0.25]), rtol=0.5)
+    assert lines[-3:] == [
+        "Worst elements:",
+        " [1]: 0.875 (ACTUAL), 0.25 (EXPECTED)",
+        " [0]: 2.75 (ACTUAL), 1.75 (EXPECTED)",
+    ]
+
+
+def test_topk_lists_a_single_disagreeing_record() -> None:
+    reference = np.array([[2.0, 1.0], [1.0, 2.0]])
+    actual = np.array([[2.0, 1.0], [2.0, 1.0]])  # record 1 now says class 0
+    lines = _message(assert_topk, actual, reference, 1, 1.0)
+    assert lines[-4:] == [
+        "1 / 2 records disagree",
+        "",
+        "Worst records:",
+        " record 1: fp32 top-1 class 1, quantized top-1 [0]",
+    ]
