@@ -51,7 +51,9 @@ GROUPS: dict[str, Group] = {
         ),
     ),
     "assertions": Group(("assertions.py",), ("tests/test_assertions.py", "tests/test_assertion_messages.py")),
-    "data": Group(("data/*",), ("tests/test_data.py", "tests/test_data_windows.py")),
+    "data": Group(
+        ("data/*",), ("tests/test_data.py", "tests/test_data_windows.py", "tests/test_data_layout_errors.py")
+    ),
     "rules": Group(("plugin/rules.py",), ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py")),
     "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),
     "atomic": Group(
