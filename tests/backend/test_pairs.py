@@ -199,6 +199,21 @@ def test_one_dimensional_convolution_matches_the_pair_oracle() -> None:
     assert not np.array_equal(np.asarray(exact, np.int64), want[:, :, 0, :])
 
 
+def test_rgb_stem_with_only_first_channel_pairs_risky_matches_the_pair_oracle() -> None:
+    """3 input channels whose only same-tap pairs that can saturate are ``(0, 1)`` (odd taps, which pair
+    channels 1 and 2, have zero weights): "every even channel" must not read the unpaired channel 2
+    (YOLOv8n's 320x320 stem failed with an IndexError on the onnxruntime-avx2 preset)."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(180, 256, (2, 3, 6, 7)).astype(np.uint8)
+    w = _heavy_weights(rng, (4, 3, 3, 3))
+    for ti, tj in itertools.product(range(3), range(3)):
+        if (ti * 3 + tj) % 2:
+            w[:, :, ti, tj] = 0
+    attrs = {"pads": [1, 1, 1, 1], "strides": [2, 2], "dilations": [1, 1], "group": 1}
+    got, _, _ = conv_integer_acc(x, np.uint8(120), w, np.int8(0), attrs, AVX2)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), _oracle_conv(x, 120, w, [1, 1, 1, 1], (2, 2), (1, 1), 1))
+
+
 @pytest.mark.parametrize("x_zp", [0, 100])
 def test_convolution_read_unpadded_matches_the_pair_oracle(x_zp: int) -> None:
     """Padding at a zero point too small to saturate is never materialised: outputs near the border stay right."""

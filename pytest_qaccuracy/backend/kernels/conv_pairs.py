@@ -322,7 +322,7 @@ def _add_same_tap(
     for n0 in range(0, xp.shape[0], step):
         block = xp[n0 : n0 + step]
         total = (
-            np.add(block[:, 0::2], block[:, 1::2], dtype=np.uint16)
+            np.add(block[:, 0 : 2 * firsts.size : 2], block[:, 1 : 2 * firsts.size : 2], dtype=np.uint16)
             if every_even
             else np.add(block[:, firsts], block[:, firsts + 1], dtype=np.uint16)
         ).reshape(block.shape[0], firsts.size, -1)
