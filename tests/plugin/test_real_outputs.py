@@ -96,8 +96,12 @@ def test_steps(qaccuracy):
 
 
 CONFTEST = """
-from pytest_qaccuracy.metrics import register_metric
+from pytest_qaccuracy.metrics import register_metric, unregister_metric
 from pytest_qaccuracy.metrics.base import Metric
+
+
+def pytest_unconfigure(config):
+    unregister_metric("boom")  # the registry is global: in-process runs must not leak it
 
 
 @register_metric
