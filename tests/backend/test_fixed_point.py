@@ -161,7 +161,7 @@ def test_accumulator_wraps_or_stays_exact() -> None:
     inits = {"xs": f32(1.0), "xz": np.uint8(0), "w": w, "ws": f32(2.0**-24), "wz": np.int8(0), "ys": f32(1.0),
              "yz": np.uint8(128)}  # fmt: skip
     model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8)
-    ort_like = get_scheme("onnxruntime")
+    ort_like = get_scheme("onnxruntime-vnni")  # exact int32 pair sums: the wrap is the point here, not pairs
     got_wrap = IntegerSession(model, ort_like).run(None, {"x": x})[0].item()
     got_exact = IntegerSession(model, ort_like.replace(accumulator="exact")).run(None, {"x": x})[0].item()
     assert got_wrap == min(max(int(np.rint(np.float32(wrapped) * np.float32(2.0**-24))) + 128, 0), 255)
