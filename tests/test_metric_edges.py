@@ -121,3 +121,24 @@ def test_unregister_removes_and_tolerates_unknown_names() -> None:
     unregister_metric("tmp_metric")
     assert "tmp_metric" not in available_metrics()
     unregister_metric("never_registered")  # nothing to remove: no error
+
+
+def test_half_precision_inputs_are_summed_in_float32() -> None:
+    """300^2 = 90000 overflows float16 (max 65504): the sums must not be taken in the input type."""
+    pair = TensorPair(np.array([[300.0, 0.0]], np.float16), np.array([[0.0, 0.0]], np.float16))
+    assert _value("mse", pair) == (45000.0, None)
+    assert _value("sqnr", pair)[0] == pytest.approx(0.0, abs=1e-9)  # all of the signal is error
+
+
+def test_overflowing_sums_are_undefined_without_warnings() -> None:
+    big = np.full((1, 4), 3e38, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an Inf sum is reported as undefined, not warned about
+        value, reason = _value("mse", TensorPair(big, big * np.float32(0.5)))  # (1.5e38)^2 overflows
+    assert value is None and reason
+
+
+def test_records_without_elements_have_one_value_each() -> None:
+    stats = TensorPair(np.zeros((3, 0), np.float32), np.zeros((3, 0), np.float32)).stats
+    np.testing.assert_array_equal(stats.max_abs_err, [0.0, 0.0, 0.0])
+    assert TensorPair(np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32)).first_record == 0
