@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,23 +222,34 @@ def equivalent(mutant: Mutant) -> str | None:
     return None
 
 
+def _score_line(label: str, counts: Counter[str]) -> float:
+    """Print one row of the table; return its score in percent."""
+    total = sum(n for verdict, n in counts.items() if verdict not in ("skipped", "equivalent"))
+    killed = sum(counts[verdict] for verdict in KILLED)
+    score = 100.0 * killed / total if total else 100.0
+    others = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()) if verdict not in KILLED)
+    print(f"{label:30} {killed:>7} {total:>6} {score:>6.1f}%  {others}")
+    return score
+
+
 def print_scores(mutants: list[Mutant], elapsed: dict[str, float]) -> list[tuple[str, float]]:
-    """Print killed/total per file (equivalent mutants counted apart); return each file's score in percent."""
-    by_module: dict[str, Counter[str]] = {}
+    """Print killed/total per file, then per listed module (a group's files together); return the
+    listed modules' scores in percent. Equivalent mutants are counted apart."""
+    by_file: dict[str, Counter[str]] = {}
     for mutant in mutants:
         verdict = "equivalent" if equivalent(mutant) else mutant.verdict
-        by_module.setdefault(mutant.module, Counter())[verdict] += 1
-    by_module["all"] = sum(by_module.values(), Counter())
+        by_file.setdefault(mutant.module, Counter())[verdict] += 1
+    print(f"{'file':30} {'killed':>7} {'total':>6} {'score':>7}  not killed")
+    for module in sorted(by_file):
+        _score_line(module, by_file[module])
+    print(f"\n{'listed module':30} {'killed':>7} {'total':>6} {'score':>7}  not killed")
     scores = []
-    print(f"{'module':30} {'killed':>7} {'total':>6} {'score':>7}  not killed")
-    for module, counts in sorted(by_module.items(), key=lambda item: (item[0] == "all", item[0])):
-        total = sum(n for verdict, n in counts.items() if verdict not in ("skipped", "equivalent"))
-        killed = sum(counts[verdict] for verdict in KILLED)
-        score = 100.0 * killed / total if total else 100.0
-        if module != "all":
-            scores.append((module, score))
-        others = ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()) if verdict not in KILLED)
-        print(f"{module:30} {killed:>7} {total:>6} {score:>6.1f}%  {others}")
+    for group in GROUPS.values():
+        files = [f for f in by_file if any(fnmatch(f, pattern) for pattern in group.modules)]
+        if files:
+            label = " ".join(m.removesuffix("*") for m in group.modules)
+            scores.append((label, _score_line(label, sum((by_file[f] for f in files), Counter()))))
+    _score_line("all", sum(by_file.values(), Counter()))
     print("time: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in elapsed.items()))
     return scores
 
