@@ -265,3 +265,12 @@ def test_topk_lists_a_single_disagreeing_record() -> None:
         "Worst records:",
         " record 1: fp32 top-1 class 1, quantized top-1 [0]",
     ]
+
+
+def test_within_lsb_per_channel_on_the_first_axis() -> None:
+    q = np.array([[3, 5], [3, 5], [3, 5]], dtype=np.int8)
+    scale, zero_point = np.array([0.5, 0.25, 1.0]), np.array([1, -1, 0])
+    dequantized = np.array([[1.0, 2.0], [1.0, 1.5], [3.0, 5.0]])  # (q - zero_point) * scale, by row
+    assert assert_within_lsb(q, dequantized, scale, 0, zero_point=zero_point, axis=0) == 0.0
+    # a float output with a step per row: 0.5 off is 1 step in row 0, 2 steps in row 1, 0.5 in row 2
+    assert assert_within_lsb(dequantized + 0.5, dequantized, scale, 2, axis=0) == 2.0
