@@ -8,8 +8,9 @@ u8s8), calibrated and tested on inputs made by ``scripts/corpus_data.py``.
 Usage: ``python scripts/build_corpus.py [DIR] [--force]``; DIR defaults to ``$QACCURACY_CORPUS_DIR`` or
 ``.corpus/`` at the repository root. A model folder is rebuilt when its manifest (package versions,
 onnxruntime's version, the hash of these two scripts) changes. Layout, per model ``<name>/``:
-``fp32.onnx`` (pre-processed), ``qdq_u8s8.onnx``, ``qdq_s8s8_pc.onnx``, ``qop_u8s8.onnx``, ``calib.*``
-and ``test.*`` (HDF5, ``.npz`` or a ``.npy`` folder, the project's three formats), ``model.json``.
+``fp32.onnx`` (pre-processed), ``qdq_u8s8.onnx``, ``qdq_s8s8_pc.onnx``, ``qop_u8s8.onnx``, ``calib.*``,
+``test.*`` and ``smoke.*`` (its first records), each as HDF5, ``.npz`` or a ``.npy`` folder (the project's
+three formats), and ``model.json``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ VARIANTS = {
     "qdq_s8s8_pc": ("qdq", "int8", "int8", True),
     "qop_u8s8": ("qoperator", "uint8", "int8", False),
 }
+#: records of the ``smoke`` data set: the first test records, for the slow analyses (calibrate, integer backend)
+SMOKE = 1
 #: the packages of the ``corpus`` extra, as importlib.metadata names them
 PACKAGES = (
     "rapidocr-onnxruntime",
@@ -65,7 +68,6 @@ class CorpusModel:
     licence: str
     data_format: str  # "h5", "npz" or "npy"
     make_data: Callable[[str], Inputs]  # "calib" or "test" -> inputs, labels
-    layer: str  # an fp32 node whose output sensitivity tests measure at
     fixed_shapes: bool = True  # fix dynamic input dimensions to the records' shapes before pre-processing
     extra: dict = field(default_factory=dict)  # quantize_static keyword arguments
 
@@ -83,7 +85,6 @@ MODELS = (
         "Apache-2.0",
         "h5",
         _seeded(corpus_data.text_orientation, 16, 8),
-        layer="",
     ),
     CorpusModel(
         "ppocr_det",
@@ -92,8 +93,7 @@ MODELS = (
         "models/ch_PP-OCRv4_det_infer.onnx",
         "Apache-2.0",
         "npy",
-        _seeded(corpus_data.text_pages, 8, 4),
-        layer="",
+        _seeded(corpus_data.text_pages, 8, 2),
     ),
     CorpusModel(
         "ppocr_rec",
@@ -102,8 +102,7 @@ MODELS = (
         "models/ch_PP-OCRv4_rec_infer.onnx",
         "Apache-2.0",
         "npz",
-        _seeded(corpus_data.text_lines, 8, 4),
-        layer="",
+        _seeded(corpus_data.text_lines, 8, 2),
     ),
     CorpusModel(
         "yolov8n",
@@ -112,8 +111,7 @@ MODELS = (
         "nudenet/320n.onnx",
         "AGPL-3.0 (LICENSE file; the metadata says MIT)",
         "h5",
-        _seeded(corpus_data.scenes, 8, 4),
-        layer="",
+        _seeded(corpus_data.scenes, 8, 2),
     ),
     CorpusModel(
         "silero_vad",
@@ -123,7 +121,6 @@ MODELS = (
         "MIT",
         "npz",
         _seeded(corpus_data.speech, 24, 12),
-        layer="",
     ),
     CorpusModel(
         "minilm_l3",
@@ -132,8 +129,7 @@ MODELS = (
         "model/paraphrase-MiniLM-L3-v2.onnx",
         "Apache-2.0",
         "npy",
-        _seeded(corpus_data.sentences, 16, 8),
-        layer="",
+        _seeded(corpus_data.sentences, 16, 4),
     ),
     CorpusModel(
         "digits_mlp",
@@ -143,10 +139,7 @@ MODELS = (
         "BSD-3-Clause (scikit-learn, digits data set), Apache-2.0 (skl2onnx)",
         "h5",
         corpus_data.digits,
-        layer="",
         fixed_shapes=False,  # a dynamic batch, as skl2onnx writes it
-        # onnxruntime 1.32's bias check indexes a 2-D bias per channel and raises "truth value of an array"
-        extra={"extra_options": {"QDQDisableWeightAdjustForInt32Bias": True}},
     ),
 )
 
@@ -191,6 +184,9 @@ def _digits_mlp(out: Path) -> None:
     x = inputs["input"][:, 0]
     clf = MLPClassifier(hidden_layer_sizes=(64, 32), max_iter=400, random_state=0).fit(x, labels)
     onx = to_onnx(clf, x[:1], options={id(clf): {"zipmap": False}}, target_opset=17)
+    for tensor in onx.graph.initializer:  # biases (1, N) as (N,): onnxruntime's per-channel QDQ of a
+        if len(tensor.dims) == 2 and tensor.dims[0] == 1:  # (1, N) bias fails at run time (scale size 1)
+            del tensor.dims[0]
     onx.graph.input[0].name = "input"  # skl2onnx calls it X; one name across the corpus's tabular data
     for node in onx.graph.node:
         node.input[:] = ["input" if name == "X" else name for name in node.input]
@@ -290,6 +286,19 @@ def _pre_process(original: Path, out: Path) -> str:
         os.chdir(cwd)
 
 
+def _opset13_copy(fp32: Path) -> Path | None:
+    """``fp32`` converted to opset 13 beside it, or None when it already is at 13 or later."""
+    import onnx
+    from onnx import version_converter
+
+    model = onnx.load(str(fp32))
+    if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 13:
+        return None
+    out = fp32.with_name("fp32.opset13.onnx")
+    onnx.save(version_converter.convert_version(model, 13), str(out))
+    return out
+
+
 def build_model(model: CorpusModel, root: Path, force: bool = False) -> Path:
     """Build (or reuse, when its manifest is unchanged) one model's folder under ``root``."""
     folder = root / model.name
@@ -312,11 +321,19 @@ def build_model(model: CorpusModel, root: Path, force: bool = False) -> Path:
         _fix_shapes(original, calib)
     pre_process = _pre_process(original, tmp / "fp32.onnx")
     original.unlink()
+    opset13 = _opset13_copy(tmp / "fp32.onnx")
     for variant in VARIANTS:
-        quantize(tmp / "fp32.onnx", tmp / f"{variant}.onnx", calib, variant, model.extra)
+        # onnxruntime writes per-channel DequantizeLinear (an opset-13 attribute) into an older opset, which
+        # onnxruntime then refuses: quantize a copy converted to opset 13, as a user has to (issue 17 item 5)
+        source = opset13 if VARIANTS[variant][3] and opset13 else tmp / "fp32.onnx"
+        quantize(source, tmp / f"{variant}.onnx", calib, variant, model.extra)
+    if opset13:
+        opset13.unlink()
+    smoke = {name: array[:SMOKE] for name, array in test.items()}
     data = {
         "calib": write_data(tmp / "calib", model.data_format, calib, None).name,
         "test": write_data(tmp / "test", model.data_format, test, labels).name,
+        "smoke": write_data(tmp / "smoke", model.data_format, smoke, None if labels is None else labels[:SMOKE]).name,
     }
     description = {
         "name": model.name,
@@ -326,7 +343,7 @@ def build_model(model: CorpusModel, root: Path, force: bool = False) -> Path:
         "source": model.source,
         "licence": model.licence,
         "data": data,
-        "records": {"calib": len(next(iter(calib.values()))), "test": len(next(iter(test.values())))},
+        "records": {"calib": len(next(iter(calib.values()))), "test": len(next(iter(test.values()))), "smoke": SMOKE},
         "labels": labels is not None,
         "fixed_shapes": model.fixed_shapes,
         "pre_process": pre_process,

@@ -1,0 +1,33 @@
+"""Every calibration method, per tensor and per channel, writes a model that onnxruntime runs."""
+
+from __future__ import annotations
+
+import pytest
+from corpus_helpers import MODEL_NAMES, run_cli
+
+pytestmark = pytest.mark.corpus
+
+METHODS = ["minmax", "moving-average", "percentile", "kl", "mse"]
+#: fewer histogram bins than the defaults (kl 8001, mse 2047): KL of PP-OCR's recognizer at 8001 bins
+#: takes minutes (issue 17 item 5); the histograms and searches run the same code
+BINS = {"kl": 255, "mse": 255}
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_calibrate(corpus, name, method, per_channel, tmp_path, capsys):
+    entry = corpus[name]
+    out = tmp_path / f"{method}.onnx"
+    argv = ["calibrate", entry.fp32, "--data", entry.data("smoke"), "--method", method, "--out", out]
+    argv += ["--per-channel"] if per_channel else []
+    argv += ["--bins", BINS[method]] if method in BINS else []
+    code, stdout, stderr = run_cli(argv, capsys)
+    assert code == 0, stderr
+    assert "Traceback" not in stderr and "[ONNXRuntimeError]" not in stderr, stderr
+    assert f"with {method}" in stdout
+    # the written model loads in onnxruntime and runs on the test data, close enough to fp32 to be a model
+    result = tmp_path / "result.json"
+    argv = ["compare", entry.fp32, out, "--data", entry.data(), "--outputs-only", "--metrics", "cosine"]
+    code, _, stderr = run_cli([*argv, "--json", result], capsys)
+    assert code == 0, stderr
