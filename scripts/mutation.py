@@ -53,9 +53,18 @@ GROUPS: dict[str, Group] = {
     ),
     "assertions": Group(("assertions.py",), ("tests/test_assertions.py", "tests/test_assertion_messages.py")),
     "data": Group(
-        ("data/*",), ("tests/test_data.py", "tests/test_data_windows.py", "tests/test_data_layout_errors.py")
+        ("data/*",),
+        (
+            "tests/test_data.py",
+            "tests/test_data_windows.py",
+            "tests/test_data_layout_errors.py",
+            "tests/test_data_budget.py",
+        ),
     ),
-    "rules": Group(("plugin/rules.py",), ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py")),
+    "rules": Group(
+        ("plugin/rules.py",),
+        ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py", "tests/plugin/test_rules_slices.py"),
+    ),
     "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),
     "atomic": Group(
         ("report/atomic.py",), ("tests/report/test_atomic_writers.py", "tests/report/test_atomic_edges.py")
