@@ -402,3 +402,49 @@ def test_on_inside_an_output_name() -> None:
         "Worst records (cosine):",
         " record 1: 0.25",
     ]
+
+
+def test_top_k_rows_for_outputs_that_cannot_be_counted() -> None:
+    result = _result([OutputResult("y", {}), OutputResult("boxes", {})])
+    why = {"y": "output 'y' float32 (4, 3, 5): not class scores", "boxes": "output 'boxes' int64 (4, 2, 2): labels"}
+    stats = OutputStats(topk={}, relative={}, problems=why)
+    tolerances = {"max_top1_drop": (0.01, INI), "min_top1_agreement": (0.9, "marker")}
+    assert evaluate(result, stats, tolerances, [], "net") == [
+        Outcome("min_top1_agreement", f"output '{name}'", "top-1", "", None, None, False, "marker",
+                f"min_top1_agreement: cannot count top-1 on {text}")
+        for name, text in why.items()
+    ]  # fmt: skip
+    counted = OutputStats(topk={"y": _counts(0.0, k3=False)}, relative={}, problems={"boxes": why["boxes"]})
+    assert [o.target for o in evaluate(result, counted, {"max_top1_drop": (0.01, INI)}, [], "net")] == ["output 'y'"]
+
+
+def test_channel_steps_check() -> None:
+    from pytest_qaccuracy.metrics.channels import ChannelReport
+
+    low = ChannelReport(axis=1, scale=1.25, min_steps=0.5, max_steps=256.0, low="4..21", flagged=True)
+    wide = ChannelReport(axis=1, scale=0.5, min_steps=8.0, max_steps=40.0, low="", flagged=False)
+    outputs = [OutputResult("a", {}, channels=low), OutputResult("b", {}, channels=wide), OutputResult("c", {})]
+    assert evaluate(_result(outputs), None, {"min_channel_steps": (2.0, "marker")}, [], "net") == [
+        Outcome("min_channel_steps", "output 'a'", "channel steps", ">=", 2.0, 0.5, False, "marker",
+                "channel steps 0.5 < 2 for output 'a' (channels 4..21 of axis 1, scale 1.25)"),
+        Outcome("min_channel_steps", "output 'b'", "channel steps", ">=", 2.0, 8.0, True, "marker",
+                "channel steps 8 >= 2 for output 'b'"),
+        Outcome("min_channel_steps", "output 'c'", "channel steps", ">=", 2.0, None, False, "marker",
+                "channel steps undefined for output 'c' "
+                "(the quantized output has no single scale, or no channel varies)"),
+    ]  # fmt: skip
+
+
+def test_a_slice_tolerance_replaces_the_pairs_on_that_view() -> None:
+    from types import SimpleNamespace
+
+    outputs = [OutputResult("boxes", {"sqnr": 15.0}), OutputResult("scores", {"sqnr": 15.0})]
+    views = [SimpleNamespace(name="boxes", tolerances=[("min_sqnr", 10.0), ("max_lsb", 1.0)], rules=[])]
+    rows = evaluate(_result(outputs), None, {"min_sqnr": (20.0, INI)}, [], "net", views)
+    assert [(o.target, o.threshold, o.source, o.passed) for o in rows] == [
+        ("output 'boxes'", 10.0, "slice 'boxes' min_sqnr=", True),  # max_lsb was not asked for: no row
+        ("output 'scores'", 20.0, INI, False),
+    ]
+    # a tolerance only views set reaches evaluate as NaN (with_slice_tolerances): no row elsewhere
+    nan_rows = evaluate(_result(outputs), None, {"min_sqnr": (float("nan"), "slice 'boxes'")}, [], "net", views)
+    assert [o.target for o in nan_rows] == ["output 'boxes'"]
