@@ -128,21 +128,54 @@ def lowest_second(w_first: np.ndarray, w_second: np.ndarray, pair: np.ndarray, p
     """``table[p, a]``: the smallest second input at which some weight pair of ``p`` saturates, first input ``a``.
 
     Pair ``i`` (weights ``w_first[i], w_second[i]``, one of ``pairs`` groups named by ``pair[i]``) saturates
-    at inputs ``(a, a')`` when ``a w + a' w' > 32767`` or ``< -32768``; for a fixed ``a`` each side is a
-    threshold on ``a'`` (the sum grows with ``a'`` when ``w' > 0``, falls when ``w' < 0``). ``256``: never.
+    at inputs ``(a, a')`` when ``a w + a' w' > 32767`` or ``< -32768``. With ``0 <= a, a' <= 255`` only
+    one side can be reached, the one of ``w'``'s sign (``|a w| <= 32640``), and for a fixed ``a`` it is a
+    threshold on ``a'``: ``a' >= ceil((32768 - a w) / w')`` for ``w' > 0``, ``a' >= ceil((32769 + a w) / -w')``
+    for ``w' < 0``. ``256``: never.
     """
-    a = np.arange(256, dtype=np.int64)[None, :]
-    w, w2 = np.asarray(w_first, np.int64)[:, None], np.asarray(w_second, np.int64)[:, None]
-    never = np.int64(256)
-    above = np.where(w2 > 0, -((a * w - (INT16_MAX + 1)) // np.maximum(w2, 1)), never)  # a w + a' w' >= 32768
-    below = np.where(w2 < 0, -((-a * w - (-INT16_MIN + 1)) // np.maximum(-w2, 1)), never)  # <= -32769
-    lowest = np.clip(np.minimum(above, below), 0, never)
-    order = np.argsort(pair, kind="stable")
-    starts = np.searchsorted(pair[order], np.arange(pairs))
-    table = np.full((pairs, 256), never, np.int64)
-    has = np.bincount(pair, minlength=pairs) > 0
-    table[has] = np.minimum.reduceat(lowest[order], starts[has], axis=0)
-    return table
+    return LowestSecond(w_first, w_second, pair, pairs).rows(np.arange(pairs))
+
+
+class LowestSecond:
+    """:func:`lowest_second`, row by row as candidates need them (threads share one table)."""
+
+    def __init__(self, w_first: np.ndarray, w_second: np.ndarray, pair: np.ndarray, pairs: int):
+        self.w_first = np.asarray(w_first, np.int32)
+        self.w_second = np.asarray(w_second, np.int32)
+        pair = np.asarray(pair)
+        self.order = np.argsort(pair, kind="stable")  # entries grouped by pair
+        self.bounds = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=pairs))])
+        self.table = np.full((pairs, 256), 256, np.int16)
+        self.done = np.zeros(pairs, bool)
+        self._lock = threading.Lock()
+
+    def rows(self, wanted: np.ndarray) -> np.ndarray:
+        """The table, with at least the rows of the pairs in ``wanted`` filled in."""
+        with self._lock:
+            todo = np.unique(wanted)
+            todo = todo[~self.done[todo]]
+            if todo.size:
+                counts = self.bounds[todo + 1] - self.bounds[todo]
+                at = np.repeat(self.bounds[todo] - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+                entry = self.order[at]
+                starts = np.cumsum(counts) - counts
+                lowest = self._lowest(self.w_first[entry], self.w_second[entry])
+                filled = counts > 0
+                self.table[todo[filled]] = np.minimum.reduceat(lowest, starts[filled], axis=0)
+                self.done[todo] = True
+            return self.table
+
+    @staticmethod
+    def _lowest(w: np.ndarray, w2: np.ndarray) -> np.ndarray:
+        """``(entries, 256)``: the threshold on the second input of each entry, for every first input."""
+        a = np.arange(256, dtype=np.int32)
+        up = w2 > 0
+        first = np.where(up, w, -w).astype(np.int32)[:, None]  # toward the reachable side
+        need = np.where(up, INT16_MAX + 1, -INT16_MIN + 1).astype(np.int32)[:, None]
+        second = np.maximum(np.abs(w2), 1).astype(np.int32)[:, None]
+        lowest = -((a * first - need) // second)
+        lowest[w2 == 0] = 256
+        return np.clip(lowest, 0, 256).astype(np.int16)
 
 
 def corrections(
@@ -174,7 +207,7 @@ def corrections(
     start = np.searchsorted(which[order], np.arange(firsts.size))
     count = np.bincount(which, minlength=firsts.size)
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    lowest = None  # the exact test of the candidates, made when the first candidate appears
+    lowest = LowestSecond(pairs.w_first, pairs.w_second, which, firsts.size)  # rows made as candidates need them
     step = max(1, BLOCK_ELEMENTS // rows)
     for p0 in range(0, firsts.size, step):
         block = slice(p0, p0 + step)
@@ -183,9 +216,8 @@ def corrections(
         if not pair.size:
             continue
         pair += p0
-        if lowest is None:
-            lowest = lowest_second(pairs.w_first, pairs.w_second, which, firsts.size)
-        exact = inputs[row_second[pair], row] >= lowest[pair, inputs[row_first[pair], row]]  # some entry saturates
+        table = lowest.rows(pair)
+        exact = inputs[row_second[pair], row] >= table[pair, inputs[row_first[pair], row]]  # some entry saturates
         pair, row = pair[exact], row[exact]
         if not pair.size:
             continue

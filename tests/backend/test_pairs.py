@@ -244,3 +244,23 @@ def test_dense_and_sparse_corrections_match_the_pair_oracle(monkeypatch, hit_cos
     got, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, AVX2)
     want = _oracle_conv(x, 140, w, pads, strides, (1, 1), group)
     np.testing.assert_array_equal(np.asarray(got, np.int64), want)
+
+
+def test_lowest_second_input_table_matches_brute_force() -> None:
+    """``lowest_second[p, a]`` is the smallest ``a'`` at which some entry of pair ``p`` leaves int16."""
+    from pytest_qaccuracy.backend.pairs import lowest_second
+
+    rng = np.random.default_rng(5)
+    w = rng.integers(-128, 128, 40)
+    w2 = rng.integers(-128, 128, 40)
+    w[:4], w2[:4] = [127, -128, 90, 5], [127, -128, 0, -128]  # both sides, a zero second weight, mixed signs
+    pair = rng.integers(0, 6, 40)
+    got = lowest_second(w, w2, pair, 7)  # pair 6 has no entry: never
+    a = np.arange(256)[:, None, None]
+    b = np.arange(256)[None, :, None]
+    sums = a * w[None, None, :] + b * w2[None, None, :]
+    leaves = (sums > 32767) | (sums < -32768)  # (a, a', entry)
+    for p in range(7):
+        any_entry = leaves[:, :, pair == p].any(axis=2)  # (a, a')
+        want = np.where(any_entry.any(axis=1), any_entry.argmax(axis=1), 256)
+        np.testing.assert_array_equal(got[p], want, err_msg=f"pair {p}")

@@ -135,7 +135,9 @@ def _sparse(
     largest = int(np.maximum(np.abs(entries[3]), np.abs(entries[4])).max(initial=1))
     source, offset = (x, tuple(pads[:d])) if 2 * int(x_zp) <= pairs.INT16_MAX // largest else (xp(), (0,) * d)
     spans = parallel.split(x.shape[0], x[0].size)  # records on the session's threads (disjoint outputs)
-    tasks = [lambda a=a, b=b: _add_same_tap(out, a, source[a:b], offset, *entries, geometry) for a, b in spans]
+    firsts, which = np.unique(entries[0], return_inverse=True)
+    lowest = pairs.LowestSecond(entries[3], entries[4], which, firsts.size)  # shared by the tasks
+    tasks = [lambda a=a, b=b: _add_same_tap(out, a, source[a:b], offset, *entries, geometry, lowest) for a, b in spans]
     parallel.run_all(tasks)
     if pairs.counter is not None:  # one saturated pair sum per non-zero (output, pair) change
         pairs.count(total, np.zeros(0, np.int64))
@@ -298,6 +300,7 @@ def _add_same_tap(
     w_first: np.ndarray,
     w_second: np.ndarray,
     geometry: _Geometry,
+    lowest: pairs.LowestSecond,
 ) -> None:
     """Pairs of channels ``(c, c+1)`` at one tap: candidate pixels first, then each pair's outputs.
 
@@ -314,7 +317,6 @@ def _add_same_tap(
     key = which[order] * (pairs.INT16_MAX + 1) + own[order]
     start = np.searchsorted(which[order], np.arange(firsts.size))
     threshold = own[order][start]  # the smallest of each channel pair: the cheap candidate test
-    lowest = None  # the exact test of the candidates, made when the first candidate appears
     spatial = xp.shape[2:]
     per_record = firsts.size * math.prod(spatial)
     step = max(1, BLOCK_ELEMENTS // max(per_record, 1))
@@ -329,17 +331,15 @@ def _add_same_tap(
         flat = np.flatnonzero(total > threshold[:, None])
         if not flat.size:
             continue
-        if lowest is None:
-            lowest = pairs.lowest_second(w_first, w_second, which, firsts.size).astype(np.int16)
         if flat.size * 8 > total.size:  # dense: the exact test on every pixel, one table lookup each
-            flat = np.flatnonzero(_exact_candidates(block, firsts, lowest))
+            flat = np.flatnonzero(_exact_candidates(block, firsts, lowest.rows(np.arange(firsts.size))))
         size = total.shape[2]
         record, rest = np.divmod(flat, firsts.size * size)
         pair, position = np.divmod(rest, size)
         source = (record * block.shape[1] + firsts[pair]) * size + position  # flat index in the block
         values = block.reshape(-1)
         first, second = values[source].astype(np.int32), values[source + size].astype(np.int32)
-        exact = np.nonzero(second >= lowest[pair, first])[0]  # some entry of the pair saturates here
+        exact = np.nonzero(second >= lowest.rows(pair)[pair, first])[0]  # some entry of the pair saturates here
         if not exact.size:
             continue
         record, pair, first, second = record[exact] + n0, pair[exact], first[exact], second[exact]
