@@ -108,6 +108,7 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     (r'kind="stable"', 'kind="STABLE"', "numpy reads the sort kind case-insensitively"),
     (r'float\("nan"\)', 'float("NAN")', "float() reads 'nan' case-insensitively"),
     (r"\.astype\(np\.float64\)", ".astype(None)", "numpy's astype(None) is astype(float64)"),
+    (r'"utf-8"', '"UTF-8"', "codec names are case-insensitive"),
     (r'\.kind in "(\w+)"', r'.kind in "XX\1XX"', "a dtype kind is one letter, never X: 'i' in 'iu' as in 'XXiuXX'"),
 ]
 

@@ -76,3 +76,15 @@ def test_dir_targets_checked_before_any_work(tmp_path) -> None:
     below = tmp_path / "file.txt" / "sub"
     with pytest.raises(InputError, match=re.escape(f"--html {below}: cannot be created, {tmp_path}/file.txt is not")):
         atomic.check_dir_target(below, "--html")
+
+
+def test_discard_never_raises_when_a_removal_fails(tmp_path, monkeypatch) -> None:
+    """Discarding runs while another error is on its way: it must not replace that error."""
+    folder = tmp_path / ".out.0123.tmp"
+    (folder / "deep").mkdir(parents=True)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("busy")
+
+    monkeypatch.setattr(atomic.os, "rmdir", refuse)
+    atomic.discard(folder)  # no exception; the folder may stay
