@@ -67,9 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (also used by the console script)."""
+    from pytest_qaccuracy.data.progress import progress_for, reporting
+
     args = build_parser().parse_args(argv)
     try:
-        return int(args._run(args))
+        with reporting(progress_for(sys.stderr, quiet=getattr(args, "quiet", False))):
+            return int(args._run(args))
     except InputError as exc:
         from pytest_qaccuracy.report.terminal import escape_control
 

@@ -18,6 +18,7 @@ import numpy as np
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
 from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import CheckError, InputError, QAccuracyError
 from pytest_qaccuracy.metrics import Metric, TensorPair, get_metric, parse_metric_names
 from pytest_qaccuracy.metrics.base import finite_result
@@ -158,9 +159,10 @@ def compare(
             scheme,
         )
         trackers = outputs + layer_trackers
-        with ThreadPoolExecutor(max_workers=_workers(options)) as pool:
+        with ThreadPoolExecutor(max_workers=_workers(options)) as pool, task("compare", len(bound)) as advance:
             for batch in bound.iter_batches(options.batch_size):
                 _fold(pool, trackers, fp32_runner.run(batch), q_runner.run(batch), batch.start)
+                advance(len(batch))
         records = len(bound)
     finally:
         if not isinstance(data, Dataset):

@@ -18,6 +18,7 @@ import numpy as np
 from pytest_qaccuracy.analysis.partial import OUTPUT, Edge, QdqGraph, QuantizedNode
 from pytest_qaccuracy.analysis.results import _finite_or_none
 from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, Session, result_header
+from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
 from pytest_qaccuracy.runtime import OrtRunner
@@ -173,13 +174,16 @@ def cumulative_in(
         names = sorted({t for _, t in pairs})
         runners.append(OrtRunner(qg.build(edges, names), names, options, f"{label} [{config.label}]"))
     accs = [[get_metric(metric)() for _ in layers] for _ in configs]
-    for batch in session.runner.data.iter_batches(options.batch_size):
-        ref = ref_runner.run(batch)
-        for runner, pairs, row in zip(runners, tensors, accs, strict=True):
-            test = runner.run(batch)
-            for (r, t), acc in zip(pairs, row, strict=True):
-                acc.update(TensorPair(ref[r], test[t]))
-            del test
+    data = session.runner.data
+    with task("cumulative", len(data)) as advance:
+        for batch in data.iter_batches(options.batch_size):
+            ref = ref_runner.run(batch)
+            for runner, pairs, row in zip(runners, tensors, accs, strict=True):
+                test = runner.run(batch)
+                for (r, t), acc in zip(pairs, row, strict=True):
+                    acc.update(TensorPair(ref[r], test[t]))
+                del test
+            advance(len(batch))
     curves = []
     for config, row in zip(configs, accs, strict=True):
         values = [acc.result()[0] for acc in row]

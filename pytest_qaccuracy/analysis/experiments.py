@@ -27,6 +27,7 @@ import onnx
 
 from pytest_qaccuracy.analysis.partial import Edge, QdqGraph, dirty_nodes
 from pytest_qaccuracy.data.binding import BoundDataset
+from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
 from pytest_qaccuracy.model.graph import node_reads, renamed_node
@@ -152,18 +153,23 @@ class ExperimentRunner:
 
     def _run_naive(self, experiments: Sequence[Experiment]) -> list[OutputMetrics]:
         q_names = [q for _, q in self.outputs]
-        refs = [self.fp32_runner.run(batch) for batch in self.data.iter_batches(self.options.batch_size)]
-        results = []
-        for exp in experiments:
-            model = self.qgraph.build(exp.enabled)
-            runner = OrtRunner(model, q_names, self.options, f"{self.label} [{exp.label}]")
-            self.sessions_built += 1
-            acc = _Accumulators(self.output_names, self.metrics)
-            for batch, ref in zip(self.data.iter_batches(self.options.batch_size), refs, strict=True):
-                test = runner.run(batch)
-                for f, q in self.outputs:
-                    acc.update(f, ref[f], test[q])
-            results.append(acc.results())
+        with task("sensitivity", len(self.data) * (1 + len(experiments))) as advance:
+            refs = []
+            for batch in self.data.iter_batches(self.options.batch_size):
+                refs.append(self.fp32_runner.run(batch))
+                advance(len(batch))
+            results = []
+            for exp in experiments:
+                model = self.qgraph.build(exp.enabled)
+                runner = OrtRunner(model, q_names, self.options, f"{self.label} [{exp.label}]")
+                self.sessions_built += 1
+                acc = _Accumulators(self.output_names, self.metrics)
+                for batch, ref in zip(self.data.iter_batches(self.options.batch_size), refs, strict=True):
+                    test = runner.run(batch)
+                    for f, q in self.outputs:
+                        acc.update(f, ref[f], test[q])
+                    advance(len(batch))
+                results.append(acc.results())
         return results
 
     # -- reuse ----------------------------------------------------------------------------------
@@ -205,25 +211,28 @@ class ExperimentRunner:
         cache_model = qg.build(cache_edges, extra_outputs=fetched)
         cache_runner = OrtRunner(cache_model, fetched, self.options, f"{self.label} (cache)")
         accs = [_Accumulators(self.output_names, self.metrics) for _ in experiments]
+        rounds = _rounds(packs, self._initializer_bytes())
         try:
-            for group in _rounds(packs, self._initializer_bytes()):
-                self.rounds += 1
-                for batch in self.data.iter_batches(self.options.batch_size):
-                    # a model that does not batch runs record by record: its tensors may have no
-                    # record axis (a Reshape folds the batch away), so they are never split or stacked
-                    for unit in cache_runner.units(batch):
-                        ref = self.fp32_runner.run(unit)
-                        values = cache_runner.run(unit)
-                        values.update(unit.stacked())
-                        results = self._run_group(group, values)
-                        for pack, fetched in zip(group, results, strict=True):
-                            for k in pack.experiments:
-                                for f, q in self.outputs:
-                                    from_session, tensor = pack.fetch[k][q]
-                                    accs[k].update(f, ref[f], fetched[tensor] if from_session else values[tensor])
-                        del ref, values
-                for pack in group:  # free the round's sessions before the next round builds its own
-                    pack.session = None
+            with task("sensitivity", len(self.data) * len(rounds)) as advance:
+                for group in rounds:
+                    self.rounds += 1
+                    for batch in self.data.iter_batches(self.options.batch_size):
+                        # a model that does not batch runs record by record: its tensors may have no
+                        # record axis (a Reshape folds the batch away), so they are never split or stacked
+                        for unit in cache_runner.units(batch):
+                            ref = self.fp32_runner.run(unit)
+                            values = cache_runner.run(unit)
+                            values.update(unit.stacked())
+                            results = self._run_group(group, values)
+                            for pack, fetched in zip(group, results, strict=True):
+                                for k in pack.experiments:
+                                    for f, q in self.outputs:
+                                        from_session, tensor = pack.fetch[k][q]
+                                        accs[k].update(f, ref[f], fetched[tensor] if from_session else values[tensor])
+                            del ref, values
+                        advance(len(batch))
+                    for pack in group:  # free the round's sessions before the next round builds its own
+                        pack.session = None
         finally:
             self.close()
         return [acc.results() for acc in accs]

@@ -17,6 +17,7 @@ import numpy as np
 
 from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import CheckError, InputError, QAccuracyError
 from pytest_qaccuracy.metrics.topk import ScoreLayout, TopKCounter, score_layout
 from pytest_qaccuracy.model.graph import GraphView
@@ -244,26 +245,28 @@ def measure_outputs(
         counters: dict[str, TopKCounter] | None = None
         problems: dict[str, str] = {}
         relative = {f: _RelativeTracker(rtol or 0.0, atol or 0.0) for f, _ in outputs} if rtol or atol else {}
-        for batch in bound.iter_batches(options.batch_size):
-            ref, test = fp32.run(batch), quant.run(batch)
-            test = {q: params[q].dequantize(t) if q in params else t for q, t in test.items()}
-            for view in slices:  # a view's fp32 and quantized values go by its name
-                ref[view.name] = view.take(ref[view.output])
-                test[view.name] = view.take(test[dict(names)[view.output]])
-            batch_labels = None if labels is None else np.asarray(labels)[batch.start : batch.start + len(batch)]
-            if counters is None:
-                layouts, problems = plan_topk({f: ref[f] for f, _ in outputs}, scores, len(names))
-                counters = {f: TopKCounter(tuple(ks), layout=layout) for f, layout in layouts.items()}
-            for f, q in outputs:
-                try:
-                    if f in counters:
-                        _count(counters, problems, f, ref[f], test[q], batch_labels)
-                    if f in relative:
-                        relative[f].update(ref[f], test[q], batch.start)
-                except QAccuracyError:
-                    raise
-                except Exception as exc:  # name the output (issue 17)
-                    raise CheckError(f"output '{f}': {type(exc).__name__}: {exc}") from exc
+        with task("outputs", len(bound)) as advance:
+            for batch in bound.iter_batches(options.batch_size):
+                ref, test = fp32.run(batch), quant.run(batch)
+                test = {q: params[q].dequantize(t) if q in params else t for q, t in test.items()}
+                for view in slices:  # a view's fp32 and quantized values go by its name
+                    ref[view.name] = view.take(ref[view.output])
+                    test[view.name] = view.take(test[dict(names)[view.output]])
+                batch_labels = None if labels is None else np.asarray(labels)[batch.start : batch.start + len(batch)]
+                if counters is None:
+                    layouts, problems = plan_topk({f: ref[f] for f, _ in outputs}, scores, len(names))
+                    counters = {f: TopKCounter(tuple(ks), layout=layout) for f, layout in layouts.items()}
+                for f, q in outputs:
+                    try:
+                        if f in counters:
+                            _count(counters, problems, f, ref[f], test[q], batch_labels)
+                        if f in relative:
+                            relative[f].update(ref[f], test[q], batch.start)
+                    except QAccuracyError:
+                        raise
+                    except Exception as exc:  # name the output (issue 17)
+                        raise CheckError(f"output '{f}': {type(exc).__name__}: {exc}") from exc
+                advance(len(batch))
     finally:
         if not isinstance(data, Dataset):
             dataset.close()

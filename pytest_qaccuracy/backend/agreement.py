@@ -21,6 +21,7 @@ from onnx import helper
 from pytest_qaccuracy.backend.interpreter import IntegerSession
 from pytest_qaccuracy.backend.scheme import Scheme, get_scheme
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.uint16))
@@ -264,8 +265,11 @@ def dataset_agreement(
     checker = AgreementChecker(model, scheme=scheme, max_steps=max_steps)
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     try:
-        for batch in bind_dataset(dataset, graph_inputs(checker.proto)).iter_batches(batch_size):
-            checker.update(batch.stacked())
+        bound = bind_dataset(dataset, graph_inputs(checker.proto))
+        with task("agreement", len(bound)) as advance:
+            for batch in bound.iter_batches(batch_size):
+                checker.update(batch.stacked())
+                advance(len(batch))
     finally:
         if not isinstance(data, Dataset):
             dataset.close()

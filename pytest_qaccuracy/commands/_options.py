@@ -86,6 +86,15 @@ def add_out_dir(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--out-dir", type=Path, default=None, metavar="DIR", help=f"write {what} to DIR")
 
 
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress line on stderr (shown only on a terminal; QACCURACY_PROGRESS=0 or 1 decides otherwise)",
+    )
+
+
 def check_counts(args: argparse.Namespace) -> None:
     """The shared counts are in range; InputError (exit 2) naming the option otherwise."""
     for flag, minimum in (("batch_size", 1), ("threads", 0), ("top", 0)):
@@ -127,6 +136,7 @@ __all__ = [
     "add_json",
     "add_out_dir",
     "add_providers",
+    "add_quiet",
     "add_threads",
     "add_top",
     "check_counts",

@@ -12,6 +12,7 @@ from pytest_qaccuracy.commands._options import (
     add_data,
     add_json,
     add_providers,
+    add_quiet,
     add_threads,
     names,
     runtime_options,
@@ -69,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_batch_size(parser)
     add_threads(parser)
     add_providers(parser)
+    add_quiet(parser)
     add_json(parser, "the chosen ranges")
     add_alias(parser, "--ranges-json", "json", type=Path)
 

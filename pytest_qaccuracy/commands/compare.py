@@ -13,6 +13,7 @@ from pytest_qaccuracy.commands._options import (
     add_json,
     add_out_dir,
     add_providers,
+    add_quiet,
     add_threads,
     add_top,
     runtime_options,
@@ -48,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "reference); reference: QDQ fake-quant semantics",
     )
     add_providers(parser)
+    add_quiet(parser)
     parser.add_argument(
         "--optimization",
         choices=("disable", "basic", "extended", "all"),

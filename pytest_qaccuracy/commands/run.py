@@ -26,7 +26,7 @@ HELP = "run a quantized model on a dataset (integer emulation or onnxruntime) an
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pytest_qaccuracy.commands._options import add_batch_size, add_data, add_threads
+    from pytest_qaccuracy.commands._options import add_batch_size, add_data, add_quiet, add_threads
 
     parser.add_argument("model", type=Path, help="the quantized ONNX model (QDQ or QOperator)")
     add_data(parser)
@@ -42,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_batch_size(parser)
     add_threads(parser)
     parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
+    add_quiet(parser)
 
 
 def _runner(model_path: Path, backend: str, scheme: str, threads: int) -> tuple[Runner, list[str], str | None]:
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     import h5py
 
     from pytest_qaccuracy.data import bind_dataset, load_dataset
+    from pytest_qaccuracy.data.progress import task
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
     from pytest_qaccuracy.report.atomic import discard, temp_name
     from pytest_qaccuracy.runtime.session import bakes_batch
@@ -98,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     tmp = temp_name(out)  # named before it exists, so an interrupt at any point finds it (issue 18)
     records = 0
     try:
-        with h5py.File(tmp, "w-") as h5:
+        with h5py.File(tmp, "w-") as h5, task("run", len(dataset)) as advance:
             h5.attrs["model"] = args.model.name
             h5.attrs["backend"] = args.backend
             h5.attrs["scheme"] = scheme or ""
@@ -113,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
                     for index, value in enumerate(outputs):
                         record.create_dataset(str(index), data=np.asarray(value))
                 records += len(batch)
+                advance(len(batch))
         os.replace(tmp, out)
     except BaseException:
         discard(tmp)

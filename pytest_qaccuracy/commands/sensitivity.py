@@ -13,6 +13,7 @@ from pytest_qaccuracy.commands._options import (
     add_json,
     add_out_dir,
     add_providers,
+    add_quiet,
     add_threads,
     add_top,
     names,
@@ -82,6 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_batch_size(parser)
     add_threads(parser)
     add_providers(parser)
+    add_quiet(parser)
     parser.add_argument(
         "--capture",
         choices=("reference", "deployed"),

@@ -11,9 +11,10 @@ worker (issue 18). The status reaches ``summary.json``, ``report.html``, the ter
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import pytest
@@ -141,14 +142,25 @@ def check_artifacts_dir(config: pytest.Config, directory: Any) -> None:
         raise pytest.UsageError(str(exc)) from None
 
 
+def analysis_progress(config: pytest.Config, state: Any) -> AbstractContextManager[None]:
+    """Shows the end-of-session analysis's progress on stderr (:mod:`pytest_qaccuracy.data.progress`);
+    never with ``-q`` or on an xdist worker (the workers' lines would overwrite each other)."""
+    if state.worker or not state.records:  # nothing to show: spare the import
+        return nullcontext()
+    from pytest_qaccuracy.data.progress import progress_for, reporting
+
+    return reporting(progress_for(sys.stderr, quiet=config.get_verbosity() < 0, below=True))
+
+
 def worker_payload(payload: Mapping[str, Any], progress: SessionProgress) -> dict[str, Any]:
     """What a worker sends: its records, and where it was interrupted (None if it was not)."""
     return {**payload, "interrupted": progress.interrupted}
 
 
 def finish_session(session: pytest.Session, state: Any, progress: SessionProgress) -> None:
-    """End of session: analyse, then (worker) send the records or (controller) publish artifacts that
-    say whether the session is complete, and let the exit code say so too.
+    """End of session: analyse (showing progress, :func:`analysis_progress`), then (worker) send the
+    records or (controller) publish artifacts that say whether the session is complete, and let the
+    exit code say so too.
 
     Ctrl-C during the analysis skips it and marks the session interrupted; Ctrl-C (or SIGTERM) while
     the artifacts are written stops at once with one line, leaving the folder as it was.
@@ -157,7 +169,8 @@ def finish_session(session: pytest.Session, state: Any, progress: SessionProgres
         progress.interrupt("during the tests")
     else:
         try:
-            state.analyse()  # where the pairs were compared, before a worker sends its records
+            with analysis_progress(session.config, state):
+                state.analyse()  # where the pairs were compared, before a worker sends its records
         except KeyboardInterrupt:
             progress.interrupt("during the sensitivity analysis")
             session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -179,6 +192,7 @@ def finish_session(session: pytest.Session, state: Any, progress: SessionProgres
 __all__ = [
     "REPORT_ATTR",
     "SessionProgress",
+    "analysis_progress",
     "check_artifacts_dir",
     "finish_session",
     "sigterm_as_interrupt",

@@ -31,6 +31,7 @@ from pytest_qaccuracy.analysis.calibration.observers import (
     record_extrema,
 )
 from pytest_qaccuracy.data import BoundDataset, Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
@@ -144,20 +145,23 @@ def compute_ranges(
         extrema = calibration.method in ("moving-average", "percentile")
         minmax = {n: MinMaxObserver() for n in names}
         per_record = {n: ExtremaObserver() for n in names} if extrema else {}
-        for values, count in _passes(runner, bound, options.batch_size, names):
-            for name, value in values.items():
-                mins, maxs = record_extrema(value, count)
-                minmax[name].update(mins, maxs)
-                if extrema:
-                    per_record[name].update(mins, maxs)
-        unseen = [n for n, o in minmax.items() if not o.seen]
-        if unseen:
-            raise InputError(f"tensor(s) {unseen[:5]} held no finite value on any record; cannot calibrate them")
-        observed = {n: (o.min, o.max) for n, o in minmax.items()}
-        if calibration.method in ("kl", "mse"):
-            chosen = _histogram_ranges(runner, bound, options.batch_size, names, observed, calibration)
-        else:
-            chosen = {n: _extrema_range(observed[n], per_record.get(n), calibration) for n in names}
+        histogram = calibration.method in ("kl", "mse")  # a second pass over the records
+        with task("calibrate", len(bound) * (2 if histogram else 1)) as advance:
+            for values, count in _passes(runner, bound, options.batch_size, names):
+                for name, value in values.items():
+                    mins, maxs = record_extrema(value, count)
+                    minmax[name].update(mins, maxs)
+                    if extrema:
+                        per_record[name].update(mins, maxs)
+                advance(count)
+            unseen = [n for n, o in minmax.items() if not o.seen]
+            if unseen:
+                raise InputError(f"tensor(s) {unseen[:5]} held no finite value on any record; cannot calibrate them")
+            observed = {n: (o.min, o.max) for n, o in minmax.items()}
+            if histogram:
+                chosen = _histogram_ranges(runner, bound, options.batch_size, names, observed, calibration)
+            else:
+                chosen = {n: _extrema_range(observed[n], per_record.get(n), calibration) for n in names}
     finally:
         if own:
             dataset.close()
@@ -211,10 +215,11 @@ def _histogram_ranges(
         return R.mse_range(hist.counts, hist.edges, lo, hi, qmin, qmax)
 
     # numpy releases the GIL in its loops: tensors are folded, then searched, side by side
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        for values, _ in _passes(runner, bound, batch_size, names):
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, task("calibrate", len(bound)) as advance:
+        for values, count in _passes(runner, bound, batch_size, names):
             list(pool.map(lambda item: hists[item[0]].update(item[1]), values.items()))
             del values
+            advance(count)
         return dict(zip(hists, pool.map(choose, hists), strict=True))
 
 

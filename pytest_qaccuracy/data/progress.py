@@ -1,0 +1,137 @@
+"""Progress of the loops over a dataset's records: one line on a terminal, redrawn in place.
+
+A loop runs inside ``with task(label, total) as advance:`` and calls ``advance(len(batch))``; a
+job of several passes opens one task around them all. Tasks report to the progress installed by
+:func:`reporting` and do nothing when there is none, so the library stays silent unless the caller
+(the ``qaccuracy`` command, the pytest plugin) asks for a line.
+The reporter is a context variable rather than a parameter so that the loops deep inside
+``compare``, ``sensitivity`` and ``calibrate`` need no new argument on every public function.
+Whether a line is shown is :func:`progress_for`'s decision: never with ``quiet`` (``-q``), else as
+``QACCURACY_PROGRESS`` says (``0`` off, ``1`` on), else when the stream is a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import IO
+
+#: ``0`` never shows progress, ``1`` always does (tests, terminals that do not say they are one).
+ENV = "QACCURACY_PROGRESS"
+
+
+class ProgressLine:
+    """``label: done / total records, rate rec/s, time left`` on ``stream``, redrawn at most every
+    ``interval`` seconds and erased when the job ends (so the command's own output follows cleanly).
+
+    ``below``: draw on a line of its own under the cursor's line and go back up when done (pytest's
+    last line of test results has no newline yet, and must not be overwritten).
+    """
+
+    def __init__(
+        self,
+        stream: IO[str],
+        interval: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+        below: bool = False,
+    ) -> None:
+        self.stream, self.interval, self.clock, self.below = stream, interval, clock, below
+        self.label, self.total, self.done = "", 0, 0
+        self.started = self.drawn_at = 0.0
+
+    def start(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, total, 0
+        self.started = self.clock()
+        if self.below:
+            self.stream.write("\n")
+        self._draw()
+
+    def advance(self, records: int) -> None:
+        self.done += records
+        now = self.clock()
+        if now - self.drawn_at >= self.interval or self.done >= self.total:
+            self._draw(now)
+
+    def finish(self) -> None:
+        self.stream.write("\r\x1b[K" + ("\x1b[A" if self.below else ""))
+        self.stream.flush()
+
+    def _draw(self, now: float | None = None) -> None:
+        self.drawn_at = self.clock() if now is None else now
+        width = shutil.get_terminal_size((80, 24)).columns - 1  # a wrapped line cannot be redrawn
+        self.stream.write("\r" + self.line(self.drawn_at)[:width] + "\x1b[K")
+        self.stream.flush()
+
+    def line(self, now: float) -> str:
+        """The text shown at time ``now`` (pure, for tests)."""
+        text = f"{self.label}: {self.done} / {self.total} records"
+        elapsed = now - self.started
+        if self.done and elapsed > 0:
+            rate = self.done / elapsed
+            left = max(self.total - self.done, 0) / rate
+            shown = f"{rate:.0f}" if rate >= 100 else f"{rate:.3g}"
+            text += f", {shown} rec/s, {format_seconds(left)} left"
+        return text
+
+
+def format_seconds(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``1h02m``."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+_current: ContextVar[ProgressLine | None] = ContextVar("qaccuracy_progress", default=None)
+_active: ContextVar[Callable[[int], None] | None] = ContextVar("qaccuracy_progress_task", default=None)
+
+
+def progress_for(stream: IO[str], quiet: bool = False, below: bool = False) -> ProgressLine | None:
+    """A progress line on ``stream`` if one should be shown (see the module docstring), else None."""
+    if quiet:
+        return None
+    forced = os.environ.get(ENV, "").strip()
+    if forced not in ("0", "1"):
+        isatty = getattr(stream, "isatty", None)
+        forced = "1" if isatty is not None and isatty() else "0"
+    return ProgressLine(stream, below=below) if forced == "1" else None
+
+
+@contextmanager
+def reporting(progress: ProgressLine | None) -> Iterator[None]:
+    """Loops run inside report to ``progress`` (None: to nothing)."""
+    token = _current.set(progress)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def _ignore(records: int) -> None:
+    pass
+
+
+@contextmanager
+def task(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """One job of ``total`` records; yields ``advance(records)``. Inside another task it adds to
+    that one (a multi-pass job counts all its passes on one line)."""
+    outer, progress = _active.get(), _current.get()
+    if outer is not None or progress is None:
+        yield outer or _ignore
+        return
+    progress.start(label, total)
+    token = _active.set(progress.advance)
+    try:
+        yield progress.advance
+    finally:
+        _active.reset(token)
+        progress.finish()
+
+
+__all__ = ["ENV", "ProgressLine", "format_seconds", "progress_for", "reporting", "task"]

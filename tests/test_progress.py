@@ -1,0 +1,171 @@
+"""Progress on stderr: the line itself, when it is shown, and the commands in a real pseudo-terminal."""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import re
+import subprocess
+import sys
+
+import pytest
+
+from pytest_qaccuracy.cli import main
+from pytest_qaccuracy.data.progress import ENV, ProgressLine, format_seconds, progress_for, reporting, task
+
+ERASE = "\r\x1b[K"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_line_shows_records_rate_and_time_left() -> None:
+    clock = Clock()
+    line = ProgressLine(io.StringIO(), clock=clock)
+    line.start("compare", 40)
+    assert line.line(clock.now) == "compare: 0 / 40 records"
+    clock.now += 2.0
+    line.advance(10)
+    assert line.line(clock.now) == "compare: 10 / 40 records, 5 rec/s, 6s left"
+    assert [format_seconds(s) for s in (0.4, 59, 185, 3720)] == ["0s", "59s", "3m05s", "1h02m"]
+
+
+def test_redrawn_at_most_every_interval_and_erased_at_the_end() -> None:
+    clock, stream = Clock(), io.StringIO()
+    line = ProgressLine(stream, interval=0.25, clock=clock)
+    line.start("run", 100)
+    for _ in range(99):  # 99 batches within 0.099 s: one redraw at most, besides the first and last
+        clock.now += 0.001
+        line.advance(1)
+    clock.now += 0.001
+    line.advance(1)
+    line.finish()
+    text = stream.getvalue()
+    assert text.count("\r") == 3 and text.endswith(ERASE)  # start, the last batch, then the erase
+    assert "run: 100 / 100 records" in text and "\n" not in text
+
+
+def test_below_draws_under_the_current_line_and_goes_back_up() -> None:
+    stream = io.StringIO()
+    line = ProgressLine(stream, below=True)
+    line.start("sensitivity", 1)
+    line.finish()
+    assert stream.getvalue().startswith("\n\r") and stream.getvalue().endswith(ERASE + "\x1b[A")
+
+
+@pytest.mark.parametrize(
+    ("env", "tty", "quiet", "shown"),
+    [
+        (None, True, False, True),
+        (None, False, False, False),  # a pipe, a CI log
+        (None, True, True, False),
+        ("0", True, False, False),
+        ("1", False, False, True),
+        ("1", False, True, False),  # -q wins over the environment
+    ],
+)
+def test_when_a_line_is_shown(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, tty: bool, quiet: bool, shown: bool
+) -> None:
+    if env is None:
+        monkeypatch.delenv(ENV, raising=False)
+    else:
+        monkeypatch.setenv(ENV, env)
+    stream = Tty() if tty else io.StringIO()
+    assert (progress_for(stream, quiet=quiet) is not None) == shown
+
+
+def test_nested_tasks_count_on_the_outer_line_and_errors_erase_it() -> None:
+    stream = io.StringIO()
+    with task("nothing", 3) as advance:  # no reporter: a no-op
+        advance(3)
+    assert stream.getvalue() == ""
+    with reporting(ProgressLine(stream, interval=0.0)):
+        with task("sensitivity", 4) as outer:
+            with task("inner", 2) as inner:
+                assert inner == outer
+                inner(2)
+            outer(2)
+        with pytest.raises(RuntimeError), task("compare", 5) as advance:
+            advance(1)
+            raise RuntimeError
+        with task("after", 1) as advance:  # the failed task left no state behind
+            advance(1)
+    text = stream.getvalue()
+    assert "sensitivity: 4 / 4 records" in text and "inner" not in text
+    assert "compare: 1 / 5 records" in text and "after: 1 / 1 records" in text
+    assert text.count(ERASE) == 3
+
+
+def _command(zoo, tmp_path, name: str) -> list[str]:
+    fp32, quant, data = str(zoo["fp32"]), str(zoo["qdq_u8"]), str(zoo["data"])
+    return {
+        "compare": ["compare", fp32, quant, "--data", data, "--metrics", "sqnr", "--batch-size", "4"],
+        "sensitivity": ["sensitivity", fp32, quant, "--data", data, "--batch-size", "4"],
+        "calibrate": ["calibrate", fp32, "--data", data, "--method", "kl", "--out", str(tmp_path / "c.onnx")],
+        "run": ["run", quant, "--data", data, "--out", str(tmp_path / "o.h5"), "--batch-size", "4"],
+    }[name]
+
+
+@pytest.mark.parametrize("name", ["compare", "sensitivity", "calibrate", "run"])
+def test_every_command_reports_its_records(
+    zoo, tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    monkeypatch.setenv(ENV, "1")
+    assert main(_command(zoo, tmp_path, name)) == 0
+    err = capsys.readouterr().err
+    total = 24 if name == "calibrate" else 12  # kl reads the records twice; sensitivity counts one pass here
+    if name == "sensitivity":
+        total = int(re.search(r"sensitivity: \d+ / (\d+) records", err).group(1))
+        assert total % 12 == 0
+    assert f"{name}: 0 / {total} records" in err and f"{name}: {total} / {total} records" in err
+    assert err.endswith(ERASE)
+    assert main([*_command(zoo, tmp_path, name), "-q"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def _spawn(args: list[str], tty: bool) -> tuple[str, str, int]:
+    """Run the command with stderr on a pseudo-terminal (or a pipe); (stdout, stderr, exit code)."""
+    env = {k: v for k, v in os.environ.items() if k != ENV} | {"COLUMNS": "200"}
+    command = [sys.executable, "-m", "pytest_qaccuracy.cli", *args]
+    if not tty:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        return done.stdout, done.stderr, done.returncode
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    out, _ = proc.communicate(timeout=300)
+    return out.decode(), b"".join(chunks).decode(), proc.returncode
+
+
+def test_compare_in_a_terminal_shows_progress_and_a_pipe_gets_none(zoo, tmp_path) -> None:
+    args = _command(zoo, tmp_path, "compare")
+    out, err, code = _spawn(args, tty=True)
+    assert code == 0 and "sqnr" in out
+    assert "compare: 0 / 12 records" in err and "compare: 12 / 12 records, " in err and " left" in err
+    assert err.endswith(ERASE) and "\n" not in err  # redrawn in place, erased before the table
+    piped_out, piped_err, code = _spawn(args, tty=False)
+    assert code == 0 and piped_err == "" and piped_out == out
+    _, quiet_err, code = _spawn([*args, "--quiet"], tty=True)
+    assert code == 0 and quiet_err == ""
