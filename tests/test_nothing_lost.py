@@ -143,7 +143,8 @@ def _nan_data(zoo, tmp):
     records[1, 0, 0, 0, 0] = np.nan
     data = write_h5(tmp / "nan.h5", records)
     return _compare(zoo, data, "--json", tmp / "r.json"), (
-        "error: nan.h5: record 1, input 0 ('x'): contains NaN (pass allow_nonfinite to accept it)"
+        "error: nan.h5: record 1, input 0 ('x'): contains NaN "
+        "(accept it with --allow-nonfinite, or allow_nonfinite = true in a suite or marker)"
     )
 
 
@@ -176,6 +177,12 @@ def _empty_model(role: str):
         return [*args, "--out-dir", str(tmp / "out")], "error: {tmp}/empty.onnx: empty file, not an ONNX model"
 
     return make
+
+
+def _model_is_a_folder(zoo, tmp):
+    (tmp / "model.onnx").mkdir()
+    args = ["compare", str(tmp / "model.onnx"), str(zoo["qdq_u8"]), "--data", str(zoo["data"])]
+    return [*args, "--out-dir", str(tmp / "out")], "error: {tmp}/model.onnx: a folder, not an ONNX model file"
 
 
 def _not_onnx(zoo, tmp):
@@ -284,6 +291,7 @@ CASES = {
     "empty fp32 .onnx": Case(_empty_model("fp32")),
     "empty quantized .onnx": Case(_empty_model("qdq_u8")),
     "not an ONNX file": Case(_not_onnx, prefix=True),
+    "a folder as the model": Case(_model_is_a_folder),
     "report: a non-numeric metric": Case(_report_non_numeric),
     "report: not JSON": Case(_report_not_json, prefix=True),
     "report: report.html is a folder": Case(_report_out_is_a_folder),

@@ -127,7 +127,7 @@ class BoundDataset:
                     bad = "NaN" if np.isnan(array).any() else "Inf"
                     raise DataError(
                         f"{self.dataset.name}: record {record}, {self._describe(spec)}: contains {bad} "
-                        "(pass allow_nonfinite to accept it)"
+                        "(accept it with --allow-nonfinite, or allow_nonfinite = true in a suite or marker)"
                     )
                 feeds[spec.name] = array[np.newaxis] if self._add_batch_axis[spec.name] else array
             yield feeds

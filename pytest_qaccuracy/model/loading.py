@@ -48,6 +48,8 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
         ModelError: the file is missing, is not an ONNX model, or points outside its folder.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"{path}: a folder, not an ONNX model file")
     if not path.is_file():
         raise ModelError(f"{path}: model file not found")
     if path.stat().st_size == 0:  # protobuf reads 0 bytes as a valid, empty model
