@@ -57,7 +57,8 @@ def test_compare(corpus, name, variant, capture, tmp_path, capsys):
     if capture == "deployed":
         artifacts = tmp_path / "artifacts"
         assert list(artifacts.glob("*.visq.json")) and list(artifacts.glob("*.dot"))
-        code, _, stderr = run_cli(["report", artifacts, "--title", f"corpus {name} {variant}"], capsys)
+        page = tmp_path / "index.html"  # compare wrote its own report.html beside the artifacts
+        code, _, stderr = run_cli(["report", artifacts, "--out", page, "--title", f"corpus {name} {variant}"], capsys)
         assert code == 0, stderr
-        html = (artifacts / "report.html").read_text()
+        html = page.read_text()
         assert f"corpus {name} {variant}" in html and variant in html
