@@ -267,7 +267,7 @@ def print_mobile_bound(modes: list[str]) -> int:
 def write_docs(rows, args) -> None:
     import platform
 
-    from pytest_qaccuracy.report.atomic import atomic_write_text
+    from pytest_qaccuracy.atomic import atomic_write_text
 
     path = ROOT / "docs" / "performance.md"
     text = path.read_text() if path.exists() else "# Performance\n"

@@ -66,9 +66,7 @@ GROUPS: dict[str, Group] = {
         ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py", "tests/plugin/test_rules_slices.py"),
     ),
     "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),
-    "atomic": Group(
-        ("report/atomic.py",), ("tests/report/test_atomic_writers.py", "tests/report/test_atomic_edges.py")
-    ),
+    "atomic": Group(("atomic.py",), ("tests/report/test_atomic_writers.py", "tests/report/test_atomic_edges.py")),
     "matching": Group(("model/matching.py",), ("tests/test_matching.py", "tests/test_pair.py")),
     "arith": Group(
         ("backend/arith.py",),

@@ -78,9 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
     from pytest_qaccuracy.analysis.calibration.calibrator import opset_note
+    from pytest_qaccuracy.atomic import atomic_write_json, check_file_target
     from pytest_qaccuracy.errors import InputError
     from pytest_qaccuracy.model.loading import load_model
-    from pytest_qaccuracy.report.atomic import atomic_write_json, check_file_target
 
     batch, constant = args.moving_average
     if batch != int(batch):

@@ -118,7 +118,7 @@ def load_comparisons(root: Path) -> list[tuple[Path, ComparisonResult]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_qaccuracy.report.atomic import atomic_write_text, check_file_target
+    from pytest_qaccuracy.atomic import atomic_write_text, check_file_target
     from pytest_qaccuracy.report.html import DEFAULT_TITLE, render_html
 
     out = args.out if args.out is not None else args.dir / "report.html"

@@ -75,10 +75,10 @@ def _split(outputs: list[np.ndarray], sizes: list[int]) -> list[list[np.ndarray]
 def run(args: argparse.Namespace) -> int:
     import h5py
 
+    from pytest_qaccuracy.atomic import discard, temp_name
     from pytest_qaccuracy.data import bind_dataset, load_dataset
     from pytest_qaccuracy.data.progress import task
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
-    from pytest_qaccuracy.report.atomic import discard, temp_name
     from pytest_qaccuracy.runtime.session import bakes_batch
 
     if args.batch_size < 1:

@@ -38,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from pytest_qaccuracy.analysis.saturation import EXACT, SATURATING, check_remedies, measure_saturation
+    from pytest_qaccuracy.atomic import atomic_write_json, check_file_target
     from pytest_qaccuracy.errors import InputError
-    from pytest_qaccuracy.report.atomic import atomic_write_json, check_file_target
     from pytest_qaccuracy.report.tables import shorten
 
     check_counts(args)

@@ -106,15 +106,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.cumulative import DEFAULT_CONFIGS, cumulative_in, parse_configs
     from pytest_qaccuracy.analysis.sensitivity import open_session, sensitivity_in
-    from pytest_qaccuracy.analysis.sensitivity_report import (
+    from pytest_qaccuracy.analysis.sweep import Target, sweep_in
+    from pytest_qaccuracy.atomic import check_dir_target, check_file_target
+    from pytest_qaccuracy.model import ModelPair
+    from pytest_qaccuracy.report.sensitivity_tables import (
         cumulative_table,
         sensitivity_table,
         sweep_table,
         write_sensitivity_artifacts,
     )
-    from pytest_qaccuracy.analysis.sweep import Target, sweep_in
-    from pytest_qaccuracy.model import ModelPair
-    from pytest_qaccuracy.report.atomic import check_dir_target, check_file_target
 
     if args.records is not None and args.records < 1:
         raise InputError(f"--records must be >= 1, got {args.records}")

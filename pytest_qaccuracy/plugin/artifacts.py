@@ -62,8 +62,8 @@ def write_artifacts(
     (default ``directory/report.html``); returns the paths written. ``summary.json`` and the report
     say whether the session is complete (``status``)."""
     from pytest_qaccuracy.analysis.results import ComparisonResult
+    from pytest_qaccuracy.atomic import atomic_write_json
     from pytest_qaccuracy.model import load_model
-    from pytest_qaccuracy.report.atomic import atomic_write_json
     from pytest_qaccuracy.report.dot import write_dot
     from pytest_qaccuracy.report.summary import summary_document
     from pytest_qaccuracy.report.visq import write_visq
@@ -101,12 +101,13 @@ def write_artifacts(
 def _write_sensitivity(record: Mapping[str, Any], folder: Path, directory: Path) -> dict[str, str]:
     """The pair's sensitivity files, as ``{"sensitivity": path, "sweep": ..., "cumulative_chart": ...}``."""
     from pytest_qaccuracy.analysis.sensitivity_report import SensitivityReport
+    from pytest_qaccuracy.report.sensitivity_tables import write_report
 
     report = (record.get("sensitivity") or {}).get("report")
     if report is None:
         return {}
     stem = record["stem"]
-    paths = SensitivityReport.from_dict(report).write(folder, stem)
+    paths = write_report(SensitivityReport.from_dict(report), folder, stem)
     return {p.name[len(stem) + 1 : -len(".json")].replace(".", "_"): _rel(p, directory) for p in paths}
 
 

@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 
 from pytest_qaccuracy.plugin.backend import GATE
 from pytest_qaccuracy.plugin.ini import ini_text
-
-if TYPE_CHECKING:
-    from pytest_qaccuracy.plugin.session import PairSpec, QAccuracySession
 
 SCOPES = ("failed", "all", "off")
 MODES = ("single", "leave-one-out")
@@ -33,6 +31,44 @@ DEFAULT_TOP = 10
 DEFAULT_RECORDS = 32
 #: Output metrics whose failed check sets the sweep target (the sweep measures the mean over outputs).
 TARGET_METRICS = ("cosine", "sqnr")
+
+
+class PairFiles(Protocol):
+    """The files of a pair that the analysis reads (a :class:`~pytest_qaccuracy.plugin.session.PairSpec`)."""
+
+    @property
+    def fp32(self) -> Path: ...
+    @property
+    def quantized(self) -> Path: ...
+    @property
+    def data(self) -> Path: ...
+
+
+class SensitivitySettings(Protocol):
+    """The settings the analysis reads (a :class:`~pytest_qaccuracy.plugin.settings.QAccuracySettings`)."""
+
+    @property
+    def sensitivity(self) -> str: ...
+    @property
+    def sensitivity_metric(self) -> str: ...
+    @property
+    def sensitivity_mode(self) -> str: ...
+    @property
+    def sensitivity_records(self) -> int: ...
+
+
+class AnalysedSession(Protocol):
+    """What the analysis needs of the run state (a :class:`~pytest_qaccuracy.plugin.session.QAccuracySession`).
+
+    Declared here, so that this module, which the settings and the session both import, imports neither.
+    """
+
+    @property
+    def settings(self) -> SensitivitySettings: ...
+    @property
+    def records(self) -> dict[str, dict[str, Any]]: ...
+    def model_pair(self, spec: Any) -> Any: ...
+    def runtime_options(self) -> Any: ...
 
 
 def add_sensitivity_options(parser: pytest.Parser, group: Any) -> None:
@@ -182,7 +218,7 @@ def merge_entry(mine: dict[str, Any], theirs: Mapping[str, Any]) -> None:
         mine["sensitivity"] = entry
 
 
-def analyse_records(state: QAccuracySession, specs: Mapping[str, PairSpec]) -> None:
+def analyse_records(state: AnalysedSession, specs: Mapping[str, PairFiles]) -> None:
     """Analyse the selected pairs of ``state.records`` (``specs``: record key -> pair), once per pair."""
     settings = state.settings
     if settings.sensitivity == "off":
@@ -202,7 +238,7 @@ def analyse_records(state: QAccuracySession, specs: Mapping[str, PairSpec]) -> N
         record["sensitivity"] = {**done[ident], "target_from": target}
 
 
-def analyse_one(state: QAccuracySession, spec: PairSpec, target: str | None) -> dict[str, Any]:
+def analyse_one(state: AnalysedSession, spec: PairFiles, target: str | None) -> dict[str, Any]:
     """One pair's record entry: the report's ``to_dict()``, or a one-line ``error``."""
     settings = state.settings
     entry: dict[str, Any] = {"mode": settings.sensitivity_mode, "metric": settings.sensitivity_metric}
@@ -228,6 +264,9 @@ def analyse_one(state: QAccuracySession, spec: PairSpec, target: str | None) -> 
 __all__ = [
     "MODES",
     "SCOPES",
+    "AnalysedSession",
+    "PairFiles",
+    "SensitivitySettings",
     "add_sensitivity_options",
     "analyse_records",
     "check_metric",

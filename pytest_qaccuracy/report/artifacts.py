@@ -7,7 +7,7 @@ from pathlib import Path
 import onnx
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
-from pytest_qaccuracy.report.atomic import atomic_write_json, check_dir_target, check_file_target
+from pytest_qaccuracy.atomic import atomic_write_json, check_dir_target, check_file_target
 
 
 def artifact_stem(result: ComparisonResult) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_qaccuracy.report.atomic import atomic_write_json, finite_json
+from pytest_qaccuracy.atomic import atomic_write_json, finite_json
 
 if TYPE_CHECKING:
     from pytest_qaccuracy.analysis.results import ComparisonResult

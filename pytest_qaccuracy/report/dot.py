@@ -18,8 +18,8 @@ from pathlib import Path
 import onnx
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.atomic import atomic_write_text
 from pytest_qaccuracy.report._palette import DARK, Slot, error_map, metric_slots, slot_color
-from pytest_qaccuracy.report.atomic import atomic_write_text
 from pytest_qaccuracy.report.visq import visq_document
 
 GRAY = "gray"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
-from pytest_qaccuracy.report.atomic import atomic_write_text, finite_json
+from pytest_qaccuracy.atomic import atomic_write_text, finite_json
 from pytest_qaccuracy.report.html_data import comparison_view, sensitivity_display
 from pytest_qaccuracy.report.verdicts import (
     check_rows,

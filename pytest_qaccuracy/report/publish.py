@@ -17,8 +17,8 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from pytest_qaccuracy.atomic import check_dir_target, discard
 from pytest_qaccuracy.errors import InputError
-from pytest_qaccuracy.report.atomic import check_dir_target, discard
 
 T = TypeVar("T")
 

@@ -24,8 +24,10 @@ def _not_analysed(entry: Mapping[str, Any], report: Any) -> str | None:
     """Why a pair has no ranking (an analysis error, a QOperator model), or None when it has one."""
     if "error" in entry:
         return f"sensitivity not analysed: {entry['error']}"
+    if report.sensitivity is None and report.unsupported:
+        return f"sensitivity of {report.stem}: {report.unsupported}"
     if report.sensitivity is None:
-        return report.lines()[0] if report.unsupported else "sensitivity not analysed"
+        return "sensitivity not analysed"
     return None
 
 
@@ -42,7 +44,7 @@ def _suggestion(report: Any, record: Mapping[str, Any]) -> str | None:
 
 def sensitivity_lines(record: Mapping[str, Any], top: int = 10) -> list[str]:
     """The ranked table and the exclusion suggestion of a pair (nothing when it was not analysed)."""
-    from pytest_qaccuracy.analysis.sensitivity_report import sensitivity_table
+    from pytest_qaccuracy.report.sensitivity_tables import sensitivity_table
 
     entry = record.get("sensitivity")
     if not entry:
@@ -86,7 +88,7 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
     """The pair's section of the HTML report: the terminal table's title, its rows (``top`` of them,
     all by default) and suggestion as data, and the cumulative curves as chart series; ``note`` alone
     when the pair was not analysed."""
-    from pytest_qaccuracy.analysis.sensitivity_report import sensitivity_title
+    from pytest_qaccuracy.report.sensitivity_tables import sensitivity_title
 
     entry = record.get("sensitivity")
     if not entry:

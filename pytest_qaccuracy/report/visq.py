@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.atomic import atomic_write_json
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.report._palette import error_map, metric_names, metric_slots
-from pytest_qaccuracy.report.atomic import atomic_write_json
 
 
 def visq_document(

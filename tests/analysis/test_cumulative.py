@@ -15,8 +15,8 @@ from pytest_qaccuracy.analysis.cumulative import (
     running_mean,
 )
 from pytest_qaccuracy.analysis.sensitivity import open_session
-from pytest_qaccuracy.analysis.sensitivity_report import cumulative_table, write_sensitivity_artifacts
 from pytest_qaccuracy.model import ModelPair
+from pytest_qaccuracy.report.sensitivity_tables import cumulative_table, write_sensitivity_artifacts
 
 
 def test_running_mean_is_the_mean_of_the_first_n_points():

@@ -12,10 +12,10 @@ from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner
 from pytest_qaccuracy.analysis.partial import QdqGraph
 from pytest_qaccuracy.analysis.sensitivity import SensitivityResult, node_sensitivity, open_session, sensitivity_in
-from pytest_qaccuracy.analysis.sensitivity_report import sensitivity_table, sweep_table
 from pytest_qaccuracy.analysis.sweep import Target, sweep_in
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.model import ModelPair
+from pytest_qaccuracy.report.sensitivity_tables import sensitivity_table, sweep_table
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 NODES = ["conv1", "conv2", "add1", "cat1", "pool1", "conv3", "sig1", "gap", "flat", "gemm", "matmul"]
@@ -208,15 +208,17 @@ def _zoo_records(zoo):
 
 def test_analyse_pair_gives_the_summary_lines_and_files(zoo, damaged, tmp_path):
     from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
+    from pytest_qaccuracy.report.sensitivity_tables import report_lines, write_report
 
     report = analyse_pair(ModelPair(zoo["fp32"], damaged), zoo["data"], "cosine,mse", target="cosine>=0.999")
-    lines = report.lines(top=3)
+    lines = report_lines(report, top=3)
     assert lines[3].split()[:2] == ["1", "conv3"] and lines[-1] == "target cosine >= 0.999: nodes_to_exclude=['conv3']"
-    names = sorted(p.name for p in report.write(tmp_path))
+    names = sorted(p.name for p in write_report(report, tmp_path))
     assert names == sorted(f"net.damaged.{k}.json" for k in ("cumulative", "cumulative.chart", "sensitivity", "sweep"))
     assert set(report.to_dict()) == {"schema_version", "stem", "sensitivity", "sweep", "cumulative"}
     qop = analyse_pair(ModelPair(zoo["fp32"], zoo["qop_u8"]), zoo["data"])
-    assert qop.sensitivity is None and "needs a QDQ model" in qop.lines()[0] and qop.write(tmp_path / "q") == []
+    assert qop.sensitivity is None and "needs a QDQ model" in report_lines(qop)[0]
+    assert write_report(qop, tmp_path / "q") == []
 
 
 def test_a_model_with_a_fixed_batch_of_one(zoo, tmp_path):

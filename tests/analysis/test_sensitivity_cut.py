@@ -16,11 +16,12 @@ import onnxruntime as ort
 import pytest
 
 from pytest_qaccuracy.analysis.sensitivity import SensitivityResult, node_sensitivity
-from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair, sensitivity_table
+from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
 from pytest_qaccuracy.cli import main
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.model.cut import cut_pair
+from pytest_qaccuracy.report.sensitivity_tables import sensitivity_table
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 METRICS = ("cosine", "mse")

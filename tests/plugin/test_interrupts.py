@@ -76,7 +76,7 @@ FIRE = """
 import os, signal
 from pathlib import Path
 
-from pytest_qaccuracy.report import atomic
+from pytest_qaccuracy import atomic
 
 _write, _calls = atomic.atomic_write, [0]
 

@@ -1,4 +1,4 @@
-"""``report/atomic.py`` on its own: temp names, folders, binary mode, strict JSON and the up-front
+"""``atomic.py`` on its own: temp names, folders, binary mode, strict JSON and the up-front
 checks of output paths (docs/cli.md: one error line before any work)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from pytest_qaccuracy import atomic
 from pytest_qaccuracy.errors import InputError
-from pytest_qaccuracy.report import atomic
 
 
 def test_temp_names_are_hidden_random_and_beside_the_target(tmp_path) -> None:

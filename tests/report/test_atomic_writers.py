@@ -1,4 +1,4 @@
-"""Every writer goes through report.atomic: a failure mid-way leaves neither a file nor a temp file."""
+"""Every writer goes through pytest_qaccuracy.atomic: a failure mid-way leaves neither a file nor a temp file."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from pytest_qaccuracy import atomic
 from pytest_qaccuracy.errors import InputError
-from pytest_qaccuracy.report import atomic
 from pytest_qaccuracy.report.dot import write_dot
 from pytest_qaccuracy.report.html import write_html
 from pytest_qaccuracy.report.visq import write_visq

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_qaccuracy.atomic import atomic_write_text
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.report import publish
-from pytest_qaccuracy.report.atomic import atomic_write_text
 from pytest_qaccuracy.report.publish import check_publishable, publish_folder
 
 OWNED = ("summary.json", "report.html", "pairs")
@@ -134,7 +134,7 @@ def test_an_interrupt_after_any_step_leaves_the_old_set_or_the_new_one(tmp_path,
 WRITER = """
 import itertools, sys
 from pathlib import Path
-from pytest_qaccuracy.report.atomic import atomic_write_text
+from pytest_qaccuracy.atomic import atomic_write_text
 from pytest_qaccuracy.report.publish import publish_folder
 
 def build(run):

@@ -30,12 +30,12 @@ from pytest_qaccuracy.analysis.calibration.observers import (
     MinMaxObserver,
     record_extrema,
 )
+from pytest_qaccuracy.atomic import atomic_write
 from pytest_qaccuracy.data import BoundDataset, Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
-from pytest_qaccuracy.report.atomic import atomic_write
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
 
 log = logging.getLogger(__name__)
