@@ -282,6 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the copies (their path is printed)")
     args = parser.parse_args(argv)
 
+    if args.rev is not None:  # one commit for every group, even if the branch moves meanwhile
+        args.rev = subprocess.run(
+            ["git", "rev-parse", "--verify", f"{args.rev}^{{commit}}"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     workdir = Path(tempfile.mkdtemp(prefix="qaccuracy-mutation-"))
     mutants: list[Mutant] = []
     elapsed: dict[str, float] = {}
