@@ -398,20 +398,20 @@ ROW_PATH_CASES = {
 @pytest.mark.parametrize("chunk", [1 << 23, 700], ids=["one chunk", "row chunks"])
 @pytest.mark.parametrize("case", ROW_PATH_CASES)
 def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Exact convolutions add the kernel rows' partial GEMMs (``_row_gemm_chunk``), grouped by residue
+    """Exact convolutions add the kernel rows' partial GEMMs (``row_gemm_chunk``), grouped by residue
     modulo the vertical stride: bit-exact with onnxruntime for any kernel, pads, dilation, strides,
     row chunking and thread count (columns come straight from the unpadded input)."""
     from pytest_qaccuracy.backend import parallel
-    from pytest_qaccuracy.backend.kernels import conv
+    from pytest_qaccuracy.backend.kernels import conv_chunks, conv_core
 
     calls = []
-    original = conv._row_gemm_chunk
-    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)
-    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", chunk)
-    monkeypatch.setattr(conv, "_row_gemm_chunk", lambda *a: calls.append(a[-1].o0) or original(*a))
+    original = conv_core.row_gemm_chunk
+    monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(conv_core, "row_gemm_chunk", lambda *a: calls.append(a[-1].o0) or original(*a))
     shifted = []
-    original_shifted = conv._Source._fill_shifted
-    monkeypatch.setattr(conv._Source, "_fill_shifted", lambda *a: shifted.append(a[-1]) or original_shifted(*a))
+    original_shifted = conv_chunks.Source._fill_shifted
+    monkeypatch.setattr(conv_chunks.Source, "_fill_shifted", lambda *a: shifted.append(a[-1]) or original_shifted(*a))
     (kh, kw), attrs, records = ROW_PATH_CASES[case]
     rng = np.random.default_rng(len(case))
     c, m = (256, 4) if case == "big-accumulator" else (24, 5) if case.startswith("1x1") else (6, 5)
@@ -524,13 +524,13 @@ def test_qlinear_conv_depthwise_row_path(case: str, chunk: int, threads: int, mo
     GEMMs (odd channel counts: one channel per GEMM): bit-exact with onnxruntime for any pads,
     dilation, stride, multiplier, chunking and thread count."""
     from pytest_qaccuracy.backend import parallel
-    from pytest_qaccuracy.backend.kernels import conv
+    from pytest_qaccuracy.backend.kernels import conv_chunks, conv_core
 
     blocks = []
-    original = conv._row_gemm_chunk
-    monkeypatch.setattr(conv, "_row_gemm_chunk", lambda *a: blocks.append(a[0].x.shape[1]) or original(*a))
-    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)
-    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", chunk)
+    original = conv_core.row_gemm_chunk
+    monkeypatch.setattr(conv_core, "row_gemm_chunk", lambda *a: blocks.append(a[0].x.shape[1]) or original(*a))
+    monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     c, multiplier, (h, w_), attrs = DEPTHWISE_CASES[case]
     rng = np.random.default_rng(len(case))
@@ -561,19 +561,19 @@ def test_float_depthwise_paths(case: str, chunk: int, monkeypatch: pytest.Monkey
     On integer-valued floats every order of summation is exact, so each path must equal a direct
     int64 correlation."""
     from pytest_qaccuracy.backend import parallel
-    from pytest_qaccuracy.backend.kernels import conv
+    from pytest_qaccuracy.backend.kernels import conv_chunks, conv_core
 
     taken = []
-    for path in ("flat", "nhwc", "source"):
-        original = getattr(conv, f"_depthwise_{path}_chunk")
+    for path, name in (("flat", "flat"), ("nhwc", "nhwc"), ("source", "rows")):
+        original = getattr(conv_core, f"depthwise_{name}_chunk")
         monkeypatch.setattr(
-            conv,
-            f"_depthwise_{path}_chunk",
+            conv_core,
+            f"depthwise_{name}_chunk",
             lambda *a, path=path, original=original: taken.append(path) or original(*a),
         )
-    monkeypatch.setattr(conv, "DEPTHWISE_CHUNK_ELEMENTS", chunk)
-    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", chunk)  # the padded-width path's budget
-    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(conv_chunks, "DEPTHWISE_CHUNK_ELEMENTS", chunk)
+    monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", chunk)  # the padded-width path's budget
+    monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     c, multiplier, (h, w_), attrs = DEPTHWISE_CASES[case]
     rng = np.random.default_rng(len(case))
@@ -581,7 +581,7 @@ def test_float_depthwise_paths(case: str, chunk: int, monkeypatch: pytest.Monkey
     w = rng.integers(-127, 128, (c * multiplier, 1, 3, 3))
     strides, dilations = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
     pads = attrs["pads"]
-    got = conv.conv_core(x.astype(f32), w.astype(f32), c, tuple(strides), tuple(dilations), f32, pads=pads)
+    got = conv_core.conv_core(x.astype(f32), w.astype(f32), c, tuple(strides), tuple(dilations), f32, pads=pads)
     padded = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
     (sh, sw), (dh, dw) = strides, dilations
     oh, ow = (padded.shape[2] - 2 * dh - 1) // sh + 1, (padded.shape[3] - 2 * dw - 1) // sw + 1

@@ -22,13 +22,13 @@ NETS = {
 @pytest.fixture
 def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every kernel splits even these small tensors: many chunks, many blocks, a partial last block."""
-    from pytest_qaccuracy.backend.kernels import conv
+    from pytest_qaccuracy.backend.kernels import conv_chunks
 
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     monkeypatch.setattr(parallel, "BLOCK_ELEMENTS", 100)
-    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", 3000)
-    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", 3000)
-    monkeypatch.setattr(conv, "DEPTHWISE_CHUNK_ELEMENTS", 3000)
+    monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", 3000)
+    monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", 3000)
+    monkeypatch.setattr(conv_chunks, "DEPTHWISE_CHUNK_ELEMENTS", 3000)
 
 
 @pytest.mark.parametrize("net", NETS)
@@ -49,13 +49,13 @@ def test_threads_are_bit_exact_with_onnxruntime(net: str, activation: str, tiny_
 
 
 def test_chunks_cover_every_record_and_row_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_qaccuracy.backend.kernels import conv
+    from pytest_qaccuracy.backend.kernels import conv_chunks
 
-    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", 1 << 23)
-    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", 1 << 23)
+    monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", 1 << 23)
+    monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", 1 << 23)
     for threads, n, first in ((1, 5, 7), (2, 5, 7), (3, 1, 10), (4, 2, 9), (2, 1, 1)):
         with parallel.using(threads):
-            spans = conv._chunks(n, first, per_row=1 << 14)
+            spans = conv_chunks.chunk_spans(n, first, per_row=1 << 14)
         covered = np.zeros((n, first), int)
         for n0, n1, o0, o1 in spans:
             covered[n0:n1, o0:o1] += 1
@@ -66,15 +66,15 @@ def test_chunks_cover_every_record_and_row_once(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_chunk_budget_is_larger_when_threads_share_the_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_qaccuracy.backend.kernels import conv
+    from pytest_qaccuracy.backend.kernels import conv_chunks
 
-    monkeypatch.setattr(conv, "CHUNK_ELEMENTS", 1000)
-    monkeypatch.setattr(conv, "THREADED_CHUNK_ELEMENTS", 4000)
+    monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", 1000)
+    monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", 4000)
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     sizes = {}
     for threads in (1, 2):
         with parallel.using(threads):
-            spans = conv._chunks(40, 10, per_row=100)  # a record is 10 rows of 100: 1000 elements
+            spans = conv_chunks.chunk_spans(40, 10, per_row=100)  # a record is 10 rows of 100: 1000 elements
         sizes[threads] = {n1 - n0 for n0, n1, _, _ in spans}
     assert sizes == {1: {1}, 2: {4}}
 

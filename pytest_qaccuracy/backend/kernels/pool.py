@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from pytest_qaccuracy.backend import arith
-from pytest_qaccuracy.backend.kernels.conv import conv_pads
+from pytest_qaccuracy.backend.kernels.conv_chunks import conv_pads
 from pytest_qaccuracy.backend.kernels.elementwise import apply_table
 from pytest_qaccuracy.backend.registry import NotHandled, kernel
 from pytest_qaccuracy.backend.scheme import Scheme

@@ -1,0 +1,348 @@
+"""The convolution driver: choose a path, cut the output into chunks, run them on the session's threads.
+
+:func:`conv_core` computes ``sum x*w (+ bias)`` over the windows of an input. Each way of computing
+a chunk is a :class:`ConvPath`: it prepares its weights once, says how much scratch an output row
+needs, and computes one chunk's sums. :func:`choose_path` picks one from the convolution's shape:
+
+==================  =================================================  ==================================
+path                when                                               how (module)
+==================  =================================================  ==================================
+``RowPath``         2-D, exact sums, one group                          kernel rows as GEMMs (conv_gemm)
+``GroupedRowPath``  2-D, exact sums, grouped or depthwise               blocks of groups, the same GEMMs
+``FlatPath``        2-D float depthwise, stride 1, >= 64 columns        taps on the padded width
+``NhwcPath``        2-D float depthwise, more channels than columns     taps, channels last
+``RowsPath``        other 2-D float depthwise                           taps, channels first
+``DepthwisePath``   other depthwise                                     taps on a padded copy
+``Im2colPath``      the rest                                            im2col + one GEMM (conv_gemm)
+==================  =================================================  ==================================
+
+After a path, the driver adds the int16 pair correction, then the bias, then runs the epilogue
+(e.g. requantization) while the chunk is in cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from pytest_qaccuracy.backend import parallel
+from pytest_qaccuracy.backend.kernels import conv_chunks, conv_pairs
+from pytest_qaccuracy.backend.kernels.conv_chunks import Chunk, Source, chunk_spans, output_shape, scratch_buffer
+from pytest_qaccuracy.backend.kernels.conv_depthwise import (
+    depthwise_chunk,
+    depthwise_flat_chunk,
+    depthwise_nhwc_chunk,
+    depthwise_rows_chunk,
+)
+from pytest_qaccuracy.backend.kernels.conv_gemm import (
+    block_weights,
+    groups_per_block,
+    im2col_chunk,
+    row_classes,
+    row_gemm_chunk,
+)
+
+Epilogue = Callable[[np.ndarray, np.ndarray], None]
+
+#: output columns from which a float depthwise convolution of stride 1 runs on the padded width
+FLAT_MIN_COLUMNS = 64
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Conv:
+    """One convolution as the paths see it.
+
+    ``x`` is the padded input ``(N, C, *spatial)``, or, for the 2-D paths, a :class:`Source` reading
+    the unpadded one; ``w`` is ``(M, C/group, *kernel)``.
+    """
+
+    x: np.ndarray | Source
+    w: np.ndarray
+    group: int
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    dtype: type
+    out_spatial: tuple[int, ...]
+
+    @property
+    def kernel_shape(self) -> tuple[int, ...]:
+        return self.w.shape[2:]
+
+    @property
+    def channels(self) -> int:
+        x = self.x.x if isinstance(self.x, Source) else self.x
+        return x.shape[1]
+
+    @property
+    def taps(self) -> list[tuple[int, ...]]:
+        return list(itertools.product(*(range(k) for k in self.kernel_shape)))
+
+
+class ConvPath:
+    """One way to compute a chunk of a convolution's sums."""
+
+    #: the path can add the bias inside its GEMMs (one more column of ones)
+    gemm_bias: ClassVar[bool] = False
+
+    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
+        """Prepare the weights once; ``bias (M,)`` when the GEMMs are to add it (see :attr:`gemm_bias`)."""
+        self.conv = conv
+
+    def scratch_per_row(self) -> int:
+        """Scratch elements per output row (of the first spatial axis), per record and output column."""
+        raise NotImplementedError
+
+    def budget(self) -> int | None:
+        """The chunk's scratch budget in elements; None: the default of :func:`chunk_spans`."""
+        return None
+
+    def sums(self, chunk: Chunk, dest: np.ndarray | None) -> np.ndarray:
+        """The chunk's sums ``(n, M, rows, *out[1:])``, written into ``dest`` when given and possible."""
+        conv = self.conv
+        if dest is None:
+            lead = chunk.lead
+            dest = scratch_buffer(conv.w.shape[0] * math.prod(lead), conv.dtype, "target")
+            dest = dest.reshape(lead[0], conv.w.shape[0], *lead[1:])
+        self.compute(chunk, dest)
+        return dest
+
+    def compute(self, chunk: Chunk, target: np.ndarray) -> None:
+        """Write the chunk's sums into ``target (n, M, rows, *out[1:])``."""
+        raise NotImplementedError
+
+
+class RowPath(ConvPath):
+    """Exact 2-D sums by kernel rows (:func:`~.conv_gemm.row_gemm_chunk`), as ``blocks`` dense GEMMs."""
+
+    gemm_bias = True
+
+    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
+        super().__init__(conv, bias)
+        blocks = self.blocks()
+        dense = self.dense_weights(blocks)
+        block_bias = None if bias is None else np.asarray(bias).reshape(blocks, -1)
+        self.classes = row_classes(dense, conv.strides[0], conv.dilations[0], conv.dtype, block_bias)
+        source = conv.x
+        n, c = source.x.shape[:2]
+        self.source = dataclasses.replace(source, x=source.x.reshape(n, blocks, c // blocks, *source.x.shape[2:]))
+
+    def blocks(self) -> int:
+        """Dense convolutions the weights make: one."""
+        return 1
+
+    def dense_weights(self, blocks: int) -> np.ndarray:
+        """``(blocks, M/blocks, C/blocks, kh, kw)``."""
+        return self.conv.w[None]
+
+    def scratch_per_row(self) -> int:
+        conv = self.conv
+        return len(conv.taps) * conv.channels + conv.kernel_shape[0] * conv.w.shape[0]
+
+    def compute(self, chunk: Chunk, target: np.ndarray) -> None:
+        row_gemm_chunk(self.source, self.classes, target, self.conv.kernel_shape[1], chunk)
+
+
+class GroupedRowPath(RowPath):
+    """The row path of a grouped convolution: blocks of groups, each a block-diagonal dense GEMM."""
+
+    def blocks(self) -> int:
+        conv = self.conv
+        return conv.group // groups_per_block(conv.group, conv.channels // conv.group)
+
+    def dense_weights(self, blocks: int) -> np.ndarray:
+        return block_weights(self.conv.w, self.conv.group, blocks)
+
+
+class DepthwisePath(ConvPath):
+    """One input channel per group, multiply-accumulate tap by tap on a padded copy of the input."""
+
+    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
+        super().__init__(conv, bias)
+        m = conv.w.shape[0]
+        self.wt = conv.w.reshape(conv.group, m // conv.group, len(conv.taps)).astype(conv.dtype)
+
+    #: scratch arrays of the chunk's output size: its output and one product
+    outputs: ClassVar[int] = 2
+
+    def scratch_per_row(self) -> int:
+        conv = self.conv
+        return conv.channels * math.prod(conv.strides) + self.outputs * conv.w.shape[0]
+
+    def budget(self) -> int | None:
+        return conv_chunks.DEPTHWISE_CHUNK_ELEMENTS
+
+    def compute(self, chunk: Chunk, target: np.ndarray) -> None:
+        depthwise_chunk(self.conv.x, self.wt, target, self.conv.taps, chunk)
+
+
+class RowsPath(DepthwisePath):
+    """2-D float depthwise, channels first, reading the chunk's input rows from the unpadded input."""
+
+    def compute(self, chunk: Chunk, target: np.ndarray) -> None:
+        depthwise_rows_chunk(self.conv.x, self.wt, target, self.conv.kernel_shape, chunk)
+
+
+class NhwcPath(DepthwisePath):
+    """2-D float depthwise, channels last: for more channels than output columns."""
+
+    outputs = 3
+
+    def compute(self, chunk: Chunk, target: np.ndarray) -> None:
+        depthwise_nhwc_chunk(self.conv.x, self.wt, target, self.conv.kernel_shape, chunk)
+
+
+class FlatPath(DepthwisePath):
+    """2-D float depthwise of stride 1 on the padded width: for long rows."""
+
+    def budget(self) -> int | None:
+        return None
+
+    def sums(self, chunk: Chunk, dest: np.ndarray | None) -> np.ndarray:
+        """Computed on the padded width in scratch; the columns past the output's are dropped."""
+        conv = self.conv
+        lead, m = chunk.lead, conv.w.shape[0]
+        wide = (lead[2] - 1) + (conv.kernel_shape[1] - 1) * conv.dilations[1] + 1
+        result = scratch_buffer(m * lead[0] * lead[1] * wide, conv.dtype, "target").reshape(lead[0], m, lead[1], wide)
+        depthwise_flat_chunk(conv.x, self.wt, result, conv.kernel_shape, chunk)
+        return result[..., : lead[2]]
+
+
+class Im2colPath(ConvPath):
+    """im2col and one (grouped, batched) GEMM per chunk (:func:`~.conv_gemm.im2col_chunk`)."""
+
+    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
+        super().__init__(conv, bias)
+        group, taps = conv.group, len(conv.taps)
+        m, cg = conv.w.shape[:2]
+        # (G, Mg, taps * Cg), K ordered (tap, channel) like the columns
+        wmat = np.moveaxis(conv.w.reshape(group, m // group, cg, taps), 3, 2).reshape(group, m // group, taps * cg)
+        self.wmat = np.ascontiguousarray(wmat, dtype=conv.dtype)
+
+    def scratch_per_row(self) -> int:
+        conv = self.conv
+        return len(conv.taps) * conv.channels + conv.w.shape[0]
+
+    def compute(self, chunk: Chunk, target: np.ndarray) -> None:
+        whole = chunk.lead[1] == self.conv.out_spatial[0]
+        im2col_chunk(self.conv.x, self.wmat, target, self.conv.taps, chunk, whole)
+
+
+def choose_path(
+    from_source: bool, exact: bool, group: int, c: int, mg: int, strides: tuple[int, ...], width: int
+) -> type[ConvPath]:
+    """The path of a convolution (see the table in this module's docstring).
+
+    ``from_source``: a 2-D convolution whose input is read unpadded (exact, or depthwise).
+    """
+    depthwise = c == group > 1
+    if not from_source:
+        return DepthwisePath if depthwise else Im2colPath
+    if group == 1:
+        return RowPath
+    if exact:
+        return GroupedRowPath
+    if tuple(strides) == (1, 1) and width >= FLAT_MIN_COLUMNS:
+        return FlatPath
+    return NhwcPath if mg == 1 and c >= width else RowsPath
+
+
+def conv_core(
+    xp: np.ndarray,
+    w: np.ndarray,
+    group: int,
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    dtype: type,
+    epilogue: tuple[Epilogue, np.dtype] | None = None,
+    exact: bool = False,
+    pads: list[int] | None = None,
+    offset: np.ndarray | int = 0,
+    padding: int = 0,
+    bias: np.ndarray | None = None,
+    bias_in_gemm: bool = False,
+    correction: conv_pairs.PairCorrection | None = None,
+) -> np.ndarray:
+    """``sum x*w (+ bias)`` over the windows of a padded input, chunk by chunk on the session's threads.
+
+    Args:
+        xp: padded input ``(N, C, *spatial)``, values exact in ``dtype``; or, with ``pads``, the
+            unpadded input, read as ``xp - offset`` zero-padded by ``pads`` (the 2-D paths then read
+            it directly, without a padded copy).
+        w: weights ``(M, C/group, *kernel)``.
+        group: number of groups.
+        strides: strides per spatial axis.
+        dilations: dilations per spatial axis.
+        dtype: float type of the GEMMs.
+        epilogue: ``(fn, out_dtype)``: ``fn(chunk, dest)`` writes each finished chunk's values (the
+            chunk is scratch and may be overwritten) into ``dest``, a view of the ``out_dtype``
+            output, e.g. requantization while the chunk is still in cache.
+        exact: the sums are exact in ``dtype`` (integer operands under the bound), so they may be
+            added in any order: 2-D kernels then take the row path.
+        pads: begin then end pads of an unpadded ``xp``.
+        offset: subtracted from an unpadded ``xp`` (the input's zero point).
+        padding: the value of padded positions of an unpadded ``xp`` (after ``offset``): 0, or the
+            zero point when the caller folds it out of the sums instead of subtracting it.
+        bias: ``(M,)`` added to every sum before the epilogue, by one pass over each chunk.
+        bias_in_gemm: every partial sum stays exact with the bias added (the caller checked the
+            bound): the row paths then add it in the GEMMs themselves, one more column of ones.
+        correction: the int16 pair saturation of ``conv_pairs``, added to each chunk's sums before the
+            bias pass and the epilogue; exactness is the caller's.
+
+    Returns:
+        ``(N, M, *out)``.
+    """
+    kernel_shape = w.shape[2:]
+    n, c = xp.shape[:2]
+    m = w.shape[0]
+    depthwise = c // group == 1 and group > 1
+    x: np.ndarray | Source
+    if len(kernel_shape) == 2 and (exact or depthwise):  # read the unpadded input chunk by chunk
+        x = Source(xp, [0] * 4 if pads is None else list(pads), offset if pads is not None else 0, padding)
+        padded_spatial = x.padded_spatial
+    else:
+        x = xp if pads is None else conv_chunks.to_padded(xp, pads, offset, dtype, padding)
+        padded_spatial = x.shape[2:]
+    out_spatial = output_shape(padded_spatial, kernel_shape, strides, dilations)
+    kind = choose_path(isinstance(x, Source), exact, group, c, m // group, strides, out_spatial[-1])
+    in_gemm = bias is not None and bias_in_gemm and kind.gemm_bias
+    path = kind(Conv(x, w, group, strides, dilations, dtype, out_spatial), bias if in_gemm else None)
+    out = np.empty((n, m, *out_spatial), dtype=epilogue[1] if epilogue else dtype)
+    added = None if bias is None or in_gemm else np.asarray(bias, dtype).reshape((m,) + (1,) * len(out_spatial))
+
+    def run_chunk(n0: int, n1: int, o0: int, o1: int) -> None:
+        chunk = Chunk((n0, n1), o0, (n1 - n0, o1 - o0, *out_spatial[1:]), strides, dilations)
+        dest = out[n0:n1, :, o0:o1]
+        sums = path.sums(chunk, None if epilogue else dest)
+        if correction is not None:
+            correction.add_to(sums, n0, n1, o0, o1)
+        if added is not None:
+            sums += added
+        if epilogue:
+            epilogue[0](sums, dest)
+        elif sums is not dest:
+            np.copyto(dest, sums)
+
+    spans = chunk_spans(n, out_spatial[0], path.scratch_per_row() * math.prod(out_spatial[1:]), path.budget())
+    parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
+    return out
+
+
+__all__ = [
+    "Conv",
+    "ConvPath",
+    "DepthwisePath",
+    "Epilogue",
+    "FlatPath",
+    "GroupedRowPath",
+    "Im2colPath",
+    "NhwcPath",
+    "RowPath",
+    "RowsPath",
+    "choose_path",
+    "conv_core",
+]
