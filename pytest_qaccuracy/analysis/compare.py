@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pytest_qaccuracy.analysis.outputs import OutputMeasure
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
 from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
@@ -112,6 +113,7 @@ def compare(
     backend: str = "onnxruntime",
     scheme: str | None = None,
     slices: Sequence[SliceSpec] = (),
+    measure: OutputMeasure | None = None,
 ) -> ComparisonResult:
     """Compare an fp32/quantized pair on every record of ``data``.
 
@@ -127,6 +129,10 @@ def compare(
         backend: ``onnxruntime`` or ``integer`` (the emulated integer backend) for the quantized model.
         scheme: the integer backend's scheme preset (default ``onnxruntime``).
         slices: named views of outputs, compared as outputs of their own (:mod:`.slices`).
+        measure: also fold the outputs into these top-k counts and element checks, in the same
+            pass (what :func:`~pytest_qaccuracy.analysis.outputs.measure_outputs` measures in a
+            pass of its own; read them with ``measure.result()``). It sees the compared tensors:
+            the capture mode's run, with the outputs dequantized as the metrics see them.
 
     Returns:
         A :class:`ComparisonResult` (contract 2).
@@ -159,9 +165,14 @@ def compare(
             scheme,
         )
         trackers = outputs + layer_trackers
+        if measure is not None:
+            measure.begin(dataset, [f for f, _ in pair.output_pairs()])
         with ThreadPoolExecutor(max_workers=_workers(options)) as pool, task("compare", len(bound)) as advance:
             for batch in bound.iter_batches(options.batch_size):
-                _fold(pool, trackers, fp32_runner.run(batch), q_runner.run(batch), batch.start)
+                ref, test = fp32_runner.run(batch), q_runner.run(batch)
+                _fold(pool, trackers, ref, test, batch.start)
+                if measure is not None:
+                    measure.update(*_output_values(outputs, ref, test), batch.start, len(batch))
                 advance(len(batch))
         records = len(bound)
     finally:
@@ -184,6 +195,14 @@ def _fold(pool: ThreadPoolExecutor, trackers: list[_Tracked], ref: dict, test: d
 
     for _ in pool.map(one, trackers):
         pass
+
+
+def _output_values(outputs: list[_Tracked], ref: dict, test: dict) -> tuple[dict, dict]:
+    """The models' outputs by fp32 name (views left out), the quantized ones dequantized."""
+    found = [t for t in outputs if t.view is None]
+    values = {t.fp32: test[t.capture] for t in found}
+    dequantized = {t.fp32: t.params.dequantize(values[t.fp32]) if t.params else values[t.fp32] for t in found}
+    return {t.fp32: ref[t.fp32] for t in found}, dequantized
 
 
 def _workers(options: RuntimeOptions) -> int:

@@ -1,8 +1,10 @@
 """Output-level statistics that need elements rather than sums: top-k agreement and accuracy, and
 elements outside ``atol + rtol * |fp32|``.
 
-Both models run once more with only their outputs fetched (cheap next to a layer-wise comparison).
-Everything streams: the state is counters and a few worst elements per output.
+:class:`OutputMeasure` folds them batch by batch, inside the comparison's own pass
+(``compare(..., measure=...)``, as the plugin does) or in a pass of its own with only the outputs
+fetched (:func:`measure_outputs`). Everything streams: the state is counters and a few worst
+elements per output.
 """
 
 from __future__ import annotations
@@ -195,6 +197,74 @@ def _integer_outputs(pair: ModelPair) -> dict[str, QuantParams]:
     return found
 
 
+class OutputMeasure:
+    """Top-k counts and element checks folded batch by batch: the state of :func:`measure_outputs`,
+    also folded by :func:`~pytest_qaccuracy.analysis.compare.compare` into its own pass (``measure=``),
+    so that a pair check runs each model once (issue 14).
+
+    :meth:`begin` once with the dataset and the fp32 output names, :meth:`update` per batch with
+    both models' outputs by fp32 output name (the quantized ones dequantized), then :meth:`result`.
+    Arguments as :func:`measure_outputs`.
+    """
+
+    def __init__(
+        self,
+        ks: Sequence[int] = (1,),
+        labels: np.ndarray | None = None,
+        rtol: float | None = None,
+        atol: float | None = None,
+        scores: str | None = None,
+        slices: Sequence[SliceSpec] = (),
+    ) -> None:
+        self.ks, self.labels, self.scores, self.slices = tuple(ks), labels, scores, list(slices)
+        self.rtol, self.atol = rtol, atol
+        self.names: list[str] = []
+        self.counters: dict[str, TopKCounter] | None = None
+        self.problems: dict[str, str] = {}
+        self.relative: dict[str, _RelativeTracker] = {}
+
+    def begin(self, dataset: Dataset, outputs: Sequence[str]) -> None:
+        """Check the views against ``outputs`` (fp32 names); labels default to the dataset's own."""
+        try:
+            check_outputs(self.slices, list(outputs))
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        if self.labels is None:
+            self.labels = dataset.labels()
+        self.names = [*outputs, *(v.name for v in self.slices)]
+        if self.rtol or self.atol:
+            self.relative = {f: _RelativeTracker(self.rtol or 0.0, self.atol or 0.0) for f in self.names}
+
+    def update(self, ref: dict[str, np.ndarray], test: dict[str, np.ndarray], start: int, count: int) -> None:
+        """One batch of ``count`` records from record ``start``; ``ref``/``test`` by fp32 output name."""
+        ref, test = dict(ref), dict(test)
+        for view in self.slices:  # a view's fp32 and quantized values go by its name
+            ref[view.name] = view.take(ref[view.output])
+            test[view.name] = view.take(test[view.output])
+        labels = None if self.labels is None else np.asarray(self.labels)[start : start + count]
+        if self.counters is None:
+            automatic = len(self.names) - len(self.slices)
+            layouts, self.problems = plan_topk({f: ref[f] for f in self.names}, self.scores, automatic)
+            self.counters = {f: TopKCounter(self.ks, layout=layout) for f, layout in layouts.items()}
+        for f in self.names:
+            try:
+                if f in self.counters:
+                    _count(self.counters, self.problems, f, ref[f], test[f], labels)
+                if f in self.relative:
+                    self.relative[f].update(ref[f], test[f], start)
+            except QAccuracyError:
+                raise
+            except Exception as exc:  # name the output (issue 17)
+                raise CheckError(f"output '{f}': {type(exc).__name__}: {exc}") from exc
+
+    def result(self) -> OutputStats:
+        return OutputStats(
+            {name: c.to_dict() for name, c in (self.counters or {}).items()},
+            {name: r.result() for name, r in self.relative.items()},
+            self.problems,
+        )
+
+
 def measure_outputs(
     pair: ModelPair,
     data: Dataset | str | os.PathLike[str],
@@ -228,53 +298,25 @@ def measure_outputs(
         :class:`OutputStats` keyed by the fp32 model's output names.
     """
     options = options or RuntimeOptions()
+    measure = OutputMeasure(ks, labels, rtol, atol, scores, slices)
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     try:
-        if labels is None:
-            labels = dataset.labels()
         bound = bind_dataset(dataset, pair.inputs)
         names = pair.output_pairs()
-        try:
-            check_outputs(list(slices), [f for f, _ in names])
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
+        measure.begin(dataset, [f for f, _ in names])
         params = _integer_outputs(pair)
-        outputs = [*names, *((v.name, v.name) for v in slices)]
         fp32 = OrtRunner(pair.fp32, [f for f, _ in names], options, pair.fp32_path.name)
         quant = make_runner(pair.quantized, [q for _, q in names], options, pair.quantized_path.name, backend, scheme)
-        counters: dict[str, TopKCounter] | None = None
-        problems: dict[str, str] = {}
-        relative = {f: _RelativeTracker(rtol or 0.0, atol or 0.0) for f, _ in outputs} if rtol or atol else {}
         with task("outputs", len(bound)) as advance:
             for batch in bound.iter_batches(options.batch_size):
                 ref, test = fp32.run(batch), quant.run(batch)
-                test = {q: params[q].dequantize(t) if q in params else t for q, t in test.items()}
-                for view in slices:  # a view's fp32 and quantized values go by its name
-                    ref[view.name] = view.take(ref[view.output])
-                    test[view.name] = view.take(test[dict(names)[view.output]])
-                batch_labels = None if labels is None else np.asarray(labels)[batch.start : batch.start + len(batch)]
-                if counters is None:
-                    layouts, problems = plan_topk({f: ref[f] for f, _ in outputs}, scores, len(names))
-                    counters = {f: TopKCounter(tuple(ks), layout=layout) for f, layout in layouts.items()}
-                for f, q in outputs:
-                    try:
-                        if f in counters:
-                            _count(counters, problems, f, ref[f], test[q], batch_labels)
-                        if f in relative:
-                            relative[f].update(ref[f], test[q], batch.start)
-                    except QAccuracyError:
-                        raise
-                    except Exception as exc:  # name the output (issue 17)
-                        raise CheckError(f"output '{f}': {type(exc).__name__}: {exc}") from exc
+                test = {f: params[q].dequantize(test[q]) if q in params else test[q] for f, q in names}
+                measure.update(ref, test, batch.start, len(batch))
                 advance(len(batch))
     finally:
         if not isinstance(data, Dataset):
             dataset.close()
-    return OutputStats(
-        {name: c.to_dict() for name, c in (counters or {}).items()},
-        {name: r.result() for name, r in relative.items()},
-        problems,
-    )
+    return measure.result()
 
 
 def _count(
@@ -291,4 +333,4 @@ def _count(
         del counters[name]
 
 
-__all__ = ["OutputStats", "RelativeStats", "measure_outputs", "parse_scores", "plan_topk"]
+__all__ = ["OutputMeasure", "OutputStats", "RelativeStats", "measure_outputs", "parse_scores", "plan_topk"]

@@ -177,52 +177,70 @@ class QAccuracySession:
         needed = ["cosine", "sqnr", "lsb", *spec.metrics, *(r.metric for r in rules)]
         return tuple(parse_metric_names(list(dict.fromkeys([*base, *needed]))))
 
-    def comparison(self, spec: PairSpec, rules: Sequence[Rule] = ()) -> Any:
-        """The pair's :class:`ComparisonResult`, computed once per process."""
-        from pytest_qaccuracy.analysis.compare import compare
+    def compared(
+        self, spec: PairSpec, rules: Sequence[Rule], tolerances: Mapping[str, tuple[float, str]]
+    ) -> tuple[Any, Any]:
+        """:meth:`comparison` and :meth:`output_stats`; when neither is known yet, both come from one
+        pass over the data, each model running once (issue 14; the figures are identical)."""
+        from pytest_qaccuracy.analysis.outputs import OutputMeasure
+        from pytest_qaccuracy.errors import CheckError
 
         names = self.metric_names(spec, rules)
-        key = (spec, names)
-        if key not in self._comparisons:
-            pair = self.model_pair(spec)
-            options = self.runtime_options()
-            self._comparisons[key] = compare(
-                pair,
-                spec.data,
-                list(names),
-                options,
-                backend=spec.backend,
-                scheme=spec.compare_scheme,
-                slices=spec.slices,
-            )
-        return self._comparisons[key]
+        stats_key, ks, rtol, atol = self._stats_key(spec, tolerances)
+        if (spec, names) not in self._comparisons and stats_key not in self._stats:
+            measure = OutputMeasure(ks, self._labels(spec), rtol, atol, spec.scores, spec.slices)
+            try:
+                self._comparisons[(spec, names)] = self._compare(spec, names, measure)
+                self._stats[stats_key] = measure.result()
+            except CheckError:  # as in two passes: the comparison is recorded, then the statistics raise
+                pass
+        return self.comparison(spec, rules), self.output_stats(spec, tolerances)
 
-    def output_stats(self, spec: PairSpec, tolerances: Mapping[str, tuple[float, str]]) -> Any:
-        """Top-k counts and element checks of the outputs, computed once per (pair, k, rtol, atol)."""
-        import numpy as np
+    def comparison(self, spec: PairSpec, rules: Sequence[Rule] = ()) -> Any:
+        """The pair's :class:`ComparisonResult`, computed once per process."""
+        names = self.metric_names(spec, rules)
+        if (spec, names) not in self._comparisons:
+            self._comparisons[(spec, names)] = self._compare(spec, names)
+        return self._comparisons[(spec, names)]
 
-        from pytest_qaccuracy.analysis.outputs import measure_outputs
+    def _compare(self, spec: PairSpec, names: tuple[str, ...], measure: Any = None) -> Any:
+        from pytest_qaccuracy.analysis.compare import compare
 
+        return compare(
+            self.model_pair(spec),
+            spec.data,
+            list(names),
+            self.runtime_options(),
+            backend=spec.backend,
+            scheme=spec.compare_scheme,
+            slices=spec.slices,
+            measure=measure,
+        )
+
+    @staticmethod
+    def _stats_key(spec: PairSpec, tolerances: Mapping[str, tuple[float, str]]) -> tuple[Any, list[int], Any, Any]:
+        """The output statistics' cache key (pair, k, rtol, atol), their ks, rtol and atol."""
         k = int(tolerances.get("topk", (1, ""))[0])
         rtol = tolerances["rtol"][0] if "rtol" in tolerances else None
         atol = tolerances["atol"][0] if "atol" in tolerances else None
-        key = (spec, k, rtol, atol)
+        return (spec, k, rtol, atol), sorted({1, k}), rtol, atol
+
+    @staticmethod
+    def _labels(spec: PairSpec) -> Any:
+        import numpy as np
+
+        return np.load(spec.labels, allow_pickle=False) if spec.labels else None
+
+    def output_stats(self, spec: PairSpec, tolerances: Mapping[str, tuple[float, str]]) -> Any:
+        """Top-k counts and element checks of the outputs, computed once per (pair, k, rtol, atol)."""
+        from pytest_qaccuracy.analysis.outputs import measure_outputs
+
+        key, ks, rtol, atol = self._stats_key(spec, tolerances)
         if key not in self._stats:
-            labels = np.load(spec.labels, allow_pickle=False) if spec.labels else None
-            ks = sorted({1, k})
             pair, options = self.model_pair(spec), self.runtime_options()
+            backend, scheme = spec.backend, spec.compare_scheme
             self._stats[key] = measure_outputs(
-                pair,
-                spec.data,
-                ks,
-                labels,
-                rtol,
-                atol,
-                options,
-                spec.backend,
-                spec.compare_scheme,
-                spec.scores,
-                spec.slices,
+                pair, spec.data, ks, self._labels(spec), rtol, atol, options, backend, scheme, spec.scores, spec.slices
             )
         return self._stats[key]
 
@@ -316,8 +334,7 @@ class QAccuracySession:
             saturation_outcome,
         )
 
-        result = self.comparison(spec, rules)
-        stats = self.output_stats(spec, measure or tolerances)
+        result, stats = self.compared(spec, rules, measure or tolerances)
         outcomes = evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
         extra: list[str] = []
         folder = compared_dir(self.settings) if drift else None
@@ -374,8 +391,7 @@ class QAccuracySession:
         runs: dict[str, tuple[Any, Any]] = {}
         for target in spec.targets:
             run, name = spec.on_target(target)
-            result = self.comparison(run, rules)
-            stats = self.output_stats(run, measure or tolerances)
+            result, stats = self.compared(run, rules, measure or tolerances)
             own = (run.backend, run.compare_scheme) == (spec.backend, spec.compare_scheme)
             evaluated = evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
             checked = [o for o in evaluated if o.target.startswith("output")]
