@@ -45,7 +45,7 @@ LAYERS: dict[str, int] = {
 #: Module cycles that remain, each with what breaking it needs. Remove an entry once it is broken.
 KNOWN_CYCLES: dict[frozenset[str], str] = {
     frozenset({"report.graph", "report.layout"}): (
-        "graph.graph_svg falls back to layout.layered_svg, which draws a graph.Graph: "
+        "graph.render_graph falls back to layout.layered_svg, which draws a graph.Graph: "
         "the chooser belongs in a module over both"
     ),
     frozenset({"plugin.backend", "plugin.checks"}): (

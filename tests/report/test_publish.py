@@ -172,6 +172,6 @@ def test_sigint_at_many_points_leaves_one_whole_set_and_no_temp_files(tmp_path):
         if (root / "acc").exists():
             contents = _contents(root / "acc")
             run = contents["summary.json"]
-            assert sorted(contents) == ["summary.json", *sorted(f"pairs/p{i}.json" for i in range(12))]
+            assert sorted(contents) == sorted(["summary.json", *(f"pairs/p{i}.json" for i in range(12))])
             assert all(text == run * 2000 for name, text in contents.items() if name != "summary.json")
     assert os.listdir(tmp_path).count("writer.py") == 1
