@@ -149,6 +149,12 @@ class LowestSecond:
         self.done = np.zeros(pairs, bool)
         self._lock = threading.Lock()
 
+    def cost(self, wanted: np.ndarray) -> int:
+        """Table cells still to compute for the rows of ``wanted`` (pairs)."""
+        todo = np.unique(wanted)
+        todo = todo[~self.done[todo]]
+        return int((self.bounds[todo + 1] - self.bounds[todo]).sum()) * 256
+
     def rows(self, wanted: np.ndarray) -> np.ndarray:
         """The table, with at least the rows of the pairs in ``wanted`` filled in."""
         with self._lock:

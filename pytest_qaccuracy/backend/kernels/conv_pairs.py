@@ -331,21 +331,26 @@ def _add_same_tap(
         flat = np.flatnonzero(total > threshold[:, None])
         if not flat.size:
             continue
-        if flat.size * 8 > total.size:  # dense: the exact test on every pixel, one table lookup each
-            flat = np.flatnonzero(_exact_candidates(block, firsts, lowest.rows(np.arange(firsts.size))))
+        every = np.arange(firsts.size)
+        if flat.size * 8 > total.size and lowest.cost(every) < 4 * flat.size:
+            # many candidates, few entries (a first layer): the exact test on every pixel, one lookup each
+            flat = np.flatnonzero(_exact_candidates(block, firsts, lowest.rows(every)))
         size = total.shape[2]
         record, rest = np.divmod(flat, firsts.size * size)
         pair, position = np.divmod(rest, size)
         source = (record * block.shape[1] + firsts[pair]) * size + position  # flat index in the block
         values = block.reshape(-1)
         first, second = values[source].astype(np.int32), values[source + size].astype(np.int32)
-        exact = np.nonzero(second >= lowest.rows(pair)[pair, first])[0]  # some entry of the pair saturates here
-        if not exact.size:
-            continue
-        record, pair, first, second = record[exact] + n0, pair[exact], first[exact], second[exact]
-        pixel = [p + o for p, o in zip(np.unravel_index(position[exact], spatial), offset, strict=True)]
         sums = (first + second).astype(np.int64)
         count = np.searchsorted(key, pair * (pairs.INT16_MAX + 1) + sums) - start[pair]
+        if lowest.cost(pair) < int(count.sum()):  # the exact test is cheaper than multiplying every prefix out
+            exact = np.nonzero(second >= lowest.rows(pair)[pair, first])[0]  # some entry of the pair saturates
+            if not exact.size:
+                continue
+            record, rest, pair, position = record[exact], rest[exact], pair[exact], position[exact]
+            first, second, sums, count = first[exact], second[exact], sums[exact], count[exact]
+        record = record + n0
+        pixel = [p + o for p, o in zip(np.unravel_index(position, spatial), offset, strict=True)]
         bounds = np.concatenate([[0], np.cumsum(count)])
         for c0, c1 in _spans(bounds, BLOCK_ELEMENTS):
             per = count[c0:c1]
