@@ -166,7 +166,9 @@ def test_sigint_at_many_points_leaves_one_whole_set_and_no_temp_files(tmp_path):
         assert process.stdout.readline() == "ready\n"
         time.sleep(0.003 * attempt)
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 130
+        # 130 from the writer's handler; -SIGINT when the signal lands outside it (during interpreter
+        # start-up or shutdown, seen on Python 3.10): the folder must be whole either way
+        assert process.wait(timeout=30) in (130, -signal.SIGINT)
         process.stdout.close()
         assert [p.name for p in root.iterdir()] in ([], ["acc"]), attempt  # no temp sibling
         if (root / "acc").exists():
