@@ -37,27 +37,15 @@ from typing import Any
 import pytest
 
 from pytest_qaccuracy.plugin.baselines import compared_dir, missing_reason
+from pytest_qaccuracy.plugin.fixtures import PAIR_KEYS as MARKER_PAIR_KEYS
 from pytest_qaccuracy.plugin.fixtures import RUN_KEYS, error_text, make_spec, pair_rules, session_key
 from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
 from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance, slice_rules, with_slice_tolerances
 from pytest_qaccuracy.plugin.session import PairSpec
 
 SUITE_GLOB = "qaccuracy_*.toml"
-PAIR_KEYS = (
-    "fp32",
-    "quantized",
-    "data",
-    "labels",
-    "name",
-    "mapping",
-    "metrics",
-    "layers",
-    "tolerances",
-    "xfail",
-    "scores",
-    "slices",
-    *RUN_KEYS,
-)
+#: A suite pair's keys: the marker's pair keys, and its own table of tolerances and its xfail reason.
+PAIR_KEYS = (*MARKER_PAIR_KEYS, "tolerances", "xfail")
 DEFAULT_KEYS = tuple(k for k in PAIR_KEYS if k not in ("quantized", "name"))
 #: Item order within a pair; ``rtol`` covers ``atol`` too.
 CHECK_ORDER = (
