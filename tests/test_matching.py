@@ -186,3 +186,133 @@ def test_hand_made_qdq_models_match_by_structure_and_compare(tmp_path):
     expected = 20 * np.log10(np.linalg.norm(f) / np.linalg.norm(f - q))
     assert relu.metrics["sqnr"] == pytest.approx(expected, rel=1e-6)
     assert relu.metrics["lsb"] == pytest.approx(np.abs(f - q).max() / np.float32(0.02), rel=1e-6)
+
+
+def _dynamic_pair(tmp_path):
+    """fp32 Conv(bias)-Relu-Flatten-MatMul-Relu-MatMul and its onnxruntime dynamic quantization:
+    each Conv/MatMul becomes DynamicQuantizeLinear -> ConvInteger/MatMulInteger (an int32
+    accumulator without a scale) -> Cast -> Mul(scale product) [-> Add(bias)]."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(3)
+    inits = {
+        "w": rng.standard_normal((4, 2, 3, 3)).astype(np.float32) * 0.5,
+        "b": rng.standard_normal(4).astype(np.float32),
+        "m1": rng.standard_normal((64, 16)).astype(np.float32) * 0.3,
+        "m2": rng.standard_normal((16, 5)).astype(np.float32) * 0.3,
+    }
+    n = helper.make_node
+    graph = helper.make_graph(
+        [
+            n("Conv", ["x", "w", "b"], ["conv"], pads=[1] * 4),
+            n("Relu", ["conv"], ["relu0"]),
+            n("Flatten", ["relu0"], ["flat"]),
+            n("MatMul", ["flat", "m1"], ["mm1"]),
+            n("Relu", ["mm1"], ["relu1"]),
+            n("MatMul", ["relu1", "m2"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "f.onnx")
+    quantize_dynamic(tmp_path / "f.onnx", tmp_path / "q.onnx", weight_type=QuantType.QUInt8)
+    return onnx.load(str(tmp_path / "f.onnx")), onnx.load(str(tmp_path / "q.onnx"))
+
+
+def test_renamed_dynamic_quantization_matches_the_rescaled_float_tensors(tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+
+    fp32, quant = _dynamic_pair(tmp_path)
+    assert {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear"} <= {n.op_type for n in quant.graph.node}
+    renamed = _rename_all(quant, keep=set())
+    new_name = {
+        old: new
+        for a, b in zip(quant.graph.node, renamed.graph.node, strict=True)
+        for old, new in zip(a.output, b.output, strict=True)
+    }
+    by_name = {m.fp32: m for m in match_tensors(fp32, quant).matches}
+    # the quantizer keeps every fp32 name on the float tensor that holds the same quantity
+    assert {k: m.capture for k, m in by_name.items()} == {k: k for k in ("conv", "relu0", "flat", "mm1", "relu1", "y")}
+    matching = match_tensors(fp32, renamed)
+    structural = {m.fp32: m for m in matching.matches}
+    assert {k: m.capture for k, m in structural.items()} == {k: new_name.get(k, k) for k in by_name}
+    assert all(m.params is None for m in structural.values())  # all float: dynamic scales are computed at run time
+    assert matching.unmatched_fp32 == []
+    # independently of the matcher: the captured tensors hold the fp32 values up to quantization error
+    x = np.random.default_rng(4).standard_normal((3, 2, 4, 4)).astype(np.float32)
+
+    def run(model, names):
+        model = onnx.shape_inference.infer_shapes(model)
+        for i, node in enumerate(model.graph.node):
+            node.name = f"node{i}"  # the renamed copy's names repeat
+        model.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return dict(zip(names, session.run(names, {"x": x}), strict=True))
+
+    ref = run(fp32, [k for k in structural if k != "y"])
+    got = run(renamed, [m.capture for k, m in structural.items() if k != "y"])
+    for name, ref_value in ref.items():
+        value = got[structural[name].capture].astype(np.float64)
+        sqnr = 20 * np.log10(np.linalg.norm(ref_value) / np.linalg.norm(ref_value - value))
+        assert sqnr > 20, name
+
+
+def _accumulator_pair(tail: str) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """fp32 MatMul, and a quantized MatMulInteger whose int32 accumulator is read by ``tail``:
+    "dequantize" (a DequantizeLinear with the product scale) or "cast" (a Cast and nothing else)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    f = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["mm"])],
+        "f",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("mm", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    inits = [
+        numpy_helper.from_array(w.astype(np.uint8), "wq"),
+        numpy_helper.from_array(np.array(0, np.uint8), "wz"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+        numpy_helper.from_array(np.array(0, np.int32), "z32"),
+    ]
+    nodes = [
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+        helper.make_node("MatMulInteger", ["xq", "wq", "xz", "wz"], ["acc"]),
+    ]
+    if tail == "dequantize":
+        nodes.append(helper.make_node("DequantizeLinear", ["acc", "s", "z32"], ["out"]))
+    else:
+        nodes.append(helper.make_node("Cast", ["acc"], ["out"], to=TensorProto.FLOAT))
+    q = helper.make_graph(
+        nodes,
+        "q",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3])],
+        inits,
+    )
+
+    def model(graph: onnx.GraphProto) -> onnx.ModelProto:
+        return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+
+    return model(f), model(q)
+
+
+def test_an_int32_accumulator_is_matched_only_with_a_scale():
+    fp32, quant = _accumulator_pair("dequantize")
+    matching = match_tensors(fp32, quant)
+    (match,) = matching.matches
+    assert (match.fp32, match.capture, match.quantized, match.matched_by) == ("mm", "acc", "out", "structure")
+    assert float(match.params.scale) == 0.5 and int(match.params.zero_point) == 0
+    # a Cast alone gives raw integer sums, not the MatMul's value: listed as unmatched on both sides
+    fp32, quant = _accumulator_pair("cast")
+    matching = match_tensors(fp32, quant)
+    assert matching.matches == []
+    assert matching.unmatched_fp32 == ["mm"]
+    assert matching.unmatched_quantized == ["acc", "out"]

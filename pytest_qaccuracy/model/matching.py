@@ -37,6 +37,8 @@ FOLDABLE_ACTIVATIONS = {"Relu", "Clip"}
 #: Ops a converter may drop entirely (their output equals their input).
 DROPPABLE = {"Identity", "Dropout"}
 _IDENTITY_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+#: Integer ops whose output is an int32 accumulator without a scale of its own (dynamic quantization).
+ACCUMULATORS = {"ConvInteger", "MatMulInteger"}
 #: ``op_type`` reported for a graph input (it has no producing node).
 INPUT = "input"
 
@@ -275,7 +277,11 @@ class Matcher:
             key = (node.op_type, tuple(mapped[x] for x in acts))
             if pool.get(key):
                 twin = pool[key].pop(0)
-                for mine, theirs in zip(node.output, twin.output, strict=False):
+                theirs_outputs = list(twin.output)
+                if twin.op_type in ACCUMULATORS:
+                    bias = len(node.input) > 2 and bool(node.input[2])
+                    theirs_outputs = [self._rescaled(twin.output[0], bias)]
+                for mine, theirs in zip(node.output, theirs_outputs, strict=False):
                     if mine and theirs:
                         mapped[mine] = self.classes.find(theirs)
             elif node.op_type in DROPPABLE and len(acts) == 1:
@@ -283,6 +289,21 @@ class Matcher:
             elif node.op_type in FOLDABLE_ACTIVATIONS and len(acts) == 1:
                 mapped[node.output[0]] = mapped.pop(acts[0])  # the quantized tensor is post-activation
         return {name: root for name, root in mapped.items() if name in by_name}
+
+    def _rescaled(self, accumulator: str, bias: bool) -> str:
+        """The tensor holding the float value of an int32 accumulator: onnxruntime's dynamic
+        quantization follows it with Cast -> Mul(scale product), then Add(bias) when the float op
+        has a bias. Without that chain, the accumulator itself if it has quantization parameters
+        (a DequantizeLinear reads it), else "" (left unmatched: raw int32 sums are no activation)."""
+        name = accumulator
+        for op_type in ("Cast", "Mul", "Add") if bias else ("Cast", "Mul"):
+            consumers = self.q.consumers.get(name, [])
+            if len(consumers) != 1 or consumers[0][1].op_type != op_type:
+                break
+            name = consumers[0][1].output[0]
+        else:
+            return name
+        return accumulator if self._integer_params(accumulator) is not None else ""
 
 
 def _is_activation_slot(node: onnx.NodeProto, pos: int) -> bool:
