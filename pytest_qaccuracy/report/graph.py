@@ -2,10 +2,10 @@
 
 The nodes and colours are those of the DOT artifact (:mod:`.dot`): one node per op, filled with the
 metric's visq slot colour (gray when the op was not compared), plus the graph's inputs and outputs.
-Each compared node links to its row in the report (``#<anchor>``). Graphviz lays the graph out when
-``dot`` is on PATH (``dot -Tsvg``); otherwise, or when it fails, the built-in layered layout
-(:mod:`.layout`) does. Graphviz's SVG is parsed and rebuilt from an allow-list of elements and
-attributes, so the page holds only markup this module chose, whatever the tensor names are.
+Each compared node links to its row in the report (``#<anchor>``). Graphviz lays the graph out
+here (``dot -Tsvg``); :mod:`.drawing` falls back to the built-in layered layout (:mod:`.layout`)
+when ``dot`` is missing or fails. Graphviz's SVG is parsed and rebuilt from an allow-list of
+elements and attributes, so the page holds only markup this module chose, whatever the tensor names are.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from pytest_qaccuracy.report.tables import format_value, shorten
 GRAY = "#c0c0c0"
 #: Longest label line; the full name is in the node's tooltip.
 LABEL_WIDTH = 30
-#: Graphs with more nodes are not drawn (the layout and the page would get too slow).
-MAX_NODES = 3000
 GRAPHVIZ_TIMEOUT = 60.0
 SVG_NS = "http://www.w3.org/2000/svg"
 
@@ -63,15 +61,6 @@ class Graph:
     nodes: tuple[GraphNode, ...]
     edges: tuple[tuple[int, int], ...]
     metric: str
-
-
-@dataclass(frozen=True, slots=True)
-class GraphSvg:
-    """The drawn graph: SVG markup and the layout engine that placed it (``graphviz`` or ``built-in``)."""
-
-    svg: str
-    engine: str
-    nodes: int
 
 
 def build_graph(
@@ -126,25 +115,6 @@ def _op_node(
     text = f"{metric.upper()} {format_value(metric, errors[tensor])}"
     title = f"{node_id} ({node.op_type})\n{text}"
     return GraphNode("op", (*lines, text), title, slot_color(slots, errors[tensor]), tensor, anchors.get(tensor))
-
-
-def render_graph(graph: Graph, engine: str = "auto") -> GraphSvg | None:
-    """``graph`` as sanitised SVG markup, or None when it has more than :data:`MAX_NODES` nodes.
-
-    Args:
-        graph: what to draw.
-        engine: ``graphviz`` or ``built-in``; ``auto`` uses Graphviz when ``dot`` is on PATH and falls
-            back to the built-in layout when it is not or fails.
-    """
-    if len(graph.nodes) > MAX_NODES:
-        return None
-    if engine in ("auto", "graphviz"):
-        svg = graphviz_svg(graph)
-        if svg is not None or engine == "graphviz":
-            return None if svg is None else GraphSvg(svg, "graphviz", len(graph.nodes))
-    from pytest_qaccuracy.report.layout import layered_svg
-
-    return GraphSvg(layered_svg(graph), "built-in", len(graph.nodes))
 
 
 def graph_dot(graph: Graph) -> str:
@@ -250,4 +220,14 @@ def serialize(svg: ET.Element) -> str:
     return ET.tostring(svg, encoding="unicode", short_empty_elements=True)
 
 
-__all__ = ["GRAY", "Graph", "GraphNode", "GraphSvg", "build_graph", "graph_dot", "graphviz_svg", "render_graph"]
+__all__ = [
+    "GRAY",
+    "Graph",
+    "GraphNode",
+    "build_graph",
+    "decorate_node",
+    "graph_dot",
+    "graphviz_svg",
+    "sanitize_svg",
+    "serialize",
+]

@@ -4,8 +4,8 @@ The page's CSS and script are package files (``report/assets/report.css`` and ``
 with :mod:`importlib.resources`). The data is embedded as ``<script type="application/json"
 id="qaccuracy-data">``: per pair, its contract-2 JSON with every value formatted (:mod:`.html_data`),
 its verdict and checks (:mod:`.verdicts`), and where given its deployment targets and sensitivity.
-Each pair's coloured graph is drawn here as SVG (:mod:`.graph`) and placed in the page hidden, for
-the script to move into the pair's section.
+Each pair's coloured graph is drawn here as SVG (:mod:`.graph`, :mod:`.drawing`) and placed in the
+page hidden, for the script to move into the pair's section.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def pair_data(pair: ReportPair | ComparisonResult, index: int = 0) -> dict[str, 
 
 def graph_block(pair: ReportPair, index: int, engine: str = "auto") -> tuple[dict[str, Any], str]:
     """The pair's graph entry (``{metric, engine, nodes}`` or ``{note}``) and its hidden SVG holder."""
-    from pytest_qaccuracy.report.graph import build_graph, render_graph
+    from pytest_qaccuracy.report.drawing import render_graph
+    from pytest_qaccuracy.report.graph import build_graph
 
     metric = first_metric(pair.result)
     if pair.model is None or metric is None:

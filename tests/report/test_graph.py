@@ -9,7 +9,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from browser import find_chromium, run_chromium
 
-from pytest_qaccuracy.report.graph import GRAY, Graph, GraphNode, build_graph, render_graph, sanitize_svg
+from pytest_qaccuracy.report.drawing import render_graph
+from pytest_qaccuracy.report.graph import GRAY, Graph, GraphNode, build_graph, sanitize_svg
 from pytest_qaccuracy.report.html import ReportPair, write_html
 from pytest_qaccuracy.report.html_data import comparison_view
 from pytest_qaccuracy.report.layout import place, ranks
@@ -83,7 +84,7 @@ def test_layered_layout_keeps_layers_and_order():
 
 
 def test_large_graphs_are_not_drawn(monkeypatch, small_result, small_model):
-    monkeypatch.setattr("pytest_qaccuracy.report.graph.MAX_NODES", 3)
+    monkeypatch.setattr("pytest_qaccuracy.report.drawing.MAX_NODES", 3)
     assert render_graph(build_graph(small_model, small_result, "sqnr")) is None
 
 
