@@ -19,7 +19,7 @@ from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.data import bind_dataset, load_dataset
 from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
-from pytest_qaccuracy.runtime.session import _with_outputs
+from pytest_qaccuracy.runtime.ort_runner import _with_outputs
 
 
 def _run_with_outputs(path, names, records, level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL):

@@ -31,8 +31,8 @@ from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
 from pytest_qaccuracy.model.graph import node_reads, renamed_node
+from pytest_qaccuracy.ort_session import first_line, make_session
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
-from pytest_qaccuracy.runtime.session import _LEVELS, _first_line
 
 STRATEGIES = ("reuse", "naive")
 #: Upper bound on the nodes packed into one experiment session (onnxruntime session creation grows
@@ -68,18 +68,16 @@ class _Accumulators:
 
 
 def _session(model: onnx.ModelProto, options: RuntimeOptions, label: str, threads: int):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[options.optimization])
-    so.intra_op_num_threads = threads
-    so.log_severity_level = 4  # failures reach the user as one ModelError line
-    for key, value in options.session_config.items():
-        so.add_session_config_entry(key, str(value))
     try:
-        return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=list(options.providers))
+        return make_session(
+            model,
+            providers=options.providers,
+            threads=threads,
+            optimization=options.optimization,
+            config=options.session_config,
+        )
     except Exception as exc:
-        raise ModelError(f"{label}: onnxruntime cannot load the experiment model ({_first_line(exc)})") from None
+        raise ModelError(f"{label}: onnxruntime cannot load the experiment model ({first_line(exc)})") from None
 
 
 @dataclass(slots=True)
@@ -287,7 +285,7 @@ class ExperimentRunner:
         try:
             return pack.session.run(pack.names, feeds)
         except Exception as exc:
-            raise ModelError(f"{self.label}: onnxruntime failed to run an experiment ({_first_line(exc)})") from None
+            raise ModelError(f"{self.label}: onnxruntime failed to run an experiment ({first_line(exc)})") from None
 
 
 def _tensor_bytes(tensor: onnx.TensorProto) -> int:

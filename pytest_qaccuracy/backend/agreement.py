@@ -23,6 +23,7 @@ from pytest_qaccuracy.backend.scheme import Scheme, get_scheme
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
+from pytest_qaccuracy.ort_session import make_session
 
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.uint16))
 
@@ -125,18 +126,18 @@ class AgreementResult:
 
 
 def onnxruntime_session(model: onnx.ModelProto, outputs: list[str], threads: int = 0) -> Any:
-    """onnxruntime with deployed kernels, full optimizations, int8 QDQ fusion, extra graph outputs."""
-    import onnxruntime as ort
-
+    """onnxruntime's CPU kernels as deployed: full optimizations, int8 QDQ fusion, extra graph outputs."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     have = {o.name for o in copy.graph.output}
     copy.graph.output.extend(helper.make_empty_tensor_value_info(n) for n in outputs if n not in have)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.qdqisint8allowed", "1")
-    options.intra_op_num_threads = threads
-    return ort.InferenceSession(copy.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return make_session(
+        copy,
+        providers=("CPUExecutionProvider",),
+        threads=threads,
+        optimization="all",
+        config={"session.qdqisint8allowed": "1"},
+    )
 
 
 class AgreementChecker:

@@ -17,6 +17,7 @@ from onnx import helper
 
 from pytest_qaccuracy.backend.graph import Step
 from pytest_qaccuracy.backend.registry import unsupported
+from pytest_qaccuracy.ort_session import make_session
 
 #: inputs where an empty tensor means "not given" (Resize-11 has no optional inputs, so models pass an empty
 #: roi or scales). onnx.reference before 1.22 indexes an empty roi (IndexError); onnx 1.22 drops it
@@ -56,15 +57,9 @@ class OnnxruntimeNode:
 
     def _session(self, key: tuple[str | None, ...]) -> Any:
         if key not in self._sessions:
-            import onnxruntime as ort
-
             model = _one_node_model(self.step, key, self.opsets, self.ir_version)
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = self.threads
-            options.log_severity_level = 4
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            self._sessions[key] = ort.InferenceSession(
-                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            self._sessions[key] = make_session(
+                model, providers=("CPUExecutionProvider",), threads=self.threads, optimization="all"
             )
         return self._sessions[key]
 

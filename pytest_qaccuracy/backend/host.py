@@ -51,8 +51,9 @@ def host_preset() -> str:
 
 def probe() -> int:
     """The first output of onnxruntime's MatMulInteger on ``a = 255...``, ``b[0:2] = 127``, ``b[2:] = 0``."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
+
+    from pytest_qaccuracy.ort_session import make_session
 
     b = np.zeros((_K, 1), np.int8)
     b[:2] = 127
@@ -65,9 +66,6 @@ def probe() -> int:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8  # every onnxruntime the package supports reads it
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = make_session(model, providers=("CPUExecutionProvider",), threads=1, optimization="all")
     (y,) = session.run(None, {"a": np.full((1, _K), 255, np.uint8)})
     return int(y.reshape(-1)[0])

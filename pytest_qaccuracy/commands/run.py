@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.data import bind_dataset, load_dataset
     from pytest_qaccuracy.data.progress import task
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
-    from pytest_qaccuracy.runtime.session import bakes_batch
+    from pytest_qaccuracy.runtime.ort_runner import bakes_batch
 
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")

@@ -8,7 +8,7 @@ import onnx
 
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.runtime.options import CAPTURE_MODES, OPTIMIZATION_LEVELS, RuntimeOptions
-from pytest_qaccuracy.runtime.session import OrtRunner
+from pytest_qaccuracy.runtime.ort_runner import OrtRunner
 
 BACKENDS = ("onnxruntime", "integer")
 

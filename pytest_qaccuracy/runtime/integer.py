@@ -23,7 +23,7 @@ class IntegerRunner:
         self, model: onnx.ModelProto, tensors: Sequence[str], scheme: str, label: str, threads: int = 0
     ) -> None:
         from pytest_qaccuracy.backend import IntegerSession
-        from pytest_qaccuracy.runtime.session import bakes_batch
+        from pytest_qaccuracy.runtime.ort_runner import bakes_batch
 
         self.label = label
         self.tensors = list(dict.fromkeys(tensors))

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.ort_session import GRAPH_OPTIMIZATION
 
-OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+OPTIMIZATION_LEVELS = tuple(GRAPH_OPTIMIZATION)
 
 #: What the quantized model's tensors mean, by how its session is optimized (docs/data.md, "capture").
 CAPTURE_MODES = {

@@ -25,7 +25,7 @@ from pytest_qaccuracy.analysis.sensitivity import node_sensitivity
 from pytest_qaccuracy.data.binding import Batch
 from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
-from pytest_qaccuracy.runtime.session import bakes_batch
+from pytest_qaccuracy.runtime.ort_runner import bakes_batch
 from tests.modelzoo import quantize, write_h5
 
 L, D, H, E = 10, 12, 2, 6  # tokens, model width, heads, head width

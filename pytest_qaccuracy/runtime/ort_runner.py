@@ -1,12 +1,13 @@
-"""onnxruntime sessions that expose chosen intermediate tensors and run records in batches.
+""":class:`OrtRunner`: a model run by onnxruntime, exposing chosen intermediate tensors, records in batches.
 
-The model is copied with the requested tensors added as graph outputs. Records run several at a time
-when the model has a dynamic batch dimension; when the batch dimension is fixed at 1, it is made
-dynamic and the first batch is checked against record-by-record runs, falling back to one record per
-run if the model does not batch. A model that bakes its batch into the graph (a Reshape to a constant
-shape, as onnxruntime's ``quant_pre_process`` writes around a Gemm) is seen from the graph and never
-gets stacked records; a dynamic model whose first stacked run fails falls back the same way (issue 17).
-Only the current batch's tensors are alive at any time.
+The session comes from :func:`pytest_qaccuracy.ort_session.make_session`. The model is copied with
+the requested tensors added as graph outputs. Records run several at a time when the model has a
+dynamic batch dimension; when the batch dimension is fixed at 1, it is made dynamic and the first
+batch is checked against record-by-record runs, falling back to one record per run if the model does
+not batch. A model that bakes its batch into the graph (a Reshape to a constant shape, as
+onnxruntime's ``quant_pre_process`` writes around a Gemm) is seen from the graph and never gets
+stacked records; a dynamic model whose first stacked run fails falls back the same way. Only the
+current batch's tensors are alive at any time.
 """
 
 from __future__ import annotations
@@ -20,16 +21,10 @@ import onnx
 
 from pytest_qaccuracy.data.binding import Batch, join_records
 from pytest_qaccuracy.errors import InputError, ModelError
+from pytest_qaccuracy.ort_session import first_line, make_session
 from pytest_qaccuracy.runtime.options import RuntimeOptions
 
 log = logging.getLogger(__name__)
-
-_LEVELS = {
-    "disable": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "all": "ORT_ENABLE_ALL",
-}
 
 
 def _with_outputs(model: onnx.ModelProto, names: Sequence[str], dynamic_batch: bool) -> onnx.ModelProto:
@@ -102,28 +97,22 @@ class OrtRunner:
         self._verified = False
 
     def _make_session(self, model: onnx.ModelProto):
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[self.options.optimization])
-        so.intra_op_num_threads = self.options.threads
-        so.log_severity_level = 4  # failures reach the user as one ModelError line, not as ORT's log
-        # We interleave numpy work with runs: idle ORT threads must sleep, not spin and steal the cores.
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        for key, value in self.options.session_config.items():
-            so.add_session_config_entry(key, str(value))
         try:
-            return ort.InferenceSession(
-                model.SerializeToString(), sess_options=so, providers=list(self.options.providers)
+            return make_session(
+                model,
+                providers=self.options.providers,
+                threads=self.options.threads,
+                optimization=self.options.optimization,
+                config=self.options.session_config,
             )
         except Exception as exc:
-            raise ModelError(f"{self.label}: onnxruntime cannot load the model ({_first_line(exc)})") from None
+            raise ModelError(f"{self.label}: onnxruntime cannot load the model ({first_line(exc)})") from None
 
     def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
             return self._session.run(self.tensors, feeds)
         except Exception as exc:
-            raise ModelError(f"{self.label}: onnxruntime failed to run ({_first_line(exc)})") from None
+            raise ModelError(f"{self.label}: onnxruntime failed to run ({first_line(exc)})") from None
 
     def units(self, batch: Batch) -> list[Batch]:
         """``batch`` as this runner runs it: whole when the model takes stacked records (checked on
@@ -172,8 +161,3 @@ def _close(a: np.ndarray, b: np.ndarray) -> bool:
     if a.dtype.kind == "f":
         return bool(np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True))
     return bool(np.abs(a.astype(np.int64) - b.astype(np.int64)).max(initial=0) <= 1)
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -1,0 +1,78 @@
+"""The one place the package opens an onnxruntime session: its defaults, then each caller's settings.
+
+Every session gets the same defaults: idle intra-op threads sleep instead of spinning (runs interleave
+with numpy work and other processes on the same cores, which spinning threads would steal), and
+onnxruntime logs nothing below a fatal error (a failure reaches the user as one exception, not as
+onnxruntime's log). Callers say what differs: the execution providers, intra-op threads, graph
+optimization level and extra session config entries.
+
+The module sits beside ``runtime/`` and ``backend/`` rather than inside either, because both open
+sessions and ``runtime`` imports ``backend``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
+
+#: Graph optimization level names (``RuntimeOptions.optimization``) -> ``onnxruntime.GraphOptimizationLevel``.
+GRAPH_OPTIMIZATION = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+#: Session config entries every session gets; a caller's ``config`` may override them.
+DEFAULT_CONFIG: Mapping[str, str] = {"session.intra_op.allow_spinning": "0"}
+
+#: onnxruntime's log severity for every session: fatal errors only.
+LOG_SEVERITY = 4
+
+
+def make_session(
+    model: onnx.ModelProto | bytes | str | os.PathLike[str],
+    *,
+    providers: Sequence[str] = ("CPUExecutionProvider",),
+    threads: int = 0,
+    optimization: str = "all",
+    config: Mapping[str, object] | None = None,
+) -> Any:
+    """An ``onnxruntime.InferenceSession`` for ``model`` with the package's defaults.
+
+    Args:
+        model: a model proto, its serialized bytes, or a path.
+        providers: execution providers in priority order.
+        threads: intra-op threads (0 lets onnxruntime choose).
+        optimization: graph optimization level, a key of :data:`GRAPH_OPTIMIZATION`.
+        config: session config entries added after :data:`DEFAULT_CONFIG` (values passed as strings).
+
+    Raises:
+        Whatever onnxruntime raises for a model it cannot load; callers that report to the user turn
+        it into a :class:`~pytest_qaccuracy.errors.ModelError` with :func:`first_line`.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION[optimization])
+    options.intra_op_num_threads = threads
+    options.log_severity_level = LOG_SEVERITY
+    for key, value in {**DEFAULT_CONFIG, **(config or {})}.items():
+        options.add_session_config_entry(key, str(value))
+    if isinstance(model, bytes):
+        source: bytes | str = model
+    elif isinstance(model, str | os.PathLike):
+        source = os.fspath(model)
+    else:
+        source = model.SerializeToString()
+    return ort.InferenceSession(source, sess_options=options, providers=list(providers))
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an onnxruntime error (its full text repeats the model and a stack), else its type."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,84 @@
+"""The one onnxruntime session factory: its defaults reach every session, each caller's settings too."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from pytest_qaccuracy.backend.agreement import onnxruntime_session
+from pytest_qaccuracy.errors import ModelError
+from pytest_qaccuracy.ort_session import first_line, make_session
+from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
+
+
+def _relu() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def _settings(session) -> dict[str, object]:
+    options = session.get_session_options()
+    return {
+        "threads": options.intra_op_num_threads,
+        "level": options.graph_optimization_level,
+        "log": options.log_severity_level,
+        "spinning": options.get_session_config_entry("session.intra_op.allow_spinning"),
+    }
+
+
+def test_defaults_and_caller_settings(tmp_path) -> None:
+    model = _relu()
+    path = tmp_path / "relu.onnx"
+    onnx.save(model, str(path))
+    x = np.array([-1.0, 2.0], np.float32)
+    for source in (model, model.SerializeToString(), path, str(path)):
+        session = make_session(source, threads=1, optimization="disable")
+        assert _settings(session) == {
+            "threads": 1,
+            "level": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "log": 4,
+            "spinning": "0",
+        }
+        assert session.run(None, {"x": x})[0].tolist() == [0.0, 2.0]
+    assert session.get_providers() == ["CPUExecutionProvider"]
+    # a caller's entry is added, and may override a default
+    session = make_session(model, config={"session.qdqisint8allowed": 1, "session.intra_op.allow_spinning": "1"})
+    assert session.get_session_options().get_session_config_entry("session.qdqisint8allowed") == "1"
+    assert _settings(session)["spinning"] == "1"
+    assert _settings(session)["level"] == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+def test_callers_keep_their_settings() -> None:
+    """The runner takes its options; the agreement check fuses int8 QDQ groups with every optimization."""
+    runner = OrtRunner(_relu(), ["y"], RuntimeOptions(optimization="basic", threads=2), "relu")
+    assert _settings(runner._session) == {
+        "threads": 2,
+        "level": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "log": 4,
+        "spinning": "0",
+    }
+    session = onnxruntime_session(_relu(), ["x"], threads=1)
+    assert _settings(session)["level"] == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    assert session.get_session_options().get_session_config_entry("session.qdqisint8allowed") == "1"
+    assert [o.name for o in session.get_outputs()] == ["y", "x"]
+
+
+def test_load_failure() -> None:
+    broken = _relu()
+    broken.graph.node[0].op_type = "NoSuchOp"
+    with pytest.raises(Exception) as info:
+        make_session(broken)
+    assert "NoSuchOp" in first_line(info.value) and "\n" not in first_line(info.value)
+    with pytest.raises(ModelError, match=r"^relu: onnxruntime cannot load the model \(.*NoSuchOp"):
+        OrtRunner(broken, ["y"], RuntimeOptions(), "relu")
+    assert first_line(ValueError("")) == "ValueError"
