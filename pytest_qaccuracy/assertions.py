@@ -13,16 +13,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from pytest_qaccuracy.metrics.topk import TopKCounter, as_scores, in_topk, topk_indices
+from pytest_qaccuracy.numbers import format_number
 
 #: Offenders listed in a failure message (records, elements).
 SHOW = 5
 
 
 def fmt(value: float | None) -> str:
-    """A number for a failure message: 6 significant digits, ``None`` as ``undefined``."""
-    if value is None:
-        return "undefined"
-    return f"{float(value):.6g}"
+    """A number in a failure message: 6 significant digits, ``None`` as ``undefined``."""
+    return format_number(value, missing="undefined")
 
 
 def failure_message(first_line: str, source: str | None, sections: Sequence[Sequence[str]] = ()) -> str:

@@ -6,7 +6,6 @@ A reader never sees a half-written artifact, and a failed write leaves the old f
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import shutil
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.numbers import finite
 
 #: ``os.open`` flags of a fresh temp file: never an existing one, not inherited by child processes.
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
@@ -71,9 +71,10 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def finite_json(value: Any) -> Any:
-    """``value`` with every NaN/Inf float replaced by None, so strict JSON can hold it."""
+    """``value`` with every NaN/Inf float replaced by None (:func:`~pytest_qaccuracy.numbers.finite`), so
+    strict JSON can hold it. Other values, integers included, are left as they are."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return finite(value)
     if isinstance(value, dict):
         return {key: finite_json(item) for key, item in value.items()}
     if isinstance(value, list | tuple):

@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     # files and records, graphs and pairs, metric formulas, errors, atomic file writing
     "errors": 0,
     "atomic": 0,
+    "numbers": 0,
     "data": 0,
     "model": 0,
     "metrics": 0,

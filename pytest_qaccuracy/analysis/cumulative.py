@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from pytest_qaccuracy.analysis.partial import OUTPUT, Edge, QdqGraph, QuantizedNode
-from pytest_qaccuracy.analysis.results import _finite_or_none
 from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, Session, result_header
 from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
+from pytest_qaccuracy.numbers import finite
 from pytest_qaccuracy.runtime import OrtRunner
 
 KINDS = ("node", "weight", "activation")
@@ -71,7 +71,7 @@ class CumulativeCurve:
             "quantize": self.quantize,
             "exclude": list(self.exclude),
             "kind": self.kind,
-            "values": [_finite_or_none(v) for v in self.values],
+            "values": [finite(v) for v in self.values],
         }
 
     @classmethod
@@ -139,7 +139,7 @@ class CumulativeResult:
             "x_label": "node (topological order)",
             "y_label": self.metric,
             "x": list(self.nodes),
-            "series": [{"name": c.label, "y": [_finite_or_none(v) for v in c.values]} for c in self.curves],
+            "series": [{"name": c.label, "y": [finite(v) for v in c.values]} for c in self.curves],
         }
 
 

@@ -5,25 +5,18 @@ Writers in :mod:`pytest_qaccuracy.report` format these and never recompute them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_qaccuracy.metrics.channels import ChannelReport
+from pytest_qaccuracy.numbers import finite
 
 SCHEMA_VERSION = 1
 
 
-def _finite_or_none(value: float | None) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def _metrics_dict(metrics: Mapping[str, float | None]) -> dict[str, float | None]:
-    return {name: _finite_or_none(value) for name, value in metrics.items()}
+    return {name: finite(value) for name, value in metrics.items()}
 
 
 def _metrics_from(data: Any, where: str) -> dict[str, float | None]:

@@ -23,12 +23,13 @@ from typing import Any
 
 from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner, OutputMetrics, metric_mean
 from pytest_qaccuracy.analysis.partial import QdqGraph, QuantizedNode
-from pytest_qaccuracy.analysis.results import _finite_or_none, _metrics_dict
+from pytest_qaccuracy.analysis.results import _metrics_dict
 from pytest_qaccuracy.data import Dataset, Head, bind_dataset, load_dataset
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import get_metric, parse_metric_names
 from pytest_qaccuracy.model.cut import cut_pair
 from pytest_qaccuracy.model.pair import ModelPair
+from pytest_qaccuracy.numbers import finite
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 SCHEMA_VERSION = 1
@@ -328,7 +329,7 @@ def sensitivity_in(
 
 
 def _mean(result: OutputMetrics, metrics: Sequence[str]) -> dict[str, float | None]:
-    return {m: _finite_or_none(metric_mean(result, m)) for m in metrics}
+    return {m: finite(metric_mean(result, m)) for m in metrics}
 
 
 __all__ = [

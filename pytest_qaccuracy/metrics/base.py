@@ -15,6 +15,7 @@ import numpy as np
 
 from pytest_qaccuracy.errors import MetricError
 from pytest_qaccuracy.metrics.pair import RecordStats, TensorPair
+from pytest_qaccuracy.numbers import finite
 
 Result = tuple[float | None, str | None]
 
@@ -30,7 +31,7 @@ def nan_max(a: float, b: float) -> float:
 def finite_result(value: float | None, reason: str | None) -> Result:
     """A result whose value is finite, or None with a reason: NaN or Inf becomes undefined
     (:data:`NONFINITE_REASON`), as contract 2 asks, instead of ``nan`` or ``-inf`` in a table."""
-    if value is not None and not math.isfinite(value):
+    if value is not None and finite(value) is None:
         return None, NONFINITE_REASON
     return value, reason
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.numbers import finite
 
 #: ColorBrewer YlOrRd-9, light (good) to dark red (bad): the palette of ONE's visq (contract 3).
 YLORRD9 = ("#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026")
@@ -48,17 +49,6 @@ def higher_is_better(result: ComparisonResult, metric: str) -> bool:
     if metric in result.higher_is_better:
         return bool(result.higher_is_better[metric])
     return DEFAULT_HIGHER_IS_BETTER.get(metric, False)
-
-
-def finite(value: object) -> float | None:
-    """``value`` as a float when it is a finite number, else None (None, NaN, Inf, non-numbers)."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def error_map(result: ComparisonResult, metric: str) -> dict[str, float]:

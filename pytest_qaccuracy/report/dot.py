@@ -19,6 +19,7 @@ import onnx
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.atomic import atomic_write_text
+from pytest_qaccuracy.numbers import format_fixed
 from pytest_qaccuracy.report._palette import DARK, Slot, error_map, metric_slots, slot_color
 from pytest_qaccuracy.report.visq import visq_document
 
@@ -41,18 +42,11 @@ def label(text: str) -> str:
     return quote(text.replace("&", "&amp;"))
 
 
-def format_number(value: float) -> str:
-    """ONE's ``x.xxxx``, switching to scientific notation where 4 decimals would hide the value."""
-    if value == 0 or 1e-3 <= abs(value) < 1e5:
-        return f"{value:.4f}"
-    return f"{value:.4e}"
-
-
 def _legend(metric: str, slots: list[Slot]) -> str:
     name = html.escape(metric)
     rows = []
     for s in slots:
-        text = f"{name}: {format_number(s.begin)} ~ {format_number(s.end)}"
+        text = f"{name}: {format_fixed(s.begin)} ~ {format_fixed(s.end)}"
         if s.color in DARK:
             text = f'<font color="white">{text}</font>'
         rows.append(f'<tr><td bgcolor="{s.color}">{text}</td></tr>')
@@ -118,7 +112,7 @@ def dot_document(model: onnx.ModelProto, result: ComparisonResult, metric: str) 
         if value is None:
             lines.append(f"  {quote(node_id)} [label={text}, style=filled, fillcolor={GRAY}];")
         else:
-            color, xlabel = slot_color(slots, value), label(f"{metric_label}: {format_number(value)}")
+            color, xlabel = slot_color(slots, value), label(f"{metric_label}: {format_fixed(value)}")
             font = ", fontcolor=white" if color in DARK else ""
             attrs = f'label={text}, style=filled, fillcolor="{color}"{font}, xlabel={xlabel}'
             lines.append(f"  {quote(node_id)} [{attrs}];")

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.numbers import finite
 from pytest_qaccuracy.report._palette import (
     FIXED_RANGES,
     ZERO_BASED,
     Slot,
-    finite,
     higher_is_better,
     metric_names,
     metric_slots,

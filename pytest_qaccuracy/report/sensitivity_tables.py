@@ -18,10 +18,12 @@ from pytest_qaccuracy.analysis.sensitivity import SensitivityResult
 from pytest_qaccuracy.analysis.sensitivity_report import SensitivityReport
 from pytest_qaccuracy.analysis.sweep import SweepResult
 from pytest_qaccuracy.atomic import atomic_write_json
+from pytest_qaccuracy.numbers import format_number
 
 
 def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.6g}"
+    """A number in a sensitivity table; a missing one as ``n/a``."""
+    return format_number(value, missing="n/a")
 
 
 def sensitivity_title(result: SensitivityResult) -> str:

@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pytest_qaccuracy.numbers import format_number
 from pytest_qaccuracy.report.completeness import SessionStatus
 from pytest_qaccuracy.report.terminal import escape_control, match_warning
 
@@ -25,8 +26,9 @@ SENSITIVE_LAYERS = 3
 DEFAULT_RUN = ("onnxruntime", "onnxruntime")
 
 
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.6g}"
+def _fmt(value: float | None) -> str:
+    """A number in a summary cell or line; a missing one as ``-``."""
+    return format_number(value, missing="-")
 
 
 def record_passed(record: Mapping[str, Any]) -> bool:

@@ -8,7 +8,8 @@ from tabulate import tabulate
 
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.errors import InputError
-from pytest_qaccuracy.report._palette import finite, higher_is_better, metric_names
+from pytest_qaccuracy.numbers import finite
+from pytest_qaccuracy.report._palette import higher_is_better, metric_names
 from pytest_qaccuracy.report.terminal import escape_control, match_warning
 
 #: Tensor names longer than this are shortened in the middle so tables stay readable in a terminal.

@@ -12,7 +12,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from pytest_qaccuracy.errors import InputError
-from pytest_qaccuracy.report.dot import dot_document, format_number, quote, write_dot
+from pytest_qaccuracy.numbers import format_fixed
+from pytest_qaccuracy.report.dot import dot_document, quote, write_dot
 
 QUOTED = r'"(?:[^"\\]|\\.)*"'
 NODE = re.compile(rf"^  ({QUOTED}) \[(.*)\];$")
@@ -109,7 +110,7 @@ def test_degenerate_and_tiny_values(make_result):
     result = make_result([("c", "Conv", {"mse": 0.0}), ("r", "Relu", {"mse": 0.0})], definitions={"mse": "x"})
     nodes, _ = parse(dot_document(make_model(), result, "mse"))
     assert nodes["c"]["fillcolor"] == "#ffffcc" and nodes["c"]["xlabel"] == "MSE: 0.0000"
-    assert format_number(1.5e-6) == "1.5000e-06" and format_number(0.0128) == "0.0128"
+    assert format_fixed(1.5e-6) == "1.5000e-06" and format_fixed(0.0128) == "0.0128"
 
 
 def test_quote():
