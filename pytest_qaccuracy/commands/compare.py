@@ -103,12 +103,13 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.compare import compare
     from pytest_qaccuracy.metrics import parse_metric_names
     from pytest_qaccuracy.model import ModelPair
-    from pytest_qaccuracy.report.artifacts import check_artifact_targets, write_comparison_artifacts
+    from pytest_qaccuracy.report.artifacts import artifact_stem, check_artifact_targets, write_comparison_artifacts
     from pytest_qaccuracy.report.summary import channel_warnings
     from pytest_qaccuracy.report.tables import comparison_table
 
     options = runtime_options(args, optimization=args.optimization, session_config=_session_config(args.session_config))
-    check_artifact_targets(args.json, args.out_dir, args.quantized.stem, parse_metric_names(args.metrics))
+    stem = artifact_stem(args.quantized.stem)
+    check_artifact_targets(args.json, args.out_dir, stem, parse_metric_names(args.metrics))
     pair = ModelPair(args.fp32, args.quantized, mapping=_mapping(args.map))
     if args.backend is None:  # a scheme names an emulated target, so it runs on the integer backend
         args.backend = "integer" if args.scheme else "onnxruntime"

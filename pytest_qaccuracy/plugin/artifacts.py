@@ -1,11 +1,12 @@
 """Session artifacts and baselines, written by the controller only, each file atomically.
 
-Layout under the artifacts folder::
+Layout under the artifacts folder (a pair's files named as by ``qaccuracy compare``,
+:mod:`pytest_qaccuracy.report.artifacts`, with the stem ``<id>-<hash8>``)::
 
     summary.json                       versions, UTC time, per pair: SHA-256s, checks, artifact paths
-    pairs/<id>-<hash8>.json            the comparison (contract 2)
+    pairs/<id>-<hash8>.comparison.json the comparison (contract 2)
     pairs/<id>-<hash8>.<metric>.visq.json   one per metric (contract 3)
-    pairs/<id>-<hash8>.dot             the fp32 graph coloured by the pair's error
+    pairs/<id>-<hash8>.<metric>.dot    the fp32 graph coloured by the first of sqnr, cosine, mse
     pairs/<id>-<hash8>.sensitivity.json, .sweep.json, .cumulative.json, .cumulative.chart.json
                                        the pair's sensitivity analysis (when it was analysed)
     report.html                        all pairs with verdicts and graphs (``qaccuracy_report`` moves it)
@@ -19,10 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_qaccuracy.report.completeness import SessionStatus
-
-#: Metric the DOT graph is coloured by, in order of preference.
-DOT_METRICS = ("sqnr", "cosine", "mse")
-
 
 #: The entries of the artifacts folder a session writes; anything else there is the user's.
 OWNED = ("summary.json", "report.html", "pairs")
@@ -63,32 +60,24 @@ def write_artifacts(
     say whether the session is complete (``status``)."""
     from pytest_qaccuracy.analysis.results import ComparisonResult
     from pytest_qaccuracy.atomic import atomic_write_json
-    from pytest_qaccuracy.model import load_model
-    from pytest_qaccuracy.report.dot import write_dot
+    from pytest_qaccuracy.report.artifacts import session_dot_metrics, write_comparison_files
     from pytest_qaccuracy.report.summary import summary_document
-    from pytest_qaccuracy.report.visq import write_visq
 
     written: list[Path] = []
     index: dict[str, dict[str, Any]] = {}
     models = fp32_models(records)
     for record in records:
         result = ComparisonResult.from_dict(record["comparison"])
-        base = directory / "pairs" / record["stem"]
-        path = atomic_write_json(base.with_name(f"{base.name}.json"), record["comparison"])
-        written.append(path)
-        entry: dict[str, Any] = {"comparison": _rel(path, directory), "visq": {}}
-        for metric in result.metric_names:
-            path = base.with_name(f"{base.name}.{metric}.visq.json")
-            write_visq(path, result, metric)
-            written.append(path)
-            entry["visq"][metric] = _rel(path, directory)
-        metric = next((m for m in DOT_METRICS if m in result.metric_names), None)
-        if metric is not None:
-            path = base.with_name(f"{base.name}.dot")
-            write_dot(path, models[record["fp32"]] or load_model(record["fp32"]), result, metric)
-            written.append(path)
-            entry["dot"] = _rel(path, directory)
-        entry.update(_write_sensitivity(record, base.parent, directory))
+        dots = session_dot_metrics(result.metric_names)
+        files = write_comparison_files(directory / "pairs", record["stem"], result, models[record["fp32"]], dots)
+        written += files.paths()
+        entry: dict[str, Any] = {
+            "comparison": _rel(files.comparison, directory),
+            "visq": {metric: _rel(path, directory) for metric, path in files.visq.items()},
+        }
+        if files.dot:
+            entry["dot"] = _rel(next(iter(files.dot.values())), directory)
+        entry.update(_write_sensitivity(record, directory / "pairs", directory))
         index[record["key"]] = entry
     html = write_report(report or directory / "report.html", records, models, status)
     written.append(html)

@@ -33,7 +33,8 @@ def compared_dir(settings: QAccuracySettings) -> Path | None:
 
 
 def baseline_path(folder: Path, spec: PairSpec, root: Path) -> Path:
-    from pytest_qaccuracy.plugin.session import artifact_stem
+    """The baseline of a pair: ``<folder>/<stem>.json``, the stem of its artifacts."""
+    from pytest_qaccuracy.report.artifacts import artifact_stem
 
     return folder / f"{artifact_stem(spec.id, spec.key(root))}.json"
 

@@ -8,8 +8,6 @@ writes artifacts. Heavy modules are imported on first use.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +18,7 @@ from pytest_qaccuracy.plugin.baselines import UPDATE_HINT, baseline_path, compar
 from pytest_qaccuracy.plugin.rules import SATURATION, Rule
 from pytest_qaccuracy.plugin.sensitivity import analyse_records, merge_entry
 from pytest_qaccuracy.plugin.settings import QAccuracySettings
+from pytest_qaccuracy.report.artifacts import artifact_stem, comparison_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +98,6 @@ def _relative(path: Path, root: Path) -> str:
         return path.relative_to(root).as_posix()
     except ValueError:
         return path.as_posix()
-
-
-def artifact_stem(pair_id: str, key: str) -> str:
-    """A file-name-safe stem with a short hash of ``key``, so two ids never collide."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", pair_id).strip("._")[:60] or "pair"
-    return f"{safe}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,7 +353,7 @@ class QAccuracySession:
         message = None
         if failed:
             if self.settings.artifacts_dir is not None:
-                extra = [*extra, f"Artifacts: {self.settings.artifacts_dir / 'pairs' / stem}.json"]
+                extra = [*extra, f"Artifacts: {self.settings.artifacts_dir / 'pairs' / comparison_name(stem)}"]
             gate_first = failed[0].check in (GATE, SATURATION)  # worst records and layers say nothing there
             # a failure on a deployment target shows that target's records, elements and layers
             shown, shown_stats = runs.get(deployment_target(failed[0].target) or "", (result, stats))
@@ -556,4 +549,4 @@ class QAccuracySession:
         return True
 
 
-__all__ = ["CheckResult", "PairSpec", "QAccuracySession", "artifact_stem"]
+__all__ = ["CheckResult", "PairSpec", "QAccuracySession"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,10 @@ def test_good_passes_broken_fails_with_full_message(digits: pytest.Pytester) -> 
     result.stdout.fnmatch_lines(["E       Worst layers (cosine):", "E        logits (Gemm): 0.39*"])
     # the input x is compared too (issue 17): calibrated on inputs x0.02, it is already off (cosine 0.88)
     result.stdout.fnmatch_lines(["E       First jump (cosine): relu1 (Relu): 0.88* -> 0.45*"])
-    result.stdout.fnmatch_lines(["E       Artifacts: *pairs*digits_cnn.broken-*.json"])
+    result.stdout.fnmatch_lines(["E       Artifacts: *pairs*digits_cnn.broken-*.comparison.json"])
+    named = next(line for line in result.outlines if line.startswith("E       Artifacts: "))
+    comparison = json.loads(Path(named.split(": ", 1)[1]).read_text())  # the file the message names
+    assert comparison["quantized_model"] == "digits_cnn.broken.onnx"
 
 
 def test_session_summary_blocks(digits: pytest.Pytester) -> None:

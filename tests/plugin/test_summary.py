@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
-from pytest_qaccuracy.plugin.session import artifact_stem
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
+from pytest_qaccuracy.cli import main
+from pytest_qaccuracy.plugin.artifacts import write_artifacts
 from pytest_qaccuracy.report.summary import summary_document, summary_lines
 
 
@@ -94,10 +101,53 @@ def test_summary_document_hashes(tmp_path: Path) -> None:
     assert pair["artifacts"] == {"comparison": "pairs/p.json"} and document["passed"] is True
 
 
-def test_artifact_stems_are_safe_and_distinct() -> None:
-    first, second = artifact_stem("a/b c", "k1"), artifact_stem("a/b c", "k2")
-    assert first.startswith("a_b_c-") and first != second
-    assert artifact_stem("...", "k").startswith("pair-")
+def _model(path: Path) -> str:
+    """An fp32 model with the layers of the comparison below, saved: x -> a (Conv) -> b -> c -> y."""
+    chain = [("Conv", "x", "a"), ("Relu", "a", "b"), ("Gemm", "b", "c"), ("Identity", "c", "y")]
+    nodes = [helper.make_node(op, [i], [o]) for op, i, o in chain]
+    info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in ("x", "y")]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", info[:1], info[1:])), path)
+    return str(path)
+
+
+def test_session_files_are_named_as_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``<stem>.comparison.json``, ``<stem>.<metric>.visq.json`` and one ``<stem>.<metric>.dot``
+    (sqnr, the metric the report's graph shows); summary.json points at them; a pair whose fp32 model
+    no longer loads gets no DOT; ``qaccuracy report`` finds the comparisons and nothing else."""
+    layers = [
+        LayerResult(tensor, f"{tensor}_q", None, op, i, {"sqnr": sqnr, "cosine": 0.99})
+        for i, (tensor, op, sqnr) in enumerate([("a", "Conv", 40.0), ("b", "Relu", 3.0), ("c", "Gemm", 20.0)])
+    ]
+    outputs = [OutputResult("y", {"sqnr": 12.5, "cosine": 0.999})]
+    definitions, higher = {"sqnr": "", "cosine": ""}, {"sqnr": True, "cosine": True}
+    result = ComparisonResult("m.onnx", "m.q.onnx", "d.npz", 4, definitions, outputs, layers, higher_is_better=higher)
+    comparison = result.to_dict()
+    first = {**_record(True), "comparison": comparison, "stem": "p-00000001", "fp32": _model(tmp_path / "m.onnx")}
+    second = {**first, "id": "q", "key": "q|m", "stem": "q-00000002", "fp32": str(tmp_path / "gone.onnx")}
+    second["comparison"] = {**comparison, "quantized_model": "m.q2.onnx"}
+    out = tmp_path / "out"
+    write_artifacts(out, [first, second], tmp_path)
+    names = {"comparison.json", "cosine.visq.json", "sqnr.visq.json"}
+    expected = {f"p-00000001.{n}" for n in {*names, "sqnr.dot"}} | {f"q-00000002.{n}" for n in names}
+    assert {p.name for p in (out / "pairs").iterdir()} == expected
+    summary = json.loads((out / "summary.json").read_text())
+    assert [p["artifacts"] for p in summary["pairs"]] == [
+        {
+            "comparison": "pairs/p-00000001.comparison.json",
+            "visq": {"sqnr": "pairs/p-00000001.sqnr.visq.json", "cosine": "pairs/p-00000001.cosine.visq.json"},
+            "dot": "pairs/p-00000001.sqnr.dot",
+        },
+        {
+            "comparison": "pairs/q-00000002.comparison.json",
+            "visq": {"sqnr": "pairs/q-00000002.sqnr.visq.json", "cosine": "pairs/q-00000002.cosine.visq.json"},
+        },
+    ]
+    assert json.loads((out / "pairs" / "p-00000001.comparison.json").read_text()) == comparison
+    capsys.readouterr()
+    assert main(["report", str(out), "--out", str(tmp_path / "rebuilt.html")]) == 0
+    read = [line for line in capsys.readouterr().out.splitlines() if line.startswith("read ")]
+    stems = ("p-00000001", "q-00000002")
+    assert read == [f"read {out / 'pairs' / stem}.comparison.json" for stem in stems]
 
 
 def test_expected_failures_are_labelled() -> None:
