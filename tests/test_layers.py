@@ -51,8 +51,8 @@ KNOWN_CYCLES: dict[frozenset[str], str] = {
         "the gate belongs with the checks, the options with the settings"
     ),
     frozenset({"plugin.baselines", "plugin.session"}): (
-        "baselines.baseline_path needs session.artifact_stem: one artifact naming scheme "
-        "for the plugin and the command line belongs below both"
+        "baselines.baseline_path takes a session.PairSpec (a type only) and the session calls "
+        "baseline_path: the pair spec belongs in a module below both"
     ),
 }
 
