@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pytest_qaccuracy.metrics.pair import TensorPair
+from pytest_qaccuracy.metrics.similarity import Cosine
 from pytest_qaccuracy.metrics.topk import TopKCounter, as_scores, in_topk, topk_indices
 from pytest_qaccuracy.numbers import format_number
 
@@ -40,8 +42,14 @@ def _target(name: str | None) -> str:
 
 
 def _records(array: np.ndarray) -> np.ndarray:
-    """Records on axis 0 (a 0-d or 1-d array is one record), flattened to (records, elements)."""
-    array = np.asarray(array, dtype=np.float64)
+    """Records on axis 0 (a 0-d or 1-d array is one record), flattened to (records, elements).
+
+    Floats keep their type, so that these are the very values (and sums) the plugin's metrics see;
+    integers become float64.
+    """
+    array = np.asarray(array)
+    if array.dtype.kind != "f":
+        array = array.astype(np.float64)
     if array.ndim <= 1:
         return array.reshape(1, -1)
     return array.reshape(array.shape[0], -1)
@@ -70,19 +78,17 @@ def _worst_elements(
     return ["Worst elements:", *rows] if rows else []
 
 
-def _cosines(actual: np.ndarray, expected: np.ndarray) -> tuple[float, np.ndarray]:
-    a, e = _records(actual), _records(expected)
-    dot, na, ne = (a * e).sum(axis=1), (a * a).sum(axis=1), (e * e).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_record = np.where(na * ne > 0, dot / np.sqrt(na * ne), np.where((na == 0) & (ne == 0), 1.0, 0.0))
-    total_a, total_e = na.sum(), ne.sum()
-    if total_a == 0 and total_e == 0:
-        overall = 1.0
-    elif total_a == 0 or total_e == 0:
-        overall = 0.0
-    else:
-        overall = float(dot.sum() / np.sqrt(total_a * total_e))
-    return float(np.clip(overall, -1.0, 1.0)), np.clip(per_record, -1.0, 1.0)
+def _cosine(actual: np.ndarray, expected: np.ndarray) -> tuple[float | None, str | None, np.ndarray]:
+    """The ``cosine`` metric over all records (its value, or None and why) and its value per record.
+
+    The metric's own definition, as the plugin's ``min_cosine`` check reads it: 1 when both tensors
+    are all zeros, undefined when only one is (or a value is NaN or Inf); per record, 1 and 0.
+    """
+    pair = TensorPair(_records(expected), _records(actual))
+    metric = Cosine()
+    metric.update(pair)
+    value, why = metric.result()
+    return value, why, metric.record_values(pair)
 
 
 def assert_cosine(
@@ -95,7 +101,10 @@ def assert_cosine(
 ) -> float:
     """Assert that the cosine similarity of ``actual`` and ``expected`` is at least ``min_similarity``.
 
-    The similarity is taken over all elements of all records (axis 0 holds records).
+    The similarity is taken over all elements of all records (axis 0 holds records), as the
+    ``cosine`` metric defines it (docs/metrics.md): two all-zero tensors are identical (1); when only
+    one of them is all zeros, the cosine is undefined and the assertion fails, whatever
+    ``min_similarity`` is, as the plugin's ``min_cosine`` check does.
 
     Args:
         actual: the quantized model's values.
@@ -108,17 +117,21 @@ def assert_cosine(
         The cosine similarity.
 
     Raises:
-        AssertionError: the similarity is below ``min_similarity`` (or NaN).
+        AssertionError: the similarity is below ``min_similarity``, or undefined: exactly one of the
+            tensors is all zeros, or a value is NaN or Inf (the first line says why).
     """
     __tracebackhide__ = True
     _check_shapes(actual, expected)
-    overall, per_record = _cosines(actual, expected)
-    if overall >= min_similarity:
+    overall, why, per_record = _cosine(actual, expected)
+    if overall is not None and overall >= min_similarity:
         return overall
     order = np.argsort(per_record, kind="stable")[:SHOW]
     worst = ["Worst records (cosine):", *(f" record {int(r)}: {fmt(per_record[r])}" for r in order)]
     diff = np.abs(np.asarray(actual, dtype=np.float64) - np.asarray(expected, dtype=np.float64))
-    first = f"cosine {fmt(overall)} < {fmt(min_similarity)} for {_target(name)}"
+    if overall is None:
+        first = f"cosine undefined for {_target(name)} ({why})"
+    else:
+        first = f"cosine {fmt(overall)} < {fmt(min_similarity)} for {_target(name)}"
     raise AssertionError(failure_message(first, source, [worst, _worst_elements(actual, expected, diff, None)]))
 
 

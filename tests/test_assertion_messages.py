@@ -7,12 +7,18 @@ layout is the one docs/pytest.md shows (numpy's: the rule, ``Tolerance from:``, 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from pytest_qaccuracy import assertions
+from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.assertions import assert_cosine, assert_relative, assert_topk, assert_within_lsb, fmt
+from pytest_qaccuracy.model.pair import ModelPair
+from pytest_qaccuracy.plugin.checks import evaluate
 
 
 def _message(call, *args, **kwargs) -> list[str]:
@@ -56,15 +62,70 @@ def test_cosine_boundaries_zeros_and_rounding() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # 0/0 must not warn
         assert assert_cosine(zeros, zeros, 1.0) == 1.0  # both silent: identical
-        assert assert_cosine(zeros, np.ones((2, 3)), 0.0) == 0.0  # one silent: nothing in common
-        assert assert_cosine(np.ones((2, 3)), zeros, 0.0) == 0.0
+        # one silent: undefined, a failure whatever the bound (a record alone: 0, nothing in common)
+        lines = _message(assert_cosine, zeros, np.ones((2, 3)), -1.0, name="y")
+        assert lines[:5] == [
+            "cosine undefined for output 'y' (the quantized tensor is all zeros)",
+            "",
+            "Worst records (cosine):",
+            " record 0: 0",
+            " record 1: 0",
+        ]
+        assert _message(assert_cosine, np.ones((2, 3)), zeros, 0.0)[0] == (
+            "cosine undefined for output (the fp32 tensor is all zeros)"
+        )
         lines = _message(assert_cosine, np.array([[0.0, 0.0], [1.0, 0.0]]), np.array([[0.0, 0.0], [0.0, 1.0]]), 0.5)
     assert lines[2:5] == ["Worst records (cosine):", " record 1: 0", " record 0: 1"]
-    # a multiple of e whose rounded cosine is 1.0000000000000002: reported (and compared) as exactly 1 or -1
+    # -a is a negative multiple of e whose cosine rounds past -1: reported (and compared) as exactly -1
     e = np.array([-0.535669373161111, 0.36159505490948474, 1.3040000451301372])
     a = np.array([-3.9221796962164084, 2.647604760841311, 9.54790913412261])
-    assert assert_cosine(a, e, 1.0) == 1.0
     assert assert_cosine(-a, e, -1.0) == -1.0
+
+
+def test_cosine_of_nan_is_undefined() -> None:
+    lines = _message(assert_cosine, np.array([[1.0, np.nan]]), np.array([[1.0, 1.0]]), 0.5, name="y")
+    assert lines[0] == "cosine undefined for output 'y' (NaN or Inf in the compared values)"
+
+
+def _mul_model(path: Path, weight: np.ndarray) -> Path:
+    """``y = x * weight`` on records of 4 floats."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["y"])],
+        "mul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        [numpy_helper.from_array(weight.astype(np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("fp32_weight", "quantized_weight", "expected"),
+    [
+        ([0, 0, 0, 0], [0, 0, 0, 0], "cosine 1 >= -1 for output 'y'"),
+        ([0, 0, 0, 0], [1, 2, 3, 4], "cosine undefined for output 'y' (the fp32 tensor is all zeros)"),
+        ([1, 2, 3, 4], [0, 0, 0, 0], "cosine undefined for output 'y' (the quantized tensor is all zeros)"),
+        ([1, 2, 3, 4], [-1, -2, -3, -4], "cosine -1 >= -1 for output 'y'"),
+    ],
+)
+def test_cosine_assertion_agrees_with_the_plugin_check(tmp_path, fp32_weight, quantized_weight, expected) -> None:
+    """The plugin's ``min_cosine`` on a pair and ``assert_cosine`` on the pair's outputs: same verdict, same words."""
+    records = np.arange(1, 13, dtype=np.float32).reshape(3, 4)
+    np.savez(tmp_path / "d.npz", x=records)
+    fp32 = _mul_model(tmp_path / "f.onnx", np.array(fp32_weight))
+    quantized = _mul_model(tmp_path / "q.onnx", np.array(quantized_weight))
+    result = compare(ModelPair(fp32, quantized), tmp_path / "d.npz", metrics="cosine", layers=False)
+    (outcome,) = evaluate(result, None, {"min_cosine": (-1.0, "marker")}, [], "pair")
+    assert outcome.detail == expected
+    actual = records * np.array(quantized_weight, np.float32)
+    reference = records * np.array(fp32_weight, np.float32)
+    if outcome.passed:
+        assert assert_cosine(actual, reference, -1.0, name="y") == outcome.value
+    else:
+        assert _message(assert_cosine, actual, reference, -1.0, name="y")[0] == expected
 
 
 def test_cosine_of_integer_outputs_does_not_overflow() -> None:
