@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -107,21 +108,68 @@ class RiskyPairs:
         return int(self.first.size)
 
 
-def risky_pairs(w: np.ndarray, a_max: int) -> RiskyPairs:
-    """The pairs of ``w`` (``(K, N)``, signed 8-bit values) that may saturate for inputs in ``[0, a_max]``."""
-    w = np.asarray(w, dtype=np.int32)
-    k = w.shape[0] - w.shape[0] % 2  # an odd last element pairs with padding (0): one product never saturates
-    even, odd = w[0:k:2], w[1:k:2]
-    high = np.maximum(even, 0) + np.maximum(odd, 0)
-    low = np.minimum(even, 0) + np.minimum(odd, 0)
-    mask = (int(a_max) * high > INT16_MAX) | (int(a_max) * low < INT16_MIN)
-    columns, pairs = np.nonzero(mask.T)  # column-major: sorted by column
-    return RiskyPairs(
-        first=(2 * pairs).astype(np.int64),
-        column=columns.astype(np.int64),
-        w_first=even[pairs, columns],
-        w_second=odd[pairs, columns],
-    )
+def risky_pairs(w: np.ndarray, a_max: int | np.ndarray) -> RiskyPairs:
+    """The pairs of ``w`` (``(K, N)``, signed 8-bit values) that may saturate for inputs in ``[0, a_max]``.
+
+    ``a_max`` is one bound for every input, or one per reduction index (``(K,)``, e.g. the largest
+    value of each input channel): a pair ``(k, k+1)`` then needs ``a_max[k] b[k]+ + a_max[k+1] b[k+1]+ >
+    32767`` (or the negative parts below -32768), a tighter test where channels have narrower ranges.
+    """
+    return PairBounds(w).risky(a_max)
+
+
+class PairBounds:
+    """A ``(K, N)`` weight matrix split into the positive and negative parts of its pairs' two rows,
+    made once per weight (:func:`pair_bounds`) so that :meth:`risky` costs a few passes per run."""
+
+    def __init__(self, w: np.ndarray):
+        w = np.asarray(w, dtype=np.int32)
+        self.k = w.shape[0]
+        k = self.k - self.k % 2  # an odd last element pairs with padding (0): one product never saturates
+        self.even, self.odd = w[0:k:2], w[1:k:2]
+        self.high = np.maximum(self.even, 0), np.maximum(self.odd, 0)
+        self.low = np.minimum(self.even, 0), np.minimum(self.odd, 0)
+
+    def risky(self, a_max: int | np.ndarray) -> RiskyPairs:
+        """:func:`risky_pairs` of this matrix."""
+        k = self.even.shape[0] * 2
+        bound = np.broadcast_to(np.asarray(a_max, dtype=np.int32), (self.k,))  # |a w| + |a' w'| < 2^16
+        a_even, a_odd = bound[0:k:2, None], bound[1:k:2, None]
+        high = self.high[0] * a_even
+        high += self.high[1] * a_odd
+        low = self.low[0] * a_even
+        low += self.low[1] * a_odd
+        mask = high > INT16_MAX
+        mask |= low < INT16_MIN
+        columns, pairs = np.nonzero(mask.T)  # column-major: sorted by column
+        return RiskyPairs(
+            first=(2 * pairs).astype(np.int64),
+            column=columns.astype(np.int64),
+            w_first=self.even[pairs, columns],
+            w_second=self.odd[pairs, columns],
+        )
+
+
+_BOUNDS: dict[tuple[int, int], tuple[weakref.ref, PairBounds]] = {}
+_BOUNDS_LOCK = threading.Lock()
+
+
+def pair_bounds(source: np.ndarray, key: int, make: Callable[[], np.ndarray]) -> PairBounds:
+    """The :class:`PairBounds` of ``make()``, a matrix derived from the weight array ``source``, kept
+    while ``source`` lives: a session passes the same weight arrays on every run."""
+    slot = (id(source), key)
+    with _BOUNDS_LOCK:
+        found = _BOUNDS.get(slot)
+        if found is not None and found[0]() is source:
+            return found[1]
+    bounds = PairBounds(make())
+    try:
+        ref = weakref.ref(source, lambda _, slot=slot: _BOUNDS.pop(slot, None))
+    except TypeError:  # not weak-referenceable (a view of a temporary): no caching
+        return bounds
+    with _BOUNDS_LOCK:
+        _BOUNDS[slot] = (ref, bounds)
+    return bounds
 
 
 def lowest_second(w_first: np.ndarray, w_second: np.ndarray, pair: np.ndarray, pairs: int) -> np.ndarray:
@@ -256,7 +304,7 @@ def saturating_matmul_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray | N
         zeros = np.zeros((a.shape[-2], w.shape[-1]), np.int64)
         return np.stack([zeros if p is None else p for p in parts]).reshape(*batch, *zeros.shape)
     a2 = a.reshape(-1, a.shape[-1])
-    found = risky_pairs(w, int(a2.max(initial=0)))
+    found = risky_pairs(w, a2.max(axis=0, initial=0))  # each input column's own bound
     rows, cols, values = corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), a2.shape[0])
     if counter is not None:  # rows of a record: the leading axis is the batch
         per_record = max(1, a2.shape[0] // a.shape[0]) if a.ndim > 1 else a2.shape[0]

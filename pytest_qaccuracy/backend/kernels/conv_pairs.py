@@ -46,9 +46,16 @@ def pair_corrections(
     mg = m // group
     kernel = w.shape[2:]
     taps = math.prod(kernel)
-    wmat = w.reshape(group, mg, cg, taps).transpose(0, 3, 2, 1).reshape(group, taps * cg, mg)  # (G, K, Mg)
-    x_max = max(int(x.max(initial=0)), int(x_zp) if any(pads) else 0)
-    found = [(g, pairs.risky_pairs(wmat[g], x_max)) for g in range(group)]
+    per_group = w.reshape(group, mg, cg, taps)
+    # each input channel's own largest value (x_zp where padding adds it): row k of group g is channel
+    # g * cg + k % cg, so a pair can be ruled out by the two channels it reads
+    channel_max = x.max(axis=0, initial=0).reshape(x.shape[1], -1).max(axis=1, initial=0)  # records first: fast
+    if any(pads):
+        channel_max = np.maximum(channel_max, int(x_zp))
+    found = []
+    for g in range(group):  # the weights' rows in onnxruntime's reduction order: (tap, channel), (K, Mg)
+        bounds = pairs.pair_bounds(w, g, lambda g=g: per_group[g].transpose(2, 1, 0).reshape(taps * cg, mg))
+        found.append((g, bounds.risky(np.tile(channel_max[g * cg : (g + 1) * cg], taps))))
     found = [(g, p) for g, p in found if len(p)]
     positions = math.prod(out_spatial)
     total = x.shape[0] * positions * ((taps * cg + 1) // 2) * m  # pair sums the convolution computes
@@ -57,6 +64,13 @@ def pair_corrections(
         return None
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
     layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry)
+    # few (output, risky entry) evaluations: the dense way, without a sample run to decide. With an odd
+    # channel count, pairs cross taps and the sparse way scans every (output, pair) for candidates: with
+    # about one risky entry per pair, the dense way costs no more.
+    entries = sum(len(p) for _, p in found)
+    crossing = cg % 2 == 1 and entries <= DENSE_ENTRIES_PER_PAIR * sum(np.unique(p.first).size for _, p in found)
+    if crossing or x.shape[0] * positions * entries <= DENSE_DIRECT:
+        return _dense(layer, found, total)
     if _dense_is_cheaper(layer, found):
         return _dense(layer, found, total)
     return _sparse(layer, found, total)
@@ -82,6 +96,10 @@ class _Layer:
         return part
 
 
+#: (output, risky pair) evaluations below which a layer is corrected densely without a sample run
+DENSE_DIRECT = 1 << 16
+#: risky entries per pair up to which a layer with pairs across taps is corrected densely
+DENSE_ENTRIES_PER_PAIR = 2
 #: cost of one saturated pair sum located and added sparsely, in dense pair evaluations
 SPARSE_HIT_COST = 16
 
@@ -145,7 +163,11 @@ def _sparse(
 
 
 def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int) -> PairCorrection | None:
-    """Every risky pair evaluated at every output from im2col columns, records in blocks."""
+    """Every risky pair evaluated at every output from im2col columns, in blocks of records and entries.
+
+    Risky entries are sorted by output column, so each block's changes reduce to its distinct
+    columns with one ``add.reduceat``.
+    """
     x, geometry = layer.x, layer.geometry
     n, positions = x.shape[0], math.prod(geometry.out_spatial)
     result = np.zeros((n, layer.m, positions), np.int32)
@@ -153,23 +175,24 @@ def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int)
     xp = layer.xp()
     for g, risky in found:
         needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
-        firsts, which = np.unique(risky.first, return_inverse=True)
-        order = np.argsort(which, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(which, minlength=firsts.size))])
-        row_first, row_second = np.searchsorted(needed, firsts), np.searchsorted(needed, firsts + 1)
-        step = max(1, BLOCK_ELEMENTS // max(1, positions * max(needed.size, int(np.diff(bounds).max()))))
+        row_first, row_second = np.searchsorted(needed, risky.first), np.searchsorted(needed, risky.first + 1)
+        w_first, w_second = risky.w_first[:, None], risky.w_second[:, None]
+        step = max(1, BLOCK_ELEMENTS // max(1, positions * max(needed.size, len(risky))))
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
-            columns = _columns(xp[r0:r1], g, layer.cg, needed, geometry)
-            for j in range(firsts.size):
-                entry = order[bounds[j] : bounds[j + 1]]
-                a = columns[row_first[j]].astype(np.int32)[:, None]
-                b = columns[row_second[j]].astype(np.int32)[:, None]
-                value = a * risky.w_first[entry] + b * risky.w_second[entry]  # (rows, entries)
-                change = (np.clip(value, pairs.INT16_MIN, pairs.INT16_MAX) - value).reshape(r1 - r0, positions, -1)
-                result[r0:r1, g * layer.mg + risky.column[entry], :] += change.transpose(0, 2, 1)
+            columns = _columns(xp[r0:r1], g, layer.cg, needed, geometry)  # (needed, rows)
+            span = max(1, BLOCK_ELEMENTS // columns.shape[1])
+            for e0 in range(0, len(risky), span):
+                e = slice(e0, e0 + span)
+                value = columns[row_first[e]].astype(np.int32) * w_first[e]
+                value += columns[row_second[e]] * w_second[e]
+                change = np.clip(value, pairs.INT16_MIN, pairs.INT16_MAX)
+                change -= value  # (entries, rows)
+                cols, first = np.unique(risky.column[e], return_index=True)
+                summed = np.add.reduceat(change, first, axis=0).reshape(cols.size, r1 - r0, positions)
+                result[r0:r1, g * layer.mg + cols, :] += summed.transpose(1, 0, 2)
                 if pairs.counter is not None:
-                    saturated[r0:r1] += np.count_nonzero(change, axis=(1, 2))
+                    saturated[r0:r1] += np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
     if pairs.counter is not None:
         pairs.count(total, np.repeat(np.arange(n), saturated))
     if not result.any():
@@ -420,6 +443,8 @@ def _spans(bounds: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 
 def _padded(x: np.ndarray, pads: list[int], value: int) -> np.ndarray:
+    if not any(pads):
+        return x
     d = x.ndim - 2
     shape = (*x.shape[:2], *(s + pads[i] + pads[d + i] for i, s in enumerate(x.shape[2:])))
     xp = np.full(shape, value, np.uint8)
