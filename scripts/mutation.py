@@ -59,6 +59,7 @@ GROUPS: dict[str, Group] = {
             "tests/test_data_windows.py",
             "tests/test_data_layout_errors.py",
             "tests/test_data_budget.py",
+            "tests/test_progress.py",
         ),
     ),
     "rules": Group(
@@ -73,6 +74,7 @@ GROUPS: dict[str, Group] = {
         (
             "tests/backend/test_arith.py",
             "tests/backend/test_arith_quantize.py",
+            "tests/backend/test_arith_edges.py",
             "tests/backend/test_fixed_point.py",
             "tests/backend/test_pairs.py",
         ),

@@ -153,8 +153,11 @@ def multiply_by_quantized_multiplier(
         right = np.maximum(-shift, 0)
         return rounding_divide_by_pot(srdhm(x << left, q), right) + offset
     t = bits - shift
-    prod = x * np.asarray(q, dtype=np.int64) + (np.asarray(offset, dtype=np.int64) << np.clip(t, 0, 62))
-    return shift_right(prod, t, rounding)
+    prod = x * np.asarray(q, dtype=np.int64)
+    offset = np.asarray(offset, dtype=np.int64)
+    # a right shift rounds with the offset in; a left shift (t < 0) is exact, the offset joins after it
+    right = shift_right(prod + (offset << np.clip(t, 0, 62)), t, rounding)
+    return np.where(t < 0, (prod << np.clip(-t, 0, 62)) + offset, right)
 
 
 def glow_params(scale: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -249,7 +252,10 @@ def requantize(
     elif kind == "power2":
         f, e = np.frexp(m)
         p = np.where(f < np.sqrt(0.5), e - 1, e).astype(np.int64)  # nearest power of two in log2
-        out = shift_right(np.asarray(acc, dtype=np.int64) + (offset << np.clip(-p, 0, 62)), -p, scheme.rounding)
+        acc = np.asarray(acc, dtype=np.int64)
+        # as in multiply_by_quantized_multiplier: the offset joins a left shift (M >= 2**0.5) after it
+        right = shift_right(acc + (offset << np.clip(-p, 0, 62)), -p, scheme.rounding)
+        out = np.where(p > 0, (acc << np.clip(p, 0, 62)) + offset, right)
     elif kind == "glow":
         pre, post, s = glow_params(np.asarray(multiplier, dtype=np.float32))
         out = shift_right((np.asarray(acc, dtype=np.int64) >> pre) * s + (offset << post), post, scheme.rounding)
