@@ -127,20 +127,20 @@ class PairBounds:
         self.k = w.shape[0]
         k = self.k - self.k % 2  # an odd last element pairs with padding (0): one product never saturates
         self.even, self.odd = w[0:k:2], w[1:k:2]
-        self.high = np.maximum(self.even, 0), np.maximum(self.odd, 0)
-        self.low = np.minimum(self.even, 0), np.minimum(self.odd, 0)
+        # int16 arithmetic: |a w| <= 255 * 128 = 32640, so the test ``a w + a' w' > 32767`` is run as
+        # ``a w > 32767 - a' w'`` (and ``a w < -32768 - a' w'`` for the negative parts), both sides in int16
+        self.high = np.maximum(self.even, 0).astype(np.int16), np.maximum(self.odd, 0).astype(np.int16)
+        self.low = np.minimum(self.even, 0).astype(np.int16), np.minimum(self.odd, 0).astype(np.int16)
 
     def risky(self, a_max: int | np.ndarray) -> RiskyPairs:
         """:func:`risky_pairs` of this matrix."""
         k = self.even.shape[0] * 2
-        bound = np.broadcast_to(np.asarray(a_max, dtype=np.int32), (self.k,))  # |a w| + |a' w'| < 2^16
+        bound = np.broadcast_to(np.asarray(a_max, dtype=np.int16), (self.k,))  # inputs are uint8
         a_even, a_odd = bound[0:k:2, None], bound[1:k:2, None]
-        high = self.high[0] * a_even
-        high += self.high[1] * a_odd
-        low = self.low[0] * a_even
-        low += self.low[1] * a_odd
-        mask = high > INT16_MAX
-        mask |= low < INT16_MIN
+        room = np.subtract(INT16_MAX, self.high[1] * a_odd, dtype=np.int16)
+        mask = self.high[0] * a_even > room
+        np.subtract(INT16_MIN, self.low[1] * a_odd, out=room)
+        mask |= self.low[0] * a_even < room
         columns, pairs = np.nonzero(mask.T)  # column-major: sorted by column
         return RiskyPairs(
             first=(2 * pairs).astype(np.int64),

@@ -72,6 +72,26 @@ def test_the_weight_bound_flags_every_pair_that_can_saturate_and_no_other() -> N
         np.testing.assert_array_equal(flagged, can_saturate)
 
 
+def test_a_bound_per_input_flags_every_pair_that_can_saturate_and_no_other() -> None:
+    """With one bound per reduction index (each input channel's own largest value), a pair is flagged
+    iff some inputs in ``[0, a_max[k]] x [0, a_max[k+1]]`` leave the int16 range."""
+    rng = np.random.default_rng(11)
+    w = rng.integers(-128, 128, (64, 300)).astype(np.int8)
+    a_max = rng.integers(0, 256, 64)
+    a_max[:6] = [255, 255, 0, 255, 129, 128]  # full range, one dead channel, the 2 * 128 * 128 edge
+    flagged = np.zeros((32, 300), bool)
+    found = pairs.risky_pairs(w, a_max)
+    flagged[found.first // 2, found.column] = True
+    w0, w1 = w[0::2].astype(np.int64), w[1::2].astype(np.int64)
+    a0, a1 = a_max[0::2, None], a_max[1::2, None]
+    corners = [c0 * w0 + c1 * w1 for c0 in (0, a0) for c1 in (0, a1)]  # extremes lie at the box's corners
+    can_saturate = (np.max(corners, axis=0) > 32767) | (np.min(corners, axis=0) < -32768)
+    np.testing.assert_array_equal(flagged, can_saturate)
+    assert 0 < can_saturate.sum() < can_saturate.size  # both outcomes occur
+    np.testing.assert_array_equal(found.w_first, w[found.first, found.column])
+    np.testing.assert_array_equal(found.w_second, w[found.first + 1, found.column])
+
+
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 64, 32), (3, 63, 17), (5, 1, 4), (8, 130, 9)])
 @pytest.mark.parametrize(("a_zp", "b_zp"), [(0, 0), (128, 0), (37, -5)])
 def test_matmul_matches_the_pair_oracle(m: int, k: int, n: int, a_zp: int, b_zp: int) -> None:
@@ -227,16 +247,27 @@ def test_convolution_read_unpadded_matches_the_pair_oracle(x_zp: int) -> None:
     np.testing.assert_array_equal(np.asarray(got, np.int64), want)
 
 
-@pytest.mark.parametrize("hit_cost", [0, 10**9], ids=["sparse", "dense"])
+@pytest.mark.parametrize("way", ["sparse", "dense"])
 @pytest.mark.parametrize(
     ("c", "group", "pads", "strides"), [(3, 1, [1, 1, 1, 1], (2, 2)), (8, 2, [0, 1, 2, 1], (1, 2))]
 )
-def test_dense_and_sparse_corrections_match_the_pair_oracle(monkeypatch, hit_cost, c, group, pads, strides) -> None:
+def test_dense_and_sparse_corrections_match_the_pair_oracle(monkeypatch, way, c, group, pads, strides) -> None:
     """Inputs high on heavy weights saturate at most outputs (an image stem): the correction is then computed
     densely from im2col columns; both ways give the oracle's sums."""
     from pytest_qaccuracy.backend.kernels import conv_pairs
 
-    monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", hit_cost)
+    if way == "sparse":  # never dense: no small-layer shortcut, and a sampled hit costs nothing
+        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
+        monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
+        monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", 0)
+    else:
+        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
+    taken = []
+    for name in ("_dense", "_sparse"):
+        real = getattr(conv_pairs, name)
+        monkeypatch.setattr(
+            conv_pairs, name, lambda *a, _real=real, _name=name, **k: (taken.append(_name), _real(*a, **k))[1]
+        )
     rng = np.random.default_rng(c + group)
     x = rng.integers(150, 256, (5, c, 6, 7)).astype(np.uint8)
     w = _heavy_weights(rng, (4, c // group, 3, 3))
@@ -244,6 +275,7 @@ def test_dense_and_sparse_corrections_match_the_pair_oracle(monkeypatch, hit_cos
     got, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, AVX2)
     want = _oracle_conv(x, 140, w, pads, strides, (1, 1), group)
     np.testing.assert_array_equal(np.asarray(got, np.int64), want)
+    assert taken[-1] == f"_{way}"  # the last call computes the correction; the sparse way may sample first
 
 
 def test_lowest_second_input_table_matches_brute_force() -> None:

@@ -146,7 +146,7 @@ def _sparse(
         )
         if not within.all():
             crossing = pairs.RiskyPairs(*(field[~within] for field in _fields(risky)))
-            _add_crossing(out, xp(), g, cg, mg, crossing, geometry)
+            _add_crossing(out, layer, g, crossing)
     entries = [np.concatenate(parts) for parts in zip(*same, strict=True)]
     # padded pixels (x_zp in both channels) that can never be candidates need not be materialised
     d = x.ndim - 2
@@ -172,7 +172,6 @@ def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int)
     n, positions = x.shape[0], math.prod(geometry.out_spatial)
     result = np.zeros((n, layer.m, positions), np.int32)
     saturated = np.zeros(n, np.int64)
-    xp = layer.xp()
     for g, risky in found:
         needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
         row_first, row_second = np.searchsorted(needed, risky.first), np.searchsorted(needed, risky.first + 1)
@@ -180,7 +179,7 @@ def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int)
         step = max(1, BLOCK_ELEMENTS // max(1, positions * max(needed.size, len(risky))))
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
-            columns = _columns(xp[r0:r1], g, layer.cg, needed, geometry)  # (needed, rows)
+            columns = _columns(layer, g, needed, slice(r0, r1))  # (needed, rows)
             span = max(1, BLOCK_ELEMENTS // columns.shape[1])
             for e0 in range(0, len(risky), span):
                 e = slice(e0, e0 + span)
@@ -399,12 +398,11 @@ def _exact_candidates(block: np.ndarray, firsts: np.ndarray, lowest: np.ndarray)
     return mask
 
 
-def _add_crossing(
-    out: _Correction, xp: np.ndarray, g: int, cg: int, mg: int, risky: pairs.RiskyPairs, geometry: _Geometry
-) -> None:
+def _add_crossing(out: _Correction, layer: _Layer, g: int, risky: pairs.RiskyPairs) -> None:
     """Pairs that cross from one tap to the next: their im2col columns are gathered (``pairs.corrections``)."""
+    geometry, mg = layer.geometry, layer.mg
     positions = math.prod(geometry.out_spatial)
-    rows, cols, values = pairs.corrections(risky, lambda ks: _columns(xp, g, cg, ks, geometry), xp.shape[0] * positions)
+    rows, cols, values = pairs.corrections(risky, lambda ks: _columns(layer, g, ks), layer.x.shape[0] * positions)
     record, position = np.divmod(rows, positions)
     pairs.count(0, record)
     if values.size:
@@ -412,22 +410,32 @@ def _add_crossing(
         out.add((record, g * mg + cols, *spatial), values)
 
 
-def _columns(xp: np.ndarray, g: int, cg: int, ks: np.ndarray, geometry: _Geometry) -> np.ndarray:
-    """im2col rows ``ks`` (``tap * cg + channel`` of group ``g``) of a padded input: ``(len(ks), records * out)``."""
-    positions = math.prod(geometry.out_spatial)
-    columns = np.empty((ks.size, xp.shape[0] * positions), np.uint8)
+def _columns(layer: _Layer, g: int, ks: np.ndarray, records: slice = slice(None)) -> np.ndarray:
+    """im2col rows ``ks`` (``tap * cg + channel`` of group ``g``): ``(len(ks), records * out)``.
+
+    Read from the unpadded input: each tap copies the outputs whose pixel lies inside it, and the
+    rest hold the input zero point, as onnxruntime pads.
+    """
+    x, geometry, cg = layer.x[records], layer.geometry, layer.cg
+    columns = np.empty((ks.size, x.shape[0], *geometry.out_spatial), np.uint8)
     tap_of, channel = np.divmod(ks, cg)
     for t in np.unique(tap_of):
         where = np.nonzero(tap_of == t)[0]
-        index = tuple(
-            slice(i * d, i * d + (o - 1) * s + 1, s)
-            for i, d, o, s in zip(
-                geometry.taps[t], geometry.dilations, geometry.out_spatial, geometry.strides, strict=True
-            )
-        )
-        view = xp[(slice(None), g * cg + channel[where], *index)]  # (records, len, *out)
-        columns[where] = np.moveaxis(view, 1, 0).reshape(where.size, -1)
-    return columns
+        out_index, in_index, inside = [], [], True
+        for axis, (i, dil, o, s) in enumerate(
+            zip(geometry.taps[t], geometry.dilations, geometry.out_spatial, geometry.strides, strict=True)
+        ):
+            shift = i * dil - layer.pads[axis]  # output o reads input pixel o * s + shift
+            lo = min(o, max(0, -(shift // s)))  # first output whose pixel is >= 0
+            hi = max(lo, min(o, (x.shape[2 + axis] - 1 - shift) // s + 1))  # past the last one inside
+            out_index.append(slice(lo, hi))
+            in_index.append(slice(lo * s + shift, (hi - 1) * s + shift + 1, s) if hi > lo else slice(0, 0))
+            inside &= lo == 0 and hi == o
+        view = x[(slice(None), g * cg + channel[where], *in_index)]  # (records, len, *inside)
+        target = np.full((where.size, *columns.shape[1:]), layer.x_zp, np.uint8) if not inside else columns[where]
+        target[(slice(None), slice(None), *out_index)] = np.moveaxis(view, 1, 0)
+        columns[where] = target
+    return columns.reshape(ks.size, -1)
 
 
 def _spans(bounds: np.ndarray, budget: int) -> list[tuple[int, int]]:
