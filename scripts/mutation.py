@@ -68,7 +68,9 @@ GROUPS: dict[str, Group] = {
     ),
     "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),
     "atomic": Group(("atomic.py",), ("tests/report/test_atomic_writers.py", "tests/report/test_atomic_edges.py")),
-    "matching": Group(("model/matching.py",), ("tests/test_matching.py", "tests/test_pair.py")),
+    "matching": Group(
+        ("model/matching.py",), ("tests/test_matching.py", "tests/test_matching_edges.py", "tests/test_pair.py")
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (

@@ -277,7 +277,7 @@ class Matcher:
             key = (node.op_type, tuple(mapped[x] for x in acts))
             if pool.get(key):
                 twin = pool[key].pop(0)
-                theirs_outputs = list(twin.output)
+                theirs_outputs: list[str | None] = list(twin.output)
                 if twin.op_type in ACCUMULATORS:
                     bias = len(node.input) > 2 and bool(node.input[2])
                     theirs_outputs = [self._rescaled(twin.output[0], bias)]
@@ -290,11 +290,11 @@ class Matcher:
                 mapped[node.output[0]] = mapped.pop(acts[0])  # the quantized tensor is post-activation
         return {name: root for name, root in mapped.items() if name in by_name}
 
-    def _rescaled(self, accumulator: str, bias: bool) -> str:
+    def _rescaled(self, accumulator: str, bias: bool) -> str | None:
         """The tensor holding the float value of an int32 accumulator: onnxruntime's dynamic
         quantization follows it with Cast -> Mul(scale product), then Add(bias) when the float op
         has a bias. Without that chain, the accumulator itself if it has quantization parameters
-        (a DequantizeLinear reads it), else "" (left unmatched: raw int32 sums are no activation)."""
+        (a DequantizeLinear reads it), else None (left unmatched: raw int32 sums are no activation)."""
         name = accumulator
         for op_type in ("Cast", "Mul", "Add") if bias else ("Cast", "Mul"):
             consumers = self.q.consumers.get(name, [])
@@ -303,7 +303,7 @@ class Matcher:
             name = consumers[0][1].output[0]
         else:
             return name
-        return accumulator if self._integer_params(accumulator) is not None else ""
+        return accumulator if self._integer_params(accumulator) is not None else None
 
 
 def _is_activation_slot(node: onnx.NodeProto, pos: int) -> bool:
