@@ -161,15 +161,24 @@ class QdqGraph:
         name = f"{dq.output[0]}::float"
         if name in self.float_weights:
             return name
-        value = None
-        if self._fp32 is not None:
-            fp32 = self._fp32
-            node = next((n for n in fp32.nodes if consumer is not None and n.name == consumer.name), None)
-            if node is not None and node.op_type == consumer.op_type and pos < len(node.input):
-                value = fp32.constant(node.input[pos])
-            for candidate in (dq.output[0], dq.input[0].removesuffix("_quantized")):
-                if value is None and fp32.is_constant(candidate):
-                    value = fp32.constant(candidate)
+        if self._fp32 is None:
+            return None
+        fp32 = self._fp32
+        candidates = []
+        if consumer is not None and consumer.name:  # unnamed nodes (many exporters) say nothing
+            named = [n for n in fp32.nodes if n.name == consumer.name]
+            if len(named) == 1 and named[0].op_type == consumer.op_type and pos < len(named[0].input):
+                candidates.append(named[0].input[pos])
+        candidates += [dq.output[0], dq.input[0].removesuffix("_quantized")]
+        quantized = self.view.constant(dq.input[0])
+        value = next(
+            (
+                v
+                for v in (fp32.constant(c) for c in candidates if fp32.is_constant(c))
+                if v is not None and (quantized is None or v.shape == quantized.shape)
+            ),
+            None,
+        )
         if value is None:
             return None
         self.float_weights[name] = numpy_helper.from_array(value, name)

@@ -32,7 +32,7 @@ L, D, H, E = 10, 12, 2, 6  # tokens, model width, heads, head width
 RECORDS = 5
 _ORT = tuple(int(part) for part in ort.__version__.split(".")[:2])
 #: quant_pre_process turns the block's 3-D MatMuls into Reshape -> Gemm -> Reshape from onnxruntime 1.21 on
-#: (1.20.1 keeps the MatMuls, and our experiments on its prepared graph fail to load: an open defect)
+#: (1.20.1 and older keep the MatMuls: the tests of that layout do not apply there)
 needs_gemm_rewrite = pytest.mark.skipif(
     _ORT < (1, 21), reason=f"onnxruntime {ort.__version__}: quant_pre_process keeps 3-D MatMuls (from 1.21: Gemm)"
 )
@@ -159,7 +159,6 @@ def test_a_baked_batch_runs_record_by_record(prepared):
     assert out["y"].shape == (3, L, D) and out["gemm_input_reshape_arg"].shape == (3 * L, D)
 
 
-@needs_gemm_rewrite
 @pytest.mark.parametrize("mode", ["single", "leave-one-out"])
 def test_sensitivity_on_a_quant_pre_processed_transformer(prepared, mode, capfd):
     """Both modes run (onnxruntime used to fail in Reshape: records stacked on axis 0, then split on
@@ -183,6 +182,26 @@ def test_sensitivity_on_a_quant_pre_processed_transformer(prepared, mode, capfd)
     assert reuse.baseline["mse"] == pytest.approx(((ref - test) ** 2).mean(), rel=1e-5)
 
 
+@pytest.mark.parametrize("strategy", ["reuse", "naive"])
+def test_each_float_weight_is_its_own_in_a_graph_of_unnamed_nodes(tmp_path, strategy):
+    """Exporters often leave nodes unnamed: the fp32 weight a quantized MatMul stands for is found by
+    the weight's name and shape, not by matching the (empty) node names, which took the first
+    MatMul's (12, 36) weight for the last MatMul's (12, 12) one and gave a graph onnxruntime refuses."""
+    fp32 = _attention(tmp_path / "attention.onnx")
+    assert not any(n.name for n in onnx.load(str(fp32)).graph.node)
+    records = np.random.default_rng(5).standard_normal((RECORDS, 1, L, D)).astype(np.float32)
+    qdq = quantize(fp32, tmp_path / "attention.qdq.onnx", records)
+    data = write_h5(tmp_path / "d.h5", records)
+    result = node_sensitivity(ModelPair(fp32, qdq), data, mode="leave-one-out", metrics="mse", strategy=strategy)
+    assert len(result.nodes) >= 5
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    f, q = (ort.InferenceSession(str(p), so, providers=["CPUExecutionProvider"]) for p in (fp32, qdq))
+    ref = np.stack([f.run(None, {"x": r})[0] for r in records]).astype(np.float64)
+    test = np.stack([q.run(None, {"x": r})[0] for r in records]).astype(np.float64)
+    assert result.baseline["mse"] == pytest.approx(((ref - test) ** 2).mean(), rel=1e-5)
+
+
 def test_mse_calibration_of_a_baked_batch_is_silent(prepared, capfd):
     fp32, _, data, _ = prepared
     result = compute_ranges(fp32, data, CalibrationOptions(method="mse"), RuntimeOptions(batch_size=4))
@@ -195,11 +214,6 @@ def _fq(x: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
     return ((np.clip(np.round(x / scale) + zero, 0, 255) - zero) * scale).astype(np.float32)
 
 
-@pytest.mark.skipif(
-    _ORT < (1, 20),
-    reason=f"onnxruntime {ort.__version__}: the golden follows the QDQ layout quantize_static writes from 1.20 on "
-    "(1.18 differs: mse 1.2e-4 against the golden's 8.37, not yet explained)",
-)
 @pytest.mark.parametrize("strategy", ["reuse", "naive"])
 def test_subgraph_reads_and_shared_weights(tmp_path, strategy):
     """mm1 alone quantized: the If reads the changed h1 from outer scope, so it must be recomputed
@@ -213,7 +227,8 @@ def test_subgraph_reads_and_shared_weights(tmp_path, strategy):
 
     init = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(qdq)).graph.initializer}
     w = numpy_helper.to_array(next(t for t in onnx.load(str(fp32)).graph.initializer if t.name == "w"))
-    w_q = init["w_quantized"].astype(np.float32) * init["w_scale"]
+    # onnxruntime 1.18 quantizes a MatMul weight with the activation type (uint8, zero point 128)
+    w_q = (init["w_quantized"].astype(np.float32) - init["w_zero_point"].astype(np.float32)) * init["w_scale"]
     x = records[:, 0]
     h1 = _fq(x, init["x_scale"], init["x_zero_point"]) @ w_q
     y = ((np.maximum(h1, 0) @ w) + _fq(h1, init["h1_scale"], init["h1_zero_point"])) @ w
