@@ -101,13 +101,14 @@ def test_candidates_are_float_activations_only():
             n("MatMul", ["x", "w2"], ["y"], name="mm"),
             n("Add", ["y", "c"], ["y1"]),
             n("ArgMax", ["y1"], ["am"], axis=1),
+            n("Cast", ["am"], ["amf"], to=F),
         ],
         [("x", F)],
-        [("am", TensorProto.INT64)],
+        [("amf", F)],
         [w, two],
     )
     matching = match_tensors(fp32, fp32)
-    assert fields(matching) == [("y", "y", "y", "name"), ("y1", "y1", "y1", "name")]
+    assert fields(matching) == [("y", "y", "y", "name"), ("y1", "y1", "y1", "name"), ("amf", "amf", "amf", "name")]
     assert (matching.matches[0].node, matching.matches[1].node) == ("mm", None)  # unnamed node: None
     assert matching.unmatched_fp32 == []
     # of the quantized side's tensors, only am is a computed one that nothing matched
