@@ -24,9 +24,8 @@ from pytest_qaccuracy.plugin.fixtures import (
     validate_marker,
 )
 from pytest_qaccuracy.plugin.progress import SessionProgress, check_artifacts_dir, finish_session
-from pytest_qaccuracy.plugin.sensitivity import check_metric
 from pytest_qaccuracy.plugin.session import QAccuracySession
-from pytest_qaccuracy.plugin.settings import add_options, load_settings
+from pytest_qaccuracy.plugin.settings import add_options, check_metric, load_settings
 from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
 
 __all__ = ["qaccuracy", "qaccuracy_dataset", "qaccuracy_pair"]
@@ -54,7 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = hasattr(config, "workerinput")
     state = QAccuracySession(load_settings(config), config.rootpath, worker)
     if not worker and state.settings.artifacts_dir is not None:  # one ERROR line, exit 4, before any test
-        check_artifacts_dir(config, state.settings.artifacts_dir)
+        check_artifacts_dir(config, state.settings)
     config.stash[session_key] = state
     config.stash[progress_key] = SessionProgress(state.records)
     config.pluginmanager.register(config.stash[progress_key], "qaccuracy-progress")
@@ -100,7 +99,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     state = session.config.stash.get(session_key, None)
     if state is not None and not state.worker:  # a metric the registry lacks: exit 4 before any test
-        check_metric(state.settings.sensitivity, state.settings.sensitivity_metric)
+        check_metric(state.settings)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -119,7 +118,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     artifacts = state.settings.artifacts_dir if state.written else None
     terminalreporter.write_sep("=", "quantization accuracy summary")
     top = state.settings.sensitivity_top
-    for line in summary_lines(state.sorted_records(), str(artifacts) if artifacts else None, top):
+    for line in summary_lines(state.documents(), str(artifacts) if artifacts else None, top):
         terminalreporter.write_line(line, red=": FAILED (" in line or " FAIL" in line)
     report = report_path(state.settings, state.written)
     if report is not None:

@@ -11,12 +11,13 @@ pair of the session produced are listed as *stale*. Only stdlib at module level.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pytest_qaccuracy.plugin.session import PairSpec
+    from pytest_qaccuracy.plugin.pairs import PairSpec
+    from pytest_qaccuracy.plugin.records import PairRecord
     from pytest_qaccuracy.plugin.settings import QAccuracySettings
     from pytest_qaccuracy.report.baseline import BaselineStatus
 
@@ -34,9 +35,7 @@ def compared_dir(settings: QAccuracySettings) -> Path | None:
 
 def baseline_path(folder: Path, spec: PairSpec, root: Path) -> Path:
     """The baseline of a pair: ``<folder>/<stem>.json``, the stem of its artifacts."""
-    from pytest_qaccuracy.report.artifacts import artifact_stem
-
-    return folder / f"{artifact_stem(spec.id, spec.key(root))}.json"
+    return folder / f"{spec.stem(root)}.json"
 
 
 def missing_reason(settings: QAccuracySettings, spec: PairSpec, root: Path) -> str | None:
@@ -55,34 +54,30 @@ def shown(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _passed(record: Mapping[str, Any]) -> bool:
-    return all(check["passed"] for check in record["checks"])
-
-
-def _drifted(record: Mapping[str, Any]) -> bool:
-    return any(check["check"] == "drift" and not check["passed"] for check in record["checks"])
+def _drifted(record: PairRecord) -> bool:
+    return any(c.outcome.check == "drift" and not c.outcome.passed for c in record.checks)
 
 
 def finish_baselines(
-    settings: QAccuracySettings, records: Sequence[Mapping[str, Any]], root: Path
+    settings: QAccuracySettings, records: Sequence[PairRecord], root: Path
 ) -> tuple[BaselineStatus | None, list[Path]]:
     """Write baselines when asked and say what the session did with its folder; ``(None, [])``
     when it neither compared nor wrote any. Raises OSError when a write fails."""
     from pytest_qaccuracy.analysis.results import ComparisonResult
     from pytest_qaccuracy.report.baseline import BaselineStatus, baseline_files, profile, write_baseline
 
-    stems = {f"{record['stem']}.json" for record in records}
+    stems = {f"{record.stem}.json" for record in records}
     if settings.save_baseline_dir is not None:
         folder = settings.save_baseline_dir
         found: dict[str, list[str]] = {"saved": [], "updated": [], "unchanged": [], "failing": []}
         written = []
         for record in records:
-            if not (settings.save_failing_baselines or _passed(record)):
-                found["failing"].append(record["id"])
+            if not (settings.save_failing_baselines or record.passed):
+                found["failing"].append(record.id)
                 continue
-            path = folder / f"{record['stem']}.json"
-            document = profile(ComparisonResult.from_dict(record["comparison"]), record["id"])
-            found[write_baseline(path, document)].append(record["id"])
+            path = folder / f"{record.stem}.json"
+            document = profile(ComparisonResult.from_dict(record.comparison), record.id)
+            found[write_baseline(path, document)].append(record.id)
             written.append(path)
         stale = tuple(name for name in baseline_files(folder) if name not in stems)
         lists = {key: tuple(value) for key, value in found.items()}
@@ -91,13 +86,13 @@ def finish_baselines(
     if folder is None:
         return None, []
     present = set(baseline_files(folder))
-    compared = tuple(r["id"] for r in records if f"{r['stem']}.json" in present)
+    compared = tuple(r.id for r in records if f"{r.stem}.json" in present)
     status = BaselineStatus(
         shown(folder, root),
         False,
         compared=compared,
-        drifted=tuple(r["id"] for r in records if _drifted(r)),
-        missing=tuple(r["id"] for r in records if f"{r['stem']}.json" not in present),
+        drifted=tuple(r.id for r in records if _drifted(r)),
+        missing=tuple(r.id for r in records if f"{r.stem}.json" not in present),
         stale=tuple(sorted(present - stems)),
     )
     return status, []

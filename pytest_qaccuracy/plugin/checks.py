@@ -1,6 +1,8 @@
 """Evaluate a pair's tolerances against its results, and write the failure message. Pure: no pytest.
 
-Each check gives :class:`Outcome` rows (plain data, so they travel across xdist and into JSON).
+Each check gives :class:`~pytest_qaccuracy.plugin.records.Outcome` rows, built here by keyword:
+the named output tolerances, the rules on outputs and layers, the saturation check and the
+agreement gate (``max_backend_steps``).
 The failure message follows numpy's layout: the first failed rule and by how much, where its
 tolerance came from, the other failures, the worst records or elements, then the worst layers and
 the first layer where the error jumps.
@@ -9,14 +11,16 @@ the first layer where the error jumps.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from typing import Any
 
 from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
 from pytest_qaccuracy.analysis.outputs import OutputStats
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.assertions import SHOW, fmt
-from pytest_qaccuracy.plugin.rules import OPS, SATURATION, Rule, rules_for
+from pytest_qaccuracy.plugin.records import Outcome
+from pytest_qaccuracy.plugin.rules import GATE, OPS, SATURATION, Rule, Tolerances, rules_for
+from pytest_qaccuracy.plugin.schemes import SCHEMES
 
 #: The tolerance on how many quantization steps each varying channel of an output spans.
 CHANNELS = "min_channel_steps"
@@ -24,31 +28,9 @@ CHANNELS = "min_channel_steps"
 SIMPLE = {"min_cosine": ("cosine", ">=", ""), "min_sqnr": ("sqnr", ">=", " dB"), "max_lsb": ("lsb", "<=", "")}
 _NEGATED = {">=": "<", "<=": ">", ">": "<=", "<": ">="}
 
-#: Tolerance values with their source: name -> (value, "marker" / "ini file pytest.ini" / ...).
-Tolerances = Mapping[str, tuple[float, str]]
 
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """One rule applied to one target (an output or a layer)."""
-
-    check: str
-    target: str
-    metric: str
-    op: str
-    threshold: float | None
-    value: float | None
-    passed: bool
-    source: str
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
-        return cls(**data)
-
+#: Diverging tensors listed in a failure message of the agreement gate after the first one.
+SHOW_TENSORS = 5
 
 #: Separates a check's target from the deployment target it ran on: ``output 'y' on onnxruntime-avx2``.
 ON_TARGET = " on "
@@ -56,8 +38,6 @@ ON_TARGET = " on "
 
 def deployment_target(target: str) -> str | None:
     """The deployment target a check's target names (``... on <preset>``), or None for the pair's own run."""
-    from pytest_qaccuracy.plugin.backend import SCHEMES
-
     head, _, tail = target.rpartition(ON_TARGET)
     return tail if head and tail in SCHEMES else None
 
@@ -80,7 +60,17 @@ def _compare(
     else:
         verb = op if passed else _NEGATED[op]
         detail = f"{metric} {fmt(value)}{unit} {verb} {fmt(threshold)}{unit} for {target}"
-    return Outcome(check, target, metric, op, threshold, value, passed, source, detail)
+    return Outcome(
+        check=check,
+        target=target,
+        metric=metric,
+        op=op,
+        threshold=threshold,
+        value=value,
+        passed=passed,
+        source=source,
+        detail=detail,
+    )
 
 
 def _output_checks(
@@ -111,13 +101,27 @@ def _output_checks(
         # one line per output that could not be counted: its name, dtype, shape and why
         for name, why in stats.problems.items():
             detail = f"{wanted[0]}: cannot count top-1 on {why}"
-            target = f"output '{name}'"
-            rows.append(Outcome(wanted[0], target, "top-1", "", None, None, False, tolerances[wanted[0]][1], detail))
+            rows.append(_unmeasured(wanted[0], f"output '{name}'", "top-1", tolerances[wanted[0]][1], detail))
     elif wanted and not counted:
         names = ", ".join(o.name for o in result.outputs)
         detail = f"{wanted[0]} needs class scores (records, classes), but no output is ({names})"
-        rows.append(Outcome(wanted[0], "outputs", "top-1", "", None, None, False, tolerances[wanted[0]][1], detail))
+        rows.append(_unmeasured(wanted[0], "outputs", "top-1", tolerances[wanted[0]][1], detail))
     return rows
+
+
+def _unmeasured(check: str, target: str, metric: str, source: str, detail: str, op: str = "") -> Outcome:
+    """A failed check that has no value to compare: what is missing is in ``detail``."""
+    return Outcome(
+        check=check,
+        target=target,
+        metric=metric,
+        op=op,
+        threshold=None,
+        value=None,
+        passed=False,
+        source=source,
+        detail=detail,
+    )
 
 
 def _channel_steps(target: str, report: Any, threshold: float, source: str) -> Outcome:
@@ -128,7 +132,7 @@ def _channel_steps(target: str, report: Any, threshold: float, source: str) -> O
     row = _compare(CHANNELS, target, "channel steps", ">=", threshold, report.min_steps, source)
     if report.low and not row.passed:
         where = f" (channels {report.low} of axis {report.axis}, scale {fmt(report.scale)})"
-        row = Outcome(**{**row.to_dict(), "detail": row.detail + where})
+        row = replace(row, detail=row.detail + where)
     return row
 
 
@@ -136,13 +140,33 @@ def _relative(target: str, rel: Any, tolerances: Tolerances) -> Outcome:
     name = "rtol" if "rtol" in tolerances else "atol"
     source = tolerances[name][1]
     if rel is None:
-        return Outcome(name, target, "relative", "<=", 0.0, None, False, source, f"no element stats for {target}")
+        return Outcome(
+            check=name,
+            target=target,
+            metric="relative",
+            op="<=",
+            threshold=0.0,
+            value=None,
+            passed=False,
+            source=source,
+            detail=f"no element stats for {target}",
+        )
     fraction = rel.violations / max(rel.elements, 1)
     detail = (
         f"{rel.violations} / {rel.elements} elements ({fmt(100 * fraction)}%) outside atol + rtol*|fp32| "
         f"(rtol={fmt(rel.rtol)}, atol={fmt(rel.atol)}) for {target}"
     )
-    return Outcome(name, target, "relative", "<=", 0.0, fraction, rel.violations == 0, source, detail)
+    return Outcome(
+        check=name,
+        target=target,
+        metric="relative",
+        op="<=",
+        threshold=0.0,
+        value=fraction,
+        passed=rel.violations == 0,
+        source=source,
+        detail=detail,
+    )
 
 
 def _topk(target: str, counts: Mapping[str, Any], tolerances: Tolerances) -> list[Outcome]:
@@ -163,7 +187,7 @@ def _topk(target: str, counts: Mapping[str, Any], tolerances: Tolerances) -> lis
             row = _compare("max_top1_drop", target, f"top-{k} accuracy drop", "<=", value, drop, source, why=why)
             if drop is not None:
                 extra = f" (fp32 {fmt(per_k['fp32_accuracy'])}, quantized {fmt(per_k['quantized_accuracy'])})"
-                row = Outcome(**{**row.to_dict(), "detail": row.detail + extra})
+                row = replace(row, detail=row.detail + extra)
             rows.append(row)
     return rows
 
@@ -184,7 +208,17 @@ def _rule_checks(result: ComparisonResult, pair_id: str, rules: Sequence[Rule]) 
             names = ", ".join(x.tensor for x in result.layers[:10]) or "none"
             detail = f"layer rule '{rule.text}' matches no compared layer (layers: {names})"
             rows.append(
-                Outcome(rule.text, "layers", rule.metric, rule.op, rule.value, None, False, rule.source, detail)
+                Outcome(
+                    check=rule.text,
+                    target="layers",
+                    metric=rule.metric,
+                    op=rule.op,
+                    threshold=rule.value,
+                    value=None,
+                    passed=False,
+                    source=rule.source,
+                    detail=detail,
+                )
             )
     return rows
 
@@ -259,7 +293,17 @@ def saturation_outcome(report: Any, threshold: float, source: str) -> Outcome:
         f"saturated pair sums {fmt(100 * share)}% {verb} {fmt(100 * threshold)}% on {SATURATING}: "
         f"{report.saturated} / {report.pairs}{where}"
     )
-    return Outcome(SATURATION, f"{SATURATING} pair sums", "saturated", "<=", threshold, share, passed, source, detail)
+    return Outcome(
+        check=SATURATION,
+        target=f"{SATURATING} pair sums",
+        metric="saturated",
+        op="<=",
+        threshold=threshold,
+        value=share,
+        passed=passed,
+        source=source,
+        detail=detail,
+    )
 
 
 def saturation_notes(report: Any) -> list[str]:
@@ -276,6 +320,71 @@ def saturation_notes(report: Any) -> list[str]:
             lines.append(f"Output '{name}': SQNR {fmt(sqnr)} dB against {EXACT} (exact sums)")
     lines.append("Remedies: 7-bit weights (reduce_range=True), u8 x u8 weights, or the worst layers in float")
     return lines
+
+
+def gate_outcome(agreement: Any, source: str) -> Outcome:
+    """``max_backend_steps``: one ``AgreementResult`` (the pair's scheme against onnxruntime over its
+    dataset, judged against N steps) as an outcome; it fails on the first tensor, in topological
+    order, that differs by more than N steps."""
+    n, scheme = agreement.max_steps_allowed, agreement.scheme
+    rule = f"integer emulation ({scheme}) within {_steps(n)} of onnxruntime"
+
+    def outcome(target: str, value: float | None, passed: bool, detail: str) -> Outcome:
+        return Outcome(
+            check=GATE,
+            target=target,
+            metric="steps vs onnxruntime",
+            op="<=",
+            threshold=float(n),
+            value=value,
+            passed=passed,
+            source=source,
+            detail=detail,
+        )
+
+    if not agreement.tensors:
+        return outcome("integer tensors", None, False, f"{rule}: the model has no 8-bit tensors to compare")
+    if agreement.ok:
+        worst = max(t.max_steps for t in agreement.tensors)
+        detail = f"{rule}: ok on {len(agreement.tensors)} tensors (max {_steps(worst)})"
+        return outcome(f"{len(agreement.tensors)} integer tensors ({scheme})", float(worst), True, detail)
+    bad = next(t for t in agreement.tensors if t.tensor == agreement.first_divergence)
+    target = f"tensor '{bad.tensor}' ({scheme})"
+    if bad.max_steps < 0:
+        return outcome(
+            target, None, False, f"{rule}: tensor '{bad.tensor}' (order {bad.order}) has another shape on onnxruntime"
+        )
+    share = 100.0 * bad.mismatches / max(bad.elements, 1)
+    detail = (
+        f"{rule}: tensor '{bad.tensor}' (order {bad.order}) differs by up to {_steps(bad.max_steps)}, "
+        f"{bad.mismatches} / {bad.elements} elements ({share:.3g}%)"
+    )
+    return outcome(target, float(bad.max_steps), False, detail)
+
+
+def gate_notes(agreement: Any) -> list[str]:
+    """Message lines of the agreement gate after the first divergence: the next diverging tensors,
+    then the totals."""
+    if agreement.ok:
+        return []
+    n = agreement.max_steps_allowed
+    after = [t for t in agreement.tensors if t.max_steps > n or t.max_steps < 0][1:]  # [0] is the first line
+    lines = [f"Next diverging tensors (> {_steps(n)}):"] if after else []
+    for t in after[:SHOW_TENSORS]:
+        shape = "another shape" if t.max_steps < 0 else _steps(t.max_steps)
+        lines.append(f" {t.tensor} (order {t.order}): {shape}, {t.mismatches} / {t.elements} elements")
+    if len(after) > SHOW_TENSORS:
+        lines.append(f" ... and {len(after) - SHOW_TENSORS} more")
+    worst = max(agreement.tensors, key=lambda t: t.max_steps)
+    lines.append(
+        f"Tensors that differ: {agreement.num_mismatched_tensors} / {len(agreement.tensors)}; "
+        f"max {_steps(worst.max_steps)} at '{worst.tensor}' ({agreement.records} records)"
+    )
+    return lines
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
 
 
 def _output_name(target: str) -> str:
@@ -335,6 +444,8 @@ __all__ = [
     "deployment_target",
     "evaluate",
     "failure_message",
+    "gate_notes",
+    "gate_outcome",
     "saturation_notes",
     "saturation_outcome",
 ]

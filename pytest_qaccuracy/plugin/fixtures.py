@@ -15,27 +15,27 @@ from typing import Any
 
 import pytest
 
-from pytest_qaccuracy.plugin.backend import (
-    DEFAULT_BACKEND,
-    DEFAULT_SCHEME,
-    check_backend,
-    check_scheme,
-    check_targets,
-)
+from pytest_qaccuracy.plugin.pairs import PairSpec
 from pytest_qaccuracy.plugin.rules import (
     TOLERANCES,
     Rule,
     check_tolerance,
     parse_rules,
     slice_rules,
+    tolerance_values,
     with_slice_tolerances,
 )
-from pytest_qaccuracy.plugin.session import CheckResult, PairSpec, QAccuracySession
+from pytest_qaccuracy.plugin.schemes import (
+    DEFAULT_BACKEND,
+    DEFAULT_SCHEME,
+    RUN_KEYS,
+    check_backend,
+    check_scheme,
+    check_targets,
+)
+from pytest_qaccuracy.plugin.session import CheckResult, QAccuracySession
 
 session_key = pytest.StashKey[QAccuracySession]()
-
-#: Pair keys naming where the quantized model runs, with their checks (ValueError naming the key).
-RUN_KEYS = {"backend": check_backend, "scheme": check_scheme, "targets": check_targets}
 
 #: Marker keys besides the tolerances.
 PAIR_KEYS = (
@@ -155,18 +155,18 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
 
     slices = tuple(check_slices(extra.get("slices") or {}, check_tolerance).values())
     return PairSpec(
-        str(name),
-        paths["fp32"],
-        paths["quantized"],
-        paths["data"],
-        labels,
-        mapping,
-        metrics,
-        backend,
-        scheme,
-        targets,
-        scores,
-        slices,
+        id=str(name),
+        fp32=paths["fp32"],
+        quantized=paths["quantized"],
+        data=paths["data"],
+        labels=labels,
+        mapping=mapping,
+        metrics=metrics,
+        backend=backend,
+        scheme=scheme,
+        targets=targets,
+        scores=scores,
+        slices=slices,
     )
 
 
@@ -224,13 +224,12 @@ class QAccuracyRecorder:
 
     def tolerances(self, **overrides: Any) -> dict[str, tuple[float, str]]:
         """The tolerances in effect for this test, each with its source."""
-        found = dict(self._state.settings.tolerances)
-        for name in TOLERANCES:
-            if name in self._marker:
-                found[name] = (check_tolerance(name, self._marker[name]), f"marker @pytest.mark.qaccuracy({name}=...)")
-        for name, value in overrides.items():
-            found[name] = (check_tolerance(name, value), f"check() argument {name}=")
-        return found
+        marked = {name: self._marker[name] for name in TOLERANCES if name in self._marker}
+        return {
+            **self._state.settings.tolerances,
+            **tolerance_values(marked, lambda name: f"marker @pytest.mark.qaccuracy({name}=...)"),
+            **tolerance_values(overrides, lambda name: f"check() argument {name}="),
+        }
 
     def check(self, pair: PairHandle | None = None, *, layers: Sequence[str] = (), **tolerances: Any) -> CheckResult:
         """Check a pair (the marker's by default) against every tolerance and rule in effect.

@@ -5,7 +5,7 @@ process, or an xdist worker), each report carries the pairs its test checked (``
 plain lists, so it crosses xdist). The controller keeps the collected ids (its own collection, or
 the workers'), the ids that reported, and those announcements. At the end, tests that never
 reported did not run, and announced checks whose records never arrived were lost with a crashed
-worker (issue 18). The status reaches ``summary.json``, ``report.html``, the terminal and the exit code.
+worker. The status reaches ``summary.json``, ``report.html``, the terminal and the exit code.
 """
 
 from __future__ import annotations
@@ -13,13 +13,18 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_qaccuracy.plugin.records import PairRecord, WorkerPayload
 from pytest_qaccuracy.report.completeness import INCOMPLETE, INTERRUPTED, SessionStatus
+
+if TYPE_CHECKING:
+    from pytest_qaccuracy.plugin.session import QAccuracySession
+    from pytest_qaccuracy.plugin.settings import QAccuracySettings
 
 #: The report attribute listing ``[pair key, pair id]`` of the checks a test recorded.
 REPORT_ATTR = "qaccuracy_checks"
@@ -28,7 +33,7 @@ REPORT_ATTR = "qaccuracy_checks"
 class SessionProgress:
     """Collected, reported and announced tests of one process; see the module docstring."""
 
-    def __init__(self, records: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, records: dict[str, PairRecord]) -> None:
         self.records = records  # the session's records, by pair key (appended to as checks run)
         self.collected: list[str] = []
         self.reported: set[str] = set()
@@ -53,9 +58,9 @@ class SessionProgress:
         """Pairs ``nodeid`` checked since the last report (records only grow until the end)."""
         found = {}
         for key, record in self.records.items():
-            checks = record["checks"]
-            if any(c["test"] == nodeid for c in checks[self._seen.get(key, 0) :]):
-                found[key] = record["id"]
+            checks = record.checks
+            if any(c.test == nodeid for c in checks[self._seen.get(key, 0) :]):
+                found[key] = record.id
             self._seen[key] = len(checks)
         return found
 
@@ -70,9 +75,9 @@ class SessionProgress:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        payload = getattr(node, "workeroutput", {}).get("qaccuracy") or {}
-        if payload.get("interrupted"):
-            self.interrupt(payload["interrupted"])
+        payload = WorkerPayload.from_wire(getattr(node, "workeroutput", {}).get("qaccuracy"))
+        if payload is not None and payload.interrupted:
+            self.interrupt(payload.interrupted)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reported.add(report.nodeid)
@@ -82,7 +87,7 @@ class SessionProgress:
     def finish(self, workers_lost: int, stopped: str | None) -> SessionStatus:
         """The session's status from what was collected, reported and merged; kept in ``status``."""
         not_run = tuple(test for test in self.collected if test not in self.reported)
-        arrived = {(check["test"], key) for key, record in self.records.items() for check in record["checks"]}
+        arrived = {(check.test, key) for key, record in self.records.items() for check in record.checks}
         lost = tuple(
             sorted(
                 (test, pair)
@@ -128,21 +133,20 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def check_artifacts_dir(config: pytest.Config, directory: Any) -> None:
+def check_artifacts_dir(config: pytest.Config, settings: QAccuracySettings) -> None:
     """A folder the session could not publish its artifacts to is a usage error before any test."""
     from pytest_qaccuracy.errors import InputError
     from pytest_qaccuracy.plugin.artifacts import OWNED
     from pytest_qaccuracy.report.publish import check_publishable
 
-    what = "--qaccuracy-artifacts-dir" if config.getoption("qaccuracy_artifacts_dir") else "qaccuracy_artifacts_dir"
     protected = (config.rootpath, config.invocation_params.dir.resolve())
     try:
-        check_publishable(directory, what, OWNED, protected)
+        check_publishable(settings.artifacts_dir, settings.where("artifacts_dir"), OWNED, protected)
     except InputError as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
-def analysis_progress(config: pytest.Config, state: Any) -> AbstractContextManager[None]:
+def analysis_progress(config: pytest.Config, state: QAccuracySession) -> AbstractContextManager[None]:
     """Shows the end-of-session analysis's progress on stderr (:mod:`pytest_qaccuracy.data.progress`);
     never with ``-q`` or on an xdist worker (the workers' lines would overwrite each other)."""
     if state.worker or not state.records:  # nothing to show: spare the import
@@ -152,12 +156,7 @@ def analysis_progress(config: pytest.Config, state: Any) -> AbstractContextManag
     return reporting(progress_for(sys.stderr, quiet=config.get_verbosity() < 0, below=True))
 
 
-def worker_payload(payload: Mapping[str, Any], progress: SessionProgress) -> dict[str, Any]:
-    """What a worker sends: its records, and where it was interrupted (None if it was not)."""
-    return {**payload, "interrupted": progress.interrupted}
-
-
-def finish_session(session: pytest.Session, state: Any, progress: SessionProgress) -> None:
+def finish_session(session: pytest.Session, state: QAccuracySession, progress: SessionProgress) -> None:
     """End of session: analyse (showing progress, :func:`analysis_progress`), then (worker) send the
     records or (controller) publish artifacts that say whether the session is complete, and let the
     exit code say so too.
@@ -175,16 +174,16 @@ def finish_session(session: pytest.Session, state: Any, progress: SessionProgres
             progress.interrupt("during the sensitivity analysis")
             session.exitstatus = pytest.ExitCode.INTERRUPTED
     if state.worker:
-        session.config.workeroutput["qaccuracy"] = worker_payload(state.payload(), progress)
+        session.config.workeroutput["qaccuracy"] = state.payload(progress.interrupted)
         return
-    state.status = progress.finish(state.workers_without_data, stopped_reason(session))
+    status = state.status = progress.finish(state.workers_without_data, stopped_reason(session))
     try:
         with sigterm_as_interrupt():
             written = state.finish()
     except KeyboardInterrupt:
         folder = state.settings.artifacts_dir
         pytest.exit(f"qaccuracy: interrupted while writing artifacts; {folder} left as it was", 2)
-    failed = not written or state.status.status == INCOMPLETE
+    failed = not written or status.status == INCOMPLETE
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # missing artifacts or results: say so in CI
 
@@ -197,5 +196,4 @@ __all__ = [
     "finish_session",
     "sigterm_as_interrupt",
     "stopped_reason",
-    "worker_payload",
 ]

@@ -33,6 +33,11 @@ TOLERANCES: dict[str, tuple[type, str]] = {
 
 #: The tolerance on the share of saturated int16 pair sums (``analysis.saturation``).
 SATURATION = "max_saturated"
+#: The tolerance of the agreement gate: the integer emulation's steps against onnxruntime.
+GATE = "max_backend_steps"
+
+#: Tolerance values with their source: name -> (value, "marker" / "ini file pytest.ini" / ...).
+Tolerances = Mapping[str, tuple[float, str]]
 
 #: Values used when nothing else sets them.
 DEFAULTS: dict[str, float | int] = {"min_cosine": 0.99, "topk": 1}
@@ -71,22 +76,42 @@ def parse_number(text: object, kind: type = float) -> float | int:
     return value
 
 
+class BadValue(ValueError):
+    """A bad value of a named key: ``str()`` reads ``<key>: <reason>``, and ``reason`` alone is there
+    for a caller that names the key its own way (``--qaccuracy-min-cosine``, ``qaccuracy_min_cosine``)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
 def check_tolerance(name: str, value: object) -> float | int:
-    """Validate one named tolerance; ValueError names the key and the problem."""
+    """Validate one named tolerance, from any source; :class:`BadValue` names the key and the problem.
+
+    The only tolerance validator: options (:mod:`.settings`), markers, ``check()`` arguments, suite
+    tables (:func:`tolerance_values`) and slices all call it.
+    """
     if name not in TOLERANCES:
         raise ValueError(f"unknown tolerance '{name}' (known: {', '.join(TOLERANCES)})")
     kind = TOLERANCES[name][0]
     try:
         number = parse_number(value, kind)
     except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
+        raise BadValue(name, str(exc)) from None
     if number < 0 and name != "min_sqnr":
-        raise ValueError(f"{name}: must be >= 0, got {number}")
+        raise BadValue(name, f"must be >= 0, got {number}")
     if name == "topk" and number < 1:
-        raise ValueError(f"topk: must be >= 1, got {number}")
+        raise BadValue(name, f"must be >= 1, got {number}")
     if name in ("min_cosine", "min_top1_agreement", "max_top1_drop", "max_saturated") and number > 1:
-        raise ValueError(f"{name}: must be between 0 and 1, got {number}")
+        raise BadValue(name, f"must be between 0 and 1, got {number}")
     return number
+
+
+def tolerance_values(values: Mapping[str, object], source: Callable[[str], str]) -> dict[str, tuple[float, str]]:
+    """``values`` validated by :func:`check_tolerance`, each with where it came from (``source(name)``);
+    the first bad value raises its ValueError."""
+    return {name: (check_tolerance(name, value), source(name)) for name, value in values.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,14 +213,18 @@ def rules_for(rules: Sequence[Rule], pair: str, names: Sequence[str | None], lay
 
 __all__ = [
     "DEFAULTS",
+    "GATE",
     "OPS",
     "SATURATION",
     "TOLERANCES",
+    "BadValue",
     "Rule",
+    "Tolerances",
     "check_tolerance",
     "parse_number",
     "parse_rule",
     "rules_for",
     "slice_rules",
+    "tolerance_values",
     "with_slice_tolerances",
 ]

@@ -2,26 +2,71 @@
 
 Ini keys are declared as strings or lists of strings and parsed here (:mod:`.ini`), never by pytest,
 so a bad value (``5%``, an inline comment, a string where a number belongs) reads the same on every
-pytest: ``pytest.UsageError`` with one line naming the option, exit code 4 and no traceback.
+pytest. Every option is read by :func:`~.options.read_option` (the command line first, then the ini
+file): a bad value is ``pytest.UsageError`` with one line naming the flag or the ini key it came
+from, exit code 4 and no traceback.
+
+Only stdlib and pytest at module level.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
-from pytest_qaccuracy.plugin.backend import add_backend_options, read_backend, read_targets
-from pytest_qaccuracy.plugin.ini import ini_lines, ini_text, parse_bool
-from pytest_qaccuracy.plugin.rules import DEFAULTS, TOLERANCES, Rule, check_tolerance, parse_number, parse_rules
-from pytest_qaccuracy.plugin.sensitivity import add_sensitivity_options, sensitivity_settings
+from pytest_qaccuracy.plugin.ini import parse_bool
+from pytest_qaccuracy.plugin.options import Option, given, read_option, usage_error
+from pytest_qaccuracy.plugin.rules import DEFAULTS, GATE, TOLERANCES, Rule, check_tolerance, parse_rules
+from pytest_qaccuracy.plugin.schemes import (
+    BACKENDS,
+    DEFAULT_BACKEND,
+    DEFAULT_SCHEME,
+    check_backend,
+    check_scheme,
+    check_targets,
+)
 
 GROUP = ("qaccuracy", "quantization accuracy regression testing (pytest-qaccuracy)")
 DEFAULT_ARTIFACTS = ".qaccuracy"
 DEFAULT_BASELINES = ".qaccuracy-baselines"
 DEFAULT_BATCH_SIZE = 8
+#: When the end-of-session sensitivity analysis runs, and how it ranks.
+SENSITIVITY_SCOPES = ("failed", "all", "off")
+SENSITIVITY_MODES = ("single", "leave-one-out")
+DEFAULT_SENSITIVITY_METRIC = "cosine"
+DEFAULT_SENSITIVITY_TOP = 10
+#: Records the analysis reads by default: its cost grows with records times nodes (0: all records).
+DEFAULT_SENSITIVITY_RECORDS = 32
+
+T = TypeVar("T")
+
+#: Where each option besides the tolerances can be given.
+OPTIONS: dict[str, Option] = {
+    "metrics": Option.named("metrics", lines=True),
+    "rules": Option("qaccuracy_tolerances", lines=True),
+    "rules_cli": Option(flag="--qaccuracy-tolerance", dest="qaccuracy_tolerances"),
+    "artifacts_dir": Option.named("artifacts_dir"),
+    "report": Option.named("report"),
+    "providers": Option.named("providers", lines=True),
+    "batch_size": Option("qaccuracy_batch_size"),
+    "baseline_dir": Option("qaccuracy_baseline_dir", "--qaccuracy-baseline", "qaccuracy_baseline"),
+    "save_baseline": Option(flag="--qaccuracy-save-baseline", dest="qaccuracy_save_baseline"),
+    "max_drift": Option.named("max_drift", lines=True),
+    "junit_properties": Option("qaccuracy_junit_properties"),
+    "sensitivity": Option.named("sensitivity"),
+    "sensitivity_metric": Option.named("sensitivity_metric"),
+    "sensitivity_mode": Option.named("sensitivity_mode"),
+    "sensitivity_top": Option.named("sensitivity_top"),
+    "sensitivity_records": Option.named("sensitivity_records"),
+    "backend": Option.named("backend"),
+    "scheme": Option.named("scheme"),
+    "targets": Option.named("targets", lines=True),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +92,24 @@ class QAccuracySettings:
     baseline_required: bool = False
     #: write the baselines of failing pairs too (``--qaccuracy-update-all-baselines``)
     save_failing_baselines: bool = False
-    ini_source: str = "ini file"
-    extra: Mapping[str, str] = field(default_factory=dict)
     sensitivity: str = "failed"
-    sensitivity_metric: str = "cosine"
+    sensitivity_metric: str = DEFAULT_SENSITIVITY_METRIC
     sensitivity_mode: str = "single"
-    sensitivity_top: int = 10
-    sensitivity_records: int = 32
-    backend: str = "onnxruntime"
-    scheme: str = "onnxruntime"
+    sensitivity_top: int = DEFAULT_SENSITIVITY_TOP
+    sensitivity_records: int = DEFAULT_SENSITIVITY_RECORDS
+    backend: str = DEFAULT_BACKEND
+    scheme: str = DEFAULT_SCHEME
     targets: tuple[str, ...] = ()
     #: the HTML report (``--qaccuracy-report``); None: ``report.html`` in the artifacts folder
     report: Path | None = None
+    #: option name (a key of :data:`OPTIONS`) -> the flag or ini key it was given by, for checks
+    #: that run after configure time
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    def where(self, name: str) -> str:
+        """How an error names option ``name``: the flag or ini key it was given by (the ini key if unset)."""
+        option = OPTIONS[name]
+        return self.origins.get(name) or option.ini or option.flag or name
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -157,76 +208,147 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "qaccuracy_junit_properties", "Add key metrics to JUnit XML as properties (default true)", default=None
     )
-    add_sensitivity_options(parser, group)
-    add_backend_options(parser, group)
+    _add_sensitivity_options(parser, group)
+    _add_run_options(parser, group)
 
 
-def _tolerances(config: pytest.Config, ini_source: str) -> dict[str, tuple[float, str]]:
-    found: dict[str, tuple[float, str]] = {name: (value, "default") for name, value in DEFAULTS.items()}
-    for name in TOLERANCES:
-        key = f"qaccuracy_{name}"
-        cli = config.getoption(key)
+def _add_sensitivity_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+    """``qaccuracy_sensitivity*`` ini keys and their ``--qaccuracy-sensitivity*`` flags."""
+    records_help = (
+        f"Records the sensitivity analysis reads, from the first (default {DEFAULT_SENSITIVITY_RECORDS}; 0: all)"
+    )
+    options = (
+        ("sensitivity", "WHEN", "Sensitivity tables for failed pairs, all pairs, or off (default failed)"),
+        (
+            "sensitivity_metric",
+            "NAME",
+            f"Metric the sensitivity table ranks nodes by (default {DEFAULT_SENSITIVITY_METRIC})",
+        ),
+        ("sensitivity_mode", "MODE", "Sensitivity mode: single or leave-one-out (default single)"),
+        ("sensitivity_top", "N", f"Rows of the sensitivity table (default {DEFAULT_SENSITIVITY_TOP})"),
+        ("sensitivity_records", "N", records_help),
+    )
+    for name, metavar, help_text in options:
+        flag = "--qaccuracy-" + name.replace("_", "-")
+        group.addoption(flag, dest=f"qaccuracy_{name}", default=None, metavar=metavar, help=help_text)
+        parser.addini(f"qaccuracy_{name}", help_text, default=None)
+
+
+def _add_run_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+    """Where the quantized models run: ``qaccuracy_backend``, ``qaccuracy_scheme``, ``qaccuracy_targets``."""
+    backend_help = f"Backend running the quantized model: {' or '.join(BACKENDS)} (default {DEFAULT_BACKEND})"
+    scheme_help = f"Integer scheme preset of the integer backend and of {GATE} (default {DEFAULT_SCHEME})"
+    group.addoption("--qaccuracy-backend", dest="qaccuracy_backend", default=None, metavar="NAME", help=backend_help)
+    parser.addini("qaccuracy_backend", backend_help, default=None)
+    group.addoption("--qaccuracy-scheme", dest="qaccuracy_scheme", default=None, metavar="PRESET", help=scheme_help)
+    parser.addini("qaccuracy_scheme", scheme_help, default=None)
+    targets_help = (
+        "Deployment targets every pair's output checks also run on, e.g. 'onnxruntime-avx2 onnxruntime-vnni' "
+        "(scheme presets; this machine's own runs on onnxruntime, the others on the integer backend)"
+    )
+    group.addoption("--qaccuracy-targets", dest="qaccuracy_targets", default=None, metavar="PRESETS", help=targets_help)
+    parser.addini("qaccuracy_targets", targets_help, type="linelist", default=[])
+
+
+# -- parsers: a value as given -> the setting; ValueError (a reason) when it is bad ------------------
+
+
+def _choice(choices: Sequence[str]) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        text = str(value).strip().lower()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return text
+
+    return parse
+
+
+def _integer(minimum: int) -> Callable[[object], int]:
+    def parse(value: object) -> int:
         try:
-            if cli is not None:
-                found[name] = (check_tolerance(name, cli), f"command line --qaccuracy-{name.replace('_', '-')}")
-            else:
-                value = ini_text(config, key)
-                if value is not None:
-                    found[name] = (check_tolerance(name, value), f"{ini_source} ({key})")
-        except ValueError as exc:
-            where = f"--qaccuracy-{name.replace('_', '-')}" if cli is not None else key
-            raise pytest.UsageError(f"{where}: {str(exc).split(': ', 1)[-1]}") from None
-    return found
+            number = int(str(value).strip())
+        except ValueError:
+            number = minimum - 1
+        if isinstance(value, bool) or number < minimum:
+            raise ValueError(f"expected an integer >= {minimum}, got {value!r}")
+        return number
+
+    return parse
 
 
-def _path(config: pytest.Config, cli_key: str, ini_key: str | None = None) -> Path | None:
-    value = config.getoption(cli_key)
-    if value:
-        return (config.invocation_params.dir / value).resolve()
-    if ini_key:
-        text = ini_text(config, ini_key)
-        if text is not None:
-            base = config.inipath.parent if config.inipath else config.invocation_params.dir
-            return (base / str(text)).resolve()
-    return None
+def _metric_name(value: object) -> str:
+    """A metric name (the registry is checked at session start, since it needs numpy)."""
+    text = str(value).strip().lower()
+    if not re.fullmatch(r"[a-z_][a-z0-9_]*", text):
+        raise ValueError(f"expected one metric name such as cosine, got {value!r}")
+    return text
 
 
-def _list(config: pytest.Config, cli_key: str, ini_key: str) -> tuple[str, ...] | None:
-    value = config.getoption(cli_key)
-    items = value.split(",") if value else [x for part in ini_lines(config, ini_key) for x in part.split(",")]
-    names = tuple(x.strip() for x in items if x.strip())
+def _names(value: object) -> tuple[str, ...] | None:
+    """Names separated by commas (the command line) or a list of them (the ini file); None if empty."""
+    parts = [value] if isinstance(value, str) else [str(part) for part in value] if isinstance(value, list) else []
+    names = tuple(x.strip() for part in parts for x in part.split(",") if x.strip())
     return names or None
 
 
-def _batch_size(config: pytest.Config) -> int:
-    value = ini_text(config, "qaccuracy_batch_size")
-    if value is None:
-        return DEFAULT_BATCH_SIZE
-    try:
-        number = parse_number(value, int)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise pytest.UsageError(f"qaccuracy_batch_size: expected an integer >= 1, got {value!r}")
-    return int(number)
+def _targets(value: object) -> tuple[str, ...]:
+    return check_targets(" ".join(value) if isinstance(value, list) else value)
 
 
-def _junit_properties(config: pytest.Config) -> bool:
-    value = ini_text(config, "qaccuracy_junit_properties")
-    try:
-        return True if value is None else parse_bool(value)
-    except ValueError as exc:
-        raise pytest.UsageError(f"qaccuracy_junit_properties: {exc}") from None
+def _drift_rules(value: object) -> tuple[str, ...]:
+    from pytest_qaccuracy.report.baseline import parse_drift_rule  # stdlib only; imported when needed
+
+    lines = tuple(str(line) for line in value) if isinstance(value, list) else ()
+    for text in lines:
+        parse_drift_rule(text)
+    return lines
 
 
-def _baselines(config: pytest.Config) -> dict[str, object]:
+def _tolerances(config: pytest.Config) -> dict[str, tuple[float, str]]:
+    found: dict[str, tuple[float, str]] = {name: (value, "default") for name, value in DEFAULTS.items()}
+    for name in TOLERANCES:
+        read = read_option(config, Option.named(name), lambda value, name=name: check_tolerance(name, value))
+        if read is not None:
+            found[name] = (read[0], read[1].source)
+    return found
+
+
+def _rules(config: pytest.Config) -> list[Rule]:
+    """Ini rules, then command-line rules (positions count rules: the command line's come after every ini rule)."""
+    rules: list[Rule] = []
+    for name in ("rules", "rules_cli"):
+        found = given(config, OPTIONS[name])
+        if found is None:
+            continue
+        lines, origin = found
+        try:
+            parsed = parse_rules([str(line) for line in lines] if isinstance(lines, list) else [], origin.source)
+        except ValueError as exc:
+            raise usage_error(origin.where, exc) from None
+        rules += [replace(r, position=r.position + len(rules)) for r in parsed]
+    return rules
+
+
+def _path(config: pytest.Config, name: str) -> Path | None:
+    """A path option: relative to where pytest was invoked (command line) or to the ini file."""
+    found = given(config, OPTIONS[name])
+    if found is None:
+        return None
+    value, origin = found
+    if origin.command_line:
+        return (config.invocation_params.dir / str(value)).resolve()
+    base = config.inipath.parent if config.inipath else config.invocation_params.dir
+    return (base / str(value)).resolve()
+
+
+def _baselines(config: pytest.Config) -> dict[str, Any]:
     """The baseline folder (``--qaccuracy-baseline`` > ini > default) and where the session writes.
 
     ``--qaccuracy-save-baseline=DIR`` keeps its old meaning: every pair, to DIR.
     """
-    folder = _path(config, "qaccuracy_baseline", "qaccuracy_baseline_dir") or config.rootpath / DEFAULT_BASELINES
+    folder = _path(config, "baseline_dir") or config.rootpath / DEFAULT_BASELINES
     save_all = bool(config.getoption("qaccuracy_update_all_baselines"))
-    save = _path(config, "qaccuracy_save_baseline")
+    save = _path(config, "save_baseline")
     if save is None and (save_all or config.getoption("qaccuracy_update_baselines")):
         save = folder
     return {
@@ -239,47 +361,62 @@ def _baselines(config: pytest.Config) -> dict[str, object]:
 
 def load_settings(config: pytest.Config) -> QAccuracySettings:
     """Read and check every option once; ``pytest.UsageError`` on a bad value."""
-    ini_source = f"ini file {config.inipath.name}" if config.inipath else "ini file"
-    tolerances = _tolerances(config, ini_source)
-    try:
-        rules = parse_rules(ini_lines(config, "qaccuracy_tolerances"), f"{ini_source} (qaccuracy_tolerances)")
-        cli_rules = parse_rules(config.getoption("qaccuracy_tolerances"), "command line --qaccuracy-tolerance")
-    except ValueError as exc:
-        raise pytest.UsageError(f"qaccuracy_tolerances: {exc}") from None
-    offset = len(rules)  # positions count rules, not lines: command-line rules come after every ini rule
-    rules += [replace(r, position=r.position + offset) for r in cli_rules]
-    batch_size = _batch_size(config)
-    drift = tuple(config.getoption("qaccuracy_max_drift")) or tuple(ini_lines(config, "qaccuracy_max_drift"))
-    from pytest_qaccuracy.report.baseline import parse_drift_rule  # stdlib only; imported when needed
+    origins: dict[str, str] = {}
 
-    try:
-        for text in drift:
-            parse_drift_rule(text)
-    except ValueError as exc:
-        raise pytest.UsageError(f"qaccuracy_max_drift: {exc}") from None
+    def read(name: str, parse: Callable[[object], T], default: T) -> T:
+        found = read_option(config, OPTIONS[name], parse)
+        if found is None:
+            return default
+        origins[name] = found[1].where
+        return found[0]
+
+    tolerances = _tolerances(config)
+    rules = _rules(config)
+    batch_size = read("batch_size", _integer(1), DEFAULT_BATCH_SIZE)
+    drift = read("max_drift", _drift_rules, ())
     artifacts = None
     if not config.getoption("qaccuracy_no_artifacts"):
-        artifacts = _path(config, "qaccuracy_artifacts_dir", "qaccuracy_artifacts_dir") or (
-            config.rootpath / DEFAULT_ARTIFACTS
-        )
-    backend, scheme = read_backend(config)
+        artifacts = _path(config, "artifacts_dir") or (config.rootpath / DEFAULT_ARTIFACTS)
+        found = given(config, OPTIONS["artifacts_dir"])
+        if found is not None:
+            origins["artifacts_dir"] = found[1].where
+    backend = read("backend", check_backend, DEFAULT_BACKEND)
+    scheme = read("scheme", check_scheme, DEFAULT_SCHEME)
     return QAccuracySettings(
         tolerances=tolerances,
-        metrics=_list(config, "qaccuracy_metrics", "qaccuracy_metrics"),
+        metrics=read("metrics", _names, None),
         rules=tuple(rules),
         max_drift=drift,
         artifacts_dir=artifacts,
-        providers=_list(config, "qaccuracy_providers", "qaccuracy_providers") or ("CPUExecutionProvider",),
+        providers=read("providers", _names, None) or ("CPUExecutionProvider",),
         batch_size=batch_size,
         **_baselines(config),
-        junit_properties=_junit_properties(config),
-        ini_source=ini_source,
-        **sensitivity_settings(config),
+        junit_properties=read("junit_properties", parse_bool, True),
+        sensitivity=read("sensitivity", _choice(SENSITIVITY_SCOPES), "failed"),
+        sensitivity_metric=read("sensitivity_metric", _metric_name, DEFAULT_SENSITIVITY_METRIC),
+        sensitivity_mode=read("sensitivity_mode", _choice(SENSITIVITY_MODES), "single"),
+        sensitivity_top=read("sensitivity_top", _integer(1), DEFAULT_SENSITIVITY_TOP),
+        sensitivity_records=read("sensitivity_records", _integer(0), DEFAULT_SENSITIVITY_RECORDS),
         backend=backend,
         scheme=scheme,
-        targets=read_targets(config),
-        report=_path(config, "qaccuracy_report", "qaccuracy_report"),
+        targets=read("targets", _targets, ()),
+        report=_path(config, "report"),
+        origins=origins,
     )
 
 
-__all__ = ["GROUP", "QAccuracySettings", "add_options", "load_settings"]
+def check_metric(settings: QAccuracySettings) -> None:
+    """A sensitivity metric the registry lacks is a usage error naming the option as it was given.
+    Only a non-default metric imports the registry (numpy)."""
+    if settings.sensitivity == "off" or settings.sensitivity_metric == DEFAULT_SENSITIVITY_METRIC:
+        return
+    from pytest_qaccuracy.errors import QAccuracyError
+    from pytest_qaccuracy.metrics import parse_metric_names
+
+    try:
+        parse_metric_names([settings.sensitivity_metric])
+    except QAccuracyError as exc:
+        raise usage_error(settings.where("sensitivity_metric"), ValueError(str(exc))) from None
+
+
+__all__ = ["GROUP", "OPTIONS", "QAccuracySettings", "add_options", "check_metric", "load_settings"]

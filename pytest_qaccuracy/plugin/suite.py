@@ -24,7 +24,7 @@ Item ids are ``<file>::<pair>::<check>`` and every item carries the ``qaccuracy`
 ``-m`` and ``-k <pair id>`` select them; checks come in a fixed order: one per tolerance in effect,
 ``rules`` when layer/output rules apply, ``drift`` when the baseline folder exists (skipped for a
 pair with no baseline yet, failed with ``--qaccuracy-baseline``). A tolerance
-``max_backend_steps`` is the agreement gate of the pair's scheme (see :mod:`.backend`).
+``max_backend_steps`` is the agreement gate of the pair's scheme (see :func:`.checks.gate_outcome`).
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ import pytest
 
 from pytest_qaccuracy.plugin.baselines import compared_dir, missing_reason
 from pytest_qaccuracy.plugin.fixtures import PAIR_KEYS as MARKER_PAIR_KEYS
-from pytest_qaccuracy.plugin.fixtures import RUN_KEYS, error_text, make_spec, pair_rules, session_key
+from pytest_qaccuracy.plugin.fixtures import error_text, make_spec, pair_rules, session_key
 from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
-from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance, slice_rules, with_slice_tolerances
-from pytest_qaccuracy.plugin.session import PairSpec
+from pytest_qaccuracy.plugin.pairs import PairSpec
+from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, slice_rules, tolerance_values, with_slice_tolerances
+from pytest_qaccuracy.plugin.schemes import RUN_KEYS
 
 SUITE_GLOB = "qaccuracy_*.toml"
 #: A suite pair's keys: the marker's pair keys, and its own table of tolerances and its xfail reason.
@@ -107,13 +108,15 @@ class PairConfig:
         merged = {**(run or {}), **defaults, **table}
         tolerances = {**defaults.get("tolerances", {}), **table.get("tolerances", {})}
         _check_table(f"{where}.tolerances", tolerances, tuple(TOLERANCES))
-        self.tolerances: dict[str, tuple[float, str]] = {}
-        for key, value in tolerances.items():
-            origin = "pairs." + name if key in table.get("tolerances", {}) else "defaults"
-            try:
-                self.tolerances[key] = (check_tolerance(key, value), f"{file.name} [{origin}.tolerances]")
-            except ValueError as exc:
-                raise SuiteError(f"{where}.tolerances.{exc}") from None
+        own = table.get("tolerances", {})
+
+        def source(key: str) -> str:
+            return f"{file.name} [{'pairs.' + name if key in own else 'defaults'}.tolerances]"
+
+        try:
+            self.tolerances = tolerance_values(tolerances, source)
+        except ValueError as exc:
+            raise SuiteError(f"{where}.tolerances.{exc}") from None
         for key in ("metrics", "layers"):
             if key in merged:
                 _strings(f"{where}.{key}", merged[key])

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from pytest_qaccuracy.backend.host import host_preset
-from pytest_qaccuracy.plugin.backend import BACKENDS, SCHEMES
-from pytest_qaccuracy.plugin.session import PairSpec
+from pytest_qaccuracy.plugin.pairs import PairSpec
+from pytest_qaccuracy.plugin.schemes import BACKENDS, SCHEMES
 
 PRESETS = (
     "onnxruntime, onnxruntime-avx2, onnxruntime-vnni, onnx-reference, tflite, tflite-single-rounding, tvm-upward, "

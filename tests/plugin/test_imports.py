@@ -23,7 +23,7 @@ def test_entry_point_is_cheap() -> None:
 
 def test_checking_backend_options_is_cheap() -> None:
     """Options are checked at configure time, which runs for every pytest invocation (``--help`` too)."""
-    code = "from pytest_qaccuracy.plugin.backend import check_backend, check_scheme; check_scheme('tflite')"
+    code = "from pytest_qaccuracy.plugin.schemes import check_backend, check_scheme; check_scheme('tflite')"
     assert not _modules_after(code) & {"numpy", "onnx", "onnxruntime", "pytest_qaccuracy.backend"}
 
 

@@ -235,7 +235,7 @@ def test_metrics_and_providers_options(digits: pytest.Pytester) -> None:
     result = digits.runpytest("-k", "good", "--qaccuracy-providers=NoSuchExecutionProvider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["InputError: qaccuracy_providers: NoSuchExecutionProvider not available (available: *"]
+        ["InputError: --qaccuracy-providers: NoSuchExecutionProvider not available (available: *"]
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from pytest_qaccuracy.plugin.records import ExclusionTarget, Outcome, RecordedCheck, SensitivityEntry
 from pytest_qaccuracy.plugin.sensitivity import exclusion_target, merge_entry
 
 from .conftest import PAIRS_MODULE
@@ -193,10 +194,11 @@ def test_an_analysis_that_raises_is_one_line(digits: pytest.Pytester) -> None:
         ((), "qaccuracy_sensitivity_top = 0", "qaccuracy_sensitivity_top: expected an integer >= 1, got '0'"),
         (("--qaccuracy-sensitivity-top=ten",), "", "--qaccuracy-sensitivity-top: expected an integer >= 1, got 'ten'"),
         (("--qaccuracy-sensitivity-metric=cosine,mse",), "", "--qaccuracy-sensitivity-metric: expected one metric"),
-        (("--qaccuracy-sensitivity-metric=cosin",), "", "qaccuracy_sensitivity_metric: unknown metric 'cosin'"),
+        (("--qaccuracy-sensitivity-metric=cosin",), "", "--qaccuracy-sensitivity-metric: unknown metric 'cosin'"),
+        ((), "qaccuracy_sensitivity_metric = cosin", "qaccuracy_sensitivity_metric: unknown metric 'cosin'"),
         ((), "qaccuracy_sensitivity_records = -1", "qaccuracy_sensitivity_records: expected an integer >= 0, got '-1'"),
     ],
-    ids=["scope", "mode", "top-ini", "top-cli", "metric-list", "metric-unknown", "records-ini"],
+    ids=["scope", "mode", "top-ini", "top-cli", "metric-list", "metric-unknown", "metric-unknown-ini", "records-ini"],
 )
 def test_bad_value_is_a_usage_error(pytester: pytest.Pytester, args: tuple[str, ...], ini: str, expected: str) -> None:
     pytester.makeini(f"[pytest]\n{ini}\n")
@@ -250,23 +252,28 @@ def test_xdist_gives_the_same_tables_and_artifacts(digits: pytest.Pytester) -> N
 
 
 def test_merge_keeps_what_a_serial_run_picks() -> None:
-    def check(metric: str, threshold: float, passed: bool = False) -> dict:
-        return {"check": f"min_{metric}", "target": "output 'y'", "metric": metric, "op": ">=",
-                "threshold": threshold, "passed": passed, "source": "default"}  # fmt: skip
+    def check(metric: str, threshold: float, passed: bool = False) -> RecordedCheck:
+        outcome = Outcome(
+            check=f"min_{metric}", target="output 'y'", metric=metric, op=">=", threshold=threshold, value=0.5,
+            passed=passed, source="default", detail="",
+        )  # fmt: skip
+        return RecordedCheck(test="t", index=0, outcome=outcome)
 
     checks = [check("sqnr", 30.0), check("cosine", 0.99), check("cosine", 0.999), check("cosine", 0.9999, True)]
-    assert exclusion_target(checks, "cosine")["threshold"] == 0.999
-    assert exclusion_target(checks, "sqnr")["metric"] == "sqnr"
+    assert exclusion_target(checks, "cosine") == ExclusionTarget(
+        check="min_cosine", target="output 'y'", metric="cosine", threshold=0.999, source="default"
+    )
+    assert exclusion_target(checks, "sqnr").metric == "sqnr"
     assert exclusion_target([check("cosine", 0.5, True)], "cosine") is None
     entries = [
-        {"metric": "cosine", "target_from": exclusion_target(c, "cosine"), "report": {"n": i}}
+        SensitivityEntry(mode="single", metric="cosine", target_from=exclusion_target(c, "cosine"), report={"n": i})
         for i, c in enumerate([[check("sqnr", 30.0)], [check("cosine", 0.99)], []])
     ]
     for order in ([0, 1, 2], [2, 1, 0], [1, 0, 2]):
-        mine: dict = {}
+        mine = None
         for i in order:
-            merge_entry(mine, {"sensitivity": entries[i]})
-        assert mine["sensitivity"]["report"] == {"n": 1}
+            mine = merge_entry(mine, entries[i])
+        assert mine is not None and mine.report == {"n": 1}
 
 
 def test_model_node_names_are_what_the_table_shows() -> None:

@@ -1,0 +1,57 @@
+"""JUnit XML properties of a pair check: plain strings, never numpy scalars.
+
+``qaccuracy.pair``, ``qaccuracy.passed``, where the quantized model ran, the key output figures,
+each deployment target's (``qaccuracy.target.<name>.*``) and the agreement gate's
+(``qaccuracy.agreement.*``). Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_qaccuracy.plugin.records import TargetRun
+
+Properties = list[tuple[str, str]]
+
+
+def pair_properties(pair_id: str, backend: str, scheme: str, result: Any, stats: Any, passed: bool) -> Properties:
+    """The pair, its verdict, where it ran (``scheme``: the preset, resolved) and its output figures."""
+    props = [("qaccuracy.pair", pair_id), ("qaccuracy.passed", str(passed).lower())]
+    props += [("qaccuracy.backend", backend), ("qaccuracy.scheme", scheme)]
+    for output in result.outputs:
+        for metric in ("cosine", "sqnr", "lsb"):
+            value = output.metrics.get(metric)
+            if value is not None:
+                props.append((f"qaccuracy.{output.name}.{metric}", f"{float(value):.6g}"))
+        counts = stats.topk.get(output.name) if stats is not None else None
+        for k, row in (counts or {}).get("k", {}).items():
+            for name in ("agreement", "accuracy_drop"):
+                if row.get(name) is not None:
+                    props.append((f"qaccuracy.{output.name}.top{k}_{name}", f"{float(row[name]):.6g}"))
+    return props
+
+
+def target_properties(targets: Mapping[str, TargetRun]) -> Properties:
+    """Each deployment target's verdict and output figures: ``qaccuracy.target.<name>.<output>.<metric>``."""
+    props = []
+    for name, run in targets.items():
+        props.append((f"qaccuracy.target.{name}.passed", str(run.passed).lower()))
+        for output, metrics in run.outputs.items():
+            for metric in ("cosine", "sqnr"):
+                if metrics.get(metric) is not None:
+                    props.append((f"qaccuracy.target.{name}.{output}.{metric}", f"{float(metrics[metric]):.6g}"))
+    return props
+
+
+def gate_properties(agreement: Any) -> Properties:
+    """The agreement gate's scheme, its largest step difference and its first diverging tensor."""
+    worst = max((t.max_steps for t in agreement.tensors), default=0)
+    return [
+        ("qaccuracy.agreement.scheme", agreement.scheme),
+        ("qaccuracy.agreement.max_steps", str(worst)),
+        ("qaccuracy.agreement.first_divergence", agreement.first_divergence or ""),
+    ]
+
+
+__all__ = ["Properties", "gate_properties", "pair_properties", "target_properties"]

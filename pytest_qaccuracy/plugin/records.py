@@ -1,0 +1,270 @@
+"""The plugin's records: a check's outcome, a pair's record of a session, a worker's payload.
+
+Frozen dataclasses built by keyword. Each has ``to_dict`` and ``from_dict``, the one place where it
+becomes plain builtins and back: an xdist worker's payload crosses execnet, which takes builtins
+only, and the report writers (``summary.json``, ``report.html``, the terminal summary) read a pair's
+record as a mapping of that form. Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One rule applied to one target (an output, a layer, a baseline, a deployment target's output)."""
+
+    check: str
+    target: str
+    metric: str
+    op: str
+    threshold: float | None
+    value: float | None
+    passed: bool
+    source: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCheck:
+    """An outcome as one test recorded it: the test, the outcome's position among that test's
+    outcomes, and the reason when the test was expected to fail."""
+
+    test: str
+    index: int
+    outcome: Outcome
+    xfail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"test": self.test, "index": self.index, **self.outcome.to_dict(), "xfail": self.xfail}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RecordedCheck:
+        return cls(test=data["test"], index=data["index"], outcome=Outcome.from_dict(data), xfail=data.get("xfail"))
+
+
+@dataclass(frozen=True, slots=True)
+class TargetRun:
+    """A pair's run on one deployment target: where it ran, its output figures, its top-k counts,
+    and whether every output check on it passed."""
+
+    backend: str
+    scheme: str
+    #: output name -> metric name -> value
+    outputs: Mapping[str, Mapping[str, Any]]
+    #: output name -> top-k counts (``OutputStats.topk``)
+    topk: Mapping[str, Any]
+    passed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "scheme": self.scheme,
+            "outputs": {name: dict(metrics) for name, metrics in self.outputs.items()},
+            "topk": dict(self.topk),
+            "passed": self.passed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TargetRun:
+        return cls(
+            backend=data["backend"],
+            scheme=data["scheme"],
+            outputs=data["outputs"],
+            topk=data["topk"],
+            passed=bool(data["passed"]),
+        )
+
+
+def merge_targets(known: Mapping[str, TargetRun], new: Mapping[str, TargetRun]) -> dict[str, TargetRun]:
+    """``new`` folded into ``known``: a target passes only if all its checks did (a suite checks one
+    tolerance per item; xdist workers check different items). The newest figures are kept."""
+    merged = dict(known)
+    for name, run in new.items():
+        merged[name] = replace(run, passed=run.passed and (name not in known or known[name].passed))
+    return merged
+
+
+def agreement_record(agreement: Any) -> dict[str, Any]:
+    """The agreement gate's measurement for a record (an ``AgreementResult``'s ``to_dict()`` without the
+    verdict, which depends on N and is in the pair's checks)."""
+    data: Mapping[str, Any] = agreement.to_dict()
+    return {k: v for k, v in data.items() if k not in ("max_steps_allowed", "first_divergence")}
+
+
+@dataclass(frozen=True, slots=True)
+class ExclusionTarget:
+    """The failed output check the sensitivity sweep aims at (``min_cosine = 0.99``: cosine >= 0.99)."""
+
+    check: str
+    target: str
+    metric: str
+    threshold: float
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExclusionTarget:
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True)
+class SensitivityEntry:
+    """A pair's end-of-session sensitivity analysis: the report's ``to_dict()``, or a one-line error."""
+
+    mode: str
+    metric: str
+    report: Mapping[str, Any] | None = None
+    error: str | None = None
+    target_from: ExclusionTarget | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"mode": self.mode, "metric": self.metric}
+        if self.report is not None:
+            data["report"] = self.report
+        if self.error is not None:
+            data["error"] = self.error
+        data["target_from"] = None if self.target_from is None else self.target_from.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SensitivityEntry:
+        target = data.get("target_from")
+        return cls(
+            mode=data["mode"],
+            metric=data["metric"],
+            report=data.get("report"),
+            error=data.get("error"),
+            target_from=None if target is None else ExclusionTarget.from_dict(target),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PairRecord:
+    """What a session knows about one pair: its files and run, its comparison, every recorded check,
+    and what the checks and the end-of-session analysis measured besides."""
+
+    id: str
+    #: :meth:`~pytest_qaccuracy.plugin.pairs.PairSpec.key`: the pair's identity across runs
+    key: str
+    #: the stem of the pair's artifacts and baseline
+    stem: str
+    fp32: str
+    quantized: str
+    data: str
+    labels: str | None
+    backend: str
+    #: the scheme the quantized model ran with (the integer backend's preset, resolved)
+    scheme: str
+    #: the :class:`~pytest_qaccuracy.analysis.results.ComparisonResult` as ``to_dict()``
+    comparison: Mapping[str, Any]
+    #: output name -> top-k counts
+    topk: Mapping[str, Any] = field(default_factory=dict)
+    checks: tuple[RecordedCheck, ...] = ()
+    #: the agreement gate's measurement (``AgreementResult.to_dict()`` without the verdict)
+    agreement: Mapping[str, Any] | None = None
+    targets: Mapping[str, TargetRun] = field(default_factory=dict)
+    sensitivity: SensitivityEntry | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(c.outcome.passed for c in self.checks)
+
+    def with_checks(self, checks: Sequence[RecordedCheck]) -> PairRecord:
+        return replace(self, checks=(*self.checks, *checks))
+
+    def sorted(self) -> PairRecord:
+        """The record with its checks in a stable order: by test, then position (same with or without xdist)."""
+        return replace(self, checks=tuple(sorted(self.checks, key=lambda c: (c.test, c.index))))
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id,
+            "key": self.key,
+            "stem": self.stem,
+            "fp32": self.fp32,
+            "quantized": self.quantized,
+            "data": self.data,
+            "labels": self.labels,
+            "backend": self.backend,
+            "scheme": self.scheme,
+            "comparison": self.comparison,
+            "topk": dict(self.topk),
+            "checks": [c.to_dict() for c in self.checks],
+        }
+        if self.agreement is not None:
+            data["agreement"] = self.agreement
+        if self.targets:
+            data["targets"] = {name: run.to_dict() for name, run in self.targets.items()}
+        if self.sensitivity is not None:
+            data["sensitivity"] = self.sensitivity.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PairRecord:
+        sensitivity = data.get("sensitivity")
+        return cls(
+            id=data["id"],
+            key=data["key"],
+            stem=data["stem"],
+            fp32=data["fp32"],
+            quantized=data["quantized"],
+            data=data["data"],
+            labels=data.get("labels"),
+            backend=data["backend"],
+            scheme=data["scheme"],
+            comparison=data["comparison"],
+            topk=data.get("topk") or {},
+            checks=tuple(RecordedCheck.from_dict(c) for c in data.get("checks", ())),
+            agreement=data.get("agreement"),
+            targets={name: TargetRun.from_dict(run) for name, run in (data.get("targets") or {}).items()},
+            sensitivity=None if sensitivity is None else SensitivityEntry.from_dict(sensitivity),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPayload:
+    """What an xdist worker sends the controller: its records, and where it was interrupted."""
+
+    records: Mapping[str, PairRecord]
+    interrupted: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        """Plain builtins (execnet refuses anything else)."""
+        return {
+            "records": {key: record.to_dict() for key, record in self.records.items()},
+            "interrupted": self.interrupted,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any] | None) -> WorkerPayload | None:
+        """The payload a worker sent, or None when it sent none (it crashed)."""
+        if not data:
+            return None
+        records = {key: PairRecord.from_dict(record) for key, record in (data.get("records") or {}).items()}
+        return cls(records=records, interrupted=data.get("interrupted"))
+
+
+__all__ = [
+    "ExclusionTarget",
+    "Outcome",
+    "PairRecord",
+    "RecordedCheck",
+    "SensitivityEntry",
+    "TargetRun",
+    "WorkerPayload",
+    "agreement_record",
+    "merge_targets",
+]

@@ -1,0 +1,79 @@
+"""Where a pair's quantized model runs: the backends and scheme presets a pair or an option may name.
+
+``backend`` is ``onnxruntime`` (default) or ``integer`` (the emulated integer backend); ``scheme`` is
+a preset of :data:`pytest_qaccuracy.backend.scheme.PRESETS` (default ``onnxruntime``); ``targets``
+are presets whose output checks also run. The names are listed here, not imported, because options
+are checked at configure time, which runs for every pytest invocation: importing ``runtime`` loads
+onnx, and importing the ``backend`` package loads numpy and every kernel. A test checks that both
+lists match. Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pytest_qaccuracy.plugin.rules import BadValue
+
+#: The backends of :func:`pytest_qaccuracy.runtime.make_runner`.
+BACKENDS = ("onnxruntime", "integer")
+#: The scheme presets of :data:`pytest_qaccuracy.backend.scheme.PRESETS`.
+SCHEMES = (
+    "onnxruntime",
+    "onnxruntime-avx2",
+    "onnxruntime-vnni",
+    "onnx-reference",
+    "tflite",
+    "tflite-single-rounding",
+    "tvm-upward",
+    "power2",
+    "glow",
+)
+DEFAULT_BACKEND = "onnxruntime"
+DEFAULT_SCHEME = "onnxruntime"
+
+
+def check_backend(value: object) -> str:
+    """``value`` if it names a backend; :class:`BadValue` naming the key and the backends otherwise."""
+    if value not in BACKENDS:
+        raise BadValue("backend", f"unknown backend {value!r} (known: {', '.join(BACKENDS)})")
+    return str(value)
+
+
+def check_scheme(value: object) -> str:
+    """``value`` if it names a scheme preset; :class:`BadValue` naming the key and the presets otherwise."""
+    if value not in SCHEMES:
+        raise BadValue("scheme", f"unknown scheme {value!r} (presets: {', '.join(SCHEMES)})")
+    return str(value)
+
+
+def check_targets(value: object) -> tuple[str, ...]:
+    """Deployment targets: scheme presets as a list, or one string separated by commas or spaces.
+
+    :class:`BadValue` naming the key otherwise. Duplicates are dropped, the order is kept.
+    """
+    if isinstance(value, str):
+        names: list[object] = [n for n in re.split(r"[\s,]+", value) if n]
+    elif isinstance(value, list | tuple):
+        names = list(value)
+    else:
+        raise BadValue("targets", f"expected a list of scheme presets, got {value!r}")
+    for name in names:
+        if name not in SCHEMES:
+            raise BadValue("targets", f"unknown scheme {name!r} (presets: {', '.join(SCHEMES)})")
+    return tuple(dict.fromkeys(str(n) for n in names))
+
+
+#: Pair keys naming where the quantized model runs, with their checks.
+RUN_KEYS = {"backend": check_backend, "scheme": check_scheme, "targets": check_targets}
+
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "DEFAULT_SCHEME",
+    "RUN_KEYS",
+    "SCHEMES",
+    "check_backend",
+    "check_scheme",
+    "check_targets",
+]
