@@ -24,6 +24,8 @@ from pytest_qaccuracy.backend import pairs, parallel
 
 #: elements of one block of the candidate test and of the expanded candidates
 BLOCK_ELEMENTS = 1 << 22
+#: (entry, output) evaluations of one block of the dense correction: its int32 temporaries stay in cache
+DENSE_BLOCK = 1 << 17
 
 
 def pair_corrections(
@@ -176,11 +178,11 @@ def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int)
         needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
         row_first, row_second = np.searchsorted(needed, risky.first), np.searchsorted(needed, risky.first + 1)
         w_first, w_second = risky.w_first[:, None], risky.w_second[:, None]
-        step = max(1, BLOCK_ELEMENTS // max(1, positions * max(needed.size, len(risky))))
+        step = max(1, DENSE_BLOCK // max(1, positions * max(needed.size, len(risky))))
         for r0 in range(0, n, step):
             r1 = min(n, r0 + step)
             columns = _columns(layer, g, needed, slice(r0, r1))  # (needed, rows)
-            span = max(1, BLOCK_ELEMENTS // columns.shape[1])
+            span = max(1, DENSE_BLOCK // columns.shape[1])
             for e0 in range(0, len(risky), span):
                 e = slice(e0, e0 + span)
                 value = columns[row_first[e]].astype(np.int32) * w_first[e]
