@@ -181,6 +181,35 @@ def test_bad_cli_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["ERROR: --qaccuracy-min-cosine: expected a number, got 'high'"])
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--qaccuracy-backend=tpu",), "ERROR: --qaccuracy-backend: unknown backend 'tpu' (known: onnxruntime, "),
+        (("--qaccuracy-scheme=x87",), "ERROR: --qaccuracy-scheme: unknown scheme 'x87' (presets: onnxruntime, "),
+        (("--qaccuracy-targets=tflite,x87",), "ERROR: --qaccuracy-targets: unknown scheme 'x87' (presets: "),
+        (("--qaccuracy-tolerance=* sqnr=>20",), "ERROR: --qaccuracy-tolerance: bad tolerance rule '* sqnr=>20'"),
+        (("--qaccuracy-max-drift=sqnr:lots",), "ERROR: --qaccuracy-max-drift: bad drift rule"),
+        (("--qaccuracy-topk=0",), "ERROR: --qaccuracy-topk: must be >= 1, got 0"),
+        (("--qaccuracy-sensitivity-records=-2",), "ERROR: --qaccuracy-sensitivity-records: expected an integer >= 0"),
+    ],
+    ids=["backend", "scheme", "targets", "rule", "drift", "topk", "sensitivity-records"],
+)
+def test_bad_cli_value_names_the_flag(pytester: pytest.Pytester, args: tuple[str, ...], expected: str) -> None:
+    """The same values in the ini file name the ini key (test_bad_ini_value_is_a_usage_error)."""
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest_inprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.startswith("ERROR:")]
+    assert len(errors) == 1 and errors[0].startswith(expected), result.errlines
+
+
+def test_a_blank_cli_value_leaves_the_ini_value(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nqaccuracy_min_cosine = 0.5\n")
+    pytester.makepyfile(SHOW)
+    tol = _tolerances(pytester.runpytest("-s", "--qaccuracy-min-cosine="))
+    assert tol["min_cosine"] == "0.5 from ini file tox.ini (qaccuracy_min_cosine)"
+
+
 def test_help_lists_options_and_writes_nothing(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--help")
     result.stdout.fnmatch_lines(["*quantization accuracy regression testing*", "*--qaccuracy-baseline=DIR*"])
