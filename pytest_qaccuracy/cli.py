@@ -1,7 +1,7 @@
 """The ``qaccuracy`` command: a thin layer over the library.
 
 Each sub-command lives in ``pytest_qaccuracy/commands/<name>.py`` and exposes ``NAME``, ``HELP``,
-``add_arguments(parser)`` and ``run(args) -> int``. Exit codes (contract 1): 0 success, 1 a check
+``add_arguments(parser)`` and ``run(args) -> int``. Exit codes: 0 success, 1 a check
 failed, 2 bad usage or bad input, reported as a single ``error: ...`` line.
 """
 

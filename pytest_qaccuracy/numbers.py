@@ -1,6 +1,6 @@
 """Numbers as every layer shows and stores them: one test for a finite value, one formatter.
 
-A metric value is a finite float or undefined (contract 2); NaN and Inf never reach a table, a JSON
+A metric value is a finite float or undefined (None with a reason); NaN and Inf never reach a table, a JSON
 file or a colour scale. :func:`finite` is that test. :func:`format_number` is how a value is printed
 to people (6 significant digits); where the value is missing, each output says so in its own words,
 given by the caller: ``undefined`` in a sentence of a failure message, ``-`` in the terminal summary's

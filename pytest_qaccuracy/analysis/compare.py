@@ -135,7 +135,7 @@ def compare(
             the capture mode's run, with the outputs dequantized as the metrics see them.
 
     Returns:
-        A :class:`ComparisonResult` (contract 2).
+        A :class:`ComparisonResult` (its ``to_dict()`` is the comparison JSON).
 
     Raises:
         InputError: bad data, bad models, unknown metrics or options (the message names what).
@@ -190,7 +190,7 @@ def _fold(pool: ThreadPoolExecutor, trackers: list[_Tracked], ref: dict, test: d
                 tracker.update(ref[tracker.fp32], test[tracker.capture], start)
             except QAccuracyError:
                 raise
-            except Exception as exc:  # a bug or an unforeseen tensor: name the tensor (issue 17)
+            except Exception as exc:  # a bug or an unforeseen tensor: name the tensor
                 raise CheckError(f"{tracker.target}: {type(exc).__name__}: {exc}") from exc
 
     for _ in pool.map(one, trackers):

@@ -200,7 +200,7 @@ def _integer_outputs(pair: ModelPair) -> dict[str, QuantParams]:
 class OutputMeasure:
     """Top-k counts and element checks folded batch by batch: the state of :func:`measure_outputs`,
     also folded by :func:`~pytest_qaccuracy.analysis.compare.compare` into its own pass (``measure=``),
-    so that a pair check runs each model once (issue 14).
+    so that a pair check runs each model once.
 
     :meth:`begin` once with the dataset and the fp32 output names, :meth:`update` per batch with
     both models' outputs by fp32 output name (the quantized ones dequantized), then :meth:`result`.
@@ -254,7 +254,7 @@ class OutputMeasure:
                     self.relative[f].update(ref[f], test[f], start)
             except QAccuracyError:
                 raise
-            except Exception as exc:  # name the output (issue 17)
+            except Exception as exc:  # a bug or an unforeseen tensor: name the output
                 raise CheckError(f"output '{f}': {type(exc).__name__}: {exc}") from exc
 
     def result(self) -> OutputStats:

@@ -1,4 +1,4 @@
-"""Results of a comparison: frozen dataclasses that round-trip the contract-2 JSON exactly.
+"""Results of a comparison: frozen dataclasses that round-trip the comparison JSON exactly.
 
 Writers in :mod:`pytest_qaccuracy.report` format these and never recompute them.
 """
@@ -77,7 +77,7 @@ class OutputResult:
 
 @dataclass(frozen=True, slots=True)
 class LayerResult:
-    """Metrics of one matched intermediate tensor (contract 2, ``layers``)."""
+    """Metrics of one matched intermediate tensor (an entry of the JSON's ``layers``)."""
 
     tensor: str
     quantized_tensor: str
@@ -126,7 +126,7 @@ class LayerResult:
 
 @dataclass(frozen=True, slots=True)
 class ComparisonResult:
-    """Everything one fp32-vs-quantized comparison measured (contract 2)."""
+    """Everything one fp32-vs-quantized comparison measured."""
 
     fp32_model: str
     quantized_model: str

@@ -1,4 +1,4 @@
-"""Named views of model outputs: ``boxes = "output0[:, 0:4]"``, ``scores = "output0[:, 4:]"`` (issue 17).
+"""Named views of model outputs: ``boxes = "output0[:, 0:4]"``, ``scores = "output0[:, 4:]"``.
 
 A detector that concatenates box coordinates (0..320 px) and class scores (0..1) into one output gets
 one quantization scale for both: the scores collapse while the whole output still looks fine. A view

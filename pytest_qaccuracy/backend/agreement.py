@@ -3,7 +3,8 @@
 ``check_agreement`` runs a quantized model on onnxruntime (CPU EP, full optimizations, int8 QDQ fusion
 on) and on :class:`IntegerSession` with the same feeds, and compares every 8-bit tensor both produce in
 quantization steps (integer units). The result names the first tensor, in topological order, that
-differs by more than ``max_steps`` (the Glow issue's per-node comparison across backends).
+differs by more than ``max_steps`` (the per-node comparison across backends asked for in Glow issue 1837,
+github.com/pytorch/glow/issues/1837).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """QDQ fusion: rewrite ``DequantizeLinear -> op -> QuantizeLinear`` groups into integer steps.
 
-This mirrors onnxruntime's QDQ selector/action transformers (research notes section 2.3): a group whose
+This mirrors onnxruntime's QDQ selector/action transformers (``onnxruntime/core/optimizer/
+qdq_transformer/selectors_actions/`` in github.com/microsoft/onnxruntime): a group whose
 float op has a QOperator twin becomes that QOperator node (QLinearConv, QLinearMatMul, QGemm,
 QLinearAdd, ...); data-movement ops (Reshape, Transpose, MaxPool, nearest Resize, ...) run on the
 integers and are followed by a requantize table when input and output parameters differ (for a

@@ -1,6 +1,7 @@
 """Quantization schemes: the knobs in which real integer backends differ, and named presets.
 
-Each field names one choice a backend makes (research notes, ``integer_backends.md`` sections 2-7).
+Each field names one choice a backend makes; ``docs/backend.md`` names, per preset, the public source
+files (onnxruntime's MLAS, TFLite/gemmlowp, Glow) whose arithmetic the values follow.
 The kernels never test a preset's name: they read the fields, so a user can build any mix.
 """
 

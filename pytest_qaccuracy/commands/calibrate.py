@@ -1,4 +1,4 @@
-"""``qaccuracy calibrate``: choose activation ranges on a dataset and write a QDQ model (contract 1)."""
+"""``qaccuracy calibrate``: choose activation ranges on a dataset and write a QDQ model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``qaccuracy compare``: layer-wise error of a quantized model against its fp32 model (contract 1)."""
+"""``qaccuracy compare``: layer-wise error of a quantized model against its fp32 model."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--allow-nonfinite", action="store_true", help="accept NaN/Inf in the inputs")
     parser.add_argument("--outputs-only", action="store_true", help="compare the model outputs only")
-    add_json(parser, "the comparison (contract 2)")
+    add_json(parser, "the comparison")
     add_out_dir(parser, "visq.json and DOT files per metric, the comparison JSON and report.html")
     add_top(parser, "worst layers")
     parser.add_argument(
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if rank_by is not None and rank_by not in result.metric_names:
         raise InputError(f"--rank-by {rank_by}: not among the measured metrics {', '.join(result.metric_names)}")
     sys.stdout.write(comparison_table(result, top=args.top, rank_by=rank_by) + "\n")
-    for text in channel_warnings(result.to_dict()):  # channels one scale loses (issue 17)
+    for text in channel_warnings(result.to_dict()):  # channels one scale loses
         sys.stdout.write(f"warning: {text}\n")
     write_comparison_artifacts(result, pair.fp32, json_path=args.json, out_dir=args.out_dir)
     if args.json is not None:

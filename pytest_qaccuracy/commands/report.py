@@ -3,9 +3,9 @@
 It never replaces a file it did not write (the pytest plugin's ``.qaccuracy/report.html``, say)
 unless ``--force`` says so; the pages it writes end with :data:`WRITTEN_BY`.
 
-A comparison JSON (contract 2) is any ``*.json`` file, searched recursively, whose top-level object
-has ``schema_version`` and ``layers``; other JSON files (visq.json, baselines, mappings) are skipped.
-The same comparison found twice (``--json`` and ``--out-dir`` copies) is shown once.
+A comparison JSON (:meth:`ComparisonResult.to_dict`) is any ``*.json`` file, searched recursively,
+whose top-level object has ``schema_version`` and ``layers``; other JSON files (visq.json, baselines,
+mappings) are skipped. The same comparison found twice (``--json`` and ``--out-dir`` copies) is shown once.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ WRITTEN_BY = "<!-- written by qaccuracy report -->"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("dir", type=Path, help="folder holding comparison JSON files (contract 2)")
+    parser.add_argument("dir", type=Path, help="folder holding comparison JSON files")
     parser.add_argument(
         "--out", type=Path, default=None, metavar="FILE", help="where to write the report (default: DIR/report.html)"
     )

@@ -1,4 +1,4 @@
-"""``qaccuracy run``: run a quantized model on a dataset and write its outputs (contract 1).
+"""``qaccuracy run``: run a quantized model on a dataset and write its outputs.
 
     qaccuracy run QUANT --data DATA --backend integer --scheme PRESET --out OUT.h5
 
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     batch_size = 1 if bakes_batch(model) else args.batch_size
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_name(out)  # named before it exists, so an interrupt at any point finds it (issue 18)
+    tmp = temp_name(out)  # named before it exists, so an interrupt at any point finds it
     records = 0
     try:
         with h5py.File(tmp, "w-") as h5, task("run", len(dataset)) as advance:

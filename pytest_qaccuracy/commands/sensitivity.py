@@ -1,4 +1,4 @@
-"""``qaccuracy sensitivity``: which quantized nodes hurt the outputs, and what to keep in float (contract 1)."""
+"""``qaccuracy sensitivity``: which quantized nodes hurt the outputs, and what to keep in float."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A metric is a streaming accumulator: ``update(pair)`` folds one batch, ``merge(other)`` combines two
 partial states (records split across batches or workers), ``result()`` gives ``(value, reason)``:
-a finite float and None, or None and the reason the value is undefined (contract 2).
+a finite float and None, or None and the reason the value is undefined.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def nan_max(a: float, b: float) -> float:
 
 def finite_result(value: float | None, reason: str | None) -> Result:
     """A result whose value is finite, or None with a reason: NaN or Inf becomes undefined
-    (:data:`NONFINITE_REASON`), as contract 2 asks, instead of ``nan`` or ``-inf`` in a table."""
+    (:data:`NONFINITE_REASON`), as every result and JSON file expects, instead of ``nan`` or ``-inf`` in a table."""
     if value is not None and finite(value) is None:
         return None, NONFINITE_REASON
     return value, reason

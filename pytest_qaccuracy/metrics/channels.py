@@ -1,4 +1,4 @@
-"""How many quantization steps each channel of a tensor spans (issue 17).
+"""How many quantization steps each channel of a tensor spans.
 
 One scale for a whole tensor whose channels live on different ranges loses the small ones: a YOLOv8
 output concatenates box coordinates (0..320 px) and class scores (0..1); at scale 1.25 every score

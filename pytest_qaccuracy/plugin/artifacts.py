@@ -4,8 +4,8 @@ Layout under the artifacts folder (a pair's files named as by ``qaccuracy compar
 :mod:`pytest_qaccuracy.report.artifacts`, with the stem ``<id>-<hash8>``)::
 
     summary.json                       versions, UTC time, per pair: SHA-256s, checks, artifact paths
-    pairs/<id>-<hash8>.comparison.json the comparison (contract 2)
-    pairs/<id>-<hash8>.<metric>.visq.json   one per metric (contract 3)
+    pairs/<id>-<hash8>.comparison.json the comparison (ComparisonResult.to_dict)
+    pairs/<id>-<hash8>.<metric>.visq.json   one per metric (Samsung ONE's visq format)
     pairs/<id>-<hash8>.<metric>.dot    the fp32 graph coloured by the first of sqnr, cosine, mse
     pairs/<id>-<hash8>.sensitivity.json, .sweep.json, .cumulative.json, .cumulative.chart.json
                                        the pair's sensitivity analysis (when it was analysed)

@@ -127,7 +127,7 @@ class Rule:
     source: str
     position: int = 0
     required: bool = False  # a pair's own layer rule: matching no layer is an error (likely a typo)
-    output: str | None = None  # a view's own output rule applies to that view only (issue 17)
+    output: str | None = None  # a view's own output rule applies to that view only
 
     @property
     def specificity(self) -> tuple[int, int]:

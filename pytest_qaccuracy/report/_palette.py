@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.numbers import finite
 
-#: ColorBrewer YlOrRd-9, light (good) to dark red (bad): the palette of ONE's visq (contract 3).
+#: ColorBrewer YlOrRd-9, light (good) to dark red (bad): the palette of ONE's visq.
 YLORRD9 = ("#ffffcc", "#ffeda0", "#fed976", "#feb24c", "#fd8d3c", "#fc4e2a", "#e31a1c", "#bd0026", "#800026")
 NUM_SLOTS = len(YLORRD9)
 #: Colours dark enough that text on them must be white.
@@ -80,7 +80,7 @@ def _widen(value: float, upward: bool) -> tuple[float, float]:
 
 
 def metric_range(metric: str, values: Iterable[float], higher_better: bool = False) -> tuple[float, float]:
-    """The ``(lo, hi)`` a metric's nine slots span (contract 3), always with ``lo < hi``.
+    """The ``(lo, hi)`` a metric's nine slots span, always with ``lo < hi``.
 
     MPEIR is fixed at 0..1, SRMSE is 0..max, every other metric is min..max of ``values``. A range
     that would be empty (no values, all values equal, SRMSE all zero) is widened by :func:`_widen`.

@@ -2,8 +2,8 @@
 
 Every file of a comparison starts with its stem (:func:`artifact_stem`) and sits in one folder::
 
-    <stem>.comparison.json          the comparison (contract 2)
-    <stem>.<metric>.visq.json       one per metric (contract 3)
+    <stem>.comparison.json          the comparison (ComparisonResult.to_dict)
+    <stem>.<metric>.visq.json       one per metric (Samsung ONE's visq format)
     <stem>.<metric>.dot             the fp32 graph coloured by that metric
 
 :func:`write_comparison_files` writes them. The command line asks for a DOT graph per metric; a pytest
@@ -142,7 +142,7 @@ def write_comparison_artifacts(
     json_path: Path | None = None,
     out_dir: Path | None = None,
 ) -> list[Path]:
-    """Write what ``qaccuracy compare`` promises (contract 1); returns the paths written.
+    """Write what ``qaccuracy compare`` promises (``--json`` and ``--out-dir``); returns the paths written.
 
     ``json_path`` gets the comparison JSON; ``out_dir`` gets :func:`write_comparison_files` with a DOT
     graph per metric, stem the quantized model's file stem, and ``report.html``.

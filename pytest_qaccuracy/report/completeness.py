@@ -1,5 +1,5 @@
 """Whether a session's artifacts cover everything it collected: ``complete``, ``interrupted`` or
-``incomplete`` (issue 18). Pure: the pytest plugin measures, this module words it for
+``incomplete``. Pure: the pytest plugin measures, this module words it for
 ``summary.json``, ``report.html`` and the terminal.
 """
 

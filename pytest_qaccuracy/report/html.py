@@ -2,7 +2,7 @@
 
 The page's CSS and script are package files (``report/assets/report.css`` and ``report.js``, read
 with :mod:`importlib.resources`). The data is embedded as ``<script type="application/json"
-id="qaccuracy-data">``: per pair, its contract-2 JSON with every value formatted (:mod:`.html_data`),
+id="qaccuracy-data">``: per pair, its comparison JSON with every value formatted (:mod:`.html_data`),
 its verdict and checks (:mod:`.verdicts`), and where given its deployment targets and sensitivity.
 Each pair's coloured graph is drawn here as SVG (:mod:`.graph`, :mod:`.drawing`) and placed in the
 page hidden, for the script to move into the pair's section.

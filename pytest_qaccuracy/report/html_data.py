@@ -97,7 +97,7 @@ def metric_view(result: ComparisonResult, name: str) -> dict[str, Any]:
 
 
 def entry_view(entry: dict[str, Any], slots: Mapping[str, list[Slot]]) -> dict[str, Any]:
-    """A layer or output dict (contract 2) plus ``text`` and ``color`` per metric."""
+    """A layer or output dict of the comparison JSON plus ``text`` and ``color`` per metric."""
     text, color = {}, {}
     for name, value in entry["metrics"].items():
         text[name] = format_value(name, value)
@@ -108,7 +108,7 @@ def entry_view(entry: dict[str, Any], slots: Mapping[str, list[Slot]]) -> dict[s
 
 
 def comparison_view(result: ComparisonResult) -> dict[str, Any]:
-    """The comparison's contract-2 dict (layers in topological order) with formatted values and metrics."""
+    """The comparison JSON dict (layers in topological order) with formatted values and metrics."""
     data = result.to_dict()
     names = metric_names(result)
     slots = {name: metric_slots(result, name) for name in names}

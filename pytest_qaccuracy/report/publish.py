@@ -1,7 +1,7 @@
 """Publish a folder of artifacts as one set: built in a temp sibling folder, swapped in with one rename.
 
 A reader of the folder sees the previous set or the new one, never a mix of two runs or half of
-one, whatever interrupts the writer (issue 18). Files in the folder that the set does not own (a
+one, whatever interrupts the writer. Files in the folder that the set does not own (a
 ``.gitignore``, notes) are carried over as hard links; a sub-folder the set does not own is refused,
 since replacing the folder would drop it.
 """

@@ -1,6 +1,6 @@
 """The session summary: terminal lines (tabulate) and the ``summary.json`` document. Pure: no pytest.
 
-Both take the plugin's pair records (plain dicts: ``id``, ``comparison`` (contract 2), ``topk``,
+Both take the plugin's pair records (plain dicts: ``id``, ``comparison`` (the comparison JSON), ``topk``,
 ``checks``), so they read the same whether the results came from this process or xdist workers.
 """
 
@@ -161,7 +161,7 @@ def summary_lines(
 
 def channel_warnings(comparison: Mapping[str, Any]) -> list[str]:
     """``output0 channels 4..21 (axis 1) span < 1 step ...`` for every flagged output, view or layer
-    of a comparison dict (contract 2, ``channels``), outputs first."""
+    of a comparison dict (its ``channels`` entries), outputs first."""
     from pytest_qaccuracy.metrics.channels import ChannelReport
 
     layers = sorted(comparison.get("layers", []), key=lambda x: x.get("order", 0))

@@ -23,7 +23,7 @@ def format_value(name: str, value: float | None) -> str:
     (``0.999953`` shows as ``0.999953``, not ``1``).
 
     Args:
-        name: the metric name (lower case, as in contract 2).
+        name: the metric name (lower case, as in the comparison JSON).
         value: the value, or None when undefined.
 
     Returns:

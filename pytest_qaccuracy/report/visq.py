@@ -1,4 +1,4 @@
-"""Samsung ONE's ``*.visq.json`` (contract 3): one metric's error per fp32 tensor, with a 9-colour scale.
+"""Samsung ONE's ``*.visq.json``: one metric's error per fp32 tensor, with a 9-colour scale.
 
 Differences from ONE's own writer, all readable by ONE's consumers (ONE-vscode, circle-mpqsolver):
 

@@ -79,8 +79,8 @@ def kl_threshold(
     ``len(hist) // 2``): the reference P is the window with the outside counts added to its end
     bins; Q merges the window into ``quantized_bins`` groups (the last takes the remainder),
     spreads each group's count evenly over its bins where P is non-zero, and is zero where P is.
-    Both are smoothed, and the window's right edge with the smallest ``KL(P || Q)`` wins (MXNet,
-    TVM #3538).
+    Both are smoothed, and the window's right edge with the smallest ``KL(P || Q)`` wins (MXNet's
+    algorithm as ported to TVM, github.com/apache/tvm/pull/3538).
 
     Windows are tried exhaustively, as TVM does, when that visits at most ``exhaustive``
     (:data:`KL_EXHAUSTIVE`) (window, non-zero bin) pairs: few values, or outliers far out, where the
