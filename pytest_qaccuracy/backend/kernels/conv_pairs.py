@@ -168,19 +168,46 @@ def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int)
     """Every risky pair evaluated at every output from im2col columns, in blocks of records and entries.
 
     Risky entries are sorted by output column, so each block's changes reduce to its distinct
-    columns with one ``add.reduceat``.
+    columns with one ``add.reduceat``. Records are split over the session's threads (disjoint rows).
     """
     x, geometry = layer.x, layer.geometry
     n, positions = x.shape[0], math.prod(geometry.out_spatial)
     result = np.zeros((n, layer.m, positions), np.int32)
     saturated = np.zeros(n, np.int64)
-    for g, risky in found:
-        needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
-        row_first, row_second = np.searchsorted(needed, risky.first), np.searchsorted(needed, risky.first + 1)
+    work = positions * sum(len(p) for _, p in found)  # (output, entry) evaluations per record
+    groups = [(g, risky, *_dense_plan(risky)) for g, risky in found]
+    tasks = [
+        lambda a=a, b=b: _dense_records(layer, groups, a, b, result, saturated) for a, b in parallel.split(n, work)
+    ]
+    parallel.run_all(tasks)
+    if pairs.counter is not None:
+        pairs.count(total, np.repeat(np.arange(n), saturated))
+    if not result.any():
+        return None
+    return PairCorrection.from_dense(result.reshape(n, layer.m, *geometry.out_spatial))
+
+
+def _dense_plan(risky: pairs.RiskyPairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The im2col rows the risky pairs read, and each entry's two rows among them."""
+    needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
+    return needed, np.searchsorted(needed, risky.first), np.searchsorted(needed, risky.first + 1)
+
+
+def _dense_records(
+    layer: _Layer,
+    groups: list[tuple[int, pairs.RiskyPairs, np.ndarray, np.ndarray, np.ndarray]],
+    n0: int,
+    n1: int,
+    result: np.ndarray,
+    saturated: np.ndarray,
+) -> None:
+    """:func:`_dense` on records ``n0:n1``, into their rows of ``result`` and ``saturated``."""
+    positions = result.shape[2]
+    for g, risky, needed, row_first, row_second in groups:
         w_first, w_second = risky.w_first[:, None], risky.w_second[:, None]
         step = max(1, DENSE_BLOCK // max(1, positions * max(needed.size, len(risky))))
-        for r0 in range(0, n, step):
-            r1 = min(n, r0 + step)
+        for r0 in range(n0, n1, step):
+            r1 = min(n1, r0 + step)
             columns = _columns(layer, g, needed, slice(r0, r1))  # (needed, rows)
             span = max(1, DENSE_BLOCK // columns.shape[1])
             for e0 in range(0, len(risky), span):
@@ -194,11 +221,6 @@ def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int)
                 result[r0:r1, g * layer.mg + cols, :] += summed.transpose(1, 0, 2)
                 if pairs.counter is not None:
                     saturated[r0:r1] += np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
-    if pairs.counter is not None:
-        pairs.count(total, np.repeat(np.arange(n), saturated))
-    if not result.any():
-        return None
-    return PairCorrection.from_dense(result.reshape(n, layer.m, *geometry.out_spatial))
 
 
 class PairCorrection:
