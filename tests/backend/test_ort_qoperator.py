@@ -171,6 +171,8 @@ BINARY_SHAPES = {
     "same": ((2, 8, 5, 5), (2, 8, 5, 5)),
     "scalar-b": ((2, 8, 5, 5), ()),
     "scalar-a": ((), (2, 8, 5, 5)),
+    "one-element-b": ((2, 8, 5, 5), (1,)),  # a 256-entry table of a's bytes
+    "one-element-a": ((1, 1, 1, 1), (2, 8, 5, 5)),
     "per-channel-b": ((2, 8, 5, 5), (1, 8, 1, 1)),
     "last-dim-b": ((2, 8, 5, 5), (5,)),
 }

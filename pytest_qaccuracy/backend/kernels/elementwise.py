@@ -315,9 +315,33 @@ def binary_table_apply(
 
     ua, ub = a.view(np.uint8), b.view(np.uint8)
     out = np.empty(np.broadcast_shapes(a.shape, b.shape), table.dtype)
+    lut = _operand_table(table, ua, ub, flips, out.shape)
+    if lut is not None:  # one operand is a single value: a 256-entry table of the other's bytes
+        big = ua if ua.shape == out.shape else ub
+
+        def lookup(target: np.ndarray, x: np.ndarray) -> None:
+            np.take(lut, x, out=target, mode="clip")
+
+        if not parallel.blockwise(lookup, out, big):
+            lookup(out, big)
+        return out
     if not parallel.blockwise(gather, out, ua, ub):  # broadcasting or strided operands: one whole gather
         gather(out, *np.broadcast_arrays(ua, ub))
     return out
+
+
+def _operand_table(
+    table: np.ndarray, ua: np.ndarray, ub: np.ndarray, flips: int, shape: tuple[int, ...]
+) -> np.ndarray | None:
+    """The pair table's row (or column) at a single-valued operand, indexed by the other operand's raw
+    byte; None unless one operand holds one value and the other has the output's shape."""
+    if ub.size == 1 and ua.shape == shape:
+        fixed = (int(ub.reshape(-1)[0]) ^ (flips & 0xFF)) & 0xFF
+        return table[((np.arange(256) ^ (flips >> 8)) << 8) | fixed]
+    if ua.size == 1 and ub.shape == shape:
+        fixed = (int(ua.reshape(-1)[0]) ^ (flips >> 8)) & 0xFF
+        return table[(fixed << 8) | (np.arange(256) ^ (flips & 0xFF))]
+    return None
 
 
 def _eight_bit(*arrays: np.ndarray) -> bool:
