@@ -1,4 +1,4 @@
-"""Models whose outputs need more than (records, classes) scores (issue 17), built with onnx.helper:
+"""Models whose outputs need more than (records, classes) scores, built with onnx.helper:
 a YOLO-style detector head with one concatenated output, and an skl2onnx-style classifier."""
 
 from __future__ import annotations

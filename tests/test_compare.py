@@ -128,7 +128,7 @@ def test_fixed_batch_models_are_batched_and_unbatchable_ones_fall_back(tmp_path,
     assert unbatched.run(batch)["y"].shape == (4, 2) and not unbatched.batching
 
 
-def test_results_round_trip_the_contract_json(zoo):
+def test_results_round_trip_the_comparison_json(zoo):
     result = compare(ModelPair(zoo["fp32"], zoo["qop_s8_pc"]), zoo["data"])
     data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
     assert ComparisonResult.from_dict(data).to_dict() == data
@@ -248,7 +248,7 @@ def test_clipped_counts_the_fp32_values_outside_each_layers_range(zoo, tmp_path,
 
 @pytest.mark.parametrize("variant", ["qdq_u8", "qop_s8_pc"])
 def test_the_quantized_graph_input_is_compared(zoo, variant):
-    """x -> QuantizeLinear is a quantization point like any other (issue 17): its error is the
+    """x -> QuantizeLinear is a quantization point like any other: its error is the
     rounding of the records to x's grid, recomputed here in numpy from the model's scale and zero point."""
     records = random_inputs(12, seed=4)[:, 0].astype(np.float64)  # the records of zoo["data"]
     result = compare(ModelPair(zoo["fp32"], zoo[variant]), zoo["data"], metrics="sqnr,max_abs")

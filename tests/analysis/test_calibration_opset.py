@@ -1,4 +1,4 @@
-"""Calibrated models onnxruntime loads whatever the opset (issue 17, item 5), and the KL search."""
+"""Calibrated models onnxruntime loads whatever the opset, and the KL search."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``qaccuracy sensitivity`` (contract 1): tables, JSON, exit codes."""
+"""``qaccuracy sensitivity``: tables, JSON, exit codes."""
 
 from __future__ import annotations
 

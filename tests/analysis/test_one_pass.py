@@ -1,4 +1,4 @@
-"""Issue 14 item 1: the output statistics folded into the comparison pass equal their own pass.
+"""The output statistics folded into the comparison pass equal their own pass.
 
 ``compare(..., measure=OutputMeasure(...))`` runs each model once for the comparison and for the
 top-k counts and element checks; ``measure_outputs`` runs them again on their own. Every figure must

@@ -1,4 +1,4 @@
-"""Sensitivity experiments on graphs beyond the zoo's conv net (issue 17, item 2).
+"""Sensitivity experiments on graphs beyond the zoo's conv net.
 
 - a transformer block prepared by onnxruntime's ``quant_pre_process``: 3-D MatMuls become
   Reshape -> Gemm -> Reshape with constant shapes, so the graph bakes in its batch of 1 and some
@@ -161,8 +161,8 @@ def test_a_baked_batch_runs_record_by_record(prepared):
 
 @pytest.mark.parametrize("mode", ["single", "leave-one-out"])
 def test_sensitivity_on_a_quant_pre_processed_transformer(prepared, mode, capfd):
-    """Both modes run (onnxruntime used to fail in Reshape: records stacked on axis 0, then split on
-    an axis that held tokens), print nothing, and agree with whole-model runs and the naive strategy."""
+    """Both modes run (records stacked on axis 0 would make onnxruntime fail in Reshape, which splits
+    an axis that holds tokens), print nothing, and agree with whole-model runs and the naive strategy."""
     fp32, qdq, data, records = prepared
     pair = ModelPair(fp32, qdq)
     reuse = node_sensitivity(pair, data, mode=mode, metrics="cosine,mse")
@@ -217,7 +217,7 @@ def _fq(x: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("strategy", ["reuse", "naive"])
 def test_subgraph_reads_and_shared_weights(tmp_path, strategy):
     """mm1 alone quantized: the If reads the changed h1 from outer scope, so it must be recomputed
-    (the reuse strategy used to take it from the float cache); the golden is numpy on the parameters."""
+    (not taken from the float cache by the reuse strategy); the golden is numpy on the parameters."""
     fp32 = _subgraph_net(tmp_path / "sub.onnx")
     records = np.random.default_rng(6).standard_normal((RECORDS, 1, D)).astype(np.float32)
     qdq = quantize(fp32, tmp_path / "sub.qdq.onnx", records)

@@ -1,4 +1,4 @@
-"""Output slices and channels that span too few quantization steps (issue 17, item 4).
+"""Output slices and channels that span too few quantization steps.
 
 The model is a small YOLO-style head: one output (N, 4 + 6, 64) concatenates box coordinates
 (0..~300 px) and class scores (0..1), quantized with one scale. Goldens are onnxruntime runs of both
@@ -56,7 +56,7 @@ def _sqnr(f: np.ndarray, q: np.ndarray) -> float:
 
 
 def test_one_scale_hides_the_scores_but_the_whole_output_passes(detector):
-    """The issue's regression: the output as a whole looks fine, nothing but the warning says otherwise."""
+    """One scale for boxes and scores: the output as a whole looks fine, nothing but the warning says otherwise."""
     result = compare(detector["pair"], detector["data"], metrics="cosine,sqnr")
     output = result.output("output0")
     f, scale = detector["f"], detector["scale"]

@@ -1,4 +1,4 @@
-"""Top-k on real classifier outputs (issue 17, item 3): several outputs, integer labels, sequences.
+"""Top-k on real classifier outputs: several outputs, integer labels, sequences.
 
 Goldens come from onnxruntime runs of both models and numpy argmax/argsort, not from the library.
 """
@@ -42,7 +42,7 @@ def classifier(tmp_path_factory) -> dict:
 
 
 def test_a_label_output_next_to_probabilities_counts_the_probabilities(classifier):
-    """skl2onnx: the int64 label output used to be read as one record of N classes (ValueError:
+    """skl2onnx: the int64 label output is not read as one record of N classes (that would raise
     '24 labels for 1 records'); the float class-score output is counted, the labels left aside."""
     stats = measure_outputs(classifier["pair"], classifier["data"], ks=(1, 3))
     assert set(stats.topk) == {"probabilities"}

@@ -67,8 +67,9 @@ def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.nda
 def ort_int8_softmax_wraps() -> bool:
     """Whether this onnxruntime's int8 QLinearSoftmax wraps an output that should saturate at 127.
 
-    Its int8 kernel clamped to 255 like the uint8 one and then cast, so 128 became -128: onnxruntime
-    issue #29727, fixed by PR #29728 (onnxruntime 1.18 has the bug). The probe: a row whose softmax is ~1
+    An affected int8 kernel clamps to 255 like the uint8 one and then casts, so 128 becomes -128
+    (onnxruntime 1.18 does; github.com/microsoft/onnxruntime/issues/29727, fixed by
+    github.com/microsoft/onnxruntime/pull/29728). The probe: a row whose softmax is ~1
     with y_scale 1/256 and y_zero_point -128 must give 127.
     """
     x = np.array([[127, -128, -128, -128]], np.int8)

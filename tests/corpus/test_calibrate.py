@@ -10,7 +10,7 @@ pytestmark = pytest.mark.corpus
 
 METHODS = ["minmax", "moving-average", "percentile", "kl", "mse"]
 #: fewer histogram bins than the defaults (kl 8001, mse 2047): KL of PP-OCR's recognizer at 8001 bins
-#: takes minutes (issue 17 item 5); the histograms and searches run the same code
+#: takes minutes; the histograms and searches run the same code
 BINS = {"kl": 255, "mse": 255}
 
 

@@ -63,7 +63,7 @@ def test_suite(corpus, name, pytester):
 
 #: classifiers and their top-k tolerances: class scores (N, classes), an int64 label beside probabilities
 #: (the float class-score output is picked), and a CTC recognizer's sequence (N, steps, classes), which
-#: ``scores`` names, counted per time step (issue 17 item 3)
+#: ``scores`` names, counted per time step
 TOPK = {
     "ppocr_cls": ({"min_top1_agreement": 0.5, "max_top1_drop": 0.5}, {}),
     "digits_mlp": ({"min_top1_agreement": 0.5, "max_top1_drop": 0.5}, {}),

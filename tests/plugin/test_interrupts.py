@@ -1,4 +1,4 @@
-"""Interrupted and incomplete sessions are marked, and artifacts are published as a set (issue 18).
+"""Interrupted and incomplete sessions are marked, and artifacts are published as a set.
 
 Real pytest processes get real signals: SIGINT during a test, SIGINT or SIGTERM at the Nth file the
 artifact writer writes; an xdist worker dies in the middle of a session; ``-x`` stops one early.

@@ -1,4 +1,4 @@
-"""Issue 14 item 1: a pair check runs each model once for the comparison and the output statistics."""
+"""A pair check runs each model once for the comparison and the output statistics."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def test_good_passes_broken_fails_with_full_message(digits: pytest.Pytester) -> 
         ]
     )
     result.stdout.fnmatch_lines(["E       Worst layers (cosine):", "E        logits (Gemm): 0.39*"])
-    # the input x is compared too (issue 17): calibrated on inputs x0.02, it is already off (cosine 0.88)
+    # the input x is compared too: calibrated on inputs x0.02, it is already off (cosine 0.88)
     result.stdout.fnmatch_lines(["E       First jump (cosine): relu1 (Relu): 0.88* -> 0.45*"])
     result.stdout.fnmatch_lines(["E       Artifacts: *pairs*digits_cnn.broken-*.comparison.json"])
     named = next(line for line in result.outlines if line.startswith("E       Artifacts: "))
@@ -45,7 +45,7 @@ def test_session_summary_blocks(digits: pytest.Pytester) -> None:
             "digits_cnn.broken: FAILED (digits_cnn.onnx vs digits_cnn.broken.onnx on digits_test.npz, 300 records)",
             "*target*metric*value*tolerance*status*",
             "*output 'logits'*cosine*0.39*>= 0.99*FAIL*",
-            "*most sensitive layers (sqnr): x (input) 0.2* dB, logits (Gemm)*",  # the input is clipped (issue 17)
+            "*most sensitive layers (sqnr): x (input) 0.2* dB, logits (Gemm)*",  # the input is clipped
             "digits_cnn.qdq: PASSED *",
             "*output 'logits'*top-1 accuracy drop*<= 0.005*pass*",
             "1 / 2 pairs passed; artifacts in *.qaccuracy",
@@ -283,5 +283,5 @@ def test_a_clipped_rule_names_the_layer_whose_range_cuts_off_values(digits: pyte
             "E       Tolerance from: ini file tox.ini (qaccuracy_tolerances), rule '*::* clipped<=0.01'",
         ]
     )
-    # the graph input is quantized too (issue 17): its range cuts off the 3x inputs first, then relu1's
+    # the graph input is quantized too: its range cuts off the 3x inputs first, then relu1's
     result.stdout.fnmatch_lines(["E        clipped 0.* > 0.01 for layer 'relu1' (Relu)"])

@@ -1,4 +1,4 @@
-"""Real model outputs through the plugin (issue 17): slices and the channel warning in a TOML suite,
+"""Real model outputs through the plugin: slices and the channel warning in a TOML suite,
 top-k on label and sequence outputs through the marker, and exceptions as one failed-check line."""
 
 from __future__ import annotations

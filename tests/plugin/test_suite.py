@@ -41,7 +41,7 @@ def test_pair_layer_rule_matching_nothing_fails(digits: pytest.Pytester) -> None
     digits.makefile(".toml", qaccuracy_models=SUITE.replace("relu* sqnr>=15", "conv* sqnr>=15"))
     result = digits.runpytest("-k", "qdq and rules")
     result.assert_outcomes(failed=1)
-    # the graph input x is a compared layer too (issue 17)
+    # the graph input x is a compared layer too
     result.stdout.fnmatch_lines(["layer rule '*::conv* sqnr>=15' matches no compared layer (layers: x, relu1, *"])
 
 

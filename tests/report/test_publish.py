@@ -1,4 +1,4 @@
-"""Artifacts published as one set (issue 18): a reader sees the old set or the new one, never a mix,
+"""Artifacts published as one set: a reader sees the old set or the new one, never a mix,
 whatever interrupts the writer, and no temp folder or file is left behind."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""visq.json (contract 3): exact structure, independently computed slot edges, degenerate ranges."""
+"""visq.json: exact structure, independently computed slot edges, degenerate ranges."""
 
 from __future__ import annotations
 
