@@ -17,7 +17,8 @@ from pytest_qaccuracy.errors import InputError
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS = ("compare", "report", "sensitivity", "run", "calibrate", "saturation")
 
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE = 0, 1, 2
+#: Exit code of bad usage or bad input (a check that fails exits with 1, success with 0).
+EXIT_USAGE = 2
 
 EPILOG = """\
 Options mean the same in every sub-command that has them: --data, --metrics, --batch-size,

@@ -230,13 +230,6 @@ def parse_configs(quantize: Sequence[Sequence[str]] = (), exclude: Sequence[Sequ
     return configs
 
 
-def curve_by_label(result: CumulativeResult, label: str) -> CumulativeCurve:
-    for curve in result.curves:
-        if curve.label == label:
-            return curve
-    raise KeyError(f"no curve {label!r}; curves are {[c.label for c in result.curves]}")
-
-
 def as_mapping(result: CumulativeResult) -> Mapping[str, list[float | None]]:
     """``{curve label: values}`` (handy in tests and notebooks)."""
     return {c.label: list(c.values) for c in result.curves}
@@ -249,7 +242,6 @@ __all__ = [
     "PartialConfig",
     "as_mapping",
     "cumulative_in",
-    "curve_by_label",
     "parse_configs",
     "running_mean",
 ]

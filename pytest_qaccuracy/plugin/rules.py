@@ -134,9 +134,6 @@ class Rule:
         globs = self.pair + (self.layer or "") + (self.output or "")
         return (len(re.sub(r"[*?\[\]]", "", globs)), self.position)
 
-    def holds(self, value: float | None) -> bool:
-        return value is not None and OPS[self.op](value, self.value)
-
 
 def parse_rule(text: str, source: str, position: int = 0, known_metrics: Iterable[str] | None = None) -> Rule:
     """Parse ``<pair glob>[::<layer glob>] <metric><op><value>``; ValueError on a bad line."""

@@ -56,15 +56,6 @@ def moving_average(extrema: np.ndarray, is_min: bool, batch: int = 16, constant:
     return curr
 
 
-def _smooth(p: np.ndarray, zeros: np.ndarray, eps: float = KL_EPS) -> np.ndarray | None:
-    """Move ``eps`` mass onto every zero bin, taken evenly from the non-zero bins (None if impossible)."""
-    count = int(zeros.sum())
-    if count == p.size:
-        return None
-    out = np.where(zeros, eps, p - eps * count / (p.size - count))
-    return out if (out > 0).all() else None
-
-
 def kl_threshold(
     hist: np.ndarray,
     edges: np.ndarray,
@@ -239,15 +230,6 @@ def _window_kl(hist: np.ndarray, cumsum: np.ndarray, zero: int, i: int, quantize
     return float(np.dot(ps, np.log(ps / qs)) / sp + math.log(sq / sp))
 
 
-def quantize_grid(lo: float, hi: float, qmin: int, qmax: int) -> tuple[float, int]:
-    """onnxruntime's asymmetric (scale, zero point) for a range: the range is widened to include 0."""
-    rmin, rmax = min(lo, 0.0), max(hi, 0.0)
-    scale = (rmax - rmin) / (qmax - qmin)
-    if scale <= 0:
-        return 1.0, 0
-    return scale, int(np.clip(np.round(qmin - rmin / scale), qmin, qmax))
-
-
 def mse_range(
     hist: np.ndarray, edges: np.ndarray, lo: float, hi: float, qmin: int, qmax: int, candidates: int = 256
 ) -> tuple[float, float]:
@@ -255,7 +237,8 @@ def mse_range(
 
     Candidates are ``(max(lo, -t), min(hi, t))`` for ``t = T * j / candidates``, j = 1..candidates
     (T: the histogram's half width). Each bin's values are taken at the bin centre, quantized on the
-    candidate's grid (:func:`quantize_grid`, round half to even, clamp) and dequantized.
+    candidate's grid (onnxruntime's asymmetric scale and zero point for the range widened to include
+    0, round half to even, clamp) and dequantized.
     """
     hist = np.asarray(hist, dtype=np.float64)
     centres = (edges[:-1] + edges[1:]) / 2.0
