@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, check_tolerance, parse_number, parse_rule, parse_rules
+from pytest_qaccuracy.plugin.rules import OPS, TOLERANCES, Rule, check_tolerance, parse_number, parse_rule, parse_rules
 
 
 def test_parse_number_keeps_the_kind_asked_for() -> None:
@@ -41,11 +41,15 @@ def test_check_tolerance_bounds_are_inclusive() -> None:
         check_tolerance("x", 1)
 
 
-def test_rule_holds() -> None:
+def test_a_parsed_rule_compares_through_its_operator() -> None:
+    """Checks compare a value with ``OPS[rule.op](value, rule.value)``: the boundary belongs to >=, not to <."""
     rule = parse_rule("* sqnr>=20", "ini")
-    assert rule.holds(20.0) and rule.holds(21.0) and not rule.holds(19.5)
-    assert not rule.holds(None)
-    assert parse_rule("* lsb<1", "ini").holds(0.5) and not parse_rule("* lsb<1", "ini").holds(1.0)
+    assert (rule.op, rule.value) == (">=", 20.0)
+    holds = OPS[rule.op]
+    assert holds(20.0, rule.value) and holds(21.0, rule.value) and not holds(19.5, rule.value)
+    strict = parse_rule("* lsb<1", "ini")
+    assert (strict.op, strict.value) == ("<", 1.0)
+    assert OPS[strict.op](0.5, strict.value) and not OPS[strict.op](1.0, strict.value)
 
 
 def test_parse_rule_keeps_its_text_source_and_position() -> None:
