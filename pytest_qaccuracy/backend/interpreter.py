@@ -19,13 +19,14 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from pytest_qaccuracy.backend import int8_to_uint8, pairs, parallel
+from pytest_qaccuracy.backend import int8_to_uint8, pairs, parallel, tables
 from pytest_qaccuracy.backend import kernels as _kernels  # noqa: F401  (registers every kernel family)
 from pytest_qaccuracy.backend.fallback import KERNEL, ONNXRUNTIME, REFERENCE, OnnxruntimeNode, reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
 from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step, steps_from_graph, tensor_types
-from pytest_qaccuracy.backend.registry import NotHandled, find_kernel, normalize_domain, unsupported
+from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN, NotHandled, find_kernel, normalize_domain, unsupported
 from pytest_qaccuracy.backend.scheme import Scheme, get_scheme
+from pytest_qaccuracy.backend.tables import TABLE
 from pytest_qaccuracy.backend.weight_quantization import quantize_float_weights
 from pytest_qaccuracy.errors import InputError, QAccuracyError, UnsupportedOpError
 from pytest_qaccuracy.model.loading import load_model
@@ -52,7 +53,9 @@ class PlanStep(NamedTuple):
     op: str  #: ``domain::op_type``
     node: str
     fused_from: tuple[str, ...]  #: the original nodes a fused QDQ group replaces
-    runner: str  #: ``kernel`` (ours), ``onnxruntime`` (the node alone) or ``onnx.reference``
+    #: ``kernel`` (ours), ``onnxruntime`` (the node alone), ``onnx.reference``, or ``table`` (elementwise
+    #: steps on one 8-bit tensor, run once on its 256 values by their own runners, then looked up)
+    runner: str
 
 
 @dataclass(slots=True)
@@ -211,9 +214,30 @@ class IntegerSession:
                     )
                     self.constants.update(zero_points)  # under internal names
                 steps = fuse_qdq(steps, self.constants, types, outputs, set(requested), self.opsets.get("", 1))
-            self._plans[requested] = [self._bind(s) for s in steps]
+            self._plans[requested] = self._with_tables(steps, [self._bind(s) for s in steps], set(requested))
             self._converted[requested] = frozenset(converted)
         return self._plans[requested]
+
+    def _with_tables(self, steps: list[Step], bound: list[_Bound], requested: set[str]) -> list[_Bound]:
+        """``bound`` with each float chain on one 8-bit tensor replaced by a table (``tables.py``)."""
+        chains = tables.find_chains(steps, self.constants, requested | set(self._graph_outputs))
+        if not chains:
+            return bound
+        first = {chain[0]: chain for chain in chains}
+        inside = {i for chain in chains for i in chain}
+        out = []
+        for index, b in enumerate(bound):
+            if index in first:
+                chain = first[index]
+                table = tables.ChainTable([steps[i] for i in chain], [bound[i].run for i in chain])
+                head, tail = steps[chain[0]], steps[chain[-1]]
+                fused = tuple(n for i in chain for n in (steps[i].fused or (steps[i].name,)))
+                source = tables.varying_input(head, self.constants)
+                step = Step(head.name, INTERNAL_DOMAIN, "Table", [source], [tail.outputs[0]], fused=fused)
+                out.append(_Bound(step, lambda args, t=table: (t.apply(args[0], self.constants),), TABLE))
+            elif index not in inside:
+                out.append(b)
+        return out
 
     def _bind(self, step: Step) -> _Bound:
         opset = self.opsets.get(normalize_domain(step.domain), 1)

@@ -50,23 +50,39 @@ def quantized(tmp_path_factory: pytest.TempPathFactory) -> onnx.ModelProto:
 
 
 def _runners(session: IntegerSession) -> dict[str, str]:
-    return {step.op.split("::")[1]: step.runner for step in session.plan()}
+    """op type -> runner of its step; ops folded into a table (``tables.py``) map to ``table``."""
+    graph = session.model.graph
+    op_of = {node.name or f"{node.op_type}_{i}": node.op_type for i, node in enumerate(graph.node)}
+    runners = {}
+    for step in session.plan():
+        runners[step.op.split("::")[1]] = step.runner
+        if step.op == "ai.qaccuracy::Table":
+            runners.update({op_of[name]: "table" for name in step.fused_from if name in op_of})
+    return runners
 
 
 def test_ops_without_a_kernel_run_in_onnxruntime_and_match_it(quantized: onnx.ModelProto) -> None:
     session = IntegerSession(quantized, "onnxruntime")
     runners = _runners(session)
     assert runners["QLinearConv"] == "kernel"
-    assert runners["ConvTranspose"] == runners["Div"] == runners["Tanh"] == "onnxruntime"
+    assert runners["ConvTranspose"] == "onnxruntime"
+    # Div and Tanh, each between a DequantizeLinear and a QuantizeLinear, act on one 8-bit tensor: their
+    # onnxruntime nodes run once on the 256 values, and the run looks the results up
+    assert runners["Div"] == runners["Tanh"] == "table"
     batch = np.random.default_rng(2).normal(0, 1, (5, 4, 10, 10)).astype(np.float32)
     (got,) = session.run(None, {"input": batch})
     (want,) = ort_session(quantized).run(None, {"input": batch})
     assert_same(got, want, "decoder output")
+    d_name = next(n.output[0] for n in quantized.graph.node if n.op_type == "Div")
+    got_d, got_out = session.run([d_name, "output"], {"input": batch})  # asked for: the nodes run themselves
+    assert_same(got_out, want, "decoder output with the Div output asked for")
+    assert got_d.dtype == np.float32 and got_d.shape == (5, 4, 20, 20)
 
 
 def test_the_reference_preset_keeps_onnx_reference(quantized: onnx.ModelProto) -> None:
     runners = _runners(IntegerSession(quantized, "onnx-reference"))
-    assert runners["ConvTranspose"] == runners["Tanh"] == "onnx.reference"
+    assert runners["ConvTranspose"] == "onnx.reference"
+    assert runners["Tanh"] == "table"  # a table built by onnx.reference's Tanh on the 256 values
 
 
 def test_an_op_onnxruntime_lacks_falls_back_to_onnx_reference_and_says_so(tmp_path: Path) -> None:
