@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from pytest_qaccuracy.numbers import format_number
+
 LOW_STEPS = 2.0
 HIGH_STEPS = 100.0
 AXES = (1, 2, 3)
@@ -50,7 +52,8 @@ class ChannelReport:
         bound = max(1, math.ceil(self.min_steps)) if self.min_steps > 0 else 1
         unit = "step" if bound == 1 else "steps"
         return (
-            f"{name} channels {self.low} (axis {self.axis}) span < {bound} {unit} (scale {self.scale:.6g}) while "
+            f"{name} channels {self.low} (axis {self.axis}) span < {bound} {unit} "
+            f"(scale {format_number(self.scale)}) while "
             f"others span up to {self.max_steps:.0f}: their values are lost; declare slices or quantize them apart"
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_qaccuracy.numbers import format_number
 from pytest_qaccuracy.plugin.records import TargetRun
 
 Properties = list[tuple[str, str]]
@@ -23,12 +24,12 @@ def pair_properties(pair_id: str, backend: str, scheme: str, result: Any, stats:
         for metric in ("cosine", "sqnr", "lsb"):
             value = output.metrics.get(metric)
             if value is not None:
-                props.append((f"qaccuracy.{output.name}.{metric}", f"{float(value):.6g}"))
+                props.append((f"qaccuracy.{output.name}.{metric}", format_number(float(value))))
         counts = stats.topk.get(output.name) if stats is not None else None
         for k, row in (counts or {}).get("k", {}).items():
             for name in ("agreement", "accuracy_drop"):
                 if row.get(name) is not None:
-                    props.append((f"qaccuracy.{output.name}.top{k}_{name}", f"{float(row[name]):.6g}"))
+                    props.append((f"qaccuracy.{output.name}.top{k}_{name}", format_number(float(row[name]))))
     return props
 
 
@@ -40,7 +41,7 @@ def target_properties(targets: Mapping[str, TargetRun]) -> Properties:
         for output, metrics in run.outputs.items():
             for metric in ("cosine", "sqnr"):
                 if metrics.get(metric) is not None:
-                    props.append((f"qaccuracy.target.{name}.{output}.{metric}", f"{float(metrics[metric]):.6g}"))
+                    props.append((f"qaccuracy.target.{name}.{output}.{metric}", format_number(float(metrics[metric]))))
     return props
 
 

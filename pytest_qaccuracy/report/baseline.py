@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_qaccuracy.atomic import atomic_write_json, finite_json
+from pytest_qaccuracy.numbers import format_number
 
 if TYPE_CHECKING:
     from pytest_qaccuracy.analysis.results import ComparisonResult
@@ -172,8 +173,8 @@ class Drift:
     rule: str
 
     def describe(self) -> str:
-        current = "undefined" if self.current is None else f"{self.current:.6g}"
-        return f"{self.target}: {self.metric} {self.baseline:.6g} -> {current} (limit {self.allowed:.6g}, {self.rule})"
+        baseline, current, limit = (format_number(v) for v in (self.baseline, self.current, self.allowed))
+        return f"{self.target}: {self.metric} {baseline} -> {current} (limit {limit}, {self.rule})"
 
 
 def find_drift(

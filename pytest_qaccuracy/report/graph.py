@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import onnx
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.numbers import format_metric
 from pytest_qaccuracy.report._palette import DARK, error_map, metric_slots, slot_color
 from pytest_qaccuracy.report.dot import _ops, label
-from pytest_qaccuracy.report.tables import format_value, shorten
+from pytest_qaccuracy.report.tables import shorten
 
 #: Fill of an op that was not compared (Graphviz's X11 ``gray``, as in the DOT artifact).
 GRAY = "#c0c0c0"
@@ -112,7 +113,7 @@ def _op_node(
     lines = (shorten(node_id, LABEL_WIDTH), node.op_type)
     if tensor is None:
         return GraphNode("op", lines, f"{node_id} ({node.op_type}): not compared", GRAY)
-    text = f"{metric.upper()} {format_value(metric, errors[tensor])}"
+    text = f"{metric.upper()} {format_metric(metric, errors[tensor])}"
     title = f"{node_id} ({node.op_type})\n{text}"
     return GraphNode("op", (*lines, text), title, slot_color(slots, errors[tensor]), tensor, anchors.get(tensor))
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
-from pytest_qaccuracy.numbers import finite
+from pytest_qaccuracy.numbers import finite, format_metric
 from pytest_qaccuracy.report._palette import (
     FIXED_RANGES,
     ZERO_BASED,
@@ -22,7 +22,6 @@ from pytest_qaccuracy.report._palette import (
     metric_slots,
     slot_color,
 )
-from pytest_qaccuracy.report.tables import format_value
 
 #: Chart axes get at most this many ticks.
 MAX_TICKS = 6
@@ -70,13 +69,13 @@ def axis(metric: str, values: Iterable[float], higher_better: bool, log: bool = 
     elif log or higher_better:
         margin = (hi - lo) * 0.05
         lo, hi = lo - margin, hi + margin
-    labelled = [[t, format_value(metric, 10**t if log else t)] for t in ticks(lo, hi, log)]
+    labelled = [[t, format_metric(metric, 10**t if log else t)] for t in ticks(lo, hi, log)]
     return {"lo": lo, "hi": hi, "log": log, "ticks": labelled}
 
 
 def _slots_view(metric: str, slots: list[Slot]) -> list[list[Any]]:
     """``[begin, end, colour, "begin – end"]`` per slot."""
-    text = [f"{format_value(metric, s.begin)} – {format_value(metric, s.end)}" for s in slots]
+    text = [f"{format_metric(metric, s.begin)} – {format_metric(metric, s.end)}" for s in slots]
     return [[s.begin, s.end, s.color, t] for s, t in zip(slots, text, strict=True)]
 
 
@@ -100,7 +99,7 @@ def entry_view(entry: dict[str, Any], slots: Mapping[str, list[Slot]]) -> dict[s
     """A layer or output dict of the comparison JSON plus ``text`` and ``color`` per metric."""
     text, color = {}, {}
     for name, value in entry["metrics"].items():
-        text[name] = format_value(name, value)
+        text[name] = format_metric(name, value)
         number = finite(value)
         if number is not None and name in slots:
             color[name] = slot_color(slots[name], number)
@@ -125,15 +124,15 @@ def sensitivity_display(view: Mapping[str, Any] | None) -> dict[str, Any] | None
     if not view or "note" in view:
         return dict(view) if view else None
     metric = view["metric"]
-    out = {**view, "rows": [{**r, "text": format_value(metric, r.get("value"))} for r in view["rows"]]}
+    out = {**view, "rows": [{**r, "text": format_metric(metric, r.get("value"))} for r in view["rows"]]}
     baseline = finite(view.get("baseline"))
-    out["baseline_text"] = None if baseline is None else format_value(metric, baseline)
+    out["baseline_text"] = None if baseline is None else format_metric(metric, baseline)
     chart = view.get("chart")
     if chart:
         name = chart.get("y_label", metric)
         values = [v for s in chart["series"] for v in (finite(y) for y in s["y"]) if v is not None]
         out["chart_axis"] = axis(name, values, True)
-        out["chart_text"] = [[format_value(name, finite(y)) for y in s["y"]] for s in chart["series"]]
+        out["chart_text"] = [[format_metric(name, finite(y)) for y in s["y"]] for s in chart["series"]]
     return out
 
 

@@ -2,45 +2,16 @@
 
 from __future__ import annotations
 
-import math
-
 from tabulate import tabulate
 
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.errors import InputError
-from pytest_qaccuracy.numbers import finite
+from pytest_qaccuracy.numbers import finite, format_metric
 from pytest_qaccuracy.report._palette import higher_is_better, metric_names
 from pytest_qaccuracy.report.terminal import escape_control, match_warning
 
 #: Tensor names longer than this are shortened in the middle so tables stay readable in a terminal.
 MAX_NAME = 60
-
-
-def format_value(name: str, value: float | None) -> str:
-    """Format one metric value for people: ``n/a`` for None, dB for SQNR, 4 significant digits otherwise.
-
-    Cosine similarity is shown with enough decimals that ``1 - cosine`` keeps 2 significant digits
-    (``0.999953`` shows as ``0.999953``, not ``1``).
-
-    Args:
-        name: the metric name (lower case, as in the comparison JSON).
-        value: the value, or None when undefined.
-
-    Returns:
-        The formatted value.
-    """
-    number = finite(value)
-    if number is None:
-        return "n/a" if value is None else str(value)
-    if name == "sqnr":
-        return f"{number:.2f} dB"
-    if name == "cosine":
-        gap = 1.0 - abs(number)
-        decimals = 4 if gap <= 0 else min(12, max(4, 1 - math.floor(math.log10(gap))))
-        return f"{number:.{decimals}f}"
-    if number == 0:
-        return "0"
-    return f"{number:.4g}"
 
 
 def shorten(name: str, width: int = MAX_NAME) -> str:
@@ -76,7 +47,7 @@ def rank_layers(result: ComparisonResult, metric: str) -> list[LayerResult]:
 def outputs_table(result: ComparisonResult, tablefmt: str = "simple") -> str:
     """One row per model output with every metric."""
     metrics = metric_names(result)
-    rows = [[shorten(o.name)] + [format_value(m, o.metrics.get(m)) for m in metrics] for o in result.outputs]
+    rows = [[shorten(o.name)] + [format_metric(m, o.metrics.get(m)) for m in metrics] for o in result.outputs]
     return tabulate(
         rows, headers=["output", *metrics], tablefmt=tablefmt, disable_numparse=True, colalign=_align(1, metrics)
     )
@@ -88,7 +59,7 @@ def layers_table(result: ComparisonResult, top: int = 10, rank_by: str | None = 
     layers = rank_layers(result, rank_by or metrics[0])[: max(top, 0)]
     rows = [
         [str(x.order), shorten(x.tensor), shorten(x.op_type or "?")]
-        + [format_value(m, x.metrics.get(m)) for m in metrics]
+        + [format_metric(m, x.metrics.get(m)) for m in metrics]
         for x in layers
     ]
     headers = ["order", "tensor", "op_type", *metrics]

@@ -1,7 +1,7 @@
 """A pair's verdict, checks, top-k accuracy and baseline drift as the HTML report shows them. Pure.
 
 Each view reads a plugin pair record (``checks``, ``topk``; see :mod:`.summary`) and formats every
-value here, once, with :func:`~pytest_qaccuracy.report.tables.format_value`; the page's script
+value here, once, with :func:`~pytest_qaccuracy.numbers.format_metric`; the page's script
 only places the text. Raw numbers ride along (``sort``) for sorting.
 """
 
@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
+from pytest_qaccuracy.numbers import format_metric
 from pytest_qaccuracy.report.summary import expected_failure, record_passed
-from pytest_qaccuracy.report.tables import format_value, rank_layers
+from pytest_qaccuracy.report.tables import rank_layers
 
 DRIFT = "drift"
 LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked": "NO CHECKS"}
@@ -42,14 +43,14 @@ def _status(check: Mapping[str, Any]) -> str:
 def check_row(check: Mapping[str, Any]) -> dict[str, Any]:
     """One check, formatted: value and tolerance as text, its source, status and message."""
     metric, threshold = str(check["metric"]), check.get("threshold")
-    tolerance = "-" if threshold is None else f"{check['op']} {format_value(metric, threshold)}".strip()
+    tolerance = "-" if threshold is None else f"{check['op']} {format_metric(metric, threshold)}".strip()
     value = check.get("value")
     return {
         "test": check.get("test", ""),
         "check": check["check"],
         "target": check["target"],
         "metric": metric,
-        "value": "-" if value is None else format_value(metric, value),
+        "value": "-" if value is None else format_metric(metric, value),
         "sort": value,
         "tolerance": tolerance,
         "source": check.get("source", ""),
@@ -104,7 +105,7 @@ def worst_layers(result: ComparisonResult, metric: str | None, count: int = 3) -
             "tensor": x.tensor,
             "op_type": x.op_type or "?",
             "order": x.order,
-            "text": format_value(metric, x.metrics.get(metric)),
+            "text": format_metric(metric, x.metrics.get(metric)),
         }
         for x in ranked
     ]

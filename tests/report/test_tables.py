@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_qaccuracy.errors import InputError
-from pytest_qaccuracy.report.tables import comparison_table, format_value, rank_layers, shorten
+from pytest_qaccuracy.numbers import format_metric
+from pytest_qaccuracy.report.tables import comparison_table, rank_layers, shorten
 
 
 @pytest.mark.parametrize(
@@ -24,8 +25,8 @@ from pytest_qaccuracy.report.tables import comparison_table, format_value, rank_
         ("mse", float("nan"), "nan"),
     ],
 )
-def test_format_value(name, value, text):
-    assert format_value(name, value) == text
+def test_format_metric(name, value, text):
+    assert format_metric(name, value) == text
 
 
 def test_rank_lower_is_better_worst_first_none_last(small_result):
