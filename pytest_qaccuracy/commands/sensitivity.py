@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.sweep import Target, sweep_in
     from pytest_qaccuracy.atomic import check_dir_target, check_file_target
     from pytest_qaccuracy.model import ModelPair
+    from pytest_qaccuracy.report.artifacts import artifact_stem
     from pytest_qaccuracy.report.sensitivity_tables import (
         cumulative_table,
         sensitivity_table,
@@ -152,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write("\n" + sweep_table(results["sweep"]) + "\n")
     finally:
         session.close()
-    for path in write_sensitivity_artifacts(pair.quantized_path.stem, args.out_dir, args.json, **results):
+    stem = artifact_stem(pair.quantized_path.stem)  # the naming of qaccuracy compare's files
+    for path in write_sensitivity_artifacts(stem, args.out_dir, args.json, **results):
         sys.stdout.write(f"wrote {path}\n")
     sweep = results.get("sweep")
     return 1 if sweep is not None and sweep.target is not None and sweep.suggestion is None else 0
