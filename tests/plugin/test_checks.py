@@ -45,7 +45,17 @@ def _layer(tensor: str, order: int, op_type: str | None = "Conv", node: str | No
 
 
 def _fail(detail: str) -> Outcome:
-    return Outcome("min_cosine", "output 'y'", "cosine", ">=", 0.99, 0.5, False, "marker", detail)
+    return Outcome(
+        check="min_cosine",
+        target="output 'y'",
+        metric="cosine",
+        op=">=",
+        threshold=0.99,
+        value=0.5,
+        passed=False,
+        source="marker",
+        detail=detail,
+    )
 
 
 def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
@@ -53,18 +63,73 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
     z = OutputResult("z", {"cosine": None, "lsb": 2.0}, undefined={"cosine": "all-zero reference"})
     tolerances = {"min_cosine": (0.875, "marker"), "min_sqnr": (20.5, INI), "max_lsb": (2.0, "--qaccuracy-max-lsb")}
     assert evaluate(_result([y, z]), None, tolerances, [], "net") == [
-        Outcome("min_cosine", "output 'y'", "cosine", ">=", 0.875, 0.875, True, "marker",
-                "cosine 0.875 >= 0.875 for output 'y'"),
-        Outcome("min_sqnr", "output 'y'", "sqnr", ">=", 20.5, 20.0, False, INI, "sqnr 20 dB < 20.5 dB for output 'y'"),
-        Outcome("max_lsb", "output 'y'", "lsb", "<=", 2.0, 2.5, False, "--qaccuracy-max-lsb",
-                "lsb 2.5 > 2 for output 'y'"),
-        Outcome("min_cosine", "output 'z'", "cosine", ">=", 0.875, None, False, "marker",
-                "cosine undefined for output 'z' (all-zero reference)"),
-        Outcome("min_sqnr", "output 'z'", "sqnr", ">=", 20.5, None, False, INI,
-                "sqnr undefined for output 'z' (metric not computed)"),
-        Outcome("max_lsb", "output 'z'", "lsb", "<=", 2.0, 2.0, True, "--qaccuracy-max-lsb",
-                "lsb 2 <= 2 for output 'z'"),
-    ]  # fmt: skip
+        Outcome(
+            check="min_cosine",
+            target="output 'y'",
+            metric="cosine",
+            op=">=",
+            threshold=0.875,
+            value=0.875,
+            passed=True,
+            source="marker",
+            detail="cosine 0.875 >= 0.875 for output 'y'",
+        ),
+        Outcome(
+            check="min_sqnr",
+            target="output 'y'",
+            metric="sqnr",
+            op=">=",
+            threshold=20.5,
+            value=20.0,
+            passed=False,
+            source=INI,
+            detail="sqnr 20 dB < 20.5 dB for output 'y'",
+        ),
+        Outcome(
+            check="max_lsb",
+            target="output 'y'",
+            metric="lsb",
+            op="<=",
+            threshold=2.0,
+            value=2.5,
+            passed=False,
+            source="--qaccuracy-max-lsb",
+            detail="lsb 2.5 > 2 for output 'y'",
+        ),
+        Outcome(
+            check="min_cosine",
+            target="output 'z'",
+            metric="cosine",
+            op=">=",
+            threshold=0.875,
+            value=None,
+            passed=False,
+            source="marker",
+            detail="cosine undefined for output 'z' (all-zero reference)",
+        ),
+        Outcome(
+            check="min_sqnr",
+            target="output 'z'",
+            metric="sqnr",
+            op=">=",
+            threshold=20.5,
+            value=None,
+            passed=False,
+            source=INI,
+            detail="sqnr undefined for output 'z' (metric not computed)",
+        ),
+        Outcome(
+            check="max_lsb",
+            target="output 'z'",
+            metric="lsb",
+            op="<=",
+            threshold=2.0,
+            value=2.0,
+            passed=True,
+            source="--qaccuracy-max-lsb",
+            detail="lsb 2 <= 2 for output 'z'",
+        ),
+    ]
 
 
 def test_values_become_plain_floats() -> None:
@@ -81,16 +146,44 @@ def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
     stats = OutputStats(topk={}, relative={"y": rel, "z": clean})
     bounds = "outside atol + rtol*|fp32| (rtol=0.01, atol=0.001)"
     assert evaluate(result, stats, {"rtol": (0.01, "marker"), "atol": (0.001, INI)}, [], "net") == [
-        Outcome("rtol", "output 'y'", "relative", "<=", 0.0, 0.25, False, "marker",
-                f"3 / 12 elements (25%) {bounds} for output 'y'"),
-        Outcome("rtol", "output 'z'", "relative", "<=", 0.0, 0.0, True, "marker",
-                f"0 / 0 elements (0%) {bounds} for output 'z'"),
-    ]  # fmt: skip
+        Outcome(
+            check="rtol",
+            target="output 'y'",
+            metric="relative",
+            op="<=",
+            threshold=0.0,
+            value=0.25,
+            passed=False,
+            source="marker",
+            detail=f"3 / 12 elements (25%) {bounds} for output 'y'",
+        ),
+        Outcome(
+            check="rtol",
+            target="output 'z'",
+            metric="relative",
+            op="<=",
+            threshold=0.0,
+            value=0.0,
+            passed=True,
+            source="marker",
+            detail=f"0 / 0 elements (0%) {bounds} for output 'z'",
+        ),
+    ]
     (atol_only, _) = evaluate(result, stats, {"atol": (0.001, INI)}, [], "net")
     assert (atol_only.check, atol_only.source, atol_only.value) == ("atol", INI, 0.25)
     missing = OutputStats(topk={}, relative={})
     assert evaluate(_result([OutputResult("y", {})]), missing, {"rtol": (0.01, "marker")}, [], "net") == [
-        Outcome("rtol", "output 'y'", "relative", "<=", 0.0, None, False, "marker", "no element stats for output 'y'")
+        Outcome(
+            check="rtol",
+            target="output 'y'",
+            metric="relative",
+            op="<=",
+            threshold=0.0,
+            value=None,
+            passed=False,
+            source="marker",
+            detail="no element stats for output 'y'",
+        )
     ]
     assert evaluate(result, None, {"rtol": (0.01, "marker")}, [], "net") == []  # no stats measured: no row
 
@@ -107,13 +200,40 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
     stats = OutputStats(topk={"y": _counts(0.25, k3=True)}, relative={})
     tolerances = {"min_top1_agreement": (0.75, "marker"), "max_top1_drop": (0.125, INI), "topk": (3, INI)}
     assert evaluate(result, stats, tolerances, [], "net") == [
-        Outcome("min_top1_agreement", "output 'y'", "top-1 agreement", ">=", 0.75, 0.75, True, "marker",
-                "top-1 agreement 0.75 >= 0.75 for output 'y'"),
-        Outcome("max_top1_drop", "output 'y'", "top-1 accuracy drop", "<=", 0.125, 0.25, False, INI,
-                "top-1 accuracy drop 0.25 > 0.125 for output 'y' (fp32 0.5, quantized 0.25)"),
-        Outcome("max_top1_drop", "output 'y'", "top-3 accuracy drop", "<=", 0.125, 0.0, True, INI,
-                "top-3 accuracy drop 0 <= 0.125 for output 'y' (fp32 0.75, quantized 0.75)"),
-    ]  # fmt: skip
+        Outcome(
+            check="min_top1_agreement",
+            target="output 'y'",
+            metric="top-1 agreement",
+            op=">=",
+            threshold=0.75,
+            value=0.75,
+            passed=True,
+            source="marker",
+            detail="top-1 agreement 0.75 >= 0.75 for output 'y'",
+        ),
+        Outcome(
+            check="max_top1_drop",
+            target="output 'y'",
+            metric="top-1 accuracy drop",
+            op="<=",
+            threshold=0.125,
+            value=0.25,
+            passed=False,
+            source=INI,
+            detail="top-1 accuracy drop 0.25 > 0.125 for output 'y' (fp32 0.5, quantized 0.25)",
+        ),
+        Outcome(
+            check="max_top1_drop",
+            target="output 'y'",
+            metric="top-3 accuracy drop",
+            op="<=",
+            threshold=0.125,
+            value=0.0,
+            passed=True,
+            source=INI,
+            detail="top-3 accuracy drop 0 <= 0.125 for output 'y' (fp32 0.75, quantized 0.75)",
+        ),
+    ]
     # without topk only top-1; the boxes output was not counted and gets no row
     (top1,) = evaluate(result, stats, {"max_top1_drop": (0.25, INI)}, [], "net")
     assert (top1.metric, top1.passed) == ("top-1 accuracy drop", True)
@@ -129,8 +249,17 @@ def test_topk_drop_undefined_without_labels() -> None:
 
 def test_topk_tolerance_without_any_class_score_output() -> None:
     result = _result([OutputResult("y", {}), OutputResult("boxes", {})])
-    needs = Outcome("max_top1_drop", "outputs", "top-1", "", None, None, False, INI,
-                    "max_top1_drop needs class scores (records, classes), but no output is (y, boxes)")  # fmt: skip
+    needs = Outcome(
+        check="max_top1_drop",
+        target="outputs",
+        metric="top-1",
+        op="",
+        threshold=None,
+        value=None,
+        passed=False,
+        source=INI,
+        detail="max_top1_drop needs class scores (records, classes), but no output is (y, boxes)",
+    )
     assert evaluate(result, None, {"max_top1_drop": (0.01, INI)}, [], "net") == [needs]
     assert evaluate(result, OutputStats({}, {}), {"max_top1_drop": (0.01, INI)}, [], "net") == [needs]
     both = {"max_top1_drop": (0.01, INI), "min_top1_agreement": (0.9, "marker")}
@@ -150,26 +279,80 @@ def test_rules_on_outputs_then_layers_in_graph_order() -> None:
     rules = parse_rules(lines, INI)
     src = {text: f"{INI}, rule '{text}'" for text in lines}
     assert evaluate(_result([y], layers), None, {}, rules, "net") == [
-        Outcome("* cosine>=0.75", "output 'y'", "cosine", ">=", 0.75, 0.5, False, src["* cosine>=0.75"],
-                "cosine 0.5 < 0.75 for output 'y'"),
-        Outcome("*::conv* sqnr>=30", "layer 'conv1' (Conv)", "sqnr", ">=", 30.0, 30.0, True, src["*::conv* sqnr>=30"],
-                "sqnr 30 dB >= 30 dB for layer 'conv1' (Conv)"),
-        Outcome("*::* sqnr>=26", "layer 'relu1' (Relu)", "sqnr", ">=", 26.0, 25.0, False, src["*::* sqnr>=26"],
-                "sqnr 25 dB < 26 dB for layer 'relu1' (Relu)"),
-        Outcome("*::relu1_node cosine>=0.9", "layer 'relu1' (Relu)", "cosine", ">=", 0.9, None, False,
-                src["*::relu1_node cosine>=0.9"], "cosine undefined for layer 'relu1' (Relu) (metric not computed)"),
-        Outcome("*::* sqnr>=26", "layer 't'", "sqnr", ">=", 26.0, None, False, src["*::* sqnr>=26"],
-                "sqnr undefined for layer 't' (constant reference)"),
-    ]  # fmt: skip
+        Outcome(
+            check="* cosine>=0.75",
+            target="output 'y'",
+            metric="cosine",
+            op=">=",
+            threshold=0.75,
+            value=0.5,
+            passed=False,
+            source=src["* cosine>=0.75"],
+            detail="cosine 0.5 < 0.75 for output 'y'",
+        ),
+        Outcome(
+            check="*::conv* sqnr>=30",
+            target="layer 'conv1' (Conv)",
+            metric="sqnr",
+            op=">=",
+            threshold=30.0,
+            value=30.0,
+            passed=True,
+            source=src["*::conv* sqnr>=30"],
+            detail="sqnr 30 dB >= 30 dB for layer 'conv1' (Conv)",
+        ),
+        Outcome(
+            check="*::* sqnr>=26",
+            target="layer 'relu1' (Relu)",
+            metric="sqnr",
+            op=">=",
+            threshold=26.0,
+            value=25.0,
+            passed=False,
+            source=src["*::* sqnr>=26"],
+            detail="sqnr 25 dB < 26 dB for layer 'relu1' (Relu)",
+        ),
+        Outcome(
+            check="*::relu1_node cosine>=0.9",
+            target="layer 'relu1' (Relu)",
+            metric="cosine",
+            op=">=",
+            threshold=0.9,
+            value=None,
+            passed=False,
+            source=src["*::relu1_node cosine>=0.9"],
+            detail="cosine undefined for layer 'relu1' (Relu) (metric not computed)",
+        ),
+        Outcome(
+            check="*::* sqnr>=26",
+            target="layer 't'",
+            metric="sqnr",
+            op=">=",
+            threshold=26.0,
+            value=None,
+            passed=False,
+            source=src["*::* sqnr>=26"],
+            detail="sqnr undefined for layer 't' (constant reference)",
+        ),
+    ]
 
 
 def test_a_pairs_own_layer_rule_that_matches_no_layer_fails() -> None:
     layers = [_layer("relu1", 1, sqnr=25.0), _layer("conv1", 0, node="conv1_node", sqnr=30.0)]
     typo = replace(parse_rule("net::head* sqnr>=8", "marker"), required=True)
     assert evaluate(_result([], layers), None, {}, [typo], "net") == [
-        Outcome("net::head* sqnr>=8", "layers", "sqnr", ">=", 8.0, None, False, "marker",
-                "layer rule 'net::head* sqnr>=8' matches no compared layer (layers: relu1, conv1)")
-    ]  # fmt: skip
+        Outcome(
+            check="net::head* sqnr>=8",
+            target="layers",
+            metric="sqnr",
+            op=">=",
+            threshold=8.0,
+            value=None,
+            passed=False,
+            source="marker",
+            detail="layer rule 'net::head* sqnr>=8' matches no compared layer (layers: relu1, conv1)",
+        )
+    ]
     assert evaluate(_result([]), None, {}, [typo], "net")[0].detail.endswith("(layers: none)")
     many = [_layer(f"l{i}", i, sqnr=1.0) for i in range(12)]
     listed = ", ".join(f"l{i}" for i in range(10))
@@ -202,8 +385,17 @@ def _message_result() -> ComparisonResult:
 
 
 def test_failure_message_layout() -> None:
-    first = Outcome("* sqnr>=20", "output 'y'", "sqnr", ">=", 20.0, 12.0, False, f"{INI}, rule '* sqnr>=20'",
-                    "sqnr 12 dB < 20 dB for output 'y'")  # fmt: skip
+    first = Outcome(
+        check="* sqnr>=20",
+        target="output 'y'",
+        metric="sqnr",
+        op=">=",
+        threshold=20.0,
+        value=12.0,
+        passed=False,
+        source=f"{INI}, rule '* sqnr>=20'",
+        detail="sqnr 12 dB < 20 dB for output 'y'",
+    )
     others = [_fail(f"failure {i}") for i in range(12)]
     message = failure_message("net", [first, *others], _message_result(), extra=["Artifacts: x.json"])
     assert message.splitlines() == [
@@ -242,7 +434,17 @@ def test_failure_message_of_a_relative_check_on_a_deployment_target() -> None:
     rel = RelativeStats(0.01, 0.001, 3, 12, 0.5, 0.25, worst=[(2, "[0, 1]", 1.5, 1.0), (5, "[1, 0]", -0.25, 0.25)])
     stats = OutputStats(topk={}, relative={"y": rel})
     target = "output 'y' on onnxruntime-avx2"
-    first = Outcome("rtol", target, "relative", "<=", 0.0, 0.25, False, "marker", "3 / 12 elements outside")
+    first = Outcome(
+        check="rtol",
+        target=target,
+        metric="relative",
+        op="<=",
+        threshold=0.0,
+        value=0.25,
+        passed=False,
+        source="marker",
+        detail="3 / 12 elements outside",
+    )
     result = _result([OutputResult("y", {"sqnr": 12.0}, worst_records={"relative": [(1, 2.0)]})])
     assert failure_message("net", [first], result, stats).splitlines() == [
         "3 / 12 elements outside (pair 'net')",
@@ -301,9 +503,16 @@ def test_saturation_outcome_at_and_over_the_threshold() -> None:
     report = _saturation(_sat("conv1", 8, 1, record=3), _sat("conv2", 24, 0))  # 1 / 32 = 3.125 %
     where = "1 / 32 (worst layer 'conv1': 1 / 8, most in record 3)"
     assert saturation_outcome(report, 0.03125, "marker") == Outcome(
-        "max_saturated", "onnxruntime-avx2 pair sums", "saturated", "<=", 0.03125, 0.03125, True, "marker",
-        f"saturated pair sums 3.125% <= 3.125% on onnxruntime-avx2: {where}",
-    )  # fmt: skip
+        check="max_saturated",
+        target="onnxruntime-avx2 pair sums",
+        metric="saturated",
+        op="<=",
+        threshold=0.03125,
+        value=0.03125,
+        passed=True,
+        source="marker",
+        detail=f"saturated pair sums 3.125% <= 3.125% on onnxruntime-avx2: {where}",
+    )
     over = saturation_outcome(report, 0.03, "marker")
     assert not over.passed and over.detail == f"saturated pair sums 3.125% > 3% on onnxruntime-avx2: {where}"
     no_record = saturation_outcome(_saturation(_sat("conv1", 8, 1)), 0.5, "marker")
@@ -410,10 +619,19 @@ def test_top_k_rows_for_outputs_that_cannot_be_counted() -> None:
     stats = OutputStats(topk={}, relative={}, problems=why)
     tolerances = {"max_top1_drop": (0.01, INI), "min_top1_agreement": (0.9, "marker")}
     assert evaluate(result, stats, tolerances, [], "net") == [
-        Outcome("min_top1_agreement", f"output '{name}'", "top-1", "", None, None, False, "marker",
-                f"min_top1_agreement: cannot count top-1 on {text}")
+        Outcome(
+            check="min_top1_agreement",
+            target=f"output '{name}'",
+            metric="top-1",
+            op="",
+            threshold=None,
+            value=None,
+            passed=False,
+            source="marker",
+            detail=f"min_top1_agreement: cannot count top-1 on {text}",
+        )
         for name, text in why.items()
-    ]  # fmt: skip
+    ]
     counted = OutputStats(topk={"y": _counts(0.0, k3=False)}, relative={}, problems={"boxes": why["boxes"]})
     assert [o.target for o in evaluate(result, counted, {"max_top1_drop": (0.01, INI)}, [], "net")] == ["output 'y'"]
 
@@ -425,14 +643,41 @@ def test_channel_steps_check() -> None:
     wide = ChannelReport(axis=1, scale=0.5, min_steps=8.0, max_steps=40.0, low="", flagged=False)
     outputs = [OutputResult("a", {}, channels=low), OutputResult("b", {}, channels=wide), OutputResult("c", {})]
     assert evaluate(_result(outputs), None, {"min_channel_steps": (2.0, "marker")}, [], "net") == [
-        Outcome("min_channel_steps", "output 'a'", "channel steps", ">=", 2.0, 0.5, False, "marker",
-                "channel steps 0.5 < 2 for output 'a' (channels 4..21 of axis 1, scale 1.25)"),
-        Outcome("min_channel_steps", "output 'b'", "channel steps", ">=", 2.0, 8.0, True, "marker",
-                "channel steps 8 >= 2 for output 'b'"),
-        Outcome("min_channel_steps", "output 'c'", "channel steps", ">=", 2.0, None, False, "marker",
-                "channel steps undefined for output 'c' "
-                "(the quantized output has no single scale, or no channel varies)"),
-    ]  # fmt: skip
+        Outcome(
+            check="min_channel_steps",
+            target="output 'a'",
+            metric="channel steps",
+            op=">=",
+            threshold=2.0,
+            value=0.5,
+            passed=False,
+            source="marker",
+            detail="channel steps 0.5 < 2 for output 'a' (channels 4..21 of axis 1, scale 1.25)",
+        ),
+        Outcome(
+            check="min_channel_steps",
+            target="output 'b'",
+            metric="channel steps",
+            op=">=",
+            threshold=2.0,
+            value=8.0,
+            passed=True,
+            source="marker",
+            detail="channel steps 8 >= 2 for output 'b'",
+        ),
+        Outcome(
+            check="min_channel_steps",
+            target="output 'c'",
+            metric="channel steps",
+            op=">=",
+            threshold=2.0,
+            value=None,
+            passed=False,
+            source="marker",
+            detail="channel steps undefined for output 'c' "
+            "(the quantized output has no single scale, or no channel varies)",
+        ),
+    ]
 
 
 def test_a_slice_tolerance_replaces_the_pairs_on_that_view() -> None:
