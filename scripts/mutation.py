@@ -1,4 +1,4 @@
-"""Mutation testing of the modules where a silent bug would mislead users (issue 19).
+"""Mutation testing of the modules where a silent bug would mislead users.
 
 Runs mutmut 3 (``pip install -e ".[mutation]"``) once per group below, each in its own copy of the
 work tree under a temporary folder, so no mutated file ever lands in the work tree. Each group pairs

@@ -9,7 +9,7 @@ from pytest_qaccuracy.errors import ModelError
 from pytest_qaccuracy.model import ModelPair, match_tensors
 
 # The zoo's fp32 activations; conv1 is folded with relu1 by every ORT format (Conv+Relu fusion).
-# The graph input x comes first: every format quantizes it (x -> QuantizeLinear), issue 17.
+# The graph input x comes first: every format quantizes it (x -> QuantizeLinear).
 COMPARED = ["x", "relu1", "conv2", "add1", "cat1", "pool1", "conv3", "sig1", "gap", "flat", "gemm", "logits"]
 
 

@@ -1,7 +1,9 @@
 """Integer arithmetic of quantized kernels: ranges, rounding, fixed-point multipliers, requantize, GEMM.
 
-Everything here is vectorised numpy on int64/float arrays. Formulas follow the research notes
-``integer_backends.md`` (sections 1-6); the gemmlowp names are kept so they can be checked line by line.
+Everything here is vectorised numpy on int64/float arrays. Formulas follow the backends' public
+sources (gemmlowp's ``fixedpoint.h``, TFLite's ``kernels/internal/common.h``, onnxruntime's MLAS
+requantization, Glow's ``Quantization.cpp``; docs/backend.md, Sources); the gemmlowp names are kept so
+they can be checked line by line against ``fixedpoint.h``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Datasets: ONE HDF5 files, folders of ``.npy`` per input, and ``.npz`` archives (contract 4).
+"""Datasets: ONE HDF5 files, folders of ``.npy`` per input, and ``.npz`` archives (docs/data.md).
 
 ``load_dataset(path)`` opens any of them; ``bind_dataset(dataset, inputs)`` checks every record
 against a model's inputs before anything runs and then streams checked records in batches.

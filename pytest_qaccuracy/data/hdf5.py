@@ -1,4 +1,4 @@
-"""Samsung ONE's HDF5 layout: ``value/<record>/<input position>`` (contract 4)."""
+"""Samsung ONE's HDF5 layout: ``value/<record>/<input position>`` (docs/data.md)."""
 
 from __future__ import annotations
 

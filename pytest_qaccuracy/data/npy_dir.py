@@ -1,4 +1,4 @@
-"""Folders of ``.npy`` files: ``<dir>/<input name>/<k>.npy``, one file per record (contract 4)."""
+"""Folders of ``.npy`` files: ``<dir>/<input name>/<k>.npy``, one file per record (docs/data.md)."""
 
 from __future__ import annotations
 

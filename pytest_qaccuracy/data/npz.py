@@ -1,4 +1,4 @@
-"""``.npz`` datasets: one array per input name, record axis first (contract 4)."""
+"""``.npz`` datasets: one array per input name, record axis first (docs/data.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Scalar golden implementations for the integer-backend tests.
 
-Written from the gemmlowp/TFLite/ORT definitions (research notes sections 2-4) with Python integers
-and ``fractions.Fraction``, one element at a time: independent of the vectorised code under test.
+Written from the gemmlowp/TFLite/ORT definitions (their public sources: docs/backend.md, Sources)
+with Python integers and ``fractions.Fraction``, one element at a time: independent of the vectorised
+code under test.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _round_half_away(q: Fraction) -> int:
 
 def srdhm(a: int, b: int) -> int:
     """gemmlowp SaturatingRoundingDoublingHighMul, from its meaning: ``a * b / 2**31`` rounded half
-    toward +inf (research notes item 9: ``srdhm(-1, 2**30)`` is 0, not -1), exactly; the one product
+    toward +inf (gemmlowp adds the nudge ``1 << 30`` before truncating: ``srdhm(-1, 2**30)`` is 0, not -1),
+    exactly; the one product
     that overflows int32, ``INT32_MIN * INT32_MIN`` (1.0 in Q0.31), saturates to ``INT32_MAX``."""
     if a == b == INT32_MIN:
         return INT32_MAX
@@ -56,7 +58,7 @@ def mbqm_double(x: int, q: int, shift: int) -> int:
 
 
 def golden_requantize(preset: str, acc: int, m32: np.float32 | float, zp: int, lo: int = 0, hi: int = 255) -> int:
-    """One element, written from each backend's definition (research notes sections 2-4)."""
+    """One element, written from each backend's definition (docs/backend.md, Sources)."""
     if preset == "onnxruntime":
         value = np.float32(np.float32(acc) * m32)
         r = int(np.rint(value)) + zp
@@ -107,7 +109,7 @@ def _doublings(v: Fraction, target: Fraction) -> int:
 
 
 def glow_params(scale: float) -> tuple[int, int, int]:
-    """Glow quantizeScaleOffset32To8 (research notes section 6), in closed form rather than its loops.
+    """Glow quantizeScaleOffset32To8 (Glow's ``lib/Quantization/Base/Base.cpp``), in closed form rather than its loops.
 
     A power of two ``2**e`` is exact: ``(0, 0, 2**e)`` for ``e > 0``, else ``(0, -e, 1)``. Otherwise the
     first loop doubles until the scale is >= 0.5 and (>= 256 or 15 doublings): ``post = max(p(0.5),

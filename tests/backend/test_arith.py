@@ -48,7 +48,7 @@ def test_round_shift_matches_exact_fractions(mode: str) -> None:
 
 def test_srdhm_rounds_half_up() -> None:
     got = arith.srdhm(np.array([1, -1, 3, -3, 5, -5]), np.int64(2**30))
-    np.testing.assert_array_equal(got, [1, 0, 2, -1, 3, -2])  # research notes, section 0 item 9
+    np.testing.assert_array_equal(got, [1, 0, 2, -1, 3, -2])  # gemmlowp: half rounds toward +inf
     assert arith.srdhm(np.int64(-(2**31)), np.int64(-(2**31))) == 2**31 - 1
 
 
