@@ -14,11 +14,14 @@ import numpy as np
 from pytest_qaccuracy.analysis.outputs import OutputStats, RelativeStats
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
 from pytest_qaccuracy.analysis.saturation import LayerSaturation, SaturationReport
+from pytest_qaccuracy.backend.agreement import AgreementResult, TensorAgreement
 from pytest_qaccuracy.plugin.checks import (
     Outcome,
     deployment_target,
     evaluate,
     failure_message,
+    gate_notes,
+    gate_outcome,
     saturation_notes,
     saturation_outcome,
 )
@@ -693,3 +696,56 @@ def test_a_slice_tolerance_replaces_the_pairs_on_that_view() -> None:
     # a tolerance only views set reaches evaluate as NaN (with_slice_tolerances): no row elsewhere
     nan_rows = evaluate(_result(outputs), None, {"min_sqnr": (float("nan"), "slice 'boxes'")}, [], "net", views)
     assert [o.target for o in nan_rows] == ["output 'boxes'"]
+
+
+def _agreement(tensors: list[tuple[str, int, int, int]], allowed: int = 1) -> AgreementResult:
+    """(tensor, elements, mismatches, max steps) in topological order; the first beyond ``allowed`` diverges."""
+    rows = tuple(TensorAgreement(t, i, e, m, s) for i, (t, e, m, s) in enumerate(tensors))
+    first = next((r.tensor for r in rows if r.max_steps > allowed or r.max_steps < 0), None)
+    return AgreementResult("net.onnx", "tflite", allowed, 4, rows, first)
+
+
+def test_the_agreement_gate_passes_with_the_worst_tensor_and_adds_no_lines() -> None:
+    agreement = _agreement([("a", 10, 0, 0), ("b", 20, 3, 1)])
+    assert gate_outcome(agreement, "marker") == Outcome(
+        check="max_backend_steps", target="2 integer tensors (tflite)", metric="steps vs onnxruntime", op="<=",
+        threshold=1.0, value=1.0, passed=True, source="marker",
+        detail="integer emulation (tflite) within 1 step of onnxruntime: ok on 2 tensors (max 1 step)",
+    )  # fmt: skip
+    assert gate_notes(agreement) == []
+
+
+def test_the_agreement_gate_fails_on_the_first_tensor_beyond_n_steps_and_lists_the_next() -> None:
+    rows = [("a", 10, 0, 0), ("b", 8, 2, 3), ("c", 5, 5, -1)]
+    rows += [(f"d{i}", 4, 1, 2 + i) for i in range(6)]  # six more beyond 1 step: five shown, then "1 more"
+    agreement = _agreement(rows)
+    assert gate_outcome(agreement, "ini") == Outcome(
+        check="max_backend_steps", target="tensor 'b' (tflite)", metric="steps vs onnxruntime", op="<=",
+        threshold=1.0, value=3.0, passed=False, source="ini",
+        detail="integer emulation (tflite) within 1 step of onnxruntime: tensor 'b' (order 1) differs by up to "
+        "3 steps, 2 / 8 elements (25%)",
+    )  # fmt: skip
+    assert gate_notes(agreement) == [
+        "Next diverging tensors (> 1 step):",
+        " c (order 2): another shape, 5 / 5 elements",
+        " d0 (order 3): 2 steps, 1 / 4 elements",
+        " d1 (order 4): 3 steps, 1 / 4 elements",
+        " d2 (order 5): 4 steps, 1 / 4 elements",
+        " d3 (order 6): 5 steps, 1 / 4 elements",
+        " ... and 2 more",
+        "Tensors that differ: 8 / 9; max 7 steps at 'd5' (4 records)",
+    ]
+
+
+def test_the_agreement_gate_on_a_shape_mismatch_and_on_a_model_without_integer_tensors() -> None:
+    shape = gate_outcome(_agreement([("a", 3, 3, -1)], allowed=0), "marker")
+    assert (shape.target, shape.value, shape.passed) == ("tensor 'a' (tflite)", None, False)
+    assert shape.detail == (
+        "integer emulation (tflite) within 0 steps of onnxruntime: "
+        "tensor 'a' (order 0) has another shape on onnxruntime"
+    )
+    empty = gate_outcome(_agreement([]), "marker")
+    assert (empty.target, empty.value, empty.passed) == ("integer tensors", None, False)
+    assert empty.detail.endswith(": the model has no 8-bit tensors to compare")
+    only = _agreement([("a", 10, 10, 4)])
+    assert gate_notes(only) == ["Tensors that differ: 1 / 1; max 4 steps at 'a' (4 records)"]  # no "next" header
