@@ -325,8 +325,13 @@ def binary_table_apply(
         if not parallel.blockwise(lookup, out, big):
             lookup(out, big)
         return out
-    if not parallel.blockwise(gather, out, ua, ub):  # broadcasting or strided operands: one whole gather
-        gather(out, *np.broadcast_arrays(ua, ub))
+    if not parallel.blockwise(gather, out, ua, ub):  # broadcasting or strided operands: by leading index
+        xa, xb = np.broadcast_arrays(ua, ub)
+        if out.ndim == 0:
+            gather(out, xa, xb)
+            return out
+        spans = parallel.split(out.shape[0], out[0].size)
+        parallel.run_all([lambda a=a, b=b: gather(out[a:b], xa[a:b], xb[a:b]) for a, b in spans])
     return out
 
 
