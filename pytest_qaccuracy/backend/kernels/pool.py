@@ -144,7 +144,10 @@ def qlinear_global_average_pool(
     axes = tuple(range(1, X.ndim - 1)) if channels_last else tuple(range(2, X.ndim))
     count = math.prod(X.shape[a] for a in axes)
     zp_x = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
-    acc = X.astype(np.int64).sum(axis=axes, keepdims=True) - zp_x * count
+    # 8-bit sums in 32 bits (exact below 2^24 elements per channel), without an int64 copy of the input
+    small = count < 1 << 24
+    wide = {np.dtype(np.uint8): np.uint32, np.dtype(np.int8): np.int32}.get(X.dtype, np.int64) if small else np.int64
+    acc = X.sum(axis=axes, dtype=wide, keepdims=True).astype(np.int64) - zp_x * count
     if scheme.scale_precision == "float32":
         multiplier = np.float32(
             np.asarray(x_scale, np.float32).reshape(())
