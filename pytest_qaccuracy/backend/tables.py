@@ -174,7 +174,7 @@ class ChainTable:
         if x.dtype not in EIGHT_BIT:  # e.g. an int32 or 16-bit DequantizeLinear: the steps themselves
             return self.run_steps(x, constants)
         table = self.table(x.dtype, constants)
-        raw = np.ascontiguousarray(x).view(np.uint8)
+        raw = np.ascontiguousarray(x).reshape(x.shape).view(np.uint8)  # 0-d stays 0-d
         out = np.empty(x.shape, table.dtype)
 
         def lookup(target: np.ndarray, block: np.ndarray) -> None:

@@ -126,3 +126,30 @@ def test_a_graph_output_inside_the_island_ends_the_group() -> None:
     for got, expected in zip(session.run(None, {"x": x}), want, strict=True):
         assert got.dtype == expected.dtype
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("shape", [[], [1], [3, 5, 17]])
+def test_dequantize_linear_by_table_matches_onnxruntime(dtype: type, shape: list[int]) -> None:
+    """A per-tensor 8-bit DequantizeLinear is a 256-entry lookup: every value, and a 0-d tensor, as
+    onnxruntime gives them."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [
+        numpy_helper.from_array(np.float32(0.0173), "s"),
+        numpy_helper.from_array(np.array(-9 if dtype == np.int8 else 131, dtype), "z"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])],
+        "dq",
+        [helper.make_tensor_value_info("x", elem, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    info = np.iinfo(dtype)
+    size = int(np.prod(shape))
+    x = np.resize(np.arange(info.min, int(info.max) + 1), size).astype(dtype).reshape(shape)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    (got,) = IntegerSession(model, "onnxruntime").run(None, {"x": x})
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)

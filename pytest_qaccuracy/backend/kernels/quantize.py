@@ -80,7 +80,7 @@ def dequantize_linear(
         def lookup(target: np.ndarray, raw: np.ndarray) -> None:
             np.take(table, raw, out=target, mode="clip")
 
-        raw = np.ascontiguousarray(x).view(np.uint8)
+        raw = np.ascontiguousarray(x).reshape(x.shape).view(np.uint8)  # 0-d stays 0-d
         if not parallel.blockwise(lookup, out, raw):
             lookup(out, raw)
         return (out,)
