@@ -11,7 +11,7 @@ import pytest
 
 from pytest_qaccuracy.analysis.calibration import CalibrationOptions, calibrate
 from pytest_qaccuracy.analysis.calibration.observers import HistogramObserver
-from pytest_qaccuracy.analysis.calibration.ranges import KL_EPS, kl_threshold
+from pytest_qaccuracy.analysis.calibration.ranges import KL_EPS, WindowSums, kl_threshold
 from pytest_qaccuracy.cli import main
 from pytest_qaccuracy.errors import InputError
 from tests.modelzoo import conv_net, random_inputs, write_h5
@@ -63,38 +63,67 @@ def test_a_model_onnx_cannot_convert_is_refused_in_one_line(opset11, tmp_path, m
     assert not (tmp_path / "q.onnx").exists()
 
 
+def _window_kl(hist: np.ndarray, i: int, qbins: int) -> float:
+    """MXNet's loop body as written there: the window of ``2i+1`` central bins, P and Q built bin by bin."""
+    zero = hist.size // 2
+    start, stop = zero - i, zero + i + 1
+    window = hist[start:stop].astype(float)
+    p = window.copy()
+    p[0] += hist[:start].sum()
+    p[-1] += hist[stop:].sum()
+    width = window.size // qbins
+    q = np.zeros(window.size)
+    for g in range(qbins):
+        lo, hi = g * width, (g + 1) * width if g < qbins - 1 else window.size
+        nz = p[lo:hi] != 0
+        if nz.sum():
+            q[lo:hi] = np.where(nz, window[lo:hi].sum() / nz.sum(), 0.0)
+
+    def smooth(d):
+        zeros = d == 0
+        if zeros.all():
+            return None
+        out = np.where(zeros, KL_EPS, d - KL_EPS * zeros.sum() / (~zeros).sum())
+        return out if (out > 0).all() else None
+
+    ps, qs = smooth(p), smooth(q)
+    if ps is None or qs is None:
+        return math.inf
+    ps, qs = ps / ps.sum(), qs / qs.sum()
+    return float((ps * np.log(ps / qs)).sum())
+
+
 def _exhaustive_kl(hist: np.ndarray, edges: np.ndarray, qbins: int) -> tuple[float, float]:
     """MXNet's loop as written there: every window, each P and Q built bin by bin."""
     zero, best = hist.size // 2, (float(edges[-1]), math.inf)
     for i in range(qbins // 2, zero + 1):
-        start, stop = zero - i, zero + i + 1
-        window = hist[start:stop].astype(float)
-        p = window.copy()
-        p[0] += hist[:start].sum()
-        p[-1] += hist[stop:].sum()
-        width = window.size // qbins
-        q = np.zeros(window.size)
-        for g in range(qbins):
-            lo, hi = g * width, (g + 1) * width if g < qbins - 1 else window.size
-            nz = p[lo:hi] != 0
-            if nz.sum():
-                q[lo:hi] = np.where(nz, window[lo:hi].sum() / nz.sum(), 0.0)
-
-        def smooth(d):
-            zeros = d == 0
-            if zeros.all():
-                return None
-            out = np.where(zeros, KL_EPS, d - KL_EPS * zeros.sum() / (~zeros).sum())
-            return out if (out > 0).all() else None
-
-        ps, qs = smooth(p), smooth(q)
-        if ps is None or qs is None:
-            continue
-        ps, qs = ps / ps.sum(), qs / qs.sum()
-        kl = float((ps * np.log(ps / qs)).sum())
+        kl = _window_kl(hist, i, qbins)
         if kl < best[1]:
-            best = (float(edges[stop]), kl)
+            best = (float(edges[zero + i + 1]), kl)
     return best
+
+
+@pytest.mark.parametrize("shape", ["normal", "relu", "small-counts", "outliers", "sparse"])
+def test_window_sums_give_every_window_the_divergence_of_the_bin_by_bin_loop(shape):
+    """The coarse-to-fine search's divergences come from prefix sums (counts under 16 exactly by value,
+    larger ones by a series): each window as the loop computes it, undefined ones included."""
+    rng = np.random.default_rng(7)
+    x = {
+        "normal": rng.standard_normal(200000),
+        "relu": np.maximum(rng.standard_normal(200000), 0),  # half the bins empty: smoothing shifts P
+        "small-counts": rng.standard_normal(3000),  # most bins hold 0-15 values
+        "outliers": np.r_[rng.standard_normal(50000), rng.standard_cauchy(40) * 50],
+        "sparse": rng.choice([-2.0, -0.5, 0.0, 1.0, 3.0], 500),
+    }[shape]
+    hist = HistogramObserver(float(np.abs(x).max()), 1025)
+    hist.update(x.astype(np.float32))
+    counts = hist.counts.astype(np.float64)
+    halves = np.arange(63 // 2, counts.size // 2 + 1)
+    got = WindowSums(counts).divergences(counts.size // 2, halves, 63)
+    want = np.array([_window_kl(counts, int(i), 63) for i in halves])
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("shape", ["normal", "relu", "bimodal", "spike"])

@@ -95,11 +95,15 @@ def kl_threshold(
     cumsum = np.concatenate([[0.0], np.cumsum(hist)])
     windows = range(half, zero + 1)
     tried: dict[int, float] = {}
+    sums: WindowSums | None = None
 
-    def divergence(i: int) -> float:
-        if i not in tried:
-            tried[i] = _window_kl(hist, cumsum, zero, i, quantized_bins)
-        return tried[i]
+    def evaluate(wanted: list[int]) -> None:
+        """The divergence of every window of ``wanted`` not tried yet, in one vectorised step."""
+        nonlocal sums
+        todo = sorted({i for i in wanted if i not in tried})
+        if todo:
+            sums = sums or WindowSums(hist)
+            tried.update(zip(todo, sums.divergences(zero, np.array(todo), quantized_bins).tolist(), strict=True))
 
     filled = np.flatnonzero(hist)
     halves = np.arange(half, zero + 1)
@@ -113,14 +117,16 @@ def kl_threshold(
     step = stride
     candidates = list(windows) if len(windows) <= 8 * step else [*windows[::step], windows[-1]]
     while step > 1 and len(candidates) > 8:  # zoom in: a step 8 times finer around the two best
-        best_two = sorted(set(candidates), key=divergence)[:2]
+        evaluate(candidates)
+        best_two = sorted(set(candidates), key=tried.__getitem__)[:2]
         fine = max(1, step // 8)
         candidates = [i for c in best_two for i in range(max(half, c - step + 1), min(zero, c + step - 1) + 1, fine)]
         candidates += best_two
         step = fine
     best = (float(edges[-1]), math.inf)
+    evaluate(candidates)
     for i in sorted({*candidates, *tried}):  # ties go to the narrower window, as in the exhaustive loop
-        value = divergence(i)
+        value = tried[i]
         if value < best[1]:
             best = (float(edges[zero + i + 1]), value)
     return best
@@ -188,46 +194,97 @@ def _pairs_kl(
     return np.where(bad, np.inf, kl)
 
 
-def _window_kl(hist: np.ndarray, cumsum: np.ndarray, zero: int, i: int, quantized_bins: int) -> float:
-    """``KL(P || Q)`` of the window of ``2i+1`` central bins (see :func:`kl_threshold`); inf if undefined.
+#: counts below this are summed exactly, value by value, in :class:`WindowSums`; larger ones by a series
+KL_SMALL_COUNTS = 16
+#: terms of that series: ``(a / count)^m`` with ``a < 1``, ``count >= 16``: below 1e-12 of a term
+KL_SERIES_TERMS = 10
 
-    Only the bins where P is non-zero are visited: elsewhere P and Q are both zero, both smoothed to
-    ``eps``, and add nothing to the sum. Group counts come from ``cumsum``.
+
+class WindowSums:
+    """Prefix sums of one histogram from which each window's ``KL(P || Q)`` (:func:`kl_threshold`)
+    takes O(quantized bins) operations instead of one pass over the window's bins.
+
+    Per window, the group sums of P and Q, the non-zero bins per group and the smoothing shifts
+    ``a`` (P) and ``b`` (Q) come from prefix sums at the group bounds. Q is constant over a group's
+    non-zero bins, so ``sum ps log qs`` is one term per group. ``sum (p - a) log(p - a)`` over the
+    non-zero bins is exact for counts below :data:`KL_SMALL_COUNTS` (prefix counts of each value)
+    and, for larger counts, ``p log p - a (log p + 1) + sum_m a^(m+1) / (m (m+1) p^m)`` from prefix
+    sums of ``p log p``, ``log p`` and ``p^-m``; the two end bins, which take the outside counts, are
+    computed directly. The values agree with the bin-by-bin computation to about 1e-10 relative.
     """
-    n = hist.size
-    start, stop = zero - i, zero + i + 1
-    size = stop - start
-    width = size // quantized_bins
-    bounds = np.minimum(np.arange(quantized_bins + 1) * width, size)
-    bounds[-1] = size
-    counts = np.diff(cumsum[start + bounds])
-    where = start + np.flatnonzero(hist[start:stop])  # positions of the non-zero bins of P
-    p = hist[where]
-    outside = (cumsum[start], cumsum[n] - cumsum[stop])  # outliers land on the end bins
-    for pos, extra in zip((start, stop - 1), outside, strict=True):
-        if extra:
-            k = int(np.searchsorted(where, pos))
-            if k < where.size and where[k] == pos:
-                p[k] += extra
-            else:
-                where, p = np.insert(where, k, pos), np.insert(p, k, extra)
-    nonzero = where.size
-    if nonzero == 0:
-        return math.inf
-    group = np.minimum((where - start) // width, quantized_bins - 1)
-    norms = np.bincount(group, minlength=quantized_bins)
-    q = counts[group] / norms[group]
-    zeros_p = size - nonzero
-    ps = p - KL_EPS * zeros_p / nonzero
-    zeros_q = zeros_p + int(np.count_nonzero(q == 0))
-    if zeros_q == size or (ps <= 0).any():
-        return math.inf
-    qs = np.where(q == 0, KL_EPS, q - KL_EPS * zeros_q / (size - zeros_q))
-    if (qs <= 0).any():
-        return math.inf
-    sp = ps.sum() + zeros_p * KL_EPS  # KL of the normalised distributions, without normalising
-    sq = qs.sum() + zeros_p * KL_EPS
-    return float(np.dot(ps, np.log(ps / qs)) / sp + math.log(sq / sp))
+
+    def __init__(self, hist: np.ndarray):
+        h = np.asarray(hist, dtype=np.float64)
+        self.hist = h
+        large = h >= KL_SMALL_COUNTS
+        safe = np.where(large, h, 1.0)
+        rows = np.empty((5 + KL_SERIES_TERMS + KL_SMALL_COUNTS - 1, h.size + 1))
+        rows[:, 0] = 0.0
+        body = rows[:, 1:]
+        body[0], body[1], body[2] = h, h != 0, large
+        body[3] = np.where(large, h * np.log(safe), 0.0)
+        body[4] = np.where(large, np.log(safe), 0.0)
+        body[5] = np.where(large, 1.0 / safe, 0.0)
+        for m in range(1, KL_SERIES_TERMS):
+            np.multiply(body[4 + m], body[5], out=body[5 + m])
+        body[5 + KL_SERIES_TERMS :] = h[None, :] == np.arange(1, KL_SMALL_COUNTS)[:, None]
+        np.cumsum(rows, axis=1, out=rows)  # every prefix sum in one pass
+        self.counts, self.nonzero, self.large, self.plogp, self.logp = rows[:5]
+        self.inverse = list(rows[5 : 5 + KL_SERIES_TERMS])
+        self.small = list(rows[5 + KL_SERIES_TERMS :])
+
+    def divergences(self, zero: int, halves: np.ndarray, qbins: int) -> np.ndarray:
+        """``KL(P || Q)`` of the windows of ``2i+1`` central bins, ``i`` in ``halves``; inf if undefined."""
+        h, n = self.hist, self.hist.size
+        start, stop = zero - halves, zero + halves + 1
+        size = stop - start
+        width = size // qbins
+        bounds = np.minimum(np.arange(qbins + 1)[None, :] * width[:, None], size[:, None])
+        bounds[:, -1] = size
+        at = start[:, None] + bounds
+        count = np.diff(self.counts[at], axis=1)  # each group's count in the window, without the outside
+        filled = np.diff(self.nonzero[at], axis=1).astype(np.float64)  # its non-zero bins of P
+        left, right = self.counts[start], self.counts[n] - self.counts[stop]
+        first, last = h[start] + left, h[stop - 1] + right  # the end bins take the outside counts
+        filled[:, 0] += (h[start] == 0) & (left > 0)
+        filled[:, -1] += (h[stop - 1] == 0) & (right > 0)
+        mass = count.copy()
+        mass[:, 0] += left
+        mass[:, -1] += right
+        nonzero = filled.sum(axis=1)
+        zeros_p = size - nonzero
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a = KL_EPS * zeros_p / nonzero
+            empty = np.where(count == 0, filled, 0.0).sum(axis=1)  # non-zero P bins where Q is zero
+            zeros_q = zeros_p + empty
+            b = KL_EPS * zeros_q / (size - zeros_q)
+            spread = (count > 0) & (filled > 0)
+            q = np.where(spread, count / np.maximum(filled, 1.0) - b[:, None], 1.0)
+            bad = (nonzero == 0) | (zeros_q >= size) | (spread & (q <= 0)).any(axis=1)
+            log_q = np.where(spread, np.log(np.where(q > 0, q, 1.0)), math.log(KL_EPS))
+            cross = ((mass - filled * a[:, None]) * np.where(filled > 0, log_q, 0.0)).sum(axis=1)
+            own = np.zeros(halves.size)
+            for end in (first, last):
+                ps = end - a
+                bad |= (end > 0) & (ps <= 0)
+                own += np.where(end > 0, ps * np.log(np.where(ps > 0, ps, 1.0)), 0.0)
+            lo, hi = start + 1, stop - 1  # the bins between the two ends
+            for value, counts in enumerate(self.small, start=1):
+                many = counts[hi] - counts[lo]
+                ps = value - a
+                bad |= (many > 0) & (ps <= 0)
+                own += np.where(many > 0, many * ps * np.log(np.where(ps > 0, ps, 1.0)), 0.0)
+            own += (
+                self.plogp[hi] - self.plogp[lo] - a * (self.logp[hi] - self.logp[lo] + self.large[hi] - self.large[lo])
+            )
+            power = a.copy()
+            for m, inverse in enumerate(self.inverse, start=1):
+                power = power * a
+                own += power / (m * (m + 1)) * (inverse[hi] - inverse[lo])
+            sp = self.counts[n] - nonzero * a + zeros_p * KL_EPS  # KL of the normalised distributions
+            sq = np.where(spread, count - filled * b[:, None], 0.0).sum(axis=1) + KL_EPS * (empty + zeros_p)
+            kl = (own - cross) / sp + np.log(sq / sp)
+        return np.where(bad, np.inf, kl)
 
 
 def mse_range(
