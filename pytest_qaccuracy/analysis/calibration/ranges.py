@@ -287,6 +287,10 @@ class WindowSums:
         return np.where(bad, np.inf, kl)
 
 
+#: (candidate, bin) pairs of one vectorised step of :func:`mse_range`
+MSE_BLOCK = 1 << 15
+
+
 def mse_range(
     hist: np.ndarray, edges: np.ndarray, lo: float, hi: float, qmin: int, qmax: int, candidates: int = 256
 ) -> tuple[float, float]:
@@ -308,11 +312,24 @@ def mse_range(
     ok = scales > 0
     scales = np.where(ok, scales, 1.0)
     zps = np.clip(np.round(qmin - rmin / scales), qmin, qmax)
-    for j in np.flatnonzero(ok):
-        q = np.clip(np.round(centres / scales[j]) + zps[j], qmin, qmax)
-        err = float(np.dot(hist, (centres - (q - zps[j]) * scales[j]) ** 2))
-        if err < best_err:
-            best, best_err = (float(los[j]), float(his[j])), err
+    filled = hist > 0  # empty bins add nothing to any candidate's error
+    weights, values = hist[filled], centres[filled]
+    tried = np.flatnonzero(ok)
+    step = max(1, MSE_BLOCK // max(values.size, 1))
+    for first in range(0, tried.size, step):  # candidates in blocks: (candidates, non-empty bins)
+        j = tried[first : first + step]
+        s, z = scales[j, None], zps[j, None]
+        q = values / s  # then in place: round, + z, clamp, - z, * s, the error, squared
+        np.round(q, out=q)
+        q += z
+        np.clip(q, qmin, qmax, out=q)
+        q -= z
+        q *= s
+        np.subtract(values, q, out=q)
+        err = np.square(q, out=q) @ weights
+        k = int(np.argmin(err))  # the first minimum: ties go to the narrower range, as one by one
+        if err[k] < best_err:
+            best, best_err = (float(los[j[k]]), float(his[j[k]])), float(err[k])
     return best
 
 
