@@ -194,9 +194,9 @@ def _pairs_kl(
     return np.where(bad, np.inf, kl)
 
 
-#: counts below this are summed exactly, value by value, in :class:`WindowSums`; larger ones by a series
-KL_SMALL_COUNTS = 16
-#: terms of that series: ``(a / count)^m`` with ``a < 1``, ``count >= 16``: below 1e-12 of a term
+#: windows whose smoothing shift ``a`` of P exceeds this are computed bin by bin (:func:`_pairs_kl`)
+KL_SERIES_MAX_SHIFT = 0.01
+#: terms of the series of :class:`WindowSums`: with ``a <= 0.01`` and counts >= 1 the rest is below 1e-24
 KL_SERIES_TERMS = 10
 
 
@@ -207,31 +207,31 @@ class WindowSums:
     Per window, the group sums of P and Q, the non-zero bins per group and the smoothing shifts
     ``a`` (P) and ``b`` (Q) come from prefix sums at the group bounds. Q is constant over a group's
     non-zero bins, so ``sum ps log qs`` is one term per group. ``sum (p - a) log(p - a)`` over the
-    non-zero bins is exact for counts below :data:`KL_SMALL_COUNTS` (prefix counts of each value)
-    and, for larger counts, ``p log p - a (log p + 1) + sum_m a^(m+1) / (m (m+1) p^m)`` from prefix
-    sums of ``p log p``, ``log p`` and ``p^-m``; the two end bins, which take the outside counts, are
-    computed directly. The values agree with the bin-by-bin computation to about 1e-10 relative.
+    non-zero bins is ``sum p log p - a (log p + 1) + sum_m a^(m+1) / (m (m+1) p^m)`` from prefix sums
+    of ``p log p``, ``log p`` and ``p^-m`` (counts are integers >= 1); the two end bins, which take the
+    outside counts, are computed directly. A window with ``a`` above :data:`KL_SERIES_MAX_SHIFT`
+    (far more empty bins than filled ones) is computed bin by bin instead. The values agree with the
+    bin-by-bin computation to about 1e-10 relative.
     """
 
     def __init__(self, hist: np.ndarray):
         h = np.asarray(hist, dtype=np.float64)
         self.hist = h
-        large = h >= KL_SMALL_COUNTS
-        safe = np.where(large, h, 1.0)
-        rows = np.empty((5 + KL_SERIES_TERMS + KL_SMALL_COUNTS - 1, h.size + 1))
+        filled = h > 0
+        safe = np.where(filled, h, 1.0)
+        rows = np.empty((4 + KL_SERIES_TERMS, h.size + 1))
         rows[:, 0] = 0.0
         body = rows[:, 1:]
-        body[0], body[1], body[2] = h, h != 0, large
-        body[3] = np.where(large, h * np.log(safe), 0.0)
-        body[4] = np.where(large, np.log(safe), 0.0)
-        body[5] = np.where(large, 1.0 / safe, 0.0)
+        body[0], body[1] = h, filled
+        body[2] = np.where(filled, h * np.log(safe), 0.0)
+        body[3] = np.where(filled, np.log(safe) + 1.0, 0.0)
+        body[4] = np.where(filled, 1.0 / safe, 0.0)
         for m in range(1, KL_SERIES_TERMS):
-            np.multiply(body[4 + m], body[5], out=body[5 + m])
-        body[5 + KL_SERIES_TERMS :] = h[None, :] == np.arange(1, KL_SMALL_COUNTS)[:, None]
+            np.multiply(body[3 + m], body[4], out=body[4 + m])
         np.cumsum(rows, axis=1, out=rows)  # every prefix sum in one pass
-        self.counts, self.nonzero, self.large, self.plogp, self.logp = rows[:5]
-        self.inverse = list(rows[5 : 5 + KL_SERIES_TERMS])
-        self.small = list(rows[5 + KL_SERIES_TERMS :])
+        self.counts, self.nonzero, self.plogp, self.logp = rows[:4]
+        self.inverse = list(rows[4:])
+        self.filled = np.flatnonzero(filled)
 
     def divergences(self, zero: int, halves: np.ndarray, qbins: int) -> np.ndarray:
         """``KL(P || Q)`` of the windows of ``2i+1`` central bins, ``i`` in ``halves``; inf if undefined."""
@@ -269,22 +269,18 @@ class WindowSums:
                 bad |= (end > 0) & (ps <= 0)
                 own += np.where(end > 0, ps * np.log(np.where(ps > 0, ps, 1.0)), 0.0)
             lo, hi = start + 1, stop - 1  # the bins between the two ends
-            for value, counts in enumerate(self.small, start=1):
-                many = counts[hi] - counts[lo]
-                ps = value - a
-                bad |= (many > 0) & (ps <= 0)
-                own += np.where(many > 0, many * ps * np.log(np.where(ps > 0, ps, 1.0)), 0.0)
-            own += (
-                self.plogp[hi] - self.plogp[lo] - a * (self.logp[hi] - self.logp[lo] + self.large[hi] - self.large[lo])
-            )
+            own += self.plogp[hi] - self.plogp[lo] - a * (self.logp[hi] - self.logp[lo])
             power = a.copy()
             for m, inverse in enumerate(self.inverse, start=1):
                 power = power * a
                 own += power / (m * (m + 1)) * (inverse[hi] - inverse[lo])
             sp = self.counts[n] - nonzero * a + zeros_p * KL_EPS  # KL of the normalised distributions
             sq = np.where(spread, count - filled * b[:, None], 0.0).sum(axis=1) + KL_EPS * (empty + zeros_p)
-            kl = (own - cross) / sp + np.log(sq / sp)
-        return np.where(bad, np.inf, kl)
+            kl = np.where(bad, np.inf, (own - cross) / sp + np.log(sq / sp))
+        shifted = ~bad & (a > KL_SERIES_MAX_SHIFT)  # the series converges too slowly: bin by bin
+        if shifted.any():
+            kl[shifted] = _pairs_kl(h, self.counts, self.filled, zero, halves[shifted], qbins)
+        return kl
 
 
 #: (candidate, bin) pairs of one vectorised step of :func:`mse_range`
