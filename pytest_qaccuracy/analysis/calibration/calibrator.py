@@ -32,6 +32,7 @@ from pytest_qaccuracy.analysis.calibration.observers import (
 )
 from pytest_qaccuracy.atomic import atomic_write
 from pytest_qaccuracy.data import BoundDataset, Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.data.binding import Batch
 from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model.graph import GraphView
@@ -171,15 +172,39 @@ def compute_ranges(
     return CalibrationResult(calibration.method, len(bound), chosen, observed)
 
 
+#: bytes of every calibrated tensor of one batch: batches shrink to stay under it, so that a model with
+#: hundreds of large tensors (a transformer's attention maps) does not hold gigabytes per batch
+BATCH_BYTES = 256 << 20
+
+
 def _passes(
     runner: OrtRunner, bound: BoundDataset, batch_size: int, names: Sequence[str]
 ) -> Iterator[tuple[dict[str, np.ndarray], int]]:
-    """Per batch: ({tensor: values}, records in the batch); one batch alive at a time."""
+    """Per batch: ({tensor: values}, records in the batch); one batch alive at a time.
+
+    The first batch is one record, which measures a record's tensors; later batches hold at most
+    ``batch_size`` records and :data:`BATCH_BYTES` of tensors.
+    """
     wanted = set(names)
-    for batch in bound.iter_batches(batch_size):
+    size, start, pending = 1, 0, []
+
+    def run(records: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
+        batch = Batch(start, records)
         values = runner.run(batch) if runner.tensors else {}
         values.update({k: v for k, v in batch.stacked().items() if k in wanted})
-        yield {n: values[n] for n in names if values[n].dtype.kind == "f"}, len(batch)
+        return {n: values[n] for n in names if values[n].dtype.kind == "f"}, len(batch)
+
+    for feeds in bound.iter_records():
+        pending.append(feeds)
+        if len(pending) == size:
+            values, count = run(pending)
+            start, pending = start + count, []
+            per_record = sum(v.nbytes for v in values.values()) / count
+            size = max(1, min(batch_size, int(BATCH_BYTES // max(per_record, 1.0))))
+            yield values, count
+            del values
+    if pending:
+        yield run(pending)
 
 
 def _extrema_range(
