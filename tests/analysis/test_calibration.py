@@ -275,3 +275,29 @@ def test_overrides_write_the_same_model_as_the_calibration_cache(zoo, tmp_path, 
         np.testing.assert_array_equal(value, inits_b[name], err_msg=name)
     with pytest.raises(InputError, match="unknown way"):
         quantize_with_ranges(zoo["fp32"], tmp_path / "x.onnx", result, options, via="telepathy")
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile", "moving-average", "kl", "mse"])
+def test_batches_capped_by_bytes_give_the_same_ranges(outliers, monkeypatch, method):
+    """Batches shrink to stay under ``BATCH_BYTES`` of tensors (the first one is a single record): the
+    ranges are those of any other batching, because every observer folds records independently."""
+    from pytest_qaccuracy.analysis.calibration import calibrator
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    seen: list[int] = []
+    real = calibrator._passes
+
+    def counting(*args, **kwargs):
+        for values, count in real(*args, **kwargs):
+            seen.append(count)
+            yield values, count
+
+    monkeypatch.setattr(calibrator, "_passes", counting)
+    options = CalibrationOptions(method=method)
+    whole = compute_ranges(outliers["fp32"], outliers["calib"], options, RuntimeOptions(batch_size=100))
+    assert seen[:2] == [1, 99]  # one record measures a record's tensors (x, h, r: 32 floats; y: 10)
+    seen.clear()
+    monkeypatch.setattr(calibrator, "BATCH_BYTES", 3 * 4 * (3 * 32 + 10))  # room for 3 records
+    capped = compute_ranges(outliers["fp32"], outliers["calib"], options, RuntimeOptions(batch_size=100))
+    assert seen[:4] == [1, 3, 3, 3] and sum(seen) == (200 if method in ("kl", "mse") else 100)
+    assert capped.ranges == whole.ranges and capped.records == whole.records == 100
