@@ -326,13 +326,33 @@ def binary_table_apply(
             lookup(out, big)
         return out
     if not parallel.blockwise(gather, out, ua, ub):  # broadcasting or strided operands: by leading index
-        xa, xb = np.broadcast_arrays(ua, ub)
-        if out.ndim == 0:
-            gather(out, xa, xb)
-            return out
-        spans = parallel.split(out.shape[0], out[0].size)
-        parallel.run_all([lambda a=a, b=b: gather(out[a:b], xa[a:b], xb[a:b]) for a, b in spans])
+        _broadcast_gather(table, flips, ua, ub, out)
     return out
+
+
+def _broadcast_gather(table: np.ndarray, flips: int, ua: np.ndarray, ub: np.ndarray, out: np.ndarray) -> None:
+    """The pair table's gather where one operand broadcasts (a per-channel scale): the smaller operand
+    takes the high byte of the index, shifted once, and the larger one is added to it in one pass
+    (the table transposed when the larger one is ``a``); records split over the threads."""
+    square = table.reshape(256, 256)
+    if ua.size > ub.size:  # index by (b, a): the transposed table
+        square, ua, ub, flips = square.T, ub, ua, ((flips & 0xFF) << 8) | (flips >> 8)
+    # every index as raw bytes (int8's offset-binary flip folded into the table, once per call)
+    rows, columns = np.arange(256) ^ (flips >> 8), np.arange(256) ^ (flips & 0xFF)
+    raw = np.ascontiguousarray(square[rows[:, None], columns[None, :]]).reshape(-1)
+    high = ua.astype(np.uint16) << 8  # the smaller operand
+    xh, xl = np.broadcast_arrays(high, ub)
+
+    def part(target: np.ndarray, h: np.ndarray, low: np.ndarray) -> None:
+        index = parallel.scratch(target.size, np.uint16, "pair-index").reshape(target.shape)
+        np.add(h, low, out=index, dtype=np.uint16)  # the low byte is free: adding is or-ing
+        np.take(raw, index, out=target, mode="clip")
+
+    if out.ndim == 0:
+        part(out, xh, xl)
+        return
+    spans = parallel.split(out.shape[0], out[0].size)
+    parallel.run_all([lambda a=a, b=b: part(out[a:b], xh[a:b], xl[a:b]) for a, b in spans])
 
 
 def _operand_table(
