@@ -541,7 +541,8 @@ DEPTHWISE_CASES = {
 def test_qlinear_conv_depthwise_row_path(case: str, chunk: int, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Integer depthwise convolutions take the row path with pairs of channels as block-diagonal
     GEMMs (odd channel counts: one channel per GEMM): bit-exact with onnxruntime for any pads,
-    dilation, stride, multiplier, chunking and thread count."""
+    dilation, stride, multiplier, chunking and thread count (tiny maps, which take the channels-last
+    taps, are sent down the row path here)."""
     from pytest_qaccuracy.backend import parallel
     from pytest_qaccuracy.backend.kernels import conv_chunks, conv_core
 
@@ -551,6 +552,7 @@ def test_qlinear_conv_depthwise_row_path(case: str, chunk: int, threads: int, mo
     monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    monkeypatch.setattr(conv_core, "NHWC_MAX_POSITIONS", 0)
     c, multiplier, (h, w_), attrs = DEPTHWISE_CASES[case]
     rng = np.random.default_rng(len(case))
     x = random_q(rng, np.uint8, (3, c, h, w_))
@@ -570,6 +572,42 @@ def test_qlinear_conv_depthwise_row_path(case: str, chunk: int, threads: int, mo
     assert set(blocks) == {c // 2 if c % 2 == 0 else c}, f"{case}: blocks {sorted(set(blocks))}"
     if chunk == 500:
         assert len(blocks) > 1, "small chunks were not used"
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_depthwise_on_a_tiny_map_takes_the_channels_last_taps(stride: int, kernel: int, monkeypatch) -> None:
+    """A depthwise layer on a 4x6-output map (PP-LCNet's last stages) runs channels last, tap by tap,
+    bit-exact with onnxruntime."""
+    from pytest_qaccuracy.backend.kernels import conv_core
+
+    taken: list[str] = []
+    real_choose = conv_core.choose_path
+
+    def choose(*args, **kwargs):
+        kind = real_choose(*args, **kwargs)
+        taken.append(kind.__name__)
+        return kind
+
+    monkeypatch.setattr(conv_core, "choose_path", choose)
+    rng = np.random.default_rng(kernel + stride)
+    c, pad = 48, kernel // 2
+    x = random_q(rng, np.uint8, (5, c, 4 * stride, 6 * stride))
+    w = random_q(rng, np.int8, (c, 1, kernel, kernel))
+    inits = {
+        "xs": f32(0.021), "xz": np.array(131, np.uint8), "w": w,
+        "ws": rng.uniform(0.002, 0.02, c).astype(f32), "wz": np.zeros(c, np.int8),
+        "ys": f32(0.09), "yz": np.array(121, np.uint8), "b": rng.integers(-3000, 3000, c).astype(np.int32),
+    }  # fmt: skip
+    model = node_model(
+        "QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[kernel, kernel], group=c,
+        pads=[pad] * 4, strides=[stride, stride],
+    )  # fmt: skip
+    want = ort_run(model, {"x": x})[0]
+    assert want.shape[2:] == (4, 6)
+    got = IntegerSession(model).run(None, {"x": x})[0]
+    assert_same(got, want, f"{kernel}x{kernel} stride {stride}")
+    assert taken == ["NhwcPath"]
 
 
 @pytest.mark.parametrize("chunk", [1 << 22, 500], ids=["one chunk", "row chunks"])

@@ -8,6 +8,7 @@ needs, and computes one chunk's sums. :func:`choose_path` picks one from the con
 path                when                                               how (module)
 ==================  =================================================  ==================================
 ``RowPath``         2-D, exact sums, one group                          kernel rows as GEMMs (conv_gemm)
+``NhwcPath``        2-D depthwise on at most 32 outputs per channel     taps, channels last
 ``GroupedRowPath``  2-D, exact sums, grouped or depthwise               blocks of groups, the same GEMMs
 ``FlatPath``        2-D float depthwise, stride 1, >= 64 columns        taps on the padded width
 ``NhwcPath``        2-D float depthwise, more channels than columns     taps, channels last
@@ -232,18 +233,33 @@ class Im2colPath(ConvPath):
         im2col_chunk(self.conv.x, self.wmat, target, self.conv.taps, chunk, whole)
 
 
+#: depthwise layers with at most this many outputs per channel run channels last even when exact: on
+#: tiny maps (4x6, 5x5 taps, 384 channels) the tap loop beats the block-diagonal GEMMs by about 20 %
+NHWC_MAX_POSITIONS = 32
+
+
 def choose_path(
-    from_source: bool, exact: bool, group: int, c: int, mg: int, strides: tuple[int, ...], width: int
+    from_source: bool,
+    exact: bool,
+    group: int,
+    c: int,
+    mg: int,
+    strides: tuple[int, ...],
+    width: int,
+    positions: int | None = None,
 ) -> type[ConvPath]:
     """The path of a convolution (see the table in this module's docstring).
 
-    ``from_source``: a 2-D convolution whose input is read unpadded (exact, or depthwise).
+    ``from_source``: a 2-D convolution whose input is read unpadded (exact, or depthwise);
+    ``width`` and ``positions``: the output's columns and outputs per channel.
     """
     depthwise = c == group > 1
     if not from_source:
         return DepthwisePath if depthwise else Im2colPath
     if group == 1:
         return RowPath
+    if depthwise and mg == 1 and positions is not None and positions <= NHWC_MAX_POSITIONS:
+        return NhwcPath
     if exact:
         return GroupedRowPath
     if tuple(strides) == (1, 1) and width >= FLAT_MIN_COLUMNS:
@@ -308,7 +324,9 @@ def conv_core(
         x = xp if pads is None else conv_chunks.to_padded(xp, pads, offset, dtype, padding)
         padded_spatial = x.shape[2:]
     out_spatial = output_shape(padded_spatial, kernel_shape, strides, dilations)
-    kind = choose_path(isinstance(x, Source), exact, group, c, m // group, strides, out_spatial[-1])
+    kind = choose_path(
+        isinstance(x, Source), exact, group, c, m // group, strides, out_spatial[-1], math.prod(out_spatial)
+    )
     in_gemm = bias is not None and bias_in_gemm and kind.gemm_bias
     path = kind(Conv(x, w, group, strides, dilations, dtype, out_spatial), bias if in_gemm else None)
     out = np.empty((n, m, *out_spatial), dtype=epilogue[1] if epilogue else dtype)
