@@ -153,3 +153,58 @@ def test_dequantize_linear_by_table_matches_onnxruntime(dtype: type, shape: list
     (got,) = IntegerSession(model, "onnxruntime").run(None, {"x": x})
     assert got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+def _conv_then_island(elem_dtype: type = np.uint8) -> onnx.ModelProto:
+    """QLinearConv -> DequantizeLinear -> HardSigmoid -> QuantizeLinear (PP-LCNet's conv + hardswish half)."""
+    rng = np.random.default_rng(4)
+    w = rng.integers(-90, 90, (6, 3, 3, 3)).astype(np.int8)
+    inits = {
+        "xs": np.float32(0.02), "xz": np.uint8(128), "w": w, "ws": np.float32(0.004), "wz": np.int8(0),
+        "ys": np.float32(0.05), "yz": np.uint8(120), "b": rng.integers(-500, 500, 6).astype(np.int32),
+        "hs": np.float32(1 / 255), "hz": np.uint8(0),
+    }  # fmt: skip
+    nodes = [
+        helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("DequantizeLinear", ["c", "ys", "yz"], ["f"]),
+        helper.make_node("HardSigmoid", ["f"], ["g"], alpha=1 / 6, beta=0.5),
+        helper.make_node("QuantizeLinear", ["g", "hs", "hz"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_island",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 3, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [4, 6, 9, 11])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_table_after_a_convolution_runs_inside_it() -> None:
+    """The group after a QLinearConv is looked up chunk by chunk inside the convolution (one step, the
+    8-bit tensor between them never written), with onnxruntime's values; asking for that tensor keeps
+    both steps."""
+    model = _conv_then_island()
+    x = np.random.default_rng(5).integers(0, 256, (4, 3, 9, 11)).astype(np.uint8)
+    ort_session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = ort_session.run(None, {"x": x})
+    session = IntegerSession(model, "onnxruntime")
+    (step,) = session.plan()
+    assert step.op == "ai.onnx::QLinearConv" and len(step.fused_from) == 4
+    (got,) = session.run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)
+    c, y = session.run(["c", "y"], {"x": x})
+    np.testing.assert_array_equal(y, want)
+    assert c.dtype == np.uint8 and c.shape == (4, 6, 9, 11)
+
+
+@pytest.mark.parametrize("scheme", ["onnxruntime", "tflite", "onnx-reference"])
+def test_a_table_inside_a_convolution_gives_the_steps_values_under_every_preset(scheme: str) -> None:
+    """Fused (the lookup inside the convolution, chunk by chunk or after a whole-array requantization)
+    or not (the convolution's output asked for), the output is the same under each preset."""
+    model = _conv_then_island()
+    x = np.random.default_rng(6).integers(0, 256, (4, 3, 9, 11)).astype(np.uint8)
+    session = IntegerSession(model, scheme)
+    (fused,) = session.run(None, {"x": x})
+    _, separate = session.run(["c", "y"], {"x": x})
+    np.testing.assert_array_equal(fused, separate)

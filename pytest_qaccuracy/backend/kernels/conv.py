@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith
+from pytest_qaccuracy.backend import arith, parallel
 from pytest_qaccuracy.backend.kernels import conv_pairs
 from pytest_qaccuracy.backend.kernels.conv_chunks import conv_pads, output_shape
 from pytest_qaccuracy.backend.kernels.conv_core import Epilogue, conv_core
@@ -180,8 +180,13 @@ def qlinear_conv(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
     scheme: Scheme,
+    lookup: np.ndarray | None = None,
 ) -> tuple[np.ndarray]:
-    """int32 accumulate (+ bias), then requantize with the scheme (per output channel scale)."""
+    """int32 accumulate (+ bias), then requantize with the scheme (per output channel scale).
+
+    ``lookup``: a 256-entry table of the 8-bit output's raw bytes (an elementwise group that follows,
+    ``tables.py``), applied to each chunk while it is in cache.
+    """
     attrs = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
@@ -202,14 +207,22 @@ def qlinear_conv(
 
         def finish(chunk: np.ndarray, dest: np.ndarray) -> None:
             np.multiply(chunk, m, out=chunk)
-            arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=dest)
+            if lookup is None:
+                arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=dest)
+                return
+            q = parallel.scratch(dest.size, dtype, "looked-up").reshape(dest.shape)
+            arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=q)
+            np.take(lookup, q.view(np.uint8), out=dest, mode="clip")
 
-        return Requantizer(None if bias is None else bias.reshape(-1).astype(np.int64), finish, np.dtype(dtype))
+        out_type = np.dtype(dtype) if lookup is None else lookup.dtype
+        return Requantizer(None if bias is None else bias.reshape(-1).astype(np.int64), finish, out_type)
 
     acc, bound, done = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme, requantizer_for)
-    if done:
-        return (acc,)
-    return (_requantize_conv(acc, bound, bias, multiplier, y_zp, dtype, scheme),)
+    if not done:
+        acc = _requantize_conv(acc, bound, bias, multiplier, y_zp, dtype, scheme)
+        if lookup is not None:
+            acc = np.take(lookup, np.ascontiguousarray(acc).view(np.uint8))
+    return (acc,)
 
 
 @kernel("", "ConvInteger", 10, scheme=True)
