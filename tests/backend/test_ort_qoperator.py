@@ -174,6 +174,7 @@ BINARY_SHAPES = {
     "one-element-b": ((2, 8, 5, 5), (1,)),  # a 256-entry table of a's bytes
     "one-element-a": ((1, 1, 1, 1), (2, 8, 5, 5)),
     "per-channel-b": ((2, 8, 5, 5), (1, 8, 1, 1)),
+    "per-record-channel-a": ((2, 8, 1, 1), (2, 8, 5, 5)),  # A one value per span of B: MLAS's scalar-A kernel
     "last-dim-b": ((2, 8, 5, 5), (5,)),
 }
 
@@ -199,23 +200,6 @@ def test_qlinear_binary(op, shapes, dtype, ties) -> None:
     order = ["a", "as", "az", "b", "bs", "bz", "cs", "cz"]
     model = node_model(op, [("a", dtype, a_shape), ("b", dtype, b_shape)], inits, dtype, domain=MS, input_order=order)
     assert _saturated(_check(model, {"a": a, "b": b}, op)[0]) < 0.35
-
-
-@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
-@pytest.mark.parametrize("ties", [False, True])
-def test_qlinear_mul_by_a_per_record_channel_scale(dtype, ties) -> None:
-    """An SE block: ``A`` (records, channels, 1, 1) scales ``B``; the broadcast gather puts ``A`` in the
-    index's high byte (the pair table transposed)."""
-    rng = np.random.default_rng(12)
-    zps = [np.array(v, dtype) for v in ((133, 121, 129) if dtype == np.uint8 else (-5, 7, 1))]
-    a, b = random_q(rng, dtype, (2, 8, 1, 1)), random_q(rng, dtype, (2, 8, 5, 5))
-    scales = (f32(0.5), f32(0.25), f32(1.0)) if ties else (f32(0.031), f32(0.017), f32(0.5))
-    inits = {"as": scales[0], "az": zps[0], "bs": scales[1], "bz": zps[1], "cs": scales[2], "cz": zps[2]}
-    order = ["a", "as", "az", "b", "bs", "bz", "cs", "cz"]
-    model = node_model(
-        "QLinearMul", [("a", dtype, a.shape), ("b", dtype, b.shape)], inits, dtype, domain=MS, input_order=order
-    )
-    _check(model, {"a": a, "b": b}, "QLinearMul")
 
 
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])

@@ -192,10 +192,11 @@ def _add_mlas(
     r_b = f32(f32(b_s) / f32(c_s))
     fixed = f32(f32(c_zp) - f32(f32(r_a * f32(a_zp)) + f32(r_b * f32(b_zp))))
     fa, fb = a.astype(f32), b.astype(f32)
+    # the per-span constant is fixed + value * ratio, which the compiler contracts into one FMA
     if spans[0]:
-        t = arith.fma32(fb, r_b, (fixed + (fa * r_a).astype(f32)).astype(f32))
+        t = arith.fma32(fb, r_b, arith.fma32(fa, r_a, fixed))
     elif spans[1]:
-        t = arith.fma32(fa, r_a, (fixed + (fb * r_b).astype(f32)).astype(f32))
+        t = arith.fma32(fa, r_a, arith.fma32(fb, r_b, fixed))
     else:
         t = arith.fma32(fa, r_a, arith.fma32(fb, r_b, fixed))
     return arith.saturate(np.clip(np.rint(t), -32768, 32767), dtype)
