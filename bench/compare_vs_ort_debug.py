@@ -15,6 +15,10 @@ processes, so that each peak RSS is its own:
 - ``ours_reference`` / ``ours_deployed``: ``compare`` in both capture modes, all nine metrics;
 - ``ours_deployed_big``: the same with 8x the records, to show that peak RSS does not grow.
 
+``--net ppocr_det`` takes PP-OCRv4's text detector from the real-model corpus instead (fp32 and its
+u8s8 QDQ file as ``scripts/build_corpus.py`` writes them, 128x192, batch fixed at 1; its calibration
+records repeated to ``--records``).
+
 Usage: python bench/compare_vs_ort_debug.py [--net detector] [--records 32] [--size 256] [--batch-size 8]
        [--repeat 1]
 """
@@ -70,6 +74,26 @@ class _Reader:
 
 
 NETS = {"detector": netzoo.detector, "mobile": netzoo.mobile_detector}
+#: real models of the corpus (``python scripts/build_corpus.py``): their fp32 and u8s8 QDQ files, and records
+CORPUS = {"ppocr_det": HERE.parent / ".corpus" / "ppocr_det"}
+
+
+def _prepare_corpus(work: Path, records: int, net: str) -> None:
+    """A corpus model as built there (batch fixed at 1), and its calibration records repeated to ``records``."""
+    import shutil
+
+    import h5py
+
+    folder = CORPUS[net]
+    if not (folder / "qdq_u8s8.onnx").exists():
+        sys.exit(f"{folder}: not built; run python scripts/build_corpus.py")
+    shutil.copy(folder / "fp32.onnx", work / "det.onnx")
+    shutil.copy(folder / "qdq_u8s8.onnx", work / "det.qdq.onnx")
+    source = sorted((folder / "calib" / "x").glob("*.npy"), key=lambda f: int(f.stem))
+    for name, count in (("data", records), ("data_big", records * 8)):
+        with h5py.File(work / f"{name}.h5", "w") as f:
+            for i in range(count):
+                f.create_dataset(f"value/{i}/0", data=np.load(source[i % len(source)]))
 
 
 def prepare(work: Path, records: int, size: int, net: str = "detector") -> None:
@@ -77,6 +101,9 @@ def prepare(work: Path, records: int, size: int, net: str = "detector") -> None:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     logging.getLogger().setLevel(logging.ERROR)
+    if net in CORPUS:
+        _prepare_corpus(work, records, net)
+        return
     fp32 = NETS[net](work / "det.onnx", size=size)
     quantize_static(
         str(fp32),
@@ -109,8 +136,9 @@ def run_floor(work: Path, batch: int) -> dict:
     for model in ("det.onnx", "det.qdq.onnx"):
         session = ort.InferenceSession(str(work / model), providers=["CPUExecutionProvider"])
         stacked = x.reshape(len(x), *x.shape[2:])
-        for i in range(0, len(stacked), batch):
-            session.run(None, {"x": stacked[i : i + batch]})
+        step = 1 if session.get_inputs()[0].shape[0] == 1 else batch  # a model that fixes its batch at 1
+        for i in range(0, len(stacked), step):
+            session.run(None, {"x": stacked[i : i + step]})
     return {"seconds": time.perf_counter() - start}
 
 
@@ -175,7 +203,7 @@ def _run_worker(method: str, work: Path, batch: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--net", choices=tuple(NETS), default="detector")
+    parser.add_argument("--net", choices=(*NETS, *CORPUS), default="detector")
     parser.add_argument("--records", type=int, default=32)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -193,7 +221,8 @@ def main() -> None:
         work = Path(tmp)
         prepare(work, args.records, args.size, args.net)
         print(
-            f"model: {args.net}, {netzoo.count_convs(work / 'det.onnx')} Conv layers, input 3x{args.size}x{args.size}, "
+            f"model: {args.net}, {netzoo.count_convs(work / 'det.onnx')} Conv layers, "
+            f"input {'as built' if args.net in CORPUS else f'3x{args.size}x{args.size}'}, "
             f"{args.records} records, batch {args.batch_size}"
         )
         results: dict[str, dict] = {}
