@@ -301,3 +301,23 @@ def test_batches_capped_by_bytes_give_the_same_ranges(outliers, monkeypatch, met
     capped = compute_ranges(outliers["fp32"], outliers["calib"], options, RuntimeOptions(batch_size=100))
     assert seen[:4] == [1, 3, 3, 3] and sum(seen) == (200 if method in ("kl", "mse") else 100)
     assert capped.ranges == whole.ranges and capped.records == whole.records == 100
+
+
+def test_the_quantizer_reads_a_private_copy_of_the_model(outliers, tmp_path, monkeypatch):
+    """onnxruntime's quantize_static writes ``<model>-inferred.onnx`` beside the file it is given and
+    deletes it: calibrate hands it a private copy, so two calibrations of one model at once (xdist
+    workers) never share that file."""
+    import onnxruntime.quantization as q
+
+    given: list[Path] = []
+    real = q.quantize_static
+
+    def spy(model_input, *args, **kwargs):
+        given.append(Path(model_input))
+        return real(model_input, *args, **kwargs)
+
+    monkeypatch.setattr(q, "quantize_static", spy)
+    calibrate(outliers["fp32"], outliers["calib"], tmp_path / "q.onnx", CalibrationOptions(method="minmax"))
+    (path,) = given
+    assert path.parent != outliers["fp32"].parent and path.name == outliers["fp32"].name
+    assert onnx.load(str(tmp_path / "q.onnx")).graph.node  # and the model was written

@@ -286,6 +286,10 @@ def _power2_weight_overrides(
     return overrides
 
 
+#: models above this size are handed to onnxruntime's quantizer with their tensors in a side file
+#: (a protobuf message cannot exceed 2 GiB)
+LARGE_MODEL_BYTES = 1 << 30
+
 #: DequantizeLinear takes ``axis`` (per-channel weights) from this opset on.
 PER_CHANNEL_OPSET = 13
 
@@ -379,14 +383,17 @@ def quantize_with_ranges(
             extra["TensorQuantOverrides"].update(_range_overrides(proto, result))
             kwargs["calibration_data_reader"] = _ZeroRecord(proto)
         written = Path(tmp) / out.name
-        if upgraded:  # onnxruntime's quantizer reads a file: hand it the converted model
-            model = Path(tmp) / f"opset{PER_CHANNEL_OPSET}.{Path(model).name}"
-            onnx.save(proto, str(model))
+        # onnxruntime's quantizer reads a file and writes `<model>-inferred.onnx` beside it: hand it a
+        # private copy (the converted model, if upgraded), so that two calibrations of one model at
+        # once (pytest-xdist workers) never share that file
+        name = f"opset{PER_CHANNEL_OPSET}.{Path(model).name}" if upgraded else Path(model).name
+        private = Path(tmp) / name
+        onnx.save(proto, str(private), save_as_external_data=proto.ByteSize() > LARGE_MODEL_BYTES)
         root = logging.getLogger()
         level = root.level
         root.setLevel(max(level, logging.ERROR))  # onnxruntime's "consider pre-processing" advice, per call
         try:
-            quantize_static(str(model), str(written), **kwargs)
+            quantize_static(str(private), str(written), **kwargs)
         except (ValueError, KeyError, RuntimeError) as exc:
             raise InputError(f"{model}: onnxruntime could not quantize the model ({exc})") from None
         finally:
