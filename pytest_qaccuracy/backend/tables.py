@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from onnx import helper
 
-from pytest_qaccuracy.backend import parallel
+from pytest_qaccuracy.backend.fusion import EIGHT_BIT
 from pytest_qaccuracy.backend.graph import Step
+from pytest_qaccuracy.backend.kernels.elementwise import lookup_bytes
 
 #: the runner :meth:`IntegerSession.plan` names for a table step
 TABLE = "table"
-EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
 #: ops of the default domain whose every output element depends on the same element of the input only
 #: (other operands: constants of one value)
 ELEMENTWISE = frozenset(
@@ -173,13 +173,4 @@ class ChainTable:
     def apply(self, x: np.ndarray, constants: dict[str, np.ndarray]) -> np.ndarray:
         if x.dtype not in EIGHT_BIT:  # e.g. an int32 or 16-bit DequantizeLinear: the steps themselves
             return self.run_steps(x, constants)
-        table = self.table(x.dtype, constants)
-        raw = np.ascontiguousarray(x).reshape(x.shape).view(np.uint8)  # 0-d stays 0-d
-        out = np.empty(x.shape, table.dtype)
-
-        def lookup(target: np.ndarray, block: np.ndarray) -> None:
-            np.take(table, block, out=target, mode="clip")  # every byte is an index: no copy for clipping
-
-        if not parallel.blockwise(lookup, out, raw):
-            lookup(out, raw)
-        return out
+        return lookup_bytes(x, self.table(x.dtype, constants))

@@ -205,6 +205,7 @@ def test_a_table_inside_a_convolution_gives_the_steps_values_under_every_preset(
     model = _conv_then_island()
     x = np.random.default_rng(6).integers(0, 256, (4, 3, 9, 11)).astype(np.uint8)
     session = IntegerSession(model, scheme)
+    assert [step.op for step in session.plan()] == ["ai.onnx::QLinearConv"]  # the group runs inside it
     (fused,) = session.run(None, {"x": x})
     _, separate = session.run(["c", "y"], {"x": x})
     np.testing.assert_array_equal(fused, separate)

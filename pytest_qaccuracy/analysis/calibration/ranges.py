@@ -229,7 +229,7 @@ class WindowSums:
         for m in range(1, KL_SERIES_TERMS):
             np.multiply(body[3 + m], body[4], out=body[4 + m])
         np.cumsum(rows, axis=1, out=rows)  # every prefix sum in one pass
-        self.counts, self.nonzero, self.plogp, self.logp = rows[:4]
+        self.counts, self.nonzero, self.plogp, self.logp1 = rows[:4]  # logp1: sum of (log p + 1)
         self.inverse = list(rows[4:])
         self.filled = np.flatnonzero(filled)
 
@@ -269,7 +269,7 @@ class WindowSums:
                 bad |= (end > 0) & (ps <= 0)
                 own += np.where(end > 0, ps * np.log(np.where(ps > 0, ps, 1.0)), 0.0)
             lo, hi = start + 1, stop - 1  # the bins between the two ends
-            own += self.plogp[hi] - self.plogp[lo] - a * (self.logp[hi] - self.logp[lo])
+            own += self.plogp[hi] - self.plogp[lo] - a * (self.logp1[hi] - self.logp1[lo])
             power = a.copy()
             for m, inverse in enumerate(self.inverse, start=1):
                 power = power * a

@@ -63,20 +63,30 @@ def lookup_table(
     return arith.quantize_float(out, np.asarray(y_scale, np.float32).reshape(()), zp, y_dtype, scheme)
 
 
+def lookup_bytes(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``table[b]`` for the raw byte ``b`` of each element of the 8-bit ``x`` (a 256-entry table in
+    byte order), split over the session's threads; a 0-d ``x`` gives a 0-d result."""
+    raw = x.view(np.uint8)
+    out = np.empty(x.shape, table.dtype)
+
+    def gather(target: np.ndarray, block: np.ndarray) -> None:
+        np.take(table, block, out=target, mode="clip")  # every byte is an index: "clip" avoids a copy
+
+    if not parallel.blockwise(gather, out, raw):
+        gather(out, raw)
+    return out
+
+
+def byte_order(table: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A 256-entry table in value order (``table[q - qmin]``) rearranged in raw byte order: int8's
+    bytes are its offset-binary pattern with the sign bit flipped."""
+    return table[np.arange(256) ^ 0x80] if np.dtype(dtype) == np.int8 else table
+
+
 def apply_table(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     """``table[x - qmin]``; 8-bit values index directly (int8 through its offset-binary bit pattern)."""
     if x.dtype == np.uint8 or x.dtype == np.int8:
-        offset = x.dtype == np.int8
-
-        def gather(out: np.ndarray, v: np.ndarray) -> None:
-            if offset:
-                v = np.bitwise_xor(v, np.uint8(0x80), out=parallel.scratch(v.size, np.uint8, "offset").reshape(v.shape))
-            np.take(table, v, out=out, mode="clip")
-
-        out = np.empty(x.shape, table.dtype)
-        if not parallel.blockwise(gather, out, x.view(np.uint8)):
-            gather(out, x.view(np.uint8))
-        return out
+        return lookup_bytes(x, byte_order(table, x.dtype))
     return table[x.astype(np.intp) - arith.qrange(x.dtype)[0]]
 
 
@@ -318,14 +328,7 @@ def binary_table_apply(
     out = np.empty(np.broadcast_shapes(a.shape, b.shape), table.dtype)
     lut = _operand_table(table, ua, ub, flips, out.shape)
     if lut is not None:  # one operand is a single value: a 256-entry table of the other's bytes
-        big = ua if ua.shape == out.shape else ub
-
-        def lookup(target: np.ndarray, x: np.ndarray) -> None:
-            np.take(lut, x, out=target, mode="clip")
-
-        if not parallel.blockwise(lookup, out, big):
-            lookup(out, big)
-        return out
+        return lookup_bytes(ua if ua.shape == out.shape else ub, lut)
     if not parallel.blockwise(gather, out, ua, ub):  # broadcasting or strided operands: by leading index
         _broadcast_gather(table, flips, ua, ub, out)
     return out

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from pytest_qaccuracy.backend import arith, parallel
+from pytest_qaccuracy.backend import arith
+from pytest_qaccuracy.backend.kernels.elementwise import lookup_bytes
 from pytest_qaccuracy.backend.registry import NotHandled, kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -73,17 +74,9 @@ def dequantize_linear(
     zp = None if x_zero_point is None else broadcast_param(x_zero_point, x.ndim, x.shape, axis, block_size)
     out_type = np.dtype(helper.tensor_dtype_to_np_dtype(output_dtype)) if output_dtype else scale.dtype
     if x.dtype.itemsize == 1 and scale.size == 1 and (zp is None or zp.size == 1):  # one 256-entry table
-        every = np.arange(256, dtype=np.uint8).view(x.dtype)
+        every = np.arange(256, dtype=np.uint8).view(x.dtype)  # in byte order
         table = arith.dequantize(every, scale.astype(np.float32), zp).astype(out_type, copy=False).reshape(256)
-        out = np.empty(x.shape, out_type)
-
-        def lookup(target: np.ndarray, raw: np.ndarray) -> None:
-            np.take(table, raw, out=target, mode="clip")
-
-        raw = np.ascontiguousarray(x).reshape(x.shape).view(np.uint8)  # 0-d stays 0-d
-        if not parallel.blockwise(lookup, out, raw):
-            lookup(out, raw)
-        return (out,)
+        return (lookup_bytes(x, table),)
     value = arith.dequantize(x, scale.astype(np.float32), zp)
     return (value.astype(out_type, copy=False),)
 
