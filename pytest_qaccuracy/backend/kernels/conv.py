@@ -9,12 +9,12 @@ scheme has it (``conv_pairs``), and hands the sums to
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
 from pytest_qaccuracy.backend import arith, parallel
-from pytest_qaccuracy.backend.kernels import conv_pairs
+from pytest_qaccuracy.backend.kernels import conv_ort, conv_pairs
 from pytest_qaccuracy.backend.kernels.conv_chunks import conv_pads, output_shape
 from pytest_qaccuracy.backend.kernels.conv_core import Epilogue, conv_core
 from pytest_qaccuracy.backend.registry import kernel
@@ -51,6 +51,7 @@ def conv_integer_acc(
     attrs: dict,
     scheme: Scheme,
     requantizer_for: Callable[[float, type], Requantizer | None] | None = None,
+    source: tuple[np.ndarray, Hashable] | None = None,
 ) -> tuple[np.ndarray, float, bool]:
     """Exact ``sum (x - x_zp)(w - w_zp)`` as ``(N, M, *out)``, padding contributing 0.
 
@@ -58,7 +59,9 @@ def conv_integer_acc(
     sums under ``bound``), which then runs on each chunk while it is in cache. The input zero point
     is folded into its bias when the sums over the raw input stay exact (see
     :func:`_folded_zero_point`), and the bias goes into the GEMMs when every partial sum stays exact
-    with it (``conv_core``'s ``bias_in_gemm``).
+    with it (``conv_core``'s ``bias_in_gemm``). ``source``: ``(array, key)`` when ``w`` is derived
+    from the constant ``array`` and ``key`` alone (a session's weights): large 2-D convolutions with
+    exact float32 sums then run in onnxruntime (``conv_ort``), the zero point subtracted, not folded.
 
     Returns:
         the accumulator (a float array holding exact integers, or int64 for the int16-pair
@@ -81,9 +84,9 @@ def conv_integer_acc(
     # MLAS's depthwise kernel sums exactly; the others saturate u8 x s8 pairs on CPUs without VNNI
     correction, correction_max = None, 0.0
     depthwise = group == x.shape[1] == w.shape[0]
+    padded = [s + pads[i] + pads[x.ndim - 2 + i] for i, s in enumerate(x.shape[2:])]
+    out_spatial = output_shape(tuple(padded), w.shape[2:], strides, dilations)
     if arith.saturates_pairs(scheme, x.dtype, w.dtype) and not depthwise and x.size:
-        padded = [s + pads[i] + pads[x.ndim - 2 + i] for i, s in enumerate(x.shape[2:])]
-        out_spatial = output_shape(tuple(padded), w.shape[2:], strides, dilations)
         correction = conv_pairs.pair_corrections(x, int(x_zp), w, group, pads, strides, dilations, out_spatial)
         if correction is not None:  # |exact + correction| <= bound + max|correction|
             correction_max = float(correction.max_abs())
@@ -92,9 +95,13 @@ def conv_integer_acc(
     limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
     requantizer = requantizer_for(bound, dtype) if requantizer_for else None
     offset, padding, sums_bound, added = x_zp, 0, bound, None
+    macs = x.shape[0] * w.size * int(np.prod(out_spatial))
+    weights = None
+    if source is not None and x.ndim == 4 and dtype is np.float32 and conv_ort.worth_it(macs):
+        weights = (source[0], (source[1], w_zp.tobytes()))
     if requantizer is not None:
         added = requantizer.bias
-        raw_bound, shift = _folded_zero_point(x, x_zp, ws, w_sum)
+        raw_bound, shift = _folded_zero_point(x, x_zp, ws, w_sum) if weights is None else (float("inf"), None)
         raw_bound += correction_max
         if shift is not None and raw_bound < limit:
             folded = shift if added is None else shift + added
@@ -117,6 +124,7 @@ def conv_integer_acc(
         bias=None if added is None else added.astype(dtype),
         bias_in_gemm=in_gemm,
         correction=correction,
+        weights=weights,
     )
     return acc, bound, epilogue is not None
 
@@ -190,6 +198,7 @@ def qlinear_conv(
     attrs = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
+    source = (w, (scheme.weight_bits, scheme.reduce_range))
     w = arith.clamp_weights(w, scheme)
     multiplier = arith.real_multiplier([x_scale, np.asarray(w_scale).reshape(-1)], y_scale, scheme)
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else x.dtype
@@ -217,7 +226,7 @@ def qlinear_conv(
         out_type = np.dtype(dtype) if lookup is None else lookup.dtype
         return Requantizer(None if bias is None else bias.reshape(-1).astype(np.int64), finish, out_type)
 
-    acc, bound, done = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme, requantizer_for)
+    acc, bound, done = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme, requantizer_for, source)
     if not done:
         acc = _requantize_conv(acc, bound, bias, multiplier, y_zp, dtype, scheme)
         if lookup is not None:

@@ -14,8 +14,12 @@ path                when                                               how (modu
 ``NhwcPath``        2-D float depthwise, more channels than columns     taps, channels last
 ``RowsPath``        other 2-D float depthwise                           taps, channels first
 ``DepthwisePath``   other depthwise                                     taps on a padded copy
+``OrtPath``         2-D, exact float32 sums, large, weights constant    onnxruntime's Conv (conv_ort)
 ``Im2colPath``      the rest                                            im2col + one GEMM (conv_gemm)
 ==================  =================================================  ==================================
+
+``OrtPath`` is chosen by the caller (``onnxruntime=``) rather than by :func:`choose_path`: only the
+caller knows the weights are a constant that lives across runs, whose session is worth building.
 
 After a path, the driver adds the int16 pair correction, then the bias, then runs the epilogue
 (e.g. requantization) while the chunk is in cache.
@@ -26,14 +30,21 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import ClassVar
 
 import numpy as np
 
 from pytest_qaccuracy.backend import parallel
-from pytest_qaccuracy.backend.kernels import conv_chunks, conv_pairs
-from pytest_qaccuracy.backend.kernels.conv_chunks import Chunk, Source, chunk_spans, output_shape, scratch_buffer
+from pytest_qaccuracy.backend.kernels import conv_chunks, conv_ort, conv_pairs
+from pytest_qaccuracy.backend.kernels.conv_chunks import (
+    Chunk,
+    Source,
+    chunk_spans,
+    convert,
+    output_shape,
+    scratch_buffer,
+)
 from pytest_qaccuracy.backend.kernels.conv_depthwise import (
     depthwise_chunk,
     depthwise_flat_chunk,
@@ -69,6 +80,10 @@ class Conv:
     dilations: tuple[int, ...]
     dtype: type
     out_spatial: tuple[int, ...]
+    #: ``(array, key)``: the constant the weights come from and what else made them (for ``OrtPath``)
+    weights: tuple[np.ndarray, Hashable] | None = None
+    #: intra-op threads of each onnxruntime call (for ``OrtPath``)
+    threads: int = 1
 
     @property
     def kernel_shape(self) -> tuple[int, ...]:
@@ -233,6 +248,39 @@ class Im2colPath(ConvPath):
         im2col_chunk(self.conv.x, self.wmat, target, self.conv.taps, chunk, whole)
 
 
+class OrtPath(ConvPath):
+    """Exact 2-D sums by onnxruntime's float32 convolution (:mod:`.conv_ort`): whole records per chunk."""
+
+    gemm_bias = True
+
+    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
+        super().__init__(conv, bias)
+        source = conv.x
+        assert isinstance(source, Source) and source.pad == 0 and conv.weights is not None
+        array, key = conv.weights
+        bias_key = None if bias is None else np.asarray(bias).tobytes()
+        geometry = (conv.group, conv.strides, conv.dilations, tuple(source.pads), np.dtype(conv.dtype).str)
+        self.session = conv_ort.session_for(
+            array,
+            (key, bias_key, geometry),
+            lambda: conv_ort.conv_model(conv.w, bias, conv.group, conv.strides, conv.dilations, source.pads),
+            conv.threads,
+        )
+
+    def scratch_per_row(self) -> int:
+        conv = self.conv
+        return conv.channels * math.prod(conv.strides) + conv.w.shape[0]
+
+    def sums(self, chunk: Chunk, dest: np.ndarray | None) -> np.ndarray:
+        source = self.conv.x
+        x = source.x[slice(*chunk.records)]
+        if x.dtype != np.float32 or np.ndim(source.offset) or source.offset != 0:
+            converted = scratch_buffer(x.size, np.float32, "ort-input").reshape(x.shape)
+            convert(x, source.offset, converted)
+            x = converted
+        return self.session.run(None, {"x": np.ascontiguousarray(x)})[0]
+
+
 #: depthwise layers with at most this many outputs per channel run channels last even when exact: on
 #: tiny maps (4x6, 5x5 taps, 384 channels) the tap loop beats the block-diagonal GEMMs by about 20 %
 NHWC_MAX_POSITIONS = 32
@@ -282,6 +330,7 @@ def conv_core(
     bias: np.ndarray | None = None,
     bias_in_gemm: bool = False,
     correction: conv_pairs.PairCorrection | None = None,
+    weights: tuple[np.ndarray, Hashable] | None = None,
 ) -> np.ndarray:
     """``sum x*w (+ bias)`` over the windows of a padded input, chunk by chunk on the session's threads.
 
@@ -308,6 +357,9 @@ def conv_core(
             bound): the row paths then add it in the GEMMs themselves, one more column of ones.
         correction: the int16 pair saturation of ``conv_pairs``, added to each chunk's sums before the
             bias pass and the epilogue; exactness is the caller's.
+        weights: ``(array, key)``: ``w`` is derived from the constant ``array`` and ``key`` alone; with
+            exact float32 sums of a 2-D, unfolded (``padding`` 0) convolution worth it
+            (:func:`~.conv_ort.worth_it`), onnxruntime computes them (``OrtPath``).
 
     Returns:
         ``(N, M, *out)``.
@@ -327,8 +379,21 @@ def conv_core(
     kind = choose_path(
         isinstance(x, Source), exact, group, c, m // group, strides, out_spatial[-1], math.prod(out_spatial)
     )
+    macs = n * m * math.prod(out_spatial) * (c // group) * math.prod(kernel_shape)
+    in_onnxruntime = (
+        weights is not None
+        and exact
+        and dtype is np.float32
+        and isinstance(x, Source)
+        and x.pad == 0
+        and conv_ort.worth_it(macs)
+    )
+    threads = parallel.current()
+    if in_onnxruntime:
+        kind = OrtPath
     in_gemm = bias is not None and bias_in_gemm and kind.gemm_bias
-    path = kind(Conv(x, w, group, strides, dilations, dtype, out_spatial), bias if in_gemm else None)
+    conv = Conv(x, w, group, strides, dilations, dtype, out_spatial, weights, 1 if n >= threads else threads)
+    path = kind(conv, bias if in_gemm else None)
     out = np.empty((n, m, *out_spatial), dtype=epilogue[1] if epilogue else dtype)
     added = None if bias is None or in_gemm else np.asarray(bias, dtype).reshape((m,) + (1,) * len(out_spatial))
 
@@ -345,9 +410,28 @@ def conv_core(
         elif sums is not dest:
             np.copyto(dest, sums)
 
-    spans = chunk_spans(n, out_spatial[0], path.scratch_per_row() * math.prod(out_spatial[1:]), path.budget())
+    if in_onnxruntime:
+        spans = _record_spans(n, m * math.prod(out_spatial), threads, out_spatial[0])
+    else:
+        spans = chunk_spans(n, out_spatial[0], path.scratch_per_row() * math.prod(out_spatial[1:]), path.budget())
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
+
+
+#: output elements of one onnxruntime call: a call costs tens of microseconds, and the epilogue
+#: that follows wants its chunk in cache
+ORT_CHUNK_ELEMENTS = 1 << 20
+
+
+def _record_spans(n: int, per_record: int, threads: int, rows: int) -> list[tuple[int, int, int, int]]:
+    """Chunks of whole records for ``OrtPath``: about ``ORT_CHUNK_ELEMENTS`` outputs each, as many
+    as a multiple of the threads (one chunk on one thread's worth of records)."""
+    records = max(1, ORT_CHUNK_ELEMENTS // max(per_record, 1))
+    count = -(-n // records)
+    if threads > 1 and n >= threads:
+        count = -(-max(count, threads) // threads) * threads
+    records = -(-n // count)
+    return [(n0, min(n, n0 + records), 0, rows) for n0 in range(0, n, records)]
 
 
 __all__ = [
@@ -359,6 +443,7 @@ __all__ = [
     "GroupedRowPath",
     "Im2colPath",
     "NhwcPath",
+    "OrtPath",
     "RowPath",
     "RowsPath",
     "choose_path",

@@ -1,0 +1,100 @@
+"""Exact integer convolution sums computed by onnxruntime's float32 convolution.
+
+A float32 sum of integers is exact, in any order, while every partial sum stays below 2^24 in
+magnitude: the integer convolution's inputs ``x - x_zp`` and weights ``w - w_zp`` are such integers,
+and :func:`~pytest_qaccuracy.backend.kernels.conv.conv_integer_acc` bounds every partial sum before it
+chooses float32. Under that bound, any float32 convolution gives the exact integer sums, so the
+backend may hand them to onnxruntime's own (MLAS: NCHWc direct, depthwise and im2col kernels, no
+Winograd or FFT), which runs them several times faster than numpy's GEMMs and tap loops. Only the
+sums come from onnxruntime: the scheme's arithmetic (pair saturation, bias, requantization,
+rounding) stays the backend's own.
+
+One single-node session per convolution and weight array, kept while the weight array lives (a
+session passes the same constant arrays on every run); its intra-op threads are the caller's, since
+the driver runs chunks of records on its own threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+#: multiply-adds of a convolution call below which the numpy paths run it (a session costs about
+#: 5 ms to build and each call some tens of microseconds: not worth it on small tensors)
+MIN_MACS = 1 << 22
+
+#: opset of the single-node models (Conv has not changed since opset 11)
+OPSET = 13
+
+_SESSIONS: dict[tuple[int, Hashable], tuple[weakref.ref, Any]] = {}
+_LOCK = threading.Lock()
+
+
+def worth_it(macs: int) -> bool:
+    """Whether a convolution of ``macs`` multiply-adds goes to onnxruntime."""
+    return macs >= MIN_MACS
+
+
+def conv_model(
+    w: np.ndarray,
+    bias: np.ndarray | None,
+    group: int,
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    pads: list[int],
+) -> bytes:
+    """A serialized one-node float32 ``Conv`` model with free batch and spatial axes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    names = ["x", "w"] + ([] if bias is None else ["b"])
+    inits = [numpy_helper.from_array(np.ascontiguousarray(w, np.float32), "w")]
+    if bias is not None:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(bias, np.float32).reshape(-1), "b"))
+    node = helper.make_node(
+        "Conv",
+        names,
+        ["y"],
+        group=group,
+        strides=list(strides),
+        dilations=list(dilations),
+        pads=list(pads),
+        kernel_shape=list(w.shape[2:]),
+    )
+    spatial = [f"s{i}" for i in range(w.ndim - 2)]
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", w.shape[1] * group, *spatial])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 7  # readable by every onnxruntime the package supports
+    return model.SerializeToString()
+
+
+def session_for(source: np.ndarray, key: Hashable, build: Any, threads: int) -> Any:
+    """The session of ``build()`` (model bytes) for weights derived from ``source`` and ``key``,
+    kept while ``source`` lives; built on first use."""
+    from pytest_qaccuracy.ort_session import make_session
+
+    slot = (id(source), (key, threads))
+    with _LOCK:
+        found = _SESSIONS.get(slot)
+        if found is not None and found[0]() is source:
+            return found[1]
+    session = make_session(build(), threads=threads)
+    try:
+        ref = weakref.ref(source, lambda _, slot=slot: _SESSIONS.pop(slot, None))
+    except TypeError:  # not weak-referenceable: no caching
+        return session
+    with _LOCK:
+        _SESSIONS[slot] = (ref, session)
+    return session
+
+
+__all__ = ["MIN_MACS", "conv_model", "session_for", "worth_it"]

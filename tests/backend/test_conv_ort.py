@@ -1,0 +1,149 @@
+"""Large exact convolutions run their sums in onnxruntime's float32 Conv (``conv_ort``, ``OrtPath``).
+
+Float32 sums of integers are exact below 2^24, so the sums must equal the numpy paths' bit for bit
+under every preset, geometry and thread count; the session is built once per weight array, and
+convolutions whose sums would not be exact in float32 never go there.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+
+import numpy as np
+import pytest
+from backend_models import assert_same, node_model, ort_run, random_q
+
+from pytest_qaccuracy.backend import IntegerSession, parallel
+from pytest_qaccuracy.backend.kernels import conv_core, conv_ort
+
+f32 = np.float32
+
+CASES = {
+    # name: (x dtype, channels, outputs, group, (h, w), kernel, attrs, records)
+    "dense-3x3": (np.uint8, 16, 8, 1, (12, 10), (3, 3), {"pads": [1, 1, 1, 1]}, 4),
+    "dense-5x5-stride-2": (np.uint8, 8, 6, 1, (13, 11), (5, 5), {"strides": [2, 2], "pads": [2, 1, 0, 2]}, 3),
+    "dilated-3x1": (np.int8, 12, 5, 1, (14, 9), (3, 1), {"dilations": [2, 1], "pads": [2, 0, 2, 0]}, 2),
+    "1x1": (np.uint8, 24, 40, 1, (9, 9), (1, 1), {}, 5),
+    "grouped": (np.uint8, 12, 12, 3, (10, 10), (3, 3), {"pads": [1, 1, 1, 1]}, 3),
+    "depthwise": (np.uint8, 16, 16, 16, (15, 12), (3, 3), {"pads": [1, 1, 1, 1]}, 4),
+    "depthwise-x2-stride-2": (np.int8, 6, 12, 6, (16, 14), (5, 5), {"strides": [2, 2], "pads": [2, 2, 2, 2]}, 3),
+    "one-record": (np.uint8, 16, 8, 1, (12, 10), (3, 3), {"pads": [0, 1, 1, 0]}, 1),
+}  # fmt: skip
+
+
+def _model(case: str, rng: np.random.Generator, per_channel_zp: bool = False):
+    xdt, c, m, group, (h, w), kernel, attrs, records = CASES[case]
+    x = random_q(rng, xdt, (records, c, h, w))
+    weights = random_q(rng, np.int8, (m, c // group, *kernel))
+    inits = {
+        "xs": f32(0.013), "xz": np.array(9 if xdt == np.uint8 else -5, xdt), "w": weights,
+        "ws": rng.uniform(0.002, 0.02, m).astype(f32), "wz": np.zeros(m, np.int8), "ys": f32(0.21),
+        "yz": np.array(120 if xdt == np.uint8 else -3, xdt), "b": rng.integers(-20000, 20000, m).astype(np.int32),
+    }  # fmt: skip
+    model = node_model(
+        "QLinearConv", [("x", xdt, x.shape)], inits, xdt, kernel_shape=list(kernel), group=group, **attrs
+    )
+    return model, x
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the onnxruntime calls of ``OrtPath``."""
+    calls: list[int] = []
+    original = conv_core.OrtPath.sums
+    spy = lambda self, chunk, dest: calls.append(1) or original(self, chunk, dest)  # noqa: E731
+    monkeypatch.setattr(conv_core.OrtPath, "sums", spy)
+    return calls
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("scheme", ["onnxruntime-vnni", "onnxruntime-avx2", "tflite"])
+@pytest.mark.parametrize("case", CASES)
+def test_sums_in_onnxruntime_equal_the_numpy_paths(case: str, scheme: str, threads: int, monkeypatch) -> None:
+    """Every geometry, every preset (the AVX2 pair correction is added to onnxruntime's sums), one or
+    several threads: bit for bit the numpy paths' output."""
+    model, x = _model(case, np.random.default_rng(len(case)))
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 1 << 60)
+    want = IntegerSession(model, scheme=scheme, threads=threads).run(None, {"x": x})[0]
+    calls = _spy(monkeypatch)
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
+    got = IntegerSession(model, scheme=scheme, threads=threads).run(None, {"x": x})[0]
+    assert calls, "onnxruntime's Conv was not used"
+    assert_same(got, want, f"{case} {scheme}")
+    records = x.shape[0]
+    assert len(calls) >= min(records, threads), "the records are shared between the threads"
+
+
+def test_matches_onnxruntime_exact_int32(monkeypatch) -> None:
+    """Against onnxruntime itself where every CPU family sums exactly (depthwise: MLAS's depthwise
+    kernel never saturates pairs), so this holds on any host."""
+    model, x = _model("depthwise", np.random.default_rng(3))
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
+    calls = _spy(monkeypatch)
+    got = IntegerSession(model, scheme="onnxruntime").run(None, {"x": x})[0]
+    assert calls
+    assert_same(got, ort_run(model, {"x": x})[0], "depthwise")
+
+
+def test_one_session_per_weight_array_kept_while_it_lives(monkeypatch) -> None:
+    from pytest_qaccuracy import ort_session
+
+    built = []
+    original = ort_session.make_session
+    monkeypatch.setattr(ort_session, "make_session", lambda *a, **k: built.append(1) or original(*a, **k))
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
+    model, x = _model("dense-3x3", np.random.default_rng(5))
+    session = IntegerSession(model, threads=1)
+    first = session.run(None, {"x": x})[0]
+    for _ in range(3):
+        assert_same(session.run(None, {"x": x})[0], first, "rerun")
+    assert len(built) == 1, "the session is built once and reused"
+    before = len(conv_ort._SESSIONS)
+    del session
+    gc.collect()
+    assert len(conv_ort._SESSIONS) < before, "released with the weights"
+
+
+def test_sums_above_float32_stay_on_numpy(monkeypatch) -> None:
+    """Weights whose sums can leave float32's exact integers (float64 GEMMs) never go to onnxruntime."""
+    rng = np.random.default_rng(9)
+    c, m = 256, 4
+    x = rng.integers(200, 256, (2, c, 8, 8)).astype(np.uint8)
+    w = rng.integers(-128, -100, (m, c, 3, 3)).astype(np.int8)  # 255 * 256 * 9 * 115 > 2^24
+    inits = {
+        "xs": f32(0.0173), "xz": np.array(7, np.uint8), "w": w, "ws": np.full(m, 0.01, f32),
+        "wz": np.zeros(m, np.int8), "ys": f32(300.0), "yz": np.array(127, np.uint8),
+    }  # fmt: skip
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[3, 3], pads=[1] * 4)
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
+    calls = _spy(monkeypatch)
+    got = IntegerSession(model).run(None, {"x": x})[0]
+    assert not calls
+    assert_same(got, ort_run(model, {"x": x})[0], "big-accumulator")
+
+
+def test_small_convolutions_stay_on_numpy(monkeypatch) -> None:
+    model, x = _model("one-record", np.random.default_rng(1))
+    calls = _spy(monkeypatch)
+    IntegerSession(model).run(None, {"x": x})
+    assert not calls, f"below {conv_ort.MIN_MACS} multiply-adds the numpy paths run"
+
+
+@pytest.mark.parametrize(
+    ("n", "per_record", "threads", "want"),
+    [
+        (32, 1000, 2, 2),  # small records: one chunk per thread
+        (32, 1 << 19, 2, 16),  # two records per chunk, a multiple of the threads
+        (3, 1 << 21, 2, 3),  # records of 2 chunks' worth: one per chunk
+        (1, 1000, 2, 1),
+        (5, 1 << 18, 1, 2),
+    ],
+)
+def test_record_spans(n: int, per_record: int, threads: int, want: int) -> None:
+    spans = conv_core._record_spans(n, per_record, threads, 7)
+    assert len(spans) == want
+    assert [s[0] for s in spans] == sorted({s[0] for s in spans})
+    assert spans[0][0] == 0 and spans[-1][1] == n
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), "contiguous, no gaps"
+    assert all(s[2:] == (0, 7) for s in spans), "whole output rows"
