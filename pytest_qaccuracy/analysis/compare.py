@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,9 @@ from pytest_qaccuracy.model.matching import TensorMatch
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions, make_runner
+
+if TYPE_CHECKING:  # the gate's module loads the integer backend: only callers that gate import it
+    from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
 
 #: How many worst records each output keeps per metric (for failure messages).
 WORST_RECORDS = 5
@@ -114,6 +118,7 @@ def compare(
     scheme: str | None = None,
     slices: Sequence[SliceSpec] = (),
     measure: OutputMeasure | None = None,
+    agreement: AgreementPass | None = None,
 ) -> ComparisonResult:
     """Compare an fp32/quantized pair on every record of ``data``.
 
@@ -133,6 +138,9 @@ def compare(
             pass (what :func:`~pytest_qaccuracy.analysis.outputs.measure_outputs` measures in a
             pass of its own; read them with ``measure.result()``). It sees the compared tensors:
             the capture mode's run, with the outputs dequantized as the metrics see them.
+        agreement: also measure this agreement gate in the same pass (the quantized model's runs are
+            shared where they compute the same tensors; see :mod:`.agreement_pass`); read it with
+            ``agreement.result()``.
 
     Returns:
         A :class:`ComparisonResult` (its ``to_dict()`` is the comparison JSON).
@@ -156,7 +164,7 @@ def compare(
         fp32_runner = OrtRunner(
             pair.fp32, [t.fp32 for t in outputs + layer_trackers], options, f"{pair.fp32_path.name}"
         )
-        q_runner = make_runner(
+        q_runner = (make_runner if agreement is None else agreement.runner)(
             pair.quantized,
             [t.capture for t in outputs + layer_trackers],
             q_options,

@@ -126,6 +126,10 @@ class AgreementResult:
         )
 
 
+#: The gate's session config entries beyond the package defaults: int8 QDQ groups fuse on x86 too.
+SESSION_CONFIG = {"session.qdqisint8allowed": "1"}
+
+
 def onnxruntime_session(model: onnx.ModelProto, outputs: list[str], threads: int = 0) -> Any:
     """onnxruntime's CPU kernels as deployed: full optimizations, int8 QDQ fusion, extra graph outputs."""
     copy = onnx.ModelProto()
@@ -137,7 +141,7 @@ def onnxruntime_session(model: onnx.ModelProto, outputs: list[str], threads: int
         providers=("CPUExecutionProvider",),
         threads=threads,
         optimization="all",
-        config={"session.qdqisint8allowed": "1"},
+        config=SESSION_CONFIG,
     )
 
 
@@ -177,32 +181,61 @@ class AgreementChecker:
         self._ort: Any = None
         self._stats: dict[str, list[int]] = {}  # name -> [elements, mismatches, max_steps]
 
-    def update(self, feeds: Mapping[str, np.ndarray]) -> None:
-        """Run one batch on both runtimes and fold the differences into the per-tensor state."""
+    @property
+    def names(self) -> list[str] | None:
+        """The 8-bit tensors compared, topological order; known after the first batch (:meth:`emulate`)."""
+        return self._names
+
+    def emulate(
+        self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] = ()
+    ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        """Run one batch on the integer emulation: the requested ``outputs``, and every 8-bit tensor it
+        produces (what :meth:`fold` compares). The first batch fixes :attr:`names`."""
         produced: dict[str, np.ndarray] = {}
 
         def keep_integers(name: str, value: np.ndarray) -> None:
             if isinstance(value, np.ndarray) and value.dtype in _EIGHT_BIT and name not in self.session.constants:
                 produced[name] = value
 
-        self.session.run([], feeds, on_tensor=keep_integers)
+        values = self.session.run(list(outputs), feeds, on_tensor=keep_integers)
         if self._names is None:
             self._names = list(produced)
-            self._ort = onnxruntime_session(self.proto, self._names) if self._names else None
-        theirs = self._ort.run(self._names, dict(feeds)) if self._ort is not None else []
-        for name, reference in zip(self._names, theirs, strict=True):
-            ours = produced[name]
+        return values, produced
+
+    def fold(self, ours: Mapping[str, np.ndarray], theirs: Mapping[str, np.ndarray], records: int) -> None:
+        """Fold one batch: ``ours`` from :meth:`emulate`, ``theirs`` onnxruntime's values of :attr:`names`
+        from a session set up as :func:`onnxruntime_session` sets it up (the same batch)."""
+        for name in self._names or []:
+            ours_value, reference = ours[name], theirs[name]
             stats = self._stats.setdefault(name, [0, 0, 0])
-            stats[0] += int(ours.size)
-            if ours.shape != reference.shape:
-                stats[1] += int(ours.size)
+            stats[0] += int(ours_value.size)
+            if ours_value.shape != reference.shape:
+                stats[1] += int(ours_value.size)
                 stats[2] = -1
                 continue
-            diff = np.abs(ours.astype(np.int64) - reference.astype(np.int64))
+            diff = np.abs(ours_value.astype(np.int64) - reference.astype(np.int64))
             stats[1] += int(np.count_nonzero(diff))
             if stats[2] >= 0:
                 stats[2] = max(stats[2], int(diff.max(initial=0)))
-        self.records += int(np.asarray(next(iter(feeds.values()))).shape[0]) if feeds else 0
+        self.records += records
+
+    def plans_alike(self, outputs: Sequence[str]) -> bool:
+        """Whether asking :meth:`emulate` for ``outputs`` leaves the emulation's plan (and so every 8-bit
+        tensor it produces) as it is without them: none is inside a fused group or an int8 activation."""
+        session = self.session
+        return not frozenset(outputs) & (session._fusion_sensitive | session._int8_activations)
+
+    def onnxruntime_values(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """onnxruntime's values of :attr:`names` for one batch, from the gate's own session."""
+        if self._ort is None and self._names:
+            self._ort = onnxruntime_session(self.proto, self._names)
+        theirs = self._ort.run(self._names, dict(feeds)) if self._ort is not None else []
+        return dict(zip(self._names or [], theirs, strict=True))
+
+    def update(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Run one batch on both runtimes and fold the differences into the per-tensor state."""
+        _, ours = self.emulate(feeds)
+        self.fold(ours, self.onnxruntime_values(feeds), _records(feeds))
 
     def result(self) -> AgreementResult:
         tensors = tuple(
@@ -210,6 +243,42 @@ class AgreementChecker:
         )
         first = _first_divergence(tensors, self.max_steps)
         return AgreementResult(self.label, self.session.scheme.name, self.max_steps, self.records, tensors, first)
+
+
+def _records(feeds: Mapping[str, np.ndarray]) -> int:
+    """Records on the batch axis of ``feeds`` (0 without inputs)."""
+    return int(np.asarray(next(iter(feeds.values()))).shape[0]) if feeds else 0
+
+
+def shares_deployed_session(model: onnx.ModelProto, options: Any) -> bool:
+    """Whether a session of ``model`` opened with ``options`` (a ``RuntimeOptions``, all optimizations)
+    computes what :func:`onnxruntime_session` computes once :data:`SESSION_CONFIG` is added to it: CPU
+    execution provider only, onnxruntime's threads, no other config entry, and no 8-bit activation
+    that is signed (``session.qdqisint8allowed`` only changes how QDQ groups with int8 activations
+    fuse on x86). Then one run gives both the comparison's and the gate's tensors."""
+    config = dict(options.session_config)
+    if tuple(options.providers) != ("CPUExecutionProvider",) or options.optimization != "all" or options.threads:
+        return False
+    if any(config.get(k, v) != v for k, v in SESSION_CONFIG.items()) or set(config) - set(SESSION_CONFIG):
+        return False
+    return not signed_activations(model)
+
+
+def signed_activations(model: onnx.ModelProto) -> bool:
+    """Whether a QuantizeLinear writes int8 (its zero point's type), or a DequantizeLinear reads an
+    int8 tensor that is not an initializer."""
+    types = {t.name: t.data_type for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            types[node.output[0]] = value.data_type if value is not None else onnx.TensorProto.UNDEFINED
+    for node in model.graph.node:
+        zero = types.get(node.input[2]) if len(node.input) > 2 else None
+        if node.op_type == "QuantizeLinear" and zero == onnx.TensorProto.INT8:
+            return True
+        if node.op_type == "DequantizeLinear" and node.input[0] not in types and zero == onnx.TensorProto.INT8:
+            return True
+    return False
 
 
 def _first_divergence(tensors: Sequence[TensorAgreement], max_steps: int) -> str | None:

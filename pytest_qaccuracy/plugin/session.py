@@ -34,6 +34,7 @@ from pytest_qaccuracy.report.artifacts import comparison_name
 if TYPE_CHECKING:
     import numpy as np
 
+    from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
     from pytest_qaccuracy.analysis.outputs import OutputMeasure, OutputStats
     from pytest_qaccuracy.analysis.results import ComparisonResult
     from pytest_qaccuracy.analysis.saturation import SaturationReport
@@ -120,10 +121,11 @@ class QAccuracySession:
         return tuple(parse_metric_names(list(dict.fromkeys([*base, *needed]))))
 
     def compared(
-        self, spec: PairSpec, rules: Sequence[Rule], tolerances: Tolerances
+        self, spec: PairSpec, rules: Sequence[Rule], tolerances: Tolerances, gate: bool = False
     ) -> tuple[ComparisonResult, OutputStats]:
         """:meth:`comparison` and :meth:`output_stats`; when neither is known yet, both come from one
-        pass over the data, each model running once (the figures are those of two passes)."""
+        pass over the data, each model running once (the figures are those of two passes). With
+        ``gate``, the pass also measures the pair's :meth:`agreement` when it is not known yet."""
         from pytest_qaccuracy.analysis.outputs import OutputMeasure
         from pytest_qaccuracy.errors import CheckError
 
@@ -131,12 +133,30 @@ class QAccuracySession:
         stats_key, ks, rtol, atol = self._stats_key(spec, tolerances)
         if (spec, names) not in self._comparisons and stats_key not in self._stats:
             measure = OutputMeasure(ks, self._labels(spec), rtol, atol, spec.scores, spec.slices)
+            agreement = self._agreement_pass(spec) if gate else None
             try:
-                self._comparisons[(spec, names)] = self._compare(spec, names, measure)
+                self._comparisons[(spec, names)] = self._compare(spec, names, measure, agreement)
                 self._stats[stats_key] = measure.result()
             except CheckError:  # as in two passes: the comparison is recorded, then the statistics raise
                 pass
+            measured = agreement.result() if agreement is not None and (spec, names) in self._comparisons else None
+            if measured is not None:  # else the gate measures itself, and raises what failed here
+                self._agreements[self._agreement_key(spec)] = measured
         return self.comparison(spec, rules), self.output_stats(spec, tolerances)
+
+    def _agreement_pass(self, spec: PairSpec) -> AgreementPass | None:
+        """The pair's agreement gate to fold into its comparison, None when it is measured already."""
+        if self._agreement_key(spec) in self._agreements:
+            return None
+        from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
+        from pytest_qaccuracy.backend.agreement import AgreementChecker
+
+        return AgreementPass(AgreementChecker(spec.quantized, scheme=spec.scheme))
+
+    @staticmethod
+    def _agreement_key(spec: PairSpec) -> tuple[Path, Path, str]:
+        """The agreement's cache key: what it measures (quantized model, data, scheme)."""
+        return (spec.quantized, spec.data, spec.scheme)
 
     def comparison(self, spec: PairSpec, rules: Sequence[Rule] = ()) -> ComparisonResult:
         """The pair's :class:`ComparisonResult`, computed once per process."""
@@ -146,7 +166,11 @@ class QAccuracySession:
         return self._comparisons[(spec, names)]
 
     def _compare(
-        self, spec: PairSpec, names: tuple[str, ...], measure: OutputMeasure | None = None
+        self,
+        spec: PairSpec,
+        names: tuple[str, ...],
+        measure: OutputMeasure | None = None,
+        agreement: AgreementPass | None = None,
     ) -> ComparisonResult:
         from pytest_qaccuracy.analysis.compare import compare
 
@@ -159,6 +183,7 @@ class QAccuracySession:
             scheme=spec.compare_scheme,
             slices=spec.slices,
             measure=measure,
+            agreement=agreement,
         )
 
     @staticmethod
@@ -190,10 +215,11 @@ class QAccuracySession:
 
     def agreement(self, spec: PairSpec, max_steps: int) -> AgreementResult:
         """The pair's :class:`AgreementResult` (its scheme vs onnxruntime over its dataset) judged
-        against ``max_steps``; measured once per process per (quantized model, data, scheme)."""
+        against ``max_steps``; measured once per process per (quantized model, data, scheme), in the
+        comparison's pass when the check that first needs it also compares the pair (:meth:`compared`)."""
         from pytest_qaccuracy.backend.agreement import dataset_agreement
 
-        key = (spec.quantized, spec.data, spec.scheme)
+        key = self._agreement_key(spec)
         if key not in self._agreements:
             batch_size = self.settings.batch_size
             self._agreements[key] = dataset_agreement(
@@ -287,7 +313,8 @@ class QAccuracySession:
             saturation_outcome,
         )
 
-        result, stats = self.compared(spec, rules, measure or tolerances)
+        gate = GATE in tolerances or GATE in (measure or {})
+        result, stats = self.compared(spec, rules, measure or tolerances, gate)
         outcomes = evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
         extra: list[str] = []
         folder = compared_dir(self.settings) if drift else None

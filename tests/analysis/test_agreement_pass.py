@@ -1,0 +1,101 @@
+"""The agreement gate folded into the comparison's pass equals the gate's own pass.
+
+``compare(..., agreement=AgreementPass(checker))`` feeds every batch to the gate while comparing;
+``dataset_agreement`` measures the gate in a pass of its own. The two :class:`AgreementResult` must be
+equal field by field (per tensor: elements, mismatches, max steps), passing and failing schemes alike,
+and the comparison must be the one ``compare`` gives without the gate, to the last bit. Which runs
+are shared is pinned too: the quantized model's onnxruntime run on u8 models, the emulation on the
+integer backend, and neither where onnxruntime's int8 fusion option changes the comparison.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
+from pytest_qaccuracy.analysis.compare import compare
+from pytest_qaccuracy.backend.agreement import AgreementChecker, dataset_agreement
+from pytest_qaccuracy.errors import UnsupportedOpError
+from pytest_qaccuracy.model import ModelPair
+from pytest_qaccuracy.runtime import RuntimeOptions
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "example_suites"
+FP32 = EXAMPLES / "models" / "digits_cnn.onnx"
+DATA = EXAMPLES / "data" / "digits_test.npz"
+
+
+def _folded(pair: ModelPair, data, gate_scheme: str, backend: str = "onnxruntime", scheme: str | None = None):
+    """(gate in the pass, gate alone, comparison with the gate, comparison alone, how the gate ran)."""
+    options = RuntimeOptions(batch_size=7)
+    gate = AgreementPass(AgreementChecker(pair.quantized_path, scheme=gate_scheme))
+    folded = compare(pair, data, "cosine,sqnr,lsb", options, backend=backend, scheme=scheme, agreement=gate)
+    plain = compare(pair, data, "cosine,sqnr,lsb", options, backend=backend, scheme=scheme)
+    alone = dataset_agreement(pair.quantized_path, data, scheme=gate_scheme, batch_size=7)
+    return gate.result(), alone, folded.to_dict(), plain.to_dict(), gate.mode
+
+
+@pytest.mark.parametrize("model", ["digits_cnn.qdq.onnx", "digits_cnn.qoperator.onnx"])
+def test_digits_gate_in_the_comparison_pass(model: str) -> None:
+    pair = ModelPair(FP32, EXAMPLES / "models" / model)
+    passing, alone, folded, plain, mode = _folded(pair, DATA, "onnxruntime")
+    assert mode == "shared"  # u8 activations: the comparison's onnxruntime run serves the gate
+    assert passing == alone and passing.ok and passing.records == 300
+    assert folded == plain
+    failing, alone, folded, plain, _ = _folded(pair, DATA, "power2")
+    assert failing == alone and not failing.ok
+    assert failing.first_divergence == alone.first_divergence is not None
+    assert folded == plain
+
+
+def test_digits_failing_gate_values() -> None:
+    """The QDQ model's power2 figures, as the gate's own pass documents them (tests/backend)."""
+    pair = ModelPair(FP32, EXAMPLES / "models" / "digits_cnn.qdq.onnx")
+    failing, *_ = _folded(pair, DATA, "power2")
+    assert failing.first_divergence == "relu1_QuantizeLinear_Output"
+    assert [t.max_steps for t in failing.tensors] == [0, 9, 9, 3, 3, 3, 43]
+
+
+@pytest.mark.parametrize(("backend", "scheme"), [("integer", "onnxruntime"), ("integer", "tflite")])
+def test_integer_backend_shares_the_emulation(backend: str, scheme: str) -> None:
+    pair = ModelPair(FP32, EXAMPLES / "models" / "digits_cnn.qdq.onnx")
+    measured, alone, folded, plain, mode = _folded(pair, DATA, scheme, backend, scheme)
+    assert mode == "emulation shared"
+    assert measured == alone and measured.ok == (scheme == "onnxruntime")
+    assert folded == plain
+
+
+def test_integer_backend_other_scheme_runs_the_gate_apart() -> None:
+    pair = ModelPair(FP32, EXAMPLES / "models" / "digits_cnn.qdq.onnx")
+    measured, alone, folded, plain, mode = _folded(pair, DATA, "power2", "integer", "tflite")
+    assert mode == "own" and measured == alone and not measured.ok
+    assert folded == plain
+
+
+@pytest.mark.parametrize("variant", ["qdq_u8", "qdq_s8_pc", "qop_u8", "qop_s8_pc"])
+def test_zoo_variants(zoo, variant: str) -> None:
+    pair = ModelPair(zoo["fp32"], zoo[variant])
+    measured, alone, folded, plain, mode = _folded(pair, zoo["data"], "onnxruntime")
+    # int8 activations: the gate's session fuses int8 QDQ groups, the comparison's does not
+    assert mode == ("own" if variant.endswith("s8_pc") else "shared")
+    assert measured == alone and measured.records == 12
+    assert folded == plain
+    failing, alone, folded, plain, _ = _folded(pair, zoo["data"], "power2")
+    assert failing == alone
+    assert folded == plain
+
+
+def test_gate_error_leaves_the_comparison_and_no_result(monkeypatch) -> None:
+    pair = ModelPair(FP32, EXAMPLES / "models" / "digits_cnn.qdq.onnx")
+    checker = AgreementChecker(pair.quantized_path)
+
+    def unsupported(*args, **kwargs):
+        raise UnsupportedOpError("no kernel for Foo")
+
+    monkeypatch.setattr(checker, "emulate", unsupported)
+    gate = AgreementPass(checker)
+    options = RuntimeOptions(batch_size=7)
+    folded = compare(pair, DATA, "cosine", options, agreement=gate)
+    assert gate.result() is None and isinstance(gate.error, UnsupportedOpError)
+    assert folded.to_dict() == compare(pair, DATA, "cosine", options).to_dict()
