@@ -140,10 +140,31 @@ def test_small_convolutions_stay_on_numpy(monkeypatch) -> None:
         (5, 1 << 18, 1, 2),
     ],
 )
-def test_record_spans(n: int, per_record: int, threads: int, want: int) -> None:
+def test_record_spans(n: int, per_record: int, threads: int, want: int, monkeypatch) -> None:
+    monkeypatch.setattr(conv_core, "ORT_CHUNK_ELEMENTS", 1 << 20)
     spans = conv_core._record_spans(n, per_record, threads, 7)
     assert len(spans) == want
     assert [s[0] for s in spans] == sorted({s[0] for s in spans})
     assert spans[0][0] == 0 and spans[-1][1] == n
     assert all(a[1] == b[0] for a, b in itertools.pairwise(spans)), "contiguous, no gaps"
     assert all(s[2:] == (0, 7) for s in spans), "whole output rows"
+
+
+def _golden_convs() -> list[str]:
+    from test_goldens import CASES
+
+    return sorted(n for n in CASES if n.startswith(("qlinearconv", "convinteger", "net")))
+
+
+@pytest.mark.parametrize("name", _golden_convs())
+def test_recorded_avx2_goldens_with_sums_from_onnxruntime(name: str, monkeypatch) -> None:
+    """The goldens recorded on a real AVX2 CPU, every convolution's exact sums taken from onnxruntime
+    (whatever this host's family) and the int16 pair correction added: still bit for bit."""
+    from test_goldens import CASES, GOLDENS, _emulate, _mismatches, _scheme
+
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
+    calls = _spy(monkeypatch)
+    want = dict(np.load(GOLDENS / name / "outputs.npz"))
+    assert _mismatches(_emulate(name, _scheme(CASES[name], "onnxruntime-avx2")), want) == 0
+    note = CASES[name]["note"]
+    assert calls, f"onnxruntime's Conv took no sums ({note})"

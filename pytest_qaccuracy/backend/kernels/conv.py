@@ -257,7 +257,7 @@ def conv_integer(
     w_zp = 0 if w_zero_point is None else w_zero_point
     # onnxruntime's ConvInteger sums exactly on every x86 CPU: no pair saturation, AVX2 included
     exact = scheme.replace(accumulator="wrap32", pair_saturation=False)
-    acc, _, _ = conv_integer_acc(x, x_zp, w, w_zp, attrs, exact)
+    acc, _, _ = conv_integer_acc(x, x_zp, w, w_zp, attrs, exact, source=(w, "ConvInteger"))
     acc = arith.accumulate(acc.astype(np.int64), exact)
     return (acc.astype(np.int32),)
 

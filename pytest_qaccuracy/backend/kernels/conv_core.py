@@ -420,7 +420,7 @@ def conv_core(
 
 #: output elements of one onnxruntime call: a call costs tens of microseconds, and the epilogue
 #: that follows wants its chunk in cache
-ORT_CHUNK_ELEMENTS = 1 << 20
+ORT_CHUNK_ELEMENTS = 1 << 18
 
 
 def _record_spans(n: int, per_record: int, threads: int, rows: int) -> list[tuple[int, int, int, int]]:
