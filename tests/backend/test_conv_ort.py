@@ -168,3 +168,24 @@ def test_recorded_avx2_goldens_with_sums_from_onnxruntime(name: str, monkeypatch
     assert _mismatches(_emulate(name, _scheme(CASES[name], "onnxruntime-avx2")), want) == 0
     note = CASES[name]["note"]
     assert calls, f"onnxruntime's Conv took no sums ({note})"
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
+def test_a_forked_child_builds_its_own_sessions(monkeypatch) -> None:
+    import os
+
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
+    model, x = _model("dense-3x3", np.random.default_rng(5))
+    session = IntegerSession(model, threads=2)
+    want = session.run(None, {"x": x})[0]
+    assert conv_ort._SESSIONS
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no inherited session, and the same output from new ones
+        ok = not conv_ort._SESSIONS and np.array_equal(session.run(None, {"x": x})[0], want)
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.waitpid(pid, 0)
+    assert answer == b"1"

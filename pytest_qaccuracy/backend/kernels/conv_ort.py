@@ -16,6 +16,7 @@ the driver runs chunks of records on its own threads.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Hashable
@@ -95,6 +96,15 @@ def session_for(source: np.ndarray, key: Hashable, build: Any, threads: int) -> 
     with _LOCK:
         _SESSIONS[slot] = (ref, session)
     return session
+
+
+def _forget_in_child() -> None:
+    """A forked child builds its own sessions: a parent's intra-op threads do not survive a fork."""
+    _SESSIONS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 __all__ = ["MIN_MACS", "conv_model", "session_for", "worth_it"]
