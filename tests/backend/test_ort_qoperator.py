@@ -310,6 +310,24 @@ def test_qlinear_softmax(dtype, axis, opset) -> None:
     assert_same(got, ort_softmax_expectation(got, want), "softmax")
 
 
+def test_qlinear_softmax_table_shift_takes_a_float_logarithm() -> None:
+    """onnxruntime's exp table is shifted by ``log(FLT_MAX / D)`` taken in float (C++ picks ``log``'s
+    float overload): peaked rows of 3290 classes where a double logarithm puts one output a step off
+    (a real 6625-class CTC recognizer showed it first)."""
+    rng = np.random.default_rng(476)
+    xs = float(np.float32(rng.uniform(0.05, 0.4)))
+    d = int(rng.integers(500, 8000))
+    x = rng.integers(0, 160, (64, d)).astype(np.uint8)
+    x[:, :3] = rng.integers(200, 256, (64, 3))  # a few likely classes, as a recognizer's rows have
+    inits = {"xs": f32(xs), "xz": np.array(0, np.uint8), "ys": f32(1 / 256), "yz": np.array(0, np.uint8)}
+    model = node_model(
+        "QLinearSoftmax", [("x", np.uint8, x.shape)], inits, np.uint8, domain=MS, axis=1, opset=12, model_opset=13
+    )
+    want = ort_run(model, {"x": x})[0]
+    got = IntegerSession(model).run(None, {"x": x})[0]
+    assert_same(got, want, "softmax")
+
+
 def test_conv_integer_and_matmul_integer() -> None:
     rng = np.random.default_rng(9)
     x = random_q(rng, np.uint8, (2, 3, 7, 7))

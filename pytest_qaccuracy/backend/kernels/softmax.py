@@ -15,8 +15,15 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def _exp_table(x_scale: float, reduce_len: int) -> np.ndarray:
-    """``table[i] = f32(exp((i - 255 + shift) * x_s))``, the shift keeping the float32 sum finite."""
-    shift = max(0.0, math.log(float(np.float32(_FLT_MAX) / np.float32(reduce_len))) - 5.0) / x_scale
+    """``table[i] = f32(exp((i - 255 + shift) * x_s))``, the shift keeping the float32 sum finite.
+
+    onnxruntime takes the shift's logarithm of a float (``FLT_MAX / reduce_len``), so C++ calls its
+    float overload: the log is rounded to float32 before the double arithmetic goes on. The rounding
+    moves every entry by a common factor, which cancels in ``t / sum t`` except at rounding
+    boundaries: one output step on a real 6625-class recognizer.
+    """
+    log = float(np.float32(math.log(float(np.float32(_FLT_MAX) / np.float32(reduce_len)))))
+    shift = max(0.0, log - 5.0) / x_scale
     i = np.arange(256, dtype=np.float64)
     return np.exp((i - 255.0 + shift) * x_scale).astype(np.float32)
 
