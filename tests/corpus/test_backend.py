@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from corpus_helpers import MODEL_NAMES, run_cli
+from corpus_helpers import MODEL_NAMES, VARIANTS, run_cli
 
 from pytest_qaccuracy.backend.scheme import preset_names
 
@@ -29,3 +29,47 @@ def test_integer_backend(corpus, name, preset, variant, tmp_path, capsys):
     for output in result["outputs"]:
         for metric, value in output["metrics"].items():
             assert (value is not None and math.isfinite(value)) or output["undefined"].get(metric), output
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_host_preset_is_bit_exact_with_onnxruntime(corpus, name, variant):
+    """The ``onnxruntime`` preset (the probe's answer: this host's CPU family) against this host's
+    onnxruntime, record by record, on every model and variant: not one output value differs.
+
+    The s8s8 models run as their users run them on x86, with ``session.qdqisint8allowed=1`` (and the
+    preset told so): without it onnxruntime leaves every int8 group whose output pair it cannot turn
+    into uint8 in float, where its own float kernels and graph rewrites (NCHWc convolutions, fusions)
+    decide the last bits (docs/backend.md).
+    """
+    import numpy as np
+
+    from pytest_qaccuracy.backend import IntegerSession, get_scheme
+    from pytest_qaccuracy.data import bind_dataset, load_dataset
+    from pytest_qaccuracy.model.loading import graph_inputs, load_model
+    from pytest_qaccuracy.ort_session import make_session
+
+    entry = corpus[name]
+    model = entry.model(variant)
+    scheme = get_scheme("onnxruntime")
+    config = {}
+    if "s8s8" in variant:
+        scheme = scheme.replace(name=scheme.name, qdq_int8_to_uint8=False)
+        config = {"session.qdqisint8allowed": "1"}
+    deployed = make_session(model, config=config)
+    emulated = IntegerSession(model, scheme)
+    names = [o.name for o in deployed.get_outputs()]
+    differing: dict[str, int] = {}
+    values = 0
+    dataset = load_dataset(entry.data("smoke"))
+    try:
+        for batch in bind_dataset(dataset, graph_inputs(load_model(model))).iter_batches(1):
+            feeds = batch.stacked()
+            for output, want, got in zip(names, deployed.run(names, feeds), emulated.run(names, feeds), strict=True):
+                values += np.asarray(want).size
+                count = int(np.count_nonzero(np.asarray(want) != np.asarray(got)))
+                if count:
+                    differing[output] = differing.get(output, 0) + count
+    finally:
+        dataset.close()
+    assert values and not differing, f"{name} {variant}: {differing} of {values} values differ"
