@@ -41,6 +41,7 @@ def make_session(
     threads: int = 0,
     optimization: str = "all",
     config: Mapping[str, object] | None = None,
+    optimized_model_path: str | os.PathLike[str] | None = None,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` for ``model`` with the package's defaults.
 
@@ -50,6 +51,8 @@ def make_session(
         threads: intra-op threads (0 lets onnxruntime choose).
         optimization: graph optimization level, a key of :data:`GRAPH_OPTIMIZATION`.
         config: session config entries added after :data:`DEFAULT_CONFIG` (values passed as strings).
+        optimized_model_path: where onnxruntime writes the graph as it optimized it (for a caller
+            that builds on the optimized graph), if given.
 
     Raises:
         Whatever onnxruntime raises for a model it cannot load; callers that report to the user turn
@@ -61,6 +64,8 @@ def make_session(
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION[optimization])
     options.intra_op_num_threads = threads
     options.log_severity_level = LOG_SEVERITY
+    if optimized_model_path is not None:
+        options.optimized_model_filepath = os.fspath(optimized_model_path)
     for key, value in {**DEFAULT_CONFIG, **(config or {})}.items():
         options.add_session_config_entry(key, str(value))
     if isinstance(model, bytes):

@@ -11,12 +11,13 @@ import itertools
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pytest_qaccuracy.analysis.outputs import OutputMeasure
+from pytest_qaccuracy.analysis.reduced_compare import ReducedPass, start_reduced
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
 from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
@@ -30,6 +31,7 @@ from pytest_qaccuracy.model.matching import TensorMatch
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions, make_runner
+from pytest_qaccuracy.runtime.reduction_graph import ReductionUnavailable
 
 if TYPE_CHECKING:  # the gate's module loads the integer backend: only callers that gate import it
     from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
@@ -161,6 +163,18 @@ def compare(
         outputs = _output_trackers(pair, names, slices)
         layer_matches = pair.matching.matches if layers else []
         layer_trackers = [_tracker(m.fp32, m.capture, m.params, names) for m in layer_matches]
+        note = _whole_tensor_reason(backend, agreement)
+        if note is None:
+            reduced, note = start_reduced(pair, outputs, layer_trackers, options, q_options)
+            try:
+                if reduced is not None:
+                    _run_reduced(reduced, bound, options, outputs, measure, dataset, pair)
+                    result = _result(
+                        pair, dataset, names, len(bound), outputs, layer_matches, layer_trackers, capture, None
+                    )
+                    return replace(result, reduction=reduced.note)
+            except ReductionUnavailable as exc:  # the first batch failed: nothing was folded
+                note = f"numpy (fallback): {exc}"
         fp32_runner = OrtRunner(
             pair.fp32, [t.fp32 for t in outputs + layer_trackers], options, f"{pair.fp32_path.name}"
         )
@@ -186,7 +200,34 @@ def compare(
     finally:
         if not isinstance(data, Dataset):
             dataset.close()
-    return _result(pair, dataset, names, records, outputs, layer_matches, layer_trackers, capture, q_runner)
+    result = _result(pair, dataset, names, records, outputs, layer_matches, layer_trackers, capture, q_runner)
+    return replace(result, reduction=note)
+
+
+def _whole_tensor_reason(backend: str, agreement, reference=None) -> str | None:
+    """Why the layer sums must run in numpy on whole tensors; None when the merged graph may serve."""
+    if backend != "onnxruntime":
+        return "numpy: the integer backend"
+    if agreement is not None:
+        return "numpy: the agreement gate shares the quantized model's runs"
+    if reference is not None:
+        return "numpy: the fp32 values are kept for a later analysis"
+    return None
+
+
+def _run_reduced(reduced: ReducedPass, bound, options: RuntimeOptions, outputs, measure, dataset, pair) -> None:
+    """The comparison loop on the merged graph: layers folded from their statistics, the rest whole."""
+    started = False
+    with ThreadPoolExecutor(max_workers=_workers(options)) as pool, task("compare", len(bound)) as advance:
+        for batch in bound.iter_batches(options.batch_size):
+            ref, test = reduced.run(batch)
+            if not started and measure is not None:
+                measure.begin(dataset, [f for f, _ in pair.output_pairs()])
+            started = True
+            _fold(pool, reduced.whole, ref, test, batch.start)
+            if measure is not None:
+                measure.update(*_output_values(outputs, ref, test), batch.start, len(batch))
+            advance(len(batch))
 
 
 def _fold(pool: ThreadPoolExecutor, trackers: list[_Tracked], ref: dict, test: dict, start: int) -> None:

@@ -142,6 +142,8 @@ class ComparisonResult:
     capture: str = "deployed"
     higher_is_better: Mapping[str, bool] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
+    #: Where the layers' per-record sums were computed: inside onnxruntime, or (and why) in numpy.
+    reduction: str | None = None
 
     @property
     def metric_names(self) -> list[str]:
@@ -168,6 +170,7 @@ class ComparisonResult:
             "outputs": [o.to_dict() for o in self.outputs],
             "layers": [layer.to_dict() for layer in self.layers],
             "unmatched": {"fp32": list(self.unmatched_fp32), "quantized": list(self.unmatched_quantized)},
+            "reduction": self.reduction,
         }
 
     @classmethod
@@ -189,4 +192,5 @@ class ComparisonResult:
             scheme=data.get("scheme"),
             capture=data.get("capture", "deployed"),
             higher_is_better=dict(data.get("higher_is_better", {})),
+            reduction=data.get("reduction"),
         )

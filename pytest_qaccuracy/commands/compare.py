@@ -132,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(comparison_table(result, top=args.top, rank_by=rank_by) + "\n")
     for text in channel_warnings(result.to_dict()):  # channels one scale loses
         sys.stdout.write(f"warning: {text}\n")
+    if result.reduction and "fallback" in result.reduction:  # slower, same values: say why
+        sys.stdout.write(f"note: layer sums computed in {result.reduction}\n")
     write_comparison_artifacts(result, pair.fp32, json_path=args.json, out_dir=args.out_dir)
     if args.json is not None:
         sys.stdout.write(f"wrote {args.json}\n")

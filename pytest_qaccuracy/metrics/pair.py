@@ -185,7 +185,8 @@ class TensorPair:
         low, high = bounds
         stats = self.stats
         counts = np.zeros(self.records, dtype=np.int64)
-        suspect = np.flatnonzero((stats.ref_min < low.max()) | (stats.ref_max >= high.min()))
+        # a record with NaN has NaN extremes: scanned too, its other values may saturate
+        suspect = np.flatnonzero(~((stats.ref_min >= low.max()) & (stats.ref_max < high.min())))
         for r in suspect:  # one record at a time: a boolean mask of one record, not of the batch
             f = self.ref[r : r + 1]
             counts[r] = np.count_nonzero(f < low) + np.count_nonzero(f >= high)

@@ -1,0 +1,574 @@
+"""Per-record statistics of matched tensor pairs, computed inside onnxruntime by one graph.
+
+A layer-wise comparison needs, per record and matched tensor, a few sums over ``f - deq(q)`` (the
+:class:`~pytest_qaccuracy.metrics.pair.RecordStats` fields). Copying every activation of both models
+into numpy costs far more than the inference itself, so :class:`ReducedRunner` runs one graph that
+holds both models and reduces each pair to those few numbers where the tensors are:
+
+1. Each model is optimized on its own, exactly as the plain runner's session would be (the same
+   tensors exposed as graph outputs, the same level, the same batch relaxation): its fusions are
+   decided on the same graph, so the captured values are the plain runs' values.
+2. The two optimized graphs are merged: every name prefixed (``f/``, ``q/``) but the shared inputs;
+   opset imports unified per domain where no op used changes meaning between the two versions.
+3. Reduction nodes are appended; the merged session runs with optimizations off (nothing is fused
+   anew). Only the per-record statistics, the shapes and the tensors still wanted whole (outputs,
+   tensors of custom metrics) are fetched.
+
+Sums are taken in two stages: over the last axis in float32 (the tensor's own precision; at most a
+few hundred elements per partial sum on conv maps), then in float64. Extremes and counts are exact.
+Where the merged graph cannot be built, :class:`ReductionUnavailable` says why and the caller runs
+the plain path.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from pytest_qaccuracy.data.binding import Batch, join_records
+from pytest_qaccuracy.errors import InputError, ModelError
+from pytest_qaccuracy.model.quant_params import QuantParams
+from pytest_qaccuracy.ort_session import first_line, make_session
+from pytest_qaccuracy.runtime.options import RuntimeOptions
+from pytest_qaccuracy.runtime.ort_runner import _batch_dims, _close, _with_outputs, bakes_batch
+
+FP32_PREFIX, QUANT_PREFIX, STAT_PREFIX = "f/", "q/", "qaccuracy/"
+
+#: The axes whose per-channel ranges ChannelSpans keeps.
+SPAN_AXES = (1, 2, 3)
+
+
+class ReductionUnavailable(Exception):
+    """The merged graph cannot be built or run; the message says why (shown to the user)."""
+
+
+@dataclass(slots=True)
+class ReductionSpec:
+    """One tensor pair to reduce in the graph.
+
+    ``fields`` are RecordStats fields; ``steps`` asks for per-record max |f - q| / scale with a
+    per-channel scale; ``bounds`` (float64 ``low``, ``high``, shaped to broadcast) asks for the count
+    of fp32 values with ``f < low`` or ``f >= high``; ``spans`` asks for per-channel min and max
+    along axes 1..3.
+    """
+
+    fp32: str
+    capture: str
+    params: QuantParams | None
+    dims: tuple[int, ...]  # the static shape of a record (axes 1..)
+    q_type: int  # the quantized tensor's ONNX element type
+    fields: frozenset[str]
+    steps: bool = False
+    bounds: tuple[np.ndarray, np.ndarray] | None = None
+    spans: bool = False
+    outputs: dict[str, str] = field(default_factory=dict)  # statistic -> graph output name
+    sum_fields: tuple[str, ...] = ()  # the fields stacked in the ``sums`` output, in order
+    check_shapes: bool = True  # fetch the quantized tensor's shape (not statically the fp32 one's)
+    precise: frozenset[str] = frozenset()  # sums taken in float64 from the start (see PRECISE)
+
+
+def float32_at_least(value: np.ndarray) -> np.ndarray:
+    """The smallest float32 >= each float64 value: for float32 ``f``, ``f < v`` iff ``f < result``."""
+    value = np.asarray(value, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        out = value.astype(np.float32)
+    below = out.astype(np.float64) < value
+    return np.where(below, np.nextafter(out, np.float32(np.inf)), out).astype(np.float32)
+
+
+# -- merging two models ---------------------------------------------------------------------------
+
+
+def _rename_graph(graph: onnx.GraphProto, prefix: str, keep: set[str]) -> None:
+    """Prefix every non-empty name in ``graph`` and its subgraphs, except those in ``keep``."""
+
+    def new(name: str) -> str:
+        return name if not name or name in keep else prefix + name
+
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        value.name = new(value.name)
+    for tensor in graph.initializer:
+        tensor.name = new(tensor.name)
+    for sparse in graph.sparse_initializer:
+        sparse.values.name = new(sparse.values.name)
+        sparse.indices.name = new(sparse.indices.name)
+    for node in graph.node:
+        node.name = prefix + node.name if node.name else ""
+        node.input[:] = [new(x) for x in node.input]
+        node.output[:] = [new(x) for x in node.output]
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                _rename_graph(attr.g, prefix, keep)
+            for sub in attr.graphs:
+                _rename_graph(sub, prefix, keep)
+
+
+def _domain_nodes(graph: onnx.GraphProto, domain: str) -> list[onnx.NodeProto]:
+    found = []
+    for node in graph.node:
+        if (node.domain or "") == domain:
+            found.append(node)
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                found.extend(_domain_nodes(sub, domain))
+    return found
+
+
+def _same_meaning(nodes: list[onnx.NodeProto], domain: str, low: int, high: int) -> str | None:
+    """None when every node's op has the same definition at opset ``low`` and ``high``, else why not."""
+    for node in nodes:
+        try:
+            a = onnx.defs.get_schema(node.op_type, low, domain).since_version
+            b = onnx.defs.get_schema(node.op_type, high, domain).since_version
+        except Exception:
+            return f"{node.op_type} of domain '{domain or 'ai.onnx'}' is unknown to onnx at versions {low} and {high}"
+        if a != b:
+            return f"{node.op_type} changes between opset {low} and {high}"
+    return None
+
+
+def merged_opsets(f: onnx.ModelProto, q: onnx.ModelProto) -> dict[str, int]:
+    """One opset version per domain for a graph holding both models.
+
+    Where the versions differ, the higher one is taken if every op the lower model uses from that
+    domain means the same there; else :class:`ReductionUnavailable`.
+    """
+    fv = {o.domain or "": o.version for o in f.opset_import}
+    qv = {o.domain or "": o.version for o in q.opset_import}
+    out = {}
+    for domain in dict.fromkeys([*fv, *qv]):
+        a, b = fv.get(domain), qv.get(domain)
+        if a is None or b is None or a == b:
+            out[domain] = a if b is None else b
+            continue
+        low_model = f if a < b else q
+        why = _same_meaning(_domain_nodes(low_model.graph, domain), domain, min(a, b), max(a, b))
+        if why:
+            raise ReductionUnavailable(f"the models import different versions of '{domain or 'ai.onnx'}': {why}")
+        out[domain] = max(a, b)
+    return out
+
+
+def same_opsets(f: onnx.ModelProto, q: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """``f`` and ``q`` with opset imports that merge (see :func:`merged_opsets`): where an op the
+    lower default-domain model uses changes meaning, that model is converted to the higher opset by
+    onnx's version converter (its adapters keep the semantics: Softmax's axis, Squeeze's axes, ...)."""
+    try:
+        merged_opsets(f, q)
+        return f, q
+    except ReductionUnavailable as exc:
+        reason = str(exc)
+    fv = next((o.version for o in f.opset_import if (o.domain or "") == ""), 0)
+    qv = next((o.version for o in q.opset_import if (o.domain or "") == ""), 0)
+    if fv == qv or not fv or not qv:
+        raise ReductionUnavailable(reason)
+    try:
+        from onnx import version_converter
+
+        if fv < qv:
+            f = version_converter.convert_version(f, qv)
+        else:
+            q = version_converter.convert_version(q, fv)
+        merged_opsets(f, q)
+    except Exception as exc:
+        raise ReductionUnavailable(f"{reason}, and onnx cannot convert it ({first_line(exc)})") from None
+    return f, q
+
+
+def merge_models(f: onnx.ModelProto, q: onnx.ModelProto, inputs: Sequence[str]) -> onnx.ModelProto:
+    """One model running ``f`` (names prefixed ``f/``) and ``q`` (``q/``) on the shared ``inputs``;
+    no graph outputs (the caller adds what it fetches)."""
+    opsets = merged_opsets(f, q)
+    keys = {(fn.domain, fn.name): fn for fn in f.functions}
+    for fn in q.functions:
+        other = keys.get((fn.domain, fn.name))
+        if other is not None and other.SerializeToString() != fn.SerializeToString():
+            raise ReductionUnavailable(f"both models define a different local function {fn.domain}:{fn.name}")
+        keys[(fn.domain, fn.name)] = fn
+    keep = set(inputs)
+    graphs = []
+    for model, prefix in ((f, FP32_PREFIX), (q, QUANT_PREFIX)):
+        graph = onnx.GraphProto()
+        graph.CopyFrom(model.graph)
+        _rename_graph(graph, prefix, keep)
+        graphs.append(graph)
+    merged = onnx.GraphProto(name="qaccuracy_pair")
+    init = {t.name for g in graphs for t in g.initializer}
+    for name in inputs:
+        value = next(v for v in f.graph.input if v.name == name)
+        merged.input.append(value)
+    for graph in graphs:
+        merged.input.extend(v for v in graph.input if v.name in init)  # initializers listed as inputs (IR < 4)
+        merged.initializer.extend(graph.initializer)
+        merged.sparse_initializer.extend(graph.sparse_initializer)
+        merged.node.extend(graph.node)
+        merged.value_info.extend(graph.value_info)
+    model = helper.make_model(
+        merged, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()], producer_name="pytest-qaccuracy"
+    )
+    model.ir_version = max(f.ir_version, q.ir_version)
+    model.functions.extend(keys.values())
+    return model
+
+
+# -- reduction nodes ------------------------------------------------------------------------------
+
+
+class _Builder:
+    """Appends nodes and constants to a graph, written for its default-domain opset."""
+
+    def __init__(self, graph: onnx.GraphProto, opset: int, inputs: Sequence[str]) -> None:
+        self.graph, self.opset, self._count = graph, opset, 0
+        self.inputs = set(inputs)
+        self._shapes: dict[tuple[int, ...], str] = {}
+
+    def scoped(self, prefix: str, name: str) -> str:
+        """A tensor's name in the merged graph (the shared inputs keep theirs)."""
+        return name if name in self.inputs else prefix + name
+
+    def name(self, hint: str) -> str:
+        self._count += 1
+        return f"{STAT_PREFIX}{self._count}/{hint}"
+
+    def node(self, op: str, inputs: list[str], hint: str, **attrs) -> str:
+        out = self.name(hint)
+        self.graph.node.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def const(self, value: np.ndarray, hint: str) -> str:
+        name = self.name(hint)
+        self.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def reduce(self, op: str, x: str, axes: Sequence[int], hint: str, keepdims: int = 0) -> str:
+        """``op`` over ``axes``; axes as an input where the opset wants one (ReduceSum from 13, the rest from 18)."""
+        if self.opset >= (13 if op == "ReduceSum" else 18):
+            return self.node(op, [x, self.const(np.array(list(axes), np.int64), "axes")], hint, keepdims=keepdims)
+        return self.node(op, [x], hint, axes=list(axes), keepdims=keepdims)
+
+    def cast(self, x: str, to: int) -> str:
+        return self.node("Cast", [x], "cast", to=to)
+
+    def shape_const(self, shape: Sequence[int]) -> str:
+        key = tuple(shape)
+        if key not in self._shapes:
+            self._shapes[key] = self.const(np.array(key, np.int64), "shape")
+        return self._shapes[key]
+
+
+#: Elements per float32 partial sum at most (the whole-tensor path's block): trailing axes are
+#: grouped up to this size, the partial sums added in float64.
+BLOCK = 4096
+
+
+def _block(dims: Sequence[int]) -> int:
+    """Elements per partial sum: the trailing dims multiplied while within BLOCK (at least the last dim)."""
+    size = dims[-1]
+    for d in reversed(dims[:-1]):
+        if size * d > BLOCK:
+            break
+        size *= d
+    return size
+
+
+#: Sums that cosine reads and amplifies: 1 - cos depends on ||f|| - ||q||, so an error of e in
+#: sum f^2 or sum q^2 grows by about ||f|| / ||f - q|| (100x at 40 dB SQNR). They are summed in float64.
+PRECISE = frozenset({"ref_sq", "test_sq"})
+
+#: The RecordStats sums, in the order their partial sums are stacked in a spec's ``sums`` output.
+SUMS = (("ref_sq", "ReduceSumSquare", "f"), ("ref_abs", "ReduceL1", "f"), ("test_sq", "ReduceSumSquare", "q"),
+        ("sq_err", "ReduceSumSquare", "d"), ("abs_err", "ReduceL1", "d"))  # fmt: skip
+
+
+def _broadcast(values: np.ndarray, rank: int, axis: int | None) -> np.ndarray:
+    values = np.asarray(values)
+    if values.size == 1:
+        return values.reshape(())
+    shape = [1] * rank
+    shape[axis % rank if axis is not None else 1] = values.size
+    return values.reshape(shape)
+
+
+#: Integer types DequantizeLinear takes at each opset (8-bit from 10, 16-bit from 21), with per-channel scales from 13.
+def _dequantize(b: _Builder, q: str, params: QuantParams, rank: int, q_type: int) -> str:
+    """``(q - zero_point) * scale`` in float32, as :meth:`QuantParams.dequantize` computes it."""
+    per_channel = np.asarray(params.scale).size > 1
+    eight_bit = q_type in (TensorProto.UINT8, TensorProto.INT8)
+    if eight_bit and b.opset >= (13 if per_channel else 10) and params.zero_point.dtype in (np.uint8, np.int8):
+        zp_type = np.uint8 if q_type == TensorProto.UINT8 else np.int8
+        if params.zero_point.dtype == zp_type:
+            scale = b.const(params.scale.astype(np.float32).reshape(-1 if per_channel else ()), "scale")
+            zp = b.const(params.zero_point.reshape(-1 if per_channel else ()), "zero_point")
+            axis = {"axis": params.axis % rank if params.axis is not None else 1} if per_channel else {}
+            return b.node("DequantizeLinear", [q, scale, zp], "dequantized", **axis)
+    zp = b.const(_broadcast(params.zero_point.astype(np.float32), rank, params.axis), "zero_point")
+    scale = b.const(_broadcast(params.scale.astype(np.float32), rank, params.axis), "scale")
+    return b.node("Mul", [b.node("Sub", [b.cast(q, TensorProto.FLOAT), zp], "centred"), scale], "dequantized")
+
+
+def _add_reductions(b: _Builder, spec: ReductionSpec) -> None:
+    """The nodes computing ``spec``'s statistics; their output names go into ``spec.outputs``.
+
+    ``sums``: the float32 partial sums of every requested sum field (``spec.sum_fields`` order), each
+    over blocks of :func:`_block` trailing elements, shape (records, fields * blocks), to be added in
+    float64. ``max_diff``/``min_diff``: per-record extremes of f - q. Then ``span_*``, ``ref_min``,
+    ``ref_max``, ``steps`` and ``saturated`` as asked.
+    """
+    dims, fields, rank = spec.dims, spec.fields, len(spec.dims) + 1
+    count, block = int(np.prod(dims)), _block(dims)
+    everything = list(range(1, rank))
+    f, q = b.scoped(FP32_PREFIX, spec.fp32), b.scoped(QUANT_PREFIX, spec.capture)
+    out = spec.outputs
+    if spec.check_shapes:
+        out["qshape"] = b.node("Shape", [q], "shape")
+    if spec.params is not None:
+        q = _dequantize(b, q, spec.params, rank, spec.q_type)
+    d = b.node("Sub", [f, q], "diff") if fields & {"sq_err", "abs_err", "max_abs_err"} or spec.steps else None
+    blocks_shape = b.shape_const((0, count // block, block))
+    views: dict[str, str] = {}
+    partials = []
+    spec.sum_fields = tuple(name for name, _, _ in SUMS if name in fields and name not in spec.precise)
+    for name, op, source in SUMS:
+        if name in spec.precise and name in fields:  # float64 throughout
+            tensor = {"f": f, "q": q, "d": d}[source]
+            out[name] = b.reduce(op, b.cast(tensor, TensorProto.DOUBLE), everything, name)
+        elif name in fields:
+            if source not in views:
+                tensor = {"f": f, "q": q, "d": d}[source]
+                views[source] = b.node("Reshape", [tensor, blocks_shape], "blocks")
+            partials.append(b.reduce(op, views[source], [2], name))
+    if partials:
+        out["sums"] = partials[0] if len(partials) == 1 else b.node("Concat", partials, "sums", axis=1)
+    if "max_abs_err" in fields:
+        out["max_diff"] = b.reduce("ReduceMax", d, everything, "max")
+        out["min_diff"] = b.reduce("ReduceMin", d, everything, "min")
+    if spec.spans:
+        for kind in ("ReduceMin", "ReduceMax"):
+            _span_nodes(b, kind, f, dims, out)
+    elif {"ref_min", "ref_max"} & fields:
+        out["ref_min"] = b.reduce("ReduceMin", f, everything, "min")
+        out["ref_max"] = b.reduce("ReduceMax", f, everything, "max")
+    if spec.steps and spec.params is not None:
+        d64 = b.node("Sub", [b.cast(f, TensorProto.DOUBLE), b.cast(q, TensorProto.DOUBLE)], "diff64")
+        scale64 = b.const(_broadcast(spec.params.scale.astype(np.float64), rank, spec.params.axis), "scale64")
+        steps = b.node("Div", [b.node("Abs", [d64], "abs"), scale64], "steps")
+        out["steps"] = b.reduce("ReduceMax", steps, everything, "steps_max")
+    if spec.bounds is not None:
+        low, high = spec.bounds
+        below = b.node("Less", [f, b.const(float32_at_least(low), "low")], "below")
+        top = float32_at_least(high)
+        above = b.node("Greater", [f, b.const(np.nextafter(top, np.float32(-np.inf)), "high")], "above")
+        exact = TensorProto.FLOAT if count < 2**24 else TensorProto.INT64  # float32 counts are exact below 2^24
+        outside = b.cast(b.node("Or", [below, above], "outside"), exact)
+        out["saturated"] = b.reduce("ReduceSum", outside, everything, "saturated")
+
+
+def _span_nodes(b: _Builder, kind: str, f: str, dims: Sequence[int], out: dict[str, str]) -> None:
+    """Per-record channel extremes of ``f`` (``kind``: ReduceMin or ReduceMax): ``span_{min,max}1`` of
+    shape (records, channels of axis 1), reduced over the contiguous rest; for rank 3 and more also
+    ``span_{min,max}_rest``, ``f`` reduced over axis 1 (records, dims 2...), small enough that numpy
+    takes axes 2 and 3 from it (strided reductions are onnxruntime's slowest)."""
+    tag = "min" if kind == "ReduceMin" else "max"
+    rank = len(dims) + 1
+    if rank == 2:
+        out[f"span_{tag}1"] = b.node("Identity", [f], f"span_{tag}")
+        return
+    out[f"span_{tag}1"] = b.reduce(kind, f, list(range(2, rank)), f"span_{tag}")
+    out[f"span_{tag}_rest"] = b.reduce(kind, f, [1], f"span_{tag}_rest")
+
+
+def build_reduction_model(
+    f: onnx.ModelProto,
+    q: onnx.ModelProto,
+    inputs: Sequence[str],
+    specs: Sequence[ReductionSpec],
+    keep: Sequence[tuple[str, str]],
+) -> onnx.ModelProto:
+    """The merged model of ``f`` and ``q`` with ``specs``' reductions and ``keep`` = [(prefix, tensor)]
+    as graph outputs (whole tensors the caller still wants)."""
+    model = merge_models(f, q, inputs)
+    opset = next((o.version for o in model.opset_import if (o.domain or "") == ""), 0)
+    if opset < 9:
+        raise ReductionUnavailable(f"opset {opset} is older than the reduction nodes need (9)")
+    b = _Builder(model.graph, opset, inputs)
+    for spec in specs:
+        spec.outputs.clear()
+        _add_reductions(b, spec)
+    whole = [b.scoped(p, t) for p, t in keep]
+    for name in dict.fromkeys([*whole, *(o for s in specs for o in s.outputs.values())]):
+        model.graph.output.append(onnx.ValueInfoProto(name=name))
+    return model
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+class ReducedRunner:
+    """Runs both models of a pair in one onnxruntime session; per batch, the whole tensors asked for
+    (by model) and each spec's per-record statistics.
+
+    Args:
+        fp32, quantized: the models.
+        inputs: the shared input names.
+        specs: the pairs to reduce.
+        fp32_tensors, q_tensors: tensors of each model fetched whole (outputs, custom metrics).
+        options, q_options: the sessions' options of the plain runners (``q_options`` for the capture mode).
+        label: for messages.
+
+    Raises:
+        ReductionUnavailable: the merged graph cannot be built or loaded (the plain runners can still run).
+    """
+
+    def __init__(
+        self,
+        fp32: onnx.ModelProto,
+        quantized: onnx.ModelProto,
+        inputs: Sequence[str],
+        specs: Sequence[ReductionSpec],
+        fp32_tensors: Sequence[str],
+        q_tensors: Sequence[str],
+        options: RuntimeOptions,
+        q_options: RuntimeOptions,
+        label: str,
+    ) -> None:
+        self.label, self.specs = label, list(specs)
+        self.options, self.q_options = options, q_options
+        self.inputs = list(inputs)
+        self.fp32_tensors, self.q_tensors = list(dict.fromkeys(fp32_tensors)), list(dict.fromkeys(q_tensors))
+        self._models = (fp32, quantized)
+        dims = _batch_dims(fp32)
+        self.dynamic = all(not isinstance(d, int) for d in dims)
+        relaxed = (
+            not self.dynamic and all(d == 1 for d in dims) and not bakes_batch(fp32) and not bakes_batch(quantized)
+        )
+        self._relaxed = relaxed
+        self._session, self._names = self._build(relaxed)
+        self.batching = self.dynamic or relaxed
+        self._verified = False
+
+    def _optimized(
+        self, model: onnx.ModelProto, tensors: list[str], options: RuntimeOptions, relaxed: bool, folder: Path, tag: str
+    ) -> onnx.ModelProto:
+        """``model`` with ``tensors`` exposed, as onnxruntime's session at ``options`` optimizes it."""
+        exposed = _with_outputs(model, tensors, relaxed)
+        if options.optimization == "disable":
+            return exposed
+        path = folder / f"{tag}.onnx"
+        try:
+            make_session(
+                exposed,
+                providers=options.providers,
+                threads=options.threads,
+                optimization=options.optimization,
+                config=options.session_config,
+                optimized_model_path=path,
+            )
+            return onnx.load(path)
+        except Exception as exc:
+            raise ReductionUnavailable(
+                f"onnxruntime cannot save the optimized {tag} model ({first_line(exc)})"
+            ) from None
+
+    def _build(self, relaxed: bool):
+        fp32, quantized = same_opsets(*self._models)
+        f_exposed = [*self.fp32_tensors, *(s.fp32 for s in self.specs)]
+        q_exposed = [*self.q_tensors, *(s.capture for s in self.specs)]
+        try:
+            with tempfile.TemporaryDirectory(prefix="qaccuracy-") as tmp:
+                f_opt = self._optimized(fp32, f_exposed, self.options, relaxed, Path(tmp), "fp32")
+                q_opt = self._optimized(quantized, q_exposed, self.q_options, relaxed, Path(tmp), "quantized")
+            keep = [(FP32_PREFIX, t) for t in self.fp32_tensors] + [(QUANT_PREFIX, t) for t in self.q_tensors]
+            model = build_reduction_model(f_opt, q_opt, self.inputs, self.specs, keep)
+        except ReductionUnavailable:
+            raise
+        except Exception as exc:  # an unforeseen graph: the plain path still works
+            raise ReductionUnavailable(
+                f"the merged graph cannot be built ({type(exc).__name__}: {first_line(exc)})"
+            ) from None
+        try:
+            session = make_session(
+                model,
+                providers=self.options.providers,
+                threads=self.options.threads,
+                optimization="disable",
+                config=self.options.session_config,
+            )
+        except Exception as exc:
+            raise ReductionUnavailable(f"onnxruntime cannot load the merged graph ({first_line(exc)})") from None
+        return session, [o.name for o in model.graph.output]
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            return self._session.run(self._names, feeds)
+        except Exception as exc:
+            raise ModelError(f"{self.label}: onnxruntime failed to run the merged graph ({first_line(exc)})") from None
+
+    def units(self, batch: Batch) -> list[Batch]:
+        """``batch`` as this runner runs it (see :meth:`OrtRunner.units`)."""
+        if len(batch) > 1 and self.batching and not self._verified:
+            self._verify(batch)
+        if self.batching or len(batch) == 1:
+            return [batch]
+        return [Batch(batch.start + i, [record]) for i, record in enumerate(batch.records)]
+
+    def run(self, batch: Batch) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+        """(fp32 tensors, quantized tensors, per spec its statistics by name) for ``batch``."""
+        parts = None
+        if self.dynamic and not self._verified and len(batch) > 1:
+            self._verified = True  # a dynamic batch needs no probe: whole, or record by record if refused
+            try:
+                parts = [self._run(batch.stacked())]
+            except ModelError:
+                self.batching = False
+        if parts is None:
+            parts = [self._run(u.records[0] if len(u) == 1 else u.stacked()) for u in self.units(batch)]
+        if len(parts) == 1:
+            values = dict(zip(self._names, parts[0], strict=True))
+        else:
+            values = {}
+            for i, name in enumerate(self._names):
+                if name.endswith("/shape"):
+                    values[name] = parts[0][i].copy()
+                    values[name][0] = sum(p[i][0] for p in parts)
+                else:
+                    values[name] = join_records([p[i] for p in parts])
+        ref = {t: values[t if t in self.inputs else FP32_PREFIX + t] for t in self.fp32_tensors}
+        test = {t: values[t if t in self.inputs else QUANT_PREFIX + t] for t in self.q_tensors}
+        return ref, test, [{k: values[v] for k, v in s.outputs.items()} for s in self.specs]
+
+    def _verify(self, batch: Batch) -> None:
+        """Stacked records must give what single records give (as :class:`OrtRunner` checks)."""
+        self._verified = True
+        two = Batch(batch.start, batch.records[:2])
+        try:
+            together = self._run(two.stacked())
+        except (InputError, ModelError):
+            together = None
+        if self.dynamic and together is not None:
+            return
+        singles = [self._run(r) for r in two.records]
+        ok = together is not None and all(
+            name.endswith("/shape")
+            or (t.shape[:1] == (2,) and _close(t, np.concatenate([s[i] for s in singles], axis=0)))
+            for i, (name, t) in enumerate(zip(self._names, together, strict=True))
+        )
+        if not ok:
+            self.batching = False
+            if self._relaxed:
+                self._session, self._names = self._build(False)
+
+
+__all__ = [
+    "ReducedRunner",
+    "ReductionSpec",
+    "ReductionUnavailable",
+    "build_reduction_model",
+    "merge_models",
+    "merged_opsets",
+]
