@@ -25,7 +25,7 @@ from pytest_qaccuracy.metrics.channels import AXES as SPAN_AXES
 from pytest_qaccuracy.metrics.channels import ChannelSpans
 from pytest_qaccuracy.metrics.pair import FIELDS, TensorPair
 from pytest_qaccuracy.runtime.options import RuntimeOptions
-from pytest_qaccuracy.runtime.reduction_graph import PRECISE, ReducedRunner, ReductionSpec, ReductionUnavailable
+from pytest_qaccuracy.runtime.reduction_graph import CROSS, ReducedRunner, ReductionSpec, ReductionUnavailable
 
 #: Metrics that read only per-record statistics (RecordStats fields, ``steps``, ``saturated``).
 REDUCIBLE_METRICS = (
@@ -157,7 +157,7 @@ def reduction_spec(tracker, f_types: dict, q_types: dict) -> ReductionSpec | Non
         bounds=bounds,
         spans=tracker.spans is not None,
         check_shapes=q_dims is None or tuple(q_dims[1:]) != dims,
-        precise=PRECISE if "cosine" in names else frozenset(),
+        cross="cosine" in names,
     )
 
 
@@ -187,6 +187,8 @@ def fold_reduced(tracker, spec: ReductionSpec, values: dict[str, np.ndarray], fi
         with np.errstate(over="ignore", invalid="ignore"):
             totals = sums.sum(axis=2, dtype=np.float64)
         stats.update({name: totals[:, i] for i, name in enumerate(spec.sum_fields)})
+        if CROSS in stats:  # sum q^2 = sum f^2 - 2 sum f(f - q) + sum (f - q)^2
+            stats["test_sq"] = stats["ref_sq"] - 2 * stats.pop(CROSS) + stats["sq_err"]
     if "max_diff" in values:
         high, low = np.asarray(values["max_diff"], np.float64), np.asarray(values["min_diff"], np.float64)
         stats["max_abs_err"] = np.maximum(high, -low)

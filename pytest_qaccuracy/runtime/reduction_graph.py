@@ -70,7 +70,7 @@ class ReductionSpec:
     outputs: dict[str, str] = field(default_factory=dict)  # statistic -> graph output name
     sum_fields: tuple[str, ...] = ()  # the fields stacked in the ``sums`` output, in order
     check_shapes: bool = True  # fetch the quantized tensor's shape (not statically the fp32 one's)
-    precise: frozenset[str] = frozenset()  # sums taken in float64 from the start (see PRECISE)
+    cross: bool = False  # sum f(f - q) and derive sum q^2 from it (see CROSS)
 
 
 def float32_at_least(value: np.ndarray) -> np.ndarray:
@@ -223,8 +223,10 @@ def merge_models(f: onnx.ModelProto, q: onnx.ModelProto, inputs: Sequence[str]) 
 class _Builder:
     """Appends nodes and constants to a graph, written for its default-domain opset."""
 
-    def __init__(self, graph: onnx.GraphProto, opset: int, inputs: Sequence[str]) -> None:
-        self.graph, self.opset, self._count = graph, opset, 0
+    def __init__(
+        self, graph: onnx.GraphProto, opset: int, inputs: Sequence[str], parent: _Builder | None = None
+    ) -> None:
+        self.graph, self.opset, self._parent, self._count = graph, opset, parent, 0
         self.inputs = set(inputs)
         self._shapes: dict[tuple[int, ...], str] = {}
 
@@ -233,6 +235,9 @@ class _Builder:
         return name if name in self.inputs else prefix + name
 
     def name(self, hint: str) -> str:
+        """A new unique name (a subgraph's builder counts with its parent's)."""
+        if self._parent is not None:
+            return self._parent.name(hint)
         self._count += 1
         return f"{STAT_PREFIX}{self._count}/{hint}"
 
@@ -277,9 +282,11 @@ def _block(dims: Sequence[int]) -> int:
     return size
 
 
-#: Sums that cosine reads and amplifies: 1 - cos depends on ||f|| - ||q||, so an error of e in
-#: sum f^2 or sum q^2 grows by about ||f|| / ||f - q|| (100x at 40 dB SQNR). They are summed in float64.
-PRECISE = frozenset({"ref_sq", "test_sq"})
+#: Cosine reads 1 - cos from ||f|| - ||q||: taken from independent sums of f^2 and q^2, an error e
+#: in either grows by about ||f|| / ||f - q|| (100x at 40 dB SQNR). With ``cross`` the graph sums
+#: f * (f - q) instead of q^2, and sum q^2 = sum f^2 - 2 sum f(f - q) + sum (f - q)^2 makes
+#: ||f||^2 - ||q||^2 exact given the two small sums: 1 - cos keeps the precision of the sums.
+CROSS = "cross"
 
 #: The RecordStats sums, in the order their partial sums are stacked in a spec's ``sums`` output.
 SUMS = (("ref_sq", "ReduceSumSquare", "f"), ("ref_abs", "ReduceL1", "f"), ("test_sq", "ReduceSumSquare", "q"),
@@ -333,16 +340,15 @@ def _add_reductions(b: _Builder, spec: ReductionSpec) -> None:
     blocks_shape = b.shape_const((0, count // block, block))
     views: dict[str, str] = {}
     partials = []
-    spec.sum_fields = tuple(name for name, _, _ in SUMS if name in fields and name not in spec.precise)
-    for name, op, source in SUMS:
-        if name in spec.precise and name in fields:  # float64 throughout
-            tensor = {"f": f, "q": q, "d": d}[source]
-            out[name] = b.reduce(op, b.cast(tensor, TensorProto.DOUBLE), everything, name)
-        elif name in fields:
-            if source not in views:
-                tensor = {"f": f, "q": q, "d": d}[source]
-                views[source] = b.node("Reshape", [tensor, blocks_shape], "blocks")
-            partials.append(b.reduce(op, views[source], [2], name))
+    sums = [(name, op, source) for name, op, source in SUMS if name in fields]
+    if spec.cross:  # sum f(f - q) in place of sum q^2 (see CROSS)
+        sums = [x for x in sums if x[0] != "test_sq"] + [(CROSS, "ReduceSum", "fd")]
+    spec.sum_fields = tuple(name for name, _, _ in sums)
+    for _, op, source in sums:
+        if source not in views:
+            tensor = b.node("Mul", [f, d], "cross") if source == "fd" else {"f": f, "q": q, "d": d}[source]
+            views[source] = b.node("Reshape", [tensor, blocks_shape], "blocks")
+        partials.append(b.reduce(op, views[source], [2], source))
     if partials:
         out["sums"] = partials[0] if len(partials) == 1 else b.node("Concat", partials, "sums", axis=1)
     if "max_abs_err" in fields:
@@ -360,13 +366,47 @@ def _add_reductions(b: _Builder, spec: ReductionSpec) -> None:
         steps = b.node("Div", [b.node("Abs", [d64], "abs"), scale64], "steps")
         out["steps"] = b.reduce("ReduceMax", steps, everything, "steps_max")
     if spec.bounds is not None:
-        low, high = spec.bounds
-        below = b.node("Less", [f, b.const(float32_at_least(low), "low")], "below")
-        top = float32_at_least(high)
-        above = b.node("Greater", [f, b.const(np.nextafter(top, np.float32(-np.inf)), "high")], "above")
-        exact = TensorProto.FLOAT if count < 2**24 else TensorProto.INT64  # float32 counts are exact below 2^24
-        outside = b.cast(b.node("Or", [below, above], "outside"), exact)
-        out["saturated"] = b.reduce("ReduceSum", outside, everything, "saturated")
+        _saturation_nodes(b, spec, f, count, out)
+
+
+def _count_outside(b: _Builder, f: str, low: str, high: str, rank: int, exact: int) -> str:
+    """Per record, the elements of ``f`` below ``low`` or above ``high`` (float32 constants)."""
+    outside = b.node("Or", [b.node("Less", [f, low], "below"), b.node("Greater", [f, high], "above")], "outside")
+    return b.reduce("ReduceSum", b.cast(outside, exact), list(range(1, rank)), "saturated")
+
+
+def _saturation_nodes(b: _Builder, spec: ReductionSpec, f: str, count: int, out: dict[str, str]) -> None:
+    """``saturated``: per record, the fp32 values with ``f < low`` or ``f >= high`` (``spec.bounds``).
+
+    ``f >= high`` is ``f > the float32 just below high`` rounded up, which is exact for float32 ``f``.
+    With one range for the tensor, the count runs only in batches whose extremes (already reduced)
+    leave it, as the whole-tensor path scans only such records: an If node, zeros otherwise.
+    """
+    low, high = spec.bounds
+    top = float32_at_least(high)
+    low_c, high_c = b.const(float32_at_least(low), "low"), b.const(np.nextafter(top, np.float32(-np.inf)), "high")
+    exact = TensorProto.FLOAT if count < 2**24 else TensorProto.INT64  # float32 counts are exact below 2^24
+    rank = len(spec.dims) + 1
+    lows, highs = out.get("span_min1", out.get("ref_min")), out.get("span_max1", out.get("ref_max"))
+    if np.asarray(low).size != 1 or exact != TensorProto.FLOAT or b.opset < 11 or lows is None or highs is None:
+        out["saturated"] = _count_outside(b, f, low_c, high_c, rank, exact)
+        return
+    below = b.node("Less", [b.node("ReduceMin", [lows], "batch_min", keepdims=0), low_c], "batch_below")
+    above = b.node("Greater", [b.node("ReduceMax", [highs], "batch_max", keepdims=0), high_c], "batch_above")
+    branches = []
+    for taken in (True, False):
+        sub = _Builder(onnx.GraphProto(name=b.name("branch").replace("/", "_")), b.opset, b.inputs, parent=b)
+        if taken:
+            result = _count_outside(sub, f, low_c, high_c, rank, exact)
+        else:
+            records = sub.node("Slice", [sub.node("Shape", [lows], "shape"), sub.const(np.array([0]), "start"),
+                                         sub.const(np.array([1]), "end")], "records")  # fmt: skip
+            zero = numpy_helper.from_array(np.zeros(1, np.float32), "zero")
+            result = sub.node("ConstantOfShape", [records], "zeros", value=zero)
+        sub.graph.output.append(helper.make_tensor_value_info(result, exact, None))
+        branches.append(sub.graph)
+    cond = b.node("Or", [below, above], "batch_outside")
+    out["saturated"] = b.node("If", [cond], "saturated", then_branch=branches[0], else_branch=branches[1])
 
 
 def _span_nodes(b: _Builder, kind: str, f: str, dims: Sequence[int], out: dict[str, str]) -> None:

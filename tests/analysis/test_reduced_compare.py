@@ -57,7 +57,7 @@ def _assert_same(reduced, plain) -> None:
                 assert 1 - value == pytest.approx(1 - expected, rel=1e-3, abs=1e-9), a.tensor
             else:
                 assert value == pytest.approx(expected, rel=SUM_RTOL), (a.tensor, name)
-    assert checked == set(available_metrics()) - {"srmse"} or checked == set(available_metrics())
+    assert checked in (set(plain.metric_names), set(plain.metric_names) - {"srmse"})  # srmse: None per channel
 
 
 @pytest.mark.parametrize("variant", ["qdq_u8", "qdq_s8_pc", "qop_u8", "qop_s8_pc"])
@@ -67,12 +67,12 @@ def test_every_metric_matches_the_whole_tensor_path(zoo, monkeypatch, variant, c
     options = RuntimeOptions(batch_size=5)  # 12 records: batches of 5, 5 and 2
     reduced = compare(pair, zoo["data"], options=options, capture=capture)
     plain = _plain(monkeypatch, pair, zoo["data"], options=options, capture=capture)
-    assert plain.reduction == "numpy: forced"
+    assert plain.reduction == "numpy: forced" and plain.metric_names == available_metrics()
     assert f"{len(reduced.layers)} of {len(reduced.layers)} layers" in reduced.reduction
     _assert_same(reduced, plain)
 
 
-def _per_channel_pair(folder, opset: int = 13):
+def _per_channel_pair(folder, opset: int = 13, per_channel: bool = True):
     """fp32: y = Relu(x * w); quantized: the product quantized per channel (axis 1, uint8, scales
     narrow enough that some values saturate), then Relu. The product is matched with per-channel
     parameters, so ``lsb`` needs per-channel steps and ``clipped`` per-channel bounds."""
@@ -83,12 +83,14 @@ def _per_channel_pair(folder, opset: int = 13):
     f_graph = helper.make_graph(
         [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Relu", ["t"], ["y"])], "f", [x], [y], [w]
     )
-    scale = numpy_helper.from_array(np.array([0.01, 0.02, 0.015, 0.03], np.float32), "s")
-    zp = numpy_helper.from_array(np.array([128, 120, 135, 128], np.uint8), "z")
+    scales, zero_points = np.array([0.01, 0.02, 0.015, 0.03], np.float32), np.array([128, 120, 135, 128], np.uint8)
+    if not per_channel:
+        scales, zero_points = np.array(0.02, np.float32), np.array(128, np.uint8)
+    scale, zp = numpy_helper.from_array(scales, "s"), numpy_helper.from_array(zero_points, "z")
     q_graph = helper.make_graph(
         [
             helper.make_node("Mul", ["x", "w"], ["t"]),
-            helper.make_node("QuantizeLinear", ["t", "s", "z"], ["t_q"], axis=1),
+            helper.make_node("QuantizeLinear", ["t", "s", "z"], ["t_q"], axis=1),  # axis: ignored when scalar
             helper.make_node("DequantizeLinear", ["t_q", "s", "z"], ["t_dq"], axis=1),
             helper.make_node("Relu", ["t_dq"], ["y"]),
         ],
@@ -115,6 +117,25 @@ def test_per_channel_steps_and_bounds_match(tmp_path, monkeypatch):
     layer = next(x for x in reduced.layers if x.tensor == "t")
     assert layer.metrics["clipped"] > 0  # the bounds are exercised
     assert layer.metrics["lsb"] > 1  # saturated values are many steps off
+    _assert_same(reduced, plain)
+
+
+def test_saturation_counts_only_in_batches_that_leave_the_range(tmp_path, monkeypatch):
+    # one scale for the tensor: the count runs in an If branch taken by batches whose extremes leave
+    # [-2.56, 2.54]; records 4..7 stay inside, the others do not
+    f, q, _ = _per_channel_pair(tmp_path, per_channel=False)
+    records = np.random.default_rng(3).normal(0, 1.5, (10, 1, 4, 6, 70)).astype(np.float32)
+    records[4:8] = np.clip(records[4:8], -1.0, 1.0)
+    data = write_h5(tmp_path / "mixed.h5", records)
+    pair = ModelPair(f, q)
+    reduced = compare(pair, data, metrics="clipped,mse", options=RuntimeOptions(batch_size=4))
+    plain = _plain(monkeypatch, pair, data, metrics="clipped,mse", options=RuntimeOptions(batch_size=4))
+    layer = next(x for x in reduced.layers if x.tensor == "t")
+    product = records * numpy_helper.to_array(onnx.load(str(f)).graph.initializer[0])
+    low, high = (0 - 128 - 0.5) * 0.02, (255 - 128 + 0.5) * 0.02
+    expected = np.count_nonzero((product < np.float32(low)) | (product >= np.float32(high))) / product.size
+    assert layer.metrics["clipped"] == pytest.approx(expected, rel=1e-12)
+    assert layer.metrics["clipped"] > 0
     _assert_same(reduced, plain)
 
 
