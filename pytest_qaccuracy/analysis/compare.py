@@ -35,6 +35,7 @@ from pytest_qaccuracy.runtime.reduction_graph import ReductionUnavailable
 
 if TYPE_CHECKING:  # the gate's module loads the integer backend: only callers that gate import it
     from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
+    from pytest_qaccuracy.analysis.reference_cache import ReferenceCache
 
 #: How many worst records each output keeps per metric (for failure messages).
 WORST_RECORDS = 5
@@ -121,6 +122,7 @@ def compare(
     slices: Sequence[SliceSpec] = (),
     measure: OutputMeasure | None = None,
     agreement: AgreementPass | None = None,
+    reference: ReferenceCache | None = None,
 ) -> ComparisonResult:
     """Compare an fp32/quantized pair on every record of ``data``.
 
@@ -143,6 +145,8 @@ def compare(
         agreement: also measure this agreement gate in the same pass (the quantized model's runs are
             shared where they compute the same tensors; see :mod:`.agreement_pass`); read it with
             ``agreement.result()``.
+        reference: keep the fp32 model's values of each batch in this cache, for a later analysis of
+            the same records (:mod:`.reference_cache`).
 
     Returns:
         A :class:`ComparisonResult` (its ``to_dict()`` is the comparison JSON).
@@ -163,7 +167,10 @@ def compare(
         outputs = _output_trackers(pair, names, slices)
         layer_matches = pair.matching.matches if layers else []
         layer_trackers = [_tracker(m.fp32, m.capture, m.params, names) for m in layer_matches]
-        note = _whole_tensor_reason(backend, agreement)
+        if reference is not None:  # how this pass's fp32 runner runs, to recompute what it does not keep
+            kept, label = list(dict.fromkeys(t.fp32 for t in outputs + layer_trackers)), pair.fp32_path.name
+            reference.begin(kept, lambda: OrtRunner(pair.fp32, kept, options, f"{label} (fp32 reference)"))
+        note = _whole_tensor_reason(backend, agreement, reference)
         if note is None:
             reduced, note = start_reduced(pair, outputs, layer_trackers, options, q_options)
             try:
@@ -193,6 +200,8 @@ def compare(
             for batch in bound.iter_batches(options.batch_size):
                 ref, test = fp32_runner.run(batch), q_runner.run(batch)
                 _fold(pool, trackers, ref, test, batch.start)
+                if reference is not None:
+                    reference.add(batch, ref)
                 if measure is not None:
                     measure.update(*_output_values(outputs, ref, test), batch.start, len(batch))
                 advance(len(batch))

@@ -21,18 +21,22 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
 from pytest_qaccuracy.analysis.partial import Edge, QdqGraph, dirty_nodes
-from pytest_qaccuracy.data.binding import BoundDataset
+from pytest_qaccuracy.data.binding import Batch, BoundDataset
 from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
 from pytest_qaccuracy.model.graph import node_reads, renamed_node
 from pytest_qaccuracy.ort_session import first_line, make_session
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
+
+if TYPE_CHECKING:
+    from pytest_qaccuracy.analysis.reference_cache import ReferenceCache
 
 STRATEGIES = ("reuse", "naive")
 #: Upper bound on the nodes packed into one experiment session (onnxruntime session creation grows
@@ -103,6 +107,10 @@ class ExperimentRunner:
         metrics: metric names.
         options: onnxruntime options; experiments run with ``options.optimization``.
         strategy: ``reuse`` or ``naive``.
+        reference: the fp32 values of a comparison pass over the same records
+            (:class:`~pytest_qaccuracy.analysis.reference_cache.ReferenceCache`); when it covers the
+            measured outputs, they come from it (kept, or computed as the comparison computed them)
+            instead of from a run of ``fp32`` on its own.
     """
 
     def __init__(
@@ -115,12 +123,14 @@ class ExperimentRunner:
         options: RuntimeOptions,
         strategy: str = "reuse",
         label: str = "model",
+        reference: ReferenceCache | None = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise InputError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
         self.qgraph, self.fp32, self.outputs = qgraph, fp32, list(outputs)
         self.data, self.metrics, self.options, self.strategy, self.label = data, list(metrics), options, strategy, label
         self._fp32_runner: OrtRunner | None = None
+        self.reference = reference if reference is not None and reference.covers(self.output_names) else None
         self.sessions_built = 0
         self.rounds = 0
         self._pool: ThreadPoolExecutor | None = None
@@ -132,6 +142,12 @@ class ExperimentRunner:
             names = [f for f, _ in self.outputs]
             self._fp32_runner = OrtRunner(self.fp32, names, self.options, f"{self.label} (fp32)")
         return self._fp32_runner
+
+    def reference_values(self, batch: Batch) -> dict[str, np.ndarray]:
+        """The fp32 model's outputs on ``batch``: from the comparison's cache when there is one."""
+        if self.reference is not None:
+            return self.reference.values(batch)
+        return self.fp32_runner.run(batch)
 
     @property
     def output_names(self) -> list[str]:
@@ -154,7 +170,7 @@ class ExperimentRunner:
         with task("sensitivity", len(self.data) * (1 + len(experiments))) as advance:
             refs = []
             for batch in self.data.iter_batches(self.options.batch_size):
-                refs.append(self.fp32_runner.run(batch))
+                refs.append(self.reference_values(batch))
                 advance(len(batch))
             results = []
             for exp in experiments:
@@ -218,7 +234,7 @@ class ExperimentRunner:
                         # a model that does not batch runs record by record: its tensors may have no
                         # record axis (a Reshape folds the batch away), so they are never split or stacked
                         for unit in cache_runner.units(batch):
-                            ref = self.fp32_runner.run(unit)
+                            ref = self.reference_values(unit)
                             values = cache_runner.run(unit)
                             values.update(unit.stacked())
                             results = self._run_group(group, values)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner, OutputMetrics, metric_mean
 from pytest_qaccuracy.analysis.partial import QdqGraph, QuantizedNode
@@ -31,6 +31,9 @@ from pytest_qaccuracy.model.cut import cut_pair
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.numbers import finite
 from pytest_qaccuracy.runtime import RuntimeOptions
+
+if TYPE_CHECKING:
+    from pytest_qaccuracy.analysis.reference_cache import ReferenceCache
 
 SCHEMA_VERSION = 1
 MODES = ("single", "leave-one-out")
@@ -202,6 +205,7 @@ def open_session(
     allow_nonfinite: bool = False,
     records: int | None = None,
     outputs: Sequence[str] | None = None,
+    reference: ReferenceCache | None = None,
 ) -> Session:
     """Index the quantized model, bind the dataset and prepare the experiment runner.
 
@@ -210,6 +214,8 @@ def open_session(
     ``records`` limits every analysis of the session to the first N records (:class:`Head`).
     ``outputs`` cuts both models at these tensors or nodes (:func:`~pytest_qaccuracy.model.cut.cut_pair`):
     every analysis of the session then measures there, and nodes after the cut are not analysed.
+    ``reference`` holds the fp32 values of a comparison of the same pair over the same records
+    (:mod:`.reference_cache`): the analyses read them instead of running the fp32 model again.
     """
     names = parse_metric_names(metrics)
     options = (options or RuntimeOptions()).for_capture(capture)
@@ -226,7 +232,7 @@ def open_session(
             dataset.close()
         raise
     runner = ExperimentRunner(
-        qgraph, pair.fp32, pair.output_pairs(), bound, names, options, strategy, pair.quantized_path.name
+        qgraph, pair.fp32, pair.output_pairs(), bound, names, options, strategy, pair.quantized_path.name, reference
     )
     measured_at = runner.output_names if outputs is not None else []
     return Session(pair, dataset, qgraph, runner, names, not isinstance(data, Dataset), measured_at)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_qaccuracy.analysis.cumulative import DEFAULT_CONFIGS, CumulativeResult, cumulative_in
+from pytest_qaccuracy.analysis.reference_cache import ReferenceCache
 from pytest_qaccuracy.analysis.sensitivity import SensitivityResult, open_session, sensitivity_in
 from pytest_qaccuracy.analysis.sweep import SweepResult, Target, sweep_in
 from pytest_qaccuracy.data import Dataset
@@ -70,12 +71,14 @@ def analyse_pair(
     options: RuntimeOptions | None = None,
     records: int | None = None,
     outputs: Sequence[str] | None = None,
+    reference: ReferenceCache | None = None,
 ) -> SensitivityReport:
     """Rank the nodes of a QDQ pair, sweep exclusions towards ``target``, and draw the cumulative curves.
 
     All analyses share one bound dataset and graph index; ``records`` limits them to the first N
     records (their cost grows with every record and every node); ``outputs`` measures them at these
-    fp32 tensors or nodes instead of the model outputs. A QOperator pair gives a report whose
+    fp32 tensors or nodes instead of the model outputs; ``reference`` gives them the fp32 values a
+    comparison of the pair computed (:mod:`.reference_cache`). A QOperator pair gives a report whose
     ``unsupported`` says why, instead of raising.
     """
     target = Target.parse(target) if isinstance(target, str) else target
@@ -84,7 +87,7 @@ def analyse_pair(
         names.append(target.metric)
     stem = pair.quantized_path.stem
     try:
-        session = open_session(pair, data, names, options, records=records, outputs=outputs)
+        session = open_session(pair, data, names, options, records=records, outputs=outputs, reference=reference)
     except ModelError as exc:
         if pair.format != "qdq":
             return SensitivityReport(stem, unsupported=str(exc))

@@ -62,6 +62,7 @@ class AnalysedSession(Protocol):
     def records(self) -> dict[str, PairRecord]: ...
     def model_pair(self, spec: Any) -> Any: ...
     def runtime_options(self) -> Any: ...
+    def reference(self, spec: Any) -> Any: ...
 
 
 def exclusion_target(checks: Sequence[RecordedCheck], metric: str) -> ExclusionTarget | None:
@@ -146,6 +147,7 @@ def analyse_one(state: AnalysedSession, spec: PairFiles, target: str | None) -> 
             target=target,
             options=state.runtime_options(),
             records=settings.sensitivity_records or None,
+            reference=state.reference(spec),  # the fp32 outputs of the pair's comparison
         )
         return SensitivityEntry(mode=mode, metric=metric, report=report.to_dict())
     except Exception as exc:  # a bad model or dataset must not end the session

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
     from pytest_qaccuracy.analysis.outputs import OutputMeasure, OutputStats
+    from pytest_qaccuracy.analysis.reference_cache import ReferenceBudget, ReferenceCache
     from pytest_qaccuracy.analysis.results import ComparisonResult
     from pytest_qaccuracy.analysis.saturation import SaturationReport
     from pytest_qaccuracy.backend.agreement import AgreementResult
@@ -78,6 +79,9 @@ class QAccuracySession:
         self._stats: dict[StatsKey, OutputStats] = {}
         self._agreements: dict[tuple[Path, Path, str], AgreementResult] = {}
         self._saturation: dict[tuple[Path, Path], SaturationReport] = {}
+        #: (fp32 model, data) -> its fp32 outputs from the comparison pass, for the sensitivity analysis
+        self._references: dict[tuple[Path, Path], ReferenceCache] = {}
+        self._reference_budget: ReferenceBudget | None = None
         self.written: list[Path] = []
         #: whether the session is complete, set on the controller before :meth:`finish`
         self.status: SessionStatus | None = None
@@ -134,15 +138,36 @@ class QAccuracySession:
         if (spec, names) not in self._comparisons and stats_key not in self._stats:
             measure = OutputMeasure(ks, self._labels(spec), rtol, atol, spec.scores, spec.slices)
             agreement = self._agreement_pass(spec) if gate else None
+            reference = self._new_reference(spec)
             try:
-                self._comparisons[(spec, names)] = self._compare(spec, names, measure, agreement)
+                self._comparisons[(spec, names)] = self._compare(spec, names, measure, agreement, reference)
                 self._stats[stats_key] = measure.result()
             except CheckError:  # as in two passes: the comparison is recorded, then the statistics raise
                 pass
+            if reference is not None and (spec, names) in self._comparisons:
+                self._references[(spec.fp32, spec.data)] = reference
+            elif reference is not None:
+                reference.release()
             measured = agreement.result() if agreement is not None and (spec, names) in self._comparisons else None
             if measured is not None:  # else the gate measures itself, and raises what failed here
                 self._agreements[self._agreement_key(spec)] = measured
         return self.comparison(spec, rules), self.output_stats(spec, tolerances)
+
+    def _new_reference(self, spec: PairSpec) -> ReferenceCache | None:
+        """A cache for the fp32 outputs of the pair's comparison, when a sensitivity analysis may
+        read them at the end of the session and no comparison of these files filled one yet."""
+        if self.settings.sensitivity == "off" or (spec.fp32, spec.data) in self._references:
+            return None
+        from pytest_qaccuracy.analysis.reference_cache import ReferenceBudget, ReferenceCache
+
+        if self._reference_budget is None:
+            self._reference_budget = ReferenceBudget()
+        outputs = [f for f, _ in self.model_pair(spec).output_pairs()]
+        return ReferenceCache(outputs, self._reference_budget, self.settings.sensitivity_records or None)
+
+    def reference(self, spec: PairSpec) -> ReferenceCache | None:
+        """The fp32 outputs the pair's comparison computed (:mod:`~pytest_qaccuracy.analysis.reference_cache`)."""
+        return self._references.get((spec.fp32, spec.data))
 
     def _agreement_pass(self, spec: PairSpec) -> AgreementPass | None:
         """The pair's agreement gate to fold into its comparison, None when it is measured already."""
@@ -171,6 +196,7 @@ class QAccuracySession:
         names: tuple[str, ...],
         measure: OutputMeasure | None = None,
         agreement: AgreementPass | None = None,
+        reference: ReferenceCache | None = None,
     ) -> ComparisonResult:
         from pytest_qaccuracy.analysis.compare import compare
 
@@ -184,6 +210,7 @@ class QAccuracySession:
             slices=spec.slices,
             measure=measure,
             agreement=agreement,
+            reference=reference,
         )
 
     @staticmethod
@@ -474,7 +501,12 @@ class QAccuracySession:
 
     def analyse(self) -> None:
         """Sensitivity of the pairs the settings select, into their records (:mod:`.sensitivity`)."""
-        analyse_records(self, {spec.key(self.rootpath): spec for spec in self._pairs})
+        try:
+            analyse_records(self, {spec.key(self.rootpath): spec for spec in self._pairs})
+        finally:  # the kept outputs served their purpose
+            for reference in self._references.values():
+                reference.release()
+            self._references.clear()
 
     # -- xdist ---------------------------------------------------------------------------------
     def payload(self, interrupted: str | None = None) -> dict[str, Any]:

@@ -127,6 +127,15 @@ class OrtRunner:
 
     def run(self, batch: Batch) -> dict[str, np.ndarray]:
         """The requested tensors for every record of ``batch``, concatenated on axis 0."""
+        if self.dynamic and not self._verified and len(batch) > 1:
+            # a model with a dynamic batch needs no probe: its first batch runs whole, or one record at a
+            # time if onnxruntime refuses it (so each record runs once)
+            self._verified = True
+            try:
+                return dict(zip(self.tensors, self._run(batch.stacked()), strict=True))
+            except InputError:
+                log.info("%s: the model does not batch; running one record at a time", self.label)
+                self.batching = False
         parts = [self._run(u.records[0] if len(u) == 1 else u.stacked()) for u in self.units(batch)]
         if len(parts) == 1:
             return dict(zip(self.tensors, parts[0], strict=True))

@@ -3,7 +3,8 @@
 ``compare(..., agreement=AgreementPass(checker))`` feeds every batch to the gate while comparing;
 ``dataset_agreement`` measures the gate in a pass of its own. The two :class:`AgreementResult` must be
 equal field by field (per tensor: elements, mismatches, max steps), passing and failing schemes alike,
-and the comparison must be the one ``compare`` gives without the gate, to the last bit. Which runs
+and the comparison must be, to the last bit, the one given when the gate shares no run (the quantized
+model then runs through ``make_runner`` as without a gate, the gate on its own session). Which runs
 are shared is pinned too: the quantized model's onnxruntime run on u8 models, the emulation on the
 integer backend, and neither where onnxruntime's int8 fusion option changes the comparison.
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_qaccuracy.analysis import agreement_pass
 from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
 from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.backend.agreement import AgreementChecker, dataset_agreement
@@ -27,11 +29,18 @@ DATA = EXAMPLES / "data" / "digits_test.npz"
 
 
 def _folded(pair: ModelPair, data, gate_scheme: str, backend: str = "onnxruntime", scheme: str | None = None):
-    """(gate in the pass, gate alone, comparison with the gate, comparison alone, how the gate ran)."""
+    """(gate in the pass, gate alone, comparison with the gate, the same without shared runs, how the
+    gate ran). The reference comparison runs the quantized model as ``compare`` does without a gate
+    (``make_runner``), the gate beside it on its own session."""
     options = RuntimeOptions(batch_size=7)
     gate = AgreementPass(AgreementChecker(pair.quantized_path, scheme=gate_scheme))
     folded = compare(pair, data, "cosine,sqnr,lsb", options, backend=backend, scheme=scheme, agreement=gate)
-    plain = compare(pair, data, "cosine,sqnr,lsb", options, backend=backend, scheme=scheme)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(agreement_pass, "shares_deployed_session", lambda *args: False)
+        patch.setattr(agreement_pass, "_same_emulation", lambda *args: False)
+        apart = AgreementPass(AgreementChecker(pair.quantized_path, scheme=gate_scheme))
+        plain = compare(pair, data, "cosine,sqnr,lsb", options, backend=backend, scheme=scheme, agreement=apart)
+    assert apart.mode == "own" and apart.result() == gate.result()
     alone = dataset_agreement(pair.quantized_path, data, scheme=gate_scheme, batch_size=7)
     return gate.result(), alone, folded.to_dict(), plain.to_dict(), gate.mode
 
@@ -98,4 +107,6 @@ def test_gate_error_leaves_the_comparison_and_no_result(monkeypatch) -> None:
     options = RuntimeOptions(batch_size=7)
     folded = compare(pair, DATA, "cosine", options, agreement=gate)
     assert gate.result() is None and isinstance(gate.error, UnsupportedOpError)
-    assert folded.to_dict() == compare(pair, DATA, "cosine", options).to_dict()
+    monkeypatch.setattr(agreement_pass, "shares_deployed_session", lambda *args: False)
+    apart = AgreementPass(AgreementChecker(pair.quantized_path))
+    assert folded.to_dict() == compare(pair, DATA, "cosine", options, agreement=apart).to_dict()
