@@ -146,7 +146,8 @@ def compare(
             shared where they compute the same tensors; see :mod:`.agreement_pass`); read it with
             ``agreement.result()``.
         reference: keep the fp32 model's values of each batch in this cache, for a later analysis of
-            the same records (:mod:`.reference_cache`).
+            the same records (:mod:`.reference_cache`), when this pass fetches them whole (not on the
+            merged-graph path, which the cache leaves as it is: the analysis then computes them).
 
     Returns:
         A :class:`ComparisonResult` (its ``to_dict()`` is the comparison JSON).
@@ -170,7 +171,7 @@ def compare(
         if reference is not None:  # how this pass's fp32 runner runs, to recompute what it does not keep
             kept, label = list(dict.fromkeys(t.fp32 for t in outputs + layer_trackers)), pair.fp32_path.name
             reference.begin(kept, lambda: OrtRunner(pair.fp32, kept, options, f"{label} (fp32 reference)"))
-        note = _whole_tensor_reason(backend, agreement, reference)
+        note = _whole_tensor_reason(backend, agreement)
         if note is None:
             reduced, note = start_reduced(pair, outputs, layer_trackers, options, q_options)
             try:
@@ -213,14 +214,14 @@ def compare(
     return replace(result, reduction=note)
 
 
-def _whole_tensor_reason(backend: str, agreement, reference=None) -> str | None:
-    """Why the layer sums must run in numpy on whole tensors; None when the merged graph may serve."""
+def _whole_tensor_reason(backend: str, agreement) -> str | None:
+    """Why the layer sums must run in numpy on whole tensors; None when the merged graph may serve.
+    A ``reference`` cache does not decide: it keeps the fp32 values only where they cross into numpy
+    anyway, and an analysis computes the others as the whole-tensor pass would."""
     if backend != "onnxruntime":
         return "numpy: the integer backend"
     if agreement is not None:
         return "numpy: the agreement gate shares the quantized model's runs"
-    if reference is not None:
-        return "numpy: the fp32 values are kept for a later analysis"
     return None
 
 

@@ -125,3 +125,15 @@ def test_sensitivity_reads_the_comparisons_fp32_outputs(digits: pytest.Pytester,
     assert rerun.records["fp32"] == 3 * RECORDS and rerun.sessions["fp32"] == 2
     assert rerun.records["quantized"] == reused["quantized"]
     assert kept == recomputed  # the same figures either way, to the last bit
+
+
+def test_kept_outputs_leave_the_comparison_on_the_merged_graph(digits: pytest.Pytester) -> None:
+    """Without a gate, a pair that the analysis may read still has its layer sums computed in
+    onnxruntime: the outputs are kept only where they cross into numpy anyway."""
+    digits.makepyfile(test_failing=FAILING.replace("    max_backend_steps=0,\n", ""))
+    result = digits.runpytest("--qaccuracy-artifacts-dir=out", "--qaccuracy-sensitivity=all")
+    result.assert_outcomes(failed=1)
+    entry = json.loads((digits.path / "out" / "summary.json").read_text())["pairs"][0]
+    comparison = json.loads((digits.path / "out" / entry["artifacts"]["comparison"]).read_text())
+    assert comparison["reduction"].startswith("onnxruntime:")
+    assert "sensitivity" in entry["artifacts"]
