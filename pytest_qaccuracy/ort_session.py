@@ -42,6 +42,7 @@ def make_session(
     optimization: str = "all",
     config: Mapping[str, object] | None = None,
     optimized_model_path: str | os.PathLike[str] | None = None,
+    in_node_order: bool = False,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` for ``model`` with the package's defaults.
 
@@ -53,6 +54,8 @@ def make_session(
         config: session config entries added after :data:`DEFAULT_CONFIG` (values passed as strings).
         optimized_model_path: where onnxruntime writes the graph as it optimized it (for a caller
             that builds on the optimized graph), if given.
+        in_node_order: run the nodes in the order the graph lists them where dependencies allow
+            (onnxruntime's priority-based order, ties by position) instead of its depth-first order.
 
     Raises:
         Whatever onnxruntime raises for a model it cannot load; callers that report to the user turn
@@ -66,6 +69,8 @@ def make_session(
     options.log_severity_level = LOG_SEVERITY
     if optimized_model_path is not None:
         options.optimized_model_filepath = os.fspath(optimized_model_path)
+    if in_node_order:
+        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
     for key, value in {**DEFAULT_CONFIG, **(config or {})}.items():
         options.add_session_config_entry(key, str(value))
     if isinstance(model, bytes):

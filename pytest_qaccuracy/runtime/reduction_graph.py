@@ -33,6 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pytest_qaccuracy.data.binding import Batch, join_records
 from pytest_qaccuracy.errors import InputError, ModelError
+from pytest_qaccuracy.model.graph import node_reads
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.ort_session import first_line, make_session
 from pytest_qaccuracy.runtime.options import RuntimeOptions
@@ -423,6 +424,42 @@ def _span_nodes(b: _Builder, kind: str, f: str, dims: Sequence[int], out: dict[s
     out[f"span_{tag}_rest"] = b.reduce(kind, f, [1], f"span_{tag}_rest")
 
 
+def _interleave(graph: onnx.GraphProto, groups: Sequence[range]) -> None:
+    """Order the nodes so that each group of reduction nodes comes right after what it reads.
+
+    The session runs in this order (``in_node_order``): both models advance together, layer by layer,
+    and each captured tensor is reduced and freed while still in cache. In onnxruntime's default
+    depth-first order each model ran to its end before any reduction, every captured tensor alive at
+    once: PP-OCRv4's detector at 8 records peaked at 1.0 GB instead of 0.33 GB, and ran 30 % slower.
+    """
+    nodes = list(graph.node)
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    reads = [sorted(producer[x] for x in node_reads(node) if x in producer) for node in nodes]
+    done: set[int] = set()
+    order: list[int] = []
+
+    def emit(root: int) -> None:  # post-order, iteratively (graphs are deep)
+        stack = [(root, False)]
+        while stack:
+            i, expanded = stack.pop()
+            if i in done:
+                continue
+            if expanded:
+                done.add(i)
+                order.append(i)
+                continue
+            stack.append((i, True))
+            stack.extend((j, False) for j in reversed(reads[i]) if j not in done)
+
+    for group in groups:
+        for i in group:
+            emit(i)
+    for i in range(len(nodes)):
+        emit(i)
+    graph.ClearField("node")
+    graph.node.extend(nodes[i] for i in order)
+
+
 def build_reduction_model(
     f: onnx.ModelProto,
     q: onnx.ModelProto,
@@ -437,9 +474,13 @@ def build_reduction_model(
     if opset < 9:
         raise ReductionUnavailable(f"opset {opset} is older than the reduction nodes need (9)")
     b = _Builder(model.graph, opset, inputs)
+    groups = []
     for spec in specs:
         spec.outputs.clear()
+        first = len(model.graph.node)
         _add_reductions(b, spec)
+        groups.append(range(first, len(model.graph.node)))
+    _interleave(model.graph, groups)
     whole = [b.scoped(p, t) for p, t in keep]
     for name in dict.fromkeys([*whole, *(o for s in specs for o in s.outputs.values())]):
         model.graph.output.append(onnx.ValueInfoProto(name=name))
@@ -538,6 +579,7 @@ class ReducedRunner:
                 threads=self.options.threads,
                 optimization="disable",
                 config=self.options.session_config,
+                in_node_order=True,
             )
         except Exception as exc:
             raise ReductionUnavailable(f"onnxruntime cannot load the merged graph ({first_line(exc)})") from None

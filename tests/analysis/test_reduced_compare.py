@@ -287,3 +287,21 @@ def test_the_cli_says_when_the_sums_fall_back(zoo, tmp_path, capsys, monkeypatch
     assert "note: layer sums computed in numpy (fallback): the models import different versions of 'ai.onnx'" in out
     assert main(["compare", str(zoo["fp32"]), str(zoo["qdq_u8"]), "--data", str(zoo["data"])]) == 0
     assert "note: layer sums" not in capsys.readouterr().out
+
+
+def test_the_merged_graph_reduces_each_layer_before_the_models_run_on(zoo):
+    from pytest_qaccuracy.analysis.reduced_compare import _value_types, reduction_spec
+    from pytest_qaccuracy.runtime.reduction_graph import build_reduction_model
+
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    trackers = [compare_module._tracker(m.fp32, m.capture, m.params, ["sqnr"]) for m in pair.matching.matches]
+    f_types, q_types = _value_types(pair.matcher.f.model), _value_types(pair.matcher.q.model)
+    specs = [reduction_spec(t, f_types, q_types) for t in trackers]
+    model = build_reduction_model(pair.fp32, pair.quantized, ["x"], specs, [])
+    position = {out: i for i, node in enumerate(model.graph.node) for out in node.output}
+    f_last = max(i for i, node in enumerate(model.graph.node) if node.name.startswith("f/") or not node.name)
+    first = specs[0]  # the first layer's statistics are computed before the fp32 model's last node runs
+    assert max(position[name] for name in first.outputs.values()) < f_last
+    for spec in specs:  # and every statistic after both tensors it reads
+        reads = position.get("f/" + spec.fp32, -1), position.get("q/" + spec.capture, -1)
+        assert min(position[name] for name in spec.outputs.values()) > max(reads)
