@@ -12,8 +12,13 @@ processes, so that each peak RSS is its own:
   computes, the SQNR of every matched tensor: in the default ``deployed`` capture (the quantized
   model as onnxruntime deploys it, fused integer kernels) and in ``reference`` capture (fake
   quantization with optimizations off: qdq_loss_debug's own semantics, so its SQNRs must agree);
-- ``ours_reference`` / ``ours_deployed``: ``compare`` in both capture modes, all nine metrics;
-- ``ours_deployed_big``: the same with 8x the records, to show that peak RSS does not grow.
+- ``ours_reference`` / ``ours_deployed``: ``compare`` in both capture modes, all ten metrics, and
+  every artifact ``qaccuracy compare --json --out-dir`` writes (JSON, visq.json, DOT, report.html);
+- ``ours_deployed_big``: the same with 8x the records, to show that peak RSS does not grow;
+- ``ours_numpy_sqnr_deployed`` / ``ours_numpy_deployed``: as without ``numpy``, but the layer sums
+  computed in numpy from whole tensors (the path before the merged graph, and the fallback).
+
+Each ``ours`` row says where the layer sums were computed (``ComparisonResult.reduction``).
 
 ``--net ppocr_det`` takes PP-OCRv4's text detector from the real-model corpus instead (fp32 and its
 u8s8 QDQ file as ``scripts/build_corpus.py`` writes them, 128x192, batch fixed at 1; its calibration
@@ -51,6 +56,8 @@ METHODS = (
     "ours_reference",
     "ours_deployed",
     "ours_deployed_big",
+    "ours_numpy_sqnr_deployed",
+    "ours_numpy_deployed",
 )
 
 
@@ -157,22 +164,35 @@ def run_ort_debug(work: Path, batch: int) -> dict:
     return {"seconds": seconds, "tensors": len(errors), "xmodel_sqnr": {k: v["xmodel_err"] for k, v in errors.items()}}
 
 
-def run_ours(work: Path, batch: int, capture: str, data: str = "data", metrics: list[str] | None = None) -> dict:
+def run_ours(
+    work: Path,
+    batch: int,
+    capture: str,
+    data: str = "data",
+    metrics: list[str] | None = None,
+    numpy_sums: bool = False,
+) -> dict:
     import onnxruntime  # noqa: F401  (imported before the clock starts, as in the other methods)
 
-    from pytest_qaccuracy.analysis.compare import compare
+    import pytest_qaccuracy.analysis.compare as compare_module
     from pytest_qaccuracy.model import ModelPair
+    from pytest_qaccuracy.report.artifacts import write_comparison_artifacts
     from pytest_qaccuracy.runtime import RuntimeOptions
 
+    if numpy_sums:  # the whole-tensor path: the merged graph never built
+        compare_module.start_reduced = lambda *args: (None, "numpy: the bench's whole-tensor rows")
     start = time.perf_counter()
     pair = ModelPair(work / "det.onnx", work / "det.qdq.onnx")
     options = RuntimeOptions(batch_size=batch)
-    result = compare(pair, work / f"{data}.h5", metrics=metrics, options=options, capture=capture)
+    result = compare_module.compare(pair, work / f"{data}.h5", metrics=metrics, options=options, capture=capture)
+    if metrics is None:  # every artifact, as qaccuracy compare --json --out-dir writes them
+        write_comparison_artifacts(result, pair.fp32, json_path=work / f"{capture}.json", out_dir=work / "artifacts")
     seconds = time.perf_counter() - start
     return {
         "seconds": seconds,
         "tensors": len(result.layers),
         "records": result.records,
+        "reduction": result.reduction,
         "sqnr": {layer.tensor: layer.metrics["sqnr"] for layer in result.layers},
     }
 
@@ -182,6 +202,10 @@ def worker(method: str, work: Path, batch: int) -> None:
         out = run_floor(work, batch)
     elif method == "ort_debug":
         out = run_ort_debug(work, batch)
+    elif method == "ours_numpy_sqnr_deployed":
+        out = run_ours(work, batch, "deployed", metrics=["sqnr"], numpy_sums=True)
+    elif method == "ours_numpy_deployed":
+        out = run_ours(work, batch, "deployed", numpy_sums=True)
     elif method.startswith("ours_sqnr_"):
         out = run_ours(work, batch, method.removeprefix("ours_sqnr_"), metrics=["sqnr"])
     elif method == "ours_deployed_big":
@@ -250,6 +274,9 @@ def main() -> None:
             ]
         )
     print(tabulate(rows, headers=["method", "records", "wall s", "peak RSS MB", "vs floor", "vs ort_debug"]))
+    for method, r in results.items():
+        if r.get("reduction"):
+            print(f"{method}: layer sums: {r['reduction']}")
     for method in ("ours_sqnr_reference", "ours_reference"):
         if "ort_debug" in results and method in results:
             theirs, ours = results["ort_debug"]["xmodel_sqnr"], results[method]["sqnr"]
