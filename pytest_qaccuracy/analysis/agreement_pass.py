@@ -8,7 +8,9 @@ emulation's 8-bit tensors and onnxruntime's (deployed kernels, ``session.qdqisin
 * on onnxruntime, when the comparison's session computes what the gate's would
   (:func:`~pytest_qaccuracy.backend.agreement.shares_deployed_session`), the comparison's session gets
   the gate's config entry and its tensors as extra outputs, so the quantized model runs once per batch;
-  otherwise (int8 activations on x86, other providers or options) the gate's own session runs the batch;
+  otherwise (int8 activations on x86, other providers or options) the gate's own session runs the batch.
+  A comparison on the merged graph of both models does the same through :meth:`AgreementPass.merged_tensors`
+  (the quantized side fetches the gate's tensors) and :meth:`AgreementPass.fold`;
 * on the integer backend, when the comparison's scheme is the gate's, one emulated run gives both the
   comparison's tensors and the gate's; onnxruntime then runs the batch once, for the gate.
 
@@ -20,7 +22,7 @@ error where it did before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -46,8 +48,55 @@ class AgreementPass:
         self.checker = checker
         self.error: BaseException | None = None
         #: how the gate's onnxruntime tensors were obtained: ``shared`` (the comparison's run),
+        #: ``merged`` (the comparison's merged graph), ``emulation shared`` (one emulated run for both),
         #: ``own`` (the gate's session), or None before the first batch
         self.mode: str | None = None
+        self._first: tuple[int, int, dict[str, np.ndarray]] | None = None  # an emulated batch not folded yet
+        self._merged = False
+
+    def emulated(self, batch: Batch) -> dict[str, np.ndarray] | None:
+        """The emulation's 8-bit tensors of ``batch`` (None once the gate failed: the error is kept)."""
+        if self._first is not None and self._first[:2] == (batch.start, len(batch)):
+            ours, self._first = self._first[2], None
+            return ours
+        if self.error is not None:
+            return None
+        try:
+            return self.checker.emulate(batch.stacked())[1]
+        except Exception as exc:  # the gate's own pass reports it; the comparison goes on
+            self.error = exc
+            return None
+
+    def merged_tensors(
+        self, model: onnx.ModelProto, options: RuntimeOptions, first: Batch
+    ) -> tuple[list[str], RuntimeOptions]:
+        """Before a merged-graph comparison: the gate's tensors for its quantized side to fetch, and
+        that side's options (with the gate's config entry), when its run computes what the gate's
+        session would; else ``([], options)`` and every batch runs on the gate's own session. Runs
+        ``first`` on the emulation (to name the tensors); :meth:`fold` takes it from there."""
+        ours = self.emulated(first)
+        if ours is not None:
+            self._first = (first.start, len(first), ours)
+        self._merged = shares_deployed_session(model, options) and ours is not None and bool(self.checker.names)
+        if not self._merged:
+            return [], options
+        config = {**options.session_config, **SESSION_CONFIG}
+        return list(self.checker.names or []), replace(options, session_config=config)
+
+    def fold(self, batch: Batch, values: Mapping[str, np.ndarray]) -> None:
+        """Fold a batch of a merged-graph comparison: ``values`` are its quantized side's tensors."""
+        ours = self.emulated(batch)
+        if ours is None:
+            return
+        try:
+            if self._merged:
+                self.mode = "merged"
+                self.checker.fold(ours, values, len(batch))
+            else:
+                self.mode = "own"
+                self.checker.fold(ours, self.checker.onnxruntime_values(batch.stacked()), len(batch))
+        except Exception as exc:  # the gate's own pass reports it
+            self.error = exc
 
     def runner(
         self,
@@ -104,12 +153,7 @@ class _GatedRunner:
             values, ours = checker.emulate(feeds, self.tensors)
             self._fold_own(ours, feeds, len(batch), "emulation shared")
             return dict(zip(self.tensors, values, strict=True))
-        ours = None
-        if gate.error is None:
-            try:
-                _, ours = checker.emulate(feeds)
-            except Exception as exc:  # the gate's own pass reports it; the comparison goes on
-                gate.error = exc
+        ours = gate.emulated(batch)
         if self._inner is None:
             self._inner = self._shared_runner()
         values = self._inner.run(batch)

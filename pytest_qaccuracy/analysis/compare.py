@@ -146,8 +146,8 @@ def compare(
             shared where they compute the same tensors; see :mod:`.agreement_pass`); read it with
             ``agreement.result()``.
         reference: keep the fp32 model's values of each batch in this cache, for a later analysis of
-            the same records (:mod:`.reference_cache`), when this pass fetches them whole (not on the
-            merged-graph path, which the cache leaves as it is: the analysis then computes them).
+            the same records (:mod:`.reference_cache`); on the merged graph only when both models
+            have one opset (else the analysis computes them as the whole-tensor pass would).
 
     Returns:
         A :class:`ComparisonResult` (its ``to_dict()`` is the comparison JSON).
@@ -169,14 +169,19 @@ def compare(
         layer_matches = pair.matching.matches if layers else []
         layer_trackers = [_tracker(m.fp32, m.capture, m.params, names) for m in layer_matches]
         if reference is not None:  # how this pass's fp32 runner runs, to recompute what it does not keep
-            kept, label = list(dict.fromkeys(t.fp32 for t in outputs + layer_trackers)), pair.fp32_path.name
-            reference.begin(kept, lambda: OrtRunner(pair.fp32, kept, options, f"{label} (fp32 reference)"))
-        note = _whole_tensor_reason(backend, agreement)
+            fetched, label = list(dict.fromkeys(t.fp32 for t in outputs + layer_trackers)), pair.fp32_path.name
+            reference.begin(fetched, lambda: OrtRunner(pair.fp32, fetched, options, f"{label} (fp32 reference)"))
+        note = _whole_tensor_reason(backend)
         if note is None:
-            reduced, note = start_reduced(pair, outputs, layer_trackers, options, q_options)
+            gate_tensors, reduced_q = [], q_options
+            first = next(iter(bound.iter_batches(options.batch_size)), None) if agreement is not None else None
+            if first is not None:  # the gate's tensors, fetched by the merged graph's quantized side
+                gate_tensors, reduced_q = agreement.merged_tensors(pair.quantized, q_options, first)
+            reduced, note = start_reduced(pair, outputs, layer_trackers, options, reduced_q, gate_tensors)
             try:
                 if reduced is not None:
-                    _run_reduced(reduced, bound, options, outputs, measure, dataset, pair)
+                    kept = reference if reference is not None and _own_opset(pair) else None
+                    _run_reduced(reduced, bound, options, outputs, measure, dataset, pair, agreement, kept)
                     result = _result(
                         pair, dataset, names, len(bound), outputs, layer_matches, layer_trackers, capture, None
                     )
@@ -214,19 +219,19 @@ def compare(
     return replace(result, reduction=note)
 
 
-def _whole_tensor_reason(backend: str, agreement) -> str | None:
+def _whole_tensor_reason(backend: str) -> str | None:
     """Why the layer sums must run in numpy on whole tensors; None when the merged graph may serve.
-    A ``reference`` cache does not decide: it keeps the fp32 values only where they cross into numpy
-    anyway, and an analysis computes the others as the whole-tensor pass would."""
+    Neither an agreement gate (the merged graph fetches its tensors) nor a ``reference`` cache decides."""
     if backend != "onnxruntime":
         return "numpy: the integer backend"
-    if agreement is not None:
-        return "numpy: the agreement gate shares the quantized model's runs"
     return None
 
 
-def _run_reduced(reduced: ReducedPass, bound, options: RuntimeOptions, outputs, measure, dataset, pair) -> None:
-    """The comparison loop on the merged graph: layers folded from their statistics, the rest whole."""
+def _run_reduced(
+    reduced: ReducedPass, bound, options: RuntimeOptions, outputs, measure, dataset, pair, agreement=None, kept=None
+) -> None:
+    """The comparison loop on the merged graph: layers folded from their statistics, the rest whole,
+    the gate's tensors (if any) to the gate, the fp32 outputs to ``kept`` (a reference cache)."""
     started = False
     with ThreadPoolExecutor(max_workers=_workers(options)) as pool, task("compare", len(bound)) as advance:
         for batch in bound.iter_batches(options.batch_size):
@@ -235,9 +240,23 @@ def _run_reduced(reduced: ReducedPass, bound, options: RuntimeOptions, outputs, 
                 measure.begin(dataset, [f for f, _ in pair.output_pairs()])
             started = True
             _fold(pool, reduced.whole, ref, test, batch.start)
+            if agreement is not None:
+                agreement.fold(batch, test)
+            if kept is not None:
+                kept.add(batch, ref)
             if measure is not None:
                 measure.update(*_output_values(outputs, ref, test), batch.start, len(batch))
             advance(len(batch))
+
+
+def _own_opset(pair: ModelPair) -> bool:
+    """Whether the merged graph runs the fp32 model at its own default-domain opset (the quantized
+    model's): its values then equal the whole-tensor pass's, bit for bit (tested on the corpus)."""
+
+    def default(model) -> int:
+        return next((o.version for o in model.opset_import if (o.domain or "") == ""), 0)
+
+    return default(pair.fp32) == default(pair.quantized)
 
 
 def _fold(pool: ThreadPoolExecutor, trackers: list[_Tracked], ref: dict, test: dict, start: int) -> None:

@@ -305,10 +305,16 @@ class ReducedPass:
 
 
 def start_reduced(
-    pair, outputs: list, layers: list, options: RuntimeOptions, q_options: RuntimeOptions
+    pair,
+    outputs: list,
+    layers: list,
+    options: RuntimeOptions,
+    q_options: RuntimeOptions,
+    q_extra: Sequence[str] = (),
 ) -> tuple[ReducedPass | None, str]:
-    """The merged-graph pass for ``layers`` (with ``outputs`` and unreduced layers fetched whole), or
-    None and why the sums run in numpy."""
+    """The merged-graph pass for ``layers`` (with ``outputs`` and unreduced layers fetched whole, and
+    ``q_extra`` tensors of the quantized model, e.g. an agreement gate's), or None and why the sums
+    run in numpy."""
     f_types, q_types = _value_types(pair.matcher.f.model), _value_types(pair.matcher.q.model)
     specs = [(t, reduction_spec(t, f_types, q_types)) for t in layers]
     reduced = [(t, s) for t, s in specs if s is not None]
@@ -323,7 +329,7 @@ def start_reduced(
             [i.name for i in pair.inputs],
             [s for _, s in reduced],
             [t.fp32 for t in whole],
-            [t.capture for t in whole],
+            [*(t.capture for t in whole), *q_extra],
             options,
             q_options,
             f"{pair.fp32_path.name} + {pair.quantized_path.name}",

@@ -79,10 +79,13 @@ class ReferenceCache:
         self._tensors, self._recompute = frozenset(tensors), recompute
 
     def add(self, batch: Batch, values: Mapping[str, np.ndarray]) -> None:
-        """Keep a batch's values of :attr:`names`; past the budget, drop everything and keep nothing more."""
+        """Keep a batch's values of :attr:`names` (all of them, or none); past the budget, drop everything
+        and keep nothing more."""
         if self.overflowed or (self.records is not None and batch.start + len(batch) > self.records):
             return
-        kept = {name: np.array(values[name], copy=True) for name in self.names if name in values}
+        if any(name not in values for name in self.names):  # a layer the pass reduced: computed on request
+            return
+        kept = {name: np.array(values[name], copy=True) for name in self.names}
         size = sum(v.nbytes for v in kept.values())
         if not self.budget.reserve(size):
             self.overflowed = True

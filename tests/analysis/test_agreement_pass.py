@@ -28,31 +28,37 @@ FP32 = EXAMPLES / "models" / "digits_cnn.onnx"
 DATA = EXAMPLES / "data" / "digits_test.npz"
 
 
-def _folded(pair: ModelPair, data, gate_scheme: str, backend: str = "onnxruntime", scheme: str | None = None):
+def _folded(
+    pair: ModelPair, data, gate_scheme: str, backend: str = "onnxruntime", scheme: str | None = None, layers=True
+):
     """(gate in the pass, gate alone, comparison with the gate, the same without shared runs, how the
     gate ran). The reference comparison runs the quantized model as ``compare`` does without a gate
     (``make_runner``), the gate beside it on its own session."""
     options = RuntimeOptions(batch_size=7)
     gate = AgreementPass(AgreementChecker(pair.quantized_path, scheme=gate_scheme))
-    folded = compare(pair, data, "cosine,sqnr,lsb", options, backend=backend, scheme=scheme, agreement=gate)
+    kwargs = {"backend": backend, "scheme": scheme, "layers": layers}
+    folded = compare(pair, data, "cosine,sqnr,lsb", options, agreement=gate, **kwargs)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(agreement_pass, "shares_deployed_session", lambda *args: False)
         patch.setattr(agreement_pass, "_same_emulation", lambda *args: False)
         apart = AgreementPass(AgreementChecker(pair.quantized_path, scheme=gate_scheme))
-        plain = compare(pair, data, "cosine,sqnr,lsb", options, backend=backend, scheme=scheme, agreement=apart)
+        plain = compare(pair, data, "cosine,sqnr,lsb", options, agreement=apart, **kwargs)
     assert apart.mode == "own" and apart.result() == gate.result()
     alone = dataset_agreement(pair.quantized_path, data, scheme=gate_scheme, batch_size=7)
     return gate.result(), alone, folded.to_dict(), plain.to_dict(), gate.mode
 
 
 @pytest.mark.parametrize("model", ["digits_cnn.qdq.onnx", "digits_cnn.qoperator.onnx"])
-def test_digits_gate_in_the_comparison_pass(model: str) -> None:
+@pytest.mark.parametrize(("layers", "path"), [(True, "merged"), (False, "shared")])
+def test_digits_gate_in_the_comparison_pass(model: str, layers: bool, path: str) -> None:
+    """u8 activations: the comparison's onnxruntime run serves the gate, on the merged graph of both
+    models (layers compared) or on the quantized model's own session (outputs only, no merged graph)."""
     pair = ModelPair(FP32, EXAMPLES / "models" / model)
-    passing, alone, folded, plain, mode = _folded(pair, DATA, "onnxruntime")
-    assert mode == "shared"  # u8 activations: the comparison's onnxruntime run serves the gate
+    passing, alone, folded, plain, mode = _folded(pair, DATA, "onnxruntime", layers=layers)
+    assert mode == path and folded["reduction"].startswith("onnxruntime" if layers else "numpy")
     assert passing == alone and passing.ok and passing.records == 300
     assert folded == plain
-    failing, alone, folded, plain, _ = _folded(pair, DATA, "power2")
+    failing, alone, folded, plain, _ = _folded(pair, DATA, "power2", layers=layers)
     assert failing == alone and not failing.ok
     assert failing.first_divergence == alone.first_divergence is not None
     assert folded == plain
@@ -87,7 +93,7 @@ def test_zoo_variants(zoo, variant: str) -> None:
     pair = ModelPair(zoo["fp32"], zoo[variant])
     measured, alone, folded, plain, mode = _folded(pair, zoo["data"], "onnxruntime")
     # int8 activations: the gate's session fuses int8 QDQ groups, the comparison's does not
-    assert mode == ("own" if variant.endswith("s8_pc") else "shared")
+    assert mode == ("own" if variant.endswith("s8_pc") else "merged")
     assert measured == alone and measured.records == 12
     assert folded == plain
     failing, alone, folded, plain, _ = _folded(pair, zoo["data"], "power2")

@@ -19,6 +19,7 @@ from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.analysis.experiments import ExperimentRunner
 from pytest_qaccuracy.analysis.reference_cache import ReferenceBudget, ReferenceCache
 from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
+from pytest_qaccuracy.data import bind_dataset, load_dataset
 from pytest_qaccuracy.data.binding import Batch
 from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -30,11 +31,11 @@ OPTIONS = RuntimeOptions(batch_size=8)
 LOGITS_BYTES = 8 * 10 * 4  # one batch of the digits model's output: 8 records x 10 float32
 
 
-def _filled(pair: ModelPair, data, names, budget=None, records=None) -> ReferenceCache:
-    """A cache filled by a comparison; the quantized model on the integer backend, so that the pass
-    runs the fp32 model on its own session (the pass that keeps its values) whatever else may run."""
+def _filled(pair: ModelPair, data, names, budget=None, records=None, backend="integer") -> ReferenceCache:
+    """A cache filled by a comparison; by default the quantized model on the integer backend, so that
+    the pass runs the fp32 model on its own session (on onnxruntime it runs in the merged graph)."""
     cache = ReferenceCache(names, budget, records)
-    compare(pair, data, "cosine", OPTIONS, backend="integer", reference=cache)
+    compare(pair, data, "cosine", OPTIONS, backend=backend, reference=cache)
     return cache
 
 
@@ -45,9 +46,13 @@ def _no_fp32_runs(monkeypatch) -> None:
     monkeypatch.setattr(ExperimentRunner, "fp32_runner", property(refuse))
 
 
+@pytest.mark.parametrize("backend", ["integer", "onnxruntime"])
 @pytest.mark.parametrize("mode", ["single", "leave-one-out"])
-def test_kept_and_recomputed_references_give_the_same_report(monkeypatch, mode: str) -> None:
-    kept, none = _filled(BROKEN, DATA, ["logits"]), _filled(BROKEN, DATA, ["logits"], budget=0)
+def test_kept_and_recomputed_references_give_the_same_report(monkeypatch, mode: str, backend: str) -> None:
+    """On onnxruntime the comparison runs the merged graph of both models: its fp32 outputs are kept
+    too, and equal what the whole-tensor pass's fp32 session computes again."""
+    kept = _filled(BROKEN, DATA, ["logits"], backend=backend)
+    none = _filled(BROKEN, DATA, ["logits"], budget=0, backend=backend)
     assert kept.held_batches == 38 and kept.nbytes == 37 * LOGITS_BYTES + 4 * 10 * 4  # 300 records
     assert none.overflowed and none.held_batches == 0 and none.nbytes == 0
     recomputed = analyse_pair(BROKEN, DATA, "cosine", mode, "cosine>=0.999", options=OPTIONS, reference=none)
@@ -94,6 +99,21 @@ def test_kept_values_are_the_comparisons_fp32_outputs() -> None:
     alone = session.run(["logits"], {"x": np.concatenate([r["x"] for r in records])})[0]
     np.testing.assert_allclose(kept["logits"], alone, rtol=1e-5, atol=1e-5)  # the fp32 model's outputs
     np.testing.assert_allclose(fresh["logits"], alone[:3], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["qdq_u8", "qdq_s8_pc", "qop_u8", "qop_s8_pc"])
+def test_merged_graph_outputs_equal_the_recomputed_ones(zoo, variant: str) -> None:
+    pair = ModelPair(zoo["fp32"], zoo[variant])
+    outputs = [f for f, _ in pair.output_pairs()]
+    kept, none = ReferenceCache(outputs), ReferenceCache(outputs, budget=0)
+    assert compare(pair, zoo["data"], "cosine", OPTIONS, reference=kept).reduction.startswith("onnxruntime")
+    compare(pair, zoo["data"], "cosine", OPTIONS, reference=none)
+    assert kept.held_batches == 2  # 12 records: 0-7 and 8-11
+    with load_dataset(zoo["data"]) as dataset:
+        for batch in bind_dataset(dataset, pair.inputs).iter_batches(8):
+            held, fresh = kept.values(batch), none.values(batch)
+            assert all(np.array_equal(held[o], fresh[o]) for o in outputs)  # to the last bit
+    assert kept.recomputed == 0 and none.recomputed == 2
 
 
 def test_a_layer_target_reads_the_kept_activation(zoo, monkeypatch) -> None:

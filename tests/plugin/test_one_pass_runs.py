@@ -24,6 +24,8 @@ RECORDS = 300  # records in digits_test.npz
 #: The fp32 model's initializers: a session with exactly these runs the fp32 model (the sensitivity's
 #: float configurations of the QDQ graph carry the same weights under other names).
 FP32_WEIGHTS = {t.name for t in onnx.load(str(EXAMPLES / "models" / "digits_cnn.onnx")).graph.initializer}
+#: The graph name of the merged model of a pair (``runtime/reduction_graph.merge_models``).
+MERGED_GRAPH = "qaccuracy_pair"
 
 CHECKS = """
 import pytest
@@ -42,7 +44,8 @@ def test_pair(qaccuracy):
 
 
 class Runs:
-    """Records fed to onnxruntime, per model kind; sessions opened, per model kind."""
+    """Records fed to onnxruntime, per model kind (``fp32``, ``quantized``, ``both``: the merged graph
+    of the pair, one run of each model); sessions opened, per model kind."""
 
     def __init__(self) -> None:
         self.records: Counter[str] = Counter()
@@ -57,6 +60,8 @@ class Runs:
                 model = onnx.load_from_string(source) if isinstance(source, bytes) else onnx.load(source)
                 weights = {t.name for t in model.graph.initializer}
                 self.kind = "fp32" if weights == FP32_WEIGHTS else "quantized"  # or a partial model made of it
+                if model.graph.name == MERGED_GRAPH:
+                    self.kind = "both"
                 if len(model.graph.node) == 1:
                     self.kind = "node"  # a probe or a fallback of one node
                 runs.sessions[self.kind] += 1
@@ -68,6 +73,10 @@ class Runs:
 
         monkeypatch.setattr(onnxruntime, "InferenceSession", Counted)
 
+    def fed(self, model: str) -> int:
+        """Records the ``fp32`` or ``quantized`` model ran, alone or in the merged graph."""
+        return self.records[model] + self.records["both"]
+
 
 @pytest.mark.parametrize("model", ["qdq", "qoperator"])
 def test_check_with_every_measure_runs_each_model_once(digits: pytest.Pytester, monkeypatch, model: str) -> None:
@@ -76,10 +85,10 @@ def test_check_with_every_measure_runs_each_model_once(digits: pytest.Pytester, 
     digits.makepyfile(test_checks=CHECKS.replace("{model}", model))
     result = digits.runpytest("--qaccuracy-artifacts-dir=out", "--qaccuracy-sensitivity=off", "-p", "no:randomly")
     result.assert_outcomes(passed=1)
-    # the gate shares the quantized run; a one-node session (this machine's preset probe, once per
-    # process) runs one record at most
-    assert (runs.records["fp32"], runs.records["quantized"]) == (RECORDS, RECORDS) and runs.records["node"] <= 1
-    assert (runs.sessions["fp32"], runs.sessions["quantized"]) == (1, 1)
+    # both models in the merged graph, whose quantized side also gives the gate its tensors; a one-node
+    # session (this machine's preset probe, once per process) runs one record at most
+    assert (runs.fed("fp32"), runs.fed("quantized"), runs.records["both"]) == (RECORDS, RECORDS, RECORDS)
+    assert runs.records["node"] <= 1
     entry = json.loads((digits.path / "out" / "summary.json").read_text())["pairs"][0]
     tensors = entry["agreement"]["tensors"]
     assert entry["agreement"]["records"] == RECORDS and len(tensors) == 7
@@ -118,22 +127,27 @@ def _sensitivity(digits: pytest.Pytester, monkeypatch, budget: int | None) -> tu
 def test_sensitivity_reads_the_comparisons_fp32_outputs(digits: pytest.Pytester, monkeypatch) -> None:
     runs, kept = _sensitivity(digits, monkeypatch, None)
     reused = Counter(runs.records)  # the next session's runs are counted here too
-    assert reused["fp32"] == RECORDS and runs.sessions["fp32"] == 1  # the comparison's pass only
+    assert reused["both"] == RECORDS and reused["fp32"] == 0  # the comparison's pass only
     with monkeypatch.context() as patch:
         rerun, recomputed = _sensitivity(digits, patch, 0)  # nothing fits: the analysis runs the fp32 model
-    # once for the comparison, then for the ranking and for the sweep, as the comparison ran it
-    assert rerun.records["fp32"] == 3 * RECORDS and rerun.sessions["fp32"] == 2
+    # once in the comparison's merged graph, then alone for the ranking and for the sweep
+    assert rerun.records["both"] == RECORDS and rerun.records["fp32"] == 2 * RECORDS
     assert rerun.records["quantized"] == reused["quantized"]
     assert kept == recomputed  # the same figures either way, to the last bit
 
 
-def test_kept_outputs_leave_the_comparison_on_the_merged_graph(digits: pytest.Pytester) -> None:
-    """Without a gate, a pair that the analysis may read still has its layer sums computed in
-    onnxruntime: the outputs are kept only where they cross into numpy anyway."""
-    digits.makepyfile(test_failing=FAILING.replace("    max_backend_steps=0,\n", ""))
-    result = digits.runpytest("--qaccuracy-artifacts-dir=out", "--qaccuracy-sensitivity=all")
+@pytest.mark.parametrize("backend", ["onnxruntime", "integer"])
+def test_kept_outputs_on_either_path(digits: pytest.Pytester, monkeypatch, backend: str) -> None:
+    """Without a gate: the merged graph of both models (onnxruntime), or the fp32 model alone (the
+    integer backend) computes the outputs the analysis reads; it runs no fp32 model of its own."""
+    runs = Runs()
+    runs.install(monkeypatch)
+    source = FAILING.replace("    max_backend_steps=0,\n", f'    backend="{backend}",\n')
+    digits.makepyfile(test_failing=source)
+    result = digits.runpytest("--qaccuracy-artifacts-dir=out", "--qaccuracy-sensitivity-records=0")
     result.assert_outcomes(failed=1)
     entry = json.loads((digits.path / "out" / "summary.json").read_text())["pairs"][0]
     comparison = json.loads((digits.path / "out" / entry["artifacts"]["comparison"]).read_text())
-    assert comparison["reduction"].startswith("onnxruntime:")
+    assert comparison["reduction"].startswith("onnxruntime:" if backend == "onnxruntime" else "numpy:")
     assert "sensitivity" in entry["artifacts"]
+    assert runs.fed("fp32") == RECORDS
