@@ -536,10 +536,12 @@ class ReducedRunner:
     def _optimized(
         self, model: onnx.ModelProto, tensors: list[str], options: RuntimeOptions, relaxed: bool, folder: Path, tag: str
     ) -> onnx.ModelProto:
-        """``model`` with ``tensors`` exposed, as onnxruntime's session at ``options`` optimizes it."""
+        """``model`` with ``tensors`` exposed, as onnxruntime's session at ``options`` optimizes it.
+
+        Also with optimizations off (``reference`` capture): the merged graph built from the model as
+        onnxruntime saves it peaked at 0.28 GB on PP-OCRv4's detector at 8 records, from the model as
+        given at 0.83 GB (same values)."""
         exposed = _with_outputs(model, tensors, relaxed)
-        if options.optimization == "disable":
-            return exposed
         path = folder / f"{tag}.onnx"
         try:
             make_session(
