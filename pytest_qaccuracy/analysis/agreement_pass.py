@@ -7,17 +7,20 @@ emulation's 8-bit tensors and onnxruntime's (deployed kernels, ``session.qdqisin
 
 * on onnxruntime, when the comparison's session computes what the gate's would
   (:func:`~pytest_qaccuracy.backend.agreement.shares_deployed_session`), the comparison's session gets
-  the gate's config entry and its tensors as extra outputs, so the quantized model runs once per batch;
-  otherwise (int8 activations on x86, other providers or options) the gate's own session runs the batch.
+  the gate's config entry and its tensors as extra outputs, so the quantized model runs once per batch.
   A comparison on the merged graph of both models does the same through :meth:`AgreementPass.merged_tensors`
   (the quantized side fetches the gate's tensors) and :meth:`AgreementPass.fold`;
-* on the integer backend, when the comparison's scheme is the gate's, one emulated run gives both the
-  comparison's tensors and the gate's; onnxruntime then runs the batch once, for the gate.
+* on the integer backend, when the comparison's scheme is the gate's and no compared tensor lies
+  inside a fused group, one emulated run gives both the comparison's tensors and the gate's;
+  onnxruntime then runs the batch once, for the gate.
 
-The result is the one :func:`~pytest_qaccuracy.backend.agreement.dataset_agreement` gives in a pass of
-its own. When the gate fails to run (an op the emulation lacks), the comparison goes on and
-:meth:`AgreementPass.result` is None: the caller measures the gate on its own, which raises the same
-error where it did before.
+Otherwise (int8 activations on x86, other providers or options, another scheme) the gate shares no run
+and *declines*: folded, it would only add its batch of 8-bit tensors to the pass's memory (on the
+integer backend that measured slower than two passes). The result is the one
+:func:`~pytest_qaccuracy.backend.agreement.dataset_agreement` gives in a pass of its own. When the gate
+declines or fails to run (an op the emulation lacks), the comparison goes on and
+:meth:`AgreementPass.result` is None: the caller measures the gate in a pass of its own, which raises
+the same error where it did before.
 """
 
 from __future__ import annotations
@@ -47,10 +50,13 @@ class AgreementPass:
     def __init__(self, checker: AgreementChecker) -> None:
         self.checker = checker
         self.error: BaseException | None = None
-        #: how the gate's onnxruntime tensors were obtained: ``shared`` (the comparison's run),
-        #: ``merged`` (the comparison's merged graph), ``emulation shared`` (one emulated run for both),
-        #: ``own`` (the gate's session), or None before the first batch
+        #: which run the gate shares: ``shared`` (the comparison's onnxruntime session), ``merged`` (the
+        #: quantized side of the comparison's merged graph), ``emulation shared`` (one emulated run for
+        #: both), or None (before the first batch, or declined)
         self.mode: str | None = None
+        #: True when the gate would share no run with the comparison: it is then not measured in the
+        #: pass (:meth:`result` is None) and the caller measures it in a pass of its own
+        self.declined = False
         self._first: tuple[int, int, dict[str, np.ndarray]] | None = None  # an emulated batch not folded yet
         self._merged = False
 
@@ -72,12 +78,15 @@ class AgreementPass:
     ) -> tuple[list[str], RuntimeOptions]:
         """Before a merged-graph comparison: the gate's tensors for its quantized side to fetch, and
         that side's options (with the gate's config entry), when its run computes what the gate's
-        session would; else ``([], options)`` and every batch runs on the gate's own session. Runs
+        session would; else ``([], options)`` and the gate declines (:attr:`declined`). Runs
         ``first`` on the emulation (to name the tensors); :meth:`fold` takes it from there."""
+        if not shares_deployed_session(model, options):
+            self.declined = True
+            return [], options
         ours = self.emulated(first)
         if ours is not None:
             self._first = (first.start, len(first), ours)
-        self._merged = shares_deployed_session(model, options) and ours is not None and bool(self.checker.names)
+        self._merged = ours is not None and bool(self.checker.names)
         if not self._merged:
             return [], options
         config = {**options.session_config, **SESSION_CONFIG}
@@ -85,15 +94,14 @@ class AgreementPass:
 
     def fold(self, batch: Batch, values: Mapping[str, np.ndarray]) -> None:
         """Fold a batch of a merged-graph comparison: ``values`` are its quantized side's tensors."""
-        ours = self.emulated(batch)
+        ours = None if self.declined else self.emulated(batch)
         if ours is None:
             return
         try:
             if self._merged:
                 self.mode = "merged"
                 self.checker.fold(ours, values, len(batch))
-            else:
-                self.mode = "own"
+            else:  # a model without 8-bit tensors
                 self.checker.fold(ours, self.checker.onnxruntime_values(batch.stacked()), len(batch))
         except Exception as exc:  # the gate's own pass reports it
             self.error = exc
@@ -112,8 +120,8 @@ class AgreementPass:
         return _GatedRunner(self, model, list(dict.fromkeys(tensors)), options, label, backend, scheme)
 
     def result(self) -> AgreementResult | None:
-        """The gate's measurement over the batches run, or None if it failed in the pass."""
-        return None if self.error is not None else self.checker.result()
+        """The gate's measurement over the batches run, or None if it failed or declined in the pass."""
+        return None if self.error is not None or self.declined else self.checker.result()
 
 
 class _GatedRunner:
@@ -140,7 +148,8 @@ class _GatedRunner:
         self._inner = None
         if self.emulated:  # what the comparison's result reads of its runner, as IntegerRunner says it
             self.scheme_name, self.capture = checker.session.scheme.name, "emulated"
-        elif not self.shared:
+        elif not self.shared:  # sharing nothing, the gate would only add its memory to the pass
+            gate.declined = True
             self._inner = make_runner(model, tensors, options, label, backend, scheme)
             for name in ("scheme_name", "capture"):
                 if hasattr(self._inner, name):
@@ -148,6 +157,8 @@ class _GatedRunner:
 
     def run(self, batch: Batch) -> dict[str, np.ndarray]:
         gate, checker = self.gate, self.gate.checker
+        if gate.declined:
+            return self._inner.run(batch)
         feeds = batch.stacked()
         if self.emulated:  # one emulated run: the comparison's tensors and the gate's
             values, ours = checker.emulate(feeds, self.tensors)
@@ -157,12 +168,9 @@ class _GatedRunner:
         if self._inner is None:
             self._inner = self._shared_runner()
         values = self._inner.run(batch)
-        if ours is not None:
-            if self.shared and gate.error is None:
-                gate.mode = "shared"
-                checker.fold(ours, values, len(batch))
-            else:
-                self._fold_own(ours, feeds, len(batch))
+        if ours is not None and self.shared and gate.error is None:
+            gate.mode = "shared"
+            checker.fold(ours, values, len(batch))
         return {name: values[name] for name in self.tensors}
 
     def _shared_runner(self) -> OrtRunner:
@@ -175,7 +183,7 @@ class _GatedRunner:
         options = replace(self.options, session_config=config)
         return OrtRunner(self.model, [*self.tensors, *(self.gate.checker.names or [])], options, self.label)
 
-    def _fold_own(self, ours: dict, feeds: dict[str, np.ndarray], records: int, mode: str = "own") -> None:
+    def _fold_own(self, ours: dict, feeds: dict[str, np.ndarray], records: int, mode: str) -> None:
         """Fold a batch whose onnxruntime tensors come from the gate's own session."""
         gate = self.gate
         if gate.error is not None:

@@ -3,10 +3,10 @@
 ``compare(..., agreement=AgreementPass(checker))`` feeds every batch to the gate while comparing;
 ``dataset_agreement`` measures the gate in a pass of its own. The two :class:`AgreementResult` must be
 equal field by field (per tensor: elements, mismatches, max steps), passing and failing schemes alike,
-and the comparison must be, to the last bit, the one given when the gate shares no run (the quantized
-model then runs through ``make_runner`` as without a gate, the gate on its own session). Which runs
-are shared is pinned too: the quantized model's onnxruntime run on u8 models, the emulation on the
-integer backend, and neither where onnxruntime's int8 fusion option changes the comparison.
+and the comparison must be, to the last bit, the one ``compare`` gives without a gate. Which run is
+shared is pinned too: the quantized side of the merged graph or the quantized model's session on u8
+models, the emulation on the integer backend; where nothing can be shared (int8 activations, another
+scheme) the gate declines and its result is None.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_qaccuracy.analysis import agreement_pass
 from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
 from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.backend.agreement import AgreementChecker, dataset_agreement
@@ -31,19 +30,12 @@ DATA = EXAMPLES / "data" / "digits_test.npz"
 def _folded(
     pair: ModelPair, data, gate_scheme: str, backend: str = "onnxruntime", scheme: str | None = None, layers=True
 ):
-    """(gate in the pass, gate alone, comparison with the gate, the same without shared runs, how the
-    gate ran). The reference comparison runs the quantized model as ``compare`` does without a gate
-    (``make_runner``), the gate beside it on its own session."""
+    """(gate in the pass, gate alone, comparison with the gate, comparison without, how the gate ran)."""
     options = RuntimeOptions(batch_size=7)
     gate = AgreementPass(AgreementChecker(pair.quantized_path, scheme=gate_scheme))
     kwargs = {"backend": backend, "scheme": scheme, "layers": layers}
     folded = compare(pair, data, "cosine,sqnr,lsb", options, agreement=gate, **kwargs)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(agreement_pass, "shares_deployed_session", lambda *args: False)
-        patch.setattr(agreement_pass, "_same_emulation", lambda *args: False)
-        apart = AgreementPass(AgreementChecker(pair.quantized_path, scheme=gate_scheme))
-        plain = compare(pair, data, "cosine,sqnr,lsb", options, agreement=apart, **kwargs)
-    assert apart.mode == "own" and apart.result() == gate.result()
+    plain = compare(pair, data, "cosine,sqnr,lsb", options, **kwargs)
     alone = dataset_agreement(pair.quantized_path, data, scheme=gate_scheme, batch_size=7)
     return gate.result(), alone, folded.to_dict(), plain.to_dict(), gate.mode
 
@@ -81,10 +73,11 @@ def test_integer_backend_shares_the_emulation(backend: str, scheme: str) -> None
     assert folded == plain
 
 
-def test_integer_backend_other_scheme_runs_the_gate_apart() -> None:
+def test_integer_backend_other_scheme_declines() -> None:
+    """Sharing no run, the gate is left to a pass of its own; the comparison is the plain one."""
     pair = ModelPair(FP32, EXAMPLES / "models" / "digits_cnn.qdq.onnx")
-    measured, alone, folded, plain, mode = _folded(pair, DATA, "power2", "integer", "tflite")
-    assert mode == "own" and measured == alone and not measured.ok
+    measured, _, folded, plain, mode = _folded(pair, DATA, "power2", "integer", "tflite")
+    assert measured is None and mode is None
     assert folded == plain
 
 
@@ -92,16 +85,17 @@ def test_integer_backend_other_scheme_runs_the_gate_apart() -> None:
 def test_zoo_variants(zoo, variant: str) -> None:
     pair = ModelPair(zoo["fp32"], zoo[variant])
     measured, alone, folded, plain, mode = _folded(pair, zoo["data"], "onnxruntime")
-    # int8 activations: the gate's session fuses int8 QDQ groups, the comparison's does not
-    assert mode == ("own" if variant.endswith("s8_pc") else "merged")
-    assert measured == alone and measured.records == 12
     assert folded == plain
+    if variant.endswith("s8_pc"):  # int8 activations: the gate's session fuses int8 QDQ groups, the
+        assert measured is None and mode is None  # comparison's does not: nothing shared, declined
+        return
+    assert mode == "merged" and measured == alone and measured.records == 12
     failing, alone, folded, plain, _ = _folded(pair, zoo["data"], "power2")
-    assert failing == alone
-    assert folded == plain
+    assert failing == alone and folded == plain
 
 
-def test_gate_error_leaves_the_comparison_and_no_result(monkeypatch) -> None:
+@pytest.mark.parametrize("layers", [True, False])
+def test_gate_error_leaves_the_comparison_and_no_result(monkeypatch, layers: bool) -> None:
     pair = ModelPair(FP32, EXAMPLES / "models" / "digits_cnn.qdq.onnx")
     checker = AgreementChecker(pair.quantized_path)
 
@@ -111,8 +105,6 @@ def test_gate_error_leaves_the_comparison_and_no_result(monkeypatch) -> None:
     monkeypatch.setattr(checker, "emulate", unsupported)
     gate = AgreementPass(checker)
     options = RuntimeOptions(batch_size=7)
-    folded = compare(pair, DATA, "cosine", options, agreement=gate)
+    folded = compare(pair, DATA, "cosine", options, agreement=gate, layers=layers)
     assert gate.result() is None and isinstance(gate.error, UnsupportedOpError)
-    monkeypatch.setattr(agreement_pass, "shares_deployed_session", lambda *args: False)
-    apart = AgreementPass(AgreementChecker(pair.quantized_path))
-    assert folded.to_dict() == compare(pair, DATA, "cosine", options, agreement=apart).to_dict()
+    assert folded.to_dict() == compare(pair, DATA, "cosine", options, layers=layers).to_dict()
