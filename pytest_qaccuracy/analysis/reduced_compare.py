@@ -2,14 +2,16 @@
 
 Which trackers qualify: layers (not outputs: those keep their worst records and output measures on
 whole tensors) whose metrics are all built-in (they read only RecordStats fields, ``steps`` and
-``saturated``), whose fp32 tensor is float32 with a static record shape of rank at least 2 and whose quantized tensor
-is float32 or integer with its quantization parameters. The rest run as before, on whole tensors.
+``saturated``), whose fp32 tensor is float32 with a static record shape of rank at least 2, and
+whose quantized tensor is float32, or integer with its quantization parameters. The rest run as
+before, on whole tensors.
 
 The statistics equal the whole-tensor ones up to summation order: sums over a record are float32
-partial sums along the last axis added in float64 (the whole-tensor path adds float32 blocks of 4096
-elements in float64), so each sum agrees to a relative 1e-5 or better; extremes, saturation counts and
-channel ranges are exact. NaN is carried as the whole-tensor path carries it: a record whose sums
-are NaN has NaN extremes (onnxruntime's ReduceMax/ReduceMin skip NaN), except per-channel ranges.
+partial sums over blocks of at most 1024 elements added in float64 (as the whole-tensor path adds
+its BLAS blocks of 4096), so each sum agrees to a relative 1e-5 or better; cosine's sum q^2 comes
+from sum f(f - q) (see ``CROSS``); extremes, saturation counts and channel ranges are exact. NaN is
+carried as the whole-tensor path carries it: a record whose sums are NaN has NaN extremes
+(onnxruntime's ReduceMax/ReduceMin skip NaN), except per-channel ranges.
 """
 
 from __future__ import annotations
