@@ -2,7 +2,8 @@
 
 Each sub-command lives in ``pytest_qaccuracy/commands/<name>.py`` and exposes ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``. Exit codes: 0 success, 1 a check
-failed, 2 bad usage or bad input, reported as a single ``error: ...`` line.
+failed, 2 bad usage, bad input, or a model or tensor the command cannot handle, reported as a single
+``error: ...`` line.
 """
 
 from __future__ import annotations
@@ -12,19 +13,21 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.errors import QAccuracyError
 
 #: Sub-command modules, in the order ``--help`` lists them.
 COMMANDS = ("compare", "report", "sensitivity", "run", "calibrate", "saturation")
 
-#: Exit code of bad usage or bad input (a check that fails exits with 1, success with 0).
+#: Exit code of bad usage, bad input, or a model or tensor the command cannot handle (a check that fails
+#: exits with 1, success with 0).
 EXIT_USAGE = 2
 
 EPILOG = """\
 Options mean the same in every sub-command that has them: --data, --metrics, --batch-size,
 --threads (0: every core), --providers, --top, --exclude-nodes. Files: --json FILE is the command's
 result as JSON, --out-dir DIR a folder of artifacts, --out FILE the one file a command produces.
-Exit codes: 0 success, 1 a check failed, 2 bad usage or bad input (one 'error:' line)."""
+Exit codes: 0 success, 1 a check failed, 2 bad usage, bad input, or a model or tensor the command
+cannot handle (one 'error:' line naming it)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with reporting(progress_for(sys.stderr, quiet=getattr(args, "quiet", False))):
             return int(args._run(args))
-    except InputError as exc:
+    except QAccuracyError as exc:  # bad input, or an op or tensor the checks cannot handle: one line
         from pytest_qaccuracy.report.terminal import escape_control
 
         sys.stderr.write(f"error: {escape_control(str(exc))}\n")

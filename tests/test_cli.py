@@ -73,6 +73,22 @@ def test_bad_input_is_exit_2_with_one_error_line(zoo, tmp_path, capsys):
     assert _error_line(capsys) == "error: --scheme applies to --backend integer only"
 
 
+def test_a_failure_inside_a_check_is_one_error_line(zoo, monkeypatch, capsys):
+    """A tensor the metrics cannot take (any exception while folding a batch) ends the command with one
+    line naming the layer and the cause, exit code 2, no traceback."""
+    from pytest_qaccuracy.metrics import pair
+
+    def broken(self, ref, test):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setattr(pair.RecordStats, "__init__", broken)
+    args = ["compare", str(zoo["fp32"]), str(zoo["qop_u8"]), "--data", str(zoo["data"]), "--metrics", "mse"]
+    assert main(args) == 2
+    line = _error_line(capsys)
+    assert line.startswith("error: ") and line.endswith(": IndexError: tuple index out of range"), line
+    assert "output '" in line or "layer '" in line
+
+
 def test_a_scheme_alone_runs_the_integer_backend(zoo, tmp_path) -> None:
     """``--scheme onnxruntime-avx2`` is the layer-wise view of a CPU without VNNI, from any machine."""
     out = tmp_path / "avx2.json"

@@ -261,3 +261,50 @@ def test_the_quantized_graph_input_is_compared(zoo, variant):
     sqnr = 20 * math.log10(np.linalg.norm(records) / np.linalg.norm(records - q))
     assert layer.metrics["sqnr"] == pytest.approx(sqnr, rel=1e-4)
     assert layer.metrics["max_abs"] == pytest.approx(np.abs(records - q).max(), rel=1e-4)
+
+
+def _scalar_input_pair(tmp_path):
+    """A pair reading a 0-d input (a speech model's sample rate) whose Cast is a 0-d layer of both."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def model(quantized: bool):
+        nodes = [
+            helper.make_node("Cast", ["sr"], ["rate"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["x", "rate"], ["y"]),
+        ]
+        inits = []
+        if quantized:
+            inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "z")]
+            nodes[1].output[0] = "y_f"
+            nodes += [helper.make_node("QuantizeLinear", ["y_f", "s", "z"], ["y_q"]),
+                      helper.make_node("DequantizeLinear", ["y_q", "s", "z"], ["y"])]  # fmt: skip
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8]),
+                helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+            inits,
+        )
+        path = tmp_path / ("q.onnx" if quantized else "f.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+        return path
+
+    return ModelPair(model(False), model(True))
+
+
+@pytest.mark.parametrize("records", [1, 3])
+def test_a_0d_layer_is_one_value_per_record(tmp_path, records):
+    """A 0-d tensor made from a 0-d input is compared as each record's value, whether the batch holds
+    one record or several (one record used to reach the metrics without a record axis)."""
+    pair = _scalar_input_pair(tmp_path)
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data.npz"
+    np.savez(data, x=rng.uniform(-1, 1, (records, 8)).astype(np.float32), sr=np.full(records, 3, np.int64))
+    result = compare(pair, data, ["mse", "sqnr"])
+    assert result.records == records
+    rate = [layer for layer in result.layers if layer.tensor == "rate"]
+    assert rate and rate[0].metrics["mse"] == 0.0, [layer.tensor for layer in result.layers]
+    assert result.outputs[0].metrics["mse"] > 0.0

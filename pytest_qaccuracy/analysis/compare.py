@@ -205,7 +205,7 @@ def compare(
         with ThreadPoolExecutor(max_workers=_workers(options)) as pool, task("compare", len(bound)) as advance:
             for batch in bound.iter_batches(options.batch_size):
                 ref, test = fp32_runner.run(batch), q_runner.run(batch)
-                _fold(pool, trackers, ref, test, batch.start)
+                _fold(pool, trackers, ref, test, batch.start, len(batch))
                 if reference is not None:
                     reference.add(batch, ref)
                 if measure is not None:
@@ -239,7 +239,7 @@ def _run_reduced(
             if not started and measure is not None:
                 measure.begin(dataset, [f for f, _ in pair.output_pairs()])
             started = True
-            _fold(pool, reduced.whole, ref, test, batch.start)
+            _fold(pool, reduced.whole, ref, test, batch.start, len(batch))
             if agreement is not None:
                 agreement.fold(batch, test)
             if kept is not None:
@@ -259,13 +259,17 @@ def _own_opset(pair: ModelPair) -> bool:
     return default(pair.fp32) == default(pair.quantized)
 
 
-def _fold(pool: ThreadPoolExecutor, trackers: list[_Tracked], ref: dict, test: dict, start: int) -> None:
-    """Fold one batch into every tracker; numpy and BLAS release the GIL, so tensors go in parallel."""
+def _fold(pool: ThreadPoolExecutor, trackers: list[_Tracked], ref: dict, test: dict, start: int, records: int) -> None:
+    """Fold one batch of ``records`` into every tracker; numpy and BLAS release the GIL, so tensors go
+    in parallel. A 0-d tensor (made from a 0-d input, such as a speech model's sample rate) is the
+    one value of every record of the batch."""
 
     def one(tracker: _Tracked) -> None:
         if tracker.problem is None:
             try:
-                tracker.update(ref[tracker.fp32], test[tracker.capture], start)
+                tracker.update(
+                    _per_record(ref[tracker.fp32], records), _per_record(test[tracker.capture], records), start
+                )
             except QAccuracyError:
                 raise
             except Exception as exc:  # a bug or an unforeseen tensor: name the tensor
@@ -273,6 +277,12 @@ def _fold(pool: ThreadPoolExecutor, trackers: list[_Tracked], ref: dict, test: d
 
     for _ in pool.map(one, trackers):
         pass
+
+
+def _per_record(value: np.ndarray, records: int) -> np.ndarray:
+    """``value`` with a record axis: a 0-d value repeated for each of ``records``."""
+    value = np.asarray(value)
+    return np.broadcast_to(value, (records,)) if value.ndim == 0 else value
 
 
 def _output_values(outputs: list[_Tracked], ref: dict, test: dict) -> tuple[dict, dict]:
