@@ -62,3 +62,19 @@ def test_compare(corpus, name, variant, capture, tmp_path, capsys):
         assert code == 0, stderr
         html = page.read_text()
         assert f"corpus {name} {variant}" in html and variant in html
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_compare_on_one_record(corpus, name, variant, tmp_path, capsys):
+    """The smoke data (one record, or the few a model's fixed batch takes): every layer compared, as
+    a batch of one record gives tensors a model makes without a record axis (a 0-d input's Cast)."""
+    entry = corpus[name]
+    out = tmp_path / "result.json"
+    argv = ["compare", entry.fp32, entry.model(variant), "--data", entry.data("smoke"), "--json", out]
+    code, _, stderr = run_cli(argv, capsys)
+    assert code == 0, stderr
+    result = json.loads(out.read_text())
+    assert result["layers"], "no layer was matched"
+    for layer in result["layers"]:
+        _check_metrics(f"layer {layer['tensor']}", layer)
