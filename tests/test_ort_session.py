@@ -102,3 +102,45 @@ def test_node_order_only_where_onnxruntime_runs_it_right(monkeypatch, version, e
     session = make_session(_relu(), in_node_order=True)
     assert session.get_session_options().execution_order == expected
     assert make_session(_relu()).get_session_options().execution_order == ort.ExecutionOrder.DEFAULT
+
+
+def test_fetch_takes_graph_inputs_from_the_feeds() -> None:
+    """A graph input asked for comes from the feeds, never from onnxruntime (1.22 hands back a view of
+    the feed's memory that outlives the feed); the rest comes from the session, in the asked order."""
+    from pytest_qaccuracy.ort_session import fetch
+
+    asked_of_session = []
+
+    class Session:
+        def run(self, names, feeds):
+            asked_of_session.append(list(names))
+            return [np.full(2, i, np.float32) for i, _ in enumerate(names)]
+
+    x = np.array([-1.0, 2.0], np.float32)
+    got = fetch(Session(), ["y", "x", "z"], {"x": x})
+    assert asked_of_session == [["y", "z"]]
+    assert got[1] is x and got[0].tolist() == [0, 0] and got[2].tolist() == [1, 1]
+    assert fetch(Session(), ["x"], {"x": x})[0] is x and asked_of_session == [["y", "z"]], "no run at all"
+
+
+def test_a_runner_keeps_an_input_it_returns(tmp_path) -> None:
+    """The input tensor a runner returns holds the batch's values after the batch's own arrays are gone
+    (onnxruntime 1.22 returned freed memory here: every record of this test read garbage)."""
+    from pytest_qaccuracy.data.binding import Batch
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    runner = OrtRunner(model, ["y", "x"], RuntimeOptions(), "relu")
+    rng = np.random.default_rng(0)
+    records = [rng.standard_normal((1, 2)).astype(np.float32) for _ in range(64)]
+    want = np.concatenate(records)
+    values = runner.run(Batch(0, [{"x": r.copy()} for r in records]))
+    junk = [np.full((64, 2), 7.0, np.float32) for _ in range(8)]  # reuse whatever memory was freed
+    np.testing.assert_array_equal(values["x"], want)
+    np.testing.assert_array_equal(values["y"], np.maximum(want, 0))
+    assert junk[0][0, 0] == 7.0

@@ -32,7 +32,7 @@ from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
 from pytest_qaccuracy.model.graph import node_reads, renamed_node
-from pytest_qaccuracy.ort_session import first_line, make_session
+from pytest_qaccuracy.ort_session import fetch, first_line, make_session
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
 
 if TYPE_CHECKING:
@@ -299,7 +299,7 @@ class ExperimentRunner:
 
     def _call(self, pack: _Packed, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
-            return pack.session.run(pack.names, feeds)
+            return fetch(pack.session, pack.names, feeds)
         except Exception as exc:
             raise ModelError(f"{self.label}: onnxruntime failed to run an experiment ({first_line(exc)})") from None
 

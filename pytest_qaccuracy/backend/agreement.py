@@ -24,7 +24,7 @@ from pytest_qaccuracy.backend.scheme import Scheme, get_scheme
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
-from pytest_qaccuracy.ort_session import make_session
+from pytest_qaccuracy.ort_session import fetch, make_session
 
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.uint16))
 
@@ -229,7 +229,7 @@ class AgreementChecker:
         """onnxruntime's values of :attr:`names` for one batch, from the gate's own session."""
         if self._ort is None and self._names:
             self._ort = onnxruntime_session(self.proto, self._names)
-        theirs = self._ort.run(self._names, dict(feeds)) if self._ort is not None else []
+        theirs = fetch(self._ort, self._names, feeds) if self._ort is not None else []
         return dict(zip(self._names or [], theirs, strict=True))
 
     def update(self, feeds: Mapping[str, np.ndarray]) -> None:

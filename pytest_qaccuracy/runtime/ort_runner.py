@@ -21,7 +21,7 @@ import onnx
 
 from pytest_qaccuracy.data.binding import Batch, join_records
 from pytest_qaccuracy.errors import InputError, ModelError
-from pytest_qaccuracy.ort_session import first_line, make_session
+from pytest_qaccuracy.ort_session import fetch, first_line, make_session
 from pytest_qaccuracy.runtime.options import RuntimeOptions
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class OrtRunner:
 
     def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
-            return self._session.run(self.tensors, feeds)
+            return fetch(self._session, self.tensors, feeds)
         except Exception as exc:
             raise ModelError(f"{self.label}: onnxruntime failed to run ({first_line(exc)})") from None
 

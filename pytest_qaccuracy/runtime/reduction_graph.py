@@ -37,7 +37,7 @@ from pytest_qaccuracy.data.binding import Batch, join_records
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.model.graph import node_reads
 from pytest_qaccuracy.model.quant_params import QuantParams
-from pytest_qaccuracy.ort_session import first_line, make_session
+from pytest_qaccuracy.ort_session import fetch, first_line, make_session
 from pytest_qaccuracy.runtime.options import RuntimeOptions
 from pytest_qaccuracy.runtime.ort_runner import _batch_dims, _close, _with_outputs, bakes_batch
 
@@ -606,7 +606,7 @@ class ReducedRunner:
 
     def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
-            return self._session.run(self._names, feeds)
+            return fetch(self._session, self._names, feeds)
         except Exception as exc:
             raise ModelError(f"{self.label}: onnxruntime failed to run the merged graph ({first_line(exc)})") from None
 
