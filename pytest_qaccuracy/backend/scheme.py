@@ -125,6 +125,13 @@ def _onnxruntime_version() -> tuple[int, int]:
     return (0, 0)
 
 
+def _quantizes_float_weights(version: tuple[int, int]) -> bool:
+    """Whether that onnxruntime gives float weights between Q/DQ int8 weights at load time: 1.21 and
+    later, except 1.22 (measured on 1.20.1 through 1.26.0 and on 1.32.0: 1.22.0 and 1.22.1 leave them
+    in float)."""
+    return version >= (1, 21) and version != (1, 22)
+
+
 #: onnxruntime's CPU arithmetic on x86 (MLAS) with a default session:
 #: rne(f32(f32(acc) * f32(f32(xs*ws)/ys))) + zp; QLinearAdd/Mul/AveragePool add zp first.
 _ONNXRUNTIME = Scheme(
@@ -133,7 +140,7 @@ _ONNXRUNTIME = Scheme(
     zp_before_rounding=frozenset({"add", "mul", "pool"}),
     float_kernels="mlas",
     qdq_int8_to_uint8=True,
-    quantize_float_weights=_onnxruntime_version() >= (1, 21),
+    quantize_float_weights=_quantizes_float_weights(_onnxruntime_version()),
 )
 
 #: the preset that means "the onnxruntime of this machine", resolved by ``host.host_preset``

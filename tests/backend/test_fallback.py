@@ -179,9 +179,9 @@ def _excluded_conv_net(seed: int = 0) -> onnx.ModelProto:
 
 
 def test_float_weights_between_qdq_are_quantized_as_onnxruntime_does(tmp_path: Path) -> None:
-    """onnxruntime 1.21 and later quantize the weights of a Conv or ConvTranspose the quantizer left in
-    float between a DequantizeLinear and a QuantizeLinear (``WeightBiasQuantization``): the emulation
-    follows the installed onnxruntime, and without the rewrite it would not match it."""
+    """onnxruntime 1.21 and later (but not 1.22) quantize the weights of a Conv or ConvTranspose the
+    quantizer left in float between a DequantizeLinear and a QuantizeLinear (``WeightBiasQuantization``):
+    the emulation follows the installed onnxruntime, and without the rewrite it would not match it."""
     import onnxruntime as ort
 
     calibration = np.random.default_rng(1).normal(0, 1, (16, 4, 10, 10)).astype(np.float32)
@@ -191,7 +191,8 @@ def test_float_weights_between_qdq_are_quantized_as_onnxruntime_does(tmp_path: P
     session = IntegerSession(model, "onnxruntime")
     (got,) = session.run(None, {"input": batch})
     assert_same(got, want, "output")
-    newer = tuple(int(p) for p in ort.__version__.split(".")[:2]) >= (1, 21)
+    version = tuple(int(p) for p in ort.__version__.split(".")[:2])
+    newer = version >= (1, 21) and version != (1, 22)  # 1.22.x leaves them in float (measured)
     assert session.scheme.quantize_float_weights is newer
     fused = {step.fused_from for step in session.plan() if "conv1" in step.fused_from}
     assert bool(fused) is newer  # conv1 runs as an integer convolution exactly when onnxruntime quantizes it
