@@ -18,7 +18,7 @@ path                when                                               how (modu
 ``Im2colPath``      the rest                                            im2col + one GEMM (conv_gemm)
 ==================  =================================================  ==================================
 
-``OrtPath`` is chosen by the caller (``onnxruntime=``) rather than by :func:`choose_path`: only the
+``OrtPath`` is chosen by the caller (``weights=``) rather than by :func:`choose_path`: only the
 caller knows the weights are a constant that lives across runs, whose session is worth building.
 
 After a path, the driver adds the int16 pair correction, then the bias, then runs the epilogue
@@ -267,18 +267,13 @@ class OrtPath(ConvPath):
             conv.threads,
         )
 
-    def scratch_per_row(self) -> int:
-        conv = self.conv
-        return conv.channels * math.prod(conv.strides) + conv.w.shape[0]
-
     def sums(self, chunk: Chunk, dest: np.ndarray | None) -> np.ndarray:
+        """The chunk's records converted to ``x - offset`` in float32, then one onnxruntime call."""
         source = self.conv.x
         x = source.x[slice(*chunk.records)]
-        if x.dtype != np.float32 or np.ndim(source.offset) or source.offset != 0:
-            converted = scratch_buffer(x.size, np.float32, "ort-input").reshape(x.shape)
-            convert(x, source.offset, converted)
-            x = converted
-        return self.session.run(None, {"x": np.ascontiguousarray(x)})[0]
+        converted = scratch_buffer(x.size, np.float32, "ort-input").reshape(x.shape)
+        convert(x, source.offset, converted)
+        return self.session.run(None, {"x": converted})[0]
 
 
 #: depthwise layers with at most this many outputs per channel run channels last even when exact: on
@@ -357,9 +352,10 @@ def conv_core(
             bound): the row paths then add it in the GEMMs themselves, one more column of ones.
         correction: the int16 pair saturation of ``conv_pairs``, added to each chunk's sums before the
             bias pass and the epilogue; exactness is the caller's.
-        weights: ``(array, key)``: ``w`` is derived from the constant ``array`` and ``key`` alone; with
-            exact float32 sums of a 2-D, unfolded (``padding`` 0) convolution worth it
-            (:func:`~.conv_ort.worth_it`), onnxruntime computes them (``OrtPath``).
+        weights: ``(array, key)``: ``w`` is derived from the constant ``array`` and ``key`` alone, and
+            onnxruntime is to compute the sums (``OrtPath``); the caller checked that they are exact
+            float32 sums of a 2-D convolution read unfolded (``padding`` 0) and worth it
+            (:func:`~.conv_ort.worth_it`).
 
     Returns:
         ``(N, M, *out)``.
@@ -379,15 +375,7 @@ def conv_core(
     kind = choose_path(
         isinstance(x, Source), exact, group, c, m // group, strides, out_spatial[-1], math.prod(out_spatial)
     )
-    macs = n * m * math.prod(out_spatial) * (c // group) * math.prod(kernel_shape)
-    in_onnxruntime = (
-        weights is not None
-        and exact
-        and dtype is np.float32
-        and isinstance(x, Source)
-        and x.pad == 0
-        and conv_ort.worth_it(macs)
-    )
+    in_onnxruntime = weights is not None
     threads = parallel.current()
     if in_onnxruntime:
         kind = OrtPath
