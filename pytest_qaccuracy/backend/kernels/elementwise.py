@@ -202,11 +202,10 @@ def _add_mlas(
     r_b = f32(f32(b_s) / f32(c_s))
     fixed = f32(f32(c_zp) - f32(f32(r_a * f32(a_zp)) + f32(r_b * f32(b_zp))))
     fa, fb = a.astype(f32), b.astype(f32)
-    # the per-span constant is fixed + value * ratio, which the compiler contracts into one FMA
+    # b's term first, then a's; but when a holds one value per span, the per-span constant
+    # fixed + a * r_a comes first (the compiler contracts it into one FMA) and b's term after it
     if spans[0]:
         t = arith.fma32(fb, r_b, arith.fma32(fa, r_a, fixed))
-    elif spans[1]:
-        t = arith.fma32(fa, r_a, arith.fma32(fb, r_b, fixed))
     else:
         t = arith.fma32(fa, r_a, arith.fma32(fb, r_b, fixed))
     return arith.saturate(np.clip(np.rint(t), -32768, 32767), dtype)
