@@ -267,13 +267,7 @@ def _fold_spans(spans: ChannelSpans, shape: tuple[int, ...], mins: dict, maxs: d
     for axis in SPAN_AXES:
         if axis >= len(shape) or shape[axis] < 2 or axis not in mins:
             continue
-        lo, hi = mins[axis].min(axis=0), maxs[axis].max(axis=0)
-        if axis in spans.mins and spans.mins[axis].shape != lo.shape:
-            spans.mins.pop(axis)
-            spans.maxs.pop(axis)
-            continue
-        spans.mins[axis] = lo if axis not in spans.mins else np.fmin(spans.mins[axis], lo)
-        spans.maxs[axis] = hi if axis not in spans.maxs else np.fmax(spans.maxs[axis], hi)
+        spans.fold(axis, mins[axis].min(axis=0), maxs[axis].max(axis=0))
 
 
 class ReducedPass:

@@ -82,13 +82,17 @@ class ChannelSpans:
             if axis >= values.ndim or values.shape[axis] < 2:
                 continue
             others = tuple(i for i in range(values.ndim) if i != axis)
-            lo, hi = values.min(axis=others), values.max(axis=others)  # NaN is dropped by fmin/fmax
-            if axis in self.mins and self.mins[axis].shape != lo.shape:
-                self.mins.pop(axis)
-                self.maxs.pop(axis)
-                continue
-            self.mins[axis] = lo if axis not in self.mins else np.fmin(self.mins[axis], lo)
-            self.maxs[axis] = hi if axis not in self.maxs else np.fmax(self.maxs[axis], hi)
+            self.fold(axis, values.min(axis=others), values.max(axis=others))
+
+    def fold(self, axis: int, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Fold one batch's per-channel ``lo``/``hi`` on ``axis`` (NaN is dropped by fmin/fmax); a
+        channel count that changes stops the tracking of that axis."""
+        if axis in self.mins and self.mins[axis].shape != lo.shape:
+            self.mins.pop(axis)
+            self.maxs.pop(axis)
+            return
+        self.mins[axis] = lo if axis not in self.mins else np.fmin(self.mins[axis], lo)
+        self.maxs[axis] = hi if axis not in self.maxs else np.fmax(self.maxs[axis], hi)
 
     def report(self, scale: float | None) -> ChannelReport | None:
         """The narrowest varying channels in steps of ``scale``; None without a scale or channels."""
