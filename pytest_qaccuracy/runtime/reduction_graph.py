@@ -43,9 +43,6 @@ from pytest_qaccuracy.runtime.ort_runner import _batch_dims, _close, _with_outpu
 
 FP32_PREFIX, QUANT_PREFIX, STAT_PREFIX = "f/", "q/", "qaccuracy/"
 
-#: The axes whose per-channel ranges ChannelSpans keeps.
-SPAN_AXES = (1, 2, 3)
-
 
 class ReductionUnavailable(Exception):
     """The merged graph cannot be built or run; the message says why (shown to the user)."""
