@@ -81,7 +81,36 @@ def bakes_batch(model: onnx.ModelProto) -> bool:
     return False
 
 
-class OrtRunner:
+class BatchUnits:
+    """Records run stacked while :attr:`batching` (checked by ``_verify`` on the first batch of two
+    or more records), else one per run; the subclass gives ``_run(feeds) -> [array]`` and ``_verify``."""
+
+    batching: bool
+    _verified: bool
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def _verify(self, batch: Batch) -> None:
+        raise NotImplementedError
+
+    def units(self, batch: Batch) -> list[Batch]:
+        """``batch`` as this runner runs it: whole when the model takes stacked records (checked on
+        the first batch), else one batch per record. Callers that feed one model's tensors to
+        another run both on these units: a tensor of a model that does not batch may have no record
+        axis to split (a Reshape folds the batch into another dimension)."""
+        if len(batch) > 1 and self.batching and not self._verified:
+            self._verify(batch)
+        if self.batching or len(batch) == 1:
+            return [batch]
+        return [Batch(batch.start + i, [record]) for i, record in enumerate(batch.records)]
+
+    def _run_units(self, batch: Batch) -> list[list[np.ndarray]]:
+        """``_run``'s values for each of :meth:`units`."""
+        return [self._run(u.records[0] if len(u) == 1 else u.stacked()) for u in self.units(batch)]
+
+
+class OrtRunner(BatchUnits):
     """Runs one model with onnxruntime and returns the requested tensors for a batch of records."""
 
     def __init__(self, model: onnx.ModelProto, tensors: Sequence[str], options: RuntimeOptions, label: str) -> None:
@@ -114,17 +143,6 @@ class OrtRunner:
         except Exception as exc:
             raise ModelError(f"{self.label}: onnxruntime failed to run ({first_line(exc)})") from None
 
-    def units(self, batch: Batch) -> list[Batch]:
-        """``batch`` as this runner runs it: whole when the model takes stacked records (checked on
-        the first batch), else one batch per record. Callers that feed one model's tensors to
-        another run both on these units: a tensor of a model that does not batch may have no record
-        axis to split (a Reshape folds the batch into another dimension)."""
-        if len(batch) > 1 and self.batching and not self._verified:
-            self._verify(batch)
-        if self.batching or len(batch) == 1:
-            return [batch]
-        return [Batch(batch.start + i, [record]) for i, record in enumerate(batch.records)]
-
     def run(self, batch: Batch) -> dict[str, np.ndarray]:
         """The requested tensors for every record of ``batch``, concatenated on axis 0."""
         if self.dynamic and not self._verified and len(batch) > 1:
@@ -136,7 +154,7 @@ class OrtRunner:
             except InputError:
                 log.info("%s: the model does not batch; running one record at a time", self.label)
                 self.batching = False
-        parts = [self._run(u.records[0] if len(u) == 1 else u.stacked()) for u in self.units(batch)]
+        parts = self._run_units(batch)
         if len(parts) == 1:
             return dict(zip(self.tensors, parts[0], strict=True))
         return {name: join_records([p[i] for p in parts]) for i, name in enumerate(self.tensors)}

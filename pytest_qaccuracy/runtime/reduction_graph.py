@@ -39,7 +39,7 @@ from pytest_qaccuracy.model.graph import node_reads
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.ort_session import fetch, first_line, make_session
 from pytest_qaccuracy.runtime.options import RuntimeOptions
-from pytest_qaccuracy.runtime.ort_runner import _batch_dims, _close, _with_outputs, bakes_batch
+from pytest_qaccuracy.runtime.ort_runner import BatchUnits, _batch_dims, _close, _with_outputs, bakes_batch
 
 FP32_PREFIX, QUANT_PREFIX, STAT_PREFIX = "f/", "q/", "qaccuracy/"
 
@@ -504,7 +504,7 @@ def build_reduction_model(
 # -- running ------------------------------------------------------------------------------------
 
 
-class ReducedRunner:
+class ReducedRunner(BatchUnits):
     """Runs both models of a pair in one onnxruntime session; per batch, the whole tensors asked for
     (by model) and each spec's per-record statistics.
 
@@ -607,14 +607,6 @@ class ReducedRunner:
         except Exception as exc:
             raise ModelError(f"{self.label}: onnxruntime failed to run the merged graph ({first_line(exc)})") from None
 
-    def units(self, batch: Batch) -> list[Batch]:
-        """``batch`` as this runner runs it (see :meth:`OrtRunner.units`)."""
-        if len(batch) > 1 and self.batching and not self._verified:
-            self._verify(batch)
-        if self.batching or len(batch) == 1:
-            return [batch]
-        return [Batch(batch.start + i, [record]) for i, record in enumerate(batch.records)]
-
     def run(self, batch: Batch) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
         """(fp32 tensors, quantized tensors, per spec its statistics by name) for ``batch``."""
         parts = None
@@ -625,7 +617,7 @@ class ReducedRunner:
             except ModelError:
                 self.batching = False
         if parts is None:
-            parts = [self._run(u.records[0] if len(u) == 1 else u.stacked()) for u in self.units(batch)]
+            parts = self._run_units(batch)
         if len(parts) == 1:
             values = dict(zip(self._names, parts[0], strict=True))
         else:
@@ -646,7 +638,7 @@ class ReducedRunner:
         two = Batch(batch.start, batch.records[:2])
         try:
             together = self._run(two.stacked())
-        except (InputError, ModelError):
+        except InputError:
             together = None
         if self.dynamic and together is not None:
             return
