@@ -317,7 +317,6 @@ def _broadcast(values: np.ndarray, rank: int, axis: int | None) -> np.ndarray:
     return values.reshape(shape)
 
 
-#: Integer types DequantizeLinear takes at each opset (8-bit from 10, 16-bit from 21), with per-channel scales from 13.
 def _dequantize(b: _Builder, q: str, params: QuantParams, rank: int, q_type: int) -> str:
     """``(q - zero_point) * scale`` in float32, as :meth:`QuantParams.dequantize` computes it."""
     per_channel = np.asarray(params.scale).size > 1
