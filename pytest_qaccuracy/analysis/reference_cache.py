@@ -66,6 +66,8 @@ class ReferenceCache:
         self.records = records
         self.overflowed = False
         self.nbytes = 0
+        #: batches asked for that were not kept, so computed again
+        self.recomputed = 0
         self._batches: dict[tuple[int, int], dict[str, np.ndarray]] = {}
         self._tensors: frozenset[str] | None = None
         self._recompute: Callable[[], Runner] | None = None
@@ -106,6 +108,7 @@ class ReferenceCache:
             raise RuntimeError("no comparison began this cache")
         if self._runner is None:
             self._runner = self._recompute()
+        self.recomputed += 1
         return self._runner.run(batch)
 
     @property
