@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -26,6 +27,10 @@ from pytest_qaccuracy.backend import pairs, parallel
 BLOCK_ELEMENTS = 1 << 22
 #: (entry, output) evaluations of one block of the dense correction: its int32 temporaries stay in cache
 DENSE_BLOCK = 1 << 17
+#: im2col bytes made at once for the dense correction (whole records)
+COLUMN_BLOCK = 1 << 20
+#: entries per evaluated block of the dense correction at least, where a group has that many
+MIN_SPAN = 16
 
 
 def pair_corrections(
@@ -65,7 +70,7 @@ def pair_corrections(
         pairs.count(total, np.zeros(0, np.int64))
         return None
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
-    layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry)
+    layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry, channel_max)
     # few (output, risky entry) evaluations: the dense way, without a sample run to decide. With an odd
     # channel count, pairs cross taps and the sparse way scans every (output, pair) for candidates: with
     # about one risky entry per pair, the dense way costs no more.
@@ -81,9 +86,25 @@ def pair_corrections(
 class _Layer:
     """One convolution's input and shape, and its padded input made when first needed."""
 
-    def __init__(self, x: np.ndarray, x_zp: int, pads: list[int], cg: int, mg: int, m: int, geometry: _Geometry):
+    def __init__(
+        self,
+        x: np.ndarray,
+        x_zp: int,
+        pads: list[int],
+        cg: int,
+        mg: int,
+        m: int,
+        geometry: _Geometry,
+        channel_max: np.ndarray,
+    ):
         self.x, self.x_zp, self.pads, self.cg, self.mg, self.m, self.geometry = x, x_zp, pads, cg, mg, m, geometry
+        self.channel_max = channel_max  # each input channel's largest value (the zero point too where padded)
         self._padded: np.ndarray | None = None
+
+    def row_max(self, g: int) -> np.ndarray:
+        """The largest input of each im2col row ``tap * cg + channel`` of group ``g``."""
+        own = self.channel_max[g * self.cg : (g + 1) * self.cg].astype(np.int64)
+        return np.tile(own, math.prod(self.geometry.kernel))
 
     def xp(self) -> np.ndarray:
         if self._padded is None:
@@ -92,7 +113,7 @@ class _Layer:
 
     def records(self, a: int, b: int) -> _Layer:
         """The same layer on records ``a:b``."""
-        part = _Layer(self.x[a:b], self.x_zp, self.pads, self.cg, self.mg, self.m, self.geometry)
+        part = _Layer(self.x[a:b], self.x_zp, self.pads, self.cg, self.mg, self.m, self.geometry, self.channel_max)
         if self._padded is not None:
             part._padded = self._padded[a:b]
         return part
@@ -103,7 +124,7 @@ DENSE_DIRECT = 1 << 16
 #: risky entries per pair up to which a layer with pairs across taps is corrected densely
 DENSE_ENTRIES_PER_PAIR = 2
 #: cost of one saturated pair sum located and added sparsely, in dense pair evaluations
-SPARSE_HIT_COST = 16
+SPARSE_HIT_COST = 64
 
 
 def _dense_is_cheaper(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]]) -> bool:
@@ -164,63 +185,174 @@ def _sparse(
     return out.hits if count_only else out.result()
 
 
-def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int) -> PairCorrection | None:
-    """Every risky pair evaluated at every output from im2col columns, in blocks of records and entries.
-
-    Risky entries are sorted by output column, so each block's changes reduce to its distinct
-    columns with one ``add.reduceat``. Records are split over the session's threads (disjoint rows).
-    """
-    x, geometry = layer.x, layer.geometry
-    n, positions = x.shape[0], math.prod(geometry.out_spatial)
-    result = np.zeros((n, layer.m, positions), np.int32)
-    saturated = np.zeros(n, np.int64)
-    work = positions * sum(len(p) for _, p in found)  # (output, entry) evaluations per record
-    groups = [(g, risky, *_dense_plan(risky)) for g, risky in found]
-    tasks = [
-        lambda a=a, b=b: _dense_records(layer, groups, a, b, result, saturated) for a, b in parallel.split(n, work)
-    ]
-    parallel.run_all(tasks)
+def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int) -> DenseCorrection:
+    """Every risky pair evaluated at every output from im2col columns, chunk by chunk of the convolution."""
     if pairs.counter is not None:
-        pairs.count(total, np.repeat(np.arange(n), saturated))
-    if not result.any():
-        return None
-    return PairCorrection.from_dense(result.reshape(n, layer.m, *geometry.out_spatial))
+        pairs.count(total, np.zeros(0, np.int64))
+    return DenseCorrection(layer, [(g, _dense_plan(risky, layer.row_max(g))) for g, risky in found])
 
 
-def _dense_plan(risky: pairs.RiskyPairs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The im2col rows the risky pairs read, and each entry's two rows among them."""
-    needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
-    return needed, np.searchsorted(needed, risky.first), np.searchsorted(needed, risky.first + 1)
+def _dense_plan(risky: pairs.RiskyPairs, row_max: np.ndarray) -> _DensePlan:
+    """How :func:`_dense_records` walks the risky entries of one group (``row_max``: the largest
+    input of each im2col row)."""
+    return _DensePlan(risky, row_max)
+
+
+class _DensePlan:
+    """The risky entries of one group ordered for the dense correction, in int16 arithmetic.
+
+    A risky pair has two weights of one sign (one positive and one negative product never leave int16:
+    ``255 * 128 < 32768``), so only one side can saturate. With ``a = x w`` and ``b = x' w'``, each
+    within ``[-32640, 32385]``, the change ``sat16(a + b) - (a + b)`` is ``min(32767 - b - a, 0)`` for
+    positive weights and ``max(-32768 - b - a, 0)`` for negative ones, and every step stays in int16.
+    Entries are ordered by (sign, column): each block is of one sign, and sums its changes per column
+    with one ``add.reduceat``.
+    """
+
+    def __init__(self, risky: pairs.RiskyPairs, row_max: np.ndarray):
+        self.needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
+        negative = risky.w_second < 0
+        order = np.lexsort((risky.column, negative))
+        self.split = int(np.count_nonzero(~negative))  # positive entries first
+        self.column = risky.column[order]
+        self.row_first = np.searchsorted(self.needed, risky.first[order])
+        self.row_second = np.searchsorted(self.needed, risky.first[order] + 1)
+        self.w_first = risky.w_first[order].astype(np.int16)[:, None]
+        self.minus_second = (-risky.w_second[order]).astype(np.int16)[:, None]
+        # the most each entry can change one output, from the largest input of each of its two rows
+        reach = row_max[risky.first[order]] * risky.w_first[order].astype(np.int64)
+        reach += row_max[risky.first[order] + 1] * risky.w_second[order].astype(np.int64)
+        self.largest_change = np.maximum(np.maximum(reach - pairs.INT16_MAX, pairs.INT16_MIN - reach), 0)
+
+    def __len__(self) -> int:
+        return int(self.column.size)
+
+    def blocks(self, span: int) -> list[tuple[slice, bool]]:
+        """Entry ranges of at most ``span`` entries, each of one sign (True: positive weights)."""
+        out = []
+        for lo, hi, positive in ((0, self.split, True), (self.split, len(self), False)):
+            out.extend((slice(e0, min(hi, e0 + span)), positive) for e0 in range(lo, hi, span))
+        return out
+
+    def changes(self, columns: np.ndarray, e: slice, positive: bool) -> np.ndarray:
+        """``(entries, rows)`` int16: ``sat16(p) - p`` of entries ``e`` on the im2col ``columns``."""
+        change = np.multiply(columns[self.row_second[e]], self.minus_second[e], dtype=np.int16)  # -b
+        change += pairs.INT16_MAX if positive else pairs.INT16_MIN
+        change -= np.multiply(columns[self.row_first[e]], self.w_first[e], dtype=np.int16)  # limit - b - a
+        return np.minimum(change, 0, out=change) if positive else np.maximum(change, 0, out=change)
+
+
+def _sum_runs(rows: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """int32 sums of the runs of ``rows`` starting at ``first`` (ascending, ``first[0] == 0``).
+
+    One vectorized add per position within a run: numpy's ``add.reduceat`` along axis 0 costs
+    about ten times as much on these short runs.
+    """
+    sizes = np.diff(first, append=rows.shape[0])
+    out = rows[first].astype(np.int32)
+    for k in range(1, int(sizes.max(initial=1))):
+        longer = np.nonzero(sizes > k)[0]
+        if longer.size == sizes.size:
+            out += rows[first + k]
+        else:
+            out[longer] += rows[first[longer] + k]
+    return out
 
 
 def _dense_records(
     layer: _Layer,
-    groups: list[tuple[int, pairs.RiskyPairs, np.ndarray, np.ndarray, np.ndarray]],
+    groups: list[tuple[int, _DensePlan]],
     n0: int,
     n1: int,
-    result: np.ndarray,
-    saturated: np.ndarray,
-) -> None:
-    """:func:`_dense` on records ``n0:n1``, into their rows of ``result`` and ``saturated``."""
-    positions = result.shape[2]
-    for g, risky, needed, row_first, row_second in groups:
-        w_first, w_second = risky.w_first[:, None], risky.w_second[:, None]
-        step = max(1, DENSE_BLOCK // max(1, positions * max(needed.size, len(risky))))
-        for r0 in range(n0, n1, step):
-            r1 = min(n1, r0 + step)
-            columns = _columns(layer, g, needed, slice(r0, r1))  # (needed, rows)
-            span = max(1, DENSE_BLOCK // columns.shape[1])
-            for e0 in range(0, len(risky), span):
-                e = slice(e0, e0 + span)
-                value = columns[row_first[e]].astype(np.int32) * w_first[e]
-                value += columns[row_second[e]] * w_second[e]
-                change = np.clip(value, pairs.INT16_MIN, pairs.INT16_MAX)
-                change -= value  # (entries, rows)
-                cols, first = np.unique(risky.column[e], return_index=True)
-                summed = np.add.reduceat(change, first, axis=0).reshape(cols.size, r1 - r0, positions)
-                result[r0:r1, g * layer.mg + cols, :] += summed.transpose(1, 0, 2)
-                if pairs.counter is not None:
-                    saturated[r0:r1] += np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
+    add: Callable[[int, int, np.ndarray, np.ndarray], None],
+    count: bool,
+) -> np.ndarray:
+    """The dense correction of records ``n0:n1``: ``add(r0, r1, columns, sums)`` receives each block's
+    int32 sums ``(len(columns), r1 - r0, positions)`` of output channels ``columns``. Returns the
+    saturated pair sums of each record (zeros unless ``count``)."""
+    positions = math.prod(layer.geometry.out_spatial)
+    saturated = np.zeros(n1 - n0, np.int64)
+    for g, plan in groups:
+        step = max(1, COLUMN_BLOCK // (positions * plan.needed.size))  # records per im2col block
+        sub = max(1, DENSE_BLOCK // (positions * min(len(plan), MIN_SPAN)))  # records per evaluated block
+        for c0 in range(n0, n1, step):
+            c1 = min(n1, c0 + step)
+            columns = _columns(layer, g, plan.needed, slice(c0, c1))  # (needed, rows)
+            for r0 in range(c0, c1, sub):
+                r1 = min(c1, r0 + sub)
+                part = columns[:, (r0 - c0) * positions : (r1 - c0) * positions]
+                for e, positive in plan.blocks(max(1, DENSE_BLOCK // part.shape[1])):
+                    change = plan.changes(part, e, positive)
+                    cols, first = np.unique(plan.column[e], return_index=True)
+                    add(r0, r1, g * layer.mg + cols, _sum_runs(change, first).reshape(cols.size, r1 - r0, positions))
+                    if count:
+                        counts = np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
+                        saturated[r0 - n0 : r1 - n0] += counts
+    return saturated
+
+
+class DenseCorrection:
+    """The correction of a layer where most outputs change (an image stem, mid-range inputs on heavy
+    weights), computed for each chunk of the convolution while its sums are in cache: no array of the
+    whole output is made, zeroed, scanned and added. Chunks that split records (row paths) take their
+    part of the whole correction, made once."""
+
+    def __init__(self, layer: _Layer, groups: list[tuple[int, _DensePlan]]):
+        self.layer, self.groups = layer, groups
+        self.shape = (layer.x.shape[0], layer.m, *layer.geometry.out_spatial)
+        self._whole: tuple[np.ndarray, np.ndarray] | None = None
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return True
+
+    def max_abs(self) -> int:
+        """A bound on any output's ``|correction|``, from the weights and each input channel's largest value."""
+        bound = np.zeros(self.layer.m, np.int64)
+        for g, plan in self.groups:
+            np.add.at(bound, g * self.layer.mg + plan.column, plan.largest_change)
+        return int(bound.max(initial=0))
+
+    def cast(self, dtype: type) -> None:
+        """Nothing to convert: each block's sums are converted as they are added."""
+
+    def dense(self) -> np.ndarray:
+        """The whole ``(N, M, *out)`` int64 correction."""
+        return self._materialized()[0].astype(np.int64)
+
+    def _materialized(self) -> tuple[np.ndarray, np.ndarray]:
+        """The whole correction (int32) and each record's saturated pair sums, made once."""
+        with self._lock:
+            if self._whole is None:
+                n, m = self.shape[:2]
+                whole = np.zeros((n, m, math.prod(self.shape[2:])), np.int32)
+
+                def add(r0: int, r1: int, cols: np.ndarray, sums: np.ndarray) -> None:
+                    whole[r0:r1, cols, :] += sums.transpose(1, 0, 2)
+
+                saturated = _dense_records(self.layer, self.groups, 0, n, add, count=True)
+                self._whole = whole.reshape(self.shape), saturated
+            return self._whole
+
+    def add_to(self, target: np.ndarray, n0: int, n1: int, o0: int, o1: int) -> None:
+        """Add records ``n0:n1`` and first spatial indices ``o0:o1`` to that chunk's sums ``target``
+        (``(n1 - n0, M, o1 - o0, *out[1:])``, or wider along the last axis)."""
+        out = self.shape[2:]
+        if o0 != 0 or o1 != out[0]:
+            whole, saturated = self._materialized()
+            part = whole[n0:n1, :, o0:o1]
+            target[(..., *(slice(0, size) for size in part.shape[3:]))] += part.astype(target.dtype)
+            if o0 == 0:  # each record counted by the chunk holding its first row
+                pairs.count(0, np.repeat(np.arange(n0, n1), saturated[n0:n1]))
+            return
+        view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]
+
+        def add(r0: int, r1: int, cols: np.ndarray, sums: np.ndarray) -> None:
+            block = sums.astype(view.dtype).reshape(cols.size, r1 - r0, *out).swapaxes(0, 1)
+            view[r0 - n0 : r1 - n0, cols] += block
+
+        saturated = _dense_records(self.layer, self.groups, n0, n1, add, count=pairs.counter is not None)
+        pairs.count(0, np.repeat(np.arange(n0, n1), saturated))
 
 
 class PairCorrection:
@@ -256,6 +388,13 @@ class PairCorrection:
 
     def __bool__(self) -> bool:
         return bool(self.value.size)
+
+    def cast(self, dtype: type) -> None:
+        """Hold a whole correction in the sums' ``dtype`` (exact there: the caller's bound covers it), so
+        that each chunk adds it without a conversion."""
+        if self.array is not None and self.array.dtype != dtype:
+            self.array = self.array.astype(dtype)
+            self.value = self.array.reshape(-1)
 
     def max_abs(self) -> int:
         """The largest ``|correction|`` of any output."""
