@@ -576,29 +576,23 @@ def _add_crossing(out: _Correction, layer: _Layer, g: int, risky: pairs.RiskyPai
 def _columns(layer: _Layer, g: int, ks: np.ndarray, records: slice = slice(None)) -> np.ndarray:
     """im2col rows ``ks`` (``tap * cg + channel`` of group ``g``): ``(len(ks), records * out)``.
 
-    Read from the unpadded input: each tap copies the outputs whose pixel lies inside it, and the
-    rest hold the input zero point, as onnxruntime pads.
+    One gather from a strided window view of the padded input (padding holds the input zero point,
+    as onnxruntime pads): a call per layer and block, not per tap.
     """
-    x, geometry, cg = layer.x[records], layer.geometry, layer.cg
-    columns = np.empty((ks.size, x.shape[0], *geometry.out_spatial), np.uint8)
+    geometry, cg = layer.geometry, layer.cg
+    xp = _padded(layer.x[records], layer.pads, layer.x_zp)  # only the block's records
+    d = xp.ndim - 2
+    reach = [(k - 1) * dil + 1 for k, dil in zip(geometry.kernel, geometry.dilations, strict=True)]
+    windows = np.lib.stride_tricks.sliding_window_view(xp, reach, axis=tuple(range(2, 2 + d)))
+    steps = (
+        *(slice(0, o * s, s) for o, s in zip(geometry.out_spatial, geometry.strides, strict=True)),
+        *(slice(None, None, dil) for dil in geometry.dilations),
+    )
+    windows = windows[(slice(None), slice(None), *steps)]  # (records, C, *out, *kernel)
     tap_of, channel = np.divmod(ks, cg)
-    for t in np.unique(tap_of):
-        where = np.nonzero(tap_of == t)[0]
-        out_index, in_index, inside = [], [], True
-        for axis, (i, dil, o, s) in enumerate(
-            zip(geometry.taps[t], geometry.dilations, geometry.out_spatial, geometry.strides, strict=True)
-        ):
-            shift = i * dil - layer.pads[axis]  # output o reads input pixel o * s + shift
-            lo = min(o, max(0, -(shift // s)))  # first output whose pixel is >= 0
-            hi = max(lo, min(o, (x.shape[2 + axis] - 1 - shift) // s + 1))  # past the last one inside
-            out_index.append(slice(lo, hi))
-            in_index.append(slice(lo * s + shift, (hi - 1) * s + shift + 1, s) if hi > lo else slice(0, 0))
-            inside &= lo == 0 and hi == o
-        view = x[(slice(None), g * cg + channel[where], *in_index)]  # (records, len, *inside)
-        target = np.full((where.size, *columns.shape[1:]), layer.x_zp, np.uint8) if not inside else columns[where]
-        target[(slice(None), slice(None), *out_index)] = np.moveaxis(view, 1, 0)
-        columns[where] = target
-    return columns.reshape(ks.size, -1)
+    offsets = np.unravel_index(tap_of, geometry.kernel)
+    # the advanced indices are apart, so their axis comes first: (len(ks), records, *out)
+    return windows[(slice(None), g * cg + channel, *(slice(None),) * d, *offsets)].reshape(ks.size, -1)
 
 
 def _spans(bounds: np.ndarray, budget: int) -> list[tuple[int, int]]:
