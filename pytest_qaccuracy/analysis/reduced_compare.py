@@ -191,7 +191,9 @@ def fold_reduced(tracker, spec: ReductionSpec, values: dict[str, np.ndarray], fi
         stats.update({name: totals[:, i] for i, name in enumerate(spec.sum_fields)})
         if CROSS in stats:  # sum q^2 = sum f^2 - 2 sum f(f - q) + sum (f - q)^2
             stats["test_sq"] = stats["ref_sq"] - 2 * stats.pop(CROSS) + stats["sq_err"]
-    if "max_diff" in values:
+    if "max_abs" in values:
+        stats["max_abs_err"] = np.asarray(values["max_abs"], np.float64)
+    elif "max_diff" in values:
         high, low = np.asarray(values["max_diff"], np.float64), np.asarray(values["min_diff"], np.float64)
         stats["max_abs_err"] = np.maximum(high, -low)
     mins, maxs = _channel_extremes(values, "min", np.min), _channel_extremes(values, "max", np.max)

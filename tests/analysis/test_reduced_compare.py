@@ -318,3 +318,60 @@ def test_partial_sums_take_short_blocks_that_divide_the_record(dims, block):
     count = math.prod(dims)
     assert _block(dims) == block and count % block == 0
     assert block <= BLOCK or block == dims[-1]  # a prime record longer than BLOCK: one sum per row
+
+
+def _fixed_batch_pair(folder, mixes: bool):
+    """A pair with the batch fixed at 1: fp32 t = x * w; the quantized t through Q/DQ (uint8, scale
+    0.02); both y = t + t (or, with ``mixes``, y = t + t[0]: stacked records then get the first
+    record's t in every record's y, which a run of one record never shows)."""
+    rng = np.random.default_rng(8)
+    w = numpy_helper.from_array(rng.uniform(0.5, 2.0, (1, 4, 1, 1)).astype(np.float32), "w")
+    first = numpy_helper.from_array(np.array([0], np.int64), "first")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 70])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 70])
+    tail = [helper.make_node("Gather", ["t_in", "first"], ["t0"], axis=0)] if mixes else []
+    tail.append(helper.make_node("Add", ["t_in", "t0" if mixes else "t_in"], ["y"]))
+    scale, zp = numpy_helper.from_array(np.array(0.02, np.float32), "s"), numpy_helper.from_array(np.uint8(128), "z")
+    paths = []
+    for name, body, inits in (
+        ("f.onnx", [helper.make_node("Mul", ["x", "w"], ["t_in"])], [w, first]),
+        (
+            "q.onnx",
+            [
+                helper.make_node("Mul", ["x", "w"], ["t"]),
+                helper.make_node("QuantizeLinear", ["t", "s", "z"], ["t_q"]),
+                helper.make_node("DequantizeLinear", ["t_q", "s", "z"], ["t_in"]),
+            ],
+            [w, first, scale, zp],
+        ),
+    ):
+        graph = helper.make_graph(body + tail, name, [x], [y], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        onnx.save(model, folder / name)
+        paths.append(folder / name)
+    return ModelPair(*paths)
+
+
+@pytest.mark.parametrize("mixes", [False, True])
+def test_a_fixed_batch_is_stacked_only_where_the_last_record_matches_its_own_run(tmp_path, monkeypatch, mixes):
+    from pytest_qaccuracy.runtime import reduction_graph
+
+    pair = _fixed_batch_pair(tmp_path, mixes)
+    data = write_h5(tmp_path / "data.h5", np.random.default_rng(1).normal(0, 1, (12, 1, 4, 6, 70)).astype(np.float32))
+    plain = _plain(monkeypatch, pair, data, options=RuntimeOptions(batch_size=5))
+    runs = []
+    run = reduction_graph.ReducedRunner._run
+
+    def counted(self, feeds):
+        runs.append(len(feeds["x"]))
+        return run(self, feeds)
+
+    monkeypatch.setattr(reduction_graph.ReducedRunner, "_run", counted)
+    reduced = compare(pair, data, options=RuntimeOptions(batch_size=5))
+    # batches of 5, 5 and 2 records; the first one's stacked run is kept unless its last record
+    # differs from the run of that record alone
+    assert runs == ([5, 1] + [1] * 12 if mixes else [5, 1, 5, 2])
+    _assert_same(reduced, plain)
+    y = next(o for o in plain.outputs if o.name == "y")
+    assert y.metrics["mse"] == pytest.approx(4 * next(x for x in plain.layers if x.tensor == "t_in").metrics["mse"])
