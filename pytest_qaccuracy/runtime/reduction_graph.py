@@ -37,7 +37,7 @@ from pytest_qaccuracy.data.binding import Batch, join_records
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.model.graph import node_reads
 from pytest_qaccuracy.model.quant_params import QuantParams
-from pytest_qaccuracy.ort_session import fetch, first_line, make_session
+from pytest_qaccuracy.ort_session import SPIN_DURING_RUN, fetch, first_line, make_session
 from pytest_qaccuracy.runtime.options import RuntimeOptions
 from pytest_qaccuracy.runtime.ort_runner import BatchUnits, _batch_dims, _close, _with_outputs, bakes_batch
 
@@ -610,7 +610,7 @@ class ReducedRunner(BatchUnits):
                 providers=self.options.providers,
                 threads=self.options.threads,
                 optimization="disable",
-                config=self.options.session_config,
+                config={**SPIN_DURING_RUN, **self.options.session_config},
                 in_node_order=True,
             )
         except Exception as exc:

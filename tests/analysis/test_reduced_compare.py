@@ -375,3 +375,23 @@ def test_a_fixed_batch_is_stacked_only_where_the_last_record_matches_its_own_run
     _assert_same(reduced, plain)
     y = next(o for o in plain.outputs if o.name == "y")
     assert y.metrics["mse"] == pytest.approx(4 * next(x for x in plain.layers if x.tensor == "t_in").metrics["mse"])
+
+
+def test_the_merged_session_spins_during_a_run_only_unless_told(zoo, monkeypatch):
+    from pytest_qaccuracy.runtime import reduction_graph
+
+    runners = []
+    init = reduction_graph.ReducedRunner.__init__
+
+    def kept(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        runners.append(self)
+
+    monkeypatch.setattr(reduction_graph.ReducedRunner, "__init__", kept)
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    compare(pair, zoo["data"], metrics="mse")
+    no_spinning = RuntimeOptions(session_config={"session.intra_op.allow_spinning": "0"})
+    compare(pair, zoo["data"], metrics="mse", options=no_spinning)
+    keys = ("session.intra_op.allow_spinning", "session.force_spinning_stop")
+    settings = [tuple(r._session.get_session_options().get_session_config_entry(k) for k in keys) for r in runners]
+    assert settings == [("1", "1"), ("0", "1")]
