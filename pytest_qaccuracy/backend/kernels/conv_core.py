@@ -399,12 +399,20 @@ def conv_core(
             np.copyto(dest, sums)
 
     if in_onnxruntime:
-        spans = _record_spans(n, m * math.prod(out_spatial), threads, out_spatial[0])
+        outputs = m * math.prod(out_spatial)
+        macs = n * outputs * (w[0].size + (correction is not None) * CORRECTION_MACS)
+        spans = _record_spans(n, outputs, threads if macs >= MIN_PARALLEL_MACS else 1, out_spatial[0])
     else:
         spans = chunk_spans(n, out_spatial[0], path.scratch_per_row() * math.prod(out_spatial[1:]), path.budget())
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
 
+
+#: multiply-adds of a convolution below which its chunks run on one thread: a hand-off to another
+#: thread and back costs about what onnxruntime computes in the meantime
+MIN_PARALLEL_MACS = 1 << 24
+#: multiply-adds one output's pair correction is counted as, for :data:`MIN_PARALLEL_MACS`
+CORRECTION_MACS = 64
 
 #: output elements of one onnxruntime call: a call costs tens of microseconds, and the epilogue
 #: that follows wants its chunk in cache

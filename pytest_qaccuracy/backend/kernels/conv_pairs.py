@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections.abc import Callable
 
 import numpy as np
 
@@ -260,19 +259,18 @@ def _sum_runs(rows: np.ndarray, first: np.ndarray) -> np.ndarray:
 
 
 def _dense_records(
-    layer: _Layer,
-    groups: list[tuple[int, _DensePlan]],
-    n0: int,
-    n1: int,
-    add: Callable[[int, int, np.ndarray, np.ndarray], None],
-    count: bool,
-) -> np.ndarray:
-    """The dense correction of records ``n0:n1``: ``add(r0, r1, columns, sums)`` receives each block's
-    int32 sums ``(len(columns), r1 - r0, positions)`` of output channels ``columns``. Returns the
-    saturated pair sums of each record (zeros unless ``count``)."""
+    layer: _Layer, groups: list[tuple[int, _DensePlan]], n0: int, n1: int, count: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The dense correction of records ``n0:n1``: the output channels it changes (ascending), their
+    int32 sums ``(channels, n1 - n0, positions)``, and each record's saturated pair sums (zeros unless
+    ``count``). Sums gather per channel in one array laid out channel-first, so each block adds whole
+    contiguous rows."""
     positions = math.prod(layer.geometry.out_spatial)
+    channels = np.unique(np.concatenate([g * layer.mg + plan.column for g, plan in groups]))
+    acc = np.zeros((channels.size, n1 - n0, positions), np.int32)
     saturated = np.zeros(n1 - n0, np.int64)
     for g, plan in groups:
+        slot = np.searchsorted(channels, g * layer.mg + plan.column)  # each entry's row of ``acc``
         step = max(1, COLUMN_BLOCK // (positions * plan.needed.size))  # records per im2col block
         sub = max(1, DENSE_BLOCK // (positions * min(len(plan), MIN_SPAN)))  # records per evaluated block
         for c0 in range(n0, n1, step):
@@ -283,12 +281,12 @@ def _dense_records(
                 part = columns[:, (r0 - c0) * positions : (r1 - c0) * positions]
                 for e, positive in plan.blocks(max(1, DENSE_BLOCK // part.shape[1])):
                     change = plan.changes(part, e, positive)
-                    cols, first = np.unique(plan.column[e], return_index=True)
-                    add(r0, r1, g * layer.mg + cols, _sum_runs(change, first).reshape(cols.size, r1 - r0, positions))
+                    rows, first = np.unique(slot[e], return_index=True)
+                    acc[rows, r0 - n0 : r1 - n0] += _sum_runs(change, first).reshape(rows.size, r1 - r0, positions)
                     if count:
                         counts = np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
                         saturated[r0 - n0 : r1 - n0] += counts
-    return saturated
+    return channels, acc, saturated
 
 
 class DenseCorrection:
@@ -326,11 +324,8 @@ class DenseCorrection:
             if self._whole is None:
                 n, m = self.shape[:2]
                 whole = np.zeros((n, m, math.prod(self.shape[2:])), np.int32)
-
-                def add(r0: int, r1: int, cols: np.ndarray, sums: np.ndarray) -> None:
-                    whole[r0:r1, cols, :] += sums.transpose(1, 0, 2)
-
-                saturated = _dense_records(self.layer, self.groups, 0, n, add, count=True)
+                channels, acc, saturated = _dense_records(self.layer, self.groups, 0, n, count=True)
+                whole[:, channels] = acc.transpose(1, 0, 2)
                 self._whole = whole.reshape(self.shape), saturated
             return self._whole
 
@@ -346,12 +341,12 @@ class DenseCorrection:
                 pairs.count(0, np.repeat(np.arange(n0, n1), saturated[n0:n1]))
             return
         view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]
-
-        def add(r0: int, r1: int, cols: np.ndarray, sums: np.ndarray) -> None:
-            block = sums.astype(view.dtype).reshape(cols.size, r1 - r0, *out).swapaxes(0, 1)
-            view[r0 - n0 : r1 - n0, cols] += block
-
-        saturated = _dense_records(self.layer, self.groups, n0, n1, add, count=pairs.counter is not None)
+        channels, acc, saturated = _dense_records(self.layer, self.groups, n0, n1, count=pairs.counter is not None)
+        block = acc.astype(view.dtype).reshape(channels.size, n1 - n0, *out).swapaxes(0, 1)
+        if channels.size == self.shape[1]:
+            view += block
+        else:
+            view[:, channels] += block
         pairs.count(0, np.repeat(np.arange(n0, n1), saturated))
 
 
