@@ -64,6 +64,7 @@ def test_sums_in_onnxruntime_equal_the_numpy_paths(case: str, scheme: str, threa
     several threads: bit for bit the numpy paths' output."""
     model, x = _model(case, np.random.default_rng(len(case)))
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    monkeypatch.setattr(conv_core, "MIN_PARALLEL_MACS", 0)
     monkeypatch.setattr(conv_ort, "MIN_MACS", 1 << 60)
     want = IntegerSession(model, scheme=scheme, threads=threads).run(None, {"x": x})[0]
     calls = _spy(monkeypatch)
@@ -73,6 +74,21 @@ def test_sums_in_onnxruntime_equal_the_numpy_paths(case: str, scheme: str, threa
     assert_same(got, want, f"{case} {scheme}")
     records = x.shape[0]
     assert len(calls) >= min(records, threads), "the records are shared between the threads"
+
+
+@pytest.mark.parametrize(("limit", "chunks"), [(1 << 60, 1), (0, 2)])
+def test_small_convolutions_stay_on_one_thread(limit: int, chunks: int, monkeypatch) -> None:
+    """Under ``MIN_PARALLEL_MACS`` a convolution's records are one onnxruntime call on two threads
+    (a hand-off costs what the call does); above it, one chunk per thread. Same output either way."""
+    model, x = _model("dense-3x3", np.random.default_rng(1))
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
+    monkeypatch.setattr(conv_core, "MIN_PARALLEL_MACS", 1 << 60)
+    want = IntegerSession(model, scheme="onnxruntime-vnni", threads=1).run(None, {"x": x})[0]
+    monkeypatch.setattr(conv_core, "MIN_PARALLEL_MACS", limit)
+    calls = _spy(monkeypatch)
+    got = IntegerSession(model, scheme="onnxruntime-vnni", threads=2).run(None, {"x": x})[0]
+    assert len(calls) == chunks
+    assert_same(got, want, "two threads")
 
 
 def test_matches_onnxruntime_exact_int32(monkeypatch) -> None:
