@@ -59,8 +59,25 @@ def _brute_force(x: np.ndarray, w: np.ndarray, pads: int) -> tuple[int, int, np.
     return sums[0].size * n, int(saturated.sum()), saturated.reshape(n, -1).sum(axis=1)
 
 
+@pytest.mark.parametrize("way", ["sparse", "dense"])
 @pytest.mark.parametrize(("channels", "pads"), [(4, 1), (3, 0)])  # even: pairs within a tap; odd: across
-def test_counts_match_brute_force(tmp_path: Path, channels: int, pads: int) -> None:
+def test_counts_match_brute_force(tmp_path: Path, channels: int, pads: int, way: str, monkeypatch) -> None:
+    """Both ways of computing the correction count the same saturated pair sums (the dense way counts
+    while the convolution adds it, chunk by chunk)."""
+    from pytest_qaccuracy.backend.kernels import conv_pairs
+
+    if way == "sparse":
+        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
+        monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
+        monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", 0)
+    else:
+        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
+    taken = []
+    for name in ("_dense", "_sparse"):
+        real = getattr(conv_pairs, name)
+        monkeypatch.setattr(
+            conv_pairs, name, lambda *a, _real=real, _name=name, **k: (taken.append(_name), _real(*a, **k))[1]
+        )
     rng = np.random.default_rng(channels)
     sign = rng.choice([-1, 1], size=(5, 1, 1, 1))
     w = np.clip(sign * rng.integers(30, 129, size=(5, channels, 3, 3)), -128, 127).astype(np.int8)
@@ -75,6 +92,7 @@ def test_counts_match_brute_force(tmp_path: Path, channels: int, pads: int) -> N
     assert (layer.worst_record, layer.worst_record_saturated) == (int(np.argmax(per_record)), int(per_record.max()))
     assert layer.tensor == "y" and 0 < layer.differing <= layer.elements == 7 * 5 * (6 + 2 * pads - 2) ** 2
     assert report.outputs["y"] is not None  # the saturated run differs from the exact one
+    assert taken and set(taken) == {f"_{way}"}
 
 
 def test_the_command_reports_and_gates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -296,3 +296,32 @@ def test_lowest_second_input_table_matches_brute_force() -> None:
         any_entry = leaves[:, :, pair == p].any(axis=2)  # (a, a')
         want = np.where(any_entry.any(axis=1), any_entry.argmax(axis=1), 256)
         np.testing.assert_array_equal(got[p], want, err_msg=f"pair {p}")
+
+
+@pytest.mark.parametrize("c", [3, 8])  # pairs across taps, pairs within a tap
+def test_dense_correction_adds_the_same_in_any_chunks(monkeypatch, c: int) -> None:
+    """Whole-record chunks compute their part while the convolution runs, chunks of rows take theirs
+    from the whole correction: both add, chunk by chunk, what the oracle's pair sums change; the
+    correction's bound holds."""
+    from pytest_qaccuracy.backend.kernels import conv_pairs
+
+    monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
+    rng = np.random.default_rng(c)
+    x = rng.integers(150, 256, (5, c, 7, 6)).astype(np.uint8)
+    w = _heavy_weights(rng, (4, c, 3, 3))
+    pads, strides = [1, 0, 1, 1], (1, 2)
+    found = conv_pairs.pair_corrections(x, 140, w, 1, pads, strides, (1, 1), (7, 3))
+    assert isinstance(found, conv_pairs.DenseCorrection)
+    saturating = _oracle_conv(x, 140, w, pads, strides, (1, 1), 1)
+    attrs = {"pads": pads, "strides": list(strides)}
+    exact, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, get_scheme("onnxruntime-vnni"))
+    want = saturating - np.asarray(exact, np.int64)  # the change the pair saturation makes
+    assert want.any()
+    for chunks in ([(0, 5, 0, 7)], [(0, 2, 0, 7), (2, 5, 0, 7)], [(0, 5, 0, 3), (0, 5, 3, 7)], [(1, 4, 2, 5)]):
+        for n0, n1, o0, o1 in chunks:
+            target = np.zeros((n1 - n0, 4, o1 - o0, 4), np.float32)  # one column wider, as row paths leave it
+            found.add_to(target, n0, n1, o0, o1)
+            np.testing.assert_array_equal(target[..., :3], want[n0:n1, :, o0:o1], err_msg=str((n0, n1, o0, o1)))
+            assert not target[..., 3].any()
+    np.testing.assert_array_equal(found.dense(), want)
+    assert found.max_abs() >= np.abs(want).max()

@@ -8,8 +8,10 @@ candidate test therefore runs once over the input, not once per tap over im2col 
 ``x[c] + x[c+1]`` first, then, where that leaves many pixels (mid-range inputs of a first layer), the
 exact test, one lookup of ``pairs.lowest_second`` per pixel; only the candidates are multiplied out.
 Pairs that cross from one tap to the next (odd channel counts, e.g. a 3-channel stem) gather their
-im2col columns instead (``pairs.corrections``). Few outputs change, so the correction is sparse
-(:class:`PairCorrection`) and each chunk of the convolution adds its own entries.
+im2col columns instead (``pairs.corrections``). Where few outputs change the correction is sparse
+(:class:`PairCorrection`) and each chunk of the convolution adds its own entries. Where many do (an
+image stem, mid-range inputs on heavy weights) every risky pair is evaluated at every output, in
+int16, chunk by chunk of the convolution while its sums are in cache (:class:`DenseCorrection`).
 """
 
 from __future__ import annotations
@@ -205,7 +207,7 @@ class _DensePlan:
     within ``[-32640, 32385]``, the change ``sat16(a + b) - (a + b)`` is ``min(32767 - b - a, 0)`` for
     positive weights and ``max(-32768 - b - a, 0)`` for negative ones, and every step stays in int16.
     Entries are ordered by (sign, column): each block is of one sign, and sums its changes per column
-    with one ``add.reduceat``.
+    with vector adds (:func:`_sum_runs`).
     """
 
     def __init__(self, risky: pairs.RiskyPairs, row_max: np.ndarray):
