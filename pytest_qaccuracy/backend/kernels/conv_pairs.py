@@ -284,7 +284,8 @@ def _dense_records(
                 for e, positive in plan.blocks(max(1, DENSE_BLOCK // part.shape[1])):
                     change = plan.changes(part, e, positive)
                     rows, first = np.unique(slot[e], return_index=True)
-                    acc[rows, r0 - n0 : r1 - n0] += _sum_runs(change, first).reshape(rows.size, r1 - r0, positions)
+                    summed = change if rows.size == change.shape[0] else _sum_runs(change, first)  # one entry each
+                    acc[rows, r0 - n0 : r1 - n0] += summed.reshape(rows.size, r1 - r0, positions)
                     if count:
                         counts = np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
                         saturated[r0 - n0 : r1 - n0] += counts
