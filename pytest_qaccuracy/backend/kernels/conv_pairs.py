@@ -511,13 +511,16 @@ def _add_same_tap(
             if every_even
             else np.add(block[:, firsts], block[:, firsts + 1], dtype=np.uint16)
         ).reshape(block.shape[0], firsts.size, -1)
-        flat = np.flatnonzero(total > threshold[:, None])
-        if not flat.size:
+        passed = total > threshold[:, None]
+        candidates = np.count_nonzero(passed)  # counted before any index is made
+        if not candidates:
             continue
         every = np.arange(firsts.size)
-        if flat.size * 8 > total.size and lowest.cost(every) < 4 * flat.size:
+        if candidates * 8 > total.size and lowest.cost(every) < 4 * candidates:
             # many candidates, few entries (a first layer): the exact test on every pixel, one lookup each
             flat = np.flatnonzero(_exact_candidates(block, firsts, lowest.rows(every)))
+        else:
+            flat = np.flatnonzero(passed)
         size = total.shape[2]
         record, rest = np.divmod(flat, firsts.size * size)
         pair, position = np.divmod(rest, size)
