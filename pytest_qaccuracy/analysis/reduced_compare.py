@@ -196,10 +196,9 @@ def fold_reduced(tracker, spec: ReductionSpec, values: dict[str, np.ndarray], fi
     elif "max_diff" in values:
         high, low = np.asarray(values["max_diff"], np.float64), np.asarray(values["min_diff"], np.float64)
         stats["max_abs_err"] = np.maximum(high, -low)
-    mins, maxs = _channel_extremes(values, "min", np.min), _channel_extremes(values, "max", np.max)
-    if spec.spans and 1 in mins:
-        stats["ref_min"] = _row(np.min, mins[1])
-        stats["ref_max"] = _row(np.max, maxs[1])
+    if spec.spans and "span_min1" in values:
+        stats["ref_min"] = _row(np.min, values["span_min1"])
+        stats["ref_max"] = _row(np.max, values["span_max1"])
     if count == 0:  # empty records: the whole-tensor path gives zero sums and extremes
         stats = {k: np.zeros(records) for k in stats}
     nan_err = _nan_rows(stats, ("sq_err", "abs_err"))
@@ -235,19 +234,7 @@ def fold_reduced(tracker, spec: ReductionSpec, values: dict[str, np.ndarray], fi
     for metric in tracker.metrics.values():
         metric.update(pair)
     if tracker.spans is not None and records:
-        _fold_spans(tracker.spans, fshape, mins, maxs)
-
-
-def _channel_extremes(values: dict[str, np.ndarray], tag: str, reduce) -> dict[int, np.ndarray]:
-    """Axis -> per-record channel extremes (records, channels), from the graph's ``span_*`` outputs."""
-    found = {1: values[f"span_{tag}1"]} if f"span_{tag}1" in values else {}
-    rest = values.get(f"span_{tag}_rest")  # (records, dims 2...): reduced over axis 1 already
-    if rest is not None:
-        for axis in SPAN_AXES[1:]:
-            if axis < rest.ndim + 1:
-                others = tuple(i for i in range(1, rest.ndim) if i != axis - 1)
-                found[axis] = reduce(rest, axis=others) if others else rest
-    return found
+        _fold_spans(tracker.spans, fshape, values)
 
 
 def _row(reduce, values: np.ndarray) -> np.ndarray:
@@ -264,12 +251,28 @@ def _nan_rows(stats: dict[str, np.ndarray], keys: Sequence[str]) -> np.ndarray |
     return None
 
 
-def _fold_spans(spans: ChannelSpans, shape: tuple[int, ...], mins: dict, maxs: dict) -> None:
-    """What ``ChannelSpans.update`` folds from the whole tensor, from per-record channel extremes."""
-    for axis in SPAN_AXES:
-        if axis >= len(shape) or shape[axis] < 2 or axis not in mins:
-            continue
-        spans.fold(axis, mins[axis].min(axis=0), maxs[axis].max(axis=0))
+def _fold_spans(spans: ChannelSpans, shape: tuple[int, ...], values: dict[str, np.ndarray]) -> None:
+    """What ``ChannelSpans.update`` folds from the whole tensor, from the graph's per-record channel
+    extremes: ``span_{min,max}1`` (records, channels of axis 1) and ``span_{min,max}_rest`` (records,
+    dims 2...; reduced over axis 1 already). The records go first (one pass over the planes), then
+    each axis from the batch's plane."""
+    axes = [a for a in SPAN_AXES if a < len(shape) and shape[a] >= 2]
+    if not axes:
+        return
+    found = {}
+    for tag, ufunc in (("min", np.minimum), ("max", np.maximum)):
+        first, rest = values.get(f"span_{tag}1"), values.get(f"span_{tag}_rest")
+        if first is not None and 1 in axes:
+            found[1, tag] = ufunc.reduce(first, axis=0)
+        if rest is not None and any(a > 1 for a in axes):
+            plane = ufunc.reduce(rest, axis=0)  # dims 2...
+            for axis in axes:
+                if 1 < axis <= plane.ndim + 1:
+                    others = tuple(i for i in range(plane.ndim) if i != axis - 2)
+                    found[axis, tag] = ufunc.reduce(plane, axis=others) if others else plane
+    for axis in axes:
+        if (axis, "min") in found:
+            spans.fold(axis, found[axis, "min"], found[axis, "max"])
 
 
 class ReducedPass:
