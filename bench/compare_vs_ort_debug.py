@@ -236,6 +236,10 @@ def main() -> None:
     parser.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        parser.error(f"unknown --methods {', '.join(unknown)}; choose from {', '.join(METHODS)}")
     if args.worker:
         worker(args.worker, args.work, args.batch_size)
         return
@@ -251,7 +255,7 @@ def main() -> None:
         )
         results: dict[str, dict] = {}
         for _ in range(args.repeat):  # methods interleaved, so a busy moment does not favour one of them
-            for method in args.methods.split(","):
+            for method in methods:
                 out = _run_worker(method, work, args.batch_size)
                 best = results.setdefault(method, out)
                 if out["seconds"] < best["seconds"]:
