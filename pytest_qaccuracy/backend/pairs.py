@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,17 +131,33 @@ class PairBounds:
         # ``a w > 32767 - a' w'`` (and ``a w < -32768 - a' w'`` for the negative parts), both sides in int16
         self.high = np.maximum(self.even, 0).astype(np.int16), np.maximum(self.odd, 0).astype(np.int16)
         self.low = np.minimum(self.even, 0).astype(np.int16), np.minimum(self.odd, 0).astype(np.int16)
+        # each pair row's largest parts over the columns: a row none of whose columns can saturate is
+        # ruled out by two products, before its columns are looked at (most rows of most layers)
+        self.row_high = tuple(part.max(axis=1, initial=0).astype(np.int32) for part in self.high)
+        self.row_low = tuple(part.min(axis=1, initial=0).astype(np.int32) for part in self.low)
 
     def risky(self, a_max: int | np.ndarray) -> RiskyPairs:
         """:func:`risky_pairs` of this matrix."""
         k = self.even.shape[0] * 2
-        bound = np.broadcast_to(np.asarray(a_max, dtype=np.int16), (self.k,))  # inputs are uint8
-        a_even, a_odd = bound[0:k:2, None], bound[1:k:2, None]
-        room = np.subtract(INT16_MAX, self.high[1] * a_odd, dtype=np.int16)
-        mask = self.high[0] * a_even > room
-        np.subtract(INT16_MIN, self.low[1] * a_odd, out=room)
-        mask |= self.low[0] * a_even < room
-        columns, pairs = np.nonzero(mask.T)  # column-major: sorted by column
+        bound = np.broadcast_to(np.asarray(a_max, dtype=np.int32), (self.k,))  # inputs are uint8
+        a_even, a_odd = bound[0:k:2], bound[1:k:2]
+        rows = np.flatnonzero(
+            (a_even * self.row_high[0] + a_odd * self.row_high[1] > INT16_MAX)
+            | (a_even * self.row_low[0] + a_odd * self.row_low[1] < INT16_MIN)
+        )
+        if not rows.size:
+            empty = np.zeros(0, np.int64)
+            return RiskyPairs(empty, empty, np.zeros(0, np.int32), np.zeros(0, np.int32))
+        a_even, a_odd = a_even[rows, None].astype(np.int16), a_odd[rows, None].astype(np.int16)
+        high, low = (part[rows] for part in self.high), (part[rows] for part in self.low)
+        high0, high1 = high
+        low0, low1 = low
+        room = np.subtract(INT16_MAX, high1 * a_odd, dtype=np.int16)
+        mask = high0 * a_even > room
+        np.subtract(INT16_MIN, low1 * a_odd, out=room)
+        mask |= low0 * a_even < room
+        columns, found = np.nonzero(mask.T)  # column-major: sorted by column
+        pairs = rows[found]
         return RiskyPairs(
             first=(2 * pairs).astype(np.int64),
             column=columns.astype(np.int64),
@@ -150,11 +166,11 @@ class PairBounds:
         )
 
 
-_BOUNDS: dict[tuple[int, int], tuple[weakref.ref, PairBounds]] = {}
+_BOUNDS: dict[tuple[int, Hashable], tuple[weakref.ref, PairBounds]] = {}
 _BOUNDS_LOCK = threading.Lock()
 
 
-def pair_bounds(source: np.ndarray, key: int, make: Callable[[], np.ndarray]) -> PairBounds:
+def pair_bounds(source: np.ndarray, key: Hashable, make: Callable[[], np.ndarray]) -> PairBounds:
     """The :class:`PairBounds` of ``make()``, a matrix derived from the weight array ``source``, kept
     while ``source`` lives: a session passes the same weight arrays on every run."""
     slot = (id(source), key)
@@ -304,7 +320,12 @@ def saturating_matmul_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray | N
         zeros = np.zeros((a.shape[-2], w.shape[-1]), np.int64)
         return np.stack([zeros if p is None else p for p in parts]).reshape(*batch, *zeros.shape)
     a2 = a.reshape(-1, a.shape[-1])
-    found = risky_pairs(w, a2.max(axis=0, initial=0))  # each input column's own bound
+    source = w  # a session's constant, or the constant array a view of it reads
+    while isinstance(source.base, np.ndarray):
+        source = source.base
+    key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.str)
+    bounds = pair_bounds(source, key, lambda: w)  # made once per weight matrix of a session
+    found = bounds.risky(a2.max(axis=0, initial=0))  # each input column's own bound
     rows, cols, values = corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), a2.shape[0])
     if counter is not None:  # rows of a record: the leading axis is the batch
         per_record = max(1, a2.shape[0] // a.shape[0]) if a.ndim > 1 else a2.shape[0]

@@ -325,3 +325,22 @@ def test_dense_correction_adds_the_same_in_any_chunks(monkeypatch, c: int) -> No
             assert not target[..., 3].any()
     np.testing.assert_array_equal(found.dense(), want)
     assert found.max_abs() >= np.abs(want).max()
+
+
+def test_matmul_weight_bounds_are_made_once_per_weight(monkeypatch) -> None:
+    """A session passes the same constant (or a view of it: QGemm's transposed B) on every run: its pair
+    bounds are made once and kept while it lives; another matrix gets its own."""
+    made = []
+    real = pairs.PairBounds.__init__
+    monkeypatch.setattr(pairs.PairBounds, "__init__", lambda self, w: (made.append(w.shape), real(self, w))[1])
+    rng = np.random.default_rng(2)
+    constant = _heavy_weights(rng, (6, 40))  # (N, K): used transposed
+    a = rng.integers(150, 256, (3, 40)).astype(np.uint8)
+    first = pairs.saturating_matmul_correction(a, constant.T)
+    again = pairs.saturating_matmul_correction(a, constant.T)  # a new view of the same constant
+    assert len(made) == 1
+    np.testing.assert_array_equal(first, again)
+    want = _oracle_matmul(a, 0, constant.T, 0) - a.astype(np.int64) @ constant.T.astype(np.int64)
+    np.testing.assert_array_equal(first, want)
+    pairs.saturating_matmul_correction(a, constant[:, ::-1].T)  # another view: other values
+    assert len(made) == 2
