@@ -148,10 +148,11 @@ class PairBounds:
         if not rows.size:
             empty = np.zeros(0, np.int64)
             return RiskyPairs(empty, empty, np.zeros(0, np.int32), np.zeros(0, np.int32))
+        every = rows.size == a_even.size
         a_even, a_odd = a_even[rows, None].astype(np.int16), a_odd[rows, None].astype(np.int16)
-        high, low = (part[rows] for part in self.high), (part[rows] for part in self.low)
-        high0, high1 = high
-        low0, low1 = low
+        (high0, high1), (low0, low1) = (
+            (self.high, self.low) if every else ([p[rows] for p in self.high], [p[rows] for p in self.low])
+        )
         room = np.subtract(INT16_MAX, high1 * a_odd, dtype=np.int16)
         mask = high0 * a_even > room
         np.subtract(INT16_MIN, low1 * a_odd, out=room)

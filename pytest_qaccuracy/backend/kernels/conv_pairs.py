@@ -213,7 +213,7 @@ class _DensePlan:
     def __init__(self, risky: pairs.RiskyPairs, row_max: np.ndarray):
         self.needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
         negative = risky.w_second < 0
-        order = np.lexsort((risky.column, negative))
+        order = np.argsort(negative, kind="stable")  # entries come sorted by column: keep that within a sign
         self.split = int(np.count_nonzero(~negative))  # positive entries first
         self.column = risky.column[order]
         self.row_first = np.searchsorted(self.needed, risky.first[order])
@@ -577,19 +577,21 @@ def _add_crossing(out: _Correction, layer: _Layer, g: int, risky: pairs.RiskyPai
 def _columns(layer: _Layer, g: int, ks: np.ndarray, records: slice = slice(None)) -> np.ndarray:
     """im2col rows ``ks`` (``tap * cg + channel`` of group ``g``): ``(len(ks), records * out)``.
 
-    One gather from a strided window view of the padded input (padding holds the input zero point,
+    One gather from a strided window view of the padded records (padding holds the input zero point,
     as onnxruntime pads): a call per layer and block, not per tap.
     """
     geometry, cg = layer.geometry, layer.cg
     xp = _padded(layer.x[records], layer.pads, layer.x_zp)  # only the block's records
     d = xp.ndim - 2
-    reach = [(k - 1) * dil + 1 for k, dil in zip(geometry.kernel, geometry.dilations, strict=True)]
-    windows = np.lib.stride_tricks.sliding_window_view(xp, reach, axis=tuple(range(2, 2 + d)))
-    steps = (
-        *(slice(0, o * s, s) for o, s in zip(geometry.out_spatial, geometry.strides, strict=True)),
-        *(slice(None, None, dil) for dil in geometry.dilations),
+    # (records, C, *out, *kernel): output o, tap t reads pixel o * stride + t * dilation
+    step = xp.strides[2:]
+    shape = (*xp.shape[:2], *geometry.out_spatial, *geometry.kernel)
+    strides = (
+        *xp.strides[:2],
+        *(s * stride for s, stride in zip(step, geometry.strides, strict=True)),
+        *(s * dil for s, dil in zip(step, geometry.dilations, strict=True)),
     )
-    windows = windows[(slice(None), slice(None), *steps)]  # (records, C, *out, *kernel)
+    windows = np.lib.stride_tricks.as_strided(xp, shape, strides, writeable=False)
     tap_of, channel = np.divmod(ks, cg)
     offsets = np.unravel_index(tap_of, geometry.kernel)
     # the advanced indices are apart, so their axis comes first: (len(ks), records, *out)
