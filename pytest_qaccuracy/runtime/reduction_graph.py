@@ -37,7 +37,7 @@ from pytest_qaccuracy.data.binding import Batch, join_records
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.model.graph import node_reads
 from pytest_qaccuracy.model.quant_params import QuantParams
-from pytest_qaccuracy.ort_session import SPIN_DURING_RUN, fetch, first_line, make_session
+from pytest_qaccuracy.ort_session import fetch, first_line, make_session, spin_during_run
 from pytest_qaccuracy.runtime.options import RuntimeOptions
 from pytest_qaccuracy.runtime.ort_runner import BatchUnits, _batch_dims, _close, _with_outputs, bakes_batch
 
@@ -244,8 +244,11 @@ class _Builder:
     def node(self, op: str, inputs: list[str], hint: str, **attrs) -> str:
         out = self.name(hint)
         node = self.graph.node.add(op_type=op, name=out, input=inputs, output=[out])
-        if attrs:
-            node.attribute.extend(helper.make_attribute(key, value) for key, value in sorted(attrs.items()))
+        for key, value in sorted(attrs.items()):
+            if isinstance(value, int):  # the common case, without onnx.helper's type dispatch
+                node.attribute.add(name=key, type=onnx.AttributeProto.INT, i=value)
+            else:
+                node.attribute.append(helper.make_attribute(key, value))
         return out
 
     def const(self, value: np.ndarray, hint: str) -> str:
@@ -459,6 +462,10 @@ def _span_nodes(b: _Builder, kind: str, f: str, dims: Sequence[int], out: dict[s
     out[f"span_{tag}_rest"] = b.reduce(kind, f, [1], f"span_{tag}_rest")
 
 
+#: Ops whose subgraphs may read tensors of the graph around them.
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan"})
+
+
 def _interleave(graph: onnx.GraphProto, groups: Sequence[range]) -> None:
     """Order the nodes so that each group of reduction nodes comes right after what it reads.
 
@@ -469,7 +476,8 @@ def _interleave(graph: onnx.GraphProto, groups: Sequence[range]) -> None:
     """
     nodes = list(graph.node)
     producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
-    reads = [sorted(producer[x] for x in node_reads(node) if x in producer) for node in nodes]
+    inputs = [node_reads(node) if node.op_type in _SUBGRAPH_OPS else node.input for node in nodes]
+    reads = [sorted({producer[x] for x in names if x in producer}) for names in inputs]
     done: set[int] = set()
     order: list[int] = []
 
@@ -621,7 +629,7 @@ class ReducedRunner(BatchUnits):
                 providers=self.options.providers,
                 threads=self.options.threads,
                 optimization="disable",
-                config={**SPIN_DURING_RUN, **self.options.session_config},
+                config={**spin_during_run(), **self.options.session_config},
                 in_node_order=True,
             )
         except Exception as exc:
