@@ -16,7 +16,6 @@ int16, chunk by chunk of the convolution while its sums are in cache (:class:`De
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 
@@ -359,16 +358,6 @@ class PairCorrection:
     Entries are sorted by ``(record, first spatial index)``, the way the convolution cuts its chunks.
     """
 
-    array: np.ndarray | None = None  #: the whole correction, when most outputs change (``from_dense``)
-
-    @classmethod
-    def from_dense(cls, array: np.ndarray) -> PairCorrection:
-        """A correction held whole: ``(N, M, *out)`` integers."""
-        found = cls.__new__(cls)
-        found.shape, found.rows, found.array = array.shape, array.shape[2], array
-        found.value = array.reshape(-1)
-        return found
-
     def __init__(self, shape: tuple[int, ...], index: tuple[np.ndarray, ...], value: np.ndarray):
         linear = np.ravel_multi_index(index, shape)
         unique, inverse = np.unique(linear, return_inverse=True)
@@ -388,11 +377,7 @@ class PairCorrection:
         return bool(self.value.size)
 
     def cast(self, dtype: type) -> None:
-        """Hold a whole correction in the sums' ``dtype`` (exact there: the caller's bound covers it), so
-        that each chunk adds it without a conversion."""
-        if self.array is not None and self.array.dtype != dtype:
-            self.array = self.array.astype(dtype)
-            self.value = self.array.reshape(-1)
+        """Nothing to convert: each chunk converts its few entries as it adds them."""
 
     def max_abs(self) -> int:
         """The largest ``|correction|`` of any output."""
@@ -400,8 +385,6 @@ class PairCorrection:
 
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
-        if self.array is not None:
-            return self.array.astype(np.int64)
         out = np.zeros(self.shape, np.int64)
         out[self.index] = self.value
         return out
@@ -409,10 +392,6 @@ class PairCorrection:
     def add_to(self, target: np.ndarray, n0: int, n1: int, o0: int, o1: int) -> None:
         """Add the entries of records ``n0:n1`` and first spatial indices ``o0:o1`` to ``target``,
         that chunk's ``(n1 - n0, M, o1 - o0, *out[1:])`` sums (or wider along the last axis)."""
-        if self.array is not None:
-            part = self.array[n0:n1, :, o0:o1]
-            target[(..., *(slice(0, size) for size in part.shape[3:]))] += part
-            return
         if o0 == 0 and o1 == self.rows:
             ranges = [(n0 * self.rows, n1 * self.rows)]
         else:
@@ -458,7 +437,6 @@ class _Geometry:
         out_spatial: tuple[int, ...],
     ):
         self.kernel, self.strides, self.dilations, self.out_spatial = kernel, strides, dilations, out_spatial
-        self.taps = list(itertools.product(*(range(k) for k in kernel)))
 
     def outputs(self, pixel: list[np.ndarray], tap: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """Output coordinates of ``pixel`` read through ``tap`` (flat tap index), and which exist."""
