@@ -86,6 +86,7 @@ def make_session(
     config: Mapping[str, object] | None = None,
     optimized_model_path: str | os.PathLike[str] | None = None,
     in_node_order: bool = False,
+    mem_pattern: bool = True,
 ) -> Any:
     """An ``onnxruntime.InferenceSession`` for ``model`` with the package's defaults.
 
@@ -100,6 +101,9 @@ def make_session(
         in_node_order: run the nodes in the order the graph lists them where dependencies allow
             (onnxruntime's priority-based order, ties by position) instead of its depth-first order,
             on onnxruntime :data:`PRIORITY_ORDER_SINCE` and later; before, the default order runs.
+        mem_pattern: onnxruntime's memory pattern (``SessionOptions.enable_mem_pattern``): after the
+            first run, one block holds every tensor of a run at a planned offset. Off, tensors come
+            from the arena as they are made and freed.
 
     Raises:
         Whatever onnxruntime raises for a model it cannot load; callers that report to the user turn
@@ -111,6 +115,7 @@ def make_session(
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION[optimization])
     options.intra_op_num_threads = threads
     options.log_severity_level = LOG_SEVERITY
+    options.enable_mem_pattern = mem_pattern
     if optimized_model_path is not None:
         options.optimized_model_filepath = os.fspath(optimized_model_path)
     if in_node_order and version_tuple(ort.__version__) >= PRIORITY_ORDER_SINCE:

@@ -377,7 +377,7 @@ def test_a_fixed_batch_is_stacked_only_where_the_last_record_matches_its_own_run
     assert y.metrics["mse"] == pytest.approx(4 * next(x for x in plain.layers if x.tensor == "t_in").metrics["mse"])
 
 
-def test_the_merged_session_spins_briefly_during_a_run_unless_told(zoo, monkeypatch):
+def test_the_merged_session_spins_briefly_during_a_run_unless_told_and_has_no_memory_pattern(zoo, monkeypatch):
     import onnxruntime as ort
 
     from pytest_qaccuracy.ort_session import BOUNDED_SPIN_SINCE, version_tuple
@@ -404,6 +404,8 @@ def test_the_merged_session_spins_briefly_during_a_run_unless_told(zoo, monkeypa
 
     keys = ("session.intra_op.allow_spinning", "session.intra_op.spin_duration_us", "session.force_spinning_stop")
     settings = [tuple(entry(r, k) for k in keys) for r in runners]
+    # and no memory pattern: tensors come from the arena as they are made and freed
+    assert [r._session.get_session_options().enable_mem_pattern for r in runners] == [False, False]
     if version_tuple(ort.__version__) >= BOUNDED_SPIN_SINCE:
         assert settings == [("1", "50", "1"), ("0", "50", "1")]
     else:  # no bounded spin: the threads sleep, as in every other session
