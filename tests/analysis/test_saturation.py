@@ -59,12 +59,18 @@ def _brute_force(x: np.ndarray, w: np.ndarray, pads: int) -> tuple[int, int, np.
     return sums[0].size * n, int(saturated.sum()), saturated.reshape(n, -1).sum(axis=1)
 
 
+@pytest.mark.parametrize("sums", ["numpy", "onnxruntime"])
 @pytest.mark.parametrize("way", ["sparse", "dense"])
 @pytest.mark.parametrize(("channels", "pads"), [(4, 1), (3, 0)])  # even: pairs within a tap; odd: across
-def test_counts_match_brute_force(tmp_path: Path, channels: int, pads: int, way: str, monkeypatch) -> None:
-    """Both ways of computing the correction count the same saturated pair sums (the dense way counts
-    while the convolution adds it, chunk by chunk)."""
-    from pytest_qaccuracy.backend.kernels import conv_pairs
+def test_counts_match_brute_force(
+    tmp_path: Path, channels: int, pads: int, way: str, sums: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways of computing the correction count the same saturated pair sums, with the exact sums
+    in numpy or in onnxruntime (``sums``: the dense correction is then made chunk by chunk)."""
+    from pytest_qaccuracy.backend.kernels import conv_ort, conv_pairs
+
+    if sums == "onnxruntime":  # every convolution's sums in onnxruntime
+        monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
 
     if way == "sparse":
         monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)

@@ -15,7 +15,7 @@ import pytest
 from backend_models import assert_same, node_model, ort_run, random_q
 
 from pytest_qaccuracy.backend import IntegerSession, parallel
-from pytest_qaccuracy.backend.kernels import conv_core, conv_ort
+from pytest_qaccuracy.backend.kernels import conv_core, conv_ort, conv_pairs
 
 f32 = np.float32
 
@@ -57,11 +57,17 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("scheme", ["onnxruntime-vnni", "onnxruntime-avx2", "tflite"])
+@pytest.mark.parametrize("scheme", ["onnxruntime-vnni", "onnxruntime-avx2", "onnxruntime-avx2 sparse", "tflite"])
 @pytest.mark.parametrize("case", CASES)
 def test_sums_in_onnxruntime_equal_the_numpy_paths(case: str, scheme: str, threads: int, monkeypatch) -> None:
-    """Every geometry, every preset (the AVX2 pair correction is added to onnxruntime's sums), one or
-    several threads: bit for bit the numpy paths' output."""
+    """Every geometry, every preset (the AVX2 pair correction is added to onnxruntime's sums; with
+    ``sparse``, found by the candidate search instead of evaluated densely), one or several threads:
+    bit for bit the numpy paths' output."""
+    scheme, _, way = scheme.partition(" ")
+    if way == "sparse":
+        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
+        monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
+        monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", 0)
     model, x = _model(case, np.random.default_rng(len(case)))
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     monkeypatch.setattr(conv_core, "MIN_PARALLEL_MACS", 0)
@@ -71,7 +77,7 @@ def test_sums_in_onnxruntime_equal_the_numpy_paths(case: str, scheme: str, threa
     monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
     got = IntegerSession(model, scheme=scheme, threads=threads).run(None, {"x": x})[0]
     assert calls, "onnxruntime's Conv was not used"
-    assert_same(got, want, f"{case} {scheme}")
+    assert_same(got, want, f"{case} {scheme} {way}")
     records = x.shape[0]
     assert len(calls) >= min(records, threads), "the records are shared between the threads"
 

@@ -298,20 +298,26 @@ def test_lowest_second_input_table_matches_brute_force() -> None:
         np.testing.assert_array_equal(got[p], want, err_msg=f"pair {p}")
 
 
+@pytest.mark.parametrize("way", ["dense", "sparse"])
 @pytest.mark.parametrize("c", [3, 8])  # pairs across taps, pairs within a tap
-def test_dense_correction_adds_the_same_in_any_chunks(monkeypatch, c: int) -> None:
-    """Whole-record chunks compute their part while the convolution runs, chunks of rows take theirs
-    from the whole correction: both add, chunk by chunk, what the oracle's pair sums change; the
-    correction's bound holds."""
+def test_a_correction_adds_the_same_in_any_chunks(monkeypatch, c: int, way: str) -> None:
+    """The dense correction: whole-record chunks compute their part while the convolution runs, chunks
+    of rows take theirs from the whole correction; the sparse one is found up front. Either way each
+    chunk adds what the oracle's pair sums change, and the correction's bound holds."""
     from pytest_qaccuracy.backend.kernels import conv_pairs
 
-    monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
+    if way == "dense":
+        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
+    else:
+        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
+        monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
+        monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", 0)
     rng = np.random.default_rng(c)
     x = rng.integers(150, 256, (5, c, 7, 6)).astype(np.uint8)
     w = _heavy_weights(rng, (4, c, 3, 3))
     pads, strides = [1, 0, 1, 1], (1, 2)
     found = conv_pairs.pair_corrections(x, 140, w, 1, pads, strides, (1, 1), (7, 3))
-    assert isinstance(found, conv_pairs.DenseCorrection)
+    assert isinstance(found, conv_pairs.DenseCorrection if way == "dense" else conv_pairs.PairCorrection)
     saturating = _oracle_conv(x, 140, w, pads, strides, (1, 1), 1)
     attrs = {"pads": pads, "strides": list(strides)}
     exact, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, get_scheme("onnxruntime-vnni"))
