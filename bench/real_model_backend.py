@@ -90,7 +90,10 @@ def main() -> None:
     if not args.model.exists():
         sys.exit(f"{args.model}: not found; build the corpus first: python scripts/build_corpus.py")
     folder = args.model.parent
-    data = args.data or next(p for p in (folder / "calib.h5", folder / "calib") if p.exists())
+    layouts = [folder / name for name in ("calib.h5", "calib.npz", "calib")]  # the corpus writes one of them
+    data = args.data or next((p for p in layouts if p.exists()), None)
+    if data is None:
+        sys.exit(f"{folder}: no calibration data ({', '.join(p.name for p in layouts)}); pass --data")
 
     import onnxruntime as ort
 
