@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from pair_ways import force_way
 
 from pytest_qaccuracy.analysis.saturation import measure_saturation
 from pytest_qaccuracy.cli import main
@@ -67,23 +68,12 @@ def test_counts_match_brute_force(
 ) -> None:
     """Both ways of computing the correction count the same saturated pair sums, with the exact sums
     in numpy or in onnxruntime (``sums``: the dense correction is then made chunk by chunk)."""
-    from pytest_qaccuracy.backend.kernels import conv_ort, conv_pairs
+    from pytest_qaccuracy.backend.kernels import conv_ort
 
     if sums == "onnxruntime":  # every convolution's sums in onnxruntime
         monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
 
-    if way == "sparse":
-        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
-        monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
-        monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", 0)
-    else:
-        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
-    taken = []
-    for name in ("_dense", "_sparse"):
-        real = getattr(conv_pairs, name)
-        monkeypatch.setattr(
-            conv_pairs, name, lambda *a, _real=real, _name=name, **k: (taken.append(_name), _real(*a, **k))[1]
-        )
+    taken = force_way(monkeypatch, way)
     rng = np.random.default_rng(channels)
     sign = rng.choice([-1, 1], size=(5, 1, 1, 1))
     w = np.clip(sign * rng.integers(30, 129, size=(5, channels, 3, 3)), -128, 127).astype(np.int8)

@@ -13,9 +13,10 @@ import itertools
 import numpy as np
 import pytest
 from backend_models import assert_same, node_model, ort_run, random_q
+from pair_ways import force_way
 
 from pytest_qaccuracy.backend import IntegerSession, parallel
-from pytest_qaccuracy.backend.kernels import conv_core, conv_ort, conv_pairs
+from pytest_qaccuracy.backend.kernels import conv_core, conv_ort
 
 f32 = np.float32
 
@@ -64,10 +65,8 @@ def test_sums_in_onnxruntime_equal_the_numpy_paths(case: str, scheme: str, threa
     ``sparse``, found by the candidate search instead of evaluated densely), one or several threads:
     bit for bit the numpy paths' output."""
     scheme, _, way = scheme.partition(" ")
-    if way == "sparse":
-        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
-        monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
-        monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", 0)
+    if way:
+        force_way(monkeypatch, way)
     model, x = _model(case, np.random.default_rng(len(case)))
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     monkeypatch.setattr(conv_core, "MIN_PARALLEL_MACS", 0)

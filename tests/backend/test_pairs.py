@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 import pytest
+from pair_ways import force_way
 
 from pytest_qaccuracy.backend import arith, get_scheme, host, pairs
 from pytest_qaccuracy.backend.kernels.conv import conv_integer_acc
@@ -254,20 +255,7 @@ def test_convolution_read_unpadded_matches_the_pair_oracle(x_zp: int) -> None:
 def test_dense_and_sparse_corrections_match_the_pair_oracle(monkeypatch, way, c, group, pads, strides) -> None:
     """Inputs high on heavy weights saturate at most outputs (an image stem): the correction is then computed
     densely from im2col columns; both ways give the oracle's sums."""
-    from pytest_qaccuracy.backend.kernels import conv_pairs
-
-    if way == "sparse":  # never dense: no small-layer shortcut, and a sampled hit costs nothing
-        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
-        monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
-        monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", 0)
-    else:
-        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
-    taken = []
-    for name in ("_dense", "_sparse"):
-        real = getattr(conv_pairs, name)
-        monkeypatch.setattr(
-            conv_pairs, name, lambda *a, _real=real, _name=name, **k: (taken.append(_name), _real(*a, **k))[1]
-        )
+    taken = force_way(monkeypatch, way)
     rng = np.random.default_rng(c + group)
     x = rng.integers(150, 256, (5, c, 6, 7)).astype(np.uint8)
     w = _heavy_weights(rng, (4, c // group, 3, 3))
@@ -306,12 +294,7 @@ def test_a_correction_adds_the_same_in_any_chunks(monkeypatch, c: int, way: str)
     chunk adds what the oracle's pair sums change, and the correction's bound holds."""
     from pytest_qaccuracy.backend.kernels import conv_pairs
 
-    if way == "dense":
-        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
-    else:
-        monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
-        monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
-        monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", 0)
+    force_way(monkeypatch, way)
     rng = np.random.default_rng(c)
     x = rng.integers(150, 256, (5, c, 7, 6)).astype(np.uint8)
     w = _heavy_weights(rng, (4, c, 3, 3))
