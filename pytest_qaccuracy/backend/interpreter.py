@@ -97,7 +97,7 @@ class IntegerSession:
         self.scheme = get_scheme(scheme)
         graph = self.model.graph
         self.opsets = {normalize_domain(o.domain): o.version for o in self.model.opset_import}
-        self.constants = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+        self.constants = {i.name: _read_only(onnx.numpy_helper.to_array(i)) for i in graph.initializer}
         self.types = tensor_types(self.model)
         self._steps = steps_from_graph(graph)
         self._graph_outputs = [o.name for o in graph.output]
@@ -401,5 +401,13 @@ def _arg(value: onnx.ValueInfoProto) -> TensorArg:
 
 
 _ORT_TYPE_NAMES = {"float": "float", "double": "double"}
+
+
+def _read_only(value: np.ndarray) -> np.ndarray:
+    """A session's constant, made read-only: kernels never write into one, and caches keyed on a
+    constant (such as the pair bounds of a MatMul's weights) may rely on its values staying put."""
+    value.flags.writeable = False
+    return value
+
 
 __all__ = ["IntegerSession", "KernelError", "PlanStep", "TensorArg", "TensorCallback", "UnsupportedOpError"]

@@ -324,8 +324,11 @@ def saturating_matmul_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray | N
     source = w  # a session's constant, or the constant array a view of it reads
     while isinstance(source.base, np.ndarray):
         source = source.base
-    key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.str)
-    bounds = pair_bounds(source, key, lambda: w)  # made once per weight matrix of a session
+    if source.flags.writeable:  # not known to be constant (an activation): its values may change
+        bounds = PairBounds(w)
+    else:  # made once per weight matrix of a session (its constants are read-only)
+        key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.str)
+        bounds = pair_bounds(source, key, lambda: w)
     found = bounds.risky(a2.max(axis=0, initial=0))  # each input column's own bound
     rows, cols, values = corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), a2.shape[0])
     if counter is not None:  # rows of a record: the leading axis is the batch

@@ -324,6 +324,7 @@ def test_matmul_weight_bounds_are_made_once_per_weight(monkeypatch) -> None:
     monkeypatch.setattr(pairs.PairBounds, "__init__", lambda self, w: (made.append(w.shape), real(self, w))[1])
     rng = np.random.default_rng(2)
     constant = _heavy_weights(rng, (6, 40))  # (N, K): used transposed
+    constant.flags.writeable = False  # as a session holds its constants
     a = rng.integers(150, 256, (3, 40)).astype(np.uint8)
     first = pairs.saturating_matmul_correction(a, constant.T)
     again = pairs.saturating_matmul_correction(a, constant.T)  # a new view of the same constant
@@ -333,3 +334,15 @@ def test_matmul_weight_bounds_are_made_once_per_weight(monkeypatch) -> None:
     np.testing.assert_array_equal(first, want)
     pairs.saturating_matmul_correction(a, constant[:, ::-1].T)  # another view: other values
     assert len(made) == 2
+
+
+def test_matmul_bounds_of_a_writable_operand_are_never_kept() -> None:
+    """An operand that is not read-only (an activation) may hold other values at the same address
+    later: its bounds are made for each call, so changed values give the right correction."""
+    rng = np.random.default_rng(4)
+    w = _heavy_weights(rng, (5, 32)).T.copy()  # (K, N), writable
+    a = rng.integers(200, 256, (2, 32)).astype(np.uint8)
+    before = pairs.saturating_matmul_correction(a, w)
+    np.testing.assert_array_equal(before, _oracle_matmul(a, 0, w, 0) - a.astype(np.int64) @ w.astype(np.int64))
+    w[...] = np.where(w > 0, 1, -1)  # the same array, now unable to saturate
+    assert pairs.saturating_matmul_correction(a, w) is None
