@@ -173,7 +173,11 @@ _BOUNDS_LOCK = threading.Lock()
 
 def pair_bounds(source: np.ndarray, key: Hashable, make: Callable[[], np.ndarray]) -> PairBounds:
     """The :class:`PairBounds` of ``make()``, a matrix derived from the weight array ``source``, kept
-    while ``source`` lives: a session passes the same weight arrays on every run."""
+    while ``source`` lives: a session passes the same weight arrays on every run. Only a read-only
+    ``source`` (a session's constant) is kept: another array may hold other values at the same
+    address later (an activation), so its bounds are made for each call."""
+    if source.flags.writeable:
+        return PairBounds(make())
     slot = (id(source), key)
     with _BOUNDS_LOCK:
         found = _BOUNDS.get(slot)
@@ -324,11 +328,8 @@ def saturating_matmul_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray | N
     source = w  # a session's constant, or the constant array a view of it reads
     while isinstance(source.base, np.ndarray):
         source = source.base
-    if source.flags.writeable:  # not known to be constant (an activation): its values may change
-        bounds = PairBounds(w)
-    else:  # made once per weight matrix of a session (its constants are read-only)
-        key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.str)
-        bounds = pair_bounds(source, key, lambda: w)
+    key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.str)
+    bounds = pair_bounds(source, key, lambda: w)  # made once per weight matrix of a session
     found = bounds.risky(a2.max(axis=0, initial=0))  # each input column's own bound
     rows, cols, values = corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), a2.shape[0])
     if counter is not None:  # rows of a record: the leading axis is the batch
