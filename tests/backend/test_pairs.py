@@ -346,3 +346,37 @@ def test_matmul_bounds_of_a_writable_operand_are_never_kept() -> None:
     np.testing.assert_array_equal(before, _oracle_matmul(a, 0, w, 0) - a.astype(np.int64) @ w.astype(np.int64))
     w[...] = np.where(w > 0, 1, -1)  # the same array, now unable to saturate
     assert pairs.saturating_matmul_correction(a, w) is None
+
+
+def _oracle_conv_nd(x, x_zp, w, pads, strides, dilations) -> np.ndarray:
+    """Pair sums of a group-1 convolution of any rank, one output at a time, in (tap, channel) order."""
+    d = x.ndim - 2
+    m, c, kernel = w.shape[0], x.shape[1], w.shape[2:]
+    xp = np.pad(x.astype(np.int64), [(0, 0), (0, 0)] + [(pads[i], pads[d + i]) for i in range(d)], constant_values=x_zp)
+    out_spatial = [(xp.shape[2 + i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1 for i in range(d)]
+    out = np.zeros((x.shape[0], m, *out_spatial), np.int64)
+    for r, o, *pos in itertools.product(range(x.shape[0]), range(m), *(range(s) for s in out_spatial)):
+        window, weights = [], []
+        for tap in itertools.product(*(range(k) for k in kernel)):
+            at = tuple(p * s + t * dil for p, s, t, dil in zip(pos, strides, tap, dilations, strict=True))
+            for ch in range(c):
+                window.append(int(xp[(r, ch, *at)]))
+                weights.append(int(w[(o, ch, *tap)]))
+        out[(r, o, *pos)] = _pair_dot(window, weights) - x_zp * sum(weights)
+    return out
+
+
+@pytest.mark.parametrize("way", ["dense", "sparse"])
+@pytest.mark.parametrize(("spatial", "kernel", "c"), [((9,), (3,), 4), ((9,), (3,), 3), ((4, 5, 4), (2, 3, 2), 4)])
+def test_one_and_three_dimensional_convolutions_match_the_pair_oracle(monkeypatch, way, spatial, kernel, c) -> None:
+    """The correction's im2col windows and candidate test hold for 1-D and 3-D convolutions too, with
+    pairs within a tap (4 channels) and across taps (3), padded and strided."""
+    force_way(monkeypatch, way)
+    rng = np.random.default_rng(len(spatial) * 10 + c)
+    x = rng.integers(150, 256, (5, c, *spatial)).astype(np.uint8)
+    w = _heavy_weights(rng, (3, c, *kernel))
+    d = len(spatial)
+    pads, strides, dilations = [1] * (2 * d), [2] + [1] * (d - 1), [1] * d
+    attrs = {"pads": pads, "strides": strides, "dilations": dilations, "group": 1}
+    got, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, AVX2)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), _oracle_conv_nd(x, 140, w, pads, strides, dilations))
