@@ -192,11 +192,16 @@ def test_recorded_avx2_goldens_with_sums_from_onnxruntime(name: str, monkeypatch
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
-def test_a_forked_child_builds_its_own_sessions(monkeypatch) -> None:
+@pytest.mark.parametrize("case", ["dense-3x3", "one-record"])  # one record: sessions with intra-op threads
+def test_a_forked_child_builds_its_own_sessions(monkeypatch, case: str) -> None:
+    """The child gets the same output from sessions of its own, and does not hang: the parent's
+    sessions are never destroyed there (one with intra-op threads waited in its destructor for the
+    parent's threads, which a fork leaves behind)."""
     import os
+    import select
 
     monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
-    model, x = _model("dense-3x3", np.random.default_rng(5))
+    model, x = _model(case, np.random.default_rng(5))
     session = IntegerSession(model, threads=2)
     want = session.run(None, {"x": x})[0]
     assert conv_ort._SESSIONS
@@ -207,6 +212,9 @@ def test_a_forked_child_builds_its_own_sessions(monkeypatch) -> None:
         os.write(write, b"1" if ok else b"0")
         os._exit(0)
     os.close(write)
-    answer = os.read(read, 1)
+    ready, _, _ = select.select([read], [], [], 60)
+    if not ready:
+        os.kill(pid, 9)
+    answer = os.read(read, 1) if ready else b""
     os.waitpid(pid, 0)
-    assert answer == b"1"
+    assert answer == b"1", "the forked child hung" if not ready else "the forked child's output differs"

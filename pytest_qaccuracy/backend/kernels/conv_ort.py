@@ -98,8 +98,17 @@ def session_for(source: np.ndarray, key: Hashable, build: Any, threads: int) -> 
     return session
 
 
+#: the parent's sessions, in a forked child: kept, never destroyed there. A session with intra-op
+#: threads waits in its destructor for those threads, which the fork left behind in the parent, so
+#: destroying one hung the child for good.
+_ABANDONED: list[Any] = []
+
+
 def _forget_in_child() -> None:
     """A forked child builds its own sessions: a parent's intra-op threads do not survive a fork."""
+    global _LOCK
+    _LOCK = threading.Lock()  # another thread of the parent may have held it at the fork
+    _ABANDONED.extend(session for _, session in _SESSIONS.values())
     _SESSIONS.clear()
 
 
