@@ -95,8 +95,6 @@ def conv_integer_acc(
             bound += correction_max
     dtype = np.float32 if bound < 2.0**24 else np.float64
     limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
-    if correction is not None:
-        correction.cast(dtype)
     requantizer = requantizer_for(bound, dtype) if requantizer_for else None
     offset, padding, sums_bound, added = x_zp, 0, bound, None
     # onnxruntime's float32 Conv sums exactly under the bound; the zero point is then subtracted, not folded

@@ -189,13 +189,7 @@ def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int)
     """Every risky pair evaluated at every output from im2col columns, chunk by chunk of the convolution."""
     if pairs.counter is not None:
         pairs.count(total, np.zeros(0, np.int64))
-    return DenseCorrection(layer, [(g, _dense_plan(risky, layer.row_max(g))) for g, risky in found])
-
-
-def _dense_plan(risky: pairs.RiskyPairs, row_max: np.ndarray) -> _DensePlan:
-    """How :func:`_dense_records` walks the risky entries of one group (``row_max``: the largest
-    input of each im2col row)."""
-    return _DensePlan(risky, row_max)
+    return DenseCorrection(layer, [(g, _DensePlan(risky, layer.row_max(g))) for g, risky in found])
 
 
 class _DensePlan:
@@ -285,20 +279,18 @@ def _sum_runs(rows: np.ndarray, first: np.ndarray) -> np.ndarray:
 
 
 def _dense_records(
-    layer: _Layer, groups: list[tuple[int, _DensePlan]], n0: int, n1: int, count: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The dense correction of records ``n0:n1``: the output channels it changes (ascending), their
-    int32 sums ``(channels, n1 - n0, positions)``, and each record's saturated pair sums (zeros unless
-    ``count``). Sums gather per channel in one array laid out channel-first, so each block adds whole
-    contiguous rows."""
+    layer: _Layer, groups: list[tuple[int, _DensePlan, np.ndarray]], channels: int, n0: int, n1: int, count: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The dense correction of records ``n0:n1``: int32 sums ``(channels, n1 - n0, positions)`` of the
+    output channels it changes (each group's entries name their row, ``slot``), and each record's
+    saturated pair sums (zeros unless ``count``). Sums gather per channel in one array laid out
+    channel-first, so each block adds whole contiguous rows."""
     positions = math.prod(layer.geometry.out_spatial)
-    channels = np.unique(np.concatenate([g * layer.mg + plan.column for g, plan in groups]))
-    shape = (channels.size, n1 - n0, positions)
+    shape = (channels, n1 - n0, positions)
     acc = parallel.scratch(math.prod(shape), np.int32, "pairs sums").reshape(shape)  # no page faults per chunk
     acc.fill(0)
     saturated = np.zeros(n1 - n0, np.int64)
-    for g, plan in groups:
-        slot = np.searchsorted(channels, g * layer.mg + plan.column)  # each entry's row of ``acc``
+    for g, plan, slot in groups:
         step = max(1, COLUMN_BLOCK // (positions * plan.needed.size))  # records per im2col block
         sub = max(1, DENSE_BLOCK // (positions * min(len(plan), MIN_SPAN)))  # records per evaluated block
         for c0 in range(n0, n1, step):
@@ -315,7 +307,7 @@ def _dense_records(
                     if count:
                         counts = np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
                         saturated[r0 - n0 : r1 - n0] += counts
-    return channels, acc, saturated
+    return acc, saturated
 
 
 class DenseCorrection:
@@ -326,6 +318,9 @@ class DenseCorrection:
 
     def __init__(self, layer: _Layer, groups: list[tuple[int, _DensePlan]]):
         self.layer, self.groups = layer, groups
+        #: the output channels the correction changes (ascending), and each entry's row among them
+        self.channels = np.unique(np.concatenate([g * layer.mg + plan.column for g, plan in groups]))
+        self._slotted = [(g, plan, np.searchsorted(self.channels, g * layer.mg + plan.column)) for g, plan in groups]
         self.shape = (layer.x.shape[0], layer.m, *layer.geometry.out_spatial)
         self._whole: tuple[np.ndarray, np.ndarray] | None = None
         self._lock = threading.Lock()
@@ -333,15 +328,15 @@ class DenseCorrection:
     def __bool__(self) -> bool:
         return True
 
+    def _sums(self, n0: int, n1: int, count: bool) -> tuple[np.ndarray, np.ndarray]:
+        return _dense_records(self.layer, self._slotted, self.channels.size, n0, n1, count)
+
     def max_abs(self) -> int:
         """A bound on any output's ``|correction|``, from the weights and each input channel's largest value."""
         bound = np.zeros(self.layer.m, np.int64)
         for g, plan in self.groups:
             np.add.at(bound, g * self.layer.mg + plan.column, plan.largest_change)
         return int(bound.max(initial=0))
-
-    def cast(self, dtype: type) -> None:
-        """Nothing to convert: each block's sums are converted as they are added."""
 
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
@@ -353,8 +348,8 @@ class DenseCorrection:
             if self._whole is None:
                 n, m = self.shape[:2]
                 whole = np.zeros((n, m, math.prod(self.shape[2:])), np.int32)
-                channels, acc, saturated = _dense_records(self.layer, self.groups, 0, n, count=True)
-                whole[:, channels] = acc.transpose(1, 0, 2)
+                acc, saturated = self._sums(0, n, count=True)
+                whole[:, self.channels] = acc.transpose(1, 0, 2)
                 self._whole = whole.reshape(self.shape), saturated
             return self._whole
 
@@ -370,14 +365,14 @@ class DenseCorrection:
                 pairs.count(0, np.repeat(np.arange(n0, n1), saturated[n0:n1]))
             return
         view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]
-        channels, acc, saturated = _dense_records(self.layer, self.groups, n0, n1, count=pairs.counter is not None)
+        acc, saturated = self._sums(n0, n1, count=pairs.counter is not None)
         block = parallel.scratch(acc.size, view.dtype, "pairs block").reshape(acc.shape)
         np.copyto(block, acc, casting="unsafe")  # exact: the sums are integers under the sums' bound
-        block = block.reshape(channels.size, n1 - n0, *out).swapaxes(0, 1)
-        if channels.size == self.shape[1]:
+        block = block.reshape(self.channels.size, n1 - n0, *out).swapaxes(0, 1)
+        if self.channels.size == self.shape[1]:
             view += block
         else:
-            view[:, channels] += block
+            view[:, self.channels] += block
         pairs.count(0, np.repeat(np.arange(n0, n1), saturated))
 
 
@@ -404,9 +399,6 @@ class PairCorrection:
 
     def __bool__(self) -> bool:
         return bool(self.value.size)
-
-    def cast(self, dtype: type) -> None:
-        """Nothing to convert: each chunk converts its few entries as it adds them."""
 
     def max_abs(self) -> int:
         """The largest ``|correction|`` of any output."""
