@@ -380,3 +380,44 @@ def test_one_and_three_dimensional_convolutions_match_the_pair_oracle(monkeypatc
     attrs = {"pads": pads, "strides": strides, "dilations": dilations, "group": 1}
     got, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, AVX2)
     np.testing.assert_array_equal(np.asarray(got, np.int64), _oracle_conv_nd(x, 140, w, pads, strides, dilations))
+
+
+def test_the_pairs_found_are_reused_only_for_bounds_no_larger() -> None:
+    """A weight's last search is given again while no input bound grows (its pairs then cover every
+    pair that may saturate); a larger bound anywhere searches again, as a fresh search would find."""
+    rng = np.random.default_rng(12)
+    w = rng.integers(-128, 128, (64, 40)).astype(np.int8)
+    bounds = pairs.PairBounds(w)
+    high = rng.integers(150, 256, 64)
+    first = bounds.risky(high)
+    assert bounds.risky(high) is first
+    assert bounds.risky(high - 40) is first  # lower everywhere: the same (superset of the) pairs
+    assert not first.first.flags.writeable  # handed out again: nobody may change it
+    raised = high.copy()
+    raised[7] = 255 if high[7] < 255 else 254
+    raised[6] = 255
+    again = bounds.risky(raised)
+    fresh = pairs.risky_pairs(w, raised)
+    for got, want in zip(
+        (again.first, again.column, again.w_first, again.w_second),
+        (fresh.first, fresh.column, fresh.w_first, fresh.w_second),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("way", ["dense", "sparse"])
+def test_runs_with_growing_and_shrinking_inputs_match_the_pair_oracle(monkeypatch, way) -> None:
+    """One read-only weight (a session's constant) over batches whose channel maxima rise, fall and rise
+    again: each run's correction is the oracle's, whether it searched anew or reused the last pairs."""
+    taken = force_way(monkeypatch, way)
+    rng = np.random.default_rng(21)
+    w = _heavy_weights(rng, (6, 8, 3, 3))
+    w.flags.writeable = False
+    attrs = {"pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [1, 1], "group": 1}
+    for low, high in ((90, 160), (150, 256), (60, 130), (200, 256)):
+        x = rng.integers(low, high, (4, 8, 5, 6)).astype(np.uint8)
+        got, _, _ = conv_integer_acc(x, np.uint8(70), w, np.int8(0), attrs, AVX2)
+        want = _oracle_conv(x, 70, w, [1, 1, 1, 1], (1, 1), (1, 1), 1)
+        np.testing.assert_array_equal(np.asarray(got, np.int64), want, err_msg=f"inputs in [{low}, {high})")
+    assert f"_{way}" in taken

@@ -189,7 +189,7 @@ def _dense(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int)
     """Every risky pair evaluated at every output from im2col columns, chunk by chunk of the convolution."""
     if pairs.counter is not None:
         pairs.count(total, np.zeros(0, np.int64))
-    return DenseCorrection(layer, [(g, _DensePlan(risky, layer.row_max(g))) for g, risky in found])
+    return DenseCorrection(layer, _DenseLayout.of(found, layer.mg))
 
 
 class _DensePlan:
@@ -203,20 +203,23 @@ class _DensePlan:
     with vector adds (:func:`_sum_runs`).
     """
 
-    def __init__(self, risky: pairs.RiskyPairs, row_max: np.ndarray):
+    def __init__(self, risky: pairs.RiskyPairs):
         self.needed = np.unique(np.concatenate([risky.first, risky.first + 1]))
         negative = risky.w_second < 0
         order = np.argsort(negative, kind="stable")  # entries come sorted by column: keep that within a sign
         self.split = int(np.count_nonzero(~negative))  # positive entries first
         self.column = risky.column[order]
-        self.row_first = np.searchsorted(self.needed, risky.first[order])
-        self.row_second = np.searchsorted(self.needed, risky.first[order] + 1)
+        self.first = risky.first[order]
+        self.row_first = np.searchsorted(self.needed, self.first)
+        self.row_second = np.searchsorted(self.needed, self.first + 1)
         self.w_first = risky.w_first[order].astype(np.int16)[:, None]
         self.minus_second = (-risky.w_second[order]).astype(np.int16)[:, None]
-        # the most each entry can change one output, from the largest input of each of its two rows
-        reach = row_max[risky.first[order]] * risky.w_first[order].astype(np.int64)
-        reach += row_max[risky.first[order] + 1] * risky.w_second[order].astype(np.int64)
-        self.largest_change = np.maximum(np.maximum(reach - pairs.INT16_MAX, pairs.INT16_MIN - reach), 0)
+
+    def largest_change(self, row_max: np.ndarray) -> np.ndarray:
+        """The most each entry can change one output, from the largest input of each of its two rows."""
+        reach = row_max[self.first] * self.w_first[:, 0].astype(np.int64)
+        reach -= row_max[self.first + 1] * self.minus_second[:, 0].astype(np.int64)
+        return np.maximum(np.maximum(reach - pairs.INT16_MAX, pairs.INT16_MIN - reach), 0)
 
     def __len__(self) -> int:
         return int(self.column.size)
@@ -278,19 +281,17 @@ def _sum_runs(rows: np.ndarray, first: np.ndarray) -> np.ndarray:
     return out
 
 
-def _dense_records(
-    layer: _Layer, groups: list[tuple[int, _DensePlan, np.ndarray]], channels: int, n0: int, n1: int, count: bool
-) -> tuple[np.ndarray, np.ndarray]:
+def _dense_records(layer: _Layer, layout: _DenseLayout, n0: int, n1: int, count: bool) -> tuple[np.ndarray, np.ndarray]:
     """The dense correction of records ``n0:n1``: int32 sums ``(channels, n1 - n0, positions)`` of the
-    output channels it changes (each group's entries name their row, ``slot``), and each record's
-    saturated pair sums (zeros unless ``count``). Sums gather per channel in one array laid out
-    channel-first, so each block adds whole contiguous rows."""
+    output channels it changes (``layout.channels``), and each record's saturated pair sums (zeros
+    unless ``count``). Sums gather per channel in one array laid out channel-first, so each block adds
+    whole contiguous rows."""
     positions = math.prod(layer.geometry.out_spatial)
-    shape = (channels, n1 - n0, positions)
+    shape = (layout.channels.size, n1 - n0, positions)
     acc = parallel.scratch(math.prod(shape), np.int32, "pairs sums").reshape(shape)  # no page faults per chunk
     acc.fill(0)
     saturated = np.zeros(n1 - n0, np.int64)
-    for g, plan, slot in groups:
+    for index, (g, plan, _) in enumerate(layout.groups):
         step = max(1, COLUMN_BLOCK // (positions * plan.needed.size))  # records per im2col block
         sub = max(1, DENSE_BLOCK // (positions * min(len(plan), MIN_SPAN)))  # records per evaluated block
         for c0 in range(n0, n1, step):
@@ -299,15 +300,50 @@ def _dense_records(
             for r0 in range(c0, c1, sub):
                 r1 = min(c1, r0 + sub)
                 part = columns[:, (r0 - c0) * positions : (r1 - c0) * positions]
-                for e, positive in plan.blocks(max(1, DENSE_BLOCK // part.shape[1])):
+                for e, positive, rows, first in layout.blocks(index, max(1, DENSE_BLOCK // part.shape[1])):
                     change = plan.changes(part, e, positive)
-                    rows, first = np.unique(slot[e], return_index=True)
-                    summed = change if rows.size == change.shape[0] else _sum_runs(change, first)  # one entry each
+                    summed = change if first is None else _sum_runs(change, first)  # None: one entry per row
                     acc[rows, r0 - n0 : r1 - n0] += summed.reshape(rows.size, r1 - r0, positions)
                     if count:
                         counts = np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
                         saturated[r0 - n0 : r1 - n0] += counts
     return acc, saturated
+
+
+class _DenseLayout:
+    """What a layer's dense correction takes from its risky pairs alone: each group's plan, the output
+    channels it changes (ascending) with each entry's row among them, and each block's rows. Made once
+    per set of risky pairs (kept in their memo): a session's later runs mostly find the same pairs."""
+
+    def __init__(self, found: list[tuple[int, pairs.RiskyPairs]], mg: int):
+        self.sources = [risky for _, risky in found]
+        plans = [(g, _DensePlan(risky)) for g, risky in found]
+        self.channels = np.unique(np.concatenate([g * mg + plan.column for g, plan in plans]))
+        self.groups = [(g, plan, np.searchsorted(self.channels, g * mg + plan.column)) for g, plan in plans]
+        self._blocks: dict[tuple[int, int], list[tuple[slice, bool, np.ndarray, np.ndarray | None]]] = {}
+
+    @classmethod
+    def of(cls, found: list[tuple[int, pairs.RiskyPairs]], mg: int) -> _DenseLayout:
+        key = ("dense", mg, tuple(g for g, _ in found))
+        memo = found[0][1].memo
+        layout = memo.get(key)
+        if layout is None or any(a is not b for a, (_, b) in zip(layout.sources, found, strict=True)):
+            layout = memo[key] = cls(found, mg)  # one assignment: threads may build it twice, never half
+        return layout
+
+    def blocks(self, index: int, span: int) -> list[tuple[slice, bool, np.ndarray, np.ndarray | None]]:
+        """Group ``index``'s entry blocks of at most ``span`` entries: ``(entries, positive, rows, first)``,
+        the rows they add to and where each row's run starts (None: one entry per row)."""
+        key = (index, span)
+        found = self._blocks.get(key)
+        if found is None:
+            _, plan, slot = self.groups[index]
+            found = []
+            for e, positive in plan.blocks(span):
+                rows, first = np.unique(slot[e], return_index=True)
+                found.append((e, positive, rows, None if rows.size == e.stop - e.start else first))
+            self._blocks[key] = found
+        return found
 
 
 class DenseCorrection:
@@ -316,11 +352,9 @@ class DenseCorrection:
     whole output is made, zeroed, scanned and added. Chunks that split records (row paths) take their
     part of the whole correction, made once."""
 
-    def __init__(self, layer: _Layer, groups: list[tuple[int, _DensePlan]]):
-        self.layer, self.groups = layer, groups
-        #: the output channels the correction changes (ascending), and each entry's row among them
-        self.channels = np.unique(np.concatenate([g * layer.mg + plan.column for g, plan in groups]))
-        self._slotted = [(g, plan, np.searchsorted(self.channels, g * layer.mg + plan.column)) for g, plan in groups]
+    def __init__(self, layer: _Layer, layout: _DenseLayout):
+        self.layer, self.layout = layer, layout
+        self.channels = layout.channels  #: the output channels the correction changes (ascending)
         self.shape = (layer.x.shape[0], layer.m, *layer.geometry.out_spatial)
         self._whole: tuple[np.ndarray, np.ndarray] | None = None
         self._lock = threading.Lock()
@@ -329,13 +363,13 @@ class DenseCorrection:
         return True
 
     def _sums(self, n0: int, n1: int, count: bool) -> tuple[np.ndarray, np.ndarray]:
-        return _dense_records(self.layer, self._slotted, self.channels.size, n0, n1, count)
+        return _dense_records(self.layer, self.layout, n0, n1, count)
 
     def max_abs(self) -> int:
         """A bound on any output's ``|correction|``, from the weights and each input channel's largest value."""
         bound = np.zeros(self.layer.m, np.int64)
-        for g, plan in self.groups:
-            np.add.at(bound, g * self.layer.mg + plan.column, plan.largest_change)
+        for g, plan, _ in self.layout.groups:
+            np.add.at(bound, g * self.layer.mg + plan.column, plan.largest_change(self.layer.row_max(g)))
         return int(bound.max(initial=0))
 
     def dense(self) -> np.ndarray:
