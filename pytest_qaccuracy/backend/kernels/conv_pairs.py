@@ -62,7 +62,7 @@ def pair_corrections(
     found = []
     for g in range(group):  # the weights' rows in onnxruntime's reduction order: (tap, channel), (K, Mg)
         bounds = pairs.pair_bounds(w, g, lambda g=g: per_group[g].transpose(2, 1, 0).reshape(taps * cg, mg))
-        found.append((g, bounds.risky(np.tile(channel_max[g * cg : (g + 1) * cg], taps))))
+        found.append((g, bounds.risky(channel_max[g * cg : (g + 1) * cg], repeat=taps)))
     found = [(g, p) for g, p in found if len(p)]
     positions = math.prod(out_spatial)
     total = x.shape[0] * positions * ((taps * cg + 1) // 2) * m  # pair sums the convolution computes
@@ -291,12 +291,12 @@ def _dense_records(layer: _Layer, layout: _DenseLayout, n0: int, n1: int, count:
     acc = parallel.scratch(math.prod(shape), np.int32, "pairs sums").reshape(shape)  # no page faults per chunk
     acc.fill(0)
     saturated = np.zeros(n1 - n0, np.int64)
-    for index, (g, plan, _) in enumerate(layout.groups):
+    for index, (_, plan, _) in enumerate(layout.groups):
         step = max(1, COLUMN_BLOCK // (positions * plan.needed.size))  # records per im2col block
         sub = max(1, DENSE_BLOCK // (positions * min(len(plan), MIN_SPAN)))  # records per evaluated block
         for c0 in range(n0, n1, step):
             c1 = min(n1, c0 + step)
-            columns = _columns(layer, g, plan.needed, slice(c0, c1))  # (needed, rows)
+            columns = _columns(layer, layout.rows(index, layer), slice(c0, c1))  # (needed, rows)
             for r0 in range(c0, c1, sub):
                 r1 = min(c1, r0 + sub)
                 part = columns[:, (r0 - c0) * positions : (r1 - c0) * positions]
@@ -321,6 +321,7 @@ class _DenseLayout:
         self.channels = np.unique(np.concatenate([g * mg + plan.column for g, plan in plans]))
         self.groups = [(g, plan, np.searchsorted(self.channels, g * mg + plan.column)) for g, plan in plans]
         self._blocks: dict[tuple[int, int], list[tuple[slice, bool, np.ndarray, np.ndarray | None]]] = {}
+        self._rows: dict[int, _Rows] = {}
 
     @classmethod
     def of(cls, found: list[tuple[int, pairs.RiskyPairs]], mg: int) -> _DenseLayout:
@@ -330,6 +331,14 @@ class _DenseLayout:
         if layout is None or any(a is not b for a, (_, b) in zip(layout.sources, found, strict=True)):
             layout = memo[key] = cls(found, mg)  # one assignment: threads may build it twice, never half
         return layout
+
+    def rows(self, index: int, layer: _Layer) -> _Rows:
+        """Where group ``index``'s needed im2col rows read (the layer's weights fix the geometry)."""
+        found = self._rows.get(index)
+        if found is None:
+            g, plan, _ = self.groups[index]
+            found = self._rows[index] = _Rows(plan.needed, g, layer.cg, layer.geometry.kernel)
+        return found
 
     def blocks(self, index: int, span: int) -> list[tuple[slice, bool, np.ndarray, np.ndarray | None]]:
         """Group ``index``'s entry blocks of at most ``span`` entries: ``(entries, positive, rows, first)``,
@@ -599,7 +608,10 @@ def _add_crossing(out: _Correction, layer: _Layer, g: int, risky: pairs.RiskyPai
     """Pairs that cross from one tap to the next: their im2col columns are gathered (``pairs.corrections``)."""
     geometry, mg = layer.geometry, layer.mg
     positions = math.prod(geometry.out_spatial)
-    rows, cols, values = pairs.corrections(risky, lambda ks: _columns(layer, g, ks), layer.x.shape[0] * positions)
+    kernel = geometry.kernel
+    rows, cols, values = pairs.corrections(
+        risky, lambda ks: _columns(layer, _Rows(ks, g, layer.cg, kernel)), layer.x.shape[0] * positions
+    )
     record, position = np.divmod(rows, positions)
     pairs.count(0, record)
     if values.size:
@@ -607,14 +619,28 @@ def _add_crossing(out: _Correction, layer: _Layer, g: int, risky: pairs.RiskyPai
         out.add((record, g * mg + cols, *spatial), values)
 
 
-def _columns(layer: _Layer, g: int, ks: np.ndarray, records: slice = slice(None)) -> np.ndarray:
-    """im2col rows ``ks`` (``tap * cg + channel`` of group ``g``): ``(len(ks), records * out)``.
+class _Rows:
+    """Where im2col rows ``ks`` (``tap * cg + channel`` of group ``g``) read: the input channels they
+    use (ascending), each row's place among them and its tap's offset per spatial axis."""
+
+    def __init__(self, ks: np.ndarray, g: int, cg: int, kernel: tuple[int, ...]):
+        self.size = ks.size
+        tap, channel = np.divmod(ks, cg)
+        self.used, self.channel = np.unique(g * cg + channel, return_inverse=True)
+        self.offsets = np.unravel_index(tap, kernel)
+
+
+def _columns(layer: _Layer, rows: _Rows, records: slice = slice(None)) -> np.ndarray:
+    """The im2col ``rows`` of ``records``: ``(rows.size, records * out)``.
 
     One gather from a strided window view of the padded records (padding holds the input zero point,
-    as onnxruntime pads): a call per layer and block, not per tap.
+    as onnxruntime pads): a call per layer and block, not per tap. Only the channels the rows read
+    are padded (most layers' risky pairs read a few of them).
     """
-    geometry, cg = layer.geometry, layer.cg
-    xp = _padded(layer.x[records], layer.pads, layer.x_zp)  # only the block's records
+    geometry = layer.geometry
+    source = layer.x[records]
+    source = source[:, rows.used] if rows.used.size < source.shape[1] else source
+    xp = np.ascontiguousarray(_padded(source, layer.pads, layer.x_zp))
     d = xp.ndim - 2
     # (records, C, *out, *kernel): output o, tap t reads pixel o * stride + t * dilation
     step = xp.strides[2:]
@@ -624,11 +650,10 @@ def _columns(layer: _Layer, g: int, ks: np.ndarray, records: slice = slice(None)
         *(s * stride for s, stride in zip(step, geometry.strides, strict=True)),
         *(s * dil for s, dil in zip(step, geometry.dilations, strict=True)),
     )
-    windows = np.lib.stride_tricks.as_strided(xp, shape, strides, writeable=False)
-    tap_of, channel = np.divmod(ks, cg)
-    offsets = np.unravel_index(tap_of, geometry.kernel)
-    # the advanced indices are apart, so their axis comes first: (len(ks), records, *out)
-    return windows[(slice(None), g * cg + channel, *(slice(None),) * d, *offsets)].reshape(ks.size, -1)
+    # a window view (as numpy's as_strided makes it, at a tenth of its cost per call); only read
+    windows = np.ndarray(shape, xp.dtype, buffer=xp, strides=strides)
+    # the advanced indices are apart, so their axis comes first: (rows, records, *out)
+    return windows[(slice(None), rows.channel, *(slice(None),) * d, *rows.offsets)].reshape(rows.size, -1)
 
 
 def _spans(bounds: np.ndarray, budget: int) -> list[tuple[int, int]]:
