@@ -15,6 +15,8 @@ def force_way(monkeypatch: pytest.MonkeyPatch, way: str) -> list[str]:
         monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
         monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
         monkeypatch.setattr(conv_pairs, "SPARSE_HIT_COST", 0)
+        monkeypatch.setattr(conv_pairs, "SPARSE_FIXED", -1)
+        monkeypatch.setattr(conv_pairs, "SCAN_COST", 0)
     elif way == "dense":
         monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
     else:

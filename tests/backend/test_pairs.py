@@ -421,3 +421,28 @@ def test_runs_with_growing_and_shrinking_inputs_match_the_pair_oracle(monkeypatc
         want = _oracle_conv(x, 70, w, [1, 1, 1, 1], (1, 1), (1, 1), 1)
         np.testing.assert_array_equal(np.asarray(got, np.int64), want, err_msg=f"inputs in [{low}, {high})")
     assert f"_{way}" in taken
+
+
+def test_the_sampled_choice_of_way_is_kept_for_the_same_risky_pairs(monkeypatch) -> None:
+    """A layer whose way needs a sample run (of its first record) takes it once: later runs of the same
+    weight and input shape reuse the verdict while the risky pairs stay the same; new pairs (an input
+    bound grew) sample again. Every run gives the oracle's sums."""
+    from pytest_qaccuracy.backend.kernels import conv_pairs
+
+    samples = []
+    real = conv_pairs._sparse
+    monkeypatch.setattr(
+        conv_pairs, "_sparse", lambda *a, **k: (samples.append(k.get("count_only", False)), real(*a, **k))[1]
+    )
+    rng = np.random.default_rng(5)
+    w = _heavy_weights(rng, (16, 8, 1, 1))
+    w.flags.writeable = False
+    attrs = {"pads": [0, 0, 0, 0], "strides": [1, 1], "dilations": [1, 1], "group": 1}
+    for low, high in ((150, 250), (140, 240), (160, 256)):
+        x = rng.integers(low, high, (6, 8, 40, 40)).astype(np.uint8)  # large enough to need a sample
+        got, _, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), attrs, AVX2)
+        # a 1x1 convolution's pairs are channels (2p, 2p + 1) of one pixel: the oracle, vectorized
+        products = x.astype(np.int64)[:, None] * w[None, :, :, 0, 0, None, None].astype(np.int64)
+        want = np.clip(products[:, :, 0::2] + products[:, :, 1::2], -32768, 32767).sum(axis=2)
+        np.testing.assert_array_equal(np.asarray(got, np.int64), want)
+    assert samples.count(True) == 2  # the first run and the run whose bounds grew; not the second
