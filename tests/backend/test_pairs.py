@@ -435,14 +435,85 @@ def test_the_sampled_choice_of_way_is_kept_for_the_same_risky_pairs(monkeypatch)
         conv_pairs, "_sparse", lambda *a, **k: (samples.append(k.get("count_only", False)), real(*a, **k))[1]
     )
     rng = np.random.default_rng(5)
-    w = _heavy_weights(rng, (16, 8, 1, 1))
+    w = _heavy_weights(rng, (16, 8, 1, 2))  # a 1x2 kernel: not the pointwise way of 1x1 kernels
     w.flags.writeable = False
     attrs = {"pads": [0, 0, 0, 0], "strides": [1, 1], "dilations": [1, 1], "group": 1}
     for low, high in ((150, 250), (140, 240), (160, 256)):
         x = rng.integers(low, high, (6, 8, 40, 40)).astype(np.uint8)  # large enough to need a sample
         got, _, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), attrs, AVX2)
-        # a 1x1 convolution's pairs are channels (2p, 2p + 1) of one pixel: the oracle, vectorized
-        products = x.astype(np.int64)[:, None] * w[None, :, :, 0, 0, None, None].astype(np.int64)
-        want = np.clip(products[:, :, 0::2] + products[:, :, 1::2], -32768, 32767).sum(axis=2)
+        # with 8 channels, each pair is channels (2p, 2p + 1) at one tap: the oracle, vectorized
+        want = np.zeros((6, 16, 40, 39), np.int64)
+        for tap in range(2):
+            xs = x[:, :, :, tap : tap + 39].astype(np.int64)
+            products = xs[:, None] * w[None, :, :, 0, tap, None, None].astype(np.int64)
+            want += np.clip(products[:, :, 0::2] + products[:, :, 1::2], -32768, 32767).sum(axis=2)
         np.testing.assert_array_equal(np.asarray(got, np.int64), want)
     assert samples.count(True) == 2  # the first run and the run whose bounds grew; not the second
+
+
+def _oracle_pointwise(x: np.ndarray, w: np.ndarray, group: int, strides: tuple[int, int]) -> np.ndarray:
+    """Pair sums of an unpadded 1x1 convolution, vectorized: each pair is channels ``(2p, 2p + 1)`` of a
+    group at one pixel (an odd last channel pairs with nothing)."""
+    xs = x[:, :, :: strides[0], :: strides[1]].astype(np.int64)
+    m, cg = w.shape[:2]
+    mg = m // group
+    out = np.zeros((x.shape[0], m, *xs.shape[2:]), np.int64)
+    for g in range(group):
+        part = xs[:, g * cg : (g + 1) * cg]
+        products = part[:, None] * w[g * mg : (g + 1) * mg, :, 0, 0, None, None].astype(np.int64)
+        even = products[:, :, 0 : cg - cg % 2 : 2] + products[:, :, 1::2]
+        out[:, g * mg : (g + 1) * mg] = np.clip(even, -32768, 32767).sum(axis=2)
+        if cg % 2:
+            out[:, g * mg : (g + 1) * mg] += products[:, :, -1]
+    return out
+
+
+@pytest.mark.parametrize(("c", "group", "strides"), [(8, 1, (1, 1)), (7, 1, (2, 1)), (12, 2, (2, 2)), (10, 2, (1, 3))])
+def test_the_pointwise_way_matches_the_pair_oracle(monkeypatch, c: int, group: int, strides) -> None:
+    """Unpadded 1x1 kernels (even and odd channel counts, groups, strides), their candidate pixels
+    multiplied out per chunk: the oracle's sums, in whole-record chunks and chunks of rows."""
+    from pytest_qaccuracy.backend.kernels import conv_pairs, pointwise_pairs
+
+    taken = force_way(monkeypatch, "pointwise")
+    rng = np.random.default_rng(c * 10 + group)
+    x = rng.integers(120, 256, (5, c, 9, 10)).astype(np.uint8)
+    x[:, 1, :, :5] //= 4  # pixels where no pair of channels (0, 1) can saturate
+    w = _heavy_weights(rng, (6, c // group, 1, 1))
+    attrs = {"pads": [0, 0, 0, 0], "strides": list(strides), "dilations": [1, 1], "group": group}
+    got, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, AVX2)
+    saturating = _oracle_pointwise(x, w, group, strides) - 131 * w.reshape(6, -1).astype(np.int64).sum(1)[:, None, None]
+    np.testing.assert_array_equal(np.asarray(got, np.int64), saturating)
+    assert taken == ["pointwise"]
+    exact, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, VNNI)
+    want = saturating - np.asarray(exact, np.int64)
+    assert want.any() and not want.all()  # some outputs change, some do not
+    out_spatial = want.shape[2:]
+    found = conv_pairs.pair_corrections(x, 131, w, group, [0, 0, 0, 0], strides, (1, 1), out_spatial)
+    assert isinstance(found, pointwise_pairs.PointwiseCorrection)
+    rows = out_spatial[0]
+    for n0, n1, o0, o1 in [(0, 5, 0, rows), (1, 3, 0, rows), (0, 5, 1, rows - 1), (4, 5, rows - 1, rows)]:
+        target = np.zeros((n1 - n0, 6, o1 - o0, out_spatial[1] + 1), np.float32)  # one column wider
+        found.add_to(target, n0, n1, o0, o1)
+        np.testing.assert_array_equal(target[..., :-1], want[n0:n1, :, o0:o1], err_msg=str((n0, n1, o0, o1)))
+        assert not target[..., -1].any()
+    np.testing.assert_array_equal(found.dense(), want)
+    assert found.max_abs() >= np.abs(want).max()
+
+
+def test_the_pointwise_way_counts_each_saturated_pair_sum(monkeypatch) -> None:
+    """The saturation report's counts: every pair sum the oracle clips, per record, once."""
+    force_way(monkeypatch, "pointwise")
+    rng = np.random.default_rng(3)
+    x = rng.integers(100, 256, (4, 8, 6, 7)).astype(np.uint8)
+    w = _heavy_weights(rng, (5, 8, 1, 1))
+    products = x.astype(np.int64)[:, None] * w[None, :, :, 0, 0, None, None].astype(np.int64)
+    sums = products[:, :, 0::2] + products[:, :, 1::2]
+    clipped = ((sums > 32767) | (sums < -32768)).reshape(4, -1).sum(axis=1)
+    counter = pairs.SaturationCounter()
+    counter.node = "conv"
+    with pairs.counting(counter):
+        conv_integer_acc(x, np.uint8(0), w, np.int8(0), {"pads": [0, 0, 0, 0], "strides": [1, 1]}, AVX2)
+    entry = counter.nodes["conv"]
+    assert entry.pairs == 4 * 5 * 6 * 7 * 4
+    assert entry.saturated == clipped.sum() > 0
+    assert [entry.per_record.get(r, 0) for r in range(4)] == clipped.tolist()

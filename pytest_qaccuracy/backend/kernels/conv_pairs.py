@@ -22,6 +22,7 @@ import threading
 import numpy as np
 
 from pytest_qaccuracy.backend import pairs, parallel
+from pytest_qaccuracy.backend.kernels import pointwise_pairs
 
 #: elements of one block of the candidate test and of the expanded candidates
 BLOCK_ELEMENTS = 1 << 22
@@ -69,14 +70,24 @@ def pair_corrections(
     if not found:
         pairs.count(total, np.zeros(0, np.int64))
         return None
+    entries = sum(len(p) for _, p in found)
+    dense = x.shape[0] * positions * entries  # (output, risky entry) evaluations of the dense way
+    if pointwise_pairs.applies(kernel, pads, cg) and dense > DENSE_DIRECT:
+        pointwise = pointwise_pairs.PointwiseLayout.of(found, cg, mg)
+        read = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_spatial, strides, strict=True))
+        if pointwise.is_cheaper(x[(slice(None), slice(None), *read)], dense):
+            if pairs.counter is not None:
+                pairs.count(total, np.zeros(0, np.int64))
+            return pointwise_pairs.PointwiseCorrection(x, strides, out_spatial, m, channel_max, pointwise)
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
     layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry, channel_max)
+    if pointwise_pairs.applies(kernel, pads, cg):  # the pointwise way beats the sparse one on 1x1 kernels
+        return _dense(layer, found, total)
     # few (output, risky entry) evaluations: the dense way, without a sample run to decide. With an odd
     # channel count, pairs cross taps and the sparse way scans every (output, pair) for candidates: with
     # about one risky entry per pair, the dense way costs no more.
-    entries = sum(len(p) for _, p in found)
     crossing = cg % 2 == 1 and entries <= DENSE_ENTRIES_PER_PAIR * sum(np.unique(p.first).size for _, p in found)
-    if crossing or x.shape[0] * positions * entries <= DENSE_DIRECT:
+    if crossing or dense <= DENSE_DIRECT:
         return _dense(layer, found, total)
     if _dense_is_cheaper(layer, found, entries):
         return _dense(layer, found, total)
