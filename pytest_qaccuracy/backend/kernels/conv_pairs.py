@@ -230,7 +230,7 @@ class _DensePlan:
     within ``[-32640, 32385]``, the change ``sat16(a + b) - (a + b)`` is ``min(32767 - b - a, 0)`` for
     positive weights and ``max(-32768 - b - a, 0)`` for negative ones, and every step stays in int16.
     Entries are ordered by (sign, column): each block is of one sign, and sums its changes per column
-    with vector adds (:func:`_sum_runs`).
+    with vector adds (:class:`_Runs`).
     """
 
     def __init__(self, risky: pairs.RiskyPairs):
@@ -294,21 +294,29 @@ def _zeros(shape: tuple[int, ...]) -> np.ndarray:
     return found[:size].reshape(shape)
 
 
-def _sum_runs(rows: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """int32 sums of the runs of ``rows`` starting at ``first`` (ascending, ``first[0] == 0``).
+class _Runs:
+    """Runs of a block's entries that add to one output channel (entries sorted by channel): where each
+    run starts, and for each later place within a run the runs that reach it, worked out once per
+    block (``np.diff`` and the tests cost more than the adds on short runs)."""
 
-    One vectorized add per position within a run: numpy's ``add.reduceat`` along axis 0 costs
-    about ten times as much on these short runs.
-    """
-    sizes = np.diff(first, append=rows.shape[0])
-    out = rows[first].astype(np.int32)
-    for k in range(1, int(sizes.max(initial=1))):
-        longer = np.nonzero(sizes > k)[0]
-        if longer.size == sizes.size:
-            out += rows[first + k]
-        else:
-            out[longer] += rows[first[longer] + k]
-    return out
+    def __init__(self, first: np.ndarray, count: int):
+        sizes = np.diff(first, append=count)
+        self.first = first
+        self.steps: list[tuple[np.ndarray | None, np.ndarray]] = []
+        for k in range(1, int(sizes.max(initial=1))):
+            longer = np.flatnonzero(sizes > k)
+            self.steps.append((None if longer.size == sizes.size else longer, first[longer] + k))
+
+    def sum(self, rows: np.ndarray) -> np.ndarray:
+        """int32 sums of the runs of ``rows``: one vectorized add per place within a run (numpy's
+        ``add.reduceat`` along axis 0 costs about ten times as much on these short runs)."""
+        out = rows[self.first].astype(np.int32)
+        for longer, at in self.steps:
+            if longer is None:
+                out += rows[at]
+            else:
+                out[longer] += rows[at]
+        return out
 
 
 def _dense_records(layer: _Layer, layout: _DenseLayout, n0: int, n1: int, count: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -330,9 +338,9 @@ def _dense_records(layer: _Layer, layout: _DenseLayout, n0: int, n1: int, count:
             for r0 in range(c0, c1, sub):
                 r1 = min(c1, r0 + sub)
                 part = columns[:, (r0 - c0) * positions : (r1 - c0) * positions]
-                for e, positive, rows, first in layout.blocks(index, max(1, DENSE_BLOCK // part.shape[1])):
+                for e, positive, rows, runs in layout.blocks(index, max(1, DENSE_BLOCK // part.shape[1])):
                     change = plan.changes(part, e, positive)
-                    summed = change if first is None else _sum_runs(change, first)  # None: one entry per row
+                    summed = change if runs is None else runs.sum(change)  # None: one entry per row
                     acc[rows, r0 - n0 : r1 - n0] += summed.reshape(rows.size, r1 - r0, positions)
                     if count:
                         counts = np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
@@ -350,7 +358,7 @@ class _DenseLayout:
         plans = [(g, _DensePlan(risky)) for g, risky in found]
         self.channels = np.unique(np.concatenate([g * mg + plan.column for g, plan in plans]))
         self.groups = [(g, plan, np.searchsorted(self.channels, g * mg + plan.column)) for g, plan in plans]
-        self._blocks: dict[tuple[int, int], list[tuple[slice, bool, np.ndarray, np.ndarray | None]]] = {}
+        self._blocks: dict[tuple[int, int], list[tuple[slice, bool, np.ndarray, _Runs | None]]] = {}
         self._rows: dict[int, _Rows] = {}
 
     @classmethod
@@ -370,9 +378,9 @@ class _DenseLayout:
             found = self._rows[index] = _Rows(plan.needed, g, layer.cg, layer.geometry.kernel)
         return found
 
-    def blocks(self, index: int, span: int) -> list[tuple[slice, bool, np.ndarray, np.ndarray | None]]:
-        """Group ``index``'s entry blocks of at most ``span`` entries: ``(entries, positive, rows, first)``,
-        the rows they add to and where each row's run starts (None: one entry per row)."""
+    def blocks(self, index: int, span: int) -> list[tuple[slice, bool, np.ndarray, _Runs | None]]:
+        """Group ``index``'s entry blocks of at most ``span`` entries: ``(entries, positive, rows, runs)``,
+        the rows they add to and their entries' runs per row (None: one entry per row)."""
         key = (index, span)
         found = self._blocks.get(key)
         if found is None:
@@ -380,7 +388,8 @@ class _DenseLayout:
             found = []
             for e, positive in plan.blocks(span):
                 rows, first = np.unique(slot[e], return_index=True)
-                found.append((e, positive, rows, None if rows.size == e.stop - e.start else first))
+                count = e.stop - e.start
+                found.append((e, positive, rows, None if rows.size == count else _Runs(first, count)))
             self._blocks[key] = found
         return found
 
