@@ -8,11 +8,12 @@ from pytest_qaccuracy.backend.kernels import conv_pairs, pointwise_pairs
 
 
 def force_way(monkeypatch: pytest.MonkeyPatch, way: str) -> list[str]:
-    """Make every correction ``"dense"`` (every risky pair at every output), ``"sparse"`` (candidates
+    """Make every correction ``"dense"`` (every risky pair at every output; ``"dense-blocks"``: in blocks
+    of entries even where a chunk is small), ``"sparse"`` (candidates
     first: no small-layer shortcut, and a sampled hit costs nothing) or ``"pointwise"`` (unpadded 1x1
     kernels: candidate pixels found and multiplied out per chunk; other kernels as without forcing);
-    returns the list that records which way each call took (``"_dense"``, ``"_sparse"`` or
-    ``"pointwise"``)."""
+    returns the list that records which way each call took (``"_dense"`` for both dense forms,
+    ``"_sparse"`` or ``"pointwise"``)."""
     if way == "sparse":
         monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
         monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
@@ -20,13 +21,15 @@ def force_way(monkeypatch: pytest.MonkeyPatch, way: str) -> list[str]:
         monkeypatch.setattr(conv_pairs, "SPARSE_FIXED", -1)
         monkeypatch.setattr(conv_pairs, "SCAN_COST", 0)
         monkeypatch.setattr(pointwise_pairs, "applies", lambda *args: False)
-    elif way == "dense":
+    elif way in ("dense", "dense-blocks"):
         monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", 10**12)
+        if way == "dense-blocks":  # the blocked form, not the few-calls form of small chunks
+            monkeypatch.setattr(conv_pairs, "SMALL_EVALUATIONS", -1)
     elif way == "pointwise":
         monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
         monkeypatch.setattr(pointwise_pairs.PointwiseLayout, "is_cheaper", lambda *args: True)
     else:
-        raise ValueError(f"way must be 'dense', 'sparse' or 'pointwise', got {way!r}")
+        raise ValueError(f"way must be 'dense', 'dense-blocks', 'sparse' or 'pointwise', got {way!r}")
     taken: list[str] = []
     for name in ("_dense", "_sparse"):
         real = getattr(conv_pairs, name)

@@ -98,7 +98,8 @@ class RiskyPairs:
         w_first: ``b[k, column]`` as int32.
         w_second: ``b[k + 1, column]`` as int32.
         memo: what a kernel derives from these pairs alone, kept with them (they are handed out
-            again while a weight's input bounds do not grow: :meth:`PairBounds.risky`).
+            again while a weight's input bounds do not grow: :meth:`PairBounds.risky`); ``"bound"``:
+            the input bound of each reduction index they were searched for, when searched.
     """
 
     first: np.ndarray
@@ -156,6 +157,7 @@ class PairBounds:
             return last[1]
         bound = np.broadcast_to(np.tile(given, repeat) if repeat > 1 else given, (self.k,))
         found = self._search(bound)
+        found.memo["bound"] = np.array(bound)  # what the pairs were searched for: it bounds later inputs too
         self._last = (given.copy(), found)  # one assignment: threads sharing the weight see a whole pair
         return found
 

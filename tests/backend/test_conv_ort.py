@@ -57,8 +57,12 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+#: presets, and ways of the AVX2 pair correction forced (``pair_ways``)
+PRESETS = ["onnxruntime-vnni", "onnxruntime-avx2", "onnxruntime-avx2 sparse", "onnxruntime-avx2 dense-blocks", "tflite"]
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("scheme", ["onnxruntime-vnni", "onnxruntime-avx2", "onnxruntime-avx2 sparse", "tflite"])
+@pytest.mark.parametrize("scheme", PRESETS)
 @pytest.mark.parametrize("case", CASES)
 def test_sums_in_onnxruntime_equal_the_numpy_paths(case: str, scheme: str, threads: int, monkeypatch) -> None:
     """Every geometry, every preset (the AVX2 pair correction is added to onnxruntime's sums; with

@@ -248,7 +248,7 @@ def test_convolution_read_unpadded_matches_the_pair_oracle(x_zp: int) -> None:
     np.testing.assert_array_equal(np.asarray(got, np.int64), want)
 
 
-@pytest.mark.parametrize("way", ["sparse", "dense"])
+@pytest.mark.parametrize("way", ["sparse", "dense", "dense-blocks"])
 @pytest.mark.parametrize(
     ("c", "group", "pads", "strides"), [(3, 1, [1, 1, 1, 1], (2, 2)), (8, 2, [0, 1, 2, 1], (1, 2))]
 )
@@ -263,7 +263,7 @@ def test_dense_and_sparse_corrections_match_the_pair_oracle(monkeypatch, way, c,
     got, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, AVX2)
     want = _oracle_conv(x, 140, w, pads, strides, (1, 1), group)
     np.testing.assert_array_equal(np.asarray(got, np.int64), want)
-    assert taken[-1] == f"_{way}"  # the last call computes the correction; the sparse way may sample first
+    assert taken[-1] == f"_{way.split('-')[0]}"  # the last call computes it; the sparse way may sample first
 
 
 def test_lowest_second_input_table_matches_brute_force() -> None:
@@ -286,7 +286,7 @@ def test_lowest_second_input_table_matches_brute_force() -> None:
         np.testing.assert_array_equal(got[p], want, err_msg=f"pair {p}")
 
 
-@pytest.mark.parametrize("way", ["dense", "sparse"])
+@pytest.mark.parametrize("way", ["dense", "dense-blocks", "sparse"])
 @pytest.mark.parametrize("c", [3, 8])  # pairs across taps, pairs within a tap
 def test_a_correction_adds_the_same_in_any_chunks(monkeypatch, c: int, way: str) -> None:
     """The dense correction: whole-record chunks compute their part while the convolution runs, chunks
@@ -300,7 +300,7 @@ def test_a_correction_adds_the_same_in_any_chunks(monkeypatch, c: int, way: str)
     w = _heavy_weights(rng, (4, c, 3, 3))
     pads, strides = [1, 0, 1, 1], (1, 2)
     found = conv_pairs.pair_corrections(x, 140, w, 1, pads, strides, (1, 1), (7, 3))
-    assert isinstance(found, conv_pairs.DenseCorrection if way == "dense" else conv_pairs.PairCorrection)
+    assert isinstance(found, conv_pairs.DenseCorrection if way.startswith("dense") else conv_pairs.PairCorrection)
     saturating = _oracle_conv(x, 140, w, pads, strides, (1, 1), 1)
     attrs = {"pads": pads, "strides": list(strides)}
     exact, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, get_scheme("onnxruntime-vnni"))
@@ -366,7 +366,7 @@ def _oracle_conv_nd(x, x_zp, w, pads, strides, dilations) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("way", ["dense", "sparse"])
+@pytest.mark.parametrize("way", ["dense", "dense-blocks", "sparse"])
 @pytest.mark.parametrize(("spatial", "kernel", "c"), [((9,), (3,), 4), ((9,), (3,), 3), ((4, 5, 4), (2, 3, 2), 4)])
 def test_one_and_three_dimensional_convolutions_match_the_pair_oracle(monkeypatch, way, spatial, kernel, c) -> None:
     """The correction's im2col windows and candidate test hold for 1-D and 3-D convolutions too, with
@@ -406,7 +406,7 @@ def test_the_pairs_found_are_reused_only_for_bounds_no_larger() -> None:
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("way", ["dense", "sparse"])
+@pytest.mark.parametrize("way", ["dense", "dense-blocks", "sparse"])
 def test_runs_with_growing_and_shrinking_inputs_match_the_pair_oracle(monkeypatch, way) -> None:
     """One read-only weight (a session's constant) over batches whose channel maxima rise, fall and rise
     again: each run's correction is the oracle's, whether it searched anew or reused the last pairs."""
@@ -420,7 +420,7 @@ def test_runs_with_growing_and_shrinking_inputs_match_the_pair_oracle(monkeypatc
         got, _, _ = conv_integer_acc(x, np.uint8(70), w, np.int8(0), attrs, AVX2)
         want = _oracle_conv(x, 70, w, [1, 1, 1, 1], (1, 1), (1, 1), 1)
         np.testing.assert_array_equal(np.asarray(got, np.int64), want, err_msg=f"inputs in [{low}, {high})")
-    assert f"_{way}" in taken
+    assert f"_{way.split('-')[0]}" in taken
 
 
 def test_the_sampled_choice_of_way_is_kept_for_the_same_risky_pairs(monkeypatch) -> None:
@@ -517,3 +517,23 @@ def test_the_pointwise_way_counts_each_saturated_pair_sum(monkeypatch) -> None:
     assert entry.pairs == 4 * 5 * 6 * 7 * 4
     assert entry.saturated == clipped.sum() > 0
     assert [entry.per_record.get(r, 0) for r in range(4)] == clipped.tolist()
+
+
+@pytest.mark.parametrize("way", ["dense", "dense-blocks"])
+def test_a_few_risky_pairs_each_on_its_own_output_channel_match_the_pair_oracle(monkeypatch, way) -> None:
+    """Light weights but for one risky pair on each of three output channels (of both signs), on a small
+    layer: each pair's change lands on its own channel, the others unchanged."""
+    force_way(monkeypatch, way)
+    rng = np.random.default_rng(8)
+    x = rng.integers(200, 256, (2, 6, 4, 5)).astype(np.uint8)
+    w = rng.integers(-40, 41, (5, 6, 3, 3)).astype(np.int8)  # 255 * 40 * 2 < 32768: never saturates
+    w[0, 0:2, 0, 0] = 120  # channels (0, 1) at tap (0, 0): a pair in (tap, channel) order
+    w[2, 2:4, 1, 1] = -125
+    w[4, 4:6, 2, 1] = 110
+    attrs = {"pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [1, 1], "group": 1}
+    got, _, _ = conv_integer_acc(x, np.uint8(90), w, np.int8(0), attrs, AVX2)
+    want = _oracle_conv(x, 90, w, [1, 1, 1, 1], (1, 1), (1, 1), 1)
+    np.testing.assert_array_equal(np.asarray(got, np.int64), want)
+    exact, _, _ = conv_integer_acc(x, np.uint8(90), w, np.int8(0), attrs, VNNI)
+    changed = (np.asarray(exact, np.int64) != want).any(axis=(0, 2, 3))
+    assert changed.tolist() == [True, False, True, False, True]

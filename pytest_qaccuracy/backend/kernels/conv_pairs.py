@@ -360,6 +360,8 @@ class _DenseLayout:
         self.groups = [(g, plan, np.searchsorted(self.channels, g * mg + plan.column)) for g, plan in plans]
         self._blocks: dict[tuple[int, int], list[tuple[slice, bool, np.ndarray, _Runs | None]]] = {}
         self._rows: dict[int, _Rows] = {}
+        self._sums: dict[tuple[int, str], tuple[np.ndarray, np.ndarray | None]] = {}
+        self._max_abs: int | None = None
 
     @classmethod
     def of(cls, found: list[tuple[int, pairs.RiskyPairs]], mg: int) -> _DenseLayout:
@@ -376,6 +378,37 @@ class _DenseLayout:
         if found is None:
             g, plan, _ = self.groups[index]
             found = self._rows[index] = _Rows(plan.needed, g, layer.cg, layer.geometry.kernel)
+        return found
+
+    def max_abs(self, layer: _Layer) -> int:
+        """:meth:`DenseCorrection.max_abs`."""
+        searched = all("bound" in risky.memo for risky in self.sources)
+        if searched and self._max_abs is not None:
+            return self._max_abs
+        bound = np.zeros(layer.m, np.int64)
+        for (g, plan, _), risky in zip(self.groups, self.sources, strict=True):
+            row_max = risky.memo["bound"] if searched else layer.row_max(g)
+            np.add.at(bound, g * layer.mg + plan.column, plan.largest_change(row_max))
+        found = int(bound.max(initial=0))
+        if searched:
+            self._max_abs = found
+        return found
+
+    def channel_sums(self, index: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
+        """How group ``index``'s entries add to output channels: the channel of each entry and None
+        when no two share one, else all changed channels and the ``(channels, entries)`` matrix with
+        1 where an entry adds to a channel (in ``dtype``: a matrix product of the sums' own type)."""
+        key = (index, np.dtype(dtype).str)
+        found = self._sums.get(key)
+        if found is None:
+            _, plan, slot = self.groups[index]
+            if np.unique(slot).size == slot.size:
+                found = (self.channels[slot], None)
+            else:
+                sums = np.zeros((self.channels.size, len(plan)), dtype)
+                sums[slot, np.arange(len(plan))] = 1
+                found = (self.channels, sums)
+            self._sums[key] = found
         return found
 
     def blocks(self, index: int, span: int) -> list[tuple[slice, bool, np.ndarray, _Runs | None]]:
@@ -414,11 +447,10 @@ class DenseCorrection:
         return _dense_records(self.layer, self.layout, n0, n1, count)
 
     def max_abs(self) -> int:
-        """A bound on any output's ``|correction|``, from the weights and each input channel's largest value."""
-        bound = np.zeros(self.layer.m, np.int64)
-        for g, plan, _ in self.layout.groups:
-            np.add.at(bound, g * self.layer.mg + plan.column, plan.largest_change(self.layer.row_max(g)))
-        return int(bound.max(initial=0))
+        """A bound on any output's ``|correction|``, from the weights and each input channel's largest
+        value: the values the risky pairs were searched for (no smaller than this run's), so the bound
+        is made once per set of risky pairs; else this run's own."""
+        return self.layout.max_abs(self.layer)
 
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
@@ -447,6 +479,9 @@ class DenseCorrection:
                 pairs.count(0, np.repeat(np.arange(n0, n1), saturated[n0:n1]))
             return
         view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]
+        if sum(len(plan) for _, plan, _ in self.layout.groups) * (n1 - n0) * math.prod(out) <= SMALL_EVALUATIONS:
+            self._add_small(view, n0, n1)
+            return
         acc, saturated = self._sums(n0, n1, count=pairs.counter is not None)
         block = parallel.scratch(acc.size, view.dtype, "pairs block").reshape(acc.shape)
         np.copyto(block, acc, casting="unsafe")  # exact: the sums are integers under the sums' bound
@@ -456,6 +491,34 @@ class DenseCorrection:
         else:
             view[:, self.channels] += block
         pairs.count(0, np.repeat(np.arange(n0, n1), saturated))
+
+    def _add_small(self, view: np.ndarray, n0: int, n1: int) -> None:
+        """:meth:`add_to` for few evaluations, in as few numpy calls as can be (most of a small layer's
+        cost is per call): ``sat16(p) - p`` in int32 for every entry, summed per output channel by one
+        matrix product with each entry's channel (exact: integers under the correction's bound)."""
+        out = self.shape[2:]
+        saturated = np.zeros(n1 - n0, np.int64) if pairs.counter is not None else None
+        for index, (_, plan, _) in enumerate(self.layout.groups):
+            columns = _columns(self.layer, self.layout.rows(index, self.layer), slice(n0, n1))
+            value = np.multiply(columns[plan.row_first], plan.w_first, dtype=np.int32)
+            value -= np.multiply(columns[plan.row_second], plan.minus_second, dtype=np.int32)
+            change = np.clip(value, pairs.INT16_MIN, pairs.INT16_MAX)
+            change -= value
+            channels, sums = self.layout.channel_sums(index, view.dtype)
+            summed = change if sums is None else sums @ change.astype(view.dtype)  # (channels, rows)
+            block = summed.reshape(channels.size, n1 - n0, *out).swapaxes(0, 1)
+            if channels.size == self.shape[1] and sums is not None:
+                view += block
+            else:
+                view[:, channels] += block
+            if saturated is not None:
+                saturated += np.count_nonzero(change.reshape(len(plan), n1 - n0, -1), axis=(0, 2))
+        if saturated is not None:
+            pairs.count(0, np.repeat(np.arange(n0, n1), saturated))
+
+
+#: (entry, output) evaluations of a chunk up to which the dense correction takes its few-calls form
+SMALL_EVALUATIONS = 1 << 15
 
 
 class PairCorrection:
