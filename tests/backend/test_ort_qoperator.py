@@ -202,6 +202,32 @@ def test_qlinear_binary(op, shapes, dtype, ties) -> None:
     assert _saturated(_check(model, {"a": a, "b": b}, op)[0]) < 0.35
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        # (a scale, a zp, b scale, b zp, c scale, c zp): two residual additions of a quantized mobile
+        # net whose folded constant needs the compiler's FMA, and random ones
+        (2.946960687637329, 138, 3.338906764984131, 132, 4.49189567565918, 142),
+        (2.02308988571167, 127, 2.226343870162964, 132, 2.946960687637329, 138),
+        *[tuple(float(v) for v in p) for p in np.random.default_rng(5).uniform(0.01, 4, (4, 6)) * [1, 0, 1, 0, 1, 0]],
+    ],
+)
+def test_qlinear_add_on_every_input_pair(params) -> None:
+    """All 65,536 input pairs of a uint8 QLinearAdd, bit for bit, including the constant that MLAS's
+    compiled kernel folds with one FMA (zero points drawn where the parameter set gives none)."""
+    rng = np.random.default_rng(int(params[0] * 1000))
+    a_s, a_zp, b_s, b_zp, c_s, c_zp = params
+    zps = [int(z) if z else int(rng.integers(100, 160)) for z in (a_zp, b_zp, c_zp)]
+    inits = {"as": f32(a_s), "az": np.uint8(zps[0]), "bs": f32(b_s), "bz": np.uint8(zps[1]),
+             "cs": f32(c_s), "cz": np.uint8(zps[2])}  # fmt: skip
+    a = np.repeat(np.arange(256, dtype=np.uint8), 256).reshape(256, 256)
+    b = np.tile(np.arange(256, dtype=np.uint8), 256).reshape(256, 256)
+    order = ["a", "as", "az", "b", "bs", "bz", "cs", "cz"]
+    model = node_model("QLinearAdd", [("a", np.uint8, a.shape), ("b", np.uint8, b.shape)], inits, np.uint8,
+                       domain=MS, input_order=order)  # fmt: skip
+    _check(model, {"a": a, "b": b}, f"QLinearAdd {params}")
+
+
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 def test_pair_tables_are_kept_per_exact_parameters(op: str) -> None:
     """Cached pair tables: parameters one float32 ulp apart, or another zero point, are each bit-exact

@@ -196,11 +196,16 @@ def _add_mlas(
     dtype: np.dtype,
     spans: tuple[bool, bool],
 ) -> np.ndarray:
-    """MLAS AVX2 QLinearAdd: float32 ratios, a folded constant and two FMAs, RNE, int16 then 8-bit saturation."""
+    """MLAS AVX2 QLinearAdd: float32 ratios, a folded constant and two FMAs, RNE, int16 then 8-bit saturation.
+
+    The constant ``zp_c - (r_a zp_a + r_b zp_b)`` is one FMA too: the compiler contracts ``r_a zp_a +
+    (r_b zp_b)`` (b's product rounded first). With both products rounded, 3 of the 917,504 input pairs
+    of the mobile bench net's 14 additions came out one step off onnxruntime (1.18 and 1.32 alike).
+    """
     f32 = np.float32
     r_a = f32(f32(a_s) / f32(c_s))
     r_b = f32(f32(b_s) / f32(c_s))
-    fixed = f32(f32(c_zp) - f32(f32(r_a * f32(a_zp)) + f32(r_b * f32(b_zp))))
+    fixed = f32(f32(c_zp) - arith.fma32(np.asarray(r_a), f32(a_zp), f32(r_b * f32(b_zp))))
     fa, fb = a.astype(f32), b.astype(f32)
     # b's term first, then a's; but when a holds one value per span, the per-span constant
     # fixed + a * r_a comes first (the compiler contracts it into one FMA) and b's term after it
