@@ -537,3 +537,21 @@ def test_a_few_risky_pairs_each_on_its_own_output_channel_match_the_pair_oracle(
     exact, _, _ = conv_integer_acc(x, np.uint8(90), w, np.int8(0), attrs, VNNI)
     changed = (np.asarray(exact, np.int64) != want).any(axis=(0, 2, 3))
     assert changed.tolist() == [True, False, True, False, True]
+
+
+@pytest.mark.parametrize(("spatial", "strides"), [((17,), (1,)), ((9,), (2,)), ((4, 5, 6), (1, 2, 1))])
+def test_the_pointwise_way_in_one_and_three_dimensions(monkeypatch, spatial, strides) -> None:
+    """1x1 kernels of 1-D and 3-D convolutions take the pointwise way too: the vectorized oracle's sums."""
+    taken = force_way(monkeypatch, "pointwise")
+    rng = np.random.default_rng(len(spatial) + strides[0])
+    c, m, d = 8, 5, len(spatial)
+    x = rng.integers(120, 256, (3, c, *spatial)).astype(np.uint8)
+    w = _heavy_weights(rng, (m, c)).reshape(m, c, *([1] * d))
+    attrs = {"pads": [0] * (2 * d), "strides": list(strides), "dilations": [1] * d, "group": 1}
+    got, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, AVX2)
+    xs = x[(slice(None), slice(None), *(slice(None, None, s) for s in strides))].astype(np.int64)
+    products = xs[:, None] * w.reshape(m, c, *([1] * d))[None].astype(np.int64)
+    pair_sums = np.clip(products[:, :, 0::2] + products[:, :, 1::2], -32768, 32767).sum(axis=2)
+    want = pair_sums - 131 * w.reshape(m, -1).astype(np.int64).sum(1).reshape(1, m, *([1] * d))
+    np.testing.assert_array_equal(np.asarray(got, np.int64), want)
+    assert taken == ["pointwise"]
