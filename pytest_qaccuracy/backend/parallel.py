@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -165,6 +165,14 @@ def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
     if errors:
         raise errors[0]
     return results
+
+
+def in_background(task: Callable[[], T]) -> Future[T] | None:
+    """``task`` started on one of the pool's threads, when the calling thread may use two or more
+    (else None: the caller runs it itself). The task must not use the pool's other threads."""
+    if current() <= 1:
+        return None
+    return _executor(current() - 1).submit(task)
 
 
 def split(total: int, per_chunk_cost: int = 1) -> list[tuple[int, int]]:

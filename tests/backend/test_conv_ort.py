@@ -222,3 +222,26 @@ def test_a_forked_child_builds_its_own_sessions(monkeypatch, case: str) -> None:
     answer = os.read(read, 1) if ready else b""
     os.waitpid(pid, 0)
     assert answer == b"1", "the forked child hung" if not ready else "the forked child's output differs"
+
+
+@pytest.mark.parametrize("limit", [1 << 60, 64 << 20])
+def test_a_sparse_search_runs_beside_onnxruntime_on_two_threads(limit: int, monkeypatch) -> None:
+    """On two threads the sparse pair search runs on the other thread while onnxruntime computes the
+    sums (unless the sums to keep meanwhile exceed ``OVERLAP_BYTES``): the same output as one thread,
+    and as the numpy paths."""
+    force_way(monkeypatch, "sparse")
+    model, x = _model("dense-3x3", np.random.default_rng(3))
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
+    want = IntegerSession(model, scheme="onnxruntime-avx2", threads=1).run(None, {"x": x})[0]
+    started = []
+    real = parallel.in_background
+    monkeypatch.setattr(parallel, "in_background", lambda task: (started.append(task), real(task))[1])
+    monkeypatch.setattr(conv_core, "OVERLAP_BYTES", 0 if limit == 1 << 60 else limit)
+    got = IntegerSession(model, scheme="onnxruntime-avx2", threads=2).run(None, {"x": x})[0]
+    assert_same(got, want, "two threads")
+    assert len(started) == (0 if limit == 1 << 60 else 1)
+    monkeypatch.setattr(conv_ort, "MIN_MACS", 1 << 60)
+    numpy_paths = IntegerSession(model, scheme="onnxruntime-avx2", threads=2).run(None, {"x": x})[0]
+    assert_same(got, numpy_paths, "the numpy paths")
+    exact = IntegerSession(model, scheme="onnxruntime-vnni", threads=2).run(None, {"x": x})[0]
+    assert not np.array_equal(got, exact), "some pairs saturate: the search found something to add"

@@ -300,7 +300,7 @@ def test_a_correction_adds_the_same_in_any_chunks(monkeypatch, c: int, way: str)
     w = _heavy_weights(rng, (4, c, 3, 3))
     pads, strides = [1, 0, 1, 1], (1, 2)
     found = conv_pairs.pair_corrections(x, 140, w, 1, pads, strides, (1, 1), (7, 3))
-    assert isinstance(found, conv_pairs.DenseCorrection if way.startswith("dense") else conv_pairs.PairCorrection)
+    assert isinstance(found, conv_pairs.DenseCorrection if way.startswith("dense") else conv_pairs.SparseSearch)
     saturating = _oracle_conv(x, 140, w, pads, strides, (1, 1), 1)
     attrs = {"pads": pads, "strides": list(strides)}
     exact, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, get_scheme("onnxruntime-vnni"))

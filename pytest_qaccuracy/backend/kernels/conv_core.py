@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import threading
 from collections.abc import Callable, Hashable
 from typing import ClassVar
 
@@ -385,10 +386,16 @@ def conv_core(
     out = np.empty((n, m, *out_spatial), dtype=epilogue[1] if epilogue else dtype)
     added = None if bias is None or in_gemm else np.asarray(bias, dtype).reshape((m,) + (1,) * len(out_spatial))
 
+    def _chunk(span: tuple[int, int, int, int]) -> Chunk:
+        n0, n1, o0, o1 = span
+        return Chunk((n0, n1), o0, (n1 - n0, o1 - o0, *out_spatial[1:]), strides, dilations)
+
     def run_chunk(n0: int, n1: int, o0: int, o1: int) -> None:
-        chunk = Chunk((n0, n1), o0, (n1 - n0, o1 - o0, *out_spatial[1:]), strides, dilations)
         dest = out[n0:n1, :, o0:o1]
-        sums = path.sums(chunk, None if epilogue else dest)
+        finish_chunk(n0, n1, o0, o1, path.sums(_chunk((n0, n1, o0, o1)), None if epilogue else dest))
+
+    def finish_chunk(n0: int, n1: int, o0: int, o1: int, sums: np.ndarray) -> None:
+        dest = out[n0:n1, :, o0:o1]
         if correction is not None:
             correction.add_to(sums, n0, n1, o0, o1)
         if added is not None:
@@ -404,6 +411,33 @@ def conv_core(
         spans = _record_spans(n, outputs, threads if macs >= MIN_PARALLEL_MACS else 1, out_spatial[0])
     else:
         spans = chunk_spans(n, out_spatial[0], path.scratch_per_row() * math.prod(out_spatial[1:]), path.budget())
+    search = correction.search if isinstance(correction, conv_pairs.SparseSearch) else None
+    sums_bytes = n * m * math.prod(out_spatial) * np.dtype(dtype).itemsize
+    if search is not None and in_onnxruntime and sums_bytes <= OVERLAP_BYTES:
+        # the sparse search (numpy) on one thread while this one runs onnxruntime's sums, then the
+        # corrections and epilogues on every thread: numpy on two threads at once gains little
+        sums: list[np.ndarray | None] = [None] * len(spans)
+        todo, lock = iter(range(len(spans))), threading.Lock()
+
+        def take_sums() -> None:  # onnxruntime's sums of the chunks nobody took yet
+            while True:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                sums[i] = path.sums(_chunk(spans[i]), None)
+
+        with parallel.blas_threads.single():
+            searching = parallel.in_background(lambda: (search(), take_sums()))  # then helps with the sums
+            if searching is not None:
+                try:
+                    take_sums()
+                finally:
+                    searching.result()  # raises the search's error; never leaves it running
+                parallel.run_all([lambda i=i: finish_chunk(*spans[i], sums[i]) for i in range(len(spans))])
+                return out
+    if search is not None:  # before the chunks: a search inside one would hand tasks to a pool it occupies
+        search()
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
 
@@ -413,6 +447,10 @@ def conv_core(
 MIN_PARALLEL_MACS = 1 << 24
 #: multiply-adds one output's pair correction is counted as, for :data:`MIN_PARALLEL_MACS`
 CORRECTION_MACS = 64
+
+#: sums of a convolution whose sparse pair correction is searched beside onnxruntime (each chunk's
+#: sums kept until the search ends) at most, in bytes
+OVERLAP_BYTES = 64 << 20
 
 #: output elements of one onnxruntime call: a call costs tens of microseconds, and the epilogue
 #: that follows wants its chunk in cache

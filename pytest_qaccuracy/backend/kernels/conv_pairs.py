@@ -91,7 +91,56 @@ def pair_corrections(
         return _dense(layer, found, total)
     if _dense_is_cheaper(layer, found, entries):
         return _dense(layer, found, total)
-    return _sparse(layer, found, total)
+    return SparseSearch(layer, found, total)
+
+
+class SparseSearch:
+    """The sparse correction of a layer, searched when first needed: the caller may run it on another
+    thread while onnxruntime computes the convolution's sums (``conv_core``), since numpy on two
+    threads at once gains little. Its bound comes from the weights and the inputs' channel maxima
+    alone, so the sums' type is chosen before the search. The search may use the session's threads:
+    call :meth:`search` before handing chunks to them, not from a chunk."""
+
+    def __init__(self, layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int):
+        self.layer, self.found, self.total = layer, found, total
+        self.shape = (layer.x.shape[0], layer.m, *layer.geometry.out_spatial)
+        self._found: PairCorrection | None = None
+        self._done = False
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return True
+
+    def search(self) -> PairCorrection | None:
+        """The correction (None: no pair saturates), found once."""
+        with self._lock:
+            if not self._done:
+                self._found = _sparse(self.layer, self.found, self.total)
+                self._done = True
+            return self._found
+
+    def max_abs(self) -> int:
+        """A bound on any output's ``|correction|``: each risky pair's largest change, summed per channel."""
+        layer = self.layer
+        bound = np.zeros(layer.m, np.int64)
+        for g, risky in self.found:
+            row_max = risky.memo.get("bound", layer.row_max(g))
+            reach = row_max[risky.first] * risky.w_first.astype(np.int64)
+            reach += row_max[risky.first + 1] * risky.w_second.astype(np.int64)
+            change = np.maximum(np.maximum(reach - pairs.INT16_MAX, pairs.INT16_MIN - reach), 0)
+            np.add.at(bound, g * layer.mg + risky.column, change)
+        return int(bound.max(initial=0))
+
+    def dense(self) -> np.ndarray:
+        """The whole ``(N, M, *out)`` int64 correction."""
+        found = self.search()
+        return np.zeros(self.shape, np.int64) if found is None else found.dense()
+
+    def add_to(self, target: np.ndarray, n0: int, n1: int, o0: int, o1: int) -> None:
+        """:meth:`PairCorrection.add_to` of the correction (searched now if not yet)."""
+        found = self.search()
+        if found is not None:
+            found.add_to(target, n0, n1, o0, o1)
 
 
 class _Layer:
