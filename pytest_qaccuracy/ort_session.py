@@ -13,6 +13,7 @@ sessions and ``runtime`` imports ``backend``.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -147,3 +148,33 @@ def first_line(exc: BaseException) -> str:
     """The first line of an onnxruntime error (its full text repeats the model and a stack), else its type."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+# -- forking --------------------------------------------------------------------------------------
+#
+# A session with intra-op threads must not be destroyed in a forked child: its destructor joins
+# threads the fork left in the parent (measured: SIGSEGV, or a hang). Sessions the parent still
+# holds are safe until the child drops them (``conv_ort`` keeps its own); but a session that was
+# garbage at the fork, in a reference cycle not yet collected, was destroyed by the child's first
+# garbage collection (the CI's Python 3.13 run: the forked child of
+# ``test_a_forked_child_gets_its_own_pool`` died with SIGSEGV while collecting). Before a fork the
+# parent's objects are frozen (``gc.freeze``), so the child never collects them, and unfrozen again
+# in the parent. A caller that froze them itself keeps its own freeze.
+
+_froze_for_fork = False
+
+
+def _freeze_before_fork() -> None:
+    global _froze_for_fork
+    _froze_for_fork = gc.get_freeze_count() == 0
+    if _froze_for_fork:
+        gc.freeze()
+
+
+def _unfreeze_after_fork() -> None:
+    if _froze_for_fork:
+        gc.unfreeze()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_freeze_before_fork, after_in_parent=_unfreeze_after_fork)

@@ -144,3 +144,56 @@ def test_a_runner_keeps_an_input_it_returns(tmp_path) -> None:
     np.testing.assert_array_equal(values["x"], want)
     np.testing.assert_array_equal(values["y"], np.maximum(want, 0))
     assert junk[0][0, 0] == 7.0
+
+
+def _wait(pid: int, seconds: float) -> int | None:
+    """The child's wait status, or None (and the child killed) when it has not ended within ``seconds``."""
+    import os
+    import signal
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
+def test_a_forked_child_never_collects_the_parents_garbage_sessions() -> None:
+    """A session with intra-op threads, garbage in a reference cycle when the process forks, must not
+    be destroyed by the child's garbage collection (it joins threads the child does not have: the
+    child hung, or died with SIGSEGV); the parent still collects it."""
+    import gc
+    import os
+    import weakref
+
+    class Holder:
+        pass
+
+    gc.collect()
+    gc.disable()
+    try:
+        holder = Holder()
+        holder.session = make_session(_relu(), threads=2)
+        holder.session.run(None, {"x": np.ones(2, np.float32)})
+        holder.cycle = holder
+        alive = weakref.ref(holder)
+        del holder
+        pid = os.fork()
+        if pid == 0:  # the child: collect everything, then leave without running the parent's atexit
+            gc.enable()
+            gc.collect()
+            os._exit(0)
+        status = _wait(pid, seconds=60)
+    finally:
+        gc.enable()
+    assert status is not None, "the forked child hung"
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the forked child died: status {status}"
+    assert alive() is not None  # not collected in the parent yet: it was garbage at the fork
+    gc.collect()
+    assert alive() is None, "the parent collects its own garbage after the fork"
