@@ -19,10 +19,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 INT16_MIN, INT16_MAX = -32768, 32767
 #: elements of one ``(rows, pairs)`` block of the correction
@@ -197,6 +200,44 @@ def _read_only(found: RiskyPairs) -> RiskyPairs:
     for part in (found.first, found.column, found.w_first, found.w_second):
         part.flags.writeable = False
     return found
+
+
+def derived(found: Sequence[tuple[int, RiskyPairs]], key: Hashable, make: Callable[[], T]) -> T:
+    """``make()``, kept in the first group's :attr:`RiskyPairs.memo` under ``key`` for as long as the
+    groups' risky pairs are these very objects (a later search hands out new ones). Threads may make
+    it twice, never see it half made (one assignment)."""
+    memo = found[0][1].memo
+    kept = memo.get(key)
+    if kept is not None and all(a is b for a, (_, b) in zip(kept[0], found, strict=True)):
+        return kept[1]
+    value = make()
+    memo[key] = ([risky for _, risky in found], value)
+    return value
+
+
+def correction_bound(
+    found: Sequence[tuple[int, RiskyPairs]], m: int, mg: int, row_max: Callable[[int], np.ndarray]
+) -> int:
+    """A bound on any output's ``|sum (sat16(p) - p)|``: each risky pair's largest change, from the
+    largest input of each of its two rows, summed per output column (``g * mg + column``, of ``m``).
+
+    The inputs' bounds are those the pairs were searched for (``memo["bound"]``, no smaller than any
+    run's that reuses them), so the bound is made once per set of pairs; ``row_max(g)`` (each row's
+    largest input of group ``g``) serves pairs that were not searched.
+    """
+
+    def make() -> int:
+        total = np.zeros(m, np.int64)
+        for g, risky in found:
+            top = (risky.memo["bound"] if "bound" in risky.memo else row_max(g)).astype(np.int64)
+            reach = top[risky.first] * risky.w_first + top[risky.first + 1] * risky.w_second
+            change = np.maximum(np.maximum(reach - INT16_MAX, INT16_MIN - reach), 0)
+            np.add.at(total, g * mg + risky.column, change)
+        return int(total.max(initial=0))
+
+    if all("bound" in risky.memo for _, risky in found):
+        return derived(found, ("correction bound", m, mg), make)
+    return make()
 
 
 _BOUNDS: dict[tuple[int, Hashable], tuple[weakref.ref, PairBounds]] = {}

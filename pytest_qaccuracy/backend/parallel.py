@@ -167,12 +167,10 @@ def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
     return results
 
 
-def in_background(task: Callable[[], T]) -> Future[T] | None:
-    """``task`` started on one of the pool's threads, when the calling thread may use two or more
-    (else None: the caller runs it itself). The task must not use the pool's other threads."""
-    if current() <= 1:
-        return None
-    return _executor(current() - 1).submit(task)
+def in_background(task: Callable[[], T]) -> Future[T]:
+    """``task`` started on one of the pool's threads (for a caller that may use two or more), while the
+    caller goes on. The task must not use the pool's other threads."""
+    return _executor(max(1, current() - 1)).submit(task)
 
 
 def split(total: int, per_chunk_cost: int = 1) -> list[tuple[int, int]]:

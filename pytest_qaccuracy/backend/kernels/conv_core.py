@@ -31,7 +31,7 @@ import dataclasses
 import itertools
 import math
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import ClassVar
 
 import numpy as np
@@ -412,34 +412,34 @@ def conv_core(
     else:
         spans = chunk_spans(n, out_spatial[0], path.scratch_per_row() * math.prod(out_spatial[1:]), path.budget())
     search = correction.search if isinstance(correction, conv_pairs.SparseSearch) else None
-    sums_bytes = n * m * math.prod(out_spatial) * np.dtype(dtype).itemsize
-    if search is not None and in_onnxruntime and sums_bytes <= OVERLAP_BYTES:
+    if search is not None and in_onnxruntime and threads > 1 and out.size * np.dtype(dtype).itemsize <= OVERLAP_BYTES:
         # the sparse search (numpy) on one thread while this one runs onnxruntime's sums, then the
         # corrections and epilogues on every thread: numpy on two threads at once gains little
         sums: list[np.ndarray | None] = [None] * len(spans)
         todo, lock = iter(range(len(spans))), threading.Lock()
 
         def take_sums() -> None:  # onnxruntime's sums of the chunks nobody took yet
-            while True:
-                with lock:
-                    i = next(todo, None)
-                if i is None:
-                    return
+            while (i := _next(todo, lock)) is not None:
                 sums[i] = path.sums(_chunk(spans[i]), None)
 
         with parallel.blas_threads.single():
             searching = parallel.in_background(lambda: (search(), take_sums()))  # then helps with the sums
-            if searching is not None:
-                try:
-                    take_sums()
-                finally:
-                    searching.result()  # raises the search's error; never leaves it running
-                parallel.run_all([lambda i=i: finish_chunk(*spans[i], sums[i]) for i in range(len(spans))])
-                return out
+            try:
+                take_sums()
+            finally:
+                searching.result()  # raises the search's error; never leaves it running
+            parallel.run_all([lambda i=i: finish_chunk(*spans[i], sums[i]) for i in range(len(spans))])
+        return out
     if search is not None:  # before the chunks: a search inside one would hand tasks to a pool it occupies
         search()
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
+
+
+def _next(items: Iterator[int], lock: threading.Lock) -> int | None:
+    """The next of ``items`` shared between threads, or None when none is left."""
+    with lock:
+        return next(items, None)
 
 
 #: multiply-adds of a convolution below which its chunks run on one thread: a hand-off to another

@@ -43,8 +43,9 @@ def pair_corrections(
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
     out_spatial: tuple[int, ...],
-) -> PairCorrection | None:
-    """``sum (sat16(p) - p)`` per output ``(N, M, *out)``, or None when no pair saturates.
+) -> DenseCorrection | SparseSearch | pointwise_pairs.PointwiseCorrection | None:
+    """``sum (sat16(p) - p)`` per output ``(N, M, *out)`` (each way's correction adds it to the chunks of
+    the convolution's sums), or None when no pair can saturate.
 
     Args:
         x: raw uint8 input ``(N, C, *spatial)``; padded positions hold ``x_zp``, as in onnxruntime.
@@ -72,16 +73,17 @@ def pair_corrections(
         return None
     entries = sum(len(p) for _, p in found)
     dense = x.shape[0] * positions * entries  # (output, risky entry) evaluations of the dense way
-    if pointwise_pairs.applies(kernel, pads, cg) and dense > DENSE_DIRECT:
-        pointwise = pointwise_pairs.PointwiseLayout.of(found, cg, mg)
+    pointwise = pointwise_pairs.applies(kernel, pads, cg)
+    if pointwise and dense > DENSE_DIRECT:
+        layout = pointwise_pairs.PointwiseLayout.of(found, cg, mg)
         read = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_spatial, strides, strict=True))
-        if pointwise.is_cheaper(x[(slice(None), slice(None), *read)], dense):
+        if layout.is_cheaper(x[(slice(None), slice(None), *read)], dense):
             if pairs.counter is not None:
                 pairs.count(total, np.zeros(0, np.int64))
-            return pointwise_pairs.PointwiseCorrection(x, strides, out_spatial, m, channel_max, pointwise)
+            return pointwise_pairs.PointwiseCorrection(x, strides, out_spatial, m, channel_max, layout)
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
     layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry, channel_max)
-    if pointwise_pairs.applies(kernel, pads, cg):  # the pointwise way beats the sparse one on 1x1 kernels
+    if pointwise:  # the pointwise way beats the sparse one on 1x1 kernels: failing it, the dense way
         return _dense(layer, found, total)
     # few (output, risky entry) evaluations: the dense way, without a sample run to decide. With an odd
     # channel count, pairs cross taps and the sparse way scans every (output, pair) for candidates: with
@@ -120,16 +122,8 @@ class SparseSearch:
             return self._found
 
     def max_abs(self) -> int:
-        """A bound on any output's ``|correction|``: each risky pair's largest change, summed per channel."""
-        layer = self.layer
-        bound = np.zeros(layer.m, np.int64)
-        for g, risky in self.found:
-            row_max = risky.memo.get("bound", layer.row_max(g))
-            reach = row_max[risky.first] * risky.w_first.astype(np.int64)
-            reach += row_max[risky.first + 1] * risky.w_second.astype(np.int64)
-            change = np.maximum(np.maximum(reach - pairs.INT16_MAX, pairs.INT16_MIN - reach), 0)
-            np.add.at(bound, g * layer.mg + risky.column, change)
-        return int(bound.max(initial=0))
+        """A bound on any output's ``|correction|`` (:func:`pairs.correction_bound`)."""
+        return pairs.correction_bound(self.found, self.layer.m, self.layer.mg, self.layer.row_max)
 
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
@@ -210,21 +204,16 @@ def _dense_is_cheaper(layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], 
         return True
     if n < 4:
         return False
-    key = ("dense is cheaper", layer.x.shape, tuple(g for g, _ in found))
-    memo = found[0][1].memo
-    kept = memo.get(key)
-    if kept is not None and all(a is b for a, (_, b) in zip(kept[0], found, strict=True)):
-        return kept[1]
-    largest = max(int(np.maximum(np.abs(p.w_first), np.abs(p.w_second)).max()) for _, p in found)
-    if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:
-        verdict = False  # few inputs high enough for a pair to saturate (most layers after a ReLU)
-    else:
-        sample = layer.records(0, 1)
+
+    def verdict() -> bool:
+        largest = max(int(np.maximum(np.abs(p.w_first), np.abs(p.w_second)).max()) for _, p in found)
+        if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:
+            return False  # few inputs high enough for a pair to saturate (most layers after a ReLU)
         with pairs.counting(None):  # the sample is not part of the run's saturation counts
-            hits = _sparse(sample, found, 0, count_only=True)
-        verdict = sparse + SPARSE_HIT_COST * hits * n > dense
-    memo[key] = ([p for _, p in found], verdict)  # one assignment
-    return verdict
+            hits = _sparse(layer.records(0, 1), found, 0, count_only=True)
+        return sparse + SPARSE_HIT_COST * hits * n > dense
+
+    return pairs.derived(found, ("dense is cheaper", layer.x.shape, tuple(g for g, _ in found)), verdict)
 
 
 def _sparse(
@@ -293,12 +282,6 @@ class _DensePlan:
         self.row_second = np.searchsorted(self.needed, self.first + 1)
         self.w_first = risky.w_first[order].astype(np.int16)[:, None]
         self.minus_second = (-risky.w_second[order]).astype(np.int16)[:, None]
-
-    def largest_change(self, row_max: np.ndarray) -> np.ndarray:
-        """The most each entry can change one output, from the largest input of each of its two rows."""
-        reach = row_max[self.first] * self.w_first[:, 0].astype(np.int64)
-        reach -= row_max[self.first + 1] * self.minus_second[:, 0].astype(np.int64)
-        return np.maximum(np.maximum(reach - pairs.INT16_MAX, pairs.INT16_MIN - reach), 0)
 
     def __len__(self) -> int:
         return int(self.column.size)
@@ -403,23 +386,17 @@ class _DenseLayout:
     per set of risky pairs (kept in their memo): a session's later runs mostly find the same pairs."""
 
     def __init__(self, found: list[tuple[int, pairs.RiskyPairs]], mg: int):
-        self.sources = [risky for _, risky in found]
+        self.found = found
         plans = [(g, _DensePlan(risky)) for g, risky in found]
         self.channels = np.unique(np.concatenate([g * mg + plan.column for g, plan in plans]))
         self.groups = [(g, plan, np.searchsorted(self.channels, g * mg + plan.column)) for g, plan in plans]
         self._blocks: dict[tuple[int, int], list[tuple[slice, bool, np.ndarray, _Runs | None]]] = {}
         self._rows: dict[int, _Rows] = {}
         self._sums: dict[tuple[int, str], tuple[np.ndarray, np.ndarray | None]] = {}
-        self._max_abs: int | None = None
 
     @classmethod
     def of(cls, found: list[tuple[int, pairs.RiskyPairs]], mg: int) -> _DenseLayout:
-        key = ("dense", mg, tuple(g for g, _ in found))
-        memo = found[0][1].memo
-        layout = memo.get(key)
-        if layout is None or any(a is not b for a, (_, b) in zip(layout.sources, found, strict=True)):
-            layout = memo[key] = cls(found, mg)  # one assignment: threads may build it twice, never half
-        return layout
+        return pairs.derived(found, ("dense", mg, tuple(g for g, _ in found)), lambda: cls(found, mg))
 
     def rows(self, index: int, layer: _Layer) -> _Rows:
         """Where group ``index``'s needed im2col rows read (the layer's weights fix the geometry)."""
@@ -427,20 +404,6 @@ class _DenseLayout:
         if found is None:
             g, plan, _ = self.groups[index]
             found = self._rows[index] = _Rows(plan.needed, g, layer.cg, layer.geometry.kernel)
-        return found
-
-    def max_abs(self, layer: _Layer) -> int:
-        """:meth:`DenseCorrection.max_abs`."""
-        searched = all("bound" in risky.memo for risky in self.sources)
-        if searched and self._max_abs is not None:
-            return self._max_abs
-        bound = np.zeros(layer.m, np.int64)
-        for (g, plan, _), risky in zip(self.groups, self.sources, strict=True):
-            row_max = risky.memo["bound"] if searched else layer.row_max(g)
-            np.add.at(bound, g * layer.mg + plan.column, plan.largest_change(row_max))
-        found = int(bound.max(initial=0))
-        if searched:
-            self._max_abs = found
         return found
 
     def channel_sums(self, index: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
@@ -496,10 +459,8 @@ class DenseCorrection:
         return _dense_records(self.layer, self.layout, n0, n1, count)
 
     def max_abs(self) -> int:
-        """A bound on any output's ``|correction|``, from the weights and each input channel's largest
-        value: the values the risky pairs were searched for (no smaller than this run's), so the bound
-        is made once per set of risky pairs; else this run's own."""
-        return self.layout.max_abs(self.layer)
+        """A bound on any output's ``|correction|`` (:func:`pairs.correction_bound`)."""
+        return pairs.correction_bound(self.layout.found, self.layer.m, self.layer.mg, self.layer.row_max)
 
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""

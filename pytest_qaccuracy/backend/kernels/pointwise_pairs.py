@@ -39,7 +39,7 @@ class PointwiseLayout:
     """
 
     def __init__(self, found: list[tuple[int, pairs.RiskyPairs]], cg: int, mg: int):
-        self.sources = [risky for _, risky in found]
+        self.found, self.cg, self.mg = found, cg, mg
         channel = np.concatenate([g * cg + risky.first for g, risky in found])
         out = np.concatenate([g * mg + risky.column for g, risky in found])
         w_first = np.concatenate([risky.w_first for _, risky in found]).astype(np.int32)
@@ -61,7 +61,6 @@ class PointwiseLayout:
         own = pairs.INT16_MAX // np.maximum(np.abs(w_first), np.abs(w_second))
         self.threshold = np.full(count, pairs.INT16_MAX, np.int64)
         np.minimum.at(self.threshold, which, own)
-        self.entry_channel, self.entry_out, self.entry_first, self.entry_second = channel, out, w_first, w_second
         self._verdicts: dict[tuple, bool] = {}
 
     def candidates(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
@@ -86,20 +85,15 @@ class PointwiseLayout:
         key = ("pointwise is cheaper", x.shape, dense_evaluations)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            _, _, _, _, cheap = found = self.candidates(x[:1])
+            flat, _, _, _, cheap = self.candidates(x[:1])
             n, scan = x.shape[0], self.channels.size * math.prod(x.shape[2:])
-            pointwise = FIXED + n * (SCAN * scan + CHEAP * cheap + SLOT * found[0].size * self.out.shape[1])
+            pointwise = FIXED + n * (SCAN * scan + CHEAP * cheap + SLOT * flat.size * self.out.shape[1])
             verdict = self._verdicts[key] = pointwise < DENSE_FIXED + DENSE_EVALUATION * dense_evaluations
         return verdict
 
     @classmethod
     def of(cls, found: list[tuple[int, pairs.RiskyPairs]], cg: int, mg: int) -> PointwiseLayout:
-        key = ("pointwise", cg, mg, tuple(g for g, _ in found))
-        memo = found[0][1].memo
-        layout = memo.get(key)
-        if layout is None or any(a is not b for a, (_, b) in zip(layout.sources, found, strict=True)):
-            layout = memo[key] = cls(found, cg, mg)  # one assignment: threads may build it twice, never half
-        return layout
+        return pairs.derived(found, ("pointwise", cg, mg, tuple(g for g, _ in found)), lambda: cls(found, cg, mg))
 
 
 class PointwiseCorrection:
@@ -130,11 +124,12 @@ class PointwiseCorrection:
         return True
 
     def max_abs(self) -> int:
-        """A bound on any output's ``|correction|``, from the weights and each input channel's largest value."""
-        layout, top = self.layout, self.channel_max.astype(np.int64)
-        reach = top[layout.entry_channel] * layout.entry_first + top[layout.entry_channel + 1] * layout.entry_second
-        change = np.maximum(np.maximum(reach - pairs.INT16_MAX, pairs.INT16_MIN - reach), 0)
-        return int(np.bincount(layout.entry_out, weights=change, minlength=self.shape[1]).max(initial=0))
+        """A bound on any output's ``|correction|`` (:func:`pairs.correction_bound`; a 1x1 kernel's
+        rows are its group's channels)."""
+        layout = self.layout
+        return pairs.correction_bound(
+            layout.found, self.shape[1], layout.mg, lambda g: self.channel_max[g * layout.cg : (g + 1) * layout.cg]
+        )
 
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
