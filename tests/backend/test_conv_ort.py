@@ -15,7 +15,7 @@ import pytest
 from backend_models import assert_same, node_model, ort_run, random_q
 from pair_ways import force_way
 
-from pytest_qaccuracy.backend import IntegerSession, parallel
+from pytest_qaccuracy.backend import IntegerSession, pairs, parallel
 from pytest_qaccuracy.backend.kernels import conv_core, conv_ort
 
 f32 = np.float32
@@ -224,21 +224,32 @@ def test_a_forked_child_builds_its_own_sessions(monkeypatch, case: str) -> None:
     assert answer == b"1", "the forked child hung" if not ready else "the forked child's output differs"
 
 
+@pytest.mark.parametrize("way", ["sparse", "dense"])
 @pytest.mark.parametrize("limit", [1 << 60, 64 << 20])
-def test_a_sparse_search_runs_beside_onnxruntime_on_two_threads(limit: int, monkeypatch) -> None:
-    """On two threads the sparse pair search runs on the other thread while onnxruntime computes the
-    sums (unless the sums to keep meanwhile exceed ``OVERLAP_BYTES``): the same output as one thread,
-    and as the numpy paths."""
-    force_way(monkeypatch, "sparse")
+def test_a_correction_is_made_beside_onnxruntime_on_two_threads(way: str, limit: int, monkeypatch) -> None:
+    """On two threads the sparse pair search, or the whole dense correction, is made on the other
+    thread while onnxruntime computes the sums (unless the sums to keep meanwhile exceed
+    ``OVERLAP_BYTES``): the same output and saturation counts as one thread, and as the numpy paths."""
+    force_way(monkeypatch, way)
+    monkeypatch.setattr(conv_core, "DENSE_BESIDE_EVALUATIONS", 0)
     model, x = _model("dense-3x3", np.random.default_rng(3))
     monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
-    want = IntegerSession(model, scheme="onnxruntime-avx2", threads=1).run(None, {"x": x})[0]
+
+    def run(threads: int) -> tuple[np.ndarray, dict[int, int]]:
+        counter = pairs.SaturationCounter()
+        with pairs.counting(counter):
+            out = IntegerSession(model, scheme="onnxruntime-avx2", threads=threads).run(None, {"x": x})[0]
+        (node,) = counter.nodes.values()
+        return out, node.per_record
+
+    want, want_counts = run(1)
     started = []
     real = parallel.in_background
     monkeypatch.setattr(parallel, "in_background", lambda task: (started.append(task), real(task))[1])
     monkeypatch.setattr(conv_core, "OVERLAP_BYTES", 0 if limit == 1 << 60 else limit)
-    got = IntegerSession(model, scheme="onnxruntime-avx2", threads=2).run(None, {"x": x})[0]
+    got, counts = run(2)
     assert_same(got, want, "two threads")
+    assert counts == want_counts and sum(counts.values()) > 0
     assert len(started) == (0 if limit == 1 << 60 else 1)
     monkeypatch.setattr(conv_ort, "MIN_MACS", 1 << 60)
     numpy_paths = IntegerSession(model, scheme="onnxruntime-avx2", threads=2).run(None, {"x": x})[0]

@@ -411,10 +411,12 @@ def conv_core(
         spans = _record_spans(n, outputs, threads if macs >= MIN_PARALLEL_MACS else 1, out_spatial[0])
     else:
         spans = chunk_spans(n, out_spatial[0], path.scratch_per_row() * math.prod(out_spatial[1:]), path.budget())
-    search = correction.search if isinstance(correction, conv_pairs.SparseSearch) else None
-    if search is not None and in_onnxruntime and threads > 1 and out.size * np.dtype(dtype).itemsize <= OVERLAP_BYTES:
-        # the sparse search (numpy) on one thread while this one runs onnxruntime's sums, then the
-        # corrections and epilogues on every thread: numpy on two threads at once gains little
+    search = None
+    if in_onnxruntime and threads > 1 and out.size * np.dtype(dtype).itemsize <= OVERLAP_BYTES:
+        search = _beside_sums(correction, dtype, n * math.prod(out_spatial))
+    if search is not None:
+        # the correction's own work (numpy) on one thread while this one runs onnxruntime's sums, then
+        # the corrections and epilogues on every thread: numpy on two threads at once gains little
         sums: list[np.ndarray | None] = [None] * len(spans)
         todo, lock = iter(range(len(spans))), threading.Lock()
 
@@ -430,10 +432,27 @@ def conv_core(
                 searching.result()  # raises the search's error; never leaves it running
             parallel.run_all([lambda i=i: finish_chunk(*spans[i], sums[i]) for i in range(len(spans))])
         return out
-    if search is not None:  # before the chunks: a search inside one would hand tasks to a pool it occupies
-        search()
+    if isinstance(correction, conv_pairs.SparseSearch):  # before the chunks: a search inside one would
+        correction.search()  # hand tasks to a pool it occupies
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
+
+
+def _beside_sums(correction: object, dtype: type, outputs: int) -> Callable[[], object] | None:
+    """The work of a correction that one thread can do while the other runs onnxruntime's sums: the
+    sparse search, or the whole dense correction where it has many evaluations (few: the chunks' own
+    small form costs less) and is small enough to keep."""
+    if isinstance(correction, conv_pairs.SparseSearch):
+        return correction.search
+    if isinstance(correction, conv_pairs.DenseCorrection):
+        evaluations = correction.layout.entries * outputs
+        if evaluations >= DENSE_BESIDE_EVALUATIONS and correction.whole_bytes(dtype) <= OVERLAP_BYTES:
+            return lambda: correction.prepare(dtype)
+    return None
+
+
+#: (output, risky entry) evaluations from which a dense correction is made whole beside the sums
+DENSE_BESIDE_EVALUATIONS = 1 << 20
 
 
 def _next(items: Iterator[int], lock: threading.Lock) -> int | None:

@@ -160,6 +160,15 @@ class _Layer:
         own = self.channel_max[g * self.cg : (g + 1) * self.cg].astype(np.int64)
         return np.tile(own, math.prod(self.geometry.kernel))
 
+    def records_max(self, a: int, b: int) -> np.ndarray:
+        """Each input channel's largest value over records ``a:b`` (the zero point too where padded)."""
+        if b - a == self.x.shape[0]:
+            return self.channel_max
+        part = self.x[a:b]
+        part = part.max(axis=0) if b - a > 1 else part[0]  # records first: fast
+        found = part.reshape(part.shape[0], -1).max(axis=1, initial=0)
+        return np.maximum(found, self.x_zp) if any(self.pads) else found
+
     def xp(self) -> np.ndarray:
         if self._padded is None:
             self._padded = _padded(self.x, self.pads, self.x_zp)
@@ -339,10 +348,11 @@ class _Runs:
             longer = np.flatnonzero(sizes > k)
             self.steps.append((None if longer.size == sizes.size else longer, first[longer] + k))
 
-    def sum(self, rows: np.ndarray) -> np.ndarray:
-        """int32 sums of the runs of ``rows``: one vectorized add per place within a run (numpy's
-        ``add.reduceat`` along axis 0 costs about ten times as much on these short runs)."""
-        out = rows[self.first].astype(np.int32)
+    def sum(self, rows: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """Sums of the runs of ``rows`` in ``dtype`` (wider than int16): one vectorized add per place
+        within a run (numpy's ``add.reduceat`` along axis 0 costs about ten times as much on these
+        short runs)."""
+        out = rows[self.first].astype(dtype)
         for longer, at in self.steps:
             if longer is None:
                 out += rows[at]
@@ -351,15 +361,21 @@ class _Runs:
         return out
 
 
-def _dense_records(layer: _Layer, layout: _DenseLayout, n0: int, n1: int, count: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The dense correction of records ``n0:n1``: int32 sums ``(channels, n1 - n0, positions)`` of the
-    output channels it changes (``layout.channels``), and each record's saturated pair sums (zeros
-    unless ``count``). Sums gather per channel in one array laid out channel-first, so each block adds
-    whole contiguous rows."""
+def _dense_records(
+    layer: _Layer, layout: _DenseLayout, n0: int, n1: int, count: bool, dtype: np.dtype, fresh: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """The dense correction of records ``n0:n1``: sums ``(channels, n1 - n0, positions)`` in ``dtype``
+    (the convolution's sums' type: exact, integers under their bound) of the output channels it changes
+    (``layout.channels``), and each record's saturated pair sums (zeros unless ``count``). Sums gather
+    per channel in one array laid out channel-first, so each block adds whole contiguous rows; in the
+    thread's scratch unless ``fresh``."""
     positions = math.prod(layer.geometry.out_spatial)
     shape = (layout.channels.size, n1 - n0, positions)
-    acc = parallel.scratch(math.prod(shape), np.int32, "pairs sums").reshape(shape)  # no page faults per chunk
-    acc.fill(0)
+    if fresh:  # kept: not the thread's scratch
+        acc = np.zeros(shape, dtype)
+    else:
+        acc = parallel.scratch(math.prod(shape), dtype, "pairs sums").reshape(shape)  # no page faults per chunk
+        acc.fill(0)
     saturated = np.zeros(n1 - n0, np.int64)
     for index, (_, plan, _) in enumerate(layout.groups):
         step = max(1, COLUMN_BLOCK // (positions * plan.needed.size))  # records per im2col block
@@ -372,12 +388,44 @@ def _dense_records(layer: _Layer, layout: _DenseLayout, n0: int, n1: int, count:
                 part = columns[:, (r0 - c0) * positions : (r1 - c0) * positions]
                 for e, positive, rows, runs in layout.blocks(index, max(1, DENSE_BLOCK // part.shape[1])):
                     change = plan.changes(part, e, positive)
-                    summed = change if runs is None else runs.sum(change)  # None: one entry per row
-                    acc[rows, r0 - n0 : r1 - n0] += summed.reshape(rows.size, r1 - r0, positions)
+                    summed = change if runs is None else runs.sum(change, dtype)  # None: one entry per row
+                    acc[rows, r0 - n0 : r1 - n0] += summed.reshape(-1, r1 - r0, positions)
                     if count:
                         counts = np.count_nonzero(change.reshape(-1, r1 - r0, positions), axis=(0, 2))
                         saturated[r0 - n0 : r1 - n0] += counts
     return acc, saturated
+
+
+#: sums a run of changed channels must have for the dense correction to add a slice per run rather
+#: than index every changed channel (a gather, an add and a scatter; a slice costs about 2 us a call)
+RUN_ADD_OUTPUTS = 2048
+#: entry subsets of a dense layout whose layouts are kept (:meth:`_DenseLayout.screened`)
+SUBSETS = 64
+#: the cost of making the layout of a subset of entries (its plan, blocks and runs, about 120-150 us
+#: on the mobile nets' 1x1 layers), in dense evaluations (1.7 ns each): a chunk screens its entries
+#: only where it has that many evaluations, and makes a new subset's layout only where it drops them
+SCREEN_BUILD = 1 << 18
+
+
+class _Screen:
+    """Each risky entry's two input channels and the positive and negative parts of its two weights,
+    over all groups: whether an entry may saturate under given channel maxima is then a few passes."""
+
+    def __init__(self, found: list[tuple[int, pairs.RiskyPairs]], cg: int):
+        self.first = np.concatenate([g * cg + p.first % cg for g, p in found])
+        self.second = np.concatenate([g * cg + (p.first + 1) % cg for g, p in found])  # across taps too
+        w_first = np.concatenate([p.w_first for _, p in found]).astype(np.int64)
+        w_second = np.concatenate([p.w_second for _, p in found]).astype(np.int64)
+        self.positive = (np.maximum(w_first, 0), np.maximum(w_second, 0))
+        self.negative = (np.minimum(w_first, 0), np.minimum(w_second, 0))
+        self.splits = np.cumsum([len(p) for _, p in found])[:-1]
+
+    def keep(self, channel_max: np.ndarray) -> np.ndarray:
+        """Which entries may saturate when each input channel ``c`` stays within ``channel_max[c]``."""
+        a = channel_max[self.first].astype(np.int64)
+        b = channel_max[self.second].astype(np.int64)
+        high = self.positive[0] * a + self.positive[1] * b > pairs.INT16_MAX
+        return high | (self.negative[0] * a + self.negative[1] * b < pairs.INT16_MIN)
 
 
 class _DenseLayout:
@@ -386,13 +434,49 @@ class _DenseLayout:
     per set of risky pairs (kept in their memo): a session's later runs mostly find the same pairs."""
 
     def __init__(self, found: list[tuple[int, pairs.RiskyPairs]], mg: int):
-        self.found = found
+        self.found, self.mg = found, mg
         plans = [(g, _DensePlan(risky)) for g, risky in found]
         self.channels = np.unique(np.concatenate([g * mg + plan.column for g, plan in plans]))
         self.groups = [(g, plan, np.searchsorted(self.channels, g * mg + plan.column)) for g, plan in plans]
-        self._blocks: dict[tuple[int, int], list[tuple[slice, bool, np.ndarray, _Runs | None]]] = {}
+        self.entries = sum(len(plan) for _, plan in plans)
+        self._blocks: dict[tuple[int, int], list[tuple[slice, bool, np.ndarray | slice, _Runs | None]]] = {}
         self._rows: dict[int, _Rows] = {}
         self._sums: dict[tuple[int, str], tuple[np.ndarray, np.ndarray | None]] = {}
+        self._screen: _Screen | None = None
+        self._runs: list[tuple[int, int, int]] | None = None
+        self._subsets: dict[bytes, _DenseLayout] = {}
+        self._lock = threading.Lock()
+
+    def screened(self, channel_max: np.ndarray, cg: int, outputs: int) -> _DenseLayout | None:
+        """This layout without the entries that cannot saturate when each input channel stays within
+        ``channel_max`` (some records' own maxima, no larger than the bounds the pairs were searched
+        for): itself when every entry may, None when none may. Records differ: on the bench nets a
+        chunk's own maxima leave 54-86 % of the evaluations of the whole batch's. A layout of fewer
+        entries is made only where it saves more than it costs, ``SCREEN_BUILD`` evaluations over the
+        chunk's ``outputs``; those of the last :data:`SUBSETS` entry subsets are kept."""
+        if self._screen is None:
+            self._screen = _Screen(self.found, cg)
+        keep = self._screen.keep(channel_max)
+        dropped = keep.size - int(np.count_nonzero(keep))
+        if not dropped:
+            return self
+        if dropped == keep.size:
+            return None
+        key = np.packbits(keep).tobytes()
+        with self._lock:
+            found = self._subsets.get(key)
+        if found is not None:
+            return found
+        if dropped * outputs < SCREEN_BUILD:
+            return self
+        parts = np.split(keep, self._screen.splits)
+        kept = [(g, p, k) for (g, p), k in zip(self.found, parts, strict=True) if k.any()]
+        found = _DenseLayout([(g, pairs.RiskyPairs(*(f[k] for f in _fields(p)))) for g, p, k in kept], self.mg)
+        with self._lock:
+            if len(self._subsets) >= SUBSETS:  # the oldest
+                del self._subsets[next(iter(self._subsets))]
+            self._subsets[key] = found
+        return found
 
     @classmethod
     def of(cls, found: list[tuple[int, pairs.RiskyPairs]], mg: int) -> _DenseLayout:
@@ -405,6 +489,15 @@ class _DenseLayout:
             g, plan, _ = self.groups[index]
             found = self._rows[index] = _Rows(plan.needed, g, layer.cg, layer.geometry.kernel)
         return found
+
+    def channel_runs(self) -> list[tuple[int, int, int]]:
+        """Runs of consecutive changed channels: ``(first, end, index of first in channels)``."""
+        if self._runs is None:
+            starts = np.flatnonzero(np.diff(self.channels, prepend=-2) != 1)
+            ends = np.append(starts[1:], self.channels.size)
+            first = self.channels[starts]
+            self._runs = [(int(a), int(a + j - i), int(i)) for a, i, j in zip(first, starts, ends, strict=True)]
+        return self._runs
 
     def channel_sums(self, index: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray | None]:
         """How group ``index``'s entries add to output channels: the channel of each entry and None
@@ -423,9 +516,10 @@ class _DenseLayout:
             self._sums[key] = found
         return found
 
-    def blocks(self, index: int, span: int) -> list[tuple[slice, bool, np.ndarray, _Runs | None]]:
+    def blocks(self, index: int, span: int) -> list[tuple[slice, bool, np.ndarray | slice, _Runs | None]]:
         """Group ``index``'s entry blocks of at most ``span`` entries: ``(entries, positive, rows, runs)``,
-        the rows they add to and their entries' runs per row (None: one entry per row)."""
+        the rows they add to (a slice where consecutive) and their entries' runs per row (None: one
+        entry per row)."""
         key = (index, span)
         found = self._blocks.get(key)
         if found is None:
@@ -434,7 +528,10 @@ class _DenseLayout:
             for e, positive in plan.blocks(span):
                 rows, first = np.unique(slot[e], return_index=True)
                 count = e.stop - e.start
-                found.append((e, positive, rows, None if rows.size == count else _Runs(first, count)))
+                runs = None if rows.size == count else _Runs(first, count)
+                if rows[-1] - rows[0] + 1 == rows.size:  # consecutive: a slice adds in one pass
+                    rows = slice(int(rows[0]), int(rows[-1]) + 1)
+                found.append((e, positive, rows, runs))
             self._blocks[key] = found
         return found
 
@@ -442,79 +539,96 @@ class _DenseLayout:
 class DenseCorrection:
     """The correction of a layer where most outputs change (an image stem, mid-range inputs on heavy
     weights), computed for each chunk of the convolution while its sums are in cache: no array of the
-    whole output is made, zeroed, scanned and added. Chunks that split records (row paths) take their
-    part of the whole correction, made once."""
+    whole output is made, zeroed, scanned and added. Each chunk evaluates only the entries its own
+    records' channel maxima leave risky. The whole correction can instead be made up front
+    (:meth:`prepare`), by one thread while onnxruntime computes the sums on the other; chunks that
+    split records (row paths) take their part of it too."""
 
     def __init__(self, layer: _Layer, layout: _DenseLayout):
         self.layer, self.layout = layer, layout
-        self.channels = layout.channels  #: the output channels the correction changes (ascending)
         self.shape = (layer.x.shape[0], layer.m, *layer.geometry.out_spatial)
-        self._whole: tuple[np.ndarray, np.ndarray] | None = None
+        self._whole: tuple[_DenseLayout | None, np.ndarray, np.ndarray] | None = None
         self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
         return True
 
-    def _sums(self, n0: int, n1: int, count: bool) -> tuple[np.ndarray, np.ndarray]:
-        return _dense_records(self.layer, self.layout, n0, n1, count)
-
     def max_abs(self) -> int:
         """A bound on any output's ``|correction|`` (:func:`pairs.correction_bound`)."""
         return pairs.correction_bound(self.layout.found, self.layer.m, self.layer.mg, self.layer.row_max)
 
+    def whole_bytes(self, dtype: np.dtype) -> int:
+        """The size of the whole correction in ``dtype`` (:meth:`prepare`): its changed channels only."""
+        return self.layout.channels.size * math.prod(self.shape[::2]) * np.dtype(dtype).itemsize
+
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
-        return self._materialized()[0].astype(np.int64)
+        layout, acc, _ = self.prepare()
+        whole = np.zeros((self.shape[0], self.shape[1], math.prod(self.shape[2:])), np.int64)
+        if layout is not None:
+            whole[:, layout.channels] = acc.transpose(1, 0, 2)
+        return whole.reshape(self.shape)
 
-    def _materialized(self) -> tuple[np.ndarray, np.ndarray]:
-        """The whole correction (int32) and each record's saturated pair sums, made once."""
+    def _layout(self, n0: int, n1: int) -> _DenseLayout | None:
+        """The layout of records ``n0:n1``: the entries their own channel maxima leave risky."""
+        outputs = (n1 - n0) * math.prod(self.shape[2:])
+        if self.layout.entries * outputs < SCREEN_BUILD:  # the test itself would cost more than it saves
+            return self.layout
+        return self.layout.screened(self.layer.records_max(n0, n1), self.layer.cg, outputs)
+
+    def prepare(self, dtype: type | np.dtype = np.int32) -> tuple[_DenseLayout | None, np.ndarray, np.ndarray]:
+        """The whole correction, made once: its layout (None: nothing saturates), the sums of the
+        layout's channels ``(channels, N, positions)`` in ``dtype`` (that of the first call; exact) and
+        each record's saturated pair sums (zeros unless a counter is active)."""
         with self._lock:
             if self._whole is None:
-                n, m = self.shape[:2]
-                whole = np.zeros((n, m, math.prod(self.shape[2:])), np.int32)
-                acc, saturated = self._sums(0, n, count=True)
-                whole[:, self.channels] = acc.transpose(1, 0, 2)
-                self._whole = whole.reshape(self.shape), saturated
+                n = self.shape[0]
+                layout = self._layout(0, n)
+                if layout is None:
+                    self._whole = None, np.zeros((0, n, math.prod(self.shape[2:])), dtype), np.zeros(n, np.int64)
+                else:
+                    count = pairs.counter is not None
+                    acc, saturated = _dense_records(self.layer, layout, 0, n, count, np.dtype(dtype), True)
+                    self._whole = layout, acc, saturated
             return self._whole
 
     def add_to(self, target: np.ndarray, n0: int, n1: int, o0: int, o1: int) -> None:
         """Add records ``n0:n1`` and first spatial indices ``o0:o1`` to that chunk's sums ``target``
         (``(n1 - n0, M, o1 - o0, *out[1:])``, or wider along the last axis)."""
         out = self.shape[2:]
-        if o0 != 0 or o1 != out[0]:
-            whole, saturated = self._materialized()
-            part = whole[n0:n1, :, o0:o1]
-            target[(..., *(slice(0, size) for size in part.shape[3:]))] += part.astype(target.dtype)
+        if self._whole is not None or o0 != 0 or o1 != out[0]:
+            layout, acc, saturated = self.prepare()
+            if layout is not None:
+                part = acc.reshape(layout.channels.size, self.shape[0], *out)[:, n0:n1, o0:o1].swapaxes(0, 1)
+                view = target[(slice(None), slice(None), *(slice(0, size) for size in part.shape[2:]))]
+                _add_channels(view, part, layout)
             if o0 == 0:  # each record counted by the chunk holding its first row
                 pairs.count(0, np.repeat(np.arange(n0, n1), saturated[n0:n1]))
             return
-        view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]
-        if sum(len(plan) for _, plan, _ in self.layout.groups) * (n1 - n0) * math.prod(out) <= SMALL_EVALUATIONS:
-            self._add_small(view, n0, n1)
+        layout = self._layout(n0, n1)
+        if layout is None:  # no entry can saturate on these records
             return
-        acc, saturated = self._sums(n0, n1, count=pairs.counter is not None)
-        block = parallel.scratch(acc.size, view.dtype, "pairs block").reshape(acc.shape)
-        np.copyto(block, acc, casting="unsafe")  # exact: the sums are integers under the sums' bound
-        block = block.reshape(self.channels.size, n1 - n0, *out).swapaxes(0, 1)
-        if self.channels.size == self.shape[1]:
-            view += block
-        else:
-            view[:, self.channels] += block
+        view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]
+        if layout.entries * (n1 - n0) * math.prod(out) <= SMALL_EVALUATIONS:
+            self._add_small(layout, view, n0, n1)
+            return
+        acc, saturated = _dense_records(self.layer, layout, n0, n1, pairs.counter is not None, view.dtype)
+        _add_channels(view, acc.reshape(layout.channels.size, n1 - n0, *out).swapaxes(0, 1), layout)
         pairs.count(0, np.repeat(np.arange(n0, n1), saturated))
 
-    def _add_small(self, view: np.ndarray, n0: int, n1: int) -> None:
+    def _add_small(self, layout: _DenseLayout, view: np.ndarray, n0: int, n1: int) -> None:
         """:meth:`add_to` for few evaluations, in as few numpy calls as can be (most of a small layer's
         cost is per call): ``sat16(p) - p`` in int32 for every entry, summed per output channel by one
         matrix product with each entry's channel (exact: integers under the correction's bound)."""
         out = self.shape[2:]
         saturated = np.zeros(n1 - n0, np.int64) if pairs.counter is not None else None
-        for index, (_, plan, _) in enumerate(self.layout.groups):
-            columns = _columns(self.layer, self.layout.rows(index, self.layer), slice(n0, n1))
+        for index, (_, plan, _) in enumerate(layout.groups):
+            columns = _columns(self.layer, layout.rows(index, self.layer), slice(n0, n1))
             value = np.multiply(columns[plan.row_first], plan.w_first, dtype=np.int32)
             value -= np.multiply(columns[plan.row_second], plan.minus_second, dtype=np.int32)
             change = np.clip(value, pairs.INT16_MIN, pairs.INT16_MAX)
             change -= value
-            channels, sums = self.layout.channel_sums(index, view.dtype)
+            channels, sums = layout.channel_sums(index, view.dtype)
             summed = change if sums is None else sums @ change.astype(view.dtype)  # (channels, rows)
             block = summed.reshape(channels.size, n1 - n0, *out).swapaxes(0, 1)
             if channels.size == self.shape[1] and sums is not None:
@@ -525,6 +639,19 @@ class DenseCorrection:
                 saturated += np.count_nonzero(change.reshape(len(plan), n1 - n0, -1), axis=(0, 2))
         if saturated is not None:
             pairs.count(0, np.repeat(np.arange(n0, n1), saturated))
+
+
+def _add_channels(view: np.ndarray, block: np.ndarray, layout: _DenseLayout) -> None:
+    """``view[:, layout.channels] += block`` (``block``: records, the layout's channels, then outputs)."""
+    if layout.channels.size == view.shape[1]:
+        view += block
+        return
+    runs = layout.channel_runs()
+    if len(runs) * RUN_ADD_OUTPUTS > block.size:
+        view[:, layout.channels] += block
+    else:  # a slice per run of changed channels: one pass, where indexing gathers, adds and scatters
+        for a, b, i in runs:
+            view[:, a:b] += block[:, i : i + b - a]
 
 
 #: (entry, output) evaluations of a chunk up to which the dense correction takes its few-calls form
