@@ -452,7 +452,7 @@ def _beside_sums(correction: object, dtype: type, outputs: int) -> Callable[[], 
 
 
 #: (output, risky entry) evaluations from which a dense correction is made whole beside the sums
-DENSE_BESIDE_EVALUATIONS = 1 << 20
+DENSE_BESIDE_EVALUATIONS = 1 << 18
 
 
 def _next(items: Iterator[int], lock: threading.Lock) -> int | None:
