@@ -559,7 +559,7 @@ class DenseCorrection:
 
     def whole_bytes(self, dtype: np.dtype) -> int:
         """The size of the whole correction in ``dtype`` (:meth:`prepare`): its changed channels only."""
-        return self.layout.channels.size * math.prod(self.shape[::2]) * np.dtype(dtype).itemsize
+        return self.layout.channels.size * self.shape[0] * math.prod(self.shape[2:]) * np.dtype(dtype).itemsize
 
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
