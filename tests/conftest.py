@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -13,6 +14,11 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests import the model builder
 import modelzoo
 
 pytest_plugins = ["pytester"]  # tests/plugin runs real pytest sessions
+
+# A suite started in the background of a script (`cmd &`, nohup) inherits SIGINT ignored, and so would
+# every process the interrupt tests start and signal: catching it here gives the children the default.
+if hasattr(signal, "SIGINT") and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: (format, activation type, weight type, per-channel) of each quantized variant in the zoo.
 VARIANTS = {
