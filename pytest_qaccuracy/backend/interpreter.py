@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from pytest_qaccuracy.backend import int8_to_uint8, pairs, parallel, tables
+from pytest_qaccuracy.backend import heap, int8_to_uint8, pairs, parallel, tables
 from pytest_qaccuracy.backend import kernels as _kernels  # noqa: F401  (registers every kernel family)
 from pytest_qaccuracy.backend.fallback import KERNEL, ONNXRUNTIME, REFERENCE, OnnxruntimeNode, reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
@@ -95,6 +95,7 @@ class IntegerSession:
             raise InputError(f"threads must be an integer >= 0, got {threads!r}")
         self.model = model if isinstance(model, onnx.ModelProto) else load_model(model)
         self.scheme = get_scheme(scheme)
+        heap.keep_temporaries_warm()
         graph = self.model.graph
         self.opsets = {normalize_domain(o.domain): o.version for o in self.model.opset_import}
         self.constants = {i.name: _read_only(onnx.numpy_helper.to_array(i)) for i in graph.initializer}
