@@ -215,6 +215,16 @@ def derived(found: Sequence[tuple[int, RiskyPairs]], key: Hashable, make: Callab
     return value
 
 
+def largest_change(
+    w_first: np.ndarray, w_second: np.ndarray, top_first: np.ndarray, top_second: np.ndarray
+) -> np.ndarray:
+    """The most ``|sat16(p) - p|`` can be for each weight pair, its two inputs in ``[0, top]``: from
+    ``w top + w' top'``, exact for any signs (a pair of mixed signs never leaves int16: ``255 * 128 <
+    32768``, and one of a single sign is largest at the tops)."""
+    reach = top_first * w_first.astype(np.int64) + top_second * w_second.astype(np.int64)
+    return np.maximum(np.maximum(reach - INT16_MAX, INT16_MIN - reach), 0)
+
+
 def correction_bound(
     found: Sequence[tuple[int, RiskyPairs]], m: int, mg: int, row_max: Callable[[int], np.ndarray]
 ) -> int:
@@ -230,8 +240,7 @@ def correction_bound(
         total = np.zeros(m, np.int64)
         for g, risky in found:
             top = (risky.memo["bound"] if "bound" in risky.memo else row_max(g)).astype(np.int64)
-            reach = top[risky.first] * risky.w_first + top[risky.first + 1] * risky.w_second
-            change = np.maximum(np.maximum(reach - INT16_MAX, INT16_MIN - reach), 0)
+            change = largest_change(risky.w_first, risky.w_second, top[risky.first], top[risky.first + 1])
             np.add.at(total, g * mg + risky.column, change)
         return int(total.max(initial=0))
 

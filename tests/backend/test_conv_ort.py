@@ -16,7 +16,7 @@ from backend_models import assert_same, node_model, ort_run, random_q
 from pair_ways import force_way
 
 from pytest_qaccuracy.backend import IntegerSession, pairs, parallel
-from pytest_qaccuracy.backend.kernels import conv_core, conv_ort
+from pytest_qaccuracy.backend.kernels import conv_core, conv_ort, conv_pairs
 
 f32 = np.float32
 
@@ -231,7 +231,7 @@ def test_a_correction_is_made_beside_onnxruntime_on_two_threads(way: str, limit:
     thread while onnxruntime computes the sums (unless the sums to keep meanwhile exceed
     ``OVERLAP_BYTES``): the same output and saturation counts as one thread, and as the numpy paths."""
     force_way(monkeypatch, way)
-    monkeypatch.setattr(conv_core, "DENSE_BESIDE_EVALUATIONS", 0)
+    monkeypatch.setattr(conv_pairs, "DENSE_BESIDE_EVALUATIONS", 0)
     model, x = _model("dense-3x3", np.random.default_rng(3))
     monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
 

@@ -325,7 +325,7 @@ def conv_core(
     padding: int = 0,
     bias: np.ndarray | None = None,
     bias_in_gemm: bool = False,
-    correction: conv_pairs.PairCorrection | None = None,
+    correction: conv_pairs.Correction | None = None,
     weights: tuple[np.ndarray, Hashable] | None = None,
 ) -> np.ndarray:
     """``sum x*w (+ bias)`` over the windows of a padded input, chunk by chunk on the session's threads.
@@ -412,8 +412,9 @@ def conv_core(
     else:
         spans = chunk_spans(n, out_spatial[0], path.scratch_per_row() * math.prod(out_spatial[1:]), path.budget())
     search = None
-    if in_onnxruntime and threads > 1 and out.size * np.dtype(dtype).itemsize <= OVERLAP_BYTES:
-        search = _beside_sums(correction, dtype, n * math.prod(out_spatial))
+    kept = out.size * np.dtype(dtype).itemsize <= OVERLAP_BYTES  # every chunk's sums, until the search ends
+    if correction is not None and in_onnxruntime and threads > 1 and kept:
+        search = correction.beside_sums(dtype)
     if search is not None:
         # the correction's own work (numpy) on one thread while this one runs onnxruntime's sums, then
         # the corrections and epilogues on every thread: numpy on two threads at once gains little
@@ -432,27 +433,10 @@ def conv_core(
                 searching.result()  # raises the search's error; never leaves it running
             parallel.run_all([lambda i=i: finish_chunk(*spans[i], sums[i]) for i in range(len(spans))])
         return out
-    if isinstance(correction, conv_pairs.SparseSearch):  # before the chunks: a search inside one would
-        correction.search()  # hand tasks to a pool it occupies
+    if correction is not None:
+        correction.before_chunks()
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
-
-
-def _beside_sums(correction: object, dtype: type, outputs: int) -> Callable[[], object] | None:
-    """The work of a correction that one thread can do while the other runs onnxruntime's sums: the
-    sparse search, or the whole dense correction where it has many evaluations (few: the chunks' own
-    small form costs less) and is small enough to keep."""
-    if isinstance(correction, conv_pairs.SparseSearch):
-        return correction.search
-    if isinstance(correction, conv_pairs.DenseCorrection):
-        evaluations = correction.layout.entries * outputs
-        if evaluations >= DENSE_BESIDE_EVALUATIONS and correction.whole_bytes(dtype) <= OVERLAP_BYTES:
-            return lambda: correction.prepare(dtype)
-    return None
-
-
-#: (output, risky entry) evaluations from which a dense correction is made whole beside the sums
-DENSE_BESIDE_EVALUATIONS = 1 << 18
 
 
 def _next(items: Iterator[int], lock: threading.Lock) -> int | None:
@@ -467,8 +451,8 @@ MIN_PARALLEL_MACS = 1 << 24
 #: multiply-adds one output's pair correction is counted as, for :data:`MIN_PARALLEL_MACS`
 CORRECTION_MACS = 64
 
-#: sums of a convolution whose sparse pair correction is searched beside onnxruntime (each chunk's
-#: sums kept until the search ends) at most, in bytes
+#: sums of a convolution whose pair correction is made beside onnxruntime's (each chunk's sums kept
+#: until it is done) at most, in bytes
 OVERLAP_BYTES = 64 << 20
 
 #: output elements of one onnxruntime call: a call costs tens of microseconds, and the epilogue

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,7 +44,7 @@ def pair_corrections(
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
     out_spatial: tuple[int, ...],
-) -> DenseCorrection | SparseSearch | pointwise_pairs.PointwiseCorrection | None:
+) -> Correction | None:
     """``sum (sat16(p) - p)`` per output ``(N, M, *out)`` (each way's correction adds it to the chunks of
     the convolution's sums), or None when no pair can saturate.
 
@@ -100,8 +101,7 @@ class SparseSearch:
     """The sparse correction of a layer, searched when first needed: the caller may run it on another
     thread while onnxruntime computes the convolution's sums (``conv_core``), since numpy on two
     threads at once gains little. Its bound comes from the weights and the inputs' channel maxima
-    alone, so the sums' type is chosen before the search. The search may use the session's threads:
-    call :meth:`search` before handing chunks to them, not from a chunk."""
+    alone, so the sums' type is chosen before the search. The search may use the session's threads."""
 
     def __init__(self, layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int):
         self.layer, self.found, self.total = layer, found, total
@@ -120,6 +120,15 @@ class SparseSearch:
                 self._found = _sparse(self.layer, self.found, self.total)
                 self._done = True
             return self._found
+
+    def beside_sums(self, dtype: type) -> Callable[[], object]:
+        """The search, for one thread to run while the other computes onnxruntime's sums (``conv_core``)."""
+        return self.search
+
+    def before_chunks(self) -> None:
+        """The search, before the chunks go to the session's threads: one started inside a chunk would
+        hand its tasks to the pool that chunk occupies."""
+        self.search()
 
     def max_abs(self) -> int:
         """A bound on any output's ``|correction|`` (:func:`pairs.correction_bound`)."""
@@ -408,24 +417,20 @@ SCREEN_BUILD = 1 << 18
 
 
 class _Screen:
-    """Each risky entry's two input channels and the positive and negative parts of its two weights,
-    over all groups: whether an entry may saturate under given channel maxima is then a few passes."""
+    """Each risky entry's two input channels and weights, over all groups: whether an entry may saturate
+    under given channel maxima is then a few passes (:func:`pairs.largest_change`)."""
 
     def __init__(self, found: list[tuple[int, pairs.RiskyPairs]], cg: int):
         self.first = np.concatenate([g * cg + p.first % cg for g, p in found])
         self.second = np.concatenate([g * cg + (p.first + 1) % cg for g, p in found])  # across taps too
-        w_first = np.concatenate([p.w_first for _, p in found]).astype(np.int64)
-        w_second = np.concatenate([p.w_second for _, p in found]).astype(np.int64)
-        self.positive = (np.maximum(w_first, 0), np.maximum(w_second, 0))
-        self.negative = (np.minimum(w_first, 0), np.minimum(w_second, 0))
+        self.w_first = np.concatenate([p.w_first for _, p in found])
+        self.w_second = np.concatenate([p.w_second for _, p in found])
         self.splits = np.cumsum([len(p) for _, p in found])[:-1]
 
     def keep(self, channel_max: np.ndarray) -> np.ndarray:
         """Which entries may saturate when each input channel ``c`` stays within ``channel_max[c]``."""
-        a = channel_max[self.first].astype(np.int64)
-        b = channel_max[self.second].astype(np.int64)
-        high = self.positive[0] * a + self.positive[1] * b > pairs.INT16_MAX
-        return high | (self.negative[0] * a + self.negative[1] * b < pairs.INT16_MIN)
+        top = channel_max.astype(np.int64)
+        return pairs.largest_change(self.w_first, self.w_second, top[self.first], top[self.second]) > 0
 
 
 class _DenseLayout:
@@ -557,10 +562,6 @@ class DenseCorrection:
         """A bound on any output's ``|correction|`` (:func:`pairs.correction_bound`)."""
         return pairs.correction_bound(self.layout.found, self.layer.m, self.layer.mg, self.layer.row_max)
 
-    def whole_bytes(self, dtype: np.dtype) -> int:
-        """The size of the whole correction in ``dtype`` (:meth:`prepare`): its changed channels only."""
-        return self.layout.channels.size * self.shape[0] * math.prod(self.shape[2:]) * np.dtype(dtype).itemsize
-
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
         layout, acc, _ = self.prepare()
@@ -591,6 +592,17 @@ class DenseCorrection:
                     acc, saturated = _dense_records(self.layer, layout, 0, n, count, np.dtype(dtype), True)
                     self._whole = layout, acc, saturated
             return self._whole
+
+    def beside_sums(self, dtype: type) -> Callable[[], object] | None:
+        """The whole correction in the sums' ``dtype``, for one thread to make while the other computes
+        onnxruntime's sums (``conv_core``), where it has :data:`DENSE_BESIDE_EVALUATIONS` (fewer: the
+        chunks' own forms cost less). It is no larger than the sums, which the caller keeps meanwhile."""
+        if self.layout.entries * self.shape[0] * math.prod(self.shape[2:]) < DENSE_BESIDE_EVALUATIONS:
+            return None
+        return lambda: self.prepare(dtype)
+
+    def before_chunks(self) -> None:
+        """Nothing: each chunk computes its own part."""
 
     def add_to(self, target: np.ndarray, n0: int, n1: int, o0: int, o1: int) -> None:
         """Add records ``n0:n1`` and first spatial indices ``o0:o1`` to that chunk's sums ``target``
@@ -656,6 +668,9 @@ def _add_channels(view: np.ndarray, block: np.ndarray, layout: _DenseLayout) -> 
 
 #: (entry, output) evaluations of a chunk up to which the dense correction takes its few-calls form
 SMALL_EVALUATIONS = 1 << 15
+#: (entry, output) evaluations from which a dense correction is made whole beside onnxruntime's sums
+#: on two threads (:meth:`DenseCorrection.beside_sums`)
+DENSE_BESIDE_EVALUATIONS = 1 << 18
 
 
 class PairCorrection:
@@ -919,3 +934,8 @@ def _padded(x: np.ndarray, pads: list[int], value: int) -> np.ndarray:
 
 def _fields(risky: pairs.RiskyPairs) -> tuple[np.ndarray, ...]:
     return risky.first, risky.column, risky.w_first, risky.w_second
+
+
+#: what :func:`pair_corrections` returns: each adds its part to a chunk's sums (``add_to``), bounds its
+#: size (``max_abs``), and says what may run beside onnxruntime's sums and before the chunks
+Correction = DenseCorrection | SparseSearch | pointwise_pairs.PointwiseCorrection

@@ -131,6 +131,12 @@ class PointwiseCorrection:
             layout.found, self.shape[1], layout.mg, lambda g: self.channel_max[g * layout.cg : (g + 1) * layout.cg]
         )
 
+    def beside_sums(self, dtype: type) -> None:
+        """Nothing to run beside onnxruntime's sums: each chunk finds its own candidates."""
+
+    def before_chunks(self) -> None:
+        """Nothing: each chunk computes its own part."""
+
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
         out = np.zeros(self.shape, np.int64)
