@@ -9,11 +9,10 @@ from pytest_qaccuracy.backend.kernels import conv_pairs, pointwise_pairs
 
 def force_way(monkeypatch: pytest.MonkeyPatch, way: str) -> list[str]:
     """Make every correction ``"dense"`` (every risky pair at every output; ``"dense-blocks"``: in blocks
-    of entries even where a chunk is small), ``"sparse"`` (candidates
-    first: no small-layer shortcut, and a sampled hit costs nothing) or ``"pointwise"`` (unpadded 1x1
-    kernels: candidate pixels found and multiplied out per chunk; other kernels as without forcing);
-    returns the list that records which way each call took (``"_dense"`` for both dense forms,
-    ``"_sparse"`` or ``"pointwise"``)."""
+    of entries even where a chunk is small), ``"sparse"`` (candidates first: no small-layer shortcut,
+    and a sampled hit costs nothing) or ``"pointwise"`` (unpadded 1x1 kernels: candidate pixels found
+    and multiplied out per chunk; other kernels as without forcing); returns the list that records
+    which way each call took (``"_dense"`` for both dense forms, ``"_sparse"`` or ``"pointwise"``)."""
     if way == "sparse":
         monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
         monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
