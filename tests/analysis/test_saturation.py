@@ -61,7 +61,7 @@ def _brute_force(x: np.ndarray, w: np.ndarray, pads: int) -> tuple[int, int, np.
 
 
 @pytest.mark.parametrize("sums", ["numpy", "onnxruntime"])
-@pytest.mark.parametrize("way", ["sparse", "dense", "dense-blocks"])
+@pytest.mark.parametrize("way", ["sparse", "dense", "dense-blocks", "compiled"])
 @pytest.mark.parametrize(("channels", "pads"), [(4, 1), (3, 0)])  # even: pairs within a tap; odd: across
 def test_counts_match_brute_force(
     tmp_path: Path, channels: int, pads: int, way: str, sums: str, monkeypatch: pytest.MonkeyPatch
@@ -88,7 +88,7 @@ def test_counts_match_brute_force(
     assert (layer.worst_record, layer.worst_record_saturated) == (int(np.argmax(per_record)), int(per_record.max()))
     assert layer.tensor == "y" and 0 < layer.differing <= layer.elements == 7 * 5 * (6 + 2 * pads - 2) ** 2
     assert report.outputs["y"] is not None  # the saturated run differs from the exact one
-    assert taken and set(taken) == {f"_{way.split('-')[0]}"}
+    assert taken and set(taken) == {f"_{way.split('-')[0]}".replace("_compiled", "compiled")}
 
 
 def test_the_command_reports_and_gates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

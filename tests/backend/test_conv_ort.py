@@ -58,7 +58,14 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 #: presets, and ways of the AVX2 pair correction forced (``pair_ways``)
-PRESETS = ["onnxruntime-vnni", "onnxruntime-avx2", "onnxruntime-avx2 sparse", "onnxruntime-avx2 dense-blocks", "tflite"]
+PRESETS = [
+    "onnxruntime-vnni",
+    "onnxruntime-avx2",
+    "onnxruntime-avx2 sparse",
+    "onnxruntime-avx2 dense-blocks",
+    "onnxruntime-avx2 compiled",
+    "tflite",
+]
 
 
 @pytest.mark.parametrize("threads", [1, 2])

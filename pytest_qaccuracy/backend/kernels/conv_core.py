@@ -434,7 +434,7 @@ def conv_core(
             parallel.run_all([lambda i=i: finish_chunk(*spans[i], sums[i]) for i in range(len(spans))])
         return out
     if correction is not None:
-        correction.before_chunks()
+        correction.before_chunks(dtype)
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
 

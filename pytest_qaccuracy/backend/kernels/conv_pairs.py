@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pytest_qaccuracy.backend import pairs, parallel
-from pytest_qaccuracy.backend.kernels import pointwise_pairs
+from pytest_qaccuracy.backend.kernels import compiled_pairs, pointwise_pairs
 
 #: elements of one block of the candidate test and of the expanded candidates
 BLOCK_ELEMENTS = 1 << 22
@@ -74,6 +74,12 @@ def pair_corrections(
         return None
     entries = sum(len(p) for _, p in found)
     dense = x.shape[0] * positions * entries  # (output, risky entry) evaluations of the dense way
+    geometry = _Geometry(kernel, strides, dilations, out_spatial)
+    layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry, channel_max)
+    if compiled_pairs.available() and len(kernel) in (1, 2):
+        return compiled_pairs.CompiledCorrection(
+            x, int(x_zp), pads, found, cg, mg, m, kernel, strides, dilations, out_spatial, total, layer.row_max
+        )
     pointwise = pointwise_pairs.applies(kernel, pads, cg)
     if pointwise and dense > DENSE_DIRECT:
         layout = pointwise_pairs.PointwiseLayout.of(found, cg, mg)
@@ -82,8 +88,6 @@ def pair_corrections(
             if pairs.counter is not None:
                 pairs.count(total, np.zeros(0, np.int64))
             return pointwise_pairs.PointwiseCorrection(x, strides, out_spatial, m, channel_max, layout)
-    geometry = _Geometry(kernel, strides, dilations, out_spatial)
-    layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry, channel_max)
     if pointwise:  # the pointwise way beats the sparse one on 1x1 kernels: failing it, the dense way
         return _dense(layer, found, total)
     # few (output, risky entry) evaluations: the dense way, without a sample run to decide. With an odd
@@ -125,7 +129,7 @@ class SparseSearch:
         """The search, for one thread to run while the other computes onnxruntime's sums (``conv_core``)."""
         return self.search
 
-    def before_chunks(self) -> None:
+    def before_chunks(self, dtype: type) -> None:
         """The search, before the chunks go to the session's threads: one started inside a chunk would
         hand its tasks to the pool that chunk occupies."""
         self.search()
@@ -601,7 +605,7 @@ class DenseCorrection:
             return None
         return lambda: self.prepare(dtype)
 
-    def before_chunks(self) -> None:
+    def before_chunks(self, dtype: type) -> None:
         """Nothing: each chunk computes its own part."""
 
     def add_to(self, target: np.ndarray, n0: int, n1: int, o0: int, o1: int) -> None:

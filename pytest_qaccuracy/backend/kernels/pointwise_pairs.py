@@ -134,7 +134,7 @@ class PointwiseCorrection:
     def beside_sums(self, dtype: type) -> None:
         """Nothing to run beside onnxruntime's sums: each chunk finds its own candidates."""
 
-    def before_chunks(self) -> None:
+    def before_chunks(self, dtype: type) -> None:
         """Nothing: each chunk computes its own part."""
 
     def dense(self) -> np.ndarray:
