@@ -793,6 +793,7 @@ def test_the_compiled_loop_is_off_when_turned_off_or_numba_is_missing(monkeypatc
     monkeypatch.setattr(compiled_pairs, "_loaded", {})
     monkeypatch.undo()
     pytest.importorskip("numba", reason="the compiled extra (numba) is not installed")
+    monkeypatch.setenv("QACCURACY_COMPILED", "1")
     compiled = conv_pairs.pair_corrections(*args)
     assert isinstance(compiled, CompiledCorrection)
     np.testing.assert_array_equal(compiled.dense(), numpy_way.dense())
