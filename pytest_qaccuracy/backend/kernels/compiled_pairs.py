@@ -88,7 +88,8 @@ def _entries(
 def _flat(target: np.ndarray) -> np.ndarray | None:
     """A 1-d view of the memory from ``target``'s first element to its last, or None when its rows
     are not contiguous (the loop's strides then cannot address it)."""
-    if not target.size or target.strides[-1] != target.itemsize or any(s % target.itemsize for s in target.strides):
+    strides = target.strides
+    if not target.size or strides[-1] != target.itemsize or any(s < 0 or s % target.itemsize for s in strides):
         return None
     extent = 1 + sum((size - 1) * stride for size, stride in zip(target.shape, target.strides, strict=True))
     return np.lib.stride_tricks.as_strided(target, shape=(extent // target.itemsize,), strides=(target.itemsize,))
