@@ -9,13 +9,15 @@ pass, vectorized by LLVM, at about 0.15 ns per evaluation on the bench nets agai
 result is the same integers: the same pairs, inputs and arithmetic (``tests/backend`` checks the
 two against each other and against onnxruntime's recorded AVX2 results).
 
-How the loop stays vectorized: each record is copied into a padded plane per channel (the zero
-point around it, as onnxruntime pads), so that at stride 1 an output ``(i, j)`` of a tap at offset
-``(dy, dx)`` reads the input at flat index ``f + dy * width + dx`` of its padded plane, with ``f = i *
-width + j``: one contiguous loop over ``f`` covers every row of the chunk (rows are often too short
-to vectorize on their own: 4 to 32 outputs). The ``width - out_w`` positions between rows are
-evaluated too and dropped when the plane is added to the sums. Strided convolutions and the counts of
-the saturation report (which must not count those positions) run row by row.
+How the loop stays vectorized: each record is copied into a padded plane per channel it reads (the
+zero point around it, as onnxruntime pads), so that no row reads past an edge. Rows of at least 32
+outputs then run one by one, straight into the sums. Shorter rows (4 to 31 outputs: too short for
+the vector loop) run as one loop over the plane: at stride 1 an output ``(i, j)`` of a tap at offset
+``(dy, dx)`` reads the padded input at ``f + dy * width + dx``, with ``f = i * width + j``, so one
+contiguous loop over ``f`` covers every row of the chunk; the ``width - out_w`` positions between
+rows are evaluated too and dropped when the plane is added to the sums. Strided convolutions and the
+counts of the saturation report (which must not count those positions) run row by row. A row whose
+two input rows' largest values cannot take the pair past int16 is skipped.
 
 ``QACCURACY_COMPILED=0`` turns it off (the numpy ways only). numba compiles the loop on its first
 use in a process, and keeps it in its cache (beside this file, or in ``NUMBA_CACHE_DIR``).
