@@ -797,3 +797,27 @@ def test_the_compiled_loop_is_off_when_turned_off_or_numba_is_missing(monkeypatc
     compiled = conv_pairs.pair_corrections(*args)
     assert isinstance(compiled, CompiledCorrection)
     np.testing.assert_array_equal(compiled.dense(), numpy_way.dense())
+
+
+def test_the_compiled_loop_is_off_where_numba_cannot_compile_it_or_runs_it_as_python(monkeypatch) -> None:
+    """A numba that fails on the loop (or computes it wrong) leaves the numpy ways with a warning;
+    numba's JIT turned off (``NUMBA_DISABLE_JIT``) leaves them silently (the loop would run as Python)."""
+    numba = pytest.importorskip("numba", reason="the compiled extra (numba) is not installed")
+    from pytest_qaccuracy.backend.kernels import _pair_loops, compiled_pairs
+
+    monkeypatch.setenv("QACCURACY_COMPILED", "1")
+    monkeypatch.setattr(compiled_pairs, "_loaded", {})
+    assert compiled_pairs.available()  # the real loop passes its own check
+
+    def broken(*args):
+        raise RuntimeError("LLVM ERROR: cannot select\\nmore")
+
+    for fake, says in ((broken, "RuntimeError: LLVM ERROR: cannot select"), (lambda *a: None, "ArithmeticError")):
+        monkeypatch.setattr(compiled_pairs, "_loaded", {})
+        monkeypatch.setattr(_pair_loops, "correct", fake)
+        with pytest.warns(RuntimeWarning, match=f"cannot compile the pair correction loop .*{says}.*numpy ways"):
+            assert not compiled_pairs.available()
+    monkeypatch.setattr(compiled_pairs, "_loaded", {})
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
+    assert not compiled_pairs.available()
+    monkeypatch.setattr(compiled_pairs, "_loaded", {})

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -48,16 +49,65 @@ def available() -> bool:
 def _kernel() -> Callable | None:
     with _lock:
         if "correct" not in _loaded:
-            try:
-                _loaded["correct"] = _compile()
-            except ImportError:
-                _loaded["correct"] = None
+            _loaded["correct"] = _compile()
         return _loaded["correct"]
 
 
-def _compile() -> Callable:
-    """The loop; ImportError without numba (its module imports numba)."""
-    return importlib.import_module("pytest_qaccuracy.backend.kernels._pair_loops").correct
+def _compile() -> Callable | None:
+    """The loop, compiled for float32 sums and tried on a tiny convolution; None without numba, with
+    numba's JIT turned off (``NUMBA_DISABLE_JIT``: the loop would run as Python), or where numba
+    cannot compile it (a warning says why; the numpy ways give the same sums)."""
+    try:
+        loops = importlib.import_module("pytest_qaccuracy.backend.kernels._pair_loops")
+    except ImportError:
+        return None
+    if loops.numba.config.DISABLE_JIT:
+        return None
+    try:
+        _try(loops.correct)
+    except Exception as exc:  # a numba that cannot compile here: the numpy ways instead
+        warnings.warn(
+            f"pytest-qaccuracy: numba {loops.numba.__version__} cannot compile the pair correction loop "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); using the numpy ways",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    return loops.correct
+
+
+def _try(correct: Callable) -> None:
+    """One record ``[255, 255]``, one pair of a 1x2 kernel of weights 127, padded by one zero on the
+    left: the first output reads ``(0, 255)`` and stays in int16, the second ``(255, 255)``: ``64770``
+    saturates to 32767, a correction of -32003."""
+    geometry = np.array([1, 1, 2, 0, 1, 1, 3, 1, 1, 2, 0], np.int64)  # one row of 2, left pad 1
+    first, second = np.array([[0, 0, 0]], np.int64), np.array([[0, 0, 1]], np.int64)
+    weights, column, used = np.array([127], np.int32), np.array([0], np.int64), np.array([0], np.int64)
+    out = np.zeros(2, np.float32)
+    steps = np.array([2, 2, 2], np.int64)
+    x = np.array([255, 255], np.uint8)
+    scratch = (np.empty(3, np.uint8), np.empty(2, np.float32), np.empty(1, np.uint8))
+    correct(
+        x,
+        geometry,
+        first,
+        second,
+        weights,
+        weights,
+        column,
+        used,
+        out,
+        steps,
+        np.zeros(0, np.int64),
+        0,
+        1,
+        0,
+        1,
+        0,
+        *scratch,
+    )
+    if out.tolist() != [0.0, -32003.0]:
+        raise ArithmeticError(f"the loop computed {out.tolist()} for [0, -32003]")
 
 
 def _taps(k: np.ndarray, cg: int, g: int, kernel: tuple[int, int], dilations: tuple[int, int]) -> np.ndarray:
