@@ -800,8 +800,9 @@ def test_the_compiled_loop_is_off_when_turned_off_or_numba_is_missing(monkeypatc
 
 
 def test_the_compiled_loop_is_off_where_numba_cannot_compile_it_or_runs_it_as_python(monkeypatch) -> None:
-    """A numba that fails on the loop (or computes it wrong) leaves the numpy ways with a warning;
-    numba's JIT turned off (``NUMBA_DISABLE_JIT``) leaves them silently (the loop would run as Python)."""
+    """A numba that fails on the loop (or computes it wrong, or cannot load it) leaves the numpy ways
+    with a warning; numba's JIT turned off (``NUMBA_DISABLE_JIT``) leaves them silently (the loop would
+    run as Python)."""
     numba = pytest.importorskip("numba", reason="the compiled extra (numba) is not installed")
     from pytest_qaccuracy.backend.kernels import _pair_loops, compiled_pairs
 
@@ -820,4 +821,13 @@ def test_the_compiled_loop_is_off_where_numba_cannot_compile_it_or_runs_it_as_py
     monkeypatch.setattr(compiled_pairs, "_loaded", {})
     monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
     assert not compiled_pairs.available()
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", False)
+
+    def no_cache(name):  # numba raises this at import where no folder can hold its cache
+        raise RuntimeError("cannot cache function 'pad': no locator available for file '_pair_loops.py'")
+
+    monkeypatch.setattr(compiled_pairs, "_loaded", {})
+    monkeypatch.setattr(compiled_pairs.importlib, "import_module", no_cache)
+    with pytest.warns(RuntimeWarning, match="cannot compile the pair correction loop .*no locator.*numpy ways"):
+        assert not compiled_pairs.available()
     monkeypatch.setattr(compiled_pairs, "_loaded", {})

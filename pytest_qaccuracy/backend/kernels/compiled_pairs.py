@@ -56,24 +56,32 @@ def _kernel() -> Callable | None:
 def _compile() -> Callable | None:
     """The loop, compiled for float32 sums and tried on a tiny convolution; None without numba, with
     numba's JIT turned off (``NUMBA_DISABLE_JIT``: the loop would run as Python), or where numba
-    cannot compile it (a warning says why; the numpy ways give the same sums)."""
+    cannot load or compile it (a warning says why; the numpy ways give the same sums)."""
     try:
         loops = importlib.import_module("pytest_qaccuracy.backend.kernels._pair_loops")
     except ImportError:
+        return None
+    except Exception as exc:  # e.g. numba finds no writable cache folder for the loop
+        _declined(exc)
         return None
     if loops.numba.config.DISABLE_JIT:
         return None
     try:
         _try(loops.correct)
     except Exception as exc:  # a numba that cannot compile here: the numpy ways instead
-        warnings.warn(
-            f"pytest-qaccuracy: numba {loops.numba.__version__} cannot compile the pair correction loop "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); using the numpy ways",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        _declined(exc)
         return None
     return loops.correct
+
+
+def _declined(exc: Exception) -> None:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    warnings.warn(
+        f"pytest-qaccuracy: numba cannot compile the pair correction loop ({type(exc).__name__}: {first}); "
+        "using the numpy ways",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _try(correct: Callable) -> None:
