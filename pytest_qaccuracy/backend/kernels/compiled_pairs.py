@@ -194,11 +194,11 @@ class CompiledCorrection:
         height, width = _as_2d(x.shape[2:], 1)
         top, left = _as_2d(pads[:d], 0)
         bottom, right = _as_2d(pads[d:], 0)
-        self._rows, self._out_w = _as_2d(out_spatial, 1)
+        out_w = _as_2d(out_spatial, 1)[1]
         kernel, dilations = _as_2d(kernel, 1), _as_2d(dilations, 1)
         self._geometry = np.array(
             [x.shape[1], height, width, top, left, height + top + bottom, width + left + right,
-             *_as_2d(strides, 1), self._out_w, x_zp],
+             *_as_2d(strides, 1), out_w, x_zp],
             np.int64,
         )  # fmt: skip
         self._entries = pairs.derived(
