@@ -38,6 +38,10 @@ def discard(path: Path) -> None:
             break
         except KeyboardInterrupt as exc:
             interrupt = exc
+        except OSError as exc:  # Python < 3.11: rmtree interrupted in a finally closes a folder twice
+            if not isinstance(exc.__context__, KeyboardInterrupt):
+                raise
+            interrupt = exc.__context__
     if interrupt is not None:
         raise interrupt
 

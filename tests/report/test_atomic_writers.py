@@ -146,3 +146,33 @@ def test_a_second_interrupt_during_cleanup_still_removes_the_temp_folder(tmp_pat
     with pytest.raises(KeyboardInterrupt):
         atomic.discard(folder)
     assert len(calls) == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_discard_finishes_a_removal_that_an_interrupt_turned_into_a_closing_error(tmp_path, monkeypatch) -> None:
+    """On Python < 3.11 ``shutil.rmtree`` interrupted by Ctrl-C in the ``finally`` that closes a
+    folder closes it again, and ``OSError(EBADF)`` replaces the ``KeyboardInterrupt`` (seen in CI on
+    3.10). The removal still finishes and the interrupt, not the OSError, is raised; an OSError of
+    its own is not taken for one."""
+    folder = tmp_path / ".out.0123.tmp"
+    (folder / "pairs").mkdir(parents=True)
+    (folder / "pairs" / "a.json").write_text("{}")
+    real, calls = atomic.shutil.rmtree, []
+
+    def rmtree_closing_twice(path, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            try:
+                raise KeyboardInterrupt
+            finally:
+                raise OSError(9, "Bad file descriptor")
+        real(path, **kwargs)
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", rmtree_closing_twice)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.discard(folder)
+    assert len(calls) == 2 and list(tmp_path.iterdir()) == []
+
+    (folder / "x").mkdir(parents=True)
+    monkeypatch.setattr(atomic.shutil, "rmtree", lambda path, **kwargs: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    with pytest.raises(OSError, match="I/O error"):
+        atomic.discard(folder)
