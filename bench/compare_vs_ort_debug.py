@@ -6,6 +6,11 @@ see ``netzoo``), quantizes it with onnxruntime (QDQ, uint8 activations), and tim
 processes, so that each peak RSS is its own:
 
 - ``floor``: plain inference of both models over all records (no intermediate tensors);
+- ``one_read``: as ``floor``, with every tensor ``compare`` matches read once inside onnxruntime
+  (one ReduceMax over the whole batch per tensor, fp32 and quantized side; no statistic leaves
+  onnxruntime): the least any layer-wise comparison of these tensors can cost on onnxruntime's CPU
+  provider short of changing its kernels. Its graphs are built before the clock starts;
+- ``one_read_fp32``: as ``one_read``, with only the fp32 model's tensors read (where the cost is);
 - ``ort_debug``: qdq_loss_debug (modify_model_output_intermediate_tensors, collect_activations,
   create_activation_matching, compute_activation_error);
 - ``ours_sqnr_deployed`` / ``ours_sqnr_reference``: ``compare`` computing what qdq_loss_debug
@@ -50,6 +55,8 @@ import netzoo  # noqa: E402
 
 METHODS = (
     "floor",
+    "one_read",
+    "one_read_fp32",
     "ort_debug",
     "ours_sqnr_deployed",
     "ours_sqnr_reference",
@@ -135,12 +142,34 @@ def _records(work: Path, name: str = "data") -> np.ndarray:
         return np.stack([f["value"][str(i)]["0"][()] for i in range(len(f["value"]))])
 
 
-def run_floor(work: Path, batch: int) -> dict:
+def _read_once(work: Path, quantized: bool = True) -> tuple[str, str]:
+    """Both models with a ReduceMax on every tensor ``compare`` matches (fp32 and ``deployed`` capture
+    names; the quantized model untouched unless ``quantized``), saved beside them; their file names."""
+    import onnx
+
+    from pytest_qaccuracy.model import ModelPair
+
+    pair = ModelPair(work / "det.onnx", work / "det.qdq.onnx")
+    sides = (
+        (pair.fp32, [m.fp32 for m in pair.matching.matches], "read_fp32.onnx"),
+        (pair.quantized, [m.capture for m in pair.matching.matches], "read_qdq.onnx"),
+    )
+    for model, names, file in sides:
+        augmented = onnx.ModelProto()
+        augmented.CopyFrom(model)
+        for i, name in enumerate(dict.fromkeys(names)):
+            augmented.graph.node.append(onnx.helper.make_node("ReduceMax", [name], [f"read_{i}"], keepdims=0))
+            augmented.graph.output.append(onnx.ValueInfoProto(name=f"read_{i}"))
+        onnx.save(augmented, str(work / file))
+    return "read_fp32.onnx", "read_qdq.onnx" if quantized else "det.qdq.onnx"
+
+
+def run_floor(work: Path, batch: int, models: tuple[str, str] = ("det.onnx", "det.qdq.onnx")) -> dict:
     import onnxruntime as ort
 
     x = _records(work)
     start = time.perf_counter()
-    for model in ("det.onnx", "det.qdq.onnx"):
+    for model in models:
         session = ort.InferenceSession(str(work / model), providers=["CPUExecutionProvider"])
         stacked = x.reshape(len(x), *x.shape[2:])
         step = 1 if session.get_inputs()[0].shape[0] == 1 else batch  # a model that fixes its batch at 1
@@ -200,6 +229,8 @@ def run_ours(
 def worker(method: str, work: Path, batch: int) -> None:
     if method == "floor":
         out = run_floor(work, batch)
+    elif method.startswith("one_read"):
+        out = run_floor(work, batch, _read_once(work, quantized=method == "one_read"))
     elif method == "ort_debug":
         out = run_ort_debug(work, batch)
     elif method == "ours_numpy_sqnr_deployed":
