@@ -55,3 +55,8 @@ def force_way(monkeypatch: pytest.MonkeyPatch, way: str) -> list[str]:
         lambda self, *a, **k: (taken.append("compiled"), real_compiled(self, *a, **k))[1],
     )
     return taken
+
+
+def recorded(way: str) -> str:
+    """The name :func:`force_way`'s list records for a call of ``way``."""
+    return {"dense": "_dense", "sparse": "_sparse"}.get(way.split("-")[0], way)

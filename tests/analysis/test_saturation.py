@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from pair_ways import force_way
+from pair_ways import force_way, recorded
 
 from pytest_qaccuracy.analysis.saturation import measure_saturation
 from pytest_qaccuracy.cli import main
@@ -88,7 +88,7 @@ def test_counts_match_brute_force(
     assert (layer.worst_record, layer.worst_record_saturated) == (int(np.argmax(per_record)), int(per_record.max()))
     assert layer.tensor == "y" and 0 < layer.differing <= layer.elements == 7 * 5 * (6 + 2 * pads - 2) ** 2
     assert report.outputs["y"] is not None  # the saturated run differs from the exact one
-    assert taken and set(taken) == {f"_{way.split('-')[0]}".replace("_compiled", "compiled")}
+    assert taken and set(taken) == {recorded(way)}
 
 
 def test_the_command_reports_and_gates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

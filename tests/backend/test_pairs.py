@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 import pytest
-from pair_ways import force_way
+from pair_ways import force_way, recorded
 
 from pytest_qaccuracy.backend import arith, get_scheme, host, pairs
 from pytest_qaccuracy.backend.kernels.compiled_pairs import CompiledCorrection
@@ -264,7 +264,7 @@ def test_dense_and_sparse_corrections_match_the_pair_oracle(monkeypatch, way, c,
     got, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, AVX2)
     want = _oracle_conv(x, 140, w, pads, strides, (1, 1), group)
     np.testing.assert_array_equal(np.asarray(got, np.int64), want)
-    assert taken[-1] == f"_{way.split('-')[0]}".replace("_compiled", "compiled")  # the sparse way may sample first
+    assert taken[-1] == recorded(way)  # the sparse way may sample first
 
 
 def test_lowest_second_input_table_matches_brute_force() -> None:
@@ -423,7 +423,7 @@ def test_runs_with_growing_and_shrinking_inputs_match_the_pair_oracle(monkeypatc
         got, _, _ = conv_integer_acc(x, np.uint8(70), w, np.int8(0), attrs, AVX2)
         want = _oracle_conv(x, 70, w, [1, 1, 1, 1], (1, 1), (1, 1), 1)
         np.testing.assert_array_equal(np.asarray(got, np.int64), want, err_msg=f"inputs in [{low}, {high})")
-    assert f"_{way.split('-')[0]}".replace("_compiled", "compiled") in taken
+    assert recorded(way) in taken
 
 
 def test_the_sampled_choice_of_way_is_kept_for_the_same_risky_pairs(monkeypatch) -> None:

@@ -942,4 +942,4 @@ def _fields(risky: pairs.RiskyPairs) -> tuple[np.ndarray, ...]:
 
 #: what :func:`pair_corrections` returns: each adds its part to a chunk's sums (``add_to``), bounds its
 #: size (``max_abs``), and says what may run beside onnxruntime's sums and before the chunks
-Correction = DenseCorrection | SparseSearch | pointwise_pairs.PointwiseCorrection
+Correction = DenseCorrection | SparseSearch | pointwise_pairs.PointwiseCorrection | compiled_pairs.CompiledCorrection
