@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -314,3 +315,21 @@ def test_cli_calibrate_bad_input_is_one_line_and_writes_nothing(signal, tmp_path
     err = capsys.readouterr().err
     assert fragment in err and err.strip().count("\n") == 0 and err.startswith("error:")
     assert not out.exists()
+
+
+def test_the_chosen_model_is_written_once_unless_the_arguments_change(signal, tmp_path, monkeypatch):
+    """auto keeps the model onnxruntime wrote for its choice: writing it with the same arguments copies
+    it (byte for byte what onnxruntime writes from those ranges), other arguments quantize again."""
+    options = CalibrationOptions(method="auto")
+    result = compute_ranges(signal["fp32"], signal["calib"], options)
+    assert result.model is not None
+    fresh = quantize_with_ranges(signal["fp32"], tmp_path / "fresh.onnx", replace(result, model=None), options)
+    calls = []
+    import onnxruntime.quantization as oq
+
+    original = oq.quantize_static
+    monkeypatch.setattr(oq, "quantize_static", lambda *a, **k: calls.append(a) or original(*a, **k))
+    copied = quantize_with_ranges(signal["fp32"], tmp_path / "copied.onnx", result, options)
+    assert calls == [] and copied.read_bytes() == fresh.read_bytes()
+    other = quantize_with_ranges(signal["fp32"], tmp_path / "other.onnx", result, options, ["mm2"])
+    assert len(calls) == 1 and other.read_bytes() != fresh.read_bytes()

@@ -292,8 +292,8 @@ def auto_ranges(
     calibration: Any,
     options: RuntimeOptions,
     nodes_to_exclude: Sequence[str] = (),
-) -> tuple[dict[str, tuple[float, float]], dict[str, tuple[float, float]], dict[str, Any]]:
-    """(chosen ranges, observed extrema, selection report) of every tensor in ``names``."""
+) -> tuple[dict[str, tuple[float, float]], dict[str, tuple[float, float]], dict[str, Any], bytes]:
+    """(chosen ranges, observed extrema, selection report, the chosen model as onnxruntime wrote it)."""
     from pytest_qaccuracy.analysis.calibration.options import QTYPES, CalibrationResult
     from pytest_qaccuracy.analysis.calibration.quantize import quantize_with_ranges
 
@@ -303,12 +303,14 @@ def auto_ranges(
         stats,
         C.CandidateOptions(qmin, qmax, calibration.percentiles, calibration.moving_average, calibration.quantized_bins),
     )
+    payloads: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="qaccuracy-auto-") as tmp:
 
         def written(name: str, ranges: Mapping[str, tuple[float, float]]) -> onnx.ModelProto:
             result = CalibrationResult(name, len(bound), {**observed, **ranges})
             path = quantize_with_ranges(model_path, Path(tmp) / "model.onnx", result, calibration, nodes_to_exclude)
-            return onnx.load(str(path))
+            payloads[name] = path.read_bytes()
+            return onnx.load_from_string(payloads[name])
 
         models = {"minmax": written("minmax", observed)}
         evaluated, report = choose(proto, models["minmax"], bound, found, calibration.activation_type, options)
@@ -325,7 +327,7 @@ def auto_ranges(
     chosen = {**observed, **evaluated[best][0]}
     for tensor, entry in report["tensors"].items():
         entry["chosen"] = list(chosen[tensor])
-    return chosen, observed, report
+    return chosen, observed, report, payloads[best]
 
 
 def selection_line(selection: Mapping[str, Any]) -> str:

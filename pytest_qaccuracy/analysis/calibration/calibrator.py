@@ -34,6 +34,7 @@ from pytest_qaccuracy.analysis.calibration.options import (
     QTYPES,
     CalibrationOptions,
     CalibrationResult,
+    written_key,
 )
 from pytest_qaccuracy.analysis.calibration.quantize import (
     LARGE_MODEL_BYTES,
@@ -94,10 +95,13 @@ def compute_ranges(
                 return _passes(runner, bound, 1, names)
 
             with _model_file(model, proto) as path:
-                chosen, observed, selection = auto_ranges(
+                chosen, observed, selection, written = auto_ranges(
                     path, proto, bound, names, passes, calibration, options, nodes_to_exclude
                 )
-            return _finish(calibration, len(bound), chosen, observed, selection)
+            result = _finish(calibration, len(bound), chosen, observed, selection)
+            if calibration.power2 or isinstance(model, onnx.ModelProto):
+                return result  # power-of-two ranges are not the ones the model was written with
+            return replace(result, model=written, model_key=written_key(model, calibration, nodes_to_exclude))
         extrema = calibration.method in ("moving-average", "percentile")
         minmax = {n: MinMaxObserver() for n in names}
         per_record = {n: ExtremaObserver() for n in names} if extrema else {}

@@ -72,6 +72,10 @@ class CalibrationResult:
     #: ``auto`` only: every tensor's candidates with their scores and the winner, and the whole-model
     #: choices measured (``auto.choose``)
     selection: dict[str, Any] | None = None
+    #: ``auto`` only: the chosen model as onnxruntime wrote it, and what it was written from
+    #: (:func:`written_key`), so that writing it again with the same arguments copies it instead
+    model: bytes | None = field(default=None, repr=False, compare=False)
+    model_key: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -83,3 +87,10 @@ class CalibrationResult:
         if self.selection is not None:
             out["selection"] = self.selection
         return out
+
+
+def written_key(model: Any, calibration: CalibrationOptions, nodes_to_exclude: Any) -> tuple[Any, ...]:
+    """What a model written by onnxruntime's quantizer depends on besides the ranges."""
+    from pathlib import Path
+
+    return (str(Path(model).resolve()), calibration, tuple(nodes_to_exclude or ()))

@@ -16,7 +16,13 @@ import numpy as np
 import onnx
 
 from pytest_qaccuracy.analysis.calibration import ranges as R
-from pytest_qaccuracy.analysis.calibration.options import QTYPES, WEIGHT_SLOTS, CalibrationOptions, CalibrationResult
+from pytest_qaccuracy.analysis.calibration.options import (
+    QTYPES,
+    WEIGHT_SLOTS,
+    CalibrationOptions,
+    CalibrationResult,
+    written_key,
+)
 from pytest_qaccuracy.atomic import atomic_write
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model.graph import GraphView
@@ -123,6 +129,9 @@ def quantize_with_ranges(
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     calibration = calibration or CalibrationOptions()
+    if result.model is not None and result.model_key == written_key(model, calibration, nodes_to_exclude):
+        payload = result.model  # auto wrote this very model while choosing
+        return atomic_write(Path(out), lambda handle: handle.write(payload), mode="wb")
     has_cache = "calibration_cache_path" in inspect.signature(quantize_static).parameters
     if via not in ("auto", "cache", "overrides"):
         raise InputError(f"unknown way to hand ranges to onnxruntime {via!r}; expected auto, cache or overrides")
