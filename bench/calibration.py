@@ -1,6 +1,6 @@
 """Calibration time and peak RSS: our methods against onnxruntime's own Entropy calibration.
 
-    python bench/calibration.py [--records 32] [--size 128] [--methods minmax,percentile,kl,mse,ort-entropy]
+    python bench/calibration.py [--records 32] [--size 128] [--methods minmax,percentile,kl,mse,auto,ort-entropy]
 
 Each method runs in a fresh process (peak RSS is per process): build the model once, write the
 records as a ``.npz``, then calibrate and write the QDQ model. ``ort-entropy`` is
@@ -49,7 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=32)
     parser.add_argument("--size", type=int, default=128)
-    parser.add_argument("--methods", default="minmax,percentile,mse,kl,ort-entropy")
+    parser.add_argument("--methods", default="minmax,percentile,mse,kl,auto,ort-entropy")
     parser.add_argument("--one", nargs=4, metavar=("METHOD", "MODEL", "DATA", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
