@@ -12,9 +12,10 @@ seed** (``scripts/corpus_data.py``, seed 3; the digits' 48 held-out test digits)
 calibration records, and compared with the fp32 model: SQNR of the worst float output
 (``10 log10(sum x^2 / sum (x - q)^2)`` over all held-out records) and its cosine similarity.
 
-Recipes: ``u8s8`` (uint8 activations, int8 weights per tensor: the corpus's ``qdq_u8s8``) and
+Recipes: ``u8s8`` (uint8 activations, int8 weights per tensor: the corpus's ``qdq_u8s8``),
 ``s8s8_pc`` (int8 activations, int8 weights per channel: ``qdq_s8s8_pc``; opset < 13 models are
-converted first, for every method alike).
+converted first, for every method alike) and ``qop_u8s8`` (the QOperator form of ``u8s8``: the
+corpus's ``qop_u8s8``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def quantize(method: str, fp32: Path, calib: Path, out: Path, recipe: str) -> fl
 
     per_channel = recipe == "s8s8_pc"
     activation = "int8" if per_channel else "uint8"
+    form = "qoperator" if recipe == "qop_u8s8" else "qdq"
     start = time.perf_counter()
     if method.startswith("ort-"):
         import onnx
@@ -79,14 +81,16 @@ def quantize(method: str, fp32: Path, calib: Path, out: Path, recipe: str) -> fl
             str(source),
             str(out),
             DatasetReader(calib, source),
-            quant_format=QuantFormat.QDQ,
+            quant_format=QuantFormat.QDQ if form == "qdq" else QuantFormat.QOperator,
             per_channel=per_channel,
             activation_type=QuantType.QInt8 if per_channel else QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             calibrate_method=getattr(CalibrationMethod, kind),
         )
     else:
-        options = CalibrationOptions(method=method, activation_type=activation, per_channel=per_channel)
+        options = CalibrationOptions(
+            method=method, activation_type=activation, per_channel=per_channel, quant_format=form
+        )
         quantize_with_ranges(fp32, out, compute_ranges(fp32, calib, options), options)
     return time.perf_counter() - start
 
@@ -117,7 +121,7 @@ def accuracy(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray])
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--recipes", default="u8s8,s8s8_pc")
+    parser.add_argument("--recipes", default="u8s8,s8s8_pc,qop_u8s8")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--eval-records", type=int, default=16)
     parser.add_argument("--json", type=Path, help="write every row here")

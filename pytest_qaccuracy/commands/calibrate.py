@@ -55,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--power2", action="store_true", help="round every scale up to a power of two")
     parser.add_argument("--per-channel", action="store_true", help="quantize weights per output channel")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="the QDQ model to write")
+    parser.add_argument(
+        "--format",
+        dest="quant_format",
+        choices=("qdq", "qoperator"),
+        default="qdq",
+        help="the model onnxruntime writes: QDQ pairs or QOperator (QLinearConv, ...)",
+    )
     parser.add_argument("--activation-type", choices=("uint8", "int8"), default="uint8", help="activation integer type")
     parser.add_argument("--weight-type", choices=("uint8", "int8"), default="int8", help="weight integer type")
     parser.add_argument(
@@ -109,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         percentiles=args.percentiles,
         moving_average=(int(batch), constant),
         bins=args.bins,
+        quant_format=args.quant_format,
     )
     options = runtime_options(args)
     if args.json is not None:

@@ -333,3 +333,16 @@ def test_the_chosen_model_is_written_once_unless_the_arguments_change(signal, tm
     assert calls == [] and copied.read_bytes() == fresh.read_bytes()
     other = quantize_with_ranges(signal["fp32"], tmp_path / "other.onnx", result, options, ["mm2"])
     assert len(calls) == 1 and other.read_bytes() != fresh.read_bytes()
+
+
+def test_auto_writes_qoperator_models_measured_as_qoperator(signal, tmp_path, capsys):
+    """The choices are measured on the QDQ form, the finalists written and run as QOperator models."""
+    out = tmp_path / "q.onnx"
+    base = ["calibrate", str(signal["fp32"]), "--data", str(signal["calib"]), "--format", "qoperator"]
+    assert main([*base, "--method", "auto", "--out", str(out), "--json", str(tmp_path / "q.json")]) == 0
+    ops = {node.op_type for node in load_model(out).graph.node}
+    assert "QLinearMatMul" in ops and "DequantizeLinear" in ops and "MatMul" not in ops
+    report = json.loads((tmp_path / "q.json").read_text())["selection"]
+    chosen = next(s for s in report["steps"] if s.get("verified") and s["choice"].startswith(report["chosen"] + ","))
+    error = _output_error(signal["fp32"], out, signal["calib"])  # the written QOperator model, run here
+    assert chosen["output_error"] == pytest.approx(error, rel=1e-9)

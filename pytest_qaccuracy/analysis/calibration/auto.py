@@ -23,7 +23,7 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -306,14 +306,17 @@ def auto_ranges(
     payloads: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="qaccuracy-auto-") as tmp:
 
-        def written(name: str, ranges: Mapping[str, tuple[float, float]]) -> onnx.ModelProto:
+        def written(name: str, ranges: Mapping[str, tuple[float, float]], form: Any = calibration) -> onnx.ModelProto:
             result = CalibrationResult(name, len(bound), {**observed, **ranges})
-            path = quantize_with_ranges(model_path, Path(tmp) / "model.onnx", result, calibration, nodes_to_exclude)
+            path = quantize_with_ranges(model_path, Path(tmp) / "model.onnx", result, form, nodes_to_exclude)
             payloads[name] = path.read_bytes()
             return onnx.load_from_string(payloads[name])
 
-        models = {"minmax": written("minmax", observed)}
-        evaluated, report = choose(proto, models["minmax"], bound, found, calibration.activation_type, options)
+        # the choices are measured on the QDQ form (its activation parameters become inputs), the
+        # finalists in the form asked for
+        qdq = written("minmax", observed, replace(calibration, quant_format="qdq"))
+        models = {"minmax": qdq} if calibration.quant_format == "qdq" else {}
+        evaluated, report = choose(proto, qdq, bound, found, calibration.activation_type, options)
         # the finalists as onnxruntime writes and runs them: the parameterized model computes in float
         # where the real one runs integer kernels (u8 x s8 pairs saturate on CPUs without VNNI)
         final = finalists(evaluated)

@@ -11,6 +11,8 @@ from pytest_qaccuracy.errors import InputError
 
 METHODS = ("minmax", "moving-average", "percentile", "kl", "mse", "auto")
 QTYPES = {"uint8": (0, 255), "int8": (-128, 127)}
+#: the model formats onnxruntime's quantizer writes (``QuantFormat``)
+FORMATS = ("qdq", "qoperator")
 #: Weight inputs quantized per channel, and their channel axis (onnxruntime's QDQ defaults).
 WEIGHT_SLOTS = {"Conv": 0, "ConvTranspose": 1, "Gemm": None, "MatMul": None}
 
@@ -29,6 +31,8 @@ class CalibrationOptions:
         moving_average: ONE's (batch, constant).
         bins: histogram bins (odd); default 8001 for ``kl`` (TVM), 2047 for ``mse``.
         quantized_bins: KL's quantized bins (255).
+        quant_format: the model onnxruntime writes: ``qdq`` (QuantizeLinear/DequantizeLinear pairs)
+            or ``qoperator`` (QLinearConv, QLinearMatMul, ...).
     """
 
     method: str = "minmax"
@@ -40,8 +44,11 @@ class CalibrationOptions:
     moving_average: tuple[int, float] = (16, 0.1)
     bins: int | None = None
     quantized_bins: int = R.KL_QUANTIZED_BINS
+    quant_format: str = "qdq"
 
     def __post_init__(self) -> None:
+        if self.quant_format not in FORMATS:
+            raise InputError(f"quantization format must be one of {', '.join(FORMATS)}, got {self.quant_format!r}")
         if self.method not in METHODS:
             raise InputError(f"unknown calibration method {self.method!r}; expected one of {', '.join(METHODS)}")
         for what, value in (("activation", self.activation_type), ("weight", self.weight_type)):

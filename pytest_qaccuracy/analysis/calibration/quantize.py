@@ -146,7 +146,7 @@ def quantize_with_ranges(
         extra["TensorQuantOverrides"].update(weights)
         extra["QDQDisableWeightAdjustForInt32Bias"] = True
     kwargs: dict[str, Any] = {
-        "quant_format": QuantFormat.QDQ,
+        "quant_format": QuantFormat.QDQ if calibration.quant_format == "qdq" else QuantFormat.QOperator,
         "per_channel": calibration.per_channel,
         "activation_type": qtypes[calibration.activation_type],
         "weight_type": qtypes[calibration.weight_type],
