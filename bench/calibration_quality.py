@@ -118,6 +118,24 @@ def accuracy(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray])
     return float(sqnr), cosine
 
 
+def markdown(rows: list[dict]) -> str:
+    """One line per model and recipe: SQNR (dB) of each method, onnxruntime's best, auto's margin."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    table: dict[tuple[str, str], dict[str, float | None]] = {}
+    for r in rows:
+        table.setdefault((r["model"], r["recipe"]), {})[r["method"]] = r.get("sqnr_db")
+    head = ["model", "recipe", *methods, "onnxruntime's best", "auto - best"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (model, recipe), got in table.items():
+        theirs = [v for m, v in got.items() if m.startswith("ort-") and v is not None]
+        best = max(theirs) if theirs else None
+        cells = [f"{got[m]:.2f}" if got.get(m) is not None else "-" for m in methods]
+        margin = got.get("auto")
+        delta = f"{margin - best:+.2f}" if margin is not None and best is not None else "-"
+        lines.append(f"| {model} | {recipe} | " + " | ".join(cells) + f" | {best:.2f} | {delta} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -125,7 +143,11 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--eval-records", type=int, default=16)
     parser.add_argument("--json", type=Path, help="write every row here")
+    parser.add_argument("--markdown", type=Path, metavar="ROWS.json", help="print the table of a --json file and stop")
     args = parser.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return
     from pytest_qaccuracy.data import bind_dataset, load_dataset
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
 
