@@ -42,7 +42,9 @@ def _one(method: str, model: Path, data: Path, out: Path) -> dict[str, float]:
 
         calibrate(model, data, out, CalibrationOptions(method=method))
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    # CPU seconds of every thread, since the process started: comparable under another process's load
+    return {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
 def main() -> None:
@@ -68,7 +70,8 @@ def main() -> None:
             run = [sys.executable, __file__, "--one", method, str(model), str(data), str(out)]
             stdout = subprocess.run(run, capture_output=True, text=True, check=True).stdout
             figures = json.loads(stdout.splitlines()[-1])  # onnxruntime may print before the figures
-            print(f"  {method:12s} {figures['seconds']:7.2f} s   peak RSS {figures['peak_rss_mb']:7.0f} MB")
+            cpu, rss = figures["cpu_seconds"], figures["peak_rss_mb"]
+            print(f"  {method:12s} {figures['seconds']:7.2f} s   cpu {cpu:7.2f} s   peak RSS {rss:7.0f} MB")
 
 
 if __name__ == "__main__":

@@ -66,42 +66,51 @@ class Choice:
         return float("inf") if self.error <= 0 else float(-10.0 * np.log10(self.error))
 
 
-def gather_stats(
+def extrema_pass(
     passes: Callable[[], Any], names: Sequence[str], records: int
-) -> tuple[dict[str, C.TensorStats], dict[str, tuple[float, float]]]:
-    """Two passes over the records: extrema (global and per record), then histograms."""
+) -> tuple[dict[str, tuple[float, float]], dict[str, ExtremaObserver]]:
+    """The first pass: every tensor's global and per-record extrema."""
     minmax = {n: MinMaxObserver() for n in names}
     per_record = {n: ExtremaObserver() for n in names}
-    with task("calibrate", 2 * records) as advance:
+    with task("calibrate", records) as advance:
         for values, count in passes():
             for name, value in values.items():
                 mins, maxs = record_extrema(value, count)
                 minmax[name].update(mins, maxs)
                 per_record[name].update(mins, maxs)
             advance(count)
-        unseen = [n for n, o in minmax.items() if not o.seen]
-        if unseen:
-            raise InputError(f"tensor(s) {unseen[:5]} held no finite value on any record; cannot calibrate them")
-        observed = {n: (o.min, o.max) for n, o in minmax.items()}
-        stats = {}
-        for n in names:
-            lo, hi = observed[n]
-            bound = max(abs(lo), abs(hi))
-            kl, mse = HistogramObserver(bound, C.R.KL_BINS), HistogramObserver(bound, C.MSE_BINS)
-            stats[n] = C.TensorStats(observed[n], per_record[n], kl, mse)
+    unseen = [n for n, o in minmax.items() if not o.seen]
+    if unseen:
+        raise InputError(f"tensor(s) {unseen[:5]} held no finite value on any record; cannot calibrate them")
+    return {n: (o.min, o.max) for n, o in minmax.items()}, per_record
 
-        def fold(item: tuple[str, np.ndarray]) -> None:
-            s = stats[item[0]]
-            x = shifted(item[1], s.kl.bound)  # one float64 copy for both histograms
-            s.kl.fold_shifted(x)
-            s.mse.fold_shifted(x)
 
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            for values, count in passes():
-                list(pool.map(fold, values.items()))
-                del values
-                advance(count)
-    return stats, observed
+def histogram_pass(
+    passes: Callable[[], Any],
+    names: Sequence[str],
+    observed: Mapping[str, tuple[float, float]],
+    per_record: Mapping[str, ExtremaObserver],
+    records: int,
+) -> dict[str, C.TensorStats]:
+    """The second pass: the ``kl`` and ``mse`` histograms of the tensors in ``names``."""
+    stats = {}
+    for n in names:
+        bound = max(abs(observed[n][0]), abs(observed[n][1]))
+        kl, mse = HistogramObserver(bound, C.R.KL_BINS), HistogramObserver(bound, C.MSE_BINS)
+        stats[n] = C.TensorStats(observed[n], per_record[n], kl, mse)
+
+    def fold(item: tuple[str, np.ndarray]) -> None:
+        s = stats[item[0]]
+        x = shifted(item[1], s.kl.bound)  # one float64 copy for both histograms
+        s.kl.fold_shifted(x)
+        s.mse.fold_shifted(x)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, task("calibrate", records) as advance:
+        for values, count in passes():
+            list(pool.map(fold, [(n, v) for n, v in values.items() if n in stats]))
+            del values
+            advance(count)
+    return stats
 
 
 def all_candidates(
@@ -205,20 +214,17 @@ def _step(name: str, error: float) -> dict[str, Any]:
 
 
 def choose(
+    evaluator: Evaluator,
     fp32: onnx.ModelProto,
-    qdq: onnx.ModelProto,
-    bound: BoundDataset,
+    params: ParamModel,
     found: Mapping[str, Mapping[str, tuple[float, float]]],
     activation_type: str,
-    options: RuntimeOptions,
 ) -> tuple[dict[str, tuple[dict[str, tuple[float, float]], float]], dict[str, Any]]:
     """Every whole-model choice measured on the parameterized model (its ranges and output error),
     and the report of how they were found (``CalibrationResult.selection``, completed by the caller)."""
     rules = list(C.CANDIDATES)
-    params = ParamModel(qdq, fp32, {t: r["minmax"] for t, r in found.items()}, activation_type)
     groups = {t: distinct(found[t], activation_type) for t in params.tensors}
     probed = {t: list(g) for t, g in groups.items() if len(g) > 1}
-    evaluator = Evaluator(fp32, bound, options)
     quantized = evaluator.session(params.model)
     # pass 3: every rule applied to all tensors, with the probe of each tensor's candidates alongside
     uniform: dict[str, dict[str, tuple[float, float]]] = {}
@@ -229,7 +235,7 @@ def choose(
     probe = None
     if probed:
         model, entries = build_probe(fp32, probed, activation_type)
-        probe = (_session(model, options, "probe model"), output_names(entries), ProbeScores(entries))
+        probe = (evaluator.session(model, "probe model"), output_names(entries), ProbeScores(entries))
     measured = evaluator.errors(choice_runs(quantized, params, uniform), probe)
     scores = {t: dict.fromkeys(found[t], 0.0) for t in params.tensors}
     if probe is not None:
@@ -269,18 +275,15 @@ def choose(
         }
         for t in params.tensors
     }
-    report = {"records": len(bound), "passes": 2 + evaluator.passes, "steps": steps, "tensors": tensors}
+    report = {"records": len(evaluator.bound), "passes": 2 + evaluator.passes, "steps": steps, "tensors": tensors}
     return evaluated, report
 
 
 def finalists(evaluated: Mapping[str, tuple[Mapping[str, tuple[float, float]], float]]) -> list[str]:
     """The choices built and run for real: min/max and onnxruntime's percentile rule (the ranges of
-    onnxruntime's own calibrators), the best single rule and the best choice of all measured on the
-    parameterized model."""
-    ranked = sorted(evaluated, key=lambda name: evaluated[name][1])
-    single = next((name for name in ranked if name in C.CANDIDATES), None)
-    names = [n for n in ("minmax", "ort-percentile", single, ranked[0]) if n in evaluated]
-    return list(dict.fromkeys(names))
+    onnxruntime's own calibrators) and the best choice measured on the parameterized model."""
+    best = min(evaluated, key=lambda name: evaluated[name][1])
+    return list(dict.fromkeys(n for n in ("minmax", "ort-percentile", best) if n in evaluated))
 
 
 def auto_ranges(
@@ -297,12 +300,7 @@ def auto_ranges(
     from pytest_qaccuracy.analysis.calibration.options import QTYPES, CalibrationResult
     from pytest_qaccuracy.analysis.calibration.quantize import quantize_with_ranges
 
-    stats, observed = gather_stats(passes, names, len(bound))
-    qmin, qmax = QTYPES[calibration.activation_type]
-    found = all_candidates(
-        stats,
-        C.CandidateOptions(qmin, qmax, calibration.percentiles, calibration.moving_average, calibration.quantized_bins),
-    )
+    observed, per_record = extrema_pass(passes, names, len(bound))
     payloads: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="qaccuracy-auto-") as tmp:
 
@@ -313,15 +311,22 @@ def auto_ranges(
             return onnx.load_from_string(payloads[name])
 
         # the choices are measured on the QDQ form (its activation parameters become inputs), the
-        # finalists in the form asked for
+        # finalists in the form asked for; only the tensors onnxruntime quantizes are chosen
         qdq = written("minmax", observed, replace(calibration, quant_format="qdq"))
         models = {"minmax": qdq} if calibration.quant_format == "qdq" else {}
-        evaluated, report = choose(proto, qdq, bound, found, calibration.activation_type, options)
+        params = ParamModel(qdq, proto, observed, calibration.activation_type)
+        stats = histogram_pass(passes, params.tensors, observed, per_record, len(bound))
+        qmin, qmax = QTYPES[calibration.activation_type]
+        rules = C.CandidateOptions(
+            qmin, qmax, calibration.percentiles, calibration.moving_average, calibration.quantized_bins
+        )
+        found = all_candidates(stats, rules)
+        evaluator = Evaluator(proto, bound, options)
+        evaluated, report = choose(evaluator, proto, params, found, calibration.activation_type)
         # the finalists as onnxruntime writes and runs them: the parameterized model computes in float
         # where the real one runs integer kernels (u8 x s8 pairs saturate on CPUs without VNNI)
         final = finalists(evaluated)
         models.update({name: written(name, evaluated[name][0]) for name in final if name not in models})
-    evaluator = Evaluator(proto, bound, options)
     real = evaluator.errors({name: (evaluator.session(models[name]), {}) for name in final})
     best = min(final, key=lambda name: (real[name], final.index(name)))
     report["steps"] += [_step(f"{name}, as onnxruntime runs it", real[name]) | {"verified": True} for name in final]

@@ -70,6 +70,7 @@ class ParamModel:
     ) -> None:
         self._fp32 = fp32
         self._type = activation_type
+        self._base = dict(base)
         adjusted = adjusted_ranges(fp32, base)
         view = GraphView(qdq)
         inits = view.initializers
@@ -106,8 +107,9 @@ class ParamModel:
         return model
 
     def feeds(self, ranges: Mapping[str, tuple[float, float]]) -> dict[str, np.ndarray]:
-        """The inputs that quantize every parameter's tensor with ``ranges`` (after onnxruntime's rules)."""
-        adjusted = adjusted_ranges(self._fp32, ranges)
+        """The inputs that quantize every parameter's tensor with ``ranges`` (after onnxruntime's rules;
+        tensors ``ranges`` leaves out keep the base ranges)."""
+        adjusted = adjusted_ranges(self._fp32, {**self._base, **ranges})
         feeds = {}
         for tensor, (scale, zero, shape) in self._params.items():
             s, z = scale_zero_point(*adjusted[tensor], self._type)
