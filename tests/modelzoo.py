@@ -118,3 +118,23 @@ def write_h5(path: Path, records: np.ndarray, labels: np.ndarray | None = None) 
         if labels is not None:
             f.create_dataset("labels", data=labels)
     return path
+
+
+def mlp(path: Path, w1: np.ndarray, w2: np.ndarray) -> Path:
+    """x[N, in] -> MatMul(w1, name mm1) -> Relu -> MatMul(w2, name mm2) -> y[N, out]: tensors h, r, y."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", w1.shape[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", w2.shape[1]])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
 from pytest_qaccuracy.analysis.calibration import CalibrationOptions, calibrate, compute_ranges
 from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
@@ -19,6 +19,7 @@ from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.cli import main
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model import ModelPair
+from tests.modelzoo import mlp as modelzoo_mlp
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,24 +28,9 @@ def mlp(path: Path, features: int = 32, seed: int = 0) -> Path:
     """x[N, features] -> MatMul -> Relu -> MatMul -> y[N, 10]."""
     rng = np.random.default_rng(seed)
     scale = 1 / np.sqrt(features)
-    w1 = numpy_helper.from_array((rng.standard_normal((features, features)) * scale).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array((rng.standard_normal((features, 10)) * scale).astype(np.float32), "w2")
-    nodes = [
-        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
-        helper.make_node("Relu", ["h"], ["r"], name="relu"),
-        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
-        [w1, w2],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+    w1 = (rng.standard_normal((features, features)) * scale).astype(np.float32)
+    w2 = (rng.standard_normal((features, 10)) * scale).astype(np.float32)
+    return modelzoo_mlp(path, w1, w2)
 
 
 def npz(path: Path, records: np.ndarray) -> Path:

@@ -29,26 +29,7 @@ from pytest_qaccuracy.cli import main
 from pytest_qaccuracy.data import bind_dataset, load_dataset
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.runtime import RuntimeOptions
-
-
-def mlp(path: Path, w1: np.ndarray, w2: np.ndarray) -> Path:
-    """x -> MatMul(w1) -> Relu -> MatMul(w2) -> y, dynamic batch."""
-    nodes = [
-        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
-        helper.make_node("Relu", ["h"], ["r"], name="relu"),
-        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", w1.shape[0]])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", w2.shape[1]])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+from tests.modelzoo import mlp
 
 
 @pytest.fixture(scope="module")
