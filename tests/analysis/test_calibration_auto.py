@@ -280,6 +280,8 @@ def test_the_cache_reuses_a_model_until_an_input_changes(signal, tmp_path):
         (["--method", "entropy"], "invalid choice: 'entropy'"),
         (["--data", "EMPTY"], "no records"),
         (["--data", "NAN"], "contains NaN"),
+        (["--activation-type", "int8", "--weight-type", "uint8"], "onnxruntime could not quantize the model"),
+        (["--model", "NEVER_FINITE"], "held no finite value on any record"),
     ],
 )
 def test_cli_calibrate_bad_input_is_one_line_and_writes_nothing(signal, tmp_path, capsys, args, fragment):
@@ -287,11 +289,27 @@ def test_cli_calibrate_bad_input_is_one_line_and_writes_nothing(signal, tmp_path
     np.savez(empty, x=np.zeros((0, 1, 16), np.float32))
     np.savez(nan, x=np.full((3, 1, 16), np.nan, np.float32))
     args = [{"EMPTY": str(empty), "NAN": str(nan)}.get(a, a) for a in args]
+    model = signal["fp32"]
+    if args[0] == "--model":  # y = sqrt(-1 - x^2): NaN for every record
+        graph = helper.make_graph(
+            [
+                helper.make_node("Mul", ["x", "x"], ["sq"]),
+                helper.make_node("Sub", ["minus_one", "sq"], ["neg"]),
+                helper.make_node("Sqrt", ["neg"], ["y"]),
+            ],
+            "nan",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+            [numpy_helper.from_array(np.array(-1.0, np.float32), "minus_one")],
+        )
+        model = tmp_path / "nan.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+        args = []
     if "--data" not in args:
         args = ["--data", str(signal["calib"]), *args]
     out = tmp_path / "q.onnx"
     with pytest.raises(SystemExit) as exc:
-        raise SystemExit(main(["calibrate", str(signal["fp32"]), "--method", "auto", *args, "--out", str(out)]))
+        raise SystemExit(main(["calibrate", str(model), "--method", "auto", *args, "--out", str(out)]))
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert fragment in err and err.strip().count("\n") == 0 and err.startswith("error:")
