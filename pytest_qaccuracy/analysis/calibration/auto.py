@@ -213,59 +213,70 @@ def _step(name: str, error: float) -> dict[str, Any]:
     return {"choice": name, "output_error": error, "output_sqnr_db": Choice(name, error).sqnr_db}
 
 
+#: which rule gives each tensor's range
+Assignment = dict[str, str]
+
+
+def ranges_of(assignment: Mapping[str, str], found: Mapping[str, Mapping[str, tuple[float, float]]]) -> dict:
+    """The ranges an assignment of rules gives, from one set of candidates."""
+    return {t: found[t][rule] for t, rule in assignment.items()}
+
+
 def choose(
     evaluator: Evaluator,
     fp32: onnx.ModelProto,
     params: ParamModel,
     found: Mapping[str, Mapping[str, tuple[float, float]]],
     activation_type: str,
-) -> tuple[dict[str, tuple[dict[str, tuple[float, float]], float]], dict[str, Any]]:
-    """Every whole-model choice measured on the parameterized model (its ranges and output error),
-    and the report of how they were found (``CalibrationResult.selection``, completed by the caller)."""
+) -> tuple[dict[str, tuple[Assignment, float]], dict[str, Any]]:
+    """Every whole-model choice measured on the parameterized model (its rule per tensor and output
+    error), and the report of how they were found (``CalibrationResult.selection``, completed by the
+    caller)."""
     rules = list(C.CANDIDATES)
     groups = {t: distinct(found[t], activation_type) for t in params.tensors}
     probed = {t: list(g) for t, g in groups.items() if len(g) > 1}
     quantized = evaluator.session(params.model)
+
+    def measure(choices: Mapping[str, Assignment], probe: Any = None) -> dict[str, float]:
+        ranges = {name: ranges_of(a, found) for name, a in choices.items()}
+        return evaluator.errors(choice_runs(quantized, params, ranges), probe)
+
     # pass 3: every rule applied to all tensors, with the probe of each tensor's candidates alongside
-    uniform: dict[str, dict[str, tuple[float, float]]] = {}
+    uniform: dict[str, Assignment] = {}
     for rule in rules:  # rules that give the same model are measured once
-        ranges = {t: r[rule] for t, r in found.items()}
-        if not any(all(ranges[t] == other[t] for t in params.tensors) for other in uniform.values()):
-            uniform[rule] = ranges
+        same = any(all(found[t][rule] == found[t][other[t]] for t in params.tensors) for other in uniform.values())
+        if not same:
+            uniform[rule] = dict.fromkeys(params.tensors, rule)
     probe = None
     if probed:
         model, entries = build_probe(fp32, probed, activation_type)
         probe = (evaluator.session(model, "probe model"), output_names(entries), ProbeScores(entries))
-    measured = evaluator.errors(choice_runs(quantized, params, uniform), probe)
+    measured = measure(uniform, probe)
     scores = {t: dict.fromkeys(found[t], 0.0) for t in params.tensors}
     if probe is not None:
         for tensor, found_scores in probe[2].by_tensor().items():
             scores[tensor] = {rule: score for r, score in found_scores for rule in groups[tensor][r]}
     winners = {t: min(rules, key=lambda rule, t=t: (scores[t][rule], rules.index(rule))) for t in params.tensors}
     best = min(measured, key=lambda name: (measured[name], rules.index(name)))
-    chosen, current = dict(uniform[best]), measured[best]
+    chosen, current = uniform[best], measured[best]
     steps = [_step(name, e) for name, e in measured.items()]
     evaluated = {name: (uniform[name], e) for name, e in measured.items()}
     # pass 4: the per-tensor winners, whole and in contiguous groups over the best rule
-    differing = [t for t in params.tensors if found[t][winners[t]] != chosen[t]]
+    differing = [t for t in params.tensors if found[t][winners[t]] != found[t][chosen[t]]]
     if differing:
-        mixed = {**chosen, **{t: found[t][winners[t]] for t in differing}}
+        mixed = {**chosen, **{t: winners[t] for t in differing}}
         parts = [list(g) for g in np.array_split(np.array(differing, dtype=object), min(GROUPS, len(differing)))]
         trial = {MIXED: mixed}
         if len(parts) > 1:
-            trial.update(
-                {
-                    f"{best} + {MIXED} group {i + 1}/{len(parts)}": {**chosen, **{t: mixed[t] for t in g}}
-                    for i, g in enumerate(parts)
-                }
-            )
-        got = evaluator.errors(choice_runs(quantized, params, trial))
+            for i, part in enumerate(parts):
+                trial[f"{best} + {MIXED} group {i + 1}/{len(parts)}"] = {**chosen, **{t: winners[t] for t in part}}
+        got = measure(trial)
         steps += [_step(name, e) for name, e in got.items()]
         kept = [name for name, e in got.items() if name != MIXED and e < current]
         if len(kept) > 1:  # pass 5: the groups that helped, together
             name = f"{best} + {MIXED} groups " + ", ".join(n.rsplit(" ", 1)[1] for n in kept)
-            trial[name] = {**chosen, **{t: v for n in kept for t, v in trial[n].items() if v != chosen[t]}}
-            got[name] = evaluator.errors(choice_runs(quantized, params, {name: trial[name]}))[name]
+            trial[name] = {**chosen, **{t: r for n in kept for t, r in trial[n].items() if r != chosen[t]}}
+            got[name] = measure({name: trial[name]})[name]
             steps.append(_step(name, got[name]))
         evaluated.update({name: (trial[name], e) for name, e in got.items()})
     tensors = {
@@ -279,7 +290,7 @@ def choose(
     return evaluated, report
 
 
-def finalists(evaluated: Mapping[str, tuple[Mapping[str, tuple[float, float]], float]]) -> list[str]:
+def finalists(evaluated: Mapping[str, tuple[Assignment, float]]) -> list[str]:
     """The choices built and run for real: min/max and onnxruntime's percentile rule (the ranges of
     onnxruntime's own calibrators) and the best choice measured on the parameterized model."""
     best = min(evaluated, key=lambda name: evaluated[name][1])
@@ -326,13 +337,14 @@ def auto_ranges(
         # the finalists as onnxruntime writes and runs them: the parameterized model computes in float
         # where the real one runs integer kernels (u8 x s8 pairs saturate on CPUs without VNNI)
         final = finalists(evaluated)
-        models.update({name: written(name, evaluated[name][0]) for name in final if name not in models})
+        choices = {name: ranges_of(evaluated[name][0], found) for name in final}
+        models.update({name: written(name, choices[name]) for name in final if name not in models})
     real = evaluator.errors({name: (evaluator.session(models[name]), {}) for name in final})
     best = min(final, key=lambda name: (real[name], final.index(name)))
     report["steps"] += [_step(f"{name}, as onnxruntime runs it", real[name]) | {"verified": True} for name in final]
     report["passes"] += 1
     report |= {"chosen": best, "output_sqnr_db": Choice(best, real[best]).sqnr_db}
-    chosen = {**observed, **evaluated[best][0]}
+    chosen = {**observed, **choices[best]}
     for tensor, entry in report["tensors"].items():
         entry["chosen"] = list(chosen[tensor])
     return chosen, observed, report, payloads[best]
