@@ -102,7 +102,9 @@ def test_ort_percentile_rule_agrees_with_onnxruntimes_calibrator(tmp_path):
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
     np.savez(tmp_path / "d.npz", x=x)
-    calibrator = create_calibrator(str(model), ["Neg"], calibrate_method=CalibrationMethod.Percentile)
+    calibrator = create_calibrator(
+        str(model), ["Neg"], str(tmp_path / "augmented.onnx"), calibrate_method=CalibrationMethod.Percentile
+    )
     calibrator.collect_data(DatasetReader(tmp_path / "d.npz", model))
     lo_ort, hi_ort = (float(v) for v in calibrator.compute_data()["z"].range_value)
     values = -x.ravel().astype(np.float64)

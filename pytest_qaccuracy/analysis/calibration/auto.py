@@ -141,9 +141,13 @@ class Evaluator:
         self._reference = None
         self.outputs = [o.name for o in fp32.graph.output if _is_float(fp32, o.name)]
         self.passes = 0
+        self._sessions: dict[int, Any] = {}
 
     def session(self, model: onnx.ModelProto, label: str = "quantized model") -> Any:
-        return _session(model, self.options, label)
+        """A session of ``model``, made once per model object."""
+        if id(model) not in self._sessions:
+            self._sessions[id(model)] = _session(model, self.options, label)
+        return self._sessions[id(model)]
 
     def errors(
         self, runs: Mapping[str, Run], probe: tuple[Any, Sequence[str], ProbeScores] | None = None
