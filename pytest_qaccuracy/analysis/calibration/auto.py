@@ -1,16 +1,22 @@
 """``auto`` calibration: each activation's range chosen among every method's by its measured effect.
 
-1. **Statistics** (two passes, as ``kl``): what every rule of ``candidates.CANDIDATES`` needs.
-2. **Candidates**: each tensor's range by every rule (minmax, ONE percentile and moving average, KL,
-   MSE, onnxruntime's percentile), the same range twice counted once.
-3. **Per tensor** (one pass of ``probe``): each distinct candidate's relative error at the tensor's
-   consumers; the tensor's winner is the least.
-4. **Whole model** (``qdq_params``: onnxruntime writes the QDQ model once, its activation scales and
-   zero points become inputs): the output error on the calibration records of every rule applied to
-   all tensors, and of the per-tensor winners; then the winners taken group by group (contiguous in
-   graph order) into the best whole-model choice, a group kept where it lowers the output error.
-   The least output error wins, so the result is never worse on the calibration records than the
-   best single rule, onnxruntime's ``MinMax`` and ``Percentile`` ranges among them.
+1. **Statistics** (two passes, as ``kl``; the fp32 model observed as onnxruntime's calibrators do):
+   extrema, then the histograms of the tensors onnxruntime quantizes (the min/max model, written by
+   onnxruntime after the first pass, says which).
+2. **Candidates**: each tensor's range by every rule of ``candidates.CANDIDATES`` (minmax, ONE
+   percentile and moving average, KL, MSE, onnxruntime's percentile rule); ranges that quantize
+   alike count once.
+3. **Per tensor** (``probe``, riding along the first measuring pass): each distinct candidate's
+   relative error at the tensor's consumers; the tensor's winner is the least.
+4. **Whole model** (``qdq_params``: the min/max model's activation scales and zero points become
+   inputs of one session): the output error on the calibration records of every rule applied to all
+   tensors, then of the per-tensor winners, whole and group by group (contiguous in graph order)
+   over the best rule, and of the groups that helped, together.
+5. **Verified**: the finalists (min/max and onnxruntime's percentile rule, the ranges of onnxruntime's
+   own calibrators, and the best choice of step 4) written by onnxruntime and run by onnxruntime on
+   the calibration records; the least output error wins. The parameterized model computes in float
+   where the real one runs integer kernels, which can rank choices differently (u8 x s8 pairs
+   saturate on CPUs without VNNI).
 
 The output error of a choice is the mean over the model's float outputs of
 ``sum (quantized - fp32)^2 / sum fp32^2`` over all calibration records; its SQNR is ``-10 log10``.
