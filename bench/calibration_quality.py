@@ -4,6 +4,9 @@
     python bench/calibration_quality.py [--models ppocr_rec,yolov8n] [--recipes u8s8,s8s8_pc]
                                         [--methods ort-minmax,...,auto] [--eval-records 16] [--json OUT]
 
+``--models`` also takes the bench nets ``net:detector`` and ``net:mobile_detector`` (``bench/netzoo.py``,
+128x128, random weights): 16 calibration images (seed 1) and 16 held-out ones (seed 3).
+
 For each model and recipe, every method calibrates on the corpus's ``calib`` records and onnxruntime's
 ``quantize_static`` writes the QDQ model (ours through ``qaccuracy``'s calibration, onnxruntime's
 ``ort-minmax``/``ort-entropy``/``ort-percentile`` through its own calibrators, fed the same records by
@@ -55,6 +58,19 @@ def held_out(name: str, count: int, folder: Path) -> Path:
     path = folder / f"{name}.eval.npz"
     np.savez(path, **inputs)
     return path
+
+
+def bench_net(name: str, folder: Path, count: int) -> tuple[Path, Path, Path]:
+    """A bench net (``net:detector``, ``net:mobile_detector``), its calibration and held-out images."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import netzoo
+
+    kind = name.split(":", 1)[1]
+    model = getattr(netzoo, kind)(folder / f"{kind}.onnx", size=128)
+    calib, held = folder / f"{kind}.calib.npz", folder / f"{kind}.eval.npz"
+    np.savez(calib, x=netzoo.images(16, size=128, seed=1)[:, 0])
+    np.savez(held, x=netzoo.images(count, size=128, seed=EVAL_SEED)[:, 0])
+    return model, calib, held
 
 
 def quantize(method: str, fp32: Path, calib: Path, out: Path, recipe: str) -> float:
@@ -156,9 +172,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="qaccuracy-bench-") as tmp:
         folder = Path(tmp)
         for name in args.models.split(","):
-            meta = json.loads((corpus / name / "model.json").read_text())
-            fp32, calib = corpus / name / "fp32.onnx", corpus / name / meta["data"]["calib"]
-            data = held_out(name, args.eval_records, folder)
+            if name.startswith("net:"):
+                fp32, calib, data = bench_net(name, folder, args.eval_records)
+            else:
+                meta = json.loads((corpus / name / "model.json").read_text())
+                fp32, calib = corpus / name / "fp32.onnx", corpus / name / meta["data"]["calib"]
+                data = held_out(name, args.eval_records, folder)
             records = list(bind_dataset(load_dataset(data), graph_inputs(load_model(fp32))).iter_records())
             reference = outputs(fp32, records)
             for recipe in args.recipes.split(","):
