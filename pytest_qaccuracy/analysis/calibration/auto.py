@@ -140,8 +140,11 @@ class Evaluator:
     them too) when a probe rides along.
     """
 
-    def __init__(self, fp32: onnx.ModelProto, bound: BoundDataset, options: RuntimeOptions) -> None:
+    def __init__(
+        self, fp32: onnx.ModelProto, bound: BoundDataset, options: RuntimeOptions, label: str = "auto: measure"
+    ) -> None:
         self.bound = bound
+        self.label = label
         self.options = options
         self._fp32 = fp32
         self._reference = None
@@ -166,7 +169,7 @@ class Evaluator:
         err = {name: np.zeros(len(self.outputs)) for name in runs}
         energy = np.zeros(len(self.outputs))
         self.passes += 1
-        with task("auto: measure", len(self.bound)) as advance:
+        with task(self.label, len(self.bound)) as advance:
             for record in self.bound.iter_records():
                 values = _run(session, [*self.outputs, *extra], record, "fp32 model")
                 ref = [v.astype(np.float64) for v in values[: len(self.outputs)]]
@@ -393,7 +396,7 @@ def check_against_minmax(
         other = quantize_with_ranges(fp32, Path(tmp) / "minmax.onnx", minmax, calibration, nodes_to_exclude)
         dataset = load_dataset(data)
         try:
-            evaluator = Evaluator(proto, bind_dataset(dataset, graph_inputs(proto)), options)
+            evaluator = Evaluator(proto, bind_dataset(dataset, graph_inputs(proto)), options, "calibrate: check")
             runs = {result.method: load_model(written), "minmax": load_model(other)}
             got = evaluator.errors({name: (evaluator.session(m), {}) for name, m in runs.items()})
         finally:
