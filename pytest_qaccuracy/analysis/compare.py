@@ -54,6 +54,7 @@ class _Tracked:
     fields: frozenset[str] = frozenset()  # RecordStats fields the metrics read, computed together
     view: SliceSpec | None = None  # a named view of an output (its name replaces ``fp32`` in results)
     spans: ChannelSpans | None = None  # per-channel ranges, for tensors with one scale
+    dequantized: bool = False  # the capture is already float (a model output onnxruntime dequantized)
 
     @property
     def target(self) -> str:
@@ -68,7 +69,7 @@ class _Tracked:
         if ref.shape != test.shape:
             self.problem = f"shape {ref.shape[1:]} in the fp32 model but {test.shape[1:]} in the quantized model"
             return
-        if self.params is not None:
+        if self.params is not None and not self.dequantized:
             test = self.params.dequantize(test, out=scratch(2, test.shape))
         scale = None if self.params is None else self.params.scale
         axis = None if self.params is None else self.params.axis
@@ -165,8 +166,10 @@ def compare(
             check_outputs(list(slices), [f for f, _ in pair.output_pairs()])
         except ValueError as exc:
             raise InputError(str(exc)) from None
-        outputs = _output_trackers(pair, names, slices)
         layer_matches = pair.matching.matches if layers else []
+        inner = bool(layer_matches) or agreement is not None
+        plain = _deployed_outputs(pair, options, q_options, capture, backend, inner)
+        outputs = _output_trackers(pair, names, slices, as_deployed=plain is not None)
         layer_trackers = [_tracker(m.fp32, m.capture, m.params, names) for m in layer_matches]
         if reference is not None:  # how this pass's fp32 runner runs, to recompute what it does not keep
             fetched, label = list(dict.fromkeys(t.fp32 for t in outputs + layer_trackers)), pair.fp32_path.name
@@ -181,7 +184,7 @@ def compare(
             try:
                 if reduced is not None:
                     kept = reference if reference is not None and _own_opset(pair) else None
-                    _run_reduced(reduced, bound, options, outputs, measure, dataset, pair, agreement, kept)
+                    _run_reduced(reduced, bound, options, outputs, measure, dataset, pair, agreement, kept, plain)
                     result = _result(
                         pair, dataset, names, len(bound), outputs, layer_matches, layer_trackers, capture, None
                     )
@@ -205,11 +208,12 @@ def compare(
         with ThreadPoolExecutor(max_workers=_workers(options)) as pool, task("compare", len(bound)) as advance:
             for batch in bound.iter_batches(options.batch_size):
                 ref, test = fp32_runner.run(batch), q_runner.run(batch)
-                _fold(pool, trackers, ref, test, batch.start, len(batch))
+                o_ref, o_test = plain.outputs(batch, ref, test) if plain is not None else (ref, test)
+                _fold_both(pool, trackers, (ref, test), (o_ref, o_test), batch)
                 if reference is not None:
                     reference.add(batch, ref)
                 if measure is not None:
-                    measure.update(*_output_values(outputs, ref, test), batch.start, len(batch))
+                    measure.update(*_output_values(outputs, o_ref, o_test), batch.start, len(batch))
                 advance(len(batch))
         records = len(bound)
     finally:
@@ -228,25 +232,44 @@ def _whole_tensor_reason(backend: str) -> str | None:
 
 
 def _run_reduced(
-    reduced: ReducedPass, bound, options: RuntimeOptions, outputs, measure, dataset, pair, agreement=None, kept=None
+    reduced: ReducedPass,
+    bound,
+    options: RuntimeOptions,
+    outputs,
+    measure,
+    dataset,
+    pair,
+    agreement=None,
+    kept=None,
+    plain=None,
 ) -> None:
     """The comparison loop on the merged graph: layers folded from their statistics, the rest whole,
-    the gate's tensors (if any) to the gate, the fp32 outputs to ``kept`` (a reference cache)."""
+    the gate's tensors (if any) to the gate, the fp32 outputs to ``kept`` (a reference cache), the
+    outputs as ``plain`` (if given) runs the quantized model alone."""
     started = False
     with ThreadPoolExecutor(max_workers=_workers(options)) as pool, task("compare", len(bound)) as advance:
         for batch in bound.iter_batches(options.batch_size):
             ref, test = reduced.run(batch)
+            o_ref, o_test = plain.outputs(batch, ref, test) if plain is not None else (ref, test)
             if not started and measure is not None:
                 measure.begin(dataset, [f for f, _ in pair.output_pairs()])
             started = True
-            _fold(pool, reduced.whole, ref, test, batch.start, len(batch))
+            _fold_both(pool, reduced.whole, (ref, test), (o_ref, o_test), batch)
             if agreement is not None:
                 agreement.fold(batch, test)
             if kept is not None:
                 kept.add(batch, ref)
             if measure is not None:
-                measure.update(*_output_values(outputs, ref, test), batch.start, len(batch))
+                measure.update(*_output_values(outputs, o_ref, o_test), batch.start, len(batch))
             advance(len(batch))
+
+
+def _fold_both(pool: ThreadPoolExecutor, trackers: list[_Tracked], values: tuple, outputs: tuple, batch) -> None:
+    """Fold the outputs' trackers from ``outputs`` (the models' own outputs) and the rest from
+    ``values`` (the pass's tensors): a layer may be an output tensor too, as the pass computed it."""
+    finals = [t for t in trackers if t.worst is not None]
+    _fold(pool, finals, *outputs, batch.start, len(batch))
+    _fold(pool, [t for t in trackers if t.worst is None], *values, batch.start, len(batch))
 
 
 def _own_opset(pair: ModelPair) -> bool:
@@ -289,7 +312,9 @@ def _output_values(outputs: list[_Tracked], ref: dict, test: dict) -> tuple[dict
     """The models' outputs by fp32 name (views left out), the quantized ones dequantized."""
     found = [t for t in outputs if t.view is None]
     values = {t.fp32: test[t.capture] for t in found}
-    dequantized = {t.fp32: t.params.dequantize(values[t.fp32]) if t.params else values[t.fp32] for t in found}
+    dequantized = {
+        t.fp32: t.params.dequantize(values[t.fp32]) if t.params and not t.dequantized else values[t.fp32] for t in found
+    }
     return {t.fp32: ref[t.fp32] for t in found}, dequantized
 
 
@@ -311,18 +336,57 @@ def _tracker(
     return _Tracked(fp32, capture, params, metrics, {} if worst else None, fields=fields, view=view, spans=spans)
 
 
-def _output_trackers(pair: ModelPair, names: list[str], slices: Sequence[SliceSpec] = ()) -> list[_Tracked]:
-    """Outputs are captured like layers: a DequantizeLinear output as its integer input (keeps fusion
-    intact), an integer output dequantized, a float output as it is. Views follow the outputs."""
+def _output_trackers(
+    pair: ModelPair, names: list[str], slices: Sequence[SliceSpec] = (), as_deployed: bool = False
+) -> list[_Tracked]:
+    """Outputs are captured like layers: a DequantizeLinear output as its integer input, an integer
+    output dequantized, a float output as it is. ``as_deployed``: a dequantized output is taken as
+    the model gives it (float, with its integer tensor's parameters for the step metrics), for a run
+    of the quantized model that fetches its outputs only (:func:`_deployed_outputs`). Views follow
+    the outputs."""
     trackers, found = [], {}
     for f_name, q_name in pair.output_pairs():
         _, capture, params = pair.matcher.resolve(q_name, follow_quantize=False)
-        trackers.append(_tracker(f_name, capture, params, names, worst=True))
-        found[f_name] = (capture, params)
+        tracker = _tracker(f_name, capture, params, names, worst=True)
+        if as_deployed and capture != q_name:
+            tracker.capture, tracker.dequantized = q_name, True
+        trackers.append(tracker)
+        found[f_name] = tracker
     for view in slices:
-        capture, params = found[view.output]
-        trackers.append(_tracker(view.output, capture, params, names, worst=True, view=view))
+        base = found[view.output]
+        tracker = _tracker(view.output, base.capture, base.params, names, worst=True, view=view)
+        tracker.dequantized = base.dequantized
+        trackers.append(tracker)
     return trackers
+
+
+class _DeployedOutputs:
+    """Both models run alone for their outputs: onnxruntime fuses a model differently when its inner
+    tensors are fetched too (an int8 tensor made a graph output keeps its type, so onnxruntime's s8
+    to u8 rewrite of x86 CPUs stops there): on CPUs without VNNI the quantized outputs then differ
+    from what the model gives alone (PP-OCRv4 rec s8s8 per channel: cosine 0.976 against 0.895). The
+    checks read the outputs; they must be the deployed models'."""
+
+    def __init__(self, pair: ModelPair, options: RuntimeOptions, q_options: RuntimeOptions) -> None:
+        names = pair.output_pairs()
+        self.fp32 = OrtRunner(pair.fp32, [f for f, _ in names], options, f"{pair.fp32_path.name} (outputs)")
+        self.quantized = OrtRunner(
+            pair.quantized, [q for _, q in names], q_options, f"{pair.quantized_path.name} (outputs)"
+        )
+
+    def outputs(self, batch, ref: dict, test: dict) -> tuple[dict, dict]:
+        """``ref`` and ``test`` with the batch's outputs replaced by the models' own (new mappings)."""
+        return {**ref, **self.fp32.run(batch)}, {**test, **self.quantized.run(batch)}
+
+
+def _deployed_outputs(
+    pair: ModelPair, options: RuntimeOptions, q_options: RuntimeOptions, capture: str, backend: str, inner: bool
+) -> _DeployedOutputs | None:
+    """The models run alone for their outputs when the pass fetches ``inner`` tensors too, in
+    ``deployed`` capture on onnxruntime; else None (the pass's own runs give the outputs as deployed)."""
+    if not inner or capture != "deployed" or backend != "onnxruntime":
+        return None
+    return _DeployedOutputs(pair, options, q_options)
 
 
 def _result(
