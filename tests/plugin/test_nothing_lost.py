@@ -108,7 +108,7 @@ def _foreign_folder(root):
     (root / "out" / "baselines").mkdir(parents=True)
     return ["--qaccuracy-artifacts-dir=out"], (
         "--qaccuracy-artifacts-dir {root}/out: holds baselines/, not written by pytest-qaccuracy; the folder is "
-        "replaced as a whole at the end of a session: move them or choose a folder of its own"
+        "replaced as a whole each time its artifacts are written: move them or choose a folder of its own"
     )
 
 
