@@ -237,6 +237,12 @@ def _earlier_out_dir(*extra: str):
     return make
 
 
+def _earlier_sensitivity_out_dir(models, tmp):
+    args = ["sensitivity", str(models["fp32"]), str(models["qdq_u8"]), "--data", str(models["data"])]
+    assert main([*args, "--records", "4", "--out-dir", str(tmp / "out")]) == 0
+    return [*args, "--out-dir", str(tmp / "out"), "--sweep", "1"]  # two new files: the second write fails
+
+
 def _earlier_json(models, tmp):
     assert main(_compare(models, models["data"], "--metrics", "mse", "--json", tmp / "r.json")) == 0
     return _compare(models, models["data"], "--metrics", "mse,sqnr", "--json", tmp / "r.json")
@@ -484,6 +490,14 @@ CLI_CASES = {
         "error: --out-dir {tmp}/out: could not be written (No space left on device); left as it was",
         exact=True,
         fault=_fail_at_fsync(3, ENOSPC),
+    ),
+    "sensitivity --out-dir on a full disk keeps the earlier folder": Case(
+        3,
+        _earlier_sensitivity_out_dir,
+        2,
+        "error: --out-dir {tmp}/out: could not be written (No space left on device); left as it was",
+        exact=True,
+        fault=_fail_at_fsync(2, ENOSPC),
     ),
     "--json on a full disk keeps the earlier file": Case(
         3,
