@@ -55,10 +55,10 @@ def shown(path: Path, root: Path) -> str:
 
 
 def _unread(record: PairRecord) -> bool:
-    """The pair's baseline was not compared: unreadable, or a drift rule that does not apply (the
-    failing ``baseline`` row of :meth:`QAccuracySession.drift`)."""
+    """The pair's baseline was not compared: the failing ``baseline`` row of
+    :meth:`QAccuracySession.drift` (a file that cannot be read, or a strict folder without one)."""
     return any(
-        c.outcome.check == "drift" and c.outcome.target == "baseline" and not c.outcome.passed for c in record.checks
+        c.outcome.check == "drift" and c.outcome.metric == "baseline" and not c.outcome.passed for c in record.checks
     )
 
 
