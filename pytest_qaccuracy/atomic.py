@@ -9,7 +9,8 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -90,6 +91,22 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any) -> Path:
     """Write strict JSON: NaN and Inf are written as null (:func:`finite_json`)."""
     text = json.dumps(finite_json(data), indent=2, allow_nan=False) + "\n"
     return atomic_write_text(path, text)
+
+
+@contextmanager
+def write_errors(what: str, path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError while writing ``path`` (a full disk, a quota, a read-only filesystem) as one
+    InputError naming the option; the atomic writers have left any earlier file or folder there as
+    it was, so the message says so.
+
+    Raises:
+        InputError: the write failed.
+    """
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise InputError(f"{what} {path}: could not be written ({reason}); left as it was") from None
 
 
 def _nearest_existing(path: Path) -> Path:

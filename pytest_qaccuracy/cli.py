@@ -3,7 +3,7 @@
 Each sub-command lives in ``pytest_qaccuracy/commands/<name>.py`` and exposes ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``. Exit codes: 0 success, 1 a check
 failed, 2 bad usage, bad input, or a model or tensor the command cannot handle, reported as a single
-``error: ...`` line.
+``error: ...`` line, 130 interrupted by Ctrl-C.
 """
 
 from __future__ import annotations
@@ -22,12 +22,15 @@ COMMANDS = ("compare", "report", "sensitivity", "run", "calibrate", "saturation"
 #: exits with 1, success with 0).
 EXIT_USAGE = 2
 
+#: Exit code of a command stopped by Ctrl-C (SIGINT), as a shell reports a process killed by it (128 + 2).
+EXIT_INTERRUPTED = 130
+
 EPILOG = """\
 Options mean the same in every sub-command that has them: --data, --metrics, --batch-size,
 --threads (0: every core), --providers, --top, --exclude-nodes. Files: --json FILE is the command's
 result as JSON, --out-dir DIR a folder of artifacts, --out FILE the one file a command produces.
 Exit codes: 0 success, 1 a check failed, 2 bad usage, bad input, or a model or tensor the command
-cannot handle (one 'error:' line naming it)."""
+cannot handle (one 'error:' line naming it), 130 interrupted (Ctrl-C)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,20 +74,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (also used by the console script)."""
-    from pytest_qaccuracy.data.progress import progress_for, reporting
+    from pytest_qaccuracy.report.terminal import escape_control
 
-    args = build_parser().parse_args(argv)
-    try:
+    try:  # Ctrl-C while the sub-commands import (numpy, onnxruntime) is an interrupt too
+        from pytest_qaccuracy.data.progress import progress_for, reporting
+
+        args = build_parser().parse_args(argv)
         with reporting(progress_for(sys.stderr, quiet=getattr(args, "quiet", False))):
             return int(args._run(args))
     except QAccuracyError as exc:  # bad input, or an op or tensor the checks cannot handle: one line
-        from pytest_qaccuracy.report.terminal import escape_control
-
         sys.stderr.write(f"error: {escape_control(str(exc))}\n")
+        return EXIT_USAGE
+    except OSError as exc:  # a file the command reads or writes, which the command did not name itself
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(f"error: {escape_control(where + (exc.strerror or str(exc)))}\n")
         return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -140,8 +140,36 @@ def fetch(session: Any, names: Sequence[str], feeds: Mapping[str, Any]) -> list[
     array reads freed memory (measured: every run of a test model read garbage; 1.18 and 1.32 copy).
     """
     asked = [n for n in names if n not in feeds]
-    values = dict(zip(asked, session.run(asked, dict(feeds)), strict=True)) if asked else {}
+    try:
+        values = dict(zip(asked, session.run(asked, dict(feeds)), strict=True)) if asked else {}
+    except Exception:
+        check_fetchable(session, asked)
+        raise
     return [values[n] if n in values else feeds[n] for n in names]
+
+
+#: Element types onnxruntime's Python API cannot return as numpy arrays (it fails with "No
+#: corresponding Numpy type for Tensor Type. Int4x2", naming no tensor).
+NO_NUMPY_TYPES = ("int4", "uint4", "float4e2m1")
+
+
+def check_fetchable(session: Any, names: Sequence[str]) -> None:
+    """Refuse a request for a tensor onnxruntime cannot return (an int4 activation of a QDQ model):
+    a :class:`~pytest_qaccuracy.errors.ModelError` naming the tensor and its type.
+
+    Raises:
+        ModelError: one of ``names`` has a type of :data:`NO_NUMPY_TYPES`.
+    """
+    from pytest_qaccuracy.errors import ModelError
+
+    wanted = set(names)
+    for output in session.get_outputs():
+        kind = output.type.removeprefix("tensor(").removesuffix(")")
+        if output.name in wanted and kind in NO_NUMPY_TYPES:
+            raise ModelError(
+                f"tensor '{output.name}' is {kind}: {kind} tensors are not supported "
+                "(onnxruntime cannot return them to Python)"
+            )
 
 
 def first_line(exc: BaseException) -> str:

@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
     from pytest_qaccuracy.analysis.calibration.auto import check_against_minmax, selection_line
     from pytest_qaccuracy.analysis.calibration.quantize import opset_note
-    from pytest_qaccuracy.atomic import atomic_write_json, check_file_target
+    from pytest_qaccuracy.atomic import atomic_write_json, check_file_target, write_errors
     from pytest_qaccuracy.errors import InputError
     from pytest_qaccuracy.model.loading import load_model
 
@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
         check_file_target(args.json, "--json")
     exclude = [node for group in args.exclude_nodes for node in group]
     result = compute_ranges(args.fp32, args.data, calibration, options, nodes_to_exclude=exclude)
-    path = quantize_with_ranges(args.fp32, args.out, result, calibration, exclude)
+    with write_errors("--out", args.out):
+        path = quantize_with_ranges(args.fp32, args.out, result, calibration, exclude)
     sys.stdout.write(f"calibrated {len(result.ranges)} tensor(s) on {result.records} record(s) with {args.method}\n")
     note = opset_note(load_model(args.fp32), calibration)
     if note:
@@ -135,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         if warning:
             sys.stderr.write(f"warning: {warning}\n")
     if args.json is not None:
-        sys.stdout.write(f"wrote {atomic_write_json(args.json, result.to_dict())}\n")
+        with write_errors("--json", args.json):
+            sys.stdout.write(f"wrote {atomic_write_json(args.json, result.to_dict())}\n")
     sys.stdout.write(f"wrote {path}\n")
     return 0

@@ -118,7 +118,7 @@ def load_comparisons(root: Path) -> list[tuple[Path, ComparisonResult]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_qaccuracy.atomic import atomic_write_text, check_file_target
+    from pytest_qaccuracy.atomic import atomic_write_text, check_file_target, write_errors
     from pytest_qaccuracy.report.html import DEFAULT_TITLE, render_html
 
     out = args.out if args.out is not None else args.dir / "report.html"
@@ -127,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         check_replaceable(out, args.force)
     found = load_comparisons(args.dir)
     page = render_html([result for _, result in found], title=args.title or DEFAULT_TITLE)
-    path = atomic_write_text(out, f"{page.rstrip()}\n{WRITTEN_BY}\n")
+    with write_errors("--out", out):
+        path = atomic_write_text(out, f"{page.rstrip()}\n{WRITTEN_BY}\n")
     for source, _ in found:
         sys.stdout.write(f"read {source}\n")
     sys.stdout.write(f"wrote {path} ({len(found)} comparison{'s' if len(found) != 1 else ''})\n")

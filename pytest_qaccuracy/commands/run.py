@@ -75,7 +75,7 @@ def _split(outputs: list[np.ndarray], sizes: list[int]) -> list[list[np.ndarray]
 def run(args: argparse.Namespace) -> int:
     import h5py
 
-    from pytest_qaccuracy.atomic import discard, temp_name
+    from pytest_qaccuracy.atomic import discard, temp_name, write_errors
     from pytest_qaccuracy.data import bind_dataset, load_dataset
     from pytest_qaccuracy.data.progress import task
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
@@ -99,27 +99,28 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(out)  # named before it exists, so an interrupt at any point finds it
     records = 0
-    try:
-        with h5py.File(tmp, "w-") as h5, task("run", len(dataset)) as advance:
-            h5.attrs["model"] = args.model.name
-            h5.attrs["backend"] = args.backend
-            h5.attrs["scheme"] = scheme or ""
-            h5.attrs["output_names"] = json.dumps(names)
-            group = h5.create_group("value")
-            for batch in dataset.iter_batches(batch_size):
-                per_record = _split(_execute(execute, batch.stacked()), [_batch_size(r) for r in batch.records])
-                if per_record is None:  # outputs without a batch axis: one record at a time
-                    per_record = [_execute(execute, r) for r in batch.records]
-                for offset, outputs in enumerate(per_record):
-                    record = group.create_group(str(batch.start + offset))
-                    for index, value in enumerate(outputs):
-                        record.create_dataset(str(index), data=np.asarray(value))
-                records += len(batch)
-                advance(len(batch))
-        os.replace(tmp, out)
-    except BaseException:
-        discard(tmp)
-        raise
+    with write_errors("--out", out):
+        try:
+            with h5py.File(tmp, "w-") as h5, task("run", len(dataset)) as advance:
+                h5.attrs["model"] = args.model.name
+                h5.attrs["backend"] = args.backend
+                h5.attrs["scheme"] = scheme or ""
+                h5.attrs["output_names"] = json.dumps(names)
+                group = h5.create_group("value")
+                for batch in dataset.iter_batches(batch_size):
+                    per_record = _split(_execute(execute, batch.stacked()), [_batch_size(r) for r in batch.records])
+                    if per_record is None:  # outputs without a batch axis: one record at a time
+                        per_record = [_execute(execute, r) for r in batch.records]
+                    for offset, outputs in enumerate(per_record):
+                        record = group.create_group(str(batch.start + offset))
+                        for index, value in enumerate(outputs):
+                            record.create_dataset(str(index), data=np.asarray(value))
+                    records += len(batch)
+                    advance(len(batch))
+            os.replace(tmp, out)
+        except BaseException:
+            discard(tmp)
+            raise
     print(
         f"wrote {records} record(s) x {len(names)} output(s) to {out} ({args.backend}{f', {scheme}' if scheme else ''})"
     )

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from tabulate import tabulate
 
     from pytest_qaccuracy.analysis.saturation import EXACT, SATURATING, check_remedies, measure_saturation
-    from pytest_qaccuracy.atomic import atomic_write_json, check_file_target
+    from pytest_qaccuracy.atomic import atomic_write_json, check_file_target, write_errors
     from pytest_qaccuracy.errors import InputError
     from pytest_qaccuracy.report.tables import shorten
 
@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
             for r in remedies
         ]
     if args.json is not None:
-        atomic_write_json(args.json, document)
+        with write_errors("--json", args.json):
+            atomic_write_json(args.json, document)
     if args.max_saturated is not None and report.share > args.max_saturated:
         sys.stderr.write(
             f"error: {100 * report.share:.3g}% of pair sums saturate on {SATURATING}, more than "

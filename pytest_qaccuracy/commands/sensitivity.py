@@ -107,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.cumulative import DEFAULT_CONFIGS, cumulative_in, parse_configs
     from pytest_qaccuracy.analysis.sensitivity import open_session, sensitivity_in
     from pytest_qaccuracy.analysis.sweep import Target, sweep_in
-    from pytest_qaccuracy.atomic import check_dir_target, check_file_target
+    from pytest_qaccuracy.atomic import check_file_target
     from pytest_qaccuracy.model import ModelPair
     from pytest_qaccuracy.report.artifacts import artifact_stem
+    from pytest_qaccuracy.report.publish import check_out_dir
     from pytest_qaccuracy.report.sensitivity_tables import (
         cumulative_table,
         sensitivity_table,
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         check_file_target(args.json, "--json")
     if args.out_dir is not None:
-        check_dir_target(args.out_dir, "--out-dir")
+        check_out_dir(args.out_dir, "--out-dir")
     pair = ModelPair(args.fp32, args.quantized)
     session = open_session(
         pair, args.data, metrics, options, args.capture, args.strategy, args.allow_nonfinite, args.records, args.output

@@ -31,7 +31,8 @@ def load_dataset(path: str | os.PathLike[str]) -> Dataset:
     if path.is_dir():
         return NpyDirDataset(path)
     if not path.exists():
-        raise DataError(f"{path}: dataset not found")
+        nowhere = " (a symbolic link that leads nowhere: a loop or a missing target)" if path.is_symlink() else ""
+        raise DataError(f"{path}: dataset not found{nowhere}")
     try:
         cls = FORMATS[path.suffix.lower()]
     except KeyError:

@@ -36,6 +36,11 @@ def join_records(parts: list[np.ndarray]) -> np.ndarray:
     return np.stack(parts) if parts[0].ndim == 0 else np.concatenate(parts, axis=0)
 
 
+def same_shapes(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    """Whether two records can share a batch: every input has the same shape in both."""
+    return all(array.shape == b[name].shape for name, array in a.items())
+
+
 def _shape_str(shape: Sequence[object]) -> str:
     dims = ", ".join(str(d) if isinstance(d, int) else (d or "?") for d in shape)
     return f"({dims}{',' if len(shape) == 1 else ''})"
@@ -133,16 +138,21 @@ class BoundDataset:
             yield feeds
 
     def iter_batches(self, batch_size: int) -> Iterator[Batch]:
-        """Records in order, ``batch_size`` at a time; only one batch is held in memory."""
+        """Records in order, up to ``batch_size`` at a time; only one batch is held in memory.
+
+        A batch holds records of one shape: a model with dynamic dimensions (an image model of any
+        height and width) takes records of different sizes, which cannot be stacked, so a record whose
+        shapes differ from the batch's closes it and starts the next one.
+        """
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         records: list[dict[str, np.ndarray]] = []
         start = 0
         for feeds in self.iter_records():
-            records.append(feeds)
-            if len(records) == batch_size:
+            if records and (len(records) == batch_size or not same_shapes(records[0], feeds)):
                 yield Batch(start, records)
                 start += len(records)
                 records = []
+            records.append(feeds)
         if records:
             yield Batch(start, records)

@@ -75,6 +75,8 @@ class NpyDirDataset(Dataset):
                     out[key] = np.load(self._files[key][record], allow_pickle=False)
                 except ValueError as exc:
                     raise DataError(f"{self._where(record, key)}: cannot read ({exc})") from None
+                except OSError as exc:
+                    raise DataError(f"{self._where(record, key)}: cannot read ({exc.strerror or exc})") from None
             yield out
 
     def labels(self) -> np.ndarray | None:

@@ -34,9 +34,12 @@ def read_header(stream: BinaryIO, where: str) -> tuple[tuple[int, ...], np.dtype
 
 def read_file_header(path: Path, where: str) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and dtype of a ``.npy`` file, checked to fit the file and the memory budget."""
-    with open(path, "rb") as stream:
-        shape, dtype, _ = read_header(stream, where)
-        available = os.fstat(stream.fileno()).st_size - stream.tell()
+    try:
+        with open(path, "rb") as stream:
+            shape, dtype, _ = read_header(stream, where)
+            available = os.fstat(stream.fileno()).st_size - stream.tell()
+    except OSError as exc:  # a symlink loop, a dangling link, no permission: the file, and why
+        raise DataError(f"{where}: cannot read ({exc.strerror or exc})") from None
     check_fits_file(shape, dtype, available, where)
     check_array_budget(shape, dtype, where)
     return shape, dtype

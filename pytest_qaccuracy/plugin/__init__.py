@@ -7,27 +7,32 @@ imported here; numpy, onnx and onnxruntime load when a pair is first compared.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_qaccuracy.plugin.artifacts import report_path
-from pytest_qaccuracy.plugin.fixtures import (
-    MARKER_HELP,
-    _marker_kwargs,
-    mark_item,
-    qaccuracy,
-    qaccuracy_calibrate,
-    qaccuracy_dataset,
-    qaccuracy_pair,
-    session_key,
-    validate_marker,
-)
-from pytest_qaccuracy.plugin.progress import SessionProgress, check_artifacts_dir, finish_session
-from pytest_qaccuracy.plugin.session import QAccuracySession
-from pytest_qaccuracy.plugin.settings import add_options, check_metric, load_settings
-from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
+try:  # Ctrl-C while pytest loads this plugin: one line and pytest's exit code of an interrupted run
+    from pytest_qaccuracy.plugin.artifacts import report_path
+    from pytest_qaccuracy.plugin.fixtures import (
+        MARKER_HELP,
+        _marker_kwargs,
+        mark_item,
+        qaccuracy,
+        qaccuracy_calibrate,
+        qaccuracy_dataset,
+        qaccuracy_pair,
+        session_key,
+        validate_marker,
+    )
+    from pytest_qaccuracy.plugin.progress import SessionProgress, check_artifacts_dir, finish_session
+    from pytest_qaccuracy.plugin.session import QAccuracySession
+    from pytest_qaccuracy.plugin.settings import add_options, check_metrics, load_settings
+    from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
+except KeyboardInterrupt:
+    sys.stderr.write("qaccuracy: interrupted while pytest loaded its plugins\n")
+    raise SystemExit(int(pytest.ExitCode.INTERRUPTED)) from None
 
 __all__ = ["qaccuracy", "qaccuracy_calibrate", "qaccuracy_dataset", "qaccuracy_pair"]
 
@@ -100,7 +105,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     state = session.config.stash.get(session_key, None)
     if state is not None and not state.worker:  # a metric the registry lacks: exit 4 before any test
-        check_metric(state.settings)
+        check_metrics(state.settings)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

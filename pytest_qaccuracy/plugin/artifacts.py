@@ -33,19 +33,14 @@ def publish_artifacts(
     status: SessionStatus | None = None,
 ) -> list[Path]:
     """:func:`write_artifacts` as one set that replaces ``directory`` in one rename
-    (:func:`~pytest_qaccuracy.report.publish.publish_folder`); returns the paths as published."""
-    from pytest_qaccuracy.report.publish import publish_folder
+    (:func:`~pytest_qaccuracy.report.publish.publish_files`); returns the paths as published."""
+    from pytest_qaccuracy.report.publish import publish_files
 
     directory = directory.absolute()
-    stages: list[Path] = []
-
-    def build(stage: Path) -> list[Path]:
-        stages.append(stage)
-        inside = report is None or report.absolute() == directory / "report.html"
-        return write_artifacts(stage, records, root, None if inside else report, status)
-
-    written = publish_folder(directory, build, OWNED)
-    return [directory / p.relative_to(stages[0]) if p.is_relative_to(stages[0]) else p for p in written]
+    inside = report is None or report.absolute() == directory / "report.html"
+    return publish_files(
+        directory, lambda stage: write_artifacts(stage, records, root, None if inside else report, status), OWNED
+    )
 
 
 def write_artifacts(

@@ -54,8 +54,16 @@ def shown(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _unread(record: PairRecord) -> bool:
+    """The pair's baseline was not compared: the failing ``baseline`` row of
+    :meth:`QAccuracySession.drift` (a file that cannot be read, or a strict folder without one)."""
+    return any(
+        c.outcome.check == "drift" and c.outcome.metric == "baseline" and not c.outcome.passed for c in record.checks
+    )
+
+
 def _drifted(record: PairRecord) -> bool:
-    return any(c.outcome.check == "drift" and not c.outcome.passed for c in record.checks)
+    return not _unread(record) and any(c.outcome.check == "drift" and not c.outcome.passed for c in record.checks)
 
 
 def finish_baselines(
@@ -86,12 +94,13 @@ def finish_baselines(
     if folder is None:
         return None, []
     present = set(baseline_files(folder))
-    compared = tuple(r.id for r in records if f"{r.stem}.json" in present)
+    found = [r for r in records if f"{r.stem}.json" in present]
     status = BaselineStatus(
         shown(folder, root),
         False,
-        compared=compared,
+        compared=tuple(r.id for r in found if not _unread(r)),
         drifted=tuple(r.id for r in records if _drifted(r)),
+        unreadable=tuple(r.id for r in found if _unread(r)),
         missing=tuple(r.id for r in records if f"{r.stem}.json" not in present),
         stale=tuple(sorted(present - stems)),
     )

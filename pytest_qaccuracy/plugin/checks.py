@@ -260,8 +260,10 @@ def failure_message(
     stats: OutputStats | None = None,
     extra: Sequence[str] = (),
 ) -> str:
-    """The message of a failed pair check (see the module docstring)."""
+    """The message of a failed pair check (see the module docstring), with control characters of
+    tensor names escaped: pytest prints it to the terminal as it is."""
     from pytest_qaccuracy.assertions import failure_message as layout
+    from pytest_qaccuracy.report.terminal import escape_control
 
     first = failed[0]
     sections: list[list[str]] = []
@@ -274,7 +276,7 @@ def failure_message(
         sections.append(_worst_elements(first, stats))
         sections.append(_layers(first, result))
     sections.append(list(extra))
-    return layout(f"{first.detail} (pair '{pair_id}')", first.source, sections)
+    return escape_control(layout(f"{first.detail} (pair '{pair_id}')", first.source, sections))
 
 
 def saturation_outcome(report: Any, threshold: float, source: str) -> Outcome:

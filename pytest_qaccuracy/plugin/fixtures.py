@@ -176,12 +176,13 @@ def error_text(exc: BaseException, config: pytest.Config) -> str:
     import traceback
 
     from pytest_qaccuracy.errors import CheckError
+    from pytest_qaccuracy.report.terminal import escape_control
 
-    line = str(exc) if isinstance(exc, CheckError) else f"{type(exc).__name__}: {exc}"
+    line = escape_control(str(exc) if isinstance(exc, CheckError) else f"{type(exc).__name__}: {exc}")
     cause = exc.__cause__
     if cause is None or not (config.get_verbosity() > 0 or config.getoption("tbstyle", "auto") == "long"):
         return line
-    return line + "\n\n" + "".join(traceback.format_exception(cause)).rstrip()
+    return line + "\n\n" + escape_control("".join(traceback.format_exception(cause)).rstrip())
 
 
 def pair_rules(pair_id: str, lines: Sequence[str], source: str, offset: int) -> list[Rule]:

@@ -442,8 +442,8 @@ class QAccuracySession:
 
         try:
             document = load_baseline(path)
-        except ValueError as exc:  # includes JSON syntax errors
-            return [drift_row("baseline", "baseline", "", f"unreadable baseline {path}: {exc}")], []
+        except ValueError as exc:  # the message names the file and the bad key
+            return [drift_row("baseline", "baseline", "", f"unreadable baseline: {exc}")], []
         if document is None:
             if not self.settings.baseline_required:  # compared automatically: a new pair has none yet
                 return [], []

@@ -405,18 +405,29 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
     )
 
 
-def check_metric(settings: QAccuracySettings) -> None:
-    """A sensitivity metric the registry lacks is a usage error naming the option as it was given.
-    Only a non-default metric imports the registry (numpy)."""
-    if settings.sensitivity == "off" or settings.sensitivity_metric == DEFAULT_SENSITIVITY_METRIC:
+def check_metrics(settings: QAccuracySettings) -> None:
+    """Every metric the options name (``qaccuracy_metrics``, the metric of each ``qaccuracy_tolerances``
+    rule, the sensitivity metric) must be in the registry: else one usage error naming the option as
+    it was given, before any test (not a failure of every test). The registry (numpy) is imported
+    only when one of them is given."""
+    named: list[tuple[str, str, list[str]]] = []  # (where, what, names)
+    if settings.metrics:
+        named.append((settings.where("metrics"), "", list(settings.metrics)))
+    for rule in settings.rules:
+        option = OPTIONS["rules_cli" if rule.source.startswith("command line") else "rules"]
+        named.append((option.flag or option.ini or "", f"tolerance rule {rule.text!r}: ", [rule.metric]))
+    if settings.sensitivity != "off" and settings.sensitivity_metric != DEFAULT_SENSITIVITY_METRIC:
+        named.append((settings.where("sensitivity_metric"), "", [settings.sensitivity_metric]))
+    if not named:
         return
     from pytest_qaccuracy.errors import QAccuracyError
     from pytest_qaccuracy.metrics import parse_metric_names
 
-    try:
-        parse_metric_names([settings.sensitivity_metric])
-    except QAccuracyError as exc:
-        raise usage_error(settings.where("sensitivity_metric"), ValueError(str(exc))) from None
+    for where, what, names in named:
+        try:
+            parse_metric_names(names)
+        except QAccuracyError as exc:
+            raise usage_error(where, ValueError(f"{what}{exc}")) from None
 
 
-__all__ = ["GROUP", "OPTIONS", "QAccuracySettings", "add_options", "check_metric", "load_settings"]
+__all__ = ["GROUP", "OPTIONS", "QAccuracySettings", "add_options", "check_metrics", "load_settings"]

@@ -105,6 +105,7 @@ class PairConfig:
         run: Mapping[str, Any] | None = None,
     ) -> None:
         where = f"{file.name}: pairs.{name}"
+        self.table = name  # the [pairs.<table>] it came from (its id may differ: name = "...")
         merged = {**(run or {}), **defaults, **table}
         tolerances = {**defaults.get("tolerances", {}), **table.get("tolerances", {})}
         _check_table(f"{where}.tolerances", tolerances, tuple(TOLERANCES))
@@ -171,6 +172,27 @@ def load_suite(path: Path, start: int = 0, run: Mapping[str, Any] | None = None)
     return configs
 
 
+#: Pair id -> ``(suite file, its table name)`` of every suite pair collected so far in this session.
+suite_ids_key = pytest.StashKey[dict[str, tuple[Path, str]]]()
+
+
+def _claim_ids(ids: dict[str, tuple[Path, str]], path: Path, pairs: list[PairConfig], root: Path) -> None:
+    """Record each pair's id; an id another suite pair already has is a :class:`SuiteError` naming
+    both files (two pairs under one id would merge into one row of ``summary.json`` and the report)."""
+    for pair in pairs:
+        other = ids.setdefault(pair.spec.id, (path, pair.table))
+        if other != (path, pair.table):
+            first, second = (_shown(p, root) for p in (other[0], path))
+            raise SuiteError(
+                f"{second}: pairs.{pair.table}: pair id '{pair.spec.id}' is already defined by {first} "
+                f'(pairs.{other[1]}); pair ids must be unique across suites (set name = "..." on one of them)'
+            )
+
+
+def _shown(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
 class QAccuracyFile(pytest.File):
     """A ``qaccuracy_*.toml`` suite."""
 
@@ -183,6 +205,7 @@ class QAccuracyFile(pytest.File):
                 "targets": state.settings.targets,
             }
             pairs = load_suite(self.path, len(state.settings.rules), run)
+            _claim_ids(self.config.stash.setdefault(suite_ids_key, {}), self.path, pairs, self.config.rootpath)
         except SuiteError as exc:
             raise self.CollectError(str(exc)) from None
         for pair in pairs:

@@ -128,12 +128,13 @@ def check_artifact_targets(json_path: Path | None, out_dir: Path | None, stem: s
     Raises:
         InputError: a path is a directory where a file goes (or the reverse), or cannot be written.
     """
-    from pytest_qaccuracy.atomic import check_dir_target, check_file_target
+    from pytest_qaccuracy.atomic import check_file_target
+    from pytest_qaccuracy.report.publish import check_out_dir
 
     if json_path is not None:
         check_file_target(json_path, "--json")
     if out_dir is not None:
-        check_dir_target(out_dir, "--out-dir", artifact_names(stem, metric_names))
+        check_out_dir(out_dir, "--out-dir", artifact_names(stem, metric_names))
 
 
 def write_comparison_artifacts(
@@ -145,18 +146,30 @@ def write_comparison_artifacts(
     """Write what ``qaccuracy compare`` promises (``--json`` and ``--out-dir``); returns the paths written.
 
     ``json_path`` gets the comparison JSON; ``out_dir`` gets :func:`write_comparison_files` with a DOT
-    graph per metric, stem the quantized model's file stem, and ``report.html``.
+    graph per metric, stem the quantized model's file stem, and ``report.html``, published as one set
+    as a pytest session's folder is (:func:`~pytest_qaccuracy.report.publish.publish_files`): a full
+    disk or Ctrl-C leaves the folder as it was.
+
+    Raises:
+        InputError: a write failed (naming ``--json`` or ``--out-dir``); nothing there changed.
     """
-    from pytest_qaccuracy.atomic import atomic_write_json
+    from pytest_qaccuracy.atomic import atomic_write_json, write_errors
     from pytest_qaccuracy.report.html import ReportPair, write_html
+    from pytest_qaccuracy.report.publish import publish_files
 
     written = []
-    if json_path is not None:
-        written.append(atomic_write_json(json_path, result.to_dict()))
     if out_dir is not None:
         stem = artifact_stem(Path(result.quantized_model).stem)
-        written += write_comparison_files(out_dir, stem, result, fp32_model).paths()
-        written.append(write_html(out_dir / "report.html", [ReportPair(result, model=fp32_model)]))
+
+        def build(stage: Path) -> list[Path]:
+            files = write_comparison_files(stage, stem, result, fp32_model).paths()
+            return [*files, write_html(stage / "report.html", [ReportPair(result, model=fp32_model)])]
+
+        with write_errors("--out-dir", out_dir):
+            written += publish_files(out_dir, build, artifact_names(stem, result.metric_names))
+    if json_path is not None:
+        with write_errors("--json", json_path):
+            written.append(atomic_write_json(json_path, result.to_dict()))
     return written
 
 

@@ -123,6 +123,7 @@ class BaselineStatus:
     updating: bool
     compared: tuple[str, ...] = ()
     drifted: tuple[str, ...] = ()
+    unreadable: tuple[str, ...] = ()  # a baseline there that could not be compared: its drift check failed
     missing: tuple[str, ...] = ()
     saved: tuple[str, ...] = ()
     updated: tuple[str, ...] = ()
@@ -142,6 +143,8 @@ class BaselineStatus:
         else:
             drifted = f" ({len(self.drifted)} drifted: {_names(self.drifted)})" if self.drifted else ""
             parts = [f"compared {len(self.compared)}{drifted}", _count("missing", self.missing, True)]
+            if self.unreadable:
+                parts.insert(1, _count("not compared (unreadable)", self.unreadable, True))
         text = f"baselines {self.directory}: " + ", ".join([*parts, _count("stale", self.stale, True)])
         if self.failing:
             text += (
@@ -152,13 +155,41 @@ class BaselineStatus:
 
 
 def load_baseline(path: Path) -> dict[str, Any] | None:
-    """The baseline at ``path``, or None if there is none; ValueError if it is not ours."""
+    """The baseline at ``path``, or None if there is none.
+
+    Raises:
+        ValueError: the file cannot be read, is not JSON, is not a baseline of this schema, or holds
+            a value that is not a number; the message names the file and the key (``layers.'relu1'.sqnr``).
+    """
     if not path.is_file():
         return None
-    document = json.loads(path.read_text(encoding="utf-8"))
-    if document.get("schema_version") != BASELINE_SCHEMA:
-        raise ValueError(f"{path}: unsupported baseline schema_version {document.get('schema_version')!r}")
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:  # JSON syntax, or bytes that are not UTF-8
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(document, dict) or document.get("schema_version") != BASELINE_SCHEMA:
+        version = document.get("schema_version") if isinstance(document, dict) else None
+        raise ValueError(f"{path}: unsupported baseline schema_version {version!r}")
+    for section in ("outputs", "layers"):
+        _check_metrics_table(path, section, document.get(section, {}))
+    higher = document.get("higher_is_better", {})
+    if not isinstance(higher, dict) or not all(isinstance(v, bool) for v in higher.values()):
+        raise ValueError(f"{path}: higher_is_better: expected a table of true/false by metric")
     return document
+
+
+def _check_metrics_table(path: Path, section: str, table: object) -> None:
+    """``table`` maps a target to ``{metric: number or null}``; else a ValueError naming the key."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: {section}: expected a table of {section[:-1]} -> metrics")
+    for target, metrics in table.items():
+        if not isinstance(metrics, dict):
+            raise ValueError(f"{path}: {section}.{target!r}: expected a table of metric -> number")
+        for metric, value in metrics.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ValueError(f"{path}: {section}.{target!r}.{metric}: {value!r} is not a number")
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,8 +67,20 @@ def check_publishable(directory: Path, what: str, owned: Collection[str], protec
         names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in others[:3])
         raise InputError(
             f"{what} {directory}: holds {names}, not written by pytest-qaccuracy; the folder is replaced "
-            "as a whole at the end of a session: move them or choose a folder of its own"
+            "as a whole each time its artifacts are written: move them or choose a folder of its own"
         )
+
+
+def check_out_dir(directory: Path, what: str, owned: Collection[str] = ()) -> None:
+    """Refuse, before any work, a command's output folder (``--out-dir``) that cannot be published as
+    a set: :func:`~pytest_qaccuracy.atomic.check_dir_target` (``owned`` names the files it will hold),
+    then :func:`check_publishable`, never the current folder (it would be replaced under the user).
+
+    Raises:
+        InputError: naming ``what`` and the folder.
+    """
+    check_dir_target(directory, what, owned)
+    check_publishable(Path(directory).absolute(), what, owned, protected=(Path.cwd(),))
 
 
 def _carry_over(files: Iterable[Path], stage: Path) -> None:
@@ -145,4 +157,18 @@ def publish_folder(directory: Path, build: Callable[[Path], T], owned: Collectio
     return result
 
 
-__all__ = ["check_publishable", "foreign_entries", "publish_folder", "stage_name"]
+def publish_files(directory: Path, build: Callable[[Path], list[Path]], owned: Collection[str]) -> list[Path]:
+    """:func:`publish_folder` for a ``build`` that returns the paths it wrote; returns them as published
+    (a path inside the temp folder becomes the same path inside ``directory``)."""
+    directory = Path(directory).absolute()
+    stages: list[Path] = []
+
+    def in_stage(stage: Path) -> list[Path]:
+        stages.append(stage)
+        return build(stage)
+
+    written = publish_folder(directory, in_stage, owned)
+    return [directory / p.relative_to(stages[0]) if p.is_relative_to(stages[0]) else p for p in written]
+
+
+__all__ = ["check_out_dir", "check_publishable", "foreign_entries", "publish_files", "publish_folder", "stage_name"]

@@ -86,18 +86,29 @@ def write_sensitivity_artifacts(
     """Write the results given; returns the paths written.
 
     ``json_path`` gets one document ``{"sensitivity": ..., "sweep": ..., "cumulative": ...}`` (keys
-    for the results given). ``out_dir`` gets one file per result, plus the cumulative chart data.
+    for the results given). ``out_dir`` gets one file per result, plus the cumulative chart data,
+    published as one set (:func:`~pytest_qaccuracy.report.publish.publish_files`).
+
+    Raises:
+        InputError: a write failed (naming ``--json`` or ``--out-dir``); nothing there changed.
     """
+    from pytest_qaccuracy.atomic import write_errors
+    from pytest_qaccuracy.report.publish import publish_files
+
     written = []
     parts = {"sensitivity": sensitivity, "sweep": sweep, "cumulative": cumulative}
     present = {k: v.to_dict() for k, v in parts.items() if v is not None}
-    if json_path is not None:
-        written.append(atomic_write_json(json_path, {"schema_version": 1, **present}))
+    files = {f"{stem}.{key}.json": data for key, data in present.items()}
+    if cumulative is not None:
+        files[f"{stem}.cumulative.chart.json"] = cumulative.chart_data()
     if out_dir is not None:
-        for key, data in present.items():
-            written.append(atomic_write_json(Path(out_dir) / f"{stem}.{key}.json", data))
-        if cumulative is not None:
-            written.append(atomic_write_json(Path(out_dir) / f"{stem}.cumulative.chart.json", cumulative.chart_data()))
+        with write_errors("--out-dir", out_dir):
+            written += publish_files(
+                Path(out_dir), lambda stage: [atomic_write_json(stage / n, d) for n, d in files.items()], files
+            )
+    if json_path is not None:
+        with write_errors("--json", json_path):
+            written.append(atomic_write_json(json_path, {"schema_version": 1, **present}))
     return written
 
 

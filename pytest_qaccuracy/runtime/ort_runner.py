@@ -140,6 +140,8 @@ class OrtRunner(BatchUnits):
     def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
             return fetch(self._session, self.tensors, feeds)
+        except ModelError as exc:  # a tensor onnxruntime cannot return (int4), named
+            raise ModelError(f"{self.label}: {exc}") from None
         except Exception as exc:
             raise ModelError(f"{self.label}: onnxruntime failed to run ({first_line(exc)})") from None
 

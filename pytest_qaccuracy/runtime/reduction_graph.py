@@ -644,6 +644,8 @@ class ReducedRunner(BatchUnits):
     def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
             return fetch(self._session, self._names, feeds)
+        except ModelError as exc:  # a tensor onnxruntime cannot return (int4), named
+            raise ModelError(f"{self.label}: {exc}") from None
         except Exception as exc:
             raise ModelError(f"{self.label}: onnxruntime failed to run the merged graph ({first_line(exc)})") from None
 

@@ -749,3 +749,16 @@ def test_the_agreement_gate_on_a_shape_mismatch_and_on_a_model_without_integer_t
     assert empty.detail.endswith(": the model has no 8-bit tensors to compare")
     only = _agreement([("a", 10, 10, 4)])
     assert gate_notes(only) == ["Tensors that differ: 1 / 1; max 4 steps at 'a' (4 records)"]  # no "next" header
+
+
+def test_failure_message_escapes_control_characters_of_names() -> None:
+    """pytest prints the message as it is: a tensor named with an escape sequence (or a bell) must
+    reach the terminal escaped, in the first line, the other failures and the layer lists alike."""
+    first = _fail("sqnr 12 dB < 20 dB for layer 'relu\x1b]0;pwned\x07'")
+    layers = [_layer("a\x1b[2J", 0, "Conv", sqnr=40.0), _layer("b", 1, "Relu", sqnr=20.0)]
+    result = _result([OutputResult("y", {"sqnr": 12.0})], layers)
+    message = failure_message("net\x1b[1m", [first, _fail("also 'x\x1b[2J'")], result)
+    assert "\x1b" not in message and "\x07" not in message
+    lines = message.splitlines()
+    assert lines[0] == "sqnr 12 dB < 20 dB for layer 'relu\\x1b]0;pwned\\x07' (pair 'net\\x1b[1m')"
+    assert " also 'x\\x1b[2J'" in lines and " a\\x1b[2J (Conv): undefined" in lines  # cosine not measured

@@ -3,6 +3,7 @@ checks of output paths (docs/cli.md: one error line before any work)."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -88,3 +89,28 @@ def test_discard_never_raises_when_a_removal_fails(tmp_path, monkeypatch) -> Non
 
     monkeypatch.setattr(atomic.os, "rmdir", refuse)
     atomic.discard(folder)  # no exception; the folder may stay
+
+
+def test_a_failed_write_is_one_input_error_naming_the_option(tmp_path, monkeypatch) -> None:
+    """A full disk (ENOSPC at fsync) while writing ``--json``: one InputError naming the option, the
+    path and the reason; the earlier file is as it was and no temp file is left."""
+    import errno
+    import os
+
+    target = tmp_path / "r.json"
+    atomic.atomic_write_json(target, {"run": 1})
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "fsync", full)
+    with pytest.raises(InputError) as info, atomic.write_errors("--json", target):
+        atomic.atomic_write_json(target, {"run": 2})
+    assert str(info.value) == f"--json {target}: could not be written (No space left on device); left as it was"
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert json.loads(target.read_text()) == {"run": 1} and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    fire = re.escape(f"--out {target}: could not be written (disk on fire); left")
+    with pytest.raises(InputError, match=fire), atomic.write_errors("--out", target):
+        raise OSError("disk on fire")  # no errno: the text is the reason
+    with pytest.raises(ValueError, match="not an OSError"), atomic.write_errors("--out", target):
+        raise ValueError("not an OSError")  # other errors pass through unchanged

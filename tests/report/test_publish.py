@@ -75,7 +75,7 @@ def test_folders_that_cannot_be_replaced_are_refused(tmp_path):
         check_publishable(out, "--qaccuracy-artifacts-dir", OWNED)
     assert str(error.value) == (
         f"--qaccuracy-artifacts-dir {out}: holds baselines/, not written by pytest-qaccuracy; the folder is "
-        "replaced as a whole at the end of a session: move them or choose a folder of its own"
+        "replaced as a whole each time its artifacts are written: move them or choose a folder of its own"
     )
     with pytest.raises(InputError, match="holds baselines/"):
         publish_folder(out, _build(1), OWNED)

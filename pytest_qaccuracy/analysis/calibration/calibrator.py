@@ -41,7 +41,7 @@ from pytest_qaccuracy.analysis.calibration.quantize import (
     quantize_with_ranges,
 )
 from pytest_qaccuracy.data import BoundDataset, Dataset, bind_dataset, load_dataset
-from pytest_qaccuracy.data.binding import Batch
+from pytest_qaccuracy.data.binding import Batch, same_shapes
 from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model.graph import GraphView
@@ -164,26 +164,31 @@ def _passes(
     """Per batch: ({tensor: values}, records in the batch); one batch alive at a time.
 
     The first batch is one record, which measures a record's tensors; later batches hold at most
-    ``batch_size`` records and :data:`BATCH_BYTES` of tensors.
+    ``batch_size`` records and :data:`BATCH_BYTES` of tensors, all of one shape (records of another
+    size start a batch of their own, as in :meth:`BoundDataset.iter_batches`).
     """
     wanted = set(names)
     size, start, pending = 1, 0, []
 
     def run(records: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
+        nonlocal size, start
         batch = Batch(start, records)
         values = runner.run(batch) if runner.tensors else {}
         values.update({k: v for k, v in batch.stacked().items() if k in wanted})
-        return {n: values[n] for n in names if values[n].dtype.kind == "f"}, len(batch)
+        values = {n: values[n] for n in names if values[n].dtype.kind == "f"}
+        start += len(batch)
+        per_record = sum(v.nbytes for v in values.values()) / len(batch)
+        size = max(1, min(batch_size, int(BATCH_BYTES // max(per_record, 1.0))))
+        return values, len(batch)
 
     for feeds in bound.iter_records():
+        if pending and not same_shapes(pending[0], feeds):
+            yield run(pending)
+            pending = []
         pending.append(feeds)
-        if len(pending) == size:
-            values, count = run(pending)
-            start, pending = start + count, []
-            per_record = sum(v.nbytes for v in values.values()) / count
-            size = max(1, min(batch_size, int(BATCH_BYTES // max(per_record, 1.0))))
-            yield values, count
-            del values
+        if len(pending) >= size:
+            yield run(pending)
+            pending = []
     if pending:
         yield run(pending)
 
