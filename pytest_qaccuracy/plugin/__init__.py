@@ -25,7 +25,7 @@ from pytest_qaccuracy.plugin.fixtures import (
 )
 from pytest_qaccuracy.plugin.progress import SessionProgress, check_artifacts_dir, finish_session
 from pytest_qaccuracy.plugin.session import QAccuracySession
-from pytest_qaccuracy.plugin.settings import add_options, check_metric, load_settings
+from pytest_qaccuracy.plugin.settings import add_options, check_metric, check_task_metrics, load_settings
 from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
 
 __all__ = ["qaccuracy", "qaccuracy_dataset", "qaccuracy_pair"]
@@ -100,6 +100,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state = session.config.stash.get(session_key, None)
     if state is not None and not state.worker:  # a metric the registry lacks: exit 4 before any test
         check_metric(state.settings)
+        check_task_metrics(state.settings)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

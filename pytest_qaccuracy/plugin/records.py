@@ -65,6 +65,8 @@ class TargetRun:
     #: output name -> top-k counts (``OutputStats.topk``)
     topk: Mapping[str, Any]
     passed: bool
+    #: task-metric value name -> ``TaskValue.to_dict()`` of this target's run
+    task: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +74,7 @@ class TargetRun:
             "scheme": self.scheme,
             "outputs": {name: dict(metrics) for name, metrics in self.outputs.items()},
             "topk": dict(self.topk),
+            "task": dict(self.task),
             "passed": self.passed,
         }
 
@@ -83,6 +86,7 @@ class TargetRun:
             outputs=data["outputs"],
             topk=data["topk"],
             passed=bool(data["passed"]),
+            task=data.get("task") or {},
         )
 
 
@@ -172,6 +176,8 @@ class PairRecord:
     comparison: Mapping[str, Any]
     #: output name -> top-k counts
     topk: Mapping[str, Any] = field(default_factory=dict)
+    #: task-metric value name -> ``TaskValue.to_dict()`` (fp32, quantized, drop, against, records)
+    task: Mapping[str, Any] = field(default_factory=dict)
     checks: tuple[RecordedCheck, ...] = ()
     #: the agreement gate's measurement (``AgreementResult.to_dict()`` without the verdict)
     agreement: Mapping[str, Any] | None = None
@@ -202,6 +208,7 @@ class PairRecord:
             "scheme": self.scheme,
             "comparison": self.comparison,
             "topk": dict(self.topk),
+            "task": dict(self.task),
             "checks": [c.to_dict() for c in self.checks],
         }
         if self.agreement is not None:
@@ -227,6 +234,7 @@ class PairRecord:
             scheme=data["scheme"],
             comparison=data["comparison"],
             topk=data.get("topk") or {},
+            task=data.get("task") or {},
             checks=tuple(RecordedCheck.from_dict(c) for c in data.get("checks", ())),
             agreement=data.get("agreement"),
             targets={name: TargetRun.from_dict(run) for name, run in (data.get("targets") or {}).items()},

@@ -136,7 +136,7 @@ class QAccuracySession:
         names = self.metric_names(spec, rules)
         stats_key, ks, rtol, atol = self._stats_key(spec, tolerances)
         if (spec, names) not in self._comparisons and stats_key not in self._stats:
-            measure = OutputMeasure(ks, self._labels(spec), rtol, atol, spec.scores, spec.slices)
+            measure = OutputMeasure(ks, self._labels(spec), rtol, atol, spec.scores, spec.slices, *self._tasks(spec))
             agreement = self._agreement_pass(spec) if gate else None
             reference = self._new_reference(spec)
             try:
@@ -227,6 +227,21 @@ class QAccuracySession:
 
         return np.load(spec.labels, allow_pickle=False) if spec.labels else None
 
+    def _tasks(self, spec: PairSpec) -> tuple[Sequence[Any], list[Any] | None, dict[str, str]]:
+        """The pair's task metrics, their targets from its ``task_targets`` file (checked against the
+        records before anything runs; None: the dataset's own) and the fp32 model's metadata."""
+        if not spec.task_metrics:
+            return (), None, {}
+        targets = None
+        if spec.task_targets is not None:
+            from pytest_qaccuracy.data import load_dataset
+            from pytest_qaccuracy.data.targets import read_sidecar
+
+            with load_dataset(spec.data) as dataset:
+                targets = read_sidecar(spec.task_targets, len(dataset))
+        metadata = {p.key: p.value for p in self.model_pair(spec).fp32.metadata_props}
+        return spec.task_metrics, targets, metadata
+
     def output_stats(self, spec: PairSpec, tolerances: Tolerances) -> OutputStats:
         """Top-k counts and element checks of the outputs, computed once per (pair, k, rtol, atol)."""
         from pytest_qaccuracy.analysis.outputs import measure_outputs
@@ -235,8 +250,21 @@ class QAccuracySession:
         if key not in self._stats:
             pair, options = self.model_pair(spec), self.runtime_options()
             backend, scheme = spec.backend, spec.compare_scheme
+            tasks, targets, _ = self._tasks(spec)
             self._stats[key] = measure_outputs(
-                pair, spec.data, ks, self._labels(spec), rtol, atol, options, backend, scheme, spec.scores, spec.slices
+                pair,
+                spec.data,
+                ks,
+                self._labels(spec),
+                rtol,
+                atol,
+                options,
+                backend,
+                scheme,
+                spec.scores,
+                spec.slices,
+                tasks,
+                targets,
             )
         return self._stats[key]
 
@@ -396,7 +424,7 @@ class QAccuracySession:
             result, stats = self.compared(run, rules, measure or tolerances)
             own = (run.backend, run.compare_scheme) == (spec.backend, spec.compare_scheme)
             evaluated = evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
-            checked = [o for o in evaluated if o.target.startswith("output")]
+            checked = [o for o in evaluated if o.target.startswith(("output", "task "))]
             # the pair's own run: its checks are the pair's, not repeated; its verdict is theirs
             if not own:
                 rows += [
@@ -408,6 +436,7 @@ class QAccuracySession:
                 outputs={o.name: dict(o.metrics) for o in result.outputs},
                 topk=dict(stats.topk) if stats is not None else {},
                 passed=all(o.passed for o in checked),
+                task={k: v.to_dict() for k, v in stats.task.items()} if stats is not None else {},
             )
             runs[name] = (result, stats)
         return found, rows, runs
@@ -495,6 +524,9 @@ class QAccuracySession:
         self.records[key] = replace(
             record.with_checks(checks),
             topk={**record.topk, **stats.topk} if stats is not None else record.topk,
+            task={**record.task, **{k: v.to_dict() for k, v in stats.task.items()}}
+            if stats is not None
+            else record.task,
             agreement=record.agreement if agreement is None else agreement_record(agreement),
             targets=merge_targets(record.targets, targets or {}),
         )
@@ -528,6 +560,7 @@ class QAccuracySession:
             self.records[key] = replace(
                 mine.with_checks([c for c in record.checks if (c.test, c.index) not in seen]),
                 topk={**mine.topk, **record.topk},
+                task={**mine.task, **record.task},
                 sensitivity=merge_entry(mine.sensitivity, record.sensitivity),
                 agreement=mine.agreement or record.agreement,
                 targets=merge_targets(mine.targets, record.targets),
