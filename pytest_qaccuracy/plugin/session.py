@@ -374,7 +374,7 @@ class QAccuracySession:
         extra: list[str] = []
         folder = compared_dir(self.settings) if drift else None
         if folder is not None:
-            drift_rows, extra = self.drift(spec, result, folder)
+            drift_rows, extra = self.drift(spec, result, folder, stats)
             outcomes += drift_rows
         targets, target_rows, runs = self._targets(spec, tolerances, rules, measure)
         outcomes += target_rows
@@ -441,8 +441,12 @@ class QAccuracySession:
             runs[name] = (result, stats)
         return found, rows, runs
 
-    def drift(self, spec: PairSpec, result: ComparisonResult, directory: Path) -> tuple[list[Outcome], list[str]]:
-        """Drift outcomes against the baseline saved in ``directory``, and notes (missing layers)."""
+    def drift(
+        self, spec: PairSpec, result: ComparisonResult, directory: Path, stats: OutputStats | None = None
+    ) -> tuple[list[Outcome], list[str]]:
+        """Drift outcomes against the baseline saved in ``directory``, and notes (missing layers).
+
+        A drift rule on a task value (``cer:+0.01``) applies to the pairs that compute it; others skip it."""
         from pytest_qaccuracy.report.baseline import DEFAULT_DRIFT, find_drift, load_baseline, parse_drift_rule
 
         path = baseline_path(directory, spec, self.rootpath)
@@ -478,11 +482,14 @@ class QAccuracySession:
                 return [], []
             detail = f"no baseline for pair '{spec.id}' in {directory} ({UPDATE_HINT})"
             return [drift_row("baseline", "baseline", "", detail)], []
+        task = {k: v.to_dict() for k, v in stats.task.items()} if stats is not None else {}
+        higher = {**result.higher_is_better, **{k: v["higher_is_better"] for k, v in task.items()}}
+        texts = [t for t in self.settings.max_drift or DEFAULT_DRIFT if not _other_task_value(t, higher)]
         try:
-            rules = [parse_drift_rule(t, result.higher_is_better) for t in self.settings.max_drift or DEFAULT_DRIFT]
+            rules = [parse_drift_rule(t, higher) for t in texts]
         except ValueError as exc:
             return [drift_row("baseline", "drift rule", "", str(exc))], []
-        drifts, missing = find_drift(document, result, rules)
+        drifts, missing = find_drift(document, result, rules, task)
         rows = [
             drift_row(d.target, d.metric, "drift", f"drift: {d.describe()}", threshold=d.allowed, value=d.current)
             for d in drifts
@@ -599,6 +606,20 @@ class QAccuracySession:
             self.errors.append(f"could not write qaccuracy artifacts: {type(exc).__name__}: {exc}")
             return False
         return True
+
+
+def _other_task_value(text: str, known: Mapping[str, bool]) -> bool:
+    """Whether drift rule ``text`` names neither a metric or task value of this pair nor a registered
+    metric: it is taken for a task value of other pairs and skipped here (so a misspelt name is
+    skipped too; the rule's own syntax is still checked at start-up)."""
+    from pytest_qaccuracy.metrics import available_metrics
+    from pytest_qaccuracy.report.baseline import parse_drift_rule
+
+    try:
+        metric = parse_drift_rule(text).metric
+    except ValueError:
+        return False
+    return metric not in known and metric not in available_metrics()
 
 
 def _host_preset() -> str:
