@@ -61,7 +61,7 @@ def assemble_targets(arrays: Mapping[str, np.ndarray], count: int, where: str) -
         return [_item(fixed[i]) for i in range(count)]
     missing = [k for k in (VALUES_KEY, OFFSETS_KEY) if k not in arrays]
     if missing:
-        raise DataError(f"{where}: '{VALUES_KEY}' needs '{OFFSETS_KEY}' beside it; missing '{missing[0]}'")
+        raise DataError(f"{where}: '{VALUES_KEY}' and '{OFFSETS_KEY}' go together; '{missing[0]}' is missing")
     values, offsets = np.asarray(arrays[VALUES_KEY]), np.asarray(arrays[OFFSETS_KEY])
     if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or len(offsets) != count + 1:
         raise DataError(

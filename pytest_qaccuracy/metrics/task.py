@@ -198,10 +198,9 @@ def check_task_class(cls: Any, path: str = "") -> None:
     """ValueError unless ``cls`` has every method of the protocol (:data:`REQUIRED`)."""
     missing = [name for name in REQUIRED if not callable(getattr(cls, name, None))]
     if missing:
-        raise ValueError(
-            f"task metric '{path or cls!r}' has no method {', '.join(repr(m) for m in missing)} "
-            f"(a task metric needs {', '.join(REQUIRED)})"
-        )
+        name = path or getattr(cls, "__qualname__", repr(cls))
+        methods = ", ".join(repr(m) for m in missing)
+        raise ValueError(f"task metric '{name}' has no method {methods} (a task metric needs {', '.join(REQUIRED)})")
 
 
 def parse_task_specs(values: object) -> tuple[TaskSpec, ...]:
