@@ -133,6 +133,8 @@ class SensitivityEntry:
     report: Mapping[str, Any] | None = None
     error: str | None = None
     target_from: ExclusionTarget | None = None
+    #: the sweep aimed at a failed task-metric check (``TaskSweep.to_dict()``, or ``{"check", "error"}``)
+    task: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"mode": self.mode, "metric": self.metric}
@@ -141,6 +143,8 @@ class SensitivityEntry:
         if self.error is not None:
             data["error"] = self.error
         data["target_from"] = None if self.target_from is None else self.target_from.to_dict()
+        if self.task is not None:
+            data["task"] = dict(self.task)
         return data
 
     @classmethod
@@ -152,6 +156,7 @@ class SensitivityEntry:
             report=data.get("report"),
             error=data.get("error"),
             target_from=None if target is None else ExclusionTarget.from_dict(target),
+            task=data.get("task"),
         )
 
 

@@ -164,7 +164,7 @@ class QAccuracySession:
         if spec not in self._task_values:
             from pytest_qaccuracy.analysis.outputs import measure_outputs
 
-            tasks, targets = self._tasks(spec)
+            tasks, targets = self.task_inputs(spec)
             stats = measure_outputs(
                 self.model_pair(spec),
                 spec.data,
@@ -251,7 +251,7 @@ class QAccuracySession:
 
         return np.load(spec.labels, allow_pickle=False) if spec.labels else None
 
-    def _tasks(self, spec: PairSpec) -> tuple[Sequence[Any], list[Any] | None]:
+    def task_inputs(self, spec: PairSpec) -> tuple[Sequence[Any], list[Any] | None]:
         """The pair's task metrics and their targets from its ``task_targets`` file (checked against
         the records before anything runs; None: the dataset's own)."""
         targets = None

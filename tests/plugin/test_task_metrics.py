@@ -342,3 +342,59 @@ def test_task_values_on_each_deployment_target_and_in_baselines(project: pytest.
     drifted.stdout.fnmatch_lines(
         [f"*drift: task 'worst_class_recall': worst_class_recall {qdq:.6g} -> {broken:.6g} (limit *"]
     )
+
+
+def _worst_recall_of(session: ort.InferenceSession, data: Path, records: int) -> float:
+    arrays = np.load(data)
+    predicted = np.concatenate([session.run(None, {"x": x[None]})[0].argmax(axis=1) for x in arrays["x"][:records]])
+    labels = arrays["labels"][:records]
+    return min(float(np.mean(predicted[labels == d] == d)) for d in np.unique(labels))
+
+
+def test_the_end_of_session_analysis_aims_at_a_failed_task_metric(project: pytest.Pytester) -> None:
+    import onnx
+
+    from pytest_qaccuracy.analysis.partial import QdqGraph
+
+    project.makeini(
+        """
+        [pytest]
+        pythonpath = .
+        qaccuracy_task_metrics = digits_metrics:WorstClassRecall
+        qaccuracy_task_tolerances = max_drop:worst_class_recall = 0.02
+        qaccuracy_sensitivity_records = 32
+        """
+    )
+    project.makepyfile(
+        test_broken=f"""
+        import pytest
+
+        @pytest.mark.qaccuracy(fp32="{FP32}", quantized="models/digits_cnn.broken.onnx", data="{DATA}")
+        def test_broken(qaccuracy):
+            qaccuracy.check()
+        """
+    )
+    result = project.runpytest()
+    result.assert_outcomes(failed=1)
+    task = _summary(project.path)["digits_cnn.broken"]["sensitivity"]["task"]
+    assert (task["check"], task["threshold"], task["records"]) == ("max_drop:worst_class_recall", 0.02, 32)
+    steps, suggestion = task["steps"], task["suggestion"]
+    assert suggestion == steps[-1]["excluded"] and len(steps) == len(suggestion) + 1
+    assert all(step["drop"] > 0.02 for step in steps[:-1]) and steps[-1]["drop"] <= 0.02
+    data, broken = project.path / DATA, project.path / "models/digits_cnn.broken.onnx"
+    fp32 = _worst_recall_of(_session(project.path / FP32), data, 32)
+    assert steps[0]["quantized"] == pytest.approx(_worst_recall_of(_session(broken), data, 32), abs=1e-12)
+    # the suggested model, written and run here: the drop it shows is the one the sweep reported
+    graph = QdqGraph(onnx.load(broken), onnx.load(project.path / FP32))
+    model = graph.build(graph.all_edges - graph.edges_of(suggestion, "node"))
+    kept = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert steps[-1]["drop"] == pytest.approx(fp32 - _worst_recall_of(kept, data, 32), abs=1e-12)
+    line = (
+        f"  target max_drop:worst_class_recall <= 0.02 (task metric, 32 records, {steps[0]['drop']:.6g} -> "
+        f"{steps[-1]['drop']:.6g}): nodes_to_exclude={suggestion}"
+    )
+    assert line in result.outlines
+
+
+def _session(path: Path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
