@@ -53,7 +53,7 @@ def evaluate_task_metrics(
         CheckError: a metric raised on a batch (the message names the metric and the records).
     """
     try:
-        specs = [m if isinstance(m, TaskSpec) else parse_task_specs([m])[0] for m in metrics]
+        specs = parse_task_specs(list(metrics))
     except ValueError as exc:
         raise InputError(str(exc)) from None
     pair = fp32 if isinstance(fp32, ModelPair) else ModelPair(fp32, quantized)
