@@ -74,8 +74,8 @@ class TargetRun:
             "scheme": self.scheme,
             "outputs": {name: dict(metrics) for name, metrics in self.outputs.items()},
             "topk": dict(self.topk),
-            "task": dict(self.task),
             "passed": self.passed,
+            **({"task": dict(self.task)} if self.task else {}),
         }
 
     @classmethod
@@ -213,9 +213,10 @@ class PairRecord:
             "scheme": self.scheme,
             "comparison": self.comparison,
             "topk": dict(self.topk),
-            "task": dict(self.task),
             "checks": [c.to_dict() for c in self.checks],
         }
+        if self.task:
+            data["task"] = dict(self.task)
         if self.agreement is not None:
             data["agreement"] = self.agreement
         if self.targets:
