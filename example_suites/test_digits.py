@@ -44,3 +44,12 @@ def test_helpers_on_raw_outputs(qaccuracy_dataset):
     assert_cosine(int8, fp32, 0.99, name="logits")
     for k in (1, 5):
         assert_topk(int8, fp32, k=k, max_accuracy_drop=0.005, labels=labels, name="logits")
+
+
+def test_auto_calibration_inside_the_session(qaccuracy, qaccuracy_pair, qaccuracy_calibrate):
+    """The quantized model is made here: calibrated with ``auto`` on the calibration records and written
+    by onnxruntime's quantizer, kept by content hash in .pytest_cache (a second run reuses it)."""
+    quantized = qaccuracy_calibrate(FP32, "data/digits_calib.npz", method="auto")
+    pair = qaccuracy_pair(FP32, quantized, DATA, name="digits_auto")
+    # 8-bit weights, as digits_qdq_w8: about 37 dB on CPUs with VNNI, 24 dB on AVX2 ones (u8 x s8 pairs saturate)
+    qaccuracy.check(pair, min_sqnr=20.0, min_top1_agreement=0.98)

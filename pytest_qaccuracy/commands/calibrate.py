@@ -19,7 +19,10 @@ from pytest_qaccuracy.commands._options import (
 )
 
 NAME = "calibrate"
-HELP = "calibrate an fp32 model on a dataset (minmax, ONE moving average/percentile, KL, MSE) and write a QDQ model"
+HELP = (
+    "calibrate an fp32 model on a dataset (auto: each range chosen by its measured effect; minmax, ONE moving "
+    "average/percentile, KL, MSE) and write a QDQ model"
+)
 
 
 def _pair(text: str) -> tuple[float, float]:
@@ -33,11 +36,22 @@ def _pair(text: str) -> tuple[float, float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pytest_qaccuracy.analysis.calibration.calibrator import METHODS
+    from pytest_qaccuracy.analysis.calibration.options import METHODS
 
     parser.add_argument("fp32", type=Path, help="the fp32 ONNX model")
     add_data(parser)
-    parser.add_argument("--method", choices=METHODS, default="minmax", help="how activation ranges are chosen")
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="minmax",
+        help="how activation ranges are chosen; auto (recommended) measures every method's range of every tensor",
+    )
+    parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="skip the check that the model is no worse at the outputs than min/max (one more pass over the data)",
+    )
     parser.add_argument("--power2", action="store_true", help="round every scale up to a power of two")
     parser.add_argument("--per-channel", action="store_true", help="quantize weights per output channel")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="the QDQ model to write")
@@ -77,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
-    from pytest_qaccuracy.analysis.calibration.calibrator import opset_note
+    from pytest_qaccuracy.analysis.calibration.auto import check_against_minmax, selection_line
+    from pytest_qaccuracy.analysis.calibration.quantize import opset_note
     from pytest_qaccuracy.atomic import atomic_write_json, check_file_target
     from pytest_qaccuracy.errors import InputError
     from pytest_qaccuracy.model.loading import load_model
@@ -98,13 +113,19 @@ def run(args: argparse.Namespace) -> int:
     options = runtime_options(args)
     if args.json is not None:
         check_file_target(args.json, "--json")
-    result = compute_ranges(args.fp32, args.data, calibration, options)
     exclude = [node for group in args.exclude_nodes for node in group]
+    result = compute_ranges(args.fp32, args.data, calibration, options, nodes_to_exclude=exclude)
     path = quantize_with_ranges(args.fp32, args.out, result, calibration, exclude)
     sys.stdout.write(f"calibrated {len(result.ranges)} tensor(s) on {result.records} record(s) with {args.method}\n")
     note = opset_note(load_model(args.fp32), calibration)
     if note:
         sys.stdout.write(f"{note}\n")
+    if result.selection is not None:
+        sys.stdout.write(f"{selection_line(result.selection)}\n")
+    elif args.check and args.method != "minmax":
+        warning = check_against_minmax(args.fp32, path, result, args.data, calibration, options, exclude)
+        if warning:
+            sys.stderr.write(f"warning: {warning}\n")
     if args.json is not None:
         sys.stdout.write(f"wrote {atomic_write_json(args.json, result.to_dict())}\n")
     sys.stdout.write(f"wrote {path}\n")

@@ -18,6 +18,7 @@ from pytest_qaccuracy.plugin.fixtures import (
     _marker_kwargs,
     mark_item,
     qaccuracy,
+    qaccuracy_calibrate,
     qaccuracy_dataset,
     qaccuracy_pair,
     session_key,
@@ -28,7 +29,7 @@ from pytest_qaccuracy.plugin.session import QAccuracySession
 from pytest_qaccuracy.plugin.settings import add_options, check_metric, check_task_metrics, load_settings
 from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
 
-__all__ = ["qaccuracy", "qaccuracy_dataset", "qaccuracy_pair"]
+__all__ = ["qaccuracy", "qaccuracy_calibrate", "qaccuracy_dataset", "qaccuracy_pair"]
 
 progress_key = pytest.StashKey[SessionProgress]()
 

@@ -345,4 +345,51 @@ def qaccuracy_dataset(request: pytest.FixtureRequest) -> Iterator[Callable[..., 
         dataset.close()
 
 
-__all__ = ["PairHandle", "QAccuracyRecorder", "qaccuracy", "qaccuracy_dataset", "qaccuracy_pair", "session_key"]
+@pytest.fixture
+def qaccuracy_calibrate(request: pytest.FixtureRequest) -> Callable[..., Path]:
+    """Factory ``qaccuracy_calibrate(fp32, data, *, method="auto", nodes_to_exclude=(), **options)``:
+    the QDQ model onnxruntime writes from ``fp32`` calibrated on ``data`` (paths relative to the test
+    file), made once and kept by content hash in pytest's cache folder (``.pytest_cache``), so later
+    sessions reuse it until the model, the data, the options or the versions change.
+
+    ``options`` are :class:`~pytest_qaccuracy.analysis.calibration.CalibrationOptions` fields
+    (``activation_type``, ``weight_type``, ``per_channel``, ``power2``, ...). Example::
+
+        def test_auto(qaccuracy, qaccuracy_pair, qaccuracy_calibrate):
+            quantized = qaccuracy_calibrate("m.onnx", "calib.npz", method="auto")
+            qaccuracy.check(qaccuracy_pair("m.onnx", quantized, "test.npz"), min_cosine=0.99)
+    """
+    state = request.config.stash[session_key]
+    cache = getattr(request.config, "cache", None)
+    if cache is not None:
+        folder = cache.mkdir("qaccuracy-calibrated")
+    else:  # -p no:cacheprovider: kept for this session only
+        folder = request.getfixturevalue("tmp_path_factory").getbasetemp() / "qaccuracy-calibrated"
+
+    def make(fp32: Any, data: Any, *, method: str = "auto", nodes_to_exclude: Any = (), **options: Any) -> Path:
+        from pytest_qaccuracy.analysis.calibration import CalibrationOptions
+        from pytest_qaccuracy.analysis.calibration.cache import calibrated_model
+        from pytest_qaccuracy.errors import QAccuracyError
+
+        base = request.path.parent
+        try:
+            calibration = CalibrationOptions(method=method, **options)
+            path, _ = calibrated_model(
+                base / Path(fp32), base / Path(data), folder, calibration, state.runtime_options(), nodes_to_exclude
+            )
+        except (QAccuracyError, TypeError) as exc:  # TypeError: an option CalibrationOptions does not have
+            pytest.fail(f"qaccuracy_calibrate: {exc}", pytrace=False)
+        return path
+
+    return make
+
+
+__all__ = [
+    "PairHandle",
+    "QAccuracyRecorder",
+    "qaccuracy",
+    "qaccuracy_calibrate",
+    "qaccuracy_dataset",
+    "qaccuracy_pair",
+    "session_key",
+]

@@ -3,15 +3,9 @@ over streaming statistics, a ``CalibrationDataReader`` over our datasets, and QD
 onnxruntime's quantizer with the ranges we chose.
 """
 
-from pytest_qaccuracy.analysis.calibration.calibrator import (
-    METHODS,
-    CalibrationOptions,
-    CalibrationResult,
-    calibrate,
-    calibration_tensors,
-    compute_ranges,
-    quantize_with_ranges,
-)
+from pytest_qaccuracy.analysis.calibration.calibrator import calibrate, calibration_tensors, compute_ranges
+from pytest_qaccuracy.analysis.calibration.options import METHODS, CalibrationOptions, CalibrationResult
+from pytest_qaccuracy.analysis.calibration.quantize import quantize_with_ranges
 from pytest_qaccuracy.analysis.calibration.ranges import (
     kl_threshold,
     moving_average,

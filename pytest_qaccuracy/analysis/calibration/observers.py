@@ -85,11 +85,21 @@ class HistogramObserver:
         return np.linspace(-self.bound, self.bound, self.bins + 1)
 
     def update(self, values: np.ndarray) -> None:
-        x = values.astype(np.float64).reshape(-1)  # a copy, scaled in place
-        if np.isnan(x).any():
-            x = x[~np.isnan(x)]
-        x += self.bound
-        x *= self.bins / (2.0 * self.bound)
-        index = x.astype(np.int64)  # truncation is floor here: x >= 0 but for rounding, clipped below
+        self.fold_shifted(shifted(values, self.bound))
+
+    def fold_shifted(self, x: np.ndarray) -> None:
+        """Count ``x = values + bound`` (float64, from :func:`shifted`): histograms of one tensor over
+        the same bound share that copy (``auto`` folds the ``kl`` and ``mse`` histograms from one)."""
+        index = (x * (self.bins / (2.0 * self.bound))).astype(np.int64)  # floor: x >= 0 but for rounding
         np.clip(index, 0, self.bins - 1, out=index)
         self.counts += np.bincount(index, minlength=self.bins)
+
+
+def shifted(values: np.ndarray, bound: float) -> np.ndarray:
+    """The finite-or-infinite values (NaN dropped) as float64, plus ``bound`` (a histogram's left edge
+    moved to 0)."""
+    x = values.astype(np.float64).reshape(-1)
+    if np.isnan(x).any():
+        x = x[~np.isnan(x)]
+    x += bound
+    return x

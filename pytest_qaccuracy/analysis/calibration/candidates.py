@@ -1,0 +1,112 @@
+"""Candidate ranges of one tensor: every calibration method's answer from one set of statistics.
+
+``auto`` calibration (``auto.py``) needs each method's range of every tensor before it measures
+which one the model is best off with. :class:`TensorStats` holds what all of them need, gathered in
+the same two passes as the histogram methods: the global and per-record extrema (pass one), the
+histograms of ``kl`` (8001 bins) and ``mse`` (2047 bins) (pass two). Each rule in :data:`CANDIDATES`
+is exactly the method of the same name (docs/calibration.md), plus ``ort-percentile``: the rule of
+onnxruntime's ``Percentile`` calibrator with its defaults (the 99.999th percentile of |x|, symmetric),
+read off the ``kl`` histogram folded at 0 (4001 bins of |x| where onnxruntime counts 2048, so its
+threshold is within one of onnxruntime's bins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pytest_qaccuracy.analysis.calibration import ranges as R
+from pytest_qaccuracy.analysis.calibration.observers import ExtremaObserver, HistogramObserver
+
+#: onnxruntime's ``PercentileCalibrater`` default percentile (``create_calibrator``)
+ORT_PERCENTILE = 99.999
+#: the ``mse`` method's histogram (calibrator.CalibrationOptions.histogram_bins)
+MSE_BINS = 2047
+
+
+@dataclass(slots=True)
+class TensorStats:
+    """Everything the candidate rules read about one tensor, folded over the calibration records."""
+
+    observed: tuple[float, float]
+    per_record: ExtremaObserver
+    kl: HistogramObserver
+    mse: HistogramObserver
+
+
+Rule = Callable[[TensorStats, "CandidateOptions"], tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateOptions:
+    """What the rules take from the calibration options."""
+
+    qmin: int
+    qmax: int
+    percentiles: tuple[float, float] = (1.0, 99.0)
+    moving_average: tuple[int, float] = (16, 0.1)
+    quantized_bins: int = R.KL_QUANTIZED_BINS
+
+
+def _minmax(s: TensorStats, o: CandidateOptions) -> tuple[float, float]:
+    return s.observed
+
+
+def _percentile(s: TensorStats, o: CandidateOptions) -> tuple[float, float]:
+    return R.one_percentile(s.per_record.mins, o.percentiles[0]), R.one_percentile(s.per_record.maxs, o.percentiles[1])
+
+
+def _moving_average(s: TensorStats, o: CandidateOptions) -> tuple[float, float]:
+    batch, constant = o.moving_average
+    mins, maxs = s.per_record.mins, s.per_record.maxs
+    return R.moving_average(mins, True, batch, constant), R.moving_average(maxs, False, batch, constant)
+
+
+def _kl(s: TensorStats, o: CandidateOptions) -> tuple[float, float]:
+    t, _ = R.kl_threshold(s.kl.counts, s.kl.edges, o.quantized_bins)
+    lo, hi = s.observed
+    return max(lo, -t), min(hi, t)
+
+
+def _mse(s: TensorStats, o: CandidateOptions) -> tuple[float, float]:
+    return R.mse_range(s.mse.counts, s.mse.edges, *s.observed, o.qmin, o.qmax)
+
+
+def _ort_percentile(s: TensorStats, o: CandidateOptions) -> tuple[float, float]:
+    return ort_percentile_range(s.kl.counts, s.kl.bound, *s.observed)
+
+
+#: every candidate rule by name; ``auto`` measures each tensor's distinct answers
+CANDIDATES: dict[str, Rule] = {
+    "minmax": _minmax,
+    "percentile": _percentile,
+    "moving-average": _moving_average,
+    "kl": _kl,
+    "mse": _mse,
+    "ort-percentile": _ort_percentile,
+}
+
+
+def ort_percentile_range(
+    counts: np.ndarray, bound: float, lo: float, hi: float, percentile: float = ORT_PERCENTILE
+) -> tuple[float, float]:
+    """onnxruntime's symmetric percentile rule (``HistogramCollector.compute_percentile``) on a
+    symmetric histogram of ``counts`` over ``[-bound, bound]`` (odd bins): the histogram of |x| is the
+    two halves added (the middle bin holds |x| < w/2), ``t`` is the lower edge of the first bin of |x|
+    whose cumulative share reaches ``percentile`` (onnxruntime takes that bin's lower edge too), and
+    the range is ``(-t, t)`` clipped to the observed ``(lo, hi)``."""
+    middle = counts.size // 2
+    magnitude = counts[middle:].astype(np.float64)
+    magnitude[1:] += counts[middle - 1 :: -1]
+    cdf = np.cumsum(magnitude / magnitude.sum())
+    index = int(np.searchsorted(cdf, percentile / 100.0))
+    width = 2.0 * bound / counts.size
+    t = max(index - 0.5, 0.0) * width
+    return max(-t, lo), min(t, hi)
+
+
+def candidate_ranges(stats: TensorStats, options: CandidateOptions) -> dict[str, tuple[float, float]]:
+    """Every rule's range of one tensor, in :data:`CANDIDATES` order."""
+    return {name: tuple(map(float, rule(stats, options))) for name, rule in CANDIDATES.items()}

@@ -1,0 +1,335 @@
+"""``auto`` calibration: candidates, the consumer probe, the parameterized QDQ model, the choice, the
+CLI and the cache; expected values computed here independently (numpy, onnxruntime's own calibrators
+and quantizer), not by the code under test."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization.quant_utils import compute_scale_zp
+
+from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
+from pytest_qaccuracy.analysis.calibration.auto import Evaluator, choice_runs
+from pytest_qaccuracy.analysis.calibration.cache import calibrated_model, content_key
+from pytest_qaccuracy.analysis.calibration.candidates import ort_percentile_range
+from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
+from pytest_qaccuracy.analysis.calibration.probe import ProbeScores, build_probe, output_names
+from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel
+from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
+from pytest_qaccuracy.cli import main
+from pytest_qaccuracy.data import bind_dataset, load_dataset
+from pytest_qaccuracy.model.loading import graph_inputs, load_model
+from pytest_qaccuracy.runtime import RuntimeOptions
+
+
+def mlp(path: Path, w1: np.ndarray, w2: np.ndarray) -> Path:
+    """x -> MatMul(w1) -> Relu -> MatMul(w2) -> y, dynamic batch."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", w1.shape[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", w2.shape[1]])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def signal(tmp_path_factory):
+    """Inputs whose feature 3 is always large (it carries the signal to the output) and a spike of 80
+    in one record's feature 5: KL clips feature 3 away, min/max keeps both."""
+    logging.getLogger().setLevel(logging.ERROR)
+    root = tmp_path_factory.mktemp("signal")
+    rng = np.random.default_rng(11)
+    w1 = (rng.standard_normal((16, 16)) / 4).astype(np.float32)
+    w1[3] = 0.0
+    w1[3, 0] = 1.0  # feature 3 drives hidden unit 0 alone
+    w2 = (rng.standard_normal((16, 4)) / 4).astype(np.float32)
+    w2[0] = 2.0 * np.sign(w2[0])  # ... which dominates every output
+
+    def records(count: int, seed: int) -> np.ndarray:
+        r = np.random.default_rng(seed).standard_normal((count, 1, 16)).astype(np.float32)
+        r[:, 0, 3] = 40.0 + 2.0 * r[:, 0, 3]
+        return r
+
+    calib = records(24, 1)
+    calib[7, 0, 5] = 80.0
+    np.savez(root / "calib.npz", x=calib)
+    np.savez(root / "eval.npz", x=records(24, 2))
+    return {
+        "root": root,
+        "fp32": mlp(root / "mlp.onnx", w1, w2),
+        "calib": root / "calib.npz",
+        "eval": root / "eval.npz",
+    }
+
+
+def _records(path: Path, model: Path) -> list[dict[str, np.ndarray]]:
+    return list(bind_dataset(load_dataset(path), graph_inputs(load_model(model))).iter_records())
+
+
+def _output_error(
+    fp32: Path, quantized: Path, data: Path, optimization=ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+) -> float:
+    """sum (q - y)^2 / sum y^2 over every record, by plain onnxruntime sessions."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = optimization
+    a = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(str(quantized), options, providers=["CPUExecutionProvider"])
+    err = energy = 0.0
+    for record in _records(data, fp32):
+        y = a.run(None, record)[0].astype(np.float64)
+        q = b.run(None, record)[0].astype(np.float64)
+        err, energy = err + np.sum((q - y) ** 2), energy + np.sum(y * y)
+    return err / energy
+
+
+def test_ort_percentile_rule_agrees_with_onnxruntimes_calibrator(tmp_path):
+    """onnxruntime's own PercentileCalibrater (2048 bins over |x|, 99.999 %, symmetric) against the
+    rule on our 8001-bin histogram: the same threshold within one of onnxruntime's bins."""
+    from onnxruntime.quantization.calibrate import create_calibrator
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((40, 1, 4096)).astype(np.float32)
+    x[3, 0, 7] = 60.0  # one value in 163,840: beyond the 99.999th percentile of |x|
+    model = tmp_path / "id.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["z"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4096])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4096]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4096]),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    np.savez(tmp_path / "d.npz", x=x)
+    calibrator = create_calibrator(str(model), ["Neg"], calibrate_method=CalibrationMethod.Percentile)
+    calibrator.collect_data(DatasetReader(tmp_path / "d.npz", model))
+    lo_ort, hi_ort = (float(v) for v in calibrator.compute_data()["z"].range_value)
+    values = -x.ravel().astype(np.float64)
+    bound = float(np.abs(values).max())
+    counts = np.bincount(np.clip(((values + bound) * (8001 / (2 * bound))).astype(np.int64), 0, 8000), minlength=8001)
+    lo, hi = ort_percentile_range(counts, bound, float(values.min()), float(values.max()))
+    ort_bin = (bound - float(np.abs(values).min())) / 2048
+    assert hi == pytest.approx(hi_ort, abs=ort_bin + 2 * bound / 8001)
+    assert lo == pytest.approx(lo_ort, abs=ort_bin + 2 * bound / 8001)
+    assert hi < 0.5 * bound  # the rule cut the tail: the test can tell it from min/max
+
+
+def test_auto_candidates_are_the_methods_themselves(signal):
+    """Every candidate ``auto`` reports is what the method of that name gives on its own (observing the
+    fp32 model as auto does: graph optimizations off, one record per run), and its min/max is
+    onnxruntime's own MinMaxCalibrater's range to the bit."""
+    from onnxruntime.quantization.calibrate import create_calibrator
+
+    result = compute_ranges(signal["fp32"], signal["calib"], CalibrationOptions(method="auto"))
+    tensors = result.selection["tensors"]
+    assert set(tensors) >= {"x", "r"}
+    as_ort = RuntimeOptions(optimization="disable", batch_size=1)
+    for method in ("minmax", "percentile", "moving-average", "kl", "mse"):
+        alone = compute_ranges(signal["fp32"], signal["calib"], CalibrationOptions(method=method), as_ort).ranges
+        for name, entry in tensors.items():
+            assert entry["candidates"][method]["range"] == list(alone[name]), (method, name)
+    calibrator = create_calibrator(str(signal["fp32"]), None, augmented_model_path=str(signal["root"] / "aug.onnx"))
+    calibrator.collect_data(DatasetReader(signal["calib"], signal["fp32"]))
+    for name, data in calibrator.compute_data().data.items():
+        if name in tensors:
+            theirs = [float(np.ravel(v)[0]) for v in data.range_value]
+            assert tensors[name]["candidates"]["minmax"]["range"] == theirs, name
+
+
+def test_the_parameterized_model_computes_what_onnxruntime_writes(signal, tmp_path):
+    """The minmax model with its activation parameters as inputs, fed another method's ranges, gives
+    the outputs of onnxruntime's own model written with those ranges (both run as float Q/DQ)."""
+    fp32 = load_model(signal["fp32"])
+    observed = compute_ranges(signal["fp32"], signal["calib"]).ranges
+    other = compute_ranges(signal["fp32"], signal["calib"], CalibrationOptions(method="percentile")).ranges
+    base = quantize_with_ranges(signal["fp32"], tmp_path / "mm.onnx", CalibrationResult("minmax", 24, observed))
+    target = quantize_with_ranges(signal["fp32"], tmp_path / "pc.onnx", CalibrationResult("percentile", 24, other))
+    params = ParamModel(load_model(base), fp32, observed, "uint8")
+    assert set(params.tensors) == {"x", "r", "y"}  # every activation ORT quantized (Relu's input shares r's)
+    feeds = params.feeds(other)
+    written = {t.name: numpy_helper.to_array(t) for t in load_model(target).graph.initializer}
+    for name, value in feeds.items():  # the values fed are the ones onnxruntime wrote
+        assert value.dtype == written[name].dtype and np.array_equal(value, written[name]), name
+    plain = ort.SessionOptions()
+    plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    a = ort.InferenceSession(params.model.SerializeToString(), plain, providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(str(target), plain, providers=["CPUExecutionProvider"])
+    for record in _records(signal["eval"], signal["fp32"])[:4]:
+        assert np.array_equal(a.run(None, {**record, **feeds})[0], b.run(None, record)[0])
+
+
+def test_probe_scores_are_the_consumers_relative_error(signal):
+    """The probe's score of a range of ``x`` is sum ||fq(x) W1 - x W1||^2 / sum ||x W1||^2 over the
+    records, with onnxruntime's scale and zero point: computed here in numpy."""
+    fp32 = load_model(signal["fp32"])
+    w1 = numpy_helper.to_array(fp32.graph.initializer[0])
+    bound = bind_dataset(load_dataset(signal["calib"]), graph_inputs(fp32))
+    ranges = {"minmax": (-3.5, 80.0), "kl": (-3.5, 6.0)}
+    model, entries = build_probe(fp32, {"x": list(ranges.values())}, "uint8")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sums, names = ProbeScores(entries), output_names(entries)
+    for record in bound.iter_records():
+        sums.add(dict(zip(names, session.run(names, record), strict=True)))
+    measured = dict(sums.by_tensor()["x"])
+    scores = {"x": {rule: measured[r] for rule, r in ranges.items()}}
+
+    def expected(lo: float, hi: float) -> float:
+        zero, scale = compute_scale_zp(np.float32(lo), np.float32(hi), np.uint8(0), np.uint8(255))
+        scale, zero = np.float32(scale), float(zero)
+        err = energy = 0.0
+        for record in bound.iter_records():
+            x = record["x"]
+            q = np.clip(np.round(x / scale) + zero, 0, 255)  # round half to even, as QuantizeLinear
+            fq = ((q - zero) * scale).astype(np.float32)
+            h, hq = (x @ w1).astype(np.float64), (fq @ w1).astype(np.float64)
+            err, energy = err + np.sum((hq - h) ** 2), energy + np.sum(h * h)
+        return err / energy
+
+    for rule, (lo, hi) in ranges.items():
+        assert scores["x"][rule] == pytest.approx(expected(lo, hi), rel=1e-4)
+    assert scores["x"]["kl"] > 10 * scores["x"]["minmax"]  # clipping feature 3 ruins the consumer
+
+
+def test_auto_is_never_worse_than_onnxruntimes_calibrators_where_kl_hurts(signal, tmp_path):
+    """On the calibration records, as onnxruntime runs the models: auto's model against onnxruntime's
+    own MinMax and Percentile calibrators (Entropy with its defaults is MinMax); KL, which clips the
+    signal feature, is far worse; the choice is reported per tensor."""
+    options = CalibrationOptions(method="auto")
+    result = compute_ranges(signal["fp32"], signal["calib"], options)
+    auto = quantize_with_ranges(signal["fp32"], tmp_path / "auto.onnx", result, options)
+    theirs = {}
+    for kind in ("MinMax", "Percentile"):
+        out = tmp_path / f"ort-{kind}.onnx"
+        quantize_static(
+            str(signal["fp32"]),
+            str(out),
+            DatasetReader(signal["calib"], signal["fp32"]),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=getattr(CalibrationMethod, kind),
+        )
+        theirs[kind] = _output_error(signal["fp32"], out, signal["calib"])
+    mine = _output_error(signal["fp32"], auto, signal["calib"])
+    assert mine <= min(theirs.values()) * (1 + 1e-9)
+    kl_options = CalibrationOptions(method="kl")
+    kl = quantize_with_ranges(
+        signal["fp32"], tmp_path / "kl.onnx", compute_ranges(signal["fp32"], signal["calib"], kl_options), kl_options
+    )
+    assert _output_error(signal["fp32"], kl, signal["calib"]) > 10 * mine
+    selection = result.selection
+    verified = [s for s in selection["steps"] if s.get("verified")]
+    assert selection["chosen"] in {s["choice"].split(",")[0] for s in verified}
+    assert selection["output_sqnr_db"] == pytest.approx(-10 * np.log10(mine), abs=0.05)
+    assert selection["tensors"]["x"]["winner"] != "kl"
+
+
+def test_cli_auto_json_and_the_minmax_warning(signal, tmp_path, capsys):
+    base = ["calibrate", str(signal["fp32"]), "--data", str(signal["calib"])]
+    assert main([*base, "--method", "auto", "--out", str(tmp_path / "a.onnx"), "--json", str(tmp_path / "a.json")]) == 0
+    out = capsys.readouterr().out
+    assert "auto chose" in out and "as onnxruntime runs it" in out
+    report = json.loads((tmp_path / "a.json").read_text())["selection"]
+    entry = report["tensors"]["x"]
+    assert set(entry["candidates"]) == {"minmax", "percentile", "moving-average", "kl", "mse", "ort-percentile"}
+    assert entry["winner"] in entry["candidates"] and all("score" in c for c in entry["candidates"].values())
+    assert main([*base, "--method", "kl", "--out", str(tmp_path / "k.onnx")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("warning: kl ranges give an output SQNR of")
+    assert main([*base, "--method", "kl", "--no-check", "--out", str(tmp_path / "k2.onnx")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main([*base, "--method", "minmax", "--out", str(tmp_path / "m.onnx")]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_evaluator_errors_match_an_independent_computation(signal, tmp_path):
+    fp32 = load_model(signal["fp32"])
+    observed = compute_ranges(signal["fp32"], signal["calib"]).ranges
+    base = quantize_with_ranges(signal["fp32"], tmp_path / "mm.onnx", CalibrationResult("minmax", 24, observed))
+    bound = bind_dataset(load_dataset(signal["calib"]), graph_inputs(fp32))
+    evaluator = Evaluator(fp32, bound, RuntimeOptions())
+    real = evaluator.errors({"m": (evaluator.session(load_model(base)), {})})["m"]
+    assert real == pytest.approx(_output_error(signal["fp32"], base, signal["calib"]), rel=1e-9)
+    params = ParamModel(load_model(base), fp32, observed, "uint8")
+    simulated = evaluator.errors(choice_runs(evaluator.session(params.model), params, {"m": observed}))["m"]
+    plain = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert simulated == pytest.approx(_output_error(signal["fp32"], base, signal["calib"], plain), rel=1e-9)
+
+
+def test_the_cache_reuses_a_model_until_an_input_changes(signal, tmp_path):
+    options = CalibrationOptions(method="minmax")
+    first, made = calibrated_model(signal["fp32"], signal["calib"], tmp_path / "cache", options)
+    assert made and first.is_file() and first.with_suffix(".json").is_file()
+    stamp = first.stat().st_mtime_ns
+    again, made = calibrated_model(signal["fp32"], signal["calib"], tmp_path / "cache", options)
+    assert (again, made) == (first, False) and again.stat().st_mtime_ns == stamp
+    key = content_key(signal["fp32"], signal["calib"], options)
+    assert key != content_key(signal["fp32"], signal["calib"], CalibrationOptions(method="percentile"))
+    assert key != content_key(signal["fp32"], signal["calib"], options, ["mm1"])
+    changed = tmp_path / "calib2.npz"
+    x = np.load(signal["calib"])["x"].copy()
+    x[0, 0, 0] += 1
+    np.savez(changed, x=x)
+    assert key != content_key(signal["fp32"], changed, options)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--method", "entropy"], "invalid choice: 'entropy'"),
+        (["--data", "EMPTY"], "no records"),
+        (["--data", "NAN"], "contains NaN"),
+    ],
+)
+def test_cli_calibrate_bad_input_is_one_line_and_writes_nothing(signal, tmp_path, capsys, args, fragment):
+    empty, nan = tmp_path / "empty.npz", tmp_path / "nan.npz"
+    np.savez(empty, x=np.zeros((0, 1, 16), np.float32))
+    np.savez(nan, x=np.full((3, 1, 16), np.nan, np.float32))
+    args = [{"EMPTY": str(empty), "NAN": str(nan)}.get(a, a) for a in args]
+    if "--data" not in args:
+        args = ["--data", str(signal["calib"]), *args]
+    out = tmp_path / "q.onnx"
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(["calibrate", str(signal["fp32"]), "--method", "auto", *args, "--out", str(out)]))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.strip().count("\n") == 0 and err.startswith("error:")
+    assert not out.exists()
+
+
+def test_the_chosen_model_is_written_once_unless_the_arguments_change(signal, tmp_path, monkeypatch):
+    """auto keeps the model onnxruntime wrote for its choice: writing it with the same arguments copies
+    it (byte for byte what onnxruntime writes from those ranges), other arguments quantize again."""
+    options = CalibrationOptions(method="auto")
+    result = compute_ranges(signal["fp32"], signal["calib"], options)
+    assert result.model is not None
+    fresh = quantize_with_ranges(signal["fp32"], tmp_path / "fresh.onnx", replace(result, model=None), options)
+    calls = []
+    import onnxruntime.quantization as oq
+
+    original = oq.quantize_static
+    monkeypatch.setattr(oq, "quantize_static", lambda *a, **k: calls.append(a) or original(*a, **k))
+    copied = quantize_with_ranges(signal["fp32"], tmp_path / "copied.onnx", result, options)
+    assert calls == [] and copied.read_bytes() == fresh.read_bytes()
+    other = quantize_with_ranges(signal["fp32"], tmp_path / "other.onnx", result, options, ["mm2"])
+    assert len(calls) == 1 and other.read_bytes() != fresh.read_bytes()
