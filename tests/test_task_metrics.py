@@ -268,3 +268,23 @@ def test_a_metric_that_cannot_be_used_says_why_in_one_line(user_module, value, m
         parse_task_specs(value)
     assert str(info.value).startswith(message), str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_suffix_names_the_values_of_one_metric_on_two_outputs() -> None:
+    from pytest_qaccuracy.analysis.outputs import TaskRun
+
+    specs = parse_task_specs(
+        [{"metric": "binary_f1", "output": "a", "suffix": "a"}, {"metric": "binary_f1", "output": "b", "suffix": "b"}]
+    )
+    run = TaskRun(specs, [[1, 0], [0, 1]])
+    run.begin(TaskContext(("a", "b"), {}, 2))
+    fp32 = {"a": np.array([[0.9, 0.1], [0.2, 0.8]]), "b": np.array([[0.9, 0.9], [0.9, 0.9]])}
+    run.update(fp32, fp32, 0, 2)
+    values = run.result()
+    assert sorted(values) == ["f1_a", "f1_b"]
+    assert values["f1_a"].fp32 == 1.0  # a: 2 TP
+    assert values["f1_b"].fp32 == pytest.approx(2 * 2 / (2 * 2 + 2))  # b: 2 TP, 2 FP
+    with pytest.raises(ValueError, match="task metrics 'binary_f1' and 'binary_f1' both compute 'f1'"):
+        parse_task_specs(["binary_f1", "binary_f1"])
+    with pytest.raises(ValueError, match="suffix must be a lower-case identifier, got 'B-2'"):
+        parse_task_specs([{"metric": "binary_f1", "suffix": "B-2"}])

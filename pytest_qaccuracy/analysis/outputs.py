@@ -231,9 +231,10 @@ class TaskRun:
             values = self._guard(spec, "computing its values", metric.compute) or {}
             state = getattr(metric, "state", {}) or {}
             against = state.get("against") or ("fp32" if self.targets is None else "targets")
-            for name, higher in metric.higher_is_better.items():
-                fp32, quantized = (_finite(values.get(side, {}).get(name)) for side in ("fp32", "quantized"))
-                found[name] = TaskValue(name, spec.label, against, self.records, bool(higher), fp32, quantized)
+            for name, own in spec.value_names(metric).items():
+                fp32, quantized = (_finite(values.get(side, {}).get(own)) for side in ("fp32", "quantized"))
+                higher = bool(metric.higher_is_better[own])
+                found[name] = TaskValue(name, spec.label, against, self.records, higher, fp32, quantized)
         return found
 
 

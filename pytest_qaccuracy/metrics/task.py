@@ -44,6 +44,9 @@ BUILTIN: dict[str, str] = {
     "binary_f1": "pytest_qaccuracy.metrics.binary:BinaryF1",
 }
 _VALUE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+#: The option that renames a metric's values (``{metric = "ctc", output = "line", suffix = "line"}`` gives
+#: ``cer_line``): one metric on several outputs, each gated on its own.
+SUFFIX = "suffix"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +155,17 @@ class TaskSpec:
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        return json.loads(self.options)
+        """The constructor's options (:data:`SUFFIX` is the plugin's, not the metric's)."""
+        return {k: v for k, v in json.loads(self.options).items() if k != SUFFIX}
+
+    @property
+    def suffix(self) -> str | None:
+        return json.loads(self.options).get(SUFFIX)
+
+    def value_names(self, metric: Any) -> dict[str, str]:
+        """The names the plugin gives ``metric``'s values (``cer``, or ``cer_line`` with suffix ``line``)
+        -> the metric's own names."""
+        return {(f"{name}_{self.suffix}" if self.suffix else name): name for name in metric.higher_is_better}
 
     @property
     def label(self) -> str:
@@ -191,6 +204,10 @@ class TaskSpec:
         bad = [n for n in names if not isinstance(n, str) or not _VALUE_NAME.match(n)]
         if bad:
             raise ValueError(f"task metric '{self.path}': value names must be lower-case identifiers, got {bad}")
+        if self.suffix is not None and not (isinstance(self.suffix, str) and _VALUE_NAME.match(self.suffix)):
+            raise ValueError(
+                f"task metric '{self.label}': {SUFFIX} must be a lower-case identifier, got {self.suffix!r}"
+            )
         return metric
 
 
@@ -213,7 +230,7 @@ def parse_task_specs(values: object) -> tuple[TaskSpec, ...]:
     specs = tuple(TaskSpec.parse(v) for v in values)
     seen: dict[str, str] = {}
     for spec in specs:
-        for name in spec.create().higher_is_better:
+        for name in spec.value_names(spec.create()):
             if name in seen:
                 raise ValueError(f"task metrics '{seen[name]}' and '{spec.label}' both compute '{name}'")
             seen[name] = spec.label
@@ -243,6 +260,7 @@ __all__ = [
     "ENTRY_POINTS",
     "REQUIRED",
     "SIDES",
+    "SUFFIX",
     "TaskContext",
     "TaskMetric",
     "TaskSpec",

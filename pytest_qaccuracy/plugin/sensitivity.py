@@ -165,7 +165,7 @@ def analyse_task(state: AnalysedSession, spec: Any, entry: SensitivityEntry, che
 
         value = check.partition(":")[2]
         metrics, targets = state.task_inputs(spec)
-        metric = next(m for m in metrics if value in m.create().higher_is_better)
+        metric = next(m for m in metrics if value in m.value_names(m.create()))
         order = [n.node for n in SensitivityResult.from_dict((entry.report or {})["sensitivity"]).ranked()]
         sweep = task_sweep(
             state.model_pair(spec),
