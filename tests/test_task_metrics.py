@@ -288,3 +288,22 @@ def test_a_suffix_names_the_values_of_one_metric_on_two_outputs() -> None:
         parse_task_specs(["binary_f1", "binary_f1"])
     with pytest.raises(ValueError, match="suffix must be a lower-case identifier, got 'B-2'"):
         parse_task_specs([{"metric": "binary_f1", "suffix": "B-2"}])
+
+
+def test_an_entry_point_names_a_metric(monkeypatch) -> None:
+    import importlib.metadata
+
+    from pytest_qaccuracy.metrics.task import ENTRY_POINTS
+
+    point = importlib.metadata.EntryPoint("cer", "pytest_qaccuracy.metrics.ctc:CTCGreedy", ENTRY_POINTS)
+    seen = []
+
+    def entry_points(group=None):
+        seen.append(group)
+        return [point] if group == ENTRY_POINTS else []
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    assert TaskSpec.parse("cer").resolve() is CTCGreedy
+    assert seen == [ENTRY_POINTS]
+    with pytest.raises(ValueError, match="task metric 'wer': expected 'module:Class', an entry point or a built-in"):
+        TaskSpec.parse("wer").resolve()
