@@ -1,5 +1,5 @@
-"""Output-level statistics that need elements rather than sums: top-k agreement and accuracy, and
-elements outside ``atol + rtol * |fp32|``.
+"""Output-level statistics that need elements rather than sums: top-k agreement and accuracy,
+elements outside ``atol + rtol * |fp32|``, and task metrics (:mod:`pytest_qaccuracy.metrics.task`).
 
 :class:`OutputMeasure` folds them batch by batch, inside the comparison's own pass
 (``compare(..., measure=...)``, as the plugin does) or in a pass of its own with only the outputs
@@ -20,7 +20,8 @@ import numpy as np
 from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.progress import task
-from pytest_qaccuracy.errors import CheckError, InputError, QAccuracyError
+from pytest_qaccuracy.errors import CheckError, DataError, InputError, QAccuracyError
+from pytest_qaccuracy.metrics.task import TaskContext, TaskSpec
 from pytest_qaccuracy.metrics.topk import ScoreLayout, TopKCounter, score_layout
 from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.matching import FLOAT_TYPES
@@ -105,8 +106,53 @@ class _RelativeTracker:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskValue:
+    """One value of a task metric on both sides: ``against`` is ``targets`` (the data's) or ``fp32``
+    (no targets: the quantized side scored against the fp32 model's predictions)."""
+
+    name: str
+    metric: str
+    against: str
+    records: int
+    higher_is_better: bool
+    fp32: float | None
+    quantized: float | None
+
+    @property
+    def drop(self) -> float | None:
+        """How much worse the quantized side is, in the metric's own direction (negative: better)."""
+        if self.fp32 is None or self.quantized is None:
+            return None
+        return self.fp32 - self.quantized if self.higher_is_better else self.quantized - self.fp32
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "against": self.against,
+            "records": self.records,
+            "higher_is_better": self.higher_is_better,
+            "fp32": self.fp32,
+            "quantized": self.quantized,
+            "drop": self.drop,
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, data: dict[str, Any]) -> TaskValue:
+        return cls(
+            name,
+            str(data["metric"]),
+            str(data["against"]),
+            int(data["records"]),
+            bool(data["higher_is_better"]),
+            data.get("fp32"),
+            data.get("quantized"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class OutputStats:
-    """Per output name: top-k counts (class-score outputs only) and relative-tolerance stats.
+    """Per output name: top-k counts (class-score outputs only) and relative-tolerance stats; per
+    task-metric value name, its :class:`TaskValue`.
 
     ``problems`` names the outputs that top-k could not count, with a one-line reason that gives the
     output's shape and dtype; ``candidates`` describes every output when none could be counted.
@@ -115,18 +161,81 @@ class OutputStats:
     topk: dict[str, dict[str, Any]]
     relative: dict[str, RelativeStats]
     problems: dict[str, str] = field(default_factory=dict)
+    task: dict[str, TaskValue] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "topk": self.topk,
             "relative": {k: v.to_dict() for k, v in self.relative.items()},
             "problems": dict(self.problems),
+            "task": {k: v.to_dict() for k, v in self.task.items()},
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> OutputStats:
         relative = {k: RelativeStats.from_dict(v) for k, v in data["relative"].items()}
-        return cls(dict(data["topk"]), relative, dict(data.get("problems", {})))
+        task = {k: TaskValue.from_dict(k, v) for k, v in data.get("task", {}).items()}
+        return cls(dict(data["topk"]), relative, dict(data.get("problems", {})), task)
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if np.isfinite(number) else None
+
+
+class TaskRun:
+    """The task metrics of one pass: created, begun, fed batch by batch with one target per record,
+    and read as :class:`TaskValue` rows. An exception inside a metric names the metric and the records."""
+
+    def __init__(self, specs: Sequence[TaskSpec], targets: Sequence[Any] | None) -> None:
+        self.specs = list(specs)
+        self.targets = targets
+        self.metrics: list[Any] = []
+        self.records = 0
+
+    def begin(self, context: TaskContext) -> None:
+        if self.targets is not None and len(self.targets) != context.records:
+            raise DataError(f"{len(self.targets)} task targets for {context.records} records")
+        try:
+            self.metrics = [spec.create() for spec in self.specs]
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        for spec, metric in zip(self.specs, self.metrics, strict=True):
+            if callable(getattr(metric, "begin", None)):
+                self._guard(spec, "before the first batch", metric.begin, context)
+
+    def update(self, ref: dict[str, np.ndarray], test: dict[str, np.ndarray], start: int, count: int) -> None:
+        targets = None if self.targets is None else list(self.targets[start : start + count])
+        where = f"on record {start}" if count == 1 else f"on records {start}..{start + count - 1}"
+        for spec, metric in zip(self.specs, self.metrics, strict=True):
+            self._guard(spec, where, metric.update, ref, test, targets)
+        self.records += count
+
+    @staticmethod
+    def _guard(spec: TaskSpec, where: str, method: Any, *args: Any) -> Any:
+        """``method(*args)``; any exception but ours becomes one line naming the metric and ``where``."""
+        try:
+            return method(*args)
+        except QAccuracyError:
+            raise
+        except Exception as exc:
+            text = (str(exc).strip().splitlines() or [""])[0]
+            raise CheckError(f"task metric '{spec.label}' {where}: {type(exc).__name__}: {text}") from exc
+
+    def result(self) -> dict[str, TaskValue]:
+        found = {}
+        for spec, metric in zip(self.specs, self.metrics, strict=True):
+            values = self._guard(spec, "computing its values", metric.compute) or {}
+            state = getattr(metric, "state", {}) or {}
+            against = state.get("against") or ("fp32" if self.targets is None else "targets")
+            for name, own in spec.value_names(metric).items():
+                fp32, quantized = (_finite(values.get(side, {}).get(own)) for side in ("fp32", "quantized"))
+                higher = bool(metric.higher_is_better[own])
+                found[name] = TaskValue(name, spec.label, against, self.records, higher, fp32, quantized)
+        return found
 
 
 def parse_scores(text: str | None, outputs: Sequence[str]) -> tuple[str, int | None] | None:
@@ -215,8 +324,13 @@ class OutputMeasure:
         atol: float | None = None,
         scores: str | None = None,
         slices: Sequence[SliceSpec] = (),
+        tasks: Sequence[TaskSpec] = (),
+        targets: Sequence[Any] | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         self.ks, self.labels, self.scores, self.slices = tuple(ks), labels, scores, list(slices)
+        self.tasks = TaskRun(tasks, targets) if tasks else None
+        self.metadata = dict(metadata or {})
         self.rtol, self.atol = rtol, atol
         self.names: list[str] = []
         self.counters: dict[str, TopKCounter] | None = None
@@ -232,6 +346,12 @@ class OutputMeasure:
         if self.labels is None:
             self.labels = dataset.labels()
         self.names = [*outputs, *(v.name for v in self.slices)]
+        if self.tasks is not None:
+            if self.tasks.targets is None:  # the dataset's targets, else its labels, else none (agreement)
+                stored = dataset.targets()
+                labels = None if self.labels is None else [_python(x) for x in np.asarray(self.labels)]
+                self.tasks.targets = stored if stored is not None else labels
+            self.tasks.begin(TaskContext(tuple(self.names), self.metadata, len(dataset)))
         if self.rtol or self.atol:
             self.relative = {f: _RelativeTracker(self.rtol or 0.0, self.atol or 0.0) for f in self.names}
 
@@ -256,13 +376,20 @@ class OutputMeasure:
                 raise
             except Exception as exc:  # a bug or an unforeseen tensor: name the output
                 raise CheckError(f"output '{f}': {type(exc).__name__}: {exc}") from exc
+        if self.tasks is not None:
+            self.tasks.update(ref, test, start, count)
 
     def result(self) -> OutputStats:
         return OutputStats(
             {name: c.to_dict() for name, c in (self.counters or {}).items()},
             {name: r.result() for name, r in self.relative.items()},
             self.problems,
+            {} if self.tasks is None else self.tasks.result(),
         )
+
+
+def _python(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def measure_outputs(
@@ -277,6 +404,8 @@ def measure_outputs(
     scheme: str | None = None,
     scores: str | None = None,
     slices: Sequence[SliceSpec] = (),
+    tasks: Sequence[TaskSpec] = (),
+    targets: Sequence[Any] | None = None,
 ) -> OutputStats:
     """Run both models on every record and measure their outputs.
 
@@ -293,12 +422,16 @@ def measure_outputs(
         scores: the output top-k counts (``"logits"``, or ``"logits:1"`` for classes on axis 1);
             default: every float output shaped ``(records, classes)`` (see :func:`plan_topk`).
         slices: named views of outputs, measured as outputs of their own (and ``scores`` may name one).
+        tasks: task metrics to fold (:class:`~pytest_qaccuracy.metrics.task.TaskSpec`).
+        targets: one task target per record; default: the dataset's targets, else its labels, else
+            none (the quantized side is then scored against the fp32 predictions).
 
     Returns:
         :class:`OutputStats` keyed by the fp32 model's output names.
     """
     options = options or RuntimeOptions()
-    measure = OutputMeasure(ks, labels, rtol, atol, scores, slices)
+    metadata = {p.key: p.value for p in pair.fp32.metadata_props}
+    measure = OutputMeasure(ks, labels, rtol, atol, scores, slices, tasks, targets, metadata)
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     try:
         bound = bind_dataset(dataset, pair.inputs)
@@ -333,4 +466,13 @@ def _count(
         del counters[name]
 
 
-__all__ = ["OutputMeasure", "OutputStats", "RelativeStats", "measure_outputs", "parse_scores", "plan_topk"]
+__all__ = [
+    "OutputMeasure",
+    "OutputStats",
+    "RelativeStats",
+    "TaskRun",
+    "TaskValue",
+    "measure_outputs",
+    "parse_scores",
+    "plan_topk",
+]

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,10 @@ class Dataset(ABC):
 
     def labels(self) -> np.ndarray | None:
         """One label per record, when the dataset stores them; else None."""
+        return None
+
+    def targets(self) -> list[Any] | None:
+        """One task-metric target per record (any shape, :mod:`.targets`), when stored; else None."""
         return None
 
     def close(self) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import h5py
 import numpy as np
 
 from pytest_qaccuracy.data.base import ArrayMeta, Dataset, check_labels, check_plain_dtype
 from pytest_qaccuracy.data.budget import check_array_budget
+from pytest_qaccuracy.data.targets import TARGET_KEYS, assemble_targets
 from pytest_qaccuracy.errors import DataError
 
 
@@ -98,6 +100,20 @@ class HDF5Dataset(Dataset):
         if isinstance(node, h5py.Dataset):
             check_array_budget(node.shape, node.dtype, f"{self.name}: dataset 'labels'")
         return check_labels(self._file["labels"][()], len(self), f"{self.name}: dataset 'labels'")
+
+    def targets(self) -> list[Any] | None:
+        arrays = {}
+        for key in TARGET_KEYS:
+            node = self._file.get(key)
+            if node is None:
+                continue
+            if not isinstance(node, h5py.Dataset):
+                raise DataError(f"{self.name}: '{key}' is not a dataset")
+            check_array_budget(
+                node.shape, node.dtype if node.dtype.kind != "O" else np.dtype("O"), f"{self.name}: '{key}'"
+            )
+            arrays[key] = node.asstr()[()] if h5py.check_string_dtype(node.dtype) else node[()]
+        return assemble_targets(arrays, len(self), self.name)
 
     def close(self) -> None:
         if self._file.id.valid:

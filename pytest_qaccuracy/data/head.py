@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,10 @@ class Head(Dataset):
     def labels(self) -> np.ndarray | None:
         labels = self.dataset.labels()
         return None if labels is None else labels[: self.count]
+
+    def targets(self) -> list[Any] | None:
+        targets = self.dataset.targets()
+        return None if targets is None else targets[: self.count]
 
     def close(self) -> None:
         self.dataset.close()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from pytest_qaccuracy.data.base import ArrayMeta, Dataset, check_labels
 from pytest_qaccuracy.data.npy_stream import read_file_header
+from pytest_qaccuracy.data.targets import TARGET_KEYS, assemble_targets
 from pytest_qaccuracy.errors import DataError
 
 LABELS_FILE = "labels.npy"
@@ -85,3 +87,14 @@ class NpyDirDataset(Dataset):
             return None
         read_file_header(path, f"{self.name}/{LABELS_FILE}")
         return check_labels(np.load(path, allow_pickle=False), len(self), f"{self.name}/{LABELS_FILE}")
+
+    def targets(self) -> list[Any] | None:
+        arrays = {}
+        for key in TARGET_KEYS:
+            path = self.path / f"{key}.npy"
+            if path.is_file():
+                try:
+                    arrays[key] = np.load(path, allow_pickle=False)
+                except ValueError as exc:
+                    raise DataError(f"{self.name}/{path.name}: cannot read ({exc})") from None
+        return assemble_targets(arrays, len(self), self.name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from pytest_qaccuracy.data.budget import (
     memory_budget,
 )
 from pytest_qaccuracy.data.npy_stream import RecordReader, read_header
+from pytest_qaccuracy.data.targets import TARGET_KEYS, assemble_targets
 from pytest_qaccuracy.errors import DataError
 
 #: An array of this name holds labels rather than a model input.
@@ -58,6 +60,8 @@ class NpzDataset(Dataset):
         self._meta: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
         archive_size = self.path.stat().st_size
         for key, member in self._members.items():
+            if key in TARGET_KEYS:  # any dtype (text too): read and checked by targets()
+                continue
             where = f"{self.name}: array '{key}'"
             info = self._zip.getinfo(member)
             with self._zip.open(member) as stream:
@@ -72,7 +76,7 @@ class NpzDataset(Dataset):
                 check_array_budget(shape, dtype, where)
             check_array_budget(shape[1:], dtype, f"{where}, one record")
             self._meta[key] = (shape, dtype)
-        self._keys = [k for k in self._members if k != LABELS_KEY]
+        self._keys = [k for k in self._members if k != LABELS_KEY and k not in TARGET_KEYS]
         counts = {key: self._meta[key][0][0] for key in self._keys}
         if len(set(counts.values())) > 1:
             raise DataError(f"{self.name}: arrays disagree on the number of records: {counts}")
@@ -118,6 +122,17 @@ class NpzDataset(Dataset):
             reader = RecordReader(stream, f"{self.name}: array '{LABELS_KEY}'")
             labels = reader.read(reader.count)
         return check_labels(labels, len(self), f"{self.name}: array '{LABELS_KEY}'")
+
+    def targets(self) -> list[Any] | None:
+        arrays = {}
+        for key in TARGET_KEYS:
+            if key in self._members:
+                with self._zip.open(self._members[key]) as stream:
+                    try:
+                        arrays[key] = np.lib.format.read_array(stream, allow_pickle=False)
+                    except ValueError as exc:
+                        raise DataError(f"{self.name}: array '{key}': cannot read ({exc})") from None
+        return assemble_targets(arrays, len(self), self.name)
 
     def close(self) -> None:
         self._zip.close()

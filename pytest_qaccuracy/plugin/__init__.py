@@ -28,7 +28,7 @@ try:  # Ctrl-C while pytest loads this plugin: one line and pytest's exit code o
     )
     from pytest_qaccuracy.plugin.progress import SessionProgress, check_artifacts_dir, finish_session
     from pytest_qaccuracy.plugin.session import QAccuracySession
-    from pytest_qaccuracy.plugin.settings import add_options, check_metrics, load_settings
+    from pytest_qaccuracy.plugin.settings import add_options, check_metrics, check_task_metrics, load_settings
     from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
 except KeyboardInterrupt:
     sys.stderr.write("qaccuracy: interrupted while pytest loaded its plugins\n")
@@ -106,6 +106,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     state = session.config.stash.get(session_key, None)
     if state is not None and not state.worker:  # a metric the registry lacks: exit 4 before any test
         check_metrics(state.settings)
+        check_task_metrics(state.settings)
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -84,7 +84,7 @@ def finish_baselines(
                 found["failing"].append(record.id)
                 continue
             path = folder / f"{record.stem}.json"
-            document = profile(ComparisonResult.from_dict(record.comparison), record.id)
+            document = profile(ComparisonResult.from_dict(record.comparison), record.id, record.task)
             found[write_baseline(path, document)].append(record.id)
             written.append(path)
         stale = tuple(name for name in baseline_files(folder) if name not in stems)

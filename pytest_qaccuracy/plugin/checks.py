@@ -19,7 +19,16 @@ from pytest_qaccuracy.analysis.outputs import OutputStats
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.assertions import SHOW, fmt
 from pytest_qaccuracy.plugin.records import Outcome
-from pytest_qaccuracy.plugin.rules import GATE, OPS, SATURATION, Rule, Tolerances, rules_for
+from pytest_qaccuracy.plugin.rules import (
+    GATE,
+    OPS,
+    SATURATION,
+    TASK_KINDS,
+    Rule,
+    Tolerances,
+    rules_for,
+    task_tolerance,
+)
 from pytest_qaccuracy.plugin.schemes import SCHEMES
 
 #: The tolerance on how many quantization steps each varying channel of an output spans.
@@ -192,6 +201,40 @@ def _topk(target: str, counts: Mapping[str, Any], tolerances: Tolerances) -> lis
     return rows
 
 
+#: How a check's target names a task-metric value: ``task 'cer'``.
+TASK_TARGET = "task '{}'"
+
+
+def _task_checks(stats: OutputStats | None, tolerances: Tolerances) -> list[Outcome]:
+    """``min:<value>``, ``max:<value>`` (the quantized side) and ``max_drop:<value>`` (how much worse
+    than fp32, in the metric's direction) for every task-metric tolerance in effect."""
+    rows = []
+    computed = {} if stats is None else stats.task
+    for name, (threshold, source) in tolerances.items():
+        parsed = task_tolerance(name)
+        if parsed is None or threshold != threshold:  # NaN: asked for on views only
+            continue
+        kind, value_name = parsed
+        op, what = TASK_KINDS[kind]
+        target = TASK_TARGET.format(value_name)
+        value = computed.get(value_name)
+        metric = f"{value_name} drop" if what == "drop" else value_name
+        if value is None:
+            known = ", ".join(computed) or "none"
+            detail = f"{name}: no task metric computes '{value_name}' (computed: {known}); name one in task_metrics"
+            rows.append(_unmeasured(name, target, metric, source, detail, op))
+            continue
+        measured = value.drop if what == "drop" else value.quantized
+        side = "the fp32 or the quantized side" if what == "drop" else "the quantized side"
+        row = _compare(name, target, metric, op, threshold, measured, source, why=f"nothing to count on {side}")
+        against = "the targets" if value.against == "targets" else "the fp32 predictions"
+        extra = (
+            f" (fp32 {fmt(value.fp32)}, quantized {fmt(value.quantized)}; against {against}, {value.records} records)"
+        )
+        rows.append(replace(row, detail=row.detail + extra))
+    return rows
+
+
 def _rule_checks(result: ComparisonResult, pair_id: str, rules: Sequence[Rule]) -> list[Outcome]:
     rows = []
     for output in result.outputs:
@@ -244,13 +287,15 @@ def evaluate(
     pair_id: str,
     slices: Sequence[Any] = (),
 ) -> list[Outcome]:
-    """Every named tolerance on every output, then every winning rule on outputs and layers.
+    """Every named tolerance on every output, every task-metric tolerance, then every winning rule on
+    outputs and layers.
 
     ``slices`` (:class:`~pytest_qaccuracy.analysis.slices.SliceSpec`) are compared as outputs; each
     view's own tolerances win over the pair's on that view (its rules come in ``rules``, see
     :func:`~pytest_qaccuracy.plugin.rules.slice_rules`).
     """
-    return _output_checks(result, stats, tolerances, slices) + _rule_checks(result, pair_id, rules)
+    rows = _output_checks(result, stats, tolerances, slices) + _task_checks(stats, tolerances)
+    return rows + _rule_checks(result, pair_id, rules)
 
 
 def failure_message(
@@ -441,6 +486,7 @@ def _layers(outcome: Outcome, result: ComparisonResult) -> list[str]:
 __all__ = [
     "ON_TARGET",
     "SIMPLE",
+    "TASK_TARGET",
     "Outcome",
     "Tolerances",
     "deployment_target",

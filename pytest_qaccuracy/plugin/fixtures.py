@@ -20,6 +20,7 @@ from pytest_qaccuracy.plugin.rules import (
     TOLERANCES,
     Rule,
     check_tolerance,
+    is_tolerance,
     parse_rules,
     slice_rules,
     tolerance_values,
@@ -49,21 +50,24 @@ PAIR_KEYS = (
     "layers",
     "scores",
     "slices",
+    "task_metrics",
+    "task_targets",
     *RUN_KEYS,
 )
 #: Pair keys an explicit pair (``qaccuracy.pair(...)``, ``qaccuracy_pair(...)``) takes from the marker.
-SHARED_KEYS = ("data", "labels", "backend", "scheme", "targets")
+SHARED_KEYS = ("data", "labels", "backend", "scheme", "targets", "task_metrics", "task_targets")
 MARKER_HELP = (
     "qaccuracy(fp32=None, quantized=None, data=None, labels=None, name=None, layers=(), backend=None, "
-    "scheme=None, targets=None, **tolerances): "
-    "the model pair of a test and its tolerances (" + ", ".join(TOLERANCES) + ")"
+    "scheme=None, targets=None, task_metrics=(), task_targets=None, **tolerances): "
+    "the model pair of a test and its tolerances (" + ", ".join(TOLERANCES) + ", and task-metric ones such as "
+    "max_drop:cer via **{...})"
 )
 
 
 def validate_marker(kwargs: Mapping[str, Any]) -> None:
     """Unknown keys and bad tolerance values raise ValueError naming the key."""
     for key, value in kwargs.items():
-        if key in TOLERANCES:
+        if is_tolerance(key):
             check_tolerance(key, value)
         elif key in RUN_KEYS:
             if value is not None:  # None: the ini/command-line value
@@ -142,6 +146,9 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
     for name, path in [*paths.items(), ("labels", labels)]:
         if path is not None and not path.exists():
             raise ValueError(f"qaccuracy pair: {name} not found: {path}")
+    task_targets = _resolve(base, extra.get("task_targets"))
+    if task_targets is not None and not task_targets.is_file():
+        raise ValueError(f"qaccuracy pair: task_targets not found: {task_targets}")
     mapping = tuple(sorted(dict(extra.get("mapping") or {}).items()))
     metrics = tuple(extra.get("metrics") or ())
     name = extra.get("name") or paths["quantized"].stem
@@ -155,6 +162,8 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
 
     slices = tuple(check_slices(extra.get("slices") or {}, check_tolerance).values())
     return PairSpec(
+        task_metrics=task_specs([*extra.get("configured_task_metrics", ()), *(extra.get("task_metrics") or ())]),
+        task_targets=task_targets,
         id=str(name),
         fp32=paths["fp32"],
         quantized=paths["quantized"],
@@ -168,6 +177,19 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
         scores=scores,
         slices=slices,
     )
+
+
+def task_specs(values: Sequence[Any]) -> tuple[Any, ...]:
+    """Task metrics as :class:`~pytest_qaccuracy.metrics.task.TaskSpec`, each imported and created once
+    to check it (ValueError naming the metric), duplicates dropped."""
+    if isinstance(values, (str, Mapping)):
+        values = [values]
+    if not values:
+        return ()
+    from pytest_qaccuracy.metrics.task import TaskSpec, parse_task_specs
+
+    specs = [v if isinstance(v, TaskSpec) else TaskSpec.parse(v) for v in values]
+    return parse_task_specs(list(dict.fromkeys(specs)))
 
 
 def error_text(exc: BaseException, config: pytest.Config) -> str:
@@ -208,7 +230,12 @@ class QAccuracyRecorder:
         pair still takes the marker's ``data``, ``labels``, ``backend`` and ``scheme`` when it names
         none; backend and scheme default to ``qaccuracy_backend``/``qaccuracy_scheme``."""
         settings = self._state.settings
-        keys: dict[str, Any] = {"backend": settings.backend, "scheme": settings.scheme, "targets": settings.targets}
+        keys: dict[str, Any] = {
+            "backend": settings.backend,
+            "scheme": settings.scheme,
+            "targets": settings.targets,
+            "configured_task_metrics": settings.task_metrics,
+        }
         if fp32 is None and quantized is None and data is None:
             keys.update({k: v for k, v in self._marker.items() if k in PAIR_KEYS and k != "layers" and v is not None})
         else:
@@ -225,7 +252,7 @@ class QAccuracyRecorder:
 
     def tolerances(self, **overrides: Any) -> dict[str, tuple[float, str]]:
         """The tolerances in effect for this test, each with its source."""
-        marked = {name: self._marker[name] for name in TOLERANCES if name in self._marker}
+        marked = {name: value for name, value in self._marker.items() if is_tolerance(name)}
         return {
             **self._state.settings.tolerances,
             **tolerance_values(marked, lambda name: f"marker @pytest.mark.qaccuracy({name}=...)"),

@@ -34,11 +34,18 @@ class PairSpec:
     scores: str | None = None
     #: named views of outputs, each a :class:`~pytest_qaccuracy.analysis.slices.SliceSpec`
     slices: tuple[Any, ...] = ()
+    #: task metrics, each a :class:`~pytest_qaccuracy.metrics.task.TaskSpec` (the ini's, then the pair's)
+    task_metrics: tuple[Any, ...] = ()
+    #: a JSON-lines file of task targets; None: the dataset's targets, else its labels, else none
+    task_targets: Path | None = None
 
     def key(self, root: Path) -> str:
         """A stable identity across runs and machines: the id, the paths relative to ``root``, and the
         backend and scheme when not the defaults (so existing keys, stems and baselines stay valid)."""
-        parts = [self.id, *(_relative(p, root) for p in (self.fp32, self.quantized, self.data, self.labels) if p)]
+        files = (self.fp32, self.quantized, self.data, self.labels)
+        parts = [self.id, *(_relative(p, root) for p in files if p)]
+        if self.task_targets is not None:
+            parts.append(f"task_targets={_relative(self.task_targets, root)}")
         for name, value, default in (
             ("backend", self.backend, DEFAULT_BACKEND),
             ("scheme", self.scheme, DEFAULT_SCHEME),

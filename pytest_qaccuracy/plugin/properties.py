@@ -1,7 +1,8 @@
 """JUnit XML properties of a pair check: plain strings, never numpy scalars.
 
 ``qaccuracy.pair``, ``qaccuracy.passed``, where the quantized model ran, the key output figures,
-each deployment target's (``qaccuracy.target.<name>.*``) and the agreement gate's
+the task metrics' (``qaccuracy.task.<value>.{fp32,quantized,drop}``), each deployment target's
+(``qaccuracy.target.<name>.*``) and the agreement gate's
 (``qaccuracy.agreement.*``). Pure: stdlib only.
 """
 
@@ -30,6 +31,10 @@ def pair_properties(pair_id: str, backend: str, scheme: str, result: Any, stats:
             for name in ("agreement", "accuracy_drop"):
                 if row.get(name) is not None:
                     props.append((f"qaccuracy.{output.name}.top{k}_{name}", format_number(float(row[name]))))
+    for name, value in (stats.task if stats is not None else {}).items():
+        for side, number in (("fp32", value.fp32), ("quantized", value.quantized), ("drop", value.drop)):
+            if number is not None:
+                props.append((f"qaccuracy.task.{name}.{side}", format_number(float(number))))
     return props
 
 
@@ -42,6 +47,9 @@ def target_properties(targets: Mapping[str, TargetRun]) -> Properties:
             for metric in ("cosine", "sqnr"):
                 if metrics.get(metric) is not None:
                     props.append((f"qaccuracy.target.{name}.{output}.{metric}", format_number(float(metrics[metric]))))
+        for value, entry in run.task.items():
+            if entry.get("quantized") is not None:
+                props.append((f"qaccuracy.target.{name}.task.{value}", format_number(float(entry["quantized"]))))
     return props
 
 

@@ -65,6 +65,8 @@ class TargetRun:
     #: output name -> top-k counts (``OutputStats.topk``)
     topk: Mapping[str, Any]
     passed: bool
+    #: task-metric value name -> ``TaskValue.to_dict()`` of this target's run
+    task: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +75,7 @@ class TargetRun:
             "outputs": {name: dict(metrics) for name, metrics in self.outputs.items()},
             "topk": dict(self.topk),
             "passed": self.passed,
+            **({"task": dict(self.task)} if self.task else {}),
         }
 
     @classmethod
@@ -83,6 +86,7 @@ class TargetRun:
             outputs=data["outputs"],
             topk=data["topk"],
             passed=bool(data["passed"]),
+            task=data.get("task") or {},
         )
 
 
@@ -129,6 +133,8 @@ class SensitivityEntry:
     report: Mapping[str, Any] | None = None
     error: str | None = None
     target_from: ExclusionTarget | None = None
+    #: the sweep aimed at a failed task-metric check (``TaskSweep.to_dict()``, or ``{"check", "error"}``)
+    task: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"mode": self.mode, "metric": self.metric}
@@ -137,6 +143,8 @@ class SensitivityEntry:
         if self.error is not None:
             data["error"] = self.error
         data["target_from"] = None if self.target_from is None else self.target_from.to_dict()
+        if self.task is not None:
+            data["task"] = dict(self.task)
         return data
 
     @classmethod
@@ -148,6 +156,7 @@ class SensitivityEntry:
             report=data.get("report"),
             error=data.get("error"),
             target_from=None if target is None else ExclusionTarget.from_dict(target),
+            task=data.get("task"),
         )
 
 
@@ -172,6 +181,8 @@ class PairRecord:
     comparison: Mapping[str, Any]
     #: output name -> top-k counts
     topk: Mapping[str, Any] = field(default_factory=dict)
+    #: task-metric value name -> ``TaskValue.to_dict()`` (fp32, quantized, drop, against, records)
+    task: Mapping[str, Any] = field(default_factory=dict)
     checks: tuple[RecordedCheck, ...] = ()
     #: the agreement gate's measurement (``AgreementResult.to_dict()`` without the verdict)
     agreement: Mapping[str, Any] | None = None
@@ -204,6 +215,8 @@ class PairRecord:
             "topk": dict(self.topk),
             "checks": [c.to_dict() for c in self.checks],
         }
+        if self.task:
+            data["task"] = dict(self.task)
         if self.agreement is not None:
             data["agreement"] = self.agreement
         if self.targets:
@@ -227,6 +240,7 @@ class PairRecord:
             scheme=data["scheme"],
             comparison=data["comparison"],
             topk=data.get("topk") or {},
+            task=data.get("task") or {},
             checks=tuple(RecordedCheck.from_dict(c) for c in data.get("checks", ())),
             agreement=data.get("agreement"),
             targets={name: TargetRun.from_dict(run) for name, run in (data.get("targets") or {}).items()},

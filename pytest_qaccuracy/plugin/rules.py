@@ -31,6 +31,37 @@ TOLERANCES: dict[str, tuple[type, str]] = {
     "min_channel_steps": (float, "Fewest quantization steps any varying channel of an output spans (axes 1..3)"),
 }
 
+#: Task-metric tolerances ``<kind>:<value name>`` (``max_drop:cer``, ``min:exact_match``): kind -> (op,
+#: what is compared). ``max_drop`` bounds how much worse the quantized side is, in the metric's direction.
+TASK_KINDS: dict[str, tuple[str, str]] = {
+    "min": (">=", "quantized"),
+    "max": ("<=", "quantized"),
+    "max_drop": ("<=", "drop"),
+}
+_TASK_NAME = re.compile(r"^(?P<kind>min|max|max_drop):(?P<value>[a-z_][a-z0-9_]*)$")
+_TASK_LINE = re.compile(r"^(?P<name>[^\s=]+)\s*=\s*(?P<value>\S+)$")
+
+
+def task_tolerance(name: str) -> tuple[str, str] | None:
+    """``(kind, value name)`` of a task-metric tolerance name (``max_drop:cer``), None for any other."""
+    match = _TASK_NAME.match(name)
+    return None if match is None else (match["kind"], match["value"])
+
+
+def is_tolerance(name: str) -> bool:
+    """A named tolerance (:data:`TOLERANCES`) or a task-metric one (``max_drop:cer``)."""
+    return name in TOLERANCES or task_tolerance(name) is not None
+
+
+def parse_task_line(text: str) -> tuple[str, float]:
+    """``max_drop:cer = 0.005`` as ``("max_drop:cer", 0.005)``; ValueError why not."""
+    match = _TASK_LINE.match(text.strip())
+    if match is None or task_tolerance(match["name"]) is None:
+        kinds = "|".join(TASK_KINDS)
+        raise ValueError(f"bad task tolerance {text.strip()!r}: expected '<{kinds}>:<value name> = <number>'")
+    return match["name"], float(check_tolerance(match["name"], match["value"]))
+
+
 #: The tolerance on the share of saturated int16 pair sums (``analysis.saturation``).
 SATURATION = "max_saturated"
 #: The tolerance of the agreement gate: the integer emulation's steps against onnxruntime.
@@ -92,9 +123,15 @@ def check_tolerance(name: str, value: object) -> float | int:
     The only tolerance validator: options (:mod:`.settings`), markers, ``check()`` arguments, suite
     tables (:func:`tolerance_values`) and slices all call it.
     """
-    if name not in TOLERANCES:
-        raise ValueError(f"unknown tolerance '{name}' (known: {', '.join(TOLERANCES)})")
-    kind = TOLERANCES[name][0]
+    if not is_tolerance(name):
+        known = ", ".join([*TOLERANCES, *(f"{k}:<task value>" for k in TASK_KINDS)])
+        raise ValueError(f"unknown tolerance '{name}' (known: {known})")
+    kind = TOLERANCES[name][0] if name in TOLERANCES else float
+    if name not in TOLERANCES:  # a task metric's bound: any number (a drop below 0 asks for a gain)
+        try:
+            return parse_number(value, float)
+        except ValueError as exc:
+            raise BadValue(name, str(exc)) from None
     try:
         number = parse_number(value, kind)
     except ValueError as exc:
@@ -213,15 +250,19 @@ __all__ = [
     "GATE",
     "OPS",
     "SATURATION",
+    "TASK_KINDS",
     "TOLERANCES",
     "BadValue",
     "Rule",
     "Tolerances",
     "check_tolerance",
+    "is_tolerance",
     "parse_number",
     "parse_rule",
+    "parse_task_line",
     "rules_for",
     "slice_rules",
+    "task_tolerance",
     "tolerance_values",
     "with_slice_tolerances",
 ]

@@ -10,6 +10,9 @@ reason instead: it never ends the session. Its options are read with the others 
 
 The sweep target comes from the pair's own failed output tolerance on cosine or SQNR (``min_cosine
 = 0.99`` gives ``cosine>=0.99``), so the suggestion says what to keep in float to get back within it.
+A pair that failed a task-metric tolerance (``max_drop:cer``) also gets a sweep aimed at it
+(:func:`~pytest_qaccuracy.analysis.task_sweep.task_sweep`): the ranked nodes kept in float one by one,
+each model run as deployed and scored by the task metric, until the value is back within it.
 
 Only stdlib at module level.
 """
@@ -63,6 +66,7 @@ class AnalysedSession(Protocol):
     def model_pair(self, spec: Any) -> Any: ...
     def runtime_options(self) -> Any: ...
     def reference(self, spec: Any) -> Any: ...
+    def task_inputs(self, spec: Any) -> tuple[Sequence[Any], Any]: ...
 
 
 def exclusion_target(checks: Sequence[RecordedCheck], metric: str) -> ExclusionTarget | None:
@@ -129,7 +133,55 @@ def analyse_records(state: AnalysedSession, specs: Mapping[str, PairFiles]) -> N
         ident = (spec.fp32, spec.quantized, spec.data, text)
         if ident not in done:
             done[ident] = analyse_one(state, spec, text)
-        state.records[key] = replace(record, sensitivity=replace(done[ident], target_from=target))
+        entry = replace(done[ident], target_from=target)
+        aim = task_target(record.checks)
+        if aim is not None and entry.report is not None and entry.report.get("sensitivity"):
+            entry = replace(entry, task=analyse_task(state, spec, entry, *aim))
+        state.records[key] = replace(record, sensitivity=entry)
+
+
+def task_target(checks: Sequence[RecordedCheck]) -> tuple[str, float] | None:
+    """The first failed task-metric tolerance of the pair's own run (``("max_drop:cer", 0.005)``), or None."""
+    from pytest_qaccuracy.plugin.checks import deployment_target
+    from pytest_qaccuracy.plugin.rules import task_tolerance
+
+    for outcome in (c.outcome for c in checks):
+        if (
+            not outcome.passed
+            and task_tolerance(outcome.check) is not None
+            and outcome.value is not None
+            and outcome.threshold is not None
+            and deployment_target(outcome.target) is None
+        ):
+            return outcome.check, float(outcome.threshold)
+    return None
+
+
+def analyse_task(state: AnalysedSession, spec: Any, entry: SensitivityEntry, check: str, threshold: float) -> dict:
+    """The task-metric sweep of a pair along ``entry``'s ranking, or ``{"check", "error"}`` (one line)."""
+    try:
+        from pytest_qaccuracy.analysis.sensitivity import SensitivityResult
+        from pytest_qaccuracy.analysis.task_sweep import task_sweep
+
+        value = check.partition(":")[2]
+        metrics, targets = state.task_inputs(spec)
+        metric = next(m for m in metrics if value in m.value_names(m.create()))
+        order = [n.node for n in SensitivityResult.from_dict((entry.report or {})["sensitivity"]).ranked()]
+        sweep = task_sweep(
+            state.model_pair(spec),
+            spec.data,
+            metric,
+            check,
+            threshold,
+            order,
+            targets,
+            state.runtime_options(),
+            state.settings.sensitivity_records or None,
+        )
+        return sweep.to_dict()
+    except Exception as exc:  # as analyse_one: never ends the session
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        return {"check": check, "threshold": threshold, "error": f"{type(exc).__name__}: {first}"}
 
 
 def analyse_one(state: AnalysedSession, spec: PairFiles, target: str | None) -> SensitivityEntry:
@@ -160,7 +212,9 @@ __all__ = [
     "PairFiles",
     "SensitivitySettings",
     "analyse_records",
+    "analyse_task",
     "exclusion_target",
     "merge_entry",
     "target_rank",
+    "task_target",
 ]

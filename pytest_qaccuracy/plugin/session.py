@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
-    from pytest_qaccuracy.analysis.outputs import OutputMeasure, OutputStats
+    from pytest_qaccuracy.analysis.outputs import OutputMeasure, OutputStats, TaskValue
     from pytest_qaccuracy.analysis.reference_cache import ReferenceBudget, ReferenceCache
     from pytest_qaccuracy.analysis.results import ComparisonResult
     from pytest_qaccuracy.analysis.saturation import SaturationReport
@@ -79,6 +79,7 @@ class QAccuracySession:
         self._stats: dict[StatsKey, OutputStats] = {}
         self._agreements: dict[tuple[Path, Path, str], AgreementResult] = {}
         self._saturation: dict[tuple[Path, Path], SaturationReport] = {}
+        self._task_values: dict[PairSpec, dict[str, TaskValue]] = {}
         #: (fp32 model, data) -> its fp32 outputs from the comparison pass, for the sensitivity analysis
         self._references: dict[tuple[Path, Path], ReferenceCache] = {}
         self._reference_budget: ReferenceBudget | None = None
@@ -152,6 +153,30 @@ class QAccuracySession:
             if measured is not None:  # else the gate measures itself, and raises what failed here
                 self._agreements[self._agreement_key(spec)] = measured
         return self.comparison(spec, rules), self.output_stats(spec, tolerances)
+
+    def task_values(self, spec: PairSpec) -> dict[str, TaskValue]:
+        """The pair's task metrics on both sides, measured once per process in a pass of their own
+        with only the outputs fetched: the comparison's pass exposes intermediate tensors, which changes
+        onnxruntime's fusions and so the quantized outputs (PP-OCRv4 rec, per-channel QDQ: CER 0.491 in
+        that pass, 0.544 as deployed; docs/pytest.md), and a task metric gates the model as deployed."""
+        if not spec.task_metrics:
+            return {}
+        key = replace(spec, targets=())  # the host's deployment target is the pair's own run: measured once
+        if key not in self._task_values:
+            from pytest_qaccuracy.analysis.outputs import measure_outputs
+
+            tasks, targets = self.task_inputs(spec)
+            stats = measure_outputs(
+                self.model_pair(spec),
+                spec.data,
+                options=self.runtime_options(),
+                backend=spec.backend,
+                scheme=spec.compare_scheme,
+                tasks=tasks,
+                targets=targets,
+            )
+            self._task_values[key] = stats.task
+        return self._task_values[key]
 
     def _new_reference(self, spec: PairSpec) -> ReferenceCache | None:
         """A cache for the fp32 outputs of the pair's comparison, when a sensitivity analysis may
@@ -227,6 +252,18 @@ class QAccuracySession:
 
         return np.load(spec.labels, allow_pickle=False) if spec.labels else None
 
+    def task_inputs(self, spec: PairSpec) -> tuple[Sequence[Any], list[Any] | None]:
+        """The pair's task metrics and their targets from its ``task_targets`` file (checked against
+        the records before anything runs; None: the dataset's own)."""
+        targets = None
+        if spec.task_targets is not None:
+            from pytest_qaccuracy.data import load_dataset
+            from pytest_qaccuracy.data.targets import read_sidecar
+
+            with load_dataset(spec.data) as dataset:
+                targets = read_sidecar(spec.task_targets, len(dataset))
+        return spec.task_metrics, targets
+
     def output_stats(self, spec: PairSpec, tolerances: Tolerances) -> OutputStats:
         """Top-k counts and element checks of the outputs, computed once per (pair, k, rtol, atol)."""
         from pytest_qaccuracy.analysis.outputs import measure_outputs
@@ -238,7 +275,8 @@ class QAccuracySession:
             self._stats[key] = measure_outputs(
                 pair, spec.data, ks, self._labels(spec), rtol, atol, options, backend, scheme, spec.scores, spec.slices
             )
-        return self._stats[key]
+        stats = self._stats[key]
+        return replace(stats, task=self.task_values(spec)) if spec.task_metrics else stats
 
     def agreement(self, spec: PairSpec, max_steps: int) -> AgreementResult:
         """The pair's :class:`AgreementResult` (its scheme vs onnxruntime over its dataset) judged
@@ -346,7 +384,7 @@ class QAccuracySession:
         extra: list[str] = []
         folder = compared_dir(self.settings) if drift else None
         if folder is not None:
-            drift_rows, extra = self.drift(spec, result, folder)
+            drift_rows, extra = self.drift(spec, result, folder, stats)
             outcomes += drift_rows
         targets, target_rows, runs = self._targets(spec, tolerances, rules, measure)
         outcomes += target_rows
@@ -396,7 +434,7 @@ class QAccuracySession:
             result, stats = self.compared(run, rules, measure or tolerances)
             own = (run.backend, run.compare_scheme) == (spec.backend, spec.compare_scheme)
             evaluated = evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
-            checked = [o for o in evaluated if o.target.startswith("output")]
+            checked = [o for o in evaluated if o.target.startswith(("output", "task "))]
             # the pair's own run: its checks are the pair's, not repeated; its verdict is theirs
             if not own:
                 rows += [
@@ -408,12 +446,17 @@ class QAccuracySession:
                 outputs={o.name: dict(o.metrics) for o in result.outputs},
                 topk=dict(stats.topk) if stats is not None else {},
                 passed=all(o.passed for o in checked),
+                task={k: v.to_dict() for k, v in stats.task.items()} if stats is not None else {},
             )
             runs[name] = (result, stats)
         return found, rows, runs
 
-    def drift(self, spec: PairSpec, result: ComparisonResult, directory: Path) -> tuple[list[Outcome], list[str]]:
-        """Drift outcomes against the baseline saved in ``directory``, and notes (missing layers)."""
+    def drift(
+        self, spec: PairSpec, result: ComparisonResult, directory: Path, stats: OutputStats | None = None
+    ) -> tuple[list[Outcome], list[str]]:
+        """Drift outcomes against the baseline saved in ``directory``, and notes (missing layers).
+
+        A drift rule on a task value (``cer:+0.01``) applies to the pairs that compute it; others skip it."""
         from pytest_qaccuracy.report.baseline import DEFAULT_DRIFT, find_drift, load_baseline, parse_drift_rule
 
         path = baseline_path(directory, spec, self.rootpath)
@@ -449,11 +492,14 @@ class QAccuracySession:
                 return [], []
             detail = f"no baseline for pair '{spec.id}' in {directory} ({UPDATE_HINT})"
             return [drift_row("baseline", "baseline", "", detail)], []
+        task = {k: v.to_dict() for k, v in stats.task.items()} if stats is not None else {}
+        higher = {**result.higher_is_better, **{k: v["higher_is_better"] for k, v in task.items()}}
+        texts = [t for t in self.settings.max_drift or DEFAULT_DRIFT if not _other_task_value(t, higher)]
         try:
-            rules = [parse_drift_rule(t, result.higher_is_better) for t in self.settings.max_drift or DEFAULT_DRIFT]
+            rules = [parse_drift_rule(t, higher) for t in texts]
         except ValueError as exc:
             return [drift_row("baseline", "drift rule", "", str(exc))], []
-        drifts, missing = find_drift(document, result, rules)
+        drifts, missing = find_drift(document, result, rules, task)
         rows = [
             drift_row(d.target, d.metric, "drift", f"drift: {d.describe()}", threshold=d.allowed, value=d.current)
             for d in drifts
@@ -495,6 +541,9 @@ class QAccuracySession:
         self.records[key] = replace(
             record.with_checks(checks),
             topk={**record.topk, **stats.topk} if stats is not None else record.topk,
+            task={**record.task, **{k: v.to_dict() for k, v in stats.task.items()}}
+            if stats is not None
+            else record.task,
             agreement=record.agreement if agreement is None else agreement_record(agreement),
             targets=merge_targets(record.targets, targets or {}),
         )
@@ -528,6 +577,7 @@ class QAccuracySession:
             self.records[key] = replace(
                 mine.with_checks([c for c in record.checks if (c.test, c.index) not in seen]),
                 topk={**mine.topk, **record.topk},
+                task={**mine.task, **record.task},
                 sensitivity=merge_entry(mine.sensitivity, record.sensitivity),
                 agreement=mine.agreement or record.agreement,
                 targets=merge_targets(mine.targets, record.targets),
@@ -566,6 +616,20 @@ class QAccuracySession:
             self.errors.append(f"could not write qaccuracy artifacts: {type(exc).__name__}: {exc}")
             return False
         return True
+
+
+def _other_task_value(text: str, known: Mapping[str, bool]) -> bool:
+    """Whether drift rule ``text`` names neither a metric or task value of this pair nor a registered
+    metric: it is taken for a task value of other pairs and skipped here (so a misspelt name is
+    skipped too; the rule's own syntax is still checked at start-up)."""
+    from pytest_qaccuracy.metrics import available_metrics
+    from pytest_qaccuracy.report.baseline import parse_drift_rule
+
+    try:
+        metric = parse_drift_rule(text).metric
+    except ValueError:
+        return False
+    return metric not in known and metric not in available_metrics()
 
 
 def _host_preset() -> str:

@@ -21,7 +21,16 @@ import pytest
 
 from pytest_qaccuracy.plugin.ini import parse_bool
 from pytest_qaccuracy.plugin.options import Option, given, read_option, usage_error
-from pytest_qaccuracy.plugin.rules import DEFAULTS, GATE, TOLERANCES, Rule, check_tolerance, parse_rules
+from pytest_qaccuracy.plugin.rules import (
+    DEFAULTS,
+    GATE,
+    TASK_KINDS,
+    TOLERANCES,
+    Rule,
+    check_tolerance,
+    parse_rules,
+    parse_task_line,
+)
 from pytest_qaccuracy.plugin.schemes import (
     BACKENDS,
     DEFAULT_BACKEND,
@@ -66,6 +75,9 @@ OPTIONS: dict[str, Option] = {
     "backend": Option.named("backend"),
     "scheme": Option.named("scheme"),
     "targets": Option.named("targets", lines=True),
+    "task_metrics": Option.named("task_metrics", lines=True),
+    "task_tolerances": Option("qaccuracy_task_tolerances", lines=True),
+    "task_tolerances_cli": Option(flag="--qaccuracy-task-tolerance", dest="qaccuracy_task_tolerances"),
 }
 
 
@@ -100,6 +112,8 @@ class QAccuracySettings:
     backend: str = DEFAULT_BACKEND
     scheme: str = DEFAULT_SCHEME
     targets: tuple[str, ...] = ()
+    #: task metrics every pair computes (import paths, entry points or built-in names), checked at session start
+    task_metrics: tuple[str, ...] = ()
     #: the HTML report (``--qaccuracy-report``); None: ``report.html`` in the artifacts folder
     report: Path | None = None
     #: option name (a key of :data:`OPTIONS`) -> the flag or ini key it was given by, for checks
@@ -210,6 +224,27 @@ def add_options(parser: pytest.Parser) -> None:
     )
     _add_sensitivity_options(parser, group)
     _add_run_options(parser, group)
+    _add_task_options(parser, group)
+
+
+def _add_task_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+    """``qaccuracy_task_metrics`` and ``qaccuracy_task_tolerances`` and their flags (docs/pytest.md)."""
+    metrics_help = "Task metrics every pair computes: 'module:Class', an entry point or a built-in (ctc, ...)"
+    group.addoption(
+        "--qaccuracy-task-metrics", dest="qaccuracy_task_metrics", default=None, metavar="LIST", help=metrics_help
+    )
+    parser.addini("qaccuracy_task_metrics", metrics_help, type="linelist", default=[])
+    kinds = "|".join(TASK_KINDS)
+    tolerance_help = f"Task-metric tolerances '<{kinds}>:<value name> = <number>', e.g. 'max_drop:cer = 0.005'"
+    group.addoption(
+        "--qaccuracy-task-tolerance",
+        dest="qaccuracy_task_tolerances",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help=tolerance_help + " (repeatable; wins over the ini line of the same name)",
+    )
+    parser.addini("qaccuracy_task_tolerances", tolerance_help, type="linelist", default=[])
 
 
 def _add_sensitivity_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
@@ -313,6 +348,25 @@ def _tolerances(config: pytest.Config) -> dict[str, tuple[float, str]]:
     return found
 
 
+def _task_tolerances(config: pytest.Config) -> dict[str, tuple[float, str]]:
+    """``max_drop:cer = 0.005`` lines of the ini file, then of the command line (which wins)."""
+    found: dict[str, tuple[float, str]] = {}
+    for name in ("task_tolerances", "task_tolerances_cli"):
+        given_lines = given(config, OPTIONS[name])
+        if given_lines is None:
+            continue
+        lines, origin = given_lines
+        for line in lines if isinstance(lines, list) else [lines]:
+            if not str(line).strip() or str(line).strip().startswith("#"):
+                continue
+            try:
+                key, value = parse_task_line(str(line))
+            except ValueError as exc:
+                raise usage_error(origin.where, exc) from None
+            found[key] = (value, origin.source)
+    return found
+
+
 def _rules(config: pytest.Config) -> list[Rule]:
     """Ini rules, then command-line rules (positions count rules: the command line's come after every ini rule)."""
     rules: list[Rule] = []
@@ -370,7 +424,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         origins[name] = found[1].where
         return found[0]
 
-    tolerances = _tolerances(config)
+    tolerances = {**_tolerances(config), **_task_tolerances(config)}
     rules = _rules(config)
     batch_size = read("batch_size", _integer(1), DEFAULT_BATCH_SIZE)
     drift = read("max_drift", _drift_rules, ())
@@ -400,6 +454,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         backend=backend,
         scheme=scheme,
         targets=read("targets", _targets, ()),
+        task_metrics=read("task_metrics", _names, None) or (),
         report=_path(config, "report"),
         origins=origins,
     )
@@ -430,4 +485,25 @@ def check_metrics(settings: QAccuracySettings) -> None:
             raise usage_error(where, ValueError(f"{what}{exc}")) from None
 
 
-__all__ = ["GROUP", "OPTIONS", "QAccuracySettings", "add_options", "check_metrics", "load_settings"]
+def check_task_metrics(settings: QAccuracySettings) -> None:
+    """Every configured task metric imported and created once: one that cannot be (an import path that
+    does not resolve, a class missing a method) is a usage error naming the option and the metric."""
+    if not settings.task_metrics:
+        return
+    from pytest_qaccuracy.metrics.task import parse_task_specs
+
+    try:
+        parse_task_specs(list(settings.task_metrics))
+    except ValueError as exc:
+        raise usage_error(settings.where("task_metrics"), exc) from None
+
+
+__all__ = [
+    "GROUP",
+    "OPTIONS",
+    "QAccuracySettings",
+    "add_options",
+    "check_metrics",
+    "check_task_metrics",
+    "load_settings",
+]

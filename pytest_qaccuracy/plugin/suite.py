@@ -41,7 +41,15 @@ from pytest_qaccuracy.plugin.fixtures import PAIR_KEYS as MARKER_PAIR_KEYS
 from pytest_qaccuracy.plugin.fixtures import error_text, make_spec, pair_rules, session_key
 from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
 from pytest_qaccuracy.plugin.pairs import PairSpec
-from pytest_qaccuracy.plugin.rules import TOLERANCES, Rule, slice_rules, tolerance_values, with_slice_tolerances
+from pytest_qaccuracy.plugin.rules import (
+    TOLERANCES,
+    Rule,
+    is_tolerance,
+    slice_rules,
+    task_tolerance,
+    tolerance_values,
+    with_slice_tolerances,
+)
 from pytest_qaccuracy.plugin.schemes import RUN_KEYS
 
 SUITE_GLOB = "qaccuracy_*.toml"
@@ -108,7 +116,7 @@ class PairConfig:
         self.table = name  # the [pairs.<table>] it came from (its id may differ: name = "...")
         merged = {**(run or {}), **defaults, **table}
         tolerances = {**defaults.get("tolerances", {}), **table.get("tolerances", {})}
-        _check_table(f"{where}.tolerances", tolerances, tuple(TOLERANCES))
+        _check_table(f"{where}.tolerances", tolerances, (*TOLERANCES, *(k for k in tolerances if is_tolerance(k))))
         own = table.get("tolerances", {})
 
         def source(key: str) -> str:
@@ -135,7 +143,19 @@ class PairConfig:
                     raise SuiteError(f"{where}.{exc}") from None
         try:
             extra = {
-                k: merged[k] for k in ("labels", "mapping", "metrics", "scores", "slices", *RUN_KEYS) if k in merged
+                k: merged[k]
+                for k in (
+                    "labels",
+                    "mapping",
+                    "metrics",
+                    "scores",
+                    "slices",
+                    "task_metrics",
+                    "task_targets",
+                    "configured_task_metrics",
+                    *RUN_KEYS,
+                )
+                if k in merged
             }
             self.spec: PairSpec = make_spec(
                 file.parent,
@@ -203,6 +223,7 @@ class QAccuracyFile(pytest.File):
                 "backend": state.settings.backend,
                 "scheme": state.settings.scheme,
                 "targets": state.settings.targets,
+                "configured_task_metrics": state.settings.task_metrics,
             }
             pairs = load_suite(self.path, len(state.settings.rules), run)
             _claim_ids(self.config.stash.setdefault(suite_ids_key, {}), self.path, pairs, self.config.rootpath)
@@ -230,6 +251,9 @@ class QAccuracyPair(pytest.Collector):
                 subset = {k: tolerances[k] for k in ("rtol", "atol") if k in tolerances}
                 groups.append(("rtol" if "rtol" in tolerances else "atol", {**keep, **subset}, [], False))
             elif name in tolerances and name != "rtol":
+                groups.append((name, {**keep, name: tolerances[name]}, [], False))
+        for name in tolerances:  # task-metric tolerances (max_drop:cer), in the order they were given
+            if task_tolerance(name) is not None:
                 groups.append((name, {**keep, name: tolerances[name]}, [], False))
         if any(fnmatchcase(self.pair.spec.id, r.pair) for r in rules):
             groups.append(("rules", dict(keep), rules, False))

@@ -1,6 +1,7 @@
 """Per-layer baselines: a pair's error profile saved once, and drift checks against it later.
 
-A baseline file holds each output's and each layer's metrics. Drift rules (``qaccuracy_max_drift``)
+A baseline file holds each output's and each layer's metrics, and the quantized side of each task
+metric (``task``, when the pair has task metrics). Drift rules (``qaccuracy_max_drift``)
 say how much a metric may worsen: ``sqnr:-1.0`` (SQNR may drop by 1 dB), ``mse:+20%`` (MSE may rise
 by 20 %), ``cosine:-0.001``. The sign must point in the metric's worse direction.
 """
@@ -65,9 +66,12 @@ def parse_drift_rule(text: str, higher_is_better: Mapping[str, bool] | None = No
     return DriftRule(metric, limit, bool(match["pct"]), text.strip())
 
 
-def profile(result: ComparisonResult, pair_id: str) -> dict[str, Any]:
-    """The baseline document of one comparison."""
-    return {
+def profile(
+    result: ComparisonResult, pair_id: str, task: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The baseline document of one comparison; ``task`` (value name -> ``TaskValue.to_dict()``) adds
+    the task metrics' quantized values (a pair without task metrics keeps the document it had)."""
+    document = {
         "schema_version": BASELINE_SCHEMA,
         "pair": pair_id,
         "fp32_model": result.fp32_model,
@@ -78,6 +82,10 @@ def profile(result: ComparisonResult, pair_id: str) -> dict[str, Any]:
         "outputs": {o.name: dict(o.metrics) for o in result.outputs},
         "layers": {layer.tensor: dict(layer.metrics) for layer in result.layers},
     }
+    if task:
+        document["task"] = {name: value.get("quantized") for name, value in task.items()}
+        document["higher_is_better"] |= {name: bool(value.get("higher_is_better")) for name, value in task.items()}
+    return document
 
 
 def save_baseline(path: Path, document: Mapping[str, Any]) -> Path:
@@ -209,14 +217,22 @@ class Drift:
 
 
 def find_drift(
-    baseline: Mapping[str, Any], result: ComparisonResult, rules: Sequence[DriftRule]
+    baseline: Mapping[str, Any],
+    result: ComparisonResult,
+    rules: Sequence[DriftRule],
+    task: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[Drift], list[str]]:
-    """Drifts beyond ``rules``, and the baseline's outputs/layers this result no longer has."""
+    """Drifts beyond ``rules``, and the baseline's outputs/layers (and task values) this result no
+    longer has. ``task``: the run's task values (value name -> ``TaskValue.to_dict()``)."""
+    task = task or {}
     higher = {**baseline.get("higher_is_better", {}), **result.higher_is_better}
+    higher |= {name: bool(value.get("higher_is_better")) for name, value in task.items()}
     current = {f"output '{o.name}'": o.metrics for o in result.outputs}
     current |= {f"layer '{x.tensor}'": x.metrics for x in result.layers}
+    current |= {f"task '{name}'": {name: value.get("quantized")} for name, value in task.items()}
     saved = {f"output '{k}'": v for k, v in baseline.get("outputs", {}).items()}
     saved |= {f"layer '{k}'": v for k, v in baseline.get("layers", {}).items()}
+    saved |= {f"task '{k}'": {k: v} for k, v in baseline.get("task", {}).items()}
     drifts, missing = [], []
     for target, before in saved.items():
         if target not in current:

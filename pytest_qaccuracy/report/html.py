@@ -27,6 +27,7 @@ from pytest_qaccuracy.report.verdicts import (
     check_rows,
     counts_line,
     drift_rows,
+    task_rows,
     topk_rows,
     verdict_view,
     worst_layers,
@@ -107,6 +108,7 @@ def pair_data(pair: ReportPair | ComparisonResult, index: int = 0) -> dict[str, 
     data["checks"] = check_rows(pair.record)
     data["drift"] = drift_rows(pair.record)
     data["topk"] = topk_rows(pair.record)
+    data["task"] = task_rows(pair.record)
     data["worst"] = worst_layers(result, data["first_metric"])
     data["targets"] = dict(pair.targets) if pair.targets else None
     data["sensitivity"] = sensitivity_display(pair.sensitivity)

@@ -55,7 +55,31 @@ def sensitivity_lines(record: Mapping[str, Any], top: int = 10) -> list[str]:
         return [INDENT + note]
     lines = sensitivity_table(report.sensitivity, top).splitlines()
     suggestion = _suggestion(report, record)
-    return [INDENT + line for line in [*lines, *([suggestion] if suggestion else [])]]
+    task = task_suggestion(entry.get("task"))
+    return [INDENT + line for line in [*lines, *([suggestion] if suggestion else []), *([task] if task else [])]]
+
+
+def task_suggestion(task: Mapping[str, Any] | None) -> str | None:
+    """``target max_drop:cer <= 0.005: nodes_to_exclude=[...]`` (measured, each step a deployed run), or why not."""
+    if not task:
+        return None
+    op = ">=" if task["check"].startswith("min:") else "<="
+    aim = f"target {task['check']} {op} {task['threshold']:g}"
+    if task.get("error"):
+        return f"{aim}: not analysed: {task['error']}"
+    steps = task.get("steps") or []
+    side = "drop" if task["check"].startswith("max_drop:") else "quantized"
+    measured = f"{task['records']} records, {' -> '.join(_number(s.get(side)) for s in (steps[:1] + steps[-1:]))}"
+    if task.get("suggestion") is not None:
+        return f"{aim} (task metric, {measured}): nodes_to_exclude={task['suggestion']}"
+    tried = len(steps[-1]["excluded"]) if steps else 0
+    return f"{aim} (task metric, {measured}): not met with up to {tried} nodes in float"
+
+
+def _number(value: Any) -> str:
+    from pytest_qaccuracy.numbers import format_number
+
+    return format_number(value, missing="undefined")
 
 
 def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any] | None:
@@ -81,6 +105,8 @@ def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any
         if report.sweep is not None and report.sweep.target is not None:
             brief["target"] = str(report.sweep.target)
             brief["nodes_to_exclude"] = report.sweep.suggestion
+    if entry.get("task"):  # the sweep aimed at a failed task-metric check
+        brief["task"] = entry["task"]
     return brief
 
 
@@ -110,9 +136,10 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
         "rows": rows,
         "more": len(ranked) - len(rows),
         "baseline": result.baseline.get(metric),
-        "suggestion": _suggestion(report, record),
+        "suggestion": "; ".join(x for x in (_suggestion(report, record), task_suggestion(entry.get("task"))) if x)
+        or None,
         "chart": report.cumulative.chart_data() if report.cumulative is not None else None,
     }
 
 
-__all__ = ["sensitivity_brief", "sensitivity_lines", "sensitivity_view"]
+__all__ = ["sensitivity_brief", "sensitivity_lines", "sensitivity_view", "task_suggestion"]

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
-from pytest_qaccuracy.numbers import format_metric
+from pytest_qaccuracy.numbers import format_metric, format_number
 from pytest_qaccuracy.report.summary import expected_failure, record_passed
 from pytest_qaccuracy.report.tables import rank_layers
 
@@ -95,6 +95,25 @@ def topk_rows(record: Mapping[str, Any] | None) -> list[dict[str, str]]:
     return rows
 
 
+def task_rows(record: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """Per task-metric value: the metric computing it, what it was scored against, both sides and the drop."""
+    rows = []
+    for name, value in sorted(((record or {}).get("task") or {}).items()):
+        against = "targets" if value.get("against") == "targets" else "fp32 predictions"
+        rows.append(
+            {
+                "value": name,
+                "metric": str(value.get("metric", "")),
+                "against": f"{against}, {value.get('records', 0)} records",
+                "fp32": format_number(value.get("fp32"), missing="-"),
+                "quantized": format_number(value.get("quantized"), missing="-"),
+                "drop": format_number(value.get("drop"), missing="-"),
+                "better": "higher" if value.get("higher_is_better") else "lower",
+            }
+        )
+    return rows
+
+
 def worst_layers(result: ComparisonResult, metric: str | None, count: int = 3) -> list[dict[str, Any]]:
     """The ``count`` worst layers by ``metric``, formatted, with the topological order to link to."""
     if metric is None:
@@ -121,4 +140,13 @@ def counts_line(verdicts: Sequence[Mapping[str, str]]) -> str:
     return f"{passed} / {len(checked)} pairs passed" + (f", {expected} failed as expected" if expected else "")
 
 
-__all__ = ["check_row", "check_rows", "counts_line", "drift_rows", "topk_rows", "verdict_view", "worst_layers"]
+__all__ = [
+    "check_row",
+    "check_rows",
+    "counts_line",
+    "drift_rows",
+    "task_rows",
+    "topk_rows",
+    "verdict_view",
+    "worst_layers",
+]

@@ -122,6 +122,27 @@
     return table("topk", headers, body);
   }
 
+  function taskTable(rows) {
+    const headers = [
+      ["value"],
+      ["metric"],
+      ["scored against"],
+      ["fp32", true],
+      ["quantized", true],
+      ["drop", true, "how much worse the quantized side is, in the metric's direction"],
+      ["better"],
+    ];
+    const keys = ["value", "metric", "against", "fp32", "quantized", "drop", "better"];
+    const body = rows.map((r) =>
+      el(
+        "tr",
+        { cls: "task-row" },
+        keys.map((k, i) => el("td", { cls: i > 2 && i < 6 ? "num" : "", text: r[k] })),
+      ),
+    );
+    return table("task", headers, body);
+  }
+
   function outputsTable(pair) {
     const headers = [["output"]].concat(pair.metrics.map((m) => [m.label, true, m.definition]));
     const rows = pair.outputs.map((out, k) =>
@@ -581,6 +602,7 @@
     if (pair.checks.length) add(section, "Checks", checksTable(pair.checks, "checks"));
     if (pair.drift.length) add(section, "Drift against the baseline", checksTable(pair.drift, "drift"));
     if (pair.topk.length) add(section, "Top-k accuracy", topkTable(pair.topk));
+    if (pair.task && pair.task.length) add(section, "Task metrics", taskTable(pair.task));
     add(section, "Outputs", outputsTable(pair));
     if (pair.targets) add(section, "Deployment targets", targetsTable(pair.targets));
     section.appendChild(el("h3", { text: "Layers" }));

@@ -1,0 +1,309 @@
+"""Task metrics: the built-ins against hand-worked values and plain reference implementations written
+here, the protocol's merge across batches and pickling, and how a metric is named and checked."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from sklearn.metrics import f1_score
+
+from pytest_qaccuracy.metrics.binary import BinaryF1
+from pytest_qaccuracy.metrics.ctc import CTCGreedy, levenshtein
+from pytest_qaccuracy.metrics.detection import YoloDetection, box_iou, decode_yolo, match
+from pytest_qaccuracy.metrics.task import TaskContext, TaskSpec, parse_task_specs
+
+
+def _reference_distance(a: str, b: str) -> int:
+    """Wagner-Fischer with a full table, as in a textbook."""
+    table = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            table[i][j] = min(table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+    return table[-1][-1]
+
+
+def test_levenshtein_matches_the_textbook_table_on_random_strings() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        a = "".join(rng.choice(list("abcd"), int(rng.integers(0, 9))))
+        b = "".join(rng.choice(list("abcd"), int(rng.integers(0, 9))))
+        assert levenshtein(a, b) == _reference_distance(a, b), (a, b)
+    assert levenshtein("kitten", "sitting") == 3
+
+
+def _one_hot(paths: list[list[int]], classes: int) -> np.ndarray:
+    """Scores (records, steps, classes) whose best class at each step is the path's."""
+    return np.eye(classes, dtype=np.float32)[np.asarray(paths)] * 0.9 + 0.01
+
+
+def test_ctc_greedy_decodes_and_scores_a_hand_worked_batch() -> None:
+    # alphabet: blank, c, a, t, u, then the space class PaddleOCR appends
+    metric = CTCGreedy(characters=["c", "a", "t", "u"])
+    fp32 = {"y": _one_hot([[1, 1, 0, 2, 3, 3], [3, 0, 3, 2, 0, 0]], 6)}  # "cat", "tta"
+    quant = {"y": _one_hot([[1, 0, 4, 4, 3, 0], [3, 3, 0, 2, 5, 2]], 6)}  # "cut", "ta a"
+    assert metric.decode(fp32) == ["cat", "tta"]
+    assert metric.decode(quant) == ["cut", "ta a"]
+    metric.update(fp32, quant, ["cat", "tea"])
+    values = metric.compute()
+    # fp32: cat/cat 0 edits, tta/tea 1 edit -> 1 / 6; quantized: cut/cat 1, "ta a"/tea 2 -> 3 / 6
+    assert values["fp32"] == {"cer": pytest.approx(1 / 6), "exact_match": 0.5}
+    assert values["quantized"] == {"cer": pytest.approx(3 / 6), "exact_match": 0.0}
+
+
+def test_ctc_without_targets_scores_the_quantized_text_against_the_fp32_text() -> None:
+    metric = CTCGreedy(characters=["c", "a", "t", "u"])
+    metric.update({"y": _one_hot([[1, 2, 3, 0]], 6)}, {"y": _one_hot([[1, 4, 3, 0]], 6)}, None)  # "cat" vs "cut"
+    assert metric.compute() == {
+        "fp32": {"cer": 0.0, "exact_match": 1.0},
+        "quantized": {"cer": 1 / 3, "exact_match": 0.0},
+    }
+    assert metric.state["against"] == "fp32"
+
+
+def test_ctc_reads_its_characters_from_the_model_metadata_and_checks_the_class_count() -> None:
+    metric = CTCGreedy()
+    with pytest.raises(ValueError, match="no characters given and the fp32 model has no metadata_props 'character'"):
+        metric.begin(TaskContext(("y",), {}, 1))
+    metric.begin(TaskContext(("y",), {"character": "c\na\nt\nu"}, 1))
+    assert metric.decode({"y": _one_hot([[2, 3]], 6)}) == ["at"]
+    with pytest.raises(ValueError, match="output 'y' has 5 classes but the character list gives 6"):
+        metric.decode({"y": _one_hot([[2, 3]], 5)})
+
+
+def _reference_matches(dets: list[tuple], targets: list[tuple], iou: float) -> tuple[int, int, int]:
+    """Greedy matching, written plainly: best detection first, best unmatched same-class target."""
+
+    def overlap(a: tuple, b: tuple) -> float:
+        w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+        h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+        union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+        return w * h / union if union > 0 else 0.0
+
+    used: set[int] = set()
+    tp = 0
+    for det in sorted(dets, key=lambda d: -d[4]):
+        best, best_iou = None, -1.0
+        for j, target in enumerate(targets):
+            if j not in used and target[4] == det[5] and overlap(det, target) > best_iou:
+                best, best_iou = j, overlap(det, target)
+        if best is not None and best_iou >= iou:
+            used.add(best)
+            tp += 1
+    return tp, len(dets) - tp, len(targets) - tp
+
+
+def test_detection_matching_on_a_hand_worked_record() -> None:
+    targets = np.array([[0, 0, 10, 10, 0], [20, 20, 30, 30, 1]], float)
+    dets = np.array(
+        [
+            [0, 0, 10, 12, 0.9, 0],  # IoU 100/120 = 0.83 with target 0: TP
+            [1, 1, 10, 10, 0.8, 0],  # target 0 taken: FP
+            [20, 20, 30, 30, 0.7, 0],  # right box, wrong class: FP
+        ],
+        float,
+    )
+    assert match(dets, targets, 0.5) == (1, 2, 1)
+    assert box_iou(dets[:1, :4], targets[:1, :4])[0, 0] == pytest.approx(100 / 120)
+
+
+def test_detection_matching_agrees_with_a_plain_reference_on_random_records() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        corners = rng.uniform(0, 50, (12, 2))
+        sizes = rng.uniform(5, 20, (12, 2))
+        boxes = np.column_stack([corners, corners + sizes])
+        dets = np.column_stack([boxes[:7] + rng.normal(0, 2, (7, 4)), rng.uniform(0, 1, 7), rng.integers(0, 2, 7)])
+        targets = np.column_stack([boxes[5:], rng.integers(0, 2, 7)])
+        expected = _reference_matches([tuple(d) for d in dets], [tuple(t) for t in targets], 0.5)
+        assert match(dets, targets, 0.5) == expected
+
+
+def test_yolo_decode_keeps_confident_boxes_and_suppresses_overlaps_per_class() -> None:
+    # 4 anchors, 2 classes: two overlapping class-0 boxes (the weaker suppressed), one class-1 box on
+    # the same place (kept: another class), one below the confidence threshold
+    anchors = np.array(
+        [
+            [50, 50, 20, 20, 0.9, 0.1],
+            [51, 50, 20, 20, 0.8, 0.1],
+            [50, 50, 20, 20, 0.1, 0.6],
+            [10, 10, 4, 4, 0.2, 0.1],
+        ],
+        np.float32,
+    )
+    (found,) = decode_yolo(anchors.T[None], conf=0.25, nms_iou=0.7)
+    assert found[:, 4].tolist() == pytest.approx([0.9, 0.6])
+    assert found[:, 5].tolist() == [0, 1]
+    assert found[0, :4].tolist() == [40, 40, 60, 60]
+
+
+def test_detection_precision_and_recall_without_targets_take_the_fp32_boxes_as_truth() -> None:
+    fp32 = np.array([[50, 50, 20, 20, 0.9], [10, 10, 4, 4, 0.8]], np.float32).T[None]
+    quant = np.array([[52, 50, 20, 20, 0.9], [10, 10, 4, 4, 0.1]], np.float32).T[None]  # one box lost
+    metric = YoloDetection()
+    metric.update({"out": fp32}, {"out": quant}, None)
+    values = metric.compute()
+    assert values["fp32"] == {"precision": 1.0, "recall": 1.0}
+    assert values["quantized"] == {"precision": 1.0, "recall": 0.5}
+
+
+def test_binary_f1_matches_scikit_learn() -> None:
+    rng = np.random.default_rng(2)
+    probabilities = rng.uniform(0, 1, (40, 3)).astype(np.float32)
+    noisy = np.clip(probabilities + rng.normal(0, 0.2, probabilities.shape), 0, 1).astype(np.float32)
+    truth = (rng.uniform(0, 1, (40, 3)) < 0.4).astype(int)
+    metric = BinaryF1(threshold=0.3)
+    metric.update({"p": probabilities}, {"p": noisy}, list(truth))
+    values = metric.compute()
+    assert values["fp32"]["f1"] == pytest.approx(f1_score(truth.ravel(), (probabilities >= 0.3).ravel()))
+    assert values["quantized"]["f1"] == pytest.approx(f1_score(truth.ravel(), (noisy >= 0.3).ravel()))
+
+
+def test_f1_and_recall_are_undefined_when_there_is_nothing_to_count() -> None:
+    metric = BinaryF1()
+    metric.update({"p": np.zeros((3, 1))}, {"p": np.zeros((3, 1))}, [0, 0, 0])
+    assert metric.compute() == {"fp32": {"f1": None}, "quantized": {"f1": None}}
+
+
+@pytest.mark.parametrize(
+    ("make", "outputs", "targets"),
+    [
+        (
+            lambda: CTCGreedy(characters=list("abc")),
+            lambda rng: rng.uniform(0, 1, (10, 7, 5)).astype(np.float32),
+            lambda rng: ["".join(rng.choice(list("abc"), 3)) for _ in range(10)],
+        ),
+        (
+            lambda: BinaryF1(),
+            lambda rng: rng.uniform(0, 1, (10, 4)).astype(np.float32),
+            lambda rng: list(rng.integers(0, 2, (10, 4))),
+        ),
+        (
+            lambda: YoloDetection(conf=0.5),
+            lambda rng: np.concatenate(
+                [rng.uniform(10, 60, (10, 4, 30)), rng.uniform(0, 1, (10, 3, 30))], axis=1
+            ).astype(np.float32),
+            lambda rng: None,
+        ),
+    ],
+    ids=["ctc", "binary_f1", "yolo_detection"],
+)
+def test_state_merged_across_batches_and_a_pickle_equals_one_pass(make, outputs, targets) -> None:
+    rng = np.random.default_rng(3)
+    fp32 = outputs(rng)
+    quant = fp32 + rng.normal(0, 0.05, fp32.shape).astype(np.float32)
+    truth = targets(rng)
+    whole = make()
+    whole.update({"y": fp32}, {"y": quant}, truth)
+    first, second = make(), make()
+    first.update({"y": fp32[:4]}, {"y": quant[:4]}, None if truth is None else truth[:4])
+    second.update({"y": fp32[4:]}, {"y": quant[4:]}, None if truth is None else truth[4:])
+    first.merge(pickle.loads(pickle.dumps(second)))  # as an xdist worker's state would arrive
+    assert first.compute() == whole.compute()
+    assert first.state == whole.state
+
+
+def test_task_specs_name_built_ins_import_paths_and_options() -> None:
+    spec = TaskSpec.parse({"metric": "binary_f1", "threshold": 0.2})
+    assert spec.label == "binary_f1(threshold=0.2)"
+    assert spec.create().threshold == 0.2
+    assert TaskSpec.parse("pytest_qaccuracy.metrics.ctc:CTCGreedy").resolve() is CTCGreedy
+    assert hash(spec) == hash(TaskSpec.parse({"threshold": 0.2, "metric": "binary_f1"}))
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch) -> str:
+    (tmp_path / "user_metrics.py").write_text(
+        textwrap.dedent(
+            """
+            class NoMerge:
+                higher_is_better = {"x": True}
+                def update(self, fp32, quantized, targets): pass
+                def compute(self): return {}
+
+            class Good(NoMerge):
+                def merge(self, other): pass
+
+            class AlsoX(Good):
+                pass
+
+            class Broken:
+                higher_is_better = {"Bad Name": True}
+                update = merge = compute = lambda self, *a: None
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "user_metrics"
+    sys.modules.pop("user_metrics", None)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "nowhere.metrics:CER",
+            "task metric 'nowhere.metrics:CER': cannot import 'nowhere.metrics' (ModuleNotFoundError",
+        ),
+        ("user_metrics:Missing", "task metric 'user_metrics:Missing': module 'user_metrics' has no 'Missing'"),
+        (
+            "user_metrics:NoMerge",
+            "task metric 'user_metrics:NoMerge' has no method 'merge' (a task metric needs update",
+        ),
+        ("user_metrics:Broken", "task metric 'user_metrics:Broken': value names must be lower-case identifiers"),
+        (
+            {"metric": "user_metrics:Good", "colour": 1},
+            "task metric 'user_metrics:Good(colour=1)': cannot create it (Type",
+        ),
+        ("CER", "task metric 'CER': expected 'module:Class', an entry point or a built-in name (ctc, "),
+        (["user_metrics:Good", "user_metrics:AlsoX"], "task metrics 'user_metrics:Good' and 'user_metrics:AlsoX' both"),
+        ([3], "expected 'module:Class' or a table with 'metric' and options, got 3"),
+    ],
+)
+def test_a_metric_that_cannot_be_used_says_why_in_one_line(user_module, value, message) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_task_specs(value)
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_suffix_names_the_values_of_one_metric_on_two_outputs() -> None:
+    from pytest_qaccuracy.analysis.outputs import TaskRun
+
+    specs = parse_task_specs(
+        [{"metric": "binary_f1", "output": "a", "suffix": "a"}, {"metric": "binary_f1", "output": "b", "suffix": "b"}]
+    )
+    run = TaskRun(specs, [[1, 0], [0, 1]])
+    run.begin(TaskContext(("a", "b"), {}, 2))
+    fp32 = {"a": np.array([[0.9, 0.1], [0.2, 0.8]]), "b": np.array([[0.9, 0.9], [0.9, 0.9]])}
+    run.update(fp32, fp32, 0, 2)
+    values = run.result()
+    assert sorted(values) == ["f1_a", "f1_b"]
+    assert values["f1_a"].fp32 == 1.0  # a: 2 TP
+    assert values["f1_b"].fp32 == pytest.approx(2 * 2 / (2 * 2 + 2))  # b: 2 TP, 2 FP
+    with pytest.raises(ValueError, match="task metrics 'binary_f1' and 'binary_f1' both compute 'f1'"):
+        parse_task_specs(["binary_f1", "binary_f1"])
+    with pytest.raises(ValueError, match="suffix must be a lower-case identifier, got 'B-2'"):
+        parse_task_specs([{"metric": "binary_f1", "suffix": "B-2"}])
+
+
+def test_an_entry_point_names_a_metric(monkeypatch) -> None:
+    import importlib.metadata
+
+    from pytest_qaccuracy.metrics.task import ENTRY_POINTS
+
+    point = importlib.metadata.EntryPoint("cer", "pytest_qaccuracy.metrics.ctc:CTCGreedy", ENTRY_POINTS)
+    seen = []
+
+    def entry_points(group=None):
+        seen.append(group)
+        return [point] if group == ENTRY_POINTS else []
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    assert TaskSpec.parse("cer").resolve() is CTCGreedy
+    assert seen == [ENTRY_POINTS]
+    with pytest.raises(ValueError, match="task metric 'wer': expected 'module:Class', an entry point or a built-in"):
+        TaskSpec.parse("wer").resolve()
