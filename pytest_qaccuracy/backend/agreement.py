@@ -23,6 +23,7 @@ from pytest_qaccuracy.backend.interpreter import IntegerSession
 from pytest_qaccuracy.backend.scheme import Scheme, get_scheme
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.progress import task
+from pytest_qaccuracy.model.batch import stacking
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.ort_session import fetch, make_session
 
@@ -163,12 +164,11 @@ class AgreementChecker:
         scheme: str | Scheme = "onnxruntime",
         max_steps: int = 0,
     ) -> None:
-        self.proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
-        self.label = (
-            os.path.basename(str(model))
-            if not isinstance(model, onnx.ModelProto)
-            else (self.proto.graph.name or "model")
-        )
+        proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+        named = not isinstance(model, onnx.ModelProto)
+        self.label = os.path.basename(str(model)) if named else (proto.graph.name or "model")
+        #: the model both runtimes run (a declared batch of 1 freed), and whether records may run stacked
+        self.proto, self.stacks = stacking(proto)
         # onnxruntime runs with session.qdqisint8allowed=1, so that every int8 tensor can be a graph output
         # without unfusing its group: the emulation keeps int8 activations as int8 too
         emulated = get_scheme(scheme)
@@ -338,7 +338,7 @@ def dataset_agreement(
     try:
         bound = bind_dataset(dataset, graph_inputs(checker.proto))
         with task("agreement", len(bound)) as advance:
-            for batch in bound.iter_batches(batch_size):
+            for batch in bound.iter_batches(batch_size if checker.stacks else 1):
                 checker.update(batch.stacked())
                 advance(len(batch))
     finally:

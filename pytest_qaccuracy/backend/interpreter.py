@@ -330,6 +330,7 @@ class IntegerSession:
             want = self.types.get(value.name)
             if want is not None and array.dtype != want:
                 raise InputError(f"input '{value.name}': expected {want}, got {array.dtype}")
+            _check_shape(value, array.shape)
             checked[value.name] = array
         extra = set(feeds) - {v.name for v in self._inputs}
         if extra:
@@ -390,6 +391,21 @@ def _last_use(plan: list[_Bound], keep: set[str] | None) -> dict[int, list[str]]
         if name not in keep:
             freed.setdefault(index, []).append(name)
     return freed
+
+
+def _check_shape(value: onnx.ValueInfoProto, shape: tuple[int, ...]) -> None:
+    """Refuse a feed whose rank or fixed dimensions differ from the declared ones, as onnxruntime does
+    (before any kernel runs, instead of failing inside a Reshape that bakes the batch in)."""
+    if not value.type.tensor_type.HasField("shape"):
+        return
+    dims = value.type.tensor_type.shape.dim
+    if len(dims) != len(shape):
+        raise InputError(f"input '{value.name}': invalid rank, got {len(shape)} {list(shape)}, expected {len(dims)}")
+    wrong = [(i, got, d.dim_value) for i, (got, d) in enumerate(zip(shape, dims, strict=True))
+             if d.HasField("dim_value") and d.dim_value > 0 and got != d.dim_value]  # fmt: skip
+    if wrong:
+        where = ", ".join(f"index {i}: got {got}, expected {want}" for i, got, want in wrong)
+        raise InputError(f"input '{value.name}': invalid dimensions ({where}) for shape {_arg(value).shape}")
 
 
 def _arg(value: onnx.ValueInfoProto) -> TensorArg:
