@@ -145,8 +145,9 @@ def test_a_batch_the_records_cannot_make_is_one_error_line(
     folder: Path, command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A model declaring batch 2 takes no record of batch 1: exit 2, one ``error:`` line, no file."""
-    paths = {"q": folder / "two.qdq.onnx", "f": folder / "two.fp32.onnx", "d": folder / "data.h5", "o": tmp_path / "o.h5"}
-    assert main([part.format(**{k: str(v) for k, v in paths.items()}) for part in command]) == 2
+    paths = {"q": "two.qdq.onnx", "f": "two.fp32.onnx", "d": "data.h5"}
+    names = {**{k: str(folder / v) for k, v in paths.items()}, "o": str(tmp_path / "o.h5")}
+    assert main([part.format(**names) for part in command]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "'x'" in err[0], err
     assert not list(tmp_path.iterdir())
