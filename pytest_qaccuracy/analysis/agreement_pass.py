@@ -25,7 +25,7 @@ the same error where it did before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -39,7 +39,7 @@ from pytest_qaccuracy.backend.agreement import (
     signed_activations,
 )
 from pytest_qaccuracy.backend.scheme import get_scheme
-from pytest_qaccuracy.data.binding import Batch
+from pytest_qaccuracy.data.binding import Batch, join_records
 from pytest_qaccuracy.runtime import RuntimeOptions, make_runner
 from pytest_qaccuracy.runtime.ort_runner import OrtRunner, bakes_batch
 
@@ -68,7 +68,7 @@ class AgreementPass:
         if self.error is not None:
             return None
         try:
-            return self.checker.emulate(batch.stacked())[1]
+            return _joined(self.checker, batch, lambda feeds: self.checker.emulate(feeds)[1])
         except Exception as exc:  # the gate's own pass reports it; the comparison goes on
             self.error = exc
             return None
@@ -102,7 +102,7 @@ class AgreementPass:
                 self.mode = "merged"
                 self.checker.fold(ours, values, len(batch))
             else:  # a model without 8-bit tensors
-                self.checker.fold(ours, self.checker.onnxruntime_values(batch.stacked()), len(batch))
+                self.checker.fold(ours, _joined(self.checker, batch, self.checker.onnxruntime_values), len(batch))
         except Exception as exc:  # the gate's own pass reports it
             self.error = exc
 
@@ -193,6 +193,16 @@ class _GatedRunner:
             gate.checker.fold(ours, gate.checker.onnxruntime_values(feeds), records)
         except Exception as exc:  # the gate's own pass reports it
             gate.error = exc
+
+
+def _joined(
+    checker: AgreementChecker, batch: Batch, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """``run(feeds)`` over ``batch`` as the checker's model takes it: stacked, or record by record, joined."""
+    if checker.stacks or len(batch) == 1:
+        return run(batch.stacked())
+    parts = [run(record) for record in batch.records]
+    return {name: join_records([part[name] for part in parts]) for name in parts[0]}
 
 
 def _same_emulation(model: onnx.ModelProto, scheme: str | None, checker: AgreementChecker) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
+from pytest_qaccuracy.model.batch import stacking
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 
 SATURATING, EXACT = "onnxruntime-avx2", "onnxruntime-vnni"
@@ -101,6 +102,8 @@ def measure_saturation(
 
     proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
     label = os.path.basename(str(model)) if not isinstance(model, onnx.ModelProto) else proto.graph.name or "model"
+    proto, stacks = stacking(proto)  # a batch the model accepts: stacked records, or one at a time
+    batch_size = batch_size if stacks else 1
     saturating = IntegerSession(proto, SATURATING, threads=threads)
     exact = IntegerSession(proto, EXACT, threads=threads)
     outputs = [o.name for o in saturating.get_outputs()]
@@ -236,6 +239,8 @@ def check_remedies(
     from pytest_qaccuracy.errors import ModelError
 
     proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+    proto, stacks = stacking(proto)
+    batch_size = batch_size if stacks else 1
     candidates: dict[str, tuple[str, onnx.ModelProto | None, str]] = {
         "7-bit weights": ("quantize with reduce_range=True", _rewrite_weights(proto, _halve), ""),
         "u8 weights": (

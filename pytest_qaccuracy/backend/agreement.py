@@ -1,10 +1,15 @@
 """Layer-by-layer agreement of the integer emulation with onnxruntime's deployed kernels.
 
 ``check_agreement`` runs a quantized model on onnxruntime (CPU EP, full optimizations, int8 QDQ fusion
-on) and on :class:`IntegerSession` with the same feeds, and compares every 8-bit tensor both produce in
-quantization steps (integer units). The result names the first tensor, in topological order, that
-differs by more than ``max_steps`` (the per-node comparison across backends asked for in Glow issue 1837,
-github.com/pytorch/glow/issues/1837).
+on) and on :class:`IntegerSession` with the same feeds, and compares every 8- and 16-bit integer
+tensor both produce in quantization steps (integer units), every model output whatever its type, and
+any further tensor the caller's checks read (``tensors``). A float tensor's step is the scale of the
+quantized tensor it is computed from (:func:`float_step`; any difference counts as at least one step),
+or one unit in the last place of its type when no quantized tensor feeds it: with N = 0 a float output
+must be bit-identical, so a gate cannot pass while the outputs differ (issue 32: every 8-bit tensor
+agreed on a YOLO detector whose float outputs did not).
+The result names the first tensor, in topological order, that differs by more than ``max_steps`` (the
+per-node comparison across backends asked for in Glow issue 1837, github.com/pytorch/glow/issues/1837).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pytest_qaccuracy.backend.interpreter import IntegerSession
 from pytest_qaccuracy.backend.scheme import Scheme, get_scheme
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.progress import task
+from pytest_qaccuracy.model.batch import stacking
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.ort_session import fetch, make_session
 
@@ -38,6 +44,9 @@ class TensorAgreement:
     elements: int
     mismatches: int
     max_steps: int
+    #: ``steps`` (quantization steps: integer units, or a float tensor's quantized source's scale) or
+    #: ``ulps`` (a float tensor no quantized tensor feeds: units in the last place of its type)
+    unit: str = "steps"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +55,7 @@ class TensorAgreement:
             "elements": self.elements,
             "mismatches": self.mismatches,
             "max_steps": self.max_steps,
+            "unit": self.unit,
         }
 
     @classmethod
@@ -56,7 +66,14 @@ class TensorAgreement:
             int(data["elements"]),
             int(data["mismatches"]),
             int(data["max_steps"]),
+            str(data.get("unit", "steps")),
         )
+
+    def steps(self, n: int | None = None) -> str:
+        """``n`` (default: this tensor's largest difference) in this tensor's unit: ``3 steps``, ``1 ulp``."""
+        n = self.max_steps if n is None else n
+        word = "step" if self.unit == "steps" else "ulp"
+        return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +139,7 @@ class AgreementResult:
         bad = next(t for t in self.tensors if t.tensor == self.first_divergence)
         return (
             f"{head}: first divergence at '{bad.tensor}' (order {bad.order}): {bad.mismatches} / {bad.elements} "
-            f"elements differ, max {bad.max_steps} steps; {self.num_mismatched_tensors} tensors differ"
+            f"elements differ, max {bad.steps()}; {self.num_mismatched_tensors} tensors differ"
         )
 
 
@@ -153,7 +170,8 @@ class AgreementChecker:
     Args:
         model: a quantized model (QDQ or QOperator), path or proto.
         scheme: the emulation's scheme (preset name or :class:`Scheme`).
-        max_steps: tolerated difference N, in quantization steps.
+        max_steps: tolerated difference N, in quantization steps (float tensors: units in the last place).
+        tensors: further tensors to compare whatever their type (the model outputs always are).
     """
 
     def __init__(
@@ -162,19 +180,23 @@ class AgreementChecker:
         *,
         scheme: str | Scheme = "onnxruntime",
         max_steps: int = 0,
+        tensors: Sequence[str] = (),
     ) -> None:
-        self.proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
-        self.label = (
-            os.path.basename(str(model))
-            if not isinstance(model, onnx.ModelProto)
-            else (self.proto.graph.name or "model")
-        )
+        proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
+        named = not isinstance(model, onnx.ModelProto)
+        self.label = os.path.basename(str(model)) if named else (proto.graph.name or "model")
+        #: the model both runtimes run (a declared batch of 1 freed), and whether records may run stacked
+        self.proto, self.stacks = stacking(proto)
         # onnxruntime runs with session.qdqisint8allowed=1, so that every int8 tensor can be a graph output
         # without unfusing its group: the emulation keeps int8 activations as int8 too
         emulated = get_scheme(scheme)
         if emulated.qdq_int8_to_uint8:
             emulated = emulated.replace(name=emulated.name, qdq_int8_to_uint8=False)
         self.session = IntegerSession(self.proto, emulated)
+        #: compared whatever their type: the model outputs, and the tensors the caller's checks read
+        self.watched = list(dict.fromkeys([*(o.name for o in self.proto.graph.output), *tensors]))
+        self._units = {name: unit for name in self.watched if (unit := float_step(self.proto, name)) is not None}
+        self._float_names: set[str] = set()
         self.max_steps = max_steps
         self.records = 0
         self._names: list[str] | None = None
@@ -192,12 +214,17 @@ class AgreementChecker:
         """Run one batch on the integer emulation: the requested ``outputs``, and every 8-bit tensor it
         produces (what :meth:`fold` compares). The first batch fixes :attr:`names`."""
         produced: dict[str, np.ndarray] = {}
+        watched = set(self.watched)
 
-        def keep_integers(name: str, value: np.ndarray) -> None:
-            if isinstance(value, np.ndarray) and value.dtype in _EIGHT_BIT and name not in self.session.constants:
+        def keep(name: str, value: np.ndarray) -> None:
+            if not isinstance(value, np.ndarray) or name in self.session.constants:
+                return
+            if value.dtype in _EIGHT_BIT or (name in watched and value.dtype.kind in "fiub"):
                 produced[name] = value
 
-        values = self.session.run(list(outputs), feeds, on_tensor=keep_integers)
+        # the watched tensors are asked for, as onnxruntime is: a float one inside a fused group unfuses it
+        asked = [*outputs, *(n for n in self.watched if n not in outputs)]
+        values = self.session.run(asked, feeds, on_tensor=keep)[: len(outputs)]
         if self._names is None:
             self._names = list(produced)
         return values, produced
@@ -213,11 +240,17 @@ class AgreementChecker:
                 stats[1] += int(ours_value.size)
                 stats[2] = -1
                 continue
-            diff = np.abs(ours_value.astype(np.int64) - reference.astype(np.int64))
+            if ours_value.dtype.kind == "f":
+                self._float_names.add(name)
+            diff = steps_apart(ours_value, reference, self._units.get(name))
             stats[1] += int(np.count_nonzero(diff))
             if stats[2] >= 0:
                 stats[2] = max(stats[2], int(diff.max(initial=0)))
         self.records += records
+
+    def _unit(self, name: str) -> str:
+        floats = self._float_names
+        return "ulps" if name in floats and name not in self._units else "steps"
 
     def plans_alike(self, outputs: Sequence[str]) -> bool:
         """Whether asking :meth:`emulate` for ``outputs`` leaves the emulation's plan (and so every 8-bit
@@ -239,10 +272,61 @@ class AgreementChecker:
 
     def result(self) -> AgreementResult:
         tensors = tuple(
-            TensorAgreement(name, order, *self._stats[name]) for order, name in enumerate(self._names or [])
+            TensorAgreement(name, order, *self._stats[name], self._unit(name))
+            for order, name in enumerate(self._names or [])
         )
         first = _first_divergence(tensors, self.max_steps)
         return AgreementResult(self.label, self.session.scheme.name, self.max_steps, self.records, tensors, first)
+
+
+def float_step(model: onnx.ModelProto, tensor: str) -> float | None:
+    """The step a float tensor is judged in: the scale of the DequantizeLinear it is computed from (the
+    nearest one up the chain of first computed inputs; its largest scale when per channel), or None when
+    no quantized tensor feeds it (then its steps are units in the last place)."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    constants = {t.name: t for t in model.graph.initializer}
+    constants.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" for a in n.attribute})
+    for _ in range(256):
+        node = producers.get(tensor)
+        if node is None:
+            return None
+        if node.op_type == "DequantizeLinear" and node.input[1] in constants:
+            return float(np.abs(onnx.numpy_helper.to_array(constants[node.input[1]])).max())
+        computed = [x for x in node.input if x and x not in constants]
+        if not computed:
+            return None
+        tensor = computed[0]
+    return None
+
+
+def steps_apart(ours: np.ndarray, theirs: np.ndarray, step: float | None = None) -> np.ndarray:
+    """Elementwise distance in steps (int64): integer units; for floats, ``step`` units (a difference
+    below one step counts as one: only equal values are 0 apart) or without a step units in the last
+    place of their type (the bit patterns mapped to a monotonic integer line). NaN against NaN is 0
+    apart, NaN against a number the widest distance."""
+    if step is not None and ours.dtype.kind == "f" and theirs.dtype.kind == "f":
+        diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
+        # a dequantized value is a multiple of its step up to float32 rounding (under 0.01 step for 16-bit
+        # codes): 43 steps are not 44
+        apart = np.where(diff > 0, np.maximum(1.0, np.ceil(diff / step - 0.01)), 0.0)
+        nan_ours, nan_theirs = np.isnan(ours), np.isnan(theirs)
+        apart = np.where(nan_ours & nan_theirs, 0, np.minimum(apart, 2.0**62))
+        return np.where(nan_ours ^ nan_theirs, np.iinfo(np.int64).max, apart.astype(np.int64))
+    if ours.dtype.kind != "f" or theirs.dtype != ours.dtype:
+        if ours.dtype.kind == "f" or theirs.dtype.kind == "f":  # another type on each side
+            return np.where(ours.astype(np.float64) == theirs.astype(np.float64), 0, np.iinfo(np.int64).max)
+        return np.abs(ours.astype(np.int64) - theirs.astype(np.int64))
+    bits = np.dtype(f"i{ours.dtype.itemsize}")
+    lowest = np.iinfo(bits).min
+
+    def line(x: np.ndarray) -> np.ndarray:
+        b = np.ascontiguousarray(x).view(bits).astype(np.int64)
+        return np.where(b < 0, lowest - b, b)
+
+    apart = np.abs(line(ours) - line(theirs))
+    nan_ours, nan_theirs = np.isnan(ours), np.isnan(theirs)
+    apart = np.where(nan_ours & nan_theirs, 0, apart)
+    return np.where(nan_ours ^ nan_theirs, np.iinfo(np.int64).max, apart)
 
 
 def _records(feeds: Mapping[str, np.ndarray]) -> int:
@@ -317,6 +401,7 @@ def dataset_agreement(
     scheme: str | Scheme = "onnxruntime",
     max_steps: int = 0,
     batch_size: int = 32,
+    tensors: Sequence[str] = (),
 ) -> AgreementResult:
     """:func:`check_agreement` over every record of a dataset, streamed batch by batch.
 
@@ -326,6 +411,7 @@ def dataset_agreement(
         scheme: the emulation's scheme (preset name or :class:`Scheme`).
         max_steps: tolerated difference N, in quantization steps.
         batch_size: records per run; memory holds one batch and fixed-size state per tensor.
+        tensors: further tensors to compare whatever their type (the model outputs always are).
 
     Returns:
         the :class:`AgreementResult` of all records.
@@ -333,12 +419,12 @@ def dataset_agreement(
     Raises:
         InputError: bad data or an unknown scheme (the message names it).
     """
-    checker = AgreementChecker(model, scheme=scheme, max_steps=max_steps)
+    checker = AgreementChecker(model, scheme=scheme, max_steps=max_steps, tensors=tensors)
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     try:
         bound = bind_dataset(dataset, graph_inputs(checker.proto))
         with task("agreement", len(bound)) as advance:
-            for batch in bound.iter_batches(batch_size):
+            for batch in bound.iter_batches(batch_size if checker.stacks else 1):
                 checker.update(batch.stacked())
                 advance(len(batch))
     finally:

@@ -8,12 +8,12 @@ preset: it is exact to the spec but slow (per-element Python loops in ops such a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from pytest_qaccuracy.backend.graph import Step
 from pytest_qaccuracy.backend.registry import unsupported
@@ -36,12 +36,28 @@ class OnnxruntimeNode:
     it cannot run: the caller then falls back to ``onnx.reference``.
     """
 
-    def __init__(self, step: Step, types: list[np.dtype | None], opsets: dict[str, int], ir_version: int, threads: int):
+    def __init__(
+        self,
+        step: Step,
+        types: list[np.dtype | None],
+        opsets: dict[str, int],
+        ir_version: int,
+        threads: int,
+        constants: Mapping[str, np.ndarray] | None = None,
+    ):
         import onnxruntime  # noqa: F401  (fail here, not on the first run, if it is missing)
 
         if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in _attributes(step)):
             raise ValueError("subgraphs may read outer-scope tensors that a one-node model does not have")
         self.step, self.opsets, self.ir_version, self.threads = step, opsets, ir_version, threads
+        # constant inputs stay initializers, as in the whole model: onnxruntime picks its kernels by them
+        # (a Conv with constant weights runs NCHWc, one with computed weights does not)
+        constants = constants or {}
+        self.fixed = {
+            i: constants[name]
+            for i, name in enumerate(step.inputs)
+            if name and name in constants and constants[name].dtype.isbuiltin == 1  # numpy's own: not float8 or 4-bit
+        }
         self._sessions: dict[tuple[str | None, ...], Any] = {}
         known = [t is not None for name, t in zip(step.inputs, types, strict=False) if name]
         if all(known):  # build now, so that a node onnxruntime cannot run is known before the first run
@@ -50,14 +66,15 @@ class OnnxruntimeNode:
     def __call__(self, args: list[Any]) -> tuple[Any, ...]:
         arrays = [None if a is None else np.asarray(a) for a in args]
         session = self._session(tuple(None if a is None else a.dtype.str for a in arrays))
-        feeds = {f"in{i}": a for i, a in enumerate(arrays) if a is not None and self.step.inputs[i]}
+        fed = [i for i, a in enumerate(arrays) if a is not None and self.step.inputs[i] and i not in self.fixed]
+        feeds = {f"in{i}": arrays[i] for i in fed}
         wanted = [f"out{i}" for i, name in enumerate(self.step.outputs) if name]
         values = dict(zip(wanted, session.run(wanted, feeds), strict=True))
         return tuple(values.get(f"out{i}") for i in range(len(self.step.outputs)))
 
     def _session(self, key: tuple[str | None, ...]) -> Any:
         if key not in self._sessions:
-            model = _one_node_model(self.step, key, self.opsets, self.ir_version)
+            model = _one_node_model(self.step, key, self.opsets, self.ir_version, self.fixed)
             self._sessions[key] = make_session(
                 model, providers=("CPUExecutionProvider",), threads=self.threads, optimization="all"
             )
@@ -69,14 +86,23 @@ def _attributes(step: Step) -> list[onnx.AttributeProto]:
 
 
 def _one_node_model(
-    step: Step, dtypes: tuple[str | None, ...], opsets: dict[str, int], ir_version: int
+    step: Step,
+    dtypes: tuple[str | None, ...],
+    opsets: dict[str, int],
+    ir_version: int,
+    fixed: Mapping[int, np.ndarray] | None = None,
 ) -> onnx.ModelProto:
-    """``step`` alone, its inputs named ``in<i>`` with the given element types (any shape)."""
-    inputs, values = [], []
+    """``step`` alone, its inputs named ``in<i>`` with the given element types (any shape); ``fixed``
+    inputs (by position) are initializers."""
+    inputs, values, initializers = [], [], []
     for i, name in enumerate(step.inputs):
         dtype = dtypes[i] if i < len(dtypes) else None
         if not name:
             inputs.append("")
+            continue
+        if fixed and i in fixed:
+            inputs.append(f"in{i}")
+            initializers.append(numpy_helper.from_array(np.asarray(fixed[i]), f"in{i}"))
             continue
         if dtype is None:
             raise ValueError(f"input '{name}' has no known type")
@@ -89,7 +115,11 @@ def _one_node_model(
     else:
         node.attribute.extend(helper.make_attribute(k, v) for k, v in step.attrs.items())
     graph = helper.make_graph(
-        [node], "qaccuracy_node", values, [helper.make_empty_tensor_value_info(o) for o in outputs if o]
+        [node],
+        "qaccuracy_node",
+        values,
+        [helper.make_empty_tensor_value_info(o) for o in outputs if o],
+        initializers,
     )
     imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
     return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)

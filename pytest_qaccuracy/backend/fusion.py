@@ -45,6 +45,7 @@ class _Graph:
         self, steps: list[Step], constants: dict[str, np.ndarray], types: dict[str, np.dtype], outputs: set[str]
     ):
         self.steps = steps
+        self.int8_allowed = True
         self.constants = constants
         self.types = types
         self.outputs = outputs
@@ -179,8 +180,10 @@ def _out(q: Step) -> list[str]:
 
 def _activation_types_match(graph: _Graph, x: Step, q: Step) -> bool:
     """onnxruntime fuses Conv/MatMul/Gemm groups only when input and output activations share a type
-    (they may not after its int8 -> uint8 conversion of single QDQ pairs: ``int8_to_uint8``)."""
-    return graph.types.get(x.inputs[0]) == graph.types.get(q.outputs[0])
+    (they may not after its int8 -> uint8 conversion of single QDQ pairs: ``int8_to_uint8``), and int8
+    ones only when int8 is allowed (``session.qdqisint8allowed=1`` on x86)."""
+    kind = graph.types.get(x.inputs[0])
+    return kind == graph.types.get(q.outputs[0]) and (graph.int8_allowed or kind != np.dtype(np.int8))
 
 
 def _conv(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> list[Step] | None:
@@ -323,10 +326,17 @@ def fuse_qdq(
     graph_outputs: set[str],
     keep: set[str],
     opset: int,
+    int8_allowed: bool = True,
 ) -> list[Step]:
-    """Rewrite the QDQ groups of ``steps`` (see module docstring); returns the new step list."""
+    """Rewrite the QDQ groups of ``steps`` (see module docstring); returns the new step list.
+
+    Without ``int8_allowed`` (onnxruntime's default x86 session, ``session.qdqisint8allowed`` unset),
+    Conv/MatMul/Gemm groups whose activations are still int8 stay in float, as its node group
+    selectors leave them.
+    """
     graph = _Graph(list(steps), constants, types, graph_outputs)
     graph = _Graph(remove_implied_activations(graph, keep), constants, types, graph_outputs)
+    graph.int8_allowed = int8_allowed
     replaced: dict[int, list[Step]] = {}
     dropped: set[int] = set()
     position = {id(s): i for i, s in enumerate(graph.steps)}

@@ -57,8 +57,11 @@ def convert(
         (dq,) = users
         if not (_is_plain(dq, _DQ) and dq.inputs[0] == tensor and _same(dq, step, constants)):
             continue
-        if len(consumers.get(dq.outputs[0], [])) > 1:
+        end = _after_redundant_pairs(dq, consumers, constants)
+        if len(consumers.get(end.outputs[0], [])) > 1:
             continue  # onnxruntime first gives each consumer its own DequantizeLinear: the Q then has several
+        if end is not dq and (end.outputs[0] in keep or not consumers.get(end.outputs[0])):
+            continue  # the Q then feeds a graph output's DequantizeLinear (and, dropped, that one's readers)
         shifted = f"{INTERNAL_PREFIX}{zp}:uint8"
         added[shifted] = (zero_point.astype(np.int16) + 128).astype(np.uint8)
         for s in (step, dq):
@@ -68,6 +71,24 @@ def convert(
         types[tensor] = np.dtype(np.uint8)
         converted.add(tensor)
     return [replaced.get(id(s), s) for s in steps], added, types, converted
+
+
+def _after_redundant_pairs(dq: Step, consumers: dict[str, list[Step]], constants: dict[str, np.ndarray]) -> Step:
+    """The DequantizeLinear ``dq`` stands for once onnxruntime has removed Identity nodes and redundant
+    ``DequantizeLinear -> QuantizeLinear`` pairs (same scale and zero point) after it, which it does
+    before converting int8 pairs: ``Q -> DQ -> Identity -> Q' -> DQ'`` becomes ``Q -> DQ'``."""
+    end = dq
+    for _ in range(64):
+        users = consumers.get(end.outputs[0], [])
+        while len(users) == 1 and _is_plain(users[0], "Identity"):
+            users = consumers.get(users[0].outputs[0], [])
+        if len(users) != 1 or not _is_plain(users[0], _Q) or not _same(end, users[0], constants):
+            return end
+        after = consumers.get(users[0].outputs[0], [])
+        if len(after) != 1 or not _is_plain(after[0], _DQ):
+            return end
+        end = after[0]
+    return end
 
 
 def as_model_type(value: np.ndarray) -> np.ndarray:

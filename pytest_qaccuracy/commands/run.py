@@ -14,10 +14,14 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pytest_qaccuracy.errors import InputError, ModelError, QAccuracyError
+
+if TYPE_CHECKING:
+    import onnx
 
 Runner = Callable[[dict[str, np.ndarray]], list[np.ndarray]]
 
@@ -45,11 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet(parser)
 
 
-def _runner(model_path: Path, backend: str, scheme: str, threads: int) -> tuple[Runner, list[str], str | None]:
+def _runner(model: onnx.ModelProto, backend: str, scheme: str, threads: int) -> tuple[Runner, list[str], str | None]:
     """``(run(feeds) -> outputs, output names, scheme label)`` for the chosen backend."""
-    from pytest_qaccuracy.model.loading import load_model
-
-    model = load_model(model_path)
     if backend == "integer":
         from pytest_qaccuracy.backend import IntegerSession
 
@@ -57,10 +58,18 @@ def _runner(model_path: Path, backend: str, scheme: str, threads: int) -> tuple[
         names = [o.name for o in session.get_outputs()]
         return (lambda feeds: session.run(None, feeds)), names, session.scheme.name
     from pytest_qaccuracy.backend.agreement import onnxruntime_session
+    from pytest_qaccuracy.ort_session import first_line
 
     names = [o.name for o in model.graph.output]
     ort_session = onnxruntime_session(model, [], threads)
-    return (lambda feeds: ort_session.run(None, feeds)), names, None
+
+    def run_ort(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            return ort_session.run(None, feeds)
+        except Exception as exc:  # onnxruntime's own errors: one line, not its traceback
+            raise ModelError(f"onnxruntime failed to run ({first_line(exc)})") from None
+
+    return run_ort, names, None
 
 
 def _split(outputs: list[np.ndarray], sizes: list[int]) -> list[list[np.ndarray]] | None:
@@ -78,23 +87,24 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.atomic import discard, temp_name, write_errors
     from pytest_qaccuracy.data import bind_dataset, load_dataset
     from pytest_qaccuracy.data.progress import task
+    from pytest_qaccuracy.model.batch import stacking
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
-    from pytest_qaccuracy.runtime.ort_runner import bakes_batch
 
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.threads < 0:
         raise InputError(f"--threads must be >= 0, got {args.threads}")
+    model = load_model(args.model)
+    # a declared batch of 1 is freed unless a Reshape bakes it in; then records run one at a time
+    runnable, stacks = stacking(model)
     try:
-        execute, names, scheme = _runner(args.model, args.backend, args.scheme, args.threads)
+        execute, names, scheme = _runner(runnable, args.backend, args.scheme, args.threads)
     except QAccuracyError as exc:
         if isinstance(exc, InputError):
             raise
         raise ModelError(f"{args.model}: {exc}") from None
-    model = load_model(args.model)
     dataset = bind_dataset(load_dataset(args.data), graph_inputs(model), args.allow_nonfinite)
-    # a Reshape to a constant shape (a graph exported with batch 1) cannot take stacked records
-    batch_size = 1 if bakes_batch(model) else args.batch_size
+    batch_size = args.batch_size if stacks else 1
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(out)  # named before it exists, so an interrupt at any point finds it

@@ -32,11 +32,30 @@ from pytest_qaccuracy.model.quant_params import (
 )
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+#: Quantized types whose codes are not numbers numpy subtracts a zero point from (onnxruntime cannot
+#: even hand them to numpy): a tensor of one is captured after the model's own DequantizeLinear, as
+#: onnxruntime computes it. 8- and 16-bit integer codes are fetched and dequantized in numpy (exactly).
+QUANTIZED_TYPES = {
+    getattr(onnx.TensorProto, name)
+    for name in (
+        "FLOAT8E4M3FN",
+        "FLOAT8E4M3FNUZ",
+        "FLOAT8E5M2",
+        "FLOAT8E5M2FNUZ",
+        "FLOAT4E2M1",
+        "INT4",
+        "UINT4",
+        "INT2",
+        "UINT2",
+    )
+    if hasattr(onnx.TensorProto, name)
+}
 #: Ops a quantizer may fold into the op before them (their output is that op's quantized output).
 FOLDABLE_ACTIVATIONS = {"Relu", "Clip"}
 #: Ops a converter may drop entirely (their output equals their input).
 DROPPABLE = {"Identity", "Dropout"}
-_IDENTITY_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+DEQUANTIZE = "DequantizeLinear"
+_IDENTITY_OPS = {"QuantizeLinear", DEQUANTIZE, "DynamicQuantizeLinear"}
 #: Integer ops whose output is an int32 accumulator without a scale of its own (dynamic quantization).
 ACCUMULATORS = {"ConvInteger", "MatMulInteger"}
 #: ``op_type`` reported for a graph input (it has no producing node).
@@ -117,21 +136,41 @@ class Matcher:
         found = self.q.producer.get(name)
         if found and found[1].op_type == "DequantizeLinear":
             integer = found[1].input[0]
+            if not self._numpy_codes(integer):
+                return name, name, None
             return name, integer, find_quant_params(self.q, integer)
         for _, node, pos in self.q.consumers.get(name, []) if follow_quantize else ():
             if node.op_type == "QuantizeLinear" and pos == 0:
                 integer = node.output[0]
-                return self._dq_name(integer) or integer, integer, find_quant_params(self.q, integer)
+                dequantized = self._dq_name(integer)
+                if not self._numpy_codes(integer):
+                    return (dequantized, dequantized, None) if dequantized else (name, name, None)
+                return dequantized or integer, integer, find_quant_params(self.q, integer)
         params = self._integer_params(name)
         if params is not None:
             return self._dq_name(name) or name, name, params
         return name, name, None
 
     def _integer_params(self, name: str) -> QuantParams | None:
-        """Quantization parameters of ``name`` unless its type is known to be float."""
-        if self.q.elem_types.get(name) in FLOAT_TYPES:
+        """Quantization parameters of ``name`` unless its type is float, or codes numpy cannot read."""
+        if self.q.elem_types.get(name) in FLOAT_TYPES or not self._numpy_codes(name):
             return None
         return find_quant_params(self.q, name)
+
+    def _numpy_codes(self, integer: str) -> bool:
+        """Whether ``integer`` holds codes numpy reads as numbers (not one of ``QUANTIZED_TYPES``); its
+        type is the inferred one, else its zero point's (a model shape inference cannot type)."""
+        elem = self.q.elem_types.get(integer)
+        if elem is None:
+            zero_point = self._zero_point(integer)
+            elem = self.q.initializers[zero_point].data_type if zero_point in self.q.initializers else None
+        return elem not in QUANTIZED_TYPES
+
+    def _zero_point(self, integer: str) -> str | None:
+        found = self.q.producer.get(integer)
+        nodes = [found[1]] if found and found[1].op_type == "QuantizeLinear" else []
+        nodes += [n for _, n, pos in self.q.consumers.get(integer, []) if n.op_type == "DequantizeLinear" and pos == 0]
+        return next((n.input[2] for n in nodes if len(n.input) > 2 and n.input[2]), None)
 
     def _dq_name(self, integer: str) -> str | None:
         for _, node, pos in self.q.consumers.get(integer, []):
@@ -147,6 +186,10 @@ class Matcher:
             if params is not None:
                 return self._dq_name(name) or name, name, params
         float_members = [m for m in members if m in self.q.producer or m in self.q.input_names]
+        # a DequantizeLinear output holds the quantized values (float8 or 4-bit codes, dequantized)
+        float_members.sort(
+            key=lambda m: m not in self.q.producer or self.q.producer[m][1].op_type != "DequantizeLinear"
+        )
         return (float_members[0], float_members[0], None) if float_members else None
 
     # -- the three passes ------------------------------------------------------------------------
@@ -221,7 +264,7 @@ class Matcher:
             if name in found or name not in self.q.input_names or not _is_float(self.f, name):
                 continue
             reported, capture, params = self.resolve(name)
-            if params is None or self.classes.find(capture) in used:
+            if (params is None and capture == name) or self.classes.find(capture) in used:
                 continue
             matches.append(TensorMatch(name, reported, capture, params, None, INPUT, -1, "name"))
         return matches

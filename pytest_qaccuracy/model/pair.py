@@ -12,7 +12,7 @@ import onnx
 from pytest_qaccuracy.errors import ModelError
 from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.loading import InputSpec, graph_inputs, load_model
-from pytest_qaccuracy.model.matching import Matcher, Matching
+from pytest_qaccuracy.model.matching import QUANTIZED_TYPES, Matcher, Matching
 from pytest_qaccuracy.model.quant_params import detect_format
 
 
@@ -73,6 +73,14 @@ class ModelPair:
             raise ModelError(
                 f"{self.fp32_path.name} has {len(f)} output(s) {f}, {self.quantized_path.name} has {len(q)} {q}"
             )
+        for value in self.quantized.graph.output:
+            elem = value.type.tensor_type.elem_type
+            if elem in QUANTIZED_TYPES:
+                kind = onnx.helper.tensor_dtype_to_string(elem).removeprefix("TensorProto.").lower()
+                raise ModelError(
+                    f"{self.quantized_path.name}: output '{value.name}' is {kind}, codes that cannot be compared "
+                    "as numbers; end the model with its DequantizeLinear"
+                )
 
 
 def _load(model: str | os.PathLike[str] | onnx.ModelProto, default_name: str) -> tuple[Path, onnx.ModelProto]:

@@ -394,7 +394,7 @@ def gate_outcome(agreement: Any, source: str) -> Outcome:
     if agreement.ok:
         worst = max(t.max_steps for t in agreement.tensors)
         detail = f"{rule}: ok on {len(agreement.tensors)} tensors (max {_steps(worst)})"
-        return outcome(f"{len(agreement.tensors)} integer tensors ({scheme})", float(worst), True, detail)
+        return outcome(f"{len(agreement.tensors)} tensors ({scheme})", float(worst), True, detail)
     bad = next(t for t in agreement.tensors if t.tensor == agreement.first_divergence)
     target = f"tensor '{bad.tensor}' ({scheme})"
     if bad.max_steps < 0:
@@ -403,7 +403,7 @@ def gate_outcome(agreement: Any, source: str) -> Outcome:
         )
     share = 100.0 * bad.mismatches / max(bad.elements, 1)
     detail = (
-        f"{rule}: tensor '{bad.tensor}' (order {bad.order}) differs by up to {_steps(bad.max_steps)}, "
+        f"{rule}: tensor '{bad.tensor}' (order {bad.order}) differs by up to {bad.steps()}, "
         f"{bad.mismatches} / {bad.elements} elements ({share:.3g}%)"
     )
     return outcome(target, float(bad.max_steps), False, detail)
@@ -418,14 +418,14 @@ def gate_notes(agreement: Any) -> list[str]:
     after = [t for t in agreement.tensors if t.max_steps > n or t.max_steps < 0][1:]  # [0] is the first line
     lines = [f"Next diverging tensors (> {_steps(n)}):"] if after else []
     for t in after[:SHOW_TENSORS]:
-        shape = "another shape" if t.max_steps < 0 else _steps(t.max_steps)
+        shape = "another shape" if t.max_steps < 0 else t.steps()
         lines.append(f" {t.tensor} (order {t.order}): {shape}, {t.mismatches} / {t.elements} elements")
     if len(after) > SHOW_TENSORS:
         lines.append(f" ... and {len(after) - SHOW_TENSORS} more")
     worst = max(agreement.tensors, key=lambda t: t.max_steps)
     lines.append(
         f"Tensors that differ: {agreement.num_mismatched_tensors} / {len(agreement.tensors)}; "
-        f"max {_steps(worst.max_steps)} at '{worst.tensor}' ({agreement.records} records)"
+        f"max {worst.steps()} at '{worst.tensor}' ({agreement.records} records)"
     )
     return lines
 

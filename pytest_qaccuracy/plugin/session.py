@@ -201,7 +201,13 @@ class QAccuracySession:
         from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
         from pytest_qaccuracy.backend.agreement import AgreementChecker
 
-        return AgreementPass(AgreementChecker(spec.quantized, scheme=spec.scheme))
+        return AgreementPass(AgreementChecker(spec.quantized, scheme=spec.scheme, tensors=self._read_floats(spec)))
+
+    def _read_floats(self, spec: PairSpec) -> list[str]:
+        """The quantized model's float tensors the pair's checks read (its 8-bit ones and its outputs
+        are compared by the agreement gate anyway): layers left in float, float8 or 4-bit ones read
+        after their DequantizeLinear."""
+        return [m.capture for m in self.model_pair(spec).matching.matches if m.params is None]
 
     @staticmethod
     def _agreement_key(spec: PairSpec) -> tuple[Path, Path, str]:
@@ -288,7 +294,7 @@ class QAccuracySession:
         if key not in self._agreements:
             batch_size = self.settings.batch_size
             self._agreements[key] = dataset_agreement(
-                spec.quantized, spec.data, scheme=spec.scheme, batch_size=batch_size
+                spec.quantized, spec.data, scheme=spec.scheme, batch_size=batch_size, tensors=self._read_floats(spec)
             )
         return self._agreements[key].with_max_steps(max_steps)
 

@@ -21,6 +21,8 @@ import onnx
 
 from pytest_qaccuracy.data.binding import Batch, join_records
 from pytest_qaccuracy.errors import InputError, ModelError
+from pytest_qaccuracy.model.batch import bakes_batch, free_batch_in_place
+from pytest_qaccuracy.model.batch import batch_dims as _batch_dims
 from pytest_qaccuracy.ort_session import fetch, first_line, make_session
 from pytest_qaccuracy.runtime.options import RuntimeOptions
 
@@ -35,50 +37,8 @@ def _with_outputs(model: onnx.ModelProto, names: Sequence[str], dynamic_batch: b
             out.graph.output.append(onnx.ValueInfoProto(name=name))
             present.add(name)
     if dynamic_batch:
-        init = {t.name for t in out.graph.initializer}
-        for value in [*out.graph.input, *out.graph.output, *out.graph.value_info]:
-            if value.name in init or not value.type.tensor_type.HasField("shape"):
-                continue
-            dims = value.type.tensor_type.shape.dim
-            if dims and dims[0].HasField("dim_value") and dims[0].dim_value == 1:
-                dims[0].dim_param = "qaccuracy_batch"
+        free_batch_in_place(out)
     return out
-
-
-def _batch_dims(model: onnx.ModelProto) -> list[int | str | None]:
-    init = {t.name for t in model.graph.initializer}
-    dims = []
-    for value in model.graph.input:
-        if value.name in init:
-            continue
-        shape = value.type.tensor_type.shape.dim if value.type.tensor_type.HasField("shape") else []
-        if not shape:
-            dims.append(None)
-        else:
-            d = shape[0]
-            dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
-    return dims
-
-
-def bakes_batch(model: onnx.ModelProto) -> bool:
-    """Whether a Reshape fixes the element count of a tensor computed from the inputs: its shape is a
-    constant with no ``-1`` and no ``0``, so records stacked on any axis cannot pass through it."""
-    constants = {t.name: t for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            if value is not None and node.output:
-                constants[node.output[0]] = value
-    folded = set(constants)  # tensors computed from constants alone have no records in them
-    for node in model.graph.node:
-        if all(not x or x in folded for x in node.input):
-            folded.update(node.output)
-            continue
-        if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] in constants:
-            shape = onnx.numpy_helper.to_array(constants[node.input[1]])
-            if shape.size and not np.isin(shape, (-1, 0)).any():
-                return True
-    return False
 
 
 class BatchUnits:

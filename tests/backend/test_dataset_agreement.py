@@ -21,7 +21,9 @@ def test_streamed_batches_equal_one_run_on_all_records() -> None:
     assert streamed == whole
     assert streamed.records == 300 and streamed.model == "digits_cnn.qdq.onnx"
     assert streamed.first_divergence == "relu1_QuantizeLinear_Output"
-    assert [t.max_steps for t in streamed.tensors] == [0, 9, 9, 3, 3, 3, 43]
+    # the 8-bit tensors, then the float output (its DequantizeLinear's steps: the logits' 43)
+    assert [t.max_steps for t in streamed.tensors] == [0, 9, 9, 3, 3, 3, 43, 43]
+    assert streamed.tensors[-1].tensor == "logits" and streamed.tensors[-1].unit == "steps"
 
 
 def test_with_max_steps_rejudges_without_running() -> None:

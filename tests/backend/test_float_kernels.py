@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 from backend_models import node_model, ort_run
 
-from pytest_qaccuracy.backend import IntegerSession
+from pytest_qaccuracy.backend import IntegerSession, get_scheme
+from pytest_qaccuracy.backend.host import host_preset
+
+#: the host's preset under another name: float ops then run on our numpy kernels, not on this machine's
+#: onnxruntime (which the host preset itself uses for them: issue 32)
+NUMPY_FLOATS = get_scheme("onnxruntime").replace(name="numpy-floats")
 
 rng = np.random.default_rng(0)
 X = rng.normal(0, 1, (2, 6, 7, 7)).astype(np.float32)
@@ -144,9 +149,21 @@ def test_kernel_matches_onnxruntime(case: str) -> None:
     first = next(iter(inputs.values()))
     model = node_model(op, spec, inits, first.dtype, **attrs)
     want = ort_run(model, inputs)[0]
-    got = IntegerSession(model).run(None, inputs)[0]
+    got = IntegerSession(model, NUMPY_FLOATS).run(None, inputs)[0]
     assert got.dtype == want.dtype and got.shape == want.shape
     if exact:
         np.testing.assert_array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_host_preset_runs_float_ops_on_onnxruntime() -> None:
+    """The host's preset computes float ops with this machine's onnxruntime (bit for bit, fusions of one
+    node included); the other family's preset and renamed schemes keep the numpy kernels."""
+    op, inputs, inits, attrs, _ = CASES["conv"]
+    model = node_model(op, [("x", X.dtype, X.shape)], inits, X.dtype, **attrs)
+    other = next(p for p in ("onnxruntime-avx2", "onnxruntime-vnni") if p != host_preset())
+    assert [s.runner for s in IntegerSession(model).plan()] == ["onnxruntime"]
+    assert [s.runner for s in IntegerSession(model, other).plan()] == ["kernel"]
+    assert [s.runner for s in IntegerSession(model, NUMPY_FLOATS).plan()] == ["kernel"]
+    np.testing.assert_array_equal(IntegerSession(model).run(None, inputs)[0], ort_run(model, inputs)[0])

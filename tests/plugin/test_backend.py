@@ -119,7 +119,7 @@ def test_integer_backend_is_bit_exact_on_qdq_and_qoperator(digits: pytest.Pytest
         assert integer["outputs"] == ort["outputs"]  # bit-exact: every output metric identical
         assert integer["topk"] == ort["topk"]
         tensors = integer["agreement"]["tensors"]
-        assert len(tensors) == 7 and integer["agreement"]["records"] == 300
+        assert len(tensors) == 8 and integer["agreement"]["records"] == 300  # 7 8-bit ones and the output
         assert all(t["mismatches"] == 0 and t["max_steps"] == 0 for t in tensors)
         (gate,) = [c for c in integer["checks"] if c["check"] == "max_backend_steps"]
         assert gate["passed"] and gate["value"] == 0 and gate["threshold"] == 0
@@ -129,7 +129,7 @@ def test_integer_backend_is_bit_exact_on_qdq_and_qoperator(digits: pytest.Pytest
         ["qdq: PASSED (digits_cnn.onnx vs digits_cnn.qdq.onnx on digits_test.npz, 300 records)"]
     )
     result.stdout.fnmatch_lines([f"qdq: PASSED (* 300 records, backend integer, scheme {host_preset()})"])
-    result.stdout.fnmatch_lines([f"*7 integer tensors ({host_preset()})*steps vs onnxruntime*0*<= 0*pass"])
+    result.stdout.fnmatch_lines([f"*8 tensors ({host_preset()})*steps vs onnxruntime*0*<= 0*pass"])
     cases = {
         c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
         for c in ET.parse(digits.path / "out.xml").iter("testcase")
@@ -160,7 +160,7 @@ def test_gate_fails_at_the_first_tensor_beyond_n(digits: pytest.Pytester) -> Non
             "E * integer emulation (power2) within 9 steps of onnxruntime: tensor 'logits_QuantizeLinear_Output' "
             "(order 6) differs by up to 43 steps, 2936 / 3000 elements (97.9%) (pair 'qdq')",
             "E * Tolerance from: *",
-            "E * Tensors that differ: 6 / 7; max 43 steps at 'logits_QuantizeLinear_Output' (300 records)",
+            "E * Tensors that differ: 7 / 8; max 43 steps at 'logits_QuantizeLinear_Output' (300 records)",
         ]
     )
     result.stdout.fnmatch_lines(
@@ -363,13 +363,21 @@ def test_backend_and_scheme_are_part_of_a_pair_key(tmp_path: Path) -> None:
     assert len({default, PairSpec("p", *paths, backend="integer"), PairSpec("p", *paths, scheme="glow")}) == 3
 
 
-def test_gate_on_a_model_without_integer_tensors_fails(digits: pytest.Pytester) -> None:
-    digits.makepyfile(test_marked=MARKED.format(keys=", max_backend_steps=3").replace("digits_cnn.qdq", "digits_cnn"))
-    result = digits.runpytest()
+@pytest.mark.parametrize("scheme", ["onnxruntime", "tflite"])
+def test_gate_on_a_float_model_compares_its_float_tensors(digits: pytest.Pytester, scheme: str) -> None:
+    """No 8-bit tensor: the gate compares the tensors the checks read, in units in the last place. The
+    host's preset runs float ops on onnxruntime (equal); another scheme's numpy float convolution is
+    not onnxruntime's (issue 32)."""
+    keys = f", scheme={scheme!r}, max_backend_steps=3"
+    digits.makepyfile(test_marked=MARKED.format(keys=keys).replace("digits_cnn.qdq", "digits_cnn"))
+    result = digits.runpytest("-rA")
+    if scheme == "onnxruntime":
+        result.assert_outcomes(passed=1)
+        return
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            f"E * integer emulation ({host_preset()}) within 3 steps of onnxruntime: "
-            "the model has no 8-bit tensors to compare (pair 'qdq')"
+            "E * integer emulation (tflite) within 3 steps of onnxruntime: "
+            "tensor 'conv1' (order 0) differs by up to * ulps, * elements (*) (pair 'qdq')"
         ]
     )

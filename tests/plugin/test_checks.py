@@ -708,7 +708,7 @@ def _agreement(tensors: list[tuple[str, int, int, int]], allowed: int = 1) -> Ag
 def test_the_agreement_gate_passes_with_the_worst_tensor_and_adds_no_lines() -> None:
     agreement = _agreement([("a", 10, 0, 0), ("b", 20, 3, 1)])
     assert gate_outcome(agreement, "marker") == Outcome(
-        check="max_backend_steps", target="2 integer tensors (tflite)", metric="steps vs onnxruntime", op="<=",
+        check="max_backend_steps", target="2 tensors (tflite)", metric="steps vs onnxruntime", op="<=",
         threshold=1.0, value=1.0, passed=True, source="marker",
         detail="integer emulation (tflite) within 1 step of onnxruntime: ok on 2 tensors (max 1 step)",
     )  # fmt: skip

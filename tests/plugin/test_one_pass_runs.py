@@ -91,7 +91,7 @@ def test_check_with_every_measure_runs_each_model_once(digits: pytest.Pytester, 
     assert runs.records["node"] <= 1
     entry = json.loads((digits.path / "out" / "summary.json").read_text())["pairs"][0]
     tensors = entry["agreement"]["tensors"]
-    assert entry["agreement"]["records"] == RECORDS and len(tensors) == 7
+    assert entry["agreement"]["records"] == RECORDS and len(tensors) == 8  # 7 8-bit tensors and the output
     assert all(t["elements"] > 0 and t["mismatches"] == 0 for t in tensors)  # this preset is bit-exact
     assert [c["check"] for c in entry["checks"]].count("max_backend_steps") == 1
 

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import numpy as np
 
 from pytest_qaccuracy.backend import arith
-from pytest_qaccuracy.backend.kernels.conv_chunks import conv_pads
 from pytest_qaccuracy.backend.kernels.elementwise import apply_table
 from pytest_qaccuracy.backend.registry import NotHandled, kernel
 from pytest_qaccuracy.backend.scheme import Scheme
@@ -30,19 +29,33 @@ def _pool_geometry(
     ceil_mode: int,
     dilations: list[int] | None,
 ) -> tuple[list[int], tuple[int, ...], tuple[int, ...], list[int]]:
+    """Pads, strides, dilations and output sizes exactly as onnxruntime's ``PoolAttributes`` computes them.
+
+    ``SAME_*`` pads come from the undilated kernel (onnxruntime's legacy rule, which the grid test pins);
+    a ``ceil_mode`` window that would start beyond the input and the left pad is dropped.
+    """
     spatial = shape[2:]
     d = len(spatial)
     strides = tuple(strides or (1,) * d)
     dilations = tuple(dilations or (1,) * d)
-    pads = conv_pads(spatial, tuple(kernel_shape), auto_pad or "NOTSET", pads, strides, dilations)
+    begin = list(pads[:d]) if pads and auto_pad in ("", "NOTSET") else [0] * d
+    end = list(pads[d:]) if pads and auto_pad in ("", "NOTSET") else [0] * d
     out = []
     for i, (size, k, s, dil) in enumerate(zip(spatial, kernel_shape, strides, dilations, strict=False)):
-        span = size + pads[i] + pads[d + i] - ((k - 1) * dil + 1)
-        n = (-(-span // s) if ceil_mode else span // s) + 1
-        if ceil_mode and (n - 1) * s >= size + pads[i]:  # last window must start inside the input or left pad
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            needed = (-(-size // s) - 1) * s + k - size  # may be negative: the end pad then crops
+            begin[i] = int(needed / 2) if auto_pad == "SAME_UPPER" else int((needed + 1) / 2)
+            end[i] = needed - begin[i]
+            if begin[i] < 0:
+                raise ValueError(f"auto_pad {auto_pad} gives a negative begin pad on spatial axis {i}")
+        span = size + begin[i] + end[i] - (k - 1) * dil - 1
+        n = (-(-span // s) if ceil_mode else int(span / s)) + 1
+        if ceil_mode and (n - 1) * s >= size + begin[i]:  # the last window must start inside the input or left pad
             n -= 1
+        if n < 0:
+            raise ValueError(f"the window ({k} taps, dilation {dil}) does not fit spatial axis {i} of size {size}")
         out.append(n)
-    return pads, strides, dilations, out
+    return begin + end, strides, dilations, out
 
 
 def _taps(
@@ -61,7 +74,7 @@ def _taps(
         max(0, (o - 1) * s + (k - 1) * dil + 1 - (size + pads[i]) - pads[d + i])
         for i, (o, s, k, dil, size) in enumerate(geometry)
     ]
-    widths = [(0, 0), (0, 0), *((pads[i], pads[d + i] + extra[i]) for i in range(d))]
+    widths = [(0, 0), (0, 0), *((pads[i], max(0, pads[d + i] + extra[i])) for i in range(d))]
     xp = np.pad(x, widths, constant_values=fill) if any(p for w in widths for p in w) else x
     for tap in itertools.product(*(range(k) for k in kernel_shape)):
         index = tuple(
@@ -78,10 +91,24 @@ def _counts(
     dilations: tuple[int, ...],
     pads: list[int],
     out: list[int],
+    include_pad: int = 0,
 ) -> np.ndarray:
-    """Number of in-bounds taps of every output position, shape ``(1, 1, *out)``."""
+    """Divisor of every output position, shape ``(1, 1, *out)``: its in-bounds taps, or with
+    ``include_pad`` its taps inside the padded extent (onnxruntime clips a ``ceil_mode`` window there)."""
+    d = len(kernel_shape)
+    if include_pad:
+        padded = tuple(size + pads[i] + pads[d + i] for i, size in enumerate(shape[2:]))
+        ones = np.ones((1, 1, *padded), np.int64)
+        return sum(_taps(ones, kernel_shape, strides, dilations, [0] * (2 * d), out, 0))  # type: ignore[return-value]
     ones = np.ones((1, 1, *shape[2:]), np.int64)
     return sum(_taps(ones, kernel_shape, strides, dilations, pads, out, 0))  # type: ignore[return-value]
+
+
+def _mean(total: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``total / count``, 0 where a window holds no tap (onnxruntime leaves such outputs at 0)."""
+    count = np.asarray(count).astype(total.dtype)
+    out = np.zeros(np.broadcast_shapes(total.shape, count.shape), total.dtype)
+    return np.divide(total, count, out=out, where=count != 0)
 
 
 @kernel(MS, "QLinearAveragePool", 1, scheme=True)
@@ -107,6 +134,8 @@ def qlinear_average_pool(
         X = np.moveaxis(X, -1, 1)
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
     pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, None)
+    # onnxruntime's contrib kernel divides by the whole kernel with count_include_pad, even where a
+    # ceil_mode window reaches past the end pad (the grid test pins it)
     count = math.prod(kernel_shape) if count_include_pad else _counts(X.shape, kernel_shape, strides_, dil, pads_, out)
     y_zp = arith.scalar(y_zero_point)
     if scheme.multiplier in ("float32", "float64"):
@@ -117,7 +146,7 @@ def qlinear_average_pool(
         total = np.zeros((*X.shape[:2], *out), ftype)
         for tap in _taps(values, kernel_shape, strides_, dil, pads_, out, 0):
             total += tap
-        mean = total / np.asarray(count).astype(ftype)
+        mean = _mean(total, count)
         y = mean / ftype(np.asarray(y_scale).reshape(()))
         result = arith.requantize_float(y.astype(ftype), y_zp, dtype, scheme, "pool")
     else:
@@ -200,8 +229,8 @@ def average_pool(
     total = np.zeros((*X.shape[:2], *out), X.dtype)
     for tap in _taps(X, kernel_shape, strides_, dil, pads_, out, 0):
         total += tap
-    count = math.prod(kernel_shape) if count_include_pad else _counts(X.shape, kernel_shape, strides_, dil, pads_, out)
-    return ((total / np.asarray(count).astype(X.dtype)).astype(X.dtype),)
+    count = _counts(X.shape, kernel_shape, strides_, dil, pads_, out, count_include_pad)
+    return (_mean(total, count).astype(X.dtype),)
 
 
 @kernel("", "GlobalAveragePool", 1, float_op=True)

@@ -1,0 +1,87 @@
+"""The agreement gate sees what the checks see (issue 32, item 2): every model output and every tensor
+the checks read is compared, float ones in units in the last place, so a gate cannot pass while the
+outputs differ although every 8-bit tensor agrees."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pytest_qaccuracy.backend import get_scheme
+from pytest_qaccuracy.backend.agreement import AgreementChecker, check_agreement, steps_apart
+
+#: the onnxruntime preset with numpy's exact exp for float Sigmoid instead of MLAS's polynomial: its
+#: 8-bit tensors are onnxruntime's, its float Sigmoid is not
+EXACT_EXP = get_scheme("onnxruntime").replace(float_kernels="numpy")
+X = np.random.default_rng(0).normal(0, 3, (4, 64)).astype(np.float32)
+
+
+def _sigmoid_model(output_in_float: bool) -> onnx.ModelProto:
+    """x -> Q -> DQ -> Sigmoid, the Sigmoid's output a float graph output (or quantized again)."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        helper.make_node("Sigmoid", ["xd"], ["y" if output_in_float else "sig"]),
+    ]
+    if not output_in_float:
+        nodes += [
+            helper.make_node("QuantizeLinear", ["sig", "ys", "z"], ["yq"]),
+            helper.make_node("DequantizeLinear", ["yq", "ys", "z"], ["y"]),
+        ]
+    inits = [
+        numpy_helper.from_array(np.float32(0.05), "s"),
+        numpy_helper.from_array(np.float32(1 / 255), "ys"),
+        numpy_helper.from_array(np.uint8(0), "z"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])]
+    graph = helper.make_graph(nodes, "sigmoid", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_float_output_that_differs_fails_the_gate_although_every_8_bit_tensor_agrees() -> None:
+    result = check_agreement(_sigmoid_model(True), {"x": X}, scheme=EXACT_EXP)
+    by_name = {t.tensor: t for t in result.tensors}
+    assert by_name["xq"].mismatches == 0  # the only 8-bit tensor agrees
+    assert not result.ok and result.first_divergence == "y"
+    assert by_name["y"].elements == X.size and 0 < by_name["y"].mismatches <= X.size
+    assert "first divergence at 'y'" in result.summary()
+
+
+def test_a_float_output_the_emulation_computes_as_onnxruntime_passes() -> None:
+    """The same float Sigmoid quantized again: its table reproduces onnxruntime's QLinearSigmoid."""
+    result = check_agreement(_sigmoid_model(False), {"x": X}, scheme="onnxruntime")
+    assert result.ok and {t.tensor for t in result.tensors} >= {"xq", "y"}, result.summary()
+
+
+def test_tensors_the_checks_read_are_compared_too() -> None:
+    """A float interior tensor named by the caller is compared (and asked for on both sides)."""
+    model = _sigmoid_model(False)
+    checker = AgreementChecker(model, scheme=EXACT_EXP, tensors=["sig"])
+    checker.update({"x": X})
+    result = checker.result()
+    assert "sig" in {t.tensor for t in result.tensors}
+    assert not AgreementChecker(model, scheme=EXACT_EXP).watched.count("sig")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_float_steps_are_units_in_the_last_place(dtype: type) -> None:
+    a = np.array([1.0, -2.5, 0.0, 3.0, np.nan, np.nan, 7.0], dtype)
+    b = a.copy()
+    b[0] = np.nextafter(a[0], dtype(2))  # one ulp up
+    b[1] = np.nextafter(np.nextafter(a[1], dtype(0)), dtype(0))  # two ulps toward zero
+    b[2] = -a[2]  # -0.0 and 0.0 are the same point of the line
+    b[3] = np.nextafter(a[3], dtype(-9))
+    b[6] = np.nan
+    apart = steps_apart(a, b)
+    assert apart[:6].tolist() == [1, 2, 0, 1, 0, 0]
+    assert apart[6] == np.iinfo(np.int64).max  # a number against NaN
+    small = np.array([np.finfo(dtype).smallest_subnormal], dtype)
+    assert steps_apart(small, -small).tolist() == [2]  # across zero: +s, 0, -s
+
+
+def test_integer_steps_are_integer_units() -> None:
+    assert steps_apart(np.array([0, 255], np.uint8), np.array([3, 250], np.uint8)).tolist() == [3, 5]
+    assert steps_apart(np.array([-7], np.int64), np.array([7], np.int64)).tolist() == [14]

@@ -1,0 +1,129 @@
+"""Pool kernels against onnxruntime over a grid of geometry: output shapes and values (issue 32).
+
+Every pair of kernel size, stride, dilation and begin/end pads (each pad below the kernel, as
+onnxruntime requires) with ``ceil_mode`` 0 and 1, plus ``auto_pad``, on 1-d, 2-d and 3-d inputs of
+several sizes. One graph per op and input holds every case as its own node, so that one onnxruntime
+session judges hundreds of geometries. The grid reaches the ``ceil_mode`` boundary where the last window
+would start exactly at the end of input plus left pad (onnxruntime drops it).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+from backend_models import MS, ort_session, tensor_type
+from onnx import helper, numpy_helper
+
+from pytest_qaccuracy.backend import IntegerSession
+from pytest_qaccuracy.backend.interpreter import KernelError
+
+# (kernel, stride, dilation, begin pad, end pad) of one spatial axis
+AXES = [
+    (k, s, dil, begin, end)
+    for k, s, dil in itertools.product((1, 2, 3), (1, 2, 3), (1, 2))
+    for begin, end in itertools.product(range(k), range(k))
+]
+SIZES = {1: [(4,), (5,), (6,), (7,)], 2: [(4, 5), (7, 6)], 3: [(4, 5, 6)]}
+SAMPLED = 120  # 2-d and 3-d cases drawn from the product of AXES (1-d takes all of them)
+
+
+def _geometries(d: int) -> list[dict[str, object]]:
+    """Explicit-pad cases with ceil_mode 0 and 1, then auto_pad cases whose stride is at most the
+    dilated kernel (onnxruntime's legacy SAME padding needs it)."""
+    if d == 1:
+        combos = [(a,) for a in AXES]
+    else:
+        rows = np.random.default_rng(d).integers(0, len(AXES), (SAMPLED, d))
+        combos = [tuple(AXES[i] for i in row) for row in rows]
+    cases: list[dict[str, object]] = []
+    for axes in combos:
+        pads = [a[3] for a in axes] + [a[4] for a in axes]
+        cases += [{**_window(axes), "pads": pads, "ceil_mode": ceil} for ceil in (0, 1)]
+    for axes in combos[:40]:
+        if all(s <= (k - 1) * dil + 1 for k, s, dil, _, _ in axes):
+            cases += [{**_window(axes), "auto_pad": mode} for mode in ("SAME_UPPER", "SAME_LOWER", "VALID")]
+    return cases
+
+
+def _window(axes: tuple[tuple[int, ...], ...]) -> dict[str, list[int]]:
+    return {"kernel_shape": [a[0] for a in axes], "strides": [a[1] for a in axes], "dilations": [a[2] for a in axes]}
+
+
+# name: (op, domain, input dtype, extra attributes, initializers after x)
+QLINEAR_INITS = {"xs": np.float32(0.031), "xz": np.uint8(3), "ys": np.float32(0.027), "yz": np.uint8(5)}
+OPS = {
+    "maxpool-float": ("MaxPool", "", np.float32, {}, {}),
+    "maxpool-uint8": ("MaxPool", "", np.uint8, {}, {}),
+    "averagepool": ("AveragePool", "", np.float32, {}, {}),
+    "averagepool-include-pad": ("AveragePool", "", np.float32, {"count_include_pad": 1}, {}),
+    "qlinear-averagepool": ("QLinearAveragePool", MS, np.uint8, {}, QLINEAR_INITS),
+    "qlinear-averagepool-include-pad": ("QLinearAveragePool", MS, np.uint8, {"count_include_pad": 1}, QLINEAR_INITS),
+}
+
+
+def _grid_model(name: str, shape: tuple[int, ...], cases: list[dict[str, object]]) -> onnx.ModelProto:
+    op, domain, dtype, extra, inits = OPS[name]
+    nodes, outputs = [], []
+    for i, case in enumerate(cases):
+        attrs = {**case, **extra}
+        if op == "QLinearAveragePool":  # no dilations in the contrib op
+            attrs.pop("dilations")
+        nodes.append(helper.make_node(op, ["x", *inits], [f"y{i}"], domain=domain, **attrs))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", tensor_type(dtype), None))
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", tensor_type(dtype), shape)],
+        outputs,
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
+    opsets = [helper.make_opsetid("", 19)] + ([helper.make_opsetid(MS, 1)] if domain else [])
+    return helper.make_model(graph, opset_imports=opsets, ir_version=9)
+
+
+def _input(dtype: type, shape: tuple[int, ...]) -> np.ndarray:
+    rng = np.random.default_rng(sum(shape))
+    if dtype == np.uint8:
+        return rng.integers(0, 256, shape).astype(np.uint8)
+    return rng.normal(0, 1, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+@pytest.mark.parametrize("name", OPS)
+def test_pool_grid_matches_onnxruntime(name: str, d: int) -> None:
+    op = OPS[name][0]
+    cases = _geometries(d)
+    if op == "QLinearAveragePool":  # the contrib op takes no dilations: keep the undilated cases
+        cases = [c for c in cases if all(v == 1 for v in c["dilations"])]
+    checked = 0
+    for spatial in SIZES[d]:
+        shape = (2, 3, *spatial)
+        model = _grid_model(name, shape, cases)
+        x = _input(OPS[name][2], shape)
+        want = ort_session(model).run(None, {"x": x})
+        got = IntegerSession(model, threads=1).run(None, {"x": x})
+        for case, w, g in zip(cases, want, got, strict=True):
+            assert g.shape == w.shape, f"{op} {case} on {shape}: shape {g.shape}, onnxruntime {w.shape}"
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w, err_msg=f"{op} {case} on {shape}")
+            checked += 1
+    assert checked >= 50 * len(SIZES[d])  # the grid is not empty
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3], "dilations": [2], "strides": [1]},  # a dilated window of 5 on 3 values
+        {"kernel_shape": [3], "strides": [1], "pads": [0, 0]},
+    ],
+)
+def test_a_window_larger_than_the_input_is_refused_like_onnxruntime(attrs: dict[str, object]) -> None:
+    x = np.zeros((1, 2, 3 if attrs.get("dilations") else 1), np.float32)
+    model = _grid_model("maxpool-float", x.shape, [attrs])
+    with pytest.raises(Exception, match="negative"):
+        ort_session(model).run(None, {"x": x})
+    with pytest.raises(KernelError, match="does not fit spatial axis 0"):
+        IntegerSession(model).run(None, {"x": x})
