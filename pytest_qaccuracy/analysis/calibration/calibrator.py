@@ -14,7 +14,7 @@ import inspect
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -335,8 +335,15 @@ def quantize_with_ranges(
     calibration: CalibrationOptions | None = None,
     nodes_to_exclude: Sequence[str] | None = None,
     via: str = "auto",
+    *,
+    reduce_range: bool = False,
+    overrides: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> Path:
     """Have onnxruntime's ``quantize_static`` write a QDQ model with our ranges.
+
+    ``reduce_range`` is onnxruntime's 7-bit weights; ``overrides`` are extra ``TensorQuantOverrides``
+    (e.g. ``{"conv1_out": [{"quant_type": QuantType.QUInt16}]}`` for 16-bit activations), merged
+    entry by entry with those this function writes itself.
 
     ``via="cache"`` hands the ranges over as onnxruntime's calibration cache (no calibration run);
     ``via="overrides"`` as ``TensorQuantOverrides`` rmin/rmax, with onnxruntime calibrating one
@@ -362,6 +369,7 @@ def quantize_with_ranges(
     kwargs: dict[str, Any] = {
         "quant_format": QuantFormat.QDQ,
         "per_channel": calibration.per_channel,
+        "reduce_range": reduce_range,
         "activation_type": qtypes[calibration.activation_type],
         "weight_type": qtypes[calibration.weight_type],
         "nodes_to_exclude": list(nodes_to_exclude or []),
@@ -382,6 +390,9 @@ def quantize_with_ranges(
         else:
             extra["TensorQuantOverrides"].update(_range_overrides(proto, result))
             kwargs["calibration_data_reader"] = _ZeroRecord(proto)
+        for name, entries in (overrides or {}).items():
+            mine = extra["TensorQuantOverrides"].get(name, [{}])
+            extra["TensorQuantOverrides"][name] = [{**mine[0], **dict(entries[0])}, *map(dict, entries[1:])]
         written = Path(tmp) / out.name
         # onnxruntime's quantizer reads a file and writes `<model>-inferred.onnx` beside it: hand it a
         # private copy (the converted model, if upgraded), so that two calibrations of one model at
