@@ -228,3 +228,109 @@ def test_refused_recipe_is_a_listed_skip(tiny, monkeypatch):
     assert [s.change for s in skipped] == ["per_channel=True"]
     assert "refused for the test" in skipped[0].skipped
     assert result.best_step.skipped is None
+
+
+def _cli(tiny, out: Path, *extra: str) -> list[str]:
+    return [
+        "recipe", str(tiny["fp32"]), "--data", str(tiny["calib"]), "--eval", str(tiny["eval"]),
+        "--out-dir", str(out), *extra,
+    ]  # fmt: skip
+
+
+def test_command_writes_a_recipe_that_passes(tiny, tmp_path, capsys):
+    from pytest_qaccuracy.cli import main
+
+    out = tmp_path / "out"
+    code = main(_cli(tiny, out, "--target", "sqnr>=25", "--targets", "onnxruntime,onnxruntime-avx2"))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    steps = [line for line in captured.err.splitlines() if line.startswith("recipe: step ")]
+    document = json.loads((out / "chain.recipe.json").read_text())
+    assert len(steps) == len(document["steps"])  # one progress line per finished step
+    assert "recipe meets sqnr >= 25" in captured.out
+    best = document["steps"][document["best"]]
+    assert document["met"] and best["passed"]
+    for target in ("onnxruntime", "onnxruntime-avx2"):
+        assert best["measured"][target]["y"]["sqnr"] >= 25
+    assert (out / "chain.recipe.onnx").exists() and (out / "chain.recipe.py").exists()
+    # the script runs as it is, from the output folder, and writes the same model
+    import runpy
+
+    script = (out / "chain.recipe.py").read_text().replace("'chain.recipe.onnx'", repr(str(tmp_path / "again.onnx")))
+    (tmp_path / "again.py").write_text(script)
+    import os
+
+    here = os.getcwd()
+    try:
+        os.chdir(out)
+        runpy.run_path(str(tmp_path / "again.py"))
+    finally:
+        os.chdir(here)
+    again, ours = onnx.load(str(tmp_path / "again.onnx")), onnx.load(str(out / "chain.recipe.onnx"))
+    assert again.graph.SerializeToString() == ours.graph.SerializeToString()
+
+
+def test_command_best_effort_exits_1(tiny, tmp_path, capsys):
+    from pytest_qaccuracy.cli import main
+
+    out = tmp_path / "out"
+    code = main(_cli(tiny, out, "--target", "sqnr>=500", "--budget", "2"))
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "no recipe met sqnr >= 500 within the search (budget reached (2 experiments))" in captured.out
+    document = json.loads((out / "chain.recipe.json").read_text())
+    assert document["met"] is False and document["stopped"] == "budget" and len(document["steps"]) == 2
+    assert (out / "chain.recipe.onnx").exists()
+
+
+def test_command_interrupted_writes_best_so_far(tiny, tmp_path, capsys, monkeypatch):
+    from pytest_qaccuracy.analysis.recipe.search import RecipeSearch
+    from pytest_qaccuracy.cli import main
+
+    real, calls = RecipeSearch.measure, []
+
+    def measure(self, recipe, phase, change):
+        calls.append(change)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, recipe, phase, change)
+
+    monkeypatch.setattr(RecipeSearch, "measure", measure)
+    out = tmp_path / "out"
+    code = main(_cli(tiny, out, "--target", "sqnr>=500"))
+    captured = capsys.readouterr()
+    assert code == 130
+    assert "interrupted; the best recipe so far is written" in captured.err
+    document = json.loads((out / "chain.recipe.json").read_text())
+    assert document["stopped"] == "interrupted" and len(document["steps"]) == 2
+    assert (out / "chain.recipe.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--target", "cosine>=1.5"], "no model can meet it"),
+        (["--target", "bogus>=1"], "bogus"),
+        (["--target", "cosine>=0.9", "--targets", "arm64"], "unknown deployment target 'arm64'"),
+        (["--target", "cosine>=0.9", "--budget", "soon"], "budget 'soon'"),
+        (["--target", "cosine>=0.9", "--methods", "magic"], "unknown calibration method 'magic'"),
+        (["--target", "cosine>=0.9", "--cost", "float=x"], "cost weight"),
+    ],
+)
+def test_command_bad_input_is_one_error_line(tiny, tmp_path, capsys, extra, message):
+    from pytest_qaccuracy.cli import main
+
+    code = main(_cli(tiny, tmp_path / "out", *extra))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_command_refuses_a_quantized_model(tiny, zoo, tmp_path, capsys):
+    from pytest_qaccuracy.cli import main
+
+    argv = _cli(tiny, tmp_path / "out", "--target", "cosine>=0.9")
+    argv[1] = str(zoo["qdq_u8"])
+    assert main(argv) == 2
+    assert "already quantized; the recipe search needs the fp32 model" in capsys.readouterr().err

@@ -10,13 +10,16 @@ records with the defaults ``quantize_static`` gives them; their ranges are cache
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 
 from pytest_qaccuracy.analysis.calibration import METHODS, CalibrationOptions, compute_ranges, quantize_with_ranges
@@ -128,22 +131,23 @@ def ort_ranges(
                 calibrate_method=getattr(CalibrationMethod, method),
                 extra_options=dict(extra or {}),
             )
-            calibrator.collect_data(reader)
-            data = calibrator.compute_data()
+            # onnxruntime's histogram calibrators print their progress: onto stderr, not the caller's stdout
+            with contextlib.redirect_stdout(sys.stderr):
+                calibrator.collect_data(reader)
+                data = calibrator.compute_data()
         except (ValueError, KeyError, RuntimeError) as exc:
             raise InputError(f"{fp32}: onnxruntime's {method} calibrator failed ({exc})") from None
         finally:
             root.setLevel(level)
     ranges = {}
     for name, tensor in data.data.items():
-        lo, hi = tensor.range_value
-        ranges[name] = (float(lo), float(hi))
+        lo, hi = tensor.range_value  # arrays of one value (or one per channel): the tensor's extremes
+        ranges[name] = (float(np.min(lo)), float(np.max(hi)))
     return CalibrationResult(f"ort-{method.lower()}", len(reader), ranges, {})
 
 
 def write_cache(result: CalibrationResult, path: str | os.PathLike[str]) -> Path:
     """The ranges as onnxruntime's calibration cache file (``calibration_cache_path``)."""
-    import numpy as np
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
 

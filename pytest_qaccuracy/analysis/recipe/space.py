@@ -149,40 +149,28 @@ def _names(names: Sequence[str], shown: int = 3) -> str:
 def python_snippet(arguments: Mapping[str, Any], fp32: str, out: str, calibration_data: str) -> str:
     """A Python script that writes the recipe's model with onnxruntime alone (plus our data reader
     when onnxruntime's own calibrators need the records)."""
-    lines = [
-        "from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static",
-    ]
-    calls = []
+    head = ["from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static"]
+    if "calibration_cache_path" in arguments:
+        reader = "None,  # the ranges come from the calibration cache"
+    else:
+        head.append("from pytest_qaccuracy.analysis.calibration.reader import DatasetReader")
+        reader = f"DatasetReader({calibration_data!r}, {fp32!r}),"
+    overrides = arguments.get("extra_options", {}).get("TensorQuantOverrides", {})
+    body = ["", "overrides = {"]
+    body += [f"    {name!r}: [{{'quant_type': QuantType.{e[0]['quant_type']}}}]," for name, e in overrides.items()]
+    body += ["}", "quantize_static(", f"    {fp32!r},", f"    {out!r},", f"    {reader}"]
+    enums = {"quant_format": "QuantFormat", "activation_type": "QuantType", "weight_type": "QuantType"}
+    enums["calibrate_method"] = "CalibrationMethod"
     for key, value in arguments.items():
-        if key == "quant_format":
-            text = f"QuantFormat.{value}"
-        elif key in ("activation_type", "weight_type"):
-            text = f"QuantType.{value}"
-        elif key == "calibrate_method":
-            text = f"CalibrationMethod.{value}"
-        elif key == "extra_options":
-            text = _extra_text(value)
+        if key == "extra_options":
+            rest = {k: v for k, v in value.items() if k != "TensorQuantOverrides"}
+            text = "{" + "".join(f"{k!r}: {v!r}, " for k, v in rest.items()) + "'TensorQuantOverrides': overrides}"
+        elif key in enums:
+            text = f"{enums[key]}.{value}"
         else:
             text = repr(value)
-        calls.append(f"    {key}={text},")
-    if "calibration_cache_path" in arguments:
-        reader = "None  # the ranges come from the calibration cache"
-    else:
-        lines.append("from pytest_qaccuracy.analysis.calibration.reader import DatasetReader")
-        reader = f"DatasetReader({calibration_data!r}, {fp32!r})"
-    lines += ["", "quantize_static(", f"    {fp32!r},", f"    {out!r},", f"    {reader},", *calls, ")"]
-    return "\n".join(lines) + "\n"
-
-
-def _extra_text(extra: Mapping[str, Any]) -> str:
-    overrides = extra.get("TensorQuantOverrides", {})
-    if not overrides:
-        return "{}"
-    items = [
-        f"        {name!r}: [{{'quant_type': QuantType.{entries[0]['quant_type']}}}],"
-        for name, entries in overrides.items()
-    ]
-    return "{\n" + '    "TensorQuantOverrides": {\n' + "\n".join(items) + "\n    }}"
+        body.append(f"    {key}={text},")
+    return "\n".join([*head, *body, ")"]) + "\n"
 
 
 __all__ = ["ORT_METHODS", "PRECISIONS", "QUANT_TYPES", "Recipe", "python_snippet"]
