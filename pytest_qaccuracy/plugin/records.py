@@ -129,6 +129,12 @@ class SensitivityEntry:
     report: Mapping[str, Any] | None = None
     error: str | None = None
     target_from: ExclusionTarget | None = None
+    #: the recipe search's result (``RecipeResult.to_dict()``), or why it was not searched
+    recipe: Mapping[str, Any] | None = None
+    recipe_note: str | None = None
+    #: seconds the analysis took, and the budget it had
+    seconds: float | None = None
+    budget: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"mode": self.mode, "metric": self.metric}
@@ -137,6 +143,9 @@ class SensitivityEntry:
         if self.error is not None:
             data["error"] = self.error
         data["target_from"] = None if self.target_from is None else self.target_from.to_dict()
+        for name in ("recipe", "recipe_note", "seconds", "budget"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
         return data
 
     @classmethod
@@ -148,6 +157,10 @@ class SensitivityEntry:
             report=data.get("report"),
             error=data.get("error"),
             target_from=None if target is None else ExclusionTarget.from_dict(target),
+            recipe=data.get("recipe"),
+            recipe_note=data.get("recipe_note"),
+            seconds=data.get("seconds"),
+            budget=data.get("budget"),
         )
 
 

@@ -8,6 +8,7 @@ Both read the ``"sensitivity"`` entry of a plugin pair record: ``mode``, ``metri
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,10 +53,50 @@ def sensitivity_lines(record: Mapping[str, Any], top: int = 10) -> list[str]:
     report = _report(entry) if "report" in entry else None
     note = _not_analysed(entry, report)
     if note is not None:
-        return [INDENT + note]
+        return [INDENT + line for line in [note, *recipe_lines(entry)]]
     lines = sensitivity_table(report.sensitivity, top).splitlines()
     suggestion = _suggestion(report, record)
-    return [INDENT + line for line in [*lines, *([suggestion] if suggestion else [])]]
+    return [INDENT + line for line in [*lines, *([suggestion] if suggestion else []), *recipe_lines(entry)]]
+
+
+def recipe_lines(entry: Mapping[str, Any]) -> list[str]:
+    """The recipe search's verdict and recipe (its verified figures), or why it was not searched."""
+    from pytest_qaccuracy.analysis.recipe.search import RecipeResult
+    from pytest_qaccuracy.report.recipe_tables import verdict_lines
+
+    if entry.get("recipe_note"):
+        return [entry["recipe_note"]]
+    if not entry.get("recipe"):
+        return []
+    result = RecipeResult.from_dict(entry["recipe"])
+    lines = verdict_lines(result)
+    args = result.arguments
+    if args:
+        lines.append(f"  quantize_static arguments: {json.dumps(args, sort_keys=True)}")
+    return lines
+
+
+def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The recipe in ``summary.json``: met, why it stopped, the arguments and the best step's figures."""
+    if entry.get("recipe_note"):
+        return {"searched": False, "note": entry["recipe_note"]}
+    data = entry.get("recipe")
+    if not data:
+        return None
+    best = data["steps"][data["best"]] if data.get("best") is not None else None
+    return {
+        "searched": True,
+        "met": data["met"],
+        "stopped": data["stopped"],
+        "checks": data["checks"],
+        "targets": data["targets"],
+        "evaluation_records": data["records"],
+        "quantize_static": data.get("quantize_static"),
+        "cost": None if best is None else best["cost"],
+        "measured": None if best is None else best["measured"],
+        "experiments": len(data["steps"]),
+        "seconds": data["seconds"],
+    }
 
 
 def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any] | None:
@@ -72,6 +113,9 @@ def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any
         "most_sensitive": [],
         "unsupported": None,
         "error": entry.get("error"),
+        "recipe": recipe_brief(entry),
+        "seconds": entry.get("seconds"),
+        "budget": entry.get("budget"),
     }
     if "report" in entry:
         report = _report(entry)
@@ -96,7 +140,7 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
     report = _report(entry) if "report" in entry else None
     note = _not_analysed(entry, report)
     if note is not None:
-        return {"note": note}
+        return {"note": note, "recipe": recipe_lines(entry)}
     result = report.sensitivity
     metric = result.metric_names[0]
     ranked = result.ranked()
@@ -112,7 +156,8 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
         "baseline": result.baseline.get(metric),
         "suggestion": _suggestion(report, record),
         "chart": report.cumulative.chart_data() if report.cumulative is not None else None,
+        "recipe": recipe_lines(entry),
     }
 
 
-__all__ = ["sensitivity_brief", "sensitivity_lines", "sensitivity_view"]
+__all__ = ["recipe_brief", "recipe_lines", "sensitivity_brief", "sensitivity_lines", "sensitivity_view"]

@@ -262,7 +262,9 @@ class RecipeSearch:
 
     def _check_budget(self) -> None:
         elapsed = time.monotonic() - self.started
-        if self.budget.seconds is not None and elapsed >= self.budget.seconds:
+        # the next experiment is assumed to last as long as the longest so far: stop before, not after
+        expected = max((s.seconds for s in self.steps), default=0.0)
+        if self.budget.seconds is not None and elapsed + expected >= self.budget.seconds:
             raise _OutOfBudget
         if self.budget.experiments is not None and len(self.steps) >= self.budget.experiments:
             raise _OutOfBudget
@@ -431,7 +433,7 @@ class RecipeSearch:
             if passing is None:
                 return
             kept = list(passing.recipe.float)
-            self._note(f"pruning {len(kept)} float node(s)")
+            self._note(f"pruning {len(kept)} float node(s): estimating which can be quantized again")
             for node in estimator.droppable(kept, lambda n: self.cost.node(n, "float")):
                 current = self.best.recipe
                 if node in current.float:
