@@ -114,8 +114,6 @@ def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any
         "unsupported": None,
         "error": entry.get("error"),
         "recipe": recipe_brief(entry),
-        "seconds": entry.get("seconds"),
-        "budget": entry.get("budget"),
     }
     if "report" in entry:
         report = _report(entry)
@@ -140,7 +138,8 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
     report = _report(entry) if "report" in entry else None
     note = _not_analysed(entry, report)
     if note is not None:
-        return {"note": note, "recipe": recipe_lines(entry)}
+        lines = recipe_lines(entry)
+        return {"note": note, "recipe": lines} if lines else {"note": note}
     result = report.sensitivity
     metric = result.metric_names[0]
     ranked = result.ranked()
