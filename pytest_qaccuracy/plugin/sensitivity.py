@@ -223,7 +223,7 @@ def _recipe(state: AnalysedSession, spec: PairFiles, target: str | None, left: f
         return {"recipe_note": f"{found.note}; {_budget_text(state.settings, left)} left"}
     if found.result.stopped == "interrupted":  # Ctrl-C: the session's analysis stops, as in the ranking
         raise KeyboardInterrupt
-    return {"recipe": found.result.to_dict()}
+    return {"recipe": {**found.result.to_dict(), "budget": round(left, 3)}}
 
 
 def _budget_text(settings: SensitivitySettings, seconds: float) -> str:

@@ -96,6 +96,7 @@ def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
         "measured": None if best is None else best["measured"],
         "experiments": len(data["steps"]),
         "seconds": data["seconds"],
+        "budget": data.get("budget"),  # seconds the search was given (what the ranking left)
     }
 
 

@@ -28,11 +28,11 @@ def test_default_analysis_is_bounded_and_gives_a_verified_recipe(defaults: pytes
     result = defaults.runpytest("--qaccuracy-artifacts-dir=out", "--junitxml=junit.xml")
     result.assert_outcomes(passed=1, failed=1)
     entry = _entry(defaults.path / "out", "digits_cnn.broken")
-    # the budget is twice the pair's check; the analysis never plans beyond it
-    assert entry["budget"] > 0
-    assert entry["seconds"] <= entry["budget"] * 1.5 + 1.0, entry
     recipe = entry["recipe"]
     if recipe["searched"]:
+        # what the ranking left of twice the pair's check; the search stops before an experiment
+        # that would not fit, so it overruns by less than one experiment at most
+        assert recipe["budget"] > 0 and recipe["seconds"] <= recipe["budget"] * 1.5 + 1.0, recipe
         # the broken pair's damage is in its quantized file: quantize_static from the fp32 model,
         # measured on the held-out half of the data, meets the failed check
         assert recipe["met"] and recipe["cost"] == 0
