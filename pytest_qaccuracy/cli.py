@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pytest_qaccuracy.errors import QAccuracyError
 
 #: Sub-command modules, in the order ``--help`` lists them.
-COMMANDS = ("compare", "report", "sensitivity", "run", "calibrate", "saturation")
+COMMANDS = ("compare", "report", "sensitivity", "recipe", "run", "calibrate", "saturation")
 
 #: Exit code of bad usage, bad input, or a model or tensor the command cannot handle (a check that fails
 #: exits with 1, success with 0).

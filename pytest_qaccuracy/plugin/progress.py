@@ -176,6 +176,7 @@ def finish_session(session: pytest.Session, state: QAccuracySession, progress: S
     if state.worker:
         session.config.workeroutput["qaccuracy"] = state.payload(progress.interrupted)
         return
+    _recipe_properties(session.config, state)
     status = state.status = progress.finish(state.workers_without_data, stopped_reason(session))
     try:
         with sigterm_as_interrupt():
@@ -186,6 +187,20 @@ def finish_session(session: pytest.Session, state: QAccuracySession, progress: S
     failed = not written or status.status == INCOMPLETE
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # missing artifacts or results: say so in CI
+
+
+def _recipe_properties(config: pytest.Config, state: QAccuracySession) -> None:
+    """The recipes found at the end of the session, as JUnit XML test-suite properties (when the
+    session writes JUnit XML and the plugin's JUnit properties are on)."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None or not state.settings.junit_properties:
+        return
+    from pytest_qaccuracy.plugin.properties import recipe_properties
+
+    for name, value in recipe_properties(state.documents()):
+        xml.add_global_property(name, value)
 
 
 __all__ = [

@@ -8,7 +8,8 @@ the task metrics' (``qaccuracy.task.<value>.{fp32,quantized,drop}``), each deplo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_qaccuracy.numbers import format_number
@@ -63,4 +64,27 @@ def gate_properties(agreement: Any) -> Properties:
     ]
 
 
-__all__ = ["Properties", "gate_properties", "pair_properties", "target_properties"]
+def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
+    """Each analysed pair's recipe, as test-suite properties (the recipe is found after the pair's
+    test case was written): ``qaccuracy.recipe.<pair>.met``, ``.quantize_static`` (JSON), or ``.note``."""
+    props = []
+    for record in records:
+        entry = record.get("sensitivity") or {}
+        prefix = f"qaccuracy.recipe.{record['id']}"
+        if entry.get("recipe_note"):
+            props.append((f"{prefix}.note", entry["recipe_note"]))
+        recipe = entry.get("recipe")
+        if recipe:
+            props.append((f"{prefix}.met", str(recipe["met"]).lower()))
+            props.append((f"{prefix}.stopped", recipe["stopped"]))
+            props.append((f"{prefix}.quantize_static", json.dumps(recipe.get("quantize_static"), sort_keys=True)))
+            best = recipe["steps"][recipe["best"]] if recipe.get("best") is not None else None
+            for target, outputs in (best or {}).get("measured", {}).items():
+                for output, metrics in outputs.items():
+                    for metric, value in metrics.items():
+                        shown = "n/a" if value is None else format_number(float(value))
+                        props.append((f"{prefix}.{target}.{output}.{metric}", shown))
+    return props
+
+
+__all__ = ["Properties", "gate_properties", "pair_properties", "recipe_properties", "target_properties"]

@@ -135,6 +135,12 @@ class SensitivityEntry:
     target_from: ExclusionTarget | None = None
     #: the sweep aimed at a failed task-metric check (``TaskSweep.to_dict()``, or ``{"check", "error"}``)
     task: Mapping[str, Any] | None = None
+    #: the recipe search's result (``RecipeResult.to_dict()``), or why it was not searched
+    recipe: Mapping[str, Any] | None = None
+    recipe_note: str | None = None
+    #: seconds the analysis took, and the budget it had
+    seconds: float | None = None
+    budget: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"mode": self.mode, "metric": self.metric}
@@ -145,6 +151,9 @@ class SensitivityEntry:
         data["target_from"] = None if self.target_from is None else self.target_from.to_dict()
         if self.task is not None:
             data["task"] = dict(self.task)
+        for name in ("recipe", "recipe_note", "seconds", "budget"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
         return data
 
     @classmethod
@@ -157,6 +166,10 @@ class SensitivityEntry:
             error=data.get("error"),
             target_from=None if target is None else ExclusionTarget.from_dict(target),
             task=data.get("task"),
+            recipe=data.get("recipe"),
+            recipe_note=data.get("recipe_note"),
+            seconds=data.get("seconds"),
+            budget=data.get("budget"),
         )
 
 

@@ -40,6 +40,12 @@ class PairFiles(Protocol):
     def quantized(self) -> Path: ...
     @property
     def data(self) -> Path: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def scheme(self) -> str: ...
+    @property
+    def targets(self) -> tuple[str, ...]: ...
 
 
 class SensitivitySettings(Protocol):
@@ -53,6 +59,10 @@ class SensitivitySettings(Protocol):
     def sensitivity_mode(self) -> str: ...
     @property
     def sensitivity_records(self) -> int: ...
+    @property
+    def analysis(self) -> str: ...
+    @property
+    def analysis_budget(self) -> tuple[float | None, float | None]: ...
 
 
 class AnalysedSession(Protocol):
@@ -67,6 +77,7 @@ class AnalysedSession(Protocol):
     def runtime_options(self) -> Any: ...
     def reference(self, spec: Any) -> Any: ...
     def task_inputs(self, spec: Any) -> tuple[Sequence[Any], Any]: ...
+    def check_seconds(self, spec: Any) -> float: ...
 
 
 def exclusion_target(checks: Sequence[RecordedCheck], metric: str) -> ExclusionTarget | None:
@@ -119,7 +130,7 @@ def merge_entry(mine: SensitivityEntry | None, theirs: SensitivityEntry | None) 
 def analyse_records(state: AnalysedSession, specs: Mapping[str, PairFiles]) -> None:
     """Analyse the selected pairs of ``state.records`` (``specs``: record key -> pair), once per pair."""
     settings = state.settings
-    if settings.sensitivity == "off":
+    if settings.sensitivity == "off" or settings.analysis == "off":
         return
     done: dict[tuple[Any, ...], SensitivityEntry] = {}
     for key, record in list(state.records.items()):
@@ -184,27 +195,93 @@ def analyse_task(state: AnalysedSession, spec: Any, entry: SensitivityEntry, che
         return {"check": check, "threshold": threshold, "error": f"{type(exc).__name__}: {first}"}
 
 
+def analysis_budget(settings: SensitivitySettings, check_seconds: float) -> float:
+    """Seconds the analysis of a pair may take: a multiple of its check time, or a fixed time."""
+    factor, fixed = settings.analysis_budget
+    return float(fixed) if fixed is not None else float(factor or 0.0) * check_seconds
+
+
 def analyse_one(state: AnalysedSession, spec: PairFiles, target: str | None) -> SensitivityEntry:
-    """One pair's analysis: the report's ``to_dict()``, or a one-line ``error``."""
+    """One pair's analysis within its budget: the ranking (when it is expected to fit), then the
+    recipe search with what is left (level ``recipe``); each part gives a one-line reason instead
+    when it does not run or fails. Never raises: a bad model or dataset must not end the session."""
+    import time
+
     settings = state.settings
     mode, metric = settings.sensitivity_mode, settings.sensitivity_metric
+    check = state.check_seconds(spec)
+    budget = analysis_budget(settings, check)
+    began = time.monotonic()
+    entry = SensitivityEntry(mode=mode, metric=metric, budget=round(budget, 3))
     try:
-        from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
+        entry = replace(entry, **_ranking(state, spec, target, budget, check))
+    except Exception as exc:
+        entry = replace(entry, error=_one_line(exc))
+    if settings.analysis == "recipe":
+        try:
+            entry = replace(entry, **_recipe(state, spec, target, budget - (time.monotonic() - began), check))
+        except Exception as exc:
+            entry = replace(entry, recipe_note=f"recipe not searched: {_one_line(exc)}")
+    return replace(entry, seconds=round(time.monotonic() - began, 3))
 
-        report = analyse_pair(
-            state.model_pair(spec),
-            spec.data,
-            metrics=metric,
-            mode=mode,
-            target=target,
-            options=state.runtime_options(),
-            records=settings.sensitivity_records or None,
-            reference=state.reference(spec),  # the fp32 outputs of the pair's comparison
-        )
-        return SensitivityEntry(mode=mode, metric=metric, report=report.to_dict())
-    except Exception as exc:  # a bad model or dataset must not end the session
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        return SensitivityEntry(mode=mode, metric=metric, error=f"{type(exc).__name__}: {first}")
+
+def _one_line(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {first}"
+
+
+def _ranking(
+    state: AnalysedSession, spec: PairFiles, target: str | None, budget: float, check: float
+) -> dict[str, Any]:
+    """The node ranking's report, or why it did not run (its expected cost exceeds the budget)."""
+    from pytest_qaccuracy.analysis.recipe.pair import ranking_seconds
+    from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
+    from pytest_qaccuracy.data import load_dataset
+
+    settings = state.settings
+    pair = state.model_pair(spec)
+    with load_dataset(spec.data) as data:
+        count = len(data)
+    share = 1.0 if not settings.sensitivity_records else min(1.0, settings.sensitivity_records / max(count, 1))
+    expected = ranking_seconds(pair.quantized, check, share)
+    if expected > budget:
+        return {"error": f"ranking not run: budget (about {expected:.0f}s expected, {_budget_text(settings, budget)})"}
+    report = analyse_pair(
+        pair,
+        spec.data,
+        metrics=settings.sensitivity_metric,
+        mode=settings.sensitivity_mode,
+        target=target,
+        options=state.runtime_options(),
+        records=settings.sensitivity_records or None,
+        reference=state.reference(spec),  # the fp32 outputs of the pair's comparison
+    )
+    return {"report": report.to_dict()}
+
+
+def _recipe(state: AnalysedSession, spec: PairFiles, target: str | None, left: float, check: float) -> dict[str, Any]:
+    """The recipe search's result within what is left of the budget, or why it was not searched."""
+    if target is None:
+        return {"recipe_note": "recipe not searched: no failed cosine or SQNR check on an output to aim at"}
+    from pytest_qaccuracy.analysis.recipe.pair import pair_recipe
+    from pytest_qaccuracy.analysis.sweep import Target
+
+    own = "onnxruntime" if spec.backend == "onnxruntime" else spec.scheme
+    targets = list(dict.fromkeys([own, *spec.targets]))
+    found = pair_recipe(
+        spec.fp32, spec.quantized, spec.data, Target.parse(target), targets, left, check, state.runtime_options()
+    )
+    if found.result is None:
+        return {"recipe_note": f"{found.note}; {_budget_text(state.settings, left)} left"}
+    if found.result.stopped == "interrupted":  # Ctrl-C: the session's analysis stops, as in the ranking
+        raise KeyboardInterrupt
+    return {"recipe": {**found.result.to_dict(), "budget": round(left, 3)}}
+
+
+def _budget_text(settings: SensitivitySettings, seconds: float) -> str:
+    factor, fixed = settings.analysis_budget
+    unit = f"{factor:g}x the pair's check" if fixed is None else "qaccuracy_analysis_budget"
+    return f"budget {seconds:.1f}s = {unit}"
 
 
 __all__ = [
@@ -213,6 +290,7 @@ __all__ = [
     "SensitivitySettings",
     "analyse_records",
     "analyse_task",
+    "analysis_budget",
     "exclusion_target",
     "merge_entry",
     "target_rank",

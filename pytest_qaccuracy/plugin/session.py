@@ -9,6 +9,7 @@ wire), and only the controller writes artifacts. Heavy modules are imported on f
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -82,6 +83,7 @@ class QAccuracySession:
         self._task_values: dict[PairSpec, dict[str, TaskValue]] = {}
         #: (fp32 model, data) -> its fp32 outputs from the comparison pass, for the sensitivity analysis
         self._references: dict[tuple[Path, Path], ReferenceCache] = {}
+        self._check_seconds: dict[tuple[Path, Path, Path], float] = {}
         self._reference_budget: ReferenceBudget | None = None
         self.written: list[Path] = []
         #: whether the session is complete, set on the controller before :meth:`finish`
@@ -231,18 +233,27 @@ class QAccuracySession:
     ) -> ComparisonResult:
         from pytest_qaccuracy.analysis.compare import compare
 
-        return compare(
-            self.model_pair(spec),
-            spec.data,
-            list(names),
-            self.runtime_options(),
-            backend=spec.backend,
-            scheme=spec.compare_scheme,
-            slices=spec.slices,
-            measure=measure,
-            agreement=agreement,
-            reference=reference,
-        )
+        began = time.monotonic()  # the pair's check time: the unit of its analysis budget
+        try:
+            return compare(
+                self.model_pair(spec),
+                spec.data,
+                list(names),
+                self.runtime_options(),
+                backend=spec.backend,
+                scheme=spec.compare_scheme,
+                slices=spec.slices,
+                measure=measure,
+                agreement=agreement,
+                reference=reference,
+            )
+        finally:
+            key = (spec.fp32, spec.quantized, spec.data)
+            self._check_seconds[key] = self._check_seconds.get(key, 0.0) + time.monotonic() - began
+
+    def check_seconds(self, spec: PairSpec) -> float:
+        """Seconds this process spent comparing the pair's models on its data (the analysis budget's unit)."""
+        return self._check_seconds.get((spec.fp32, spec.quantized, spec.data), 0.0)
 
     @staticmethod
     def _stats_key(spec: PairSpec, tolerances: Tolerances) -> tuple[StatsKey, list[int], float | None, float | None]:

@@ -49,6 +49,11 @@ SENSITIVITY_SCOPES = ("failed", "all", "off")
 SENSITIVITY_MODES = ("single", "leave-one-out")
 DEFAULT_SENSITIVITY_METRIC = "cosine"
 DEFAULT_SENSITIVITY_TOP = 10
+#: How far the end-of-session analysis of a failing pair goes: nothing, the node ranking, or the
+#: ranking and a verified recipe search.
+ANALYSIS_LEVELS = ("off", "rank", "recipe")
+#: The analysis of a pair costs at most this multiple of the pair's own check time by default.
+DEFAULT_ANALYSIS_BUDGET = (2.0, None)
 #: Records the analysis reads by default: its cost grows with records times nodes (0: all records).
 DEFAULT_SENSITIVITY_RECORDS = 32
 
@@ -72,6 +77,8 @@ OPTIONS: dict[str, Option] = {
     "sensitivity_mode": Option.named("sensitivity_mode"),
     "sensitivity_top": Option.named("sensitivity_top"),
     "sensitivity_records": Option.named("sensitivity_records"),
+    "analysis": Option.named("analysis"),
+    "analysis_budget": Option.named("analysis_budget"),
     "backend": Option.named("backend"),
     "scheme": Option.named("scheme"),
     "targets": Option.named("targets", lines=True),
@@ -109,6 +116,9 @@ class QAccuracySettings:
     sensitivity_mode: str = "single"
     sensitivity_top: int = DEFAULT_SENSITIVITY_TOP
     sensitivity_records: int = DEFAULT_SENSITIVITY_RECORDS
+    analysis: str = "recipe"
+    #: (factor of the pair's check time, None) or (None, seconds)
+    analysis_budget: tuple[float | None, float | None] = DEFAULT_ANALYSIS_BUDGET
     backend: str = DEFAULT_BACKEND
     scheme: str = DEFAULT_SCHEME
     targets: tuple[str, ...] = ()
@@ -262,6 +272,13 @@ def _add_sensitivity_options(parser: pytest.Parser, group: pytest.OptionGroup) -
         ("sensitivity_mode", "MODE", "Sensitivity mode: single or leave-one-out (default single)"),
         ("sensitivity_top", "N", f"Rows of the sensitivity table (default {DEFAULT_SENSITIVITY_TOP})"),
         ("sensitivity_records", "N", records_help),
+        ("analysis", "LEVEL", "End-of-session analysis of failed pairs: off, rank (nodes) or recipe (default recipe)"),
+        (
+            "analysis_budget",
+            "LIMIT",
+            "Time the analysis of one pair may take: a multiple of its check time (2x) or seconds (60s, 5m)"
+            " (default 2x)",
+        ),
     )
     for name, metavar, help_text in options:
         flag = "--qaccuracy-" + name.replace("_", "-")
@@ -296,6 +313,19 @@ def _choice(choices: Sequence[str]) -> Callable[[object], str]:
         return text
 
     return parse
+
+
+def _budget(value: object) -> tuple[float | None, float | None]:
+    """``2x`` (a multiple of the pair's check time) or ``90s``, ``5m`` (seconds)."""
+    text = str(value).strip().lower()
+    units = {"x": 0, "s": 1, "m": 60, "h": 3600}
+    try:
+        number, unit = float(text[:-1]), text[-1:]
+    except ValueError:
+        number, unit = -1.0, ""
+    if unit not in units or not number > 0:
+        raise ValueError(f"expected a multiple of the check time (2x) or a time (90s, 5m), got {value!r}")
+    return (number, None) if unit == "x" else (None, number * units[unit])
 
 
 def _integer(minimum: int) -> Callable[[object], int]:
@@ -451,6 +481,8 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         sensitivity_mode=read("sensitivity_mode", _choice(SENSITIVITY_MODES), "single"),
         sensitivity_top=read("sensitivity_top", _integer(1), DEFAULT_SENSITIVITY_TOP),
         sensitivity_records=read("sensitivity_records", _integer(0), DEFAULT_SENSITIVITY_RECORDS),
+        analysis=read("analysis", _choice(ANALYSIS_LEVELS), "recipe"),
+        analysis_budget=read("analysis_budget", _budget, DEFAULT_ANALYSIS_BUDGET),
         backend=backend,
         scheme=scheme,
         targets=read("targets", _targets, ()),

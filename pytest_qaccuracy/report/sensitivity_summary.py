@@ -8,6 +8,7 @@ Both read the ``"sensitivity"`` entry of a plugin pair record: ``mode``, ``metri
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,11 +53,12 @@ def sensitivity_lines(record: Mapping[str, Any], top: int = 10) -> list[str]:
     report = _report(entry) if "report" in entry else None
     note = _not_analysed(entry, report)
     if note is not None:
-        return [INDENT + note]
+        return [INDENT + line for line in [note, *recipe_lines(entry)]]
     lines = sensitivity_table(report.sensitivity, top).splitlines()
     suggestion = _suggestion(report, record)
     task = task_suggestion(entry.get("task"))
-    return [INDENT + line for line in [*lines, *([suggestion] if suggestion else []), *([task] if task else [])]]
+    extra = [*([suggestion] if suggestion else []), *([task] if task else []), *recipe_lines(entry)]
+    return [INDENT + line for line in [*lines, *extra]]
 
 
 def task_suggestion(task: Mapping[str, Any] | None) -> str | None:
@@ -82,6 +84,47 @@ def _number(value: Any) -> str:
     return format_number(value, missing="undefined")
 
 
+def recipe_lines(entry: Mapping[str, Any]) -> list[str]:
+    """The recipe search's verdict and recipe (its verified figures), or why it was not searched."""
+    from pytest_qaccuracy.analysis.recipe.search import RecipeResult
+    from pytest_qaccuracy.report.recipe_tables import verdict_lines
+
+    if entry.get("recipe_note"):
+        return [entry["recipe_note"]]
+    if not entry.get("recipe"):
+        return []
+    result = RecipeResult.from_dict(entry["recipe"])
+    lines = verdict_lines(result)
+    args = result.arguments
+    if args:
+        lines.append(f"  quantize_static arguments: {json.dumps(args, sort_keys=True)}")
+    return lines
+
+
+def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The recipe in ``summary.json``: met, why it stopped, the arguments and the best step's figures."""
+    if entry.get("recipe_note"):
+        return {"searched": False, "note": entry["recipe_note"]}
+    data = entry.get("recipe")
+    if not data:
+        return None
+    best = data["steps"][data["best"]] if data.get("best") is not None else None
+    return {
+        "searched": True,
+        "met": data["met"],
+        "stopped": data["stopped"],
+        "checks": data["checks"],
+        "targets": data["targets"],
+        "evaluation_records": data["records"],
+        "quantize_static": data.get("quantize_static"),
+        "cost": None if best is None else best["cost"],
+        "measured": None if best is None else best["measured"],
+        "experiments": len(data["steps"]),
+        "seconds": data["seconds"],
+        "budget": data.get("budget"),  # seconds the search was given (what the ranking left)
+    }
+
+
 def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any] | None:
     """The pair's ``sensitivity`` in ``summary.json``: ranking head, target and suggestion, or why not."""
     entry = record.get("sensitivity")
@@ -96,6 +139,7 @@ def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any
         "most_sensitive": [],
         "unsupported": None,
         "error": entry.get("error"),
+        "recipe": recipe_brief(entry),
     }
     if "report" in entry:
         report = _report(entry)
@@ -122,7 +166,8 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
     report = _report(entry) if "report" in entry else None
     note = _not_analysed(entry, report)
     if note is not None:
-        return {"note": note}
+        lines = recipe_lines(entry)
+        return {"note": note, "recipe": lines} if lines else {"note": note}
     result = report.sensitivity
     metric = result.metric_names[0]
     ranked = result.ranked()
@@ -139,7 +184,15 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
         "suggestion": "; ".join(x for x in (_suggestion(report, record), task_suggestion(entry.get("task"))) if x)
         or None,
         "chart": report.cumulative.chart_data() if report.cumulative is not None else None,
+        "recipe": recipe_lines(entry),
     }
 
 
-__all__ = ["sensitivity_brief", "sensitivity_lines", "sensitivity_view", "task_suggestion"]
+__all__ = [
+    "recipe_brief",
+    "recipe_lines",
+    "sensitivity_brief",
+    "sensitivity_lines",
+    "sensitivity_view",
+    "task_suggestion",
+]

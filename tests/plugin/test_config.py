@@ -227,7 +227,8 @@ def test_markers_listed(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--markers").stdout.fnmatch_lines(["@pytest.mark.qaccuracy(fp32=None, quantized=None*"])
 
 
-def test_disabled_plugin(pytester: pytest.Pytester) -> None:
+def test_disabled_plugin(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:benchmark")  # no --qaccuracy-* flags: the plugin is off
     pytester.makepyfile(
         """
         import pytest

@@ -383,6 +383,7 @@
     const box = el("div", { cls: "sensitivity" });
     if (view.note) {
       box.appendChild(el("p", { cls: "meta", text: view.note }));
+      if (view.recipe?.length) box.appendChild(el("pre", { cls: "recipe", text: view.recipe.join("\n") }));
       return box;
     }
     box.appendChild(el("p", { cls: "meta", text: view.title }));
@@ -403,6 +404,7 @@
     }
     if (view.suggestion) box.appendChild(el("p", {}, [el("code", { cls: "suggestion", text: view.suggestion })]));
     if (view.chart?.x.length) box.appendChild(curveChart(view));
+    if (view.recipe?.length) box.appendChild(el("pre", { cls: "recipe", text: view.recipe.join("\n") }));
     return box;
   }
 

@@ -1,0 +1,145 @@
+"""Cheap estimates that order the recipe search's experiments (never its answer).
+
+They run on the base recipe's quantized model edited in place (a node in float = its Q/DQ pairs
+removed, :mod:`pytest_qaccuracy.analysis.partial`), with the sensitivity analysis' work reuse, on the
+first few calibration records: one pass for every node's leave-one-out gain, one for a set of
+exclusion prefixes, one for the nodes a passing set may drop. A 16-bit node is estimated as float.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_qaccuracy.analysis.experiments import Experiment
+from pytest_qaccuracy.analysis.recipe.measure import judge
+from pytest_qaccuracy.analysis.sensitivity import open_session
+from pytest_qaccuracy.analysis.sweep import Target
+from pytest_qaccuracy.data import Dataset
+from pytest_qaccuracy.model.pair import ModelPair
+from pytest_qaccuracy.runtime import RuntimeOptions
+
+#: Experiments in the first pass over the records; later passes hold what fits in NOTE_SECONDS, so
+#: that a long ranking reports progress (a line per pass) at least twice a minute.
+FIRST_CHUNK = 8
+MAX_CHUNK = 128
+NOTE_SECONDS = 30.0
+#: Above this many candidate nodes the ranking is one layer-wise pass instead of one experiment per node.
+LEAVE_ONE_OUT_NODES = 64
+#: Nodes of a passing set whose removal is estimated (the costliest).
+PRUNE_NODES = 32
+#: An input with no measured error (a graph input) counts as this SQNR, in dB.
+EXACT_DB = 100.0
+
+
+class Estimator:
+    """Estimates on the base model; a context manager (it holds a sensitivity session)."""
+
+    def __init__(
+        self,
+        fp32: str | os.PathLike[str],
+        quantized: str | os.PathLike[str],
+        calibration: Dataset | str | os.PathLike[str],
+        checks: Sequence[Target],
+        options: RuntimeOptions,
+        records: int,
+        note: Callable[[str], None],
+    ) -> None:
+        self.checks, self.note = list(checks), note
+        metrics = list(dict.fromkeys(c.metric for c in checks))
+        pair = ModelPair(str(fp32), str(quantized))
+        self.session = open_session(pair, calibration, metrics, options, records=records)
+        self.options = options
+        self.qgraph = self.session.qgraph
+        self.label = Path(quantized).name
+
+    def __enter__(self) -> Estimator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.session.close()
+
+    def margins(self, floats: Sequence[Sequence[str]], what: str) -> list[float]:
+        """The estimated margin (:func:`~.measure.judge`) with each set of nodes in float."""
+        qg, out, size = self.qgraph, [], FIRST_CHUNK
+        while len(out) < len(floats):
+            chunk = floats[len(out) : len(out) + size]
+            began = time.monotonic()
+            experiments = [
+                Experiment(str(i), qg.all_edges - qg.edges_of(names, "node")) for i, names in enumerate(chunk)
+            ]
+            for metrics in self.session.runner.run(experiments, "quantized"):
+                out.append(judge({"estimate": metrics}, self.checks).margin)
+            if len(floats) > FIRST_CHUNK:
+                self.note(f"{what}: {len(out)}/{len(floats)} estimated")
+            # the next pass holds as many experiments as fit in NOTE_SECONDS at this pass's pace
+            pace = (time.monotonic() - began) / len(chunk)
+            size = max(1, min(MAX_CHUNK, int(NOTE_SECONDS / max(pace, 1e-3))))
+        return out
+
+    def order(self, nodes: Sequence[str], cost: Callable[[str], float]) -> list[str]:
+        """Nodes by estimated gain per cost, those that gain nothing last (by gain).
+
+        Up to :data:`LEAVE_ONE_OUT_NODES` nodes, the gain is the leave-one-out margin gain over the
+        base (one edited-graph experiment per node); above, the SQNR a node loses between its worst
+        input and its output, from one layer-wise comparison pass (:func:`.layer_drops`), since one
+        experiment per node costs hundreds of forward passes on a large model.
+        """
+        records = self.session.records
+        if len(nodes) <= LEAVE_ONE_OUT_NODES:
+            self.note(f"ranking {len(nodes)} node(s) by leave-one-out gain on {records} calibration record(s)")
+            base, *single = self.margins([[], *([n] for n in nodes)], "ranking")
+            gains = {
+                n: (m - base if math.isfinite(m) and math.isfinite(base) else 0.0)
+                for n, m in zip(nodes, single, strict=True)
+            }
+        else:
+            self.note(f"ranking {len(nodes)} node(s) by their SQNR drop, one pass over {records} calibration record(s)")
+            gains = layer_drops(self.session, nodes, self.options)
+        helpful = sorted((n for n in nodes if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
+        rest = sorted((n for n in nodes if gains[n] <= 0), key=lambda n: -gains[n])
+        return helpful + rest
+
+    def prefixes(self, order: Sequence[str], ks: Sequence[int]) -> list[float]:
+        return self.margins([order[:k] for k in ks], "prefixes")
+
+    def droppable(self, kept: Sequence[str], cost: Callable[[str], float]) -> list[str]:
+        """Nodes of a passing float set whose removal is estimated to still pass, costliest first
+        (of the :data:`PRUNE_NODES` costliest)."""
+        costly = sorted(kept, key=lambda n: -cost(n))[:PRUNE_NODES]
+        margins = self.margins([[m for m in kept if m != n] for n in costly], "pruning")
+        return [n for n, m in zip(costly, margins, strict=True) if m >= 0]
+
+
+def layer_drops(session: Any, nodes: Sequence[str], options: RuntimeOptions) -> dict[str, float]:
+    """Per node, the SQNR (dB) lost from its worst activation input to its output: its own share of
+    the error, from one layer-wise comparison (QDQ reference semantics) on the session's records."""
+    from pytest_qaccuracy.analysis.compare import compare
+
+    result = compare(session.pair, session.dataset, "sqnr", options, capture="reference")
+    sqnr = {layer.tensor: layer.metrics.get("sqnr") for layer in result.layers}
+    sqnr.update({o.name: o.metrics.get("sqnr") for o in result.outputs})
+    fp32 = {n.name: n for n in session.pair.fp32.graph.node if n.name}
+
+    def db(tensor: str) -> float:
+        value = sqnr.get(tensor)
+        return EXACT_DB if value is None or not math.isfinite(value) else min(float(value), EXACT_DB)
+
+    drops = {}
+    for name in nodes:
+        node = fp32.get(name)
+        if node is None:
+            drops[name] = 0.0
+            continue
+        inputs = [db(t) for t in node.input if t in sqnr]
+        before = min(inputs) if inputs else EXACT_DB
+        after = min((db(t) for t in node.output if t), default=before)
+        drops[name] = max(before - after, 0.0)
+    return drops
+
+
+__all__ = ["Estimator", "layer_drops"]

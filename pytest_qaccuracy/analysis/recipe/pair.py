@@ -1,0 +1,121 @@
+"""From a failing pair to a recipe, within a time budget: what the pytest plugin's end-of-session
+analysis calls (the command line calls :func:`~.search.search_recipe` directly).
+
+The pair's own data is split: its first half calibrates, its second half is held out and every
+recipe is measured on it. The search starts from the pair's quantized model's own choices (its
+activation and weight types, per-channel weights), with MinMax calibration, and aims at the pair's
+failed check on every target the pair runs on.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from pytest_qaccuracy.analysis.recipe.search import Budget, RecipeResult, search_recipe
+from pytest_qaccuracy.analysis.recipe.space import Recipe
+from pytest_qaccuracy.analysis.sweep import Target
+from pytest_qaccuracy.data import load_dataset
+from pytest_qaccuracy.data.head import Head
+from pytest_qaccuracy.model.graph import GraphView
+from pytest_qaccuracy.model.loading import load_model
+from pytest_qaccuracy.runtime import RuntimeOptions
+
+_TYPES = {np.dtype(np.uint8): "uint8", np.dtype(np.int8): "int8"}
+
+
+def starting_recipe(quantized: str | os.PathLike[str]) -> Recipe:
+    """The recipe a QDQ model looks made with: its activation and weight types, per-channel weights."""
+    view = GraphView(load_model(quantized))
+    activation = weight = None
+    per_channel = False
+    for node in view.nodes:
+        if len(node.input) < 3:
+            continue
+        zero = view.constant(node.input[2])
+        if zero is None or zero.dtype not in _TYPES:
+            continue
+        if node.op_type == "QuantizeLinear" and not view.is_constant(node.input[0]) and activation is None:
+            activation = _TYPES[zero.dtype]
+        elif node.op_type == "DequantizeLinear" and node.input[0] in view.initializers and weight is None:
+            weight = _TYPES[zero.dtype]
+            scale = view.constant(node.input[1])
+            per_channel = scale is not None and scale.size > 1
+    return Recipe(activation_type=activation or "uint8", weight_type=weight or "int8", per_channel=per_channel)
+
+
+def ranking_seconds(quantized: onnx.ModelProto, check_seconds: float, share: float) -> float:
+    """What the node ranking (single or leave-one-out, the sweep and the cumulative curves) is expected
+    to cost: one experiment per quantized node plus 14 (sweep and curves), each about half a forward
+    pass of the quantized model on ``share`` of the checked records; a check is one pass of each model.
+    An estimate that decides whether the ranking runs within the budget, not a measurement."""
+    view = GraphView(quantized)
+    nodes = sum(
+        1
+        for node in view.nodes
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear", "Constant")
+        and any(
+            view.producer.get(i, (0, None))[1] is not None and view.producer[i][1].op_type == "DequantizeLinear"
+            for i in node.input
+        )
+    )
+    return (nodes + 14) * 0.5 * (check_seconds / 2) * share
+
+
+@dataclass(frozen=True, slots=True)
+class PairRecipe:
+    """The search's result, or why it was not searched (``note``)."""
+
+    result: RecipeResult | None
+    note: str | None
+
+
+def pair_recipe(
+    fp32: str | os.PathLike[str],
+    quantized: str | os.PathLike[str],
+    data: str | os.PathLike[str],
+    check: Target,
+    targets: Sequence[str],
+    seconds: float,
+    first_experiment: float,
+    options: RuntimeOptions | None = None,
+) -> PairRecipe:
+    """Search within ``seconds``; not at all when they cannot hold ``first_experiment`` seconds (the
+    first experiment calibrates and measures the fp32 model too)."""
+    if seconds < first_experiment:
+        return PairRecipe(
+            None,
+            f"recipe not searched: budget ({seconds:.1f}s left, one experiment takes about {first_experiment:.1f}s)",
+        )
+    with load_dataset(data) as probe:
+        count = len(probe)
+    if count < 2:
+        return PairRecipe(
+            None, f"recipe not searched: {count} record(s) in the data; it needs one to calibrate and one held out"
+        )
+    head = math.ceil(count / 2)
+    calibration = Head(load_dataset(data), head)
+    evaluation = Head(load_dataset(data), count - head, skip=head)
+    try:
+        result = search_recipe(
+            fp32,
+            calibration,
+            evaluation,
+            [check],
+            targets,
+            start=starting_recipe(quantized),
+            budget=Budget(seconds=seconds),
+            options=options,
+        )
+    finally:
+        calibration.close()
+        evaluation.close()
+    return PairRecipe(result, None)
+
+
+__all__ = ["PairRecipe", "pair_recipe", "ranking_seconds", "starting_recipe"]

@@ -1,0 +1,176 @@
+"""A quantization recipe: the choices a search makes, and the ``quantize_static`` arguments they are.
+
+Global choices are onnxruntime's own arguments (calibration method, per-channel weights, 7-bit
+weights, activation and weight types); per node, a node stays 8-bit, gets 16-bit activations
+(``TensorQuantOverrides`` on the tensors it reads and writes) or stays in float
+(``nodes_to_exclude``). :meth:`Recipe.arguments` is what a user pastes into their own
+``quantize_static`` call, as JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+#: Per-node precisions, cheapest first (the cost model weighs each, see :mod:`.cost`).
+PRECISIONS = ("int8", "int16", "float")
+#: onnxruntime's QuantType names of the activation and weight types.
+QUANT_TYPES = {"uint8": "QUInt8", "int8": "QInt8", "uint16": "QUInt16", "int16": "QInt16"}
+#: The 16-bit activation type that goes with each 8-bit activation type.
+WIDE = {"uint8": "uint16", "int8": "int16"}
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """One point of the search space.
+
+    Attributes:
+        method: a calibration method: one of ``calibration.METHODS`` (ours, ranges handed to
+            onnxruntime as its calibration cache) or ``ort-minmax``, ``ort-entropy``,
+            ``ort-percentile`` (onnxruntime's own calibrators with their defaults).
+        per_channel, reduce_range: ``quantize_static``'s arguments of those names.
+        activation_type, weight_type: ``uint8`` or ``int8``.
+        int16: nodes whose activations (inputs and outputs) are 16-bit.
+        float: nodes kept in float (``nodes_to_exclude``).
+    """
+
+    method: str = "minmax"
+    per_channel: bool = False
+    reduce_range: bool = False
+    activation_type: str = "uint8"
+    weight_type: str = "int8"
+    int16: frozenset[str] = field(default_factory=frozenset)
+    float: frozenset[str] = field(default_factory=frozenset)
+
+    def precision(self, node: str) -> str:
+        return "float" if node in self.float else "int16" if node in self.int16 else "int8"
+
+    def with_precision(self, node: str, precision: str) -> Recipe:
+        """This recipe with ``node`` at ``precision`` (one of :data:`PRECISIONS`)."""
+        int16, floats = set(self.int16) - {node}, set(self.float) - {node}
+        {"int16": int16, "float": floats}.get(precision, set()).add(node)
+        return replace(self, int16=frozenset(int16), float=frozenset(floats))
+
+    def with_nodes(self, precisions: Mapping[str, str]) -> Recipe:
+        """This recipe's global choices with exactly these non-int8 nodes."""
+        return replace(
+            self,
+            int16=frozenset(n for n, p in precisions.items() if p == "int16"),
+            float=frozenset(n for n, p in precisions.items() if p == "float"),
+        )
+
+    @property
+    def global_key(self) -> tuple[str, bool, bool, str, str]:
+        return (self.method, self.per_channel, self.reduce_range, self.activation_type, self.weight_type)
+
+    def changes_from(self, other: Recipe) -> str:
+        """What differs from ``other``, in one short phrase (``per_channel=True, float +conv3``)."""
+        parts = [
+            f"{name}={mine}"
+            for name, mine, theirs in zip(
+                ("method", "per_channel", "reduce_range", "activation_type", "weight_type"),
+                self.global_key,
+                other.global_key,
+                strict=True,
+            )
+            if mine != theirs
+        ]
+        for precision, mine, theirs in (("int16", self.int16, other.int16), ("float", self.float, other.float)):
+            added, removed = sorted(mine - theirs), sorted(theirs - mine)
+            if added:
+                parts.append(f"{precision} +{_names(added)}")
+            if removed:
+                parts.append(f"{precision} -{_names(removed)}")
+        return ", ".join(parts) or "(same)"
+
+    def overrides(self, reads: Mapping[str, Sequence[str]]) -> dict[str, list[dict[str, str]]]:
+        """``TensorQuantOverrides`` of the 16-bit nodes: their activation tensors (``reads``: node ->
+        its float activation tensors, inputs and outputs) at the wide type, by QuantType name."""
+        wide = QUANT_TYPES[WIDE[self.activation_type]]
+        tensors = sorted({t for node in self.int16 for t in reads.get(node, ())})
+        return {t: [{"quant_type": wide}] for t in tensors}
+
+    def arguments(self, reads: Mapping[str, Sequence[str]], cache: str | None) -> dict[str, Any]:
+        """The ``quantize_static`` keyword arguments, JSON-able (QuantType and method by name).
+
+        ``cache``: the calibration cache file (our ranges) for our methods; onnxruntime's own
+        calibrators are named by ``calibrate_method`` and need a data reader instead.
+        """
+        args: dict[str, Any] = {
+            "quant_format": "QDQ",
+            "per_channel": self.per_channel,
+            "reduce_range": self.reduce_range,
+            "activation_type": QUANT_TYPES[self.activation_type],
+            "weight_type": QUANT_TYPES[self.weight_type],
+            "nodes_to_exclude": sorted(self.float),
+            "extra_options": {"TensorQuantOverrides": self.overrides(reads)},
+        }
+        if self.method.startswith("ort-"):
+            args["calibrate_method"] = ORT_METHODS[self.method]
+        else:
+            args["calibrate_method"] = "MinMax"
+            args["calibration_cache_path"] = cache
+        return args
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "per_channel": self.per_channel,
+            "reduce_range": self.reduce_range,
+            "activation_type": self.activation_type,
+            "weight_type": self.weight_type,
+            "int16": sorted(self.int16),
+            "float": sorted(self.float),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Recipe:
+        return cls(
+            str(data["method"]),
+            bool(data["per_channel"]),
+            bool(data["reduce_range"]),
+            str(data["activation_type"]),
+            str(data["weight_type"]),
+            frozenset(data.get("int16", ())),
+            frozenset(data.get("float", ())),
+        )
+
+
+#: onnxruntime's calibrators, by the name a recipe gives them, and their CalibrationMethod.
+ORT_METHODS = {"ort-minmax": "MinMax", "ort-entropy": "Entropy", "ort-percentile": "Percentile"}
+
+
+def _names(names: Sequence[str], shown: int = 3) -> str:
+    more = len(names) - shown
+    return ",".join(names[:shown]) + (f" (+{more} more)" if more > 0 else "")
+
+
+def python_snippet(arguments: Mapping[str, Any], fp32: str, out: str, calibration_data: str) -> str:
+    """A Python script that writes the recipe's model with onnxruntime alone (plus our data reader
+    when onnxruntime's own calibrators need the records)."""
+    head = ["from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static"]
+    if "calibration_cache_path" in arguments:
+        reader = "None,  # the ranges come from the calibration cache"
+    else:
+        head.append("from pytest_qaccuracy.analysis.calibration.reader import DatasetReader")
+        reader = f"DatasetReader({calibration_data!r}, {fp32!r}),"
+    overrides = arguments.get("extra_options", {}).get("TensorQuantOverrides", {})
+    body = ["", "overrides = {"]
+    body += [f"    {name!r}: [{{'quant_type': QuantType.{e[0]['quant_type']}}}]," for name, e in overrides.items()]
+    body += ["}", "quantize_static(", f"    {fp32!r},", f"    {out!r},", f"    {reader}"]
+    enums = {"quant_format": "QuantFormat", "activation_type": "QuantType", "weight_type": "QuantType"}
+    enums["calibrate_method"] = "CalibrationMethod"
+    for key, value in arguments.items():
+        if key == "extra_options":
+            rest = {k: v for k, v in value.items() if k != "TensorQuantOverrides"}
+            text = "{" + "".join(f"{k!r}: {v!r}, " for k, v in rest.items()) + "'TensorQuantOverrides': overrides}"
+        elif key in enums:
+            text = f"{enums[key]}.{value}"
+        else:
+            text = repr(value)
+        body.append(f"    {key}={text},")
+    return "\n".join([*head, *body, ")"]) + "\n"
+
+
+__all__ = ["ORT_METHODS", "PRECISIONS", "QUANT_TYPES", "Recipe", "python_snippet"]

@@ -1,0 +1,158 @@
+"""The recipe search's outputs: the table of its steps, the lines a user reads, and the files they
+paste (pure formatters and atomic writers; nothing is recomputed).
+
+Files of :func:`write_recipe` (``<stem>`` defaults to the fp32 model's stem):
+
+* ``<stem>.recipe.onnx``: the best recipe's model, as onnxruntime's ``quantize_static`` wrote it;
+* ``<stem>.recipe.json``: ``quantize_static`` keyword arguments (enums by name), the verdict and
+  every step of the search;
+* ``<stem>.recipe.py``: a script that writes the same model with onnxruntime;
+* ``<stem>.ranges.json``: the calibration ranges as onnxruntime's calibration cache
+  (``calibration_cache_path``), for recipes whose method is ours.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
+from pytest_qaccuracy.analysis.recipe.space import python_snippet
+from pytest_qaccuracy.atomic import atomic_write_json, atomic_write_text
+from pytest_qaccuracy.numbers import format_metric
+
+#: Changes longer than this are cut in the table (the JSON keeps the whole recipe).
+CHANGE_WIDTH = 60
+
+
+def _metric_text(step: Step, check: str) -> dict[str, str]:
+    """Per target, the check's metric at its worst output."""
+    metric = check.split()[0]
+    higher = ">=" in check
+    out = {}
+    for target, per_output in step.measured.items():
+        values = [m.get(metric) for m in per_output.values()]
+        worst = None if not values or any(v is None for v in values) else (min if higher else max)(values)
+        out[target] = format_metric(metric, worst)
+    return out
+
+
+def step_line(step: Step, best: Step | None, checks: list[str]) -> str:
+    """One finished step, for progress on stderr."""
+    if step.skipped is not None:
+        verdict = f"skipped: {step.skipped}"
+    else:
+        figures = "; ".join(
+            f"{check.split()[0]} " + ", ".join(f"{v} ({t})" for t, v in _metric_text(step, check).items())
+            for check in checks
+        )
+        verdict = f"{figures}: {'meets the target' if step.passed else 'fails'}"
+    tail = "" if best is None else f" (best: step {best.index})"
+    return (
+        f"recipe: step {step.index} [{step.phase}] {_cut(step.change)}: cost {step.cost:.4g}, "
+        f"{verdict}, {step.seconds:.1f}s{tail}"
+    )
+
+
+def steps_table(result: RecipeResult) -> str:
+    """Every step: what changed, its cost, each check's metric on each target, and the verdict."""
+    headers = ["step", "phase", "change", "cost"]
+    for check in result.checks:
+        headers += [f"{check.split()[0]} {target}" for target in result.targets]
+    headers.append("verdict")
+    rows = []
+    for step in result.steps:
+        row: list[Any] = [step.index, step.phase, _cut(step.change), f"{step.cost:.4g}"]
+        for check in result.checks:
+            text = _metric_text(step, check)
+            row += [text.get(target, "") for target in result.targets]
+        mark = "best" if step.index == result.best else ""
+        row.append(
+            f"skipped: {step.skipped}" if step.skipped else ("pass" if step.passed else "fail") + f" {mark}".rstrip()
+        )
+        rows.append(row)
+    return tabulate(rows, headers=headers, disable_numparse=True)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= CHANGE_WIDTH else text[: CHANGE_WIDTH - 3] + "..."
+
+
+def verdict_lines(result: RecipeResult) -> list[str]:
+    """What was found: the recipe and its verified figures, or how far the best is from the target."""
+    step = result.best_step
+    where = f"on {result.evaluation} ({result.records} held-out records)"
+    if step is None:
+        return [f"no recipe measured ({result.note or result.stopped})"]
+    figures = "; ".join(
+        ", ".join(f"{check.split()[0]} {v} on {t}" for t, v in _metric_text(step, check).items())
+        for check in result.checks
+    )
+    targets = " and ".join(result.checks)
+    if result.met:
+        head = f"recipe meets {targets} {where}: {figures}; cost {step.cost:.4g} (step {step.index})"
+    else:
+        head = (
+            f"no recipe met {targets} within the search ({result.note or result.stopped}); "
+            f"best found (step {step.index}) {where}: {figures}; margin {step.margin:.3g}; cost {step.cost:.4g}"
+        )
+    recipe = step.recipe
+    lines = [
+        head,
+        f"  method={recipe.method} per_channel={recipe.per_channel} reduce_range={recipe.reduce_range} "
+        f"activation_type={recipe.activation_type} weight_type={recipe.weight_type}",
+    ]
+    if recipe.float:
+        lines.append(f"  nodes_to_exclude={sorted(recipe.float)!r}")
+    if recipe.int16:
+        lines.append(f"  16-bit activations: {sorted(recipe.int16)!r}")
+    return lines
+
+
+def write_recipe(
+    result: RecipeResult,
+    out_dir: str | os.PathLike[str],
+    fp32: str | os.PathLike[str],
+    calibration: str | os.PathLike[str],
+    stem: str | None = None,
+) -> list[Path]:
+    """Write the recipe's files (see the module docstring) atomically; returns their paths."""
+    from pytest_qaccuracy.analysis.calibration.calibrator import CalibrationResult
+    from pytest_qaccuracy.analysis.recipe.build import write_cache
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = stem or Path(fp32).stem
+    written = []
+    model_name = f"{stem}.recipe.onnx"
+    arguments = dict(result.arguments or {})
+    if "calibration_cache_path" in arguments and result.ranges is not None:
+        cache = write_cache(CalibrationResult("recipe", result.records, result.ranges), out / f"{stem}.ranges.json")
+        arguments["calibration_cache_path"] = cache.name
+        written.append(cache)
+    if result.model is not None and Path(result.model).exists():
+        target = out / model_name
+        if Path(result.model).resolve() != target.resolve():
+            staged = out / f".{model_name}.partial"
+            shutil.copyfile(result.model, staged)
+            os.replace(staged, target)
+        written.append(target)
+    document = {
+        **result.to_dict(),
+        "model_input": str(fp32),
+        "model_output": model_name,
+        "quantize_static": arguments,
+    }
+    written.append(atomic_write_json(out / f"{stem}.recipe.json", document))
+    if arguments:
+        snippet = python_snippet(arguments, str(fp32), model_name, str(calibration))
+        written.append(atomic_write_text(out / f"{stem}.recipe.py", snippet))
+    written.append(atomic_write_text(out / f"{stem}.recipe.steps.txt", steps_table(result) + "\n"))
+    return written
+
+
+__all__ = ["step_line", "steps_table", "verdict_lines", "write_recipe"]

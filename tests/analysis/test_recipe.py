@@ -1,0 +1,336 @@
+"""The recipe search on small real models: verified by onnxruntime, optimal where brute force can
+tell, its arguments reproducible by a plain ``quantize_static`` call, bad input refused."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import modelzoo
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pytest_qaccuracy.analysis.recipe import Budget, Recipe, parse_checks, search_recipe
+from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
+from pytest_qaccuracy.analysis.recipe.search import cost_ordered
+from pytest_qaccuracy.errors import InputError
+
+#: the chain's nodes and their work per record: MatMul MACs (16x32, 32x24, 24x10), Sigmoid elements
+WORK = {"mm1": 16 * 32, "sig": 32, "mm2": 32 * 24, "mm3": 24 * 10}
+
+
+def chain(path: Path) -> Path:
+    """x[N,16] -> MatMul -> Sigmoid -> MatMul -> MatMul: four candidate nodes, outlier weights."""
+    rng = np.random.default_rng(7)
+    weights = {"w1": (16, 32), "w2": (32, 24), "w3": (24, 10)}
+    inits = []
+    for name, shape in weights.items():
+        w = rng.standard_normal(shape).astype(np.float32) * 0.4
+        w.flat[rng.integers(0, w.size, 3)] *= 12.0  # a few outliers stretch a per-tensor scale
+        inits.append(numpy_helper.from_array(w, name))
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h1"], name="mm1"),
+        helper.make_node("Sigmoid", ["h1"], ["s1"], name="sig"),
+        helper.make_node("MatMul", ["s1", "w2"], ["h2"], name="mm2"),
+        helper.make_node("MatMul", ["h2", "w3"], ["y"], name="mm3"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+        inits,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def records(count: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((count, 1, 16)).astype(np.float32)
+    x[:, :, 3] *= 6.0  # one wide input channel
+    return x
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("recipe")
+    calib, held = records(16, 1), records(12, 2)
+    return {
+        "fp32": chain(root / "chain.onnx"),
+        "calib": modelzoo.write_h5(root / "calib.h5", calib),
+        "eval": modelzoo.write_h5(root / "eval.h5", held),
+        "calib_array": calib,
+        "eval_array": held,
+        "root": root,
+    }
+
+
+def _sqnr(ref: np.ndarray, test: np.ndarray) -> float:
+    noise = float(np.sum((ref.astype(np.float64) - test) ** 2))
+    return np.inf if noise == 0 else 10 * np.log10(float(np.sum(ref.astype(np.float64) ** 2)) / noise)
+
+
+def _quantize_by_hand(tiny, precisions: dict[str, str], out: Path) -> Path:
+    """onnxruntime's quantize_static, called directly as a user would (MinMax on the calibration set)."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    tensors = {"mm1": ["x", "h1"], "sig": ["h1", "s1"], "mm2": ["s1", "h2"], "mm3": ["h2", "y"]}
+    wide = sorted({t for n, p in precisions.items() if p == "int16" for t in tensors[n]})
+    quantize_static(
+        str(tiny["fp32"]),
+        str(out),
+        modelzoo.ArrayReader("x", tiny["calib_array"]),
+        quant_format=QuantFormat.QDQ,
+        nodes_to_exclude=[n for n, p in precisions.items() if p == "float"],
+        extra_options={"TensorQuantOverrides": {t: [{"quant_type": QuantType.QUInt16}] for t in wide}},
+    )
+    return out
+
+
+def _held_out_sqnr(tiny, model: Path) -> float:
+    x = tiny["eval_array"][:, 0]
+    ref = ort.InferenceSession(str(tiny["fp32"])).run(None, {"x": x})[0]
+    test = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+    return _sqnr(ref, test)
+
+
+def test_node_work_counts_macs_and_elements(tiny):
+    work = node_work(onnx.load(str(tiny["fp32"])))
+    assert work == pytest.approx(WORK)
+
+
+def test_cost_order_is_nondecreasing_and_complete():
+    cost = CostModel(WORK, int16=0.5, float=1.0)
+    nodes = list(WORK)
+    seen = list(cost_ordered(nodes, ["int8", "int16", "float"], cost))
+    totals = [sum(cost.node(n, p) for n, p in zip(nodes, a, strict=True)) for a in seen]
+    assert len(seen) == len(set(seen)) == 3 ** len(nodes)
+    assert totals == sorted(totals)
+
+
+def test_search_equals_brute_force_optimum(tiny, tmp_path):
+    """Every assignment of int8/int16/float to the four nodes, quantized and measured independently:
+    the search's recipe is the cheapest one that meets the target, and its figure is the real one."""
+    nodes = list(WORK)
+    figures = {}
+    for i, levels in enumerate(itertools.product(["int8", "int16", "float"], repeat=len(nodes))):
+        precisions = dict(zip(nodes, levels, strict=True))
+        model = _quantize_by_hand(tiny, precisions, tmp_path / f"bf{i}.onnx")
+        figures[levels] = _held_out_sqnr(tiny, model)
+    base = figures[("int8",) * 4]
+    finite = [v for v in figures.values() if np.isfinite(v)]
+    threshold = round((base + max(finite)) / 2, 3)  # between all-int8 and the best mixed recipe
+    weights = {"int8": 0, "int16": 0.5, "float": 1.0}
+    cost = {k: sum(weights[p] * WORK[n] for n, p in zip(nodes, k, strict=True)) for k in figures}
+    passing = [k for k, v in figures.items() if v >= threshold]
+    optimum = min(cost[k] for k in passing)
+    assert optimum > 0  # the target needs some node kept wide
+
+    result = search_recipe(
+        tiny["fp32"],
+        tiny["calib"],
+        tiny["eval"],
+        parse_checks([f"sqnr>={threshold}"]),
+        vary=(),
+        model_out=tmp_path / "best.onnx",
+    )
+    best = result.best_step
+    assert result.met and result.stopped == "done"
+    assert best.cost * sum(WORK.values()) == pytest.approx(optimum)
+    assert best.phase == "exhaustive"
+    measured = best.measured["onnxruntime"]["y"]["sqnr"]
+    assert measured == pytest.approx(_held_out_sqnr(tiny, tmp_path / "best.onnx"), rel=1e-9)
+    assert measured >= threshold
+
+
+def test_arguments_reproduce_the_model(tiny, tmp_path):
+    """The JSON arguments, turned into enums and handed to quantize_static, write the same model."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from pytest_qaccuracy.report.recipe_tables import write_recipe
+
+    start = Recipe(per_channel=True, reduce_range=True)
+    result = search_recipe(
+        tiny["fp32"],
+        tiny["calib"],
+        tiny["eval"],
+        parse_checks(["sqnr>=500"]),
+        start=start,
+        vary=(),
+        budget=Budget(experiments=3),
+        model_out=tmp_path / "out" / "chain.recipe.onnx",
+    )
+    assert not result.met and result.stopped == "budget" and len(result.steps) == 3
+    out = tmp_path / "out"
+    write_recipe(result, out, tiny["fp32"], tiny["calib"])
+    document = json.loads((out / "chain.recipe.json").read_text())
+    args = document["quantize_static"]
+    args["quant_format"] = getattr(QuantFormat, args["quant_format"])
+    args["activation_type"] = getattr(QuantType, args["activation_type"])
+    args["weight_type"] = getattr(QuantType, args["weight_type"])
+    args["calibrate_method"] = getattr(CalibrationMethod, args["calibrate_method"])
+    args["calibration_cache_path"] = str(out / args["calibration_cache_path"])
+    for entries in args["extra_options"]["TensorQuantOverrides"].values():
+        entries[0]["quant_type"] = getattr(QuantType, entries[0]["quant_type"])
+    quantize_static(str(tiny["fp32"]), str(tmp_path / "mine.onnx"), None, **args)
+    ours, mine = onnx.load(str(out / "chain.recipe.onnx")), onnx.load(str(tmp_path / "mine.onnx"))
+    assert ours.graph.SerializeToString() == mine.graph.SerializeToString()
+    assert document["best"] == result.best and document["met"] is False
+
+
+@pytest.mark.parametrize(
+    ("texts", "message"),
+    [
+        (["cosine>=1.5"], "no model can meet it"),
+        (["mse<=-1"], "no model can meet it"),
+        (["accuracy>=0.9"], "accuracy"),
+        (["cosine>>0.9"], "expected METRIC>=VALUE"),
+        ([], "at least one target"),
+    ],
+)
+def test_impossible_or_malformed_targets(texts, message):
+    with pytest.raises(InputError, match=message):
+        parse_checks(texts)
+
+
+def test_quantized_input_is_refused(tiny, zoo):
+    with pytest.raises(InputError, match="already quantized"):
+        search_recipe(zoo["qdq_u8"], tiny["calib"], tiny["eval"], parse_checks(["cosine>=0.99"]))
+    with pytest.raises(InputError, match="qoperator model is already quantized"):
+        search_recipe(zoo["qop_u8"], tiny["calib"], tiny["eval"], parse_checks(["cosine>=0.99"]))
+
+
+def test_refused_recipe_is_a_listed_skip(tiny, monkeypatch):
+    """A recipe whose model cannot be written is a step with its reason, and the search goes on."""
+    from pytest_qaccuracy.analysis.recipe import build
+
+    real = build.RecipeBuilder.write
+
+    def write(self, recipe, out):
+        if recipe.per_channel:
+            raise InputError("onnxruntime could not quantize the model (refused for the test)")
+        return real(self, recipe, out)
+
+    monkeypatch.setattr(build.RecipeBuilder, "write", write)
+    result = search_recipe(
+        tiny["fp32"],
+        tiny["calib"],
+        tiny["eval"],
+        parse_checks(["sqnr>=500"]),
+        methods=["minmax"],
+        budget=Budget(experiments=4),
+    )
+    skipped = [s for s in result.steps if s.skipped]
+    assert [s.change for s in skipped] == ["per_channel=True"]
+    assert "refused for the test" in skipped[0].skipped
+    assert result.best_step.skipped is None
+
+
+def _cli(tiny, out: Path, *extra: str) -> list[str]:
+    return [
+        "recipe", str(tiny["fp32"]), "--data", str(tiny["calib"]), "--eval", str(tiny["eval"]),
+        "--out-dir", str(out), *extra,
+    ]  # fmt: skip
+
+
+def test_command_writes_a_recipe_that_passes(tiny, tmp_path, capsys):
+    from pytest_qaccuracy.cli import main
+
+    out = tmp_path / "out"
+    code = main(_cli(tiny, out, "--target", "sqnr>=25", "--targets", "onnxruntime,onnxruntime-avx2"))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    steps = [line for line in captured.err.splitlines() if line.startswith("recipe: step ")]
+    document = json.loads((out / "chain.recipe.json").read_text())
+    assert len(steps) == len(document["steps"])  # one progress line per finished step
+    assert "recipe meets sqnr >= 25" in captured.out
+    best = document["steps"][document["best"]]
+    assert document["met"] and best["passed"]
+    for target in ("onnxruntime", "onnxruntime-avx2"):
+        assert best["measured"][target]["y"]["sqnr"] >= 25
+    assert (out / "chain.recipe.onnx").exists() and (out / "chain.recipe.py").exists()
+    # the script runs as it is, from the output folder, and writes the same model
+    import runpy
+
+    script = (out / "chain.recipe.py").read_text().replace("'chain.recipe.onnx'", repr(str(tmp_path / "again.onnx")))
+    (tmp_path / "again.py").write_text(script)
+    import os
+
+    here = os.getcwd()
+    try:
+        os.chdir(out)
+        runpy.run_path(str(tmp_path / "again.py"))
+    finally:
+        os.chdir(here)
+    again, ours = onnx.load(str(tmp_path / "again.onnx")), onnx.load(str(out / "chain.recipe.onnx"))
+    assert again.graph.SerializeToString() == ours.graph.SerializeToString()
+
+
+def test_command_best_effort_exits_1(tiny, tmp_path, capsys):
+    from pytest_qaccuracy.cli import main
+
+    out = tmp_path / "out"
+    code = main(_cli(tiny, out, "--target", "sqnr>=500", "--budget", "2"))
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "no recipe met sqnr >= 500 within the search (budget reached (2 experiments))" in captured.out
+    document = json.loads((out / "chain.recipe.json").read_text())
+    assert document["met"] is False and document["stopped"] == "budget" and len(document["steps"]) == 2
+    assert (out / "chain.recipe.onnx").exists()
+
+
+def test_command_interrupted_writes_best_so_far(tiny, tmp_path, capsys, monkeypatch):
+    from pytest_qaccuracy.analysis.recipe.search import RecipeSearch
+    from pytest_qaccuracy.cli import main
+
+    real, calls = RecipeSearch.measure, []
+
+    def measure(self, recipe, phase, change):
+        calls.append(change)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, recipe, phase, change)
+
+    monkeypatch.setattr(RecipeSearch, "measure", measure)
+    out = tmp_path / "out"
+    code = main(_cli(tiny, out, "--target", "sqnr>=500"))
+    captured = capsys.readouterr()
+    assert code == 130
+    assert "interrupted; the best recipe so far is written" in captured.err
+    document = json.loads((out / "chain.recipe.json").read_text())
+    assert document["stopped"] == "interrupted" and len(document["steps"]) == 2
+    assert (out / "chain.recipe.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--target", "cosine>=1.5"], "no model can meet it"),
+        (["--target", "bogus>=1"], "bogus"),
+        (["--target", "cosine>=0.9", "--targets", "arm64"], "unknown deployment target 'arm64'"),
+        (["--target", "cosine>=0.9", "--budget", "soon"], "budget 'soon'"),
+        (["--target", "cosine>=0.9", "--methods", "magic"], "unknown calibration method 'magic'"),
+        (["--target", "cosine>=0.9", "--cost", "float=x"], "cost weight"),
+    ],
+)
+def test_command_bad_input_is_one_error_line(tiny, tmp_path, capsys, extra, message):
+    from pytest_qaccuracy.cli import main
+
+    code = main(_cli(tiny, tmp_path / "out", *extra))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_command_refuses_a_quantized_model(tiny, zoo, tmp_path, capsys):
+    from pytest_qaccuracy.cli import main
+
+    argv = _cli(tiny, tmp_path / "out", "--target", "cosine>=0.9")
+    argv[1] = str(zoo["qdq_u8"])
+    assert main(argv) == 2
+    assert "already quantized; the recipe search needs the fp32 model" in capsys.readouterr().err
