@@ -121,7 +121,7 @@ def write_recipe(
     stem: str | None = None,
 ) -> list[Path]:
     """Write the recipe's files (see the module docstring) atomically; returns their paths."""
-    from pytest_qaccuracy.analysis.calibration.calibrator import CalibrationResult
+    from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
     from pytest_qaccuracy.analysis.recipe.build import write_cache
 
     out = Path(out_dir)

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from pytest_qaccuracy.analysis.calibration import METHODS, CalibrationOptions, compute_ranges, quantize_with_ranges
-from pytest_qaccuracy.analysis.calibration.calibrator import CalibrationResult
+from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
 from pytest_qaccuracy.analysis.recipe.space import ORT_METHODS, Recipe
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import InputError
