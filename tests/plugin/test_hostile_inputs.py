@@ -531,13 +531,9 @@ CLI_CASES = {
     "Ctrl-C while the command imports its modules": Case(
         3, _cli_interrupted_while_importing, 130, "error: interrupted", exact=True, process=True
     ),
+    # refused by name in round 3's first fix; compared as onnxruntime dequantizes it since issue 32
     "an int4 QDQ model": Case(
-        3,
-        _int4,
-        2,
-        "error: int4_qdq.onnx: tensor 'y_int4' is int4: int4 tensors are not supported "
-        "(onnxruntime cannot return them to Python)",
-        exact=True,
+        3, _int4, 0, "int4_qdq.onnx vs int4_fp32.onnx on int4.npz (5 records)", unchanged=None, absent=("Traceback",)
     ),
 }
 
@@ -963,12 +959,13 @@ PYTEST_CASES = {
         unchanged=None,
         absent=("\x1b", "\x07"),
     ),
-    "an int4 QDQ model": Case(
+    "an int4 QDQ model": Case(  # compared as onnxruntime dequantizes it (issue 32): a check, not an error
         3,
         None,  # made by BUILT, from the module's models
         1,
-        "ModelError: int4_qdq.onnx: tensor 'y_int4' is int4: int4 tensors are not supported "
-        "(onnxruntime cannot return them to Python)",
+        "AssertionError: cosine 0.94",
+        unchanged=None,
+        absent=("ModelError", "Traceback"),
     ),
     "dynamic height and width, records of different sizes": Case(
         3, None, 0, "dyn.qdq: PASSED (dyn.onnx vs dyn.qdq.onnx on mixed, 7 records)", unchanged=None
