@@ -210,8 +210,8 @@ def compare(
                 ref, test = fp32_runner.run(batch), q_runner.run(batch)
                 o_ref, o_test = plain.outputs(batch, ref, test) if plain is not None else (ref, test)
                 _fold_both(pool, trackers, (ref, test), (o_ref, o_test), batch)
-                if reference is not None:
-                    reference.add(batch, o_ref)
+                if reference is not None:  # as its fp32 runner computes them, which it can recompute
+                    reference.add(batch, ref)
                 if measure is not None:
                     measure.update(*_output_values(outputs, o_ref, o_test), batch.start, len(batch))
                 advance(len(batch))
@@ -258,7 +258,7 @@ def _run_reduced(
             if agreement is not None:
                 agreement.fold(batch, test)
             if kept is not None:
-                kept.add(batch, o_ref)
+                kept.add(batch, ref)
             if measure is not None:
                 measure.update(*_output_values(outputs, o_ref, o_test), batch.start, len(batch))
             advance(len(batch))
