@@ -67,3 +67,41 @@ def test_parse_rules_numbers_rules_and_checks_metrics() -> None:
     with pytest.raises(ValueError, match="unknown metric 'lsb'"):
         parse_rules(["* lsb<=1"], "ini", known_metrics=["sqnr"])
     assert parse_rules(["* lsb<=1"], "ini")[0].metric == "lsb"  # no list: any metric
+
+
+def test_task_tolerance_names_are_kind_colon_value() -> None:
+    from pytest_qaccuracy.plugin.rules import TASK_KINDS, is_tolerance, task_tolerance
+
+    assert TASK_KINDS == {"min": (">=", "quantized"), "max": ("<=", "quantized"), "max_drop": ("<=", "drop")}
+    assert task_tolerance("max_drop:cer") == ("max_drop", "cer")
+    assert task_tolerance("min:exact_match") == ("min", "exact_match")
+    assert task_tolerance("max:f1_speech2") == ("max", "f1_speech2")
+    for name in ("max_drop:", "drop:cer", "min:Cer", "min:2cer", "min:cer x", "xmin:cer", "min:cer:", "min_cosine"):
+        assert task_tolerance(name) is None, name
+    assert is_tolerance("min_cosine") and is_tolerance("max_drop:cer")
+    assert not is_tolerance("max_drop") and not is_tolerance("cosine")
+
+
+def test_task_tolerance_lines_and_values() -> None:
+    from pytest_qaccuracy.plugin.rules import BadValue, parse_task_line
+
+    assert parse_task_line("max_drop:cer = 0.005") == ("max_drop:cer", 0.005)
+    assert parse_task_line("  min:exact_match=0.9  ") == ("min:exact_match", 0.9)
+    assert parse_task_line("max_drop:cer = -0.01") == ("max_drop:cer", -0.01)  # a drop below 0 asks for a gain
+    for bad in ("max_drop:cer", "max_drop:cer = ", "drop:cer = 1", "max_drop:cer = 1 2", "= 1"):
+        with pytest.raises(
+            ValueError, match=re.escape(f"bad task tolerance {bad.strip()!r}: expected '<min|max|max_drop>")
+        ):
+            parse_task_line(bad)
+    value = check_tolerance("min:exact_match", "0.75")
+    assert value == 0.75 and isinstance(value, float)
+    assert check_tolerance("max:cer", 2) == 2.0 and isinstance(check_tolerance("max:cer", 2), float)
+    with pytest.raises(BadValue) as info:
+        check_tolerance("max_drop:cer", "abc")
+    assert "max_drop:cer" in str(info.value)
+    with pytest.raises(
+        ValueError,
+        match=r"unknown tolerance 'max_drop' \(known: .*min_cosine.*, min:<task value>, "
+        r"max:<task value>, max_drop:<task value>\)",
+    ):
+        check_tolerance("max_drop", 1)
