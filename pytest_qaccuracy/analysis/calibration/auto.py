@@ -150,13 +150,14 @@ class Evaluator:
         self._reference = None
         self.outputs = [o.name for o in fp32.graph.output if _is_float(fp32, o.name)]
         self.passes = 0
-        self._sessions: dict[int, Any] = {}
+        self._sessions: dict[int, tuple[onnx.ModelProto, Any]] = {}
 
     def session(self, model: onnx.ModelProto, label: str = "quantized model") -> Any:
-        """A session of ``model``, made once per model object."""
+        """A session of ``model``, made once per model object (kept with it, so that its id is not
+        reused by another model while the session is remembered)."""
         if id(model) not in self._sessions:
-            self._sessions[id(model)] = _session(model, self.options, label)
-        return self._sessions[id(model)]
+            self._sessions[id(model)] = (model, _session(model, self.options, label))
+        return self._sessions[id(model)][1]
 
     def errors(
         self, runs: Mapping[str, Run], probe: tuple[Any, Sequence[str], ProbeScores] | None = None
