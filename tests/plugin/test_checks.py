@@ -762,3 +762,79 @@ def test_failure_message_escapes_control_characters_of_names() -> None:
     lines = message.splitlines()
     assert lines[0] == "sqnr 12 dB < 20 dB for layer 'relu\\x1b]0;pwned\\x07' (pair 'net\\x1b[1m')"
     assert " also 'x\\x1b[2J'" in lines and " a\\x1b[2J (Conv): undefined" in lines  # cosine not measured
+
+
+def test_task_metric_tolerances_each_give_one_row() -> None:
+    """min:/max: read the quantized side, max_drop: the drop in the metric's own direction; a value no
+    metric computes, or one side without a value, fails with the reason; NaN bounds (views only) and
+    other tolerances are not task checks."""
+    from pytest_qaccuracy.analysis.outputs import TaskValue
+    from pytest_qaccuracy.plugin.checks import _task_checks
+
+    cer = TaskValue("cer", "ctc", "targets", 10, False, 0.25, 0.375)
+    exact = TaskValue("exact_match", "ctc", "fp32", 8, True, 0.75, 0.5)
+    empty = TaskValue("f1", "binary_f1", "targets", 4, True, 0.5, None)
+    stats = OutputStats(topk={}, relative={}, task={"cer": cer, "exact_match": exact, "f1": empty})
+    tolerances = {
+        "max_drop:cer": (0.0625, "ini"),
+        "min:exact_match": (0.25, "marker"),
+        "max:cer": (0.25, "suite"),
+        "max_drop:f1": (0.5, "ini"),
+        "min:f1": (0.5, "ini"),
+        "min:recall": (0.5, "ini"),
+        "min_cosine": (0.99, "ini"),
+        "max_drop:exact_match": (float("nan"), "view"),
+    }
+    rows = {(r.check, r.source): r for r in _task_checks(stats, tolerances)}
+    assert list(rows) == [
+        ("max_drop:cer", "ini"),
+        ("min:exact_match", "marker"),
+        ("max:cer", "suite"),
+        ("max_drop:f1", "ini"),
+        ("min:f1", "ini"),
+        ("min:recall", "ini"),
+    ]
+    drop = rows["max_drop:cer", "ini"]
+    assert (drop.target, drop.metric, drop.op, drop.value, drop.threshold, drop.passed) == (
+        "task 'cer'",
+        "cer drop",
+        "<=",
+        0.125,
+        0.0625,
+        False,
+    )
+    assert drop.detail == (
+        "cer drop 0.125 > 0.0625 for task 'cer' (fp32 0.25, quantized 0.375; against the targets, 10 records)"
+    )
+    low = rows["min:exact_match", "marker"]
+    assert (low.metric, low.op, low.value, low.passed) == ("exact_match", ">=", 0.5, True)
+    assert low.detail == (
+        "exact_match 0.5 >= 0.25 for task 'exact_match' (fp32 0.75, quantized 0.5; against the fp32 predictions, "
+        "8 records)"
+    )
+    high = rows["max:cer", "suite"]
+    assert (high.value, high.passed) == (0.375, False)
+    assert high.detail.startswith("cer 0.375 > 0.25 for task 'cer' (fp32 0.25, quantized 0.375;")
+    assert rows["max_drop:f1", "ini"].detail.startswith(
+        "f1 drop undefined for task 'f1' (nothing to count on the fp32 or the quantized side) (fp32 0.5, quantized "
+    )
+    assert rows["min:f1", "ini"].detail.startswith(
+        "f1 undefined for task 'f1' (nothing to count on the quantized side) (fp32 0.5,"
+    )
+    assert not rows["min:f1", "ini"].passed and rows["min:f1", "ini"].value is None
+    missing = rows["min:recall", "ini"]
+    assert (missing.metric, missing.op, missing.value, missing.threshold, missing.passed) == (
+        "recall",
+        ">=",
+        None,
+        None,
+        False,
+    )
+    assert missing.detail == (
+        "min:recall: no task metric computes 'recall' (computed: cer, exact_match, f1); name one in task_metrics"
+    )
+    none = _task_checks(None, {"max_drop:cer": (0.1, "ini")})
+    assert [r.detail for r in none] == [
+        "max_drop:cer: no task metric computes 'cer' (computed: none); name one in task_metrics"
+    ]
+    assert none[0].metric == "cer drop" and none[0].op == "<="
