@@ -13,6 +13,7 @@ import itertools
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from backend_models import MS, ort_session, tensor_type
 from onnx import helper, numpy_helper
@@ -30,6 +31,24 @@ SIZES = {1: [(4,), (5,), (6,), (7,)], 2: [(4, 5), (7, 6)], 3: [(4, 5, 6)]}
 SAMPLED = 120  # 2-d and 3-d cases drawn from the product of AXES (1-d takes all of them)
 
 
+#: onnxruntime before 1.20 sized ceil_mode outputs by an older rule (a last window may start in the end
+#: padding) and gave empty outputs for windows larger than their padded axis; the emulation follows the
+#: current rules, so older releases are checked with ceil_mode 0 on windows that fit only
+CEIL_MODES = (0, 1) if tuple(int(v) for v in ort.__version__.split(".")[:2]) >= (1, 20) else (0,)
+
+
+def _fits(case: dict[str, object], spatial: tuple[int, ...]) -> bool:
+    """Whether every dilated window fits in its padded axis (SAME pads always make it fit)."""
+    d = len(spatial)
+    pads = case.get("pads") or ([0] * 2 * d if case.get("auto_pad") == "VALID" else None)
+    if pads is None:
+        return True
+    return all(
+        n + pads[i] + pads[i + d] >= (k - 1) * dil + 1
+        for i, (n, k, dil) in enumerate(zip(spatial, case["kernel_shape"], case["dilations"], strict=True))
+    )
+
+
 def _geometries(d: int) -> list[dict[str, object]]:
     """Explicit-pad cases with ceil_mode 0 and 1, then auto_pad cases whose stride is at most the
     dilated kernel (onnxruntime's legacy SAME padding needs it)."""
@@ -41,7 +60,7 @@ def _geometries(d: int) -> list[dict[str, object]]:
     cases: list[dict[str, object]] = []
     for axes in combos:
         pads = [a[3] for a in axes] + [a[4] for a in axes]
-        cases += [{**_window(axes), "pads": pads, "ceil_mode": ceil} for ceil in (0, 1)]
+        cases += [{**_window(axes), "pads": pads, "ceil_mode": ceil} for ceil in CEIL_MODES]
     for axes in combos[:40]:
         if all(s <= (k - 1) * dil + 1 for k, s, dil, _, _ in axes):
             cases += [{**_window(axes), "auto_pad": mode} for mode in ("SAME_UPPER", "SAME_LOWER", "VALID")]
@@ -106,11 +125,13 @@ def test_pool_grid_matches_onnxruntime(name: str, d: int) -> None:
         want = ort_session(model).run(None, {"x": x})
         got = IntegerSession(model, threads=1).run(None, {"x": x})
         for case, w, g in zip(cases, want, got, strict=True):
+            if not CEIL_MODES[-1] and not _fits(case, spatial):
+                continue  # onnxruntime < 1.20 gives an empty output where the window does not fit
             assert g.shape == w.shape, f"{op} {case} on {shape}: shape {g.shape}, onnxruntime {w.shape}"
             assert g.dtype == w.dtype
             np.testing.assert_array_equal(g, w, err_msg=f"{op} {case} on {shape}")
             checked += 1
-    assert checked >= 50 * len(SIZES[d])  # the grid is not empty
+    assert checked >= (50 if CEIL_MODES[-1] else 30) * len(SIZES[d])  # the grid is not empty
 
 
 @pytest.mark.parametrize(
