@@ -13,11 +13,18 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import Budget, Recipe, parse_checks, search_recipe
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
 from pytest_qaccuracy.analysis.recipe.search import cost_ordered
 from pytest_qaccuracy.errors import InputError
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(ort_calibrate, "save_tensors_data"),
+    reason=f"onnxruntime {ort.__version__} has no calibration cache: the recipe search refuses it "
+    "(test_recipe_refusal.py)",
+)
 
 #: the chain's nodes and their work per record: MatMul MACs (16x32, 32x24, 24x10), Sigmoid elements
 WORK = {"mm1": 16 * 32, "sig": 32, "mm2": 32 * 24, "mm3": 24 * 10}

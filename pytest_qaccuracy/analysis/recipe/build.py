@@ -146,6 +146,23 @@ def ort_ranges(
     return CalibrationResult(f"ort-{method.lower()}", len(reader), ranges, {})
 
 
+def check_onnxruntime() -> None:
+    """InputError when this onnxruntime's quantizer takes no calibration cache: every recipe is written
+    through one (``quantize_static(calibration_cache_path=...)``, ``save_tensors_data``)."""
+    import inspect
+
+    import onnxruntime
+    from onnxruntime.quantization import calibrate, quantize_static
+
+    takes = "calibration_cache_path" in inspect.signature(quantize_static).parameters
+    if not takes or not hasattr(calibrate, "save_tensors_data"):
+        raise InputError(
+            f"the recipe search writes every recipe through onnxruntime's calibration cache "
+            f"(quantize_static's calibration_cache_path), which onnxruntime {onnxruntime.__version__} lacks: "
+            "upgrade onnxruntime"
+        )
+
+
 def write_cache(result: CalibrationResult, path: str | os.PathLike[str]) -> Path:
     """The ranges as onnxruntime's calibration cache file (``calibration_cache_path``)."""
     from onnxruntime.quantization import CalibrationMethod
@@ -161,4 +178,12 @@ def write_cache(result: CalibrationResult, path: str | os.PathLike[str]) -> Path
     return atomic_write(Path(path), lambda handle: handle.write(payload), mode="wb")
 
 
-__all__ = ["RecipeBuilder", "activation_tensors", "check_method", "method_names", "ort_ranges", "write_cache"]
+__all__ = [
+    "RecipeBuilder",
+    "activation_tensors",
+    "check_method",
+    "check_onnxruntime",
+    "method_names",
+    "ort_ranges",
+    "write_cache",
+]

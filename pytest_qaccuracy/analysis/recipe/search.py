@@ -554,6 +554,9 @@ def search_recipe(
     Returns:
         A :class:`RecipeResult`; ``result.met`` says whether the best recipe passes.
     """
+    from pytest_qaccuracy.analysis.recipe.build import check_onnxruntime
+
+    check_onnxruntime()
     from pytest_qaccuracy.model.graph import GraphView
     from pytest_qaccuracy.model.loading import load_model
     from pytest_qaccuracy.model.quant_params import detect_format
