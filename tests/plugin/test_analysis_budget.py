@@ -7,6 +7,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+from onnxruntime.quantization import calibrate as ort_calibrate
 
 from .conftest import PAIRS_MODULE
 
@@ -44,6 +45,9 @@ def test_default_analysis_is_bounded_and_gives_a_verified_recipe(defaults: pytes
         props = {p.get("name"): p.get("value") for p in ET.parse(defaults.path / "junit.xml").iter("property")}
         assert props["qaccuracy.recipe.digits_cnn.broken.met"] == "true"
         assert json.loads(props["qaccuracy.recipe.digits_cnn.broken.quantize_static"])["nodes_to_exclude"] == []
+    elif not hasattr(ort_calibrate, "save_tensors_data"):  # onnxruntime 1.18: budget or refusal, said so
+        note = recipe["note"]
+        assert note.startswith(("recipe not searched: budget", "recipe not searched: InputError: the recipe search"))
     else:  # a machine too slow for one experiment within 2x the check says so
         assert recipe["note"].startswith("recipe not searched: budget")
         assert any("recipe not searched: budget" in line for line in result.outlines)
