@@ -548,8 +548,6 @@ def _skip_where_unsupported(name: str) -> None:
     """Rows whose situation the installed versions cannot produce: they are not run there, said why."""
     if name == "an int4 QDQ model" and _version(ort.__version__) < (1, 20):
         pytest.skip(f"onnxruntime {ort.__version__} cannot load int4 tensors at all (int4 came in 1.20)")
-    if name == "Ctrl-C while pytest loads the plugin" and _version(pytest.__version__) < (9, 0):
-        pytest.skip(f"the interrupt is injected where pytest 9 loads plugins; pytest {pytest.__version__} does not")
 
 
 def _part(before: dict[str, bytes | None], part: str) -> dict[str, bytes | None]:
