@@ -24,7 +24,6 @@ The output error of a choice is the mean over the model's float outputs of
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -51,8 +50,6 @@ from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.ort_session import first_line, make_session
 from pytest_qaccuracy.runtime import RuntimeOptions
-
-log = logging.getLogger(__name__)
 
 #: the per-tensor winners are tried in at most this many contiguous groups
 GROUPS = 4

@@ -11,7 +11,6 @@ memory stays flat in the number of records.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -47,8 +46,6 @@ from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions
-
-log = logging.getLogger(__name__)
 
 
 def calibration_tensors(model: onnx.ModelProto) -> list[str]:
