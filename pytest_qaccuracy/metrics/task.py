@@ -25,10 +25,13 @@ or by a built-in short name (:data:`BUILTIN`).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 #: The sides every task metric computes (each deployment target is a quantized side of its own run).
@@ -131,10 +134,13 @@ def ratio(numerator: int | float, denominator: int | float) -> float | None:
 @dataclass(frozen=True, slots=True)
 class TaskSpec:
     """A task metric as configured: its path (import path, entry point or built-in name) and its
-    constructor options (JSON text, so that the spec is hashable and pickles)."""
+    constructor options (JSON text, so that the spec is hashable and pickles). ``folder`` is the
+    directory of the file that declared it (a suite file, a test module): a module there that is not
+    on ``sys.path`` is imported from it, the way pytest imports a ``conftest.py``."""
 
     path: str
     options: str = "{}"
+    folder: str = field(default="", compare=False)
 
     @classmethod
     def parse(cls, value: object) -> TaskSpec:
@@ -180,7 +186,7 @@ class TaskSpec:
         if not module_name or not attribute:
             raise ValueError(f"task metric '{self.path}': expected 'module:Class', an entry point or {_builtins()}")
         try:
-            module = importlib.import_module(module_name)
+            module = _import(module_name, self.folder)
         except Exception as exc:  # a user's module can raise anything while importing
             raise ValueError(f"task metric '{self.path}': cannot import '{module_name}' ({_one_line(exc)})") from None
         found: Any = module
@@ -235,6 +241,31 @@ def parse_task_specs(values: object) -> tuple[TaskSpec, ...]:
                 raise ValueError(f"task metrics '{seen[name]}' and '{spec.label}' both compute '{name}'")
             seen[name] = spec.label
     return specs
+
+
+def _import(module_name: str, folder: str) -> Any:
+    """``module_name`` from ``sys.path``, else its top-level module from ``folder`` (``<top>.py`` or a
+    package ``<top>/``), registered in ``sys.modules`` under its name without touching ``sys.path``."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.partition(".")[0]
+        if not folder or exc.name != top:
+            raise
+        candidates = [Path(folder) / f"{top}.py", Path(folder) / top / "__init__.py"]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise
+        package = [str(found.parent)] if found.name == "__init__.py" else None
+        spec = importlib.util.spec_from_file_location(top, found, submodule_search_locations=package)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[top] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[top]
+            raise
+        return importlib.import_module(module_name)
 
 
 def _entry_point(name: str) -> str | None:

@@ -162,7 +162,9 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
 
     slices = tuple(check_slices(extra.get("slices") or {}, check_tolerance).values())
     return PairSpec(
-        task_metrics=task_specs([*extra.get("configured_task_metrics", ()), *(extra.get("task_metrics") or ())]),
+        task_metrics=task_specs(
+            [*extra.get("configured_task_metrics", ()), *(extra.get("task_metrics") or ())], folder=base
+        ),
         task_targets=task_targets,
         id=str(name),
         fp32=paths["fp32"],
@@ -179,9 +181,10 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
     )
 
 
-def task_specs(values: Sequence[Any]) -> tuple[Any, ...]:
+def task_specs(values: Sequence[Any], folder: Path | None = None) -> tuple[Any, ...]:
     """Task metrics as :class:`~pytest_qaccuracy.metrics.task.TaskSpec`, each imported and created once
-    to check it (ValueError naming the metric), duplicates dropped."""
+    to check it (ValueError naming the metric), duplicates dropped. A module not on ``sys.path`` is
+    looked for in ``folder`` (the declaring file's directory)."""
     if isinstance(values, (str, Mapping)):
         values = [values]
     if not values:
@@ -189,6 +192,8 @@ def task_specs(values: Sequence[Any]) -> tuple[Any, ...]:
     from pytest_qaccuracy.metrics.task import TaskSpec, parse_task_specs
 
     specs = [v if isinstance(v, TaskSpec) else TaskSpec.parse(v) for v in values]
+    if folder is not None:
+        specs = [s if s.folder else replace(s, folder=str(folder)) for s in specs]
     return parse_task_specs(list(dict.fromkeys(specs)))
 
 

@@ -398,3 +398,30 @@ def test_the_end_of_session_analysis_aims_at_a_failed_task_metric(project: pytes
 
 def _session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def test_a_metric_module_beside_its_suite_imports_without_pythonpath(digits: pytest.Pytester) -> None:
+    """The example suite's layout run from a parent folder whose ini has no ``pythonpath``: the module
+    next to the suite file is found there (as pytest finds a conftest.py), serially and on xdist workers,
+    and a module that is nowhere still fails with one line."""
+    suites = digits.path / "suites"
+    suites.mkdir()
+    shutil.copy(EXAMPLES / "digits_metrics.py", suites / "digits_metrics.py")
+    (suites / "qaccuracy_beside.toml").write_text(
+        f'[pairs.qdq]\nfp32 = "../{FP32}"\nquantized = "../models/digits_cnn.qdq.onnx"\ndata = "../{DATA}"\n'
+        'task_metrics = ["digits_metrics:WorstClassRecall"]\n\n[pairs.qdq.tolerances]\n'
+        '"max_drop:worst_class_recall" = 0.5\n'
+    )
+    digits.makeini("[pytest]\n")
+    for args in ((), ("-n", "2")):
+        if args:
+            pytest.importorskip("xdist")
+        result = digits.runpytest_subprocess("--qaccuracy-sensitivity=off", "-p", "no:randomly", *args)
+        result.assert_outcomes(passed=2)
+    task = _summary(digits.path)["qdq"]["task"]["worst_class_recall"]
+    assert task["fp32"] == pytest.approx(_worst_recall(digits.path / FP32, digits.path / DATA), abs=1e-12)
+
+    (suites / "digits_metrics.py").unlink()
+    result = digits.runpytest_subprocess("--qaccuracy-sensitivity=off")
+    result.stdout.fnmatch_lines(["*task metric 'digits_metrics:WorstClassRecall': cannot import 'digits_metrics'*"])
+    assert result.ret != 0
