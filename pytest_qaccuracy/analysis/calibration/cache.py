@@ -33,6 +33,11 @@ def _digest_file(digest: hashlib._Hash, path: Path) -> None:
             digest.update(block)
 
 
+#: bumped whenever a method's answer changes (auto: 2, cross-fitted finalists and onnxruntime's exact
+#: percentile histogram), so that a cache written by an older release is not taken for this one's
+ALGORITHM = 2
+
+
 def content_key(fp32: Path, data: Path, calibration: CalibrationOptions, nodes_to_exclude: Sequence[str] = ()) -> str:
     """The sha256 (hex) of the inputs of a calibrated model (module docstring)."""
     from importlib.metadata import version
@@ -54,6 +59,7 @@ def content_key(fp32: Path, data: Path, calibration: CalibrationOptions, nodes_t
         "options": dataclasses.asdict(calibration),
         "exclude": list(nodes_to_exclude),
         "versions": [version("pytest-qaccuracy"), onnxruntime.__version__, onnx.__version__, numpy.__version__],
+        "algorithm": ALGORITHM,
     }
     digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
     return digest.hexdigest()

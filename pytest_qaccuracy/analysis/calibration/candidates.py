@@ -3,11 +3,10 @@
 ``auto`` calibration (``auto.py``) needs each method's range of every tensor before it measures
 which one the model is best off with. :class:`TensorStats` holds what all of them need, gathered in
 the same two passes as the histogram methods: the global and per-record extrema (pass one), the
-histograms of ``kl`` (8001 bins) and ``mse`` (2047 bins) (pass two). Each rule in :data:`CANDIDATES`
-is exactly the method of the same name (docs/calibration.md), plus ``ort-percentile``: the rule of
-onnxruntime's ``Percentile`` calibrator with its defaults (the 99.999th percentile of |x|, symmetric),
-read off the ``kl`` histogram folded at 0 (4001 bins of |x| where onnxruntime counts 2048, so its
-threshold is within one of onnxruntime's bins).
+histograms of ``kl`` (8001 bins) and ``mse`` (2047 bins) and onnxruntime's histogram of |x| (pass
+two). Each rule in :data:`CANDIDATES` is exactly the method of the same name (docs/calibration.md),
+plus ``ort-percentile``: onnxruntime's ``Percentile`` calibrator with its defaults (the 99.999th
+percentile of |x|, symmetric), the same range to the bit.
 """
 
 from __future__ import annotations
@@ -18,7 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_qaccuracy.analysis.calibration import ranges as R
-from pytest_qaccuracy.analysis.calibration.observers import ExtremaObserver, HistogramObserver
+from pytest_qaccuracy.analysis.calibration.observers import (
+    ExtremaObserver,
+    HistogramObserver,
+    MagnitudeHistogramObserver,
+)
 
 #: onnxruntime's ``PercentileCalibrater`` default percentile (``create_calibrator``)
 ORT_PERCENTILE = 99.999
@@ -34,6 +37,7 @@ class TensorStats:
     per_record: ExtremaObserver
     kl: HistogramObserver
     mse: HistogramObserver
+    magnitude: MagnitudeHistogramObserver
 
 
 Rule = Callable[[TensorStats, "CandidateOptions"], tuple[float, float]]
@@ -75,7 +79,7 @@ def _mse(s: TensorStats, o: CandidateOptions) -> tuple[float, float]:
 
 
 def _ort_percentile(s: TensorStats, o: CandidateOptions) -> tuple[float, float]:
-    return ort_percentile_range(s.kl.counts, s.kl.bound, *s.observed)
+    return ort_percentile_range(s.magnitude.counts, s.magnitude.edges, *s.observed)
 
 
 #: every candidate rule by name; ``auto`` measures each tensor's distinct answers
@@ -90,21 +94,16 @@ CANDIDATES: dict[str, Rule] = {
 
 
 def ort_percentile_range(
-    counts: np.ndarray, bound: float, lo: float, hi: float, percentile: float = ORT_PERCENTILE
+    counts: np.ndarray, edges: np.ndarray, lo: float, hi: float, percentile: float = ORT_PERCENTILE
 ) -> tuple[float, float]:
-    """onnxruntime's symmetric percentile rule (``HistogramCollector.compute_percentile``) on a
-    symmetric histogram of ``counts`` over ``[-bound, bound]`` (odd bins): the histogram of |x| is the
-    two halves added (the middle bin holds |x| < w/2), ``t`` is the lower edge of the first bin of |x|
-    whose cumulative share reaches ``percentile`` (onnxruntime takes that bin's lower edge too), and
-    the range is ``(-t, t)`` clipped to the observed ``(lo, hi)``."""
-    middle = counts.size // 2
-    magnitude = counts[middle:].astype(np.float64)
-    magnitude[1:] += counts[middle - 1 :: -1]
-    cdf = np.cumsum(magnitude / magnitude.sum())
-    index = int(np.searchsorted(cdf, percentile / 100.0))
-    width = 2.0 * bound / counts.size
-    t = max(index - 0.5, 0.0) * width
-    return max(-t, lo), min(t, hi)
+    """onnxruntime's symmetric percentile rule (``HistogramCollector.compute_percentile``) on its
+    histogram of |x| (``counts`` over float32 ``edges``): ``t`` is the lower edge of the first bin whose
+    cumulative share reaches ``percentile``, and the range is ``(-t, t)`` clipped to the observed
+    ``(lo, hi)``, compared in float32 as onnxruntime compares."""
+    cdf = np.cumsum(counts / counts.sum())
+    t = edges[int(np.searchsorted(cdf, percentile / 100.0))]
+    low, high = max(-t, np.float32(lo)), min(t, np.float32(hi))
+    return float(low), float(high)
 
 
 def candidate_ranges(stats: TensorStats, options: CandidateOptions) -> dict[str, tuple[float, float]]:

@@ -95,6 +95,36 @@ class HistogramObserver:
         self.counts += np.bincount(index, minlength=self.bins)
 
 
+class MagnitudeHistogramObserver:
+    """onnxruntime's percentile histogram of |x| (``HistogramCollector.collect_absolute_value``), kept
+    exactly while streaming: onnxruntime histograms every record's |x| at once into ``bins`` equal
+    float32 bins over ``[min |x|, max |x|]``; with those bounds from a first pass, each record's counts
+    over the same edges add up to the same histogram."""
+
+    def __init__(self, smallest: float, largest: float, bins: int = 2048) -> None:
+        self.range = (np.float32(smallest), np.float32(largest))
+        self.counts = np.zeros(bins, dtype=np.int64)
+
+    @property
+    def edges(self) -> np.ndarray:
+        """The edges as onnxruntime keeps them (numpy's for float32 data, then cast to float32)."""
+        return np.histogram(np.empty(0, np.float32), self.counts.size, self.range)[1].astype(np.float32)
+
+    def update(self, values: np.ndarray) -> None:
+        magnitude = np.abs(np.asarray(values, dtype=np.float32).reshape(-1))
+        self.counts += np.histogram(magnitude, self.counts.size, self.range)[0]
+
+
+def magnitude_minimum(values: np.ndarray, mins: np.ndarray, maxs: np.ndarray) -> float:
+    """min |x| over ``values`` (NaN ignored), from the records' extrema when every value has one sign."""
+    lo, hi = float(np.nanmin(mins)), float(np.nanmax(maxs))
+    if lo >= 0:
+        return lo
+    if hi <= 0:
+        return -hi
+    return float(np.nanmin(np.abs(values)))
+
+
 def shifted(values: np.ndarray, bound: float) -> np.ndarray:
     """The finite-or-infinite values (NaN dropped) as float64, plus ``bound`` (a histogram's left edge
     moved to 0)."""
