@@ -12,14 +12,11 @@
    inputs of one session): the output error on the calibration records of every rule applied to all
    tensors, then of the per-tensor winners, whole and group by group (contiguous in graph order)
    over the best rule, and of the groups that helped, together.
-5. **Verified, cross-fitted**: the finalists (min/max and onnxruntime's percentile rule, the ranges of
-   onnxruntime's own calibrators, and the best choice of step 4) written by onnxruntime and run by
-   onnxruntime. Each finalist's rules are applied to the statistics of one half of the records (even
-   or odd ones) and the model measured on the other half, both ways; the least mean error wins, and
-   is written from all the records. Judged on the records it was made from, min/max never clips and
-   always looks best; on other records the rules that clip rare values can be better. The
-   parameterized model computes in float where the real one runs integer kernels, which can rank
-   choices differently (u8 x s8 pairs saturate on CPUs without VNNI).
+5. **Verified**: the finalists (min/max and onnxruntime's percentile rule, the ranges of onnxruntime's
+   own calibrators, and the best choice of step 4) written by onnxruntime and run by onnxruntime on
+   the calibration records; the least output error wins. The parameterized model computes in float
+   where the real one runs integer kernels, which can rank choices differently (u8 x s8 pairs
+   saturate on CPUs without VNNI).
 
 The output error of a choice is the mean over the model's float outputs of
 ``sum (quantized - fp32)^2 / sum fp32^2`` over all calibration records; its SQNR is ``-10 log10``.
@@ -27,7 +24,6 @@ The output error of a choice is the mean over the model's float outputs of
 
 from __future__ import annotations
 
-import copy
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -61,11 +57,6 @@ from pytest_qaccuracy.runtime import RuntimeOptions
 GROUPS = 4
 #: the name of the per-tensor winners' whole-model choice
 MIXED = "per-tensor"
-#: the halves of the calibration records for the cross-fitted verification (record i in fold i % 2)
-FOLDS = 2
-#: how the verified steps were measured: ranges from one half of the records, run on the other
-CROSS_FITTED = "cross-fitted (ranges from one half of the records, measured on the other)"
-IN_SAMPLE = "as onnxruntime runs it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,66 +102,29 @@ def extrema_pass(passes: Callable[[], Any], names: Sequence[str], records: int) 
 
 def histogram_pass(
     passes: Callable[[], Any], names: Sequence[str], extrema: Extrema, records: int
-) -> list[dict[str, C.TensorStats]]:
-    """The second pass: the ``kl``, ``mse`` and onnxruntime percentile histograms of ``names``, one
-    set per fold of the records (record ``i`` in fold ``i % FOLDS``; the bins are the whole data's,
-    so the folds add up to the whole: :func:`merged`)."""
-    folds: list[dict[str, C.TensorStats]] = [{} for _ in range(FOLDS)]
+) -> dict[str, C.TensorStats]:
+    """The second pass: the ``kl``, ``mse`` and onnxruntime percentile histograms of ``names``."""
+    stats = {}
     for n in names:
         observed = extrema.observed[n]
         bound = max(abs(observed[0]), abs(observed[1]))
-        for f, stats in enumerate(folds):
-            kl, mse = HistogramObserver(bound, C.R.KL_BINS), HistogramObserver(bound, C.MSE_BINS)
-            magnitude = MagnitudeHistogramObserver(extrema.smallest_magnitude[n], bound)
-            per_record = _fold_extrema(extrema.per_record[n], f, records)
-            stats[n] = C.TensorStats(_observed(per_record, observed), per_record, kl, mse, magnitude)
+        kl, mse = HistogramObserver(bound, C.R.KL_BINS), HistogramObserver(bound, C.MSE_BINS)
+        magnitude = MagnitudeHistogramObserver(extrema.smallest_magnitude[n], bound)
+        stats[n] = C.TensorStats(observed, extrema.per_record[n], kl, mse, magnitude)
 
-    def fold(item: tuple[str, np.ndarray, int]) -> None:
-        s = folds[item[2]][item[0]]
+    def fold(item: tuple[str, np.ndarray]) -> None:
+        s = stats[item[0]]
         x = shifted(item[1], s.kl.bound)  # one float64 copy for both histograms
         s.kl.fold_shifted(x)
         s.mse.fold_shifted(x)
         s.magnitude.update(item[1])
 
-    done = 0
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, task("calibrate", records) as advance:
-        for values, count in passes():  # one record a pass (auto observes as onnxruntime's calibrators)
-            list(pool.map(fold, [(n, v, done % FOLDS) for n, v in values.items() if n in folds[0]]))
+        for values, count in passes():
+            list(pool.map(fold, [(n, v) for n, v in values.items() if n in stats]))
             del values
-            done += count
             advance(count)
-    return folds
-
-
-def _fold_extrema(whole: ExtremaObserver, fold: int, records: int) -> ExtremaObserver:
-    """The per-record extrema of one fold's records (all of them when some record held no finite
-    value, so that indices no longer say which record is which)."""
-    part = ExtremaObserver()
-    if whole.count == records:
-        part.update(whole.mins[fold::FOLDS], whole.maxs[fold::FOLDS])
-    else:
-        part.update(whole.mins, whole.maxs)
-    return part
-
-
-def _observed(per_record: ExtremaObserver, whole: tuple[float, float]) -> tuple[float, float]:
-    finite = np.isfinite(per_record.mins)
-    if not finite.any():
-        return whole
-    return float(per_record.mins[finite].min()), float(per_record.maxs[finite].max())
-
-
-def merged(folds: Sequence[Mapping[str, C.TensorStats]], extrema: Extrema) -> dict[str, C.TensorStats]:
-    """The whole data's statistics: the folds' histograms added, the whole's extrema."""
-    out = {}
-    for n, first in folds[0].items():
-        kl, mse, magnitude = copy.deepcopy((first.kl, first.mse, first.magnitude))
-        for other in folds[1:]:
-            kl.counts += other[n].kl.counts
-            mse.counts += other[n].mse.counts
-            magnitude.counts += other[n].magnitude.counts
-        out[n] = C.TensorStats(extrema.observed[n], extrema.per_record[n], kl, mse, magnitude)
-    return out
+    return stats
 
 
 def all_candidates(
@@ -214,39 +168,29 @@ class Evaluator:
         return self._sessions[id(model)][1]
 
     def errors(
-        self,
-        runs: Mapping[str, Run],
-        probe: tuple[Any, Sequence[str], ProbeScores] | None = None,
-        folds: Mapping[str, int] | None = None,
+        self, runs: Mapping[str, Run], probe: tuple[Any, Sequence[str], ProbeScores] | None = None
     ) -> dict[str, float]:
-        """Each run's mean over outputs of squared error / energy, over all records, or for a run named
-        in ``folds`` over the records of that fold only (record ``i`` is in fold ``i % FOLDS``);
-        ``probe`` (session, output names, sums) is run on the same records and its sums folded."""
+        """Each run's mean over outputs of squared error / energy, over all records; ``probe``
+        (session, output names, sums) is run on the same records and its sums folded."""
         if probe is None and self._reference is None:
             self._reference = self.session(self._fp32, "fp32 model")
         session, extra, sums = probe if probe is not None else (self._reference, [], None)
-        folds = folds or {}
         err = {name: np.zeros(len(self.outputs)) for name in runs}
-        energy = np.zeros((FOLDS, len(self.outputs)))
+        energy = np.zeros(len(self.outputs))
         self.passes += 1
         with task(self.label, len(self.bound)) as advance:
-            for index, record in enumerate(self.bound.iter_records()):
+            for record in self.bound.iter_records():
                 values = _run(session, [*self.outputs, *extra], record, "fp32 model")
                 ref = [v.astype(np.float64) for v in values[: len(self.outputs)]]
                 if sums is not None:
                     sums.add(dict(zip(extra, values[len(self.outputs) :], strict=True)))
-                energy[index % FOLDS] += [np.sum(np.square(r)) for r in ref]
+                energy += [np.sum(np.square(r)) for r in ref]
                 for name, (quantized, feeds) in runs.items():
-                    if folds.get(name, index % FOLDS) != index % FOLDS:
-                        continue
                     got = _run(quantized, self.outputs, {**record, **feeds}, "quantized model")
                     err[name] += [np.sum(np.square(g - r)) for g, r in zip(got, ref, strict=True)]
                 advance(1)
-        out = {}
-        for name, e in err.items():
-            total = energy[folds[name]] if name in folds else energy.sum(axis=0)
-            out[name] = float(np.mean(np.where(total > 0, e / np.where(total > 0, total, 1.0), e)))
-        return out
+        safe = np.where(energy > 0, energy, 1.0)
+        return {name: float(np.mean(np.where(energy > 0, e / safe, e))) for name, e in err.items()}
 
 
 def choice_runs(session: Any, params: ParamModel, choices: Mapping[str, Mapping[str, tuple[float, float]]]) -> dict:
@@ -405,45 +349,24 @@ def auto_ranges(
         qdq = written("minmax", observed, replace(calibration, quant_format="qdq"))
         models = {"minmax": qdq} if calibration.quant_format == "qdq" else {}
         params = ParamModel(qdq, proto, observed, calibration.activation_type)
-        folds = histogram_pass(passes, params.tensors, extrema, len(bound))
+        stats = histogram_pass(passes, params.tensors, extrema, len(bound))
         qmin, qmax = QTYPES[calibration.activation_type]
         rules = C.CandidateOptions(
             qmin, qmax, calibration.percentiles, calibration.moving_average, calibration.quantized_bins
         )
-        found = all_candidates(merged(folds, extrema), rules)
+        found = all_candidates(stats, rules)
         evaluator = Evaluator(proto, bound, options)
         evaluated, report = choose(evaluator, proto, params, found, calibration.activation_type)
-        # the finalists as onnxruntime writes and runs them (the parameterized model computes in float
-        # where the real one runs integer kernels: u8 x s8 pairs saturate on CPUs without VNNI),
-        # cross-fitted: each finalist's rules applied to one fold's statistics, the model measured on
-        # the other fold, so that no range is judged on the records it was made from
+        # the finalists as onnxruntime writes and runs them: the parameterized model computes in float
+        # where the real one runs integer kernels (u8 x s8 pairs saturate on CPUs without VNNI)
         final = finalists(evaluated)
-        fitted = [all_candidates(stats, rules) for stats in folds] if len(bound) >= 2 * FOLDS else []
-        crossed: dict[str, Run] = {}
-        held_out: dict[str, int] = {}
-        for name in final:
-            for f, candidates in enumerate(fitted):  # made from fold f, measured on the next
-                key = f"{name} [fold {f + 1}]"
-                fold_ranges = {t: s.observed for t, s in folds[f].items()}
-                model = written(key, {**fold_ranges, **ranges_of(evaluated[name][0], candidates)}, calibration)
-                payloads.pop(key)
-                crossed[key], held_out[key] = (evaluator.session(model), {}), (f + 1) % FOLDS
         choices = {name: ranges_of(evaluated[name][0], found) for name in final}
-        if not crossed:  # too few records to split: judged on all of them
-            models.update({name: written(name, choices[name]) for name in final if name not in models})
-            crossed = {name: (evaluator.session(models[name]), {}) for name in final}
-        real = evaluator.errors(crossed, folds=held_out)
-        score = {name: float(np.mean([e for k, e in real.items() if k.rsplit(" [", 1)[0] == name])) for name in final}
-        best = min(final, key=lambda name: (score[name], final.index(name)))
-        if best not in models:
-            models[best] = written(best, choices[best])
-    how = CROSS_FITTED if fitted else IN_SAMPLE
-    report["steps"] += [_step(f"{name}, {how}", score[name]) | {"verified": True} for name in final]
+        models.update({name: written(name, choices[name]) for name in final if name not in models})
+    real = evaluator.errors({name: (evaluator.session(models[name]), {}) for name in final})
+    best = min(final, key=lambda name: (real[name], final.index(name)))
+    report["steps"] += [_step(f"{name}, as onnxruntime runs it", real[name]) | {"verified": True} for name in final]
     report["passes"] += 1
-    if fitted:  # the chosen model as written, on every calibration record
-        score[best] = evaluator.errors({best: (evaluator.session(models[best]), {})})[best]
-        report["passes"] += 1
-    report |= {"chosen": best, "output_sqnr_db": Choice(best, score[best]).sqnr_db, "cross_fitted": bool(fitted)}
+    report |= {"chosen": best, "output_sqnr_db": Choice(best, real[best]).sqnr_db}
     chosen = {**observed, **choices[best]}
     for tensor, entry in report["tensors"].items():
         entry["chosen"] = list(chosen[tensor])
@@ -451,18 +374,14 @@ def auto_ranges(
 
 
 def selection_line(selection: Mapping[str, Any]) -> str:
-    """One line: what ``auto`` chose, its model's output SQNR on the calibration records, and every
-    finalist's as onnxruntime ran it (cross-fitted where the records were split)."""
-    how = CROSS_FITTED if selection.get("cross_fitted") else IN_SAMPLE
-    real = {s["choice"].split(", ")[0]: s["output_sqnr_db"] for s in selection["steps"] if s.get("verified")}
-    line = (
-        f"auto chose {selection['chosen']}: output SQNR {selection['output_sqnr_db']:.2f} dB on the "
-        f"{selection['records']} calibration record(s) as onnxruntime runs it"
-    )
-    if selection.get("cross_fitted"):
-        return line + "; " + how + ": " + ", ".join(f"{name} {db:.2f}" for name, db in real.items()) + " dB"
+    """One line: what ``auto`` chose, and the output SQNR of every finalist as onnxruntime ran it."""
+    suffix = ", as onnxruntime runs it"
+    real = {s["choice"].removesuffix(suffix): s["output_sqnr_db"] for s in selection["steps"] if s.get("verified")}
     others = ", ".join(f"{name} {db:.2f}" for name, db in real.items() if name != selection["chosen"])
-    return line + (f" ({others} dB)" if others else "")
+    return (
+        f"auto chose {selection['chosen']}: output SQNR {selection['output_sqnr_db']:.2f} dB on the "
+        f"{selection['records']} calibration record(s) as onnxruntime runs it" + (f" ({others} dB)" if others else "")
+    )
 
 
 def check_against_minmax(

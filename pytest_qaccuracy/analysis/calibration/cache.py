@@ -33,7 +33,7 @@ def _digest_file(digest: hashlib._Hash, path: Path) -> None:
             digest.update(block)
 
 
-#: bumped whenever a method's answer changes (auto: 2, cross-fitted finalists and onnxruntime's exact
+#: bumped whenever a method's answer changes (2: auto's ort-percentile became onnxruntime's exact
 #: percentile histogram), so that a cache written by an older release is not taken for this one's
 ALGORITHM = 2
 
