@@ -138,12 +138,13 @@ class Evaluator:
         self.reference = [runner.run(batch) for batch in self.batches]
         self.records = sum(len(b) for b in self.batches)
 
-    def measure(self, model: str | os.PathLike[str]) -> Verdict:
-        """Run ``model`` on every target and judge it; InputError when a target cannot run it."""
+    def measure(self, model: str | os.PathLike[str], targets: Sequence[str] | None = None) -> Verdict:
+        """Run ``model`` on every target (or on ``targets``) and judge it; InputError when a target
+        cannot run it."""
         pair = ModelPair(self.fp32, str(model))
         names = [(f, q) for f, q in pair.output_pairs() if f in self.outputs]
         measured: Measured = {}
-        for target in self.targets:
+        for target in self.targets if targets is None else targets:
             measured[target] = self._run(pair, names, target)
         return judge(measured, self.checks)
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_qaccuracy.analysis.recipe.build import RecipeBuilder, check_method, method_names
+from pytest_qaccuracy.analysis.recipe.build import RecipeBuilder, check_method, default_methods
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
 from pytest_qaccuracy.analysis.recipe.measure import HOST, Evaluator, Measured, judge
 from pytest_qaccuracy.analysis.recipe.space import Recipe
@@ -98,9 +98,11 @@ class Step:
     margin: float | None
     seconds: float
     skipped: str | None = None
+    estimated: bool = False  # an estimate (the edited model, this host): ranks, never reported as the answer
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "estimated": self.estimated,
             "index": self.index,
             "phase": self.phase,
             "change": self.change,
@@ -126,6 +128,7 @@ class Step:
             None if data["margin"] is None else float(data["margin"]),
             float(data["seconds"]),
             data.get("skipped"),
+            bool(data.get("estimated", False)),
         )
 
 
@@ -202,7 +205,10 @@ class _OutOfBudget(Exception):
 
 
 def _better(a: Step, b: Step | None) -> bool:
-    """Whether ``a`` beats ``b``: passing and cheaper, or (neither passing) a larger margin."""
+    """Whether ``a`` beats ``b``: passing and cheaper, or (neither passing) a larger margin. An
+    estimate never beats anything: only verified steps are answers."""
+    if a.estimated:
+        return False
     if b is None:
         return a.skipped is None
     if a.skipped is not None:
@@ -252,6 +258,7 @@ class RecipeSearch:
         self.steps: list[Step] = []
         self.best: Step | None = None
         self.seen: dict[Recipe, Step] = {}
+        self.estimates: dict[Recipe, Step] = {}
         self.evaluator: Evaluator | None = None
 
     # -- experiments ---------------------------------------------------------------------------
@@ -260,13 +267,16 @@ class RecipeSearch:
         if self.on_note is not None:
             self.on_note(text)
 
-    def _check_budget(self) -> None:
+    def _check_budget(self, estimate: bool = False) -> None:
+        """Raise when the next experiment (or estimate) would not fit: it is assumed to last as long as
+        the longest of its kind so far, so the search stops before the budget, not after. The
+        experiment budget counts verified experiments only."""
         elapsed = time.monotonic() - self.started
-        # the next experiment is assumed to last as long as the longest so far: stop before, not after
-        expected = max((s.seconds for s in self.steps), default=0.0)
+        expected = max((s.seconds for s in self.steps if s.estimated == estimate), default=0.0)
         if self.budget.seconds is not None and elapsed + expected >= self.budget.seconds:
             raise _OutOfBudget
-        if self.budget.experiments is not None and len(self.steps) >= self.budget.experiments:
+        verified = sum(not s.estimated for s in self.steps)
+        if not estimate and self.budget.experiments is not None and verified >= self.budget.experiments:
             raise _OutOfBudget
 
     def model_path(self, index: int) -> Path:
@@ -312,6 +322,45 @@ class RecipeSearch:
             self.on_step(step, self.best)
         return step
 
+    def estimate(self, recipe: Recipe, phase: str, change: str, model: Callable[[], Any]) -> Step:
+        """One estimate: ``model()`` (an edited model, :mod:`.edit`) measured on this host on the
+        evaluation records. A table row marked estimated; it orders the search, it is never the answer."""
+        import onnx
+
+        if recipe in self.estimates:
+            return self.estimates[recipe]
+        self._check_budget(estimate=True)
+        began, index = time.monotonic(), len(self.steps)
+        path = self.workdir / "estimate.onnx"
+        skipped, verdict = None, None
+        try:
+            onnx.save(model(), str(path))
+            verdict = self.evaluator.measure(path, (HOST,))
+        except QAccuracyError as exc:
+            skipped = _first_line(exc)
+        except Exception as exc:  # an edit onnxruntime cannot run: the estimate is skipped, the search goes on
+            skipped = f"{type(exc).__name__}: {_first_line(exc)}"
+        finally:
+            path.unlink(missing_ok=True)
+        step = Step(
+            index,
+            phase,
+            change,
+            recipe,
+            self.cost.relative(recipe),
+            {} if verdict is None else verdict.measured,
+            verdict is not None and verdict.passed,
+            None if verdict is None else verdict.margin,
+            time.monotonic() - began,
+            skipped,
+            estimated=True,
+        )
+        self.steps.append(step)
+        self.estimates[recipe] = step
+        if self.on_step is not None:
+            self.on_step(step, self.best)
+        return step
+
     # -- the search ------------------------------------------------------------------------------
 
     def run(self) -> RecipeResult:
@@ -350,24 +399,50 @@ class RecipeSearch:
         )
 
     def _global_phase(self) -> Recipe:
-        """Start, then single global changes while one improves; the best global recipe."""
-        current = self.measure(self.start, "start", "starting recipe")
+        """Start (verified), then single global changes while one improves, each *estimated* on the
+        start's model edited in place (:class:`~.edit.GlobalEdits`); the best estimated global recipe
+        is then verified. Returns the better verified global recipe (the node phase's base)."""
+        import onnx
+
+        from pytest_qaccuracy.analysis.recipe.edit import GlobalEdits
+
+        first = self.measure(self.start, "start", "starting recipe")
+        if first.passed or first.skipped is not None or not any(self.vary):
+            return self.start
+        edits = GlobalEdits(
+            onnx.load(str(self.model_path(first.index))),
+            self.start,
+            self.builder.model,
+            self.builder.ranges(self.start).ranges,
+        )
+        host = judge({HOST: first.measured[HOST]}, self.checks).margin if HOST in first.measured else None
+        if host is None:
+            host = self._estimate_global(edits, self.start, "starting recipe").margin
+        current, margin = self.start, host if host is not None else -math.inf
         tried = {("per_channel", self.start.per_channel), ("reduce_range", self.start.reduce_range)}
         tried |= {("method", self.start.method), ("activation_type", self.start.activation_type)}
         tried.add(("weight_type", self.start.weight_type))
         improved = True
-        while improved and not current.passed:
+        while improved and margin < 0:
             improved = False
-            for change, recipe in self._global_moves(current.recipe):
+            for change, recipe in self._global_moves(current):
                 dimension, _, value = change.partition("=")
                 if dimension not in self.vary or (dimension, _parsed(value)) in tried:
                     continue  # each value of a global choice is tried once, on the best recipe of its time
                 tried.add((dimension, _parsed(value)))
-                step = self.measure(recipe, "global", change)
-                if step.skipped is None and _better(step, current):
-                    current, improved = step, True
+                step = self._estimate_global(edits, recipe, change)
+                if step.skipped is None and step.margin is not None and step.margin > margin:
+                    current, margin, improved = recipe, step.margin, True
                     break  # the next moves start from the improved recipe
-        return current.recipe
+        if current == self.start:
+            return self.start
+        verified = self.measure(current, "global", current.changes_from(self.start))
+        return verified.recipe if _better(verified, first) else self.start
+
+    def _estimate_global(self, edits: Any, recipe: Recipe, change: str) -> Step:
+        return self.estimate(
+            recipe, "global", change, lambda: edits.model(recipe, self.builder.estimated_ranges(recipe))
+        )
 
     def _global_moves(self, recipe: Recipe) -> Iterator[tuple[str, Recipe]]:
         flip = {"uint8": "int8", "int8": "uint8"}
@@ -416,55 +491,75 @@ class RecipeSearch:
     def _guided(self, base: Recipe, nodes: list[str], widen: bool) -> None:
         from pytest_qaccuracy.analysis.recipe.estimate import Estimator
 
+        float_cost = lambda n: self.cost.node(n, "float")  # noqa: E731
         with Estimator(
             self.fp32,
             self.model_path(self.seen[base].index),
-            self.calibration,
+            self.evaluation,
             self.checks,
             self.options,
             self.estimate_records,
             self._note,
         ) as estimator:
-            order = estimator.order(nodes, lambda n: self.cost.node(n, "float"))
+            order = estimator.order(nodes, float_cost)
             ks = _geometric(len(order))
             self._note(f"estimating {len(ks)} exclusion prefixes on the edited graph")
             estimates = estimator.prefixes(order, ks)
-            passing = self._bisect(base, order, ks, estimates)
+            k = self._estimated_boundary(estimator, order, ks, estimates)
+            passing = None
+            for size in [k, *(s for s in ks if s > k)]:  # verified: the estimated boundary, then longer
+                step = self.measure(base.with_nodes({n: "float" for n in order[:size]}), "nodes", f"float: top {size}")
+                if step.passed:
+                    passing = step
+                    break
             if passing is None:
                 return
             kept = list(passing.recipe.float)
             self._note(f"pruning {len(kept)} float node(s): estimating which can be quantized again")
-            for node in estimator.droppable(kept, lambda n: self.cost.node(n, "float")):
+            drops = estimator.droppable(kept, float_cost)
+            if drops:
+                # the drops taken together, costliest first: the longest run still estimated to pass
+                margins = estimator.margins(
+                    [[n for n in kept if n not in set(drops[:j])] for j in range(1, len(drops) + 1)], "pruning"
+                )
+                count = max((j + 1 for j, m in enumerate(margins) if m >= 0), default=0)
+                while count > 0:
+                    recipe = passing.recipe.with_nodes(
+                        {n: "float" for n in kept if n not in set(drops[:count])}
+                        | {n: "int16" for n in passing.recipe.int16}
+                    )
+                    if self.measure(recipe, "prune", f"float -{_names(drops[:count])}").passed:
+                        break
+                    count //= 2
+        if widen and self.best is not None and self.best.passed and self.best.recipe.float:
+            # 16-bit instead of float: all of them, else the costliest half (each one verified experiment)
+            floats = sorted(self.best.recipe.float, key=lambda n: -float_cost(n))
+            for part in (floats, floats[: len(floats) // 2]):
+                if not part:
+                    break
                 current = self.best.recipe
-                if node in current.float:
-                    self.measure(current.with_precision(node, "int8"), "prune", f"float -{node}")
-        if widen:
-            for node in sorted(self.best.recipe.float, key=lambda n: -self.cost.node(n, "float")):
-                current = self.best.recipe
-                self.measure(current.with_precision(node, "int16"), "widen", f"{node}: float -> int16")
+                recipe = current.with_nodes(
+                    {n: "float" for n in current.float if n not in part} | {n: "int16" for n in [*current.int16, *part]}
+                )
+                if self.measure(recipe, "widen", f"float -> int16: {_names(part)}").passed:
+                    break
 
-    def _bisect(self, base: Recipe, order: list[str], ks: list[int], estimates: list[float]) -> Step | None:
-        """Verify the shortest estimated-passing prefix, then bisect between the longest failing
-        and the shortest passing verified prefix."""
-        first = next((i for i, m in enumerate(estimates) if m >= 0), len(ks) - 1)
-        low, high, passing = 0, None, None
-        for i in range(first, len(ks)):
-            step = self.measure(base.with_nodes({n: "float" for n in order[: ks[i]]}), "nodes", f"float: top {ks[i]}")
-            if step.passed:
-                high, passing = ks[i], step
-                break
-            low = ks[i]
-        if high is None:
-            return None
-        low = max(low, ks[first - 1] if first > 0 else 0)
+    def _estimated_boundary(self, estimator: Any, order: list[str], ks: list[int], estimates: list[float]) -> int:
+        """The shortest prefix of ``order`` estimated to pass: bisected on estimates between the
+        geometric prefixes around the first one estimated to pass (all of them when none is)."""
+        first = next((i for i, m in enumerate(estimates) if m >= 0), None)
+        if first is None:
+            return ks[-1]
+        low, high = (ks[first - 1] if first > 0 else 0), ks[first]
         while high - low > 1:
+            self._check_budget(estimate=True)
             mid = (low + high) // 2
-            step = self.measure(base.with_nodes({n: "float" for n in order[:mid]}), "nodes", f"float: top {mid}")
-            if step.passed:
-                high, passing = mid, step
+            if estimator.margins([order[:mid]], "bisecting")[0] >= 0:
+                high = mid
             else:
                 low = mid
-        return passing
+        self._note(f"estimated boundary: the top {high} node(s) in float")
+        return high
 
 
 def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -> Iterator[tuple[str, ...]]:
@@ -499,6 +594,11 @@ def _geometric(count: int) -> list[int]:
         ks.append(k)
         k *= 2
     return [*ks, count]
+
+
+def _names(names: Sequence[str], shown: int = 3) -> str:
+    more = len(names) - shown
+    return ",".join(names[:shown]) + (f" (+{more} more)" if more > 0 else "")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -582,7 +682,7 @@ def search_recipe(
         start,
         budget or Budget(),
         {"int16": 0.5, "float": 1.0, **(weights or {})},
-        method_names() if methods is None else methods,
+        default_methods() if methods is None else methods,
         options or RuntimeOptions(),
         estimate_records,
         exhaustive_nodes,
