@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -34,6 +35,20 @@ def main() -> None:
     compare(ModelPair(root / "fp32.onnx", root / "qdq_u8s8.onnx"), data["test"])
     compared = time.monotonic() - began
     began = time.monotonic()
+
+    def on_step(step, best) -> None:
+        kind = "estimate" if step.estimated else "verified"
+        figure = step.measured.get("onnxruntime")
+        print(
+            f"  {time.monotonic() - began:6.1f}s step {step.index} [{step.phase}] {kind} {step.change[:60]}: "
+            f"margin {step.margin}, {figure}, {step.seconds:.1f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def on_note(text: str) -> None:
+        print(f"  {time.monotonic() - began:6.1f}s {text}", file=sys.stderr, flush=True)
+
     result = search_recipe(
         root / "fp32.onnx",
         data["calib"],
@@ -41,6 +56,8 @@ def main() -> None:
         parse_checks([args.target]),
         budget=Budget(seconds=compared * args.factor),
         methods=None if args.methods is None else args.methods.split(","),
+        on_step=on_step,
+        on_note=on_note,
     )
     searched = time.monotonic() - began
     best = result.best_step

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.analysis.experiments import Experiment
+from pytest_qaccuracy.analysis.recipe.checks import Check
 from pytest_qaccuracy.analysis.recipe.measure import judge
 from pytest_qaccuracy.analysis.sensitivity import open_session
-from pytest_qaccuracy.analysis.sweep import Target
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -34,6 +34,9 @@ LEAVE_ONE_OUT_NODES = 64
 PRUNE_NODES = 32
 #: An input with no measured error (a graph input) counts as this SQNR, in dB.
 EXACT_DB = 100.0
+#: What ranks nodes when the targets are checks the edited-graph runner cannot compute: the output
+#: SQNR (its margin against 100 dB grows with the SQNR).
+PROXY = Check("sqnr", EXACT_DB, True)
 
 
 class Estimator:
@@ -44,15 +47,23 @@ class Estimator:
         fp32: str | os.PathLike[str],
         quantized: str | os.PathLike[str],
         calibration: Dataset | str | os.PathLike[str],
-        checks: Sequence[Target],
+        checks: Sequence[Check],
         options: RuntimeOptions,
         records: int,
         note: Callable[[str], None],
+        measure: Callable[[Any], float] | None = None,
     ) -> None:
         self.checks, self.note = list(checks), note
-        metrics = list(dict.fromkeys(c.metric for c in checks))
+        # checks the edited-graph runner computes (tensor metrics); the others (top-k, allclose, task
+        # values) are estimated by ``measure`` on the edited model, ranked by the SQNR as a proxy
+        self.direct = all(c.kind == "tensor" for c in self.checks) or measure is None
+        self.measure = measure
+        metrics = list(dict.fromkeys(c.metric for c in checks if c.kind == "tensor")) or [PROXY.metric]
+        if not self.direct:
+            metrics = list(dict.fromkeys([*metrics, PROXY.metric]))
         pair = ModelPair(str(fp32), str(quantized))
-        self.session = open_session(pair, calibration, metrics, options, records=records)
+        # as deployed (onnxruntime's graph optimizations and integer kernels), as the answer is measured
+        self.session = open_session(pair, calibration, metrics, options, capture="deployed", records=records)
         self.options = options
         self.qgraph = self.session.qgraph
         self.label = Path(quantized).name
@@ -63,8 +74,17 @@ class Estimator:
     def __exit__(self, *exc: object) -> None:
         self.session.close()
 
-    def margins(self, floats: Sequence[Sequence[str]], what: str) -> list[float]:
-        """The estimated margin (:func:`~.measure.judge`) with each set of nodes in float."""
+    def margins(self, floats: Sequence[Sequence[str]], what: str, proxy: bool = False) -> list[float]:
+        """The estimated margin (:func:`~.measure.judge`) with each set of nodes in float (``proxy``:
+        the proxy check's, for ranking)."""
+        if not self.direct and not proxy:
+            qg, out = self.qgraph, []
+            for names in floats:
+                out.append(self.measure(qg.build(qg.all_edges - qg.edges_of(names, "node"))))
+                if len(floats) > FIRST_CHUNK and len(out) % FIRST_CHUNK == 0:
+                    self.note(f"{what}: {len(out)}/{len(floats)} estimated")
+            return out
+        checks = [PROXY] if proxy else self.checks
         qg, out, size = self.qgraph, [], FIRST_CHUNK
         while len(out) < len(floats):
             chunk = floats[len(out) : len(out) + size]
@@ -73,7 +93,7 @@ class Estimator:
                 Experiment(str(i), qg.all_edges - qg.edges_of(names, "node")) for i, names in enumerate(chunk)
             ]
             for metrics in self.session.runner.run(experiments, "quantized"):
-                out.append(judge({"estimate": metrics}, self.checks).margin)
+                out.append(judge({"estimate": metrics}, checks).margin)
             if len(floats) > FIRST_CHUNK:
                 self.note(f"{what}: {len(out)}/{len(floats)} estimated")
             # the next pass holds as many experiments as fit in NOTE_SECONDS at this pass's pace
@@ -91,14 +111,14 @@ class Estimator:
         """
         records = self.session.records
         if len(nodes) <= LEAVE_ONE_OUT_NODES:
-            self.note(f"ranking {len(nodes)} node(s) by leave-one-out gain on {records} calibration record(s)")
-            base, *single = self.margins([[], *([n] for n in nodes)], "ranking")
+            self.note(f"ranking {len(nodes)} node(s) by leave-one-out gain on {records} evaluation record(s)")
+            base, *single = self.margins([[], *([n] for n in nodes)], "ranking", proxy=not self.direct)
             gains = {
                 n: (m - base if math.isfinite(m) and math.isfinite(base) else 0.0)
                 for n, m in zip(nodes, single, strict=True)
             }
         else:
-            self.note(f"ranking {len(nodes)} node(s) by their SQNR drop, one pass over {records} calibration record(s)")
+            self.note(f"ranking {len(nodes)} node(s) by their SQNR drop, one pass over {records} evaluation record(s)")
             gains = layer_drops(self.session, nodes, self.options)
         helpful = sorted((n for n in nodes if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
         rest = sorted((n for n in nodes if gains[n] <= 0), key=lambda n: -gains[n])
@@ -107,12 +127,9 @@ class Estimator:
     def prefixes(self, order: Sequence[str], ks: Sequence[int]) -> list[float]:
         return self.margins([order[:k] for k in ks], "prefixes")
 
-    def droppable(self, kept: Sequence[str], cost: Callable[[str], float]) -> list[str]:
-        """Nodes of a passing float set whose removal is estimated to still pass, costliest first
-        (of the :data:`PRUNE_NODES` costliest)."""
-        costly = sorted(kept, key=lambda n: -cost(n))[:PRUNE_NODES]
-        margins = self.margins([[m for m in kept if m != n] for n in costly], "pruning")
-        return [n for n, m in zip(costly, margins, strict=True) if m >= 0]
+    def droppable_margins(self, kept: Sequence[str], nodes: Sequence[str]) -> list[float]:
+        """The estimated margin of the float set ``kept`` with each of ``nodes`` quantized again."""
+        return self.margins([[m for m in kept if m != n] for n in nodes], "pruning")
 
 
 def layer_drops(session: Any, nodes: Sequence[str], options: RuntimeOptions) -> dict[str, float]:

@@ -35,11 +35,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_qaccuracy.analysis.recipe.build import RecipeBuilder, check_method, default_methods
+from pytest_qaccuracy.analysis.recipe.build import (
+    ESTIMATED_AS,
+    HISTOGRAM_RULES,
+    RecipeBuilder,
+    check_method,
+    default_methods,
+)
+from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
 from pytest_qaccuracy.analysis.recipe.measure import HOST, Evaluator, Measured, judge
 from pytest_qaccuracy.analysis.recipe.space import Recipe
-from pytest_qaccuracy.analysis.sweep import Target
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import InputError, QAccuracyError
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -49,6 +55,10 @@ SCHEMA_VERSION = 1
 GLOBAL_CHOICES = ("per_channel", "reduce_range", "method", "activation_type", "weight_type")
 #: How the search ended.
 STOPS = ("done", "budget", "interrupted")
+#: The share of a time budget the global phase's estimates may use (the node phase needs the rest).
+GLOBAL_SHARE = 0.3
+#: Verified prefixes of the node order before the search keeps every candidate in float.
+RETRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +238,7 @@ class RecipeSearch:
         fp32: str | os.PathLike[str],
         calibration: Dataset | str | os.PathLike[str],
         evaluation: Dataset | str | os.PathLike[str],
-        checks: Sequence[Target],
+        checks: Sequence[Check],
         targets: Sequence[str],
         workdir: str | os.PathLike[str],
         start: Recipe,
@@ -241,10 +251,13 @@ class RecipeSearch:
         on_step: Callable[[Step, Step | None], None] | None,
         on_note: Callable[[str], None] | None,
         vary: Sequence[str] = GLOBAL_CHOICES,
+        tasks: Sequence[Any] = (),
+        task_targets: Sequence[Any] | None = None,
     ) -> None:
         self.started = time.monotonic()
         self.fp32, self.calibration, self.evaluation = Path(fp32), calibration, evaluation
         self.checks, self.targets, self.workdir = list(checks), list(targets), Path(workdir)
+        self.tasks, self.task_targets = list(tasks), task_targets
         self.start, self.budget, self.options = start, budget, options
         self.methods = [check_method(m) for m in methods]
         self.estimate_records, self.exhaustive_nodes = estimate_records, exhaustive_nodes
@@ -259,6 +272,7 @@ class RecipeSearch:
         self.best: Step | None = None
         self.seen: dict[Recipe, Step] = {}
         self.estimates: dict[Recipe, Step] = {}
+        self.base_models: dict[Recipe, Path] = {}
         self.evaluator: Evaluator | None = None
 
     # -- experiments ---------------------------------------------------------------------------
@@ -367,7 +381,9 @@ class RecipeSearch:
         stopped, note = "done", ""
         try:
             self._note("measuring the fp32 model on the evaluation records")
-            self.evaluator = Evaluator(self.fp32, self.evaluation, self.checks, self.targets, self.options)
+            self.evaluator = Evaluator(
+                self.fp32, self.evaluation, self.checks, self.targets, self.options, self.tasks, self.task_targets
+            )
             base = self._global_phase()
             if not (self.best is not None and self.best.passed and self.best.cost == 0):
                 self._node_phase(base)
@@ -422,10 +438,15 @@ class RecipeSearch:
         tried = {("per_channel", self.start.per_channel), ("reduce_range", self.start.reduce_range)}
         tried |= {("method", self.start.method), ("activation_type", self.start.activation_type)}
         tried.add(("weight_type", self.start.weight_type))
+        share = None if self.budget.seconds is None else self.started + GLOBAL_SHARE * self.budget.seconds
         improved = True
         while improved and margin < 0:
             improved = False
             for change, recipe in self._global_moves(current):
+                if share is not None and time.monotonic() + self.builder.expected_seconds(recipe) >= share:
+                    self._note(f"global phase: its share of the budget ({GLOBAL_SHARE:.0%}) is spent")
+                    improved = False
+                    break
                 dimension, _, value = change.partition("=")
                 if dimension not in self.vary or (dimension, _parsed(value)) in tried:
                     continue  # each value of a global choice is tried once, on the best recipe of its time
@@ -436,8 +457,16 @@ class RecipeSearch:
                     break  # the next moves start from the improved recipe
         if current == self.start:
             return self.start
-        verified = self.measure(current, "global", current.changes_from(self.start))
-        return verified.recipe if _better(verified, first) else self.start
+        if margin >= 0:  # estimated to pass at cost 0: verified, it is the answer
+            verified = self.measure(current, "global", current.changes_from(self.start))
+            if verified.passed or not _better(verified, first):
+                return current if verified.skipped is None and _better(verified, first) else self.start
+        # the node phase starts from the best estimated global recipe, on its edited model (equal to
+        # what quantize_static writes up to rounding, docs/recipe.md); its answers are verified
+        path = self.workdir / "global.onnx"
+        onnx.save(edits.model(current, self.builder.estimated_ranges(current)), str(path))
+        self.base_models[current] = path
+        return current
 
     def _estimate_global(self, edits: Any, recipe: Recipe, change: str) -> Step:
         return self.estimate(
@@ -448,26 +477,37 @@ class RecipeSearch:
         flip = {"uint8": "int8", "int8": "uint8"}
         yield f"per_channel={not recipe.per_channel}", replace(recipe, per_channel=not recipe.per_channel)
         yield f"reduce_range={not recipe.reduce_range}", replace(recipe, reduce_range=not recipe.reduce_range)
-        for method in self.methods:
+        slow = [m for m in self.methods if ESTIMATED_AS.get(m, m) in HISTOGRAM_RULES]
+        for method in [m for m in self.methods if m not in slow]:
             if method != recipe.method:
                 yield f"method={method}", replace(recipe, method=method)
         activation = flip[recipe.activation_type]
         yield f"activation_type={activation}", replace(recipe, activation_type=activation)
         weight = flip[recipe.weight_type]
         yield f"weight_type={weight}", replace(recipe, weight_type=weight)
+        for method in slow:  # their ranges need a second pass over the calibration records: last
+            if method != recipe.method:
+                yield f"method={method}", replace(recipe, method=method)
 
     def _candidates(self, base: Recipe) -> list[str]:
         """Nodes the base recipe's model quantizes (and that the fp32 model names)."""
         from pytest_qaccuracy.analysis.partial import QdqGraph
         from pytest_qaccuracy.model.loading import load_model
 
-        step = self.seen[base]
-        path = self.model_path(step.index)
-        if not path.exists():  # not kept: write it again (same recipe, same model)
-            self.builder.write(base, path)
+        path = self._base_model(base)
         graph = QdqGraph(load_model(path), None, path.name)
         names = set(self.cost.work)
         return [n.name for n in graph.nodes if n.name in names]
+
+    def _base_model(self, base: Recipe) -> Path:
+        """The base recipe's model: the edited one the global phase estimated, or the one it verified
+        (written again when it was not kept)."""
+        if base in self.base_models:
+            return self.base_models[base]
+        path = self.model_path(self.seen[base].index)
+        if not path.exists():  # not kept: write it again (same recipe, same model)
+            self.builder.write(base, path)
+        return path
 
     def _node_phase(self, base: Recipe) -> None:
         nodes = self._candidates(base)
@@ -494,43 +534,19 @@ class RecipeSearch:
         float_cost = lambda n: self.cost.node(n, "float")  # noqa: E731
         with Estimator(
             self.fp32,
-            self.model_path(self.seen[base].index),
+            self._base_model(base),
             self.evaluation,
             self.checks,
             self.options,
             self.estimate_records,
             self._note,
+            self._measured_margin,
         ) as estimator:
             order = estimator.order(nodes, float_cost)
-            ks = _geometric(len(order))
-            self._note(f"estimating {len(ks)} exclusion prefixes on the edited graph")
-            estimates = estimator.prefixes(order, ks)
-            k = self._estimated_boundary(estimator, order, ks, estimates)
-            passing = None
-            for size in [k, *(s for s in ks if s > k)]:  # verified: the estimated boundary, then longer
-                step = self.measure(base.with_nodes({n: "float" for n in order[:size]}), "nodes", f"float: top {size}")
-                if step.passed:
-                    passing = step
-                    break
+            passing = self._verified_prefix(base, estimator, order)
             if passing is None:
                 return
-            kept = list(passing.recipe.float)
-            self._note(f"pruning {len(kept)} float node(s): estimating which can be quantized again")
-            drops = estimator.droppable(kept, float_cost)
-            if drops:
-                # the drops taken together, costliest first: the longest run still estimated to pass
-                margins = estimator.margins(
-                    [[n for n in kept if n not in set(drops[:j])] for j in range(1, len(drops) + 1)], "pruning"
-                )
-                count = max((j + 1 for j, m in enumerate(margins) if m >= 0), default=0)
-                while count > 0:
-                    recipe = passing.recipe.with_nodes(
-                        {n: "float" for n in kept if n not in set(drops[:count])}
-                        | {n: "int16" for n in passing.recipe.int16}
-                    )
-                    if self.measure(recipe, "prune", f"float -{_names(drops[:count])}").passed:
-                        break
-                    count //= 2
+            self._prune(estimator, passing, float_cost)
         if widen and self.best is not None and self.best.passed and self.best.recipe.float:
             # 16-bit instead of float: all of them, else the costliest half (each one verified experiment)
             floats = sorted(self.best.recipe.float, key=lambda n: -float_cost(n))
@@ -544,22 +560,90 @@ class RecipeSearch:
                 if self.measure(recipe, "widen", f"float -> int16: {_names(part)}").passed:
                     break
 
-    def _estimated_boundary(self, estimator: Any, order: list[str], ks: list[int], estimates: list[float]) -> int:
-        """The shortest prefix of ``order`` estimated to pass: bisected on estimates between the
-        geometric prefixes around the first one estimated to pass (all of them when none is)."""
-        first = next((i for i, m in enumerate(estimates) if m >= 0), None)
-        if first is None:
-            return ks[-1]
-        low, high = (ks[first - 1] if first > 0 else 0), ks[first]
+    def _measured_margin(self, model: Any) -> float:
+        """An edited model's margin on every check, measured on this host on the evaluation records
+        (the estimate of checks the edited-graph runner cannot compute: top-k, allclose, task values)."""
+        import onnx
+
+        path = self.workdir / "estimate.onnx"
+        try:
+            onnx.save(model, str(path))
+            return self.evaluator.measure(path, (HOST,)).margin
+        finally:
+            path.unlink(missing_ok=True)
+
+    def _verified_prefix(self, base: Recipe, estimator: Any, order: list[str]) -> Step | None:
+        """The shortest prefix of ``order`` in float estimated to pass, verified. When the estimate was
+        optimistic (the verified margin below the estimated one), the next prefix must be estimated to
+        pass by that much more (bisected again, longer); after :data:`RETRIES` misses, all of them."""
+        low, required = 0, 0.0
+        for _ in range(RETRIES):
+            size, estimated = self._estimated_boundary(estimator, order, low, required)
+            step = self.measure(base.with_nodes({n: "float" for n in order[:size]}), "nodes", f"float: top {size}")
+            if step.passed:
+                return step
+            if size >= len(order) or step.margin is None or estimated is None:
+                return None
+            low, required = size, required + max(estimated - step.margin, 0.0) + 1e-3
+        step = self.measure(base.with_nodes({n: "float" for n in order}), "nodes", f"float: all {len(order)}")
+        return step if step.passed else None
+
+    def _estimated_boundary(
+        self, estimator: Any, order: list[str], low: int, required: float
+    ) -> tuple[int, float | None]:
+        """The shortest prefix longer than ``low`` estimated to have a margin of at least ``required``,
+        bisected on estimates, and its estimated margin (all nodes and None when even that falls short)."""
+        high = len(order)
+        self._note(f"bisecting {high - low} ordered node(s) on estimates (margin >= {required:.3g})")
+        margin = estimator.margins([order], "bisecting")[0]
+        if margin < required:
+            return high, None
         while high - low > 1:
             self._check_budget(estimate=True)
             mid = (low + high) // 2
-            if estimator.margins([order[:mid]], "bisecting")[0] >= 0:
-                high = mid
+            found = estimator.margins([order[:mid]], "bisecting")[0]
+            if found >= required:
+                high, margin = mid, found
             else:
                 low = mid
-        self._note(f"estimated boundary: the top {high} node(s) in float")
-        return high
+        self._note(f"estimated boundary: the top {high} node(s) in float (estimated margin {margin:.3g})")
+        return high, margin
+
+    def _prune(self, estimator: Any, passing: Step, cost: Callable[[str], float]) -> None:
+        """Float nodes of a verified pass quantized again: of the costliest (as many as the budget's
+        pace allows, at most :data:`~.estimate.PRUNE_NODES`), those estimated to pass alone; then the
+        longest run of them (costliest first) estimated to pass together, bisected on estimates; then
+        verified, halving the run until a verified pass or none."""
+        from pytest_qaccuracy.analysis.recipe.estimate import PRUNE_NODES
+
+        kept = list(passing.recipe.float)
+        affordable = len(kept)
+        if self.budget.seconds is not None:
+            pace = max((s.seconds for s in self.steps if s.estimated), default=1.0)
+            left = self.budget.seconds - (time.monotonic() - self.started)
+            longest = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+            affordable = int(max(left - 2 * longest, 0.0) / 2 / max(pace, 1e-3))
+        costly = sorted(kept, key=lambda n: -cost(n))[: min(affordable, PRUNE_NODES)]
+        if not costly:
+            return
+        self._note(f"pruning: estimating {len(costly)} of {len(kept)} float node(s) quantized again")
+        drops = [n for n, m in zip(costly, estimator.droppable_margins(kept, costly), strict=True) if m >= 0]
+        low, high = 0, len(drops)  # the longest run estimated to pass together
+        while high > low:
+            self._check_budget(estimate=True)
+            mid = (low + high + 1) // 2
+            if estimator.margins([[n for n in kept if n not in set(drops[:mid])]], "pruning")[0] >= 0:
+                low = mid
+            else:
+                high = mid - 1
+        count = low
+        while count > 0:
+            recipe = passing.recipe.with_precision(drops[0], "int8")
+            for node in drops[1:count]:
+                recipe = recipe.with_precision(node, "int8")
+            if self.measure(recipe, "prune", f"float -{_names(drops[:count])}").passed:
+                break
+            count //= 2
 
 
 def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -> Iterator[tuple[str, ...]]:
@@ -605,6 +689,12 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
+def _open(path: Any) -> Any:
+    from pytest_qaccuracy.data import load_dataset
+
+    return load_dataset(path)
+
+
 def _name(data: Any) -> str:
     return getattr(data, "name", None) or Path(str(data)).name
 
@@ -613,7 +703,7 @@ def search_recipe(
     fp32: str | os.PathLike[str],
     calibration: Dataset | str | os.PathLike[str],
     evaluation: Dataset | str | os.PathLike[str],
-    checks: Sequence[Target],
+    checks: Sequence[Check | str],
     targets: Sequence[str] = (HOST,),
     workdir: str | os.PathLike[str] | None = None,
     start: Recipe | None = None,
@@ -627,6 +717,8 @@ def search_recipe(
     on_note: Callable[[str], None] | None = None,
     model_out: str | os.PathLike[str] | None = None,
     vary: Sequence[str] = GLOBAL_CHOICES,
+    tasks: Sequence[Any] = (),
+    task_targets: Sequence[Any] | str | os.PathLike[str] | None = None,
 ) -> RecipeResult:
     """Search a recipe of ``fp32`` that meets ``checks`` on ``evaluation`` on every target.
 
@@ -634,7 +726,7 @@ def search_recipe(
         fp32: the fp32 ONNX model (not quantized).
         calibration: the records ranges are computed on (and estimates run on).
         evaluation: held-out records every experiment is measured on.
-        checks: targets such as ``Target.parse("cosine>=0.99")`` (:func:`.measure.parse_checks`).
+        checks: targets: ``"cosine>=0.99"``, ``"max_drop:cer<=0.01"``, ... (:mod:`.checks`) or parsed checks.
         targets: deployment targets: ``onnxruntime`` (this host) and scheme presets.
         workdir: where experiment models are written (a temporary folder, removed at the end,
             when None).
@@ -650,6 +742,10 @@ def search_recipe(
         model_out: write the best recipe's model here (atomically), passing or not.
         vary: the global choices the first phase may change (:data:`GLOBAL_CHOICES`; ``()``: keep
             ``start``'s and search nodes only).
+        tasks: task metrics that task checks (``max_drop:cer<=0.01``) read: import paths, built-in
+            names, ``{"metric": ..., <options>}`` or :class:`~pytest_qaccuracy.metrics.task.TaskSpec`.
+        task_targets: one task target per evaluation record, or a JSON-lines sidecar file; default: the
+            evaluation data's targets, else its labels, else none (agreement with the fp32 model).
 
     Returns:
         A :class:`RecipeResult`; ``result.met`` says whether the best recipe passes.
@@ -657,6 +753,23 @@ def search_recipe(
     from pytest_qaccuracy.analysis.recipe.build import check_onnxruntime
 
     check_onnxruntime()
+    checks = parse_checks(checks)
+    if tasks:
+        from pytest_qaccuracy.metrics.task import parse_task_specs
+
+        try:
+            tasks = parse_task_specs(list(tasks))
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+    if isinstance(task_targets, (str, os.PathLike)):
+        from pytest_qaccuracy.data.targets import read_sidecar
+
+        if isinstance(evaluation, Dataset):
+            count = len(evaluation)
+        else:
+            with _open(evaluation) as data:
+                count = len(data)
+        task_targets = read_sidecar(Path(task_targets), count)
     from pytest_qaccuracy.model.graph import GraphView
     from pytest_qaccuracy.model.loading import load_model
     from pytest_qaccuracy.model.quant_params import detect_format
@@ -689,6 +802,8 @@ def search_recipe(
         on_step,
         on_note,
         vary,
+        tasks,
+        task_targets,
     )
     try:
         result = search.run()
