@@ -12,6 +12,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ MAX_CHUNK = 128
 NOTE_SECONDS = 30.0
 #: Above this many candidate nodes the ranking is one layer-wise pass instead of one experiment per node.
 LEAVE_ONE_OUT_NODES = 64
+#: Up to this many sets, estimates run whole edited models instead of the work-reuse runner.
+WHOLE_MODELS = 2
 #: Nodes of a passing set whose removal is estimated (the costliest).
 PRUNE_NODES = 32
 #: An input with no measured error (a graph input) counts as this SQNR, in dB.
@@ -68,6 +71,33 @@ class Estimator:
         self.qgraph = self.session.qgraph
         self.label = Path(quantized).name
 
+    def enabled(self, floats: Sequence[str]) -> frozenset:
+        """The edges still quantized with ``floats`` excluded as ``quantize_static(nodes_to_exclude=...)``
+        excludes them: a node's weights go float, but a quantized tensor stays quantized for *every*
+        reader (onnxruntime rewires all consumers to its DequantizeLinear) unless every node that asks
+        for it (its producer, its quantized readers) is excluded."""
+        qg, out = self.qgraph, set(self.qgraph.all_edges)
+        floats = set(floats)
+        for name in floats:
+            out -= qg.node(name).weights
+        for edges, owners in self.groups:
+            if owners <= floats:
+                out -= edges
+        return frozenset(out)
+
+    @cached_property
+    def groups(self) -> list[tuple[frozenset, frozenset]]:
+        """Per quantized activation tensor: its edges, and the nodes that ask for it quantized."""
+        qg = self.qgraph
+        by_tensor: dict[str, set] = {}
+        for edge, tensor in qg.quantized_tensor.items():
+            by_tensor.setdefault(tensor, set()).add(edge)
+        found = []
+        for edges in by_tensor.values():
+            owners = frozenset(n.name for n in qg.nodes if (n.inputs | n.outputs) & edges)
+            found.append((frozenset(edges), owners))
+        return found
+
     def __enter__(self) -> Estimator:
         return self
 
@@ -77,10 +107,12 @@ class Estimator:
     def margins(self, floats: Sequence[Sequence[str]], what: str, proxy: bool = False) -> list[float]:
         """The estimated margin (:func:`~.measure.judge`) with each set of nodes in float (``proxy``:
         the proxy check's, for ranking)."""
-        if not self.direct and not proxy:
+        # one or two sets: whole edited models run as deployed (faster than the partial sessions of
+        # the work-reuse runner when most of a large graph changes); many: the runner packs them
+        if self.measure is not None and not proxy and (not self.direct or len(floats) <= WHOLE_MODELS):
             qg, out = self.qgraph, []
             for names in floats:
-                out.append(self.measure(qg.build(qg.all_edges - qg.edges_of(names, "node"))))
+                out.append(self.measure(qg.build(self.enabled(names))))
                 if len(floats) > FIRST_CHUNK and len(out) % FIRST_CHUNK == 0:
                     self.note(f"{what}: {len(out)}/{len(floats)} estimated")
             return out
@@ -89,9 +121,7 @@ class Estimator:
         while len(out) < len(floats):
             chunk = floats[len(out) : len(out) + size]
             began = time.monotonic()
-            experiments = [
-                Experiment(str(i), qg.all_edges - qg.edges_of(names, "node")) for i, names in enumerate(chunk)
-            ]
+            experiments = [Experiment(str(i), self.enabled(names)) for i, names in enumerate(chunk)]
             for metrics in self.session.runner.run(experiments, "quantized"):
                 out.append(judge({"estimate": metrics}, checks).margin)
             if len(floats) > FIRST_CHUNK:
