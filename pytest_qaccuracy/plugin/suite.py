@@ -254,6 +254,7 @@ class QAccuracyFile(pytest.File):
         except SuiteError as exc:
             raise self.CollectError(str(exc)) from None
         for pair in pairs:
+            state.declare_task_metrics(pair.spec.task_metrics)
             yield QAccuracyPair.from_parent(self, name=pair.spec.id, pair=pair)
 
 
