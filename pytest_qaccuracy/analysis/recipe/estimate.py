@@ -132,7 +132,7 @@ class Estimator:
         return out
 
     def order(self, nodes: Sequence[str], cost: Callable[[str], float]) -> list[str]:
-        """Nodes by estimated gain per cost, those that gain nothing last (by gain).
+        """Nodes by estimated gain per cost, those that gain nothing last (by gain, then cheapest first).
 
         Up to :data:`LEAVE_ONE_OUT_NODES` nodes, the gain is the leave-one-out margin gain over the
         base (one edited-graph experiment per node); above, the SQNR a node loses between its worst
@@ -151,7 +151,8 @@ class Estimator:
             self.note(f"ranking {len(nodes)} node(s) by their SQNR drop, one pass over {records} evaluation record(s)")
             gains = layer_drops(self.session, nodes, self.options)
         helpful = sorted((n for n in nodes if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
-        rest = sorted((n for n in nodes if gains[n] <= 0), key=lambda n: -gains[n])
+        # no estimated gain: the cheapest first (a prefix that needs some of them pays least)
+        rest = sorted((n for n in nodes if gains[n] <= 0), key=lambda n: (-gains[n], cost(n)))
         return helpful + rest
 
     def prefixes(self, order: Sequence[str], ks: Sequence[int]) -> list[float]:
