@@ -132,28 +132,45 @@ class Estimator:
         return out
 
     def order(self, nodes: Sequence[str], cost: Callable[[str], float]) -> list[str]:
-        """Nodes by estimated gain per cost, those that gain nothing last (by gain, then cheapest first).
+        """Nodes by estimated gain per cost, those that gain nothing last (cheapest first).
 
-        Up to :data:`LEAVE_ONE_OUT_NODES` nodes, the gain is the leave-one-out margin gain over the
-        base (one edited-graph experiment per node); above, the SQNR a node loses between its worst
-        input and its output, from one layer-wise comparison pass (:func:`.layer_drops`), since one
-        experiment per node costs hundreds of forward passes on a large model.
+        The gain of a node is the margin gained with it alone in float (one edited-graph experiment
+        per node, the work-reuse runner). Above :data:`LEAVE_ONE_OUT_NODES` nodes, those are the
+        nodes that lose the most SQNR between their worst input and their output (one layer-wise
+        comparison pass, :func:`.layer_drops`), the others follow by that loss per cost: one
+        experiment per node would cost hundreds of forward passes on a large model.
         """
         records = self.session.records
-        if len(nodes) <= LEAVE_ONE_OUT_NODES:
-            self.note(f"ranking {len(nodes)} node(s) by leave-one-out gain on {records} evaluation record(s)")
-            base, *single = self.margins([[], *([n] for n in nodes)], "ranking", proxy=not self.direct)
-            gains = {
-                n: (m - base if math.isfinite(m) and math.isfinite(base) else 0.0)
-                for n, m in zip(nodes, single, strict=True)
-            }
-        else:
+        drops: dict[str, float] = {}
+        chosen = list(nodes)
+        if len(nodes) > LEAVE_ONE_OUT_NODES:
             self.note(f"ranking {len(nodes)} node(s) by their SQNR drop, one pass over {records} evaluation record(s)")
-            gains = layer_drops(self.session, nodes, self.options)
-        helpful = sorted((n for n in nodes if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
-        # no estimated gain: the cheapest first (a prefix that needs some of them pays least)
-        rest = sorted((n for n in nodes if gains[n] <= 0), key=lambda n: (-gains[n], cost(n)))
+            drops = layer_drops(self.session, nodes, self.options)
+            # the nodes that write a graph output always: their output pair is the last rounding
+            outputs = {o.name for o in self.session.pair.quantized.graph.output}
+            last = [n.name for n in self.qgraph.nodes if n.name in set(nodes) and set(self._writes(n)) & outputs]
+            chosen = list(dict.fromkeys([*last, *sorted(nodes, key=lambda n: -drops[n])]))[:LEAVE_ONE_OUT_NODES]
+        self.note(f"ranking {len(chosen)} node(s) by the gain of each alone in float on {records} evaluation record(s)")
+        base, *single = self.margins([[], *([n] for n in chosen)], "ranking", proxy=not self.direct)
+        gains = {
+            n: (m - base if math.isfinite(m) and math.isfinite(base) else 0.0)
+            for n, m in zip(chosen, single, strict=True)
+        }
+        helpful = sorted((n for n in chosen if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
+        taken = set(helpful)
+        # then by SQNR drop per cost; no estimated gain at all: the cheapest first (a prefix pays least)
+        rest = sorted(
+            (n for n in nodes if n not in taken),
+            key=lambda n: (-(drops.get(n, 0.0) / max(cost(n), 1e-9)), cost(n)),
+        )
         return helpful + rest
+
+    def _writes(self, node: Any) -> list[str]:
+        """The tensors a quantized node's output pairs deliver (its outputs, and their DequantizeLinear's)."""
+        view = self.qgraph.view
+        own = list(view.nodes[node.index].output)
+        delivered = [c.output[0] for t in own for _, c, _ in view.consumers.get(t, []) if c.op_type == "QuantizeLinear"]
+        return own + [c.output[0] for t in delivered for _, c, _ in view.consumers.get(t, [])]
 
     def prefixes(self, order: Sequence[str], ks: Sequence[int]) -> list[float]:
         return self.margins([order[:k] for k in ks], "prefixes")
