@@ -108,7 +108,8 @@ def main() -> None:
         figure = step.measured.get("onnxruntime")
         print(
             f"  {time.monotonic() - began:6.1f}s step {step.index} [{step.phase}] {kind} {step.change[:60]}: "
-            f"margin {step.margin}, cost {step.cost:.4g}, {figure}, {step.seconds:.1f}s",
+            f"margin {step.margin}, cost {step.cost:.4g}, {figure}, {step.seconds:.1f}s"
+            + (f", skipped: {step.skipped}" if step.skipped else ""),
             file=sys.stderr,
             flush=True,
         )

@@ -45,7 +45,7 @@ from pytest_qaccuracy.analysis.recipe.build import (
 from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
 from pytest_qaccuracy.analysis.recipe.measure import HOST, Evaluator, Measured, judge
-from pytest_qaccuracy.analysis.recipe.space import Recipe
+from pytest_qaccuracy.analysis.recipe.space import REFUSED, Recipe
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import InputError, QAccuracyError
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -214,6 +214,10 @@ class _OutOfBudget(Exception):
     pass
 
 
+class _Refused(Exception):
+    pass
+
+
 def _better(a: Step, b: Step | None) -> bool:
     """Whether ``a`` beats ``b``: passing and cheaper, or (neither passing) a larger margin. An
     estimate never beats anything: only verified steps are answers."""
@@ -346,10 +350,14 @@ class RecipeSearch:
         self._check_budget(estimate=True)
         began, index = time.monotonic(), len(self.steps)
         path = self.workdir / "estimate.onnx"
-        skipped, verdict = None, None
+        skipped, verdict = REFUSED.get((recipe.activation_type, recipe.weight_type)), None
         try:
+            if skipped is not None:
+                raise _Refused
             onnx.save(model(), str(path))
             verdict = self.evaluator.measure(path, (HOST,))
+        except _Refused:
+            pass
         except QAccuracyError as exc:
             skipped = _first_line(exc)
         except Exception as exc:  # an edit onnxruntime cannot run: the estimate is skipped, the search goes on
