@@ -423,8 +423,8 @@ def test_a_metric_module_beside_its_suite_imports_without_pythonpath(digits: pyt
 
     (suites / "digits_metrics.py").unlink()
     result = digits.runpytest_subprocess("--qaccuracy-sensitivity=off")
-    result.stdout.fnmatch_lines(["*task metric 'digits_metrics:WorstClassRecall': cannot import 'digits_metrics'*"])
-    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*task metric 'digits_metrics:WorstClassRecall': cannot import 'digits_metrics'*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # a usage error, as in the ini file
 
 
 @pytest.mark.parametrize(
