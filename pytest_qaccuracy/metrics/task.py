@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
+
 #: The sides every task metric computes (each deployment target is a quantized side of its own run).
 SIDES = ("fp32", "quantized")
 #: The methods a task metric must have.
@@ -47,22 +49,6 @@ BUILTIN: dict[str, str] = {
     "binary_f1": "pytest_qaccuracy.metrics.binary:BinaryF1",
 }
 _VALUE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
-#: Task-metric tolerances ``<kind>:<value name>`` (``max_drop:cer``, ``min:exact_match``): kind -> (op,
-#: what is compared). ``max_drop`` bounds how much worse the quantized side is, in the metric's direction.
-TASK_KINDS: dict[str, tuple[str, str]] = {
-    "min": (">=", "quantized"),
-    "max": ("<=", "quantized"),
-    "max_drop": ("<=", "drop"),
-}
-_TASK_NAME = re.compile(r"^(?P<kind>min|max|max_drop):(?P<value>[a-z_][a-z0-9_]*)$")
-
-
-def task_tolerance(name: str) -> tuple[str, str] | None:
-    """``(kind, value name)`` of a task-metric tolerance name (``max_drop:cer``), None for any other."""
-    match = _TASK_NAME.match(name)
-    return None if match is None else (match["kind"], match["value"])
-
-
 #: The option that renames a metric's values (``{metric = "ctc", output = "line", suffix = "line"}`` gives
 #: ``cer_line``): one metric on several outputs, each gated on its own.
 SUFFIX = "suffix"

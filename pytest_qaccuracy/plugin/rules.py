@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from pytest_qaccuracy.metrics.task import TASK_KINDS, task_tolerance
+from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
 
 #: Named tolerances (ini ``qaccuracy_<name>``, CLI ``--qaccuracy-<name>``, marker and TOML keys).
 #: name -> (type, help)

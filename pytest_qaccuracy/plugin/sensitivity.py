@@ -273,7 +273,7 @@ def _recipe(
     """The recipe search's result within what is left of the budget, or why it was not searched. It
     aims at the pair's failed cosine or SQNR output check and at its failed task-metric check (``aim``:
     ``("max_drop:cer", 0.005)``), whichever failed: a recipe must meet them all."""
-    from pytest_qaccuracy.metrics.task import TASK_KINDS
+    from pytest_qaccuracy.task_names import TASK_KINDS
 
     checks = [] if target is None else [target]
     if aim is not None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pytest_qaccuracy.errors import InputError
-from pytest_qaccuracy.metrics.task import TASK_KINDS, task_tolerance
+from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
 
 _TEXT = re.compile(r"\s*([a-z_0-9:]+)\s*(>=|<=|=)\s*([-+0-9.eE]+|inf)\s*")
 _TOPK = re.compile(r"^(?:max_top(?P<drop>\d+)_drop|min_top(?P<agree>\d+)_agreement)$")
