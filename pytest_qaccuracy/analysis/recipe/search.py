@@ -1,22 +1,23 @@
 """The recipe search: from an fp32 model to a quantization recipe that meets the targets, verified.
 
-Every step is an *experiment*: onnxruntime's ``quantize_static`` writes the recipe's model from the
-fp32 model, and the model is measured on held-out evaluation records on every deployment target
+A verified step is an *experiment*: onnxruntime's ``quantize_static`` writes the recipe's model from
+the fp32 model, and the model is measured on held-out evaluation records on every deployment target
 (:mod:`.measure`). A recipe is reported as passing only from such a measurement. Cheap *estimates*
-(the sensitivity analysis' edited-graph experiments, :mod:`pytest_qaccuracy.analysis.experiments`,
-on a few calibration records) only decide which experiment to run next.
+(a QDQ model onnxruntime wrote, edited for other global choices, :mod:`.edit`, or with nodes
+excluded, :mod:`.estimate`, run on this host on the evaluation records) only decide which
+experiment to run next.
 
 Phases (docs/recipe.md):
 
-1. **global**: the starting recipe, then one global choice changed at a time (per-channel weights,
-   7-bit weights, each calibration method, activation and weight types), keeping each change that
-   improves the worst check's margin, until a pass changes nothing. These cost nothing, so a passing
-   recipe here is optimal.
+1. **global**: the starting recipe (verified), then one global choice changed at a time (per-channel
+   weights, 7-bit weights, each calibration method, activation and weight types), each estimated,
+   keeping each change that improves the worst check's margin, until a pass changes nothing. These
+   cost nothing, so a verified pass here is optimal.
 2. **nodes**, on the best global recipe. With at most ``exhaustive_nodes`` candidate nodes:
    every per-node assignment (int8, int16, float) in increasing cost, verified until one passes:
-   the optimum for those global choices. Otherwise: nodes ordered by estimated gain per cost
-   (leave-one-out on the edited graph), the shortest estimated-passing prefix in float verified,
-   bisected, then pruned (nodes dropped, float nodes narrowed to 16-bit) one verified step at a time.
+   the optimum for those global choices. Otherwise: nodes ordered by estimated gain per cost, the
+   shortest prefix in float estimated to pass (bisected on estimates) verified, longer ones after a
+   verified miss; then pruned and widened (float nodes narrowed to 16-bit), each verified.
 
 The search stops when done, at the budget (time or experiments), or at Ctrl-C, and returns the
 best recipe found either way: the cheapest passing one, else the one closest to passing.
@@ -424,8 +425,10 @@ class RecipeSearch:
 
     def _global_phase(self) -> Recipe:
         """Start (verified), then single global changes while one improves, each *estimated* on the
-        start's model edited in place (:class:`~.edit.GlobalEdits`); the best estimated global recipe
-        is then verified. Returns the better verified global recipe (the node phase's base)."""
+        start's model edited in place (:class:`~.edit.GlobalEdits`), within :data:`GLOBAL_SHARE` of a
+        time budget. A recipe estimated to pass is verified (the answer at cost 0 when it passes).
+        Returns the node phase's base: the best estimated global recipe (its edited model kept in
+        :attr:`base_models`), or the start."""
         import onnx
 
         from pytest_qaccuracy.analysis.recipe.edit import GlobalEdits
