@@ -1,9 +1,11 @@
 """Cheap estimates that order the recipe search's experiments (never its answer).
 
-They run on the base recipe's quantized model edited in place (a node in float = its Q/DQ pairs
-removed, :mod:`pytest_qaccuracy.analysis.partial`), with the sensitivity analysis' work reuse, on the
-first few calibration records: one pass for every node's leave-one-out gain, one for a set of
-exclusion prefixes, one for the nodes a passing set may drop. A 16-bit node is estimated as float.
+They run on the base recipe's quantized model edited in place (nodes in float = Q/DQ edges removed
+as ``quantize_static(nodes_to_exclude=...)`` removes them, :meth:`Estimator.enabled`), as deployed
+(onnxruntime's optimizations and integer kernels), on the first few evaluation records: many sets
+in one pass of the sensitivity analysis' work-reuse runner (each node's gain alone in float, the
+nodes a passing set may drop), one or two sets as whole edited models (the bisection). A 16-bit node
+is estimated as float.
 """
 
 from __future__ import annotations
