@@ -630,7 +630,8 @@ class RecipeSearch:
         kept = list(passing.recipe.float)
         affordable = len(kept)
         if self.budget.seconds is not None:
-            pace = max((s.seconds for s in self.steps if s.estimated), default=1.0)
+            paces = sorted(s.seconds for s in self.steps if s.estimated)  # the median: a first
+            pace = paces[len(paces) // 2] if paces else 1.0  # estimate of a method computes its statistics
             left = self.budget.seconds - (time.monotonic() - self.started)
             longest = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
             affordable = int(max(left - 2 * longest, 0.0) / 2 / max(pace, 1e-3))
