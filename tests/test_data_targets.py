@@ -131,3 +131,15 @@ def test_a_sidecar_that_does_not_fit_the_records_names_the_line_and_the_record(t
     with pytest.raises(DataError) as info:
         read_sidecar(path, 2)
     assert str(info.value) == f"{path}: {message}"
+
+
+def test_a_held_out_part_has_the_targets_of_its_own_records(tmp_path) -> None:
+    """``Head(data, count, skip)`` (the recipe search's held-out half) gives the targets of the records
+    after ``skip``, not the first ones (it gave the first ``count`` before)."""
+    from pytest_qaccuracy.data.head import Head
+
+    path = _write(tmp_path, "npz", {"targets": np.array(["a", "b", "c"])})
+    with Head(load_dataset(path), 2, skip=1) as held:
+        assert held.targets() == ["b", "c"]
+    with Head(load_dataset(path), 1) as first:
+        assert first.targets() == ["a"]

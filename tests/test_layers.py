@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "atomic": 0,
     "numbers": 0,
+    "task_names": 0,
     "data": 0,
     "model": 0,
     "metrics": 0,

@@ -38,7 +38,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         required=True,
         metavar="CHECK",
-        help="what every output must meet, e.g. cosine>=0.99 or sqnr>=20 (repeatable: all must hold)",
+        help="what the recipe must meet: an output metric (cosine>=0.99, sqnr>=20), rtol<=X / atol<=X, "
+        "max_top1_drop<=X (needs labels), min_top1_agreement>=X, or a task value (max_drop:cer<=0.01, "
+        "min:exact_match>=0.9; with --task-metric); repeatable: all must hold",
+    )
+    parser.add_argument(
+        "--task-metric",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a task metric the task targets read: module:Class, an entry point or a built-in (ctc, "
+        'yolo_detection, binary_f1), or a JSON table {"metric": ..., options} (repeatable)',
+    )
+    parser.add_argument(
+        "--task-targets",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="one task target per --eval record, JSON lines (default: the data's targets, else its labels)",
     )
     parser.add_argument(
         "--targets",
@@ -104,6 +121,9 @@ def run(args: argparse.Namespace) -> int:
     check_dir_target(args.out_dir, "--out-dir")
     if args.json is not None:
         check_file_target(args.json, "--json")
+    tasks = [_task_spec(text) for text in args.task_metric]
+    if args.task_targets is not None and not args.task_targets.exists():
+        raise InputError(f"--task-targets: {args.task_targets} does not exist")
     start = Recipe(args.method, args.per_channel, args.reduce_range, args.activation_type, args.weight_type)
     shown = [str(c) for c in checks]
 
@@ -133,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
         on_step=on_step,
         on_note=on_note,
         model_out=args.out_dir / f"{args.fp32.stem}.recipe.onnx",
+        tasks=tasks,
+        task_targets=args.task_targets,
     )
     paths = write_recipe(result, args.out_dir, args.fp32, args.data) if result.best is not None else []
     if args.json is not None:
@@ -145,3 +167,17 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("error: interrupted; the best recipe so far is written\n")
         return EXIT_INTERRUPTED
     return 0 if result.met else 1
+
+
+def _task_spec(text: str) -> object:
+    """``--task-metric``: a path or name as it is, a JSON table ``{"metric": ..., <options>}`` parsed."""
+    import json
+
+    from pytest_qaccuracy.errors import InputError
+
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--task-metric {text!r}: not a JSON table ({exc.msg})") from None

@@ -54,7 +54,7 @@ class Head(Dataset):
 
     def targets(self) -> list[Any] | None:
         targets = self.dataset.targets()
-        return None if targets is None else targets[: self.count]
+        return None if targets is None else targets[self.skip : self.skip + self.count]
 
     def close(self) -> None:
         self.dataset.close()

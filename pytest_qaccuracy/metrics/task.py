@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
+
 #: The sides every task metric computes (each deployment target is a quantized side of its own run).
 SIDES = ("fp32", "quantized")
 #: The methods a task metric must have.
@@ -292,10 +294,12 @@ __all__ = [
     "REQUIRED",
     "SIDES",
     "SUFFIX",
+    "TASK_KINDS",
     "TaskContext",
     "TaskMetric",
     "TaskSpec",
     "check_task_class",
     "parse_task_specs",
     "ratio",
+    "task_tolerance",
 ]

@@ -29,7 +29,7 @@ try:  # Ctrl-C while pytest loads this plugin: one line and pytest's exit code o
     from pytest_qaccuracy.plugin.progress import SessionProgress, check_artifacts_dir, finish_session
     from pytest_qaccuracy.plugin.session import QAccuracySession
     from pytest_qaccuracy.plugin.settings import add_options, check_metrics, check_task_metrics, load_settings
-    from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite
+    from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite, raise_usage_errors
 except KeyboardInterrupt:
     sys.stderr.write("qaccuracy: interrupted while pytest loaded its plugins\n")
     raise SystemExit(int(pytest.ExitCode.INTERRUPTED)) from None
@@ -85,6 +85,10 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     mark_item(item)
+
+
+def pytest_collection_modifyitems(config: pytest.Config) -> None:
+    raise_usage_errors(config)  # a suite's unusable task metric: exit 4, one line, no test runs
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

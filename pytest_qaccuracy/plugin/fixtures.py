@@ -7,6 +7,7 @@ command line, the ini file, the defaults; each failure message says which one ap
 
 from __future__ import annotations
 
+import contextlib
 import glob
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -105,6 +106,9 @@ def mark_item(item: pytest.Item) -> None:
     name = kwargs.get("name") or (Path(str(kwargs["quantized"])).stem if kwargs.get("quantized") else None)
     if name:
         item.extra_keyword_matches.add(str(name))
+    if kwargs.get("task_metrics") and session_key in item.config.stash:  # drift rules may name their values
+        with contextlib.suppress(ValueError):  # an unusable metric is reported when the test runs
+            item.config.stash[session_key].declare_task_metrics(task_specs(kwargs["task_metrics"], item.path.parent))
 
 
 class PairHandle:

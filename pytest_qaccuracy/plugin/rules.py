@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
+
 #: Named tolerances (ini ``qaccuracy_<name>``, CLI ``--qaccuracy-<name>``, marker and TOML keys).
 #: name -> (type, help)
 TOLERANCES: dict[str, tuple[type, str]] = {
@@ -31,21 +33,7 @@ TOLERANCES: dict[str, tuple[type, str]] = {
     "min_channel_steps": (float, "Fewest quantization steps any varying channel of an output spans (axes 1..3)"),
 }
 
-#: Task-metric tolerances ``<kind>:<value name>`` (``max_drop:cer``, ``min:exact_match``): kind -> (op,
-#: what is compared). ``max_drop`` bounds how much worse the quantized side is, in the metric's direction.
-TASK_KINDS: dict[str, tuple[str, str]] = {
-    "min": (">=", "quantized"),
-    "max": ("<=", "quantized"),
-    "max_drop": ("<=", "drop"),
-}
-_TASK_NAME = re.compile(r"^(?P<kind>min|max|max_drop):(?P<value>[a-z_][a-z0-9_]*)$")
 _TASK_LINE = re.compile(r"^(?P<name>[^\s=]+)\s*=\s*(?P<value>\S+)$")
-
-
-def task_tolerance(name: str) -> tuple[str, str] | None:
-    """``(kind, value name)`` of a task-metric tolerance name (``max_drop:cer``), None for any other."""
-    match = _TASK_NAME.match(name)
-    return None if match is None else (match["kind"], match["value"])
 
 
 def is_tolerance(name: str) -> bool:

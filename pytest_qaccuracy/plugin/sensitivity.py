@@ -141,11 +141,11 @@ def analyse_records(state: AnalysedSession, specs: Mapping[str, PairFiles]) -> N
             continue
         target = exclusion_target(record.checks, settings.sensitivity_metric)
         text = None if target is None else f"{target.metric}>={float(target.threshold)!r}"
-        ident = (spec.fp32, spec.quantized, spec.data, text)
-        if ident not in done:
-            done[ident] = analyse_one(state, spec, text)
-        entry = replace(done[ident], target_from=target)
         aim = task_target(record.checks)
+        ident = (spec.fp32, spec.quantized, spec.data, text, aim)
+        if ident not in done:
+            done[ident] = analyse_one(state, spec, text, aim)
+        entry = replace(done[ident], target_from=target)
         if aim is not None and entry.report is not None and entry.report.get("sensitivity"):
             entry = replace(entry, task=analyse_task(state, spec, entry, *aim))
         state.records[key] = replace(record, sensitivity=entry)
@@ -201,7 +201,9 @@ def analysis_budget(settings: SensitivitySettings, check_seconds: float) -> floa
     return float(fixed) if fixed is not None else float(factor or 0.0) * check_seconds
 
 
-def analyse_one(state: AnalysedSession, spec: PairFiles, target: str | None) -> SensitivityEntry:
+def analyse_one(
+    state: AnalysedSession, spec: PairFiles, target: str | None, aim: tuple[str, float] | None = None
+) -> SensitivityEntry:
     """One pair's analysis within its budget: the ranking (when it is expected to fit), then the
     recipe search with what is left (level ``recipe``); each part gives a one-line reason instead
     when it does not run or fails. Never raises: a bad model or dataset must not end the session."""
@@ -219,7 +221,8 @@ def analyse_one(state: AnalysedSession, spec: PairFiles, target: str | None) -> 
         entry = replace(entry, error=_one_line(exc))
     if settings.analysis == "recipe":
         try:
-            entry = replace(entry, **_recipe(state, spec, target, budget - (time.monotonic() - began), check))
+            left = budget - (time.monotonic() - began)
+            entry = replace(entry, **_recipe(state, spec, target, left, check, aim))
         except Exception as exc:
             entry = replace(entry, recipe_note=f"recipe not searched: {_one_line(exc)}")
     return replace(entry, seconds=round(time.monotonic() - began, 3))
@@ -259,17 +262,41 @@ def _ranking(
     return {"report": report.to_dict()}
 
 
-def _recipe(state: AnalysedSession, spec: PairFiles, target: str | None, left: float, check: float) -> dict[str, Any]:
-    """The recipe search's result within what is left of the budget, or why it was not searched."""
-    if target is None:
-        return {"recipe_note": "recipe not searched: no failed cosine or SQNR check on an output to aim at"}
+def _recipe(
+    state: AnalysedSession,
+    spec: PairFiles,
+    target: str | None,
+    left: float,
+    check: float,
+    aim: tuple[str, float] | None = None,
+) -> dict[str, Any]:
+    """The recipe search's result within what is left of the budget, or why it was not searched. It
+    aims at the pair's failed cosine or SQNR output check and at its failed task-metric check (``aim``:
+    ``("max_drop:cer", 0.005)``), whichever failed: a recipe must meet them all."""
+    from pytest_qaccuracy.task_names import TASK_KINDS
+
+    checks = [] if target is None else [target]
+    if aim is not None:
+        name, threshold = aim
+        checks.append(f"{name}{TASK_KINDS[name.partition(':')[0]][0]}{threshold!r}")
+    if not checks:
+        return {"recipe_note": "recipe not searched: no failed cosine, SQNR or task-metric check to aim at"}
     from pytest_qaccuracy.analysis.recipe.pair import pair_recipe
-    from pytest_qaccuracy.analysis.sweep import Target
 
     own = "onnxruntime" if spec.backend == "onnxruntime" else spec.scheme
     targets = list(dict.fromkeys([own, *spec.targets]))
+    tasks, task_targets = state.task_inputs(spec) if aim is not None else ((), None)
     found = pair_recipe(
-        spec.fp32, spec.quantized, spec.data, Target.parse(target), targets, left, check, state.runtime_options()
+        spec.fp32,
+        spec.quantized,
+        spec.data,
+        checks,
+        targets,
+        left,
+        check,
+        state.runtime_options(),
+        tasks=tasks,
+        task_targets=task_targets,
     )
     if found.result is None:
         return {"recipe_note": f"{found.note}; {_budget_text(state.settings, left)} left"}

@@ -75,6 +75,9 @@ class QAccuracySession:
         self.records: dict[str, PairRecord] = {}
         self.workers_without_data = 0
         self.errors: list[str] = []
+        #: task values some pair of the session computes (ini, suites, markers, pairs measured): a drift
+        #: rule naming one of them is another pair's, a rule naming none of them is misspelt
+        self.task_values_declared: set[str] = set()
         self._pairs: dict[PairSpec, ModelPair] = {}
         self._comparisons: dict[tuple[PairSpec, tuple[str, ...]], ComparisonResult] = {}
         self._stats: dict[StatsKey, OutputStats] = {}
@@ -163,6 +166,7 @@ class QAccuracySession:
         that pass, 0.544 as deployed; docs/pytest.md), and a task metric gates the model as deployed."""
         if not spec.task_metrics:
             return {}
+        self.declare_task_metrics(spec.task_metrics)
         key = replace(spec, targets=())  # the host's deployment target is the pair's own run: measured once
         if key not in self._task_values:
             from pytest_qaccuracy.analysis.outputs import measure_outputs
@@ -511,11 +515,13 @@ class QAccuracySession:
             return [drift_row("baseline", "baseline", "", detail)], []
         task = {k: v.to_dict() for k, v in stats.task.items()} if stats is not None else {}
         higher = {**result.higher_is_better, **{k: v["higher_is_better"] for k, v in task.items()}}
-        texts = [t for t in self.settings.max_drift or DEFAULT_DRIFT if not _other_task_value(t, higher)]
+        declared = self.task_values_declared | set(self.settings_task_values())
+        texts = [t for t in self.settings.max_drift or DEFAULT_DRIFT if not _other_task_value(t, higher, declared)]
         try:
             rules = [parse_drift_rule(t, higher) for t in texts]
         except ValueError as exc:
-            return [drift_row("baseline", "drift rule", "", str(exc))], []
+            known = ", ".join(sorted({*higher, *declared}))
+            return [drift_row("baseline", "drift rule", "", f"{exc} (known: {known})")], []
         drifts, missing = find_drift(document, result, rules, task)
         rows = [
             drift_row(d.target, d.metric, "drift", f"drift: {d.describe()}", threshold=d.allowed, value=d.current)
@@ -528,6 +534,27 @@ class QAccuracySession:
         if drifts:
             notes.append("To accept these numbers as the new baseline: --qaccuracy-update-all-baselines")
         return rows, notes
+
+    def declare_task_metrics(self, specs: Any) -> None:
+        """Remember the value names of task metrics some pair computes (collection, each measure)."""
+        for spec in specs or ():
+            try:
+                self.task_values_declared.update(spec.value_names(spec.create()))
+            except Exception:  # an unusable metric is reported where it is used
+                continue
+
+    def settings_task_values(self) -> list[str]:
+        """The value names of the ini file's task metrics."""
+        from pytest_qaccuracy.metrics.task import TaskSpec
+
+        names: list[str] = []
+        for text in self.settings.task_metrics or ():
+            try:
+                spec = TaskSpec.parse(text)
+                names += list(spec.value_names(spec.create()))
+            except Exception:
+                continue
+        return names
 
     def _record(
         self,
@@ -635,10 +662,10 @@ class QAccuracySession:
         return True
 
 
-def _other_task_value(text: str, known: Mapping[str, bool]) -> bool:
-    """Whether drift rule ``text`` names neither a metric or task value of this pair nor a registered
-    metric: it is taken for a task value of other pairs and skipped here (so a misspelt name is
-    skipped too; the rule's own syntax is still checked at start-up)."""
+def _other_task_value(text: str, known: Mapping[str, bool], declared: set[str]) -> bool:
+    """Whether drift rule ``text`` names a task value another pair of the session computes (not this
+    pair, not a registered metric): skipped here. A name no pair computes is not skipped: the rule
+    then fails as unknown, naming the known metrics."""
     from pytest_qaccuracy.metrics import available_metrics
     from pytest_qaccuracy.report.baseline import parse_drift_rule
 
@@ -646,7 +673,7 @@ def _other_task_value(text: str, known: Mapping[str, bool]) -> bool:
         metric = parse_drift_rule(text).metric
     except ValueError:
         return False
-    return metric not in known and metric not in available_metrics()
+    return metric not in known and metric not in available_metrics() and metric in declared
 
 
 def _host_preset() -> str:

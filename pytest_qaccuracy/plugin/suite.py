@@ -38,7 +38,7 @@ import pytest
 
 from pytest_qaccuracy.plugin.baselines import compared_dir, missing_reason
 from pytest_qaccuracy.plugin.fixtures import PAIR_KEYS as MARKER_PAIR_KEYS
-from pytest_qaccuracy.plugin.fixtures import error_text, make_spec, pair_rules, session_key
+from pytest_qaccuracy.plugin.fixtures import error_text, make_spec, pair_rules, session_key, task_specs
 from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
 from pytest_qaccuracy.plugin.pairs import PairSpec
 from pytest_qaccuracy.plugin.rules import (
@@ -72,6 +72,22 @@ CHECK_ORDER = (
 
 class SuiteError(Exception):
     """A malformed suite file; the message is one line naming the file and the key."""
+
+
+class SuiteUsageError(SuiteError):
+    """A suite names a task metric that cannot be used (an import path that does not resolve, a
+    class missing a method): a usage error of the whole session (exit 4, one line), as in the ini file."""
+
+
+#: Usage errors found while collecting suites, raised after collection (:func:`raise_usage_errors`).
+suite_usage_key = pytest.StashKey[list[str]]()
+
+
+def raise_usage_errors(config: pytest.Config) -> None:
+    """``pytest.UsageError`` with the first suite usage error (pytest exits 4 with its one line)."""
+    found = config.stash.get(suite_usage_key, [])
+    if found:
+        raise pytest.UsageError(found[0])
 
 
 def is_suite(path: Path) -> bool:
@@ -141,6 +157,11 @@ class PairConfig:
                     check(merged[key])
                 except ValueError as exc:
                     raise SuiteError(f"{where}.{exc}") from None
+        if "task_metrics" in merged:
+            try:
+                task_specs(merged["task_metrics"], file.parent)
+            except ValueError as exc:
+                raise SuiteUsageError(f"{where}.task_metrics: {exc}") from None
         try:
             extra = {
                 k: merged[k]
@@ -227,9 +248,13 @@ class QAccuracyFile(pytest.File):
             }
             pairs = load_suite(self.path, len(state.settings.rules), run)
             _claim_ids(self.config.stash.setdefault(suite_ids_key, {}), self.path, pairs, self.config.rootpath)
+        except SuiteUsageError as exc:  # the session stops after collection (raise_usage_errors)
+            self.config.stash.setdefault(suite_usage_key, []).append(str(exc))
+            return
         except SuiteError as exc:
             raise self.CollectError(str(exc)) from None
         for pair in pairs:
+            state.declare_task_metrics(pair.spec.task_metrics)
             yield QAccuracyPair.from_parent(self, name=pair.spec.id, pair=pair)
 
 
@@ -326,4 +351,13 @@ class QAccuracyCheck(pytest.Item):
         return self.path, 0, f"qaccuracy: {self.spec.id}::{self.name}"
 
 
-__all__ = ["QAccuracyCheck", "QAccuracyFile", "QAccuracyPair", "SuiteError", "is_suite", "load_suite"]
+__all__ = [
+    "QAccuracyCheck",
+    "QAccuracyFile",
+    "QAccuracyPair",
+    "SuiteError",
+    "SuiteUsageError",
+    "is_suite",
+    "load_suite",
+    "raise_usage_errors",
+]

@@ -35,7 +35,7 @@ def _metric_text(step: Step, check: str) -> dict[str, str]:
     higher = ">=" in check
     out = {}
     for target, per_output in step.measured.items():
-        values = [m.get(metric) for m in per_output.values()]
+        values = [m[metric] for m in per_output.values() if metric in m]
         worst = None if not values or any(v is None for v in values) else (min if higher else max)(values)
         out[target] = format_metric(metric, worst)
     return out
@@ -51,6 +51,8 @@ def step_line(step: Step, best: Step | None, checks: list[str]) -> str:
             for check in checks
         )
         verdict = f"{figures}: {'meets the target' if step.passed else 'fails'}"
+        if step.estimated:
+            verdict = f"estimate, {verdict}"
     tail = "" if best is None else f" (best: step {best.index})"
     return (
         f"recipe: step {step.index} [{step.phase}] {_cut(step.change)}: cost {step.cost:.4g}, "
@@ -71,8 +73,9 @@ def steps_table(result: RecipeResult) -> str:
             text = _metric_text(step, check)
             row += [text.get(target, "") for target in result.targets]
         mark = "best" if step.index == result.best else ""
+        verdict = ("pass" if step.passed else "fail") + f" {mark}".rstrip()
         row.append(
-            f"skipped: {step.skipped}" if step.skipped else ("pass" if step.passed else "fail") + f" {mark}".rstrip()
+            f"skipped: {step.skipped}" if step.skipped else f"estimate: {verdict}" if step.estimated else verdict
         )
         rows.append(row)
     return tabulate(rows, headers=headers, disable_numparse=True)

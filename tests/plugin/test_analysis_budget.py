@@ -94,3 +94,42 @@ def test_bad_analysis_options_are_usage_errors(defaults: pytest.Pytester, flag: 
     result = defaults.runpytest(flag)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in result.stderr.str()
+
+
+TASK_MODULE = """
+import pytest
+
+
+@pytest.mark.qaccuracy(
+    fp32="models/digits_cnn.onnx",
+    quantized="models/digits_cnn.qdq.onnx",
+    data="data/digits_test.npz",
+    task_metrics=["digits_metrics:WorstClassRecall"],
+    min_cosine=0.9,
+    **{"max_drop:worst_class_recall": -0.5},
+)
+def test_task(qaccuracy):
+    qaccuracy.check()
+"""
+
+
+@pytest.mark.skipif(
+    not hasattr(ort_calibrate, "save_tensors_data"), reason="the recipe search needs a calibration cache"
+)
+def test_recipe_aims_at_a_failed_task_metric_check(digits: pytest.Pytester, monkeypatch) -> None:
+    """Only the task check fails (no digit can gain 0.5 recall): the recipe aims at it, measured by
+    the pair's own task metric on the held-out half, and says how far its best is (issue 33 item 5)."""
+    from pathlib import Path
+
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:benchmark")
+    examples = Path(__file__).resolve().parents[2] / "example_suites"
+    (digits.path / "digits_metrics.py").write_text((examples / "digits_metrics.py").read_text())
+    digits.makepyfile(test_task=TASK_MODULE)
+    result = digits.runpytest("--qaccuracy-artifacts-dir=out", "--qaccuracy-analysis-budget=8s")
+    result.assert_outcomes(failed=1)
+    recipe = _entry(digits.path / "out", "digits_cnn.qdq")["recipe"]
+    assert recipe["searched"], recipe
+    assert recipe["checks"] == ["max_drop:worst_class_recall <= -0.5"]
+    assert not recipe["met"]  # the bound is out of reach: the best found, with its figure
+    assert recipe["measured"]["onnxruntime"]["(task)"]["max_drop:worst_class_recall"] > -0.5
+    assert recipe["evaluation_records"] == 150

@@ -177,3 +177,13 @@ def test_drift_rules_units() -> None:
         parse_drift_rule("snr:-1", higher)
     with pytest.raises(ValueError, match="bad drift rule"):
         parse_drift_rule("sqnr -1")
+
+
+def test_a_drift_rule_naming_no_metric_fails_naming_it_and_the_known_metrics(digits: pytest.Pytester) -> None:
+    """``sqrn:-1`` (misspelt) is no registered metric and no pair's task value: the drift check fails
+    with one line naming the rule and what it could have named, instead of skipping the rule."""
+    digits.makefile(".toml", qaccuracy_models=SUITE)
+    digits.runpytest("--qaccuracy-save-baseline=base")
+    result = digits.runpytest("--qaccuracy-baseline=base", "--qaccuracy-max-drift=sqrn:-1")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*drift rule 'sqrn:-1': unknown metric 'sqrn' (known: *cosine*sqnr*)*"])

@@ -423,5 +423,31 @@ def test_a_metric_module_beside_its_suite_imports_without_pythonpath(digits: pyt
 
     (suites / "digits_metrics.py").unlink()
     result = digits.runpytest_subprocess("--qaccuracy-sensitivity=off")
-    result.stdout.fnmatch_lines(["*task metric 'digits_metrics:WorstClassRecall': cannot import 'digits_metrics'*"])
-    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*task metric 'digits_metrics:WorstClassRecall': cannot import 'digits_metrics'*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR  # a usage error, as in the ini file
+
+
+@pytest.mark.parametrize(
+    ("metric", "message"),
+    [
+        ("nowhere.metrics:CER", "task metric 'nowhere.metrics:CER': cannot import 'nowhere.metrics' (ModuleNotFound*"),
+        ("raising:NoCompute", "task metric 'raising:NoCompute' has no method 'compute' (a task metric needs update*"),
+    ],
+)
+def test_an_unusable_metric_in_a_suite_is_a_usage_error(project: pytest.Pytester, metric, message) -> None:
+    """As in the ini file: exit 4 with one line naming the suite, the pair and the metric; nothing runs."""
+    project.makeini("[pytest]\npythonpath = .\n")
+    suite = f"""
+[pairs.bad]
+fp32 = "{FP32}"
+quantized = "models/digits_cnn.qdq.onnx"
+data = "{DATA}"
+task_metrics = ["{metric}"]
+"""
+    project.makefile(".toml", qaccuracy_bad=suite)
+    project.makepyfile(test_never="def test_never():\n    raise AssertionError('ran')\n")
+    result = project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: qaccuracy_bad.toml: pairs.bad.task_metrics: {message}"])
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert "AssertionError: ran" not in result.stdout.str() and "no tests ran" in result.stdout.str()

@@ -1,9 +1,11 @@
 """Cheap estimates that order the recipe search's experiments (never its answer).
 
-They run on the base recipe's quantized model edited in place (a node in float = its Q/DQ pairs
-removed, :mod:`pytest_qaccuracy.analysis.partial`), with the sensitivity analysis' work reuse, on the
-first few calibration records: one pass for every node's leave-one-out gain, one for a set of
-exclusion prefixes, one for the nodes a passing set may drop. A 16-bit node is estimated as float.
+They run on the base recipe's quantized model edited in place (nodes in float = Q/DQ edges removed
+as ``quantize_static(nodes_to_exclude=...)`` removes them, :meth:`Estimator.enabled`), as deployed
+(onnxruntime's optimizations and integer kernels), on the first few evaluation records: many sets
+in one pass of the sensitivity analysis' work-reuse runner (each node's gain alone in float, the
+nodes a passing set may drop), one or two sets as whole edited models (the bisection). A 16-bit node
+is estimated as float.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.analysis.experiments import Experiment
+from pytest_qaccuracy.analysis.recipe.checks import Check
 from pytest_qaccuracy.analysis.recipe.measure import judge
 from pytest_qaccuracy.analysis.sensitivity import open_session
-from pytest_qaccuracy.analysis.sweep import Target
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -30,10 +33,15 @@ MAX_CHUNK = 128
 NOTE_SECONDS = 30.0
 #: Above this many candidate nodes the ranking is one layer-wise pass instead of one experiment per node.
 LEAVE_ONE_OUT_NODES = 64
+#: Up to this many sets, estimates run whole edited models instead of the work-reuse runner.
+WHOLE_MODELS = 2
 #: Nodes of a passing set whose removal is estimated (the costliest).
 PRUNE_NODES = 32
 #: An input with no measured error (a graph input) counts as this SQNR, in dB.
 EXACT_DB = 100.0
+#: What ranks nodes when the targets are checks the edited-graph runner cannot compute: the output
+#: SQNR (its margin against 100 dB grows with the SQNR).
+PROXY = Check("sqnr", EXACT_DB, True)
 
 
 class Estimator:
@@ -44,18 +52,53 @@ class Estimator:
         fp32: str | os.PathLike[str],
         quantized: str | os.PathLike[str],
         calibration: Dataset | str | os.PathLike[str],
-        checks: Sequence[Target],
+        checks: Sequence[Check],
         options: RuntimeOptions,
         records: int,
         note: Callable[[str], None],
+        measure: Callable[[Any], float] | None = None,
     ) -> None:
         self.checks, self.note = list(checks), note
-        metrics = list(dict.fromkeys(c.metric for c in checks))
+        # checks the edited-graph runner computes (tensor metrics); the others (top-k, allclose, task
+        # values) are estimated by ``measure`` on the edited model, ranked by the SQNR as a proxy
+        self.direct = all(c.kind == "tensor" for c in self.checks) or measure is None
+        self.measure = measure
+        metrics = list(dict.fromkeys(c.metric for c in checks if c.kind == "tensor")) or [PROXY.metric]
+        if not self.direct:
+            metrics = list(dict.fromkeys([*metrics, PROXY.metric]))
         pair = ModelPair(str(fp32), str(quantized))
-        self.session = open_session(pair, calibration, metrics, options, records=records)
+        # as deployed (onnxruntime's graph optimizations and integer kernels), as the answer is measured
+        self.session = open_session(pair, calibration, metrics, options, capture="deployed", records=records)
         self.options = options
         self.qgraph = self.session.qgraph
         self.label = Path(quantized).name
+
+    def enabled(self, floats: Sequence[str]) -> frozenset:
+        """The edges still quantized with ``floats`` excluded as ``quantize_static(nodes_to_exclude=...)``
+        excludes them: a node's weights go float, but a quantized tensor stays quantized for *every*
+        reader (onnxruntime rewires all consumers to its DequantizeLinear) unless every node that asks
+        for it (its producer, its quantized readers) is excluded."""
+        qg, out = self.qgraph, set(self.qgraph.all_edges)
+        floats = set(floats)
+        for name in floats:
+            out -= qg.node(name).weights
+        for edges, owners in self.groups:
+            if owners <= floats:
+                out -= edges
+        return frozenset(out)
+
+    @cached_property
+    def groups(self) -> list[tuple[frozenset, frozenset]]:
+        """Per quantized activation tensor: its edges, and the nodes that ask for it quantized."""
+        qg = self.qgraph
+        by_tensor: dict[str, set] = {}
+        for edge, tensor in qg.quantized_tensor.items():
+            by_tensor.setdefault(tensor, set()).add(edge)
+        found = []
+        for edges in by_tensor.values():
+            owners = frozenset(n.name for n in qg.nodes if (n.inputs | n.outputs) & edges)
+            found.append((frozenset(edges), owners))
+        return found
 
     def __enter__(self) -> Estimator:
         return self
@@ -63,17 +106,26 @@ class Estimator:
     def __exit__(self, *exc: object) -> None:
         self.session.close()
 
-    def margins(self, floats: Sequence[Sequence[str]], what: str) -> list[float]:
-        """The estimated margin (:func:`~.measure.judge`) with each set of nodes in float."""
+    def margins(self, floats: Sequence[Sequence[str]], what: str, proxy: bool = False) -> list[float]:
+        """The estimated margin (:func:`~.measure.judge`) with each set of nodes in float (``proxy``:
+        the proxy check's, for ranking)."""
+        # one or two sets: whole edited models run as deployed (faster than the partial sessions of
+        # the work-reuse runner when most of a large graph changes); many: the runner packs them
+        if self.measure is not None and not proxy and (not self.direct or len(floats) <= WHOLE_MODELS):
+            qg, out = self.qgraph, []
+            for names in floats:
+                out.append(self.measure(qg.build(self.enabled(names))))
+                if len(floats) > FIRST_CHUNK and len(out) % FIRST_CHUNK == 0:
+                    self.note(f"{what}: {len(out)}/{len(floats)} estimated")
+            return out
+        checks = [PROXY] if proxy else self.checks
         qg, out, size = self.qgraph, [], FIRST_CHUNK
         while len(out) < len(floats):
             chunk = floats[len(out) : len(out) + size]
             began = time.monotonic()
-            experiments = [
-                Experiment(str(i), qg.all_edges - qg.edges_of(names, "node")) for i, names in enumerate(chunk)
-            ]
+            experiments = [Experiment(str(i), self.enabled(names)) for i, names in enumerate(chunk)]
             for metrics in self.session.runner.run(experiments, "quantized"):
-                out.append(judge({"estimate": metrics}, self.checks).margin)
+                out.append(judge({"estimate": metrics}, checks).margin)
             if len(floats) > FIRST_CHUNK:
                 self.note(f"{what}: {len(out)}/{len(floats)} estimated")
             # the next pass holds as many experiments as fit in NOTE_SECONDS at this pass's pace
@@ -82,37 +134,52 @@ class Estimator:
         return out
 
     def order(self, nodes: Sequence[str], cost: Callable[[str], float]) -> list[str]:
-        """Nodes by estimated gain per cost, those that gain nothing last (by gain).
+        """Nodes by estimated gain per cost, those that gain nothing last (cheapest first).
 
-        Up to :data:`LEAVE_ONE_OUT_NODES` nodes, the gain is the leave-one-out margin gain over the
-        base (one edited-graph experiment per node); above, the SQNR a node loses between its worst
-        input and its output, from one layer-wise comparison pass (:func:`.layer_drops`), since one
-        experiment per node costs hundreds of forward passes on a large model.
+        The gain of a node is the margin gained with it alone in float (one edited-graph experiment
+        per node, the work-reuse runner). Above :data:`LEAVE_ONE_OUT_NODES` nodes, those are the
+        nodes that lose the most SQNR between their worst input and their output (one layer-wise
+        comparison pass, :func:`.layer_drops`), the others follow by that loss per cost: one
+        experiment per node would cost hundreds of forward passes on a large model.
         """
         records = self.session.records
-        if len(nodes) <= LEAVE_ONE_OUT_NODES:
-            self.note(f"ranking {len(nodes)} node(s) by leave-one-out gain on {records} calibration record(s)")
-            base, *single = self.margins([[], *([n] for n in nodes)], "ranking")
-            gains = {
-                n: (m - base if math.isfinite(m) and math.isfinite(base) else 0.0)
-                for n, m in zip(nodes, single, strict=True)
-            }
-        else:
-            self.note(f"ranking {len(nodes)} node(s) by their SQNR drop, one pass over {records} calibration record(s)")
-            gains = layer_drops(self.session, nodes, self.options)
-        helpful = sorted((n for n in nodes if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
-        rest = sorted((n for n in nodes if gains[n] <= 0), key=lambda n: -gains[n])
+        drops: dict[str, float] = {}
+        chosen = list(nodes)
+        if len(nodes) > LEAVE_ONE_OUT_NODES:
+            self.note(f"ranking {len(nodes)} node(s) by their SQNR drop, one pass over {records} evaluation record(s)")
+            drops = layer_drops(self.session, nodes, self.options)
+            # the nodes that write a graph output always: their output pair is the last rounding
+            outputs = {o.name for o in self.session.pair.quantized.graph.output}
+            last = [n.name for n in self.qgraph.nodes if n.name in set(nodes) and set(self._writes(n)) & outputs]
+            chosen = list(dict.fromkeys([*last, *sorted(nodes, key=lambda n: -drops[n])]))[:LEAVE_ONE_OUT_NODES]
+        self.note(f"ranking {len(chosen)} node(s) by the gain of each alone in float on {records} evaluation record(s)")
+        base, *single = self.margins([[], *([n] for n in chosen)], "ranking", proxy=not self.direct)
+        gains = {
+            n: (m - base if math.isfinite(m) and math.isfinite(base) else 0.0)
+            for n, m in zip(chosen, single, strict=True)
+        }
+        helpful = sorted((n for n in chosen if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
+        taken = set(helpful)
+        # then by SQNR drop per cost; no estimated gain at all: the cheapest first (a prefix pays least)
+        rest = sorted(
+            (n for n in nodes if n not in taken),
+            key=lambda n: (-(drops.get(n, 0.0) / max(cost(n), 1e-9)), cost(n)),
+        )
         return helpful + rest
+
+    def _writes(self, node: Any) -> list[str]:
+        """The tensors a quantized node's output pairs deliver (its outputs, and their DequantizeLinear's)."""
+        view = self.qgraph.view
+        own = list(view.nodes[node.index].output)
+        delivered = [c.output[0] for t in own for _, c, _ in view.consumers.get(t, []) if c.op_type == "QuantizeLinear"]
+        return own + [c.output[0] for t in delivered for _, c, _ in view.consumers.get(t, [])]
 
     def prefixes(self, order: Sequence[str], ks: Sequence[int]) -> list[float]:
         return self.margins([order[:k] for k in ks], "prefixes")
 
-    def droppable(self, kept: Sequence[str], cost: Callable[[str], float]) -> list[str]:
-        """Nodes of a passing float set whose removal is estimated to still pass, costliest first
-        (of the :data:`PRUNE_NODES` costliest)."""
-        costly = sorted(kept, key=lambda n: -cost(n))[:PRUNE_NODES]
-        margins = self.margins([[m for m in kept if m != n] for n in costly], "pruning")
-        return [n for n, m in zip(costly, margins, strict=True) if m >= 0]
+    def droppable_margins(self, kept: Sequence[str], nodes: Sequence[str]) -> list[float]:
+        """The estimated margin of the float set ``kept`` with each of ``nodes`` quantized again."""
+        return self.margins([[m for m in kept if m != n] for n in nodes], "pruning")
 
 
 def layer_drops(session: Any, nodes: Sequence[str], options: RuntimeOptions) -> dict[str, float]:

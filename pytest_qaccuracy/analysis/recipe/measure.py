@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_qaccuracy.analysis.sweep import Target
+from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.binding import Batch
 from pytest_qaccuracy.errors import InputError
@@ -28,31 +29,18 @@ from pytest_qaccuracy.model.matching import FLOAT_TYPES
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions, make_runner
 
+if TYPE_CHECKING:
+    from pytest_qaccuracy.analysis.outputs import OutputMeasure
+    from pytest_qaccuracy.metrics.task import TaskSpec
+
 #: The target that is this host's own onnxruntime session (every other target is a scheme preset).
 HOST = "onnxruntime"
-#: Values a metric can take at all, for refusing targets no model can meet (``cosine>=1.5``).
-_BOUNDS = {"cosine": (-1.0, 1.0)}
-
 #: Margins above this count as this (an infinite SQNR must not outweigh other checks' figures).
 _CAP = 1e6
-#: target -> output -> metric -> value (None: undefined, e.g. NaN outputs)
+#: target -> output -> metric -> value (None: undefined, e.g. NaN outputs); task values under :data:`TASK`
 Measured = dict[str, dict[str, dict[str, float | None]]]
-
-
-def parse_checks(texts: Sequence[str]) -> list[Target]:
-    """``["cosine>=0.99", "sqnr>=20"]`` -> targets; InputError for a malformed or impossible one."""
-    checks = []
-    for text in texts:
-        check = Target.parse(text)  # unknown metric, bad syntax, wrong direction: InputError
-        lo, hi = _BOUNDS.get(check.metric, (-math.inf, math.inf))
-        if not get_metric(check.metric).higher_is_better:
-            lo = 0.0  # every lower-is-better metric is an error: never below 0
-        if not math.isfinite(check.value) or (check.higher_is_better and check.value > hi) or check.value < lo:
-            raise InputError(f"target {text!r}: no model can meet it ({check.metric} lies in [{lo:g}, {hi:g}])")
-        checks.append(check)
-    if not checks:
-        raise InputError("give at least one target, e.g. cosine>=0.99")
-    return checks
+#: The pseudo output that holds a model's task-metric values in :data:`Measured`.
+TASK = "(task)"
 
 
 def check_targets(names: Sequence[str]) -> tuple[str, ...]:
@@ -77,26 +65,29 @@ class Verdict:
     passed: bool
     margin: float
 
-    def worst(self, check: Target) -> float | None:
+    def worst(self, check: Check) -> float | None:
         """The check's metric at its worst target and output."""
-        values = [m.get(check.metric) for per in self.measured.values() for m in per.values()]
+        values = [m[check.metric] for per in self.measured.values() for m in per.values() if check.metric in m]
         if any(v is None for v in values) or not values:
             return None
         return min(values) if check.higher_is_better else max(values)
 
 
-def judge(measured: Measured, checks: Sequence[Target]) -> Verdict:
-    """Every check on every target and output; the margin is the worst relative distance."""
+def judge(measured: Measured, checks: Sequence[Check]) -> Verdict:
+    """Every check on every target and output that has its value (a check no output has is unmet);
+    the margin is the worst relative distance to a bound (floored by the check's scale)."""
     margins = []
     for per_output in measured.values():
-        for metrics in per_output.values():
-            for check in checks:
-                value = metrics.get(check.metric)
+        for check in checks:
+            values = [metrics[check.metric] for metrics in per_output.values() if check.metric in metrics]
+            if not values:
+                margins.append(-math.inf)
+            for value in values:
                 if value is None or math.isnan(value):
                     margins.append(-math.inf)
                     continue
                 gap = value - check.value if check.higher_is_better else check.value - value
-                margins.append(min(gap / max(abs(check.value), 1e-12), _CAP))
+                margins.append(min(gap / max(abs(check.value), getattr(check, "scale", 1e-12)), _CAP))
     margin = min(margins) if margins else -math.inf
     return Verdict(measured, margin >= 0, margin)
 
@@ -107,45 +98,93 @@ class Evaluator:
     Args:
         fp32: the fp32 model's path.
         data: the held-out evaluation records (path or open dataset).
-        checks: the targets the metrics are measured for.
+        checks: the targets the metrics are measured for (:mod:`.checks`).
         targets: deployment targets (:func:`check_targets`).
         options: onnxruntime options (batch size, threads, providers).
+        tasks: task metrics the task checks read (:class:`~pytest_qaccuracy.metrics.task.TaskSpec`).
+        task_targets: one task target per evaluation record; default: the dataset's targets, else
+            its labels, else none (the quantized side scored against the fp32 one).
     """
 
     def __init__(
         self,
         fp32: str | os.PathLike[str],
         data: Dataset | str | os.PathLike[str],
-        checks: Sequence[Target],
+        checks: Sequence[Check],
         targets: Sequence[str],
         options: RuntimeOptions,
+        tasks: Sequence[TaskSpec] = (),
+        task_targets: Sequence[Any] | None = None,
     ) -> None:
         self.fp32, self.checks, self.targets, self.options = str(fp32), list(checks), tuple(targets), options
-        self.metrics = list(dict.fromkeys(c.metric for c in checks))
+        self.metrics = list(dict.fromkeys(c.metric for c in checks if c.kind == "tensor"))
+        self.tasks = list(tasks)
         proto = load_model(self.fp32)
+        self.metadata = {p.key: p.value for p in proto.metadata_props}
         dataset = data if isinstance(data, Dataset) else load_dataset(data)
         try:
             bound = bind_dataset(dataset, graph_inputs(proto))
             self.batches: list[Batch] = list(bound.iter_batches(options.batch_size))
+            self.snapshot = _Snapshot(dataset.name, len(dataset), dataset.labels(), dataset.targets())
         finally:
             if not isinstance(data, Dataset):
                 dataset.close()
+        if task_targets is not None:
+            self.snapshot = replace(self.snapshot, stored_targets=list(task_targets))
         types = GraphView(proto).elem_types  # float outputs only: an int64 label output has no error
         self.outputs = [v.name for v in proto.graph.output if types.get(v.name) in FLOAT_TYPES]
         if not self.outputs:
             raise InputError(f"{self.fp32}: no float output to measure")
+        self._check_inputs()
         runner = OrtRunner(proto, self.outputs, options, f"{os.path.basename(self.fp32)} (fp32)")
         self.reference = [runner.run(batch) for batch in self.batches]
         self.records = sum(len(b) for b in self.batches)
 
-    def measure(self, model: str | os.PathLike[str]) -> Verdict:
-        """Run ``model`` on every target and judge it; InputError when a target cannot run it."""
+    def _check_inputs(self) -> None:
+        """InputError before any run: a top-k drop without labels, a task check without its metric."""
+        for check in self.checks:
+            if check.kind == "topk" and check.metric.startswith("max_") and self.snapshot.stored_labels is None:
+                raise InputError(f"target {check}: the evaluation data {self.snapshot.name} has no labels")
+        wanted = [c for c in self.checks if c.kind == "task"]
+        if wanted:
+            if not self.tasks:
+                raise InputError(f"target {wanted[0]}: name the task metric that computes it (--task-metric)")
+            known = {name for spec in self.tasks for name in spec.value_names(spec.create())}
+            for check in wanted:
+                if check.task_value not in known:
+                    raise InputError(
+                        f"target {check}: no task metric computes {check.task_value!r} "
+                        f"(they compute: {', '.join(sorted(known))})"
+                    )
+
+    def measure(self, model: str | os.PathLike[str], targets: Sequence[str] | None = None) -> Verdict:
+        """Run ``model`` on every target (or on ``targets``) and judge it; InputError when a target
+        cannot run it."""
         pair = ModelPair(self.fp32, str(model))
         names = [(f, q) for f, q in pair.output_pairs() if f in self.outputs]
         measured: Measured = {}
-        for target in self.targets:
+        for target in self.targets if targets is None else targets:
             measured[target] = self._run(pair, names, target)
         return judge(measured, self.checks)
+
+    def _output_measure(self, names: list[tuple[str, str]]) -> OutputMeasure | None:
+        """Top-k, allclose and task folds for the checks that need them (None: tensor checks only)."""
+        from pytest_qaccuracy.analysis.outputs import OutputMeasure
+
+        kinds = {c.kind for c in self.checks}
+        if not kinds - {"tensor"}:
+            return None
+        close = next((c for c in self.checks if c.kind == "allclose"), None)
+        measure = OutputMeasure(
+            ks=sorted({c.k for c in self.checks if c.kind == "topk"} or {1}),
+            rtol=None if close is None else close.rtol,
+            atol=None if close is None else close.atol,
+            tasks=self.tasks if "task" in kinds else (),
+            targets=self.snapshot.stored_targets,
+            metadata=self.metadata,
+        )
+        measure.begin(self.snapshot, [f for f, _ in names])
+        return measure
 
     def _run(self, pair: ModelPair, names: list[tuple[str, str]], target: str) -> dict[str, dict[str, float | None]]:
         label = f"{pair.quantized_path.name} ({target})"
@@ -155,16 +194,62 @@ class Evaluator:
         else:
             runner = make_runner(pair.quantized, q_names, self.options, label, "integer", target)
         metrics = {f: {m: get_metric(m)() for m in self.metrics} for f, _ in names}
+        folds = self._output_measure(names)
         for batch, ref in zip(self.batches, self.reference, strict=True):
             test = runner.run(batch)
+            quantized = {}
             for f, q in names:
                 values = np.asarray(test[q], dtype=np.float64) if test[q].dtype.kind != "f" else test[q]
-                tensor = TensorPair(
-                    np.asarray(ref[f]), np.asarray(values, dtype=ref[f].dtype), first_record=batch.start
-                )
+                quantized[f] = np.asarray(values, dtype=ref[f].dtype)
+                tensor = TensorPair(np.asarray(ref[f]), quantized[f], first_record=batch.start)
                 for metric in metrics[f].values():
                     metric.update(tensor)
-        return {f: {m: _finite(metric.result()[0]) for m, metric in per.items()} for f, per in metrics.items()}
+            if folds is not None:
+                folds.update({f: ref[f] for f, _ in names}, quantized, batch.start, len(batch))
+        out = {f: {m: _finite(metric.result()[0]) for m, metric in per.items()} for f, per in metrics.items()}
+        if folds is not None:
+            _fold_values(out, folds.result(), self.checks)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """What :class:`~pytest_qaccuracy.analysis.outputs.OutputMeasure` reads of the evaluation dataset
+    (kept: the dataset itself is closed after its records are read)."""
+
+    name: str
+    count: int
+    stored_labels: Any
+    stored_targets: Any
+
+    def __len__(self) -> int:
+        return self.count
+
+    def labels(self) -> Any:
+        return self.stored_labels
+
+    def targets(self) -> Any:
+        return self.stored_targets
+
+
+def _fold_values(out: dict[str, dict[str, float | None]], stats: Any, checks: Sequence[Check]) -> None:
+    """The non-tensor checks' values into ``out`` (output -> key -> value): allclose and top-k per
+    output, task values under :data:`TASK`."""
+    for check in checks:
+        if check.kind == "allclose":
+            for f, rel in stats.relative.items():
+                if f in out:
+                    out[f][check.metric] = rel.violations / max(rel.elements, 1)
+        elif check.kind == "topk":
+            field = "accuracy_drop" if check.metric.startswith("max_") else "agreement"
+            for f, counted in stats.topk.items():
+                if f in out:
+                    out[f][check.metric] = _finite(counted["k"][str(check.k)][field])
+        elif check.kind == "task":
+            kind = check.metric.partition(":")[0]
+            value = stats.task.get(check.task_value)
+            number = None if value is None else value.drop if kind == "max_drop" else value.quantized
+            out.setdefault(TASK, {})[check.metric] = _finite(number)
 
 
 def _finite(value: float | None) -> float | None:
@@ -172,7 +257,7 @@ def _finite(value: float | None) -> float | None:
     return None if value is None or math.isnan(value) else float(value)
 
 
-def describe(verdict: Verdict, checks: Sequence[Target]) -> Mapping[str, str]:
+def describe(verdict: Verdict, checks: Sequence[Check]) -> Mapping[str, str]:
     """Per target, the checked metrics at their worst output: ``{"onnxruntime": "cosine 0.9931"}``."""
     from pytest_qaccuracy.numbers import format_metric
 
@@ -180,11 +265,15 @@ def describe(verdict: Verdict, checks: Sequence[Target]) -> Mapping[str, str]:
     for target, per_output in verdict.measured.items():
         parts = []
         for check in checks:
-            values = [m.get(check.metric) for m in per_output.values()]
-            worst = None if any(v is None for v in values) else (min if check.higher_is_better else max)(values)
+            values = [m[check.metric] for m in per_output.values() if check.metric in m]
+            worst = (
+                None
+                if not values or any(v is None for v in values)
+                else (min if check.higher_is_better else max)(values)
+            )
             parts.append(f"{check.metric} {format_metric(check.metric, worst) if worst is not None else 'undefined'}")
         lines[target] = ", ".join(parts)
     return lines
 
 
-__all__ = ["HOST", "Evaluator", "Measured", "Verdict", "check_targets", "describe", "judge", "parse_checks"]
+__all__ = ["HOST", "TASK", "Evaluator", "Measured", "Verdict", "check_targets", "describe", "judge", "parse_checks"]

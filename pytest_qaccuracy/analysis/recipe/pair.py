@@ -13,13 +13,14 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
 
+from pytest_qaccuracy.analysis.recipe.checks import Check
 from pytest_qaccuracy.analysis.recipe.search import Budget, RecipeResult, search_recipe
 from pytest_qaccuracy.analysis.recipe.space import Recipe
-from pytest_qaccuracy.analysis.sweep import Target
 from pytest_qaccuracy.data import load_dataset
 from pytest_qaccuracy.data.head import Head
 from pytest_qaccuracy.model.graph import GraphView
@@ -79,14 +80,17 @@ def pair_recipe(
     fp32: str | os.PathLike[str],
     quantized: str | os.PathLike[str],
     data: str | os.PathLike[str],
-    check: Target,
+    check: Check | str | Sequence[Check | str],
     targets: Sequence[str],
     seconds: float,
     first_experiment: float,
     options: RuntimeOptions | None = None,
+    tasks: Sequence[Any] = (),
+    task_targets: Sequence[Any] | None = None,
 ) -> PairRecipe:
     """Search within ``seconds``; not at all when they cannot hold ``first_experiment`` seconds (the
-    first experiment calibrates and measures the fp32 model too)."""
+    first experiment calibrates and measures the fp32 model too). ``check``: one check or several
+    (all must hold); ``tasks`` and ``task_targets`` (one per record of ``data``) serve task checks."""
     if seconds < first_experiment:
         return PairRecipe(
             None,
@@ -106,11 +110,13 @@ def pair_recipe(
             fp32,
             calibration,
             evaluation,
-            [check],
+            [check] if isinstance(check, (str, Check)) else list(check),
             targets,
             start=starting_recipe(quantized),
             budget=Budget(seconds=seconds),
             options=options,
+            tasks=tasks,
+            task_targets=None if task_targets is None else list(task_targets)[head:],
         )
     finally:
         calibration.close()

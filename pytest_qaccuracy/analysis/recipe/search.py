@@ -1,22 +1,23 @@
 """The recipe search: from an fp32 model to a quantization recipe that meets the targets, verified.
 
-Every step is an *experiment*: onnxruntime's ``quantize_static`` writes the recipe's model from the
-fp32 model, and the model is measured on held-out evaluation records on every deployment target
+A verified step is an *experiment*: onnxruntime's ``quantize_static`` writes the recipe's model from
+the fp32 model, and the model is measured on held-out evaluation records on every deployment target
 (:mod:`.measure`). A recipe is reported as passing only from such a measurement. Cheap *estimates*
-(the sensitivity analysis' edited-graph experiments, :mod:`pytest_qaccuracy.analysis.experiments`,
-on a few calibration records) only decide which experiment to run next.
+(a QDQ model onnxruntime wrote, edited for other global choices, :mod:`.edit`, or with nodes
+excluded, :mod:`.estimate`, run on this host on the evaluation records) only decide which
+experiment to run next.
 
 Phases (docs/recipe.md):
 
-1. **global**: the starting recipe, then one global choice changed at a time (per-channel weights,
-   7-bit weights, each calibration method, activation and weight types), keeping each change that
-   improves the worst check's margin, until a pass changes nothing. These cost nothing, so a passing
-   recipe here is optimal.
+1. **global**: the starting recipe (verified), then one global choice changed at a time (per-channel
+   weights, 7-bit weights, each calibration method, activation and weight types), each estimated,
+   keeping each change that improves the worst check's margin, until a pass changes nothing. These
+   cost nothing, so a verified pass here is optimal.
 2. **nodes**, on the best global recipe. With at most ``exhaustive_nodes`` candidate nodes:
    every per-node assignment (int8, int16, float) in increasing cost, verified until one passes:
-   the optimum for those global choices. Otherwise: nodes ordered by estimated gain per cost
-   (leave-one-out on the edited graph), the shortest estimated-passing prefix in float verified,
-   bisected, then pruned (nodes dropped, float nodes narrowed to 16-bit) one verified step at a time.
+   the optimum for those global choices. Otherwise: nodes ordered by estimated gain per cost, the
+   shortest prefix in float estimated to pass (bisected on estimates) verified, longer ones after a
+   verified miss; then pruned and widened (float nodes narrowed to 16-bit), each verified.
 
 The search stops when done, at the budget (time or experiments), or at Ctrl-C, and returns the
 best recipe found either way: the cheapest passing one, else the one closest to passing.
@@ -35,11 +36,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_qaccuracy.analysis.recipe.build import RecipeBuilder, check_method, method_names
+from pytest_qaccuracy.analysis.recipe.build import (
+    ESTIMATED_AS,
+    HISTOGRAM_RULES,
+    RecipeBuilder,
+    check_method,
+    default_methods,
+)
+from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
 from pytest_qaccuracy.analysis.recipe.measure import HOST, Evaluator, Measured, judge
-from pytest_qaccuracy.analysis.recipe.space import Recipe
-from pytest_qaccuracy.analysis.sweep import Target
+from pytest_qaccuracy.analysis.recipe.space import REFUSED, Recipe
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import InputError, QAccuracyError
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -49,6 +56,10 @@ SCHEMA_VERSION = 1
 GLOBAL_CHOICES = ("per_channel", "reduce_range", "method", "activation_type", "weight_type")
 #: How the search ended.
 STOPS = ("done", "budget", "interrupted")
+#: The share of a time budget the global phase's estimates may use (the node phase needs the rest).
+GLOBAL_SHARE = 0.3
+#: Verified prefixes of the node order before the search keeps every candidate in float.
+RETRIES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +109,11 @@ class Step:
     margin: float | None
     seconds: float
     skipped: str | None = None
+    estimated: bool = False  # an estimate (the edited model, this host): ranks, never reported as the answer
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "estimated": self.estimated,
             "index": self.index,
             "phase": self.phase,
             "change": self.change,
@@ -126,6 +139,7 @@ class Step:
             None if data["margin"] is None else float(data["margin"]),
             float(data["seconds"]),
             data.get("skipped"),
+            bool(data.get("estimated", False)),
         )
 
 
@@ -201,8 +215,15 @@ class _OutOfBudget(Exception):
     pass
 
 
+class _Refused(Exception):
+    pass
+
+
 def _better(a: Step, b: Step | None) -> bool:
-    """Whether ``a`` beats ``b``: passing and cheaper, or (neither passing) a larger margin."""
+    """Whether ``a`` beats ``b``: passing and cheaper, or (neither passing) a larger margin. An
+    estimate never beats anything: only verified steps are answers."""
+    if a.estimated:
+        return False
     if b is None:
         return a.skipped is None
     if a.skipped is not None:
@@ -222,7 +243,7 @@ class RecipeSearch:
         fp32: str | os.PathLike[str],
         calibration: Dataset | str | os.PathLike[str],
         evaluation: Dataset | str | os.PathLike[str],
-        checks: Sequence[Target],
+        checks: Sequence[Check],
         targets: Sequence[str],
         workdir: str | os.PathLike[str],
         start: Recipe,
@@ -235,10 +256,13 @@ class RecipeSearch:
         on_step: Callable[[Step, Step | None], None] | None,
         on_note: Callable[[str], None] | None,
         vary: Sequence[str] = GLOBAL_CHOICES,
+        tasks: Sequence[Any] = (),
+        task_targets: Sequence[Any] | None = None,
     ) -> None:
         self.started = time.monotonic()
         self.fp32, self.calibration, self.evaluation = Path(fp32), calibration, evaluation
         self.checks, self.targets, self.workdir = list(checks), list(targets), Path(workdir)
+        self.tasks, self.task_targets = list(tasks), task_targets
         self.start, self.budget, self.options = start, budget, options
         self.methods = [check_method(m) for m in methods]
         self.estimate_records, self.exhaustive_nodes = estimate_records, exhaustive_nodes
@@ -252,6 +276,8 @@ class RecipeSearch:
         self.steps: list[Step] = []
         self.best: Step | None = None
         self.seen: dict[Recipe, Step] = {}
+        self.estimates: dict[Recipe, Step] = {}
+        self.base_models: dict[Recipe, Path] = {}
         self.evaluator: Evaluator | None = None
 
     # -- experiments ---------------------------------------------------------------------------
@@ -260,13 +286,16 @@ class RecipeSearch:
         if self.on_note is not None:
             self.on_note(text)
 
-    def _check_budget(self) -> None:
+    def _check_budget(self, estimate: bool = False) -> None:
+        """Raise when the next experiment (or estimate) would not fit: it is assumed to last as long as
+        the longest of its kind so far, so the search stops before the budget, not after. The
+        experiment budget counts verified experiments only."""
         elapsed = time.monotonic() - self.started
-        # the next experiment is assumed to last as long as the longest so far: stop before, not after
-        expected = max((s.seconds for s in self.steps), default=0.0)
+        expected = max((s.seconds for s in self.steps if s.estimated == estimate), default=0.0)
         if self.budget.seconds is not None and elapsed + expected >= self.budget.seconds:
             raise _OutOfBudget
-        if self.budget.experiments is not None and len(self.steps) >= self.budget.experiments:
+        verified = sum(not s.estimated for s in self.steps)
+        if not estimate and self.budget.experiments is not None and verified >= self.budget.experiments:
             raise _OutOfBudget
 
     def model_path(self, index: int) -> Path:
@@ -312,13 +341,58 @@ class RecipeSearch:
             self.on_step(step, self.best)
         return step
 
+    def estimate(self, recipe: Recipe, phase: str, change: str, model: Callable[[], Any]) -> Step:
+        """One estimate: ``model()`` (an edited model, :mod:`.edit`) measured on this host on the
+        evaluation records. A table row marked estimated; it orders the search, it is never the answer."""
+        import onnx
+
+        if recipe in self.estimates:
+            return self.estimates[recipe]
+        self._check_budget(estimate=True)
+        began, index = time.monotonic(), len(self.steps)
+        path = self.workdir / "estimate.onnx"
+        skipped, verdict = REFUSED.get((recipe.activation_type, recipe.weight_type)), None
+        try:
+            if skipped is not None:
+                raise _Refused
+            onnx.save(model(), str(path))
+            verdict = self.evaluator.measure(path, (HOST,))
+        except _Refused:
+            pass
+        except QAccuracyError as exc:
+            skipped = _first_line(exc)
+        except Exception as exc:  # an edit onnxruntime cannot run: the estimate is skipped, the search goes on
+            skipped = f"{type(exc).__name__}: {_first_line(exc)}"
+        finally:
+            path.unlink(missing_ok=True)
+        step = Step(
+            index,
+            phase,
+            change,
+            recipe,
+            self.cost.relative(recipe),
+            {} if verdict is None else verdict.measured,
+            verdict is not None and verdict.passed,
+            None if verdict is None else verdict.margin,
+            time.monotonic() - began,
+            skipped,
+            estimated=True,
+        )
+        self.steps.append(step)
+        self.estimates[recipe] = step
+        if self.on_step is not None:
+            self.on_step(step, self.best)
+        return step
+
     # -- the search ------------------------------------------------------------------------------
 
     def run(self) -> RecipeResult:
         stopped, note = "done", ""
         try:
             self._note("measuring the fp32 model on the evaluation records")
-            self.evaluator = Evaluator(self.fp32, self.evaluation, self.checks, self.targets, self.options)
+            self.evaluator = Evaluator(
+                self.fp32, self.evaluation, self.checks, self.targets, self.options, self.tasks, self.task_targets
+            )
             base = self._global_phase()
             if not (self.best is not None and self.best.passed and self.best.cost == 0):
                 self._node_phase(base)
@@ -350,49 +424,101 @@ class RecipeSearch:
         )
 
     def _global_phase(self) -> Recipe:
-        """Start, then single global changes while one improves; the best global recipe."""
-        current = self.measure(self.start, "start", "starting recipe")
+        """Start (verified), then single global changes while one improves, each *estimated* on the
+        start's model edited in place (:class:`~.edit.GlobalEdits`), within :data:`GLOBAL_SHARE` of a
+        time budget. A recipe estimated to pass is verified (the answer at cost 0 when it passes).
+        Returns the node phase's base: the best estimated global recipe (its edited model kept in
+        :attr:`base_models`), or the start."""
+        import onnx
+
+        from pytest_qaccuracy.analysis.recipe.edit import GlobalEdits
+
+        first = self.measure(self.start, "start", "starting recipe")
+        if first.passed or first.skipped is not None or not any(self.vary):
+            return self.start
+        edits = GlobalEdits(
+            onnx.load(str(self.model_path(first.index))),
+            self.start,
+            self.builder.model,
+            self.builder.ranges(self.start).ranges,
+        )
+        host = judge({HOST: first.measured[HOST]}, self.checks).margin if HOST in first.measured else None
+        if host is None:
+            host = self._estimate_global(edits, self.start, "starting recipe").margin
+        current, margin = self.start, host if host is not None else -math.inf
         tried = {("per_channel", self.start.per_channel), ("reduce_range", self.start.reduce_range)}
         tried |= {("method", self.start.method), ("activation_type", self.start.activation_type)}
         tried.add(("weight_type", self.start.weight_type))
+        share = None if self.budget.seconds is None else self.started + GLOBAL_SHARE * self.budget.seconds
         improved = True
-        while improved and not current.passed:
+        while improved and margin < 0:
             improved = False
-            for change, recipe in self._global_moves(current.recipe):
+            for change, recipe in self._global_moves(current):
+                if share is not None and time.monotonic() + self.builder.expected_seconds(recipe) >= share:
+                    self._note(f"global phase: its share of the budget ({GLOBAL_SHARE:.0%}) is spent")
+                    improved = False
+                    break
                 dimension, _, value = change.partition("=")
                 if dimension not in self.vary or (dimension, _parsed(value)) in tried:
                     continue  # each value of a global choice is tried once, on the best recipe of its time
                 tried.add((dimension, _parsed(value)))
-                step = self.measure(recipe, "global", change)
-                if step.skipped is None and _better(step, current):
-                    current, improved = step, True
+                step = self._estimate_global(edits, recipe, change)
+                if step.skipped is None and step.margin is not None and step.margin > margin:
+                    current, margin, improved = recipe, step.margin, True
                     break  # the next moves start from the improved recipe
-        return current.recipe
+        if current == self.start:
+            return self.start
+        if margin >= 0:  # estimated to pass at cost 0: verified, it is the answer
+            verified = self.measure(current, "global", current.changes_from(self.start))
+            if verified.passed or not _better(verified, first):
+                return current if verified.skipped is None and _better(verified, first) else self.start
+        # the node phase starts from the best estimated global recipe, on its edited model (equal to
+        # what quantize_static writes up to rounding, docs/recipe.md); its answers are verified
+        path = self.workdir / "global.onnx"
+        onnx.save(edits.model(current, self.builder.estimated_ranges(current)), str(path))
+        self.base_models[current] = path
+        return current
+
+    def _estimate_global(self, edits: Any, recipe: Recipe, change: str) -> Step:
+        return self.estimate(
+            recipe, "global", change, lambda: edits.model(recipe, self.builder.estimated_ranges(recipe))
+        )
 
     def _global_moves(self, recipe: Recipe) -> Iterator[tuple[str, Recipe]]:
         flip = {"uint8": "int8", "int8": "uint8"}
         yield f"per_channel={not recipe.per_channel}", replace(recipe, per_channel=not recipe.per_channel)
         yield f"reduce_range={not recipe.reduce_range}", replace(recipe, reduce_range=not recipe.reduce_range)
-        for method in self.methods:
+        slow = [m for m in self.methods if ESTIMATED_AS.get(m, m) in HISTOGRAM_RULES]
+        for method in [m for m in self.methods if m not in slow]:
             if method != recipe.method:
                 yield f"method={method}", replace(recipe, method=method)
         activation = flip[recipe.activation_type]
         yield f"activation_type={activation}", replace(recipe, activation_type=activation)
         weight = flip[recipe.weight_type]
         yield f"weight_type={weight}", replace(recipe, weight_type=weight)
+        for method in slow:  # their ranges need a second pass over the calibration records: last
+            if method != recipe.method:
+                yield f"method={method}", replace(recipe, method=method)
 
     def _candidates(self, base: Recipe) -> list[str]:
         """Nodes the base recipe's model quantizes (and that the fp32 model names)."""
         from pytest_qaccuracy.analysis.partial import QdqGraph
         from pytest_qaccuracy.model.loading import load_model
 
-        step = self.seen[base]
-        path = self.model_path(step.index)
-        if not path.exists():  # not kept: write it again (same recipe, same model)
-            self.builder.write(base, path)
+        path = self._base_model(base)
         graph = QdqGraph(load_model(path), None, path.name)
         names = set(self.cost.work)
         return [n.name for n in graph.nodes if n.name in names]
+
+    def _base_model(self, base: Recipe) -> Path:
+        """The base recipe's model: the edited one the global phase estimated, or the one it verified
+        (written again when it was not kept)."""
+        if base in self.base_models:
+            return self.base_models[base]
+        path = self.model_path(self.seen[base].index)
+        if not path.exists():  # not kept: write it again (same recipe, same model)
+            self.builder.write(base, path)
+        return path
 
     def _node_phase(self, base: Recipe) -> None:
         nodes = self._candidates(base)
@@ -416,55 +542,120 @@ class RecipeSearch:
     def _guided(self, base: Recipe, nodes: list[str], widen: bool) -> None:
         from pytest_qaccuracy.analysis.recipe.estimate import Estimator
 
+        float_cost = lambda n: self.cost.node(n, "float")  # noqa: E731
         with Estimator(
             self.fp32,
-            self.model_path(self.seen[base].index),
-            self.calibration,
+            self._base_model(base),
+            self.evaluation,
             self.checks,
             self.options,
             self.estimate_records,
             self._note,
+            self._measured_margin,
         ) as estimator:
-            order = estimator.order(nodes, lambda n: self.cost.node(n, "float"))
-            ks = _geometric(len(order))
-            self._note(f"estimating {len(ks)} exclusion prefixes on the edited graph")
-            estimates = estimator.prefixes(order, ks)
-            passing = self._bisect(base, order, ks, estimates)
+            order = estimator.order(nodes, float_cost)
+            passing = self._verified_prefix(base, estimator, order)
             if passing is None:
                 return
-            kept = list(passing.recipe.float)
-            self._note(f"pruning {len(kept)} float node(s): estimating which can be quantized again")
-            for node in estimator.droppable(kept, lambda n: self.cost.node(n, "float")):
+            self._prune(estimator, passing, float_cost)
+        if widen and self.best is not None and self.best.passed and self.best.recipe.float:
+            # 16-bit instead of float: all of them, else the costliest half (each one verified experiment)
+            floats = sorted(self.best.recipe.float, key=lambda n: -float_cost(n))
+            for part in (floats, floats[: len(floats) // 2]):
+                if not part:
+                    break
                 current = self.best.recipe
-                if node in current.float:
-                    self.measure(current.with_precision(node, "int8"), "prune", f"float -{node}")
-        if widen:
-            for node in sorted(self.best.recipe.float, key=lambda n: -self.cost.node(n, "float")):
-                current = self.best.recipe
-                self.measure(current.with_precision(node, "int16"), "widen", f"{node}: float -> int16")
+                recipe = current.with_nodes(
+                    {n: "float" for n in current.float if n not in part} | {n: "int16" for n in [*current.int16, *part]}
+                )
+                if self.measure(recipe, "widen", f"float -> int16: {_names(part)}").passed:
+                    break
 
-    def _bisect(self, base: Recipe, order: list[str], ks: list[int], estimates: list[float]) -> Step | None:
-        """Verify the shortest estimated-passing prefix, then bisect between the longest failing
-        and the shortest passing verified prefix."""
-        first = next((i for i, m in enumerate(estimates) if m >= 0), len(ks) - 1)
-        low, high, passing = 0, None, None
-        for i in range(first, len(ks)):
-            step = self.measure(base.with_nodes({n: "float" for n in order[: ks[i]]}), "nodes", f"float: top {ks[i]}")
+    def _measured_margin(self, model: Any) -> float:
+        """An edited model's margin on every check, measured on this host on the evaluation records
+        (the estimate of checks the edited-graph runner cannot compute: top-k, allclose, task values)."""
+        import onnx
+
+        path = self.workdir / "estimate.onnx"
+        try:
+            onnx.save(model, str(path))
+            return self.evaluator.measure(path, (HOST,)).margin
+        finally:
+            path.unlink(missing_ok=True)
+
+    def _verified_prefix(self, base: Recipe, estimator: Any, order: list[str]) -> Step | None:
+        """The shortest prefix of ``order`` in float estimated to pass, verified. When the estimate was
+        optimistic (the verified margin below the estimated one), the next prefix must be estimated to
+        pass by that much more (bisected again, longer); after :data:`RETRIES` misses, all of them."""
+        low, required = 0, 0.0
+        for _ in range(RETRIES):
+            size, estimated = self._estimated_boundary(estimator, order, low, required)
+            step = self.measure(base.with_nodes({n: "float" for n in order[:size]}), "nodes", f"float: top {size}")
             if step.passed:
-                high, passing = ks[i], step
-                break
-            low = ks[i]
-        if high is None:
-            return None
-        low = max(low, ks[first - 1] if first > 0 else 0)
+                return step
+            if size >= len(order) or step.margin is None or estimated is None:
+                return None
+            low, required = size, required + max(estimated - step.margin, 0.0) + 1e-3
+        step = self.measure(base.with_nodes({n: "float" for n in order}), "nodes", f"float: all {len(order)}")
+        return step if step.passed else None
+
+    def _estimated_boundary(
+        self, estimator: Any, order: list[str], low: int, required: float
+    ) -> tuple[int, float | None]:
+        """The shortest prefix longer than ``low`` estimated to have a margin of at least ``required``,
+        bisected on estimates, and its estimated margin (all nodes and None when even that falls short)."""
+        high = len(order)
+        self._note(f"bisecting {high - low} ordered node(s) on estimates (margin >= {required:.3g})")
+        margin = estimator.margins([order], "bisecting")[0]
+        if margin < required:
+            return high, None
         while high - low > 1:
+            self._check_budget(estimate=True)
             mid = (low + high) // 2
-            step = self.measure(base.with_nodes({n: "float" for n in order[:mid]}), "nodes", f"float: top {mid}")
-            if step.passed:
-                high, passing = mid, step
+            found = estimator.margins([order[:mid]], "bisecting")[0]
+            if found >= required:
+                high, margin = mid, found
             else:
                 low = mid
-        return passing
+        self._note(f"estimated boundary: the top {high} node(s) in float (estimated margin {margin:.3g})")
+        return high, margin
+
+    def _prune(self, estimator: Any, passing: Step, cost: Callable[[str], float]) -> None:
+        """Float nodes of a verified pass quantized again: of the costliest (as many as the budget's
+        pace allows, at most :data:`~.estimate.PRUNE_NODES`), those estimated to pass alone; then the
+        longest run of them (costliest first) estimated to pass together, bisected on estimates; then
+        verified, halving the run until a verified pass or none."""
+        from pytest_qaccuracy.analysis.recipe.estimate import PRUNE_NODES
+
+        kept = list(passing.recipe.float)
+        affordable = len(kept)
+        if self.budget.seconds is not None:
+            paces = sorted(s.seconds for s in self.steps if s.estimated)  # the median: a first
+            pace = paces[len(paces) // 2] if paces else 1.0  # estimate of a method computes its statistics
+            left = self.budget.seconds - (time.monotonic() - self.started)
+            longest = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+            affordable = int(max(left - 2 * longest, 0.0) / 2 / max(pace, 1e-3))
+        costly = sorted(kept, key=lambda n: -cost(n))[: min(affordable, PRUNE_NODES)]
+        if not costly:
+            return
+        self._note(f"pruning: estimating {len(costly)} of {len(kept)} float node(s) quantized again")
+        drops = [n for n, m in zip(costly, estimator.droppable_margins(kept, costly), strict=True) if m >= 0]
+        low, high = 0, len(drops)  # the longest run estimated to pass together
+        while high > low:
+            self._check_budget(estimate=True)
+            mid = (low + high + 1) // 2
+            if estimator.margins([[n for n in kept if n not in set(drops[:mid])]], "pruning")[0] >= 0:
+                low = mid
+            else:
+                high = mid - 1
+        count = low
+        while count > 0:
+            recipe = passing.recipe.with_precision(drops[0], "int8")
+            for node in drops[1:count]:
+                recipe = recipe.with_precision(node, "int8")
+            if self.measure(recipe, "prune", f"float -{_names(drops[:count])}").passed:
+                break
+            count //= 2
 
 
 def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -> Iterator[tuple[str, ...]]:
@@ -501,8 +692,19 @@ def _geometric(count: int) -> list[int]:
     return [*ks, count]
 
 
+def _names(names: Sequence[str], shown: int = 3) -> str:
+    more = len(names) - shown
+    return ",".join(names[:shown]) + (f" (+{more} more)" if more > 0 else "")
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+def _open(path: Any) -> Any:
+    from pytest_qaccuracy.data import load_dataset
+
+    return load_dataset(path)
 
 
 def _name(data: Any) -> str:
@@ -513,7 +715,7 @@ def search_recipe(
     fp32: str | os.PathLike[str],
     calibration: Dataset | str | os.PathLike[str],
     evaluation: Dataset | str | os.PathLike[str],
-    checks: Sequence[Target],
+    checks: Sequence[Check | str],
     targets: Sequence[str] = (HOST,),
     workdir: str | os.PathLike[str] | None = None,
     start: Recipe | None = None,
@@ -527,6 +729,8 @@ def search_recipe(
     on_note: Callable[[str], None] | None = None,
     model_out: str | os.PathLike[str] | None = None,
     vary: Sequence[str] = GLOBAL_CHOICES,
+    tasks: Sequence[Any] = (),
+    task_targets: Sequence[Any] | str | os.PathLike[str] | None = None,
 ) -> RecipeResult:
     """Search a recipe of ``fp32`` that meets ``checks`` on ``evaluation`` on every target.
 
@@ -534,7 +738,7 @@ def search_recipe(
         fp32: the fp32 ONNX model (not quantized).
         calibration: the records ranges are computed on (and estimates run on).
         evaluation: held-out records every experiment is measured on.
-        checks: targets such as ``Target.parse("cosine>=0.99")`` (:func:`.measure.parse_checks`).
+        checks: targets: ``"cosine>=0.99"``, ``"max_drop:cer<=0.01"``, ... (:mod:`.checks`) or parsed checks.
         targets: deployment targets: ``onnxruntime`` (this host) and scheme presets.
         workdir: where experiment models are written (a temporary folder, removed at the end,
             when None).
@@ -550,6 +754,10 @@ def search_recipe(
         model_out: write the best recipe's model here (atomically), passing or not.
         vary: the global choices the first phase may change (:data:`GLOBAL_CHOICES`; ``()``: keep
             ``start``'s and search nodes only).
+        tasks: task metrics that task checks (``max_drop:cer<=0.01``) read: import paths, built-in
+            names, ``{"metric": ..., <options>}`` or :class:`~pytest_qaccuracy.metrics.task.TaskSpec`.
+        task_targets: one task target per evaluation record, or a JSON-lines sidecar file; default: the
+            evaluation data's targets, else its labels, else none (agreement with the fp32 model).
 
     Returns:
         A :class:`RecipeResult`; ``result.met`` says whether the best recipe passes.
@@ -557,6 +765,23 @@ def search_recipe(
     from pytest_qaccuracy.analysis.recipe.build import check_onnxruntime
 
     check_onnxruntime()
+    checks = parse_checks(checks)
+    if tasks:
+        from pytest_qaccuracy.metrics.task import parse_task_specs
+
+        try:
+            tasks = parse_task_specs(list(tasks))
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+    if isinstance(task_targets, (str, os.PathLike)):
+        from pytest_qaccuracy.data.targets import read_sidecar
+
+        if isinstance(evaluation, Dataset):
+            count = len(evaluation)
+        else:
+            with _open(evaluation) as data:
+                count = len(data)
+        task_targets = read_sidecar(Path(task_targets), count)
     from pytest_qaccuracy.model.graph import GraphView
     from pytest_qaccuracy.model.loading import load_model
     from pytest_qaccuracy.model.quant_params import detect_format
@@ -582,13 +807,15 @@ def search_recipe(
         start,
         budget or Budget(),
         {"int16": 0.5, "float": 1.0, **(weights or {})},
-        method_names() if methods is None else methods,
+        default_methods() if methods is None else methods,
         options or RuntimeOptions(),
         estimate_records,
         exhaustive_nodes,
         on_step,
         on_note,
         vary,
+        tasks,
+        task_targets,
     )
     try:
         result = search.run()
