@@ -3,8 +3,8 @@
 ``--data``, ``--metrics``, ``--batch-size``, ``--threads``, ``--providers``, ``--top``, ``--json``,
 ``--out-dir``, ``--exclude-nodes`` read the same wherever a command has them. Files: ``--json FILE`` is
 the command's result as JSON, ``--out-dir DIR`` a folder of artifacts, ``--out FILE`` the one file the
-command exists to produce (``run``: HDF5, ``calibrate``: a model, ``report``: HTML). Older spellings
-stay as hidden aliases (:func:`add_alias`) so that scripts keep working.
+command exists to produce (``run``: HDF5, ``calibrate``: a model, ``report``: HTML). One spelling
+per option: no aliases, and no abbreviations (the parsers set ``allow_abbrev=False``).
 """
 
 from __future__ import annotations
@@ -33,11 +33,6 @@ class HelpFormatter(argparse.HelpFormatter):
             return text
         shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else "%(default)s"
         return f"{text} (default: {shown})"
-
-
-def add_alias(parser: argparse.ArgumentParser, flag: str, dest: str, **kwargs: Any) -> None:
-    """An older spelling of an option: parsed into ``dest``, hidden from ``--help``."""
-    parser.add_argument(flag, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
 
 
 def names(text: str) -> tuple[str, ...]:
@@ -130,7 +125,6 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_TOP",
     "HelpFormatter",
-    "add_alias",
     "add_batch_size",
     "add_data",
     "add_json",
