@@ -89,11 +89,15 @@ def test_a_failure_inside_a_check_is_one_error_line(zoo, monkeypatch, capsys):
     assert "output '" in line or "layer '" in line
 
 
-def test_a_scheme_alone_runs_the_integer_backend(zoo, tmp_path) -> None:
-    """``--scheme onnxruntime-avx2`` is the layer-wise view of a CPU without VNNI, from any machine."""
+def test_a_scheme_needs_the_integer_backend_named(zoo, tmp_path, capsys) -> None:
+    """``--backend integer --scheme onnxruntime-avx2`` is the layer-wise view of a CPU without VNNI, from
+    any machine; ``--scheme`` alone does not switch backends (the plugin's does not either)."""
     out = tmp_path / "avx2.json"
     args = ["compare", str(zoo["fp32"]), str(zoo["qop_u8"]), "--data", str(zoo["data"])]
-    assert main([*args, "--scheme", "onnxruntime-avx2", "--json", str(out), "--outputs-only"]) == 0
+    assert main([*args, "--scheme", "onnxruntime-avx2", "--json", str(out), "--outputs-only"]) == 2
+    assert _error_line(capsys) == "error: --scheme applies to --backend integer only"  # as in the plugin: no switch
+    argv = [*args, "--backend", "integer", "--scheme", "onnxruntime-avx2", "--json", str(out), "--outputs-only"]
+    assert main(argv) == 0
     document = json.loads(out.read_text())
     assert (document["backend"], document["scheme"]) == ("integer", "onnxruntime-avx2")
 
