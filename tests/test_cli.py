@@ -229,3 +229,16 @@ def test_a_missing_provider_is_exit_2_before_anything_runs(zoo, tmp_path, capsys
     available = ", ".join(onnxruntime.get_available_providers())
     assert _error_line(capsys) == f"error: --providers: NoSuchExecutionProvider not available (available: {available})"
     assert not out.exists()
+
+
+def test_ctrl_c_in_a_command_is_exit_130_with_one_line(monkeypatch, capsys) -> None:
+    """A KeyboardInterrupt anywhere in a command: exit code 130 (128 + SIGINT, as shells report it),
+    one ``error: interrupted`` line, no traceback."""
+    from pytest_qaccuracy.commands import report
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "run", interrupted)
+    assert main(["report", "somewhere"]) == 130
+    assert _error_line(capsys) == "error: interrupted"
