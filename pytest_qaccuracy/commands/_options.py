@@ -13,12 +13,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pytest_qaccuracy import defaults
 from pytest_qaccuracy.errors import InputError
 
-#: Records per run, as the plugin's ``qaccuracy_batch_size``.
-DEFAULT_BATCH_SIZE = 8
-#: Rows of a ranking printed, as the plugin's ``qaccuracy_sensitivity_top``.
-DEFAULT_TOP = 10
 DEFAULT_PROVIDERS = "CPUExecutionProvider"
 
 
@@ -47,7 +44,7 @@ def add_data(parser: argparse.ArgumentParser) -> None:
 
 
 def add_batch_size(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N", help="records per run")
+    parser.add_argument("--batch-size", type=int, default=defaults.BATCH_SIZE, metavar="N", help="records per run")
 
 
 def add_threads(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +67,7 @@ def add_providers(parser: argparse.ArgumentParser) -> None:
 
 
 def add_top(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N", help=f"how many {what} to print")
+    parser.add_argument("--top", type=int, default=defaults.TOP, metavar="N", help=f"how many {what} to print")
 
 
 def add_json(parser: argparse.ArgumentParser, what: str) -> None:
@@ -122,8 +119,6 @@ def runtime_options(args: argparse.Namespace, **extra: Any) -> Any:
 
 
 __all__ = [
-    "DEFAULT_BATCH_SIZE",
-    "DEFAULT_TOP",
     "HelpFormatter",
     "add_batch_size",
     "add_data",
