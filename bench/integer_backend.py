@@ -14,8 +14,7 @@ linearly to the batch (labelled "scaled" in the table). The integer backend runs
 preset, whose outputs are checked bit for bit against onnxruntime's, and the other x86 family's
 preset: the second table gives
 the cost of emulating the int16 pair saturation of CPUs without VNNI (``onnxruntime-avx2``) against
-exact int32 sums (``onnxruntime-vnni``), by the compiled loop where numba is installed (the
-``compiled`` extra; ``QACCURACY_COMPILED=0`` times the numpy ways instead).
+exact int32 sums (``onnxruntime-vnni``).
 """
 
 from __future__ import annotations
@@ -208,7 +207,7 @@ def main() -> None:
         f"net: {shape}; {os.cpu_count()} cores (ORT threads {args.threads or 'all'}, BLAS threads {blas}); {versions}"
     )
     rows, families = [], []
-    print(f"host preset: {_host()}; int16 pair correction: {_correction()}")
+    print(f"host preset: {_host()}")
     for fmt in ("qdq", "qoperator"):
         path = quantize(net, calibration, folder, fmt)
         options = ort.SessionOptions()
@@ -248,17 +247,6 @@ def main() -> None:
     print("|---|---|---|---|")
     for fmt, t_avx2, t_vnni in families:
         print(f"| {fmt} | {t_avx2 * 1000:.1f} ms | {t_vnni * 1000:.1f} ms | {t_avx2 / t_vnni:.2f}x |")
-
-
-def _correction() -> str:
-    """Which way corrects the int16 pair sums: the compiled loop (numba) or the numpy ways."""
-    from pytest_qaccuracy.backend.kernels import compiled_pairs
-
-    if compiled_pairs.available():
-        import numba
-
-        return f"the compiled loop (numba {numba.__version__}; QACCURACY_COMPILED=0 for the numpy ways)"
-    return "the numpy ways (the compiled extra is not installed, or QACCURACY_COMPILED=0)"
 
 
 OTHER_FAMILY = {"onnxruntime-avx2": "onnxruntime-vnni", "onnxruntime-vnni": "onnxruntime-avx2"}

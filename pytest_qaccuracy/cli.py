@@ -61,12 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Quantization accuracy checks for ONNX model pairs.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"qaccuracy (pytest-qaccuracy) {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
         module = importlib.import_module(f"pytest_qaccuracy.commands.{name}")
-        command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter)
+        command = sub.add_parser(
+            module.NAME, help=module.HELP, description=module.HELP, formatter_class=HelpFormatter, allow_abbrev=False
+        )
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
     return parser

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_qaccuracy.backend.kernels import compiled_pairs, conv_pairs, pointwise_pairs
+from pytest_qaccuracy.backend.kernels import conv_pairs, pointwise_pairs
 
 
 def force_way(monkeypatch: pytest.MonkeyPatch, way: str) -> list[str]:
@@ -12,14 +12,7 @@ def force_way(monkeypatch: pytest.MonkeyPatch, way: str) -> list[str]:
     of entries even where a chunk is small), ``"sparse"`` (candidates first: no small-layer shortcut,
     and a sampled hit costs nothing) or ``"pointwise"`` (unpadded 1x1 kernels: candidate pixels found
     and multiplied out per chunk; other kernels as without forcing); returns the list that records
-    which way each call took (``"_dense"`` for both dense forms, ``"_sparse"``, ``"pointwise"`` or
-    ``"compiled"``). ``"compiled"``: the compiled loop (1-d and 2-d; others as without forcing),
-    skipped where numba is not installed; the numpy ways turn it off."""
-    if way == "compiled":
-        pytest.importorskip("numba", reason="the compiled extra (numba) is not installed")
-        monkeypatch.setenv("QACCURACY_COMPILED", "1")
-    else:
-        monkeypatch.setenv("QACCURACY_COMPILED", "0")
+    which way each call took (``"_dense"`` for both dense forms, ``"_sparse"`` or ``"pointwise"``)."""
     if way == "sparse":
         monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
         monkeypatch.setattr(conv_pairs, "DENSE_ENTRIES_PER_PAIR", -1)
@@ -34,8 +27,8 @@ def force_way(monkeypatch: pytest.MonkeyPatch, way: str) -> list[str]:
     elif way == "pointwise":
         monkeypatch.setattr(conv_pairs, "DENSE_DIRECT", -1)
         monkeypatch.setattr(pointwise_pairs.PointwiseLayout, "is_cheaper", lambda *args: True)
-    elif way != "compiled":
-        raise ValueError(f"way must be 'dense', 'dense-blocks', 'sparse', 'pointwise' or 'compiled', got {way!r}")
+    else:
+        raise ValueError(f"way must be 'dense', 'dense-blocks', 'sparse' or 'pointwise', got {way!r}")
     taken: list[str] = []
     for name in ("_dense", "_sparse"):
         real = getattr(conv_pairs, name)
@@ -47,12 +40,6 @@ def force_way(monkeypatch: pytest.MonkeyPatch, way: str) -> list[str]:
         pointwise_pairs.PointwiseCorrection,
         "__init__",
         lambda self, *a, **k: (taken.append("pointwise"), real_init(self, *a, **k))[1],
-    )
-    real_compiled = compiled_pairs.CompiledCorrection.__init__
-    monkeypatch.setattr(
-        compiled_pairs.CompiledCorrection,
-        "__init__",
-        lambda self, *a, **k: (taken.append("compiled"), real_compiled(self, *a, **k))[1],
     )
     return taken
 

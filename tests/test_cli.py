@@ -89,11 +89,15 @@ def test_a_failure_inside_a_check_is_one_error_line(zoo, monkeypatch, capsys):
     assert "output '" in line or "layer '" in line
 
 
-def test_a_scheme_alone_runs_the_integer_backend(zoo, tmp_path) -> None:
-    """``--scheme onnxruntime-avx2`` is the layer-wise view of a CPU without VNNI, from any machine."""
+def test_a_scheme_needs_the_integer_backend_named(zoo, tmp_path, capsys) -> None:
+    """``--backend integer --scheme onnxruntime-avx2`` is the layer-wise view of a CPU without VNNI, from
+    any machine; ``--scheme`` alone does not switch backends (the plugin's does not either)."""
     out = tmp_path / "avx2.json"
     args = ["compare", str(zoo["fp32"]), str(zoo["qop_u8"]), "--data", str(zoo["data"])]
-    assert main([*args, "--scheme", "onnxruntime-avx2", "--json", str(out), "--outputs-only"]) == 0
+    assert main([*args, "--scheme", "onnxruntime-avx2", "--json", str(out), "--outputs-only"]) == 2
+    assert _error_line(capsys) == "error: --scheme applies to --backend integer only"  # as in the plugin: no switch
+    argv = [*args, "--backend", "integer", "--scheme", "onnxruntime-avx2", "--json", str(out), "--outputs-only"]
+    assert main(argv) == 0
     document = json.loads(out.read_text())
     assert (document["backend"], document["scheme"]) == ("integer", "onnxruntime-avx2")
 
@@ -191,21 +195,27 @@ def test_help_shows_every_default_and_shared_options_read_the_same():
     assert "compare defaults to onnxruntime" in _option_help("run")["--backend"]
 
 
-def test_one_name_per_option_old_spellings_hidden_but_parsed():
+def test_one_name_per_option_no_aliases_nor_abbreviations(capsys):
     from pytest_qaccuracy.cli import build_parser
 
-    for command in COMMANDS:
-        helps = _option_help(command)
-        assert not {"--metric", "--exclude", "--ranges-json"} & set(helps), command
     parser = build_parser()
-    args = parser.parse_args(["sensitivity", "a.onnx", "b.onnx", "--data", "d.npz", "--metric", "mse,cosine"])
+    args = parser.parse_args(["sensitivity", "a.onnx", "b.onnx", "--data", "d.npz", "--metrics", "mse,cosine"])
     assert args.metrics == "mse,cosine"
-    args = parser.parse_args(["calibrate", "a.onnx", "--data", "d.npz", "--out", "q.onnx", "--exclude", "a, b"])
-    assert args.exclude_nodes == [("a", "b")] and args.json is None
     args = parser.parse_args(
-        ["calibrate", "a.onnx", "--data", "d", "--out", "q", "--exclude-nodes", "c", "--ranges-json", "r.json"]
+        ["calibrate", "a.onnx", "--data", "d", "--out", "q", "--exclude-nodes", "c, d", "--json", "r.json"]
     )
-    assert args.exclude_nodes == [("c",)] and str(args.json) == "r.json"
+    assert args.exclude_nodes == [("c", "d")] and str(args.json) == "r.json"
+    for argv in (
+        ["sensitivity", "a.onnx", "b.onnx", "--data", "d.npz", "--metric", "mse"],  # the 0.1 spellings
+        ["calibrate", "a.onnx", "--data", "d.npz", "--out", "q.onnx", "--exclude", "a"],
+        ["calibrate", "a.onnx", "--data", "d.npz", "--out", "q.onnx", "--ranges-json", "r.json"],
+        ["compare", "a.onnx", "b.onnx", "--data", "d.npz", "--metric", "mse"],  # an abbreviation of --metrics
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and "unrecognized arguments: " + argv[-2] in err, err
 
 
 @pytest.mark.parametrize("command", ["compare", "sensitivity"])
@@ -219,3 +229,16 @@ def test_a_missing_provider_is_exit_2_before_anything_runs(zoo, tmp_path, capsys
     available = ", ".join(onnxruntime.get_available_providers())
     assert _error_line(capsys) == f"error: --providers: NoSuchExecutionProvider not available (available: {available})"
     assert not out.exists()
+
+
+def test_ctrl_c_in_a_command_is_exit_130_with_one_line(monkeypatch, capsys) -> None:
+    """A KeyboardInterrupt anywhere in a command: exit code 130 (128 + SIGINT, as shells report it),
+    one ``error: interrupted`` line, no traceback."""
+    from pytest_qaccuracy.commands import report
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "run", interrupted)
+    assert main(["report", "somewhere"]) == 130
+    assert _error_line(capsys) == "error: interrupted"

@@ -21,6 +21,7 @@ ROOT = Path(pytest_qaccuracy.__file__).parent
 LAYERS: dict[str, int] = {
     # files and records, graphs and pairs, metric formulas, errors, atomic file writing
     "errors": 0,
+    "defaults": 0,
     "atomic": 0,
     "numbers": 0,
     "task_names": 0,

@@ -8,8 +8,9 @@ the plain bench net took 55-61 ms of CPU per run there against 47-50 ms in other
 a run against a handful), the same code; the exact path 41 against 37 ms.
 
 :func:`keep_temporaries_warm` fixes the mmap threshold at glibc's own ceiling for it (32 MB) and keeps
-up to 64 MB of freed memory at the heap's top, once per process. Elsewhere than glibc it does
-nothing; ``QACCURACY_HEAP=system`` leaves the process's allocator as it was.
+up to 64 MB of freed memory at the heap's top, once per process, but only when asked: the settings
+are the whole process's, so a library leaves them alone unless ``QACCURACY_HEAP=tuned``. Elsewhere
+than glibc it does nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ import os
 import platform
 import threading
 
-#: environment variable: ``system`` leaves glibc's parameters as they are
+from pytest_qaccuracy.errors import InputError
+
+#: environment variable: ``tuned`` sets glibc's parameters below; ``system`` (the default) leaves them
 ENV = "QACCURACY_HEAP"
+#: its values
+TUNED, SYSTEM = "tuned", "system"
 #: ``mallopt`` parameters (glibc's malloc.h)
 M_TOP_PAD = -2
 M_MMAP_THRESHOLD = -3
@@ -44,16 +49,19 @@ def _mallopt():
 
 
 def keep_temporaries_warm() -> bool:
-    """Set glibc's mmap threshold and top pad for the backend, once per process; whether they are set.
+    """With ``QACCURACY_HEAP=tuned``, set glibc's mmap threshold and top pad, once per process; whether set.
 
     Process-wide: every later allocation of this process below 32 MB comes from the heap, and up to
-    64 MB of freed memory stays mapped for the next one.
+    64 MB of freed memory stays mapped for the next one. Without the opt-in, nothing changes.
     """
     global _applied
+    value = os.environ.get(ENV, "").strip().lower() or SYSTEM
+    if value not in (TUNED, SYSTEM):
+        raise InputError(f"{ENV}={os.environ[ENV]!r}: expected {TUNED!r} or {SYSTEM!r}")
     with _lock:
         if _applied is None:
             _applied = False
-            if os.environ.get(ENV, "").strip().lower() != "system":
+            if value == TUNED:
                 mallopt = _mallopt()
                 if mallopt is not None:
                     # both: setting one turns glibc's dynamic threshold off, which alone made it worse

@@ -3,8 +3,8 @@
 ``--data``, ``--metrics``, ``--batch-size``, ``--threads``, ``--providers``, ``--top``, ``--json``,
 ``--out-dir``, ``--exclude-nodes`` read the same wherever a command has them. Files: ``--json FILE`` is
 the command's result as JSON, ``--out-dir DIR`` a folder of artifacts, ``--out FILE`` the one file the
-command exists to produce (``run``: HDF5, ``calibrate``: a model, ``report``: HTML). Older spellings
-stay as hidden aliases (:func:`add_alias`) so that scripts keep working.
+command exists to produce (``run``: HDF5, ``calibrate``: a model, ``report``: HTML). One spelling
+per option: no aliases, and no abbreviations (the parsers set ``allow_abbrev=False``).
 """
 
 from __future__ import annotations
@@ -13,12 +13,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pytest_qaccuracy import defaults
 from pytest_qaccuracy.errors import InputError
 
-#: Records per run, as the plugin's ``qaccuracy_batch_size``.
-DEFAULT_BATCH_SIZE = 8
-#: Rows of a ranking printed, as the plugin's ``qaccuracy_sensitivity_top``.
-DEFAULT_TOP = 10
 DEFAULT_PROVIDERS = "CPUExecutionProvider"
 
 
@@ -35,11 +32,6 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: {shown})"
 
 
-def add_alias(parser: argparse.ArgumentParser, flag: str, dest: str, **kwargs: Any) -> None:
-    """An older spelling of an option: parsed into ``dest``, hidden from ``--help``."""
-    parser.add_argument(flag, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kwargs)
-
-
 def names(text: str) -> tuple[str, ...]:
     """``a, b,c`` -> ``("a", "b", "c")``."""
     return tuple(n.strip() for n in text.split(",") if n.strip())
@@ -52,7 +44,7 @@ def add_data(parser: argparse.ArgumentParser) -> None:
 
 
 def add_batch_size(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N", help="records per run")
+    parser.add_argument("--batch-size", type=int, default=defaults.BATCH_SIZE, metavar="N", help="records per run")
 
 
 def add_threads(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +67,7 @@ def add_providers(parser: argparse.ArgumentParser) -> None:
 
 
 def add_top(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N", help=f"how many {what} to print")
+    parser.add_argument("--top", type=int, default=defaults.TOP, metavar="N", help=f"how many {what} to print")
 
 
 def add_json(parser: argparse.ArgumentParser, what: str) -> None:
@@ -127,10 +119,7 @@ def runtime_options(args: argparse.Namespace, **extra: Any) -> Any:
 
 
 __all__ = [
-    "DEFAULT_BATCH_SIZE",
-    "DEFAULT_TOP",
     "HelpFormatter",
-    "add_alias",
     "add_batch_size",
     "add_data",
     "add_json",

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from pytest_qaccuracy.commands._options import (
-    add_alias,
     add_batch_size,
     add_data,
     add_json,
@@ -87,13 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         help="comma-separated nodes to keep in float (onnxruntime's nodes_to_exclude; repeatable, adds)",
     )
-    add_alias(parser, "--exclude", "exclude_nodes", type=names, action="append")
     add_batch_size(parser)
     add_threads(parser)
     add_providers(parser)
     add_quiet(parser)
     add_json(parser, "the chosen ranges")
-    add_alias(parser, "--ranges-json", "json", type=Path)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,13 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend",
         choices=("onnxruntime", "integer"),
-        default=None,
-        help="where the quantized model runs (default: integer with --scheme, else onnxruntime)",
+        default="onnxruntime",
+        help="where the quantized model runs (the plugin's qaccuracy_backend)",
     )
     parser.add_argument(
         "--scheme",
         default=None,
-        help="integer backend scheme preset, e.g. onnxruntime-avx2 for an x86 CPU without VNNI (docs/cpus.md)",
+        help="integer backend scheme preset, e.g. onnxruntime-avx2 for an x86 CPU without VNNI (docs/cpus.md); "
+        "with --backend integer only",
     )
     parser.add_argument(
         "--capture",
@@ -111,8 +112,6 @@ def run(args: argparse.Namespace) -> int:
     stem = artifact_stem(args.quantized.stem)
     check_artifact_targets(args.json, args.out_dir, stem, parse_metric_names(args.metrics))
     pair = ModelPair(args.fp32, args.quantized, mapping=_mapping(args.map))
-    if args.backend is None:  # a scheme names an emulated target, so it runs on the integer backend
-        args.backend = "integer" if args.scheme else "onnxruntime"
     if args.scheme and args.backend != "integer":
         raise InputError("--scheme applies to --backend integer only")
     result = compare(

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("integer", "onnxruntime"),
         default="integer",
         help="where the model runs (default: integer, the emulation this command exists for; compare "
-        "defaults to onnxruntime unless --scheme is given)",
+        "defaults to onnxruntime)",
     )
     parser.add_argument("--scheme", default="onnxruntime", help="integer backend scheme preset (docs/backend.md)")
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="output HDF5 file (ONE layout)")

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from pytest_qaccuracy.commands._options import (
-    add_alias,
     add_batch_size,
     add_data,
     add_json,
@@ -42,7 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated metric names; the first ranks (default: cosine; compare measures all, "
         "which here would cost every metric per node)",
     )
-    add_alias(parser, "--metric", "metrics")
     parser.add_argument(
         "--granularity",
         choices=("node", "weight", "activation"),

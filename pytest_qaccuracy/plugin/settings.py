@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from pytest_qaccuracy import defaults
 from pytest_qaccuracy.plugin.ini import parse_bool
 from pytest_qaccuracy.plugin.options import Option, given, read_option, usage_error
 from pytest_qaccuracy.plugin.rules import (
@@ -43,12 +44,10 @@ from pytest_qaccuracy.plugin.schemes import (
 GROUP = ("qaccuracy", "quantization accuracy regression testing (pytest-qaccuracy)")
 DEFAULT_ARTIFACTS = ".qaccuracy"
 DEFAULT_BASELINES = ".qaccuracy-baselines"
-DEFAULT_BATCH_SIZE = 8
 #: When the end-of-session sensitivity analysis runs, and how it ranks.
 SENSITIVITY_SCOPES = ("failed", "all", "off")
 SENSITIVITY_MODES = ("single", "leave-one-out")
 DEFAULT_SENSITIVITY_METRIC = "cosine"
-DEFAULT_SENSITIVITY_TOP = 10
 #: How far the end-of-session analysis of a failing pair goes: nothing, the node ranking, or the
 #: ranking and a verified recipe search.
 ANALYSIS_LEVELS = ("off", "rank", "recipe")
@@ -114,7 +113,7 @@ class QAccuracySettings:
     sensitivity: str = "failed"
     sensitivity_metric: str = DEFAULT_SENSITIVITY_METRIC
     sensitivity_mode: str = "single"
-    sensitivity_top: int = DEFAULT_SENSITIVITY_TOP
+    sensitivity_top: int = defaults.TOP
     sensitivity_records: int = DEFAULT_SENSITIVITY_RECORDS
     analysis: str = "recipe"
     #: (factor of the pair's check time, None) or (None, seconds)
@@ -187,7 +186,7 @@ def add_options(parser: pytest.Parser) -> None:
         help="Comma-separated onnxruntime execution providers",
     )
     parser.addini("qaccuracy_providers", "onnxruntime execution providers", type="args", default=[])
-    parser.addini("qaccuracy_batch_size", f"Records per onnxruntime run (default {DEFAULT_BATCH_SIZE})", default=None)
+    parser.addini("qaccuracy_batch_size", f"Records per onnxruntime run (default {defaults.BATCH_SIZE})", default=None)
     parser.addini(
         "qaccuracy_baseline_dir",
         f"Baseline folder, compared when it exists (default {DEFAULT_BASELINES}/ under the rootdir; commit it)",
@@ -270,7 +269,7 @@ def _add_sensitivity_options(parser: pytest.Parser, group: pytest.OptionGroup) -
             f"Metric the sensitivity table ranks nodes by (default {DEFAULT_SENSITIVITY_METRIC})",
         ),
         ("sensitivity_mode", "MODE", "Sensitivity mode: single or leave-one-out (default single)"),
-        ("sensitivity_top", "N", f"Rows of the sensitivity table (default {DEFAULT_SENSITIVITY_TOP})"),
+        ("sensitivity_top", "N", f"Rows of the sensitivity table (default {defaults.TOP})"),
         ("sensitivity_records", "N", records_help),
         ("analysis", "LEVEL", "End-of-session analysis of failed pairs: off, rank (nodes) or recipe (default recipe)"),
         (
@@ -456,7 +455,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
 
     tolerances = {**_tolerances(config), **_task_tolerances(config)}
     rules = _rules(config)
-    batch_size = read("batch_size", _integer(1), DEFAULT_BATCH_SIZE)
+    batch_size = read("batch_size", _integer(1), defaults.BATCH_SIZE)
     drift = read("max_drift", _drift_rules, ())
     artifacts = None
     if not config.getoption("qaccuracy_no_artifacts"):
@@ -479,7 +478,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         sensitivity=read("sensitivity", _choice(SENSITIVITY_SCOPES), "failed"),
         sensitivity_metric=read("sensitivity_metric", _metric_name, DEFAULT_SENSITIVITY_METRIC),
         sensitivity_mode=read("sensitivity_mode", _choice(SENSITIVITY_MODES), "single"),
-        sensitivity_top=read("sensitivity_top", _integer(1), DEFAULT_SENSITIVITY_TOP),
+        sensitivity_top=read("sensitivity_top", _integer(1), defaults.TOP),
         sensitivity_records=read("sensitivity_records", _integer(0), DEFAULT_SENSITIVITY_RECORDS),
         analysis=read("analysis", _choice(ANALYSIS_LEVELS), "recipe"),
         analysis_budget=read("analysis_budget", _budget, DEFAULT_ANALYSIS_BUDGET),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from pytest_qaccuracy import defaults
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.ort_session import GRAPH_OPTIMIZATION
 
@@ -36,7 +37,7 @@ class RuntimeOptions:
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     optimization: str = "all"
     threads: int = 0
-    batch_size: int = 8
+    batch_size: int = defaults.BATCH_SIZE
     session_config: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

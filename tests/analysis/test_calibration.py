@@ -157,7 +157,7 @@ def test_cli_calibrate_writes_the_ranges_it_reports(zoo, tmp_path, capsys):
     code = main(
         [
             *("calibrate", str(zoo["fp32"]), "--data", str(zoo["data"]), "--method", "kl", "--bins", "1001"),
-            *("--per-channel", "--out", str(out), "--ranges-json", str(ranges)),
+            *("--per-channel", "--out", str(out), "--json", str(ranges)),
         ]
     )
     assert code == 0 and f"wrote {out}" in capsys.readouterr().out

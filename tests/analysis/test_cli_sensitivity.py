@@ -58,7 +58,7 @@ def test_bad_input_is_one_error_line_and_exit_2(zoo, capsys):
     assert err.startswith("error: ") and "needs a QDQ model" in err and len(err.strip().splitlines()) == 1
     assert main([*base, str(zoo["qdq_u8"]), "--data", str(zoo["data"]), "--nodes", "nope"]) == 2
     assert "no quantized node 'nope'" in capsys.readouterr().err
-    assert main([*base, str(zoo["qdq_u8"]), "--data", str(zoo["data"]), "--metric", "bogus"]) == 2
+    assert main([*base, str(zoo["qdq_u8"]), "--data", str(zoo["data"]), "--metrics", "bogus"]) == 2
     assert "unknown metric 'bogus'" in capsys.readouterr().err
 
 

@@ -63,7 +63,6 @@ PRESETS = [
     "onnxruntime-avx2",
     "onnxruntime-avx2 sparse",
     "onnxruntime-avx2 dense-blocks",
-    "onnxruntime-avx2 compiled",
     "tflite",
 ]
 

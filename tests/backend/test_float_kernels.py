@@ -49,6 +49,20 @@ CASES = {
         {"group": 4, "pads": [1, 2, 0, 1], "dilations": [1, 2]},
         False,
     ),
+    "conv-1d-depthwise": (  # other ranks than 2: im2col, the depthwise groups as a batched GEMM
+        "Conv",
+        {"x": rng.normal(0, 1, (2, 6, 40)).astype(np.float32)},
+        {"w": rng.normal(0, 1, (12, 1, 5)).astype(np.float32), "b": rng.normal(0, 1, 12).astype(np.float32)},
+        {"group": 6, "pads": [2, 1], "strides": [2]},
+        False,
+    ),
+    "conv-3d-depthwise": (
+        "Conv",
+        {"x": rng.normal(0, 1, (2, 4, 5, 6, 7)).astype(np.float32)},
+        {"w": rng.normal(0, 1, (4, 1, 3, 3, 3)).astype(np.float32)},
+        {"group": 4, "pads": [1, 0, 1, 1, 1, 0], "dilations": [1, 2, 1]},
+        False,
+    ),
     "matmul": ("MatMul", {"x": X[0, 0]}, {"w": rng.normal(0, 1, (7, 5)).astype(np.float32)}, {}, False),
     "gemm": (
         "Gemm",

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from pytest_qaccuracy.backend import heap
+from pytest_qaccuracy.errors import InputError
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
@@ -53,28 +54,38 @@ def _faults_per_step(heap_env: str | None) -> float:
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc's allocator only")
-def test_a_backend_session_keeps_the_heap_warm_for_temporaries() -> None:
-    """After a backend session is made, churning multi-MB temporaries faults no pages in; with the
-    process's allocator left as it was (``QACCURACY_HEAP=system``) glibc gives them back every time."""
-    assert _faults_per_step(None) < 20
+def test_the_heap_is_kept_warm_only_when_asked() -> None:
+    """With ``QACCURACY_HEAP=tuned`` a backend session keeps churning multi-MB temporaries from faulting
+    pages in; by default (and with ``system``) the process's allocator is as it was, and glibc gives
+    them back every time."""
+    assert _faults_per_step("tuned") < 20
+    assert _faults_per_step(None) > 500
     assert _faults_per_step("system") > 500
 
 
-def test_the_parameters_are_set_once_and_the_opt_out_is_honoured(monkeypatch) -> None:
-    """Both parameters, once per process; nothing with ``QACCURACY_HEAP=system`` or without glibc."""
+def test_the_parameters_are_set_once_and_only_on_request(monkeypatch) -> None:
+    """Both parameters, once per process, with ``QACCURACY_HEAP=tuned``; nothing by default, with
+    ``system`` or without glibc; any other value is refused in one line."""
     calls: list[tuple[int, int]] = []
     monkeypatch.setattr(heap, "_mallopt", lambda: lambda param, value: calls.append((param, value)) or 1)
     monkeypatch.setattr(heap, "_applied", None)
     monkeypatch.delenv(heap.ENV, raising=False)
+    assert not heap.keep_temporaries_warm() and not calls
+
+    for value in ("system", "System ", ""):
+        monkeypatch.setattr(heap, "_applied", None)
+        monkeypatch.setenv(heap.ENV, value)
+        assert not heap.keep_temporaries_warm() and not calls
+
+    monkeypatch.setattr(heap, "_applied", None)
+    monkeypatch.setenv(heap.ENV, "tuned")
     assert heap.keep_temporaries_warm() and heap.keep_temporaries_warm()
     assert calls == [(heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD), (heap.M_TOP_PAD, heap.TOP_PAD)]
 
-    calls.clear()
     monkeypatch.setattr(heap, "_applied", None)
-    monkeypatch.setenv(heap.ENV, "system")
-    assert not heap.keep_temporaries_warm() and not calls
-
-    monkeypatch.setattr(heap, "_applied", None)
-    monkeypatch.delenv(heap.ENV)
     monkeypatch.setattr(heap, "_mallopt", lambda: None)
     assert not heap.keep_temporaries_warm()
+
+    monkeypatch.setenv(heap.ENV, "fast")
+    with pytest.raises(InputError, match=r"^QACCURACY_HEAP='fast': expected 'tuned' or 'system'$"):
+        heap.keep_temporaries_warm()

@@ -14,7 +14,6 @@ import pytest
 from pair_ways import force_way, recorded
 
 from pytest_qaccuracy.backend import arith, get_scheme, host, pairs
-from pytest_qaccuracy.backend.kernels.compiled_pairs import CompiledCorrection
 from pytest_qaccuracy.backend.kernels.conv import conv_integer_acc
 from pytest_qaccuracy.errors import InputError
 
@@ -249,7 +248,7 @@ def test_convolution_read_unpadded_matches_the_pair_oracle(x_zp: int) -> None:
     np.testing.assert_array_equal(np.asarray(got, np.int64), want)
 
 
-@pytest.mark.parametrize("way", ["sparse", "dense", "dense-blocks", "compiled"])
+@pytest.mark.parametrize("way", ["sparse", "dense", "dense-blocks"])
 @pytest.mark.parametrize(
     ("c", "group", "pads", "strides"), [(3, 1, [1, 1, 1, 1], (2, 2)), (8, 2, [0, 1, 2, 1], (1, 2))]
 )
@@ -287,13 +286,12 @@ def test_lowest_second_input_table_matches_brute_force() -> None:
         np.testing.assert_array_equal(got[p], want, err_msg=f"pair {p}")
 
 
-@pytest.mark.parametrize("way", ["dense", "dense-blocks", "sparse", "compiled"])
+@pytest.mark.parametrize("way", ["dense", "dense-blocks", "sparse"])
 @pytest.mark.parametrize("c", [3, 8])  # pairs across taps, pairs within a tap
 def test_a_correction_adds_the_same_in_any_chunks(monkeypatch, c: int, way: str) -> None:
     """The dense correction: whole-record chunks compute their part while the convolution runs, chunks
-    of rows take theirs from the whole correction; the sparse one is found up front; the compiled loop
-    adds any chunk's rows itself. Each way, each chunk adds what the oracle's pair sums change, and
-    the correction's bound holds."""
+    of rows take theirs from the whole correction; the sparse one is found up front. Each way, each
+    chunk adds what the oracle's pair sums change, and the correction's bound holds."""
     from pytest_qaccuracy.backend.kernels import conv_pairs
 
     force_way(monkeypatch, way)
@@ -302,7 +300,7 @@ def test_a_correction_adds_the_same_in_any_chunks(monkeypatch, c: int, way: str)
     w = _heavy_weights(rng, (4, c, 3, 3))
     pads, strides = [1, 0, 1, 1], (1, 2)
     found = conv_pairs.pair_corrections(x, 140, w, 1, pads, strides, (1, 1), (7, 3))
-    kinds = {"dense": conv_pairs.DenseCorrection, "sparse": conv_pairs.SparseSearch, "compiled": CompiledCorrection}
+    kinds = {"dense": conv_pairs.DenseCorrection, "sparse": conv_pairs.SparseSearch}
     assert isinstance(found, kinds[way.split("-")[0]])
     saturating = _oracle_conv(x, 140, w, pads, strides, (1, 1), 1)
     attrs = {"pads": pads, "strides": list(strides)}
@@ -369,7 +367,7 @@ def _oracle_conv_nd(x, x_zp, w, pads, strides, dilations) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("way", ["dense", "dense-blocks", "sparse", "compiled"])
+@pytest.mark.parametrize("way", ["dense", "dense-blocks", "sparse"])
 @pytest.mark.parametrize(("spatial", "kernel", "c"), [((9,), (3,), 4), ((9,), (3,), 3), ((4, 5, 4), (2, 3, 2), 4)])
 def test_one_and_three_dimensional_convolutions_match_the_pair_oracle(monkeypatch, way, spatial, kernel, c) -> None:
     """The correction's im2col windows and candidate test hold for 1-D and 3-D convolutions too, with
@@ -409,7 +407,7 @@ def test_the_pairs_found_are_reused_only_for_bounds_no_larger() -> None:
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("way", ["dense", "dense-blocks", "sparse", "compiled"])
+@pytest.mark.parametrize("way", ["dense", "dense-blocks", "sparse"])
 def test_runs_with_growing_and_shrinking_inputs_match_the_pair_oracle(monkeypatch, way) -> None:
     """One read-only weight (a session's constant) over batches whose channel maxima rise, fall and rise
     again: each run's correction is the oracle's, whether it searched anew or reused the last pairs."""
@@ -432,7 +430,6 @@ def test_the_sampled_choice_of_way_is_kept_for_the_same_risky_pairs(monkeypatch)
     bound grew) sample again. Every run gives the oracle's sums."""
     from pytest_qaccuracy.backend.kernels import conv_pairs
 
-    monkeypatch.setenv("QACCURACY_COMPILED", "0")  # the numpy ways choose; the compiled loop does not
     samples = []
     real = conv_pairs._sparse
     monkeypatch.setattr(
@@ -651,185 +648,3 @@ def _oracle_saturated_per_record(x: np.ndarray, x_zp: int, w: np.ndarray, pads: 
     products = rows[:, :, :, None, :] * weights[None, None, None]
     sums = products[..., 0::2] + products[..., 1::2]
     return ((sums > 32767) | (sums < -32768)).reshape(n, -1).sum(axis=1).tolist()
-
-
-# -- the compiled loop (the ``compiled`` extra) ------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("c", "m", "group", "spatial", "kernel", "pads", "strides", "dilations"),
-    [
-        (8, 6, 1, (9, 40), (3, 3), [1, 1, 1, 1], (1, 1), (1, 1)),  # rows of 40 outputs: row by row
-        (8, 6, 1, (7, 6), (3, 3), [1, 1, 1, 1], (1, 1), (1, 1)),  # rows of 6: through a plane
-        (5, 4, 1, (8, 9), (3, 3), [2, 0, 1, 2], (1, 1), (2, 1)),  # pairs across taps, dilated, uneven pads
-        (6, 4, 1, (9, 11), (3, 2), [1, 1, 0, 0], (2, 3), (1, 1)),  # strided: scalar rows
-        (12, 9, 3, (6, 7), (3, 3), [1, 1, 1, 1], (1, 1), (1, 1)),  # grouped
-        (16, 24, 1, (5, 5), (1, 1), [0, 0, 0, 0], (1, 1), (1, 1)),  # a 1x1 plane of 25
-        (16, 8, 1, (6, 40), (1, 1), [0, 0, 0, 0], (1, 1), (1, 1)),  # 1x1, rows of 40
-        (10, 6, 1, (8, 8), (1, 1), [0, 0, 0, 0], (2, 2), (1, 1)),  # strided 1x1
-    ],
-)
-def test_the_compiled_loop_matches_the_pair_oracle(
-    monkeypatch, c, m, group, spatial, kernel, pads, strides, dilations
-) -> None:
-    """Every shape of the loop (rows, planes, strided rows; padding, dilation, groups, pairs within
-    and across taps) gives the oracle's pair sums, records of every range in one batch."""
-    taken = force_way(monkeypatch, "compiled")
-    rng = np.random.default_rng(c * 100 + m)
-    ranges = [(150, 256), (0, 256), (0, 60), (200, 256)]
-    x = np.concatenate([rng.integers(lo, hi, (1, c, *spatial)) for lo, hi in ranges]).astype(np.uint8)
-    w = _heavy_weights(rng, (m, c // group, *kernel))
-    attrs = {"pads": pads, "strides": list(strides), "dilations": list(dilations), "group": group}
-    got, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, AVX2)
-    want = _oracle_conv(x, 131, w, pads, strides, dilations, group)
-    exact, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, VNNI)
-    assert not np.array_equal(want, np.asarray(exact, np.int64)), "some pair saturates"
-    np.testing.assert_array_equal(np.asarray(got, np.int64), want)
-    assert taken == ["compiled"]
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
-@pytest.mark.parametrize("spatial", [(7, 6), (9,)])
-def test_the_compiled_loop_adds_any_chunk_to_sums_of_any_layout(monkeypatch, dtype, spatial) -> None:
-    """Chunks of records, of rows (of columns in 1-d), sums one column wider than the outputs (as row
-    paths leave them) or laid out so that no strides address them (added through a copy), in the sums'
-    own type: each chunk adds what the oracle's pair sums change, and nothing beside it."""
-    from pytest_qaccuracy.backend.kernels import conv_pairs
-
-    force_way(monkeypatch, "compiled")
-    rng = np.random.default_rng(len(spatial))
-    x = rng.integers(120, 256, (5, 8, *spatial)).astype(np.uint8)
-    w = _heavy_weights(rng, (4, 8, *(3,) * len(spatial)))
-    d = len(spatial)
-    pads, strides, dilations = [1] * d + [0] * d, (1,) * d, (1,) * d
-    out = tuple(s - 1 for s in spatial)
-    found = conv_pairs.pair_corrections(x, 140, w, 1, pads, strides, dilations, out)
-    assert isinstance(found, CompiledCorrection)
-    attrs = {"pads": pads}
-    exact, _, _ = conv_integer_acc(x, np.uint8(140), w, np.int8(0), attrs, VNNI)
-    want = _oracle_conv_nd(x, 140, w, pads, strides, dilations) - np.asarray(exact, np.int64)
-    assert want.any()
-    rows = out[0]
-    for n0, n1, o0, o1 in [(0, 5, 0, rows), (1, 3, 0, rows), (0, 5, 2, rows - 1), (4, 5, rows - 1, rows)]:
-        for layout in ("wider", "transposed"):
-            shape = (n1 - n0, 4, o1 - o0, *out[1:])
-            if layout == "wider":
-                target = np.zeros((*shape[:-1], shape[-1] + 1), dtype)[..., : shape[-1]]
-            else:  # channels last in memory: no strides the loop can use
-                target = np.zeros((shape[0], *shape[2:], 4), dtype).transpose(0, d + 1, *range(1, d + 1))
-            target[...] = 7
-            found.add_to(target, n0, n1, o0, o1)
-            np.testing.assert_array_equal(target - 7, want[n0:n1, :, o0:o1], err_msg=str((n0, n1, o0, o1, layout)))
-            if layout == "wider":
-                assert (target.base[..., -1] == 0).all()  # the extra column untouched
-    np.testing.assert_array_equal(found.dense(), want)
-    assert found.max_abs() >= np.abs(want).max()
-
-
-def test_the_compiled_loop_counts_each_saturated_pair_sum(monkeypatch) -> None:
-    """The saturation report's counts, per record, in chunks of records and of rows: each pair sum
-    outside int16 once, the positions between rows that a plane evaluates never."""
-    from pytest_qaccuracy.backend.kernels import conv_pairs
-
-    force_way(monkeypatch, "compiled")
-    rng = np.random.default_rng(3)
-    w = _heavy_weights(rng, (6, 8, 3, 3))
-    x = np.concatenate([rng.integers(lo, hi, (1, 8, 5, 4)) for lo, hi in [(0, 256), (0, 50), (180, 256)]])
-    x = x.astype(np.uint8)
-    pads = [1, 1, 1, 1]
-    want = _oracle_saturated_per_record(x, 30, w, pads)
-    for chunks in ([(0, 3, 0, 5)], [(0, 1, 0, 5), (1, 3, 0, 2), (1, 3, 2, 5)]):
-        counter = pairs.SaturationCounter()
-        with pairs.counting(counter):
-            found = conv_pairs.pair_corrections(x, 30, w, 1, pads, (1, 1), (1, 1), (5, 4))
-            for n0, n1, o0, o1 in chunks:
-                found.add_to(np.zeros((n1 - n0, 6, o1 - o0, 4), np.float32), n0, n1, o0, o1)
-        entry = counter.nodes[""]
-        assert [entry.per_record.get(r, 0) for r in range(3)] == want, chunks
-        assert entry.pairs == 3 * 5 * 4 * 6 * (9 * 8 // 2)
-    assert want[0] > 0 and want[1] == 0
-
-
-def test_the_compiled_loop_skips_quiet_rows_and_stays_exact(monkeypatch) -> None:
-    """Rows and planes are skipped where their two input rows' largest values keep every pair sum in
-    int16: records quiet but for one loud pixel, on rows and on planes, still give the oracle's sums
-    (a skip test that let a saturating row through fails here; what skipping saves is measured in
-    the bench, not here)."""
-    force_way(monkeypatch, "compiled")
-    rng = np.random.default_rng(4)
-    for spatial in [(6, 40), (6, 6)]:
-        x = rng.integers(0, 30, (3, 8, *spatial)).astype(np.uint8)
-        x[0, :, 3, 4] = 255
-        x[2, :, 0, 1] = 250
-        w = np.full((4, 8, 3, 3), 127, np.int8)
-        w[1] = -128
-        attrs = {"pads": [1, 1, 1, 1]}
-        got, _, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), attrs, AVX2)
-        want = _oracle_conv(x, 0, w, [1, 1, 1, 1], (1, 1), (1, 1), 1)
-        exact, _, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), attrs, VNNI)
-        changed = want != np.asarray(exact, np.int64)
-        assert changed[0].any() and changed[2].any() and not changed[1].any()
-        np.testing.assert_array_equal(np.asarray(got, np.int64), want)
-
-
-def test_the_compiled_loop_is_off_when_turned_off_or_numba_is_missing(monkeypatch) -> None:
-    """``QACCURACY_COMPILED=0`` and a missing numba leave the numpy ways, with the same sums."""
-    import sys
-
-    from pytest_qaccuracy.backend.kernels import compiled_pairs, conv_pairs
-
-    rng = np.random.default_rng(6)
-    x = rng.integers(150, 256, (2, 8, 5, 6)).astype(np.uint8)
-    w = _heavy_weights(rng, (4, 8, 3, 3))
-    args = (x, 140, w, 1, [1, 1, 1, 1], (1, 1), (1, 1), (5, 6))
-    monkeypatch.setenv("QACCURACY_COMPILED", "0")
-    assert not compiled_pairs.available()
-    numpy_way = conv_pairs.pair_corrections(*args)
-    assert not isinstance(numpy_way, CompiledCorrection)
-    monkeypatch.delenv("QACCURACY_COMPILED")
-    monkeypatch.setattr(compiled_pairs, "_loaded", {})
-    monkeypatch.setitem(sys.modules, "numba", None)  # import numba raises ImportError
-    monkeypatch.setitem(sys.modules, "pytest_qaccuracy.backend.kernels._pair_loops", None)
-    assert not compiled_pairs.available()
-    assert not isinstance(conv_pairs.pair_corrections(*args), CompiledCorrection)
-    monkeypatch.setattr(compiled_pairs, "_loaded", {})
-    monkeypatch.undo()
-    pytest.importorskip("numba", reason="the compiled extra (numba) is not installed")
-    monkeypatch.setenv("QACCURACY_COMPILED", "1")
-    compiled = conv_pairs.pair_corrections(*args)
-    assert isinstance(compiled, CompiledCorrection)
-    np.testing.assert_array_equal(compiled.dense(), numpy_way.dense())
-
-
-def test_the_compiled_loop_is_off_where_numba_cannot_compile_it_or_runs_it_as_python(monkeypatch) -> None:
-    """A numba that fails on the loop (or computes it wrong, or cannot load it) leaves the numpy ways
-    with a warning; numba's JIT turned off (``NUMBA_DISABLE_JIT``) leaves them silently (the loop would
-    run as Python)."""
-    numba = pytest.importorskip("numba", reason="the compiled extra (numba) is not installed")
-    from pytest_qaccuracy.backend.kernels import _pair_loops, compiled_pairs
-
-    monkeypatch.setenv("QACCURACY_COMPILED", "1")
-    monkeypatch.setattr(compiled_pairs, "_loaded", {})
-    assert compiled_pairs.available()  # the real loop passes its own check
-
-    def broken(*args):
-        raise RuntimeError("LLVM ERROR: cannot select\\nmore")
-
-    for fake, says in ((broken, "RuntimeError: LLVM ERROR: cannot select"), (lambda *a: None, "ArithmeticError")):
-        monkeypatch.setattr(compiled_pairs, "_loaded", {})
-        monkeypatch.setattr(_pair_loops, "correct", fake)
-        with pytest.warns(RuntimeWarning, match=f"cannot compile the pair correction loop .*{says}.*numpy ways"):
-            assert not compiled_pairs.available()
-    monkeypatch.setattr(compiled_pairs, "_loaded", {})
-    monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
-    assert not compiled_pairs.available()
-    monkeypatch.setattr(numba.config, "DISABLE_JIT", False)
-
-    def no_cache(name):  # numba raises this at import where no folder can hold its cache
-        raise RuntimeError("cannot cache function 'pad': no locator available for file '_pair_loops.py'")
-
-    monkeypatch.setattr(compiled_pairs, "_loaded", {})
-    monkeypatch.setattr(compiled_pairs.importlib, "import_module", no_cache)
-    with pytest.warns(RuntimeWarning, match="cannot compile the pair correction loop .*no locator.*numpy ways"):
-        assert not compiled_pairs.available()
-    monkeypatch.setattr(compiled_pairs, "_loaded", {})

@@ -148,3 +148,27 @@ def test_a_window_larger_than_the_input_is_refused_like_onnxruntime(attrs: dict[
         ort_session(model).run(None, {"x": x})
     with pytest.raises(KernelError, match="does not fit spatial axis 0"):
         IntegerSession(model).run(None, {"x": x})
+
+
+#: ceil_mode at its boundary, by hand (onnxruntime from 1.20 and PyTorch keep a last window only if it
+#: starts inside the input or the begin padding): (size, kernel, stride, begin pad, end pad, the input
+#: positions each kept window reads)
+CEIL_BOUNDARY = [
+    (4, 2, 2, 0, 1, [[0, 1], [2, 3]]),  # a third window would start at 4, in the end pad: dropped
+    (5, 2, 2, 0, 0, [[0, 1], [2, 3], [4]]),  # the third starts at 4, inside the input: kept, one value
+    (4, 3, 2, 1, 1, [[0, 1], [1, 2, 3], [3]]),  # starts -1, 1, 3: the last is inside the input
+    (6, 2, 3, 0, 1, [[0, 1], [3, 4]]),  # a third would start at 6, in the end pad: dropped
+    (7, 2, 3, 0, 1, [[0, 1], [3, 4], [6]]),  # the third starts at 6, inside the input: kept
+]
+
+
+@pytest.mark.parametrize(("size", "k", "s", "begin", "end", "windows"), CEIL_BOUNDARY)
+def test_max_pool_ceil_mode_keeps_a_last_window_only_inside_the_input(size, k, s, begin, end, windows) -> None:
+    x = np.random.default_rng(size * 10 + k).permutation(size).astype(np.float32).reshape(1, 1, size)
+    attrs = {"kernel_shape": [k], "strides": [s], "pads": [begin, end], "ceil_mode": 1}
+    node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph([node], "g", [value("x", onnx.TensorProto.FLOAT, [1, 1, size])], [value("y", 1, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    (y,) = IntegerSession(model, "onnxruntime-vnni").run(None, {"x": x})
+    assert y.tolist() == [[[x[0, 0, w].max() for w in windows]]]

@@ -20,7 +20,8 @@ def test_integer_backend(corpus, name, preset, variant, tmp_path, capsys):
     """The quantized model on the integer backend against fp32: outputs with finite metrics or a reason."""
     entry = corpus[name]
     out = tmp_path / "result.json"
-    argv = ["compare", entry.fp32, entry.model(variant), "--data", entry.data("smoke"), "--scheme", preset]
+    argv = ["compare", entry.fp32, entry.model(variant), "--data", entry.data("smoke"), "--backend", "integer"]
+    argv += ["--scheme", preset]
     code, _, stderr = run_cli([*argv, "--outputs-only", "--metrics", "cosine,sqnr", "--json", out], capsys)
     assert code == 0, stderr
     assert "Traceback" not in stderr and "Warning" not in stderr, stderr

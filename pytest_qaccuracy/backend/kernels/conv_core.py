@@ -13,7 +13,6 @@ path                when                                               how (modu
 ``FlatPath``        2-D float depthwise, stride 1, >= 64 columns        taps on the padded width
 ``NhwcPath``        2-D float depthwise, more channels than columns     taps, channels last
 ``RowsPath``        other 2-D float depthwise                           taps, channels first
-``DepthwisePath``   other depthwise                                     taps on a padded copy
 ``OrtPath``         2-D, exact float32 sums, large, weights constant    onnxruntime's Conv (conv_ort)
 ``Im2colPath``      the rest                                            im2col + one GEMM (conv_gemm)
 ==================  =================================================  ==================================
@@ -47,7 +46,6 @@ from pytest_qaccuracy.backend.kernels.conv_chunks import (
     scratch_buffer,
 )
 from pytest_qaccuracy.backend.kernels.conv_depthwise import (
-    depthwise_chunk,
     depthwise_flat_chunk,
     depthwise_nhwc_chunk,
     depthwise_rows_chunk,
@@ -176,7 +174,9 @@ class GroupedRowPath(RowPath):
 
 
 class DepthwisePath(ConvPath):
-    """One input channel per group, multiply-accumulate tap by tap on a padded copy of the input."""
+    """2-D float depthwise from the unpadded input: one input channel per group, tap by tap (the
+    subclasses say in which layout). Other ranks take :class:`Im2colPath`, which was faster there
+    (``bench/conv_paths.py``: a 1-d depthwise k5 layer 6.9 against 12.9 ms)."""
 
     def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
         super().__init__(conv, bias)
@@ -192,9 +192,6 @@ class DepthwisePath(ConvPath):
 
     def budget(self) -> int | None:
         return conv_chunks.DEPTHWISE_CHUNK_ELEMENTS
-
-    def compute(self, chunk: Chunk, target: np.ndarray) -> None:
-        depthwise_chunk(self.conv.x, self.wt, target, self.conv.taps, chunk)
 
 
 class RowsPath(DepthwisePath):
@@ -299,7 +296,7 @@ def choose_path(
     """
     depthwise = c == group > 1
     if not from_source:
-        return DepthwisePath if depthwise else Im2colPath
+        return Im2colPath
     if group == 1:
         return RowPath
     if depthwise and mg == 1 and positions is not None and positions <= NHWC_MAX_POSITIONS:

@@ -3,11 +3,10 @@
 Each function computes one chunk (:class:`~.conv_chunks.Chunk`) into ``target``, vectorised over
 everything but the taps. ``wt`` holds the weights as ``(groups, M/groups, taps)``.
 
-* :func:`depthwise_chunk`: any rank, reading a padded copy of the input;
-* 2-D, reading the unpadded input through a :class:`~.conv_chunks.Source`:
-  :func:`depthwise_rows_chunk` (channels first), :func:`depthwise_nhwc_chunk` (channels last, for
-  more channels than output columns) and :func:`depthwise_flat_chunk` (stride 1 on the padded width,
-  for long rows).
+All 2-D, reading the unpadded input through a :class:`~.conv_chunks.Source`:
+:func:`depthwise_rows_chunk` (channels first), :func:`depthwise_nhwc_chunk` (channels last, for more
+channels than output columns) and :func:`depthwise_flat_chunk` (stride 1 on the padded width, for
+long rows).
 """
 
 from __future__ import annotations
@@ -19,23 +18,6 @@ from collections.abc import Iterable
 import numpy as np
 
 from pytest_qaccuracy.backend.kernels.conv_chunks import Chunk, Source, scratch_buffer
-
-
-def depthwise_chunk(
-    xp: np.ndarray,
-    wt: np.ndarray,
-    target: np.ndarray,
-    taps: list[tuple[int, ...]],
-    chunk: Chunk,
-) -> None:
-    """One input channel per group: multiply-accumulate tap by tap, vectorised over everything else."""
-    group, mg, _ = wt.shape
-    lead = chunk.lead
-    view = target.reshape(lead[0], group, mg, *lead[1:])
-    view[...] = 0
-    for t, tap in enumerate(taps):
-        x_tap = chunk.tap_view(xp, tap)[:, :, None]
-        view += x_tap * wt[:, :, t].reshape(group, mg, *([1] * len(lead[1:])))
 
 
 def _chunk_rows(
@@ -135,4 +117,4 @@ def depthwise_flat_chunk(
     _multiply_accumulate(terms, view[..., :length])
 
 
-__all__ = ["depthwise_chunk", "depthwise_flat_chunk", "depthwise_nhwc_chunk", "depthwise_rows_chunk"]
+__all__ = ["depthwise_flat_chunk", "depthwise_nhwc_chunk", "depthwise_rows_chunk"]

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pytest_qaccuracy.backend import pairs, parallel
-from pytest_qaccuracy.backend.kernels import compiled_pairs, pointwise_pairs
+from pytest_qaccuracy.backend.kernels import pointwise_pairs
 
 #: elements of one block of the candidate test and of the expanded candidates
 BLOCK_ELEMENTS = 1 << 22
@@ -76,10 +76,6 @@ def pair_corrections(
     dense = x.shape[0] * positions * entries  # (output, risky entry) evaluations of the dense way
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
     layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry, channel_max)
-    if compiled_pairs.available() and len(kernel) in (1, 2):
-        return compiled_pairs.CompiledCorrection(
-            x, int(x_zp), pads, found, cg, mg, m, kernel, strides, dilations, out_spatial, total, layer.row_max
-        )
     pointwise = pointwise_pairs.applies(kernel, pads, cg)
     if pointwise and dense > DENSE_DIRECT:
         layout = pointwise_pairs.PointwiseLayout.of(found, cg, mg)
@@ -942,4 +938,4 @@ def _fields(risky: pairs.RiskyPairs) -> tuple[np.ndarray, ...]:
 
 #: what :func:`pair_corrections` returns: each adds its part to a chunk's sums (``add_to``), bounds its
 #: size (``max_abs``), and says what may run beside onnxruntime's sums and before the chunks
-Correction = DenseCorrection | SparseSearch | pointwise_pairs.PointwiseCorrection | compiled_pairs.CompiledCorrection
+Correction = DenseCorrection | SparseSearch | pointwise_pairs.PointwiseCorrection
