@@ -47,6 +47,11 @@ class SessionProgress:
 
     # -- where tests run -----------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        with check_progress(item):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         checked = self._new_checks(item.nodeid)
@@ -156,6 +161,47 @@ def analysis_progress(config: pytest.Config, state: QAccuracySession) -> Abstrac
     return reporting(progress_for(sys.stderr, quiet=config.get_verbosity() < 0, below=True))
 
 
+class _Uncaptured:
+    """stderr as the user sees it, from inside a test whose output pytest captures."""
+
+    def __init__(self, capture: Any) -> None:
+        self.capture = capture
+
+    def write(self, text: str) -> None:
+        with self.capture.global_and_fixture_disabled():
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        with self.capture.global_and_fixture_disabled():
+            return sys.stderr.isatty()
+
+
+def _checks_pairs(item: pytest.Item) -> bool:
+    """The test is a suite item, carries the marker or asks for a ``qaccuracy*`` fixture (other
+    tests do not pay for importing the data layer)."""
+    return (
+        type(item).__module__.startswith("pytest_qaccuracy.")
+        or item.get_closest_marker("qaccuracy") is not None
+        or any(name.startswith("qaccuracy") for name in getattr(item, "fixturenames", ()))
+    )
+
+
+def check_progress(item: pytest.Item) -> AbstractContextManager[None]:
+    """Shows the progress of a test's comparisons (a long pair check) on the stderr pytest does not
+    capture, under the test's line; never with ``-q``, on an xdist worker, or for other tests."""
+    config = item.config
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if hasattr(config, "workerinput") or capture is None or config.get_verbosity() < 0 or not _checks_pairs(item):
+        return nullcontext()
+    from pytest_qaccuracy.data.progress import progress_for, reporting
+
+    return reporting(progress_for(_Uncaptured(capture), below=True))
+
+
 def finish_session(session: pytest.Session, state: QAccuracySession, progress: SessionProgress) -> None:
     """End of session: analyse (showing progress, :func:`analysis_progress`), then (worker) send the
     records or (controller) publish artifacts that say whether the session is complete, and let the
@@ -207,6 +253,7 @@ __all__ = [
     "REPORT_ATTR",
     "SessionProgress",
     "analysis_progress",
+    "check_progress",
     "check_artifacts_dir",
     "finish_session",
     "sigterm_as_interrupt",
