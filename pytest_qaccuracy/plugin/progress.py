@@ -41,6 +41,7 @@ class SessionProgress:
         self.interrupted: str | None = None  # where, when the session was interrupted
         self.status: SessionStatus | None = None  # set on the controller at the end
         self._seen: dict[str, int] = {}
+        self.deselected = 0
 
     def interrupt(self, where: str) -> None:
         self.interrupted = self.interrupted or where
@@ -70,6 +71,9 @@ class SessionProgress:
         return found
 
     # -- on the controller ---------------------------------------------------------------------
+    def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
+        self.deselected += len(items)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.collected = [item.nodeid for item in session.items]
 
@@ -109,6 +113,19 @@ class SessionProgress:
         else:
             self.status = SessionStatus()
         return self.status
+
+
+def prune_refusal(config: pytest.Config, status: SessionStatus, progress: SessionProgress) -> str | None:
+    """Why stale baselines must not be pruned: a session that did not run every test cannot tell a
+    stale baseline from one of a test it skipped."""
+    if not status.complete:
+        return f"the session is {status.status}"
+    selected = [f"-{o[0]}" for o in (("k", "keyword"), ("m", "markexpr")) if config.getoption(o[1], None)]
+    if config.getoption("lf", False):
+        selected.append("--lf")
+    if progress.deselected or selected:
+        return f"tests were deselected ({', '.join(selected) or f'{progress.deselected} by a plugin'})"
+    return None
 
 
 def stopped_reason(session: pytest.Session) -> str | None:
@@ -226,7 +243,7 @@ def finish_session(session: pytest.Session, state: QAccuracySession, progress: S
     status = state.status = progress.finish(state.workers_without_data, stopped_reason(session))
     try:
         with sigterm_as_interrupt():
-            written = state.finish()
+            written = state.finish(prune_refusal(session.config, status, progress))
     except KeyboardInterrupt:
         folder = state.settings.artifacts_dir
         pytest.exit(f"qaccuracy: interrupted while writing artifacts; {folder} left as it was", 2)
@@ -256,6 +273,7 @@ __all__ = [
     "check_artifacts_dir",
     "check_progress",
     "finish_session",
+    "prune_refusal",
     "sigterm_as_interrupt",
     "stopped_reason",
 ]
