@@ -344,7 +344,8 @@
     if (!wrap?.isConnected) return;
     const wider = wrap.scrollWidth > wrap.clientWidth + 1;
     wrap.classList.toggle("overflows", wider);
-    state.count.textContent = state.count.textContent.split(" \u00b7 ")[0] + (wider ? " \u00b7 scroll sideways for more columns" : "");
+    state.count.textContent =
+      state.count.textContent.split(" \u00b7 ")[0] + (wider ? " \u00b7 scroll sideways for more columns" : "");
   }
 
   function layersTable(state) {
@@ -633,7 +634,12 @@
         if (!event.ctrlKey && !event.metaKey) return; // a plain wheel scrolls
         event.preventDefault();
         const r = wrap.getBoundingClientRect();
-        zoomTo(state, state.view.scale * Math.exp(-event.deltaY * 0.002), event.clientX - r.left, event.clientY - r.top);
+        zoomTo(
+          state,
+          state.view.scale * Math.exp(-event.deltaY * 0.002),
+          event.clientX - r.left,
+          event.clientY - r.top,
+        );
       },
       { passive: false },
     );
@@ -835,7 +841,7 @@
       cls: "pair",
       id: pair.id,
       "data-pair": String(pair.index),
-      "data-verdict": pair.verdict.status,
+      "data-status": pair.verdict.status,
     });
     const state = { pair: pair, metric: metric, sort: { key: "order", dir: 1 }, section: section };
     STATES.set(pair.id, state);
@@ -847,7 +853,7 @@
     if (pair.checks.length) add(section, "Checks", checksTable(pair.checks, "checks"));
     if (pair.drift.length) add(section, "Drift against the baseline", checksTable(pair.drift, "drift"));
     if (pair.topk.length) add(section, "Top-k accuracy", topkTable(pair.topk));
-    if (pair.task && pair.task.length) add(section, "Task metrics", taskTable(pair.task));
+    if (pair.task?.length) add(section, "Task metrics", taskTable(pair.task));
     add(section, "Outputs", outputsTable(pair));
     if (pair.targets) add(section, "Deployment targets", targetsTable(pair.targets));
     section.appendChild(el("h3", { text: "Layers" }));
@@ -866,7 +872,7 @@
       if (!row || !state.nodes || String(window.getSelection?.() || "")) return;
       rowToNode(state, row);
     });
-    if (state.graph) section.classList.add("has-graph");
+    if (state.graph) section.setAttribute("data-graph", "1");
     return section;
   }
 
@@ -889,7 +895,7 @@
       });
       worstCell.append(i ? " \u00b7 " : "", link, ` ${layer.text}`);
     });
-    return el("tr", { cls: "overview-row", "data-verdict": pair.verdict.status }, [
+    return el("tr", { cls: "overview-row", "data-status": pair.verdict.status }, [
       el("td", {}, [badge(pair.verdict)]),
       el("td", {}, [el("a", { href: `#${pair.id}`, text: pair.title })]),
       el("td", { text: pair.verdict.detail, title: pair.verdict.reason }),
@@ -926,8 +932,8 @@
     const boxes = [];
     const apply = () => {
       const shown = new Set(boxes.filter((b) => b.checked).map((b) => b.value));
-      for (const node of document.querySelectorAll("section.pair[data-verdict], tr.overview-row[data-verdict]")) {
-        node.hidden = !shown.has(node.getAttribute("data-verdict"));
+      for (const node of document.querySelectorAll("section.pair[data-status], tr.overview-row[data-status]")) {
+        node.hidden = !shown.has(node.getAttribute("data-status"));
       }
       document.body.setAttribute("data-verdicts", Array.from(shown).sort().join(","));
     };
@@ -938,7 +944,10 @@
         box.checked = !wanted || wanted.has(status);
         box.addEventListener("change", apply);
         boxes.push(box);
-        return el("label", { cls: `verdict-filter ${status}` }, [box, ` ${counts.get(status)} ${VERDICT_NAMES[status]}`]);
+        return el("label", { cls: `verdict-filter ${status}` }, [
+          box,
+          ` ${counts.get(status)} ${VERDICT_NAMES[status]}`,
+        ]);
       });
     const box = el("div", { cls: "controls verdicts", role: "group", "aria-label": "show pairs by verdict" }, [
       el("span", { cls: "hint", text: "Show:" }),
@@ -961,7 +970,10 @@
     ].filter(Boolean);
     return el("section", { cls: "environment", id: "environment" }, [
       el("details", {}, [
-        el("summary", {}, [el("h2", { text: "Environment" }), el("span", { cls: "hint", text: brief.join(" \u00b7 ") })]),
+        el("summary", {}, [
+          el("h2", { text: "Environment" }),
+          el("span", { cls: "hint", text: brief.join(" \u00b7 ") }),
+        ]),
         el("div", { cls: "table-wrap short" }, [el("table", { cls: "env" }, [el("tbody", {}, body)])]),
       ]),
     ]);
