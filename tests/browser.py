@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import select
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +117,12 @@ class DevTools:
     def __init__(self, chromium: str, profile: Path) -> None:
         to_child, self._to_child = os.pipe()
         self._from_child, from_child = os.pipe()
+        # the child's ends above 9, so that moving them to 3 and 4 overwrites neither of them
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_child, from_child)]
+        os.close(to_child)
+        os.close(from_child)
+        to_child, from_child = moved
+        self.log = profile / "chromium-devtools.log"
         command = [
             chromium,
             "--headless",
@@ -129,14 +137,17 @@ class DevTools:
             f"--user-data-dir={profile / 'chromium-devtools'}",
         ]
 
-        # the shell puts the pipe ends on fds 3 and 4 (no preexec hook: xdist workers run threads)
-        wired = ["sh", "-c", f'exec "$0" "$@" 3<&{to_child} 4>&{from_child}', *command]
+        # a Python trampoline puts the pipe ends on fds 3 and 4 and becomes Chromium (no preexec
+        # hook: xdist workers run threads; dash cannot redirect fds above 9)
+        trampoline = "import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); "
+        trampoline += "os.execv(sys.argv[3], sys.argv[3:])"
+        wired = [sys.executable, "-c", trampoline, str(to_child), str(from_child), *command]
         self.proc = subprocess.Popen(
             wired,
             pass_fds=(to_child, from_child),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=self.log.open("wb"),
         )
         os.close(to_child)
         os.close(from_child)
@@ -173,7 +184,7 @@ class DevTools:
             ready, _, _ = select.select([self._from_child], [], [], 60)
             assert ready, "Chromium did not answer within 60 s"
             chunk = os.read(self._from_child, 1 << 20)
-            assert chunk, "Chromium closed its DevTools pipe"
+            assert chunk, f"Chromium closed its DevTools pipe: {self.log.read_text(errors='replace')[-2000:]}"
             self._buffer += chunk
         raw, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(raw)
@@ -220,9 +231,9 @@ class DevTools:
         assert "exceptionDetails" not in found, found["exceptionDetails"]
         return found["result"].get("value")
 
-    def screenshot(self, path: Path) -> np.ndarray:
-        """Save the viewport as a PNG at ``path``; its pixels as (height, width, 3)."""
+    def screenshot(self, path: Path) -> bytes:
+        """Save the viewport as a PNG at ``path``; returns the PNG (:func:`png_rgb` reads it)."""
         data = base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"])
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        return png_rgb(data)
+        return data
