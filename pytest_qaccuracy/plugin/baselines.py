@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pytest_qaccuracy.plugin.pairs import PairSpec
     from pytest_qaccuracy.plugin.records import PairRecord
     from pytest_qaccuracy.plugin.settings import QAccuracySettings
-    from pytest_qaccuracy.report.baseline import BaselineStatus
+    from pytest_qaccuracy.report.baseline import BaselineStatus, DriftRule
 
 UPDATE_HINT = "write one with --qaccuracy-update-baselines"
 #: The ``op`` of a drift row for a metric better than its baseline beyond the rule.
@@ -76,7 +76,7 @@ def _improved(record: PairRecord) -> bool:
     return any(c.outcome.check == "drift" and c.outcome.op == IMPROVED for c in record.checks)
 
 
-def drift_rules(settings: QAccuracySettings) -> list[Any]:
+def drift_rules(settings: QAccuracySettings) -> list[DriftRule]:
     """The session's drift rules (``qaccuracy_max_drift``, else the default), parsed."""
     from pytest_qaccuracy.report.baseline import DEFAULT_DRIFT, parse_drift_rule
 
