@@ -12,7 +12,15 @@ import sys
 import pytest
 
 from pytest_qaccuracy.cli import main
-from pytest_qaccuracy.data.progress import ENV, ProgressLine, format_seconds, progress_for, reporting, task
+from pytest_qaccuracy.data.progress import (
+    ENV,
+    ProgressLine,
+    ProgressLog,
+    format_seconds,
+    progress_for,
+    reporting,
+    task,
+)
 
 ERASE = "\r\x1b[K"
 
@@ -64,26 +72,69 @@ def test_below_draws_under_the_current_line_and_goes_back_up() -> None:
     assert stream.getvalue().startswith("\n\r") and stream.getvalue().endswith(ERASE + "\x1b[A")
 
 
+def test_a_log_gets_a_plain_line_at_most_every_30_seconds_of_a_long_job() -> None:
+    clock, stream = Clock(), io.StringIO()
+    log = ProgressLog(stream, clock=clock)
+    log.start("compare", 1000)
+    for _ in range(100):  # 10 records every 1.5 s: 150 s in all
+        clock.now += 1.5
+        log.advance(10)
+    log.finish()
+    lines = stream.getvalue().splitlines()
+    assert stream.getvalue().endswith("\n") and "\r" not in stream.getvalue() and "\x1b" not in stream.getvalue()
+    # at 30, 60, 90 and 120 s (the batch that crosses each 30 s mark), then the end
+    assert lines == [
+        "compare: 200 / 1000 records, 6.67 rec/s, 2m00s left",
+        "compare: 400 / 1000 records, 6.67 rec/s, 1m30s left",
+        "compare: 600 / 1000 records, 6.67 rec/s, 1m00s left",
+        "compare: 800 / 1000 records, 6.67 rec/s, 30s left",
+        "compare: 1000 / 1000 records in 2m30s",
+    ]
+
+
+def test_a_log_gets_nothing_for_a_short_job_and_a_new_line_below_pytest_results() -> None:
+    clock, stream = Clock(), io.StringIO()
+    log = ProgressLog(stream, clock=clock, below=True)
+    log.start("sensitivity", 10)
+    clock.now += 29.9
+    log.advance(9)
+    log.advance(1)
+    log.finish()
+    assert stream.getvalue() == ""
+    log.start("cumulative", 10)
+    clock.now += 31
+    log.advance(5)
+    clock.now += 1
+    log.advance(5)
+    log.finish()
+    assert stream.getvalue() == (
+        "\ncumulative: 5 / 10 records, 0.161 rec/s, 31s left\ncumulative: 10 / 10 records in 32s\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("env", "tty", "quiet", "shown"),
     [
-        (None, True, False, True),
-        (None, False, False, False),  # a pipe, a CI log
-        (None, True, True, False),
-        ("0", True, False, False),
-        ("1", False, False, True),
-        ("1", False, True, False),  # -q wins over the environment
+        (None, True, False, ProgressLine),
+        (None, False, False, ProgressLog),  # a pipe, a CI log: plain lines of long jobs
+        (None, True, True, None),
+        (None, False, True, None),
+        ("0", True, False, None),
+        ("0", False, False, None),
+        ("1", False, False, ProgressLine),
+        ("1", False, True, None),  # -q wins over the environment
     ],
 )
-def test_when_a_line_is_shown(
-    monkeypatch: pytest.MonkeyPatch, env: str | None, tty: bool, quiet: bool, shown: bool
+def test_which_progress_is_shown(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, tty: bool, quiet: bool, shown: type | None
 ) -> None:
     if env is None:
         monkeypatch.delenv(ENV, raising=False)
     else:
         monkeypatch.setenv(ENV, env)
     stream = Tty() if tty else io.StringIO()
-    assert (progress_for(stream, quiet=quiet) is not None) == shown
+    progress = progress_for(stream, quiet=quiet)
+    assert (None if progress is None else type(progress)) is shown
 
 
 def test_nested_tasks_count_on_the_outer_line_and_errors_erase_it() -> None:

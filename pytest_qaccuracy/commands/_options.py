@@ -83,7 +83,10 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
         "-q",
         "--quiet",
         action="store_true",
-        help="no progress line on stderr (shown only on a terminal; QACCURACY_PROGRESS=0 or 1 decides otherwise)",
+        help=(
+            "no progress on stderr (redrawn on a terminal, a plain line every 30 s of a long job in a log; "
+            "QACCURACY_PROGRESS=0 or 1 decides otherwise)"
+        ),
     )
 
 

@@ -1,4 +1,5 @@
-"""Progress of the loops over a dataset's records: one line on a terminal, redrawn in place.
+"""Progress of the loops over a dataset's records: one line on a terminal, redrawn in place; in a
+log (a pipe, a CI job's captured output), a plain line at most every 30 seconds of a long job.
 
 A loop runs inside ``with task(label, total) as advance:`` and calls ``advance(len(batch))``; a
 job of several passes opens one task around them all. Tasks report to the progress installed by
@@ -7,7 +8,8 @@ job of several passes opens one task around them all. Tasks report to the progre
 The reporter is a context variable rather than a parameter so that the loops deep inside
 ``compare``, ``sensitivity`` and ``calibrate`` need no new argument on every public function.
 Whether a line is shown is :func:`progress_for`'s decision: never with ``quiet`` (``-q``), else as
-``QACCURACY_PROGRESS`` says (``0`` off, ``1`` on), else when the stream is a terminal.
+``QACCURACY_PROGRESS`` says (``0`` off, ``1`` the redrawn line), else the redrawn line on a terminal
+and the plain lines elsewhere.
 """
 
 from __future__ import annotations
@@ -78,6 +80,46 @@ class ProgressLine:
         return text
 
 
+class ProgressLog(ProgressLine):
+    """Plain lines for a log that cannot be redrawn: nothing during a job's first ``interval``
+    seconds (a short job prints nothing), then ``label: done / total records, rate, time left`` at
+    most every ``interval`` seconds, and ``label: done / total records in <time>`` when a job that
+    printed a line ends."""
+
+    def __init__(
+        self,
+        stream: IO[str],
+        interval: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        below: bool = False,
+    ) -> None:
+        super().__init__(stream, interval, clock, below)
+        self.printed = False
+
+    def start(self, label: str, total: int) -> None:
+        self.label, self.total, self.done, self.printed = label, total, 0, False
+        self.started = self.drawn_at = self.clock()
+
+    def advance(self, records: int) -> None:
+        self.done += records
+        now = self.clock()
+        if now - self.drawn_at >= self.interval and self.done < self.total:
+            self._print(self.line(now))
+            self.drawn_at = now
+
+    def finish(self) -> None:
+        if self.printed:
+            took = format_seconds(self.clock() - self.started)
+            self._print(f"{self.label}: {self.done} / {self.total} records in {took}")
+
+    def _print(self, text: str) -> None:
+        # below: pytest's last line of results has no newline yet; the first line starts a new one
+        lead = "\n" if self.below and not self.printed else ""
+        self.printed = True
+        self.stream.write(f"{lead}{text}\n")
+        self.stream.flush()
+
+
 def format_seconds(seconds: float) -> str:
     """``42s``, ``3m05s``, ``1h02m``."""
     seconds = round(seconds)
@@ -93,14 +135,15 @@ _active: ContextVar[Callable[[int], None] | None] = ContextVar("qaccuracy_progre
 
 
 def progress_for(stream: IO[str], quiet: bool = False, below: bool = False) -> ProgressLine | None:
-    """A progress line on ``stream`` if one should be shown (see the module docstring), else None."""
-    if quiet:
-        return None
+    """The progress on ``stream`` (see the module docstring): a :class:`ProgressLine` redrawn on a
+    terminal, a :class:`ProgressLog` of plain lines elsewhere, None when silenced."""
     forced = os.environ.get(ENV, "").strip()
-    if forced not in ("0", "1"):
-        isatty = getattr(stream, "isatty", None)
-        forced = "1" if isatty is not None and isatty() else "0"
-    return ProgressLine(stream, below=below) if forced == "1" else None
+    if quiet or forced == "0":
+        return None
+    isatty = getattr(stream, "isatty", None)
+    if forced == "1" or (isatty is not None and isatty()):
+        return ProgressLine(stream, below=below)
+    return ProgressLog(stream, below=below)
 
 
 @contextmanager
@@ -134,4 +177,4 @@ def task(label: str, total: int) -> Iterator[Callable[[int], None]]:
         progress.finish()
 
 
-__all__ = ["ENV", "ProgressLine", "format_seconds", "progress_for", "reporting", "task"]
+__all__ = ["ENV", "ProgressLine", "ProgressLog", "format_seconds", "progress_for", "reporting", "task"]

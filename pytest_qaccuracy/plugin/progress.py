@@ -41,11 +41,17 @@ class SessionProgress:
         self.interrupted: str | None = None  # where, when the session was interrupted
         self.status: SessionStatus | None = None  # set on the controller at the end
         self._seen: dict[str, int] = {}
+        self.deselected = 0
 
     def interrupt(self, where: str) -> None:
         self.interrupted = self.interrupted or where
 
     # -- where tests run -----------------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        with check_progress(item):
+            return (yield)
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
@@ -65,6 +71,9 @@ class SessionProgress:
         return found
 
     # -- on the controller ---------------------------------------------------------------------
+    def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
+        self.deselected += len(items)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.collected = [item.nodeid for item in session.items]
 
@@ -104,6 +113,19 @@ class SessionProgress:
         else:
             self.status = SessionStatus()
         return self.status
+
+
+def prune_refusal(config: pytest.Config, status: SessionStatus, progress: SessionProgress) -> str | None:
+    """Why stale baselines must not be pruned: a session that did not run every test cannot tell a
+    stale baseline from one of a test it skipped."""
+    if not status.complete:
+        return f"the session is {status.status}"
+    selected = [f"-{o[0]}" for o in (("k", "keyword"), ("m", "markexpr")) if config.getoption(o[1], None)]
+    if config.getoption("lf", False):
+        selected.append("--lf")
+    if progress.deselected or selected:
+        return f"tests were deselected ({', '.join(selected) or f'{progress.deselected} by a plugin'})"
+    return None
 
 
 def stopped_reason(session: pytest.Session) -> str | None:
@@ -156,6 +178,47 @@ def analysis_progress(config: pytest.Config, state: QAccuracySession) -> Abstrac
     return reporting(progress_for(sys.stderr, quiet=config.get_verbosity() < 0, below=True))
 
 
+class _Uncaptured:
+    """stderr as the user sees it, from inside a test whose output pytest captures."""
+
+    def __init__(self, capture: Any) -> None:
+        self.capture = capture
+
+    def write(self, text: str) -> None:
+        with self.capture.global_and_fixture_disabled():
+            sys.stderr.write(text)
+            sys.stderr.flush()
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        with self.capture.global_and_fixture_disabled():
+            return sys.stderr.isatty()
+
+
+def _checks_pairs(item: pytest.Item) -> bool:
+    """The test is a suite item, carries the marker or asks for a ``qaccuracy*`` fixture (other
+    tests do not pay for importing the data layer)."""
+    return (
+        type(item).__module__.startswith("pytest_qaccuracy.")
+        or item.get_closest_marker("qaccuracy") is not None
+        or any(name.startswith("qaccuracy") for name in getattr(item, "fixturenames", ()))
+    )
+
+
+def check_progress(item: pytest.Item) -> AbstractContextManager[None]:
+    """Shows the progress of a test's comparisons (a long pair check) on the stderr pytest does not
+    capture, under the test's line; never with ``-q``, on an xdist worker, or for other tests."""
+    config = item.config
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if hasattr(config, "workerinput") or capture is None or config.get_verbosity() < 0 or not _checks_pairs(item):
+        return nullcontext()
+    from pytest_qaccuracy.data.progress import progress_for, reporting
+
+    return reporting(progress_for(_Uncaptured(capture), below=True))
+
+
 def finish_session(session: pytest.Session, state: QAccuracySession, progress: SessionProgress) -> None:
     """End of session: analyse (showing progress, :func:`analysis_progress`), then (worker) send the
     records or (controller) publish artifacts that say whether the session is complete, and let the
@@ -180,7 +243,7 @@ def finish_session(session: pytest.Session, state: QAccuracySession, progress: S
     status = state.status = progress.finish(state.workers_without_data, stopped_reason(session))
     try:
         with sigterm_as_interrupt():
-            written = state.finish()
+            written = state.finish(prune_refusal(session.config, status, progress))
     except KeyboardInterrupt:
         folder = state.settings.artifacts_dir
         pytest.exit(f"qaccuracy: interrupted while writing artifacts; {folder} left as it was", 2)
@@ -208,7 +271,9 @@ __all__ = [
     "SessionProgress",
     "analysis_progress",
     "check_artifacts_dir",
+    "check_progress",
     "finish_session",
+    "prune_refusal",
     "sigterm_as_interrupt",
     "stopped_reason",
 ]

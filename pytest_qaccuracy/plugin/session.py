@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_qaccuracy.plugin.baselines import UPDATE_HINT, baseline_path, compared_dir, shown
+from pytest_qaccuracy.plugin.baselines import IMPROVED, UPDATE_HINT, baseline_path, compared_dir, pair_files, shown
 from pytest_qaccuracy.plugin.pairs import PairSpec
 from pytest_qaccuracy.plugin.properties import Properties, gate_properties, pair_properties, target_properties
 from pytest_qaccuracy.plugin.records import (
@@ -478,7 +478,14 @@ class QAccuracySession:
         """Drift outcomes against the baseline saved in ``directory``, and notes (missing layers).
 
         A drift rule on a task value (``cer:+0.01``) applies to the pairs that compute it; others skip it."""
-        from pytest_qaccuracy.report.baseline import DEFAULT_DRIFT, find_drift, load_baseline, parse_drift_rule
+        from pytest_qaccuracy.report.baseline import (
+            DEFAULT_DRIFT,
+            changed_files,
+            find_drift,
+            find_improvements,
+            load_baseline,
+            parse_drift_rule,
+        )
 
         path = baseline_path(directory, spec, self.rootpath)
         source = "--qaccuracy-baseline" if self.settings.baseline_required else f"baseline {shown(path, self.rootpath)}"
@@ -523,6 +530,7 @@ class QAccuracySession:
             known = ", ".join(sorted({*higher, *declared}))
             return [drift_row("baseline", "drift rule", "", f"{exc} (known: {known})")], []
         drifts, missing = find_drift(document, result, rules, task)
+        better = find_improvements(document, result, rules, task)
         rows = [
             drift_row(d.target, d.metric, "drift", f"drift: {d.describe()}", threshold=d.allowed, value=d.current)
             for d in drifts
@@ -530,8 +538,18 @@ class QAccuracySession:
         if not rows:
             ok = f"no drift beyond {', '.join(r.text for r in rules)}"
             rows = [drift_row("baseline", "drift", "drift", ok, passed=True)]
+        strict = self.settings.fail_on_improvement
+        rows += [
+            drift_row(d.target, d.metric, IMPROVED, f"improved: {d.describe()}", not strict, d.allowed, d.current)
+            for d in better
+        ]
         notes = [f"Not in this run (in the baseline): {', '.join(missing[:10])}"] if missing else []
-        if drifts:
+        notes += changed_files(document, pair_files(spec))
+        if better:
+            shown_better = "; ".join(d.describe() for d in better[:3])
+            more = f" and {len(better) - 3} more" if len(better) > 3 else ""
+            notes.append(f"Better than the baseline: {shown_better}{more}")
+        if drifts or (better and strict):
             notes.append("To accept these numbers as the new baseline: --qaccuracy-update-all-baselines")
         return rows, notes
 
@@ -636,9 +654,10 @@ class QAccuracySession:
         return [record.to_dict() for record in self.sorted_records()]
 
     # -- end of session (controller only) ------------------------------------------------------
-    def finish(self) -> bool:
+    def finish(self, prune_refused: str | None = None) -> bool:
         """Write artifacts and baselines; called once, on the controller. False if a write failed
-        (the reason is in ``errors``, for the terminal summary)."""
+        (the reason is in ``errors``, for the terminal summary). ``prune_refused``: why stale
+        baselines must be kept although pruning was asked for."""
         from pytest_qaccuracy.errors import QAccuracyError
         from pytest_qaccuracy.plugin.artifacts import publish_artifacts, write_report
         from pytest_qaccuracy.plugin.baselines import finish_baselines
@@ -648,7 +667,7 @@ class QAccuracySession:
             return True
         documents = [record.to_dict() for record in records]
         try:  # baselines first: they are committed, and must not depend on the report writers
-            self.baselines, written = finish_baselines(self.settings, records, self.rootpath)
+            self.baselines, written = finish_baselines(self.settings, records, self.rootpath, prune_refused)
             self.written += written
             if self.settings.artifacts_dir is not None:
                 report = self.settings.report

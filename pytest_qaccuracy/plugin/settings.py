@@ -70,6 +70,7 @@ OPTIONS: dict[str, Option] = {
     "baseline_dir": Option("qaccuracy_baseline_dir", "--qaccuracy-baseline", "qaccuracy_baseline"),
     "save_baseline": Option(flag="--qaccuracy-save-baseline", dest="qaccuracy_save_baseline"),
     "max_drift": Option.named("max_drift", lines=True),
+    "fail_on_improvement": Option.named("fail_on_improvement"),
     "junit_properties": Option("qaccuracy_junit_properties"),
     "sensitivity": Option.named("sensitivity"),
     "sensitivity_metric": Option.named("sensitivity_metric"),
@@ -110,6 +111,10 @@ class QAccuracySettings:
     baseline_required: bool = False
     #: write the baselines of failing pairs too (``--qaccuracy-update-all-baselines``)
     save_failing_baselines: bool = False
+    #: delete the baseline files no pair of a complete session produced (``--qaccuracy-prune-baselines``)
+    prune_baselines: bool = False
+    #: a metric better than its baseline beyond the drift rule fails the drift check
+    fail_on_improvement: bool = False
     sensitivity: str = "failed"
     sensitivity_metric: str = DEFAULT_SENSITIVITY_METRIC
     sensitivity_mode: str = "single"
@@ -216,6 +221,25 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         metavar="DIR",
         help="Write the baselines of every pair that ran to DIR, failing ones included (older spelling)",
+    )
+    group.addoption(
+        "--qaccuracy-prune-baselines",
+        dest="qaccuracy_prune_baselines",
+        action="store_true",
+        help="Delete the baseline files no pair of the session produced (only when every test ran)",
+    )
+    group.addoption(
+        "--qaccuracy-fail-on-improvement",
+        dest="qaccuracy_fail_on_improvement",
+        action="store_const",
+        const=True,
+        default=None,
+        help="Fail the drift check when a metric is better than its baseline beyond the drift rule",
+    )
+    parser.addini(
+        "qaccuracy_fail_on_improvement",
+        "Fail the drift check when a metric is better than its baseline beyond the rule (default false)",
+        default=None,
     )
     group.addoption(
         "--qaccuracy-max-drift",
@@ -439,6 +463,7 @@ def _baselines(config: pytest.Config) -> dict[str, Any]:
         "save_baseline_dir": save,
         "baseline_required": bool(config.getoption("qaccuracy_baseline")),
         "save_failing_baselines": save_all or config.getoption("qaccuracy_save_baseline") is not None,
+        "prune_baselines": bool(config.getoption("qaccuracy_prune_baselines")),
     }
 
 
@@ -475,6 +500,7 @@ def load_settings(config: pytest.Config) -> QAccuracySettings:
         batch_size=batch_size,
         **_baselines(config),
         junit_properties=read("junit_properties", parse_bool, True),
+        fail_on_improvement=read("fail_on_improvement", parse_bool, False),
         sensitivity=read("sensitivity", _choice(SENSITIVITY_SCOPES), "failed"),
         sensitivity_metric=read("sensitivity_metric", _metric_name, DEFAULT_SENSITIVITY_METRIC),
         sensitivity_mode=read("sensitivity_mode", _choice(SENSITIVITY_MODES), "single"),

@@ -163,8 +163,10 @@ def render_html(
     targets: Sequence[Mapping[str, Any] | None] | None = None,
     engine: str = "auto",
     notice: str | None = None,
+    environment: Sequence[Sequence[str]] | None = None,
 ) -> str:
-    """The report page: an overview (pairs x verdicts, worst layers), then one section per pair.
+    """The report page: an overview (pairs x verdicts, worst layers), the environment, then one
+    section per pair.
 
     Args:
         results: the comparisons (or :class:`ReportPair` with checks, model, ...), in the order shown.
@@ -175,6 +177,8 @@ def render_html(
         engine: the graph layout: ``auto`` (Graphviz when installed), ``graphviz`` or ``built-in``.
         notice: a warning shown under the title, without JavaScript too (an interrupted or
             incomplete session: :meth:`~pytest_qaccuracy.report.completeness.SessionStatus.headline`).
+        environment: ``[name, text]`` rows of the Environment section; None: this process's
+            (:func:`~pytest_qaccuracy.report.environment.environment`).
 
     Returns:
         A complete HTML document that loads nothing from the network.
@@ -187,7 +191,12 @@ def render_html(
         data.append(entry)
         holders.append(holder)
     summary = counts_line([entry["verdict"] for entry in data])
-    payload = embed_json({"title": title, "summary": summary, "notice": notice, "pairs": data})
+    if environment is None:
+        from pytest_qaccuracy.report.environment import environment as this_environment
+
+        environment = this_environment()
+    rows = [[str(name), str(value)] for name, value in environment]
+    payload = embed_json({"title": title, "summary": summary, "notice": notice, "environment": rows, "pairs": data})
     return _page(title, summary, payload, "\n".join(h for h in holders if h), notice)
 
 
@@ -228,10 +237,18 @@ def write_html(
     targets: Sequence[Mapping[str, Any] | None] | None = None,
     engine: str = "auto",
     notice: str | None = None,
+    environment: Sequence[Sequence[str]] | None = None,
 ) -> Path:
     """Write :func:`render_html` to ``path`` atomically; returns the path."""
     page = render_html(
-        results, title=title, sensitivity=sensitivity, names=names, targets=targets, engine=engine, notice=notice
+        results,
+        title=title,
+        sensitivity=sensitivity,
+        names=names,
+        targets=targets,
+        engine=engine,
+        notice=notice,
+        environment=environment,
     )
     return atomic_write_text(path, page)
 

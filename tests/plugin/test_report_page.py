@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
-from browser import find_chromium, painted, png_rgb, run_chromium
+from browser import DevTools, find_chromium, painted, png_rgb, run_chromium
 
 from .conftest import PAIRS_MODULE
 
@@ -79,3 +80,21 @@ def test_passing_and_failing_sessions(digits: pytest.Pytester, chromium: str, tm
     run_chromium(chromium, tmp_path, path.as_uri(), "--window-size=1100,700", f"--screenshot={shot}")
     image = png_rgb(shot.read_bytes())
     assert painted(image, BADGE["failed"]) > 100 and painted(image, BADGE["passed"]) > 100
+
+    # the verdict filter: ?verdict=failed starts with the failing pair only; the boxes toggle
+    shots = Path(os.environ.get("QACCURACY_SCREENSHOTS") or tmp_path / "screenshots")
+    visible = "Array.from(document.querySelectorAll('section.pair')).filter(s => !s.hidden).map(s => s.id)"
+    rows = "Array.from(document.querySelectorAll('tr.overview-row')).filter(r => !r.hidden).length"
+    with DevTools(chromium, tmp_path) as browser:
+        browser.open(path.as_uri() + "?verdict=failed", 1100, 900)
+        assert browser.run(visible) == ["pair-0"] and browser.run(rows) == 1
+        assert browser.run("document.body.dataset.verdicts") == "failed"
+        browser.screenshot(shots / "verdict-filter-failed.png")
+        for status in ("failed", "passed"):  # failed off, passed on
+            browser.run(f"document.querySelector('.verdict-filter.{status} input').click()")
+        assert browser.run(visible) == ["pair-1"] and browser.run("document.body.dataset.verdicts") == "passed"
+        browser.open(path.as_uri(), 1100, 900)
+        assert browser.run(visible) == ["pair-0", "pair-1"] and browser.run(rows) == 2
+        labels = browser.run("Array.from(document.querySelectorAll('.verdict-filter')).map(l => l.textContent.trim())")
+        assert labels == ["1 passed", "1 failed"]
+        assert browser.console == []

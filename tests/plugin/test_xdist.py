@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -25,6 +26,8 @@ def _artifacts(root: Path) -> dict[str, object]:
             data = json.loads(path.read_text()) if path.suffix == ".json" else path.read_text()
             if path.name == "summary.json":
                 data.pop("created")
+            if path.name == "report.html":  # the Environment section's date is the run's own
+                data = re.sub(r'\["created \(UTC\)","[^"]*"\]', "[]", str(data))
             files[path.relative_to(root).as_posix()] = data
     return files
 

@@ -8,6 +8,11 @@
   const SVGNS = "http://www.w3.org/2000/svg";
   const DARK = new Set(["#e31a1c", "#bd0026", "#800026"]);
   const CURVE_COLORS = ["#bd0026", "#fd8d3c", "#2c7fb8", "#31a354", "#756bb1"];
+  const STATES = new Map(); // pair id -> the pair's state (rows, chart, graph view)
+  const VERDICT_NAMES = { passed: "passed", failed: "failed", xfailed: "expected failures", unchecked: "no checks" };
+
+  // Charts are drawn 1:1 at the window's width (up to 1200 units), so their text stays readable on a phone.
+  const chartWidth = () => Math.max(320, Math.min(1200, (document.documentElement.clientWidth || 1200) - 80));
 
   function el(tag, props, children) {
     const node = document.createElement(tag);
@@ -148,7 +153,7 @@
     const rows = pair.outputs.map((out, k) =>
       el(
         "tr",
-        { id: `${pair.id}-output-${k}`, cls: "output-row" },
+        { id: `${pair.id}-output-${k}`, cls: "output-row", "data-tensor": out.name },
         [el("td", { cls: "tensor", text: out.name, title: out.name })].concat(
           pair.metrics.map((m) => valueCell(m, out)),
         ),
@@ -176,15 +181,16 @@
   function drawChart(state) {
     const { pair, metric, chart } = state;
     while (chart.firstChild) chart.removeChild(chart.firstChild);
-    const W = 1200;
-    const H = 300;
-    const L = 78;
+    const W = chartWidth();
+    const H = W < 700 ? 240 : 300;
+    const L = W < 700 ? 58 : 78;
     const R = 14;
     const T = 14;
     const B = 42;
     const pw = W - L - R;
     const ph = H - T - B;
     chart.setAttribute("viewBox", `0 0 ${W} ${H}`);
+    state.chartDrawnAt = W;
     const layers = pair.layers;
     const n = layers.length;
     state.log.disabled = !metric.log_axis;
@@ -228,12 +234,15 @@
     });
     chart.appendChild(svg("line", { class: "axis", x1: L, x2: W - R, y1: T + ph, y2: T + ph }));
     chart.appendChild(svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: T + ph }));
-    const every = Math.max(1, Math.ceil(n / 20));
+    const every = Math.max(1, Math.ceil(n / Math.max(4, Math.floor(pw / 50))));
     for (let i = 0; i < n; i += every) {
       const at = { x: L + (i + 0.5) * step, y: T + ph + 15, "text-anchor": "middle" };
       chart.appendChild(svg("text", at, String(layers[i].order)));
     }
-    const caption = `layers in topological order (${n}; bar colour = visq slot, click a bar to find its row)`;
+    const caption =
+      W < 700
+        ? `${n} layers in topological order (click a bar: its row)`
+        : `layers in topological order (${n}; bar colour = visq slot, click a bar to find its row)`;
     chart.appendChild(svg("text", { x: L + pw / 2, y: H - 6, "text-anchor": "middle" }, caption));
   }
 
@@ -248,9 +257,26 @@
     }
     if (row) {
       row.classList.add("hl");
-      row.scrollIntoView({ block: "center" });
+      row.scrollIntoView({ block: "center" }); // centred: never under the table's sticky header
     }
     return row;
+  }
+
+  // An in-page link to a layer or output row (#pair-0-layer-12): show it highlighted and centred.
+  function goToAnchor(id) {
+    const found = /^(pair-\d+)-layer-(-?\d+)$/.exec(id);
+    const state = found ? STATES.get(found[1]) : null;
+    if (state?.tbody) return highlight(state, Number(found[2]));
+    const target = id ? document.getElementById(id) : null;
+    if (!target) return null;
+    if (target.tagName === "TR") {
+      for (const row of document.querySelectorAll("tr.hl")) row.classList.remove("hl");
+      target.classList.add("hl");
+      target.scrollIntoView({ block: "center" });
+    } else {
+      target.scrollIntoView({ block: "start" });
+    }
+    return target;
   }
 
   function keyOf(layer, key) {
@@ -284,7 +310,12 @@
       const hay = `${layer.tensor} ${layer.op_type || ""} ${layer.quantized_tensor}`.toLowerCase();
       if (needle && !hay.includes(needle)) continue;
       const tip = `quantized: ${layer.quantized_tensor}${layer.node ? `\nnode: ${layer.node}` : ""}`;
-      const props = { cls: "layer-row", id: `${pair.id}-layer-${layer.order}`, "data-order": layer.order };
+      const props = {
+        cls: "layer-row",
+        id: `${pair.id}-layer-${layer.order}`,
+        "data-order": layer.order,
+        "data-tensor": layer.tensor,
+      };
       tbody.appendChild(
         el(
           "tr",
@@ -304,6 +335,17 @@
       th.classList.toggle("sel", key === state.metric.name);
     }
     state.count.textContent = `${tbody.childNodes.length} of ${pair.layers.length} layers`;
+    tableHint(state);
+  }
+
+  // Say when the layer table is wider than its box (its last columns are a sideways scroll away).
+  function tableHint(state) {
+    const wrap = state.tableWrap;
+    if (!wrap?.isConnected) return;
+    const wider = wrap.scrollWidth > wrap.clientWidth + 1;
+    wrap.classList.toggle("overflows", wider);
+    state.count.textContent =
+      state.count.textContent.split(" \u00b7 ")[0] + (wider ? " \u00b7 scroll sideways for more columns" : "");
   }
 
   function layersTable(state) {
@@ -326,9 +368,10 @@
       return th;
     });
     state.tbody = el("tbody");
-    return el("div", { cls: "table-wrap" }, [
+    state.tableWrap = el("div", { cls: "table-wrap" }, [
       el("table", { cls: "layers" }, [el("thead", {}, [el("tr", {}, state.heads)]), state.tbody]),
     ]);
+    return state.tableWrap;
   }
 
   function legend(metric) {
@@ -411,9 +454,9 @@
   function curveChart(view) {
     const chart = view.chart;
     const scale = view.chart_axis;
-    const W = 1200;
-    const H = 280;
-    const L = 78;
+    const W = chartWidth();
+    const H = W < 700 ? 240 : 280;
+    const L = W < 700 ? 58 : 78;
     const R = 14;
     const T = 14;
     const B = 42;
@@ -453,7 +496,7 @@
     });
     root.appendChild(svg("line", { class: "axis", x1: L, x2: W - R, y1: T + ph, y2: T + ph }));
     root.appendChild(svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: T + ph }));
-    const every = Math.max(1, Math.ceil(n / 12));
+    const every = Math.max(1, Math.ceil(n / Math.max(3, Math.floor(pw / 100))));
     for (let i = 0; i < n; i += every) {
       root.appendChild(svg("text", { x: x(i), y: T + ph + 15, "text-anchor": "middle" }, chart.x[i]));
     }
@@ -481,23 +524,223 @@
       return box;
     }
     state.graphCaption = el("p", { cls: "meta" });
+    state.graphWrap = el("div", { cls: "graph-wrap", tabindex: "0", "aria-label": "graph: drag to pan" }, [drawn]);
     box.appendChild(state.graphCaption);
-    box.appendChild(el("div", { cls: "graph-wrap" }, [drawn]));
+    box.appendChild(graphToolbar(state));
+    box.appendChild(state.graphWrap);
     source.remove();
     state.graph = drawn;
     state.graphEngine = graph.engine;
+    state.nodes = new Map();
+    for (const node of drawn.querySelectorAll("g.node[data-tensor]")) state.nodes.set(node.dataset.tensor, node);
     for (const link of drawn.querySelectorAll("a[data-anchor]")) {
       link.addEventListener("click", (event) => {
         event.preventDefault();
+        if (state.dragged) return; // the end of a pan, not a click
         const target = link.getAttribute("data-anchor");
         const layer = state.pair.layers.find((x) => `${state.pair.id}-layer-${x.order}` === target);
-        const row = layer ? highlight(state, layer.order) : document.getElementById(target);
-        if (row && !layer) row.scrollIntoView({ block: "center" });
-        for (const node of drawn.querySelectorAll("g.node.hl")) node.classList.remove("hl");
-        link.parentNode.classList.add("hl");
+        if (layer) highlight(state, layer.order);
+        else goToAnchor(target);
+        markNode(state, link.parentNode);
       });
     }
     return box;
+  }
+
+  function button(text, title, action) {
+    const node = el("button", { type: "button", cls: "tool", text: text, title: title, "aria-label": title });
+    node.addEventListener("click", action);
+    return node;
+  }
+
+  function graphToolbar(state) {
+    state.zoomLabel = el("span", { cls: "hint zoom" });
+    state.find = el("input", { type: "search", placeholder: "find node by name", "aria-label": "find node" });
+    state.findCount = el("span", { cls: "hint" });
+    state.back = button("\u2190 back to the row", "back to the table row you came from", () => backToRow(state));
+    state.back.hidden = true;
+    state.find.addEventListener("input", () => findNodes(state, 0));
+    state.find.addEventListener("keydown", (event) => {
+      if (event.key !== "Enter") return;
+      event.preventDefault();
+      findNodes(state, (state.matchAt || 0) + (event.shiftKey ? -1 : 1));
+    });
+    return el("div", { cls: "controls graph-tools" }, [
+      el("span", { cls: "zoom-buttons" }, [
+        button("\u2212", "zoom out", () => zoomBy(state, 1 / 1.25)),
+        button("+", "zoom in", () => zoomBy(state, 1.25)),
+        button("fit", "fit the whole graph", () => fitGraph(state)),
+        button("1:1", "actual size", () => zoomTo(state, 1)),
+        state.zoomLabel,
+      ]),
+      state.find,
+      state.findCount,
+      state.back,
+    ]);
+  }
+
+  // The drawing's size at 100 % in CSS pixels (Graphviz gives points).
+  function naturalSize(drawn) {
+    const box = drawn.viewBox.baseVal;
+    const length = (text, fallback) => {
+      const found = /^\s*([\d.]+)\s*(pt|px)?\s*$/.exec(text || "");
+      return found ? Number.parseFloat(found[1]) * (found[2] === "pt" ? 4 / 3 : 1) : fallback;
+    };
+    const width = length(drawn.getAttribute("width"), box?.width || 800);
+    const height = length(drawn.getAttribute("height"), box?.height || 600);
+    return { width: width, height: height };
+  }
+
+  // Called once the section is in the page (sizes are known): size the drawing, wire pan and zoom.
+  function initGraph(state) {
+    if (!state.graph) return;
+    const wrap = state.graphWrap;
+    const size = naturalSize(state.graph);
+    state.view = { scale: 1, width: size.width, height: size.height };
+    state.graph.removeAttribute("width");
+    state.graph.removeAttribute("height");
+    const across = (wrap.clientWidth - 16) / size.width;
+    zoomTo(state, Math.min(1, Math.max(across, 0.5)));
+    wrap.scrollLeft = (wrap.scrollWidth - wrap.clientWidth) / 2;
+    wrap.scrollTop = 0;
+    let drag = null;
+    wrap.addEventListener("pointerdown", (event) => {
+      if (event.button !== 0) return;
+      drag = { x: event.clientX, y: event.clientY, left: wrap.scrollLeft, top: wrap.scrollTop };
+      state.dragged = false;
+    });
+    wrap.addEventListener("pointermove", (event) => {
+      if (!drag) return;
+      const dx = event.clientX - drag.x;
+      const dy = event.clientY - drag.y;
+      if (!state.dragged && Math.abs(dx) + Math.abs(dy) < 5) return;
+      state.dragged = true;
+      wrap.classList.add("panning");
+      wrap.scrollLeft = drag.left - dx;
+      wrap.scrollTop = drag.top - dy;
+    });
+    const stop = () => {
+      drag = null;
+      wrap.classList.remove("panning");
+      setTimeout(() => {
+        state.dragged = false;
+      }, 0);
+    };
+    wrap.addEventListener("pointerup", stop);
+    wrap.addEventListener("pointerleave", stop);
+    wrap.addEventListener(
+      "wheel",
+      (event) => {
+        if (!event.ctrlKey && !event.metaKey) return; // a plain wheel scrolls
+        event.preventDefault();
+        const r = wrap.getBoundingClientRect();
+        zoomTo(
+          state,
+          state.view.scale * Math.exp(-event.deltaY * 0.002),
+          event.clientX - r.left,
+          event.clientY - r.top,
+        );
+      },
+      { passive: false },
+    );
+    wrap.addEventListener("keydown", (event) => {
+      const keys = { "+": 1.25, "=": 1.25, "-": 0.8 };
+      if (keys[event.key]) zoomBy(state, keys[event.key]);
+      else if (event.key === "0") fitGraph(state);
+      else return;
+      event.preventDefault();
+    });
+  }
+
+  function fitScale(state) {
+    const wrap = state.graphWrap;
+    const v = state.view;
+    return Math.min((wrap.clientWidth - 16) / v.width, (wrap.clientHeight - 16) / v.height);
+  }
+
+  // Zoom to ``scale`` keeping the point (px, py) of the box (default: its centre) where it is.
+  function zoomTo(state, scale, px, py) {
+    const wrap = state.graphWrap;
+    const v = state.view;
+    if (!v) return;
+    const next = Math.max(Math.min(fitScale(state), 0.5) / 2, Math.min(4, scale));
+    const x = px === undefined ? wrap.clientWidth / 2 : px;
+    const y = py === undefined ? wrap.clientHeight / 2 : py;
+    const ox = (wrap.scrollLeft + x) / v.scale;
+    const oy = (wrap.scrollTop + y) / v.scale;
+    v.scale = next;
+    state.graph.style.width = `${(v.width * next).toFixed(1)}px`;
+    state.graph.style.height = `${(v.height * next).toFixed(1)}px`;
+    wrap.scrollLeft = ox * next - x;
+    wrap.scrollTop = oy * next - y;
+    state.zoomLabel.textContent = `${Math.round(next * 100)} %`;
+    state.graph.setAttribute("data-scale", next.toFixed(4));
+  }
+
+  function zoomBy(state, factor) {
+    if (state.view) zoomTo(state, state.view.scale * factor);
+  }
+
+  function fitGraph(state) {
+    if (!state.view) return;
+    zoomTo(state, fitScale(state));
+    state.graphWrap.scrollLeft = 0;
+    state.graphWrap.scrollTop = 0;
+  }
+
+  function markNode(state, node) {
+    for (const other of state.graph.querySelectorAll("g.node.hl")) other.classList.remove("hl");
+    node.classList.add("hl");
+  }
+
+  // Scroll the graph box so that ``node`` is in its middle, and the box into the window.
+  function revealNode(state, node) {
+    markNode(state, node);
+    const wrap = state.graphWrap;
+    if (state.view && state.view.scale < 0.6) zoomTo(state, 1);
+    wrap.scrollIntoView({ block: "nearest" });
+    const outer = wrap.getBoundingClientRect();
+    const inner = node.getBoundingClientRect();
+    wrap.scrollLeft += inner.left - outer.left + inner.width / 2 - wrap.clientWidth / 2;
+    wrap.scrollTop += inner.top - outer.top + inner.height / 2 - wrap.clientHeight / 2;
+  }
+
+  // A table row (layer or output) shows its node in the graph; "back" returns to the row.
+  function rowToNode(state, row) {
+    const node = state.nodes?.get(row.dataset.tensor);
+    if (!node) return false;
+    for (const other of state.section.querySelectorAll("tr.hl")) other.classList.remove("hl");
+    row.classList.add("hl");
+    state.backTo = row.id;
+    state.back.hidden = false;
+    revealNode(state, node);
+    return true;
+  }
+
+  function backToRow(state) {
+    state.back.hidden = true;
+    if (state.backTo) goToAnchor(state.backTo);
+  }
+
+  function findNodes(state, at) {
+    const needle = state.find.value.trim().toLowerCase();
+    for (const node of state.graph.querySelectorAll("g.node.match")) node.classList.remove("match");
+    state.matches = [];
+    if (needle) {
+      for (const node of state.graph.querySelectorAll("g.node")) {
+        const name = `${node.dataset.tensor || ""} ${node.querySelector("title")?.textContent || ""}`;
+        if (name.toLowerCase().includes(needle)) state.matches.push(node);
+      }
+    }
+    for (const node of state.matches) node.classList.add("match");
+    const n = state.matches.length;
+    if (!n) {
+      state.findCount.textContent = needle ? "no node matches" : "";
+      return;
+    }
+    state.matchAt = (((at || 0) % n) + n) % n;
+    state.findCount.textContent = `${state.matchAt + 1} of ${n} (Enter: next)`;
+    revealNode(state, state.matches[state.matchAt]);
   }
 
   // Colour the graph's nodes by the selected metric (the colours Python computed per tensor).
@@ -519,7 +762,7 @@
     const how = state.graphEngine === "graphviz" ? "laid out by Graphviz" : "built-in layered layout";
     state.graphCaption.textContent =
       `fp32 graph coloured by ${metric.label} (the chart's metric), ${how}; ` +
-      "gray: not compared; click a node to find its row";
+      "gray: not compared; drag to pan, Ctrl+wheel to zoom; click a node to find its row, a row to find its node";
   }
 
   function metaLine(pair) {
@@ -594,8 +837,14 @@
 
   function renderPair(pair) {
     const metric = byName(pair, pair.first_metric) || pair.metrics[0];
-    const section = el("section", { cls: "pair", id: pair.id, "data-pair": String(pair.index) });
+    const section = el("section", {
+      cls: "pair",
+      id: pair.id,
+      "data-pair": String(pair.index),
+      "data-status": pair.verdict.status,
+    });
     const state = { pair: pair, metric: metric, sort: { key: "order", dir: 1 }, section: section };
+    STATES.set(pair.id, state);
     section.appendChild(el("h2", {}, [badge(pair.verdict), pair.title]));
     const reason = pair.verdict.reason ? `; ${pair.verdict.reason}` : "";
     section.appendChild(el("p", { cls: "verdict", text: pair.verdict.detail + reason }));
@@ -604,7 +853,7 @@
     if (pair.checks.length) add(section, "Checks", checksTable(pair.checks, "checks"));
     if (pair.drift.length) add(section, "Drift against the baseline", checksTable(pair.drift, "drift"));
     if (pair.topk.length) add(section, "Top-k accuracy", topkTable(pair.topk));
-    if (pair.task && pair.task.length) add(section, "Task metrics", taskTable(pair.task));
+    if (pair.task?.length) add(section, "Task metrics", taskTable(pair.task));
     add(section, "Outputs", outputsTable(pair));
     if (pair.targets) add(section, "Deployment targets", targetsTable(pair.targets));
     section.appendChild(el("h3", { text: "Layers" }));
@@ -618,6 +867,12 @@
     if (pair.sensitivity) add(section, "Sensitivity", sensitivitySection(pair.sensitivity));
     add(section, "Unmatched tensors", unmatched(pair));
     add(section, "Metrics", definitions(pair));
+    section.addEventListener("click", (event) => {
+      const row = event.target.closest("tr[data-tensor]");
+      if (!row || !state.nodes || String(window.getSelection?.() || "")) return;
+      rowToNode(state, row);
+    });
+    if (state.graph) section.setAttribute("data-graph", "1");
     return section;
   }
 
@@ -633,9 +888,14 @@
       const link = el("a", { href: `#${pair.id}-layer-${layer.order}`, title: `${layer.tensor} (${layer.op_type})` }, [
         el("code", { text: layer.tensor }),
       ]);
+      link.addEventListener("click", (event) => {
+        event.preventDefault();
+        history.replaceState(null, "", link.getAttribute("href"));
+        goToAnchor(link.getAttribute("href").slice(1));
+      });
       worstCell.append(i ? " \u00b7 " : "", link, ` ${layer.text}`);
     });
-    return el("tr", { cls: "overview-row" }, [
+    return el("tr", { cls: "overview-row", "data-status": pair.verdict.status }, [
       el("td", {}, [badge(pair.verdict)]),
       el("td", {}, [el("a", { href: `#${pair.id}`, text: pair.title })]),
       el("td", { text: pair.verdict.detail, title: pair.verdict.reason }),
@@ -657,16 +917,97 @@
     return el("section", { cls: "overview" }, [
       el("h2", { text: "Overview" }),
       el("p", { cls: "verdict", text: data.summary }),
+      verdictFilter(data),
       table("overview-table", headers, data.pairs.map(overviewRow)),
+    ]);
+  }
+
+  // Checkboxes per verdict, with counts, as pytest-html has per outcome; ?verdict=failed,xfailed
+  // in the address starts with only those shown.
+  function verdictFilter(data) {
+    const counts = new Map();
+    for (const pair of data.pairs) counts.set(pair.verdict.status, (counts.get(pair.verdict.status) || 0) + 1);
+    const asked = new URLSearchParams(window.location.search).get("verdict");
+    const wanted = asked ? new Set(asked.split(",").map((x) => x.trim())) : null;
+    const boxes = [];
+    const apply = () => {
+      const shown = new Set(boxes.filter((b) => b.checked).map((b) => b.value));
+      for (const node of document.querySelectorAll("section.pair[data-status], tr.overview-row[data-status]")) {
+        node.hidden = !shown.has(node.getAttribute("data-status"));
+      }
+      document.body.setAttribute("data-verdicts", Array.from(shown).sort().join(","));
+    };
+    const labels = Object.keys(VERDICT_NAMES)
+      .filter((status) => counts.has(status))
+      .map((status) => {
+        const box = el("input", { type: "checkbox", value: status });
+        box.checked = !wanted || wanted.has(status);
+        box.addEventListener("change", apply);
+        boxes.push(box);
+        return el("label", { cls: `verdict-filter ${status}` }, [
+          box,
+          ` ${counts.get(status)} ${VERDICT_NAMES[status]}`,
+        ]);
+      });
+    const box = el("div", { cls: "controls verdicts", role: "group", "aria-label": "show pairs by verdict" }, [
+      el("span", { cls: "hint", text: "Show:" }),
+      ...labels,
+    ]);
+    box.apply = apply;
+    return box;
+  }
+
+  function environmentSection(rows) {
+    const body = rows.map(([name, value]) =>
+      el("tr", { cls: "env-row" }, [el("th", { text: name, scope: "row" }), el("td", { text: value, title: value })]),
+    );
+    const value = (name) => rows.find((row) => row[0] === name)?.[1];
+    const brief = [
+      value("created (UTC)") && `${value("created (UTC)").replace("T", " ").replace("+00:00", "")} UTC`,
+      value("commit") && `commit ${value("commit").slice(0, 12)}`,
+      value("onnxruntime") && `onnxruntime ${value("onnxruntime")}`,
+      value("onnxruntime int8 family"),
+    ].filter(Boolean);
+    return el("section", { cls: "environment", id: "environment" }, [
+      el("details", {}, [
+        el("summary", {}, [
+          el("h2", { text: "Environment" }),
+          el("span", { cls: "hint", text: brief.join(" \u00b7 ") }),
+        ]),
+        el("div", { cls: "table-wrap short" }, [el("table", { cls: "env" }, [el("tbody", {}, body)])]),
+      ]),
     ]);
   }
 
   function main() {
     const data = JSON.parse(document.getElementById("qaccuracy-data").textContent);
     const root = document.getElementById("qa-root");
+    let filter = null;
     if (!data.pairs.length) root.appendChild(el("p", { text: "No comparisons in this report." }));
-    else root.appendChild(overview(data));
+    else {
+      const section = overview(data);
+      filter = section.querySelector(".verdicts");
+      root.appendChild(section);
+    }
+    if (data.environment?.length) root.appendChild(environmentSection(data.environment));
     for (const pair of data.pairs) root.appendChild(renderPair(pair));
+    for (const state of STATES.values()) {
+      initGraph(state);
+      if (state.chart && state.chartDrawnAt !== chartWidth()) drawChart(state);
+      if (state.tableWrap) tableHint(state);
+    }
+    filter?.apply();
+    let width = chartWidth();
+    window.addEventListener("resize", () => {
+      if (chartWidth() === width) return;
+      width = chartWidth();
+      for (const state of STATES.values()) {
+        if (state.chart) drawChart(state);
+        if (state.tableWrap) tableHint(state);
+      }
+    });
+    window.addEventListener("hashchange", () => goToAnchor(window.location.hash.slice(1)));
+    if (window.location.hash) goToAnchor(decodeURIComponent(window.location.hash.slice(1)));
     document.body.setAttribute("data-ready", "1");
   }
 
