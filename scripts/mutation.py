@@ -64,7 +64,7 @@ GROUPS: dict[str, Group] = {
         ),
     ),
     "rules": Group(
-        ("plugin/rules.py",),
+        ("tolerances.py",),
         ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py", "tests/plugin/test_rules_slices.py"),
     ),
     "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),

@@ -23,6 +23,8 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "atomic": 0,
     "numbers": 0,
+    "tolerances": 0,
+    "outcomes": 0,
     "data": 0,
     "model": 0,
     "metrics": 0,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 try:  # Ctrl-C while pytest loads this plugin: one line and pytest's exit code of an interrupted run
+    from pytest_qaccuracy.outcomes import XPASS_STRICT
     from pytest_qaccuracy.plugin.artifacts import report_path
     from pytest_qaccuracy.plugin.fixtures import (
         MARKER_HELP,
@@ -63,6 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[session_key] = state
     config.stash[progress_key] = SessionProgress(state.records)
     config.pluginmanager.register(config.stash[progress_key], "qaccuracy-progress")
+    if not worker:
+        config.pluginmanager.register(QAccuracyOutcomes(state), "qaccuracy-outcomes")
     if not worker and config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(QAccuracyXdist(state), "qaccuracy-xdist")
 
@@ -72,9 +75,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if progress is not None:
         config.pluginmanager.unregister(progress)
         del config.stash[progress_key]
-    xdist = config.pluginmanager.get_plugin("qaccuracy-xdist")
-    if xdist is not None:
-        config.pluginmanager.unregister(xdist)
+    for name in ("qaccuracy-xdist", "qaccuracy-outcomes"):
+        plugin = config.pluginmanager.get_plugin(name)
+        if plugin is not None:
+            config.pluginmanager.unregister(plugin)
     if session_key in config.stash:
         del config.stash[session_key]
 
@@ -85,6 +89,32 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     mark_item(item)
+
+
+def judged_outcome(report: pytest.TestReport) -> str | None:
+    """pytest's verdict on a test from one phase's report, as the terminal shows it: passed, failed,
+    xfailed, xpassed, xpassed-strict (failed by pytest) or skipped; None for a phase that decides
+    nothing (a passed setup or teardown)."""
+    if report.when != "call" and report.passed:
+        return None
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    if report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
+        return XPASS_STRICT
+    return report.outcome
+
+
+class QAccuracyOutcomes:
+    """What pytest made of each test (``--runxfail``, ``-p no:skipping``, strict xfail): the pair
+    verdicts follow it. On xdist's controller every worker's reports arrive here."""
+
+    def __init__(self, state: QAccuracySession) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        outcome = judged_outcome(report)
+        if outcome is not None:
+            self.state.record_report(outcome, report.nodeid, getattr(report, "wasxfail", None) or None)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.numbers import format_number
+from pytest_qaccuracy.outcomes import pair_status
 from pytest_qaccuracy.report.completeness import SessionStatus
 from pytest_qaccuracy.report.terminal import escape_control, match_warning
 
@@ -31,15 +32,21 @@ def _fmt(value: float | None) -> str:
     return format_number(value, missing="-")
 
 
+def record_status(record: Mapping[str, Any]) -> tuple[str, str | None]:
+    """:func:`~pytest_qaccuracy.outcomes.pair_status` of a pair record's builtins form."""
+    return pair_status(record["checks"], record.get("tests"))
+
+
 def record_passed(record: Mapping[str, Any]) -> bool:
-    return all(check["passed"] for check in record["checks"])
+    """Whether the pair passed: every check passed (a pair without checks passes) and pytest failed
+    none of its tests for passing against a strict xfail."""
+    return record_status(record)[0] in ("passed", "unchecked")
 
 
 def expected_failure(record: Mapping[str, Any]) -> str | None:
-    """The xfail reason when every failed check of a failed pair was expected to fail, else None."""
-    failed = [c for c in record["checks"] if not c["passed"]]
-    reasons = {c.get("xfail") for c in failed}
-    return next(iter(reasons)) if failed and None not in reasons else None
+    """The xfail reason when pytest reported every failed check's test as xfailed, else None."""
+    status, reason = record_status(record)
+    return reason if status == "xfailed" else None
 
 
 def _check_rows(record: Mapping[str, Any]) -> list[list[str]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.numbers import format_metric, format_number
-from pytest_qaccuracy.report.summary import expected_failure, record_passed
+from pytest_qaccuracy.report.summary import record_status
 from pytest_qaccuracy.report.tables import rank_layers
 
 DRIFT = "drift"
@@ -27,10 +27,9 @@ def verdict_view(record: Mapping[str, Any] | None) -> dict[str, str]:
         detail = "measured only: no tolerances checked"
         return {"status": "unchecked", "label": LABELS["unchecked"], "detail": detail, "reason": ""}
     passed = sum(bool(c["passed"]) for c in checks)
-    expected = expected_failure(record) if record else None
-    status = "passed" if record_passed(record) else "xfailed" if expected else "failed"
+    status, why = record_status(record) if record else ("unchecked", None)
     detail = f"{passed} / {len(checks)} checks passed"
-    reason = f"expected to fail: {expected}" if expected else ""
+    reason = f"expected to fail: {why}" if status == "xfailed" else why or ""
     return {"status": status, "label": LABELS[status], "detail": detail, "reason": reason}
 
 

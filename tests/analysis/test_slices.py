@@ -16,14 +16,14 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from pytest_qaccuracy.analysis.checks import evaluate
 from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.analysis.slices import SliceSpec, check_slices, parse_view
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model import ModelPair
-from pytest_qaccuracy.plugin.checks import evaluate
-from pytest_qaccuracy.plugin.rules import check_tolerance, parse_rules, slice_rules
 from pytest_qaccuracy.report.summary import channel_warnings
+from pytest_qaccuracy.tolerances import Tolerance, check_tolerance, parse_rules, slice_rules
 from tests.modelzoo import quantize
 from tests.output_models import BOXES, CLASSES
 from tests.output_models import detector as detector_model
@@ -84,7 +84,9 @@ def test_slices_are_outputs_with_their_own_metrics_tolerances_and_rules(detector
     assert result.output("scores").metrics["sqnr"] < 3  # every score collapsed
     boxes_rule = SliceSpec("boxes", "output0[:, 0:4]", rules=("sqnr>=25",))
     rules = parse_rules(["det sqnr>=20"], "ini") + slice_rules("det", [boxes_rule], 1)
-    outcomes = evaluate(result, None, {"min_sqnr": (5.0, "ini")}, rules, "det", [boxes_rule, SLICES["scores"]])
+    outcomes = evaluate(
+        result, None, {"min_sqnr": Tolerance("min_sqnr", 5.0, "ini")}, rules, "det", [boxes_rule, SLICES["scores"]]
+    )
     by = {(o.target, o.check): o for o in outcomes}
     assert by[("output 'scores'", "min_sqnr")].threshold == 10.0  # the slice's own tolerance
     assert by[("output 'scores'", "min_sqnr")].source == "slice 'scores' min_sqnr="
@@ -96,7 +98,7 @@ def test_slices_are_outputs_with_their_own_metrics_tolerances_and_rules(detector
 
 def test_min_channel_steps_check(detector):
     result = compare(detector["pair"], detector["data"], metrics="cosine")
-    (row,) = evaluate(result, None, {"min_channel_steps": (2.0, "marker")}, [], "det")
+    (row,) = evaluate(result, None, {"min_channel_steps": Tolerance("min_channel_steps", 2.0, "marker")}, [], "det")
     assert not row.passed and row.target == "output 'output0'" and row.value < 1
     assert row.detail.endswith(f"for output 'output0' (channels 4..9 of axis 1, scale {detector['scale']:.6g})")
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from pytest_qaccuracy.plugin.records import ExclusionTarget, Outcome, RecordedCheck, SensitivityEntry
+from pytest_qaccuracy.outcomes import Outcome
+from pytest_qaccuracy.plugin.records import ExclusionTarget, RecordedCheck, SensitivityEntry
 from pytest_qaccuracy.plugin.sensitivity import exclusion_target, merge_entry
 
 from .conftest import PAIRS_MODULE
@@ -254,7 +255,9 @@ def test_xdist_gives_the_same_tables_and_artifacts(digits: pytest.Pytester) -> N
 def test_merge_keeps_what_a_serial_run_picks() -> None:
     def check(metric: str, threshold: float, passed: bool = False) -> RecordedCheck:
         outcome = Outcome(
-            check=f"min_{metric}", target="output 'y'", metric=metric, op=">=", threshold=threshold, value=0.5,
+            check=f"min_{metric}", kind="tolerance",
+        scope="output",
+        subject="output 'y'", metric=metric, op=">=", threshold=threshold, value=0.5,
             passed=passed, source="default", detail="",
         )  # fmt: skip
         return RecordedCheck(test="t", index=0, outcome=outcome)

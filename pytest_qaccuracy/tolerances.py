@@ -1,4 +1,4 @@
-"""Tolerances: the named output tolerances, and ``qaccuracy_tolerances`` rule lines.
+"""Tolerances: the named output tolerances (:class:`Tolerance`), and ``qaccuracy_tolerances`` rule lines.
 
 A rule line is ``<pair glob>[::<layer glob>] <metric><op><value>``, e.g. ``*::* sqnr>=20`` (every
 layer of every pair) or ``detector::head* sqnr>=8``. Without ``::`` a rule applies to the pair's
@@ -67,8 +67,28 @@ SATURATION = "max_saturated"
 #: The tolerance of the agreement gate: the integer emulation's steps against onnxruntime.
 GATE = "max_backend_steps"
 
-#: Tolerance values with their source: name -> (value, "marker" / "ini file pytest.ini" / ...).
-Tolerances = Mapping[str, tuple[float, str]]
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """One named tolerance in effect, validated once by :func:`check_tolerance`, with where it came
+    from (``ini file pytest.ini``, ``marker @pytest.mark.qaccuracy(min_cosine=...)``, ...).
+
+    ``value`` is None when only a pair's views set it: the views are checked, the pair's own
+    outputs are not.
+    """
+
+    name: str
+    value: float | None
+    source: str
+
+    @property
+    def applies(self) -> bool:
+        """Whether the pair's own outputs are held to it (False: its views' only)."""
+        return self.value is not None
+
+
+#: The tolerances in effect: name -> :class:`Tolerance`.
+Tolerances = Mapping[str, Tolerance]
 
 #: Values used when nothing else sets them.
 DEFAULTS: dict[str, float | int] = {"min_cosine": 0.99, "topk": 1}
@@ -145,10 +165,10 @@ def check_tolerance(name: str, value: object) -> float | int:
     return number
 
 
-def tolerance_values(values: Mapping[str, object], source: Callable[[str], str]) -> dict[str, tuple[float, str]]:
+def tolerance_values(values: Mapping[str, object], source: Callable[[str], str]) -> dict[str, Tolerance]:
     """``values`` validated by :func:`check_tolerance`, each with where it came from (``source(name)``);
     the first bad value raises its ValueError."""
-    return {name: (check_tolerance(name, value), source(name)) for name, value in values.items()}
+    return {name: Tolerance(name, check_tolerance(name, value), source(name)) for name, value in values.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,14 +237,13 @@ def slice_rules(pair_id: str, slices: Sequence[object], offset: int = 0) -> list
     return rules
 
 
-def with_slice_tolerances(
-    tolerances: Mapping[str, tuple[float, str]], slices: Sequence[Any]
-) -> dict[str, tuple[float, str]]:
-    """``tolerances`` plus, for a tolerance only views set, a NaN entry: asked for, but on the views only."""
+def with_slice_tolerances(tolerances: Tolerances, slices: Sequence[Any]) -> dict[str, Tolerance]:
+    """``tolerances`` plus, for a tolerance only views set, one without a value: asked for, but on the
+    views only (:attr:`Tolerance.applies` is False)."""
     found = dict(tolerances)
     for view in slices:
         for name, _ in view.tolerances:
-            found.setdefault(name, (float("nan"), f"slice '{view.name}'"))
+            found.setdefault(name, Tolerance(name, None, f"slice '{view.name}'"))
     return found
 
 
@@ -254,6 +273,7 @@ __all__ = [
     "TOLERANCES",
     "BadValue",
     "Rule",
+    "Tolerance",
     "Tolerances",
     "check_tolerance",
     "is_tolerance",
