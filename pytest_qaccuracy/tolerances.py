@@ -18,7 +18,7 @@ from typing import Any
 #: Named tolerances (ini ``qaccuracy_<name>``, CLI ``--qaccuracy-<name>``, marker and TOML keys).
 #: name -> (type, help)
 TOLERANCES: dict[str, tuple[type, str]] = {
-    "min_cosine": (float, "Smallest cosine similarity of each output (fp32 vs quantized)"),
+    "min_cosine": (float, "Smallest cosine similarity of each output (quantized vs fp32)"),
     "rtol": (float, "Relative tolerance per output element: |q - f| <= atol + rtol*|f|"),
     "atol": (float, "Absolute tolerance per output element (with rtol)"),
     "min_sqnr": (float, "Smallest SQNR of each output, in dB"),

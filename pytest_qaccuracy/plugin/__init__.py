@@ -39,6 +39,9 @@ __all__ = ["qaccuracy", "qaccuracy_calibrate", "qaccuracy_dataset", "qaccuracy_p
 
 progress_key = pytest.StashKey[SessionProgress]()
 
+#: The terminal colour of a pair's verdict lines, by its status.
+COLOURS = {"passed": {"green": True}, "failed": {"red": True}, "xfailed": {"yellow": True}}
+
 
 class QAccuracyXdist:
     """Controller-side xdist hooks, registered only when xdist is active."""
@@ -150,13 +153,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(session_key, None)
     if state is None or state.worker or not (state.records or state.workers_without_data or state.errors):
         return
-    from pytest_qaccuracy.report.summary import summary_lines
+    from pytest_qaccuracy.report.summary import summary_rows
 
     artifacts = state.settings.artifacts_dir if state.written else None
     terminalreporter.write_sep("=", "quantization accuracy summary")
     top = state.settings.sensitivity_top
-    for line in summary_lines(state.documents(), str(artifacts) if artifacts else None, top):
-        terminalreporter.write_line(line, red=": FAILED (" in line or " FAIL" in line)
+    for row in summary_rows(state.documents(), str(artifacts) if artifacts else None, top):
+        colour = COLOURS.get(row.status or "", {})  # the pair's verdict, never a search of the text
+        terminalreporter.write_line(row.text, **colour)
     report = report_path(state.settings, state.written)
     if report is not None:
         terminalreporter.write_line(f"report: {report.as_uri()}")
