@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any
 
 #: Named tolerances (ini ``qaccuracy_<name>``, CLI ``--qaccuracy-<name>``, marker and TOML keys).
@@ -264,6 +265,61 @@ def rules_for(rules: Sequence[Rule], pair: str, names: Sequence[str | None], lay
     return best
 
 
+#: The tolerances a file of pytest settings can set, by key (``qaccuracy_min_cosine``, ...).
+INI_PREFIX = "qaccuracy_"
+#: Where pytest reads its settings in each kind of file.
+INI_SECTIONS = {".ini": "pytest", ".cfg": "tool:pytest"}
+
+
+def ini_settings(path: Path) -> tuple[dict[str, Tolerance], list[Rule]]:
+    """The named tolerances (with :data:`DEFAULTS`) and the ``qaccuracy_tolerances`` rules of a file of
+    pytest settings (``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``), validated as
+    the plugin validates them; a ValueError names the file and the key."""
+    values = _ini_values(path)
+    where = f"ini file {path.name}"
+    found = {name: Tolerance(name, value, "default") for name, value in DEFAULTS.items()}
+    for name in TOLERANCES:
+        key = INI_PREFIX + name
+        if key in values:
+            try:
+                found[name] = Tolerance(name, check_tolerance(name, values[key]), f"{where} ({key})")
+            except ValueError as exc:
+                raise ValueError(f"{path}: {key}: {getattr(exc, 'reason', exc)}") from None
+    lines = values.get(INI_PREFIX + "tolerances", [])
+    lines = lines.splitlines() if isinstance(lines, str) else [str(line) for line in lines]
+    try:
+        rules = parse_rules(lines, f"{where} ({INI_PREFIX}tolerances)")
+    except ValueError as exc:
+        raise ValueError(f"{path}: {INI_PREFIX}tolerances: {exc}") from None
+    return found, rules
+
+
+def _ini_values(path: Path) -> dict[str, Any]:
+    """The pytest section of ``path`` as a mapping (strings from ini files, TOML values from
+    ``pyproject.toml``'s ``[tool.pytest.ini_options]``)."""
+    if path.suffix == ".toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        try:
+            document = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read it ({exc})") from None
+        return dict(document.get("tool", {}).get("pytest", {}).get("ini_options", {}))
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, configparser.Error) as exc:
+        raise ValueError(f"{path}: cannot read it ({exc})") from None
+    section = INI_SECTIONS.get(path.suffix, "pytest")
+    if not parser.has_section(section):
+        raise ValueError(f"{path}: no [{section}] section")
+    return dict(parser.items(section))
+
+
 __all__ = [
     "DEFAULTS",
     "GATE",
@@ -276,6 +332,7 @@ __all__ = [
     "Tolerance",
     "Tolerances",
     "check_tolerance",
+    "ini_settings",
     "is_tolerance",
     "parse_number",
     "parse_rule",

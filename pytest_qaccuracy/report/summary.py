@@ -94,7 +94,7 @@ def _failed_rows(failed: Sequence[Outcome], indent: str) -> list[str]:
     return rows + [f"{indent}[{number}] {source}" for source, number in sources.items()]
 
 
-def _failed_lines(record: Mapping[str, Any], show: int) -> list[str]:
+def _failed_lines(record: Mapping[str, Any], show: int, more_in: str) -> list[str]:
     """The failed checks of a pair, worst first (farthest beyond their tolerance), ``show`` of them
     and how many more."""
     checks = _shown_checks(record)
@@ -102,10 +102,10 @@ def _failed_lines(record: Mapping[str, Any], show: int) -> list[str]:
     if not failed:
         return []
     kinds = Counter(KIND_NAMES.get(o.kind, o.kind) for o in failed)
-    what = ", ".join(f"{n} {name}" for name, n in kinds.items())
+    what = ", ".join(f"{name} {n}" for name, n in kinds.items())
     lines = [f"  failed {len(failed)} of {len(checks)} checks ({what}), worst first:"]
     rows = _failed_rows(failed[:show], "    ")
-    more = [f"    and {len(failed) - show} more (summary.json, report.html)"] if len(failed) > show else []
+    more = [f"    and {len(failed) - show} more ({more_in})"] if len(failed) > show else []
     return lines + rows[: min(show, len(failed))] + more + rows[min(show, len(failed)) :]
 
 
@@ -218,6 +218,7 @@ def summary_rows(
     artifacts: str | None = None,
     sensitivity_top: int = 10,
     show: int = SHOW_FAILED,
+    more_in: str = "summary.json, report.html",
 ) -> list[SummaryLine]:
     """The terminal summary, verdict first: one line per pair; then, per pair that did not pass, its
     failed checks worst first (``show`` of them and how many more), its most sensitive layers, task
@@ -233,14 +234,14 @@ def summary_rows(
         why = f"expected to fail: {reason}" if status == "xfailed" else reason
         data = f" on {Path(record['comparison']['data']).name}"
         block = [f"{record['id']}: {LABELS[status]}{data}" + (f", {why}" if why else "")]
-        block += _failed_lines(record, show)
+        block += _failed_lines(record, show, more_in)
         block += _layer_line(record) + _task_lines(record)
         block += sensitivity_lines(record, sensitivity_top)
         rows += [SummaryLine("")] + [SummaryLine(line, status if i == 0 else None) for i, line in enumerate(block)]
     warnings = [f"{record['id']}: {text}" for record in records for text in pair_warnings(record)]
     if warnings:
         shown = warnings[:SHOW_WARNINGS]
-        rows += [SummaryLine(""), SummaryLine(f"warnings ({len(warnings)}; all in summary.json):")]
+        rows += [SummaryLine(""), SummaryLine(f"warnings ({len(warnings)}; all in {more_in.split(',')[0]}):")]
         rows += [SummaryLine(f"  {text}") for text in shown]
         if len(warnings) > len(shown):
             rows.append(SummaryLine(f"  and {len(warnings) - len(shown)} more"))
@@ -249,11 +250,17 @@ def summary_rows(
 
 
 def counts_line(records: Sequence[Mapping[str, Any]]) -> str:
-    """``7 / 9 pairs passed, 2 failed as expected``."""
+    """``7 / 9 pairs passed, 2 failed as expected``; pairs without checks are counted apart."""
     statuses = [record_status(r)[0] for r in records]
-    passed = sum(s in ("passed", "unchecked") for s in statuses)
+    unchecked = statuses.count("unchecked")
+    checked = len(records) - unchecked
+    if not checked:
+        return f"{len(records)} comparison{'s' if len(records) != 1 else ''}, no tolerances checked"
     expected = statuses.count("xfailed")
-    return f"{passed} / {len(records)} pairs passed" + (f", {expected} failed as expected" if expected else "")
+    line = f"{statuses.count('passed')} / {checked} pairs passed" + (
+        f", {expected} failed as expected" if expected else ""
+    )
+    return line + (f"; {unchecked} without checks" if unchecked else "")
 
 
 def fit(line: str, width: int = WIDTH) -> list[str]:
@@ -271,10 +278,13 @@ def fit(line: str, width: int = WIDTH) -> list[str]:
 
 
 def summary_lines(
-    records: Sequence[Mapping[str, Any]], artifacts: str | None = None, sensitivity_top: int = 10
+    records: Sequence[Mapping[str, Any]],
+    artifacts: str | None = None,
+    sensitivity_top: int = 10,
+    more_in: str = "summary.json, report.html",
 ) -> list[str]:
     """:func:`summary_rows` as text."""
-    return [row.text for row in summary_rows(records, artifacts, sensitivity_top)]
+    return [row.text for row in summary_rows(records, artifacts, sensitivity_top, more_in=more_in)]
 
 
 def channel_warnings(comparison: Mapping[str, Any]) -> list[str]:
