@@ -101,8 +101,9 @@ def _failed_lines(record: Mapping[str, Any], show: int, more_in: str) -> list[st
     failed = worst_first([o for o in checks if not o.passed])
     if not failed:
         return []
-    kinds = Counter(KIND_NAMES.get(o.kind, o.kind) for o in failed)
-    what = ", ".join(f"{name} {n}" for name, n in kinds.items())
+    kinds = Counter(KIND_NAMES[o.kind] for o in failed)
+    order = list(KIND_NAMES.values())
+    what = ", ".join(f"{name} {n}" for name, n in sorted(kinds.items(), key=lambda item: order.index(item[0])))
     lines = [f"  failed {len(failed)} of {len(checks)} checks ({what}), worst first:"]
     rows = _failed_rows(failed[:show], "    ")
     more = [f"    and {len(failed) - show} more ({more_in})"] if len(failed) > show else []
