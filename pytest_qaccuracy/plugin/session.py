@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 from pytest_qaccuracy.outcomes import XPASS_STRICT
 from pytest_qaccuracy.plugin.baselines import UPDATE_HINT, baseline_path, compared_dir, shown
 from pytest_qaccuracy.plugin.pairs import PairSpec
-from pytest_qaccuracy.plugin.properties import Properties, gate_properties, pair_properties, target_properties
+from pytest_qaccuracy.plugin.properties import (
+    Properties,
+    check_properties,
+    gate_properties,
+    pair_properties,
+    target_properties,
+)
 from pytest_qaccuracy.plugin.records import (
     Outcome,
     PairRecord,
@@ -426,7 +432,7 @@ class QAccuracySession:
             message = failure_message(spec.id, failed, None if gate_first else shown, shown_stats, extra)
         self._record(spec, result, stats, outcomes, nodeid, xfail, agreement, targets)
         properties = pair_properties(spec.id, spec.backend, result.scheme or _host_preset(), result, stats, not failed)
-        properties += target_properties(targets)
+        properties += check_properties(outcomes) + target_properties(targets)
         properties += gate_properties(agreement) if agreement is not None else []
         return CheckResult(spec.id, outcomes, message, properties)
 

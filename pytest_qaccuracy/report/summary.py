@@ -158,6 +158,17 @@ def target_view(record: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"headers": ["output", "metric", *(f"{n} ({kinds[n]})" for n in names)], "rows": rows}
 
 
+def _target_lines(record: Mapping[str, Any]) -> list[str]:
+    """The deployment targets side by side (:func:`target_view`), for a pair that did not pass."""
+    from tabulate import tabulate
+
+    view = target_view(record)
+    if view is None:
+        return []
+    table = tabulate(view["rows"], headers=view["headers"], tablefmt="simple")
+    return ["  deployment targets:", *("    " + line for line in table.splitlines())]
+
+
 def _task_lines(record: Mapping[str, Any]) -> list[str]:
     """``task metric cer: fp32 0.012 -> quantized 0.031 (drop 0.019), against the targets, 8 records``."""
     lines = []
@@ -230,13 +241,13 @@ def summary_rows(
     rows: list[SummaryLine] = [verdict_line(record) for record in records]
     for record in records:
         status, reason = record_status(record)
-        if status in ("passed", "unchecked"):
-            continue
+        if status in ("passed", "unchecked") and not record.get("sensitivity"):
+            continue  # a pair analysed although it passed (qaccuracy_sensitivity = all) shows its table
         why = f"expected to fail: {reason}" if status == "xfailed" else reason
         data = f" on {Path(record['comparison']['data']).name}"
         block = [f"{record['id']}: {LABELS[status]}{data}" + (f", {why}" if why else "")]
         block += _failed_lines(record, show, more_in)
-        block += _layer_line(record) + _task_lines(record)
+        block += _layer_line(record) + _task_lines(record) + _target_lines(record)
         block += sensitivity_lines(record, sensitivity_top)
         rows += [SummaryLine("")] + [SummaryLine(line, status if i == 0 else None) for i, line in enumerate(block)]
     warnings = [f"{record['id']}: {text}" for record in records for text in pair_warnings(record)]
@@ -266,7 +277,7 @@ def counts_line(records: Sequence[Mapping[str, Any]]) -> str:
 
 def fit(line: str, width: int = WIDTH) -> list[str]:
     """``line`` (control characters escaped) as lines of at most ``width`` columns: wrapped at spaces,
-    continuation lines indented four more than the first; a word longer than a line is cut."""
+    continuation lines indented four more than the first; a word longer than a line (a path) stays whole."""
     import textwrap
 
     line = escape_control(line)
@@ -274,7 +285,12 @@ def fit(line: str, width: int = WIDTH) -> list[str]:
         return [line]
     indent = " " * (len(line) - len(line.lstrip(" ")))
     return textwrap.wrap(
-        line.strip(), width, initial_indent=indent, subsequent_indent=indent + "    ", break_on_hyphens=False
+        line.strip(),
+        width,
+        initial_indent=indent,
+        subsequent_indent=indent + "    ",
+        break_on_hyphens=False,
+        break_long_words=False,
     )
 
 

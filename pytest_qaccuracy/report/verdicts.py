@@ -46,6 +46,8 @@ def check_row(check: Mapping[str, Any]) -> dict[str, Any]:
     value = check.get("value")
     return {
         "test": check.get("test", ""),
+        "kind": check["kind"],
+        "scope": check["scope"],
         "check": check["check"],
         "target": check["target"],
         "metric": metric,
@@ -60,14 +62,14 @@ def check_row(check: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """Every check but the baseline drift ones, failures first, then by target (stable otherwise)."""
-    checks = [c for c in (record or {}).get("checks", []) if c["check"] != DRIFT]
+    checks = [c for c in (record or {}).get("checks", []) if c["kind"] != DRIFT]
     rows = [check_row(c) for c in checks]
-    return sorted(rows, key=lambda r: (r["status"] == "pass", not r["target"].startswith("output")))
+    return sorted(rows, key=lambda r: (r["status"] == "pass", r["scope"] != "output"))
 
 
 def drift_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The baseline drift checks: one row per metric that moved too far, or the one 'no drift' row."""
-    return [check_row(c) for c in (record or {}).get("checks", []) if c["check"] == DRIFT]
+    return [check_row(c) for c in (record or {}).get("checks", []) if c["kind"] == DRIFT]
 
 
 def _percent(value: Any) -> str:
