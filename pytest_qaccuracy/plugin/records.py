@@ -204,7 +204,7 @@ class PairRecord:
             else replace(c, xfail=outcomes[c.test][1] if outcomes[c.test][0] == "xfailed" else None)
             for c in self.checks
         )
-        tests = {c.test: outcomes[c.test][0] for c in checks if c.test in outcomes}
+        tests = {test: outcomes[test][0] for test in sorted({c.test for c in checks} & set(outcomes))}
         return replace(self, checks=checks, tests=tests)
 
     def with_checks(self, checks: Sequence[RecordedCheck]) -> PairRecord:

@@ -981,7 +981,7 @@ PYTEST_CASES = {
         absent=("ModelError", "Traceback"),
     ),
     "dynamic height and width, records of different sizes": Case(
-        3, None, 0, "dyn.qdq: PASSED (dyn.onnx vs dyn.qdq.onnx on mixed, 7 records)", unchanged=None
+        3, None, 0, "dyn.qdq: PASSED (dyn.qdq.onnx vs dyn.onnx on mixed, 7 records)", unchanged=None
     ),
     "Ctrl-C while pytest loads the plugin": Case(
         3,
