@@ -127,3 +127,31 @@ def test_the_cli_imports_no_pytest() -> None:
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         == "False"
     )
+
+
+def test_ini_settings_read_as_the_plugin_reads_them(tmp_path: Path) -> None:
+    """pytest.ini (a comment inside the rule lines), pyproject.toml, and a bad value naming file and key."""
+    from pytest_qaccuracy.tolerances import Tolerance, ini_settings
+
+    ini = tmp_path / "pytest.ini"
+    ini.write_text("[pytest]\nqaccuracy_tolerances =\n    *::* sqnr>=12\n    # why\n    x::y cosine>0.5\n")
+    tolerances, rules = ini_settings(ini)
+    assert [(r.pair, r.layer, r.metric, r.op, r.value, r.position) for r in rules] == [
+        ("*", "*", "sqnr", ">=", 12.0, 0),
+        ("x", "y", "cosine", ">", 0.5, 1),
+    ]
+    assert tolerances == {
+        "min_cosine": Tolerance("min_cosine", 0.99, "default"),
+        "topk": Tolerance("topk", 1, "default"),
+    }
+    toml = tmp_path / "pyproject.toml"
+    toml.write_text('[tool.pytest.ini_options]\nqaccuracy_min_sqnr = 20\nqaccuracy_tolerances = ["*::a sqnr>=3"]\n')
+    tolerances, rules = ini_settings(toml)
+    assert tolerances["min_sqnr"] == Tolerance("min_sqnr", 20.0, "ini file pyproject.toml (qaccuracy_min_sqnr)")
+    assert [r.text for r in rules] == ["*::a sqnr>=3"]
+    ini.write_text("[pytest]\nqaccuracy_rtol = 1%\n")
+    with pytest.raises(ValueError, match=r"pytest.ini: qaccuracy_rtol: expected a number, got '1%' \(write a fraction"):
+        ini_settings(ini)
+    (tmp_path / "tox.ini").write_text("[tox]\n")
+    with pytest.raises(ValueError, match=r"tox.ini: no \[pytest\] section"):
+        ini_settings(tmp_path / "tox.ini")
