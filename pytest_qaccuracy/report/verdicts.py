@@ -41,8 +41,10 @@ def _status(check: Mapping[str, Any]) -> str:
 
 def check_row(check: Mapping[str, Any]) -> dict[str, Any]:
     """One check, formatted: value and tolerance as text, its source, status and message."""
-    metric, threshold = str(check["metric"]), check.get("threshold")
+    metric, threshold, params = str(check["metric"]), check.get("threshold"), check.get("params") or {}
     tolerance = "-" if threshold is None else f"{check['op']} {format_metric(metric, threshold)}".strip()
+    if params:  # rtol/atol: the numbers the user set, not the share of elements outside them (0)
+        tolerance = ", ".join(f"{name} {format_number(value)}" for name, value in params.items())
     value = check.get("value")
     return {
         "test": check.get("test", ""),

@@ -125,6 +125,19 @@ def test_suite_items_carry_file_and_line(digits: pytest.Pytester) -> None:
     assert qdq[0].get("file") == broken[0].get("file") == "qaccuracy_digits.toml"
     assert int(qdq[0].get("line")) == SUITE.splitlines().index("[pairs.qdq]")  # 0-based, as pytest keeps it
     assert int(broken[0].get("line")) == 11
+    # each check's typed outcome rides along as a JUnit property, the same record summary.json holds
+    (prop,) = [json.loads(p.get("value")) for p in qdq[0].iter("property") if p.get("name") == "qaccuracy.check"]
+    (recorded,) = _pairs(digits)["qdq"]["checks"]
+    assert prop == {k: recorded[k] for k in prop} and set(prop) == {
+        "kind", "check", "scope", "subject", "deployment", "metric", "op", "threshold", "value", "params", "passed",
+        "source",
+    }  # fmt: skip
+    assert (prop["kind"], prop["check"], prop["subject"], prop["passed"]) == (
+        "tolerance",
+        "min_cosine",
+        "output 'logits'",
+        True,
+    )
     # pytest's own location (0-based, as reportinfo gives it)
     listed = digits.runpytest(OFF, "--collect-only", "-q", "qaccuracy_digits.toml")
     assert any("qaccuracy_digits.toml::qdq::min_cosine" in line for line in listed.outlines)

@@ -225,3 +225,21 @@ def test_expected_failures_are_labelled() -> None:
     strict = {**_record(True), "tests": {"t::a": "xpassed-strict"}}
     assert summary_lines([strict])[0].startswith("p: FAILED (")
     assert "p: FAILED on d.npz, passed, but t::a is marked xfail(strict=True)" in summary_lines([strict])
+
+
+def test_an_element_wise_check_shows_the_tolerances_set_not_a_zero() -> None:
+    """rtol/atol count the share of elements outside atol + rtol*|fp32| (which must be 0): the terminal
+    and the report show the numbers the user set."""
+    from pytest_qaccuracy.analysis.checks import evaluate
+    from pytest_qaccuracy.analysis.outputs import OutputStats, RelativeStats
+    from pytest_qaccuracy.report.verdicts import check_row
+    from pytest_qaccuracy.tolerances import Tolerance
+
+    result = ComparisonResult("m.onnx", "m.q.onnx", "d.npz", 4, {"sqnr": ""}, [OutputResult("y", {"sqnr": 9.0})], [])
+    rel = RelativeStats(rtol=0.01, atol=0.001, violations=3, elements=12, max_abs=0.5, max_rel=0.25)
+    tolerances = {"rtol": Tolerance("rtol", 0.01, "marker"), "atol": Tolerance("atol", 0.001, "ini")}
+    (outcome,) = evaluate(result, OutputStats(topk={}, relative={"y": rel}), tolerances, [], "p")
+    record = {**_record(True), "checks": [{**outcome.to_dict(), "test": "t::a", "index": 0, "xfail": None}]}
+    lines = summary_lines([record])
+    assert "    output 'y'  relative  0.25  rtol 0.01, atol 0.001  [1]" in lines
+    assert check_row(record["checks"][0])["tolerance"] == "rtol 0.01, atol 0.001"
