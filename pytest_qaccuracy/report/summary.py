@@ -263,15 +263,19 @@ def summary_rows(
 
 def counts_line(records: Sequence[Mapping[str, Any]]) -> str:
     """``7 / 9 pairs passed, 2 failed as expected``; pairs without checks are counted apart."""
-    statuses = [record_status(r)[0] for r in records]
-    unchecked = statuses.count("unchecked")
-    checked = len(records) - unchecked
+    return counts_text([record_status(r)[0] for r in records])
+
+
+def counts_text(statuses: Sequence[str]) -> str:
+    """The counts of pair statuses (:data:`~pytest_qaccuracy.outcomes.STATUSES`), as the terminal and
+    the report word them."""
+    unchecked = list(statuses).count("unchecked")
+    checked = len(statuses) - unchecked
     if not checked:
-        return f"{len(records)} comparison{'s' if len(records) != 1 else ''}, no tolerances checked"
-    expected = statuses.count("xfailed")
-    line = f"{statuses.count('passed')} / {checked} pairs passed" + (
-        f", {expected} failed as expected" if expected else ""
-    )
+        return f"{len(statuses)} comparison{'s' if len(statuses) != 1 else ''}, no tolerances checked"
+    expected = list(statuses).count("xfailed")
+    line = f"{list(statuses).count('passed')} / {checked} pairs passed"
+    line += f", {expected} failed as expected" if expected else ""
     return line + (f"; {unchecked} without checks" if unchecked else "")
 
 
@@ -425,6 +429,7 @@ __all__ = [
     "WIDTH",
     "SummaryLine",
     "counts_line",
+    "counts_text",
     "file_sha256",
     "fit",
     "pair_warnings",

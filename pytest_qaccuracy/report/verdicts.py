@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.numbers import format_metric, format_number
-from pytest_qaccuracy.report.summary import record_status
+from pytest_qaccuracy.report.summary import counts_text, record_status
 from pytest_qaccuracy.report.tables import rank_layers
 
 DRIFT = "drift"
@@ -135,12 +135,7 @@ def worst_layers(result: ComparisonResult, metric: str | None, count: int = 3) -
 
 def counts_line(verdicts: Sequence[Mapping[str, str]]) -> str:
     """``6 / 8 pairs passed, 2 failed as expected``, as the terminal summary counts them."""
-    checked = [v for v in verdicts if v["status"] != "unchecked"]
-    if not checked:
-        return f"{len(verdicts)} comparison{'s' if len(verdicts) != 1 else ''}, no tolerances checked"
-    passed = sum(v["status"] == "passed" for v in checked)
-    expected = sum(v["status"] == "xfailed" for v in checked)
-    return f"{passed} / {len(checked)} pairs passed" + (f", {expected} failed as expected" if expected else "")
+    return counts_text([v["status"] for v in verdicts])
 
 
 __all__ = [
