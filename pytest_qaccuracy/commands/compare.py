@@ -201,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
     if result.reduction and "fallback" in result.reduction:  # slower, same values: say why
         sys.stdout.write(f"note: layer sums computed in {result.reduction}\n")
     more_in = ", ".join(f for f, given in (("--json", args.json), ("--out-dir", args.out_dir)) if given) or "--json"
-    sys.stdout.write("\n".join(summary_lines([record], more_in=more_in)) + "\n")  # verdict, failed checks
+    lines = summary_lines([record], more_in=more_in, show_warnings=None)  # verdict, failed checks, every warning
+    sys.stdout.write("\n".join(lines) + "\n")
     checks = record["checks"] if asked is not None else None
     write_comparison_artifacts(result, pair.fp32, json_path=args.json, out_dir=args.out_dir, checks=checks)
     if args.json is not None:

@@ -231,6 +231,7 @@ def summary_rows(
     sensitivity_top: int = 10,
     show: int = SHOW_FAILED,
     more_in: str = "summary.json, report.html",
+    show_warnings: int | None = SHOW_WARNINGS,
 ) -> list[SummaryLine]:
     """The terminal summary, verdict first: one line per pair; then, per pair that did not pass, its
     failed checks worst first (``show`` of them and how many more), its most sensitive layers, task
@@ -252,8 +253,9 @@ def summary_rows(
         rows += [SummaryLine("")] + [SummaryLine(line, status if i == 0 else None) for i, line in enumerate(block)]
     warnings = [f"{record['id']}: {text}" for record in records for text in pair_warnings(record)]
     if warnings:
-        shown = warnings[:SHOW_WARNINGS]
-        rows += [SummaryLine(""), SummaryLine(f"warnings ({len(warnings)}; all in {more_in.split(',')[0]}):")]
+        shown = warnings[:show_warnings]
+        where = f"; all in {more_in.split(',')[0]}" if len(shown) < len(warnings) else ""
+        rows += [SummaryLine(""), SummaryLine(f"warnings ({len(warnings)}{where}):")]
         rows += [SummaryLine(f"  {text}") for text in shown]
         if len(warnings) > len(shown):
             rows.append(SummaryLine(f"  and {len(warnings) - len(shown)} more"))
@@ -303,9 +305,11 @@ def summary_lines(
     artifacts: str | None = None,
     sensitivity_top: int = 10,
     more_in: str = "summary.json, report.html",
+    show_warnings: int | None = SHOW_WARNINGS,
 ) -> list[str]:
     """:func:`summary_rows` as text."""
-    return [row.text for row in summary_rows(records, artifacts, sensitivity_top, more_in=more_in)]
+    rows = summary_rows(records, artifacts, sensitivity_top, more_in=more_in, show_warnings=show_warnings)
+    return [row.text for row in rows]
 
 
 def channel_warnings(comparison: Mapping[str, Any]) -> list[str]:

@@ -130,6 +130,11 @@ def test_qaccuracy_compare_prints_the_warning(detector, capsys):
     pair = detector["pair"]
     args = ["compare", str(pair.fp32_path), str(pair.quantized_path), "--data", str(detector["data"])]
     assert main([*args, "--metrics", "sqnr"]) == 0
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning: ")]
-    assert lines[0].startswith("warning: output0 channels 4..9 (axis 1) span < 1 step (scale ")
-    assert len(lines) == 2 and lines[1].startswith("warning: cat channels 4..9 (axis 1)")  # the Concat too
+    out = capsys.readouterr().out.splitlines()
+    section = out[out.index("warnings (2):") + 1 :]  # every warning on the command line, wrapped at 100
+    section = section[: section.index("")]
+    lines = [line for line in section if not line.startswith("      ")]  # continuation lines apart
+    stem = pair.quantized_path.stem
+    assert lines[0].startswith(f"  {stem}: output0 channels 4..9 (axis 1) span < 1 step (scale ")
+    assert len(lines) == 2 and lines[1].startswith(f"  {stem}: cat channels 4..9 (axis 1)")  # the Concat too
+    assert max(len(line) for line in section) <= 100

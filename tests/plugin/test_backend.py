@@ -188,7 +188,14 @@ def test_gate_fails_at_the_first_tensor_beyond_n(digits: pytest.Pytester) -> Non
         if c["check"] == "max_backend_steps"
     ]
     assert sorted(verdicts) == [(0.0, 9.0, False), (9.0, 43.0, False), (43.0, 43.0, True)]
-    result.stdout.fnmatch_lines(["qdq: FAILED (* 300 records, backend onnxruntime, scheme power2)"])
+    result.stdout.fnmatch_lines(["qdq: FAILED (* 300 records, backend onnxruntime, scheme", "    power2)"])  # wrapped
+    result.stdout.fnmatch_lines(
+        [
+            "  failed 2 of 4 checks (agreement gate 2), worst first:",
+            "    tensor 'relu1_QuantizeLinear_Output' (power2)   steps vs onnxruntime  9   <= 0  [[]1[]]",
+            "    tensor 'logits_QuantizeLinear_Output' (power2)  steps vs onnxruntime  43  <= 9  [[]1[]]",
+        ]
+    )
 
 
 def test_ini_and_command_line_routes(digits: pytest.Pytester) -> None:
