@@ -1,4 +1,4 @@
-"""Pair checks and their failure messages, without a pytest session (``plugin/checks.py``).
+"""Pair checks (``analysis/checks.py``) and their failure messages (``plugin/checks.py``), without a session.
 
 The expected outcomes and message lines are written from the layout in docs/pytest.md ("A failure
 reads: ...") with the numbers worked out by hand; the inputs are dyadic fractions, so every figure

@@ -1,4 +1,4 @@
-"""Edges of tolerance parsing and rule selection (``plugin/rules.py``), from docs/pytest.md's rules."""
+"""Edges of tolerance parsing and rule selection (``tolerances.py``), from docs/pytest.md's rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A slice's own rules and tolerances (``plugin/rules.py``: ``slice_rules``, ``with_slice_tolerances``),
+"""A slice's own rules and tolerances (``tolerances.py``: ``slice_rules``, ``with_slice_tolerances``),
 as docs/pytest.md describes slices: a view's rules apply to that view of that pair only, and win."""
 
 from __future__ import annotations
