@@ -29,7 +29,7 @@ def test_broken(qaccuracy):
     qaccuracy.check()
 
 
-@pytest.mark.xfail(reason="thought to be bad", strict={strict})
+@pytest.mark.xfail(reason="thought to be bad"{strict})
 @pytest.mark.qaccuracy(fp32=FP32, quantized="models/digits_cnn.qdq.onnx", data=DATA)
 def test_good(qaccuracy):
     qaccuracy.check()
@@ -47,9 +47,14 @@ def _pairs(pytester: pytest.Pytester) -> dict[str, dict]:
     return {pair["id"]: pair for pair in document["pairs"]}
 
 
-@pytest.mark.parametrize("strict", [False, True])
-def test_xfail_as_pytest_reports_it(digits: pytest.Pytester, strict: bool) -> None:
-    digits.makepyfile(test_pairs=MODULE.format(strict=strict))
+@pytest.mark.parametrize("strict", ["marker", "ini", False])
+def test_xfail_as_pytest_reports_it(digits: pytest.Pytester, strict: str | bool) -> None:
+    """strict=True on the mark, or xfail_strict = true in the ini file (as the example suite sets it)."""
+    digits.makepyfile(
+        test_pairs=MODULE.format(strict={"marker": ", strict=True", "ini": "", False: ", strict=False"}[strict])
+    )
+    if strict == "ini":
+        digits.makeini("[pytest]\nxfail_strict = true\n")
     result = digits.runpytest(OFF, "-rxX")
     pairs = _pairs(digits)
     broken, good = pairs["digits_cnn.broken"], pairs["digits_cnn.qdq"]
@@ -72,7 +77,7 @@ def test_xfail_as_pytest_reports_it(digits: pytest.Pytester, strict: bool) -> No
 @pytest.mark.parametrize("flag", [["--runxfail"], ["-p", "no:skipping"]])
 def test_runxfail_and_no_skipping_make_expected_failures_real(digits: pytest.Pytester, flag: list[str]) -> None:
     """pytest ignores the xfail marks: both tests' checks are judged as plain checks, as pytest does."""
-    digits.makepyfile(test_pairs=MODULE.format(strict=True))
+    digits.makepyfile(test_pairs=MODULE.format(strict=", strict=True"))
     result = digits.runpytest(OFF, *flag, "-W", "ignore::pytest.PytestUnknownMarkWarning")
     result.assert_outcomes(failed=1, passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
