@@ -64,10 +64,13 @@ GROUPS: dict[str, Group] = {
         ),
     ),
     "rules": Group(
-        ("plugin/rules.py",),
+        ("tolerances.py",),
         ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py", "tests/plugin/test_rules_slices.py"),
     ),
-    "checks": Group(("plugin/checks.py",), ("tests/plugin/test_checks.py",)),
+    "checks": Group(
+        ("analysis/checks.py", "plugin/checks.py", "outcomes.py"),
+        ("tests/plugin/test_checks.py", "tests/plugin/test_records.py"),
+    ),
     "atomic": Group(("atomic.py",), ("tests/report/test_atomic_writers.py", "tests/report/test_atomic_edges.py")),
     "matching": Group(
         ("model/matching.py",), ("tests/test_matching.py", "tests/test_matching_edges.py", "tests/test_pair.py")

@@ -15,10 +15,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pytest_qaccuracy import assertions
+from pytest_qaccuracy.analysis.checks import evaluate
 from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.assertions import assert_cosine, assert_relative, assert_topk, assert_within_lsb, fmt
 from pytest_qaccuracy.model.pair import ModelPair
-from pytest_qaccuracy.plugin.checks import evaluate
+from pytest_qaccuracy.tolerances import Tolerance
 
 
 def _message(call, *args, **kwargs) -> list[str]:
@@ -118,7 +119,7 @@ def test_cosine_assertion_agrees_with_the_plugin_check(tmp_path, fp32_weight, qu
     fp32 = _mul_model(tmp_path / "f.onnx", np.array(fp32_weight))
     quantized = _mul_model(tmp_path / "q.onnx", np.array(quantized_weight))
     result = compare(ModelPair(fp32, quantized), tmp_path / "d.npz", metrics="cosine", layers=False)
-    (outcome,) = evaluate(result, None, {"min_cosine": (-1.0, "marker")}, [], "pair")
+    (outcome,) = evaluate(result, None, {"min_cosine": Tolerance("min_cosine", -1.0, "marker")}, [], "pair")
     assert outcome.detail == expected
     actual = records * np.array(quantized_weight, np.float32)
     reference = records * np.array(fp32_weight, np.float32)

@@ -25,6 +25,8 @@ LAYERS: dict[str, int] = {
     "atomic": 0,
     "numbers": 0,
     "task_names": 0,
+    "tolerances": 0,
+    "outcomes": 0,
     "data": 0,
     "model": 0,
     "metrics": 0,

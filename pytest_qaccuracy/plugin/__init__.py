@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 try:  # Ctrl-C while pytest loads this plugin: one line and pytest's exit code of an interrupted run
+    from pytest_qaccuracy.outcomes import XPASS_STRICT
     from pytest_qaccuracy.plugin.artifacts import report_path
     from pytest_qaccuracy.plugin.fixtures import (
         MARKER_HELP,
@@ -37,6 +38,9 @@ except KeyboardInterrupt:
 __all__ = ["qaccuracy", "qaccuracy_calibrate", "qaccuracy_dataset", "qaccuracy_pair"]
 
 progress_key = pytest.StashKey[SessionProgress]()
+
+#: The terminal colour of a pair's verdict lines, by its status.
+COLOURS = {"passed": {"green": True}, "failed": {"red": True}, "xfailed": {"yellow": True}}
 
 
 class QAccuracyXdist:
@@ -63,6 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[session_key] = state
     config.stash[progress_key] = SessionProgress(state.records)
     config.pluginmanager.register(config.stash[progress_key], "qaccuracy-progress")
+    if not worker:
+        config.pluginmanager.register(QAccuracyOutcomes(state), "qaccuracy-outcomes")
     if not worker and config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(QAccuracyXdist(state), "qaccuracy-xdist")
 
@@ -72,9 +78,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if progress is not None:
         config.pluginmanager.unregister(progress)
         del config.stash[progress_key]
-    xdist = config.pluginmanager.get_plugin("qaccuracy-xdist")
-    if xdist is not None:
-        config.pluginmanager.unregister(xdist)
+    for name in ("qaccuracy-xdist", "qaccuracy-outcomes"):
+        plugin = config.pluginmanager.get_plugin(name)
+        if plugin is not None:
+            config.pluginmanager.unregister(plugin)
     if session_key in config.stash:
         del config.stash[session_key]
 
@@ -89,6 +96,32 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config) -> None:
     raise_usage_errors(config)  # a suite's unusable task metric: exit 4, one line, no test runs
+
+
+def judged_outcome(report: pytest.TestReport) -> str | None:
+    """pytest's verdict on a test from one phase's report, as the terminal shows it: passed, failed,
+    xfailed, xpassed, xpassed-strict (failed by pytest) or skipped; None for a phase that decides
+    nothing (a passed setup or teardown)."""
+    if report.when != "call" and report.passed:
+        return None
+    if hasattr(report, "wasxfail"):
+        return "xfailed" if report.skipped else "xpassed"
+    if report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
+        return XPASS_STRICT
+    return report.outcome
+
+
+class QAccuracyOutcomes:
+    """What pytest made of each test (``--runxfail``, ``-p no:skipping``, strict xfail): the pair
+    verdicts follow it. On xdist's controller every worker's reports arrive here."""
+
+    def __init__(self, state: QAccuracySession) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        outcome = judged_outcome(report)
+        if outcome is not None:
+            self.state.record_report(outcome, report.nodeid, getattr(report, "wasxfail", None) or None)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -124,13 +157,14 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(session_key, None)
     if state is None or state.worker or not (state.records or state.workers_without_data or state.errors):
         return
-    from pytest_qaccuracy.report.summary import summary_lines
+    from pytest_qaccuracy.report.summary import summary_rows
 
     artifacts = state.settings.artifacts_dir if state.written else None
     terminalreporter.write_sep("=", "quantization accuracy summary")
     top = state.settings.sensitivity_top
-    for line in summary_lines(state.documents(), str(artifacts) if artifacts else None, top):
-        terminalreporter.write_line(line, red=": FAILED (" in line or " FAIL" in line)
+    for row in summary_rows(state.documents(), str(artifacts) if artifacts else None, top):
+        colour = COLOURS.get(row.status or "", {})  # the pair's verdict, never a search of the text
+        terminalreporter.write_line(row.text, **colour)
     report = report_path(state.settings, state.written)
     if report is not None:
         terminalreporter.write_line(f"report: {report.as_uri()}")

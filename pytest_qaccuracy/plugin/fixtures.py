@@ -17,16 +17,6 @@ from typing import Any
 import pytest
 
 from pytest_qaccuracy.plugin.pairs import PairSpec
-from pytest_qaccuracy.plugin.rules import (
-    TOLERANCES,
-    Rule,
-    check_tolerance,
-    is_tolerance,
-    parse_rules,
-    slice_rules,
-    tolerance_values,
-    with_slice_tolerances,
-)
 from pytest_qaccuracy.plugin.schemes import (
     DEFAULT_BACKEND,
     DEFAULT_SCHEME,
@@ -36,6 +26,16 @@ from pytest_qaccuracy.plugin.schemes import (
     check_targets,
 )
 from pytest_qaccuracy.plugin.session import CheckResult, QAccuracySession
+from pytest_qaccuracy.tolerances import (
+    TOLERANCES,
+    Rule,
+    check_tolerance,
+    is_tolerance,
+    parse_rules,
+    slice_rules,
+    tolerance_values,
+    with_slice_tolerances,
+)
 
 session_key = pytest.StashKey[QAccuracySession]()
 

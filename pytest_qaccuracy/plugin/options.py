@@ -19,7 +19,7 @@ from typing import TypeVar
 import pytest
 
 from pytest_qaccuracy.plugin.ini import ini_lines, ini_text
-from pytest_qaccuracy.plugin.rules import BadValue
+from pytest_qaccuracy.tolerances import BadValue
 
 T = TypeVar("T")
 

@@ -1,6 +1,7 @@
 """JUnit XML properties of a pair check: plain strings, never numpy scalars.
 
-``qaccuracy.pair``, ``qaccuracy.passed``, where the quantized model ran, the key output figures,
+``qaccuracy.pair``, ``qaccuracy.passed``, one ``qaccuracy.check`` per check (its typed fields as JSON),
+where the quantized model ran, the key output figures,
 the task metrics' (``qaccuracy.task.<value>.{fp32,quantized,drop}``), each deployment target's
 (``qaccuracy.target.<name>.*``) and the agreement gate's
 (``qaccuracy.agreement.*``). Pure: stdlib only.
@@ -9,6 +10,7 @@ the task metrics' (``qaccuracy.task.<value>.{fp32,quantized,drop}``), each deplo
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +38,21 @@ def pair_properties(pair_id: str, backend: str, scheme: str, result: Any, stats:
         for side, number in (("fp32", value.fp32), ("quantized", value.quantized), ("drop", value.drop)):
             if number is not None:
                 props.append((f"qaccuracy.task.{name}.{side}", format_number(float(number))))
+    return props
+
+
+def check_properties(outcomes: Sequence[Any]) -> Properties:
+    """One ``qaccuracy.check`` property per check of the test: its typed fields as compact JSON
+    (kind, check, scope, subject, deployment, metric, op, threshold, value, params, passed, source)."""
+    fields = ("kind", "check", "scope", "subject", "deployment", "metric", "op", "threshold", "value", "params")
+    props = []
+    for outcome in outcomes:
+        data = {name: getattr(outcome, name) for name in fields}
+        data |= {"params": dict(outcome.params), "passed": outcome.passed, "source": outcome.source}
+        for name in ("threshold", "value"):  # inf (identical tensors' SQNR) as its text: strict JSON
+            if isinstance(data[name], float) and not math.isfinite(data[name]):
+                data[name] = str(data[name])
+        props.append(("qaccuracy.check", json.dumps(data, separators=(",", ":"))))
     return props
 
 

@@ -12,27 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    """One rule applied to one target (an output, a layer, a baseline, a deployment target's output)."""
-
-    check: str
-    target: str
-    metric: str
-    op: str
-    threshold: float | None
-    value: float | None
-    passed: bool
-    source: str
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+from pytest_qaccuracy.outcomes import Outcome, pair_status
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,10 +181,31 @@ class PairRecord:
     agreement: Mapping[str, Any] | None = None
     targets: Mapping[str, TargetRun] = field(default_factory=dict)
     sensitivity: SensitivityEntry | None = None
+    #: pytest's outcome of each test that checked the pair (nodeid -> passed, failed, xfailed, ...)
+    tests: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def status(self) -> tuple[str, str | None]:
+        """:func:`~pytest_qaccuracy.outcomes.pair_status` of the record."""
+        return pair_status(({"passed": c.outcome.passed, "xfail": c.xfail} for c in self.checks), self.tests)
 
     @property
     def passed(self) -> bool:
-        return all(c.outcome.passed for c in self.checks)
+        return self.status[0] in ("passed", "unchecked")
+
+    def with_pytest_outcomes(self, outcomes: Mapping[str, tuple[str, str | None]]) -> PairRecord:
+        """The record as pytest judged its tests (``outcomes``: nodeid -> (outcome, xfail reason)): a
+        check is expected to fail only where pytest reported its test as xfailed (not under
+        ``--runxfail``, ``-p no:skipping`` or a false condition). Tests pytest did not report keep
+        what the check recorded."""
+        checks = tuple(
+            c
+            if c.test not in outcomes
+            else replace(c, xfail=outcomes[c.test][1] if outcomes[c.test][0] == "xfailed" else None)
+            for c in self.checks
+        )
+        tests = {test: outcomes[test][0] for test in sorted({c.test for c in checks} & set(outcomes))}
+        return replace(self, checks=checks, tests=tests)
 
     def with_checks(self, checks: Sequence[RecordedCheck]) -> PairRecord:
         return replace(self, checks=(*self.checks, *checks))
@@ -236,6 +237,8 @@ class PairRecord:
             data["targets"] = {name: run.to_dict() for name, run in self.targets.items()}
         if self.sensitivity is not None:
             data["sensitivity"] = self.sensitivity.to_dict()
+        if self.tests:
+            data["tests"] = dict(self.tests)
         return data
 
     @classmethod
@@ -258,6 +261,7 @@ class PairRecord:
             agreement=data.get("agreement"),
             targets={name: TargetRun.from_dict(run) for name, run in (data.get("targets") or {}).items()},
             sensitivity=None if sensitivity is None else SensitivityEntry.from_dict(sensitivity),
+            tests=data.get("tests") or {},
         )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from pytest_qaccuracy.plugin.rules import BadValue
+from pytest_qaccuracy.tolerances import BadValue
 
 #: The backends of :func:`pytest_qaccuracy.runtime.make_runner`.
 BACKENDS = ("onnxruntime", "integer")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_qaccuracy.plugin.records import ExclusionTarget, PairRecord, RecordedCheck, SensitivityEntry
-from pytest_qaccuracy.plugin.rules import GATE
+from pytest_qaccuracy.tolerances import GATE
 
 #: Output metrics whose failed check sets the sweep target (the sweep measures the mean over outputs).
 TARGET_METRICS = ("cosine", "sqnr")
@@ -86,14 +86,12 @@ def exclusion_target(checks: Sequence[RecordedCheck], metric: str) -> ExclusionT
     The strictest one, preferring the ranking metric, then cosine. Every process picks the same way,
     so the controller keeps the xdist worker's pick with the highest :func:`target_rank`.
     """
-    from pytest_qaccuracy.plugin.checks import deployment_target
-
     failed = [
         o
         for o in (c.outcome for c in checks)
         if not o.passed
-        and o.target.startswith("output ")
-        and deployment_target(o.target) is None  # the analysis runs the pair's own backend
+        and o.scope == "output"
+        and o.deployment is None  # the analysis runs the pair's own backend
         and o.metric in TARGET_METRICS
         and o.op in (">=", ">")
         and o.threshold is not None
@@ -153,16 +151,13 @@ def analyse_records(state: AnalysedSession, specs: Mapping[str, PairFiles]) -> N
 
 def task_target(checks: Sequence[RecordedCheck]) -> tuple[str, float] | None:
     """The first failed task-metric tolerance of the pair's own run (``("max_drop:cer", 0.005)``), or None."""
-    from pytest_qaccuracy.plugin.checks import deployment_target
-    from pytest_qaccuracy.plugin.rules import task_tolerance
-
     for outcome in (c.outcome for c in checks):
         if (
             not outcome.passed
-            and task_tolerance(outcome.check) is not None
+            and outcome.kind == "task"
             and outcome.value is not None
             and outcome.threshold is not None
-            and deployment_target(outcome.target) is None
+            and outcome.deployment is None
         ):
             return outcome.check, float(outcome.threshold)
     return None

@@ -15,9 +15,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_qaccuracy.outcomes import XPASS_STRICT
 from pytest_qaccuracy.plugin.baselines import IMPROVED, UPDATE_HINT, baseline_path, compared_dir, pair_files, shown
 from pytest_qaccuracy.plugin.pairs import PairSpec
-from pytest_qaccuracy.plugin.properties import Properties, gate_properties, pair_properties, target_properties
+from pytest_qaccuracy.plugin.properties import (
+    Properties,
+    check_properties,
+    gate_properties,
+    pair_properties,
+    target_properties,
+)
 from pytest_qaccuracy.plugin.records import (
     Outcome,
     PairRecord,
@@ -27,10 +34,10 @@ from pytest_qaccuracy.plugin.records import (
     agreement_record,
     merge_targets,
 )
-from pytest_qaccuracy.plugin.rules import GATE, SATURATION, Rule, Tolerances
 from pytest_qaccuracy.plugin.sensitivity import analyse_records, merge_entry
 from pytest_qaccuracy.plugin.settings import QAccuracySettings
 from pytest_qaccuracy.report.artifacts import comparison_name
+from pytest_qaccuracy.tolerances import GATE, SATURATION, Rule, Tolerances
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,6 +80,8 @@ class QAccuracySession:
         self.worker = worker
         #: record key (:meth:`PairSpec.key`) -> the pair's record; records are replaced, never changed
         self.records: dict[str, PairRecord] = {}
+        #: nodeid -> pytest's outcome of the test and its xfail reason (:meth:`record_report`)
+        self.test_outcomes: dict[str, tuple[str, str | None]] = {}
         self.workers_without_data = 0
         self.errors: list[str] = []
         #: task values some pair of the session computes (ini, suites, markers, pairs measured): a drift
@@ -96,7 +105,8 @@ class QAccuracySession:
 
     def header(self) -> str:
         """One line for ``pytest -v``'s header: the tolerances in effect and where artifacts go."""
-        tolerances = ", ".join(f"{name}={value:g}" for name, (value, _) in sorted(self.settings.tolerances.items()))
+        shown = sorted(self.settings.tolerances.values(), key=lambda t: t.name)
+        tolerances = ", ".join(f"{t.name}={t.value:g}" for t in shown if t.value is not None)
         artifacts = self.settings.artifacts_dir or "off"
         return f"qaccuracy: {tolerances}; rules: {len(self.settings.rules)}; artifacts: {artifacts}"
 
@@ -262,9 +272,9 @@ class QAccuracySession:
     @staticmethod
     def _stats_key(spec: PairSpec, tolerances: Tolerances) -> tuple[StatsKey, list[int], float | None, float | None]:
         """The output statistics' cache key (pair, k, rtol, atol), their ks, rtol and atol."""
-        k = int(tolerances.get("topk", (1, ""))[0])
-        rtol = tolerances["rtol"][0] if "rtol" in tolerances else None
-        atol = tolerances["atol"][0] if "atol" in tolerances else None
+        k = int(tolerances["topk"].value or 1) if "topk" in tolerances else 1
+        rtol = tolerances["rtol"].value if "rtol" in tolerances else None
+        atol = tolerances["atol"].value if "atol" in tolerances else None
         return (spec, k, rtol, atol), sorted({1, k}), rtol, atol
 
     @staticmethod
@@ -367,8 +377,10 @@ class QAccuracySession:
             known[0] if known else ComparisonResult(spec.fp32.name, spec.quantized.name, spec.data.name, 0, {}, [], [])
         )
         outcome = Outcome(
+            kind="error",
             check="error",
-            target=f"pair '{spec.id}'",
+            scope="model",
+            subject=f"pair '{spec.id}'",
             metric="error",
             op="",
             threshold=None,
@@ -389,15 +401,8 @@ class QAccuracySession:
         measure: Tolerances | None,
         xfail: str | None,
     ) -> CheckResult:
-        from pytest_qaccuracy.plugin.checks import (
-            deployment_target,
-            evaluate,
-            failure_message,
-            gate_notes,
-            gate_outcome,
-            saturation_notes,
-            saturation_outcome,
-        )
+        from pytest_qaccuracy.analysis.checks import evaluate, gate_outcome, saturation_outcome
+        from pytest_qaccuracy.plugin.checks import failure_message, gate_notes, saturation_notes
 
         gate = GATE in tolerances or GATE in (measure or {})
         result, stats = self.compared(spec, rules, measure or tolerances, gate)
@@ -411,13 +416,13 @@ class QAccuracySession:
         outcomes += target_rows
         if SATURATION in tolerances:
             saturation = self.saturation(spec)
-            outcomes.append(saturation_outcome(saturation, *tolerances[SATURATION]))
+            outcomes.append(saturation_outcome(saturation, tolerances[SATURATION]))
             if not outcomes[-1].passed:
                 extra += saturation_notes(saturation)
         agreement = None
         if GATE in tolerances:
-            agreement = self.agreement(spec, int(tolerances[GATE][0]))
-            outcomes.append(gate_outcome(agreement, tolerances[GATE][1]))
+            agreement = self.agreement(spec, int(tolerances[GATE].value or 0))
+            outcomes.append(gate_outcome(agreement, tolerances[GATE].source))
             extra += gate_notes(agreement)
         failed = [o for o in outcomes if not o.passed]
         message = None
@@ -427,11 +432,11 @@ class QAccuracySession:
                 extra = [*extra, f"Artifacts: {self.settings.artifacts_dir / 'pairs' / comparison_name(stem)}"]
             gate_first = failed[0].check in (GATE, SATURATION)  # worst records and layers say nothing there
             # a failure on a deployment target shows that target's records, elements and layers
-            shown, shown_stats = runs.get(deployment_target(failed[0].target) or "", (result, stats))
+            shown, shown_stats = runs.get(failed[0].deployment or "", (result, stats))
             message = failure_message(spec.id, failed, None if gate_first else shown, shown_stats, extra)
         self._record(spec, result, stats, outcomes, nodeid, xfail, agreement, targets)
         properties = pair_properties(spec.id, spec.backend, result.scheme or _host_preset(), result, stats, not failed)
-        properties += target_properties(targets)
+        properties += check_properties(outcomes) + target_properties(targets)
         properties += gate_properties(agreement) if agreement is not None else []
         return CheckResult(spec.id, outcomes, message, properties)
 
@@ -445,7 +450,7 @@ class QAccuracySession:
         """Per deployment target: its run (output figures, verdict), its output checks (labelled
         ``... on <target>``), and its ``(ComparisonResult, OutputStats)``. A target that is the pair's
         own run shows its figures and adds no checks."""
-        from pytest_qaccuracy.plugin.checks import ON_TARGET, evaluate
+        from pytest_qaccuracy.analysis.checks import evaluate, on_target
 
         found: dict[str, TargetRun] = {}
         rows: list[Outcome] = []
@@ -455,12 +460,10 @@ class QAccuracySession:
             result, stats = self.compared(run, rules, measure or tolerances)
             own = (run.backend, run.compare_scheme) == (spec.backend, spec.compare_scheme)
             evaluated = evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
-            checked = [o for o in evaluated if o.target.startswith(("output", "task "))]
+            checked = on_target(evaluated, name)
             # the pair's own run: its checks are the pair's, not repeated; its verdict is theirs
             if not own:
-                rows += [
-                    replace(o, target=o.target + ON_TARGET + name, detail=o.detail + ON_TARGET + name) for o in checked
-                ]
+                rows += checked
             found[name] = TargetRun(
                 backend=run.backend,
                 scheme=name,
@@ -499,9 +502,12 @@ class QAccuracySession:
             threshold: float | None = None,
             value: float | None = None,
         ) -> Outcome:
+            scope = target.partition(" ")[0]  # the baseline's own keys: "output 'y'", "layer 'x'", "task 'cer'"
             return Outcome(
+                kind="drift",
                 check="drift",
-                target=target,
+                scope=scope if scope in ("output", "layer", "task") else "model",
+                subject=target,
                 metric=metric,
                 op=op,
                 threshold=threshold,
@@ -532,7 +538,7 @@ class QAccuracySession:
         drifts, missing = find_drift(document, result, rules, task)
         better = find_improvements(document, result, rules, task)
         rows = [
-            drift_row(d.target, d.metric, "drift", f"drift: {d.describe()}", threshold=d.allowed, value=d.current)
+            drift_row(d.target, d.metric, _drift_op(d), f"drift: {d.describe()}", threshold=d.allowed, value=d.current)
             for d in drifts
         ]
         if not rows:
@@ -645,9 +651,16 @@ class QAccuracySession:
                 targets=merge_targets(mine.targets, record.targets),
             )
 
+    def record_report(self, outcome: str, nodeid: str, reason: str | None) -> None:
+        """pytest's outcome of a test phase (:func:`~pytest_qaccuracy.plugin.judged_outcome`); a failure stays."""
+        if self.test_outcomes.get(nodeid, ("",))[0] not in ("failed", XPASS_STRICT):
+            self.test_outcomes[nodeid] = (outcome, reason)
+
     def sorted_records(self) -> list[PairRecord]:
-        """Records in a stable order, checks sorted by test and position (same with or without xdist)."""
-        return [r.sorted() for r in sorted(self.records.values(), key=lambda r: (r.id, r.key))]
+        """Records in a stable order, checks sorted by test and position (same with or without xdist),
+        each as pytest judged its tests (:meth:`PairRecord.with_pytest_outcomes`)."""
+        records = sorted(self.records.values(), key=lambda r: (r.id, r.key))
+        return [r.with_pytest_outcomes(self.test_outcomes).sorted() for r in records]
 
     def documents(self) -> list[dict[str, Any]]:
         """:meth:`sorted_records` as the mappings the report writers read (:meth:`PairRecord.to_dict`)."""
@@ -679,6 +692,11 @@ class QAccuracySession:
             self.errors.append(f"could not write qaccuracy artifacts: {type(exc).__name__}: {exc}")
             return False
         return True
+
+
+def _drift_op(drift: Any) -> str:
+    """The bound a drift broke: at least the allowed value when it lies below the baseline's."""
+    return ">=" if drift.allowed <= drift.baseline else "<="
 
 
 def _other_task_value(text: str, known: Mapping[str, bool], declared: set[str]) -> bool:

@@ -22,16 +22,6 @@ import pytest
 from pytest_qaccuracy import defaults
 from pytest_qaccuracy.plugin.ini import parse_bool
 from pytest_qaccuracy.plugin.options import Option, given, read_option, usage_error
-from pytest_qaccuracy.plugin.rules import (
-    DEFAULTS,
-    GATE,
-    TASK_KINDS,
-    TOLERANCES,
-    Rule,
-    check_tolerance,
-    parse_rules,
-    parse_task_line,
-)
 from pytest_qaccuracy.plugin.schemes import (
     BACKENDS,
     DEFAULT_BACKEND,
@@ -39,6 +29,17 @@ from pytest_qaccuracy.plugin.schemes import (
     check_backend,
     check_scheme,
     check_targets,
+)
+from pytest_qaccuracy.tolerances import (
+    DEFAULTS,
+    GATE,
+    TASK_KINDS,
+    TOLERANCES,
+    Rule,
+    Tolerance,
+    check_tolerance,
+    parse_rules,
+    parse_task_line,
 )
 
 GROUP = ("qaccuracy", "quantization accuracy regression testing (pytest-qaccuracy)")
@@ -92,11 +93,11 @@ OPTIONS: dict[str, Option] = {
 class QAccuracySettings:
     """Everything read from the command line and ini files, validated.
 
-    ``tolerances`` maps a tolerance name to ``(value, source)``; rules are not yet checked against
+    ``tolerances`` maps a tolerance name to its :class:`Tolerance` (value and source); rules are not yet checked against
     the metric registry (that needs numpy; it happens on first use).
     """
 
-    tolerances: Mapping[str, tuple[float, str]]
+    tolerances: Mapping[str, Tolerance]
     metrics: tuple[str, ...] | None
     rules: tuple[Rule, ...]
     max_drift: tuple[str, ...]
@@ -392,18 +393,18 @@ def _drift_rules(value: object) -> tuple[str, ...]:
     return lines
 
 
-def _tolerances(config: pytest.Config) -> dict[str, tuple[float, str]]:
-    found: dict[str, tuple[float, str]] = {name: (value, "default") for name, value in DEFAULTS.items()}
+def _tolerances(config: pytest.Config) -> dict[str, Tolerance]:
+    found = {name: Tolerance(name, value, "default") for name, value in DEFAULTS.items()}
     for name in TOLERANCES:
         read = read_option(config, Option.named(name), lambda value, name=name: check_tolerance(name, value))
         if read is not None:
-            found[name] = (read[0], read[1].source)
+            found[name] = Tolerance(name, read[0], read[1].source)
     return found
 
 
-def _task_tolerances(config: pytest.Config) -> dict[str, tuple[float, str]]:
+def _task_tolerances(config: pytest.Config) -> dict[str, Tolerance]:
     """``max_drop:cer = 0.005`` lines of the ini file, then of the command line (which wins)."""
-    found: dict[str, tuple[float, str]] = {}
+    found: dict[str, Tolerance] = {}
     for name in ("task_tolerances", "task_tolerances_cli"):
         given_lines = given(config, OPTIONS[name])
         if given_lines is None:
@@ -416,7 +417,7 @@ def _task_tolerances(config: pytest.Config) -> dict[str, tuple[float, str]]:
                 key, value = parse_task_line(str(line))
             except ValueError as exc:
                 raise usage_error(origin.where, exc) from None
-            found[key] = (value, origin.source)
+            found[key] = Tolerance(key, value, origin.source)
     return found
 
 

@@ -29,6 +29,7 @@ pair with no baseline yet, failed with ``--qaccuracy-baseline``). A tolerance
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -41,16 +42,18 @@ from pytest_qaccuracy.plugin.fixtures import PAIR_KEYS as MARKER_PAIR_KEYS
 from pytest_qaccuracy.plugin.fixtures import error_text, make_spec, pair_rules, session_key, task_specs
 from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
 from pytest_qaccuracy.plugin.pairs import PairSpec
-from pytest_qaccuracy.plugin.rules import (
+from pytest_qaccuracy.plugin.schemes import RUN_KEYS
+from pytest_qaccuracy.tolerances import (
     TOLERANCES,
     Rule,
+    Tolerance,
+    Tolerances,
     is_tolerance,
     slice_rules,
     task_tolerance,
     tolerance_values,
     with_slice_tolerances,
 )
-from pytest_qaccuracy.plugin.schemes import RUN_KEYS
 
 SUITE_GLOB = "qaccuracy_*.toml"
 #: A suite pair's keys: the marker's pair keys, and its own table of tolerances and its xfail reason.
@@ -234,6 +237,23 @@ def _shown(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
+def pair_lines(text: str) -> dict[str, int]:
+    """0-based line of each ``[pairs.<name>]`` header of a suite's text (tomllib gives no lines);
+    a pair defined some other way (an inline table, a dotted key) has none."""
+    found: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines()):
+        match = _PAIR_HEADER.match(line)
+        if match is not None:
+            name = next(g for g in (match["quoted"], match["literal"], match["bare"]) if g is not None)
+            found.setdefault(name.replace('\\"', '"').replace("\\\\", "\\"), number)
+    return found
+
+
+_PAIR_HEADER = re.compile(
+    r"""^\s*\[\s*pairs\s*\.\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|'(?P<literal>[^']*)'|(?P<bare>[A-Za-z0-9_-]+))\s*\]"""
+)
+
+
 class QAccuracyFile(pytest.File):
     """A ``qaccuracy_*.toml`` suite."""
 
@@ -253,23 +273,29 @@ class QAccuracyFile(pytest.File):
             return
         except SuiteError as exc:
             raise self.CollectError(str(exc)) from None
+        lines = pair_lines(self.path.read_text(encoding="utf-8", errors="replace"))
         for pair in pairs:
             state.declare_task_metrics(pair.spec.task_metrics)
-            yield QAccuracyPair.from_parent(self, name=pair.spec.id, pair=pair)
+            yield QAccuracyPair.from_parent(self, name=pair.spec.id, pair=pair, line=lines.get(pair.table, 0))
 
 
 class QAccuracyPair(pytest.Collector):
     """One pair of a suite; its children are the checks."""
 
-    def __init__(self, *, pair: PairConfig, **kwargs: Any) -> None:
+    def __init__(self, *, pair: PairConfig, line: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pair = pair
+        #: 0-based line of the pair's ``[pairs.<name>]`` header (pytest shows it 1-based)
+        self.line = line
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.line, f"qaccuracy: {self.pair.spec.id}"
 
     def collect(self) -> Iterator[pytest.Item]:
         state = self.config.stash[session_key]
         tolerances = with_slice_tolerances({**state.settings.tolerances, **self.pair.tolerances}, self.pair.spec.slices)
         rules = [*state.settings.rules, *self.pair.rules]
-        groups: list[tuple[str, dict[str, tuple[float, str]], list[Rule], bool]] = []
+        groups: list[tuple[str, dict[str, Tolerance], list[Rule], bool]] = []
         keep = {k: v for k, v in tolerances.items() if k == "topk"}
         for name in CHECK_ORDER:
             if name == "rtol" and ("rtol" in tolerances or "atol" in tolerances):
@@ -295,6 +321,7 @@ class QAccuracyPair(pytest.Collector):
                 rules=subset_rules,
                 drift=drift,
                 measure=tolerances,
+                line=self.line,
             )
             item.add_marker(pytest.mark.qaccuracy)  # so -m "not qaccuracy" deselects suites too
             item.extra_keyword_matches.add(self.pair.spec.id)
@@ -314,14 +341,16 @@ class QAccuracyCheck(pytest.Item):
         self,
         *,
         spec: PairSpec,
-        tolerances: Mapping[str, tuple[float, str]],
+        tolerances: Tolerances,
         rules: list[Rule],
         drift: bool,
-        measure: Mapping[str, tuple[float, str]],
+        measure: Tolerances,
+        line: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.spec, self.tolerances, self.rules, self.drift, self.measure = spec, tolerances, rules, drift, measure
+        self.line = line
 
     def runtest(self) -> None:
         state = self.config.stash[session_key]
@@ -348,7 +377,7 @@ class QAccuracyCheck(pytest.Item):
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, 0, f"qaccuracy: {self.spec.id}::{self.name}"
+        return self.path, self.line, f"qaccuracy: {self.spec.id}::{self.name}"
 
 
 __all__ = [

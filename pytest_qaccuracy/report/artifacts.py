@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import onnx
@@ -142,9 +142,12 @@ def write_comparison_artifacts(
     fp32_model: onnx.ModelProto,
     json_path: Path | None = None,
     out_dir: Path | None = None,
+    checks: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[Path]:
     """Write what ``qaccuracy compare`` promises (``--json`` and ``--out-dir``); returns the paths written.
 
+    ``checks`` (outcomes as ``Outcome.to_dict()``, when tolerances were asked for) go into the JSON
+    (``checks`` and ``passed`` beside the comparison) and give the report its verdict.
     ``json_path`` gets the comparison JSON; ``out_dir`` gets :func:`write_comparison_files` with a DOT
     graph per metric, stem the quantized model's file stem, and ``report.html``, published as one set
     as a pytest session's folder is (:func:`~pytest_qaccuracy.report.publish.publish_files`): a full
@@ -163,13 +166,16 @@ def write_comparison_artifacts(
 
         def build(stage: Path) -> list[Path]:
             files = write_comparison_files(stage, stem, result, fp32_model).paths()
-            return [*files, write_html(stage / "report.html", [ReportPair(result, model=fp32_model)])]
+            record = None if checks is None else {"id": None, "checks": list(checks)}
+            report = ReportPair(result, record=record, model=fp32_model)
+            return [*files, write_html(stage / "report.html", [report])]
 
         with write_errors("--out-dir", out_dir):
             written += publish_files(out_dir, build, artifact_names(stem, result.metric_names))
     if json_path is not None:
         with write_errors("--json", json_path):
-            written.append(atomic_write_json(json_path, result.to_dict()))
+            verdict = {} if checks is None else {"passed": all(c["passed"] for c in checks), "checks": list(checks)}
+            written.append(atomic_write_json(json_path, {**result.to_dict(), **verdict}))
     return written
 
 

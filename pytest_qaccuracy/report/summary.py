@@ -1,4 +1,4 @@
-"""The session summary: terminal lines (tabulate) and the ``summary.json`` document. Pure: no pytest.
+"""The session summary: terminal lines (verdict first, 100 columns) and ``summary.json``. Pure: no pytest.
 
 Both take the plugin's pair records (plain dicts: ``id``, ``comparison`` (the comparison JSON), ``topk``,
 ``checks``), so they read the same whether the results came from this process or xdist workers.
@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import hashlib
 import platform
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.numbers import format_number
+from pytest_qaccuracy.outcomes import Outcome, pair_status, worst_first
 from pytest_qaccuracy.report.completeness import SessionStatus
 from pytest_qaccuracy.report.terminal import escape_control, match_warning
 
 SUMMARY_SCHEMA = 1
-#: Output metrics shown in the terminal summary when present.
-KEY_METRICS = ("cosine", "sqnr", "mse", "max_abs", "lsb")
+#: Columns every line of the terminal summary fits in.
+WIDTH = 100
+#: Failed checks listed per pair, worst first, before "and N more".
+SHOW_FAILED = 5
+#: Warnings listed (of all pairs) before "and N more"; all of them are in ``summary.json``.
+SHOW_WARNINGS = 3
 SENSITIVE_LAYERS = 3
 #: A pair's default (backend, scheme): not shown in its summary line.
 DEFAULT_RUN = ("onnxruntime", "onnxruntime")
@@ -31,55 +38,102 @@ def _fmt(value: float | None) -> str:
     return format_number(value, missing="-")
 
 
+def record_status(record: Mapping[str, Any]) -> tuple[str, str | None]:
+    """:func:`~pytest_qaccuracy.outcomes.pair_status` of a pair record's builtins form."""
+    return pair_status(record["checks"], record.get("tests"))
+
+
 def record_passed(record: Mapping[str, Any]) -> bool:
-    return all(check["passed"] for check in record["checks"])
+    """Whether the pair passed: every check passed (a pair without checks passes) and pytest failed
+    none of its tests for passing against a strict xfail."""
+    return record_status(record)[0] in ("passed", "unchecked")
 
 
 def expected_failure(record: Mapping[str, Any]) -> str | None:
-    """The xfail reason when every failed check of a failed pair was expected to fail, else None."""
-    failed = [c for c in record["checks"] if not c["passed"]]
-    reasons = {c.get("xfail") for c in failed}
-    return next(iter(reasons)) if failed and None not in reasons else None
+    """The xfail reason when pytest reported every failed check's test as xfailed, else None."""
+    status, reason = record_status(record)
+    return reason if status == "xfailed" else None
 
 
-def _check_rows(record: Mapping[str, Any]) -> list[list[str]]:
-    """One row per distinct (target, metric, op, threshold) among output checks, failures first."""
-    rows: dict[tuple[Any, ...], list[str]] = {}
-    for check in record["checks"]:
-        if check["target"].startswith("layer "):
-            continue
-        key = (check["target"], check["metric"], check["op"], check["threshold"])
-        limit = "-" if check["threshold"] is None else f"{check['op']} {_fmt(check['threshold'])}"
-        row = [check["target"], check["metric"], _fmt(check["value"]), limit, "pass" if check["passed"] else "FAIL"]
-        if key not in rows or row[-1] == "FAIL":
-            rows[key] = row
-    checked = {(r[0], r[1]) for r in rows.values()}
-    for output in record["comparison"]["outputs"]:
-        target = f"output '{output['name']}'"
-        for metric in KEY_METRICS:
-            if metric in output["metrics"] and (target, metric) not in checked:
-                rows[(target, metric)] = [target, metric, _fmt(output["metrics"][metric]), "-", ""]
-    return sorted(rows.values(), key=lambda r: (r[-1] != "FAIL", r[0], r[1]))
+def _shown_checks(record: Mapping[str, Any]) -> list[Outcome]:
+    """The pair's checks as typed outcomes, one per (kind, check, subject, deployment, metric): a
+    check made by two tests (a suite item and a fixture test) is shown once, a failure winning."""
+    found: dict[tuple[Any, ...], Outcome] = {}
+    for data in record["checks"]:
+        outcome = Outcome.from_dict(data)
+        key = (outcome.kind, outcome.check, outcome.subject, outcome.deployment, outcome.metric)
+        if key not in found or not outcome.passed:
+            found[key] = outcome
+    return list(found.values())
+
+
+def _unit(metric: str) -> str:
+    return " dB" if metric == "sqnr" else ""
+
+
+def _bound(outcome: Outcome) -> str:
+    """The tolerance a check was held to, as written: ``>= 0.99``, ``rtol 0.01, atol 0.001``."""
+    if outcome.params:
+        return ", ".join(f"{name} {_fmt(value)}" for name, value in outcome.params.items())
+    if outcome.threshold is None:
+        return "-"
+    return f"{outcome.op} {_fmt(outcome.threshold)}{_unit(outcome.metric)}".strip()
+
+
+def _failed_rows(failed: Sequence[Outcome], indent: str) -> list[str]:
+    """Aligned rows ``subject  metric  value  tolerance  [n]``, then the sources ``[n] <source>`` (a
+    source is shared by many rows: the rule or the ini key that set the tolerance)."""
+    sources: dict[str, int] = {}
+    cells = []
+    for o in failed:
+        value = "-" if o.value is None else f"{_fmt(o.value)}{_unit(o.metric)}"
+        number = sources.setdefault(o.source, len(sources) + 1)
+        cells.append([o.target, o.metric, value, _bound(o), f"[{number}]"])
+    widths = [max(len(row[i]) for row in cells) for i in range(4)]
+    rows = [indent + "  ".join(c.ljust(w) for c, w in zip(row, [*widths, 0], strict=True)).rstrip() for row in cells]
+    return rows + [f"{indent}[{number}] {source}" for source, number in sources.items()]
+
+
+def _failed_lines(record: Mapping[str, Any], show: int, more_in: str) -> list[str]:
+    """The failed checks of a pair, worst first (farthest beyond their tolerance), ``show`` of them
+    and how many more."""
+    checks = _shown_checks(record)
+    failed = worst_first([o for o in checks if not o.passed])
+    if not failed:
+        return []
+    kinds = Counter(KIND_NAMES[o.kind] for o in failed)
+    order = list(KIND_NAMES.values())
+    what = ", ".join(f"{name} {n}" for name, n in sorted(kinds.items(), key=lambda item: order.index(item[0])))
+    lines = [f"  failed {len(failed)} of {len(checks)} checks ({what}), worst first:"]
+    rows = _failed_rows(failed[:show], "    ")
+    more = [f"    and {len(failed) - show} more ({more_in})"] if len(failed) > show else []
+    return lines + rows[: min(show, len(failed))] + more + rows[min(show, len(failed)) :]
+
+
+#: How the failed-checks line counts each kind of check.
+KIND_NAMES = {
+    "tolerance": "output tolerances",
+    "rule": "rules",
+    "task": "task metrics",
+    "drift": "baseline drift",
+    "saturation": "saturation",
+    "gate": "agreement gate",
+    "error": "errors",
+}
 
 
 def _layer_line(record: Mapping[str, Any]) -> list[str]:
+    """``most sensitive layers (sqnr): x (input) 0.23 dB, ...``: the three worst layers."""
     layers = record["comparison"]["layers"]
-    checks = [c for c in record["checks"] if c["target"].startswith("layer ")]
-    lines = []
-    if checks:
-        failed = [c for c in checks if not c["passed"]]
-        lines.append(f"  layer rules: {len(checks) - len(failed)} / {len(checks)} pass")
-        lines += [f"    FAIL {c['detail']}" for c in failed[:5]]
     higher = record["comparison"].get("higher_is_better", {})
     metric = next((m for m in ("sqnr", "cosine", "mse") if m in record["comparison"]["metric_definitions"]), None)
-    if metric and layers:
-        sign = 1.0 if higher.get(metric, False) else -1.0  # worst first
-        defined = [x for x in layers if x["metrics"].get(metric) is not None]
-        worst = sorted(defined, key=lambda x: sign * x["metrics"][metric])[:SENSITIVE_LAYERS]
-        unit = " dB" if metric == "sqnr" else ""
-        names = ", ".join(f"{x['tensor']} ({x['op_type']}) {_fmt(x['metrics'][metric])}{unit}" for x in worst)
-        lines.append(f"  most sensitive layers ({metric}): {names}")
-    return lines
+    if not metric or not layers:
+        return []
+    sign = 1.0 if higher.get(metric, False) else -1.0  # worst first
+    defined = [x for x in layers if x["metrics"].get(metric) is not None]
+    worst = sorted(defined, key=lambda x: sign * x["metrics"][metric])[:SENSITIVE_LAYERS]
+    names = ", ".join(f"{x['tensor']} ({x['op_type']}) {_fmt(x['metrics'][metric])}{_unit(metric)}" for x in worst)
+    return [f"  most sensitive layers ({metric}): {names}"]
 
 
 def target_view(record: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -105,6 +159,7 @@ def target_view(record: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _target_lines(record: Mapping[str, Any]) -> list[str]:
+    """The deployment targets side by side (:func:`target_view`), for a pair that did not pass."""
     from tabulate import tabulate
 
     view = target_view(record)
@@ -115,7 +170,7 @@ def _target_lines(record: Mapping[str, Any]) -> list[str]:
 
 
 def _task_lines(record: Mapping[str, Any]) -> list[str]:
-    """``task metrics: cer fp32 0.012 -> quantized 0.031 (drop 0.019), against the targets, 8 records``."""
+    """``task metric cer: fp32 0.012 -> quantized 0.031 (drop 0.019), against the targets, 8 records``."""
     lines = []
     for name, value in sorted((record.get("task") or {}).items()):
         against = "the targets" if value.get("against") == "targets" else "the fp32 predictions"
@@ -132,47 +187,129 @@ def _run_label(record: Mapping[str, Any]) -> str:
     return "" if (backend, scheme) == DEFAULT_RUN else f", backend {backend}, scheme {scheme}"
 
 
-def summary_lines(
-    records: Sequence[Mapping[str, Any]], artifacts: str | None = None, sensitivity_top: int = 10
-) -> list[str]:
-    """The terminal summary: one block per pair (header, tabulate table, sensitive layers, and the
-    sensitivity table with at most ``sensitivity_top`` rows when the pair was analysed)."""
-    from tabulate import tabulate
+@dataclass(frozen=True, slots=True)
+class SummaryLine:
+    """One line of the terminal summary; ``status`` is the verdict of the pair it names (passed,
+    failed, xfailed, unchecked) on its verdict lines, the writer's colour, else None."""
 
+    text: str
+    status: str | None = None
+
+
+def verdict_line(record: Mapping[str, Any]) -> SummaryLine:
+    """``digits_qdq: PASSED (digits_cnn.qdq.onnx vs digits_cnn.onnx on digits_test.npz, 300 records)``."""
+    comparison = record["comparison"]
+    status, _ = record_status(record)
+    models = f"{Path(comparison['quantized_model']).name} vs {Path(comparison['fp32_model']).name}"
+    count = f"{comparison['records']} records{_run_label(record)}"
+    text = f"{record['id']}: {LABELS[status]} ({models} on {Path(comparison['data']).name}, {count})"
+    if len(text) > WIDTH:  # the data file is named in the pair's block and in summary.json
+        text = f"{record['id']}: {LABELS[status]} ({models}, {count})"
+    return SummaryLine(text, status)
+
+
+#: The word of each pair status, as pytest words its outcomes.
+LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked": "NO CHECKS"}
+
+
+def pair_warnings(record: Mapping[str, Any]) -> list[str]:
+    """Everything worth a second look about a pair that does not decide its verdict: few layers
+    matched, channels one scale loses, top-k counted over other units than records."""
+    comparison = record["comparison"]
+    found = []
+    warning = match_warning(len(comparison["layers"]), len(comparison.get("unmatched", {}).get("fp32", [])))
+    if warning:
+        found.append(warning.removeprefix("warning: "))
+    found += channel_warnings(comparison)
+    found += [line.strip() for line in _counted_lines(record)]
+    return found
+
+
+def summary_rows(
+    records: Sequence[Mapping[str, Any]],
+    artifacts: str | None = None,
+    sensitivity_top: int = 10,
+    show: int = SHOW_FAILED,
+    more_in: str = "summary.json, report.html",
+    show_warnings: int | None = SHOW_WARNINGS,
+) -> list[SummaryLine]:
+    """The terminal summary, verdict first: one line per pair; then, per pair that did not pass, its
+    failed checks worst first (``show`` of them and how many more), its most sensitive layers, task
+    metrics and sensitivity analysis; the warnings of every pair grouped (the first
+    :data:`SHOW_WARNINGS`); the counts. Every line fits :data:`WIDTH` columns."""
     from pytest_qaccuracy.report.sensitivity_summary import sensitivity_lines
 
-    lines: list[str] = []
+    rows: list[SummaryLine] = [verdict_line(record) for record in records]
     for record in records:
-        comparison = record["comparison"]
-        expected = expected_failure(record)
-        verdict = "PASSED" if record_passed(record) else f"FAILED as expected: {expected};" if expected else "FAILED"
-        lines.append(
-            f"{record['id']}: {verdict} ({comparison['fp32_model']} vs {comparison['quantized_model']} "
-            f"on {comparison['data']}, {comparison['records']} records{_run_label(record)})"
-        )
-        warning = match_warning(len(comparison["layers"]), len(comparison.get("unmatched", {}).get("fp32", [])))
-        if warning:
-            lines.append(f"  {warning}")
-        lines += [f"  warning: {text}" for text in channel_warnings(comparison)]
-        lines += _counted_lines(record)
-        rows = _check_rows(record)
-        for output, counts in sorted(record.get("topk", {}).items()):
-            for k, row in counts["k"].items():
-                target = f"output '{output}'"
-                if not any(r[0] == target and r[1] == f"top-{k} agreement" for r in rows):
-                    rows.append([target, f"top-{k} agreement", _fmt(row["agreement"]), "-", ""])
-        table = tabulate(rows, headers=["target", "metric", "value", "tolerance", "status"], tablefmt="simple")
-        lines += ["  " + line for line in table.splitlines()]
-        lines += _task_lines(record)
-        lines += _target_lines(record)
-        lines += _layer_line(record)
-        lines += sensitivity_lines(record, sensitivity_top)
-        lines.append("")
-    passed = sum(record_passed(r) for r in records)
-    expected = sum(expected_failure(r) is not None for r in records)
-    counts = f"{passed} / {len(records)} pairs passed" + (f", {expected} failed as expected" if expected else "")
-    lines.append(counts + (f"; artifacts in {artifacts}" if artifacts else ""))
-    return [escape_control(line) for line in lines]
+        status, reason = record_status(record)
+        if status in ("passed", "unchecked") and not record.get("sensitivity"):
+            continue  # a pair analysed although it passed (qaccuracy_sensitivity = all) shows its table
+        why = f"expected to fail: {reason}" if status == "xfailed" else reason
+        data = f" on {Path(record['comparison']['data']).name}"
+        block = [f"{record['id']}: {LABELS[status]}{data}" + (f", {why}" if why else "")]
+        block += _failed_lines(record, show, more_in)
+        block += _layer_line(record) + _task_lines(record) + _target_lines(record)
+        block += sensitivity_lines(record, sensitivity_top)
+        rows += [SummaryLine("")] + [SummaryLine(line, status if i == 0 else None) for i, line in enumerate(block)]
+    warnings = [f"{record['id']}: {text}" for record in records for text in pair_warnings(record)]
+    if warnings:
+        shown = warnings[:show_warnings]
+        where = f"; all in {more_in.split(',')[0]}" if len(shown) < len(warnings) else ""
+        rows += [SummaryLine(""), SummaryLine(f"warnings ({len(warnings)}{where}):")]
+        rows += [SummaryLine(f"  {text}") for text in shown]
+        if len(warnings) > len(shown):
+            rows.append(SummaryLine(f"  and {len(warnings) - len(shown)} more"))
+    rows += [SummaryLine(""), SummaryLine(counts_line(records) + (f"; artifacts in {artifacts}" if artifacts else ""))]
+    return [SummaryLine(line, row.status if i == 0 else None) for row in rows for i, line in enumerate(fit(row.text))]
+
+
+def counts_line(records: Sequence[Mapping[str, Any]]) -> str:
+    """``7 / 9 pairs passed, 2 failed as expected``; pairs without checks are counted apart."""
+    return counts_text([record_status(r)[0] for r in records])
+
+
+def counts_text(statuses: Sequence[str]) -> str:
+    """The counts of pair statuses (:data:`~pytest_qaccuracy.outcomes.STATUSES`), as the terminal and
+    the report word them."""
+    unchecked = list(statuses).count("unchecked")
+    checked = len(statuses) - unchecked
+    if not checked:
+        return f"{len(statuses)} comparison{'s' if len(statuses) != 1 else ''}, no tolerances checked"
+    expected = list(statuses).count("xfailed")
+    line = f"{list(statuses).count('passed')} / {checked} pairs passed"
+    line += f", {expected} failed as expected" if expected else ""
+    return line + (f"; {unchecked} without checks" if unchecked else "")
+
+
+def fit(line: str, width: int = WIDTH) -> list[str]:
+    """``line`` (control characters escaped) as lines of at most ``width`` columns: wrapped at spaces,
+    continuation lines indented four more than the first; a word longer than a line (a path) stays whole."""
+    import textwrap
+
+    line = escape_control(line)
+    if len(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return textwrap.wrap(
+        line.strip(),
+        width,
+        initial_indent=indent,
+        subsequent_indent=indent + "    ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+
+
+def summary_lines(
+    records: Sequence[Mapping[str, Any]],
+    artifacts: str | None = None,
+    sensitivity_top: int = 10,
+    more_in: str = "summary.json, report.html",
+    show_warnings: int | None = SHOW_WARNINGS,
+) -> list[str]:
+    """:func:`summary_rows` as text."""
+    rows = summary_rows(records, artifacts, sensitivity_top, more_in=more_in, show_warnings=show_warnings)
+    return [row.text for row in rows]
 
 
 def channel_warnings(comparison: Mapping[str, Any]) -> list[str]:
@@ -256,6 +393,10 @@ def summary_document(
                 "id": record["id"],
                 "key": record["key"],
                 "passed": record_passed(record),
+                "status": record_status(record)[0],
+                "reason": record_status(record)[1],
+                "tests": dict(record.get("tests") or {}),
+                "warnings": pair_warnings(record),
                 "fp32": file_entry(record["fp32"]),
                 "quantized": file_entry(record["quantized"]),
                 "data": file_entry(record["data"]),
@@ -289,10 +430,19 @@ def summary_document(
 
 __all__ = [
     "SUMMARY_SCHEMA",
+    "WIDTH",
+    "SummaryLine",
+    "counts_line",
+    "counts_text",
     "file_sha256",
+    "fit",
+    "pair_warnings",
     "record_passed",
+    "record_status",
     "summary_document",
     "summary_lines",
+    "summary_rows",
     "target_view",
+    "verdict_line",
     "versions",
 ]

@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.numbers import format_metric, format_number
-from pytest_qaccuracy.report.summary import expected_failure, record_passed
+from pytest_qaccuracy.report.summary import counts_text, record_status
 from pytest_qaccuracy.report.tables import rank_layers
 
 DRIFT = "drift"
@@ -27,10 +27,9 @@ def verdict_view(record: Mapping[str, Any] | None) -> dict[str, str]:
         detail = "measured only: no tolerances checked"
         return {"status": "unchecked", "label": LABELS["unchecked"], "detail": detail, "reason": ""}
     passed = sum(bool(c["passed"]) for c in checks)
-    expected = expected_failure(record) if record else None
-    status = "passed" if record_passed(record) else "xfailed" if expected else "failed"
+    status, why = record_status(record) if record else ("unchecked", None)
     detail = f"{passed} / {len(checks)} checks passed"
-    reason = f"expected to fail: {expected}" if expected else ""
+    reason = f"expected to fail: {why}" if status == "xfailed" else why or ""
     return {"status": status, "label": LABELS[status], "detail": detail, "reason": reason}
 
 
@@ -42,11 +41,15 @@ def _status(check: Mapping[str, Any]) -> str:
 
 def check_row(check: Mapping[str, Any]) -> dict[str, Any]:
     """One check, formatted: value and tolerance as text, its source, status and message."""
-    metric, threshold = str(check["metric"]), check.get("threshold")
+    metric, threshold, params = str(check["metric"]), check.get("threshold"), check.get("params") or {}
     tolerance = "-" if threshold is None else f"{check['op']} {format_metric(metric, threshold)}".strip()
+    if params:  # rtol/atol: the numbers the user set, not the share of elements outside them (0)
+        tolerance = ", ".join(f"{name} {format_number(value)}" for name, value in params.items())
     value = check.get("value")
     return {
         "test": check.get("test", ""),
+        "kind": check["kind"],
+        "scope": check["scope"],
         "check": check["check"],
         "target": check["target"],
         "metric": metric,
@@ -61,14 +64,14 @@ def check_row(check: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """Every check but the baseline drift ones, failures first, then by target (stable otherwise)."""
-    checks = [c for c in (record or {}).get("checks", []) if c["check"] != DRIFT]
+    checks = [c for c in (record or {}).get("checks", []) if c["kind"] != DRIFT]
     rows = [check_row(c) for c in checks]
-    return sorted(rows, key=lambda r: (r["status"] == "pass", not r["target"].startswith("output")))
+    return sorted(rows, key=lambda r: (r["status"] == "pass", r["scope"] != "output"))
 
 
 def drift_rows(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The baseline drift checks: one row per metric that moved too far, or the one 'no drift' row."""
-    return [check_row(c) for c in (record or {}).get("checks", []) if c["check"] == DRIFT]
+    return [check_row(c) for c in (record or {}).get("checks", []) if c["kind"] == DRIFT]
 
 
 def _percent(value: Any) -> str:
@@ -132,12 +135,7 @@ def worst_layers(result: ComparisonResult, metric: str | None, count: int = 3) -
 
 def counts_line(verdicts: Sequence[Mapping[str, str]]) -> str:
     """``6 / 8 pairs passed, 2 failed as expected``, as the terminal summary counts them."""
-    checked = [v for v in verdicts if v["status"] != "unchecked"]
-    if not checked:
-        return f"{len(verdicts)} comparison{'s' if len(verdicts) != 1 else ''}, no tolerances checked"
-    passed = sum(v["status"] == "passed" for v in checked)
-    expected = sum(v["status"] == "xfailed" for v in checked)
-    return f"{passed} / {len(checked)} pairs passed" + (f", {expected} failed as expected" if expected else "")
+    return counts_text([v["status"] for v in verdicts])
 
 
 __all__ = [

@@ -18,8 +18,8 @@ from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.analysis.outputs import OutputMeasure, measure_outputs
 from pytest_qaccuracy.analysis.slices import check_slices
 from pytest_qaccuracy.model import ModelPair
-from pytest_qaccuracy.plugin.rules import check_tolerance
 from pytest_qaccuracy.runtime import RuntimeOptions
+from pytest_qaccuracy.tolerances import check_tolerance
 from tests.modelzoo import quantize
 from tests.output_models import FEATURES
 from tests.output_models import classifier as classifier_model

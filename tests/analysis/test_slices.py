@@ -16,14 +16,14 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from pytest_qaccuracy.analysis.checks import evaluate
 from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.analysis.slices import SliceSpec, check_slices, parse_view
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model import ModelPair
-from pytest_qaccuracy.plugin.checks import evaluate
-from pytest_qaccuracy.plugin.rules import check_tolerance, parse_rules, slice_rules
 from pytest_qaccuracy.report.summary import channel_warnings
+from pytest_qaccuracy.tolerances import Tolerance, check_tolerance, parse_rules, slice_rules
 from tests.modelzoo import quantize
 from tests.output_models import BOXES, CLASSES
 from tests.output_models import detector as detector_model
@@ -84,7 +84,9 @@ def test_slices_are_outputs_with_their_own_metrics_tolerances_and_rules(detector
     assert result.output("scores").metrics["sqnr"] < 3  # every score collapsed
     boxes_rule = SliceSpec("boxes", "output0[:, 0:4]", rules=("sqnr>=25",))
     rules = parse_rules(["det sqnr>=20"], "ini") + slice_rules("det", [boxes_rule], 1)
-    outcomes = evaluate(result, None, {"min_sqnr": (5.0, "ini")}, rules, "det", [boxes_rule, SLICES["scores"]])
+    outcomes = evaluate(
+        result, None, {"min_sqnr": Tolerance("min_sqnr", 5.0, "ini")}, rules, "det", [boxes_rule, SLICES["scores"]]
+    )
     by = {(o.target, o.check): o for o in outcomes}
     assert by[("output 'scores'", "min_sqnr")].threshold == 10.0  # the slice's own tolerance
     assert by[("output 'scores'", "min_sqnr")].source == "slice 'scores' min_sqnr="
@@ -96,7 +98,7 @@ def test_slices_are_outputs_with_their_own_metrics_tolerances_and_rules(detector
 
 def test_min_channel_steps_check(detector):
     result = compare(detector["pair"], detector["data"], metrics="cosine")
-    (row,) = evaluate(result, None, {"min_channel_steps": (2.0, "marker")}, [], "det")
+    (row,) = evaluate(result, None, {"min_channel_steps": Tolerance("min_channel_steps", 2.0, "marker")}, [], "det")
     assert not row.passed and row.target == "output 'output0'" and row.value < 1
     assert row.detail.endswith(f"for output 'output0' (channels 4..9 of axis 1, scale {detector['scale']:.6g})")
 
@@ -128,6 +130,11 @@ def test_qaccuracy_compare_prints_the_warning(detector, capsys):
     pair = detector["pair"]
     args = ["compare", str(pair.fp32_path), str(pair.quantized_path), "--data", str(detector["data"])]
     assert main([*args, "--metrics", "sqnr"]) == 0
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("warning: ")]
-    assert lines[0].startswith("warning: output0 channels 4..9 (axis 1) span < 1 step (scale ")
-    assert len(lines) == 2 and lines[1].startswith("warning: cat channels 4..9 (axis 1)")  # the Concat too
+    out = capsys.readouterr().out.splitlines()
+    section = out[out.index("warnings (2):") + 1 :]  # every warning on the command line, wrapped at 100
+    section = section[: section.index("")]
+    lines = [line for line in section if not line.startswith("      ")]  # continuation lines apart
+    stem = pair.quantized_path.stem
+    assert lines[0].startswith(f"  {stem}: output0 channels 4..9 (axis 1) span < 1 step (scale ")
+    assert len(lines) == 2 and lines[1].startswith(f"  {stem}: cat channels 4..9 (axis 1)")  # the Concat too
+    assert max(len(line) for line in section) <= 100

@@ -9,11 +9,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from pytest_qaccuracy.analysis.checks import evaluate
 from pytest_qaccuracy.analysis.compare import compare
 from pytest_qaccuracy.analysis.outputs import measure_outputs, parse_scores
 from pytest_qaccuracy.metrics.topk import ScoreLayout, TopKCounter, score_layout
 from pytest_qaccuracy.model import ModelPair
-from pytest_qaccuracy.plugin.checks import evaluate
+from pytest_qaccuracy.tolerances import Tolerance
 from tests.modelzoo import quantize
 from tests.output_models import FEATURES, STEPS
 from tests.output_models import LABELS as CLASSES
@@ -98,7 +99,7 @@ def test_what_cannot_be_counted_is_one_check_line(classifier):
         f"output 'steps' float32 ({batch}, {STEPS}, {CLASSES}): {batch} labels for {batch} records (32 positions)"
     )
     result = compare(classifier["pair"], classifier["data"], metrics="cosine", layers=False)
-    outcomes = evaluate(result, stats, {"max_top1_drop": (0.01, "marker")}, [], "clf")
+    outcomes = evaluate(result, stats, {"max_top1_drop": Tolerance("max_top1_drop", 0.01, "marker")}, [], "clf")
     (row,) = [o for o in outcomes if o.check == "max_top1_drop"]
     assert not row.passed and row.target == "output 'steps'"
     assert row.detail.startswith("max_top1_drop: cannot count top-1 on output 'steps' float32 (8, 4, 10): 8 labels")

@@ -1,4 +1,4 @@
-"""Pair checks and their failure messages, without a pytest session (``plugin/checks.py``).
+"""Pair checks (``analysis/checks.py``) and their failure messages (``plugin/checks.py``), without a session.
 
 The expected outcomes and message lines are written from the layout in docs/pytest.md ("A failure
 reads: ...") with the numbers worked out by hand; the inputs are dyadic fractions, so every figure
@@ -11,21 +11,14 @@ from dataclasses import replace
 
 import numpy as np
 
+from pytest_qaccuracy.analysis.checks import evaluate, gate_outcome, saturation_outcome
 from pytest_qaccuracy.analysis.outputs import OutputStats, RelativeStats
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
 from pytest_qaccuracy.analysis.saturation import LayerSaturation, SaturationReport
 from pytest_qaccuracy.backend.agreement import AgreementResult, TensorAgreement
-from pytest_qaccuracy.plugin.checks import (
-    Outcome,
-    deployment_target,
-    evaluate,
-    failure_message,
-    gate_notes,
-    gate_outcome,
-    saturation_notes,
-    saturation_outcome,
-)
-from pytest_qaccuracy.plugin.rules import parse_rule, parse_rules
+from pytest_qaccuracy.outcomes import Outcome
+from pytest_qaccuracy.plugin.checks import failure_message, gate_notes, saturation_notes
+from pytest_qaccuracy.tolerances import Tolerance, parse_rule, parse_rules
 
 INI = "ini file pytest.ini"
 
@@ -50,7 +43,9 @@ def _layer(tensor: str, order: int, op_type: str | None = "Conv", node: str | No
 def _fail(detail: str) -> Outcome:
     return Outcome(
         check="min_cosine",
-        target="output 'y'",
+        kind="tolerance",
+        scope="output",
+        subject="output 'y'",
         metric="cosine",
         op=">=",
         threshold=0.99,
@@ -64,11 +59,17 @@ def _fail(detail: str) -> Outcome:
 def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
     y = OutputResult("y", {"cosine": 0.875, "sqnr": 20.0, "lsb": 2.5})
     z = OutputResult("z", {"cosine": None, "lsb": 2.0}, undefined={"cosine": "all-zero reference"})
-    tolerances = {"min_cosine": (0.875, "marker"), "min_sqnr": (20.5, INI), "max_lsb": (2.0, "--qaccuracy-max-lsb")}
+    tolerances = {
+        "min_cosine": Tolerance("min_cosine", 0.875, "marker"),
+        "min_sqnr": Tolerance("min_sqnr", 20.5, INI),
+        "max_lsb": Tolerance("max_lsb", 2.0, "--qaccuracy-max-lsb"),
+    }
     assert evaluate(_result([y, z]), None, tolerances, [], "net") == [
         Outcome(
             check="min_cosine",
-            target="output 'y'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'y'",
             metric="cosine",
             op=">=",
             threshold=0.875,
@@ -79,7 +80,9 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
         ),
         Outcome(
             check="min_sqnr",
-            target="output 'y'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'y'",
             metric="sqnr",
             op=">=",
             threshold=20.5,
@@ -90,7 +93,9 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
         ),
         Outcome(
             check="max_lsb",
-            target="output 'y'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'y'",
             metric="lsb",
             op="<=",
             threshold=2.0,
@@ -101,7 +106,9 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
         ),
         Outcome(
             check="min_cosine",
-            target="output 'z'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'z'",
             metric="cosine",
             op=">=",
             threshold=0.875,
@@ -112,7 +119,9 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
         ),
         Outcome(
             check="min_sqnr",
-            target="output 'z'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'z'",
             metric="sqnr",
             op=">=",
             threshold=20.5,
@@ -123,7 +132,9 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
         ),
         Outcome(
             check="max_lsb",
-            target="output 'z'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'z'",
             metric="lsb",
             op="<=",
             threshold=2.0,
@@ -138,7 +149,7 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
 def test_values_become_plain_floats() -> None:
     """execnet cannot carry numpy scalars to the xdist controller."""
     y = OutputResult("y", {"cosine": np.float32(0.5)})
-    (outcome,) = evaluate(_result([y]), None, {"min_cosine": (0.25, "marker")}, [], "net")
+    (outcome,) = evaluate(_result([y]), None, {"min_cosine": Tolerance("min_cosine", 0.25, "marker")}, [], "net")
     assert type(outcome.value) is float and outcome.value == 0.5 and outcome.passed
 
 
@@ -148,10 +159,14 @@ def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
     clean = RelativeStats(rtol=0.01, atol=0.001, violations=0, elements=0, max_abs=0.0, max_rel=None)
     stats = OutputStats(topk={}, relative={"y": rel, "z": clean})
     bounds = "outside atol + rtol*|fp32| (rtol=0.01, atol=0.001)"
-    assert evaluate(result, stats, {"rtol": (0.01, "marker"), "atol": (0.001, INI)}, [], "net") == [
+    assert evaluate(
+        result, stats, {"rtol": Tolerance("rtol", 0.01, "marker"), "atol": Tolerance("atol", 0.001, INI)}, [], "net"
+    ) == [
         Outcome(
             check="rtol",
-            target="output 'y'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'y'",
             metric="relative",
             op="<=",
             threshold=0.0,
@@ -159,10 +174,13 @@ def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
             passed=False,
             source="marker",
             detail=f"3 / 12 elements (25%) {bounds} for output 'y'",
+            params={"rtol": 0.01, "atol": 0.001},
         ),
         Outcome(
             check="rtol",
-            target="output 'z'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'z'",
             metric="relative",
             op="<=",
             threshold=0.0,
@@ -170,15 +188,20 @@ def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
             passed=True,
             source="marker",
             detail=f"0 / 0 elements (0%) {bounds} for output 'z'",
+            params={"rtol": 0.01, "atol": 0.001},
         ),
     ]
-    (atol_only, _) = evaluate(result, stats, {"atol": (0.001, INI)}, [], "net")
+    (atol_only, _) = evaluate(result, stats, {"atol": Tolerance("atol", 0.001, INI)}, [], "net")
     assert (atol_only.check, atol_only.source, atol_only.value) == ("atol", INI, 0.25)
     missing = OutputStats(topk={}, relative={})
-    assert evaluate(_result([OutputResult("y", {})]), missing, {"rtol": (0.01, "marker")}, [], "net") == [
+    assert evaluate(
+        _result([OutputResult("y", {})]), missing, {"rtol": Tolerance("rtol", 0.01, "marker")}, [], "net"
+    ) == [
         Outcome(
             check="rtol",
-            target="output 'y'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'y'",
             metric="relative",
             op="<=",
             threshold=0.0,
@@ -186,9 +209,12 @@ def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
             passed=False,
             source="marker",
             detail="no element stats for output 'y'",
+            params={"rtol": 0.01},
         )
     ]
-    assert evaluate(result, None, {"rtol": (0.01, "marker")}, [], "net") == []  # no stats measured: no row
+    assert (
+        evaluate(result, None, {"rtol": Tolerance("rtol", 0.01, "marker")}, [], "net") == []
+    )  # no stats measured: no row
 
 
 def _counts(drop1: float | None, k3: bool) -> dict:
@@ -201,11 +227,17 @@ def _counts(drop1: float | None, k3: bool) -> dict:
 def test_topk_agreement_and_accuracy_drop_per_k() -> None:
     result = _result([OutputResult("y", {}), OutputResult("boxes", {})])
     stats = OutputStats(topk={"y": _counts(0.25, k3=True)}, relative={})
-    tolerances = {"min_top1_agreement": (0.75, "marker"), "max_top1_drop": (0.125, INI), "topk": (3, INI)}
+    tolerances = {
+        "min_top1_agreement": Tolerance("min_top1_agreement", 0.75, "marker"),
+        "max_top1_drop": Tolerance("max_top1_drop", 0.125, INI),
+        "topk": Tolerance("topk", 3, INI),
+    }
     assert evaluate(result, stats, tolerances, [], "net") == [
         Outcome(
             check="min_top1_agreement",
-            target="output 'y'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'y'",
             metric="top-1 agreement",
             op=">=",
             threshold=0.75,
@@ -216,7 +248,9 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
         ),
         Outcome(
             check="max_top1_drop",
-            target="output 'y'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'y'",
             metric="top-1 accuracy drop",
             op="<=",
             threshold=0.125,
@@ -227,7 +261,9 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
         ),
         Outcome(
             check="max_top1_drop",
-            target="output 'y'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'y'",
             metric="top-3 accuracy drop",
             op="<=",
             threshold=0.125,
@@ -238,14 +274,17 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
         ),
     ]
     # without topk only top-1; the boxes output was not counted and gets no row
-    (top1,) = evaluate(result, stats, {"max_top1_drop": (0.25, INI)}, [], "net")
+    (top1,) = evaluate(result, stats, {"max_top1_drop": Tolerance("max_top1_drop", 0.25, INI)}, [], "net")
     assert (top1.metric, top1.passed) == ("top-1 accuracy drop", True)
 
 
 def test_topk_drop_undefined_without_labels() -> None:
     result = _result([OutputResult("y", {})])
     unlabelled = OutputStats(topk={"y": _counts(None, k3=False)}, relative={})
-    assert [o.detail for o in evaluate(result, unlabelled, {"max_top1_drop": (0.125, INI)}, [], "net")] == [
+    assert [
+        o.detail
+        for o in evaluate(result, unlabelled, {"max_top1_drop": Tolerance("max_top1_drop", 0.125, INI)}, [], "net")
+    ] == [
         "top-1 accuracy drop undefined for output 'y' (the dataset has no labels)",
     ]
 
@@ -254,7 +293,9 @@ def test_topk_tolerance_without_any_class_score_output() -> None:
     result = _result([OutputResult("y", {}), OutputResult("boxes", {})])
     needs = Outcome(
         check="max_top1_drop",
-        target="outputs",
+        kind="tolerance",
+        scope="output",
+        subject="outputs",
         metric="top-1",
         op="",
         threshold=None,
@@ -263,12 +304,19 @@ def test_topk_tolerance_without_any_class_score_output() -> None:
         source=INI,
         detail="max_top1_drop needs class scores (records, classes), but no output is (y, boxes)",
     )
-    assert evaluate(result, None, {"max_top1_drop": (0.01, INI)}, [], "net") == [needs]
-    assert evaluate(result, OutputStats({}, {}), {"max_top1_drop": (0.01, INI)}, [], "net") == [needs]
-    both = {"max_top1_drop": (0.01, INI), "min_top1_agreement": (0.9, "marker")}
+    assert evaluate(result, None, {"max_top1_drop": Tolerance("max_top1_drop", 0.01, INI)}, [], "net") == [needs]
+    assert evaluate(
+        result, OutputStats({}, {}), {"max_top1_drop": Tolerance("max_top1_drop", 0.01, INI)}, [], "net"
+    ) == [needs]
+    both = {
+        "max_top1_drop": Tolerance("max_top1_drop", 0.01, INI),
+        "min_top1_agreement": Tolerance("min_top1_agreement", 0.9, "marker"),
+    }
     assert [(o.check, o.source) for o in evaluate(result, None, both, [], "net")] == [("min_top1_agreement", "marker")]
     counted = OutputStats(topk={"y": _counts(0.0, k3=False)}, relative={})
-    assert [o.target for o in evaluate(result, counted, {"max_top1_drop": (0.01, INI)}, [], "net")] == ["output 'y'"]
+    assert [
+        o.target for o in evaluate(result, counted, {"max_top1_drop": Tolerance("max_top1_drop", 0.01, INI)}, [], "net")
+    ] == ["output 'y'"]
 
 
 def test_rules_on_outputs_then_layers_in_graph_order() -> None:
@@ -284,7 +332,9 @@ def test_rules_on_outputs_then_layers_in_graph_order() -> None:
     assert evaluate(_result([y], layers), None, {}, rules, "net") == [
         Outcome(
             check="* cosine>=0.75",
-            target="output 'y'",
+            kind="rule",
+            scope="output",
+            subject="output 'y'",
             metric="cosine",
             op=">=",
             threshold=0.75,
@@ -295,7 +345,9 @@ def test_rules_on_outputs_then_layers_in_graph_order() -> None:
         ),
         Outcome(
             check="*::conv* sqnr>=30",
-            target="layer 'conv1' (Conv)",
+            kind="rule",
+            scope="layer",
+            subject="layer 'conv1' (Conv)",
             metric="sqnr",
             op=">=",
             threshold=30.0,
@@ -306,7 +358,9 @@ def test_rules_on_outputs_then_layers_in_graph_order() -> None:
         ),
         Outcome(
             check="*::* sqnr>=26",
-            target="layer 'relu1' (Relu)",
+            kind="rule",
+            scope="layer",
+            subject="layer 'relu1' (Relu)",
             metric="sqnr",
             op=">=",
             threshold=26.0,
@@ -317,7 +371,9 @@ def test_rules_on_outputs_then_layers_in_graph_order() -> None:
         ),
         Outcome(
             check="*::relu1_node cosine>=0.9",
-            target="layer 'relu1' (Relu)",
+            kind="rule",
+            scope="layer",
+            subject="layer 'relu1' (Relu)",
             metric="cosine",
             op=">=",
             threshold=0.9,
@@ -328,7 +384,9 @@ def test_rules_on_outputs_then_layers_in_graph_order() -> None:
         ),
         Outcome(
             check="*::* sqnr>=26",
-            target="layer 't'",
+            kind="rule",
+            scope="layer",
+            subject="layer 't'",
             metric="sqnr",
             op=">=",
             threshold=26.0,
@@ -346,7 +404,9 @@ def test_a_pairs_own_layer_rule_that_matches_no_layer_fails() -> None:
     assert evaluate(_result([], layers), None, {}, [typo], "net") == [
         Outcome(
             check="net::head* sqnr>=8",
-            target="layers",
+            kind="rule",
+            scope="layer",
+            subject="layers",
             metric="sqnr",
             op=">=",
             threshold=8.0,
@@ -390,7 +450,9 @@ def _message_result() -> ComparisonResult:
 def test_failure_message_layout() -> None:
     first = Outcome(
         check="* sqnr>=20",
-        target="output 'y'",
+        kind="rule",
+        scope="output",
+        subject="output 'y'",
         metric="sqnr",
         op=">=",
         threshold=20.0,
@@ -436,10 +498,12 @@ def test_failure_message_of_a_single_failure_without_results() -> None:
 def test_failure_message_of_a_relative_check_on_a_deployment_target() -> None:
     rel = RelativeStats(0.01, 0.001, 3, 12, 0.5, 0.25, worst=[(2, "[0, 1]", 1.5, 1.0), (5, "[1, 0]", -0.25, 0.25)])
     stats = OutputStats(topk={}, relative={"y": rel})
-    target = "output 'y' on onnxruntime-avx2"
     first = Outcome(
         check="rtol",
-        target=target,
+        kind="tolerance",
+        scope="output",
+        subject="output 'y'",
+        deployment="onnxruntime-avx2",
         metric="relative",
         op="<=",
         threshold=0.0,
@@ -469,7 +533,8 @@ def test_failure_message_of_a_relative_check_on_a_deployment_target() -> None:
     assert "Worst elements:" not in failure_message("net", [replace(first, metric="cosine")], result, stats)
     # "on" followed by something that is not a preset is part of the output's name
     odd = OutputResult("y' on nothing", {}, worst_records={"relative": [(0, 1.0)]})
-    message = failure_message("net", [replace(first, target="output 'y' on nothing")], _result([odd]), stats)
+    on_own = replace(first, subject="output 'y' on nothing'", deployment=None)
+    message = failure_message("net", [on_own], _result([odd]), stats)
     assert " record 0: 1" in message.splitlines()
 
 
@@ -505,9 +570,11 @@ def _sat(
 def test_saturation_outcome_at_and_over_the_threshold() -> None:
     report = _saturation(_sat("conv1", 8, 1, record=3), _sat("conv2", 24, 0))  # 1 / 32 = 3.125 %
     where = "1 / 32 (worst layer 'conv1': 1 / 8, most in record 3)"
-    assert saturation_outcome(report, 0.03125, "marker") == Outcome(
+    assert saturation_outcome(report, Tolerance("max_saturated", 0.03125, "marker")) == Outcome(
         check="max_saturated",
-        target="onnxruntime-avx2 pair sums",
+        kind="saturation",
+        scope="model",
+        subject="onnxruntime-avx2 pair sums",
         metric="saturated",
         op="<=",
         threshold=0.03125,
@@ -516,11 +583,11 @@ def test_saturation_outcome_at_and_over_the_threshold() -> None:
         source="marker",
         detail=f"saturated pair sums 3.125% <= 3.125% on onnxruntime-avx2: {where}",
     )
-    over = saturation_outcome(report, 0.03, "marker")
+    over = saturation_outcome(report, Tolerance("max_saturated", 0.03, "marker"))
     assert not over.passed and over.detail == f"saturated pair sums 3.125% > 3% on onnxruntime-avx2: {where}"
-    no_record = saturation_outcome(_saturation(_sat("conv1", 8, 1)), 0.5, "marker")
+    no_record = saturation_outcome(_saturation(_sat("conv1", 8, 1)), Tolerance("max_saturated", 0.5, "marker"))
     assert no_record.detail.endswith("1 / 8 (worst layer 'conv1': 1 / 8)")
-    clean = saturation_outcome(_saturation(_sat("conv1", 8, 0)), 0.0, "marker")
+    clean = saturation_outcome(_saturation(_sat("conv1", 8, 0)), Tolerance("max_saturated", 0.0, "marker"))
     assert clean.passed and clean.detail == "saturated pair sums 0% <= 0% on onnxruntime-avx2: 0 / 8"
 
 
@@ -543,19 +610,24 @@ def test_saturation_notes_list_the_worst_layers_first() -> None:
     ]
 
 
-def test_deployment_target_is_a_known_preset_after_on() -> None:
-    assert deployment_target("output 'y' on onnxruntime-avx2") == "onnxruntime-avx2"
-    assert deployment_target("output 'y' on tflite") == "tflite"
-    assert deployment_target("output 'y' on nothing") is None
-    assert deployment_target(" on onnxruntime-avx2") is None  # no check target before " on "
-    assert deployment_target("output 'y'") is None
+def test_a_deployment_target_is_a_field_not_text() -> None:
+    """The preset a check ran on is a field; ``target`` (the JSON key) is derived from it, never split."""
+    outcome = replace(_fail("cosine 0.5 < 0.99"), deployment="onnxruntime-avx2")
+    assert (outcome.subject, outcome.deployment) == ("output 'y'", "onnxruntime-avx2")
+    assert outcome.target == "output 'y' on onnxruntime-avx2"
+    assert Outcome.from_dict(outcome.to_dict()) == outcome
 
 
 def test_outcome_round_trips_through_a_plain_dict() -> None:
     outcome = _fail("cosine 0.5 < 0.99 for output 'y'")
     data = outcome.to_dict()
     assert data == {
+        "kind": "tolerance",
         "check": "min_cosine",
+        "scope": "output",
+        "subject": "output 'y'",
+        "deployment": None,
+        "params": {},
         "target": "output 'y'",
         "metric": "cosine",
         "op": ">=",
@@ -570,7 +642,7 @@ def test_outcome_round_trips_through_a_plain_dict() -> None:
 
 def test_a_metric_without_value_or_reason_is_just_undefined() -> None:
     y = OutputResult("y", {"cosine": None})
-    (outcome,) = evaluate(_result([y]), None, {"min_cosine": (0.5, "marker")}, [], "net")
+    (outcome,) = evaluate(_result([y]), None, {"min_cosine": Tolerance("min_cosine", 0.5, "marker")}, [], "net")
     assert outcome.detail == "cosine undefined for output 'y'"
     rule = parse_rule("*::* cosine>=0.5", INI)
     (layer,) = evaluate(_result([], [_layer("conv1", 0, cosine=None)]), None, {}, [rule], "net")
@@ -580,7 +652,7 @@ def test_a_metric_without_value_or_reason_is_just_undefined() -> None:
 def test_relative_share_of_a_one_element_output() -> None:
     rel = RelativeStats(rtol=0.0, atol=0.0, violations=1, elements=1, max_abs=1.0, max_rel=1.0)
     stats = OutputStats(topk={}, relative={"y": rel})
-    (outcome,) = evaluate(_result([OutputResult("y", {})]), stats, {"atol": (0.0, INI)}, [], "net")
+    (outcome,) = evaluate(_result([OutputResult("y", {})]), stats, {"atol": Tolerance("atol", 0.0, INI)}, [], "net")
     assert outcome.value == 1.0 and outcome.detail.startswith("1 / 1 elements (100%) outside")
 
 
@@ -606,10 +678,8 @@ def test_failure_message_short_lists() -> None:
 
 def test_on_inside_an_output_name() -> None:
     """Only the last `` on `` separates the deployment target: output names may contain it."""
-    target = "output 'x on tflite' on onnxruntime-avx2"
-    assert deployment_target(target) == "onnxruntime-avx2"
     named = OutputResult("x on tflite", {}, worst_records={"cosine": [(1, 0.25)]})
-    outcome = replace(_fail("cosine 0.25 < 0.99"), target=target)
+    outcome = replace(_fail("cosine 0.25 < 0.99"), subject="output 'x on tflite'", deployment="onnxruntime-avx2")
     assert failure_message("net", [outcome], _result([named])).splitlines()[-2:] == [
         "Worst records (cosine):",
         " record 1: 0.25",
@@ -620,11 +690,16 @@ def test_top_k_rows_for_outputs_that_cannot_be_counted() -> None:
     result = _result([OutputResult("y", {}), OutputResult("boxes", {})])
     why = {"y": "output 'y' float32 (4, 3, 5): not class scores", "boxes": "output 'boxes' int64 (4, 2, 2): labels"}
     stats = OutputStats(topk={}, relative={}, problems=why)
-    tolerances = {"max_top1_drop": (0.01, INI), "min_top1_agreement": (0.9, "marker")}
+    tolerances = {
+        "max_top1_drop": Tolerance("max_top1_drop", 0.01, INI),
+        "min_top1_agreement": Tolerance("min_top1_agreement", 0.9, "marker"),
+    }
     assert evaluate(result, stats, tolerances, [], "net") == [
         Outcome(
             check="min_top1_agreement",
-            target=f"output '{name}'",
+            kind="tolerance",
+            scope="output",
+            subject=f"output '{name}'",
             metric="top-1",
             op="",
             threshold=None,
@@ -636,7 +711,9 @@ def test_top_k_rows_for_outputs_that_cannot_be_counted() -> None:
         for name, text in why.items()
     ]
     counted = OutputStats(topk={"y": _counts(0.0, k3=False)}, relative={}, problems={"boxes": why["boxes"]})
-    assert [o.target for o in evaluate(result, counted, {"max_top1_drop": (0.01, INI)}, [], "net")] == ["output 'y'"]
+    assert [
+        o.target for o in evaluate(result, counted, {"max_top1_drop": Tolerance("max_top1_drop", 0.01, INI)}, [], "net")
+    ] == ["output 'y'"]
 
 
 def test_channel_steps_check() -> None:
@@ -645,10 +722,14 @@ def test_channel_steps_check() -> None:
     low = ChannelReport(axis=1, scale=1.25, min_steps=0.5, max_steps=256.0, low="4..21", flagged=True)
     wide = ChannelReport(axis=1, scale=0.5, min_steps=8.0, max_steps=40.0, low="", flagged=False)
     outputs = [OutputResult("a", {}, channels=low), OutputResult("b", {}, channels=wide), OutputResult("c", {})]
-    assert evaluate(_result(outputs), None, {"min_channel_steps": (2.0, "marker")}, [], "net") == [
+    assert evaluate(
+        _result(outputs), None, {"min_channel_steps": Tolerance("min_channel_steps", 2.0, "marker")}, [], "net"
+    ) == [
         Outcome(
             check="min_channel_steps",
-            target="output 'a'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'a'",
             metric="channel steps",
             op=">=",
             threshold=2.0,
@@ -659,7 +740,9 @@ def test_channel_steps_check() -> None:
         ),
         Outcome(
             check="min_channel_steps",
-            target="output 'b'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'b'",
             metric="channel steps",
             op=">=",
             threshold=2.0,
@@ -670,7 +753,9 @@ def test_channel_steps_check() -> None:
         ),
         Outcome(
             check="min_channel_steps",
-            target="output 'c'",
+            kind="tolerance",
+            scope="output",
+            subject="output 'c'",
             metric="channel steps",
             op=">=",
             threshold=2.0,
@@ -688,13 +773,14 @@ def test_a_slice_tolerance_replaces_the_pairs_on_that_view() -> None:
 
     outputs = [OutputResult("boxes", {"sqnr": 15.0}), OutputResult("scores", {"sqnr": 15.0})]
     views = [SimpleNamespace(name="boxes", tolerances=[("min_sqnr", 10.0), ("max_lsb", 1.0)], rules=[])]
-    rows = evaluate(_result(outputs), None, {"min_sqnr": (20.0, INI)}, [], "net", views)
+    rows = evaluate(_result(outputs), None, {"min_sqnr": Tolerance("min_sqnr", 20.0, INI)}, [], "net", views)
     assert [(o.target, o.threshold, o.source, o.passed) for o in rows] == [
         ("output 'boxes'", 10.0, "slice 'boxes' min_sqnr=", True),  # max_lsb was not asked for: no row
         ("output 'scores'", 20.0, INI, False),
     ]
-    # a tolerance only views set reaches evaluate as NaN (with_slice_tolerances): no row elsewhere
-    nan_rows = evaluate(_result(outputs), None, {"min_sqnr": (float("nan"), "slice 'boxes'")}, [], "net", views)
+    # a tolerance only views set reaches evaluate without a value (with_slice_tolerances): no row elsewhere
+    views_only = {"min_sqnr": Tolerance("min_sqnr", None, "slice 'boxes'")}
+    nan_rows = evaluate(_result(outputs), None, views_only, [], "net", views)
     assert [o.target for o in nan_rows] == ["output 'boxes'"]
 
 
@@ -708,7 +794,9 @@ def _agreement(tensors: list[tuple[str, int, int, int]], allowed: int = 1) -> Ag
 def test_the_agreement_gate_passes_with_the_worst_tensor_and_adds_no_lines() -> None:
     agreement = _agreement([("a", 10, 0, 0), ("b", 20, 3, 1)])
     assert gate_outcome(agreement, "marker") == Outcome(
-        check="max_backend_steps", target="2 tensors (tflite)", metric="steps vs onnxruntime", op="<=",
+        check="max_backend_steps", kind="gate",
+        scope="model",
+        subject="2 tensors (tflite)", metric="steps vs onnxruntime", op="<=",
         threshold=1.0, value=1.0, passed=True, source="marker",
         detail="integer emulation (tflite) within 1 step of onnxruntime: ok on 2 tensors (max 1 step)",
     )  # fmt: skip
@@ -720,7 +808,9 @@ def test_the_agreement_gate_fails_on_the_first_tensor_beyond_n_steps_and_lists_t
     rows += [(f"d{i}", 4, 1, 2 + i) for i in range(6)]  # six more beyond 1 step: five shown, then "1 more"
     agreement = _agreement(rows)
     assert gate_outcome(agreement, "ini") == Outcome(
-        check="max_backend_steps", target="tensor 'b' (tflite)", metric="steps vs onnxruntime", op="<=",
+        check="max_backend_steps", kind="gate",
+        scope="model",
+        subject="tensor 'b' (tflite)", metric="steps vs onnxruntime", op="<=",
         threshold=1.0, value=3.0, passed=False, source="ini",
         detail="integer emulation (tflite) within 1 step of onnxruntime: tensor 'b' (order 1) differs by up to "
         "3 steps, 2 / 8 elements (25%)",
@@ -768,22 +858,22 @@ def test_task_metric_tolerances_each_give_one_row() -> None:
     """min:/max: read the quantized side, max_drop: the drop in the metric's own direction; a value no
     metric computes, or one side without a value, fails with the reason; NaN bounds (views only) and
     other tolerances are not task checks."""
+    from pytest_qaccuracy.analysis.checks import _task_checks
     from pytest_qaccuracy.analysis.outputs import TaskValue
-    from pytest_qaccuracy.plugin.checks import _task_checks
 
     cer = TaskValue("cer", "ctc", "targets", 10, False, 0.25, 0.375)
     exact = TaskValue("exact_match", "ctc", "fp32", 8, True, 0.75, 0.5)
     empty = TaskValue("f1", "binary_f1", "targets", 4, True, 0.5, None)
     stats = OutputStats(topk={}, relative={}, task={"cer": cer, "exact_match": exact, "f1": empty})
     tolerances = {
-        "max_drop:cer": (0.0625, "ini"),
-        "min:exact_match": (0.25, "marker"),
-        "max:cer": (0.25, "suite"),
-        "max_drop:f1": (0.5, "ini"),
-        "min:f1": (0.5, "ini"),
-        "min:recall": (0.5, "ini"),
-        "min_cosine": (0.99, "ini"),
-        "max_drop:exact_match": (float("nan"), "view"),
+        "max_drop:cer": Tolerance("max_drop:cer", 0.0625, "ini"),
+        "min:exact_match": Tolerance("min:exact_match", 0.25, "marker"),
+        "max:cer": Tolerance("max:cer", 0.25, "suite"),
+        "max_drop:f1": Tolerance("max_drop:f1", 0.5, "ini"),
+        "min:f1": Tolerance("min:f1", 0.5, "ini"),
+        "min:recall": Tolerance("min:recall", 0.5, "ini"),
+        "min_cosine": Tolerance("min_cosine", 0.99, "ini"),
+        "max_drop:exact_match": Tolerance("max_drop:exact_match", None, "view"),
     }
     rows = {(r.check, r.source): r for r in _task_checks(stats, tolerances)}
     assert list(rows) == [
@@ -833,7 +923,7 @@ def test_task_metric_tolerances_each_give_one_row() -> None:
     assert missing.detail == (
         "min:recall: no task metric computes 'recall' (computed: cer, exact_match, f1); name one in task_metrics"
     )
-    none = _task_checks(None, {"max_drop:cer": (0.1, "ini")})
+    none = _task_checks(None, {"max_drop:cer": Tolerance("max_drop:cer", 0.1, "ini")})
     assert [r.detail for r in none] == [
         "max_drop:cer: no task metric computes 'cer' (computed: none); name one in task_metrics"
     ]

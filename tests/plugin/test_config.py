@@ -13,7 +13,8 @@ native_toml = pytest.mark.skipif(not PYTEST_9, reason="native TOML configuration
 #: A test that prints the tolerances in effect, so a run shows each value and its source.
 SHOW = """
 def test_show(qaccuracy):
-    for name, (value, source) in sorted(qaccuracy.tolerances().items()):
+    for name, tol in sorted(qaccuracy.tolerances().items()):
+        value, source = tol.value, tol.source
         print(f"TOL {name}={value!r} from {source}")
 """
 
@@ -66,8 +67,9 @@ def test_marker_and_check_arguments_win(pytester: pytest.Pytester) -> None:
 
         @pytest.mark.qaccuracy(min_cosine=0.95)
         def test_marker(qaccuracy):
-            assert qaccuracy.tolerances()["min_cosine"] == (0.95, "marker @pytest.mark.qaccuracy(min_cosine=...)")
-            assert qaccuracy.tolerances(min_cosine=0.99)["min_cosine"][0] == 0.99
+            assert qaccuracy.tolerances()["min_cosine"].value == 0.95
+            assert qaccuracy.tolerances()["min_cosine"].source == "marker @pytest.mark.qaccuracy(min_cosine=...)"
+            assert qaccuracy.tolerances(min_cosine=0.99)["min_cosine"].value == 0.99
         """
     )
     pytester.runpytest().assert_outcomes(passed=1)

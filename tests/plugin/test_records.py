@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from pytest_qaccuracy.outcomes import Outcome
 from pytest_qaccuracy.plugin.records import (
     ExclusionTarget,
-    Outcome,
     PairRecord,
     RecordedCheck,
     SensitivityEntry,
@@ -17,7 +17,9 @@ from pytest_qaccuracy.plugin.records import (
 
 OUTCOME = Outcome(
     check="min_cosine",
-    target="output 'y'",
+    kind="tolerance",
+    scope="output",
+    subject="output 'y'",
     metric="cosine",
     op=">=",
     threshold=0.99,
@@ -47,7 +49,8 @@ def _record(**changes: object) -> PairRecord:
 def test_a_check_is_flat_in_the_record_document() -> None:
     check = RecordedCheck(test="t.py::test_a", index=2, outcome=OUTCOME, xfail="known")
     assert list(check.to_dict()) == [
-        "test", "index", "check", "target", "metric", "op", "threshold", "value", "passed", "source", "detail", "xfail",
+        "test", "index", "kind", "check", "scope", "subject", "deployment", "target", "metric", "op", "threshold",
+        "value", "params", "passed", "source", "detail", "xfail",
     ]  # fmt: skip
     assert check.to_dict()["threshold"] == 0.99 and check.to_dict()["xfail"] == "known"
     assert RecordedCheck.from_dict(check.to_dict()) == check

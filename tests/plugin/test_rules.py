@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_qaccuracy.plugin.rules import check_tolerance, parse_number, parse_rule, parse_rules, rules_for
+from pytest_qaccuracy.tolerances import check_tolerance, parse_number, parse_rule, parse_rules, rules_for
 
 
 def test_parse_number_explains_bad_values() -> None:

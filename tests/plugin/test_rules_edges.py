@@ -1,4 +1,4 @@
-"""Edges of tolerance parsing and rule selection (``plugin/rules.py``), from docs/pytest.md's rules."""
+"""Edges of tolerance parsing and rule selection (``tolerances.py``), from docs/pytest.md's rules."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pytest_qaccuracy.plugin.rules import OPS, TOLERANCES, Rule, check_tolerance, parse_number, parse_rule, parse_rules
+from pytest_qaccuracy.tolerances import OPS, TOLERANCES, Rule, check_tolerance, parse_number, parse_rule, parse_rules
 
 
 def test_parse_number_keeps_the_kind_asked_for() -> None:
@@ -70,7 +70,7 @@ def test_parse_rules_numbers_rules_and_checks_metrics() -> None:
 
 
 def test_task_tolerance_names_are_kind_colon_value() -> None:
-    from pytest_qaccuracy.plugin.rules import TASK_KINDS, is_tolerance, task_tolerance
+    from pytest_qaccuracy.tolerances import TASK_KINDS, is_tolerance, task_tolerance
 
     assert TASK_KINDS == {"min": (">=", "quantized"), "max": ("<=", "quantized"), "max_drop": ("<=", "drop")}
     assert task_tolerance("max_drop:cer") == ("max_drop", "cer")
@@ -83,7 +83,7 @@ def test_task_tolerance_names_are_kind_colon_value() -> None:
 
 
 def test_task_tolerance_lines_and_values() -> None:
-    from pytest_qaccuracy.plugin.rules import BadValue, parse_task_line
+    from pytest_qaccuracy.tolerances import BadValue, parse_task_line
 
     assert parse_task_line("max_drop:cer = 0.005") == ("max_drop:cer", 0.005)
     assert parse_task_line("  min:exact_match=0.9  ") == ("min:exact_match", 0.9)

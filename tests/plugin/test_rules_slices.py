@@ -1,12 +1,11 @@
-"""A slice's own rules and tolerances (``plugin/rules.py``: ``slice_rules``, ``with_slice_tolerances``),
+"""A slice's own rules and tolerances (``tolerances.py``: ``slice_rules``, ``with_slice_tolerances``),
 as docs/pytest.md describes slices: a view's rules apply to that view of that pair only, and win."""
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
-from pytest_qaccuracy.plugin.rules import parse_rule, rules_for, slice_rules, with_slice_tolerances
+from pytest_qaccuracy.tolerances import Tolerance, parse_rule, rules_for, slice_rules, with_slice_tolerances
 
 
 def _view(name: str, rules=(), tolerances=()) -> SimpleNamespace:
@@ -31,10 +30,10 @@ def test_slice_rules_apply_to_their_view_of_their_pair() -> None:
     assert slice_rules("p", []) == []
 
 
-def test_a_tolerance_set_only_on_views_is_asked_for_with_a_nan() -> None:
+def test_a_tolerance_set_only_on_views_is_asked_for_without_a_value() -> None:
     views = [_view("boxes", tolerances=[("min_sqnr", 10.0)]), _view("scores", tolerances=[("min_cosine", 0.9)])]
-    found = with_slice_tolerances({"min_cosine": (0.99, "marker")}, views)
-    assert found["min_cosine"] == (0.99, "marker")  # the pair's own stays
-    value, source = found["min_sqnr"]
-    assert math.isnan(value) and source == "slice 'boxes'"
+    found = with_slice_tolerances({"min_cosine": Tolerance("min_cosine", 0.99, "marker")}, views)
+    assert found["min_cosine"] == Tolerance("min_cosine", 0.99, "marker")  # the pair's own stays
+    assert found["min_sqnr"] == Tolerance("min_sqnr", None, "slice 'boxes'")
+    assert found["min_cosine"].applies and not found["min_sqnr"].applies
     assert set(found) == {"min_cosine", "min_sqnr"}

@@ -9,7 +9,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from pytest_qaccuracy.plugin.records import ExclusionTarget, Outcome, RecordedCheck, SensitivityEntry
+from pytest_qaccuracy.outcomes import Outcome
+from pytest_qaccuracy.plugin.records import ExclusionTarget, RecordedCheck, SensitivityEntry
 from pytest_qaccuracy.plugin.sensitivity import exclusion_target, merge_entry
 
 from .conftest import PAIRS_MODULE
@@ -18,19 +19,39 @@ BROKEN_NODES = {"conv1", "pool1", "conv2", "pool2", "flatten", "fc"}
 FILES = ("sensitivity", "sweep", "cumulative", "cumulative_chart")
 
 
+def _unwrap(lines: list[str]) -> list[str]:
+    """The summary's lines with the ones it wrapped at 100 columns joined again (a continuation is
+    indented four more than the long line before it)."""
+    joined: list[str] = []
+    for line in lines:
+        previous = joined[-1] if joined else ""
+        indent = len(previous) - len(previous.lstrip(" "))
+        if previous and line.startswith(" " * (indent + 4)) and not line.startswith(" " * (indent + 5)):
+            joined[-1] = f"{previous} {line.strip()}"
+        else:
+            joined.append(line)
+    return joined
+
+
+def _verdict(result: pytest.RunResult, pair: str) -> str:
+    """The verdict line of one pair (the summary leads with them)."""
+    return next(line for line in _unwrap(result.outlines) if line.startswith(f"{pair}: "))
+
+
 def _block(result: pytest.RunResult, pair: str) -> list[str]:
-    """The summary block of one pair, up to the blank line that ends it."""
-    lines = result.outlines
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"{pair}: "))
+    """The block of one pair after the verdict lines (a pair that did not pass, or was analysed), up
+    to the blank line that ends it."""
+    lines = _unwrap(result.outlines)
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{pair}: ") and not lines[i - 1].strip())
     end = next(i for i in range(start, len(lines)) if not lines[i].strip())
     return lines[start:end]
 
 
 def _table(block: list[str]) -> list[tuple[int, str, str, float]]:
     """Rows of the sensitivity table: (rank, node, op_type, value), every number parsed."""
-    title = next(i for i, line in enumerate(block) if "sensitivity (node) of" in line)
+    header = next(i for i, line in enumerate(block) if line.split()[:3] == ["rank", "node", "op_type"])
     rows = []
-    for line in block[title + 3 :]:
+    for line in block[header + 2 :]:
         parts = line.split()
         if not parts or not parts[0].isdigit():
             break
@@ -57,7 +78,8 @@ def test_failing_pair_gets_table_suggestion_and_artifacts(digits: pytest.Pyteste
     suggestion = next(line for line in block if line.startswith(prefix))
     excluded = ast.literal_eval(suggestion[len(prefix) :])
     assert excluded[0] == "conv1" and set(excluded) <= BROKEN_NODES
-    assert not any("sensitivity" in line for line in _block(result, "digits_cnn.qdq"))
+    assert _verdict(result, "digits_cnn.qdq").startswith("digits_cnn.qdq: PASSED (")
+    assert not any(line.startswith("digits_cnn.qdq: ") for line in _block(result, "digits_cnn.broken"))
 
     out = digits.path / "out"
     entry = _pair_entry(out, "digits_cnn.broken")
@@ -104,7 +126,7 @@ def test_the_analysis_reads_the_first_records(digits: pytest.Pytester, args: tup
     result = digits.runpytest("--qaccuracy-no-artifacts", *args)
     title = next(line for line in _block(result, "digits_cnn.broken") if "sensitivity (node) of" in line)
     assert f"on digits_test.npz ({records} records)" in title
-    assert _block(result, "digits_cnn.broken")[0].endswith(", 300 records)")  # the comparison reads every record
+    assert _verdict(result, "digits_cnn.broken").endswith(", 300 records)")  # the comparison reads every record
 
 
 def test_all_pairs_with_the_option_and_none_when_off(digits: pytest.Pytester) -> None:
@@ -142,7 +164,7 @@ def test_expected_failure_without_cosine_target_and_no_artifacts(digits: pytest.
     result = digits.runpytest("--qaccuracy-no-artifacts", "--qaccuracy-sensitivity-metric=mse")
     result.assert_outcomes(xfailed=1)
     block = _block(result, "digits_cnn.broken")
-    assert block[0].startswith("digits_cnn.broken: FAILED as expected: known;")
+    assert block[0] == "digits_cnn.broken: XFAIL on digits_test.npz, expected to fail: known"
     rows = _table(block)
     assert rows[0][1] == "conv1" and [r[3] for r in rows] == sorted((r[3] for r in rows), reverse=True)
     assert block[-1] == "  no exclusion list suggested: no failed cosine or SQNR check on an output to aim at"
@@ -254,7 +276,9 @@ def test_xdist_gives_the_same_tables_and_artifacts(digits: pytest.Pytester) -> N
 def test_merge_keeps_what_a_serial_run_picks() -> None:
     def check(metric: str, threshold: float, passed: bool = False) -> RecordedCheck:
         outcome = Outcome(
-            check=f"min_{metric}", target="output 'y'", metric=metric, op=">=", threshold=threshold, value=0.5,
+            check=f"min_{metric}", kind="tolerance",
+        scope="output",
+        subject="output 'y'", metric=metric, op=">=", threshold=threshold, value=0.5,
             passed=passed, source="default", detail="",
         )  # fmt: skip
         return RecordedCheck(test="t", index=0, outcome=outcome)

@@ -20,7 +20,10 @@ def _record(passed: bool) -> dict:
     check = {
         "test": "t::a",
         "index": 0,
+        "kind": "tolerance",
         "check": "min_cosine",
+        "scope": "output",
+        "subject": "output 'y'",
         "target": "output 'y'",
         "metric": "cosine",
         "op": ">=",
@@ -32,6 +35,10 @@ def _record(passed: bool) -> dict:
     }
     layer_check = {
         **check,
+        "kind": "rule",
+        "check": "*::b sqnr>=20",
+        "scope": "layer",
+        "subject": "layer 'b' (Relu)",
         "target": "layer 'b' (Relu)",
         "metric": "sqnr",
         "threshold": 20.0,
@@ -69,15 +76,72 @@ def _record(passed: bool) -> dict:
 
 def test_summary_lines_block() -> None:
     lines = summary_lines([_record(False)], "out")
-    assert lines[0] == "p: FAILED (m.onnx vs m.q.onnx on d.npz, 4 records)"
-    table = "\n".join(lines[1:6])
-    assert "  output 'y'  cosine        0.5  >= 0.99      FAIL" in table
-    assert "  output 'y'  sqnr         12.5  -" in table
-    assert "  layer rules: 0 / 1 pass" in lines
-    assert "    FAIL sqnr 3 dB < 20 dB for layer 'b' (Relu)" in lines
-    assert "  most sensitive layers (sqnr): b (Relu) 3 dB, a (Conv) 40 dB" in lines
+    assert lines[0] == "p: FAILED (m.q.onnx vs m.onnx on d.npz, 4 records)"  # quantized vs fp32
+    assert lines[1:4] == [
+        "",
+        "p: FAILED on d.npz",
+        "  failed 2 of 2 checks (output tolerances 1, rules 1), worst first:",
+    ]
+    # sqnr 3 < 20 is 85 % of its bound away, cosine 0.5 < 0.99 49 %: the layer comes first
+    assert lines[4:8] == [
+        "    layer 'b' (Relu)  sqnr    3 dB  >= 20 dB  [1]",
+        "    output 'y'        cosine  0.5   >= 0.99   [1]",
+        "    [1] default",
+        "  most sensitive layers (sqnr): b (Relu) 3 dB, a (Conv) 40 dB",
+    ]
     assert lines[-1] == "0 / 1 pairs passed; artifacts in out"
-    assert summary_lines([_record(True)])[-1] == "1 / 1 pairs passed"
+    assert summary_lines([_record(True)]) == [
+        "p: PASSED (m.q.onnx vs m.onnx on d.npz, 4 records)",
+        "",
+        "1 / 1 pairs passed",
+    ]
+
+
+def _many(index: int, layers: int) -> dict:
+    """A failing pair with ``layers`` failed layer rules (sqnr index+1 .. against 30 dB, shuffled), long
+    names, and a layer match warning (one layer matched of ten)."""
+    record = _record(False)
+    rule = record["checks"][1]
+    order = [(7 * i) % layers for i in range(layers)]  # a permutation: graph order is not worst first
+    record["checks"] = [
+        {**rule, "subject": f"layer 'l{i}'", "target": f"layer 'l{i}'", "threshold": 30.0, "value": float(i + 1)}
+        for i in order
+    ]
+    name = "a_rather_long_model_name_" + "x" * 40
+    record["comparison"] = {
+        **record["comparison"],
+        "quantized_model": f"{name}.int8.onnx",
+        "fp32_model": f"{name}.onnx",
+        "unmatched": {"fp32": [f"t{i}" for i in range(9)]},
+        "layers": record["comparison"]["layers"][:1],
+    }
+    return {**record, "id": f"pair_{index}"}
+
+
+def test_summary_shape_verdict_first_worst_first_and_how_many_more() -> None:
+    from pytest_qaccuracy.report.summary import SHOW_FAILED, SHOW_WARNINGS, WIDTH
+
+    records = [_many(i, 12) for i in range(5)]
+    lines = summary_lines(records, "/tmp/" + "a" * 30)
+    assert max(len(line) for line in lines) <= WIDTH == 100
+    # verdict first: the lines before the first blank one name every pair once, in order (long ones wrap)
+    head = lines[: lines.index("")]
+    starts = [line for line in head if not line.startswith(" ")]
+    assert [line.split(":")[0] for line in starts] == [f"pair_{i}" for i in range(5)]
+    assert all(": FAILED (" in line for line in starts)
+    assert all(line.startswith("    ") for line in head if line not in starts)  # continuation lines
+    block = lines[lines.index("pair_0: FAILED on d.npz") :]
+    rows = block[2 : 2 + SHOW_FAILED]
+    values = [float(row.split()[3]) for row in rows]  # layer, name, metric, value
+    assert values == [1.0, 2.0, 3.0, 4.0, 5.0]  # worst first: the farthest below 30 dB
+    assert block[2 + SHOW_FAILED] == f"    and {12 - SHOW_FAILED} more (summary.json, report.html)"
+    assert "warnings (5; all in summary.json):" in lines
+    start = lines.index("warnings (5; all in summary.json):")
+    assert lines[start + 1 : start + 1 + SHOW_WARNINGS] == [
+        f"  pair_{i}: only 1 of 10 layers matched: are these the same model?" for i in range(SHOW_WARNINGS)
+    ]
+    assert lines[start + 1 + SHOW_WARNINGS] == f"  and {5 - SHOW_WARNINGS} more"
+    assert lines[-1] == "0 / 5 pairs passed; artifacts in /tmp/" + "a" * 30
 
 
 def test_summary_document_hashes(tmp_path: Path) -> None:
@@ -154,5 +218,28 @@ def test_expected_failures_are_labelled() -> None:
     record = _record(False)
     record["checks"] = [{**c, "xfail": "known bad"} for c in record["checks"]]
     lines = summary_lines([record, _record(True)])
-    assert lines[0].startswith("p: FAILED as expected: known bad; (m.onnx vs m.q.onnx")
+    assert lines[0] == "p: XFAIL (m.q.onnx vs m.onnx on d.npz, 4 records)"
+    assert "p: XFAIL on d.npz, expected to fail: known bad" in lines
     assert lines[-1] == "1 / 2 pairs passed, 1 failed as expected"
+    # pytest failed a test that passed against a strict xfail: so does the pair
+    strict = {**_record(True), "tests": {"t::a": "xpassed-strict"}}
+    assert summary_lines([strict])[0].startswith("p: FAILED (")
+    assert "p: FAILED on d.npz, passed, but t::a is marked xfail(strict=True)" in summary_lines([strict])
+
+
+def test_an_element_wise_check_shows_the_tolerances_set_not_a_zero() -> None:
+    """rtol/atol count the share of elements outside atol + rtol*|fp32| (which must be 0): the terminal
+    and the report show the numbers the user set."""
+    from pytest_qaccuracy.analysis.checks import evaluate
+    from pytest_qaccuracy.analysis.outputs import OutputStats, RelativeStats
+    from pytest_qaccuracy.report.verdicts import check_row
+    from pytest_qaccuracy.tolerances import Tolerance
+
+    result = ComparisonResult("m.onnx", "m.q.onnx", "d.npz", 4, {"sqnr": ""}, [OutputResult("y", {"sqnr": 9.0})], [])
+    rel = RelativeStats(rtol=0.01, atol=0.001, violations=3, elements=12, max_abs=0.5, max_rel=0.25)
+    tolerances = {"rtol": Tolerance("rtol", 0.01, "marker"), "atol": Tolerance("atol", 0.001, "ini")}
+    (outcome,) = evaluate(result, OutputStats(topk={}, relative={"y": rel}), tolerances, [], "p")
+    record = {**_record(True), "checks": [{**outcome.to_dict(), "test": "t::a", "index": 0, "xfail": None}]}
+    lines = summary_lines([record])
+    assert "    output 'y'  relative  0.25  rtol 0.01, atol 0.001  [1]" in lines
+    assert check_row(record["checks"][0])["tolerance"] == "rtol 0.01, atol 0.001"

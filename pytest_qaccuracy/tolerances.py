@@ -1,4 +1,4 @@
-"""Tolerances: the named output tolerances, and ``qaccuracy_tolerances`` rule lines.
+"""Tolerances: the named output tolerances (:class:`Tolerance`), and ``qaccuracy_tolerances`` rule lines.
 
 A rule line is ``<pair glob>[::<layer glob>] <metric><op><value>``, e.g. ``*::* sqnr>=20`` (every
 layer of every pair) or ``detector::head* sqnr>=8``. Without ``::`` a rule applies to the pair's
@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
@@ -20,7 +21,7 @@ from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
 #: Named tolerances (ini ``qaccuracy_<name>``, CLI ``--qaccuracy-<name>``, marker and TOML keys).
 #: name -> (type, help)
 TOLERANCES: dict[str, tuple[type, str]] = {
-    "min_cosine": (float, "Smallest cosine similarity of each output (fp32 vs quantized)"),
+    "min_cosine": (float, "Smallest cosine similarity of each output (quantized vs fp32)"),
     "rtol": (float, "Relative tolerance per output element: |q - f| <= atol + rtol*|f|"),
     "atol": (float, "Absolute tolerance per output element (with rtol)"),
     "min_sqnr": (float, "Smallest SQNR of each output, in dB"),
@@ -55,8 +56,28 @@ SATURATION = "max_saturated"
 #: The tolerance of the agreement gate: the integer emulation's steps against onnxruntime.
 GATE = "max_backend_steps"
 
-#: Tolerance values with their source: name -> (value, "marker" / "ini file pytest.ini" / ...).
-Tolerances = Mapping[str, tuple[float, str]]
+
+@dataclass(frozen=True, slots=True)
+class Tolerance:
+    """One named tolerance in effect, validated once by :func:`check_tolerance`, with where it came
+    from (``ini file pytest.ini``, ``marker @pytest.mark.qaccuracy(min_cosine=...)``, ...).
+
+    ``value`` is None when only a pair's views set it: the views are checked, the pair's own
+    outputs are not.
+    """
+
+    name: str
+    value: float | None
+    source: str
+
+    @property
+    def applies(self) -> bool:
+        """Whether the pair's own outputs are held to it (False: its views' only)."""
+        return self.value is not None
+
+
+#: The tolerances in effect: name -> :class:`Tolerance`.
+Tolerances = Mapping[str, Tolerance]
 
 #: Values used when nothing else sets them.
 DEFAULTS: dict[str, float | int] = {"min_cosine": 0.99, "topk": 1}
@@ -133,10 +154,10 @@ def check_tolerance(name: str, value: object) -> float | int:
     return number
 
 
-def tolerance_values(values: Mapping[str, object], source: Callable[[str], str]) -> dict[str, tuple[float, str]]:
+def tolerance_values(values: Mapping[str, object], source: Callable[[str], str]) -> dict[str, Tolerance]:
     """``values`` validated by :func:`check_tolerance`, each with where it came from (``source(name)``);
     the first bad value raises its ValueError."""
-    return {name: (check_tolerance(name, value), source(name)) for name, value in values.items()}
+    return {name: Tolerance(name, check_tolerance(name, value), source(name)) for name, value in values.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,14 +226,13 @@ def slice_rules(pair_id: str, slices: Sequence[object], offset: int = 0) -> list
     return rules
 
 
-def with_slice_tolerances(
-    tolerances: Mapping[str, tuple[float, str]], slices: Sequence[Any]
-) -> dict[str, tuple[float, str]]:
-    """``tolerances`` plus, for a tolerance only views set, a NaN entry: asked for, but on the views only."""
+def with_slice_tolerances(tolerances: Tolerances, slices: Sequence[Any]) -> dict[str, Tolerance]:
+    """``tolerances`` plus, for a tolerance only views set, one without a value: asked for, but on the
+    views only (:attr:`Tolerance.applies` is False)."""
     found = dict(tolerances)
     for view in slices:
         for name, _ in view.tolerances:
-            found.setdefault(name, (float("nan"), f"slice '{view.name}'"))
+            found.setdefault(name, Tolerance(name, None, f"slice '{view.name}'"))
     return found
 
 
@@ -233,6 +253,61 @@ def rules_for(rules: Sequence[Rule], pair: str, names: Sequence[str | None], lay
     return best
 
 
+#: The tolerances a file of pytest settings can set, by key (``qaccuracy_min_cosine``, ...).
+INI_PREFIX = "qaccuracy_"
+#: Where pytest reads its settings in each kind of file.
+INI_SECTIONS = {".ini": "pytest", ".cfg": "tool:pytest"}
+
+
+def ini_settings(path: Path) -> tuple[dict[str, Tolerance], list[Rule]]:
+    """The named tolerances (with :data:`DEFAULTS`) and the ``qaccuracy_tolerances`` rules of a file of
+    pytest settings (``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``), validated as
+    the plugin validates them; a ValueError names the file and the key."""
+    values = _ini_values(path)
+    where = f"ini file {path.name}"
+    found = {name: Tolerance(name, value, "default") for name, value in DEFAULTS.items()}
+    for name in TOLERANCES:
+        key = INI_PREFIX + name
+        if key in values:
+            try:
+                found[name] = Tolerance(name, check_tolerance(name, values[key]), f"{where} ({key})")
+            except ValueError as exc:
+                raise ValueError(f"{path}: {key}: {getattr(exc, 'reason', exc)}") from None
+    lines = values.get(INI_PREFIX + "tolerances", [])
+    lines = lines.splitlines() if isinstance(lines, str) else [str(line) for line in lines]
+    try:
+        rules = parse_rules(lines, f"{where} ({INI_PREFIX}tolerances)")
+    except ValueError as exc:
+        raise ValueError(f"{path}: {INI_PREFIX}tolerances: {exc}") from None
+    return found, rules
+
+
+def _ini_values(path: Path) -> dict[str, Any]:
+    """The pytest section of ``path`` as a mapping (strings from ini files, TOML values from
+    ``pyproject.toml``'s ``[tool.pytest.ini_options]``)."""
+    if path.suffix == ".toml":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        try:
+            document = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read it ({exc})") from None
+        return dict(document.get("tool", {}).get("pytest", {}).get("ini_options", {}))
+    import configparser
+
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, configparser.Error) as exc:
+        raise ValueError(f"{path}: cannot read it ({exc})") from None
+    section = INI_SECTIONS.get(path.suffix, "pytest")
+    if not parser.has_section(section):
+        raise ValueError(f"{path}: no [{section}] section")
+    return dict(parser.items(section))
+
+
 __all__ = [
     "DEFAULTS",
     "GATE",
@@ -242,8 +317,10 @@ __all__ = [
     "TOLERANCES",
     "BadValue",
     "Rule",
+    "Tolerance",
     "Tolerances",
     "check_tolerance",
+    "ini_settings",
     "is_tolerance",
     "parse_number",
     "parse_rule",

@@ -1,0 +1,157 @@
+"""``qaccuracy compare`` as a gate (issue 34, item 3): the ini file's tolerances and rules, one flag per
+tolerance, exit 1 when a check fails, the verdicts on stdout, in ``--json`` and in the report.
+
+The bundled digits models: the broken one (calibrated on inputs scaled by 0.02) against the example
+suite's ``pytest.ini`` (``min_cosine = 0.99``, every layer ``sqnr>=12``, the logits ``sqnr>=20``).
+The expected cosine is computed here with onnxruntime and numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_qaccuracy.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "example_suites"
+FP32 = EXAMPLES / "models" / "digits_cnn.onnx"
+DATA = EXAMPLES / "data" / "digits_test.npz"
+INI = EXAMPLES / "pytest.ini"
+
+
+def _cosine(quantized: str) -> float:
+    import onnxruntime as ort
+
+    x = np.load(DATA)["x"]
+    outputs = [
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0].astype(np.float64)
+        for path in (FP32, EXAMPLES / "models" / quantized)
+    ]
+    f, q = (o.ravel() for o in outputs)
+    return float(f @ q / (np.linalg.norm(f) * np.linalg.norm(q)))
+
+
+def _compare(quantized: str, *extra: str) -> list[str]:
+    return ["compare", str(FP32), str(EXAMPLES / "models" / quantized), "--data", str(DATA), *extra]
+
+
+def test_the_broken_model_fails_the_ini_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    code = main(
+        _compare("digits_cnn.broken.onnx", "--ini", str(INI), "--json", str(tmp_path / "r.json"), "--out-dir", str(out))
+    )
+    assert code == 1
+    text = capsys.readouterr().out
+    assert "digits_cnn.broken: FAILED" in text
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert document["passed"] is False
+    by = {(c["kind"], c["check"], c["subject"]): c for c in document["checks"]}
+    cosine = by["tolerance", "min_cosine", "output 'logits'"]
+    assert cosine["value"] == pytest.approx(_cosine("digits_cnn.broken.onnx"), rel=1e-6)
+    assert cosine["value"] < 0.5 and cosine["threshold"] == 0.99 and cosine["passed"] is False
+    assert cosine["source"] == "ini file pytest.ini (qaccuracy_min_cosine)"
+    rules = [c for c in document["checks"] if c["kind"] == "rule"]
+    assert {c["check"] for c in rules} == {"*::* sqnr>=12", "*::logits sqnr>=20"}
+    assert all(c["scope"] == "layer" and c["value"] < c["threshold"] and not c["passed"] for c in rules)
+    # the failed checks are listed worst first: the largest share beyond its bound first
+    rows = [
+        line.strip() for line in text.splitlines() if line.startswith("    layer '") or line.startswith("    output '")
+    ]
+    share = {c["subject"]: (c["threshold"] - c["value"]) / c["threshold"] for c in document["checks"]}
+    shown = [next(s for s in share if row.startswith(s)) for row in rows]
+    assert len(rows) == 5 and [share[s] for s in shown] == sorted(share.values(), reverse=True)[:5]
+    assert rows[0].startswith("layer 'x' (input)")  # 0.23 dB against 12 dB: the farthest
+    assert f"and {len(document['checks']) - 5} more (--json, --out-dir)" in text
+    report = (out / "report.html").read_text()
+    assert '"verdict":{"status":"failed","label":"FAILED"' in report
+
+
+def test_the_good_model_passes_and_flags_win_over_the_ini(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    json_path = tmp_path / "r.json"
+    assert main(_compare("digits_cnn.qdq.onnx", "--ini", str(INI), "--json", str(json_path))) == 0
+    document = json.loads(json_path.read_text())
+    assert document["passed"] is True and all(c["passed"] for c in document["checks"])
+    assert "digits_cnn.qdq: PASSED" in capsys.readouterr().out
+    # a flag wins over the ini file's key, and names itself as the source
+    assert (
+        main(_compare("digits_cnn.qdq.onnx", "--ini", str(INI), "--min-cosine", "0.9999999", "--json", str(json_path)))
+        == 1
+    )
+    (cosine,) = [c for c in json.loads(json_path.read_text())["checks"] if c["check"] == "min_cosine"]
+    assert cosine["threshold"] == 0.9999999 and cosine["source"] == "command line --min-cosine"
+
+
+def test_rule_and_top1_flags_without_an_ini(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    json_path = tmp_path / "r.json"
+    args = ["--tolerance", "*::relu1 sqnr>=60", "--max-top1-drop", "0.5", "--json", str(json_path)]
+    assert main(_compare("digits_cnn.qdq.onnx", *args)) == 1
+    checks = json.loads(json_path.read_text())["checks"]
+    (rule,) = [c for c in checks if c["kind"] == "rule"]
+    assert rule["subject"] == "layer 'relu1' (Relu)" and rule["source"].startswith("command line --tolerance")
+    drops = [c for c in checks if c["check"] == "max_top1_drop"]
+    assert drops and all(c["passed"] for c in drops)  # the default min_cosine = 0.99 applies too
+    assert any(c["check"] == "min_cosine" and c["source"] == "default" for c in checks)
+
+
+def test_without_tolerances_nothing_is_gated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_compare("digits_cnn.broken.onnx", "--json", str(tmp_path / "r.json"))) == 0
+    assert "checks" not in json.loads((tmp_path / "r.json").read_text())
+    assert "1 comparison, no tolerances checked" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--min-cosine", "2"], "min_cosine: must be between 0 and 1, got 2.0"),
+        (["--tolerance", "sqnr 12"], "bad tolerance rule 'sqnr 12'"),
+        (["--ini", "nowhere.ini"], "nowhere.ini: cannot read it"),
+    ],
+)
+def test_a_bad_tolerance_is_one_line_and_exit_2(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(_compare("digits_cnn.qdq.onnx", *extra)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_cli_imports_no_pytest() -> None:
+    modules = "pytest_qaccuracy.commands.compare, pytest_qaccuracy.analysis.checks, pytest_qaccuracy.tolerances"
+    code = f"import sys; import {modules}; print('pytest' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
+
+
+def test_ini_settings_read_as_the_plugin_reads_them(tmp_path: Path) -> None:
+    """pytest.ini (a comment inside the rule lines), pyproject.toml, and a bad value naming file and key."""
+    from pytest_qaccuracy.tolerances import Tolerance, ini_settings
+
+    ini = tmp_path / "pytest.ini"
+    ini.write_text("[pytest]\nqaccuracy_tolerances =\n    *::* sqnr>=12\n    # why\n    x::y cosine>0.5\n")
+    tolerances, rules = ini_settings(ini)
+    assert [(r.pair, r.layer, r.metric, r.op, r.value, r.position) for r in rules] == [
+        ("*", "*", "sqnr", ">=", 12.0, 0),
+        ("x", "y", "cosine", ">", 0.5, 1),
+    ]
+    assert tolerances == {
+        "min_cosine": Tolerance("min_cosine", 0.99, "default"),
+        "topk": Tolerance("topk", 1, "default"),
+    }
+    toml = tmp_path / "pyproject.toml"
+    toml.write_text('[tool.pytest.ini_options]\nqaccuracy_min_sqnr = 20\nqaccuracy_tolerances = ["*::a sqnr>=3"]\n')
+    tolerances, rules = ini_settings(toml)
+    assert tolerances["min_sqnr"] == Tolerance("min_sqnr", 20.0, "ini file pyproject.toml (qaccuracy_min_sqnr)")
+    assert [r.text for r in rules] == ["*::a sqnr>=3"]
+    ini.write_text("[pytest]\nqaccuracy_rtol = 1%\n")
+    with pytest.raises(ValueError, match=r"pytest.ini: qaccuracy_rtol: expected a number, got '1%' \(write a fraction"):
+        ini_settings(ini)
+    (tmp_path / "tox.ini").write_text("[tox]\n")
+    with pytest.raises(ValueError, match=r"tox.ini: no \[pytest\] section"):
+        ini_settings(tmp_path / "tox.ini")
