@@ -18,6 +18,7 @@ Rounding = Literal["half_even", "half_up", "half_away", "floor"]
 Accumulator = Literal["exact", "wrap32", "saturate32"]
 ScalePrecision = Literal["float32", "float64", "float32_product"]
 FloatKernels = Literal["mlas", "numpy", "reference"]
+QLinearAddKernel = Literal["multiplier", "mlas_neon"]
 
 #: Op families whose requantization may add the zero point before or after rounding.
 FAMILIES = ("gemm", "add", "mul", "pool", "global_pool", "quantize")
@@ -64,6 +65,13 @@ class Scheme:
         float_kernels: float maths: ``mlas`` (numpy kernels; logistic by MLAS's rational polynomial
             with FMA, for the Sigmoid tables), ``numpy`` (numpy kernels, exact ``exp``) or
             ``reference`` (every float op through ``onnx.reference``).
+        neon_pair_wrap: int8 products summed in pairs ``(k, k + 8)`` of each 16-deep block of the
+            reduction axis with int16 wrap-around, as onnxruntime's ARM64 kernels on CPUs without the
+            dot-product instructions (``smull`` + ``smlal``; uint8 activations flipped to int8 first; see
+            ``neon_pairs.py``): GEMMs with int8 weights and uint8 x int8 convolutions other than depthwise.
+        qlinear_add: QLinearAdd: ``multiplier`` (as the ``multiplier`` field says; MLAS's x86 float kernel
+            for ``float32``) or ``mlas_neon`` (MLAS's ARM64 kernel: two integer multipliers and a rounding
+            shift, half away from zero; ``kernels/neon.py``).
     """
 
     name: str = "custom"
@@ -81,6 +89,8 @@ class Scheme:
     fuse_qdq: bool = True
     quantize_float_weights: bool = False
     float_kernels: FloatKernels = "numpy"
+    neon_pair_wrap: bool = False
+    qlinear_add: QLinearAddKernel = "multiplier"
 
     def __post_init__(self) -> None:
         if self.accumulator not in ("exact", "wrap32", "saturate32"):
@@ -143,6 +153,11 @@ _ONNXRUNTIME = Scheme(
     quantize_float_weights=_quantizes_float_weights(_onnxruntime_version()),
 )
 
+#: onnxruntime's CPU arithmetic on ARM64 (MLAS NEON) with a default session: int8 QDQ activations stay
+#: int8 (QDQIsInt8Allowed() is true on ARM), exact int32 sums with the dot-product (sdot/udot) and i8mm
+#: (smmla/ummla) kernels, QLinearAdd in fixed point (kernels/neon.py).
+_ARM64 = _ONNXRUNTIME.replace(name="onnxruntime-arm64", qdq_int8_to_uint8=False, qlinear_add="mlas_neon")
+
 #: the preset that means "the onnxruntime of this machine", resolved by ``host.host_preset``
 HOST_PRESET = "onnxruntime"
 
@@ -151,6 +166,10 @@ PRESETS: dict[str, Scheme] = {
     "onnxruntime-avx2": _ONNXRUNTIME.replace(name="onnxruntime-avx2", pair_saturation=True),
     # x86 with AVX-VNNI, AVX512-VNNI or AMX: exact int32 sums.
     "onnxruntime-vnni": _ONNXRUNTIME,
+    # ARM64 with the dot-product instructions (ARMv8.2+: Cortex-A55/A76 on, Neoverse, Apple, Graviton 2+).
+    "onnxruntime-arm64": _ARM64,
+    # ARM64 without them (ARMv8.0/8.1: Cortex-A53/A57/A72/A73, Raspberry Pi 3 and 4, Graviton 1): int16 pairs wrap.
+    "onnxruntime-arm64-neon": _ARM64.replace(name="onnxruntime-arm64-neon", neon_pair_wrap=True),
     # onnx.reference: QLinearConv/MatMul in float64 with zp added before np.rint; QDQ groups unfused.
     "onnx-reference": Scheme(
         name="onnx-reference",

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pytest_qaccuracy.backend import arith, parallel
+from pytest_qaccuracy.backend.kernels import neon
 from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN, kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -262,6 +263,8 @@ def _add(
     spans: tuple[bool, bool],
 ) -> np.ndarray:
     """QLinearAdd on broadcastable integer arrays, as the scheme computes it."""
+    if scheme.qlinear_add == "mlas_neon":
+        return neon.add(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype)
     if scheme.multiplier == "float32":
         return _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, spans)
     if scheme.multiplier in ("q31", "q15"):

@@ -1,0 +1,97 @@
+"""The int16 pair wrap of onnxruntime's ARM64 integer kernels on CPUs without dot-product instructions.
+
+Without ``sdot``/``udot`` MLAS multiplies int8 by int8 with ``smull`` (eight products into int16 lanes)
+and adds the product eight places further along the reduction axis with ``smlal``, which wraps around
+in int16, before ``sadalp`` widens the lanes to int32 exactly (``QgemmS8S8KernelNeon.S``). uint8
+activations are first flipped to int8 (``a ^ 0x80``, i.e. ``a - 128``), weights stay int8. So, in
+blocks of 16 along the reduction axis (zero-padded)::
+
+    acc = sum_blocks sum_{i<8} wrap16(a[16j + i] b[16j + i] + a[16j + i + 8] b[16j + i + 8])
+
+A product of two int8 values lies in ``[-16256, 16384]``, so a pair only wraps when both products are
+``(-128) * (-128)``: the sum ``32768`` becomes ``-32768``. The exact sums are therefore corrected by
+``-65536`` per such pair, counted as a product of 0/1 matrices. ``(-128)`` weights never appear in
+models quantized symmetrically to ``[-127, 127]`` (onnxruntime's quantizer, TFLite, NNCF, ...).
+
+Measured with onnxruntime 1.32's aarch64 wheel under qemu (docs/cpus.md): GEMMs with int8 weights
+(MatMulInteger, QLinearMatMul, QGemm) for int8 and uint8 activations, and uint8 x int8 convolutions other
+than depthwise, whose reduction axis runs ``(kh, kw, cin)``; int8 x int8 convolutions sum exactly
+(MLAS's symmetric convolution kernel), uint8 x uint8 products too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WRAP = 1 << 16
+_BLOCK = 16
+
+
+def _pair_mask(hits: np.ndarray) -> np.ndarray:
+    """``hits[..., K]`` (bool) -> ``[..., K16 / 2]``: both members of each ``(k, k + 8)`` pair hit."""
+    k = hits.shape[-1]
+    padded = -(-k // _BLOCK) * _BLOCK
+    if padded != k:
+        widths = [(0, 0)] * (hits.ndim - 1) + [(0, padded - k)]
+        hits = np.pad(hits, widths)
+    blocks = hits.reshape(*hits.shape[:-1], padded // _BLOCK, 2, _BLOCK // 2)
+    return (blocks[..., 0, :] & blocks[..., 1, :]).reshape(*hits.shape[:-1], padded // 2)
+
+
+def _as_int8_min(x: np.ndarray) -> np.ndarray:
+    """Where the operand is ``-128`` once MLAS has made it int8 (uint8 ``0`` is ``-128`` after the flip)."""
+    return x == (0 if x.dtype == np.uint8 else -128)
+
+
+def gemm_correction(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """``-65536 x`` the wrapped pairs of ``a @ b`` (``a`` 8-bit ``[..., M, K]``, ``b`` int8 ``[..., K, N]``),
+    or None when no pair of ``b`` can wrap."""
+    if b.dtype != np.int8 or a.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        return None
+    pb = _pair_mask(np.swapaxes(b == -128, -1, -2))  # [..., N, K/2]
+    if not pb.any():
+        return None
+    pa = _pair_mask(_as_int8_min(a))  # [..., M, K/2]
+    count = np.matmul(pa.astype(np.float32), np.swapaxes(pb, -1, -2).astype(np.float32))
+    return count.astype(np.int64) * -WRAP
+
+
+def conv_correction(
+    x: np.ndarray,
+    x_zp: int,
+    w: np.ndarray,
+    group: int,
+    pads: list[int],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    out_spatial: tuple[int, ...],
+) -> np.ndarray | None:
+    """``-65536 x`` the wrapped pairs of a uint8 x int8 2-D convolution as ``(N, M, *out)``, or None when
+    none wraps (other types, other ranks, depthwise convolutions: MLAS's kernels there do not pair so)."""
+    if x.dtype != np.uint8 or w.dtype != np.int8 or x.ndim != 4 or group == x.shape[1] == w.shape[0] != 1:
+        return None
+    m, cg, kh, kw = w.shape
+    og = m // group
+    # weights in the kernel's reduction order (kh, kw, cin), per group: [group, og, K]
+    wk = (w == -128).reshape(group, og, cg, kh, kw).transpose(0, 1, 3, 4, 2).reshape(group, og, kh * kw * cg)
+    pw = _pair_mask(wk)
+    if not pw.any():
+        return None
+    n = x.shape[0]
+    hits = np.pad(
+        _as_int8_min(x),
+        ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
+        constant_values=int(x_zp) == 0,  # the padding holds the zero point
+    )
+    out_h, out_w = out_spatial
+    rows = np.arange(kh)[:, None] * dilations[0] + np.arange(out_h)[None, :] * strides[0]  # [kh, out_h]
+    cols = np.arange(kw)[:, None] * dilations[1] + np.arange(out_w)[None, :] * strides[1]  # [kw, out_w]
+    out = np.zeros((n, m, out_h * out_w), np.int64)
+    for g in range(group):
+        part = hits[:, g * cg : (g + 1) * cg]  # [n, cg, H, W]
+        patches = part[:, :, rows[:, :, None, None], cols[None, None, :, :]]  # [n, cg, kh, out_h, kw, out_w]
+        patches = patches.transpose(0, 3, 5, 2, 4, 1).reshape(n, out_h * out_w, kh * kw * cg)
+        pa = _pair_mask(patches).astype(np.float32)  # [n, P, K/2]
+        count = np.matmul(pa, pw[g].T.astype(np.float32))  # [n, P, og]
+        out[:, g * og : (g + 1) * og] = np.swapaxes(count, 1, 2).astype(np.int64) * -WRAP
+    return out.reshape(n, m, out_h, out_w)
