@@ -27,6 +27,10 @@ WRAP = 1 << 16
 _BLOCK = 16
 
 
+class NotEmulated(Exception):
+    """A kernel variant whose pair wrap is not emulated (the interpreter names the node and op)."""
+
+
 def _pair_mask(hits: np.ndarray) -> np.ndarray:
     """``hits[..., K]`` (bool) -> ``[..., K16 / 2]``: both members of each ``(k, k + 8)`` pair hit."""
     k = hits.shape[-1]
@@ -67,8 +71,20 @@ def conv_correction(
     out_spatial: tuple[int, ...],
 ) -> np.ndarray | None:
     """``-65536 x`` the wrapped pairs of a uint8 x int8 2-D convolution as ``(N, M, *out)``, or None when
-    none wraps (other types, other ranks, depthwise convolutions: MLAS's kernels there do not pair so)."""
-    if x.dtype != np.uint8 or w.dtype != np.int8 or x.ndim != 4 or group == x.shape[1] == w.shape[0] != 1:
+    none wraps (other types, depthwise convolutions: MLAS's kernels there do not pair so).
+
+    Raises:
+        NotEmulated: a 1-D or 3-D uint8 x int8 convolution whose weights hold a pair that can wrap.
+    """
+    if x.dtype != np.uint8 or w.dtype != np.int8 or group == x.shape[1] == w.shape[0] != 1:
+        return None
+    if x.ndim != 4:
+        flat = (w == -128).reshape(w.shape[0], -1)
+        if _pair_mask(flat).any() or _pair_mask(np.moveaxis(w == -128, 1, -1).reshape(w.shape[0], -1)).any():
+            raise NotEmulated(
+                f"the int16 pair wrap of ARM64 kernels without dot products is emulated for 2-D convolutions only; "
+                f"this {x.ndim - 2}-D uint8 x int8 convolution has int8 weights of -128 that can pair"
+            )
         return None
     m, cg, kh, kw = w.shape
     og = m // group
