@@ -2,10 +2,11 @@
 
 Two steps:
   python make_arm64_goldens.py cases                 (any host) writes the ARM-only cases under cases/
-  python make_arm64_goldens.py record FAMILY [-cpu]  (an ARM64 python with onnxruntime's aarch64 wheel, e.g.
+  python make_arm64_goldens.py record FAMILY [OUT]  (an ARM64 python with onnxruntime's aarch64 wheel, e.g.
                                                     under qemu-aarch64: .ci/arm64) runs every case with
                                                     onnxruntime's default session and writes outputs-FAMILY.npz
-                                                    and manifest-FAMILY.json
+                                                    and manifest-FAMILY.json (into OUT, default: beside this file)
+  python make_arm64_goldens.py check FAMILY OUT     (any host) compares OUT's outputs with the recorded ones
 Every case of ../onnxruntime-avx2 (models and inputs are reused, not copied) and of cases/ is replayed; whole
 nets (case names starting with ``net``) run record by record (batch 1), as the x86 goldens were made.
 """
@@ -60,7 +61,19 @@ def _hwcaps() -> set[str]:
     return {name for (word, bit), name in names.items() if values[word] >> bit & 1}
 
 
-def record(family: str) -> None:
+def check(family: str, out: Path) -> int:
+    """Values of ``out``'s outputs that differ from the recorded ones (every case must be there)."""
+    with np.load(HERE / f"outputs-{family}.npz") as want, np.load(out / f"outputs-{family}.npz") as got:
+        if sorted(want.files) != sorted(got.files):
+            sys.exit(f"{out}: the cases differ from the recorded goldens of {family}")
+        bad = {k: int(np.count_nonzero(want[k] != got[k])) for k in want.files}
+    for key, count in bad.items():
+        if count:
+            print(f"{family}: {key}: {count} values differ from the recorded goldens")
+    return sum(bad.values())
+
+
+def record(family: str, out: Path = HERE) -> None:
     import onnx
     import onnxruntime as ort
 
@@ -83,8 +96,9 @@ def record(family: str) -> None:
             outputs[f"{name}/{output}"] = value
         listed.append({"case": name, "folder": str(folder.relative_to(HERE.parent)), "outputs": names})
         print(name, flush=True)
-    np.savez_compressed(HERE / f"outputs-{family}.tmp.npz", **outputs)
-    Path(HERE / f"outputs-{family}.tmp.npz").replace(HERE / f"outputs-{family}.npz")
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out / f"outputs-{family}.tmp.npz", **outputs)
+    Path(out / f"outputs-{family}.tmp.npz").replace(out / f"outputs-{family}.npz")
     meta = {
         "family": family,
         "onnxruntime": ort.__version__,
@@ -100,13 +114,16 @@ def record(family: str) -> None:
         },
         "cases": listed,
     }
-    (HERE / f"manifest-{family}.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (out / f"manifest-{family}.tmp.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (out / f"manifest-{family}.tmp.json").replace(out / f"manifest-{family}.json")
     print(len(listed), "cases", family, meta["cpu_features"])
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["record"]:
-        record(sys.argv[2])
+        record(sys.argv[2], Path(sys.argv[3]) if len(sys.argv) > 3 else HERE)
+    elif sys.argv[1:2] == ["check"]:
+        sys.exit(1 if check(sys.argv[2], Path(sys.argv[3])) else 0)
     elif sys.argv[1:2] == ["cases"]:
         from _arm64_cases import write_cases
 
