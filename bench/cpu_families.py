@@ -48,20 +48,33 @@ def _producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
 def _first_parting(
     model: onnx.ModelProto, ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray]
 ) -> set[tuple[str, str]]:
-    """``(op type, node)`` of the nodes whose output differs while all their tensor inputs are equal
-    (QDQ: the op a QuantizeLinear closes)."""
+    """``(op type, node)`` of the nodes whose output differs while every input it reads is equal (QDQ: the
+    op a QuantizeLinear closes; an input fused away is read through its DequantizeLinear; a node with an
+    input neither run reports is left out)."""
     producers = _producers(model)
+    constants = {i.name for i in model.graph.initializer}
+
+    def equal(name: str) -> bool | None:
+        while name not in ours or name not in theirs:
+            if name in constants or not name:
+                return True
+            node = producers.get(name)
+            if node is None or node.op_type != "DequantizeLinear":
+                return None
+            name = node.input[0]
+        return bool(np.array_equal(ours[name], theirs[name]))
+
     found: set[tuple[str, str]] = set()
     for node in model.graph.node:
         outs = [o for o in node.output if o in ours and o in theirs]
         if not outs or all(np.array_equal(ours[o], theirs[o]) for o in outs):
             continue
-        if any(i in ours and i in theirs and not np.array_equal(ours[i], theirs[i]) for i in node.input):
-            continue
-        op = node.op_type
-        if op == "QuantizeLinear" and node.input[0] in producers:
-            op = producers[node.input[0]].op_type
-        found.add((op, node.name))
+        reads = node.input
+        if node.op_type == "QuantizeLinear" and node.input[0] in producers:
+            node = producers[node.input[0]]  # the op the QDQ group runs
+            reads = node.input
+        if all(equal(i) for i in reads):
+            found.add((node.op_type, node.name))
     return found
 
 

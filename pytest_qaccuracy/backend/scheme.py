@@ -69,6 +69,10 @@ class Scheme:
             reduction axis with int16 wrap-around, as onnxruntime's ARM64 kernels on CPUs without the
             dot-product instructions (``smull`` + ``smlal``; uint8 activations flipped to int8 first; see
             ``neon_pairs.py``): GEMMs with int8 weights and uint8 x int8 convolutions other than depthwise.
+        depthwise_pair_wrap: depthwise convolutions with int8 weights (zero point 0) add the int8 products
+            of two kernel taps in int16 with wrap-around, as MLAS's ARM64 depthwise kernels on every ARM64
+            CPU (taps ``(0, 2), (1, 3), (4, 6), (5, 7)`` of 9-tap kernels on channels in blocks of 16,
+            neighbouring taps otherwise; ``neon_pairs.depthwise_correction``).
         qlinear_add: QLinearAdd: ``multiplier`` (as the ``multiplier`` field says; MLAS's x86 float kernel
             for ``float32``) or ``mlas_neon`` (MLAS's ARM64 kernel: two integer multipliers and a rounding
             shift, half away from zero; ``kernels/neon.py``).
@@ -90,6 +94,7 @@ class Scheme:
     quantize_float_weights: bool = False
     float_kernels: FloatKernels = "numpy"
     neon_pair_wrap: bool = False
+    depthwise_pair_wrap: bool = False
     qlinear_add: QLinearAddKernel = "multiplier"
 
     def __post_init__(self) -> None:
@@ -155,8 +160,10 @@ _ONNXRUNTIME = Scheme(
 
 #: onnxruntime's CPU arithmetic on ARM64 (MLAS NEON) with a default session: int8 QDQ activations stay
 #: int8 (QDQIsInt8Allowed() is true on ARM), exact int32 sums with the dot-product (sdot/udot) and i8mm
-#: (smmla/ummla) kernels, QLinearAdd in fixed point (kernels/neon.py).
-_ARM64 = _ONNXRUNTIME.replace(name="onnxruntime-arm64", qdq_int8_to_uint8=False, qlinear_add="mlas_neon")
+#: (smmla/ummla) kernels, QLinearAdd in fixed point (kernels/neon.py), depthwise taps paired in int16.
+_ARM64 = _ONNXRUNTIME.replace(
+    name="onnxruntime-arm64", qdq_int8_to_uint8=False, qlinear_add="mlas_neon", depthwise_pair_wrap=True
+)
 
 #: the preset that means "the onnxruntime of this machine", resolved by ``host.host_preset``
 HOST_PRESET = "onnxruntime"
