@@ -133,7 +133,10 @@ def main() -> None:
                 moved = f" ({int(np.count_nonzero(got != vnni))} / {got.size} differ)" if "arm64" in preset else ""
                 cells.append(f"{_sqnr(want, got):.2f} dB{moved}")
             counts = Counter(op for op, _ in parted)
-            where = ", ".join(f"{op} ({count})" for op, count in sorted(counts.items())) or "nowhere"
+            where = ", ".join(f"{op} ({count})" for op, count in sorted(counts.items()))
+            if not where:
+                moved = any(np.count_nonzero(np.concatenate(outputs[p]) != vnni) for p in PRESETS if "arm64" in p)
+                where = "not located (a node's inputs not reported)" if moved else "nowhere"
             print(f"| {name} | {variant} | " + " | ".join(cells) + f" | {where} |", flush=True)
 
 
