@@ -53,7 +53,10 @@ def gemm_correction(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     or None when no pair of ``b`` can wrap."""
     if b.dtype != np.int8 or a.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
         return None
-    pb = _pair_mask(np.swapaxes(b == -128, -1, -2))  # [..., N, K/2]
+    hits = b == -128
+    if not hits.any():  # the common case (symmetric weights): one pass
+        return None
+    pb = _pair_mask(np.swapaxes(hits, -1, -2))  # [..., N, K/2]
     if not pb.any():
         return None
     pa = _pair_mask(_as_int8_min(a))  # [..., M, K/2]
@@ -78,6 +81,8 @@ def conv_correction(
         NotEmulated: a 1-D or 3-D uint8 x int8 convolution whose weights hold a pair that can wrap.
     """
     if x.dtype != np.uint8 or w.dtype != np.int8 or group == x.shape[1] == w.shape[0] != 1:
+        return None
+    if not (w == -128).any():  # the common case (symmetric weights): one pass
         return None
     if x.ndim != 4:
         flat = (w == -128).reshape(w.shape[0], -1)
@@ -145,7 +150,7 @@ def depthwise_correction(
     """
     if x.ndim != 4 or w.dtype != np.int8 or x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
         return None
-    if np.any(np.asarray(w_zp) != 0):
+    if np.any(np.asarray(w_zp) != 0) or not (w == -128).any():
         return None
     channels, _, kh, kw = w.shape
     flat = (w == -128).reshape(channels, kh * kw)

@@ -18,7 +18,7 @@ Rounding = Literal["half_even", "half_up", "half_away", "floor"]
 Accumulator = Literal["exact", "wrap32", "saturate32"]
 ScalePrecision = Literal["float32", "float64", "float32_product"]
 FloatKernels = Literal["mlas", "numpy", "reference"]
-QLinearAddKernel = Literal["multiplier", "mlas_neon"]
+QLinearBinary = Literal["multiplier", "mlas_neon"]
 
 #: Op families whose requantization may add the zero point before or after rounding.
 FAMILIES = ("gemm", "add", "mul", "pool", "global_pool", "quantize")
@@ -73,9 +73,10 @@ class Scheme:
             of two kernel taps in int16 with wrap-around, as MLAS's ARM64 depthwise kernels on every ARM64
             CPU (taps ``(0, 2), (1, 3), (4, 6), (5, 7)`` of 9-tap kernels on channels in blocks of 16,
             neighbouring taps otherwise; ``neon_pairs.depthwise_correction``).
-        qlinear_add: QLinearAdd: ``multiplier`` (as the ``multiplier`` field says; MLAS's x86 float kernel
-            for ``float32``) or ``mlas_neon`` (MLAS's ARM64 kernel: two integer multipliers and a rounding
-            shift, half away from zero; ``kernels/neon.py``).
+        qlinear_binary: QLinearAdd and QLinearMul: ``multiplier`` (as the ``multiplier`` field says; MLAS's
+            x86 float kernels for ``float32``) or ``mlas_neon`` (MLAS's ARM64 kernels: the add with two
+            integer multipliers and a rounding shift half away from zero, the mul's rescale and zero point
+            in one fused multiply-add; ``kernels/neon.py``).
     """
 
     name: str = "custom"
@@ -95,7 +96,7 @@ class Scheme:
     float_kernels: FloatKernels = "numpy"
     neon_pair_wrap: bool = False
     depthwise_pair_wrap: bool = False
-    qlinear_add: QLinearAddKernel = "multiplier"
+    qlinear_binary: QLinearBinary = "multiplier"
 
     def __post_init__(self) -> None:
         if self.accumulator not in ("exact", "wrap32", "saturate32"):
@@ -160,9 +161,10 @@ _ONNXRUNTIME = Scheme(
 
 #: onnxruntime's CPU arithmetic on ARM64 (MLAS NEON) with a default session: int8 QDQ activations stay
 #: int8 (QDQIsInt8Allowed() is true on ARM), exact int32 sums with the dot-product (sdot/udot) and i8mm
-#: (smmla/ummla) kernels, QLinearAdd in fixed point (kernels/neon.py), depthwise taps paired in int16.
+#: (smmla/ummla) kernels, QLinearAdd in fixed point and QLinearMul with an FMA (kernels/neon.py), depthwise
+#: taps paired in int16.
 _ARM64 = _ONNXRUNTIME.replace(
-    name="onnxruntime-arm64", qdq_int8_to_uint8=False, qlinear_add="mlas_neon", depthwise_pair_wrap=True
+    name="onnxruntime-arm64", qdq_int8_to_uint8=False, qlinear_binary="mlas_neon", depthwise_pair_wrap=True
 )
 
 #: the preset that means "the onnxruntime of this machine", resolved by ``host.host_preset``

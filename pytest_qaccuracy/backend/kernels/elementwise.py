@@ -263,7 +263,7 @@ def _add(
     spans: tuple[bool, bool],
 ) -> np.ndarray:
     """QLinearAdd on broadcastable integer arrays, as the scheme computes it."""
-    if scheme.qlinear_add == "mlas_neon":
+    if scheme.qlinear_binary == "mlas_neon":
         return neon.add(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype)
     if scheme.multiplier == "float32":
         return _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, spans)
@@ -436,6 +436,8 @@ def qlinear_mul(
     c_zp = 0 if C_zero_point is None else C_zero_point
 
     def formula(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if scheme.qlinear_binary == "mlas_neon":
+            return neon.mul(a, a_zp, b, b_zp, multiplier, c_zp, dtype)
         product = (a.astype(np.int64) - a_zp) * (b.astype(np.int64) - b_zp)
         return arith.requantize(product, multiplier, c_zp, dtype, scheme, "mul")
 
