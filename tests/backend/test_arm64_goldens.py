@@ -3,7 +3,7 @@
 ``goldens/onnxruntime-arm64/`` holds what onnxruntime 1.32.0 computed under qemu-aarch64 with a default
 session on three CPU models (its README): ``neon`` (Cortex-A53: no dot product), ``dotprod``
 (Neoverse-N1: sdot/udot) and ``i8mm`` (qemu's ``max``: smmla/ummla and SVE), for the 125 models of the x86
-goldens and 104 ARM-only cases (QLinearAdd/Mul, extreme -128 values, pools, concat). Every preset must
+goldens and 106 ARM-only cases (QLinearAdd/Mul, extreme -128 values, pools, concat). Every preset must
 reproduce them bit for bit.
 """
 
@@ -62,7 +62,7 @@ def _mismatches(name: str, family: str, preset: str) -> int:
 def test_every_family_ran_every_case_on_its_cpu() -> None:
     x86 = json.loads((GOLDENS / "onnxruntime-avx2" / "manifest.json").read_text())["cases"]
     arm_only = json.loads((ARM / "cases" / "cases.json").read_text())
-    assert len(CASES) == len(x86) + len(arm_only) == 229
+    assert len(CASES) == len(x86) + len(arm_only) == 231
     features = {family: set(m["cpu_features"]) for family, m in MANIFESTS.items()}
     assert "asimddp" not in features["neon"] and "asimddp" in features["dotprod"] and "i8mm" in features["i8mm"]
     for family, manifest in MANIFESTS.items():
@@ -103,6 +103,21 @@ def test_the_families_differ_and_arm_differs_from_x86() -> None:
         )[0]
         differing += int(np.count_nonzero(got != x86))
     assert differing > 0
+
+
+@pytest.mark.parametrize("name", ["qlinearmul_fma_u8", "qlinearmul_fma_s8"])
+def test_arm64_mul_rounds_once_where_x86_rounds_twice(name: str) -> None:
+    """On every 8-bit pair, with scales where it matters: x86's multiply-then-add moves a few products
+    one step away from what every ARM64 CPU computed (one FMA)."""
+    folder = GOLDENS / CASES[name]["folder"]
+    feeds = dict(np.load(folder / "inputs.npz"))
+    x86 = IntegerSession(str(folder / "model.onnx"), scheme=get_scheme("onnxruntime-vnni"), threads=1).run(None, feeds)[
+        0
+    ]
+    for family in FAMILIES:
+        want = OUTPUTS[family][f"{name}/y"]
+        assert 0 < np.count_nonzero(x86 != want) < 16
+        assert np.abs(x86.astype(np.int64) - want).max() == 1
 
 
 def test_the_add_cases_take_both_of_mlas_paths() -> None:

@@ -108,6 +108,26 @@ def _binary_cases() -> dict:
     return cases
 
 
+def _fma_cases() -> dict:
+    """QLinearMul on every pair of 8-bit values, with scales (found by search) where one fused
+    multiply-add and a multiply then an add round a few products differently."""
+    cases = {}
+    params = {
+        np.uint8: (0.03363357111811638, 0.013395672664046288, 0.039308659732341766, 41, 125, 88),
+        np.int8: (0.04383441060781479, 0.027911972254514694, 0.3317446708679199, 37, -17, -45),
+    }
+    for dtype, (sa, sb, sc, za, zb, zc) in params.items():
+        info = np.iinfo(dtype)
+        grid = np.arange(info.min, info.max + 1)
+        a, b = np.repeat(grid, 256).astype(dtype).reshape(256, 256), np.tile(grid, 256).astype(dtype).reshape(256, 256)
+        node = helper.make_node("QLinearMul", ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["y"], domain=MS)
+        inits = {"as": np.float32(sa), "az": dtype(za), "bs": np.float32(sb), "bz": dtype(zb), "cs": np.float32(sc),
+                 "cz": dtype(zc)}  # fmt: skip
+        model = _model([node], [("a", dtype, [256, 256]), ("b", dtype, [256, 256])], inits, [("y", dtype)])
+        cases[f"qlinearmul_fma_{'u8' if dtype == np.uint8 else 's8'}"] = (model, {"a": a, "b": b})
+    return cases
+
+
 def _gemm_cases() -> dict:
     """Extreme values: ``-128`` (int8) and ``0`` (uint8, -128 once MLAS flips it to int8) are common."""
     cases = {}
@@ -230,7 +250,7 @@ def write_cases(out: Path) -> None:
     """Write every case as ``out/<case>/model.onnx`` and ``inputs.npz``, and ``out/cases.json``."""
     out.mkdir(parents=True, exist_ok=True)
     listed = []
-    for group in (_binary_cases, _gemm_cases, _unary_cases):
+    for group in (_binary_cases, _gemm_cases, _unary_cases, _fma_cases):
         for name, (model, feeds) in group().items():
             folder = out / name
             folder.mkdir(exist_ok=True)
