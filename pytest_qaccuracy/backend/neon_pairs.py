@@ -22,6 +22,9 @@ taps instead, on every ARM64 CPU (:func:`depthwise_correction`).
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 import numpy as np
 
 WRAP = 1 << 16
@@ -30,6 +33,29 @@ _BLOCK = 16
 
 class NotEmulated(Exception):
     """A kernel variant whose pair wrap is not emulated (the interpreter names the node and op)."""
+
+
+#: id(weights) -> (a weak reference to them, whether they hold -128): a session's constant convolution
+#: weights are checked once, not on every run
+_HAS_MIN: dict[int, tuple[weakref.ref, bool]] = {}
+_HAS_MIN_LOCK = threading.Lock()
+
+
+def _has_int8_min(w: np.ndarray) -> bool:
+    """Whether ``w`` holds ``-128``, remembered for as long as the array lives."""
+    key = id(w)
+    with _HAS_MIN_LOCK:
+        entry = _HAS_MIN.get(key)
+    if entry is not None and entry[0]() is w:
+        return entry[1]
+    found = bool((w == -128).any())
+    try:
+        ref = weakref.ref(w, lambda _, key=key: _HAS_MIN.pop(key, None))
+    except TypeError:  # not weak-referenceable (a view of a buffer): not remembered
+        return found
+    with _HAS_MIN_LOCK:
+        _HAS_MIN[key] = (ref, found)
+    return found
 
 
 def _pair_mask(hits: np.ndarray) -> np.ndarray:
@@ -53,8 +79,8 @@ def gemm_correction(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     or None when no pair of ``b`` can wrap."""
     if b.dtype != np.int8 or a.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
         return None
-    hits = b == -128
-    if not hits.any():  # the common case (symmetric weights): one pass
+    hits = b == -128  # b may be an activation (a fresh array each run): checked each time
+    if not hits.any():
         return None
     pb = _pair_mask(np.swapaxes(hits, -1, -2))  # [..., N, K/2]
     if not pb.any():
@@ -82,7 +108,7 @@ def conv_correction(
     """
     if x.dtype != np.uint8 or w.dtype != np.int8 or group == x.shape[1] == w.shape[0] != 1:
         return None
-    if not (w == -128).any():  # the common case (symmetric weights): one pass
+    if not _has_int8_min(w):  # the common case (symmetric weights): checked once per weight array
         return None
     if x.ndim != 4:
         flat = (w == -128).reshape(w.shape[0], -1)
@@ -150,7 +176,7 @@ def depthwise_correction(
     """
     if x.ndim != 4 or w.dtype != np.int8 or x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
         return None
-    if np.any(np.asarray(w_zp) != 0) or not (w == -128).any():
+    if np.any(np.asarray(w_zp) != 0) or not _has_int8_min(w):
         return None
     channels, _, kh, kw = w.shape
     flat = (w == -128).reshape(channels, kh * kw)
