@@ -14,7 +14,8 @@ linearly to the batch (labelled "scaled" in the table). The integer backend runs
 preset, whose outputs are checked bit for bit against onnxruntime's, and the other x86 family's
 preset: the second table gives
 the cost of emulating the int16 pair saturation of CPUs without VNNI (``onnxruntime-avx2``) against
-exact int32 sums (``onnxruntime-vnni``).
+exact int32 sums (``onnxruntime-vnni``); the third table the ARM64 presets (fixed-point
+QLinearAdd, the int16 pair wrap check of CPUs without dot products) against the same exact path.
 """
 
 from __future__ import annotations
@@ -221,7 +222,10 @@ def main() -> None:
         t_int, got = best_of(lambda s=integer: s.run(None, {"input": batch}), args.repeat)
         t_other, _ = best_of(lambda s=other: s.run(None, {"input": batch}), args.repeat)
         times = {integer.scheme.name: t_int, other.scheme.name: t_other}
-        families.append((fmt, times["onnxruntime-avx2"], times["onnxruntime-vnni"]))
+        for name in ARM64:  # the ARM64 presets, emulated here like the other x86 family
+            arm = IntegerSession(path, name, threads=args.threads)
+            times[name], _ = best_of(lambda s=arm: s.run(None, {"input": batch}), args.repeat)
+        families.append((fmt, *(times[name] for name in ("onnxruntime-avx2", "onnxruntime-vnni", *ARM64))))
         mismatches = int(np.count_nonzero(np.asarray(got[0]) != np.asarray(want[0])))
         t_ref, note = float("nan"), "cannot run (com.microsoft / opset-10 QOperator kernels)"
         if fmt == "qdq":
@@ -245,11 +249,17 @@ def main() -> None:
         )
     print("\n| model | onnxruntime-avx2 (pairs saturate) | onnxruntime-vnni (exact) | avx2 / vnni |")
     print("|---|---|---|---|")
-    for fmt, t_avx2, t_vnni in families:
+    for fmt, t_avx2, t_vnni, *_ in families:
         print(f"| {fmt} | {t_avx2 * 1000:.1f} ms | {t_vnni * 1000:.1f} ms | {t_avx2 / t_vnni:.2f}x |")
+    print("\n| model | onnxruntime-arm64 | onnxruntime-arm64-neon | arm64 / vnni (exact) | arm64-neon / vnni |")
+    print("|---|---|---|---|---|")
+    for fmt, _, t_vnni, t_arm, t_neon in families:
+        ratios = f"{t_arm / t_vnni:.2f}x | {t_neon / t_vnni:.2f}x"
+        print(f"| {fmt} | {t_arm * 1000:.1f} ms | {t_neon * 1000:.1f} ms | {ratios} |")
 
 
 OTHER_FAMILY = {"onnxruntime-avx2": "onnxruntime-vnni", "onnxruntime-vnni": "onnxruntime-avx2"}
+ARM64 = ("onnxruntime-arm64", "onnxruntime-arm64-neon")
 
 
 def _host() -> str:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pytest_qaccuracy.backend import pairs, parallel
+from pytest_qaccuracy.backend import neon_pairs, pairs, parallel
 from pytest_qaccuracy.backend.scheme import Rounding, Scheme
 
 #: Saturation range of each integer type (ONNX QuantizeLinear table).
@@ -406,6 +406,10 @@ def zero_point_matmul(
         correction = pairs.saturating_matmul_correction(a, b)
         if correction is not None:
             acc += correction
+    if scheme.neon_pair_wrap:
+        wrapped = neon_pairs.gemm_correction(a, b)
+        if wrapped is not None:
+            acc = acc + wrapped
     return accumulate(acc, scheme)
 
 

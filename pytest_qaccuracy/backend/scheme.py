@@ -18,6 +18,7 @@ Rounding = Literal["half_even", "half_up", "half_away", "floor"]
 Accumulator = Literal["exact", "wrap32", "saturate32"]
 ScalePrecision = Literal["float32", "float64", "float32_product"]
 FloatKernels = Literal["mlas", "numpy", "reference"]
+QLinearBinary = Literal["multiplier", "mlas_neon"]
 
 #: Op families whose requantization may add the zero point before or after rounding.
 FAMILIES = ("gemm", "add", "mul", "pool", "global_pool", "quantize")
@@ -64,6 +65,18 @@ class Scheme:
         float_kernels: float maths: ``mlas`` (numpy kernels; logistic by MLAS's rational polynomial
             with FMA, for the Sigmoid tables), ``numpy`` (numpy kernels, exact ``exp``) or
             ``reference`` (every float op through ``onnx.reference``).
+        neon_pair_wrap: int8 products summed in pairs ``(k, k + 8)`` of each 16-deep block of the
+            reduction axis with int16 wrap-around, as onnxruntime's ARM64 kernels on CPUs without the
+            dot-product instructions (``smull`` + ``smlal``; uint8 activations flipped to int8 first; see
+            ``neon_pairs.py``): GEMMs with int8 weights and uint8 x int8 convolutions other than depthwise.
+        depthwise_pair_wrap: depthwise convolutions with int8 weights (zero point 0) add the int8 products
+            of two kernel taps in int16 with wrap-around, as MLAS's ARM64 depthwise kernels on every ARM64
+            CPU (taps ``(0, 2), (1, 3), (4, 6), (5, 7)`` of 9-tap kernels on channels in blocks of 16,
+            neighbouring taps otherwise; ``neon_pairs.depthwise_correction``).
+        qlinear_binary: QLinearAdd and QLinearMul: ``multiplier`` (as the ``multiplier`` field says; MLAS's
+            x86 float kernels for ``float32``) or ``mlas_neon`` (MLAS's ARM64 kernels: the add with two
+            integer multipliers and a rounding shift half away from zero, the mul's rescale and zero point
+            in one fused multiply-add; ``kernels/neon.py``).
     """
 
     name: str = "custom"
@@ -81,6 +94,9 @@ class Scheme:
     fuse_qdq: bool = True
     quantize_float_weights: bool = False
     float_kernels: FloatKernels = "numpy"
+    neon_pair_wrap: bool = False
+    depthwise_pair_wrap: bool = False
+    qlinear_binary: QLinearBinary = "multiplier"
 
     def __post_init__(self) -> None:
         if self.accumulator not in ("exact", "wrap32", "saturate32"):
@@ -143,6 +159,14 @@ _ONNXRUNTIME = Scheme(
     quantize_float_weights=_quantizes_float_weights(_onnxruntime_version()),
 )
 
+#: onnxruntime's CPU arithmetic on ARM64 (MLAS NEON) with a default session: int8 QDQ activations stay
+#: int8 (QDQIsInt8Allowed() is true on ARM), exact int32 sums with the dot-product (sdot/udot) and i8mm
+#: (smmla/ummla) kernels, QLinearAdd in fixed point and QLinearMul with an FMA (kernels/neon.py), depthwise
+#: taps paired in int16.
+_ARM64 = _ONNXRUNTIME.replace(
+    name="onnxruntime-arm64", qdq_int8_to_uint8=False, qlinear_binary="mlas_neon", depthwise_pair_wrap=True
+)
+
 #: the preset that means "the onnxruntime of this machine", resolved by ``host.host_preset``
 HOST_PRESET = "onnxruntime"
 
@@ -151,6 +175,10 @@ PRESETS: dict[str, Scheme] = {
     "onnxruntime-avx2": _ONNXRUNTIME.replace(name="onnxruntime-avx2", pair_saturation=True),
     # x86 with AVX-VNNI, AVX512-VNNI or AMX: exact int32 sums.
     "onnxruntime-vnni": _ONNXRUNTIME,
+    # ARM64 with the dot-product instructions (ARMv8.2+: Cortex-A55/A76 on, Neoverse, Apple, Graviton 2+).
+    "onnxruntime-arm64": _ARM64,
+    # ARM64 without them (ARMv8.0/8.1: Cortex-A53/A57/A72/A73, Raspberry Pi 3 and 4, Graviton 1): int16 pairs wrap.
+    "onnxruntime-arm64-neon": _ARM64.replace(name="onnxruntime-arm64-neon", neon_pair_wrap=True),
     # onnx.reference: QLinearConv/MatMul in float64 with zp added before np.rint; QDQ groups unfused.
     "onnx-reference": Scheme(
         name="onnx-reference",

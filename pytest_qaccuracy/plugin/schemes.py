@@ -21,6 +21,8 @@ SCHEMES = (
     "onnxruntime",
     "onnxruntime-avx2",
     "onnxruntime-vnni",
+    "onnxruntime-arm64",
+    "onnxruntime-arm64-neon",
     "onnx-reference",
     "tflite",
     "tflite-single-rounding",

@@ -19,8 +19,8 @@ from pytest_qaccuracy.plugin.pairs import PairSpec
 from pytest_qaccuracy.plugin.schemes import BACKENDS, SCHEMES
 
 PRESETS = (
-    "onnxruntime, onnxruntime-avx2, onnxruntime-vnni, onnx-reference, tflite, tflite-single-rounding, tvm-upward, "
-    "power2, glow"
+    "onnxruntime, onnxruntime-avx2, onnxruntime-vnni, onnxruntime-arm64, onnxruntime-arm64-neon, onnx-reference, "
+    "tflite, tflite-single-rounding, tvm-upward, power2, glow"
 )
 FIRST_QDQ = "relu1_QuantizeLinear_Output"
 

@@ -158,3 +158,25 @@ def test_max_saturated_names_the_layer_and_what_it_cost(digits: pytest.Pytester)
         ]
     )
     assert "Worst layers" not in result.stdout.str().split("max_saturated ___")[1].split("Artifacts")[0]
+
+
+def test_arm64_targets_show_beside_the_x86_ones(digits: pytest.Pytester) -> None:
+    """x86 and ARM64 families side by side. The model (Conv, MaxPool, Gemm; u8 x s8, symmetric weights)
+    has no QLinearAdd and no -128 weight, so both ARM64 families sum exactly: VNNI's 37.1 dB."""
+    suite = TARGETS_SUITE.replace(
+        'targets = ["onnxruntime-avx2", "onnxruntime-vnni"]',
+        'targets = ["onnxruntime-avx2", "onnxruntime-vnni", "onnxruntime-arm64", "onnxruntime-arm64-neon"]',
+    )
+    digits.makefile(".toml", qaccuracy_w8=suite.format(threshold=30.0))
+    result = digits.runpytest("--qaccuracy-sensitivity=off")
+    result.assert_outcomes(failed=1, passed=1)
+    out = result.stdout.str()
+    table = out[out.index("  deployment targets:") :].splitlines()
+    assert all(f"onnxruntime-{name} (" in table[1] for name in ("avx2", "vnni", "arm64", "arm64-neon"))
+    row = next(line for line in table if line.split()[1:2] == ["sqnr"])
+    assert sorted(round(float(v), 1) for v in row.split()[2:]) == [23.4, 37.1, 37.1, 37.1]
+    targets = json.loads((digits.path / ".qaccuracy" / "summary.json").read_text())["pairs"][0]["targets"]
+    assert sorted(targets) == ["onnxruntime-arm64", "onnxruntime-arm64-neon", "onnxruntime-avx2", "onnxruntime-vnni"]
+    sqnr = {name: round(entry["outputs"]["logits"]["sqnr"], 1) for name, entry in targets.items()}
+    assert sqnr["onnxruntime-arm64"] == sqnr["onnxruntime-arm64-neon"] == sqnr["onnxruntime-vnni"] == 37.1
+    assert [name for name, entry in targets.items() if not entry["passed"]] == ["onnxruntime-avx2"]

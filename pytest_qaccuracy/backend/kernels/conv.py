@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith, parallel
+from pytest_qaccuracy.backend import arith, neon_pairs, parallel
 from pytest_qaccuracy.backend.kernels import conv_ort, conv_pairs
 from pytest_qaccuracy.backend.kernels.conv_chunks import conv_pads, output_shape
 from pytest_qaccuracy.backend.kernels.conv_core import Epilogue, conv_core
@@ -93,6 +93,14 @@ def conv_integer_acc(
         if correction is not None:  # |exact + correction| <= bound + max|correction|
             correction_max = float(correction.max_abs())
             bound += correction_max
+    wrapped = None  # ARM64's int16 pairs that wrap: added after the sums (rare: -128 weights)
+    if scheme.neon_pair_wrap and not depthwise and x.size:
+        wrapped = neon_pairs.conv_correction(x, int(x_zp), w, group, pads, strides, dilations, tuple(out_spatial))
+    if scheme.depthwise_pair_wrap and depthwise and x.size:
+        wrapped = neon_pairs.depthwise_correction(x, int(x_zp), w, w_zp, pads, strides, dilations, tuple(out_spatial))
+    if wrapped is not None:
+        bound += float(np.abs(wrapped).max(initial=0))
+        requantizer_for = None
     dtype = np.float32 if bound < 2.0**24 else np.float64
     limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
     requantizer = requantizer_for(bound, dtype) if requantizer_for else None
@@ -128,6 +136,8 @@ def conv_integer_acc(
         correction=correction,
         weights=weights,
     )
+    if wrapped is not None:
+        acc = acc.astype(np.float64) + wrapped  # exact: |sums| <= bound < 2**53
     return acc, bound, epilogue is not None
 
 
@@ -258,7 +268,7 @@ def conv_integer(
     x_zp = 0 if x_zero_point is None else x_zero_point
     w_zp = 0 if w_zero_point is None else w_zero_point
     # onnxruntime's ConvInteger sums exactly on every x86 CPU: no pair saturation, AVX2 included
-    exact = scheme.replace(accumulator="wrap32", pair_saturation=False)
+    exact = scheme.replace(accumulator="wrap32", pair_saturation=False, neon_pair_wrap=False, depthwise_pair_wrap=False)
     acc, _, _ = conv_integer_acc(x, x_zp, w, w_zp, attrs, exact, source=(w, "ConvInteger"))
     acc = arith.accumulate(acc.astype(np.int64), exact)
     return (acc.astype(np.int32),)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from pytest_qaccuracy.backend import arith, parallel
+from pytest_qaccuracy.backend.kernels import neon
 from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN, kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -262,6 +263,8 @@ def _add(
     spans: tuple[bool, bool],
 ) -> np.ndarray:
     """QLinearAdd on broadcastable integer arrays, as the scheme computes it."""
+    if scheme.qlinear_binary == "mlas_neon":
+        return neon.add(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype)
     if scheme.multiplier == "float32":
         return _add_mlas(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype, spans)
     if scheme.multiplier in ("q31", "q15"):
@@ -433,6 +436,8 @@ def qlinear_mul(
     c_zp = 0 if C_zero_point is None else C_zero_point
 
     def formula(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if scheme.qlinear_binary == "mlas_neon":
+            return neon.mul(a, a_zp, b, b_zp, multiplier, c_zp, dtype)
         product = (a.astype(np.int64) - a_zp) * (b.astype(np.int64) - b_zp)
         return arith.requantize(product, multiplier, c_zp, dtype, scheme, "mul")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith, pairs
+from pytest_qaccuracy.backend import arith, neon_pairs, pairs
 from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -44,6 +44,10 @@ def integer_matmul(
         correction = pairs.saturating_matmul_correction(a, b)
         if correction is not None:
             acc = acc + correction
+    if scheme.neon_pair_wrap:
+        wrapped = neon_pairs.gemm_correction(a, b)
+        if wrapped is not None:
+            acc = acc + wrapped
     return arith.accumulate(acc, scheme)
 
 
