@@ -165,8 +165,21 @@ def _target_lines(record: Mapping[str, Any]) -> list[str]:
     view = target_view(record)
     if view is None:
         return []
-    table = tabulate(view["rows"], headers=view["headers"], tablefmt="simple")
-    return ["  deployment targets:", *("    " + line for line in table.splitlines())]
+    headers, rows = view["headers"], view["rows"]
+
+    def block(columns: list[int]) -> list[str]:
+        picked = [0, 1, *columns]  # output and metric head every block
+        table = tabulate([[r[i] for i in picked] for r in rows], [headers[i] for i in picked], tablefmt="simple")
+        return ["    " + line for line in table.splitlines()]
+
+    lines, left = ["  deployment targets:"], list(range(2, len(headers)))
+    while left:  # as many targets side by side as fit the width, then the next ones below
+        take = len(left)
+        while take > 1 and max(map(len, block(left[:take]))) > WIDTH:
+            take -= 1
+        lines += ([""] if len(lines) > 1 else []) + block(left[:take])
+        left = left[take:]
+    return lines
 
 
 def _task_lines(record: Mapping[str, Any]) -> list[str]:

@@ -131,12 +131,18 @@ class RecipeBuilder:
 
             if self._stats is None:
                 began = time.monotonic()
-                observed, per_record = extrema_pass(passes, names, len(bound))
-                self._stats = {"records": len(bound), "names": names, "observed": observed, "per_record": per_record}
+                extrema = extrema_pass(passes, names, len(bound))
+                self._stats = {
+                    "records": len(bound),
+                    "names": names,
+                    "observed": extrema.observed,
+                    "per_record": extrema.per_record,
+                    "extrema": extrema,
+                }
                 self.pass_seconds = time.monotonic() - began
             if histograms:
                 stats = self._stats
-                self._histograms = histogram_pass(passes, names, stats["observed"], stats["per_record"], len(bound))
+                self._histograms = histogram_pass(passes, names, stats["extrema"], len(bound))
         finally:
             if own:
                 dataset.close()
@@ -169,7 +175,8 @@ class RecipeBuilder:
             hist = self._histograms or {}
 
             def one(name: str) -> tuple[float, float]:
-                tensor = hist.get(name) or C.TensorStats(stats["observed"][name], stats["per_record"][name], None, None)
+                observed, per_record = stats["observed"][name], stats["per_record"][name]
+                tensor = hist.get(name) or C.TensorStats(observed, per_record, None, None, None)
                 return tuple(map(float, C.CANDIDATES[rule](tensor, options)))
 
             # numpy releases the GIL in the histogram rules: tensors side by side, as auto does
