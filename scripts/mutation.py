@@ -65,7 +65,12 @@ GROUPS: dict[str, Group] = {
     ),
     "rules": Group(
         ("tolerances.py",),
-        ("tests/plugin/test_rules.py", "tests/plugin/test_rules_edges.py", "tests/plugin/test_rules_slices.py"),
+        (
+            "tests/plugin/test_rules.py",
+            "tests/plugin/test_rules_edges.py",
+            "tests/plugin/test_rules_slices.py",
+            "tests/test_cli_gate.py",
+        ),
     ),
     "checks": Group(
         ("analysis/checks.py", "plugin/checks.py", "outcomes.py"),
