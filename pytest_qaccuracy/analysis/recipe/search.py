@@ -316,18 +316,7 @@ class RecipeSearch:
             skipped = _first_line(exc)
         except Exception as exc:  # onnxruntime refusing a model it wrote, a target that cannot run it
             skipped = f"{type(exc).__name__}: {_first_line(exc)}"
-        step = Step(
-            index,
-            phase,
-            change,
-            recipe,
-            self.cost.relative(recipe),
-            {} if verdict is None else verdict.measured,
-            verdict is not None and verdict.passed,
-            None if verdict is None else verdict.margin,
-            time.monotonic() - began,
-            skipped,
-        )
+        step = self._step(index, phase, change, recipe, verdict, began, skipped)
         self.steps.append(step)
         self.seen[recipe] = step
         previous = self.best
@@ -340,6 +329,32 @@ class RecipeSearch:
         if self.on_step is not None:
             self.on_step(step, self.best)
         return step
+
+    def _step(
+        self,
+        index: int,
+        phase: str,
+        change: str,
+        recipe: Recipe,
+        verdict: Any,
+        began: float,
+        skipped: str | None,
+        estimated: bool = False,
+    ) -> Step:
+        """The table row of one experiment or estimate (``verdict`` None when it was skipped)."""
+        return Step(
+            index,
+            phase,
+            change,
+            recipe,
+            self.cost.relative(recipe),
+            {} if verdict is None else verdict.measured,
+            verdict is not None and verdict.passed,
+            None if verdict is None else verdict.margin,
+            time.monotonic() - began,
+            skipped,
+            estimated=estimated,
+        )
 
     def estimate(self, recipe: Recipe, phase: str, change: str, model: Callable[[], Any]) -> Step:
         """One estimate: ``model()`` (an edited model, :mod:`.edit`) measured on this host on the
@@ -365,19 +380,7 @@ class RecipeSearch:
             skipped = f"{type(exc).__name__}: {_first_line(exc)}"
         finally:
             path.unlink(missing_ok=True)
-        step = Step(
-            index,
-            phase,
-            change,
-            recipe,
-            self.cost.relative(recipe),
-            {} if verdict is None else verdict.measured,
-            verdict is not None and verdict.passed,
-            None if verdict is None else verdict.margin,
-            time.monotonic() - began,
-            skipped,
-            estimated=True,
-        )
+        step = self._step(index, phase, change, recipe, verdict, began, skipped, estimated=True)
         self.steps.append(step)
         self.estimates[recipe] = step
         if self.on_step is not None:
