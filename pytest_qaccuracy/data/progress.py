@@ -24,6 +24,8 @@ from typing import IO
 
 #: ``0`` never shows progress, ``1`` always does (tests, terminals that do not say they are one).
 ENV = "QACCURACY_PROGRESS"
+#: Seconds between two plain lines in a log (and before the first one).
+LOG_INTERVAL = 30.0
 
 
 class ProgressLine:
@@ -84,17 +86,18 @@ class ProgressLog(ProgressLine):
     """Plain lines for a log that cannot be redrawn: nothing during a job's first ``interval``
     seconds (a short job prints nothing), then ``label: done / total records, rate, time left`` at
     most every ``interval`` seconds, and ``label: done / total records in <time>`` when a job that
-    printed a line ends."""
+    printed a line ends. ``prefix`` starts every line (an xdist worker's ``[gw0] ``)."""
 
     def __init__(
         self,
         stream: IO[str],
-        interval: float = 30.0,
+        interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         below: bool = False,
+        prefix: str = "",
     ) -> None:
-        super().__init__(stream, interval, clock, below)
-        self.printed = False
+        super().__init__(stream, LOG_INTERVAL if interval is None else interval, clock, below)
+        self.printed, self.prefix = False, prefix
 
     def start(self, label: str, total: int) -> None:
         self.label, self.total, self.done, self.printed = label, total, 0, False
@@ -116,7 +119,7 @@ class ProgressLog(ProgressLine):
         # below: pytest's last line of results has no newline yet; the first line starts a new one
         lead = "\n" if self.below and not self.printed else ""
         self.printed = True
-        self.stream.write(f"{lead}{text}\n")
+        self.stream.write(f"{lead}{self.prefix}{text}\n")
         self.stream.flush()
 
 
@@ -177,4 +180,4 @@ def task(label: str, total: int) -> Iterator[Callable[[int], None]]:
         progress.finish()
 
 
-__all__ = ["ENV", "ProgressLine", "ProgressLog", "format_seconds", "progress_for", "reporting", "task"]
+__all__ = ["ENV", "LOG_INTERVAL", "ProgressLine", "ProgressLog", "format_seconds", "progress_for", "reporting", "task"]

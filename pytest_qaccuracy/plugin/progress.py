@@ -10,6 +10,7 @@ worker. The status reaches ``summary.json``, ``report.html``, the terminal and t
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -23,6 +24,7 @@ from pytest_qaccuracy.plugin.records import PairRecord, WorkerPayload
 from pytest_qaccuracy.report.completeness import INCOMPLETE, INTERRUPTED, SessionStatus
 
 if TYPE_CHECKING:
+    from pytest_qaccuracy.data.progress import ProgressLine
     from pytest_qaccuracy.plugin.session import QAccuracySession
     from pytest_qaccuracy.plugin.settings import QAccuracySettings
 
@@ -170,12 +172,29 @@ def check_artifacts_dir(config: pytest.Config, settings: QAccuracySettings) -> N
 
 def analysis_progress(config: pytest.Config, state: QAccuracySession) -> AbstractContextManager[None]:
     """Shows the end-of-session analysis's progress on stderr (:mod:`pytest_qaccuracy.data.progress`);
-    never with ``-q`` or on an xdist worker (the workers' lines would overwrite each other)."""
-    if state.worker or not state.records:  # nothing to show: spare the import
+    never with ``-q``; an xdist worker prints plain lines to a log only (:func:`_worker_progress`)."""
+    if not state.records:  # nothing to show: spare the import
         return nullcontext()
     from pytest_qaccuracy.data.progress import progress_for, reporting
 
+    if state.worker:
+        return reporting(_worker_progress(config))
     return reporting(progress_for(sys.stderr, quiet=config.get_verbosity() < 0, below=True))
+
+
+def _worker_progress(config: pytest.Config) -> ProgressLine | None:
+    """An xdist worker's progress: plain lines that start with its id, on the stderr it shares with
+    the controller, when that is a log (a CI job's output); none on a terminal, where the workers'
+    redrawn lines would overwrite each other and xdist's own, with ``-q`` or ``QACCURACY_PROGRESS=0``."""
+    from pytest_qaccuracy.data.progress import ENV, ProgressLog
+
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    stream: Any = sys.stderr if capture is None else _Uncaptured(capture)
+    quiet = config.get_verbosity() < 0 or os.environ.get(ENV, "").strip() == "0"
+    if quiet or stream.isatty():
+        return None
+    worker = config.workerinput.get("workerid", "worker")  # type: ignore[attr-defined]
+    return ProgressLog(stream, below=True, prefix=f"[{worker}] ")
 
 
 class _Uncaptured:
@@ -209,13 +228,16 @@ def _checks_pairs(item: pytest.Item) -> bool:
 
 def check_progress(item: pytest.Item) -> AbstractContextManager[None]:
     """Shows the progress of a test's comparisons (a long pair check) on the stderr pytest does not
-    capture, under the test's line; never with ``-q``, on an xdist worker, or for other tests."""
+    capture, under the test's line; never with ``-q`` or for other tests; an xdist worker prints plain
+    lines to a log only (:func:`_worker_progress`)."""
     config = item.config
     capture = config.pluginmanager.get_plugin("capturemanager")
-    if hasattr(config, "workerinput") or capture is None or config.get_verbosity() < 0 or not _checks_pairs(item):
+    if capture is None or config.get_verbosity() < 0 or not _checks_pairs(item):
         return nullcontext()
     from pytest_qaccuracy.data.progress import progress_for, reporting
 
+    if hasattr(config, "workerinput"):
+        return reporting(_worker_progress(config))
     return reporting(progress_for(_Uncaptured(capture), below=True))
 
 

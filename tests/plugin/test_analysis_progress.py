@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from .conftest import PAIRS_MODULE
@@ -25,3 +27,33 @@ def test_analysis_progress_on_stderr_and_none_with_quiet(digits: pytest.Pytester
     quiet = digits.runpytest("--qaccuracy-no-artifacts", "-q")
     quiet.assert_outcomes(passed=1, failed=1)
     assert "records" not in quiet.stderr.str()
+
+
+#: Loaded by the xdist workers too: a plain line for every advance instead of every 30 seconds.
+FAST_LOG = """
+from pytest_qaccuracy.data import progress
+
+progress.LOG_INTERVAL = 0.0
+"""
+
+
+def test_xdist_workers_print_plain_lines_to_a_log(digits: pytest.Pytester, monkeypatch) -> None:
+    monkeypatch.delenv("QACCURACY_PROGRESS", raising=False)
+    digits.makepyfile(test_pairs=PAIRS_MODULE)
+    digits.makeconftest(FAST_LOG)
+    result = digits.runpytest_subprocess("--qaccuracy-no-artifacts", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    lines = result.stderr.lines  # the workers share the controller's stderr, a pipe here
+    worker_lines = [line for line in lines if line.startswith("[gw")]
+    assert worker_lines, result.stderr.str()
+    assert all("\x1b" not in line and "\r" not in line for line in lines)  # plain lines, no redrawing
+    # the pair checks inside the tests and the end-of-session analysis, each line naming its worker
+    assert any(re.fullmatch(r"\[gw[01]\] compare: \d+ / 300 records, .* rec/s, .* left", line) for line in lines)
+    assert any(re.fullmatch(r"\[gw[01]\] sensitivity: \d+ / 32 records in \d+s", line) for line in lines)
+
+    for quiet in (["-q"], []):
+        if not quiet:
+            monkeypatch.setenv("QACCURACY_PROGRESS", "0")
+        silent = digits.runpytest_subprocess("--qaccuracy-no-artifacts", "-n", "2", "-p", "no:cacheprovider", *quiet)
+        silent.assert_outcomes(passed=1, failed=1)
+        assert not [line for line in silent.stderr.lines if line.startswith("[gw")]
