@@ -30,7 +30,11 @@ TOLERANCES: dict[str, tuple[type, str]] = {
     "topk": (int, "k of the extra top-k accuracy-drop check and of the top-k agreement reported"),
     "max_lsb": (float, "Largest error of each output in quantization steps"),
     "max_backend_steps": (int, "Largest step difference of any 8-bit tensor, integer emulation vs onnxruntime"),
-    "max_saturated": (float, "Largest fraction (0..1) of u8 x s8 pair sums that saturate on x86 CPUs without VNNI"),
+    "max_saturated": (
+        float,
+        "Largest fraction (0..1) of int16 pair sums that saturate on x86 CPUs without VNNI "
+        "(and wrap on each ARM64 target)",
+    ),
     "min_channel_steps": (float, "Fewest quantization steps any varying channel of an output spans (axes 1..3)"),
 }
 

@@ -297,9 +297,8 @@ def on_target(outcomes: Sequence[Outcome], preset: str) -> list[Outcome]:
 
 
 def saturation_outcome(report: Any, tolerance: Tolerance) -> Outcome:
-    """``max_saturated``: the share of u8 x s8 pair sums that saturate on ``onnxruntime-avx2``."""
-    from pytest_qaccuracy.analysis.saturation import SATURATING
-
+    """``max_saturated``: the share of int16 pair sums that overflow on the report's preset (saturate on
+    ``onnxruntime-avx2``, wrap on the ARM64 presets)."""
     threshold = float(tolerance.value or 0.0)
     share = float(report.share)
     passed = share <= threshold
@@ -309,15 +308,16 @@ def saturation_outcome(report: Any, tolerance: Tolerance) -> Outcome:
         record = "" if worst.worst_record is None else f", most in record {worst.worst_record}"
         where = f" (worst layer '{worst.node}': {worst.saturated} / {worst.pairs}{record})"
     verb = "<=" if passed else ">"
+    done = "saturated" if report.effect == "saturate" else "wrapped"
     detail = (
-        f"saturated pair sums {fmt(100 * share)}% {verb} {fmt(100 * threshold)}% on {SATURATING}: "
+        f"{done} pair sums {fmt(100 * share)}% {verb} {fmt(100 * threshold)}% on {report.preset}: "
         f"{report.saturated} / {report.pairs}{where}"
     )
     return Outcome(
         kind="saturation",
         check=SATURATION,
         scope="model",
-        subject=f"{SATURATING} pair sums",
+        subject=f"{report.preset} pair sums",
         metric="saturated",
         op="<=",
         threshold=threshold,

@@ -1,11 +1,15 @@
-"""Saturation report: where a u8 x s8 model's int16 pair sums saturate on x86 CPUs without VNNI.
+"""Saturation report: where a model's int16 pair sums overflow on a CPU family whose kernels add two
+8-bit products in int16 before widening.
 
-The model runs on the integer backend twice over the data, with ``onnxruntime-avx2`` (pairs saturate,
-counted per node by ``backend.pairs``) and with ``onnxruntime-vnni`` (exact int32 sums). Per node: how
-many pair sums it computed, how many saturated, and the record with the most; per 8-bit tensor: how
-far the two runs differ (elements, largest step difference), which says which layers lose accuracy
-because of the saturation; per graph output: the SQNR of the AVX2 run against the exact one. Memory
-holds one batch and fixed-size state per node and tensor.
+The model runs on the integer backend twice over the data: with the overflowing preset (its pair sums
+counted per node by ``backend.pairs``) and with the same preset summing exactly. The presets that
+overflow (:data:`OVERFLOWING`): ``onnxruntime-avx2`` (x86 without VNNI: u8 x s8 pairs **saturate**,
+against ``onnxruntime-vnni``), ``onnxruntime-arm64-neon`` (ARM64 without dot products: int8 pairs
+``(k, k + 8)`` **wrap** around, and depthwise tap pairs) and ``onnxruntime-arm64`` (depthwise tap pairs
+wrap). Per node: how many pair sums it computed, how many overflowed, and the record with the most;
+per 8-bit tensor: how far the two runs differ (elements, largest step difference), which says which
+layers lose accuracy because of it; per graph output: the SQNR of the overflowing run against the
+exact one. Memory holds one batch and fixed-size state per node and tensor.
 """
 
 from __future__ import annotations
@@ -23,6 +27,35 @@ from pytest_qaccuracy.model.batch import stacking
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 
 SATURATING, EXACT = "onnxruntime-avx2", "onnxruntime-vnni"
+#: The presets whose pair sums overflow, and what they do: saturate (x86) or wrap around (ARM64).
+OVERFLOWING = {SATURATING: "saturate", "onnxruntime-arm64-neon": "wrap", "onnxruntime-arm64": "wrap"}
+
+
+def overflowing_presets(targets: tuple[str, ...] = ()) -> list[str]:
+    """Where ``max_saturated`` measures: ``onnxruntime-avx2`` always, and the deployment targets among
+    :data:`OVERFLOWING` (the ARM64 presets)."""
+    return [SATURATING, *(t for t in dict.fromkeys(targets) if t in OVERFLOWING and t != SATURATING)]
+
+
+def exact_counterpart(preset: str) -> tuple[str, Any]:
+    """``(name, scheme)``: ``preset`` with exact int32 sums (``onnxruntime-vnni`` for AVX2).
+
+    Raises:
+        InputError: ``preset`` is not one whose pair sums overflow (the message lists those).
+    """
+    from pytest_qaccuracy.backend.scheme import get_scheme
+    from pytest_qaccuracy.errors import InputError
+
+    if preset not in OVERFLOWING:
+        raise InputError(
+            f"no pair sums overflow on preset '{preset}'; the presets that overflow are {', '.join(OVERFLOWING)}"
+        )
+    if preset == SATURATING:
+        return EXACT, get_scheme(EXACT)
+    name = f"{preset} with exact sums"
+    return name, get_scheme(preset).replace(name=name, neon_pair_wrap=False, depthwise_pair_wrap=False)
+
+
 _EIGHT_BIT = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
@@ -52,7 +85,14 @@ class SaturationReport:
     model: str
     records: int
     layers: tuple[LayerSaturation, ...]
-    outputs: dict[str, float | None]  # SQNR (dB) of the saturating run against the exact one
+    outputs: dict[str, float | None]  # SQNR (dB) of the overflowing run against the exact one
+    preset: str = SATURATING  # where pair sums overflow
+    exact: str = EXACT  # the same sums, exact
+
+    @property
+    def effect(self) -> str:
+        """What an overflowing pair sum does on :attr:`preset`: ``saturate`` or ``wrap``."""
+        return OVERFLOWING.get(self.preset, "saturate")
 
     @property
     def pairs(self) -> int:
@@ -75,8 +115,9 @@ class SaturationReport:
         return {
             "model": self.model,
             "records": self.records,
-            "saturating_preset": SATURATING,
-            "exact_preset": EXACT,
+            "saturating_preset": self.preset,
+            "exact_preset": self.exact,
+            "effect": self.effect,
             "pairs": self.pairs,
             "saturated": self.saturated,
             "share": self.share,
@@ -91,21 +132,25 @@ def measure_saturation(
     *,
     batch_size: int = 32,
     threads: int = 0,
+    preset: str = SATURATING,
 ) -> SaturationReport:
-    """Run ``model`` (quantized) over ``data`` with and without int16 pair saturation; see the module.
+    """Run ``model`` (quantized) over ``data`` on ``preset`` (one of :data:`OVERFLOWING`) and on the
+    same preset with exact sums; see the module.
 
     Raises:
-        InputError: bad data (the message names the file, record and input).
+        InputError: bad data (the message names the file, record and input), or a preset that does not
+            overflow.
         ModelError: the model cannot be loaded.
     """
     from pytest_qaccuracy.backend import IntegerSession, pairs
 
+    exact_name, exact_scheme = exact_counterpart(preset)
     proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
     label = os.path.basename(str(model)) if not isinstance(model, onnx.ModelProto) else proto.graph.name or "model"
     proto, stacks = stacking(proto)  # a batch the model accepts: stacked records, or one at a time
     batch_size = batch_size if stacks else 1
-    saturating = IntegerSession(proto, SATURATING, threads=threads)
-    exact = IntegerSession(proto, EXACT, threads=threads)
+    saturating = IntegerSession(proto, preset, threads=threads)
+    exact = IntegerSession(proto, exact_scheme, threads=threads)
     outputs = [o.name for o in saturating.get_outputs()]
     counter = pairs.SaturationCounter()
     tensors: dict[str, list[int]] = {}  # name -> [elements, differing, max steps]
@@ -143,7 +188,7 @@ def measure_saturation(
             )
         )
     sqnr = {name: _sqnr(*energy[name]) for name in outputs}
-    return SaturationReport(label, records, tuple(layers), sqnr)
+    return SaturationReport(label, records, tuple(layers), sqnr, preset, exact_name)
 
 
 def _run(session: Any, feeds: Mapping[str, np.ndarray], outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -230,10 +275,12 @@ def check_remedies(
     batch_size: int = 32,
     threads: int = 0,
 ) -> list[RemedyResult]:
-    """Apply each remedy to the model and measure it on ``onnxruntime-avx2`` against the original
-    model's exact run: 7-bit weights (the model's weights halved, which approximates re-quantizing with
-    ``reduce_range=True``), u8 weights (``w + 128``, what onnxruntime's ``session.x64quantprecision=1``
-    does on such CPUs), and, for QDQ models, the saturating layers left in float."""
+    """Apply each remedy to the model and measure it on the report's preset against the original
+    model's exact run. On x86 (saturation): 7-bit weights (the model's weights halved, which approximates
+    re-quantizing with ``reduce_range=True``) and u8 weights (``w + 128``, what onnxruntime's
+    ``session.x64quantprecision=1`` does on such CPUs); on ARM64 (wrap-around, which needs int8 weights of
+    -128): symmetric weights (-128 clipped to -127, what ``WeightSymmetric`` quantizes to); and, for QDQ
+    models, the overflowing layers left in float."""
     from pytest_qaccuracy.analysis.partial import QdqGraph
     from pytest_qaccuracy.backend import IntegerSession, pairs
     from pytest_qaccuracy.errors import ModelError
@@ -241,14 +288,20 @@ def check_remedies(
     proto = model if isinstance(model, onnx.ModelProto) else load_model(model)
     proto, stacks = stacking(proto)
     batch_size = batch_size if stacks else 1
-    candidates: dict[str, tuple[str, onnx.ModelProto | None, str]] = {
-        "7-bit weights": ("quantize with reduce_range=True", _rewrite_weights(proto, _halve), ""),
-        "u8 weights": (
+    candidates: dict[str, tuple[str, onnx.ModelProto | None, str]] = {}
+    if report.effect == "wrap":
+        candidates["symmetric weights"] = (
+            'quantize with extra_options={"WeightSymmetric": True}',
+            _rewrite_weights(proto, _symmetric),
+            "",
+        )
+    else:
+        candidates["7-bit weights"] = ("quantize with reduce_range=True", _rewrite_weights(proto, _halve), "")
+        candidates["u8 weights"] = (
             "weight_type=QuantType.QUInt8, or session.x64quantprecision=1 on onnxruntime",
             _rewrite_weights(proto, _to_uint8),
             "",
-        ),
-    }
+        )
     worst = [layer.node for layer in report.layers if layer.saturated]
     try:
         graph = QdqGraph(proto)
@@ -256,8 +309,8 @@ def check_remedies(
         candidates["worst layers in float"] = (f"nodes_to_exclude={worst}", in_float, "")
     except ModelError:
         candidates["worst layers in float"] = (f"nodes_to_exclude={worst}", None, "QDQ models only")
-    reference = IntegerSession(proto, EXACT, threads=threads)
-    sessions = {n: IntegerSession(m, SATURATING, threads=threads) for n, (_, m, _) in candidates.items() if m}
+    reference = IntegerSession(proto, exact_counterpart(report.preset)[1], threads=threads)
+    sessions = {n: IntegerSession(m, report.preset, threads=threads) for n, (_, m, _) in candidates.items() if m}
     outputs = [o.name for o in reference.get_outputs()]
     energy = {n: {o: [0.0, 0.0] for o in outputs} for n in sessions}
     counters = {n: pairs.SaturationCounter() for n in sessions}
@@ -294,6 +347,11 @@ def _halve(weights: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> tu
         (scale * 2).astype(scale.dtype),
         np.rint(zero_point / 2.0).astype(np.int8),
     )
+
+
+def _symmetric(weights: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Symmetric int8 weights: ``-128`` becomes ``-127`` (one step; no pair of products can then wrap)."""
+    return np.maximum(weights, -127).astype(np.int8), scale, zero_point
 
 
 def _to_uint8(weights: np.ndarray, scale: np.ndarray, zero_point: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -368,10 +426,13 @@ def _rescale_bias(copy, readers, inits, weight_dq, factor, put, value) -> None: 
 
 __all__ = [
     "EXACT",
+    "OVERFLOWING",
     "SATURATING",
     "LayerSaturation",
     "RemedyResult",
     "SaturationReport",
     "check_remedies",
+    "exact_counterpart",
     "measure_saturation",
+    "overflowing_presets",
 ]

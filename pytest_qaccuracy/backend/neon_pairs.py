@@ -27,6 +27,8 @@ import weakref
 
 import numpy as np
 
+from pytest_qaccuracy.backend import pairs
+
 WRAP = 1 << 16
 _BLOCK = 16
 
@@ -58,6 +60,23 @@ def _has_int8_min(w: np.ndarray) -> bool:
     return found
 
 
+def _count(total: int, count: np.ndarray | None = None) -> None:
+    """Report ``total`` pair sums, and the wrapped ones in ``count`` (axis 0: records), to the saturation
+    counter of ``qaccuracy saturation`` when one is active (:mod:`pytest_qaccuracy.backend.pairs`)."""
+    if pairs.counter is None:
+        return
+    if count is None or count.ndim == 0:
+        pairs.count(total, np.zeros(0, np.int64))
+        return
+    per_record = count.reshape(count.shape[0], -1).sum(axis=1).astype(np.int64)
+    pairs.count(total, np.repeat(np.arange(per_record.size), per_record))
+
+
+def _blocks(k: int) -> int:
+    """Pair sums along a reduction axis of ``k``: eight per 16-deep block."""
+    return -(-k // _BLOCK) * (_BLOCK // 2)
+
+
 def _pair_mask(hits: np.ndarray) -> np.ndarray:
     """``hits[..., K]`` (bool) -> ``[..., K16 / 2]``: both members of each ``(k, k + 8)`` pair hit."""
     k = hits.shape[-1]
@@ -79,15 +98,17 @@ def gemm_correction(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     or None when no pair of ``b`` can wrap."""
     if b.dtype != np.int8 or a.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
         return None
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    total = int(np.prod(batch, dtype=np.int64)) * a.shape[-2] * b.shape[-1] * _blocks(a.shape[-1])
     hits = b == -128  # b may be an activation (a fresh array each run): checked each time
-    if not hits.any():
-        return None
-    pb = _pair_mask(np.swapaxes(hits, -1, -2))  # [..., N, K/2]
-    if not pb.any():
+    pb = _pair_mask(np.swapaxes(hits, -1, -2)) if hits.any() else None  # [..., N, K/2]
+    if pb is None or not pb.any():
+        _count(total)
         return None
     pa = _pair_mask(_as_int8_min(a))  # [..., M, K/2]
-    count = np.matmul(pa.astype(np.float32), np.swapaxes(pb, -1, -2).astype(np.float32))
-    return count.astype(np.int64) * -WRAP
+    count = np.matmul(pa.astype(np.float32), np.swapaxes(pb, -1, -2).astype(np.float32)).astype(np.int64)
+    _count(total, count)
+    return count * -WRAP
 
 
 def conv_correction(
@@ -108,7 +129,9 @@ def conv_correction(
     """
     if x.dtype != np.uint8 or w.dtype != np.int8 or group == x.shape[1] == w.shape[0] != 1:
         return None
+    total = x.shape[0] * w.shape[0] * int(np.prod(out_spatial)) * _blocks(int(np.prod(w.shape[1:])))
     if not _has_int8_min(w):  # the common case (symmetric weights): checked once per weight array
+        _count(total)
         return None
     if x.ndim != 4:
         flat = (w == -128).reshape(w.shape[0], -1)
@@ -117,6 +140,7 @@ def conv_correction(
                 f"the int16 pair wrap of ARM64 kernels without dot products is emulated for 2-D convolutions only; "
                 f"this {x.ndim - 2}-D uint8 x int8 convolution has int8 weights of -128 that can pair"
             )
+        _count(total)
         return None
     m, cg, kh, kw = w.shape
     og = m // group
@@ -124,6 +148,7 @@ def conv_correction(
     wk = (w == -128).reshape(group, og, cg, kh, kw).transpose(0, 1, 3, 4, 2).reshape(group, og, kh * kw * cg)
     pw = _pair_mask(wk)
     if not pw.any():
+        _count(total)
         return None
     n = x.shape[0]
     hits = np.pad(
@@ -141,8 +166,9 @@ def conv_correction(
         patches = patches.transpose(0, 3, 5, 2, 4, 1).reshape(n, out_h * out_w, kh * kw * cg)
         pa = _pair_mask(patches).astype(np.float32)  # [n, P, K/2]
         count = np.matmul(pa, pw[g].T.astype(np.float32))  # [n, P, og]
-        out[:, g * og : (g + 1) * og] = np.swapaxes(count, 1, 2).astype(np.int64) * -WRAP
-    return out.reshape(n, m, out_h, out_w)
+        out[:, g * og : (g + 1) * og] = np.swapaxes(count, 1, 2).astype(np.int64)
+    _count(total, out)
+    return out.reshape(n, m, out_h, out_w) * -WRAP
 
 
 def _taps_pairs(taps: int, channels: int) -> list[tuple[int, int]]:
@@ -176,13 +202,18 @@ def depthwise_correction(
     """
     if x.ndim != 4 or w.dtype != np.int8 or x.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
         return None
-    if np.any(np.asarray(w_zp) != 0) or not _has_int8_min(w):
+    if np.any(np.asarray(w_zp) != 0):
         return None
     channels, _, kh, kw = w.shape
+    taps_pairs = _taps_pairs(kh * kw, channels)
+    total = x.shape[0] * channels * int(np.prod(out_spatial)) * len(taps_pairs)
+    if not _has_int8_min(w):
+        _count(total)
+        return None
     flat = (w == -128).reshape(channels, kh * kw)
-    pairs = _taps_pairs(kh * kw, channels)
-    weight_pairs = np.stack([flat[:, a] & flat[:, b] for a, b in pairs], axis=1) if pairs else flat[:, :0]
+    weight_pairs = np.stack([flat[:, a] & flat[:, b] for a, b in taps_pairs], axis=1) if taps_pairs else flat[:, :0]
     if not weight_pairs.any():
+        _count(total)
         return None
     if channels % 8:
         raise NotEmulated(
@@ -202,7 +233,8 @@ def depthwise_correction(
         for j in range(kw)
     ]  # fmt: skip
     count = np.zeros((x.shape[0], channels, out_h, out_w), np.int64)
-    for index, (a, b) in enumerate(pairs):
+    for index, (a, b) in enumerate(taps_pairs):
         both = taps[a] & taps[b] & weight_pairs[None, :, index, None, None]
         count += both
+    _count(total, count)
     return count * -WRAP

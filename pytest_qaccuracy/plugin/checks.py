@@ -48,18 +48,21 @@ def failure_message(
 
 
 def saturation_notes(report: Any) -> list[str]:
-    """Message lines of a failed ``max_saturated``: the saturating layers and what their outputs lost."""
-    from pytest_qaccuracy.analysis.saturation import EXACT
-
+    """Message lines of a failed ``max_saturated``: the overflowing layers and what their outputs lost."""
     layers = sorted((x for x in report.layers if x.saturated), key=lambda x: -x.share)
-    lines = ["Saturating layers:"]
+    lines = [f"Layers whose pair sums {report.effect} on {report.preset}:"]
     for layer in layers[:SHOW]:
         moved = f"; output moved in {layer.differing} / {layer.elements} elements" if layer.tensor else ""
         lines.append(f" {layer.node}: {layer.saturated} / {layer.pairs} ({fmt(100 * layer.share)}%){moved}")
+    if len(layers) > SHOW:
+        lines.append(f" ... and {len(layers) - SHOW} more")
     for name, sqnr in report.outputs.items():
         if sqnr is not None:
-            lines.append(f"Output '{name}': SQNR {fmt(sqnr)} dB against {EXACT} (exact sums)")
-    lines.append("Remedies: 7-bit weights (reduce_range=True), u8 x u8 weights, or the worst layers in float")
+            lines.append(f"Output '{name}': SQNR {fmt(sqnr)} dB against {report.exact}")
+    if report.effect == "wrap":
+        lines.append("Remedies: symmetric int8 weights (WeightSymmetric), or the worst layers in float")
+    else:
+        lines.append("Remedies: 7-bit weights (reduce_range=True), u8 x u8 weights, or the worst layers in float")
     return lines
 
 

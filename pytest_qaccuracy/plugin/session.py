@@ -91,7 +91,7 @@ class QAccuracySession:
         self._comparisons: dict[tuple[PairSpec, tuple[str, ...]], ComparisonResult] = {}
         self._stats: dict[StatsKey, OutputStats] = {}
         self._agreements: dict[tuple[Path, Path, str], AgreementResult] = {}
-        self._saturation: dict[tuple[Path, Path], SaturationReport] = {}
+        self._saturation: dict[tuple[Path, Path, str], SaturationReport] = {}
         self._task_values: dict[PairSpec, dict[str, TaskValue]] = {}
         #: (fp32 model, data) -> its fp32 outputs from the comparison pass, for the sensitivity analysis
         self._references: dict[tuple[Path, Path], ReferenceCache] = {}
@@ -323,14 +323,16 @@ class QAccuracySession:
             )
         return self._agreements[key].with_max_steps(max_steps)
 
-    def saturation(self, spec: PairSpec) -> SaturationReport:
-        """The pair's :class:`SaturationReport` (its quantized model on ``onnxruntime-avx2`` against
-        exact sums), measured once per process per (quantized model, data)."""
+    def saturation(self, spec: PairSpec, preset: str) -> SaturationReport:
+        """The pair's :class:`SaturationReport` (its quantized model on ``preset`` against exact sums),
+        measured once per process per (quantized model, data, preset)."""
         from pytest_qaccuracy.analysis.saturation import measure_saturation
 
-        key = (spec.quantized, spec.data)
+        key = (spec.quantized, spec.data, preset)
         if key not in self._saturation:
-            self._saturation[key] = measure_saturation(spec.quantized, spec.data, batch_size=self.settings.batch_size)
+            self._saturation[key] = measure_saturation(
+                spec.quantized, spec.data, batch_size=self.settings.batch_size, preset=preset
+            )
         return self._saturation[key]
 
     def check(
@@ -402,6 +404,7 @@ class QAccuracySession:
         xfail: str | None,
     ) -> CheckResult:
         from pytest_qaccuracy.analysis.checks import evaluate, gate_outcome, saturation_outcome
+        from pytest_qaccuracy.analysis.saturation import overflowing_presets
         from pytest_qaccuracy.plugin.checks import failure_message, gate_notes, saturation_notes
 
         gate = GATE in tolerances or GATE in (measure or {})
@@ -415,10 +418,11 @@ class QAccuracySession:
         targets, target_rows, runs = self._targets(spec, tolerances, rules, measure)
         outcomes += target_rows
         if SATURATION in tolerances:
-            saturation = self.saturation(spec)
-            outcomes.append(saturation_outcome(saturation, tolerances[SATURATION]))
-            if not outcomes[-1].passed:
-                extra += saturation_notes(saturation)
+            for preset in overflowing_presets(spec.targets):
+                saturation = self.saturation(spec, preset)
+                outcomes.append(saturation_outcome(saturation, tolerances[SATURATION]))
+                if not outcomes[-1].passed:
+                    extra += saturation_notes(saturation)
         agreement = None
         if GATE in tolerances:
             agreement = self.agreement(spec, int(tolerances[GATE].value or 0))

@@ -599,15 +599,27 @@ def test_saturation_notes_list_the_worst_layers_first() -> None:
         *(_sat(f"extra{i}", 100, 1) for i in range(4)),
     )
     assert saturation_notes(report) == [
-        "Saturating layers:",
+        "Layers whose pair sums saturate on onnxruntime-avx2:",
         " conv2: 3 / 12 (25%)",
         " conv1: 1 / 8 (12.5%); output moved in 2 / 16 elements",
         " extra0: 1 / 100 (1%)",
         " extra1: 1 / 100 (1%)",
         " extra2: 1 / 100 (1%)",
-        "Output 'y': SQNR 30 dB against onnxruntime-vnni (exact sums)",
+        " ... and 1 more",
+        "Output 'y': SQNR 30 dB against onnxruntime-vnni",
         "Remedies: 7-bit weights (reduce_range=True), u8 x u8 weights, or the worst layers in float",
     ]
+    arm = replace(report, preset="onnxruntime-arm64-neon", exact="onnxruntime-arm64-neon with exact sums")
+    notes = saturation_notes(arm)
+    assert notes[0] == "Layers whose pair sums wrap on onnxruntime-arm64-neon:"
+    assert notes[-2:] == [
+        "Output 'y': SQNR 30 dB against onnxruntime-arm64-neon with exact sums",
+        "Remedies: symmetric int8 weights (WeightSymmetric), or the worst layers in float",
+    ]
+    wrapped = saturation_outcome(arm, Tolerance("max_saturated", 0.0, "marker"))
+    assert wrapped.subject == "onnxruntime-arm64-neon pair sums"
+    assert wrapped.detail.startswith("wrapped pair sums ")
+    assert " > 0% on onnxruntime-arm64-neon: 8 / 428 " in wrapped.detail
 
 
 def test_a_deployment_target_is_a_field_not_text() -> None:

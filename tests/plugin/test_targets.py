@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -152,9 +153,9 @@ def test_max_saturated_names_the_layer_and_what_it_cost(digits: pytest.Pytester)
             "saturated pair sums 0.52*% > 0% on onnxruntime-avx2: 18895 / 3628800 "
             "(worst layer 'conv1': 18895 / 768000, most in record 26) (pair 'w8')",
             "*",
-            "Saturating layers:",
+            "Layers whose pair sums saturate on onnxruntime-avx2:",
             " conv1: 18895 / 768000 (2.46*%); output moved in 9586 / 153600 elements",
-            "Output 'logits': SQNR 23.4* dB against onnxruntime-vnni (exact sums)",
+            "Output 'logits': SQNR 23.4* dB against onnxruntime-vnni",
         ]
     )
     assert "Worst layers" not in result.stdout.str().split("max_saturated ___")[1].split("Artifacts")[0]
@@ -181,3 +182,80 @@ def test_arm64_targets_show_beside_the_x86_ones(digits: pytest.Pytester) -> None
     sqnr = {name: round(entry["outputs"]["logits"]["sqnr"], 1) for name, entry in targets.items()}
     assert sqnr["onnxruntime-arm64"] == sqnr["onnxruntime-arm64-neon"] == sqnr["onnxruntime-vnni"] == 37.1
     assert [name for name, entry in targets.items() if not entry["passed"]] == ["onnxruntime-avx2"]
+
+
+def _wrapping_pair(folder: Path) -> None:
+    """``conv.onnx`` and its QDQ model ``conv.qdq.onnx`` whose int8 weights hold pairs of -128 (an asymmetric
+    weight quantization), and ``data.npz`` whose inputs are half zeros: ARM64 NEON pairs wrap there."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    w = rng.choice(np.array([-128, -128, -40, 5, 90], np.int8), size=(6, 8, 3, 3)).astype(np.int8)
+    x = np.where(rng.random((16, 8, 6, 6)) < 0.5, 0.0, rng.uniform(0.0, 5.1, (16, 8, 6, 6))).astype(np.float32)
+    np.savez(folder / "data.npz", x=x)
+
+    def model(nodes: list, inits: list) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            nodes,
+            "conv",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 8, 6, 6])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            inits,
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+    fp32 = model(
+        [helper.make_node("Conv", ["x", "wf"], ["y"], name="conv", pads=[1] * 4)],
+        [numpy_helper.from_array(w.astype(np.float32) * np.float32(0.01), "wf")],
+    )
+    qdq = model(
+        [
+            helper.make_node("QuantizeLinear", ["x", "xs", "xzp"], ["xq"], name="x_q"),
+            helper.make_node("DequantizeLinear", ["xq", "xs", "xzp"], ["xd"], name="x_dq"),
+            helper.make_node("DequantizeLinear", ["w", "ws", "wzp"], ["wd"], name="w_dq"),
+            helper.make_node("Conv", ["xd", "wd"], ["yf"], name="conv", pads=[1] * 4),
+            helper.make_node("QuantizeLinear", ["yf", "ys", "yzp"], ["yq"], name="y_q"),
+            helper.make_node("DequantizeLinear", ["yq", "ys", "yzp"], ["y"], name="y_dq"),
+        ],
+        [
+            numpy_helper.from_array(np.float32(0.02), "xs"),
+            numpy_helper.from_array(np.uint8(0), "xzp"),
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(np.float32(0.01), "ws"),
+            numpy_helper.from_array(np.int8(0), "wzp"),
+            numpy_helper.from_array(np.float32(0.5), "ys"),
+            numpy_helper.from_array(np.uint8(128), "yzp"),
+        ],
+    )
+    onnx.save(fp32, folder / "conv.onnx")
+    onnx.save(qdq, folder / "conv.qdq.onnx")
+
+
+def test_max_saturated_counts_arm64_wraps_on_an_arm64_target(pytester: pytest.Pytester) -> None:
+    """``max_saturated`` measures x86 AVX2 always and each ARM64 target too, where pairs wrap."""
+    _wrapping_pair(pytester.path)
+    pytester.makefile(
+        ".toml",
+        qaccuracy_arm=(
+            '[pairs.arm]\nfp32 = "conv.onnx"\nquantized = "conv.qdq.onnx"\ndata = "data.npz"\n'
+            'targets = ["onnxruntime-arm64-neon"]\n[pairs.arm.tolerances]\nmax_saturated = 0\n'
+        ),
+    )
+    result = pytester.runpytest("-k", "max_saturated", "--qaccuracy-sensitivity=off")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "saturated pair sums " in out and "% > 0% on onnxruntime-avx2: " in out  # u8 x s8 with -128 weights
+    assert "wrapped pair sums " in out and "% > 0% on onnxruntime-arm64-neon: " in out
+    result.stdout.fnmatch_lines(
+        [
+            "Layers whose pair sums wrap on onnxruntime-arm64-neon:",
+            " conv: * / 138240 (*%); output moved in * / 3456 elements",
+            "Output 'y': SQNR * dB against onnxruntime-arm64-neon with exact sums",
+            "Remedies: symmetric int8 weights (WeightSymmetric), or the worst layers in float",
+        ]
+    )
+    checks = json.loads((pytester.path / ".qaccuracy" / "summary.json").read_text())["pairs"][0]["checks"]
+    subjects = {c["target"] for c in checks if c["check"] == "max_saturated" and not c["passed"]}
+    assert subjects == {"onnxruntime-avx2 pair sums", "onnxruntime-arm64-neon pair sums"}
