@@ -147,8 +147,15 @@ class AgreementResult:
 SESSION_CONFIG = {"session.qdqisint8allowed": "1"}
 
 
-def onnxruntime_session(model: onnx.ModelProto, outputs: list[str], threads: int = 0) -> Any:
-    """onnxruntime's CPU kernels as deployed: full optimizations, int8 QDQ fusion, extra graph outputs."""
+#: How the gate names a tensor compared in the pair's own session (:attr:`AgreementChecker.deployed`).
+DEFAULT_SESSION = "(default session)"
+
+
+def onnxruntime_session(
+    model: onnx.ModelProto, outputs: list[str], threads: int = 0, config: Mapping[str, str] = SESSION_CONFIG
+) -> Any:
+    """onnxruntime's CPU kernels as deployed: full optimizations, int8 QDQ fusion (``config``: the
+    gate's :data:`SESSION_CONFIG`; ``{}`` for a default session), extra graph outputs."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     have = {o.name for o in copy.graph.output}
@@ -158,7 +165,7 @@ def onnxruntime_session(model: onnx.ModelProto, outputs: list[str], threads: int
         providers=("CPUExecutionProvider",),
         threads=threads,
         optimization="all",
-        config=SESSION_CONFIG,
+        config=dict(config),
     )
 
 
@@ -189,10 +196,17 @@ class AgreementChecker:
         self.proto, self.stacks = stacking(proto)
         # onnxruntime runs with session.qdqisint8allowed=1, so that every int8 tensor can be a graph output
         # without unfusing its group: the emulation keeps int8 activations as int8 too
-        emulated = get_scheme(scheme)
+        given = emulated = get_scheme(scheme)
         if emulated.qdq_int8_to_uint8:
             emulated = emulated.replace(name=emulated.name, qdq_int8_to_uint8=False)
         self.session = IntegerSession(self.proto, emulated)
+        #: the pair's own session when it computes otherwise (x86 runs int8 QDQ activations as uint8 in a
+        #: default session): its watched tensors are compared with onnxruntime's default session too
+        self.deployed = (
+            IntegerSession(self.proto, given) if given.qdq_int8_to_uint8 and signed_activations(self.proto) else None
+        )
+        self._deployed_ort: Any = None
+        self._deployed_names: list[str] = []
         #: compared whatever their type: the model outputs, and the tensors the caller's checks read
         self.watched = list(dict.fromkeys([*(o.name for o in self.proto.graph.output), *tensors]))
         self._units = {name: unit for name in self.watched if (unit := float_step(self.proto, name)) is not None}
@@ -233,24 +247,43 @@ class AgreementChecker:
         """Fold one batch: ``ours`` from :meth:`emulate`, ``theirs`` onnxruntime's values of :attr:`names`
         from a session set up as :func:`onnxruntime_session` sets it up (the same batch)."""
         for name in self._names or []:
-            ours_value, reference = ours[name], theirs[name]
-            stats = self._stats.setdefault(name, [0, 0, 0])
-            stats[0] += int(ours_value.size)
-            if ours_value.shape != reference.shape:
-                stats[1] += int(ours_value.size)
-                stats[2] = -1
-                continue
-            if ours_value.dtype.kind == "f":
-                self._float_names.add(name)
-            diff = steps_apart(ours_value, reference, self._units.get(name))
-            stats[1] += int(np.count_nonzero(diff))
-            if stats[2] >= 0:
-                stats[2] = max(stats[2], int(diff.max(initial=0)))
+            self._fold_tensor(name, ours[name], theirs[name], self._units.get(name))
         self.records += records
+
+    def _fold_tensor(self, key: str, ours: np.ndarray, reference: np.ndarray, unit: float | None) -> None:
+        stats = self._stats.setdefault(key, [0, 0, 0])
+        stats[0] += int(ours.size)
+        if ours.shape != reference.shape:
+            stats[1] += int(ours.size)
+            stats[2] = -1
+            return
+        if ours.dtype.kind == "f":
+            self._float_names.add(key)
+        diff = steps_apart(ours, reference, unit)
+        stats[1] += int(np.count_nonzero(diff))
+        if stats[2] >= 0:
+            stats[2] = max(stats[2], int(diff.max(initial=0)))
+
+    def fold_deployed(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """With :attr:`deployed`: run one batch in the pair's own session on both runtimes (onnxruntime's
+        default session) and fold the watched tensors as ``"<name> (default session)"``."""
+        if self.deployed is None:
+            return
+        names = self.watched
+        ours = self.deployed.run(names, feeds)
+        if self._deployed_ort is None:
+            self._deployed_ort = onnxruntime_session(self.proto, names, config={})
+        theirs = fetch(self._deployed_ort, names, feeds)
+        for name, value, reference in zip(names, ours, theirs, strict=True):
+            key = f"{name} {DEFAULT_SESSION}"
+            if key not in self._stats:
+                self._deployed_names.append(key)
+            self._fold_tensor(key, np.asarray(value), np.asarray(reference), self._units.get(name))
 
     def _unit(self, name: str) -> str:
         floats = self._float_names
-        return "ulps" if name in floats and name not in self._units else "steps"
+        plain = name.removesuffix(f" {DEFAULT_SESSION}")
+        return "ulps" if name in floats and plain not in self._units else "steps"
 
     def plans_alike(self, outputs: Sequence[str]) -> bool:
         """Whether asking :meth:`emulate` for ``outputs`` leaves the emulation's plan (and so every 8-bit
@@ -269,11 +302,14 @@ class AgreementChecker:
         """Run one batch on both runtimes and fold the differences into the per-tensor state."""
         _, ours = self.emulate(feeds)
         self.fold(ours, self.onnxruntime_values(feeds), _records(feeds))
+        self.fold_deployed(feeds)
 
     def result(self) -> AgreementResult:
+        """Every 8-bit tensor in topological order, then (with :attr:`deployed`) the watched tensors of
+        the pair's own session."""
+        names = [*(self._names or []), *self._deployed_names]
         tensors = tuple(
-            TensorAgreement(name, order, *self._stats[name], self._unit(name))
-            for order, name in enumerate(self._names or [])
+            TensorAgreement(name, order, *self._stats[name], self._unit(name)) for order, name in enumerate(names)
         )
         first = _first_divergence(tensors, self.max_steps)
         return AgreementResult(self.label, self.session.scheme.name, self.max_steps, self.records, tensors, first)

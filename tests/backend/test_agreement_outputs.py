@@ -85,3 +85,65 @@ def test_float_steps_are_units_in_the_last_place(dtype: type) -> None:
 def test_integer_steps_are_integer_units() -> None:
     assert steps_apart(np.array([0, 255], np.uint8), np.array([3, 250], np.uint8)).tolist() == [3, 5]
     assert steps_apart(np.array([-7], np.int64), np.array([7], np.int64)).tolist() == [14]
+
+
+def _s8s8_conv_model() -> onnx.ModelProto:
+    """x -> Q(int8) -> DQ -> Conv(int8 weights) -> Q(int8) -> DQ -> y: int8 activations, which a default
+    x86 session runs as uint8 and the gate's ``session.qdqisint8allowed=1`` session keeps as int8."""
+    rng = np.random.default_rng(32)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"]),
+        helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("QuantizeLinear", ["c", "ys", "xz"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "ys", "xz"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.float32(0.03), "xs"),
+        numpy_helper.from_array(np.int8(3), "xz"),
+        numpy_helper.from_array(rng.integers(-127, 128, (8, 4, 3, 3)).astype(np.int8), "w"),
+        numpy_helper.from_array(np.float32(0.01), "ws"),
+        numpy_helper.from_array(np.int8(0), "wz"),
+        numpy_helper.from_array(np.float32(0.05), "ys"),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])]
+    graph = helper.make_graph(nodes, "s8s8_conv", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+S8_X = np.random.default_rng(1).normal(0, 1.5, (3, 4, 8, 8)).astype(np.float32)
+
+
+def test_the_pairs_default_session_is_compared_when_int8_activations_run_as_uint8() -> None:
+    """On x86 a default session runs int8 QDQ activations as uint8, which the gate's int8-allowed session
+    does not: the outputs are then also compared as the pair computes them, against onnxruntime's
+    default session, and named so."""
+    result = check_agreement(_s8s8_conv_model(), {"x": S8_X}, scheme="onnxruntime-avx2")
+    by_name = {t.tensor: t for t in result.tensors}
+    assert result.ok, result.summary()
+    assert by_name["y (default session)"].elements == 3 * 8 * 8 * 8
+    assert list(by_name)[-1] == "y (default session)"  # after every tensor of the int8-allowed run
+    # ARM64 keeps int8 activations (QDQIsInt8Allowed): one session, nothing added; nor for uint8 models
+    arm = check_agreement(_s8s8_conv_model(), {"x": S8_X}, scheme="onnxruntime-arm64")
+    assert not any(t.tensor.endswith("(default session)") for t in arm.tensors)
+    unsigned = check_agreement(_sigmoid_model(False), {"x": X}, scheme="onnxruntime-avx2")
+    assert not any(t.tensor.endswith("(default session)") for t in unsigned.tensors)
+
+
+def test_a_default_session_that_differs_fails_the_gate_although_the_int8_run_agrees() -> None:
+    """The emulation of the pair's own session made wrong (its requantization multiplier a power of two):
+    every tensor of the gate's int8-allowed run still agrees, and the gate fails on the pair's output."""
+    from pytest_qaccuracy.backend import IntegerSession
+
+    checker = AgreementChecker(_s8s8_conv_model(), scheme="onnxruntime-avx2")
+    wrong = get_scheme("onnxruntime-avx2").replace(multiplier="power2")
+    checker.deployed = IntegerSession(checker.proto, wrong)
+    checker.update({"x": S8_X})
+    result = checker.result()
+    by_name = {t.tensor: t for t in result.tensors}
+    assert all(t.mismatches == 0 for name, t in by_name.items() if not name.endswith("(default session)"))
+    assert not result.ok and result.first_divergence == "y (default session)"
+    assert by_name["y (default session)"].mismatches > 0
+    assert "first divergence at 'y (default session)'" in result.summary()
