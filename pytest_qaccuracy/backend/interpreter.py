@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from pytest_qaccuracy.backend import heap, int8_to_uint8, pairs, parallel, tables
+from pytest_qaccuracy.backend import heap, int8_to_uint8, pairs, parallel, tables, weight_groups
 from pytest_qaccuracy.backend import kernels as _kernels  # noqa: F401  (registers every kernel family)
 from pytest_qaccuracy.backend.fallback import KERNEL, ONNXRUNTIME, REFERENCE, OnnxruntimeNode, reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
@@ -112,6 +112,7 @@ class IntegerSession:
         self._all_tensors = {o for s in self._steps for o in s.outputs if o} | set(self.constants)
         self._all_tensors |= {v.name for v in self._inputs}
         self._plans: dict[frozenset[str], list[_Bound]] = {}
+        self._group_models: dict[str, onnx.ModelProto] = {}  # weight groups (weight_groups.py) by step name
         self._converted: dict[frozenset[str], frozenset[str]] = {}  # tensors run as uint8, per plan
         fused = self._plan(frozenset())  # bind every kernel now, so unsupported ops fail at construction
         # tensors that fusion removed (float interiors of QDQ groups): asking for one changes the plan
@@ -225,9 +226,48 @@ class IntegerSession:
                 int8_allowed = not self.scheme.qdq_int8_to_uint8
                 opset = self.opsets.get("", 1)
                 steps = fuse_qdq(steps, self.constants, types, outputs, set(requested), opset, int8_allowed)
+                if self.scheme.float_kernels == "mlas":  # onnxruntime's presets
+                    steps = self._weight_groups(steps, types, outputs | requested)
             self._plans[requested] = self._with_tables(steps, [self._bind(s) for s in steps], set(requested))
             self._converted[requested] = frozenset(converted)
         return self._plans[requested]
+
+    def _weight_groups(self, steps: list[Step], types: Mapping[str, Any], keep: set[str]) -> list[Step]:
+        """``steps`` with float MatMul/Gemm on constant dequantized weights run as onnxruntime runs them
+        (``weight_groups.py``): one onnxruntime session per group under this machine's preset; under
+        another onnxruntime preset the steps as written, unless this onnxruntime rewrites the group
+        (``MatMulNBits``), whose CPU-specific arithmetic is then refused."""
+        grouped = weight_groups.group_weights(steps, self.constants, keep)
+        host = self._host_floats
+        result = []
+        for step in grouped:
+            if not step.group:
+                result.append(step)
+                continue
+            try:
+                model = weight_groups.group_model(
+                    step.group, step.inputs, types, self._initializers, self.opsets, self.model.ir_version
+                )
+            except (KeyError, TypeError, ValueError):  # an input of unknown type: run as written
+                result.extend(step.group)
+                continue
+            if host:
+                result.append(step)
+                self._group_models[step.name] = model
+                continue
+            rewritten = weight_groups.rewritten_ops(model)
+            if rewritten:
+                from pytest_qaccuracy.backend.host import host_preset
+
+                activation = _source_type(steps, step.inputs[0], types)
+                message = weight_groups.refusal(step, rewritten, types | activation, self.scheme.name, host_preset())
+                raise UnsupportedOpError(message)
+            result.extend(step.group)
+        return result
+
+    @functools.cached_property
+    def _initializers(self) -> dict[str, onnx.TensorProto]:
+        return {i.name: i for i in self.model.graph.initializer}
 
     def _with_tables(self, steps: list[Step], bound: list[_Bound], requested: set[str]) -> list[_Bound]:
         """``bound`` with each elementwise group on one 8-bit tensor replaced by a table (``tables.py``).
@@ -287,6 +327,9 @@ class IntegerSession:
         return _Bound(merged, run)
 
     def _bind(self, step: Step) -> _Bound:
+        if step.group:
+            model = self._group_models[step.name]
+            return _Bound(step, weight_groups.OnnxruntimeGroup(step, model, self.threads), ONNXRUNTIME)
         opset = self.opsets.get(normalize_domain(step.domain), 1)
         found = find_kernel(step.domain, step.op_type, opset)
         host_float = self._host_floats and step.op_type not in POOLS_IN_ORT_ORDER
@@ -358,6 +401,14 @@ class IntegerSession:
         if extra:
             raise InputError(f"unknown input(s) {sorted(extra)}; the model takes {[v.name for v in self._inputs]}")
         return checked
+
+
+def _source_type(steps: list[Step], name: str, types: Mapping[str, Any]) -> dict[str, Any]:
+    """``{name: type}`` of the integer tensor that a DequantizeLinear dequantizes into ``name``, if one does."""
+    for s in steps:
+        if name in s.outputs and s.op_type == "DequantizeLinear" and s.inputs[0] in types:
+            return {name: types[s.inputs[0]]}
+    return {}
 
 
 def _conv_takes_a_table(step: Step, source: str, readers: dict[str, int], keep: set[str], bound: _Bound) -> bool:

@@ -1,0 +1,138 @@
+"""A float MatMul or Gemm on constant dequantized weights runs with its DequantizeLinear in one onnxruntime session.
+
+Such a node is what a quantizer leaves where onnxruntime has no integer kernel for the activations (16-bit
+QDQ models: ``activation_type=QInt16`` or ``QUInt16``): the weight DequantizeLinear reads constants and
+only the MatMul/Gemm reads it. onnxruntime 1.32 (``DQMatMulToMatMulNBits``, all optimizations, the
+default session) replaces that pair with ``com.microsoft::MatMulNBits`` (``bits=8``, ``block_size=32``,
+``accuracy_level=4``): per-tensor, per-channel (axis 1) and blocked (axis 0) 2/4/8-bit weights, a Gemm
+only with ``alpha=1``, no transposes and a ``[N]`` bias. At accuracy level 4 MLAS quantizes the
+activations to int8 per block of the reduction axis and sums int8 products per block in its
+CPU-specific kernels: not the float GEMM of the written graph (digits MLP, QInt16: 2,485 of 3,072
+values of the first layer apart, up to 109 steps). onnxruntime 1.18 does not fuse.
+
+Under this machine's preset the group runs on this machine's onnxruntime, built from the model's own
+nodes and initializers, so that onnxruntime rewrites it (or not) exactly as in the whole model, whatever
+its version. Under the other x86 family's preset the kernel cannot be emulated here: if this
+onnxruntime rewrites the group, the session is refused with one line naming the node.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from pytest_qaccuracy.backend.graph import Step
+from pytest_qaccuracy.ort_session import make_session
+
+_OPS = ("MatMul", "Gemm")
+_DQ = "DequantizeLinear"
+
+
+def group_weights(steps: list[Step], constants: Mapping[str, Any], keep: set[str]) -> list[Step]:
+    """``steps`` with each float MatMul/Gemm whose weight (and bias) is a DequantizeLinear of constants
+    merged with it into one step whose ``group`` holds the original steps (the merged step reads the
+    varying inputs only). A DequantizeLinear that another step reads, or whose output is kept, stays."""
+    producer = {o: s for s in steps for o in s.outputs if o}
+    readers: dict[str, int] = {}
+    for s in steps:
+        for name in set(s.inputs):
+            if name:
+                readers[name] = readers.get(name, 0) + 1
+    merged: dict[int, Step] = {}
+    removed: set[int] = set()
+    for step in steps:
+        if step.op_type not in _OPS or step.domain not in ("", "ai.onnx") or len(step.inputs) < 2:
+            continue
+        weight = _constant_dq(producer.get(step.inputs[1]), constants)
+        if weight is None or readers.get(step.inputs[1], 0) != 1 or step.inputs[1] in keep:
+            continue
+        group = [weight]
+        bias = _constant_dq(producer.get(step.inputs[2]), constants) if len(step.inputs) > 2 and step.inputs[2] else None
+        if bias is not None:
+            group.append(bias)
+            if readers.get(step.inputs[2], 0) == 1 and step.inputs[2] not in keep:
+                removed.add(id(bias))
+        removed.add(id(weight))
+        group.append(step)
+        inner = {o for s in group for o in s.outputs if o}
+        fed = [i for s in group for i in s.inputs if i and i not in inner and i not in constants]
+        merged[id(step)] = Step(
+            step.name, step.domain, step.op_type, list(dict.fromkeys(fed)), list(step.outputs), dict(step.attrs),
+            step.proto, tuple(s.name for s in group), tuple(group),
+        )  # fmt: skip
+    return [merged.get(id(s), s) for s in steps if id(s) not in removed]
+
+
+def _constant_dq(step: Step | None, constants: Mapping[str, Any]) -> Step | None:
+    """``step`` if it is a DequantizeLinear whose every input is a constant."""
+    if step is None or step.op_type != _DQ or step.domain not in ("", "ai.onnx"):
+        return None
+    return step if all(i in constants for i in step.inputs if i) else None
+
+
+def group_model(
+    group: Sequence[Step],
+    fed: Sequence[str],
+    types: Mapping[str, Any],
+    initializers: Mapping[str, onnx.TensorProto],
+    opsets: Mapping[str, int],
+    ir_version: int,
+) -> onnx.ModelProto:
+    """The group's nodes as in the model, its constants as the model's own initializers, ``fed`` as
+    inputs of the given element types (any shape)."""
+    nodes = [s.proto if s.proto is not None else helper.make_node(s.op_type, s.inputs, s.outputs, name=s.name,
+             domain=s.domain, **s.attrs) for s in group]  # fmt: skip
+    used = {i for s in group for i in s.inputs if i}
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(types[n])), None) for n in fed]
+    outputs = [helper.make_empty_tensor_value_info(o) for o in group[-1].outputs if o]
+    inits = [initializers[n] for n in sorted(used) if n in initializers]
+    graph = helper.make_graph(nodes, "qaccuracy_group", inputs, outputs, inits)
+    imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
+    return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
+
+
+class OnnxruntimeGroup:
+    """A weight group run by this machine's onnxruntime (all optimizations), one session."""
+
+    def __init__(self, step: Step, model: onnx.ModelProto, threads: int):
+        self.step = step
+        self.session = make_session(model, providers=("CPUExecutionProvider",), threads=threads, optimization="all")
+        self.fed = [i.name for i in self.session.get_inputs()]
+
+    def __call__(self, args: list[Any]) -> tuple[Any, ...]:
+        feeds = {name: np.asarray(value) for name, value in zip(self.step.inputs, args, strict=True)}
+        return tuple(self.session.run(None, {n: feeds[n] for n in self.fed}))
+
+
+def rewritten_ops(model: onnx.ModelProto) -> list[str]:
+    """The ops (``domain::op_type``) that this onnxruntime's optimized graph of ``model`` has and
+    ``model`` has not (``com.microsoft::MatMulNBits`` where it fuses the weights)."""
+    before = {(n.domain or "ai.onnx", n.op_type) for n in model.graph.node}
+    with tempfile.TemporaryDirectory(prefix="qaccuracy-") as folder:
+        path = Path(folder) / "optimized.onnx"
+        make_session(model, providers=("CPUExecutionProvider",), threads=1, optimized_model_path=path)
+        optimized = onnx.load(str(path))
+    after = {(n.domain or "ai.onnx", n.op_type) for n in optimized.graph.node}
+    return sorted(f"{d}::{op}" for d, op in after - before)
+
+
+def refusal(step: Step, rewritten: Sequence[str], types: Mapping[str, Any], scheme: str, host: str) -> str:
+    """One line: the group ``step``, its types, what this onnxruntime makes of it, why it is refused."""
+    import onnxruntime
+
+    weight = step.group[0]
+    wtype = np.dtype(types[weight.inputs[0]]).name if weight.inputs[0] in types else "?"
+    act = types.get(step.inputs[0])
+    activations = f", activations {np.dtype(act).name}" if act is not None else ""
+    return (
+        f"node '{step.name}' ({step.domain or 'ai.onnx'}::{step.op_type}, {wtype} weights from DequantizeLinear "
+        f"'{weight.name}'{activations}): onnxruntime {onnxruntime.__version__} runs it as {', '.join(rewritten)}, "
+        f"whose CPU-specific int8 block arithmetic the integer backend emulates only under this machine's "
+        f"preset '{host}', not '{scheme}'"
+    )
