@@ -112,7 +112,6 @@ class IntegerSession:
         self._all_tensors = {o for s in self._steps for o in s.outputs if o} | set(self.constants)
         self._all_tensors |= {v.name for v in self._inputs}
         self._plans: dict[frozenset[str], list[_Bound]] = {}
-        self._group_models: dict[str, onnx.ModelProto] = {}  # weight groups (weight_groups.py) by step name
         self._converted: dict[frozenset[str], frozenset[str]] = {}  # tensors run as uint8, per plan
         fused = self._plan(frozenset())  # bind every kernel now, so unsupported ops fail at construction
         # tensors that fusion removed (float interiors of QDQ groups): asking for one changes the plan
@@ -238,23 +237,17 @@ class IntegerSession:
         another onnxruntime preset the steps as written, unless this onnxruntime rewrites the group
         (``MatMulNBits``), whose CPU-specific arithmetic is then refused."""
         grouped = weight_groups.group_weights(steps, self.constants, keep)
-        host = self._host_floats
+        if self._host_floats:
+            return grouped
         result = []
         for step in grouped:
             if not step.group:
                 result.append(step)
                 continue
-            try:
-                model = weight_groups.group_model(
-                    step.group, step.inputs, types, self._initializers, self.opsets, self.model.ir_version
-                )
-            except (KeyError, TypeError, ValueError):  # an input of unknown type: run as written
-                result.extend(step.group)
-                continue
-            if host:
-                result.append(step)
-                self._group_models[step.name] = model
-                continue
+            probe_types = {name: types.get(name, np.dtype(np.float32)) for name in step.inputs}
+            model = weight_groups.group_model(
+                step.group, step.inputs, probe_types, self._initializers, self.opsets, self.model.ir_version
+            )
             rewritten = weight_groups.rewritten_ops(model)
             if rewritten:
                 from pytest_qaccuracy.backend.host import host_preset
@@ -328,8 +321,10 @@ class IntegerSession:
 
     def _bind(self, step: Step) -> _Bound:
         if step.group:
-            model = self._group_models[step.name]
-            return _Bound(step, weight_groups.OnnxruntimeGroup(step, model, self.threads), ONNXRUNTIME)
+            runner = weight_groups.OnnxruntimeGroup(
+                step, self.types, self._initializers, self.opsets, self.model.ir_version, self.threads
+            )
+            return _Bound(step, runner, ONNXRUNTIME)
         opset = self.opsets.get(normalize_domain(step.domain), 1)
         found = find_kernel(step.domain, step.op_type, opset)
         host_float = self._host_floats and step.op_type not in POOLS_IN_ORT_ORDER

@@ -32,6 +32,7 @@ from pytest_qaccuracy.ort_session import make_session
 
 _OPS = ("MatMul", "Gemm")
 _DQ = "DequantizeLinear"
+_DQ_DOMAINS = ("", "ai.onnx", "com.microsoft")
 
 
 def group_weights(steps: list[Step], constants: Mapping[str, Any], keep: set[str]) -> list[Step]:
@@ -70,10 +71,14 @@ def group_weights(steps: list[Step], constants: Mapping[str, Any], keep: set[str
 
 
 def _constant_dq(step: Step | None, constants: Mapping[str, Any]) -> Step | None:
-    """``step`` if it is a DequantizeLinear whose every input is a constant."""
-    if step is None or step.op_type != _DQ or step.domain not in ("", "ai.onnx"):
+    """``step`` if it is a DequantizeLinear whose every input is a constant (the standard one, or
+    onnxruntime's ``com.microsoft`` one that quantizers write for 16-bit types before opset 21, on
+    integers numpy has a type for)."""
+    if step is None or step.op_type != _DQ or step.domain not in _DQ_DOMAINS:
         return None
-    return step if all(i in constants for i in step.inputs if i) else None
+    if not all(i in constants for i in step.inputs if i):
+        return None
+    return step if step.domain in ("", "ai.onnx") or np.asarray(constants[step.inputs[0]]).dtype.isbuiltin == 1 else None
 
 
 def group_model(
@@ -98,16 +103,39 @@ def group_model(
 
 
 class OnnxruntimeGroup:
-    """A weight group run by this machine's onnxruntime (all optimizations), one session."""
+    """A weight group run by this machine's onnxruntime (all optimizations), one session per type
+    signature of the varying inputs (built now when their types are known)."""
 
-    def __init__(self, step: Step, model: onnx.ModelProto, threads: int):
-        self.step = step
-        self.session = make_session(model, providers=("CPUExecutionProvider",), threads=threads, optimization="all")
-        self.fed = [i.name for i in self.session.get_inputs()]
+    def __init__(
+        self,
+        step: Step,
+        types: Mapping[str, Any],
+        initializers: Mapping[str, onnx.TensorProto],
+        opsets: Mapping[str, int],
+        ir_version: int,
+        threads: int,
+    ):
+        self.step, self.initializers, self.opsets, self.ir_version, self.threads = (
+            step, initializers, opsets, ir_version, threads,
+        )  # fmt: skip
+        self._sessions: dict[tuple[str, ...], Any] = {}
+        if all(name in types for name in step.inputs):
+            self._session(tuple(np.dtype(types[name]).str for name in step.inputs))
 
     def __call__(self, args: list[Any]) -> tuple[Any, ...]:
-        feeds = {name: np.asarray(value) for name, value in zip(self.step.inputs, args, strict=True)}
-        return tuple(self.session.run(None, {n: feeds[n] for n in self.fed}))
+        arrays = [np.asarray(a) for a in args]
+        session = self._session(tuple(a.dtype.str for a in arrays))
+        return tuple(session.run(None, dict(zip(self.step.inputs, arrays, strict=True))))
+
+    def _session(self, key: tuple[str, ...]) -> Any:
+        if key not in self._sessions:
+            types = dict(zip(self.step.inputs, key, strict=True))
+            model = group_model(self.step.group, self.step.inputs, types, self.initializers, self.opsets,
+                                self.ir_version)  # fmt: skip
+            self._sessions[key] = make_session(
+                model, providers=("CPUExecutionProvider",), threads=self.threads, optimization="all"
+            )
+        return self._sessions[key]
 
 
 def rewritten_ops(model: onnx.ModelProto) -> list[str]:
