@@ -54,10 +54,11 @@ def group_weights(steps: list[Step], constants: Mapping[str, Any], keep: set[str
         if weight is None or readers.get(step.inputs[1], 0) != 1 or step.inputs[1] in keep:
             continue
         group = [weight]
-        bias = _constant_dq(producer.get(step.inputs[2]), constants) if len(step.inputs) > 2 and step.inputs[2] else None
+        bias_name = step.inputs[2] if len(step.inputs) > 2 else ""
+        bias = _constant_dq(producer.get(bias_name), constants) if bias_name else None
         if bias is not None:
             group.append(bias)
-            if readers.get(step.inputs[2], 0) == 1 and step.inputs[2] not in keep:
+            if readers.get(bias_name, 0) == 1 and bias_name not in keep:
                 removed.add(id(bias))
         removed.add(id(weight))
         group.append(step)
@@ -78,7 +79,8 @@ def _constant_dq(step: Step | None, constants: Mapping[str, Any]) -> Step | None
         return None
     if not all(i in constants for i in step.inputs if i):
         return None
-    return step if step.domain in ("", "ai.onnx") or np.asarray(constants[step.inputs[0]]).dtype.isbuiltin == 1 else None
+    standard = step.domain in ("", "ai.onnx")
+    return step if standard or np.asarray(constants[step.inputs[0]]).dtype.isbuiltin == 1 else None
 
 
 def group_model(
