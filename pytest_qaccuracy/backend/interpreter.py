@@ -38,6 +38,10 @@ TensorCallback = Callable[[str, np.ndarray], None]
 #: while a one-node session runs the plain kernel (PP-OCRv4's recognizer, s8s8 default session: 115
 #: output values apart through one AveragePool)
 POOLS_IN_ORT_ORDER = frozenset({"AveragePool", "GlobalAveragePool"})
+_STANDARD_HINT = "; the standard ai.onnx QuantizeLinear/DequantizeLinear at opset 21 or later take 4-bit types"
+#: ONNX element types without a numpy type of their own (4-bit, 2-bit and 8-bit floats), by their names
+NARROW_TYPES = frozenset({"int4", "uint4", "int2", "uint2", "float4e2m1", "float8e4m3fn", "float8e4m3fnuz",
+                          "float8e5m2", "float8e5m2fnuz", "float8e8m0"})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,7 +383,29 @@ class IntegerSession:
                 pass
             else:
                 return _Bound(step, node, ONNXRUNTIME)
-        return _Bound(step, reference_kernel(step, self.opsets), REFERENCE)
+        try:
+            return _Bound(step, reference_kernel(step, self.opsets), REFERENCE)
+        except UnsupportedOpError:
+            narrow = [(name, self._element_types[name]) for name in step.inputs if name in self._element_types]
+            narrow = [(name, kind) for name, kind in narrow if kind in NARROW_TYPES]
+            if not narrow:
+                raise
+            name, kind = narrow[0]
+            raise UnsupportedOpError(
+                f"{step.describe()}: tensor '{name}' is {kind}, which the integer backend does not support "
+                f"in this op and domain (neither onnxruntime alone nor onnx.reference runs the node)"
+                f"{_STANDARD_HINT if step.op_type in ('QuantizeLinear', 'DequantizeLinear') else ''}"
+            ) from None
+
+    @functools.cached_property
+    def _element_types(self) -> dict[str, str]:
+        """Tensor name -> ONNX element type name (``int4``, ``float8e4m3fn``, ...) as the model declares it."""
+        graph = self.model.graph
+        found = {i.name: i.data_type for i in graph.initializer}
+        for value in (*graph.input, *graph.value_info, *graph.output):
+            if value.type.HasField("tensor_type"):
+                found.setdefault(value.name, value.type.tensor_type.elem_type)
+        return {name: onnx.TensorProto.DataType.Name(t).lower() for name, t in found.items() if t}
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         checked = {}

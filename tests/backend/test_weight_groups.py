@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pytest_qaccuracy.backend import IntegerSession
 from pytest_qaccuracy.backend.agreement import check_agreement
 from pytest_qaccuracy.backend.host import host_preset
-from pytest_qaccuracy.errors import UnsupportedOpError
+from pytest_qaccuracy.errors import ModelError, UnsupportedOpError
 
 
 def _mlp() -> onnx.ModelProto:
@@ -139,3 +139,34 @@ def test_a_weight_dequantize_with_two_readers_is_not_grouped(tmp_path: Path) -> 
     want = ort_session(model, int8_fusion=False).run(None, {"x": RECORDS})
     for got, theirs, name in zip(session.run(None, {"x": RECORDS}), want, ["y", gemm.input[1]], strict=True):
         assert_same(got, theirs, name)
+
+
+@pytest.mark.parametrize("kind", [TensorProto.INT4, TensorProto.UINT4])
+def test_4_bit_weights_in_the_microsoft_domain_are_refused_with_their_type(kind: int) -> None:
+    """quantize_static writes 4-bit weights below opset 21 as com.microsoft DequantizeLinear: refused in
+    one line that names the node, the domain, the tensor and its 4-bit type."""
+    weights = helper.make_tensor("w", kind, [4, 3], list(range(12)) if kind == TensorProto.UINT4 else [-4, 3] * 6)
+    inits = [weights, numpy_helper.from_array(np.float32(0.5), "s")]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w", "s"], ["wf"], name="w_dq", domain="com.microsoft"),
+        helper.make_node("MatMul", ["x", "wf"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits,
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    name = "int4" if kind == TensorProto.INT4 else "uint4"
+    if tuple(map(int, onnx.__version__.split(".")[:2])) < (1, 19):
+        with pytest.raises(ModelError) as old:  # onnx before 1.19 has no numpy type for 4-bit tensors
+            IntegerSession(model)
+        assert f"tensor 'w' is {name.upper()}" in str(old.value) and "\n" not in str(old.value)
+        return
+    with pytest.raises(UnsupportedOpError) as info:
+        IntegerSession(model)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in ("node 'w_dq'", "com.microsoft::DequantizeLinear", f"tensor 'w' is {name}", "not support"):
+        assert part in message, message
