@@ -121,6 +121,9 @@ class IntegerSession:
         # tensors that fusion removed (float interiors of QDQ groups): asking for one changes the plan
         produced = {o for b in fused for o in b.step.outputs} | set(self.constants) | {v.name for v in self._inputs}
         self._fusion_sensitive = self._all_tensors - produced
+        # asking for a weight group's output that another step reads leaves it as written, as onnxruntime does
+        read = {i for b in fused for i in b.step.inputs if i}
+        self._fusion_sensitive |= {b.step.outputs[0] for b in fused if b.step.group and b.step.outputs[0] in read}
         self._int8_activations = {o for b in fused for o in b.step.outputs if self.types.get(o) == np.int8}
 
     # -- onnxruntime-like API -----------------------------------------------------------------

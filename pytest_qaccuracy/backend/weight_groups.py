@@ -38,7 +38,9 @@ _DQ_DOMAINS = ("", "ai.onnx", "com.microsoft")
 def group_weights(steps: list[Step], constants: Mapping[str, Any], keep: set[str]) -> list[Step]:
     """``steps`` with each float MatMul/Gemm whose weight (and bias) is a DequantizeLinear of constants
     merged with it into one step whose ``group`` holds the original steps (the merged step reads the
-    varying inputs only). A DequantizeLinear that another step reads, or whose output is kept, stays."""
+    varying inputs only). A DequantizeLinear that another step reads, or whose output is kept, stays;
+    so does the group of a MatMul/Gemm whose output is kept and read by another step (onnxruntime
+    1.32 computes the float GEMM when such an output, say a QuantizeLinear's input, is a graph output)."""
     producer = {o: s for s in steps for o in s.outputs if o}
     readers: dict[str, int] = {}
     for s in steps:
@@ -52,6 +54,8 @@ def group_weights(steps: list[Step], constants: Mapping[str, Any], keep: set[str
             continue
         weight = _constant_dq(producer.get(step.inputs[1]), constants)
         if weight is None or readers.get(step.inputs[1], 0) != 1 or step.inputs[1] in keep:
+            continue
+        if step.outputs[0] in keep and readers.get(step.outputs[0], 0):  # onnxruntime 1.32 does not fuse then
             continue
         group = [weight]
         bias_name = step.inputs[2] if len(step.inputs) > 2 else ""

@@ -170,3 +170,26 @@ def test_4_bit_weights_in_the_microsoft_domain_are_refused_with_their_type(kind:
     assert "\n" not in message
     for part in ("node 'w_dq'", "com.microsoft::DequantizeLinear", f"tensor 'w' is {name}", "not support"):
         assert part in message, message
+
+
+@pytest.mark.parametrize("activation", ["int16", "uint16"])
+def test_a_group_output_asked_for_is_what_onnxruntime_then_computes(activation: str, tmp_path: Path) -> None:
+    """With the Gemm's float output as a graph output (and a QuantizeLinear reading it), onnxruntime 1.32
+    computes the float GEMM; the emulation asked for it (as a graph output, or by name) does the same."""
+    model = _quantized(tmp_path, activation, False)
+    gemm = next(n for n in model.graph.node if n.op_type == "Gemm")
+    quantized = next(
+        n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == gemm.output[0]
+    )
+    model.graph.output.append(helper.make_tensor_value_info(gemm.output[0], TensorProto.FLOAT, None))
+    model.graph.output.append(onnx.ValueInfoProto(name=quantized))
+    names = ["y", gemm.output[0], quantized]
+    want = ort_session(model, int8_fusion=False).run(names, {"x": RECORDS})
+    as_outputs = IntegerSession(model).run(names, {"x": RECORDS})
+    for got, theirs, name in zip(as_outputs, want, names, strict=True):
+        assert_same(got, theirs, name)
+    model.graph.output.pop()
+    model.graph.output.pop()
+    by_name = IntegerSession(model).run(names, {"x": RECORDS})
+    for got, theirs, name in zip(by_name, want, names, strict=True):
+        assert_same(got, theirs, f"{name} (asked by name)")
