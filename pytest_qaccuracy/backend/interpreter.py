@@ -116,6 +116,7 @@ class IntegerSession:
         self._all_tensors = {o for s in self._steps for o in s.outputs if o} | set(self.constants)
         self._all_tensors |= {v.name for v in self._inputs}
         self._plans: dict[frozenset[str], list[_Bound]] = {}
+        self._rewritten: dict[bool, dict[str, str]] = {}  # weight groups onnxruntime rewrites, per session kind
         self._converted: dict[frozenset[str], frozenset[str]] = {}  # tensors run as uint8, per plan
         fused = self._plan(frozenset())  # bind every kernel now, so unsupported ops fail at construction
         # tensors that fusion removed (float interiors of QDQ groups): asking for one changes the plan
@@ -240,30 +241,35 @@ class IntegerSession:
 
     def _weight_groups(self, steps: list[Step], types: Mapping[str, Any], keep: set[str]) -> list[Step]:
         """``steps`` with float MatMul/Gemm on constant dequantized weights run as onnxruntime runs them
-        (``weight_groups.py``): one onnxruntime session per group under this machine's preset; under
-        another onnxruntime preset the steps as written, unless this onnxruntime rewrites the group
-        (``MatMulNBits``), whose CPU-specific arithmetic is then refused."""
+        (``weight_groups.py``): those that this onnxruntime rewrites in the whole model (``MatMulNBits``)
+        in one onnxruntime session each under this machine's preset, refused under another onnxruntime
+        preset (CPU-specific arithmetic); the others as written."""
         grouped = weight_groups.group_weights(steps, self.constants, keep)
-        if self._host_floats:
-            return grouped
+        candidates = [s for s in grouped if s.group]
+        rewritten = self._rewritten_outputs() if candidates else {}
         result = []
         for step in grouped:
-            if not step.group:
+            op = rewritten.get(step.outputs[0]) if step.group else None
+            if op is None:
+                result.extend(step.group or (step,))
+            elif self._host_floats:
                 result.append(step)
-                continue
-            probe_types = {name: types.get(name, np.dtype(np.float32)) for name in step.inputs}
-            model = weight_groups.group_model(
-                step.group, step.inputs, probe_types, self._initializers, self.opsets, self.model.ir_version
-            )
-            rewritten = weight_groups.rewritten_ops(model)
-            if rewritten:
+            else:
                 from pytest_qaccuracy.backend.host import host_preset
 
                 activation = _source_type(steps, step.inputs[0], types)
-                message = weight_groups.refusal(step, rewritten, types | activation, self.scheme.name, host_preset())
+                message = weight_groups.refusal(step, [op], types | activation, self.scheme.name, host_preset())
                 raise UnsupportedOpError(message)
-            result.extend(step.group)
         return result
+
+    def _rewritten_outputs(self) -> dict[str, str]:
+        """Output name -> ``domain::op`` of the weight-rewriting nodes in this onnxruntime's optimized
+        graph of the whole model, in the session the scheme emulates (int8 QDQ fusion as the scheme says)."""
+        key = self.scheme.qdq_int8_to_uint8
+        if key not in self._rewritten:
+            config = {} if key else {"session.qdqisint8allowed": "1"}
+            self._rewritten[key] = weight_groups.rewritten_outputs(self.model, config)
+        return self._rewritten[key]
 
     @functools.cached_property
     def _initializers(self) -> dict[str, onnx.TensorProto]:

@@ -144,16 +144,23 @@ class OnnxruntimeGroup:
         return self._sessions[key]
 
 
-def rewritten_ops(model: onnx.ModelProto) -> list[str]:
-    """The ops (``domain::op_type``) that this onnxruntime's optimized graph of ``model`` has and
-    ``model`` has not (``com.microsoft::MatMulNBits`` where it fuses the weights)."""
-    before = {(n.domain or "ai.onnx", n.op_type) for n in model.graph.node}
+#: the ops onnxruntime writes for a DequantizeLinear of constant weights and its MatMul/Gemm
+REWRITES = frozenset({("com.microsoft", "MatMulNBits")})
+
+
+def rewritten_outputs(model: onnx.ModelProto, config: Mapping[str, str]) -> dict[str, str]:
+    """Output name -> ``domain::op`` of the nodes of :data:`REWRITES` in this onnxruntime's optimized
+    graph of ``model`` (CPU, all optimizations, ``config``): the MatMul/Gemm outputs it fused with
+    their weights. Empty when onnxruntime cannot optimize the model alone."""
     with tempfile.TemporaryDirectory(prefix="qaccuracy-") as folder:
         path = Path(folder) / "optimized.onnx"
-        make_session(model, providers=("CPUExecutionProvider",), threads=1, optimized_model_path=path)
-        optimized = onnx.load(str(path))
-    after = {(n.domain or "ai.onnx", n.op_type) for n in optimized.graph.node}
-    return sorted(f"{d}::{op}" for d, op in after - before)
+        try:
+            make_session(model, providers=("CPUExecutionProvider",), threads=1, config=config,
+                         optimized_model_path=path)  # fmt: skip
+            optimized = onnx.load(str(path), load_external_data=False)
+        except Exception:  # onnxruntime cannot load it alone: nothing known to be rewritten
+            return {}
+    return {n.output[0]: f"{n.domain}::{n.op_type}" for n in optimized.graph.node if (n.domain, n.op_type) in REWRITES}
 
 
 def refusal(step: Step, rewritten: Sequence[str], types: Mapping[str, Any], scheme: str, host: str) -> str:
