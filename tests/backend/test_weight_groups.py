@@ -93,7 +93,9 @@ def test_16_bit_activations_agree_with_onnxruntime(activation: str, per_channel:
     session = IntegerSession(model)
     groups = [s for s in session.plan() if s.op in ("ai.onnx::Gemm", "ai.onnx::MatMul")]
     assert [s.runner for s in groups] == ["onnxruntime", "onnxruntime"]
-    assert all(any(n.endswith("DequantizeLinear") for n in s.fused_from) for s in groups)
+    # grouped with their weight DequantizeLinear where onnxruntime fuses them (1.32), as written otherwise (1.18)
+    fuses = "MatMulNBits" in _onnxruntime_ops(model, tmp_path)
+    assert [any(n.endswith("DequantizeLinear") for n in s.fused_from) for s in groups] == [fuses, fuses]
     # the default session (what is deployed) and the agreement gate's session, every 16-bit tensor
     want = ort_session(model, int8_fusion=False).run(None, {"x": RECORDS})[0]
     assert_same(session.run(None, {"x": RECORDS})[0], want, "softmax output, default session")
