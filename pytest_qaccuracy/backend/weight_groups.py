@@ -1,4 +1,4 @@
-"""A float MatMul or Gemm on constant dequantized weights runs with its DequantizeLinear in one onnxruntime session.
+"""A float MatMul/Gemm on constant dequantized weights, run with its DequantizeLinear as onnxruntime runs them.
 
 Such a node is what a quantizer leaves where onnxruntime has no integer kernel for the activations (16-bit
 QDQ models: ``activation_type=QInt16`` or ``QUInt16``): the weight DequantizeLinear reads constants and
@@ -10,10 +10,13 @@ activations to int8 per block of the reduction axis and sums int8 products per b
 CPU-specific kernels: not the float GEMM of the written graph (digits MLP, QInt16: 2,485 of 3,072
 values of the first layer apart, up to 109 steps). onnxruntime 1.18 does not fuse.
 
-Under this machine's preset the group runs on this machine's onnxruntime, built from the model's own
-nodes and initializers, so that onnxruntime rewrites it (or not) exactly as in the whole model, whatever
-its version. Under the other x86 family's preset the kernel cannot be emulated here: if this
-onnxruntime rewrites the group, the session is refused with one line naming the node.
+Whether onnxruntime rewrites a candidate depends on its surroundings (the default x86 session leaves
+int8 MatMuls in float, weights and all), so the candidates kept are those whose output a MatMulNBits
+writes in this onnxruntime's optimized graph of the whole model (``rewritten_outputs``): the emulation
+follows the installed version (versions between 1.18 and 1.32 were not measured). Under this machine's
+preset each kept group runs on this machine's onnxruntime, built from the model's own nodes and
+initializers, which fuses it the same way. Under another onnxruntime preset the kernel is not this
+CPU's: a kept group is refused with one line naming the node, its types and the preset to use.
 """
 
 from __future__ import annotations
