@@ -29,6 +29,8 @@ class Step:
     proto: onnx.NodeProto | None = None
     #: names of the original nodes this step replaces (QDQ fusion), for messages
     fused: tuple[str, ...] = ()
+    #: the original steps that run together in one onnxruntime session (``weight_groups.py``)
+    group: tuple[Step, ...] = ()
 
     def describe(self) -> str:
         fused = f" (fused from {', '.join(self.fused)})" if self.fused else ""

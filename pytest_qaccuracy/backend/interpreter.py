@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from pytest_qaccuracy.backend import heap, int8_to_uint8, pairs, parallel, tables
+from pytest_qaccuracy.backend import heap, int8_to_uint8, pairs, parallel, tables, weight_groups
 from pytest_qaccuracy.backend import kernels as _kernels  # noqa: F401  (registers every kernel family)
 from pytest_qaccuracy.backend.fallback import KERNEL, ONNXRUNTIME, REFERENCE, OnnxruntimeNode, reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
@@ -38,6 +38,10 @@ TensorCallback = Callable[[str, np.ndarray], None]
 #: while a one-node session runs the plain kernel (PP-OCRv4's recognizer, s8s8 default session: 115
 #: output values apart through one AveragePool)
 POOLS_IN_ORT_ORDER = frozenset({"AveragePool", "GlobalAveragePool"})
+_STANDARD_HINT = "; the standard ai.onnx QuantizeLinear/DequantizeLinear at opset 21 or later take 4-bit types"
+#: ONNX element types without a numpy type of their own (4-bit, 2-bit and 8-bit floats), by their names
+NARROW_TYPES = frozenset({"int4", "uint4", "int2", "uint2", "float4e2m1", "float8e4m3fn", "float8e4m3fnuz",
+                          "float8e5m2", "float8e5m2fnuz", "float8e8m0"})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,11 +116,15 @@ class IntegerSession:
         self._all_tensors = {o for s in self._steps for o in s.outputs if o} | set(self.constants)
         self._all_tensors |= {v.name for v in self._inputs}
         self._plans: dict[frozenset[str], list[_Bound]] = {}
+        self._rewritten: dict[bool, dict[str, str]] = {}  # weight groups onnxruntime rewrites, per session kind
         self._converted: dict[frozenset[str], frozenset[str]] = {}  # tensors run as uint8, per plan
         fused = self._plan(frozenset())  # bind every kernel now, so unsupported ops fail at construction
         # tensors that fusion removed (float interiors of QDQ groups): asking for one changes the plan
         produced = {o for b in fused for o in b.step.outputs} | set(self.constants) | {v.name for v in self._inputs}
         self._fusion_sensitive = self._all_tensors - produced
+        # asking for a weight group's output that another step reads leaves it as written, as onnxruntime does
+        read = {i for b in fused for i in b.step.inputs if i}
+        self._fusion_sensitive |= {b.step.outputs[0] for b in fused if b.step.group and b.step.outputs[0] in read}
         self._int8_activations = {o for b in fused for o in b.step.outputs if self.types.get(o) == np.int8}
 
     # -- onnxruntime-like API -----------------------------------------------------------------
@@ -225,9 +233,47 @@ class IntegerSession:
                 int8_allowed = not self.scheme.qdq_int8_to_uint8
                 opset = self.opsets.get("", 1)
                 steps = fuse_qdq(steps, self.constants, types, outputs, set(requested), opset, int8_allowed)
+                if self.scheme.float_kernels == "mlas":  # onnxruntime's presets
+                    steps = self._weight_groups(steps, types, outputs | requested)
             self._plans[requested] = self._with_tables(steps, [self._bind(s) for s in steps], set(requested))
             self._converted[requested] = frozenset(converted)
         return self._plans[requested]
+
+    def _weight_groups(self, steps: list[Step], types: Mapping[str, Any], keep: set[str]) -> list[Step]:
+        """``steps`` with float MatMul/Gemm on constant dequantized weights run as onnxruntime runs them
+        (``weight_groups.py``): those that this onnxruntime rewrites in the whole model (``MatMulNBits``)
+        in one onnxruntime session each under this machine's preset, refused under another onnxruntime
+        preset (CPU-specific arithmetic); the others as written."""
+        grouped = weight_groups.group_weights(steps, self.constants, keep)
+        candidates = [s for s in grouped if s.group]
+        rewritten = self._rewritten_outputs() if candidates else {}
+        result = []
+        for step in grouped:
+            op = rewritten.get(step.outputs[0]) if step.group else None
+            if op is None:
+                result.extend(step.group or (step,))
+            elif self._host_floats:
+                result.append(step)
+            else:
+                from pytest_qaccuracy.backend.host import host_preset
+
+                activation = _source_type(steps, step.inputs[0], types)
+                message = weight_groups.refusal(step, [op], types | activation, self.scheme.name, host_preset())
+                raise UnsupportedOpError(message)
+        return result
+
+    def _rewritten_outputs(self) -> dict[str, str]:
+        """Output name -> ``domain::op`` of the weight-rewriting nodes in this onnxruntime's optimized
+        graph of the whole model, in the session the scheme emulates (int8 QDQ fusion as the scheme says)."""
+        key = self.scheme.qdq_int8_to_uint8
+        if key not in self._rewritten:
+            config = {} if key else {"session.qdqisint8allowed": "1"}
+            self._rewritten[key] = weight_groups.rewritten_outputs(self.model, config)
+        return self._rewritten[key]
+
+    @functools.cached_property
+    def _initializers(self) -> dict[str, onnx.TensorProto]:
+        return {i.name: i for i in self.model.graph.initializer}
 
     def _with_tables(self, steps: list[Step], bound: list[_Bound], requested: set[str]) -> list[_Bound]:
         """``bound`` with each elementwise group on one 8-bit tensor replaced by a table (``tables.py``).
@@ -287,6 +333,11 @@ class IntegerSession:
         return _Bound(merged, run)
 
     def _bind(self, step: Step) -> _Bound:
+        if step.group:
+            runner = weight_groups.OnnxruntimeGroup(
+                step, self.types, self._initializers, self.opsets, self.model.ir_version, self.threads
+            )
+            return _Bound(step, runner, ONNXRUNTIME)
         opset = self.opsets.get(normalize_domain(step.domain), 1)
         found = find_kernel(step.domain, step.op_type, opset)
         host_float = self._host_floats and step.op_type not in POOLS_IN_ORT_ORDER
@@ -341,7 +392,29 @@ class IntegerSession:
                 pass
             else:
                 return _Bound(step, node, ONNXRUNTIME)
-        return _Bound(step, reference_kernel(step, self.opsets), REFERENCE)
+        try:
+            return _Bound(step, reference_kernel(step, self.opsets), REFERENCE)
+        except UnsupportedOpError:
+            narrow = [(name, self._element_types[name]) for name in step.inputs if name in self._element_types]
+            narrow = [(name, kind) for name, kind in narrow if kind in NARROW_TYPES]
+            if not narrow:
+                raise
+            name, kind = narrow[0]
+            raise UnsupportedOpError(
+                f"{step.describe()}: tensor '{name}' is {kind}, which the integer backend does not support "
+                f"in this op and domain (neither onnxruntime alone nor onnx.reference runs the node)"
+                f"{_STANDARD_HINT if step.op_type in ('QuantizeLinear', 'DequantizeLinear') else ''}"
+            ) from None
+
+    @functools.cached_property
+    def _element_types(self) -> dict[str, str]:
+        """Tensor name -> ONNX element type name (``int4``, ``float8e4m3fn``, ...) as the model declares it."""
+        graph = self.model.graph
+        found = {i.name: i.data_type for i in graph.initializer}
+        for value in (*graph.input, *graph.value_info, *graph.output):
+            if value.type.HasField("tensor_type"):
+                found.setdefault(value.name, value.type.tensor_type.elem_type)
+        return {name: onnx.TensorProto.DataType.Name(t).lower() for name, t in found.items() if t}
 
     def _check_feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         checked = {}
@@ -358,6 +431,14 @@ class IntegerSession:
         if extra:
             raise InputError(f"unknown input(s) {sorted(extra)}; the model takes {[v.name for v in self._inputs]}")
         return checked
+
+
+def _source_type(steps: list[Step], name: str, types: Mapping[str, Any]) -> dict[str, Any]:
+    """``{name: type}`` of the integer tensor that a DequantizeLinear dequantizes into ``name``, if one does."""
+    for s in steps:
+        if name in s.outputs and s.op_type == "DequantizeLinear" and s.inputs[0] in types:
+            return {name: types[s.inputs[0]]}
+    return {}
 
 
 def _conv_takes_a_table(step: Step, source: str, readers: dict[str, int], keep: set[str], bound: _Bound) -> bool:
