@@ -39,7 +39,7 @@ import pytest
 
 from pytest_qaccuracy.plugin.baselines import compared_dir, missing_reason
 from pytest_qaccuracy.plugin.fixtures import PAIR_KEYS as MARKER_PAIR_KEYS
-from pytest_qaccuracy.plugin.fixtures import error_text, make_spec, pair_rules, session_key, task_specs
+from pytest_qaccuracy.plugin.fixtures import error_text, make_spec, pair_rules, session_key, task_specs, usage_key
 from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
 from pytest_qaccuracy.plugin.pairs import PairSpec
 from pytest_qaccuracy.plugin.schemes import RUN_KEYS
@@ -82,13 +82,10 @@ class SuiteUsageError(SuiteError):
     class missing a method): a usage error of the whole session (exit 4, one line), as in the ini file."""
 
 
-#: Usage errors found while collecting suites, raised after collection (:func:`raise_usage_errors`).
-suite_usage_key = pytest.StashKey[list[str]]()
-
-
 def raise_usage_errors(config: pytest.Config) -> None:
-    """``pytest.UsageError`` with the first suite usage error (pytest exits 4 with its one line)."""
-    found = config.stash.get(suite_usage_key, [])
+    """``pytest.UsageError`` with the first usage error found while collecting (a suite's or a
+    marker's unusable task metric): pytest exits 4 with its one line, before any test runs."""
+    found = config.stash.get(usage_key, [])
     if found:
         raise pytest.UsageError(found[0])
 
@@ -269,7 +266,7 @@ class QAccuracyFile(pytest.File):
             pairs = load_suite(self.path, len(state.settings.rules), run)
             _claim_ids(self.config.stash.setdefault(suite_ids_key, {}), self.path, pairs, self.config.rootpath)
         except SuiteUsageError as exc:  # the session stops after collection (raise_usage_errors)
-            self.config.stash.setdefault(suite_usage_key, []).append(str(exc))
+            self.config.stash.setdefault(usage_key, []).append(str(exc))
             return
         except SuiteError as exc:
             raise self.CollectError(str(exc)) from None
