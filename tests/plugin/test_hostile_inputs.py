@@ -237,6 +237,45 @@ def _earlier_out_dir(*extra: str):
     return make
 
 
+def _sensitivity_out_dir(where: Callable[[Path], Path]):
+    """``sensitivity --out-dir`` at ``where(tmp)``, next to a file ``a_file``."""
+
+    def make(models, tmp):
+        (tmp / "a_file").write_text("")
+        args = ["sensitivity", str(models["fp32"]), str(models["qdq_u8"]), "--data", str(models["data"])]
+        return [*args, "--records", "4", "--out-dir", str(where(tmp))]
+
+    return make
+
+
+def _deny_writes_beside(name: str):
+    """``os.access`` answers "not writable" for every folder but ``name`` (the folder holding it is
+    read-only: what a user without the right, or a read-only mount, sees; root is never refused by
+    permissions, so the row cannot use chmod)."""
+
+    def inject(monkeypatch: pytest.MonkeyPatch) -> None:
+        real = os.access
+
+        def access(path, mode, *args, **kwargs):
+            if mode & os.W_OK and Path(path).name != name and Path(path).is_dir():
+                return False
+            return real(path, mode, *args, **kwargs)
+
+        monkeypatch.setattr(os, "access", access)
+
+    return inject
+
+
+def _read_only_filesystem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every folder the command creates fails as on a read-only mount (EROFS, which root gets too),
+    after the checks up front passed (a filesystem remounted read-only while the command ran)."""
+
+    def mkdir(path, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+
+
 def _earlier_sensitivity_out_dir(models, tmp):
     args = ["sensitivity", str(models["fp32"]), str(models["qdq_u8"]), "--data", str(models["data"])]
     assert main([*args, "--records", "4", "--out-dir", str(tmp / "out")]) == 0
@@ -522,6 +561,36 @@ CLI_CASES = {
         _the_current_folder,
         2,
         "error: --out-dir {tmp}: holds {tmp}; artifacts need a folder of their own",
+        exact=True,
+    ),
+    "--out-dir whose folder is not writable keeps the earlier folder": Case(
+        3,
+        _earlier_out_dir(),
+        2,
+        "error: --out-dir {tmp}/out: cannot be replaced, {tmp} is not writable",
+        exact=True,
+        fault=_deny_writes_beside("out"),
+    ),
+    "--out-dir on a read-only filesystem keeps the earlier folder": Case(
+        3,
+        _earlier_out_dir(),
+        2,
+        "error: --out-dir {tmp}/out: could not be written (Read-only file system); left as it was",
+        exact=True,
+        fault=_read_only_filesystem,
+    ),
+    "sensitivity --out-dir is a file": Case(
+        3,
+        _sensitivity_out_dir(lambda t: t / "a_file"),
+        2,
+        "error: --out-dir {tmp}/a_file: is a file, expected a directory",
+        exact=True,
+    ),
+    "sensitivity --out-dir under a file": Case(
+        3,
+        _sensitivity_out_dir(lambda t: t / "a_file" / "out"),
+        2,
+        "error: --out-dir {tmp}/a_file/out: cannot be created, {tmp}/a_file is not a directory",
         exact=True,
     ),
     "Ctrl-C during the comparison": Case(
