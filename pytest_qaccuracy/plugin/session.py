@@ -84,6 +84,8 @@ class QAccuracySession:
         self.test_outcomes: dict[str, tuple[str, str | None]] = {}
         self.workers_without_data = 0
         self.errors: list[str] = []
+        #: the first usage error an xdist worker found while collecting (the controller exits 4 with it)
+        self.usage_error: str | None = None
         #: task values some pair of the session computes (ini, suites, markers, pairs measured): a drift
         #: rule naming one of them is another pair's, a rule naming none of them is misspelt
         self.task_values_declared: set[str] = set()

@@ -82,12 +82,23 @@ class SuiteUsageError(SuiteError):
     class missing a method): a usage error of the whole session (exit 4, one line), as in the ini file."""
 
 
-def raise_usage_errors(config: pytest.Config) -> None:
+#: The key of an xdist worker's output that carries its first usage error to the controller.
+USAGE_OUTPUT = "qaccuracy_usage_error"
+
+
+def raise_usage_errors(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``pytest.UsageError`` with the first usage error found while collecting (a suite's or a
-    marker's unusable task metric): pytest exits 4 with its one line, before any test runs."""
+    marker's unusable task metric): pytest exits 4 with its one line, before any test runs. An xdist
+    worker, whose usage error pytest-xdist would not turn into exit 4, runs no test and hands the
+    line to the controller (:data:`USAGE_OUTPUT`), which prints it and exits 4."""
     found = config.stash.get(usage_key, [])
-    if found:
+    if not found:
+        return
+    output = getattr(config, "workeroutput", None)
+    if output is None:
         raise pytest.UsageError(found[0])
+    output[USAGE_OUTPUT] = found[0]
+    items[:] = []
 
 
 def is_suite(path: Path) -> bool:
@@ -378,6 +389,7 @@ class QAccuracyCheck(pytest.Item):
 
 
 __all__ = [
+    "USAGE_OUTPUT",
     "QAccuracyCheck",
     "QAccuracyFile",
     "QAccuracyPair",

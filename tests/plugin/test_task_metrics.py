@@ -567,3 +567,36 @@ task_metrics = ["{metric}"]
     result.stderr.fnmatch_lines([f"ERROR: qaccuracy_bad.toml: pairs.bad.task_metrics: {message}"])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
     assert "AssertionError: ran" not in result.stdout.str() and "no tests ran" in result.stdout.str()
+
+
+@pytest.mark.parametrize("where", ["marker", "suite"])
+def test_an_unusable_metric_is_a_usage_error_under_xdist_too(project: pytest.Pytester, where: str) -> None:
+    """The workers find it while collecting; none runs a test, and the controller prints the line and
+    exits 4 (pytest-xdist alone ended a suite's with "no tests ran", exit 5, and a marker's with an
+    internal error, exit 3)."""
+    pytest.importorskip("xdist")
+    project.makeini("[pytest]\npythonpath = .\n")
+    metric = "nowhere.metrics:CER"
+    if where == "marker":
+        project.makepyfile(
+            test_bad=f"""
+            import pytest
+
+            @pytest.mark.qaccuracy(fp32="{FP32}", quantized="models/digits_cnn.qdq.onnx", data="{DATA}",
+                                   task_metrics=["{metric}"])
+            def test_bad(qaccuracy):
+                raise AssertionError("ran")
+            """
+        )
+        line = f"ERROR: test_bad.py::test_bad: @pytest.mark.qaccuracy(task_metrics=...): task metric '{metric}'*"
+    else:
+        suite = f'[pairs.bad]\nfp32 = "{FP32}"\nquantized = "models/digits_cnn.qdq.onnx"\ndata = "{DATA}"\n'
+        project.makefile(".toml", qaccuracy_bad=suite + f'task_metrics = ["{metric}"]\n')
+        line = f"ERROR: qaccuracy_bad.toml: pairs.bad.task_metrics: task metric '{metric}'*"
+    project.makepyfile(test_never="def test_never():\n    raise AssertionError('ran')\n")
+    result = project.runpytest_subprocess("-n", "2", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([line])
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text and "INTERNALERROR" not in text and "AssertionError" not in text
+    assert result.stderr.str().count("ERROR: ") == 1
