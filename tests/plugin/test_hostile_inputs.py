@@ -271,9 +271,19 @@ def _read_only_filesystem(monkeypatch: pytest.MonkeyPatch) -> None:
     after the checks up front passed (a filesystem remounted read-only while the command ran)."""
 
     def mkdir(path, *args, **kwargs):
+        if os.path.lexists(path):  # as Linux answers on a read-only mount
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
 
+    def path_mkdir(self, mode=0o777, parents=False, exist_ok=False):
+        try:
+            mkdir(self)
+        except FileExistsError:
+            if not (exist_ok and self.is_dir()):
+                raise
+
     monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(Path, "mkdir", path_mkdir)  # Python 3.10's pathlib bound os.mkdir at import
 
 
 def _earlier_sensitivity_out_dir(models, tmp):
