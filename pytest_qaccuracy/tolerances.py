@@ -277,13 +277,32 @@ def ini_settings(path: Path) -> tuple[dict[str, Tolerance], list[Rule]]:
                 found[name] = Tolerance(name, check_tolerance(name, values[key]), f"{where} ({key})")
             except ValueError as exc:
                 raise ValueError(f"{path}: {key}: {getattr(exc, 'reason', exc)}") from None
-    lines = values.get(INI_PREFIX + "tolerances", [])
-    lines = lines.splitlines() if isinstance(lines, str) else [str(line) for line in lines]
+    key = INI_PREFIX + "task_tolerances"
+    for line in _lines(values.get(key, [])):  # max_drop:cer = 0.005, as the plugin reads them
+        try:
+            name, value = parse_task_line(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {key}: {getattr(exc, 'reason', exc)}") from None
+        found[name] = Tolerance(name, value, f"{where} ({key})")
     try:
-        rules = parse_rules(lines, f"{where} ({INI_PREFIX}tolerances)")
+        rules = parse_rules(_lines(values.get(INI_PREFIX + "tolerances", [])), f"{where} ({INI_PREFIX}tolerances)")
     except ValueError as exc:
         raise ValueError(f"{path}: {INI_PREFIX}tolerances: {exc}") from None
     return found, rules
+
+
+def ini_task_metrics(path: Path) -> tuple[str, ...]:
+    """The ``qaccuracy_task_metrics`` of a file of pytest settings: one per line, or separated by
+    commas, as the plugin reads them (imported and checked by the caller)."""
+    values = _ini_values(path)
+    lines = _lines(values.get(INI_PREFIX + "task_metrics", []))
+    return tuple(x.strip() for line in lines for x in line.split(",") if x.strip())
+
+
+def _lines(value: object) -> list[str]:
+    """An ini value's lines (a TOML list's items), blank lines and ``#`` comments left out."""
+    lines = value.splitlines() if isinstance(value, str) else [str(line) for line in value or []]
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
 
 
 def _ini_values(path: Path) -> dict[str, Any]:
@@ -325,6 +344,7 @@ __all__ = [
     "Tolerances",
     "check_tolerance",
     "ini_settings",
+    "ini_task_metrics",
     "is_tolerance",
     "parse_number",
     "parse_rule",

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -155,3 +156,163 @@ def test_ini_settings_read_as_the_plugin_reads_them(tmp_path: Path) -> None:
     (tmp_path / "tox.ini").write_text("[tox]\n")
     with pytest.raises(ValueError, match=r"tox.ini: no \[pytest\] section"):
         ini_settings(tmp_path / "tox.ini")
+
+
+#: A task metric whose update raises on the second batch (records 8..15 at the default batch size).
+RAISING = """
+class Boom:
+    higher_is_better = {"boom": True}
+
+    def __init__(self):
+        self.seen = 0
+
+    def update(self, fp32, quantized, targets):
+        self.seen += 1
+        if self.seen == 2:
+            raise RuntimeError("kaboom")
+
+    def merge(self, other):
+        pass
+
+    def compute(self):
+        return {"fp32": {"boom": 1.0}, "quantized": {"boom": 1.0}}
+
+
+class NoMerge:
+    higher_is_better = {"x": True}
+
+    def update(self, fp32, quantized, targets):
+        pass
+
+    def compute(self):
+        return {}
+"""
+
+
+@pytest.fixture
+def task_folder(tmp_path: Path) -> Any:
+    """A folder with the example's task metric and a raising one beside an ini file; the modules the
+    command imports from it are forgotten afterwards."""
+    import shutil
+
+    shutil.copy(EXAMPLES / "digits_metrics.py", tmp_path / "cli_digits_metrics.py")
+    (tmp_path / "cli_raising.py").write_text(RAISING)
+    yield tmp_path
+    for name in ("cli_digits_metrics", "cli_raising"):
+        sys.modules.pop(name, None)
+
+
+def _worst_recall(quantized: str) -> tuple[float, float]:
+    """fp32 and quantized recall of the worst-read digit: onnxruntime and numpy, written here."""
+    import onnxruntime as ort
+
+    arrays = np.load(DATA)
+    found = []
+    for path in (FP32, EXAMPLES / "models" / quantized):
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        predicted = session.run(None, {"x": arrays["x"]})[0].argmax(axis=1)
+        labels = arrays["labels"]
+        found.append(min(float(np.mean(predicted[labels == d] == d)) for d in np.unique(labels)))
+    return found[0], found[1]
+
+
+def test_the_ini_task_metrics_and_tolerances_gate_the_command(
+    task_folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """qaccuracy_task_metrics (a module beside the ini file) and qaccuracy_task_tolerances are read as
+    the plugin reads them: a bound above the QDQ model's value fails (exit 1), the value is the one
+    computed here, and --task-tolerance wins over the ini line."""
+    fp32, qdq = _worst_recall("digits_cnn.qdq.onnx")
+    ini = task_folder / "pytest.ini"
+    ini.write_text(
+        "[pytest]\nqaccuracy_min_cosine = 0.5\nqaccuracy_task_metrics = cli_digits_metrics:WorstClassRecall\n"
+        f"qaccuracy_task_tolerances =\n    # the weakest digit\n    min:worst_class_recall = {qdq + 0.01}\n"
+    )
+    report = task_folder / "r.json"
+    assert main(_compare("digits_cnn.qdq.onnx", "--ini", str(ini), "--json", str(report))) == 1
+    out = capsys.readouterr().out
+    assert "failed 1 of 2 checks (task metrics 1)" in out
+    by = {c["check"]: c for c in json.loads(report.read_text())["checks"]}
+    task = by["min:worst_class_recall"]
+    assert (task["passed"], task["value"]) == (False, pytest.approx(qdq, abs=1e-12))
+    assert task["source"] == "ini file pytest.ini (qaccuracy_task_tolerances)"
+    assert f"fp32 {fp32:.6g}" in task["detail"] and by["min_cosine"]["passed"]
+
+    lower = f"min:worst_class_recall = {qdq - 0.01}"
+    assert (
+        main(_compare("digits_cnn.qdq.onnx", "--ini", str(ini), "--task-tolerance", lower, "--json", str(report))) == 0
+    )
+    task = {c["check"]: c for c in json.loads(report.read_text())["checks"]}["min:worst_class_recall"]
+    assert (task["passed"], task["source"]) == (True, "command line --task-tolerance")
+
+
+def test_a_raising_task_metric_fails_only_its_own_check_in_the_command(
+    task_folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ini = task_folder / "pytest.ini"
+    ini.write_text(
+        "[pytest]\nqaccuracy_min_cosine = 0.5\nqaccuracy_task_metrics =\n    cli_raising:Boom\n"
+        "    cli_digits_metrics:WorstClassRecall\n"
+        "qaccuracy_task_tolerances =\n    min:boom = 0.5\n    max_drop:worst_class_recall = 0.5\n"
+    )
+    report = task_folder / "r.json"
+    assert main(_compare("digits_cnn.qdq.onnx", "--ini", str(ini), "--json", str(report))) == 1
+    by = {c["check"]: c for c in json.loads(report.read_text())["checks"]}
+    assert by["min:boom"]["passed"] is False
+    assert by["min:boom"]["detail"] == "min:boom: task metric 'cli_raising:Boom' on records 8..15: RuntimeError: kaboom"
+    fp32, qdq = _worst_recall("digits_cnn.qdq.onnx")
+    recall = by["max_drop:worst_class_recall"]
+    assert (recall["passed"], recall["value"]) == (True, pytest.approx(fp32 - qdq, abs=1e-12))
+    assert by["min_cosine"]["passed"] and "failed 1 of 3 checks (task metrics 1)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("ini_metric", "flag", "message"),
+    [
+        (
+            "nowhere.metrics:CER",
+            [],
+            "pytest.ini: qaccuracy_task_metrics: task metric 'nowhere.metrics:CER': cannot import 'nowhere.metrics'",
+        ),
+        (
+            None,
+            ["--task-metric", "cli_raising:NoMerge"],
+            "--task-metric: task metric 'cli_raising:NoMerge' has no method 'merge'",
+        ),
+        (None, ["--task-tolerance", "max_drop:cer 0.1"], "bad task tolerance 'max_drop:cer 0.1': expected"),
+    ],
+)
+def test_an_unusable_task_metric_or_tolerance_is_one_line_and_exit_2(
+    task_folder: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ini_metric, flag, message
+) -> None:
+    """Before any model runs: nothing is written."""
+    monkeypatch.chdir(task_folder)  # --task-metric modules come from the working folder
+    ini = task_folder / "pytest.ini"
+    ini.write_text("[pytest]\n" + (f"qaccuracy_task_metrics = {ini_metric}\n" if ini_metric else ""))
+    report = task_folder / "r.json"
+    assert main(_compare("digits_cnn.qdq.onnx", "--ini", str(ini), *flag, "--json", str(report))) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+    assert not report.exists()
+
+
+def test_ini_task_settings_read_as_the_plugin_reads_them(tmp_path: Path) -> None:
+    from pytest_qaccuracy.tolerances import Tolerance, ini_settings, ini_task_metrics
+
+    toml = tmp_path / "pyproject.toml"
+    toml.write_text(
+        "[tool.pytest.ini_options]\n"
+        'qaccuracy_task_metrics = ["ctc", "a.b:C, binary_f1"]\n'
+        'qaccuracy_task_tolerances = ["max_drop:cer = 0.005", "# note", "min:f1 = -0.5"]\n'
+    )
+    tolerances, _ = ini_settings(toml)
+    source = "ini file pyproject.toml (qaccuracy_task_tolerances)"
+    assert tolerances["max_drop:cer"] == Tolerance("max_drop:cer", 0.005, source)
+    assert tolerances["min:f1"] == Tolerance("min:f1", -0.5, source)
+    assert ini_task_metrics(toml) == ("ctc", "a.b:C", "binary_f1")
+    ini = tmp_path / "pytest.ini"
+    ini.write_text("[pytest]\nqaccuracy_task_tolerances = max_drop:cer = abc\n")
+    with pytest.raises(
+        ValueError, match=r"pytest.ini: qaccuracy_task_tolerances: bad task tolerance|expected a number"
+    ):
+        ini_settings(ini)

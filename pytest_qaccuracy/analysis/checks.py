@@ -38,6 +38,8 @@ _NEGATED = {">=": "<", "<=": ">", ">": "<=", "<": ">="}
 RELATIVE = "relative"
 #: How a check's subject names a task-metric value: ``task 'cer'``.
 TASK_TARGET = "task '{}'"
+#: The check of a task metric that raised and that no tolerance gates (its source: the option naming it).
+TASK_METRIC = "task_metrics"
 
 
 def compared(
@@ -203,11 +205,14 @@ def _topk(subject: str, counts: Mapping[str, Any], tolerances: Tolerances) -> li
     return rows
 
 
-def _task_checks(stats: OutputStats | None, tolerances: Tolerances) -> list[Outcome]:
+def _task_checks(stats: OutputStats | None, tolerances: Tolerances, ungated: bool = False) -> list[Outcome]:
     """``min:<value>``, ``max:<value>`` (the quantized side) and ``max_drop:<value>`` (how much worse
-    than fp32, in the metric's direction) for every task-metric tolerance in effect."""
+    than fp32, in the metric's direction) for every task-metric tolerance in effect. A metric that
+    raised fails the checks of its values with its one line (the metric and the records); with
+    ``ungated`` (the check holds all the pair's tolerances), one that no tolerance gates fails too."""
     rows = []
     computed = {} if stats is None else stats.task
+    gated: set[str] = set()
     for name, tol in tolerances.items():
         parsed = task_tolerance(name)
         if parsed is None or not tol.applies:
@@ -222,6 +227,11 @@ def _task_checks(stats: OutputStats | None, tolerances: Tolerances) -> list[Outc
             detail = f"{name}: no task metric computes '{value_name}' (computed: {known}); name one in task_metrics"
             rows.append(replace(unmeasured("task", name, "task", subject, metric, tol.source, detail), op=op))
             continue
+        gated.add(value.metric)
+        if value.error is not None:
+            row = unmeasured("task", name, "task", subject, metric, tol.source, f"{name}: {value.error}")
+            rows.append(replace(row, op=op, threshold=float(tol.value)))
+            continue
         measured = value.drop if what == "drop" else value.quantized
         side = "the fp32 or the quantized side" if what == "drop" else "the quantized side"
         why = f"nothing to count on {side}"
@@ -231,6 +241,11 @@ def _task_checks(stats: OutputStats | None, tolerances: Tolerances) -> list[Outc
             f" (fp32 {fmt(value.fp32)}, quantized {fmt(value.quantized)}; against {against}, {value.records} records)"
         )
         rows.append(replace(row, detail=row.detail + extra))
+    if ungated:
+        broken = {v.metric: v.error for v in computed.values() if v.error is not None and v.metric not in gated}
+        for label, error in broken.items():
+            subject = f"task metric '{label}'"
+            rows.append(unmeasured("task", TASK_METRIC, "task", subject, "error", TASK_METRIC, str(error)))
     return rows
 
 
@@ -275,15 +290,17 @@ def evaluate(
     rules: Sequence[Rule],
     pair_id: str,
     slices: Sequence[Any] = (),
+    whole: bool = False,
 ) -> list[Outcome]:
     """Every named tolerance on every output, every task-metric tolerance, then every winning rule on
-    outputs and layers.
+    outputs and layers. ``whole``: ``tolerances`` are all the pair's (one check of the whole pair, not
+    one suite item of several), so a task metric that raised fails here even when nothing gates it.
 
     ``slices`` (:class:`~pytest_qaccuracy.analysis.slices.SliceSpec`) are compared as outputs; each
     view's own tolerances win over the pair's on that view (its rules come in ``rules``, see
     :func:`~pytest_qaccuracy.tolerances.slice_rules`).
     """
-    rows = _output_checks(result, stats, tolerances, slices) + _task_checks(stats, tolerances)
+    rows = _output_checks(result, stats, tolerances, slices) + _task_checks(stats, tolerances, whole)
     return rows + _rule_checks(result, pair_id, rules)
 
 
@@ -377,6 +394,7 @@ __all__ = [
     "CHANNELS",
     "RELATIVE",
     "SIMPLE",
+    "TASK_METRIC",
     "TASK_TARGET",
     "compared",
     "evaluate",

@@ -108,7 +108,9 @@ class _RelativeTracker:
 @dataclass(frozen=True, slots=True)
 class TaskValue:
     """One value of a task metric on both sides: ``against`` is ``targets`` (the data's) or ``fp32``
-    (no targets: the quantized side scored against the fp32 model's predictions)."""
+    (no targets: the quantized side scored against the fp32 model's predictions). ``error`` is the
+    one line of a metric that raised (naming it and the records of the batch): both sides are then
+    None, and only the checks of the metric's values fail on it."""
 
     name: str
     metric: str
@@ -117,6 +119,7 @@ class TaskValue:
     higher_is_better: bool
     fp32: float | None
     quantized: float | None
+    error: str | None = None
 
     @property
     def drop(self) -> float | None:
@@ -134,6 +137,7 @@ class TaskValue:
             "fp32": self.fp32,
             "quantized": self.quantized,
             "drop": self.drop,
+            **({"error": self.error} if self.error is not None else {}),
         }
 
     @classmethod
@@ -146,6 +150,7 @@ class TaskValue:
             bool(data["higher_is_better"]),
             data.get("fp32"),
             data.get("quantized"),
+            data.get("error"),
         )
 
 
@@ -188,13 +193,19 @@ def _finite(value: Any) -> float | None:
 
 class TaskRun:
     """The task metrics of one pass: created, begun, fed batch by batch with one target per record,
-    and read as :class:`TaskValue` rows. An exception inside a metric names the metric and the records."""
+    and read as :class:`TaskValue` rows. A metric that raises (before the first batch, on a batch, or
+    computing its values) raises :class:`CheckError` with one line naming it and the records; with
+    ``keep_errors`` it is set aside instead, the others go on, and its values carry the line
+    (:attr:`TaskValue.error`) instead of figures (the plugin fails only the checks of its values)."""
 
-    def __init__(self, specs: Sequence[TaskSpec], targets: Sequence[Any] | None) -> None:
+    def __init__(self, specs: Sequence[TaskSpec], targets: Sequence[Any] | None, keep_errors: bool = False) -> None:
         self.specs = list(specs)
         self.targets = targets
+        self.keep_errors = keep_errors
         self.metrics: list[Any] = []
         self.records = 0
+        #: index of a metric that raised -> its one line
+        self.errors: dict[int, str] = {}
 
     def begin(self, context: TaskContext) -> None:
         if self.targets is not None and len(self.targets) != context.records:
@@ -203,38 +214,52 @@ class TaskRun:
             self.metrics = [spec.create() for spec in self.specs]
         except ValueError as exc:
             raise InputError(str(exc)) from None
-        for spec, metric in zip(self.specs, self.metrics, strict=True):
+        for i, metric in enumerate(self.metrics):
             if callable(getattr(metric, "begin", None)):
-                self._guard(spec, "before the first batch", metric.begin, context)
+                self._guard(i, "before the first batch", metric.begin, context)
 
     def update(self, ref: dict[str, np.ndarray], test: dict[str, np.ndarray], start: int, count: int) -> None:
         targets = None if self.targets is None else list(self.targets[start : start + count])
         where = f"on record {start}" if count == 1 else f"on records {start}..{start + count - 1}"
-        for spec, metric in zip(self.specs, self.metrics, strict=True):
-            self._guard(spec, where, metric.update, ref, test, targets)
+        for i, metric in enumerate(self.metrics):
+            self._guard(i, where, metric.update, ref, test, targets)
         self.records += count
 
-    @staticmethod
-    def _guard(spec: TaskSpec, where: str, method: Any, *args: Any) -> Any:
-        """``method(*args)``; any exception but ours becomes one line naming the metric and ``where``."""
+    def _guard(self, index: int, where: str, method: Any, *args: Any) -> Any:
+        """``method(*args)`` unless metric ``index`` raised before; any exception but ours becomes one
+        line naming the metric and ``where``: raised, or kept (``keep_errors``)."""
+        if index in self.errors:
+            return None
         try:
             return method(*args)
         except QAccuracyError:
             raise
         except Exception as exc:
             text = (str(exc).strip().splitlines() or [""])[0]
-            raise CheckError(f"task metric '{spec.label}' {where}: {type(exc).__name__}: {text}") from exc
+            label = self.specs[index].label
+            line = f"task metric '{label}' {where}: {type(exc).__name__}: {text}"
+            if not self.keep_errors:
+                raise CheckError(line) from exc
+            self.errors[index] = line
+            return None
 
     def result(self) -> dict[str, TaskValue]:
         found = {}
-        for spec, metric in zip(self.specs, self.metrics, strict=True):
-            values = self._guard(spec, "computing its values", metric.compute) or {}
+        for i, (spec, metric) in enumerate(zip(self.specs, self.metrics, strict=True)):
+            values = self._guard(i, "computing its values", metric.compute) or {}
+            error = self.errors.get(i)
             state = getattr(metric, "state", {}) or {}
-            against = state.get("against") or ("fp32" if self.targets is None else "targets")
+            against = (state.get("against") if isinstance(state, dict) else None) or (
+                "fp32" if self.targets is None else "targets"
+            )
             for name, own in spec.value_names(metric).items():
-                fp32, quantized = (_finite(values.get(side, {}).get(own)) for side in ("fp32", "quantized"))
+                fp32, quantized = (
+                    (None, None)
+                    if error is not None
+                    else (_finite(values.get(side, {}).get(own)) for side in ("fp32", "quantized"))
+                )
                 higher = bool(metric.higher_is_better[own])
-                found[name] = TaskValue(name, spec.label, against, self.records, higher, fp32, quantized)
+                found[name] = TaskValue(name, spec.label, against, self.records, higher, fp32, quantized, error)
         return found
 
 
@@ -327,9 +352,10 @@ class OutputMeasure:
         tasks: Sequence[TaskSpec] = (),
         targets: Sequence[Any] | None = None,
         metadata: dict[str, str] | None = None,
+        keep_task_errors: bool = False,
     ) -> None:
         self.ks, self.labels, self.scores, self.slices = tuple(ks), labels, scores, list(slices)
-        self.tasks = TaskRun(tasks, targets) if tasks else None
+        self.tasks = TaskRun(tasks, targets, keep_task_errors) if tasks else None
         self.metadata = dict(metadata or {})
         self.rtol, self.atol = rtol, atol
         self.names: list[str] = []
@@ -406,6 +432,7 @@ def measure_outputs(
     slices: Sequence[SliceSpec] = (),
     tasks: Sequence[TaskSpec] = (),
     targets: Sequence[Any] | None = None,
+    keep_task_errors: bool = False,
 ) -> OutputStats:
     """Run both models on every record and measure their outputs.
 
@@ -425,13 +452,15 @@ def measure_outputs(
         tasks: task metrics to fold (:class:`~pytest_qaccuracy.metrics.task.TaskSpec`).
         targets: one task target per record; default: the dataset's targets, else its labels, else
             none (the quantized side is then scored against the fp32 predictions).
+        keep_task_errors: a task metric that raises is set aside, its values carrying the one line
+            (:attr:`TaskValue.error`), instead of raising :class:`CheckError`.
 
     Returns:
         :class:`OutputStats` keyed by the fp32 model's output names.
     """
     options = options or RuntimeOptions()
     metadata = {p.key: p.value for p in pair.fp32.metadata_props}
-    measure = OutputMeasure(ks, labels, rtol, atol, scores, slices, tasks, targets, metadata)
+    measure = OutputMeasure(ks, labels, rtol, atol, scores, slices, tasks, targets, metadata, keep_task_errors)
     dataset = data if isinstance(data, Dataset) else load_dataset(data)
     try:
         bound = bind_dataset(dataset, pair.inputs)

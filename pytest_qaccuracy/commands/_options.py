@@ -121,6 +121,18 @@ def runtime_options(args: argparse.Namespace, **extra: Any) -> Any:
     return RuntimeOptions(providers=providers(args), threads=args.threads, batch_size=args.batch_size, **extra)
 
 
+def task_spec(text: str) -> object:
+    """``--task-metric``: a path or name as it is, a JSON table ``{"metric": ..., <options>}`` parsed."""
+    import json
+
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--task-metric {text!r}: not a JSON table ({exc.msg})") from None
+
+
 __all__ = [
     "HelpFormatter",
     "add_batch_size",
@@ -135,4 +147,5 @@ __all__ = [
     "names",
     "providers",
     "runtime_options",
+    "task_spec",
 ]

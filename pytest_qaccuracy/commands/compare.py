@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from pytest_qaccuracy.commands._options import (
     add_threads,
     add_top,
     runtime_options,
+    task_spec,
 )
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.tolerances import (
@@ -30,7 +30,9 @@ from pytest_qaccuracy.tolerances import (
     Rule,
     Tolerance,
     ini_settings,
+    ini_task_metrics,
     parse_rules,
+    parse_task_line,
     tolerance_values,
 )
 
@@ -107,8 +109,8 @@ def add_tolerances(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="read qaccuracy_<tolerance> keys and qaccuracy_tolerances rules from a pytest.ini, tox.ini, "
-        "setup.cfg or pyproject.toml",
+        help="read qaccuracy_<tolerance> keys, qaccuracy_tolerances rules, qaccuracy_task_metrics and "
+        "qaccuracy_task_tolerances from a pytest.ini, tox.ini, setup.cfg or pyproject.toml",
     )
     group.add_argument(
         "--tolerance",
@@ -119,25 +121,92 @@ def add_tolerances(parser: argparse.ArgumentParser) -> None:
         "after the --ini file's)",
     )
     group.add_argument("--name", default=None, help="the pair id rules match (default: the quantized model's stem)")
+    group.add_argument(
+        "--task-metric",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a task metric to compute: module:Class, an entry point or a built-in (ctc, yolo_detection, "
+        'binary_f1), or a JSON table {"metric": ..., options} (repeatable; after the --ini file\'s)',
+    )
+    group.add_argument(
+        "--task-tolerance",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="a task-metric tolerance '<min|max|max_drop>:<value name> = <number>', e.g. 'max_drop:cer = 0.005' "
+        "(repeatable; wins over the --ini file's line of the same name)",
+    )
+    group.add_argument(
+        "--task-targets",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="one task target per record, JSON lines (default: the data's targets, else its labels)",
+    )
     for name in CLI_TOLERANCES:
         group.add_argument(f"--{name.replace('_', '-')}", default=None, metavar="X", help=TOLERANCES[name][1])
 
 
-def read_tolerances(args: argparse.Namespace) -> tuple[dict[str, Tolerance], list[Rule]] | None:
-    """The tolerances and rules asked for (flags win over the ``--ini`` file), or None: none asked for."""
+@dataclass(frozen=True)
+class Asked:
+    """What the command gates on: tolerances (task ones included), rules and task metrics."""
+
+    tolerances: dict[str, Tolerance]
+    rules: list[Rule]
+    tasks: tuple[Any, ...] = ()
+
+
+def read_tolerances(args: argparse.Namespace) -> Asked | None:
+    """The tolerances, rules and task metrics asked for (flags win over the ``--ini`` file), or
+    None: none asked for. Task metrics are imported and created once here: one that cannot be is an
+    ``InputError`` naming it, before any model runs."""
     flags = {name: getattr(args, name) for name in CLI_TOLERANCES if getattr(args, name) is not None}
-    if args.ini is None and not flags and not args.tolerance:
+    tasks_given = args.task_metric or args.task_tolerance
+    if args.ini is None and not flags and not args.tolerance and not tasks_given:
         return None
     try:
         tolerances, rules = ini_settings(args.ini) if args.ini is not None else (dict(DEFAULTS_AS_TOLERANCES), [])
         tolerances |= tolerance_values(flags, lambda name: f"command line --{name.replace('_', '-')}")
+        for line in args.task_tolerance:
+            name, value = parse_task_line(line)
+            tolerances[name] = Tolerance(name, value, "command line --task-tolerance")
         rules += [
             replace(r, position=len(rules) + r.position)
             for r in parse_rules(args.tolerance, "command line --tolerance")
         ]
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    return tolerances, rules
+    return Asked(tolerances, rules, _task_specs(args))
+
+
+def _task_specs(args: argparse.Namespace) -> tuple[Any, ...]:
+    """``qaccuracy_task_metrics`` of the ``--ini`` file (its modules looked for beside it, as the
+    plugin's ``pythonpath = .``), then ``--task-metric`` (from the working folder); each checked, or
+    InputError with one line naming where it came from."""
+    from pytest_qaccuracy.metrics.task import TaskSpec, parse_task_specs
+
+    given: list[tuple[str, Any, Path]] = []
+    if args.ini is not None:
+        try:
+            named = ini_task_metrics(args.ini)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        given += [(f"{args.ini}: qaccuracy_task_metrics", text, args.ini.resolve().parent) for text in named]
+    given += [("--task-metric", task_spec(text), Path.cwd()) for text in args.task_metric]
+    specs = []
+    for where, value, folder in given:
+        try:
+            spec = TaskSpec.parse(value)
+            spec = spec if spec.folder else replace(spec, folder=str(folder))
+            parse_task_specs([spec])
+        except ValueError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        specs.append(spec)
+    try:
+        return parse_task_specs(list(dict.fromkeys(specs)))
+    except ValueError as exc:  # two metrics computing the same value name
+        raise InputError(f"task metrics: {exc}") from None
 
 
 #: The plugin's defaults (``min_cosine = 0.99``), in effect whenever a tolerance is asked for.
@@ -221,16 +290,19 @@ def _record(args: argparse.Namespace, pair: Any, result: Any, asked: Any, option
     name = args.name or args.quantized.stem
     checks: list[dict[str, Any]] = []
     topk: dict[str, Any] = {}
+    task: dict[str, Any] = {}
     if asked is not None:
-        tolerances, rules = asked
-        stats = _output_stats(args, pair, tolerances, options)
+        stats = _output_stats(args, pair, asked, options)
         topk = dict(stats.topk) if stats is not None else {}
-        checks = [{**o.to_dict(), "xfail": None} for o in evaluate(result, stats, tolerances, rules, name)]
+        task = {k: v.to_dict() for k, v in stats.task.items()} if stats is not None else {}
+        outcomes = evaluate(result, stats, asked.tolerances, asked.rules, name, whole=True)
+        checks = [{**o.to_dict(), "xfail": None} for o in outcomes]
     return {
         "id": name,
         "comparison": result.to_dict(),
         "checks": checks,
         "topk": topk,
+        "task": task,
         "backend": args.backend,
         "scheme": result.scheme or "onnxruntime",
     }
@@ -240,13 +312,36 @@ def _record(args: argparse.Namespace, pair: Any, result: Any, asked: Any, option
 OUTPUT_PASS = ("rtol", "atol", "min_top1_agreement", "max_top1_drop")
 
 
-def _output_stats(args: argparse.Namespace, pair: Any, tolerances: Mapping[str, Tolerance], options: Any) -> Any:
-    """The output statistics the tolerances need (rtol/atol, top-k), or None when none does."""
-    if not any(name in tolerances for name in OUTPUT_PASS):
+def _output_stats(args: argparse.Namespace, pair: Any, asked: Asked, options: Any) -> Any:
+    """The output statistics the tolerances need (rtol/atol, top-k) and the task metrics' values, in
+    one pass over the outputs as deployed; None when nothing needs them. A task metric that raises
+    fails the checks of its values only, as in the plugin."""
+    tolerances = asked.tolerances
+    if not asked.tasks and not any(name in tolerances for name in OUTPUT_PASS):
         return None
     from pytest_qaccuracy.analysis.outputs import measure_outputs
 
+    targets = None
+    if asked.tasks and args.task_targets is not None:
+        from pytest_qaccuracy.data import load_dataset
+        from pytest_qaccuracy.data.targets import read_sidecar
+
+        with load_dataset(args.data) as dataset:
+            targets = read_sidecar(args.task_targets, len(dataset))
     k = int(tolerances["topk"].value or 1) if "topk" in tolerances else 1
     rtol = tolerances["rtol"].value if "rtol" in tolerances else None
     atol = tolerances["atol"].value if "atol" in tolerances else None
-    return measure_outputs(pair, args.data, sorted({1, k}), None, rtol, atol, options, args.backend, args.scheme)
+    return measure_outputs(
+        pair,
+        args.data,
+        sorted({1, k}),
+        None,
+        rtol,
+        atol,
+        options,
+        args.backend,
+        args.scheme,
+        tasks=asked.tasks,
+        targets=targets,
+        keep_task_errors=True,
+    )

@@ -14,6 +14,7 @@ from pytest_qaccuracy.commands._options import (
     add_threads,
     names,
     runtime_options,
+    task_spec,
 )
 
 NAME = "recipe"
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     check_dir_target(args.out_dir, "--out-dir")
     if args.json is not None:
         check_file_target(args.json, "--json")
-    tasks = [_task_spec(text) for text in args.task_metric]
+    tasks = [task_spec(text) for text in args.task_metric]
     if args.task_targets is not None and not args.task_targets.exists():
         raise InputError(f"--task-targets: {args.task_targets} does not exist")
     start = Recipe(args.method, args.per_channel, args.reduce_range, args.activation_type, args.weight_type)
@@ -167,17 +168,3 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write("error: interrupted; the best recipe so far is written\n")
         return EXIT_INTERRUPTED
     return 0 if result.met else 1
-
-
-def _task_spec(text: str) -> object:
-    """``--task-metric``: a path or name as it is, a JSON table ``{"metric": ..., <options>}`` parsed."""
-    import json
-
-    from pytest_qaccuracy.errors import InputError
-
-    if not text.lstrip().startswith("{"):
-        return text
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--task-metric {text!r}: not a JSON table ({exc.msg})") from None

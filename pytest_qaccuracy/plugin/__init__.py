@@ -30,7 +30,7 @@ try:  # Ctrl-C while pytest loads this plugin: one line and pytest's exit code o
     from pytest_qaccuracy.plugin.progress import SessionProgress, check_artifacts_dir, finish_session
     from pytest_qaccuracy.plugin.session import QAccuracySession
     from pytest_qaccuracy.plugin.settings import add_options, check_metrics, check_task_metrics, load_settings
-    from pytest_qaccuracy.plugin.suite import QAccuracyFile, is_suite, raise_usage_errors
+    from pytest_qaccuracy.plugin.suite import USAGE_OUTPUT, QAccuracyFile, is_suite, raise_usage_errors
 except KeyboardInterrupt:
     sys.stderr.write("qaccuracy: interrupted while pytest loaded its plugins\n")
     raise SystemExit(int(pytest.ExitCode.INTERRUPTED)) from None
@@ -51,7 +51,10 @@ class QAccuracyXdist:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        self.state.merge(getattr(node, "workeroutput", {}).get("qaccuracy"))
+        output = getattr(node, "workeroutput", {})
+        self.state.merge(output.get("qaccuracy"))
+        if output.get(USAGE_OUTPUT) and self.state.usage_error is None:  # printed at the session's end, exit 4
+            self.state.usage_error = str(output[USAGE_OUTPUT])
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -94,8 +97,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     mark_item(item)
 
 
-def pytest_collection_modifyitems(config: pytest.Config) -> None:
-    raise_usage_errors(config)  # a suite's unusable task metric: exit 4, one line, no test runs
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    raise_usage_errors(config, items)  # a suite's or marker's unusable task metric: exit 4, one line, no test runs
 
 
 def judged_outcome(report: pytest.TestReport) -> str | None:
@@ -134,6 +137,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(session_key, None)
+    if state is not None and state.usage_error is not None:  # an xdist worker's: as pytest ends a usage error
+        sys.stderr.write(f"ERROR: {state.usage_error}\n")
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
     if state is not None:
         finish_session(session, state, session.config.stash[progress_key])
 

@@ -7,7 +7,6 @@ command line, the ini file, the defaults; each failure message says which one ap
 
 from __future__ import annotations
 
-import contextlib
 import glob
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -38,6 +37,9 @@ from pytest_qaccuracy.tolerances import (
 )
 
 session_key = pytest.StashKey[QAccuracySession]()
+#: Usage errors found while collecting (a suite's or a marker's unusable task metric), raised after
+#: collection: pytest exits 4 with the first one's line (``suite.raise_usage_errors``).
+usage_key = pytest.StashKey[list[str]]()
 
 #: Marker keys besides the tolerances.
 PAIR_KEYS = (
@@ -106,9 +108,15 @@ def mark_item(item: pytest.Item) -> None:
     name = kwargs.get("name") or (Path(str(kwargs["quantized"])).stem if kwargs.get("quantized") else None)
     if name:
         item.extra_keyword_matches.add(str(name))
-    if kwargs.get("task_metrics") and session_key in item.config.stash:  # drift rules may name their values
-        with contextlib.suppress(ValueError):  # an unusable metric is reported when the test runs
-            item.config.stash[session_key].declare_task_metrics(task_specs(kwargs["task_metrics"], item.path.parent))
+    if kwargs.get("task_metrics"):  # checked at collection, as in the ini file and suites
+        try:
+            specs = task_specs(kwargs["task_metrics"], item.path.parent)
+        except ValueError as exc:  # the session stops after collection: exit 4, one line
+            where = f"{item.nodeid}: @pytest.mark.qaccuracy(task_metrics=...)"
+            item.config.stash.setdefault(usage_key, []).append(f"{where}: {exc}")
+            return
+        if session_key in item.config.stash:  # drift rules may name their values
+            item.config.stash[session_key].declare_task_metrics(specs)
 
 
 class PairHandle:

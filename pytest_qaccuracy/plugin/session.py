@@ -84,6 +84,8 @@ class QAccuracySession:
         self.test_outcomes: dict[str, tuple[str, str | None]] = {}
         self.workers_without_data = 0
         self.errors: list[str] = []
+        #: the first usage error an xdist worker found while collecting (the controller exits 4 with it)
+        self.usage_error: str | None = None
         #: task values some pair of the session computes (ini, suites, markers, pairs measured): a drift
         #: rule naming one of them is another pair's, a rule naming none of them is misspelt
         self.task_values_declared: set[str] = set()
@@ -190,6 +192,7 @@ class QAccuracySession:
                 scheme=spec.compare_scheme,
                 tasks=tasks,
                 targets=targets,
+                keep_task_errors=True,  # a metric that raises fails the checks of its values only
             )
             self._task_values[key] = stats.task
         return self._task_values[key]
@@ -409,7 +412,7 @@ class QAccuracySession:
 
         gate = GATE in tolerances or GATE in (measure or {})
         result, stats = self.compared(spec, rules, measure or tolerances, gate)
-        outcomes = evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
+        outcomes = evaluate(result, stats, tolerances, rules, spec.id, spec.slices, whole=measure is None)
         extra: list[str] = []
         folder = compared_dir(self.settings) if drift else None
         if folder is not None:
@@ -463,7 +466,7 @@ class QAccuracySession:
             run, name = spec.on_target(target)
             result, stats = self.compared(run, rules, measure or tolerances)
             own = (run.backend, run.compare_scheme) == (spec.backend, spec.compare_scheme)
-            evaluated = evaluate(result, stats, tolerances, rules, spec.id, spec.slices)
+            evaluated = evaluate(result, stats, tolerances, rules, spec.id, spec.slices, whole=measure is None)
             checked = on_target(evaluated, name)
             # the pair's own run: its checks are the pair's, not repeated; its verdict is theirs
             if not own:

@@ -39,7 +39,7 @@ import pytest
 
 from pytest_qaccuracy.plugin.baselines import compared_dir, missing_reason
 from pytest_qaccuracy.plugin.fixtures import PAIR_KEYS as MARKER_PAIR_KEYS
-from pytest_qaccuracy.plugin.fixtures import error_text, make_spec, pair_rules, session_key, task_specs
+from pytest_qaccuracy.plugin.fixtures import error_text, make_spec, pair_rules, session_key, task_specs, usage_key
 from pytest_qaccuracy.plugin.ini import load_toml, toml_decode_error
 from pytest_qaccuracy.plugin.pairs import PairSpec
 from pytest_qaccuracy.plugin.schemes import RUN_KEYS
@@ -82,15 +82,23 @@ class SuiteUsageError(SuiteError):
     class missing a method): a usage error of the whole session (exit 4, one line), as in the ini file."""
 
 
-#: Usage errors found while collecting suites, raised after collection (:func:`raise_usage_errors`).
-suite_usage_key = pytest.StashKey[list[str]]()
+#: The key of an xdist worker's output that carries its first usage error to the controller.
+USAGE_OUTPUT = "qaccuracy_usage_error"
 
 
-def raise_usage_errors(config: pytest.Config) -> None:
-    """``pytest.UsageError`` with the first suite usage error (pytest exits 4 with its one line)."""
-    found = config.stash.get(suite_usage_key, [])
-    if found:
+def raise_usage_errors(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``pytest.UsageError`` with the first usage error found while collecting (a suite's or a
+    marker's unusable task metric): pytest exits 4 with its one line, before any test runs. An xdist
+    worker, whose usage error pytest-xdist would not turn into exit 4, runs no test and hands the
+    line to the controller (:data:`USAGE_OUTPUT`), which prints it and exits 4."""
+    found = config.stash.get(usage_key, [])
+    if not found:
+        return
+    output = getattr(config, "workeroutput", None)
+    if output is None:
         raise pytest.UsageError(found[0])
+    output[USAGE_OUTPUT] = found[0]
+    items[:] = []
 
 
 def is_suite(path: Path) -> bool:
@@ -269,7 +277,7 @@ class QAccuracyFile(pytest.File):
             pairs = load_suite(self.path, len(state.settings.rules), run)
             _claim_ids(self.config.stash.setdefault(suite_ids_key, {}), self.path, pairs, self.config.rootpath)
         except SuiteUsageError as exc:  # the session stops after collection (raise_usage_errors)
-            self.config.stash.setdefault(suite_usage_key, []).append(str(exc))
+            self.config.stash.setdefault(usage_key, []).append(str(exc))
             return
         except SuiteError as exc:
             raise self.CollectError(str(exc)) from None
@@ -381,6 +389,7 @@ class QAccuracyCheck(pytest.Item):
 
 
 __all__ = [
+    "USAGE_OUTPUT",
     "QAccuracyCheck",
     "QAccuracyFile",
     "QAccuracyPair",

@@ -183,9 +183,13 @@ def _target_lines(record: Mapping[str, Any]) -> list[str]:
 
 
 def _task_lines(record: Mapping[str, Any]) -> list[str]:
-    """``task metric cer: fp32 0.012 -> quantized 0.031 (drop 0.019), against the targets, 8 records``."""
+    """``task metric cer: fp32 0.012 -> quantized 0.031 (drop 0.019), against the targets, 8 records``;
+    a metric that raised: ``task metric boom: not computed (task metric 'm:Boom' on records 0..7: ...)``."""
     lines = []
     for name, value in sorted((record.get("task") or {}).items()):
+        if value.get("error"):
+            lines.append(f"  task metric {name}: not computed ({value['error']})")
+            continue
         against = "the targets" if value.get("against") == "targets" else "the fp32 predictions"
         lines.append(
             f"  task metric {name}: fp32 {_fmt(value.get('fp32'))} -> quantized {_fmt(value.get('quantized'))} "

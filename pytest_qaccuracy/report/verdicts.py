@@ -103,11 +103,12 @@ def task_rows(record: Mapping[str, Any] | None) -> list[dict[str, str]]:
     rows = []
     for name, value in sorted(((record or {}).get("task") or {}).items()):
         against = "targets" if value.get("against") == "targets" else "fp32 predictions"
+        scored = f"{against}, {value.get('records', 0)} records"
         rows.append(
             {
                 "value": name,
                 "metric": str(value.get("metric", "")),
-                "against": f"{against}, {value.get('records', 0)} records",
+                "against": f"not computed: {value['error']}" if value.get("error") else scored,
                 "fp32": format_number(value.get("fp32"), missing="-"),
                 "quantized": format_number(value.get("quantized"), missing="-"),
                 "drop": format_number(value.get("drop"), missing="-"),

@@ -237,6 +237,55 @@ def _earlier_out_dir(*extra: str):
     return make
 
 
+def _sensitivity_out_dir(where: Callable[[Path], Path]):
+    """``sensitivity --out-dir`` at ``where(tmp)``, next to a file ``a_file``."""
+
+    def make(models, tmp):
+        (tmp / "a_file").write_text("")
+        args = ["sensitivity", str(models["fp32"]), str(models["qdq_u8"]), "--data", str(models["data"])]
+        return [*args, "--records", "4", "--out-dir", str(where(tmp))]
+
+    return make
+
+
+def _deny_writes_beside(name: str):
+    """``os.access`` answers "not writable" for every folder but ``name`` (the folder holding it is
+    read-only: what a user without the right, or a read-only mount, sees; root is never refused by
+    permissions, so the row cannot use chmod)."""
+
+    def inject(monkeypatch: pytest.MonkeyPatch) -> None:
+        real = os.access
+
+        def access(path, mode, *args, **kwargs):
+            if mode & os.W_OK and Path(path).name != name and Path(path).is_dir():
+                return False
+            return real(path, mode, *args, **kwargs)
+
+        monkeypatch.setattr(os, "access", access)
+
+    return inject
+
+
+def _read_only_filesystem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every folder the command creates fails as on a read-only mount (EROFS, which root gets too),
+    after the checks up front passed (a filesystem remounted read-only while the command ran)."""
+
+    def mkdir(path, *args, **kwargs):
+        if os.path.lexists(path):  # as Linux answers on a read-only mount
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    def path_mkdir(self, mode=0o777, parents=False, exist_ok=False):
+        try:
+            mkdir(self)
+        except FileExistsError:
+            if not (exist_ok and self.is_dir()):
+                raise
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(Path, "mkdir", path_mkdir)  # Python 3.10's pathlib bound os.mkdir at import
+
+
 def _earlier_sensitivity_out_dir(models, tmp):
     args = ["sensitivity", str(models["fp32"]), str(models["qdq_u8"]), "--data", str(models["data"])]
     assert main([*args, "--records", "4", "--out-dir", str(tmp / "out")]) == 0
@@ -522,6 +571,36 @@ CLI_CASES = {
         _the_current_folder,
         2,
         "error: --out-dir {tmp}: holds {tmp}; artifacts need a folder of their own",
+        exact=True,
+    ),
+    "--out-dir whose folder is not writable keeps the earlier folder": Case(
+        3,
+        _earlier_out_dir(),
+        2,
+        "error: --out-dir {tmp}/out: cannot be replaced, {tmp} is not writable",
+        exact=True,
+        fault=_deny_writes_beside("out"),
+    ),
+    "--out-dir on a read-only filesystem keeps the earlier folder": Case(
+        3,
+        _earlier_out_dir(),
+        2,
+        "error: --out-dir {tmp}/out: could not be written (Read-only file system); left as it was",
+        exact=True,
+        fault=_read_only_filesystem,
+    ),
+    "sensitivity --out-dir is a file": Case(
+        3,
+        _sensitivity_out_dir(lambda t: t / "a_file"),
+        2,
+        "error: --out-dir {tmp}/a_file: is a file, expected a directory",
+        exact=True,
+    ),
+    "sensitivity --out-dir under a file": Case(
+        3,
+        _sensitivity_out_dir(lambda t: t / "a_file" / "out"),
+        2,
+        "error: --out-dir {tmp}/a_file/out: cannot be created, {tmp}/a_file is not a directory",
         exact=True,
     ),
     "Ctrl-C during the comparison": Case(
@@ -845,9 +924,37 @@ def _int4_pair(models):
     return make
 
 
+#: A Python run of pytest that sends itself SIGINT at the import statement naming the module argv[1]
+#: (``from pytest_qaccuracy.plugin.session import ...``, inside the plugin's own imports), and waits
+#: for Python's handler to raise there. An import statement goes through ``builtins.__import__``
+#: whatever finds the module (an editable install's finder, a path entry, pytest's assertion
+#: rewriter, which all answer a meta-path hook in different orders), so the point is the same in
+#: every install; the wait makes the handler run inside that statement, never after it.
+INTERRUPT_AT_IMPORT_STATEMENT = """
+import builtins, os, signal, sys
+target = sys.argv.pop(1)
+real_import = builtins.__import__
+def interrupting_import(name, globals=None, locals=None, fromlist=(), level=0):
+    if level == 0 and name == target and target not in sys.modules:
+        builtins.__import__ = real_import
+        if os.environ.get("QACCURACY_TEST_SIGNALLED"):  # the test learns that the signal was sent
+            open(os.environ["QACCURACY_TEST_SIGNALLED"], "w").close()
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = 10_000_000
+        while deadline:  # Python runs the handler at the next bytecode check, raising here
+            deadline -= 1
+        raise AssertionError("SIGINT did not arrive")
+    return real_import(name, globals, locals, fromlist, level)
+builtins.__import__ = interrupting_import
+signal.signal(signal.SIGINT, signal.default_int_handler)
+import pytest
+sys.exit(pytest.main(sys.argv[1:]))
+"""
+
+
 def _pytest_interrupted_while_loading_the_plugin(project):
     script = project.path.parent / f"{project.path.name}.interrupt.py"
-    script.write_text(INTERRUPT_AT_IMPORT.format(run="import pytest\nsys.exit(pytest.main(sys.argv[1:]))"))
+    script.write_text(INTERRUPT_AT_IMPORT_STATEMENT)
     _marked(project)
     return [sys.executable, str(script), "pytest_qaccuracy.plugin.session", "-p", "no:cacheprovider"]
 
@@ -1009,8 +1116,7 @@ def test_pytest(digits: pytest.Pytester, models, name: str) -> None:
             signalled = root.parent / f"{root.name}.signalled"
             patch.setenv("QACCURACY_TEST_SIGNALLED", str(signalled))
             result = digits.run(*args, timeout=120)
-        if result.ret == 0 and not signalled.exists():
-            pytest.skip(f"{name}: the module the interrupt aims at was imported before the script's hook saw it")
+        assert signalled.exists(), f"{name}: the interrupt's import statement never ran"
     else:
         result = digits.runpytest(*args)
     expected = case.fragment.replace("{root}", str(root))

@@ -286,24 +286,138 @@ def test_an_unusable_metric_stops_the_session_at_start_with_one_line(project: py
 
 
 def test_a_metric_raising_on_a_batch_fails_that_check_naming_metric_pair_and_records(project: pytest.Pytester) -> None:
+    """One test of the whole pair: the raising metric's check fails with its one line, the cosine
+    and the other task metric's checks are measured and pass on their own."""
     project.makeini("[pytest]\npythonpath = .\n")
     project.makepyfile(
         test_raise=f"""
         import pytest
 
         @pytest.mark.qaccuracy(fp32="{FP32}", quantized="models/digits_cnn.qdq.onnx", data="{DATA}",
-                               task_metrics=["raising:Boom"])
+                               task_metrics=["raising:Boom", "digits_metrics:WorstClassRecall"], min_cosine=0.5,
+                               **{{"min:boom": 0.5, "max_drop:worst_class_recall": 0.5}})
         def test_boom(qaccuracy):
             qaccuracy.check()
         """
     )
     result = project.runpytest("--qaccuracy-sensitivity=off")
     result.assert_outcomes(failed=1)
-    line = "pair 'digits_cnn.qdq': task metric 'raising:Boom' on records 8..15: ValueError: boom on purpose"
-    result.stdout.fnmatch_lines([line])
-    assert "second line" not in result.stdout.str()
-    (error,) = [c for c in _summary(project.path)["digits_cnn.qdq"]["checks"] if c["check"] == "error"]
-    assert error["detail"] == line
+    line = "min:boom: task metric 'raising:Boom' on records 8..15: ValueError: boom on purpose"
+    result.stdout.fnmatch_lines([f"E * {line} (pair 'digits_cnn.qdq')", "*failed 1 of * checks (task metrics 1)*"])
+    assert "second line" not in result.stdout.str() and "Also failed" not in result.stdout.str()
+    record = _summary(project.path)["digits_cnn.qdq"]
+    checks = {c["check"]: c for c in record["checks"]}
+    assert "error" not in checks
+    assert (checks["min:boom"]["passed"], checks["min:boom"]["detail"]) == (False, line)
+    drop = _worst_recall(project.path / FP32, project.path / DATA) - _worst_recall(
+        project.path / "models/digits_cnn.qdq.onnx", project.path / DATA
+    )
+    recall = checks["max_drop:worst_class_recall"]
+    assert (recall["passed"], recall["value"]) == (True, pytest.approx(drop, abs=1e-12))
+    assert checks["min_cosine"]["passed"] and checks["min_cosine"]["value"] > 0.5
+    assert record["task"]["boom"]["error"] == line.partition(": ")[2]
+    assert record["task"]["boom"]["fp32"] is None and "error" not in record["task"]["worst_class_recall"]
+
+
+def test_a_raising_metric_no_tolerance_gates_still_fails_the_test_of_its_pair(project: pytest.Pytester) -> None:
+    """A broken metric does not go unnoticed: without a tolerance on its values, the marker's check
+    of the whole pair fails with its line (check ``task_metrics``); the other checks pass."""
+    project.makeini("[pytest]\npythonpath = .\n")
+    project.makepyfile(
+        test_raise=f"""
+        import pytest
+
+        @pytest.mark.qaccuracy(fp32="{FP32}", quantized="models/digits_cnn.qdq.onnx", data="{DATA}",
+                               task_metrics=["raising:Boom"], min_cosine=0.5)
+        def test_boom(qaccuracy):
+            qaccuracy.check()
+        """
+    )
+    result = project.runpytest("--qaccuracy-sensitivity=off")
+    result.assert_outcomes(failed=1)
+    line = "task metric 'raising:Boom' on records 8..15: ValueError: boom on purpose"
+    result.stdout.fnmatch_lines([f"E * {line} (pair 'digits_cnn.qdq')"])
+    checks = {c["check"]: c for c in _summary(project.path)["digits_cnn.qdq"]["checks"]}
+    assert sorted(checks) == ["min_cosine", "task_metrics"]
+    assert (checks["task_metrics"]["passed"], checks["task_metrics"]["detail"]) == (False, line)
+    assert checks["min_cosine"]["passed"]
+
+
+def test_a_raising_metric_fails_only_its_own_suite_items(project: pytest.Pytester) -> None:
+    """The issue's case: an ini task metric whose update raises, a task tolerance on it, a suite pair
+    with other checks: only the task item fails; cosine, top-1 and the rules run and pass."""
+    project.makeini(
+        """
+        [pytest]
+        pythonpath = .
+        qaccuracy_task_metrics = raising:Boom
+        qaccuracy_task_tolerances = min:boom = 0.5
+        qaccuracy_tolerances = *::* sqnr>=-100
+        """
+    )
+    project.makefile(
+        ".toml",
+        qaccuracy_boom=f"""
+        [pairs.qdq]
+        fp32 = "{FP32}"
+        quantized = "models/digits_cnn.qdq.onnx"
+        data = "{DATA}"
+
+        [pairs.qdq.tolerances]
+        min_cosine = 0.5
+        min_top1_agreement = 0.5
+        """,
+    )
+    result = project.runpytest("-v", "--qaccuracy-sensitivity=off", "-p", "no:randomly")
+    result.stdout.fnmatch_lines(
+        [
+            "*qaccuracy_boom.toml::qdq::min_cosine PASSED*",
+            "*qaccuracy_boom.toml::qdq::min_top1_agreement PASSED*",
+            "*qaccuracy_boom.toml::qdq::min:boom FAILED*",
+            "*qaccuracy_boom.toml::qdq::rules PASSED*",
+        ]
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*min:boom: task metric 'raising:Boom' on records 8..15: ValueError: boom on purpose (pair 'qdq')",
+            "*failed 1 of * checks (task metrics 1)*",
+            "*task metric boom: not computed (task metric 'raising:Boom' on records 8..15: ValueError: boom on*",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("metric", "message"),
+    [
+        ("nowhere.metrics:CER", "task metric 'nowhere.metrics:CER': cannot import 'nowhere.metrics' (ModuleNotFound*"),
+        ("raising:NoCompute", "task metric 'raising:NoCompute' has no method 'compute' (a task metric needs update*"),
+    ],
+)
+def test_an_unusable_metric_in_a_marker_is_a_usage_error(project: pytest.Pytester, metric, message) -> None:
+    """As in the ini file and suites: exit 4 after collection with one line naming the test, the
+    marker and the metric; no test runs (the file's other test neither)."""
+    project.makeini("[pytest]\npythonpath = .\n")
+    project.makepyfile(
+        test_bad=f"""
+        import pytest
+
+        @pytest.mark.qaccuracy(fp32="{FP32}", quantized="models/digits_cnn.qdq.onnx", data="{DATA}",
+                               task_metrics=["{metric}"])
+        def test_bad(qaccuracy):
+            raise AssertionError("ran")
+
+        def test_other():
+            raise AssertionError("ran")
+        """
+    )
+    result = project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    where = "test_bad.py::test_bad: @pytest.mark.qaccuracy(task_metrics=...)"
+    result.stderr.fnmatch_lines([f"ERROR: {where}: {message}"])
+    assert len([x for x in result.stderr.lines if x.strip()]) == 1
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+    assert "AssertionError: ran" not in result.stdout.str()
 
 
 def test_task_values_on_each_deployment_target_and_in_baselines(project: pytest.Pytester) -> None:
@@ -453,3 +567,36 @@ task_metrics = ["{metric}"]
     result.stderr.fnmatch_lines([f"ERROR: qaccuracy_bad.toml: pairs.bad.task_metrics: {message}"])
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
     assert "AssertionError: ran" not in result.stdout.str() and "no tests ran" in result.stdout.str()
+
+
+@pytest.mark.parametrize("where", ["marker", "suite"])
+def test_an_unusable_metric_is_a_usage_error_under_xdist_too(project: pytest.Pytester, where: str) -> None:
+    """The workers find it while collecting; none runs a test, and the controller prints the line and
+    exits 4 (pytest-xdist alone ended a suite's with "no tests ran", exit 5, and a marker's with an
+    internal error, exit 3)."""
+    pytest.importorskip("xdist")
+    project.makeini("[pytest]\npythonpath = .\n")
+    metric = "nowhere.metrics:CER"
+    if where == "marker":
+        project.makepyfile(
+            test_bad=f"""
+            import pytest
+
+            @pytest.mark.qaccuracy(fp32="{FP32}", quantized="models/digits_cnn.qdq.onnx", data="{DATA}",
+                                   task_metrics=["{metric}"])
+            def test_bad(qaccuracy):
+                raise AssertionError("ran")
+            """
+        )
+        line = f"ERROR: test_bad.py::test_bad: @pytest.mark.qaccuracy(task_metrics=...): task metric '{metric}'*"
+    else:
+        suite = f'[pairs.bad]\nfp32 = "{FP32}"\nquantized = "models/digits_cnn.qdq.onnx"\ndata = "{DATA}"\n'
+        project.makefile(".toml", qaccuracy_bad=suite + f'task_metrics = ["{metric}"]\n')
+        line = f"ERROR: qaccuracy_bad.toml: pairs.bad.task_metrics: task metric '{metric}'*"
+    project.makepyfile(test_never="def test_never():\n    raise AssertionError('ran')\n")
+    result = project.runpytest_subprocess("-n", "2", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([line])
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text and "INTERNALERROR" not in text and "AssertionError" not in text
+    assert result.stderr.str().count("ERROR: ") == 1
