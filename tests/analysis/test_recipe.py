@@ -342,3 +342,47 @@ def test_command_refuses_a_quantized_model(tiny, zoo, tmp_path, capsys):
     argv[1] = str(zoo["qdq_u8"])
     assert main(argv) == 2
     assert "already quantized; the recipe search needs the fp32 model" in capsys.readouterr().err
+
+
+def _scaled_chain(path: Path) -> Path:
+    """x[N,16] -> Mul by a constant -> MatMul: the constant is quantized as an activation (per tensor,
+    the activation type), the MatMul's weight as a weight; the constant's DequantizeLinear comes first."""
+    rng = np.random.default_rng(3)
+    scale = numpy_helper.from_array(rng.uniform(0.5, 2.0, 16).astype(np.float32), "c")
+    weight = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "c"], ["m"], name="mul"),
+            helper.make_node("MatMul", ["m", "w"], ["y"], name="mm"),
+        ],
+        "scaled",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [scale, weight],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("activation", "weight", "per_channel"),
+    [("uint8", "int8", True), ("int8", "int8", True), ("uint8", "uint8", False)],
+)
+def test_starting_recipe_reads_the_weights_not_other_constants(tmp_path, activation, weight, per_channel):
+    """The pair's own choices, as quantize_static was called: a constant of a Mul (quantized per tensor
+    with the activation type) says nothing about the weights' type or per-channel scales."""
+    from pytest_qaccuracy.analysis.recipe.pair import starting_recipe
+
+    quantized = modelzoo.quantize(
+        _scaled_chain(tmp_path / "scaled.onnx"),
+        tmp_path / "scaled.qdq.onnx",
+        records(8, 4),
+        activation=activation,
+        weight=weight,
+        per_channel=per_channel,
+    )
+    view = onnx.load(str(quantized))
+    dq = [n for n in view.graph.node if n.op_type == "DequantizeLinear"]
+    assert any(n.input[0].startswith("c") for n in dq)  # the Mul's constant is quantized too
+    found = starting_recipe(quantized)
+    assert (found.activation_type, found.weight_type, found.per_channel) == (activation, weight, per_channel)
