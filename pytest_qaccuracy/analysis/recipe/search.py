@@ -624,10 +624,27 @@ class RecipeSearch:
         return high, margin
 
     def _prune(self, estimator: Any, passing: Step, cost: Callable[[str], float]) -> None:
-        """Float nodes of a verified pass quantized again: of the costliest (as many as the budget's
-        pace allows, at most :data:`~.estimate.PRUNE_NODES`), those estimated to pass alone; then the
-        longest run of them (costliest first) estimated to pass together, bisected on estimates; then
-        verified, halving the run until a verified pass or none."""
+        """Rounds of :meth:`_prune_round`, each from the last verified pass, while the budget lasts and
+        a round brings nodes back to 8 bits or estimates nodes not estimated before: a node estimated
+        to miss alone is not estimated again (it misses all the more with fewer float nodes), so each
+        round reaches further down the costliest."""
+        missed: set[str] = set()
+        while True:
+            before = len(missed)
+            found = self._prune_round(estimator, passing, cost, missed)
+            if found is not None:
+                passing = found
+            elif len(missed) == before:
+                return
+
+    def _prune_round(
+        self, estimator: Any, passing: Step, cost: Callable[[str], float], missed: set[str]
+    ) -> Step | None:
+        """Float nodes of a verified pass quantized again: of the costliest not in ``missed`` (as many
+        as the budget's pace allows, at most :data:`~.estimate.PRUNE_NODES`), those estimated to pass
+        alone (the others join ``missed``); then the longest run of them (costliest first) estimated to
+        pass together, bisected on estimates; then verified, halving the run until a verified pass
+        (returned) or none."""
         from pytest_qaccuracy.analysis.recipe.estimate import PRUNE_NODES
 
         kept = list(passing.recipe.float)
@@ -638,11 +655,14 @@ class RecipeSearch:
             left = self.budget.seconds - (time.monotonic() - self.started)
             longest = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
             affordable = int(max(left - 2 * longest, 0.0) / 2 / max(pace, 1e-3))
-        costly = sorted(kept, key=lambda n: -cost(n))[: min(affordable, PRUNE_NODES)]
+        costly = sorted((n for n in kept if n not in missed), key=lambda n: -cost(n))
+        costly = costly[: min(affordable, PRUNE_NODES)]
         if not costly:
-            return
+            return None
         self._note(f"pruning: estimating {len(costly)} of {len(kept)} float node(s) quantized again")
-        drops = [n for n, m in zip(costly, estimator.droppable_margins(kept, costly), strict=True) if m >= 0]
+        margins = estimator.droppable_margins(kept, costly)
+        missed.update(n for n, m in zip(costly, margins, strict=True) if m < 0)
+        drops = [n for n, m in zip(costly, margins, strict=True) if m >= 0]
         low, high = 0, len(drops)  # the longest run estimated to pass together
         while high > low:
             self._check_budget(estimate=True)
@@ -653,12 +673,14 @@ class RecipeSearch:
                 high = mid - 1
         count = low
         while count > 0:
-            recipe = passing.recipe.with_precision(drops[0], "int8")
-            for node in drops[1:count]:
+            recipe = passing.recipe
+            for node in drops[:count]:
                 recipe = recipe.with_precision(node, "int8")
-            if self.measure(recipe, "prune", f"float -{_names(drops[:count])}").passed:
-                break
+            step = self.measure(recipe, "prune", f"float -{_names(drops[:count])}")
+            if step.passed:
+                return step
             count //= 2
+        return None
 
 
 def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -> Iterator[tuple[str, ...]]:

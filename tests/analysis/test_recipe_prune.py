@@ -1,0 +1,82 @@
+"""The recipe search's pruning: float nodes of a verified pass brought back to 8 bits in rounds, each
+from the last verified pass, on estimates, verified (stand-ins for the estimates and experiments:
+the truth is a rule on the float set, so the cheapest passing set is known by hand)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytest_qaccuracy.analysis.recipe import Budget, Recipe
+from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
+from pytest_qaccuracy.analysis.recipe.cost import CostModel
+from pytest_qaccuracy.analysis.recipe.search import RecipeSearch, Step
+
+WORK = {"a": 8.0, "b": 4.0, "c": 2.0, "d": 1.0}
+
+
+class Rule:
+    """A float set passes when ``passes(floats)``; counts the estimates and experiments it answered."""
+
+    def __init__(self, passes) -> None:
+        self.passes, self.estimates, self.experiments = passes, 0, []
+
+    def margins(self, floats, what, proxy=False):
+        self.estimates += len(floats)
+        return [0.5 if self.passes(set(f)) else -0.5 for f in floats]
+
+    def droppable_margins(self, kept, nodes):
+        return self.margins([[m for m in kept if m != n] for n in nodes], "pruning")
+
+
+def _search(rule: Rule) -> RecipeSearch:
+    search = RecipeSearch.__new__(RecipeSearch)
+    search.started, search.budget, search.steps, search.best = time.monotonic(), Budget(), [], None
+    search.on_note, search.cost = None, CostModel(WORK)
+
+    def measure(recipe: Recipe, phase: str, change: str) -> Step:
+        passed = rule.passes(set(recipe.float))
+        rule.experiments.append(sorted(recipe.float))
+        step = Step(len(search.steps), phase, change, recipe, search.cost.relative(recipe), {}, passed, 0.0, 0.0)
+        search.steps.append(step)
+        if passed and (search.best is None or step.cost < search.best.cost):
+            search.best = step
+        return step
+
+    search.measure = measure
+    return search
+
+
+def _prune(rule: Rule) -> RecipeSearch:
+    search = _search(rule)
+    passing = search.measure(Recipe(float=frozenset(WORK)), "nodes", "float: all")
+    search._prune(rule, passing, lambda n: WORK[n])
+    return search
+
+
+def test_pruning_goes_on_in_rounds_past_the_nodes_that_miss(monkeypatch):
+    """One node estimated per round: the costliest misses alone, and the next rounds bring every
+    other node back to 8 bits, one verified experiment each (a single round stopped at the first)."""
+    monkeypatch.setattr(estimate_module, "PRUNE_NODES", 1)
+    rule = Rule(lambda floats: "a" in floats)
+    search = _prune(rule)
+    assert sorted(search.best.recipe.float) == ["a"]
+    assert rule.experiments == [["a", "b", "c", "d"], ["a", "c", "d"], ["a", "d"], ["a"]]
+
+
+@pytest.mark.parametrize(
+    ("passes", "cheapest"),
+    [
+        (lambda f: "a" in f and ("c" in f or "d" in f), ["a", "d"]),  # one round: b and c together
+        (lambda f: "a" in f and ("b" in f or {"c", "d"} <= f), ["a", "c", "d"]),  # b goes, then c, d miss alone
+        (lambda f: bool(f), ["d"]),
+    ],
+)
+def test_pruning_ends_at_a_verified_pass_no_node_of_which_drops_alone(passes, cheapest):
+    rule = Rule(passes)
+    search = _prune(rule)
+    best = sorted(search.best.recipe.float)
+    assert passes(set(best))
+    assert all(not passes(set(best) - {n}) for n in best)  # nothing more to bring back alone
+    assert best == cheapest
