@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import modelzoo
@@ -231,8 +232,11 @@ def test_refused_recipe_is_a_listed_skip(tiny, monkeypatch):
         methods=["minmax"],
         budget=Budget(experiments=4),
     )
-    skipped = [s for s in result.steps if s.skipped]
-    assert skipped and all("refused for the test" in s.skipped and not s.estimated for s in skipped)
+    skipped = [s for s in result.steps if s.skipped and not s.estimated]
+    assert skipped and all("refused for the test" in s.skipped for s in skipped)
+    # an estimate is skipped only for a pair of types onnxruntime refuses (int8 activations, uint8 weights)
+    refused = [s for s in result.steps if s.skipped and s.estimated]
+    assert all((s.recipe.activation_type, s.recipe.weight_type) == ("int8", "uint8") for s in refused)
     assert result.best_step.index == 0 and result.best_step.skipped is None
 
 
@@ -386,3 +390,24 @@ def test_starting_recipe_reads_the_weights_not_other_constants(tmp_path, activat
     assert any(n.input[0].startswith("c") for n in dq)  # the Mul's constant is quantized too
     found = starting_recipe(quantized)
     assert (found.activation_type, found.weight_type, found.per_channel) == (activation, weight, per_channel)
+
+
+def test_global_phase_estimates_each_recipe_once(tiny):
+    """Coordinate descent over the global choices: every global recipe estimated at most once, and a
+    method estimated with another's ranges (onnxruntime's MinMax calibrator: ours) reuses that row."""
+    result = search_recipe(
+        tiny["fp32"],
+        tiny["calib"],
+        tiny["eval"],
+        parse_checks(["sqnr>=500"]),  # out of reach: the global phase runs to its end
+        methods=["minmax", "ort-minmax", "percentile"],
+        budget=Budget(experiments=2),
+    )
+    rows = [s for s in result.steps if s.estimated and s.phase == "global"]
+    assert len({s.recipe for s in rows}) == len(rows)
+    reused = [s for s in rows if s.recipe.method == "ort-minmax"]
+    assert reused
+    for row in reused:
+        twin = next(s for s in [result.steps[0], *rows] if s.recipe == replace(row.recipe, method="minmax"))
+        assert row.change.endswith(f"(estimated as step {twin.index})") and row.seconds == 0
+        assert row.margin == twin.margin  # step 0 too: its only target is this host

@@ -60,6 +60,8 @@ STOPS = ("done", "budget", "interrupted")
 GLOBAL_SHARE = 0.3
 #: Verified prefixes of the node order before the search keeps every candidate in float.
 RETRIES = 3
+#: Prefix lengths (past the last one known to miss) estimated before the node order is bisected.
+SHORT_PREFIXES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +279,7 @@ class RecipeSearch:
         self.best: Step | None = None
         self.seen: dict[Recipe, Step] = {}
         self.estimates: dict[Recipe, Step] = {}
+        self.global_rows: dict[Recipe, Step] = {}  # global choices (methods as estimated) -> their estimate
         self.base_models: dict[Recipe, Path] = {}
         self.evaluator: Evaluator | None = None
 
@@ -446,12 +449,14 @@ class RecipeSearch:
             self.builder.ranges(self.start).ranges,
         )
         host = judge({HOST: first.measured[HOST]}, self.checks).margin if HOST in first.measured else None
+        if host is not None:  # the start's own model is what an estimate of its choices would run
+            self.global_rows[self.start] = replace(
+                first, measured={HOST: first.measured[HOST]}, passed=host >= 0, margin=host, estimated=True
+            )
         if host is None:
             host = self._estimate_global(edits, self.start, "starting recipe").margin
         current, margin = self.start, host if host is not None else -math.inf
-        tried = {("per_channel", self.start.per_channel), ("reduce_range", self.start.reduce_range)}
-        tried |= {("method", self.start.method), ("activation_type", self.start.activation_type)}
-        tried.add(("weight_type", self.start.weight_type))
+        tried = {self.start}
         share = None if self.budget.seconds is None else self.started + GLOBAL_SHARE * self.budget.seconds
         improved = True
         while improved and margin < 0:
@@ -461,10 +466,10 @@ class RecipeSearch:
                     self._note(f"global phase: its share of the budget ({GLOBAL_SHARE:.0%}) is spent")
                     improved = False
                     break
-                dimension, _, value = change.partition("=")
-                if dimension not in self.vary or (dimension, _parsed(value)) in tried:
-                    continue  # each value of a global choice is tried once, on the best recipe of its time
-                tried.add((dimension, _parsed(value)))
+                dimension = change.partition("=")[0]
+                if dimension not in self.vary or recipe in tried:
+                    continue  # each global recipe is estimated once; after a kept change, every other
+                tried.add(recipe)  # choice is tried again from it (coordinate descent)
                 step = self._estimate_global(edits, recipe, change)
                 if step.skipped is None and step.margin is not None and step.margin > margin:
                     current, margin, improved = recipe, step.margin, True
@@ -483,9 +488,28 @@ class RecipeSearch:
         return current
 
     def _estimate_global(self, edits: Any, recipe: Recipe, change: str) -> Step:
-        return self.estimate(
+        """An estimate of global choices; a recipe whose edited model is one already estimated (a
+        method estimated with another's ranges, :data:`~.build.ESTIMATED_AS`) reuses that row."""
+        same = replace(recipe, method=ESTIMATED_AS.get(recipe.method, recipe.method))
+        earlier = self.global_rows.get(same)
+        if earlier is not None and recipe not in self.estimates:
+            step = replace(
+                earlier,
+                index=len(self.steps),
+                change=f"{change} (estimated as step {earlier.index})",
+                recipe=recipe,
+                seconds=0.0,
+            )
+            self.steps.append(step)
+            self.estimates[recipe] = step
+            if self.on_step is not None:
+                self.on_step(step, self.best)
+            return step
+        step = self.estimate(
             recipe, "global", change, lambda: edits.model(recipe, self.builder.estimated_ranges(recipe))
         )
+        self.global_rows.setdefault(same, step)
+        return step
 
     def _global_moves(self, recipe: Recipe) -> Iterator[tuple[str, Recipe]]:
         flip = {"uint8": "int8", "int8": "uint8"}
@@ -612,6 +636,18 @@ class RecipeSearch:
         margin = estimator.margins([order], "bisecting")[0]
         if margin < required:
             return high, None
+        # the order's head first: when a few nodes matter, a short prefix passes while a longer one
+        # may not (margins are not monotone in the prefix: a node in float can move the error onto
+        # a tensor it shares), and bisection alone would settle on the long one
+        for size in (low + k for k in SHORT_PREFIXES):
+            if size >= high:
+                break
+            self._check_budget(estimate=True)
+            found = estimator.margins([order[:size]], "short prefixes")[0]
+            if found >= required:
+                high, margin = size, found
+                break
+            low = size
         while high - low > 1:
             self._check_budget(estimate=True)
             mid = (low + high) // 2
@@ -703,18 +739,6 @@ def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -
                 if raised not in seen:
                     seen.add(raised)
                     heapq.heappush(heap, (key(raised), raised))
-
-
-def _parsed(value: str) -> str | bool:
-    return {"True": True, "False": False}.get(value, value)
-
-
-def _geometric(count: int) -> list[int]:
-    ks, k = [], 1
-    while k < count:
-        ks.append(k)
-        k *= 2
-    return [*ks, count]
 
 
 def _names(names: Sequence[str], shown: int = 3) -> str:

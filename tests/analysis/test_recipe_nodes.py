@@ -1,6 +1,7 @@
-"""The recipe search's pruning: float nodes of a verified pass brought back to 8 bits in rounds, each
-from the last verified pass, on estimates, verified (stand-ins for the estimates and experiments:
-the truth is a rule on the float set, so the cheapest passing set is known by hand)."""
+"""The recipe search's node phase on stand-ins for its estimates and experiments (the truth is a rule
+on the float set, so the answer is known by hand): the shortest prefix of the node order, and
+pruning (float nodes of a verified pass brought back to 8 bits in rounds, each from the last
+verified pass)."""
 
 from __future__ import annotations
 
@@ -80,3 +81,20 @@ def test_pruning_ends_at_a_verified_pass_no_node_of_which_drops_alone(passes, ch
     assert passes(set(best))
     assert all(not passes(set(best) - {n}) for n in best)  # nothing more to bring back alone
     assert best == cheapest
+
+
+@pytest.mark.parametrize(
+    ("passing", "expected"),
+    [
+        ({1, 40}, 1),  # one node matters: its prefix passes, longer ones miss until all (not monotone)
+        ({3, 4, 40}, 3),  # past the first short prefixes: bisected between 2 and 4
+        (set(range(30, 41)), 30),  # a long prefix: bisected between 8 and 40
+    ],
+)
+def test_the_order_head_is_estimated_before_bisection(passing, expected):
+    order = [f"n{i}" for i in range(40)]
+    rule = Rule(lambda floats: len(floats) in passing)
+    search = _search(rule)
+    search._note = lambda text: None
+    size, margin = search._estimated_boundary(rule, order, 0, 0.0)
+    assert (size, margin) == (expected, 0.5)
