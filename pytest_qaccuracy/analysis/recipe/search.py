@@ -496,6 +496,7 @@ class RecipeSearch:
             step = replace(
                 earlier,
                 index=len(self.steps),
+                phase="global",
                 change=f"{change} (estimated as step {earlier.index})",
                 recipe=recipe,
                 seconds=0.0,
