@@ -98,3 +98,16 @@ def test_the_order_head_is_estimated_before_bisection(passing, expected):
     search._note = lambda text: None
     size, margin = search._estimated_boundary(rule, order, 0, 0.0)
     assert (size, margin) == (expected, 0.5)
+
+
+def test_out_of_time_the_node_phase_verifies_instead_of_estimating():
+    """When one more estimate and one experiment do not fit, the boundary is every node (then
+    verified), with no estimate run."""
+    order = [f"n{i}" for i in range(40)]
+    rule = Rule(lambda floats: len(floats) in {1, 40})
+    search = _search(rule)
+    search._note = lambda text: None
+    search.budget = Budget(seconds=10.0)
+    search.steps.append(Step(0, "start", "starting recipe", Recipe(), 0.0, {}, False, -1.0, 20.0))
+    assert search._estimated_boundary(rule, order, 0, 0.0) == (40, None)
+    assert rule.estimates == 0

@@ -301,6 +301,16 @@ class RecipeSearch:
         if not estimate and self.budget.experiments is not None and verified >= self.budget.experiments:
             raise _OutOfBudget
 
+    def _room_for_estimate(self) -> bool:
+        """Whether one more estimate fits with one experiment after it (the longest of each so far):
+        the node phase stops estimating in time to verify what its estimates found."""
+        if self.budget.seconds is None:
+            return True
+        elapsed = time.monotonic() - self.started
+        estimate = max((s.seconds for s in self.steps if s.estimated), default=0.0)
+        experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+        return elapsed + estimate + experiment < self.budget.seconds
+
     def model_path(self, index: int) -> Path:
         return self.workdir / f"step{index}.onnx"
 
@@ -581,7 +591,7 @@ class RecipeSearch:
             self._note,
             self._measured_margin,
         ) as estimator:
-            order = estimator.order(nodes, float_cost)
+            order = estimator.order(nodes, float_cost, self._room_for_estimate)
             passing = self._verified_prefix(base, estimator, order)
             if passing is None:
                 return
@@ -633,6 +643,9 @@ class RecipeSearch:
         """The shortest prefix longer than ``low`` estimated to have a margin of at least ``required``,
         bisected on estimates, and its estimated margin (all nodes and None when even that falls short)."""
         high = len(order)
+        if not self._room_for_estimate():  # the budget holds one experiment more: every node in float
+            self._note("no time left to bisect: verifying every ordered node in float")
+            return high, None
         self._note(f"bisecting {high - low} ordered node(s) on estimates (margin >= {required:.3g})")
         margin = estimator.margins([order], "bisecting")[0]
         if margin < required:
@@ -641,16 +654,14 @@ class RecipeSearch:
         # may not (margins are not monotone in the prefix: a node in float can move the error onto
         # a tensor it shares), and bisection alone would settle on the long one
         for size in (low + k for k in SHORT_PREFIXES):
-            if size >= high:
+            if size >= high or not self._room_for_estimate():
                 break
-            self._check_budget(estimate=True)
             found = estimator.margins([order[:size]], "short prefixes")[0]
             if found >= required:
                 high, margin = size, found
                 break
             low = size
-        while high - low > 1:
-            self._check_budget(estimate=True)
+        while high - low > 1 and self._room_for_estimate():  # out of time: the shortest pass so far
             mid = (low + high) // 2
             found = estimator.margins([order[:mid]], "bisecting")[0]
             if found >= required:
