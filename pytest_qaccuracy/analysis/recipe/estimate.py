@@ -111,11 +111,12 @@ class Estimator:
         floats: Sequence[Sequence[str]],
         what: str,
         proxy: bool = False,
-        room: Callable[[], bool] | None = None,
+        room: Callable[[], float | None] | None = None,
     ) -> list[float]:
         """The estimated margin (:func:`~.measure.judge`) with each set of nodes in float (``proxy``:
-        the proxy check's, for ranking); with ``room``, the work-reuse runner stops between passes
-        once ``room()`` is false, and the list is as long as what was estimated."""
+        the proxy check's, for ranking); with ``room`` (the seconds estimates may still use, None:
+        unbounded), the work-reuse runner's passes hold what fits in them at the first pass's pace,
+        and the list is as long as what was estimated."""
         # one or two sets: whole edited models run as deployed (faster than the partial sessions of
         # the work-reuse runner when most of a large graph changes); many: the runner packs them
         if self.measure is not None and not proxy and (not self.direct or len(floats) <= WHOLE_MODELS):
@@ -127,10 +128,14 @@ class Estimator:
             return out
         checks = [PROXY] if proxy else self.checks
         qg, out, size = self.qgraph, [], FIRST_CHUNK
+        pace = None
         while len(out) < len(floats):
-            if out and room is not None and not room():
-                self.note(f"{what}: {len(out)}/{len(floats)} estimated, no time left for the others")
-                break
+            left = None if room is None or pace is None else room()
+            if left is not None:
+                size = min(size, int(left / max(pace, 1e-3)))
+                if size < 1:
+                    self.note(f"{what}: {len(out)}/{len(floats)} estimated, no time left for the others")
+                    break
             chunk = floats[len(out) : len(out) + size]
             began = time.monotonic()
             experiments = [Experiment(str(i), self.enabled(names)) for i, names in enumerate(chunk)]
@@ -144,7 +149,7 @@ class Estimator:
         return out
 
     def order(
-        self, nodes: Sequence[str], cost: Callable[[str], float], room: Callable[[], bool] | None = None
+        self, nodes: Sequence[str], cost: Callable[[str], float], room: Callable[[], float | None] | None = None
     ) -> list[str]:
         """Nodes by estimated gain per cost, those that gain nothing last (cheapest first).
 
@@ -153,7 +158,7 @@ class Estimator:
         nodes that lose the most SQNR between their worst input and their output (one layer-wise
         comparison pass, :func:`.layer_drops`), the others follow by that loss per cost: one
         experiment per node would cost hundreds of forward passes on a large model. Nodes whose
-        gain was not estimated when ``room()`` turned false rank as gaining nothing.
+        gain was not estimated in the ``room()`` left (seconds, :meth:`margins`) rank as gaining nothing.
         """
         records = self.session.records
         drops: dict[str, float] = {}

@@ -301,15 +301,18 @@ class RecipeSearch:
         if not estimate and self.budget.experiments is not None and verified >= self.budget.experiments:
             raise _OutOfBudget
 
-    def _room_for_estimate(self) -> bool:
-        """Whether one more estimate fits with one experiment after it (the longest of each so far):
-        the node phase stops estimating in time to verify what its estimates found."""
+    def _estimates_left(self) -> float | None:
+        """The seconds estimates may still use (None: unbounded): the budget left less one experiment
+        (the longest so far), so that the node phase stops estimating in time to verify what it found."""
         if self.budget.seconds is None:
-            return True
-        elapsed = time.monotonic() - self.started
-        estimate = max((s.seconds for s in self.steps if s.estimated), default=0.0)
+            return None
         experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
-        return elapsed + estimate + experiment < self.budget.seconds
+        return self.budget.seconds - (time.monotonic() - self.started) - experiment
+
+    def _room_for_estimate(self) -> bool:
+        """Whether one more estimate (the longest so far) fits in :meth:`_estimates_left`."""
+        left = self._estimates_left()
+        return left is None or left > max((s.seconds for s in self.steps if s.estimated), default=0.0)
 
     def model_path(self, index: int) -> Path:
         return self.workdir / f"step{index}.onnx"
@@ -591,7 +594,18 @@ class RecipeSearch:
             self._note,
             self._measured_margin,
         ) as estimator:
-            order = estimator.order(nodes, float_cost, self._room_for_estimate)
+            # the ranking leaves time for the prefix search's estimates (whole edited models, about
+            # as long as the median global estimate: the first of a method computes its statistics)
+            # and the experiment that verifies what they find
+            paces = sorted(s.seconds for s in self.steps if s.estimated)
+            whole = paces[len(paces) // 2] if paces else 0.0
+            searches = len(SHORT_PREFIXES) + math.ceil(math.log2(len(nodes) + 1))
+
+            def room() -> float | None:
+                left = self._estimates_left()
+                return None if left is None else left - searches * whole
+
+            order = estimator.order(nodes, float_cost, room)
             passing = self._verified_prefix(base, estimator, order)
             if passing is None:
                 return
@@ -653,14 +667,14 @@ class RecipeSearch:
         # the order's head first: when a few nodes matter, a short prefix passes while a longer one
         # may not (margins are not monotone in the prefix: a node in float can move the error onto
         # a tensor it shares), and bisection alone would settle on the long one
-        for size in (low + k for k in SHORT_PREFIXES):
-            if size >= high or not self._room_for_estimate():
-                break
-            found = estimator.margins([order[:size]], "short prefixes")[0]
-            if found >= required:
-                high, margin = size, found
-                break
-            low = size
+        # (together: the work-reuse runner's partial passes, cheap while few nodes change)
+        sizes = [low + k for k in SHORT_PREFIXES if low + k < high]
+        if sizes and self._room_for_estimate():
+            for size, found in zip(sizes, estimator.margins([order[:k] for k in sizes], "short prefixes"), strict=True):
+                if found >= required:
+                    high, margin = size, found
+                    break
+                low = size
         while high - low > 1 and self._room_for_estimate():  # out of time: the shortest pass so far
             mid = (low + high) // 2
             found = estimator.margins([order[:mid]], "bisecting")[0]
