@@ -469,20 +469,30 @@ class RecipeSearch:
         if host is None:
             host = self._estimate_global(edits, self.start, "starting recipe").margin
         current, margin = self.start, host if host is not None else -math.inf
+        # first each value of each choice once, on the best recipe of its time; when a pass over the
+        # moves changes nothing, every choice again from the best recipe (coordinate descent), each
+        # global recipe estimated once
         tried = {self.start}
+        values = {(dimension, getattr(self.start, dimension)) for dimension in GLOBAL_CHOICES}
         share = None if self.budget.seconds is None else self.started + GLOBAL_SHARE * self.budget.seconds
-        improved = True
-        while improved and margin < 0:
+        improved, revisit, spent = True, False, False
+        while margin < 0 and not spent:
+            if not improved:
+                if revisit:
+                    break
+                revisit = True
             improved = False
             for change, recipe in self._global_moves(current):
                 if share is not None and time.monotonic() + self.builder.expected_seconds(recipe) >= share:
                     self._note(f"global phase: its share of the budget ({GLOBAL_SHARE:.0%}) is spent")
-                    improved = False
+                    spent = True
                     break
                 dimension = change.partition("=")[0]
-                if dimension not in self.vary or recipe in tried:
-                    continue  # each global recipe is estimated once; after a kept change, every other
-                tried.add(recipe)  # choice is tried again from it (coordinate descent)
+                value = (dimension, getattr(recipe, dimension, None))
+                if dimension not in self.vary or recipe in tried or (not revisit and value in values):
+                    continue
+                tried.add(recipe)
+                values.add(value)
                 step = self._estimate_global(edits, recipe, change)
                 if step.skipped is None and step.margin is not None and step.margin > margin:
                     current, margin, improved = recipe, step.margin, True
