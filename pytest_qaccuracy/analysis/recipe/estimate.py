@@ -72,6 +72,8 @@ class Estimator:
         self.options = options
         self.qgraph = self.session.qgraph
         self.label = Path(quantized).name
+        self.base: float | None = None  # the base model's estimated margin, once ranked
+        self.gains: dict[str, float] = {}  # the nodes' single gains, once ranked
 
     def enabled(self, floats: Sequence[str]) -> frozenset:
         """The edges still quantized with ``floats`` excluded as ``quantize_static(nodes_to_exclude=...)``
@@ -176,6 +178,7 @@ class Estimator:
             n: (m - base if math.isfinite(m) and math.isfinite(base) else 0.0)
             for n, m in zip(chosen, single, strict=False)
         }
+        self.base, self.gains = base, gains  # what the prefix search reads of the order's head
         helpful = sorted((n for n in gains if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
         taken = set(helpful)
         # then by SQNR drop per cost; no estimated gain at all: the cheapest first (a prefix pays least)

@@ -604,18 +604,8 @@ class RecipeSearch:
             self._note,
             self._measured_margin,
         ) as estimator:
-            # the ranking leaves time for the prefix search's estimates (whole edited models, about
-            # as long as the median global estimate: the first of a method computes its statistics)
-            # and the experiment that verifies what they find
-            paces = sorted(s.seconds for s in self.steps if s.estimated)
-            whole = paces[len(paces) // 2] if paces else 0.0
-            searches = len(SHORT_PREFIXES) + math.ceil(math.log2(len(nodes) + 1))
-
-            def room() -> float | None:
-                left = self._estimates_left()
-                return None if left is None else left - searches * whole
-
-            order = estimator.order(nodes, float_cost, room)
+            # the ranking first (the prefix search is only as good as its order), then what time is left
+            order = estimator.order(nodes, float_cost, self._estimates_left)
             passing = self._verified_prefix(base, estimator, order)
             if passing is None:
                 return
@@ -679,7 +669,8 @@ class RecipeSearch:
         # a tensor it shares), and bisection alone would settle on the long one
         # (together: the work-reuse runner's partial passes, cheap while few nodes change)
         sizes = [low + k for k in SHORT_PREFIXES if low + k < high]
-        if sizes and self._room_for_estimate():
+        if sizes and self._room_for_estimate() and _head_may_pass(estimator, order[: sizes[-1]], required):
+            self._note(f"estimating the order's head: the top {', '.join(str(k - low) for k in sizes)} node(s)")
             for size, found in zip(sizes, estimator.margins([order[:k] for k in sizes], "short prefixes"), strict=True):
                 if found >= required:
                     high, margin = size, found
@@ -775,6 +766,16 @@ def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -
                 if raised not in seen:
                     seen.add(raised)
                     heapq.heappush(heap, (key(raised), raised))
+
+
+def _head_may_pass(estimator: Any, head: Sequence[str], required: float) -> bool:
+    """Whether the order's head is worth estimating, that is whether few nodes matter: one of them
+    alone in float gains at least half of what ``required`` asks of the base's margin (True when the
+    order has no gains)."""
+    base, gains = getattr(estimator, "base", None), getattr(estimator, "gains", None)
+    if base is None or not gains or not math.isfinite(base):
+        return True
+    return base + 2 * max(max(gains.get(n, 0.0), 0.0) for n in head) >= required
 
 
 def _names(names: Sequence[str], shown: int = 3) -> str:
