@@ -111,3 +111,16 @@ def test_out_of_time_the_node_phase_verifies_instead_of_estimating():
     search.steps.append(Step(0, "start", "starting recipe", Recipe(), 0.0, {}, False, -1.0, 20.0))
     assert search._estimated_boundary(rule, order, 0, 0.0) == (40, None)
     assert rule.estimates == 0
+
+
+@pytest.mark.parametrize(("gain", "estimated"), [(0.6, True), (0.4, False)])
+def test_the_order_head_is_estimated_when_one_node_gains_half_the_deficit(gain, estimated):
+    """The ranking's single gains gate the head: with a deficit of 1 (base margin -1), a node that
+    gains 0.6 alone makes the head worth its estimates, 0.4 does not (bisection alone then)."""
+    order = [f"n{i}" for i in range(40)]
+    rule = Rule(lambda floats: len(floats) in {1, 40})
+    rule.base, rule.gains = -1.0, {"n0": gain, "n1": 0.3}
+    search = _search(rule)
+    search._note = lambda text: None
+    size, _ = search._estimated_boundary(rule, order, 0, 0.0)
+    assert size == (1 if estimated else 40)
