@@ -60,6 +60,9 @@ STOPS = ("done", "budget", "interrupted")
 GLOBAL_SHARE = 0.3
 #: Verified prefixes of the node order before the search keeps every candidate in float.
 RETRIES = 3
+#: What the node phase keeps for the experiment after its estimates, in longest experiments so far
+#: (an estimate pass and the experiment's own time vary from one to the next on a loaded host).
+EXPERIMENT_SLACK = 1.25
 #: Prefix lengths (past the last one known to miss) estimated before the node order is bisected.
 SHORT_PREFIXES = (1, 2, 4, 8)
 
@@ -307,7 +310,7 @@ class RecipeSearch:
         if self.budget.seconds is None:
             return None
         experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
-        return self.budget.seconds - (time.monotonic() - self.started) - experiment
+        return self.budget.seconds - (time.monotonic() - self.started) - EXPERIMENT_SLACK * experiment
 
     def _room_for_estimate(self) -> bool:
         """Whether one more estimate (the longest so far) fits in :meth:`_estimates_left`."""
