@@ -11,7 +11,9 @@ per-tensor MinMax, on 16 held-out images), then runs the recipe search from the 
 0``: unbounded). Prints one row: the comparison's seconds, the search's, their ratio, the experiments
 (verified) and estimates, the best recipe's figure and cost. ``--greedy`` adds today's greedy
 suggestion (``qaccuracy sensitivity --sweep --target``: the ranked nodes kept in float one by one on
-the quantized graph, up to 10) with its cost in the same cost model. Progress on stderr.
+the quantized graph, up to 10) with its cost in the same cost model, its sweep's figure (an estimate)
+and the figure of its list written by ``quantize_static(nodes_to_exclude=...)`` from the pair's own
+choices and measured on the held-out records. Progress on stderr.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -47,21 +50,32 @@ def _bench_net(net: str, work: Path, size: int) -> dict[str, Path]:
     return {"fp32": fp32, "quantized": work / "det.qdq.onnx", "calib": work / "calib.npz", "test": work / "test.npz"}
 
 
-def _greedy(paths: dict[str, Path], target: str) -> tuple[str, float | None, object]:
-    """Today's greedy suggestion on the quantized graph: its text, its cost, and the best figure."""
+def _greedy(paths: dict[str, Path], target: str) -> tuple[str, float | None, object, object]:
+    """Today's greedy suggestion on the quantized graph: its text, its cost, the sweep's figure (an
+    estimate: every edge of a listed node dequantized), and the figure of the same list written by
+    ``quantize_static(nodes_to_exclude=...)`` with the pair's own choices, measured on the held-out
+    records (what a user who pastes the list gets; None when there is no list)."""
+    from pytest_qaccuracy.analysis.recipe.build import RecipeBuilder
+    from pytest_qaccuracy.analysis.recipe.checks import parse_checks
     from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
-    from pytest_qaccuracy.analysis.recipe.space import Recipe
+    from pytest_qaccuracy.analysis.recipe.measure import Evaluator
+    from pytest_qaccuracy.analysis.recipe.pair import starting_recipe
     from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
     from pytest_qaccuracy.model import ModelPair
     from pytest_qaccuracy.model.loading import load_model
+    from pytest_qaccuracy.runtime import RuntimeOptions
 
     report = analyse_pair(ModelPair(paths["fp32"], paths["quantized"]), paths["test"], "cosine", target=target)
     sweep = report.sweep
     if sweep is None or sweep.suggestion is None:
         best = sweep.steps[-1].metrics if sweep is not None and sweep.steps else None
-        return sweep.nodes_to_exclude() if sweep is not None else "no sweep", None, best
+        return sweep.nodes_to_exclude() if sweep is not None else "no sweep", None, best, None
     cost = CostModel(node_work(load_model(paths["fp32"])))
-    return sweep.nodes_to_exclude(), cost.relative(Recipe(float=frozenset(sweep.suggestion))), sweep.steps[-1].metrics
+    recipe = replace(starting_recipe(paths["quantized"]), float=frozenset(sweep.suggestion))
+    out = Path(tempfile.mkdtemp(prefix="qaccuracy-bench-greedy-")) / "greedy.onnx"
+    RecipeBuilder(paths["fp32"], paths["calib"], RuntimeOptions()).write(recipe, out)
+    verdict = Evaluator(paths["fp32"], paths["test"], parse_checks([target]), ["onnxruntime"], RuntimeOptions())
+    return sweep.nodes_to_exclude(), cost.relative(recipe), sweep.steps[-1].metrics, verdict.measure(out).measured
 
 
 def main() -> None:
@@ -99,8 +113,12 @@ def main() -> None:
     )
     if args.greedy:
         began = time.monotonic()
-        text, cost, best = _greedy(paths, args.target)
-        print(f"greedy ({time.monotonic() - began:.1f}s): {text[:300]}; cost {cost}; last step {best}", file=sys.stderr)
+        text, cost, best, verified = _greedy(paths, args.target)
+        print(
+            f"greedy ({time.monotonic() - began:.1f}s): {text[:300]}; cost {cost}; last step {best} (estimated); "
+            f"quantize_static with this list: {verified}",
+            file=sys.stderr,
+        )
     began = time.monotonic()
 
     def on_step(step, best) -> None:

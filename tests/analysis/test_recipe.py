@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import modelzoo
@@ -231,8 +232,11 @@ def test_refused_recipe_is_a_listed_skip(tiny, monkeypatch):
         methods=["minmax"],
         budget=Budget(experiments=4),
     )
-    skipped = [s for s in result.steps if s.skipped]
-    assert skipped and all("refused for the test" in s.skipped and not s.estimated for s in skipped)
+    skipped = [s for s in result.steps if s.skipped and not s.estimated]
+    assert skipped and all("refused for the test" in s.skipped for s in skipped)
+    # an estimate is skipped only for a pair of types onnxruntime refuses (int8 activations, uint8 weights)
+    refused = [s for s in result.steps if s.skipped and s.estimated]
+    assert all((s.recipe.activation_type, s.recipe.weight_type) == ("int8", "uint8") for s in refused)
     assert result.best_step.index == 0 and result.best_step.skipped is None
 
 
@@ -342,3 +346,69 @@ def test_command_refuses_a_quantized_model(tiny, zoo, tmp_path, capsys):
     argv[1] = str(zoo["qdq_u8"])
     assert main(argv) == 2
     assert "already quantized; the recipe search needs the fp32 model" in capsys.readouterr().err
+
+
+def _scaled_chain(path: Path) -> Path:
+    """x[N,16] -> Mul by a constant -> MatMul: the constant is quantized as an activation (per tensor,
+    the activation type), the MatMul's weight as a weight; the constant's DequantizeLinear comes first."""
+    rng = np.random.default_rng(3)
+    scale = numpy_helper.from_array(rng.uniform(0.5, 2.0, 16).astype(np.float32), "c")
+    weight = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "c"], ["m"], name="mul"),
+            helper.make_node("MatMul", ["m", "w"], ["y"], name="mm"),
+        ],
+        "scaled",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [scale, weight],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("activation", "weight", "per_channel"),
+    [("uint8", "int8", True), ("int8", "int8", True), ("uint8", "uint8", False)],
+)
+def test_starting_recipe_reads_the_weights_not_other_constants(tmp_path, activation, weight, per_channel):
+    """The pair's own choices, as quantize_static was called: a constant of a Mul (quantized per tensor
+    with the activation type) says nothing about the weights' type or per-channel scales."""
+    from pytest_qaccuracy.analysis.recipe.pair import starting_recipe
+
+    quantized = modelzoo.quantize(
+        _scaled_chain(tmp_path / "scaled.onnx"),
+        tmp_path / "scaled.qdq.onnx",
+        records(8, 4),
+        activation=activation,
+        weight=weight,
+        per_channel=per_channel,
+    )
+    view = onnx.load(str(quantized))
+    dq = [n for n in view.graph.node if n.op_type == "DequantizeLinear"]
+    assert any(n.input[0].startswith("c") for n in dq)  # the Mul's constant is quantized too
+    found = starting_recipe(quantized)
+    assert (found.activation_type, found.weight_type, found.per_channel) == (activation, weight, per_channel)
+
+
+def test_global_phase_estimates_each_recipe_once(tiny):
+    """Coordinate descent over the global choices: every global recipe estimated at most once, and a
+    method estimated with another's ranges (onnxruntime's MinMax calibrator: ours) reuses that row."""
+    result = search_recipe(
+        tiny["fp32"],
+        tiny["calib"],
+        tiny["eval"],
+        parse_checks(["sqnr>=500"]),  # out of reach: the global phase runs to its end
+        methods=["minmax", "ort-minmax", "percentile"],
+        budget=Budget(experiments=2),
+    )
+    rows = [s for s in result.steps if s.estimated]
+    assert {s.phase for s in rows} == {"global"}
+    assert len({s.recipe for s in rows}) == len(rows)
+    reused = [s for s in rows if s.recipe.method == "ort-minmax"]
+    assert reused
+    for row in reused:
+        twin = next(s for s in [result.steps[0], *rows] if s.recipe == replace(row.recipe, method="minmax"))
+        assert row.change.endswith(f"(estimated as step {twin.index})") and row.seconds == 0
+        assert row.margin == twin.margin  # step 0 too: its only target is this host

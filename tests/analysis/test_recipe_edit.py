@@ -92,3 +92,19 @@ def test_excluded_nodes_are_estimated_as_quantize_static_excludes_them(built, ex
     # conv2's folded Relu: a third of the logits a step apart, the outputs agree in what they say
     a, b = run["edited"].astype(np.float64).ravel(), run["real"].astype(np.float64).ravel()
     assert np.mean(a != b) < 0.5 and a @ b / np.linalg.norm(a) / np.linalg.norm(b) > 0.999
+
+
+def test_ranking_stops_between_passes_when_no_time_is_left(built):
+    """With no time left after its first pass, the runner returns the sets that pass estimated (the
+    ranking's nodes not estimated then rank as gaining nothing); without a limit, every set, and the
+    first pass's figures are the same either way."""
+    _, _, tmp = built
+    base = tmp / "base.onnx"
+    nodes = ["conv1", "pool1", "conv2", "pool2", "fc"]
+    sets = [[n] for n in nodes] * 3  # 15 sets: more than the first pass holds
+    with Estimator(FP32, base, TEST, parse_checks(["cosine>=0.99"]), RuntimeOptions(), 4, lambda _: None) as est:
+        cut = est.margins(sets, "ranking", room=lambda: 0.0)
+        full = est.margins(sets, "ranking")
+    assert len(full) == len(sets)
+    assert 0 < len(cut) < len(sets)
+    assert cut == full[: len(cut)]

@@ -72,6 +72,8 @@ class Estimator:
         self.options = options
         self.qgraph = self.session.qgraph
         self.label = Path(quantized).name
+        self.base: float | None = None  # the base model's estimated margin, once ranked
+        self.gains: dict[str, float] = {}  # the nodes' single gains, once ranked
 
     def enabled(self, floats: Sequence[str]) -> frozenset:
         """The edges still quantized with ``floats`` excluded as ``quantize_static(nodes_to_exclude=...)``
@@ -106,9 +108,17 @@ class Estimator:
     def __exit__(self, *exc: object) -> None:
         self.session.close()
 
-    def margins(self, floats: Sequence[Sequence[str]], what: str, proxy: bool = False) -> list[float]:
+    def margins(
+        self,
+        floats: Sequence[Sequence[str]],
+        what: str,
+        proxy: bool = False,
+        room: Callable[[], float | None] | None = None,
+    ) -> list[float]:
         """The estimated margin (:func:`~.measure.judge`) with each set of nodes in float (``proxy``:
-        the proxy check's, for ranking)."""
+        the proxy check's, for ranking); with ``room`` (the seconds estimates may still use, None:
+        unbounded), the work-reuse runner's passes hold what fits in them at the first pass's pace,
+        and the list is as long as what was estimated."""
         # one or two sets: whole edited models run as deployed (faster than the partial sessions of
         # the work-reuse runner when most of a large graph changes); many: the runner packs them
         if self.measure is not None and not proxy and (not self.direct or len(floats) <= WHOLE_MODELS):
@@ -120,7 +130,14 @@ class Estimator:
             return out
         checks = [PROXY] if proxy else self.checks
         qg, out, size = self.qgraph, [], FIRST_CHUNK
+        pace = None
         while len(out) < len(floats):
+            left = None if room is None or pace is None else room()
+            if left is not None:
+                size = min(size, int(left / max(pace, 1e-3)))
+                if size < 1:
+                    self.note(f"{what}: {len(out)}/{len(floats)} estimated, no time left for the others")
+                    break
             chunk = floats[len(out) : len(out) + size]
             began = time.monotonic()
             experiments = [Experiment(str(i), self.enabled(names)) for i, names in enumerate(chunk)]
@@ -133,14 +150,17 @@ class Estimator:
             size = max(1, min(MAX_CHUNK, int(NOTE_SECONDS / max(pace, 1e-3))))
         return out
 
-    def order(self, nodes: Sequence[str], cost: Callable[[str], float]) -> list[str]:
+    def order(
+        self, nodes: Sequence[str], cost: Callable[[str], float], room: Callable[[], float | None] | None = None
+    ) -> list[str]:
         """Nodes by estimated gain per cost, those that gain nothing last (cheapest first).
 
         The gain of a node is the margin gained with it alone in float (one edited-graph experiment
         per node, the work-reuse runner). Above :data:`LEAVE_ONE_OUT_NODES` nodes, those are the
         nodes that lose the most SQNR between their worst input and their output (one layer-wise
         comparison pass, :func:`.layer_drops`), the others follow by that loss per cost: one
-        experiment per node would cost hundreds of forward passes on a large model.
+        experiment per node would cost hundreds of forward passes on a large model. Nodes whose
+        gain was not estimated in the ``room()`` left (seconds, :meth:`margins`) rank as gaining nothing.
         """
         records = self.session.records
         drops: dict[str, float] = {}
@@ -153,12 +173,13 @@ class Estimator:
             last = [n.name for n in self.qgraph.nodes if n.name in set(nodes) and set(self._writes(n)) & outputs]
             chosen = list(dict.fromkeys([*last, *sorted(nodes, key=lambda n: -drops[n])]))[:LEAVE_ONE_OUT_NODES]
         self.note(f"ranking {len(chosen)} node(s) by the gain of each alone in float on {records} evaluation record(s)")
-        base, *single = self.margins([[], *([n] for n in chosen)], "ranking", proxy=not self.direct)
-        gains = {
+        base, *single = self.margins([[], *([n] for n in chosen)], "ranking", proxy=not self.direct, room=room)
+        gains = {  # the nodes estimated before time ran out
             n: (m - base if math.isfinite(m) and math.isfinite(base) else 0.0)
-            for n, m in zip(chosen, single, strict=True)
+            for n, m in zip(chosen, single, strict=False)
         }
-        helpful = sorted((n for n in chosen if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
+        self.base, self.gains = base, gains  # what the prefix search reads of the order's head
+        helpful = sorted((n for n in gains if gains[n] > 0), key=lambda n: -gains[n] / max(cost(n), 1e-9))
         taken = set(helpful)
         # then by SQNR drop per cost; no estimated gain at all: the cheapest first (a prefix pays least)
         rest = sorted(

@@ -31,7 +31,11 @@ _TYPES = {np.dtype(np.uint8): "uint8", np.dtype(np.int8): "int8"}
 
 
 def starting_recipe(quantized: str | os.PathLike[str]) -> Recipe:
-    """The recipe a QDQ model looks made with: its activation and weight types, per-channel weights."""
+    """The recipe a QDQ model looks made with: its activation type, and its weights' type and
+    per-channel scales, read from the weights of Conv, ConvTranspose, Gemm and MatMul (a constant input
+    of another op is quantized as an activation, per tensor)."""
+    from pytest_qaccuracy.analysis.recipe.edit import WEIGHT_OPS
+
     view = GraphView(load_model(quantized))
     activation = weight = None
     per_channel = False
@@ -43,10 +47,13 @@ def starting_recipe(quantized: str | os.PathLike[str]) -> Recipe:
             continue
         if node.op_type == "QuantizeLinear" and not view.is_constant(node.input[0]) and activation is None:
             activation = _TYPES[zero.dtype]
-        elif node.op_type == "DequantizeLinear" and node.input[0] in view.initializers and weight is None:
-            weight = _TYPES[zero.dtype]
+        elif node.op_type == "DequantizeLinear" and node.input[0] in view.initializers:
+            readers = view.consumers.get(node.output[0], [])
+            if not any(c.op_type in WEIGHT_OPS and position == 1 for _, c, position in readers):
+                continue
             scale = view.constant(node.input[1])
-            per_channel = scale is not None and scale.size > 1
+            weight = weight or _TYPES[zero.dtype]
+            per_channel = per_channel or (scale is not None and scale.size > 1)
     return Recipe(activation_type=activation or "uint8", weight_type=weight or "int8", per_channel=per_channel)
 
 

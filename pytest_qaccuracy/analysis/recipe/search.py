@@ -60,6 +60,11 @@ STOPS = ("done", "budget", "interrupted")
 GLOBAL_SHARE = 0.3
 #: Verified prefixes of the node order before the search keeps every candidate in float.
 RETRIES = 3
+#: What the node phase keeps for the experiment after its estimates, in longest experiments so far
+#: (an estimate pass and the experiment's own time vary from one to the next on a loaded host).
+EXPERIMENT_SLACK = 1.25
+#: Prefix lengths (past the last one known to miss) estimated before the node order is bisected.
+SHORT_PREFIXES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +282,7 @@ class RecipeSearch:
         self.best: Step | None = None
         self.seen: dict[Recipe, Step] = {}
         self.estimates: dict[Recipe, Step] = {}
+        self.global_rows: dict[Recipe, Step] = {}  # global choices (methods as estimated) -> their estimate
         self.base_models: dict[Recipe, Path] = {}
         self.evaluator: Evaluator | None = None
 
@@ -297,6 +303,19 @@ class RecipeSearch:
         verified = sum(not s.estimated for s in self.steps)
         if not estimate and self.budget.experiments is not None and verified >= self.budget.experiments:
             raise _OutOfBudget
+
+    def _estimates_left(self) -> float | None:
+        """The seconds estimates may still use (None: unbounded): the budget left less one experiment
+        (the longest so far), so that the node phase stops estimating in time to verify what it found."""
+        if self.budget.seconds is None:
+            return None
+        experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+        return self.budget.seconds - (time.monotonic() - self.started) - EXPERIMENT_SLACK * experiment
+
+    def _room_for_estimate(self) -> bool:
+        """Whether one more estimate (the longest so far) fits in :meth:`_estimates_left`."""
+        left = self._estimates_left()
+        return left is None or left > max((s.seconds for s in self.steps if s.estimated), default=0.0)
 
     def model_path(self, index: int) -> Path:
         return self.workdir / f"step{index}.onnx"
@@ -446,25 +465,37 @@ class RecipeSearch:
             self.builder.ranges(self.start).ranges,
         )
         host = judge({HOST: first.measured[HOST]}, self.checks).margin if HOST in first.measured else None
+        if host is not None:  # the start's own model is what an estimate of its choices would run
+            self.global_rows[self.start] = replace(
+                first, measured={HOST: first.measured[HOST]}, passed=host >= 0, margin=host, estimated=True
+            )
         if host is None:
             host = self._estimate_global(edits, self.start, "starting recipe").margin
         current, margin = self.start, host if host is not None else -math.inf
-        tried = {("per_channel", self.start.per_channel), ("reduce_range", self.start.reduce_range)}
-        tried |= {("method", self.start.method), ("activation_type", self.start.activation_type)}
-        tried.add(("weight_type", self.start.weight_type))
+        # first each value of each choice once, on the best recipe of its time; when a pass over the
+        # moves changes nothing, every choice again from the best recipe (coordinate descent), each
+        # global recipe estimated once
+        tried = {self.start}
+        values = {(dimension, getattr(self.start, dimension)) for dimension in GLOBAL_CHOICES}
         share = None if self.budget.seconds is None else self.started + GLOBAL_SHARE * self.budget.seconds
-        improved = True
-        while improved and margin < 0:
+        improved, revisit, spent = True, False, False
+        while margin < 0 and not spent:
+            if not improved:
+                if revisit:
+                    break
+                revisit = True
             improved = False
             for change, recipe in self._global_moves(current):
                 if share is not None and time.monotonic() + self.builder.expected_seconds(recipe) >= share:
                     self._note(f"global phase: its share of the budget ({GLOBAL_SHARE:.0%}) is spent")
-                    improved = False
+                    spent = True
                     break
-                dimension, _, value = change.partition("=")
-                if dimension not in self.vary or (dimension, _parsed(value)) in tried:
-                    continue  # each value of a global choice is tried once, on the best recipe of its time
-                tried.add((dimension, _parsed(value)))
+                dimension = change.partition("=")[0]
+                value = (dimension, getattr(recipe, dimension, None))
+                if dimension not in self.vary or recipe in tried or (not revisit and value in values):
+                    continue
+                tried.add(recipe)
+                values.add(value)
                 step = self._estimate_global(edits, recipe, change)
                 if step.skipped is None and step.margin is not None and step.margin > margin:
                     current, margin, improved = recipe, step.margin, True
@@ -483,9 +514,29 @@ class RecipeSearch:
         return current
 
     def _estimate_global(self, edits: Any, recipe: Recipe, change: str) -> Step:
-        return self.estimate(
+        """An estimate of global choices; a recipe whose edited model is one already estimated (a
+        method estimated with another's ranges, :data:`~.build.ESTIMATED_AS`) reuses that row."""
+        same = replace(recipe, method=ESTIMATED_AS.get(recipe.method, recipe.method))
+        earlier = self.global_rows.get(same)
+        if earlier is not None and recipe not in self.estimates:
+            step = replace(
+                earlier,
+                index=len(self.steps),
+                phase="global",
+                change=f"{change} (estimated as step {earlier.index})",
+                recipe=recipe,
+                seconds=0.0,
+            )
+            self.steps.append(step)
+            self.estimates[recipe] = step
+            if self.on_step is not None:
+                self.on_step(step, self.best)
+            return step
+        step = self.estimate(
             recipe, "global", change, lambda: edits.model(recipe, self.builder.estimated_ranges(recipe))
         )
+        self.global_rows.setdefault(same, step)
+        return step
 
     def _global_moves(self, recipe: Recipe) -> Iterator[tuple[str, Recipe]]:
         flip = {"uint8": "int8", "int8": "uint8"}
@@ -556,7 +607,8 @@ class RecipeSearch:
             self._note,
             self._measured_margin,
         ) as estimator:
-            order = estimator.order(nodes, float_cost)
+            # the ranking first (the prefix search is only as good as its order), then what time is left
+            order = estimator.order(nodes, float_cost, self._estimates_left)
             passing = self._verified_prefix(base, estimator, order)
             if passing is None:
                 return
@@ -608,12 +660,26 @@ class RecipeSearch:
         """The shortest prefix longer than ``low`` estimated to have a margin of at least ``required``,
         bisected on estimates, and its estimated margin (all nodes and None when even that falls short)."""
         high = len(order)
+        if not self._room_for_estimate():  # the budget holds one experiment more: every node in float
+            self._note("no time left to bisect: verifying every ordered node in float")
+            return high, None
         self._note(f"bisecting {high - low} ordered node(s) on estimates (margin >= {required:.3g})")
         margin = estimator.margins([order], "bisecting")[0]
         if margin < required:
             return high, None
-        while high - low > 1:
-            self._check_budget(estimate=True)
+        # the order's head first: when a few nodes matter, a short prefix passes while a longer one
+        # may not (margins are not monotone in the prefix: a node in float can move the error onto
+        # a tensor it shares), and bisection alone would settle on the long one
+        # (together: the work-reuse runner's partial passes, cheap while few nodes change)
+        sizes = [low + k for k in SHORT_PREFIXES if low + k < high]
+        if sizes and self._room_for_estimate() and _head_may_pass(estimator, order[: sizes[-1]], required):
+            self._note(f"estimating the order's head: the top {', '.join(str(k - low) for k in sizes)} node(s)")
+            for size, found in zip(sizes, estimator.margins([order[:k] for k in sizes], "short prefixes"), strict=True):
+                if found >= required:
+                    high, margin = size, found
+                    break
+                low = size
+        while high - low > 1 and self._room_for_estimate():  # out of time: the shortest pass so far
             mid = (low + high) // 2
             found = estimator.margins([order[:mid]], "bisecting")[0]
             if found >= required:
@@ -624,10 +690,27 @@ class RecipeSearch:
         return high, margin
 
     def _prune(self, estimator: Any, passing: Step, cost: Callable[[str], float]) -> None:
-        """Float nodes of a verified pass quantized again: of the costliest (as many as the budget's
-        pace allows, at most :data:`~.estimate.PRUNE_NODES`), those estimated to pass alone; then the
-        longest run of them (costliest first) estimated to pass together, bisected on estimates; then
-        verified, halving the run until a verified pass or none."""
+        """Rounds of :meth:`_prune_round`, each from the last verified pass, while the budget lasts and
+        a round brings nodes back to 8 bits or estimates nodes not estimated before: a node estimated
+        to miss alone is not estimated again (it misses all the more with fewer float nodes), so each
+        round reaches further down the costliest."""
+        missed: set[str] = set()
+        while True:
+            before = len(missed)
+            found = self._prune_round(estimator, passing, cost, missed)
+            if found is not None:
+                passing = found
+            elif len(missed) == before:
+                return
+
+    def _prune_round(
+        self, estimator: Any, passing: Step, cost: Callable[[str], float], missed: set[str]
+    ) -> Step | None:
+        """Float nodes of a verified pass quantized again: of the costliest not in ``missed`` (as many
+        as the budget's pace allows, at most :data:`~.estimate.PRUNE_NODES`), those estimated to pass
+        alone (the others join ``missed``); then the longest run of them (costliest first) estimated to
+        pass together, bisected on estimates; then verified, halving the run until a verified pass
+        (returned) or none."""
         from pytest_qaccuracy.analysis.recipe.estimate import PRUNE_NODES
 
         kept = list(passing.recipe.float)
@@ -638,11 +721,14 @@ class RecipeSearch:
             left = self.budget.seconds - (time.monotonic() - self.started)
             longest = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
             affordable = int(max(left - 2 * longest, 0.0) / 2 / max(pace, 1e-3))
-        costly = sorted(kept, key=lambda n: -cost(n))[: min(affordable, PRUNE_NODES)]
+        costly = sorted((n for n in kept if n not in missed), key=lambda n: -cost(n))
+        costly = costly[: min(affordable, PRUNE_NODES)]
         if not costly:
-            return
+            return None
         self._note(f"pruning: estimating {len(costly)} of {len(kept)} float node(s) quantized again")
-        drops = [n for n, m in zip(costly, estimator.droppable_margins(kept, costly), strict=True) if m >= 0]
+        margins = estimator.droppable_margins(kept, costly)
+        missed.update(n for n, m in zip(costly, margins, strict=True) if m < 0)
+        drops = [n for n, m in zip(costly, margins, strict=True) if m >= 0]
         low, high = 0, len(drops)  # the longest run estimated to pass together
         while high > low:
             self._check_budget(estimate=True)
@@ -653,12 +739,14 @@ class RecipeSearch:
                 high = mid - 1
         count = low
         while count > 0:
-            recipe = passing.recipe.with_precision(drops[0], "int8")
-            for node in drops[1:count]:
+            recipe = passing.recipe
+            for node in drops[:count]:
                 recipe = recipe.with_precision(node, "int8")
-            if self.measure(recipe, "prune", f"float -{_names(drops[:count])}").passed:
-                break
+            step = self.measure(recipe, "prune", f"float -{_names(drops[:count])}")
+            if step.passed:
+                return step
             count //= 2
+        return None
 
 
 def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -> Iterator[tuple[str, ...]]:
@@ -683,16 +771,14 @@ def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -
                     heapq.heappush(heap, (key(raised), raised))
 
 
-def _parsed(value: str) -> str | bool:
-    return {"True": True, "False": False}.get(value, value)
-
-
-def _geometric(count: int) -> list[int]:
-    ks, k = [], 1
-    while k < count:
-        ks.append(k)
-        k *= 2
-    return [*ks, count]
+def _head_may_pass(estimator: Any, head: Sequence[str], required: float) -> bool:
+    """Whether the order's head is worth estimating, that is whether few nodes matter: one of them
+    alone in float gains at least half of what ``required`` asks of the base's margin (True when the
+    order has no gains)."""
+    base, gains = getattr(estimator, "base", None), getattr(estimator, "gains", None)
+    if base is None or not gains or not math.isfinite(base):
+        return True
+    return base + 2 * max(max(gains.get(n, 0.0), 0.0) for n in head) >= required
 
 
 def _names(names: Sequence[str], shown: int = 3) -> str:
