@@ -316,3 +316,41 @@ def test_ini_task_settings_read_as_the_plugin_reads_them(tmp_path: Path) -> None
         ValueError, match=r"pytest.ini: qaccuracy_task_tolerances: bad task tolerance|expected a number"
     ):
         ini_settings(ini)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("qaccuracy_min_cosine = abc\n", "{ini}: qaccuracy_min_cosine: expected a number, got 'abc'"),
+        (
+            "qaccuracy_task_tolerances =\n    max_drop:cer = x\n",
+            "{ini}: qaccuracy_task_tolerances: expected a number, got 'x'",
+        ),
+        (
+            "qaccuracy_tolerances =\n    relu* nonsense\n",
+            "{ini}: qaccuracy_tolerances: bad tolerance rule 'relu* nonsense': "
+            "expected '<pair glob>[::<layer glob>] <metric><op><value>'",
+        ),
+    ],
+)
+def test_ini_settings_errors_name_the_file_the_key_and_the_reason(tmp_path: Path, text: str, expected: str) -> None:
+    from pytest_qaccuracy.tolerances import ini_settings
+
+    ini = tmp_path / "pytest.ini"
+    ini.write_text("[pytest]\n" + text)
+    with pytest.raises(ValueError) as caught:
+        ini_settings(ini)
+    assert str(caught.value) == expected.format(ini=ini)
+
+
+def test_ini_settings_without_rules_or_task_lines_and_a_rules_source(tmp_path: Path) -> None:
+    from pytest_qaccuracy.tolerances import ini_settings
+
+    ini = tmp_path / "pytest.ini"
+    ini.write_text("[pytest]\nqaccuracy_min_cosine = 0.9\n")
+    tolerances, rules = ini_settings(ini)
+    assert rules == [] and tolerances["min_cosine"].value == 0.9
+    assert tolerances["min_cosine"].source == f"ini file {ini.name} (qaccuracy_min_cosine)"
+    ini.write_text("[pytest]\nqaccuracy_tolerances =\n    relu* sqnr>=15\n")
+    _, (rule,) = ini_settings(ini)
+    assert (rule.text, rule.source) == ("relu* sqnr>=15", f"ini file {ini.name} (qaccuracy_tolerances)")

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from pytest_qaccuracy.analysis.checks import evaluate, gate_outcome, saturation_outcome
-from pytest_qaccuracy.analysis.outputs import OutputStats, RelativeStats
+from pytest_qaccuracy.analysis.outputs import OutputStats, RelativeStats, TaskValue
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
 from pytest_qaccuracy.analysis.saturation import LayerSaturation, SaturationReport
 from pytest_qaccuracy.backend.agreement import AgreementResult, TensorAgreement
@@ -940,3 +940,125 @@ def test_task_metric_tolerances_each_give_one_row() -> None:
         "max_drop:cer: no task metric computes 'cer' (computed: none); name one in task_metrics"
     ]
     assert none[0].metric == "cer drop" and none[0].op == "<="
+
+
+def _task(name: str, fp32: float | None, quantized: float | None, **fields) -> TaskValue:
+    values = {"metric": "mymod:Metric", "against": "targets", "records": 12, "higher_is_better": True}
+    return TaskValue(name, **{**values, **fields}, fp32=fp32, quantized=quantized)
+
+
+def _task_rows(task: dict[str, TaskValue], tolerances: dict[str, float], whole: bool = False) -> list[Outcome]:
+    stats = OutputStats(topk={}, relative={}, task=task)
+    tols = {name: Tolerance(name, value, INI) for name, value in tolerances.items()}
+    return evaluate(_result([]), stats, tols, [], "net", whole=whole)
+
+
+def test_task_checks_compare_each_side_and_the_drop_in_the_metrics_direction() -> None:
+    """``min:``/``max:`` read the quantized side, ``max_drop:`` fp32 minus quantized when higher is
+    better and quantized minus fp32 when lower is (here 0.90 -> 0.85: a drop of 0.05; CER 0.10 -> 0.16:
+    a drop of 0.06)."""
+    task = {
+        "acc": _task("acc", 0.90, 0.85),
+        "cer": _task("cer", 0.10, 0.16, higher_is_better=False, against="fp32", records=7),
+    }
+    rows = _task_rows(task, {"min:acc": 0.86, "max_drop:acc": 0.06, "max:cer": 0.2, "max_drop:cer": 0.05})
+    by_check = {row.check: row for row in rows}
+    assert [row.check for row in rows] == ["min:acc", "max_drop:acc", "max:cer", "max_drop:cer"]
+    assert by_check["min:acc"] == Outcome(
+        kind="task",
+        check="min:acc",
+        scope="task",
+        subject="task 'acc'",
+        metric="acc",
+        op=">=",
+        threshold=0.86,
+        value=0.85,
+        passed=False,
+        source=INI,
+        detail="acc 0.85 < 0.86 for task 'acc' (fp32 0.9, quantized 0.85; against the targets, 12 records)",
+    )
+    drop = by_check["max_drop:acc"]
+    assert (drop.metric, drop.op, drop.passed) == ("acc drop", "<=", True) and abs(drop.value - 0.05) < 1e-12
+    assert by_check["max:cer"].passed and by_check["max:cer"].value == 0.16
+    cer_drop = by_check["max_drop:cer"]
+    assert not cer_drop.passed and abs(cer_drop.value - 0.06) < 1e-12
+    assert cer_drop.detail.endswith("(fp32 0.1, quantized 0.16; against the fp32 predictions, 7 records)")
+
+
+def test_task_checks_of_a_missing_or_broken_metric_fail_with_one_line() -> None:
+    """A value no metric computes names the computed ones; a metric that raised fails its gated checks
+    with its line; with ``whole`` (one check of the whole pair) an ungated broken metric fails once."""
+    broken = _task("boom", None, None, metric="mymod:Boom", error="task metric 'mymod:Boom' on records 0..7: E")
+    other = _task("bang", None, None, metric="mymod:Bang", error="task metric 'mymod:Bang' on records 8..15: F")
+    task = {"acc": _task("acc", 0.9, 0.9), "boom": broken, "bang": other}
+    rows = _task_rows(task, {"min:nothing": 0.5, "max_drop:boom": 0.1})
+    assert rows[0] == Outcome(
+        kind="task",
+        check="min:nothing",
+        scope="task",
+        subject="task 'nothing'",
+        metric="nothing",
+        op=">=",
+        threshold=None,
+        value=None,
+        passed=False,
+        source=INI,
+        detail="min:nothing: no task metric computes 'nothing' (computed: acc, boom, bang); name one in task_metrics",
+    )
+    assert rows[1] == Outcome(
+        kind="task",
+        check="max_drop:boom",
+        scope="task",
+        subject="task 'boom'",
+        metric="boom drop",
+        op="<=",
+        threshold=0.1,
+        value=None,
+        passed=False,
+        source=INI,
+        detail="max_drop:boom: task metric 'mymod:Boom' on records 0..7: E",
+    )
+    assert len(rows) == 2  # one suite item: the ungated metric is not its check
+    whole = _task_rows(task, {"max_drop:boom": 0.1}, whole=True)
+    assert whole[1:] == [
+        Outcome(
+            kind="task",
+            check="task_metrics",
+            scope="task",
+            subject="task metric 'mymod:Bang'",
+            metric="error",
+            op="",
+            threshold=None,
+            value=None,
+            passed=False,
+            source="task_metrics",
+            detail="task metric 'mymod:Bang' on records 8..15: F",
+        )
+    ]
+    assert _task_rows({}, {"min:acc": 0.5})[0].detail.endswith("(computed: none); name one in task_metrics")
+    assert _task_rows(task, {}, whole=True)[0].subject == "task metric 'mymod:Boom'"  # ungated: both fail
+    assert len(_task_rows(task, {}, whole=True)) == 2
+
+
+def test_task_checks_of_a_value_with_nothing_to_count_say_which_side() -> None:
+    rows = _task_rows({"acc": _task("acc", None, 0.5)}, {"max_drop:acc": 0.1, "min:acc": 0.4})
+    assert not rows[0].passed and rows[0].value is None
+    assert rows[0].detail.startswith("acc drop undefined for task 'acc' (nothing to count on the fp32 or the quantized")
+    assert rows[1].passed and rows[1].value == 0.5
+
+
+def test_checks_on_a_target_are_its_output_and_task_checks_named_so() -> None:
+    """``on_target``: a deployment target's run keeps its output and task checks (not rules or layers),
+    each marked with the preset and the preset in its line."""
+    from pytest_qaccuracy.analysis.checks import on_target
+
+    output = _fail("cosine 0.5 < 0.99 for output 'y'")
+    task = _task_rows({"acc": _task("acc", 0.9, 0.8)}, {"min:acc": 0.85})[0]
+    layer = replace(output, scope="layer", check="rules")
+    marked = on_target([output, layer, task], "onnxruntime-vnni")
+    assert [(o.check, o.deployment) for o in marked] == [
+        ("min_cosine", "onnxruntime-vnni"),
+        ("min:acc", "onnxruntime-vnni"),
+    ]
+    assert marked[0].detail == "cosine 0.5 < 0.99 for output 'y' on onnxruntime-vnni"
+    assert marked[1] == replace(task, deployment="onnxruntime-vnni", detail=task.detail + " on onnxruntime-vnni")
