@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 #: name, (batch, channels, height, width), (out channels, group, kernel), stride, exact, the alternative:
 #: a path forced in place of the chosen one, or ``inexact`` (the same call without ``exact``: the path
-#: the sums would take without the exact-sum paths, e.g. im2col on a padded copy for one group)
+#: the sums would take without the exact-sum paths)
 LAYERS = [
     ("float dw 3x3 s1 32ch 128x128", (4, 32, 128, 128), (32, 32, 3), 1, False, "RowsPath"),
     ("float dw 3x3 s1 96ch 64x64", (8, 96, 64, 64), (96, 96, 3), 1, False, "RowsPath"),
@@ -35,9 +35,6 @@ LAYERS = [
     ("exact dw 3x3 s2 144ch 64x64", (8, 144, 64, 64), (144, 144, 3), 2, True, "inexact"),
     ("exact dw 3x3 s1 192ch 32x32", (8, 192, 32, 32), (192, 192, 3), 1, True, "inexact"),
     ("exact dw 5x5 s1 384ch 4x6", (8, 384, 4, 6), (384, 384, 5), 1, True, "GroupedRowPath"),
-    ("exact 3x3 s1 16->16 32x32", (32, 16, 32, 32), (16, 1, 3), 1, True, "inexact"),
-    ("exact 3x3 s2 32->64 64x64", (8, 32, 64, 64), (64, 1, 3), 2, True, "inexact"),
-    ("exact 1x1 s1 16->96 64x64", (8, 16, 64, 64), (96, 1, 1), 1, True, "inexact"),
     ("exact 1-d dw k5 64ch 4096", (8, 64, 4096), (64, 64, 5), 1, True, "Im2colPath"),
     ("float 3-d dw k3 32ch 8x32x32", (4, 32, 8, 32, 32), (32, 32, 3), 1, False, "Im2colPath"),
 ]

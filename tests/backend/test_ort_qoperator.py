@@ -421,7 +421,8 @@ def test_int32_accumulator_wraps_like_onnxruntime(channels: int) -> None:
 
 
 ROW_PATH_CASES = {
-    # name: (kernel (kh, kw), attrs, records): every exact 2-D conv with kh > 1 takes the row path
+    # name: (kernel (kh, kw), attrs, records): every exact grouped 2-D conv takes the row path, every
+    # one-group one im2col on a padded copy
     "3x3": ((3, 3), {"pads": [1, 1, 1, 1]}, 3),
     "5x5-asymmetric-pads": ((5, 5), {"pads": [2, 0, 1, 3]}, 2),
     "3x1": ((3, 1), {"pads": [1, 0, 1, 0]}, 2),
@@ -445,9 +446,9 @@ ROW_PATH_CASES = {
 @pytest.mark.parametrize("chunk", [1 << 23, 700], ids=["one chunk", "row chunks"])
 @pytest.mark.parametrize("case", ROW_PATH_CASES)
 def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Exact convolutions add the kernel rows' partial GEMMs (``row_gemm_chunk``), grouped by residue
-    modulo the vertical stride: bit-exact with onnxruntime for any kernel, pads, dilation, strides,
-    row chunking and thread count (columns come straight from the unpadded input)."""
+    """Exact grouped convolutions add the kernel rows' partial GEMMs (``row_gemm_chunk``), grouped by
+    residue modulo the vertical stride: bit-exact with onnxruntime for any kernel, pads, dilation,
+    strides, row chunking and thread count (columns come straight from the unpadded input)."""
     from pytest_qaccuracy.backend import parallel
     from pytest_qaccuracy.backend.kernels import conv_chunks, conv_core
 
@@ -461,9 +462,9 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
     monkeypatch.setattr(conv_chunks.Source, "_fill_shifted", lambda *a: shifted.append(a[-1]) or original_shifted(*a))
     (kh, kw), attrs, records = ROW_PATH_CASES[case]
     rng = np.random.default_rng(len(case))
-    c, m = (256, 4) if case == "big-accumulator" else (24, 5) if case.startswith("1x1") else (6, 5)
+    c, m = (256, 4) if case == "big-accumulator" else (24, 6) if case.startswith("1x1") else (6, 6)
     x = random_q(rng, np.uint8, (records, c, 11, 10))
-    w = random_q(rng, np.int8, (m, c, kh, kw))
+    w = random_q(rng, np.int8, (m, c // 2, kh, kw))
     if case == "big-accumulator":  # large same-sign products: the float64 GEMM path
         x = rng.integers(200, 256, x.shape).astype(np.uint8)
         w = rng.integers(-128, -100, w.shape).astype(np.int8)
@@ -473,7 +474,9 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
         "wz": np.zeros(m, np.int8), "ys": ys, "yz": np.array(127, np.uint8),
         "b": rng.integers(-20000, 20000, m).astype(np.int32),
     }  # fmt: skip
-    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[kh, kw], **attrs)
+    model = node_model(
+        "QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[kh, kw], group=2, **attrs
+    )
     monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
     want = ort_run(model, {"x": x})[0]
     got = IntegerSession(model, threads=threads).run(None, {"x": x})[0]
@@ -487,6 +490,41 @@ def test_qlinear_conv_row_path(case: str, chunk: int, threads: int, monkeypatch:
     assert set(shifted) == whole_rows.get(case, set()), "whole shifted rows used (or not) as expected"
     split_rows = chunk == 700 or threads >= 2 * records  # too few records for the threads: rows are shared
     assert (len(set(calls)) > 1) == split_rows, f"row chunks starting at {sorted(set(calls))}"
+
+
+@pytest.mark.parametrize("case", ROW_PATH_CASES)
+def test_qlinear_conv_one_group_takes_im2col(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exact one-group convolution that onnxruntime does not compute runs im2col on a padded copy
+    (the row path gained nothing on whole nets): bit-exact with onnxruntime for every geometry of the
+    row path's cases, in row chunks on three threads."""
+    from pytest_qaccuracy.backend import parallel
+    from pytest_qaccuracy.backend.kernels import conv_chunks, conv_core
+
+    taken: list[str] = []
+    real_choose = conv_core.choose_path
+    monkeypatch.setattr(conv_core, "choose_path", lambda *a: taken.append(real_choose(*a).__name__) or real_choose(*a))
+    monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", 700)
+    monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", 700)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    (kh, kw), attrs, records = ROW_PATH_CASES[case]
+    rng = np.random.default_rng(len(case) + 100)
+    c, m = (256, 4) if case == "big-accumulator" else (6, 5)
+    x = random_q(rng, np.uint8, (records, c, 11, 10))
+    w = random_q(rng, np.int8, (m, c, kh, kw))
+    if case == "big-accumulator":  # large same-sign products: float64 sums
+        x = rng.integers(200, 256, x.shape).astype(np.uint8)
+        w = rng.integers(-128, -100, w.shape).astype(np.int8)
+    inits = {
+        "xs": f32(0.0173), "xz": np.array(7, np.uint8), "w": w, "ws": rng.uniform(0.002, 0.02, m).astype(f32),
+        "wz": np.zeros(m, np.int8), "ys": f32(300.0) if case == "big-accumulator" else f32(0.37),
+        "yz": np.array(127, np.uint8), "b": rng.integers(-20000, 20000, m).astype(np.int32),
+    }  # fmt: skip
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[kh, kw], **attrs)
+    want = ort_run(model, {"x": x})[0]
+    got = IntegerSession(model, threads=3).run(None, {"x": x})[0]
+    assert_same(got, want, case)
+    assert _saturated(got) < 0.25
+    assert taken == ["Im2colPath"]
 
 
 FOLD_CASES = {

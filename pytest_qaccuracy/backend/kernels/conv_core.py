@@ -7,15 +7,18 @@ needs, and computes one chunk's sums. :func:`choose_path` picks one from the con
 ==================  =================================================  ==================================
 path                when                                               how (module)
 ==================  =================================================  ==================================
-``RowPath``         2-D, exact sums, one group                          kernel rows as GEMMs (conv_gemm)
 ``NhwcPath``        2-D depthwise on at most 32 outputs per channel     taps, channels last
-``GroupedRowPath``  2-D, exact sums, grouped or depthwise               blocks of groups, the same GEMMs
+``GroupedRowPath``  2-D, exact sums, grouped or depthwise               kernel rows as GEMMs on blocks of
+                                                                       groups (conv_gemm)
 ``FlatPath``        2-D float depthwise, stride 1, >= 64 columns        taps on the padded width
 ``NhwcPath``        2-D float depthwise, more channels than columns     taps, channels last
 ``RowsPath``        other 2-D float depthwise                           taps, channels first
 ``OrtPath``         2-D, exact float32 sums, large, weights constant    onnxruntime's Conv (conv_ort)
 ``Im2colPath``      the rest                                            im2col + one GEMM (conv_gemm)
 ==================  =================================================  ==================================
+
+Exact one-group convolutions that onnxruntime does not compute take ``Im2colPath`` on a padded copy:
+the kernel rows' GEMMs were 0.87-1.15x as fast on whole nets (``docs/performance.md``).
 
 ``OrtPath`` is chosen by the caller (``weights=``) rather than by :func:`choose_path`: only the
 caller knows the weights are a constant that lives across runs, whose session is worth building.
@@ -131,8 +134,9 @@ class ConvPath:
         raise NotImplementedError
 
 
-class RowPath(ConvPath):
-    """Exact 2-D sums by kernel rows (:func:`~.conv_gemm.row_gemm_chunk`), as ``blocks`` dense GEMMs."""
+class GroupedRowPath(ConvPath):
+    """Exact 2-D sums of a grouped convolution by kernel rows (:func:`~.conv_gemm.row_gemm_chunk`):
+    blocks of groups, each a block-diagonal dense GEMM."""
 
     gemm_bias = True
 
@@ -147,12 +151,13 @@ class RowPath(ConvPath):
         self.source = dataclasses.replace(source, x=source.x.reshape(n, blocks, c // blocks, *source.x.shape[2:]))
 
     def blocks(self) -> int:
-        """Dense convolutions the weights make: one."""
-        return 1
+        """Dense convolutions the groups make."""
+        conv = self.conv
+        return conv.group // groups_per_block(conv.group, conv.channels // conv.group)
 
     def dense_weights(self, blocks: int) -> np.ndarray:
         """``(blocks, M/blocks, C/blocks, kh, kw)``."""
-        return self.conv.w[None]
+        return block_weights(self.conv.w, self.conv.group, blocks)
 
     def scratch_per_row(self) -> int:
         conv = self.conv
@@ -160,17 +165,6 @@ class RowPath(ConvPath):
 
     def compute(self, chunk: Chunk, target: np.ndarray) -> None:
         row_gemm_chunk(self.source, self.classes, target, self.conv.kernel_shape[1], chunk)
-
-
-class GroupedRowPath(RowPath):
-    """The row path of a grouped convolution: blocks of groups, each a block-diagonal dense GEMM."""
-
-    def blocks(self) -> int:
-        conv = self.conv
-        return conv.group // groups_per_block(conv.group, conv.channels // conv.group)
-
-    def dense_weights(self, blocks: int) -> np.ndarray:
-        return block_weights(self.conv.w, self.conv.group, blocks)
 
 
 class DepthwisePath(ConvPath):
@@ -291,14 +285,12 @@ def choose_path(
 ) -> type[ConvPath]:
     """The path of a convolution (see the table in this module's docstring).
 
-    ``from_source``: a 2-D convolution whose input is read unpadded (exact, or depthwise);
+    ``from_source``: a 2-D convolution whose input is read unpadded (grouped and exact, or depthwise);
     ``width`` and ``positions``: the output's columns and outputs per channel.
     """
     depthwise = c == group > 1
-    if not from_source:
+    if not from_source or group == 1:
         return Im2colPath
-    if group == 1:
-        return RowPath
     if depthwise and mg == 1 and positions is not None and positions <= NHWC_MAX_POSITIONS:
         return NhwcPath
     if exact:
@@ -340,7 +332,7 @@ def conv_core(
             chunk is scratch and may be overwritten) into ``dest``, a view of the ``out_dtype``
             output, e.g. requantization while the chunk is still in cache.
         exact: the sums are exact in ``dtype`` (integer operands under the bound), so they may be
-            added in any order: 2-D kernels then take the row path.
+            added in any order: grouped 2-D kernels then take the row path.
         pads: begin then end pads of an unpadded ``xp``.
         offset: subtracted from an unpadded ``xp`` (the input's zero point).
         padding: the value of padded positions of an unpadded ``xp`` (after ``offset``): 0, or the
@@ -363,20 +355,22 @@ def conv_core(
     m = w.shape[0]
     depthwise = c // group == 1 and group > 1
     x: np.ndarray | Source
-    if len(kernel_shape) == 2 and (exact or depthwise):  # read the unpadded input chunk by chunk
+    in_onnxruntime = weights is not None
+    if len(kernel_shape) == 2 and (depthwise or in_onnxruntime or (exact and group > 1)):  # read unpadded
         x = Source(xp, [0] * 4 if pads is None else list(pads), offset if pads is not None else 0, padding)
         padded_spatial = x.padded_spatial
     else:
         x = xp if pads is None else conv_chunks.to_padded(xp, pads, offset, dtype, padding)
         padded_spatial = x.shape[2:]
     out_spatial = output_shape(padded_spatial, kernel_shape, strides, dilations)
-    kind = choose_path(
-        isinstance(x, Source), exact, group, c, m // group, strides, out_spatial[-1], math.prod(out_spatial)
+    kind = (
+        OrtPath
+        if in_onnxruntime
+        else choose_path(
+            isinstance(x, Source), exact, group, c, m // group, strides, out_spatial[-1], math.prod(out_spatial)
+        )
     )
-    in_onnxruntime = weights is not None
     threads = parallel.current()
-    if in_onnxruntime:
-        kind = OrtPath
     in_gemm = bias is not None and bias_in_gemm and kind.gemm_bias
     conv = Conv(x, w, group, strides, dilations, dtype, out_spatial, weights, 1 if n >= threads else threads)
     path = kind(conv, bias if in_gemm else None)
@@ -478,7 +472,6 @@ __all__ = [
     "Im2colPath",
     "NhwcPath",
     "OrtPath",
-    "RowPath",
     "RowsPath",
     "choose_path",
     "conv_core",
