@@ -529,7 +529,8 @@ class QAccuracySession:
         except ValueError as exc:  # the message names the file and the bad key
             return [drift_row("baseline", "baseline", "", f"unreadable baseline: {exc}")], []
         if document is None:
-            if not self.settings.baseline_required:  # compared automatically: a new pair has none yet
+            # compared automatically, a new pair has none yet; or this session writes it
+            if not self.settings.baseline_required or self.settings.save_baseline_dir == directory:
                 return [], []
             detail = f"no baseline for pair '{spec.id}' in {directory} ({UPDATE_HINT})"
             return [drift_row("baseline", "baseline", "", detail)], []

@@ -69,7 +69,6 @@ OPTIONS: dict[str, Option] = {
     "providers": Option.named("providers", lines=True),
     "batch_size": Option("qaccuracy_batch_size"),
     "baseline_dir": Option("qaccuracy_baseline_dir", "--qaccuracy-baseline", "qaccuracy_baseline"),
-    "save_baseline": Option(flag="--qaccuracy-save-baseline", dest="qaccuracy_save_baseline"),
     "max_drift": Option.named("max_drift", lines=True),
     "fail_on_improvement": Option.named("fail_on_improvement"),
     "junit_properties": Option("qaccuracy_junit_properties"),
@@ -215,13 +214,6 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         metavar="DIR",
         help="Use DIR as the baseline folder; every pair that runs must have a baseline there",
-    )
-    group.addoption(
-        "--qaccuracy-save-baseline",
-        dest="qaccuracy_save_baseline",
-        default=None,
-        metavar="DIR",
-        help="Write the baselines of every pair that ran to DIR, failing ones included (older spelling)",
     )
     group.addoption(
         "--qaccuracy-prune-baselines",
@@ -450,20 +442,15 @@ def _path(config: pytest.Config, name: str) -> Path | None:
 
 
 def _baselines(config: pytest.Config) -> dict[str, Any]:
-    """The baseline folder (``--qaccuracy-baseline`` > ini > default) and where the session writes.
-
-    ``--qaccuracy-save-baseline=DIR`` keeps its old meaning: every pair, to DIR.
-    """
+    """The baseline folder (``--qaccuracy-baseline`` > ini > default) and where the session writes."""
     folder = _path(config, "baseline_dir") or config.rootpath / DEFAULT_BASELINES
     save_all = bool(config.getoption("qaccuracy_update_all_baselines"))
-    save = _path(config, "save_baseline")
-    if save is None and (save_all or config.getoption("qaccuracy_update_baselines")):
-        save = folder
+    save = folder if save_all or config.getoption("qaccuracy_update_baselines") else None
     return {
         "baseline_dir": folder,
         "save_baseline_dir": save,
         "baseline_required": bool(config.getoption("qaccuracy_baseline")),
-        "save_failing_baselines": save_all or config.getoption("qaccuracy_save_baseline") is not None,
+        "save_failing_baselines": save_all,
         "prune_baselines": bool(config.getoption("qaccuracy_prune_baselines")),
     }
 

@@ -21,7 +21,7 @@ data = "data/digits_test.npz"
 
 def test_save_compare_and_drift(digits: pytest.Pytester) -> None:
     digits.makefile(".toml", qaccuracy_models=SUITE)
-    digits.runpytest("--qaccuracy-save-baseline=base").assert_outcomes(passed=1)
+    digits.runpytest("--qaccuracy-baseline=base", "--qaccuracy-update-all-baselines").assert_outcomes(passed=2)
     saved = list((digits.path / "base").glob("*.json"))
     assert len(saved) == 1 and saved[0].name.startswith("qdq-")
     document = json.loads(saved[0].read_text())
@@ -51,7 +51,7 @@ def test_missing_baseline_and_relative_rule(digits: pytest.Pytester) -> None:
     result = digits.runpytest("--qaccuracy-baseline=empty")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["no baseline for pair 'qdq' in *empty (write one with --qaccuracy-update-baselines)*"])
-    digits.runpytest("--qaccuracy-save-baseline=base")
+    digits.runpytest("--qaccuracy-baseline=base", "--qaccuracy-update-all-baselines")
     result = digits.runpytest("--qaccuracy-baseline=base", "--qaccuracy-max-drift=sqnr:+1")
     result.stdout.fnmatch_lines(["drift rule 'sqnr:+1': sqnr gets worse as it falls; write sqnr:-1 *"])
     digits.runpytest("--qaccuracy-baseline=base", "--qaccuracy-max-drift=mse:+20%").assert_outcomes(passed=2)
@@ -200,7 +200,7 @@ def test_a_drift_rule_naming_no_metric_fails_naming_it_and_the_known_metrics(dig
     """``sqrn:-1`` (misspelt) is no registered metric and no pair's task value: the drift check fails
     with one line naming the rule and what it could have named, instead of skipping the rule."""
     digits.makefile(".toml", qaccuracy_models=SUITE)
-    digits.runpytest("--qaccuracy-save-baseline=base")
+    digits.runpytest("--qaccuracy-baseline=base", "--qaccuracy-update-all-baselines")
     result = digits.runpytest("--qaccuracy-baseline=base", "--qaccuracy-max-drift=sqrn:-1")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*drift rule 'sqrn:-1': unknown metric 'sqrn' (known: *cosine*sqnr*)*"])

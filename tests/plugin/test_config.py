@@ -266,8 +266,8 @@ def test_strict_markers_and_warnings_as_errors(digits: pytest.Pytester) -> None:
             qaccuracy.check()
         """
     )
-    result = digits.runpytest("--junitxml=out.xml", "--qaccuracy-save-baseline=base")
-    result.assert_outcomes(passed=2, warnings=0)
+    result = digits.runpytest("--junitxml=out.xml", "--qaccuracy-baseline=base", "--qaccuracy-update-all-baselines")
+    result.assert_outcomes(passed=3, warnings=0)
     digits.runpytest("--qaccuracy-baseline=base").assert_outcomes(passed=3, warnings=0)
 
 
