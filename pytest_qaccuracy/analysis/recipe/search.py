@@ -38,10 +38,10 @@ from typing import Any
 
 from pytest_qaccuracy.analysis.recipe.build import (
     ESTIMATED_AS,
-    HISTOGRAM_RULES,
     RecipeBuilder,
     check_method,
     default_methods,
+    method_rank,
 )
 from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
@@ -56,13 +56,21 @@ SCHEMA_VERSION = 1
 GLOBAL_CHOICES = ("per_channel", "reduce_range", "method", "activation_type", "weight_type")
 #: How the search ended.
 STOPS = ("done", "budget", "interrupted")
-#: The share of a time budget the global phase's estimates may use (the node phase needs the rest).
+#: The share of a time budget the global phase's estimates may use (the node phase needs the rest);
+#: the time its histogram passes take is added to it (statistics are an investment, not an estimate).
 GLOBAL_SHARE = 0.3
+#: The floor of the first histogram method: its statistics may start while they are expected to end
+#: within this share of a time budget, whatever the estimates before them took (a model whose
+#: comparison is quick leaves the global phase a few seconds, less than one histogram pass).
+STATISTICS_SHARE = 0.5
 #: Verified prefixes of the node order before the search keeps every candidate in float.
 RETRIES = 3
 #: What the node phase keeps for the experiment after its estimates, in longest experiments so far
 #: (an estimate pass and the experiment's own time vary from one to the next on a loaded host).
 EXPERIMENT_SLACK = 1.25
+#: Estimates (the longest so far) the node ranking leaves for the prefix search: the whole order in
+#: float, the order's head, a bisection step.
+PREFIX_RESERVE = 3
 #: Prefix lengths (past the last one known to miss) estimated before the node order is bisected.
 SHORT_PREFIXES = (1, 2, 4, 8)
 
@@ -284,6 +292,8 @@ class RecipeSearch:
         self.estimates: dict[Recipe, Step] = {}
         self.global_rows: dict[Recipe, Step] = {}  # global choices (methods as estimated) -> their estimate
         self.base_models: dict[Recipe, Path] = {}
+        self.statistics_seconds = 0.0  # the global phase's histogram passes (not counted in its share)
+        self.extended = False  # a histogram method improved the global phase's margin: its share grows
         self.evaluator: Evaluator | None = None
 
     # -- experiments ---------------------------------------------------------------------------
@@ -311,6 +321,14 @@ class RecipeSearch:
             return None
         experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
         return self.budget.seconds - (time.monotonic() - self.started) - EXPERIMENT_SLACK * experiment
+
+    def _ranking_left(self) -> float | None:
+        """The seconds the node ranking may still use: :meth:`_estimates_left` less
+        :data:`PREFIX_RESERVE` estimates (the longest so far), kept for the prefix search after it."""
+        left = self._estimates_left()
+        if left is None:
+            return None
+        return left - PREFIX_RESERVE * max((s.seconds for s in self.steps if s.estimated), default=0.0)
 
     def _room_for_estimate(self) -> bool:
         """Whether one more estimate (the longest so far) fits in :meth:`_estimates_left`."""
@@ -472,34 +490,32 @@ class RecipeSearch:
         if host is None:
             host = self._estimate_global(edits, self.start, "starting recipe").margin
         current, margin = self.start, host if host is not None else -math.inf
-        # first each value of each choice once, on the best recipe of its time; when a pass over the
-        # moves changes nothing, every choice again from the best recipe (coordinate descent), each
-        # global recipe estimated once
+        # coordinate descent on the moves whose statistics exist; then the cheapest method that needs a
+        # histogram pass, whose move the next descent estimates (and descends from when it improves)
         tried = {self.start}
         values = {(dimension, getattr(self.start, dimension)) for dimension in GLOBAL_CHOICES}
-        share = None if self.budget.seconds is None else self.started + GLOBAL_SHARE * self.budget.seconds
-        improved, revisit, spent = True, False, False
-        while margin < 0 and not spent:
-            if not improved:
-                if revisit:
-                    break
-                revisit = True
-            improved = False
-            for change, recipe in self._global_moves(current):
-                if share is not None and time.monotonic() + self.builder.expected_seconds(recipe) >= share:
-                    self._note(f"global phase: its share of the budget ({GLOBAL_SHARE:.0%}) is spent")
-                    spent = True
-                    break
-                dimension = change.partition("=")[0]
-                value = (dimension, getattr(recipe, dimension, None))
-                if dimension not in self.vary or recipe in tried or (not revisit and value in values):
-                    continue
-                tried.add(recipe)
-                values.add(value)
-                step = self._estimate_global(edits, recipe, change)
-                if step.skipped is None and step.margin is not None and step.margin > margin:
-                    current, margin, improved = recipe, step.margin, True
-                    break  # the next moves start from the improved recipe
+        while margin < 0:
+            current, margin, spent = self._descend(edits, current, margin, tried, values)
+            if margin >= 0 or spent:
+                break
+            pending = sorted(
+                (
+                    (self.builder.expected_seconds(recipe), change, recipe)
+                    for change, recipe in self._global_moves(current)
+                    if "method" in self.vary and recipe not in tried and self.builder.needs(recipe) is not None
+                ),
+                key=lambda move: move[0],
+            )
+            if not pending:
+                break
+            expected, change, recipe = pending[0]
+            if not self._global_fits(recipe):
+                self._note(
+                    f"global phase: {change} not estimated: its histograms (expected {expected:.1f}s) "
+                    "would not end within the phase's share of the budget"
+                )
+                break
+            self._statistics(recipe)
         if current == self.start:
             return self.start
         if margin >= 0:  # estimated to pass at cost 0: verified, it is the answer
@@ -512,6 +528,67 @@ class RecipeSearch:
         onnx.save(edits.model(current, self.builder.estimated_ranges(current)), str(path))
         self.base_models[current] = path
         return current
+
+    def _descend(
+        self, edits: Any, current: Recipe, margin: float, tried: set[Recipe], values: set[tuple[str, Any]]
+    ) -> tuple[Recipe, float, bool]:
+        """Coordinate descent over the global moves whose statistics exist: first each value of each
+        choice once, on the best recipe of its time; when a pass over the moves changes nothing, every
+        choice again from the best recipe; each global recipe estimated once (``tried``, ``values``:
+        shared by the calls). Returns the best recipe, its margin, and whether the phase's time is spent."""
+        improved, revisit = True, False
+        while margin < 0:
+            if not improved:
+                if revisit:
+                    break
+                revisit = True
+            improved = False
+            for change, recipe in self._global_moves(current):
+                dimension = change.partition("=")[0]
+                value = (dimension, getattr(recipe, dimension, None))
+                if dimension not in self.vary or recipe in tried or (not revisit and value in values):
+                    continue
+                if self.builder.needs(recipe) is not None:  # a histogram pass first: the caller's choice
+                    continue
+                if not self._global_fits(recipe):
+                    self._note("global phase: its share of the budget is spent")
+                    return current, margin, True
+                tried.add(recipe)
+                values.add(value)
+                step = self._estimate_global(edits, recipe, change)
+                if step.skipped is None and step.margin is not None and step.margin > margin:
+                    if method_rank(recipe.method) > method_rank(current.method):
+                        self.extended = True  # new ranges: the other choices deserve another look
+                    current, margin, improved = recipe, step.margin, True
+                    break  # the next moves start from the improved recipe
+        return current, margin, False
+
+    def _statistics(self, recipe: Recipe) -> None:
+        """The histogram pass the recipe's ranges need, if any, timed apart from its estimate (it
+        counts in :attr:`statistics_seconds`, not as an estimate's time)."""
+        kind = self.builder.needs(recipe)
+        if kind is None:
+            return
+        expected = self.builder.expected_seconds(recipe)
+        self._note(f"global phase: the {kind} histograms for method={recipe.method} (expected {expected:.1f}s)")
+        began = time.monotonic()
+        self.builder.estimated_ranges(recipe)
+        self.statistics_seconds += time.monotonic() - began
+
+    def _global_fits(self, recipe: Recipe) -> bool:
+        """Whether the global phase may estimate ``recipe`` now, its statistics included (their
+        expected time, :meth:`~.build.RecipeBuilder.expected_seconds`): within :data:`GLOBAL_SHARE` of
+        a time budget plus the time its histogram passes took; within :data:`STATISTICS_SHARE` for
+        the first histogram method (the floor), and for every move once a histogram method improved
+        the margin (the other choices are decided again on its ranges)."""
+        if self.budget.seconds is None:
+            return True
+        seconds = self.budget.seconds
+        share = GLOBAL_SHARE * seconds + self.statistics_seconds
+        expected = self.builder.expected_seconds(recipe)
+        if self.extended or (expected > 0 and not self.builder.folded):
+            share = max(share, STATISTICS_SHARE * seconds)
+        return time.monotonic() - self.started + expected < share
 
     def _estimate_global(self, edits: Any, recipe: Recipe, change: str) -> Step:
         """An estimate of global choices; a recipe whose edited model is one already estimated (a
@@ -542,7 +619,7 @@ class RecipeSearch:
         flip = {"uint8": "int8", "int8": "uint8"}
         yield f"per_channel={not recipe.per_channel}", replace(recipe, per_channel=not recipe.per_channel)
         yield f"reduce_range={not recipe.reduce_range}", replace(recipe, reduce_range=not recipe.reduce_range)
-        slow = [m for m in self.methods if ESTIMATED_AS.get(m, m) in HISTOGRAM_RULES]
+        slow = sorted((m for m in self.methods if method_rank(m)[0]), key=method_rank)
         for method in [m for m in self.methods if m not in slow]:
             if method != recipe.method:
                 yield f"method={method}", replace(recipe, method=method)
@@ -550,7 +627,7 @@ class RecipeSearch:
         yield f"activation_type={activation}", replace(recipe, activation_type=activation)
         weight = flip[recipe.weight_type]
         yield f"weight_type={weight}", replace(recipe, weight_type=weight)
-        for method in slow:  # their ranges need a second pass over the calibration records: last
+        for method in slow:  # their ranges need a histogram pass over the calibration records: last
             if method != recipe.method:
                 yield f"method={method}", replace(recipe, method=method)
 
@@ -608,7 +685,7 @@ class RecipeSearch:
             self._measured_margin,
         ) as estimator:
             # the ranking first (the prefix search is only as good as its order), then what time is left
-            order = estimator.order(nodes, float_cost, self._estimates_left)
+            order = estimator.order(nodes, float_cost, self._ranking_left)
             passing = self._verified_prefix(base, estimator, order)
             if passing is None:
                 return
