@@ -491,12 +491,13 @@ class RecipeSearch:
             host = self._estimate_global(edits, self.start, "starting recipe").margin
         current, margin = self.start, host if host is not None else -math.inf
         # coordinate descent on the moves whose statistics exist; then the cheapest method that needs a
-        # histogram pass, whose move the next descent estimates (and descends from when it improves)
+        # histogram pass (within the floor even when the descent spent the phase's share), and the
+        # descent again from it when it improves
         tried = {self.start}
         values = {(dimension, getattr(self.start, dimension)) for dimension in GLOBAL_CHOICES}
         while margin < 0:
-            current, margin, spent = self._descend(edits, current, margin, tried, values)
-            if margin >= 0 or spent:
+            current, margin = self._descend(edits, current, margin, tried, values)
+            if margin >= 0:
                 break
             pending = sorted(
                 (
@@ -515,7 +516,12 @@ class RecipeSearch:
                     "would not end within the phase's share of the budget"
                 )
                 break
+            tried.add(recipe)
+            values.add(("method", recipe.method))
             self._statistics(recipe)
+            step = self._estimate_global(edits, recipe, change)
+            if step.skipped is None and step.margin is not None and step.margin > margin:
+                current, margin, self.extended = recipe, step.margin, True  # the others decided again on it
         if current == self.start:
             return self.start
         if margin >= 0:  # estimated to pass at cost 0: verified, it is the answer
@@ -531,11 +537,12 @@ class RecipeSearch:
 
     def _descend(
         self, edits: Any, current: Recipe, margin: float, tried: set[Recipe], values: set[tuple[str, Any]]
-    ) -> tuple[Recipe, float, bool]:
+    ) -> tuple[Recipe, float]:
         """Coordinate descent over the global moves whose statistics exist: first each value of each
         choice once, on the best recipe of its time; when a pass over the moves changes nothing, every
         choice again from the best recipe; each global recipe estimated once (``tried``, ``values``:
-        shared by the calls). Returns the best recipe, its margin, and whether the phase's time is spent."""
+        shared by the calls), while they fit in the phase's share (:meth:`_global_fits`). Returns the
+        best recipe and its margin."""
         improved, revisit = True, False
         while margin < 0:
             if not improved:
@@ -552,7 +559,7 @@ class RecipeSearch:
                     continue
                 if not self._global_fits(recipe):
                     self._note("global phase: its share of the budget is spent")
-                    return current, margin, True
+                    return current, margin
                 tried.add(recipe)
                 values.add(value)
                 step = self._estimate_global(edits, recipe, change)
@@ -561,7 +568,7 @@ class RecipeSearch:
                         self.extended = True  # new ranges: the other choices deserve another look
                     current, margin, improved = recipe, step.margin, True
                     break  # the next moves start from the improved recipe
-        return current, margin, False
+        return current, margin
 
     def _statistics(self, recipe: Recipe) -> None:
         """The histogram pass the recipe's ranges need, if any, timed apart from its estimate (it
