@@ -580,7 +580,9 @@ class RecipeSearch:
         self._note(f"global phase: the {kind} histograms for method={recipe.method} (expected {expected:.1f}s)")
         began = time.monotonic()
         self.builder.estimated_ranges(recipe)
-        self.statistics_seconds += time.monotonic() - began
+        took = time.monotonic() - began
+        self.statistics_seconds += took
+        self._note(f"global phase: the {kind} histograms took {took:.1f}s")
 
     def _global_fits(self, recipe: Recipe) -> bool:
         """Whether the global phase may estimate ``recipe`` now, its statistics included (their
