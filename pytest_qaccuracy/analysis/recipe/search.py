@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.analysis.recipe.build import (
-    ESTIMATED_AS,
     RecipeBuilder,
     check_method,
     default_methods,
@@ -290,7 +289,8 @@ class RecipeSearch:
         self.best: Step | None = None
         self.seen: dict[Recipe, Step] = {}
         self.estimates: dict[Recipe, Step] = {}
-        self.global_rows: dict[Recipe, Step] = {}  # global choices (methods as estimated) -> their estimate
+        self.global_rows: dict[tuple[Any, ...], Step] = {}  # global choices (ranges as estimated) -> their estimate
+        self.fingerprints: dict[tuple[str, str], int] = {}  # (method, activation type) -> its estimated ranges'
         self.base_models: dict[Recipe, Path] = {}
         self.statistics_seconds = 0.0  # the global phase's histogram passes (not counted in its share)
         self.extended = False  # a histogram method improved the global phase's margin: its share grows
@@ -484,7 +484,7 @@ class RecipeSearch:
         )
         host = judge({HOST: first.measured[HOST]}, self.checks).margin if HOST in first.measured else None
         if host is not None:  # the start's own model is what an estimate of its choices would run
-            self.global_rows[self.start] = replace(
+            self.global_rows[self._row_key(self.start)] = replace(
                 first, measured={HOST: first.measured[HOST]}, passed=host >= 0, margin=host, estimated=True
             )
         if host is None:
@@ -599,10 +599,21 @@ class RecipeSearch:
             share = max(share, STATISTICS_SHARE * seconds)
         return time.monotonic() - self.started + expected < share
 
+    def _row_key(self, recipe: Recipe) -> tuple[Any, ...]:
+        """What a global recipe's edited model depends on: its choices but the method, and the method's
+        estimated ranges (a fingerprint)."""
+        key = (recipe.method, recipe.activation_type)
+        if key not in self.fingerprints:
+            ranges = self.builder.estimated_ranges(recipe)
+            self.fingerprints[key] = hash(tuple(sorted(ranges.items())))
+        rest = replace(recipe, method=self.start.method)
+        return rest, self.fingerprints[key]
+
     def _estimate_global(self, edits: Any, recipe: Recipe, change: str) -> Step:
         """An estimate of global choices; a recipe whose edited model is one already estimated (a
-        method estimated with another's ranges, :data:`~.build.ESTIMATED_AS`) reuses that row."""
-        same = replace(recipe, method=ESTIMATED_AS.get(recipe.method, recipe.method))
+        method whose estimated ranges equal another's: onnxruntime's MinMax and Entropy calibrators,
+        :data:`~.build.ESTIMATED_AS`, or ``moving-average`` over fewer records than its batch) reuses that row."""
+        same = self._row_key(recipe)
         earlier = self.global_rows.get(same)
         if earlier is not None and recipe not in self.estimates:
             step = replace(
