@@ -588,14 +588,14 @@ class RecipeSearch:
         """Whether the global phase may estimate ``recipe`` now, its statistics included (their
         expected time, :meth:`~.build.RecipeBuilder.expected_seconds`): within :data:`GLOBAL_SHARE` of
         a time budget plus the time its histogram passes took; within :data:`STATISTICS_SHARE` for
-        the first histogram method (the floor), and for every move once a histogram method improved
-        the margin (the other choices are decided again on its ranges)."""
+        the first histogram method (the floor), and for the moves that need no histogram pass once a
+        histogram method improved the margin (the other choices are decided again on its ranges)."""
         if self.budget.seconds is None:
             return True
         seconds = self.budget.seconds
         share = GLOBAL_SHARE * seconds + self.statistics_seconds
         expected = self.builder.expected_seconds(recipe)
-        if self.extended or (expected > 0 and not self.builder.folded):
+        if (expected == 0 and self.extended) or (expected > 0 and not self.builder.folded):
             share = max(share, STATISTICS_SHARE * seconds)
         return time.monotonic() - self.started + expected < share
 
