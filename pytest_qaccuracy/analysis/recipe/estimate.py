@@ -118,11 +118,13 @@ class Estimator:
         what: str,
         proxy: bool = False,
         room: Callable[[], float | None] | None = None,
+        enough: Callable[[list[float]], bool] | None = None,
     ) -> list[float]:
         """The estimated margin (:func:`~.measure.judge`) with each set of nodes in float (``proxy``:
         the proxy check's, for ranking); with ``room`` (the seconds estimates may still use, None:
-        unbounded), the work-reuse runner's passes hold what fits in them at the first pass's pace,
-        and the list is as long as what was estimated."""
+        unbounded), the work-reuse runner's passes hold what fits in them (at most :data:`FIRST_CHUNK`
+        sets each, half the room at the slowest pace so far), and the list is as long as what was
+        estimated; it also ends after a pass when ``enough(margins so far)``."""
         # one or two sets: whole edited models run as deployed (faster than the partial sessions of
         # the work-reuse runner when most of a large graph changes); many: the runner packs them
         if self.measure is not None and not proxy and (not self.direct or len(floats) <= WHOLE_MODELS):
@@ -137,8 +139,9 @@ class Estimator:
         pace, slowest = None, 0.0
         while len(out) < len(floats):
             left = None if room is None or pace is None else room()
-            if left is not None:  # half the room at the slowest pace so far: a slower pass cannot overrun it
-                size = min(size, int(ROOM_SHARE * left / max(slowest, 1e-3)))
+            if left is not None:  # half the room at the slowest pace so far, in short passes: the
+                # pace differs from node to node, and a pass cannot be stopped
+                size = min(size, FIRST_CHUNK, int(ROOM_SHARE * left / max(slowest, 1e-3)))
                 if size < 1:
                     self.note(f"{what}: {len(out)}/{len(floats)} estimated, no time left for the others")
                     break
@@ -153,6 +156,8 @@ class Estimator:
             pace = (time.monotonic() - began) / len(chunk)
             slowest = max(slowest, pace)
             size = max(1, min(MAX_CHUNK, int(NOTE_SECONDS / max(pace, 1e-3))))
+            if enough is not None and enough(out):
+                break
         return out
 
     def order(
@@ -167,6 +172,7 @@ class Estimator:
         experiment per node would cost hundreds of forward passes on a large model. Nodes whose
         gain was not estimated in the ``room()`` left (seconds, :meth:`margins`) rank as gaining nothing;
         those chosen by their loss are estimated by that loss per cost, the output's writers first.
+        With ``room``, the ranking ends after the pass that finds a node estimated to pass alone.
         """
         records = self.session.records
         drops: dict[str, float] = {}
@@ -183,7 +189,15 @@ class Estimator:
             # 30th by drop, 2nd per cost, passes alone)
             chosen = [*last, *sorted(chosen[len(last) :], key=lambda n: -drops[n] / max(cost(n), 1e-9))]
         self.note(f"ranking {len(chosen)} node(s) by the gain of each alone in float on {records} evaluation record(s)")
-        base, *single = self.margins([[], *([n] for n in chosen)], "ranking", proxy=not self.direct, room=room)
+
+        # with a time budget, the ranking ends at a node estimated to pass alone: the prefix search's
+        # head has its answer, and the time left goes to verifying it
+        def passes_alone(margins: list[float]) -> bool:
+            return room is not None and self.direct and any(m >= 0 for m in margins[1:])
+
+        base, *single = self.margins(
+            [[], *([n] for n in chosen)], "ranking", proxy=not self.direct, room=room, enough=passes_alone
+        )
         gains = {  # the nodes estimated before time ran out
             n: (m - base if math.isfinite(m) and math.isfinite(base) else 0.0)
             for n, m in zip(chosen, single, strict=False)

@@ -601,7 +601,10 @@ class RecipeSearch:
 
     def _row_key(self, recipe: Recipe) -> tuple[Any, ...]:
         """What a global recipe's edited model depends on: its choices but the method, and the method's
-        estimated ranges (a fingerprint)."""
+        estimated ranges (a fingerprint; the recipe itself while they need a histogram pass: a
+        starting recipe of onnxruntime's percentile calibrator)."""
+        if self.builder.needs(recipe) is not None:
+            return recipe, None
         key = (recipe.method, recipe.activation_type)
         if key not in self.fingerprints:
             ranges = self.builder.estimated_ranges(recipe)
