@@ -63,6 +63,10 @@ ESTIMATED_AS = {"ort-minmax": "minmax", "ort-entropy": "minmax"}
 #: Together in one pass the three cost 3.5x / 5.8x: a pass per kind is cheaper as long as the
 #: search stops before it needs all three.
 HISTOGRAM_PASSES = {"mse": 2.0, "magnitude": 2.5, "kl": 3.5}
+#: onnxruntime's own calibrators, run when a recipe naming them is first written, in extrema passes
+#: (the PP-OCRv4 recognizer, host under load: its Percentile calibrator about 10 s against a 1.15 s
+#: extrema pass; Entropy collects the same histograms; MinMax runs onnxruntime's augmented model once).
+ORT_PASSES = {"ort-minmax": 2.0, "ort-entropy": 9.0, "ort-percentile": 9.0}
 #: Rules that need a histogram pass (the others read the extrema pass alone), cheapest first.
 HISTOGRAM_RULES = tuple(sorted(C.HISTOGRAM_OF, key=lambda rule: HISTOGRAM_PASSES[C.HISTOGRAM_OF[rule]]))
 
@@ -172,6 +176,13 @@ class RecipeBuilder:
         histogram pass and the rule), from the extrema pass's time."""
         kind = self.needs(recipe)
         return 0.0 if kind is None else HISTOGRAM_PASSES[kind] * self.pass_seconds
+
+    def write_seconds(self, recipe: Recipe) -> float:
+        """What writing the recipe's model costs before ``quantize_static`` itself: onnxruntime's own
+        calibrator (:data:`ORT_PASSES` extrema passes) the first time a recipe names it, else nothing."""
+        if recipe.method in ORT_METHODS and (recipe.method, "") not in self._ranges:
+            return ORT_PASSES.get(recipe.method, max(ORT_PASSES.values())) * self.pass_seconds
+        return 0.0
 
     def needs(self, recipe: Recipe) -> str | None:
         """The histogram kind the recipe's estimated ranges still need a pass for (None: none)."""

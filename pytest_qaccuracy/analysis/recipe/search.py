@@ -302,12 +302,15 @@ class RecipeSearch:
         if self.on_note is not None:
             self.on_note(text)
 
-    def _check_budget(self, estimate: bool = False) -> None:
+    def _check_budget(self, estimate: bool = False, recipe: Recipe | None = None) -> None:
         """Raise when the next experiment (or estimate) would not fit: it is assumed to last as long as
-        the longest of its kind so far, so the search stops before the budget, not after. The
+        the longest of its kind so far (an experiment of ``recipe``: plus onnxruntime's calibrator
+        when it names one not run yet), so the search stops before the budget, not after. The
         experiment budget counts verified experiments only."""
         elapsed = time.monotonic() - self.started
         expected = max((s.seconds for s in self.steps if s.estimated == estimate), default=0.0)
+        if recipe is not None and self.steps:  # (step 0 always runs)
+            expected += self.builder.write_seconds(recipe)
         if self.budget.seconds is not None and elapsed + expected >= self.budget.seconds:
             raise _OutOfBudget
         verified = sum(not s.estimated for s in self.steps)
@@ -342,7 +345,7 @@ class RecipeSearch:
         """One verified experiment (or the earlier one of the same recipe)."""
         if recipe in self.seen:
             return self.seen[recipe]
-        self._check_budget()
+        self._check_budget(recipe=recipe)
         began, index = time.monotonic(), len(self.steps)
         out = self.model_path(index)
         skipped, verdict = None, None
@@ -589,7 +592,9 @@ class RecipeSearch:
         expected time, :meth:`~.build.RecipeBuilder.expected_seconds`): within :data:`GLOBAL_SHARE` of
         a time budget plus the time its histogram passes took; within :data:`STATISTICS_SHARE` for
         the first histogram method (the floor), and for the moves that need no histogram pass once a
-        histogram method improved the margin (the other choices are decided again on its ranges)."""
+        histogram method improved the margin (the other choices are decided again on its ranges).
+        onnxruntime's calibrators count the time of their first run (its verification's,
+        :meth:`~.build.RecipeBuilder.write_seconds`)."""
         if self.budget.seconds is None:
             return True
         seconds = self.budget.seconds
@@ -597,7 +602,9 @@ class RecipeSearch:
         expected = self.builder.expected_seconds(recipe)
         if (expected == 0 and self.extended) or (expected > 0 and not self.builder.folded):
             share = max(share, STATISTICS_SHARE * seconds)
-        return time.monotonic() - self.started + expected < share
+        # a method of onnxruntime's own calibrators: its verification will run that calibrator, so its
+        # time counts here too (adopted, it is the node phase's base, whose every experiment runs it)
+        return time.monotonic() - self.started + expected + self.builder.write_seconds(recipe) < share
 
     def _row_key(self, recipe: Recipe) -> tuple[Any, ...]:
         """What a global recipe's edited model depends on: its choices but the method, and the method's
