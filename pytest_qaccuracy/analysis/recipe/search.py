@@ -561,6 +561,8 @@ class RecipeSearch:
                 if self.builder.needs(recipe) is not None:  # a histogram pass first: the caller's choice
                     continue
                 if not self._global_fits(recipe):
+                    if self.builder.write_seconds(recipe) > 0:  # its calibrator's run: the others may fit
+                        continue
                     self._note("global phase: its share of the budget is spent")
                     return current, margin
                 tried.add(recipe)
