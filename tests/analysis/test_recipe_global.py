@@ -18,7 +18,7 @@ from pytest_qaccuracy.analysis.calibration.auto import extrema_pass, histogram_p
 from pytest_qaccuracy.analysis.recipe import Budget, Recipe, parse_checks, search_recipe
 from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
 from pytest_qaccuracy.analysis.recipe.build import HISTOGRAM_RULES, RecipeBuilder, default_methods
-from pytest_qaccuracy.analysis.recipe.search import GLOBAL_SHARE, STATISTICS_SHARE, RecipeSearch
+from pytest_qaccuracy.analysis.recipe.search import GLOBAL_SHARE, STATISTICS_SHARE, RecipeSearch, Step
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 pytestmark = pytest.mark.skipif(
@@ -196,7 +196,7 @@ class _Runner:
             yield {"y": {"cosine": self.cosines[self.count - 1]}}
 
 
-def test_a_time_limited_ranking_runs_short_passes_and_ends_at_a_node_passing_alone():
+def test_a_time_limited_ranking_ends_at_a_node_passing_alone():
     sets = [[f"n{i}"] for i in range(30)]
     cosines = [0.98] * 11 + [0.995] + [0.98] * 18  # the 12th set passes cosine >= 0.99
     estimator = estimate_module.Estimator.__new__(estimate_module.Estimator)
@@ -206,8 +206,41 @@ def test_a_time_limited_ranking_runs_short_passes_and_ends_at_a_node_passing_alo
     # unbounded: one pass holds every set, and every set is estimated
     out = estimator.margins(sets, "ranking")
     assert len(out) == 30 and estimator.session.runner.passes == [8, 22]
-    # with a room: passes of at most 8; ended after the pass where a set passes
+    # ended after the pass where a set passes (the first 8 miss, the second pass holds the rest)
     estimator.session.runner.passes, estimator.session.runner.count = [], 0
+    out = estimator.margins(sets, "ranking", room=lambda: 1000.0, enough=lambda m: any(v >= 0 for v in m[:8]))
+    assert estimator.session.runner.passes == [8, 22] and len(out) == 30
+    estimator.session.runner.passes, estimator.session.runner.count = [], 0
+    cosines[3] = 0.995  # a set of the first pass passes: the ranking ends there
     out = estimator.margins(sets, "ranking", room=lambda: 1000.0, enough=lambda m: any(v >= 0 for v in m))
-    assert estimator.session.runner.passes == [8, 8] and len(out) == 16
-    assert [i for i, m in enumerate(out) if m >= 0] == [11]
+    assert estimator.session.runner.passes == [8] and [i for i, m in enumerate(out) if m >= 0] == [3]
+
+
+def test_the_descent_skips_a_calibrator_that_would_not_fit_and_goes_on():
+    """onnxruntime's Entropy calibrator (20 s when verified) does not fit the phase's 30 s: that move
+    is skipped, and the moves after it (the activation type) are still estimated; a move of no extra
+    cost that does not fit ends the descent."""
+
+    class Builder(_Builder):
+        def write_seconds(self, recipe: Recipe) -> float:
+            return 20.0 if recipe.method == "ort-entropy" else 0.0
+
+        def needs(self, recipe: Recipe) -> None:
+            return None
+
+    estimated = []
+    search = _fits(15, Builder(expected=0.0))
+    search.methods, search.vary, search.on_note = ["minmax", "ort-entropy"], ("method", "activation_type"), None
+
+    def estimate(edits, recipe, change):
+        estimated.append(change)
+        return Step(len(estimated), "global", change, recipe, 0.0, {}, False, -2.0, 0.0)
+
+    search._estimate_global = estimate
+    values = {("method", "minmax"), ("activation_type", "uint8")}
+    search._descend(None, Recipe(), -1.0, {Recipe()}, values)
+    assert estimated == ["activation_type=int8"]  # ort-entropy skipped, the descent went on
+    estimated.clear()
+    search.started = time.monotonic() - 31  # past 30 %: the first move of no extra cost ends it
+    search._descend(None, Recipe(), -1.0, {Recipe()}, set(values))
+    assert estimated == []
