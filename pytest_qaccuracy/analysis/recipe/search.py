@@ -327,11 +327,15 @@ class RecipeSearch:
 
     def _ranking_left(self) -> float | None:
         """The seconds the node ranking may still use: :meth:`_estimates_left` less
-        :data:`PREFIX_RESERVE` estimates (the longest so far), kept for the prefix search after it."""
+        :data:`PREFIX_RESERVE` estimates (the longest so far), kept for the prefix search after it,
+        and one experiment more: when the prefix found misses, every node in float (the pass the
+        search can always verify)."""
         left = self._estimates_left()
         if left is None:
             return None
-        return left - PREFIX_RESERVE * max((s.seconds for s in self.steps if s.estimated), default=0.0)
+        estimate = max((s.seconds for s in self.steps if s.estimated), default=0.0)
+        experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+        return left - PREFIX_RESERVE * estimate - experiment
 
     def _room_for_estimate(self) -> bool:
         """Whether one more estimate (the longest so far) fits in :meth:`_estimates_left`."""
