@@ -244,3 +244,15 @@ def test_the_descent_skips_a_calibrator_that_would_not_fit_and_goes_on():
     search.started = time.monotonic() - 31  # past 30 %: the first move of no extra cost ends it
     search._descend(None, Recipe(), -1.0, {Recipe()}, set(values))
     assert estimated == []
+
+
+def test_widening_needs_room_for_twice_the_longest_experiment():
+    from pytest_qaccuracy.analysis.recipe.search import WIDEN_EXPERIMENTS
+
+    search = _fits(3, _Builder(expected=0.0))
+    search.budget = Budget(seconds=10.0)
+    search.steps = [Step(0, "start", "starting recipe", Recipe(), 0.0, {}, False, -1.0, 3.0)]
+    assert WIDEN_EXPERIMENTS == 2.0
+    assert search._room_for(WIDEN_EXPERIMENTS)  # 3 s spent + 2 x 3 s < 10 s
+    search.started -= 2  # 5 s spent: 5 + 6 >= 10
+    assert not search._room_for(WIDEN_EXPERIMENTS) and search._room_for(1.0)
