@@ -21,7 +21,8 @@ from pytest_qaccuracy.analysis.recipe.build import HISTOGRAM_RULES, RecipeBuilde
 from pytest_qaccuracy.analysis.recipe.search import GLOBAL_SHARE, STATISTICS_SHARE, RecipeSearch, Step
 from pytest_qaccuracy.runtime import RuntimeOptions
 
-pytestmark = pytest.mark.skipif(
+#: what writes a recipe's model (the search, the estimator's base); the statistics and the budget rules need no cache
+needs_cache = pytest.mark.skipif(
     not hasattr(ort_calibrate, "save_tensors_data"),
     reason=f"onnxruntime {ort.__version__} has no calibration cache: the recipe search refuses it",
 )
@@ -141,6 +142,7 @@ def few(tmp_path_factory) -> dict[str, Path]:
     return {"calib": root / "calib.npz", "eval": root / "eval.npz"}
 
 
+@needs_cache
 def test_global_phase_reaches_histogram_methods_cheapest_first_and_reuses_equal_ranges(few):
     result = search_recipe(
         FP32,
@@ -160,6 +162,7 @@ def test_global_phase_reaches_histogram_methods_cheapest_first_and_reuses_equal_
     assert average.margin == result.steps[0].margin
 
 
+@needs_cache
 def test_ranking_estimates_the_chosen_nodes_by_drop_per_cost(monkeypatch, tmp_path):
     """Above LEAVE_ONE_OUT_NODES nodes the ranking estimates the output's writers, then the nodes
     chosen by their SQNR drop in the order of that drop per cost (a ranking cut short keeps the
