@@ -60,7 +60,7 @@ ESTIMATED_AS = {"ort-minmax": "minmax", "ort-entropy": "minmax"}
 #: Measured on YOLOv8n (8 records, 473 MB of activations) and the PP-OCRv4 recognizer (8 records,
 #: 1.6 GB), the host under load: ``mse`` 1.9x / 1.3x, the magnitude histogram (``ort-percentile``)
 #: 2.2x / 2.1x, ``kl`` 2.4x / 2.6x (its 8001-bin rule alone 1.6 s / 5.7 s on a quieter host: up to 4.6x).
-#: Together in one pass the three cost 3.5x / 5.8x: a pass per kind is cheaper as long as the
+#: Together in one pass the three cost 3.1x / 5.8x (before the rules): a pass per kind is cheaper as long as the
 #: search stops before it needs all three.
 HISTOGRAM_PASSES = {"mse": 2.0, "magnitude": 2.5, "kl": 3.5}
 #: onnxruntime's own calibrators, run when a recipe naming them is first written, in extrema passes

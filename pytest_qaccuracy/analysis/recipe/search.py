@@ -11,8 +11,9 @@ Phases (docs/recipe.md):
 
 1. **global**: the starting recipe (verified), then one global choice changed at a time (per-channel
    weights, 7-bit weights, each calibration method, activation and weight types), each estimated,
-   keeping each change that improves the worst check's margin, until a pass changes nothing. These
-   cost nothing, so a verified pass here is optimal.
+   keeping each change that improves the worst check's margin, until a pass changes nothing; the
+   methods that need a histogram pass after the others, cheapest first, with a floor in a time
+   budget (:data:`STATISTICS_SHARE`). These cost nothing, so a verified pass here is optimal.
 2. **nodes**, on the best global recipe. With at most ``exhaustive_nodes`` candidate nodes:
    every per-node assignment (int8, int16, float) in increasing cost, verified until one passes:
    the optimum for those global choices. Otherwise: nodes ordered by estimated gain per cost, the
