@@ -101,23 +101,36 @@ def extrema_pass(passes: Callable[[], Any], names: Sequence[str], records: int) 
 
 
 def histogram_pass(
-    passes: Callable[[], Any], names: Sequence[str], extrema: Extrema, records: int
+    passes: Callable[[], Any],
+    names: Sequence[str],
+    extrema: Extrema,
+    records: int,
+    kinds: Sequence[str] = C.HISTOGRAM_KINDS,
 ) -> dict[str, C.TensorStats]:
-    """The second pass: the ``kl``, ``mse`` and onnxruntime percentile histograms of ``names``."""
+    """The second pass: the histograms of ``names`` named by ``kinds`` (:data:`~.candidates.HISTOGRAM_KINDS`:
+    ``kl``, ``mse`` and onnxruntime's percentile ``magnitude``; the others stay None). Each costs its own
+    fold over every value (the recipe search asks for one rule's at a time, ``auto`` for all three)."""
+    unknown = [k for k in kinds if k not in C.HISTOGRAM_KINDS]
+    if unknown:
+        raise ValueError(f"unknown histogram kind {unknown[0]!r}; expected one of {', '.join(C.HISTOGRAM_KINDS)}")
     stats = {}
     for n in names:
         observed = extrema.observed[n]
         bound = max(abs(observed[0]), abs(observed[1]))
-        kl, mse = HistogramObserver(bound, C.R.KL_BINS), HistogramObserver(bound, C.MSE_BINS)
-        magnitude = MagnitudeHistogramObserver(extrema.smallest_magnitude[n], bound)
+        kl = HistogramObserver(bound, C.R.KL_BINS) if "kl" in kinds else None
+        mse = HistogramObserver(bound, C.MSE_BINS) if "mse" in kinds else None
+        magnitude = MagnitudeHistogramObserver(extrema.smallest_magnitude[n], bound) if "magnitude" in kinds else None
         stats[n] = C.TensorStats(observed, extrema.per_record[n], kl, mse, magnitude)
 
     def fold(item: tuple[str, np.ndarray]) -> None:
         s = stats[item[0]]
-        x = shifted(item[1], s.kl.bound)  # one float64 copy for both histograms
-        s.kl.fold_shifted(x)
-        s.mse.fold_shifted(x)
-        s.magnitude.update(item[1])
+        binned = [h for h in (s.kl, s.mse) if h is not None]
+        if binned:
+            x = shifted(item[1], binned[0].bound)  # one float64 copy for both histograms
+            for histogram in binned:
+                histogram.fold_shifted(x)
+        if s.magnitude is not None:
+            s.magnitude.update(item[1])
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool, task("calibrate", records) as advance:
         for values, count in passes():

@@ -29,15 +29,22 @@ ORT_PERCENTILE = 99.999
 MSE_BINS = 2047
 
 
+#: The histograms of the second pass (a field of :class:`TensorStats` each) and the rule that reads each.
+HISTOGRAM_KINDS = ("kl", "mse", "magnitude")
+#: Rule -> the histogram it reads (the rules not named read the extrema pass alone).
+HISTOGRAM_OF = {"kl": "kl", "mse": "mse", "ort-percentile": "magnitude"}
+
+
 @dataclass(slots=True)
 class TensorStats:
-    """Everything the candidate rules read about one tensor, folded over the calibration records."""
+    """Everything the candidate rules read about one tensor, folded over the calibration records
+    (a histogram not folded is None: the rules that read it cannot run)."""
 
     observed: tuple[float, float]
     per_record: ExtremaObserver
-    kl: HistogramObserver
-    mse: HistogramObserver
-    magnitude: MagnitudeHistogramObserver
+    kl: HistogramObserver | None
+    mse: HistogramObserver | None
+    magnitude: MagnitudeHistogramObserver | None
 
 
 Rule = Callable[[TensorStats, "CandidateOptions"], tuple[float, float]]

@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 
 from pytest_qaccuracy.analysis.calibration import METHODS, CalibrationOptions, compute_ranges, quantize_with_ranges
+from pytest_qaccuracy.analysis.calibration import candidates as C
 from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
 from pytest_qaccuracy.analysis.recipe.space import ORT_METHODS, Recipe
 from pytest_qaccuracy.data import Dataset
@@ -45,19 +46,36 @@ OPT_IN = ("auto",)
 
 def default_methods() -> tuple[str, ...]:
     """The calibration methods a search tries when none are named: all but :data:`OPT_IN`, those
-    whose ranges need the histogram pass last (a budget that ends early has tried the cheap ones)."""
+    whose ranges need a histogram pass last, cheapest first (:data:`HISTOGRAM_RULES`: a budget that
+    ends early has tried the cheap ones)."""
     names = [m for m in method_names() if m not in OPT_IN]
-    return tuple(sorted(names, key=lambda m: ESTIMATED_AS.get(m, m) in HISTOGRAM_RULES))
+    return tuple(sorted(names, key=method_rank))
 
 
 #: How a method's ranges are estimated from the shared statistics (onnxruntime's MinMax calibrator is
 #: min/max; its Entropy calibrator with the defaults quantize_static gives it is too, docs/calibration.md).
 ESTIMATED_AS = {"ort-minmax": "minmax", "ort-entropy": "minmax"}
-#: Rules that need the histogram pass (the others read the extrema pass alone).
-HISTOGRAM_RULES = ("kl", "mse", "ort-percentile")
-#: The histogram pass and the rules cost about this many extrema passes (the PP-OCR recognizer: 5.6 s
-#: and 7 s against 2.6 s).
-HISTOGRAM_PASSES = 5
+#: What a histogram pass of one kind (:data:`~pytest_qaccuracy.analysis.calibration.candidates.HISTOGRAM_KINDS`)
+#: and its rule cost, in extrema passes (the extrema pass's own time measures the model's runs).
+#: Measured on YOLOv8n (8 records, 473 MB of activations) and the PP-OCRv4 recognizer (8 records,
+#: 1.6 GB), the host under load: ``mse`` 1.9x / 1.3x, the magnitude histogram (``ort-percentile``)
+#: 2.2x / 2.1x, ``kl`` 2.4x / 2.6x (its 8001-bin rule alone 1.6 s / 5.7 s on a quieter host: up to 4.6x).
+#: Together in one pass the three cost 3.1x / 5.8x (before the rules): a pass per kind is cheaper as long as the
+#: search stops before it needs all three.
+HISTOGRAM_PASSES = {"mse": 2.0, "magnitude": 2.5, "kl": 3.5}
+#: onnxruntime's own calibrators, run when a recipe naming them is first written, in extrema passes
+#: (the PP-OCRv4 recognizer, host under load: its Percentile calibrator about 10 s against a 1.15 s
+#: extrema pass; Entropy collects the same histograms; MinMax runs onnxruntime's augmented model once).
+ORT_PASSES = {"ort-minmax": 2.0, "ort-entropy": 9.0, "ort-percentile": 9.0}
+#: Rules that need a histogram pass (the others read the extrema pass alone), cheapest first.
+HISTOGRAM_RULES = tuple(sorted(C.HISTOGRAM_OF, key=lambda rule: HISTOGRAM_PASSES[C.HISTOGRAM_OF[rule]]))
+
+
+def method_rank(method: str) -> tuple[int, float]:
+    """Where a method comes in the search: those of the extrema pass first, then the histogram rules
+    by their expected cost (:data:`HISTOGRAM_PASSES`)."""
+    kind = C.HISTOGRAM_OF.get(ESTIMATED_AS.get(method, method))
+    return (0, 0.0) if kind is None else (1, HISTOGRAM_PASSES[kind])
 
 
 def check_method(name: str) -> str:
@@ -83,22 +101,21 @@ class RecipeBuilder:
         self._ranges: dict[tuple[str, str], CalibrationResult] = {}
         self._estimated: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
         self._stats: dict[str, Any] | None = None
-        self._histograms: dict[str, Any] | None = None
+        self._histograms: dict[str, C.TensorStats] = {}  # tensor -> its statistics, histograms as folded
+        self.folded: list[str] = []  # the histogram kinds folded so far
         self.pass_seconds = 0.0  # the extrema pass's time
         self.reads = activation_tensors(self.model)
 
     def ranges(self, recipe: Recipe) -> CalibrationResult:
         """The recipe's ranges (computed on first use, then cached). Our methods' come from one set of
         statistics shared by all of them (:meth:`statistics`); onnxruntime's calibrators run their own pass."""
-        from pytest_qaccuracy.analysis.calibration import candidates as C
-
         wide = recipe.method in ("mse",)  # the only method whose range depends on the integer grid
         key = (recipe.method, recipe.activation_type if wide else "")
         if key not in self._ranges:
             if recipe.method in ORT_METHODS:
                 self._ranges[key] = ort_ranges(self.fp32, self.calibration, ORT_METHODS[recipe.method])
             elif recipe.method in C.CANDIDATES:
-                stats = self.statistics(recipe.method in HISTOGRAM_RULES)
+                stats = self.statistics(C.HISTOGRAM_OF.get(recipe.method))
                 ranges = self.estimated_ranges(recipe)
                 self._ranges[key] = CalibrationResult(recipe.method, stats["records"], ranges, stats["observed"])
             else:
@@ -106,16 +123,18 @@ class RecipeBuilder:
                 self._ranges[key] = compute_ranges(str(self.fp32), self.calibration, options, self.options)
         return self._ranges[key]
 
-    def statistics(self, histograms: bool) -> dict[str, Any]:
+    def statistics(self, histogram: str | None = None) -> dict[str, Any]:
         """Every calibrated tensor's extrema (one pass over the records) and, when asked, its
-        histograms (a second pass): what every rule of ``candidates.CANDIDATES`` reads, computed once."""
+        ``histogram`` (one of ``candidates.HISTOGRAM_KINDS``: a pass of its own, folding that kind only,
+        since each kind's fold costs about as much as the model's runs): what the rules of
+        ``candidates.CANDIDATES`` read, each computed once."""
         from pytest_qaccuracy.analysis.calibration.auto import extrema_pass, histogram_pass
         from pytest_qaccuracy.analysis.calibration.calibrator import _passes, calibration_tensors
         from pytest_qaccuracy.data import bind_dataset, load_dataset
         from pytest_qaccuracy.model.loading import graph_inputs, load_model
         from pytest_qaccuracy.runtime import OrtRunner
 
-        if self._stats is not None and (self._histograms is not None or not histograms):
+        if self._stats is not None and (histogram is None or histogram in self.folded):
             return self._stats
         proto = load_model(str(self.fp32))
         own = not isinstance(self.calibration, Dataset)
@@ -140,9 +159,12 @@ class RecipeBuilder:
                     "extrema": extrema,
                 }
                 self.pass_seconds = time.monotonic() - began
-            if histograms:
-                stats = self._stats
-                self._histograms = histogram_pass(passes, names, stats["extrema"], len(bound))
+            if histogram is not None:
+                folded = histogram_pass(passes, names, self._stats["extrema"], len(bound), (histogram,))
+                for name, stats in folded.items():
+                    merged = self._histograms.setdefault(name, stats)
+                    setattr(merged, histogram, getattr(stats, histogram))
+                self.folded.append(histogram)
         finally:
             if own:
                 dataset.close()
@@ -150,16 +172,26 @@ class RecipeBuilder:
 
     def expected_seconds(self, recipe: Recipe) -> float:
         """What computing the recipe's estimated ranges is expected to cost: nothing once its
-        statistics exist, else about :data:`HISTOGRAM_PASSES` passes over the records (the histogram
-        pass and the rules), from the extrema pass's time."""
-        rule = ESTIMATED_AS.get(recipe.method, recipe.method)
-        needs_histograms = rule in HISTOGRAM_RULES and self._histograms is None
-        return HISTOGRAM_PASSES * self.pass_seconds if needs_histograms else 0.0
+        statistics exist, else its histogram's :data:`HISTOGRAM_PASSES` passes over the records (the
+        histogram pass and the rule), from the extrema pass's time."""
+        kind = self.needs(recipe)
+        return 0.0 if kind is None else HISTOGRAM_PASSES[kind] * self.pass_seconds
+
+    def write_seconds(self, recipe: Recipe) -> float:
+        """What writing the recipe's model costs before ``quantize_static`` itself: onnxruntime's own
+        calibrator (:data:`ORT_PASSES` extrema passes) the first time a recipe names it, else nothing."""
+        if recipe.method in ORT_METHODS and (recipe.method, "") not in self._ranges:
+            return ORT_PASSES.get(recipe.method, max(ORT_PASSES.values())) * self.pass_seconds
+        return 0.0
+
+    def needs(self, recipe: Recipe) -> str | None:
+        """The histogram kind the recipe's estimated ranges still need a pass for (None: none)."""
+        kind = C.HISTOGRAM_OF.get(ESTIMATED_AS.get(recipe.method, recipe.method))
+        return None if kind in self.folded else kind
 
     def estimated_ranges(self, recipe: Recipe) -> dict[str, tuple[float, float]]:
         """The recipe's ranges from the shared statistics: exactly ours for our methods, onnxruntime's
         calibrators approximated (:data:`ESTIMATED_AS`, onnxruntime's percentile rule on our histogram)."""
-        from pytest_qaccuracy.analysis.calibration import candidates as C
         from pytest_qaccuracy.analysis.calibration.options import QTYPES
 
         rule = ESTIMATED_AS.get(recipe.method, recipe.method)
@@ -167,12 +199,12 @@ class RecipeBuilder:
             return dict(self.ranges(recipe).ranges)
         key = (rule, recipe.activation_type if rule == "mse" else "")
         if key not in self._estimated:
-            stats = self.statistics(rule in HISTOGRAM_RULES)
+            stats = self.statistics(C.HISTOGRAM_OF.get(rule))
             defaults = CalibrationOptions()
             options = C.CandidateOptions(
                 *QTYPES[recipe.activation_type], defaults.percentiles, defaults.moving_average, defaults.quantized_bins
             )
-            hist = self._histograms or {}
+            hist = self._histograms
 
             def one(name: str) -> tuple[float, float]:
                 observed, per_record = stats["observed"][name], stats["per_record"][name]
@@ -299,6 +331,7 @@ __all__ = [
     "check_onnxruntime",
     "default_methods",
     "method_names",
+    "method_rank",
     "ort_ranges",
     "write_cache",
 ]

@@ -11,8 +11,9 @@ Phases (docs/recipe.md):
 
 1. **global**: the starting recipe (verified), then one global choice changed at a time (per-channel
    weights, 7-bit weights, each calibration method, activation and weight types), each estimated,
-   keeping each change that improves the worst check's margin, until a pass changes nothing. These
-   cost nothing, so a verified pass here is optimal.
+   keeping each change that improves the worst check's margin, until a pass changes nothing; the
+   methods that need a histogram pass after the others, cheapest first, with a floor in a time
+   budget (:data:`STATISTICS_SHARE`). These cost nothing, so a verified pass here is optimal.
 2. **nodes**, on the best global recipe. With at most ``exhaustive_nodes`` candidate nodes:
    every per-node assignment (int8, int16, float) in increasing cost, verified until one passes:
    the optimum for those global choices. Otherwise: nodes ordered by estimated gain per cost, the
@@ -37,11 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_qaccuracy.analysis.recipe.build import (
-    ESTIMATED_AS,
-    HISTOGRAM_RULES,
     RecipeBuilder,
     check_method,
     default_methods,
+    method_rank,
 )
 from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
@@ -56,13 +56,24 @@ SCHEMA_VERSION = 1
 GLOBAL_CHOICES = ("per_channel", "reduce_range", "method", "activation_type", "weight_type")
 #: How the search ended.
 STOPS = ("done", "budget", "interrupted")
-#: The share of a time budget the global phase's estimates may use (the node phase needs the rest).
+#: The share of a time budget the global phase's estimates may use (the node phase needs the rest);
+#: the time its histogram passes take is added to it (statistics are an investment, not an estimate).
 GLOBAL_SHARE = 0.3
+#: The floor of the first histogram method: its statistics may start while they are expected to end
+#: within this share of a time budget, whatever the estimates before them took (a model whose
+#: comparison is quick leaves the global phase a few seconds, less than one histogram pass).
+STATISTICS_SHARE = 0.5
 #: Verified prefixes of the node order before the search keeps every candidate in float.
 RETRIES = 3
 #: What the node phase keeps for the experiment after its estimates, in longest experiments so far
 #: (an estimate pass and the experiment's own time vary from one to the next on a loaded host).
 EXPERIMENT_SLACK = 1.25
+#: Estimates (the longest so far) the node ranking leaves for the prefix search: the whole order in
+#: float, the order's head, a bisection step.
+PREFIX_RESERVE = 3
+#: A widening experiment (16-bit activations: onnxruntime writes an opset-21 model) in longest
+#: experiments so far (the PP-OCRv4 recognizer: 6.5 s against 4.0 s, and 17 s against 15 s).
+WIDEN_EXPERIMENTS = 2.0
 #: Prefix lengths (past the last one known to miss) estimated before the node order is bisected.
 SHORT_PREFIXES = (1, 2, 4, 8)
 
@@ -282,8 +293,11 @@ class RecipeSearch:
         self.best: Step | None = None
         self.seen: dict[Recipe, Step] = {}
         self.estimates: dict[Recipe, Step] = {}
-        self.global_rows: dict[Recipe, Step] = {}  # global choices (methods as estimated) -> their estimate
+        self.global_rows: dict[tuple[Any, ...], Step] = {}  # global choices (ranges as estimated) -> their estimate
+        self.fingerprints: dict[tuple[str, str], int] = {}  # (method, activation type) -> its estimated ranges'
         self.base_models: dict[Recipe, Path] = {}
+        self.statistics_seconds = 0.0  # the global phase's histogram passes (not counted in its share)
+        self.extended = False  # a histogram method improved the global phase's margin: its share grows
         self.evaluator: Evaluator | None = None
 
     # -- experiments ---------------------------------------------------------------------------
@@ -292,12 +306,15 @@ class RecipeSearch:
         if self.on_note is not None:
             self.on_note(text)
 
-    def _check_budget(self, estimate: bool = False) -> None:
+    def _check_budget(self, estimate: bool = False, recipe: Recipe | None = None) -> None:
         """Raise when the next experiment (or estimate) would not fit: it is assumed to last as long as
-        the longest of its kind so far, so the search stops before the budget, not after. The
+        the longest of its kind so far (an experiment of ``recipe``: plus onnxruntime's calibrator
+        when it names one not run yet), so the search stops before the budget, not after. The
         experiment budget counts verified experiments only."""
         elapsed = time.monotonic() - self.started
         expected = max((s.seconds for s in self.steps if s.estimated == estimate), default=0.0)
+        if recipe is not None and self.steps:  # (step 0 always runs)
+            expected += self.builder.write_seconds(recipe)
         if self.budget.seconds is not None and elapsed + expected >= self.budget.seconds:
             raise _OutOfBudget
         verified = sum(not s.estimated for s in self.steps)
@@ -312,6 +329,25 @@ class RecipeSearch:
         experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
         return self.budget.seconds - (time.monotonic() - self.started) - EXPERIMENT_SLACK * experiment
 
+    def _ranking_left(self) -> float | None:
+        """The seconds the node ranking may still use: :meth:`_estimates_left` less
+        :data:`PREFIX_RESERVE` estimates (the longest so far), kept for the prefix search after it,
+        and one experiment more: when the prefix found misses, every node in float (the pass the
+        search can always verify)."""
+        left = self._estimates_left()
+        if left is None:
+            return None
+        estimate = max((s.seconds for s in self.steps if s.estimated), default=0.0)
+        experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+        return left - PREFIX_RESERVE * estimate - experiment
+
+    def _room_for(self, experiments: float) -> bool:
+        """Whether ``experiments`` times the longest experiment so far fit in the time budget left."""
+        if self.budget.seconds is None:
+            return True
+        longest = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+        return time.monotonic() - self.started + experiments * longest < self.budget.seconds
+
     def _room_for_estimate(self) -> bool:
         """Whether one more estimate (the longest so far) fits in :meth:`_estimates_left`."""
         left = self._estimates_left()
@@ -324,7 +360,7 @@ class RecipeSearch:
         """One verified experiment (or the earlier one of the same recipe)."""
         if recipe in self.seen:
             return self.seen[recipe]
-        self._check_budget()
+        self._check_budget(recipe=recipe)
         began, index = time.monotonic(), len(self.steps)
         out = self.model_path(index)
         skipped, verdict = None, None
@@ -466,40 +502,44 @@ class RecipeSearch:
         )
         host = judge({HOST: first.measured[HOST]}, self.checks).margin if HOST in first.measured else None
         if host is not None:  # the start's own model is what an estimate of its choices would run
-            self.global_rows[self.start] = replace(
+            self.global_rows[self._row_key(self.start)] = replace(
                 first, measured={HOST: first.measured[HOST]}, passed=host >= 0, margin=host, estimated=True
             )
         if host is None:
             host = self._estimate_global(edits, self.start, "starting recipe").margin
         current, margin = self.start, host if host is not None else -math.inf
-        # first each value of each choice once, on the best recipe of its time; when a pass over the
-        # moves changes nothing, every choice again from the best recipe (coordinate descent), each
-        # global recipe estimated once
+        # coordinate descent on the moves whose statistics exist; then the cheapest method that needs a
+        # histogram pass (within the floor even when the descent spent the phase's share), and the
+        # descent again from it when it improves
         tried = {self.start}
         values = {(dimension, getattr(self.start, dimension)) for dimension in GLOBAL_CHOICES}
-        share = None if self.budget.seconds is None else self.started + GLOBAL_SHARE * self.budget.seconds
-        improved, revisit, spent = True, False, False
-        while margin < 0 and not spent:
-            if not improved:
-                if revisit:
-                    break
-                revisit = True
-            improved = False
-            for change, recipe in self._global_moves(current):
-                if share is not None and time.monotonic() + self.builder.expected_seconds(recipe) >= share:
-                    self._note(f"global phase: its share of the budget ({GLOBAL_SHARE:.0%}) is spent")
-                    spent = True
-                    break
-                dimension = change.partition("=")[0]
-                value = (dimension, getattr(recipe, dimension, None))
-                if dimension not in self.vary or recipe in tried or (not revisit and value in values):
-                    continue
-                tried.add(recipe)
-                values.add(value)
-                step = self._estimate_global(edits, recipe, change)
-                if step.skipped is None and step.margin is not None and step.margin > margin:
-                    current, margin, improved = recipe, step.margin, True
-                    break  # the next moves start from the improved recipe
+        while margin < 0:
+            current, margin = self._descend(edits, current, margin, tried, values)
+            if margin >= 0:
+                break
+            pending = sorted(
+                (
+                    (self.builder.expected_seconds(recipe), change, recipe)
+                    for change, recipe in self._global_moves(current)
+                    if "method" in self.vary and recipe not in tried and self.builder.needs(recipe) is not None
+                ),
+                key=lambda move: move[0],
+            )
+            if not pending:
+                break
+            expected, change, recipe = pending[0]
+            if not self._global_fits(recipe):
+                self._note(
+                    f"global phase: {change} not estimated: its histograms (expected {expected:.1f}s) "
+                    "would not end within the phase's share of the budget"
+                )
+                break
+            tried.add(recipe)
+            values.add(("method", recipe.method))
+            self._statistics(recipe)
+            step = self._estimate_global(edits, recipe, change)
+            if step.skipped is None and step.margin is not None and step.margin > margin:
+                current, margin, self.extended = recipe, step.margin, True  # the others decided again on it
         if current == self.start:
             return self.start
         if margin >= 0:  # estimated to pass at cost 0: verified, it is the answer
@@ -513,10 +553,94 @@ class RecipeSearch:
         self.base_models[current] = path
         return current
 
+    def _descend(
+        self, edits: Any, current: Recipe, margin: float, tried: set[Recipe], values: set[tuple[str, Any]]
+    ) -> tuple[Recipe, float]:
+        """Coordinate descent over the global moves whose statistics exist: first each value of each
+        choice once, on the best recipe of its time; when a pass over the moves changes nothing, every
+        choice again from the best recipe; each global recipe estimated once (``tried``, ``values``:
+        shared by the calls), while they fit in the phase's share (:meth:`_global_fits`). Returns the
+        best recipe and its margin."""
+        improved, revisit = True, False
+        while margin < 0:
+            if not improved:
+                if revisit:
+                    break
+                revisit = True
+            improved = False
+            for change, recipe in self._global_moves(current):
+                dimension = change.partition("=")[0]
+                value = (dimension, getattr(recipe, dimension, None))
+                if dimension not in self.vary or recipe in tried or (not revisit and value in values):
+                    continue
+                if self.builder.needs(recipe) is not None:  # a histogram pass first: the caller's choice
+                    continue
+                if not self._global_fits(recipe):
+                    if self.builder.write_seconds(recipe) > 0:  # its calibrator's run: the others may fit
+                        continue
+                    self._note("global phase: its share of the budget is spent")
+                    return current, margin
+                tried.add(recipe)
+                values.add(value)
+                step = self._estimate_global(edits, recipe, change)
+                if step.skipped is None and step.margin is not None and step.margin > margin:
+                    if method_rank(recipe.method) > method_rank(current.method):
+                        self.extended = True  # new ranges: the other choices deserve another look
+                    current, margin, improved = recipe, step.margin, True
+                    break  # the next moves start from the improved recipe
+        return current, margin
+
+    def _statistics(self, recipe: Recipe) -> None:
+        """The histogram pass the recipe's ranges need, if any, timed apart from its estimate (it
+        counts in :attr:`statistics_seconds`, not as an estimate's time)."""
+        kind = self.builder.needs(recipe)
+        if kind is None:
+            return
+        expected = self.builder.expected_seconds(recipe)
+        self._note(f"global phase: the {kind} histograms for method={recipe.method} (expected {expected:.1f}s)")
+        began = time.monotonic()
+        self.builder.estimated_ranges(recipe)
+        took = time.monotonic() - began
+        self.statistics_seconds += took
+        self._note(f"global phase: the {kind} histograms took {took:.1f}s")
+
+    def _global_fits(self, recipe: Recipe) -> bool:
+        """Whether the global phase may estimate ``recipe`` now, its statistics included (their
+        expected time, :meth:`~.build.RecipeBuilder.expected_seconds`): within :data:`GLOBAL_SHARE` of
+        a time budget plus the time its histogram passes took; within :data:`STATISTICS_SHARE` for
+        the first histogram method (the floor), and for the moves that need no histogram pass once a
+        histogram method improved the margin (the other choices are decided again on its ranges).
+        onnxruntime's calibrators count the time of their first run (its verification's,
+        :meth:`~.build.RecipeBuilder.write_seconds`)."""
+        if self.budget.seconds is None:
+            return True
+        seconds = self.budget.seconds
+        share = GLOBAL_SHARE * seconds + self.statistics_seconds
+        expected = self.builder.expected_seconds(recipe)
+        if (expected == 0 and self.extended) or (expected > 0 and not self.builder.folded):
+            share = max(share, STATISTICS_SHARE * seconds)
+        # a method of onnxruntime's own calibrators: its verification will run that calibrator, so its
+        # time counts here too (adopted, it is the node phase's base, whose every experiment runs it)
+        return time.monotonic() - self.started + expected + self.builder.write_seconds(recipe) < share
+
+    def _row_key(self, recipe: Recipe) -> tuple[Any, ...]:
+        """What a global recipe's edited model depends on: its choices but the method, and the method's
+        estimated ranges (a fingerprint; the recipe itself while they need a histogram pass: a
+        starting recipe of onnxruntime's percentile calibrator)."""
+        if self.builder.needs(recipe) is not None:
+            return recipe, None
+        key = (recipe.method, recipe.activation_type)
+        if key not in self.fingerprints:
+            ranges = self.builder.estimated_ranges(recipe)
+            self.fingerprints[key] = hash(tuple(sorted(ranges.items())))
+        rest = replace(recipe, method=self.start.method)
+        return rest, self.fingerprints[key]
+
     def _estimate_global(self, edits: Any, recipe: Recipe, change: str) -> Step:
         """An estimate of global choices; a recipe whose edited model is one already estimated (a
-        method estimated with another's ranges, :data:`~.build.ESTIMATED_AS`) reuses that row."""
-        same = replace(recipe, method=ESTIMATED_AS.get(recipe.method, recipe.method))
+        method whose estimated ranges equal another's: onnxruntime's MinMax and Entropy calibrators,
+        :data:`~.build.ESTIMATED_AS`, or ``moving-average`` over fewer records than its batch) reuses that row."""
+        same = self._row_key(recipe)
         earlier = self.global_rows.get(same)
         if earlier is not None and recipe not in self.estimates:
             step = replace(
@@ -542,7 +666,7 @@ class RecipeSearch:
         flip = {"uint8": "int8", "int8": "uint8"}
         yield f"per_channel={not recipe.per_channel}", replace(recipe, per_channel=not recipe.per_channel)
         yield f"reduce_range={not recipe.reduce_range}", replace(recipe, reduce_range=not recipe.reduce_range)
-        slow = [m for m in self.methods if ESTIMATED_AS.get(m, m) in HISTOGRAM_RULES]
+        slow = sorted((m for m in self.methods if method_rank(m)[0]), key=method_rank)
         for method in [m for m in self.methods if m not in slow]:
             if method != recipe.method:
                 yield f"method={method}", replace(recipe, method=method)
@@ -550,7 +674,7 @@ class RecipeSearch:
         yield f"activation_type={activation}", replace(recipe, activation_type=activation)
         weight = flip[recipe.weight_type]
         yield f"weight_type={weight}", replace(recipe, weight_type=weight)
-        for method in slow:  # their ranges need a second pass over the calibration records: last
+        for method in slow:  # their ranges need a histogram pass over the calibration records: last
             if method != recipe.method:
                 yield f"method={method}", replace(recipe, method=method)
 
@@ -608,7 +732,7 @@ class RecipeSearch:
             self._measured_margin,
         ) as estimator:
             # the ranking first (the prefix search is only as good as its order), then what time is left
-            order = estimator.order(nodes, float_cost, self._estimates_left)
+            order = estimator.order(nodes, float_cost, self._ranking_left)
             passing = self._verified_prefix(base, estimator, order)
             if passing is None:
                 return
@@ -617,7 +741,7 @@ class RecipeSearch:
             # 16-bit instead of float: all of them, else the costliest half (each one verified experiment)
             floats = sorted(self.best.recipe.float, key=lambda n: -float_cost(n))
             for part in (floats, floats[: len(floats) // 2]):
-                if not part:
+                if not part or not self._room_for(WIDEN_EXPERIMENTS):
                     break
                 current = self.best.recipe
                 recipe = current.with_nodes(
