@@ -4,6 +4,7 @@ improvement at their exact boundaries. Expected values are worked out by hand in
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -139,6 +140,8 @@ def test_decimals_keep_four_digits_and_what_the_rules_resolve(value, metric, rul
 def test_rounded_rounds_floats_only() -> None:
     rules = [parse_drift_rule("sqnr:-1")]
     assert rounded(30.471414812852693, "sqnr", rules) == 30.47
+    assert rounded(30.471414812852693, "sqnr", [parse_drift_rule("sqnr:-0.01")]) == 30.4714  # 1e-4: 4 decimals
+    assert rounded(30.471414812852693, "mse", [parse_drift_rule("sqnr:-0.01")]) == 30.47  # not its rule
     assert rounded(1234.5678, "sqnr") == 1235.0
     assert rounded(math.inf, "sqnr") == math.inf
     assert rounded(0.0, "sqnr") == 0.0
@@ -157,14 +160,19 @@ def test_the_document_holds_sorted_rounded_tables_task_values_and_where_they_cam
         records=4,
         metric_definitions={},
         outputs=[OutputResult("z", {"sqnr": 30.4714, "mse": 0.123456}), OutputResult("b", {"sqnr": 10.0})],
-        layers=[LayerResult("t2", "t2_q", "n2", "Relu", 1, {"sqnr": 41.234})],
+        layers=[
+            LayerResult("t2", "t2_q", "n2", "Relu", 1, {"sqnr": 41.23456}),
+            LayerResult("t1", "t1_q", "n1", "Conv", 0, {"sqnr": 9.87654}),
+        ],
         higher_is_better={"sqnr": True, "mse": False},
     )
     task = {
         "top1": {"quantized": 0.912345678, "higher_is_better": True, "fp32": 0.95},
         "loss": {"quantized": 1.23456789, "higher_is_better": False},
     }
-    document = profile(result, "p", task=task, rules=[parse_drift_rule("sqnr:-1")], produced_by={"sha256": {}})
+    # sqnr:-0.01 resolves 1e-4 (4 decimals, finer than 4 significant digits); top1:-0.0001 resolves 1e-6
+    rules = [parse_drift_rule("sqnr:-0.01"), parse_drift_rule("top1:-0.0001")]
+    document = profile(result, "p", task=task, rules=rules, produced_by={"sha256": {}})
     assert document == {
         "schema_version": 1,
         "pair": "p",
@@ -173,11 +181,12 @@ def test_the_document_holds_sorted_rounded_tables_task_values_and_where_they_cam
         "data": "d.npz",
         "records": 4,
         "higher_is_better": {"loss": False, "mse": False, "sqnr": True, "top1": True},
-        "outputs": {"b": {"sqnr": 10.0}, "z": {"mse": 0.1235, "sqnr": 30.47}},
-        "layers": {"t2": {"sqnr": 41.23}},
-        "task": {"loss": 1.235, "top1": 0.9123},
+        "outputs": {"b": {"sqnr": 10.0}, "z": {"mse": 0.1235, "sqnr": 30.4714}},
+        "layers": {"t1": {"sqnr": 9.8765}, "t2": {"sqnr": 41.2346}},
+        "task": {"loss": 1.235, "top1": 0.912346},
         "produced_by": {"sha256": {}},
     }
+    assert list(document["layers"]) == ["t1", "t2"]  # by name, not graph order
     assert list(document["outputs"]) == ["b", "z"] and list(document["outputs"]["z"]) == ["mse", "sqnr"]
     assert list(document["higher_is_better"]) == ["loss", "mse", "sqnr", "top1"]
     assert list(document["task"]) == ["loss", "top1"]
@@ -215,6 +224,10 @@ def test_changed_files_names_each_file_whose_hash_moved(tmp_path) -> None:
     assert changed_files({"produced_by": None}, files) == []
     assert changed_files({"produced_by": {"sha256": None}}, files) == []
     assert changed_files({}, files) == []
+    # a skipped file does not end the walk
+    assert changed_files(document, {"labels": None, "quantized_model": str(fp32), "fp32_model": str(fp32)}) == [
+        f"fp32 model changed since the baseline (sha256 {one[:12]} -> {three[:12]})"
+    ]
 
 
 def test_a_baseline_is_rewritten_only_when_its_numbers_or_hashes_change(tmp_path) -> None:
@@ -272,6 +285,24 @@ def test_load_baseline_reads_a_good_file_and_skips_a_folder(tmp_path) -> None:
     (tmp_path / "b.json").write_text(json.dumps({**good, "higher_is_better": [True]}))
     with pytest.raises(ValueError, match="higher_is_better: expected a table of true/false by metric"):
         load_baseline(tmp_path / "b.json")
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [(OSError(errno.EIO, "Input/output error"), "Input/output error"), (OSError("no reason"), "no reason")],
+)
+def test_a_baseline_that_cannot_be_read_is_one_line(tmp_path, monkeypatch, error, reason) -> None:
+    """Root reads any file, so the read error is raised by hand."""
+    file = tmp_path / "b.json"
+    file.write_text("{}")
+
+    def fail(*args: object, **kwargs: object) -> str:
+        raise error
+
+    monkeypatch.setattr(type(file), "read_text", fail)
+    with pytest.raises(ValueError) as info:
+        load_baseline(file)
+    assert str(info.value) == f"{file}: cannot read ({reason})"
 
 
 # --- the status line -----------------------------------------------------------------------------
@@ -397,6 +428,21 @@ def test_targets_gone_are_missing_and_metrics_on_one_side_only_are_skipped() -> 
     assert [(d.target, d.metric) for d in drifts] == [("output 'y'", "sqnr"), ("layer 'a'", "sqnr")]
     base["layers"]["a"] = {"sqnr": None}  # a value that was undefined then: nothing to compare
     assert [d.target for d in find_drift(base, result, RULES)[0]] == ["output 'y'"]
+    # a rule skipped on a target does not end that target's rules
+    drifts, _ = find_drift(base, result, RULES[::-1])
+    assert [(d.target, d.metric) for d in drifts] == [("output 'y'", "sqnr")]
+
+
+def test_a_baseline_without_outputs_or_layers_compares_what_it_has() -> None:
+    base = profile(_result(30.0, 1.0), "p")
+    only_layers = {k: v for k, v in base.items() if k != "outputs"}
+    assert [(d.target, d.metric) for d in find_drift(only_layers, _result(28.0, 1.0), RULES)[0]] == [
+        ("layer 'a'", "sqnr")
+    ]
+    only_outputs = {k: v for k, v in base.items() if k != "layers"}
+    assert [(d.target, d.metric) for d in find_drift(only_outputs, _result(28.0, 1.0), RULES)[0]] == [
+        ("output 'y'", "sqnr")
+    ]
 
 
 def test_the_direction_comes_from_the_result_then_the_baseline_then_lower_is_better() -> None:
