@@ -74,7 +74,10 @@ GROUPS: dict[str, Group] = {
     ),
     "checks": Group(
         ("analysis/checks.py", "plugin/checks.py", "outcomes.py"),
-        ("tests/plugin/test_checks.py", "tests/plugin/test_records.py"),
+        ("tests/plugin/test_checks.py", "tests/plugin/test_records.py", "tests/test_outcomes.py"),
+    ),
+    "baseline": Group(
+        ("report/baseline.py",), ("tests/report/test_baseline_load.py", "tests/report/test_baseline_units.py")
     ),
     "atomic": Group(("atomic.py",), ("tests/report/test_atomic_writers.py", "tests/report/test_atomic_edges.py")),
     "matching": Group(

@@ -242,3 +242,42 @@ def test_ctrl_c_in_a_command_is_exit_130_with_one_line(monkeypatch, capsys) -> N
     monkeypatch.setattr(report, "run", interrupted)
     assert main(["report", "somewhere"]) == 130
     assert _error_line(capsys) == "error: interrupted"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a named pipe and SIGINT are POSIX")
+def test_a_real_sigint_to_the_command_is_exit_130_with_one_line_and_no_artifact(zoo, tmp_path) -> None:
+    """Ctrl-C as the shell sends it: SIGINT to a ``qaccuracy compare`` process blocked reading its
+    dataset (a named pipe nobody writes). The process exits 130 with one ``error: interrupted`` line,
+    not killed by the signal (-2) nor with a traceback, and writes no half JSON."""
+    import errno
+    import os
+    import signal
+    import time
+
+    data = tmp_path / "data.npz"
+    os.mkfifo(data)
+    out = tmp_path / "r.json"
+    args = ["compare", str(zoo["fp32"]), str(zoo["qdq_u8"]), "--data", str(data), "--json", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_qaccuracy.cli", *args], stderr=subprocess.PIPE, text=True)
+    writer = None
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # opening the pipe's write end succeeds once the command has opened it to read
+            try:
+                writer = os.open(data, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as exc:
+                assert exc.errno == errno.ENXIO, exc
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the command never opened its dataset"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (code, proc.stderr.read()) == (130, "error: interrupted\n")
+    assert not out.exists()
