@@ -197,12 +197,30 @@ def test_arguments_reproduce_the_model(tiny, tmp_path):
         (["mse<=-1"], "no model can meet it"),
         (["accuracy>=0.9"], "accuracy"),
         (["cosine>>0.9"], "expected METRIC>=VALUE"),
+        (["sqnr>=inf"], "expected a finite bound, got inf"),
         ([], "at least one target"),
     ],
 )
 def test_impossible_or_malformed_targets(texts, message):
     with pytest.raises(InputError, match=message):
         parse_checks(texts)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("cosine>=0.9999999", "cosine >= 0.9999999"),  # %g would print 1: a bound no model meets
+        ("sqnr>=20", "sqnr >= 20"),
+        ("sqnr>=20.5", "sqnr >= 20.5"),
+        ("mse<=1e-4", "mse <= 0.0001"),
+        ("mse<=1.5e-12", "mse <= 1.5e-12"),
+        ("max_top1_drop<=0.005", "max_top1_drop <= 0.005"),
+    ],
+)
+def test_a_bound_is_shown_as_it_reads_back(text, shown):
+    (check,) = parse_checks([text])
+    assert str(check) == shown
+    assert float(shown.split()[-1]) == check.value
 
 
 def test_quantized_input_is_refused(tiny, zoo):

@@ -52,8 +52,8 @@ class Check:
         return value >= self.value if self.higher_is_better else value <= self.value
 
     def __str__(self) -> str:
-        text = f"{self.metric} {'>=' if self.higher_is_better else '<='} {self.value:g}"
-        return text + (f" (rtol={self.rtol:g}, atol={self.atol:g})" if self.kind == "allclose" else "")
+        text = f"{self.metric} {'>=' if self.higher_is_better else '<='} {_exact(self.value)}"
+        return text + (f" (rtol={_exact(self.rtol)}, atol={_exact(self.atol)})" if self.kind == "allclose" else "")
 
     @property
     def task_value(self) -> str | None:
@@ -114,8 +114,17 @@ KINDS: dict[str, Callable[[str, float], Check | None]] = {
 }
 
 
+def _exact(value: float) -> str:
+    """A bound as the user wrote it: the shortest text that reads back as the same float (``0.9999999``
+    stays itself where ``%g`` shows ``1``), without a trailing ``.0``."""
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
 def _within(name: str, value: float, lo: float, hi: float) -> None:
-    if not math.isfinite(value) or not lo <= value <= hi:
+    if not math.isfinite(value):
+        raise InputError(f"expected a finite bound, got {value!r}")
+    if not lo <= value <= hi:
         raise InputError(f"no model can meet it ({name} lies in [{lo:g}, {hi:g}])")
 
 
