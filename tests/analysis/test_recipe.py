@@ -345,6 +345,10 @@ def test_command_interrupted_writes_best_so_far(tiny, tmp_path, capsys, monkeypa
         (["--target", "cosine>=0.9", "--budget", "soon"], "budget 'soon'"),
         (["--target", "cosine>=0.9", "--methods", "magic"], "unknown calibration method 'magic'"),
         (["--target", "cosine>=0.9", "--cost", "float=x"], "cost weight"),
+        (
+            ["--target", "cosine>=0.9", "--activation-type", "int8", "--weight-type", "uint8"],
+            "starting recipe activation_type=int8 weight_type=uint8: onnxruntime's quantize_static refuses",
+        ),
     ],
 )
 def test_command_bad_input_is_one_error_line(tiny, tmp_path, capsys, extra, message):

@@ -1005,6 +1005,11 @@ def search_recipe(
         raise InputError(f"{fp32}: a {kind} model is already quantized; the recipe search needs the fp32 model")
     start = start or Recipe()
     check_method(start.method)
+    refused = REFUSED.get((start.activation_type, start.weight_type))
+    if refused is not None:  # before any work: the starting recipe is every other recipe's base
+        raise InputError(
+            f"starting recipe activation_type={start.activation_type} weight_type={start.weight_type}: {refused}"
+        )
     tmp = None
     if workdir is None:
         import tempfile
