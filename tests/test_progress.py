@@ -230,3 +230,41 @@ def test_compare_in_a_terminal_shows_progress_and_a_pipe_gets_none(zoo, tmp_path
     assert code == 0 and piped_err == "" and piped_out == out
     _, quiet_err, code = _spawn([*args, "--quiet"], tty=True)
     assert code == 0 and quiet_err == ""
+
+
+def test_heartbeat_speaks_only_after_a_silence_and_stops_with_its_job():
+    """A line from the background thread once nothing was said for the interval; the job's own lines
+    (``say``) reset the clock; nothing after the job ends."""
+    import threading
+    import time
+
+    from pytest_qaccuracy.data.progress import Heartbeat
+
+    lines: list[str] = []
+    lock = threading.Lock()
+
+    def write(text: str) -> None:
+        with lock:
+            lines.append(text)
+
+    with Heartbeat(write, "recipe", interval=0.05) as beat:
+        for _ in range(20):  # a job that talks every 10 ms: never silent long enough
+            beat.say("recipe: step")
+            time.sleep(0.01)
+        talking = list(lines)
+        time.sleep(0.32)  # then silent: about six beats
+    after = len(lines)
+    time.sleep(0.15)
+    assert talking == ["recipe: step"] * 20
+    beats = lines[20:]
+    assert 3 <= len(beats) <= 8, beats
+    assert all(re.fullmatch(r"recipe: still working \(0s since the last line, \ds in all\)", b) for b in beats)
+    assert len(lines) == after  # the thread ended with the job
+
+
+def test_heartbeat_default_interval_is_the_log_interval(monkeypatch):
+    from pytest_qaccuracy.data import progress
+
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 7.0)
+    assert progress.Heartbeat(print, "x").interval == 7.0
+    assert progress.Heartbeat(print, "x", interval=2.0).interval == 2.0

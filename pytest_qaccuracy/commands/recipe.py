@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.recipe import Budget, Recipe, check_targets, parse_checks, search_recipe
     from pytest_qaccuracy.analysis.recipe.cost import parse_weights
     from pytest_qaccuracy.atomic import atomic_write_json, check_dir_target, check_file_target
+    from pytest_qaccuracy.data.progress import Heartbeat
     from pytest_qaccuracy.errors import InputError
     from pytest_qaccuracy.report.recipe_tables import step_line, steps_table, verdict_lines, write_recipe
 
@@ -128,35 +130,40 @@ def run(args: argparse.Namespace) -> int:
     start = Recipe(args.method, args.per_channel, args.reduce_range, args.activation_type, args.weight_type)
     shown = [str(c) for c in checks]
 
+    def write(text: str) -> None:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    heartbeat = Heartbeat(write, "recipe")  # a log never silent for more than 30 s, even inside a step
+
     def on_step(step, best) -> None:
         if not args.quiet:
-            sys.stderr.write(step_line(step, best, shown) + "\n")
-            sys.stderr.flush()
+            heartbeat.say(step_line(step, best, shown))
 
     def on_note(text: str) -> None:
         if not args.quiet:
-            sys.stderr.write(f"recipe: {text}\n")
-            sys.stderr.flush()
+            heartbeat.say(f"recipe: {text}")
 
-    result = search_recipe(
-        args.fp32,
-        args.data,
-        args.eval,
-        checks,
-        targets,
-        start=start,
-        budget=budget,
-        weights=weights,
-        methods=args.methods,
-        options=options,
-        estimate_records=args.estimate_records,
-        exhaustive_nodes=args.exhaustive_nodes,
-        on_step=on_step,
-        on_note=on_note,
-        model_out=args.out_dir / f"{args.fp32.stem}.recipe.onnx",
-        tasks=tasks,
-        task_targets=args.task_targets,
-    )
+    with heartbeat if not args.quiet else contextlib.nullcontext():
+        result = search_recipe(
+            args.fp32,
+            args.data,
+            args.eval,
+            checks,
+            targets,
+            start=start,
+            budget=budget,
+            weights=weights,
+            methods=args.methods,
+            options=options,
+            estimate_records=args.estimate_records,
+            exhaustive_nodes=args.exhaustive_nodes,
+            on_step=on_step,
+            on_note=on_note,
+            model_out=args.out_dir / f"{args.fp32.stem}.recipe.onnx",
+            tasks=tasks,
+            task_targets=args.task_targets,
+        )
     paths = write_recipe(result, args.out_dir, args.fp32, args.data) if result.best is not None else []
     if args.json is not None:
         paths.append(atomic_write_json(args.json, result.to_dict()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -123,6 +124,53 @@ class ProgressLog(ProgressLine):
         self.stream.flush()
 
 
+class Heartbeat:
+    """A line to ``write`` whenever nothing was said for ``interval`` seconds, from a background
+    thread: a step of a long job (one ``quantize_static``, one onnxruntime calibrator, one model run
+    on every record) can outlast any record loop's progress, and a captured CI log must not look
+    hung. The job says its own lines through :meth:`say`, which resets the clock; the thread only
+    writes (under the same lock), never touches the job."""
+
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        label: str,
+        interval: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.write, self.label, self.clock = write, label, clock
+        self.interval = LOG_INTERVAL if interval is None else interval
+        self.started = self.last = clock()
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def say(self, text: str) -> None:
+        """Write one of the job's own lines."""
+        with self._lock:
+            self.write(text)
+            self.last = self.clock()
+
+    def __enter__(self) -> Heartbeat:
+        self.started = self.last = self.clock()
+        self._thread = threading.Thread(target=self._beat, name="qaccuracy-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(max(self.interval - (self.clock() - self.last), 0.01)):
+            with self._lock:
+                now = self.clock()
+                if now - self.last >= self.interval and not self._stop.is_set():
+                    quiet, took = format_seconds(now - self.last), format_seconds(now - self.started)
+                    self.write(f"{self.label}: still working ({quiet} since the last line, {took} in all)")
+                    self.last = now
+
+
 def format_seconds(seconds: float) -> str:
     """``42s``, ``3m05s``, ``1h02m``."""
     seconds = round(seconds)
@@ -180,4 +228,14 @@ def task(label: str, total: int) -> Iterator[Callable[[int], None]]:
         progress.finish()
 
 
-__all__ = ["ENV", "LOG_INTERVAL", "ProgressLine", "ProgressLog", "format_seconds", "progress_for", "reporting", "task"]
+__all__ = [
+    "ENV",
+    "LOG_INTERVAL",
+    "Heartbeat",
+    "ProgressLine",
+    "ProgressLog",
+    "format_seconds",
+    "progress_for",
+    "reporting",
+    "task",
+]

@@ -265,6 +265,30 @@ def _cli(tiny, out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def test_command_is_never_silent_for_the_log_interval(tiny, tmp_path, capsys, monkeypatch):
+    """A step longer than the log interval (here a slow experiment, 0.3 s against 0.1 s) still gets
+    lines on stderr: the heartbeat's, between the search's own."""
+    import time
+
+    from pytest_qaccuracy.analysis.recipe.search import RecipeSearch
+    from pytest_qaccuracy.cli import main
+    from pytest_qaccuracy.data import progress
+
+    real = RecipeSearch.measure
+
+    def slow(self, recipe, phase, change):
+        time.sleep(0.3)
+        return real(self, recipe, phase, change)
+
+    monkeypatch.setattr(RecipeSearch, "measure", slow)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.1)
+    main(_cli(tiny, tmp_path / "out", "--target", "sqnr>=25", "--budget", "1"))
+    err = capsys.readouterr().err.splitlines()
+    assert any(line.startswith("recipe: still working (") for line in err), err
+    main(_cli(tiny, tmp_path / "quiet", "--target", "sqnr>=25", "--budget", "1", "-q"))
+    assert capsys.readouterr().err == ""
+
+
 def test_command_writes_a_recipe_that_passes(tiny, tmp_path, capsys):
     from pytest_qaccuracy.cli import main
 
