@@ -110,6 +110,11 @@ def verdict_lines(result: RecipeResult) -> list[str]:
         f"  method={recipe.method} per_channel={recipe.per_channel} reduce_range={recipe.reduce_range} "
         f"activation_type={recipe.activation_type} weight_type={recipe.weight_type}",
     ]
+    if result.convert_opset is not None:
+        lines.append(
+            f"  convert_opset={result.convert_opset}: the fp32 model is converted to opset {result.convert_opset} "
+            "(onnx.version_converter) before quantize_static, for per-channel weights"
+        )
     if recipe.float:
         lines.append(f"  nodes_to_exclude={sorted(recipe.float)!r}")
     if recipe.int16:

@@ -160,7 +160,7 @@ def test_arguments_reproduce_the_model(tiny, tmp_path):
     """The JSON arguments, turned into enums and handed to quantize_static, write the same model."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    from pytest_qaccuracy.report.recipe_tables import write_recipe
+    from pytest_qaccuracy.report.recipe_tables import verdict_lines, write_recipe
 
     start = Recipe(per_channel=True, reduce_range=True)
     result = search_recipe(
@@ -183,6 +183,7 @@ def test_arguments_reproduce_the_model(tiny, tmp_path):
     args["weight_type"] = getattr(QuantType, args["weight_type"])
     args["calibrate_method"] = getattr(CalibrationMethod, args["calibrate_method"])
     assert document["convert_opset"] is None  # opset 17: quantized as it is
+    assert not any("convert_opset" in line for line in verdict_lines(result))
     for entries in args["extra_options"]["TensorQuantOverrides"].values():
         entries[0]["quant_type"] = getattr(QuantType, entries[0]["quant_type"])
     quantize_static(str(tiny["fp32"]), str(tmp_path / "mine.onnx"), None, **args)
@@ -231,7 +232,10 @@ def test_opset12_per_channel_recipe_converts_first(tmp_path):
     arguments alone, on the opset-12 file, give a model onnxruntime refuses."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    from pytest_qaccuracy.report.recipe_tables import write_recipe
+    from pytest_qaccuracy.analysis.recipe.search import RecipeResult
+    from pytest_qaccuracy.plugin.properties import recipe_properties
+    from pytest_qaccuracy.report.recipe_tables import verdict_lines, write_recipe
+    from pytest_qaccuracy.report.sensitivity_summary import recipe_brief
 
     rng = np.random.default_rng(5)
     fp32 = conv12(tmp_path / "conv12.onnx")
@@ -251,6 +255,12 @@ def test_opset12_per_channel_recipe_converts_first(tmp_path):
     write_recipe(result, out, fp32, calib)
     document = json.loads((out / "conv12.recipe.json").read_text())
     assert document["convert_opset"] == 13 and document["quantize_static"]["per_channel"] is True
+    # said wherever the arguments go: the verdict, summary.json, JUnit properties
+    assert any("convert_opset=13" in line for line in verdict_lines(result))
+    assert recipe_brief({"recipe": result.to_dict()})["convert_opset"] == 13
+    props = dict(recipe_properties([{"id": "p", "sensitivity": {"recipe": result.to_dict()}}]))
+    assert props["qaccuracy.recipe.p.convert_opset"] == "13"
+    assert RecipeResult.from_dict(result.to_dict()).convert_opset == 13
     ours = onnx.load(str(out / "conv12.recipe.onnx"))
     ort.InferenceSession(str(out / "conv12.recipe.onnx"))  # the verified model loads
     assert any(n.op_type == "DequantizeLinear" and any(a.name == "axis" for a in n.attribute) for n in ours.graph.node)
