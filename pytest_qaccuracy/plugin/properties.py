@@ -83,7 +83,8 @@ def gate_properties(agreement: Any) -> Properties:
 
 def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
     """Each analysed pair's recipe, as test-suite properties (the recipe is found after the pair's
-    test case was written): ``qaccuracy.recipe.<pair>.met``, ``.quantize_static`` (JSON), or ``.note``."""
+    test case was written): ``qaccuracy.recipe.<pair>.met``, ``.quantize_static`` (JSON),
+    ``.convert_opset`` (when the fp32 model is converted first), or ``.note``."""
     props = []
     for record in records:
         entry = record.get("sensitivity") or {}
@@ -95,6 +96,8 @@ def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
             props.append((f"{prefix}.met", str(recipe["met"]).lower()))
             props.append((f"{prefix}.stopped", recipe["stopped"]))
             props.append((f"{prefix}.quantize_static", json.dumps(recipe.get("quantize_static"), sort_keys=True)))
+            if recipe.get("convert_opset") is not None:
+                props.append((f"{prefix}.convert_opset", str(recipe["convert_opset"])))
             best = recipe["steps"][recipe["best"]] if recipe.get("best") is not None else None
             for target, outputs in (best or {}).get("measured", {}).items():
                 for output, metrics in outputs.items():

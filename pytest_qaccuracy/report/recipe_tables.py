@@ -4,9 +4,10 @@ paste (pure formatters and atomic writers; nothing is recomputed).
 Files of :func:`write_recipe` (``<stem>`` defaults to the fp32 model's stem):
 
 * ``<stem>.recipe.onnx``: the best recipe's model, as onnxruntime's ``quantize_static`` wrote it;
-* ``<stem>.recipe.json``: ``quantize_static`` keyword arguments (enums by name), the verdict and
-  every step of the search;
-* ``<stem>.recipe.py``: a script that writes the same model with onnxruntime;
+* ``<stem>.recipe.json``: ``quantize_static`` keyword arguments (enums by name), ``convert_opset``
+  (the opset the fp32 model is converted to first, or null), the verdict and every step of the search;
+* ``<stem>.recipe.py``: a script that writes the same model with onnxruntime (converting the opset
+  first when ``convert_opset`` says so);
 * ``<stem>.ranges.json``: the calibration ranges as onnxruntime's calibration cache
   (``calibration_cache_path``), for recipes whose method is ours.
 """
@@ -109,6 +110,11 @@ def verdict_lines(result: RecipeResult) -> list[str]:
         f"  method={recipe.method} per_channel={recipe.per_channel} reduce_range={recipe.reduce_range} "
         f"activation_type={recipe.activation_type} weight_type={recipe.weight_type}",
     ]
+    if result.convert_opset is not None:
+        lines.append(
+            f"  convert_opset={result.convert_opset}: the fp32 model is converted to opset {result.convert_opset} "
+            "(onnx.version_converter) before quantize_static, for per-channel weights"
+        )
     if recipe.float:
         lines.append(f"  nodes_to_exclude={sorted(recipe.float)!r}")
     if recipe.int16:
@@ -123,36 +129,37 @@ def write_recipe(
     calibration: str | os.PathLike[str],
     stem: str | None = None,
 ) -> list[Path]:
-    """Write the recipe's files (see the module docstring) atomically; returns their paths."""
+    """Write the recipe's files (see the module docstring) atomically; returns their paths. Their paths
+    (fp32 model, calibration records, cache, model) are absolute, so that the script runs from any folder."""
     from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
     from pytest_qaccuracy.analysis.recipe.build import write_cache
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = stem or Path(fp32).stem
+    fp32, calibration = Path(os.path.abspath(fp32)), Path(os.path.abspath(calibration))  # symlinks kept
+    stem = stem or fp32.stem
     written = []
-    model_name = f"{stem}.recipe.onnx"
+    target = out / f"{stem}.recipe.onnx"
     arguments = dict(result.arguments or {})
     if "calibration_cache_path" in arguments and result.ranges is not None:
         cache = write_cache(CalibrationResult("recipe", result.records, result.ranges), out / f"{stem}.ranges.json")
-        arguments["calibration_cache_path"] = cache.name
+        arguments["calibration_cache_path"] = os.path.abspath(cache)
         written.append(cache)
     if result.model is not None and Path(result.model).exists():
-        target = out / model_name
         if Path(result.model).resolve() != target.resolve():
-            staged = out / f".{model_name}.partial"
+            staged = out / f".{target.name}.partial"
             shutil.copyfile(result.model, staged)
             os.replace(staged, target)
         written.append(target)
     document = {
         **result.to_dict(),
         "model_input": str(fp32),
-        "model_output": model_name,
+        "model_output": os.path.abspath(target),
         "quantize_static": arguments,
     }
     written.append(atomic_write_json(out / f"{stem}.recipe.json", document))
     if arguments:
-        snippet = python_snippet(arguments, str(fp32), model_name, str(calibration))
+        snippet = python_snippet(arguments, str(fp32), os.path.abspath(target), str(calibration), result.convert_opset)
         written.append(atomic_write_text(out / f"{stem}.recipe.py", snippet))
     written.append(atomic_write_text(out / f"{stem}.recipe.steps.txt", steps_table(result) + "\n"))
     return written

@@ -117,6 +117,7 @@ def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
         "targets": data["targets"],
         "evaluation_records": data["records"],
         "quantize_static": data.get("quantize_static"),
+        "convert_opset": data.get("convert_opset"),  # convert the fp32 model first (per-channel, opset < 13)
         "cost": None if best is None else best["cost"],
         "measured": None if best is None else best["measured"],
         "experiments": len(data["steps"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper, version_converter
 from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import Budget, Recipe, parse_checks, search_recipe
@@ -159,7 +160,7 @@ def test_arguments_reproduce_the_model(tiny, tmp_path):
     """The JSON arguments, turned into enums and handed to quantize_static, write the same model."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    from pytest_qaccuracy.report.recipe_tables import write_recipe
+    from pytest_qaccuracy.report.recipe_tables import verdict_lines, write_recipe
 
     start = Recipe(per_channel=True, reduce_range=True)
     result = search_recipe(
@@ -181,13 +182,111 @@ def test_arguments_reproduce_the_model(tiny, tmp_path):
     args["activation_type"] = getattr(QuantType, args["activation_type"])
     args["weight_type"] = getattr(QuantType, args["weight_type"])
     args["calibrate_method"] = getattr(CalibrationMethod, args["calibrate_method"])
-    args["calibration_cache_path"] = str(out / args["calibration_cache_path"])
+    assert document["convert_opset"] is None  # opset 17: quantized as it is
+    assert not any("convert_opset" in line for line in verdict_lines(result))
     for entries in args["extra_options"]["TensorQuantOverrides"].values():
         entries[0]["quant_type"] = getattr(QuantType, entries[0]["quant_type"])
     quantize_static(str(tiny["fp32"]), str(tmp_path / "mine.onnx"), None, **args)
     ours, mine = onnx.load(str(out / "chain.recipe.onnx")), onnx.load(str(tmp_path / "mine.onnx"))
     assert ours.graph.SerializeToString() == mine.graph.SerializeToString()
     assert document["best"] == result.best and document["met"] is False
+
+
+def conv12(path: Path) -> Path:
+    """x[N,3,6,6] -> Conv -> Relu -> Conv, opset 12 (DequantizeLinear has no axis before 13)."""
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w1"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "b1"),
+        numpy_helper.from_array(rng.standard_normal((2, 4, 1, 1)).astype(np.float32) * 0.5, "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv12",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 6, 6])],
+        inits,
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)]), str(path))
+    return path
+
+
+def _run_script(script: Path, cwd: Path) -> None:
+    """Run a written recipe.py as a user would: its own process, another working folder."""
+    import subprocess
+    import sys
+
+    cwd.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def test_opset12_per_channel_recipe_converts_first(tmp_path):
+    """An opset-12 model with per-channel weights is converted to opset 13 before quantize_static: the
+    JSON says so (convert_opset) and recipe.py does it, so that both rewrite the verified model; the
+    arguments alone, on the opset-12 file, give a model onnxruntime refuses."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from pytest_qaccuracy.analysis.recipe.search import RecipeResult
+    from pytest_qaccuracy.plugin.properties import recipe_properties
+    from pytest_qaccuracy.report.recipe_tables import verdict_lines, write_recipe
+    from pytest_qaccuracy.report.sensitivity_summary import recipe_brief
+
+    rng = np.random.default_rng(5)
+    fp32 = conv12(tmp_path / "conv12.onnx")
+    calib = modelzoo.write_h5(tmp_path / "calib.h5", rng.standard_normal((8, 1, 3, 6, 6)).astype(np.float32))
+    held = modelzoo.write_h5(tmp_path / "eval.h5", rng.standard_normal((4, 1, 3, 6, 6)).astype(np.float32))
+    out = tmp_path / "out"
+    result = search_recipe(
+        fp32,
+        calib,
+        held,
+        parse_checks(["sqnr>=500"]),
+        start=Recipe(per_channel=True),
+        vary=(),
+        budget=Budget(experiments=1),
+        model_out=out / "conv12.recipe.onnx",
+    )
+    write_recipe(result, out, fp32, calib)
+    document = json.loads((out / "conv12.recipe.json").read_text())
+    assert document["convert_opset"] == 13 and document["quantize_static"]["per_channel"] is True
+    # said wherever the arguments go: the verdict, summary.json, JUnit properties
+    assert any("convert_opset=13" in line for line in verdict_lines(result))
+    assert recipe_brief({"recipe": result.to_dict()})["convert_opset"] == 13
+    props = dict(recipe_properties([{"id": "p", "sensitivity": {"recipe": result.to_dict()}}]))
+    assert props["qaccuracy.recipe.p.convert_opset"] == "13"
+    assert RecipeResult.from_dict(result.to_dict()).convert_opset == 13
+    ours = onnx.load(str(out / "conv12.recipe.onnx"))
+    ort.InferenceSession(str(out / "conv12.recipe.onnx"))  # the verified model loads
+    assert any(n.op_type == "DequantizeLinear" and any(a.name == "axis" for a in n.attribute) for n in ours.graph.node)
+    # the JSON: convert as it says, then quantize_static with its arguments
+    args = document["quantize_static"]
+    args["quant_format"] = getattr(QuantFormat, args["quant_format"])
+    args["activation_type"] = getattr(QuantType, args["activation_type"])
+    args["weight_type"] = getattr(QuantType, args["weight_type"])
+    args["calibrate_method"] = getattr(CalibrationMethod, args["calibrate_method"])
+    converted = version_converter.convert_version(onnx.load(str(fp32)), document["convert_opset"])
+    onnx.save(converted, str(tmp_path / "conv13.onnx"))
+    quantize_static(str(tmp_path / "conv13.onnx"), str(tmp_path / "mine.onnx"), None, **args)
+    mine = onnx.load(str(tmp_path / "mine.onnx"))
+    assert ours.graph.SerializeToString() == mine.graph.SerializeToString()
+    # without the conversion, the same arguments write a model onnxruntime refuses
+    quantize_static(str(fp32), str(tmp_path / "unconverted.onnx"), None, **args)
+    with pytest.raises(Exception, match="Unrecognized attribute: axis"):
+        ort.InferenceSession(str(tmp_path / "unconverted.onnx"))
+    # the script, run as it is from another folder, rewrites the verified model in place
+    verified = (out / "conv12.recipe.onnx").read_bytes()
+    (out / "conv12.recipe.onnx").unlink()
+    _run_script(out / "conv12.recipe.py", tmp_path / "elsewhere")
+    again = onnx.load(str(out / "conv12.recipe.onnx"))
+    ort.InferenceSession(str(out / "conv12.recipe.onnx"))
+    assert again.graph.SerializeToString() == onnx.load_from_string(verified).graph.SerializeToString()
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == []  # no stray files where it ran
 
 
 @pytest.mark.parametrize(
@@ -289,11 +388,14 @@ def test_command_is_never_silent_for_the_log_interval(tiny, tmp_path, capsys, mo
     assert capsys.readouterr().err == ""
 
 
-def test_command_writes_a_recipe_that_passes(tiny, tmp_path, capsys):
+def test_command_writes_a_recipe_that_passes(tiny, tmp_path, capsys, monkeypatch):
+    """Relative paths on the command line: the written script still runs from any working folder."""
     from pytest_qaccuracy.cli import main
 
+    monkeypatch.chdir(tiny["root"])
     out = tmp_path / "out"
-    code = main(_cli(tiny, out, "--target", "sqnr>=25", "--targets", "onnxruntime,onnxruntime-avx2"))
+    argv = ["recipe", "chain.onnx", "--data", "calib.h5", "--eval", "eval.h5", "--out-dir", os.path.relpath(out)]
+    code = main([*argv, "--target", "sqnr>=25", "--targets", "onnxruntime,onnxruntime-avx2"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     steps = [line for line in captured.err.splitlines() if line.startswith("recipe: step ")]
@@ -304,22 +406,20 @@ def test_command_writes_a_recipe_that_passes(tiny, tmp_path, capsys):
     assert document["met"] and best["passed"]
     for target in ("onnxruntime", "onnxruntime-avx2"):
         assert best["measured"][target]["y"]["sqnr"] >= 25
-    assert (out / "chain.recipe.onnx").exists() and (out / "chain.recipe.py").exists()
-    # the script runs as it is, from the output folder, and writes the same model
-    import runpy
-
-    script = (out / "chain.recipe.py").read_text().replace("'chain.recipe.onnx'", repr(str(tmp_path / "again.onnx")))
-    (tmp_path / "again.py").write_text(script)
-    import os
-
-    here = os.getcwd()
-    try:
-        os.chdir(out)
-        runpy.run_path(str(tmp_path / "again.py"))
-    finally:
-        os.chdir(here)
-    again, ours = onnx.load(str(tmp_path / "again.onnx")), onnx.load(str(out / "chain.recipe.onnx"))
-    assert again.graph.SerializeToString() == ours.graph.SerializeToString()
+    paths = {
+        document["model_input"]: tiny["root"] / "chain.onnx",
+        document["model_output"]: out / "chain.recipe.onnx",
+        document["quantize_static"]["calibration_cache_path"]: out / "chain.ranges.json",
+    }
+    for written, expected in paths.items():
+        assert Path(written).is_absolute() and os.path.samefile(written, expected)
+    # the script runs as it is, in its own process, from neither the command's folder nor its own,
+    # and rewrites the verified model (graph equal)
+    verified = onnx.load(str(out / "chain.recipe.onnx"))
+    (out / "chain.recipe.onnx").unlink()
+    _run_script(out / "chain.recipe.py", tmp_path / "elsewhere")
+    again = onnx.load(str(out / "chain.recipe.onnx"))
+    assert again.graph.SerializeToString() == verified.graph.SerializeToString()
 
 
 def test_command_best_effort_exits_1(tiny, tmp_path, capsys):

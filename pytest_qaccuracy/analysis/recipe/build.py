@@ -27,6 +27,7 @@ import onnx
 from pytest_qaccuracy.analysis.calibration import METHODS, CalibrationOptions, compute_ranges, quantize_with_ranges
 from pytest_qaccuracy.analysis.calibration import candidates as C
 from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
+from pytest_qaccuracy.analysis.calibration.quantize import PER_CHANNEL_OPSET, opset_note
 from pytest_qaccuracy.analysis.recipe.space import ORT_METHODS, Recipe
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import InputError
@@ -215,6 +216,12 @@ class RecipeBuilder:
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
                 self._estimated[key] = dict(zip(stats["names"], pool.map(one, stats["names"]), strict=True))
         return self._estimated[key]
+
+    def convert_opset(self, recipe: Recipe) -> int | None:
+        """The opset :meth:`write` converts the fp32 model to before ``quantize_static`` (onnx's version
+        converter: per-channel weights need DequantizeLinear's axis), or None when it is quantized as is."""
+        options = CalibrationOptions(per_channel=recipe.per_channel)
+        return None if opset_note(self.model, options) is None else PER_CHANNEL_OPSET
 
     def write(self, recipe: Recipe, out: str | os.PathLike[str]) -> Path:
         """onnxruntime's ``quantize_static`` writes the recipe's model to ``out``."""

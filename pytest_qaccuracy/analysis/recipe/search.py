@@ -178,6 +178,7 @@ class RecipeResult:
     arguments: dict[str, Any] | None = None  # the best recipe's quantize_static arguments (JSON-able)
     model: str | None = field(default=None, compare=False)  # the best model's file while it exists
     ranges: dict[str, tuple[float, float]] | None = field(default=None, compare=False)  # its calibration
+    convert_opset: int | None = None  # the opset the fp32 model is converted to before quantize_static
 
     @property
     def best_step(self) -> Step | None:
@@ -205,6 +206,7 @@ class RecipeResult:
             "seconds": self.seconds,
             "note": self.note,
             "quantize_static": self.arguments,
+            "convert_opset": self.convert_opset,
             "steps": [s.to_dict() for s in self.steps],
         }
 
@@ -224,6 +226,7 @@ class RecipeResult:
             float(data["seconds"]),
             data.get("note", ""),
             data.get("quantize_static"),
+            convert_opset=data.get("convert_opset"),
         )
 
 
@@ -479,6 +482,7 @@ class RecipeSearch:
             arguments,
             None if best is None else str(self.model_path(best.index)),
             ranges,
+            convert_opset=None if best is None else self.builder.convert_opset(best.recipe),
         )
 
     def _global_phase(self) -> Recipe:

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pytest_qaccuracy.analysis.calibration.quantize import LARGE_MODEL_BYTES
+
 #: Per-node precisions, cheapest first (the cost model weighs each, see :mod:`.cost`).
 PRECISIONS = ("int8", "int16", "float")
 #: onnxruntime's QuantType names of the activation and weight types.
@@ -149,19 +151,30 @@ def _names(names: Sequence[str], shown: int = 3) -> str:
     return ",".join(names[:shown]) + (f" (+{more} more)" if more > 0 else "")
 
 
-def python_snippet(arguments: Mapping[str, Any], fp32: str, out: str, calibration_data: str) -> str:
+def python_snippet(
+    arguments: Mapping[str, Any], fp32: str, out: str, calibration_data: str, convert_opset: int | None = None
+) -> str:
     """A Python script that writes the recipe's model with onnxruntime alone (plus our data reader
-    when onnxruntime's own calibrators need the records)."""
+    when onnxruntime's own calibrators need the records).
+
+    Paths are written as given (give absolute ones: the script then runs from any working folder).
+    ``convert_opset``: the script first converts the fp32 model to that opset with onnx's version
+    converter, into a temporary folder, as the search did before ``quantize_static``.
+    """
     head = ["from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static"]
     if "calibration_cache_path" in arguments:
         reader = "None,  # the ranges come from the calibration cache"
     else:
         head.append("from pytest_qaccuracy.analysis.calibration.reader import DatasetReader")
-        reader = f"DatasetReader({calibration_data!r}, {fp32!r}),"
+        reader = "DatasetReader(calibration_data, fp32),"
     overrides = arguments.get("extra_options", {}).get("TensorQuantOverrides", {})
-    body = ["", "overrides = {"]
+    body = ["", f"fp32 = {fp32!r}", f"out = {out!r}"]
+    if "calibration_cache_path" not in arguments:
+        body.append(f"calibration_data = {calibration_data!r}")
+    body += ["overrides = {"]
     body += [f"    {name!r}: [{{'quant_type': QuantType.{e[0]['quant_type']}}}]," for name, e in overrides.items()]
-    body += ["}", "quantize_static(", f"    {fp32!r},", f"    {out!r},", f"    {reader}"]
+    body.append("}")
+    call = ["quantize_static(", "    model_input,", "    out,", f"    {reader}"]
     enums = {"quant_format": "QuantFormat", "activation_type": "QuantType", "weight_type": "QuantType"}
     enums["calibrate_method"] = "CalibrationMethod"
     for key, value in arguments.items():
@@ -172,8 +185,20 @@ def python_snippet(arguments: Mapping[str, Any], fp32: str, out: str, calibratio
             text = f"{enums[key]}.{value}"
         else:
             text = repr(value)
-        body.append(f"    {key}={text},")
-    return "\n".join([*head, *body, ")"]) + "\n"
+        call.append(f"    {key}={text},")
+    call.append(")")
+    if convert_opset is None:
+        return "\n".join([*head, *body, "model_input = fp32", *call]) + "\n"
+    head[:0] = ["import tempfile", "from pathlib import Path", "", "import onnx", "from onnx import version_converter"]
+    converted = [
+        f"# per-channel weights need DequantizeLinear's axis (opset {convert_opset}): convert the model first",
+        "with tempfile.TemporaryDirectory() as tmp:",
+        f"    model = version_converter.convert_version(onnx.load(fp32), {convert_opset})",
+        f"    model_input = str(Path(tmp) / ('opset{convert_opset}.' + Path(fp32).name))",
+        f"    onnx.save(model, model_input, save_as_external_data=model.ByteSize() > {LARGE_MODEL_BYTES})",
+        *(f"    {line}" for line in call),
+    ]
+    return "\n".join([*head, *body, *converted]) + "\n"
 
 
 __all__ = ["ORT_METHODS", "PRECISIONS", "QUANT_TYPES", "REFUSED", "Recipe", "python_snippet"]
