@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -116,14 +117,29 @@ def verdict_lines(result: RecipeResult) -> list[str]:
     return lines
 
 
+def recipe_file_names(stem: str, arguments: Mapping[str, Any] | None, ranges: bool) -> dict[str, str]:
+    """The names :func:`write_recipe` gives the files of a recipe with these ``quantize_static``
+    arguments (``ranges``: whether its calibration ranges are known), by kind: ``json``, ``python``
+    (when there are arguments), ``ranges`` (when the arguments read a calibration cache), ``steps``."""
+    names = {"json": f"{stem}.recipe.json"}
+    if arguments:
+        names["python"] = f"{stem}.recipe.py"
+    if arguments and "calibration_cache_path" in arguments and ranges:
+        names["ranges"] = f"{stem}.ranges.json"
+    names["steps"] = f"{stem}.recipe.steps.txt"
+    return names
+
+
 def write_recipe(
     result: RecipeResult,
     out_dir: str | os.PathLike[str],
     fp32: str | os.PathLike[str],
     calibration: str | os.PathLike[str],
     stem: str | None = None,
+    records: int | None = None,
 ) -> list[Path]:
-    """Write the recipe's files (see the module docstring) atomically; returns their paths."""
+    """Write the recipe's files (see the module docstring) atomically; returns their paths.
+    ``records``: the script's data reader reads the first ``records`` of ``calibration`` (all: None)."""
     from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
     from pytest_qaccuracy.analysis.recipe.build import write_cache
 
@@ -133,8 +149,9 @@ def write_recipe(
     written = []
     model_name = f"{stem}.recipe.onnx"
     arguments = dict(result.arguments or {})
-    if "calibration_cache_path" in arguments and result.ranges is not None:
-        cache = write_cache(CalibrationResult("recipe", result.records, result.ranges), out / f"{stem}.ranges.json")
+    names = recipe_file_names(stem, arguments, result.ranges is not None)
+    if "ranges" in names:
+        cache = write_cache(CalibrationResult("recipe", result.records, result.ranges or {}), out / names["ranges"])
         arguments["calibration_cache_path"] = cache.name
         written.append(cache)
     if result.model is not None and Path(result.model).exists():
@@ -150,12 +167,14 @@ def write_recipe(
         "model_output": model_name,
         "quantize_static": arguments,
     }
-    written.append(atomic_write_json(out / f"{stem}.recipe.json", document))
-    if arguments:
-        snippet = python_snippet(arguments, str(fp32), model_name, str(calibration))
-        written.append(atomic_write_text(out / f"{stem}.recipe.py", snippet))
-    written.append(atomic_write_text(out / f"{stem}.recipe.steps.txt", steps_table(result) + "\n"))
+    if records is not None:
+        document["calibration_records"] = records  # the head of ``calibration`` the ranges come from
+    written.append(atomic_write_json(out / names["json"], document))
+    if "python" in names:
+        snippet = python_snippet(arguments, str(fp32), model_name, str(calibration), records)
+        written.append(atomic_write_text(out / names["python"], snippet))
+    written.append(atomic_write_text(out / names["steps"], steps_table(result) + "\n"))
     return written
 
 
-__all__ = ["step_line", "steps_table", "verdict_lines", "write_recipe"]
+__all__ = ["recipe_file_names", "step_line", "steps_table", "verdict_lines", "write_recipe"]

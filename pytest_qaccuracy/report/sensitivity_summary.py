@@ -95,10 +95,35 @@ def recipe_lines(entry: Mapping[str, Any]) -> list[str]:
         return []
     result = RecipeResult.from_dict(entry["recipe"])
     lines = verdict_lines(result)
+    files = entry.get("recipe_files") or {}
     args = result.arguments
-    if args:
+    if args and files:  # the written arguments name the calibration cache, the exported ones cannot
+        lines.append(f"  recipe files: {', '.join(files.values())}")
+    elif args:
         lines.append(f"  quantize_static arguments: {json.dumps(args, sort_keys=True)}")
     return lines
+
+
+def with_recipe_files(record: Mapping[str, Any], files: Mapping[str, str] | None) -> Mapping[str, Any]:
+    """``record`` with the files its recipe was written to (``{"json": path, ...}``) in its
+    sensitivity entry (``recipe_files``), which the terminal lines, ``summary.json`` and the HTML
+    report name; the record itself when there are none."""
+    if not files:
+        return record
+    return {**record, "sensitivity": {**record["sensitivity"], "recipe_files": dict(files)}}
+
+
+def recipe_files_in(record: Mapping[str, Any], folder: str) -> dict[str, str]:
+    """The recipe files of ``record`` in the artifacts folder ``folder`` (its ``pairs/``), as
+    :func:`~pytest_qaccuracy.plugin.artifacts.write_artifacts` writes them; none when no recipe was
+    measured."""
+    from pytest_qaccuracy.report.recipe_tables import recipe_file_names
+
+    data = (record.get("sensitivity") or {}).get("recipe")
+    if not data or data.get("best") is None:
+        return {}
+    names = recipe_file_names(record["stem"], data.get("quantize_static"), data.get("ranges") is not None)
+    return {kind: f"{folder}/pairs/{name}" for kind, name in names.items()}
 
 
 def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -122,6 +147,8 @@ def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
         "experiments": len(data["steps"]),
         "seconds": data["seconds"],
         "budget": data.get("budget"),  # seconds the search was given (what the ranking left)
+        "calibration_records": data.get("calibration_records"),  # the head of the data it calibrated on
+        "files": entry.get("recipe_files"),  # the recipe as written in the artifacts folder
     }
 
 
@@ -140,6 +167,8 @@ def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any
         "unsupported": None,
         "error": entry.get("error"),
         "recipe": recipe_brief(entry),
+        "seconds": entry.get("seconds"),  # what the whole analysis (ranking and recipe) took
+        "budget": entry.get("budget"),  # and the budget it had
     }
     if "report" in entry:
         report = _report(entry)
@@ -190,9 +219,11 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
 
 __all__ = [
     "recipe_brief",
+    "recipe_files_in",
     "recipe_lines",
     "sensitivity_brief",
     "sensitivity_lines",
     "sensitivity_view",
     "task_suggestion",
+    "with_recipe_files",
 ]

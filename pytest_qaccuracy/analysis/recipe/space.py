@@ -149,17 +149,23 @@ def _names(names: Sequence[str], shown: int = 3) -> str:
     return ",".join(names[:shown]) + (f" (+{more} more)" if more > 0 else "")
 
 
-def python_snippet(arguments: Mapping[str, Any], fp32: str, out: str, calibration_data: str) -> str:
+def python_snippet(
+    arguments: Mapping[str, Any], fp32: str, out: str, calibration_data: str, records: int | None = None
+) -> str:
     """A Python script that writes the recipe's model with onnxruntime alone (plus our data reader
-    when onnxruntime's own calibrators need the records)."""
+    when onnxruntime's own calibrators need the records: the first ``records`` of them, or all)."""
     head = ["from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static"]
+    body = [""]
     if "calibration_cache_path" in arguments:
         reader = "None,  # the ranges come from the calibration cache"
     else:
         head.append("from pytest_qaccuracy.analysis.calibration.reader import DatasetReader")
-        reader = f"DatasetReader({calibration_data!r}, {fp32!r}),"
+        body.append(f"reader = DatasetReader({calibration_data!r}, {fp32!r})")
+        if records is not None:
+            body.append(f"reader.set_range(0, {records})  # the records the search calibrated on")
+        reader = "reader,"
     overrides = arguments.get("extra_options", {}).get("TensorQuantOverrides", {})
-    body = ["", "overrides = {"]
+    body.append("overrides = {")
     body += [f"    {name!r}: [{{'quant_type': QuantType.{e[0]['quant_type']}}}]," for name, e in overrides.items()]
     body += ["}", "quantize_static(", f"    {fp32!r},", f"    {out!r},", f"    {reader}"]
     enums = {"quant_format": "QuantFormat", "activation_type": "QuantType", "weight_type": "QuantType"}
