@@ -110,7 +110,7 @@ def _write_recipe(record: Mapping[str, Any], folder: Path, directory: Path, root
     from dataclasses import replace
 
     from pytest_qaccuracy.analysis.recipe.search import RecipeResult
-    from pytest_qaccuracy.report.recipe_tables import write_recipe
+    from pytest_qaccuracy.report.recipe_tables import recipe_file_names, write_recipe
 
     data = (record.get("sensitivity") or {}).get("recipe")
     if not data or data.get("best") is None:
@@ -120,8 +120,9 @@ def _write_recipe(record: Mapping[str, Any], folder: Path, directory: Path, root
     result = replace(result, ranges=None if ranges is None else {k: (lo, hi) for k, (lo, hi) in ranges.items()})
     stem, head = record["stem"], data.get("calibration_records")
     paths = write_recipe(result, folder, _shown(record["fp32"], root), _shown(record["data"], root), stem, head)
-    kinds = {"recipe.json": "json", "recipe.py": "python", "ranges.json": "ranges", "recipe.steps.txt": "steps"}
-    return {kinds[p.name[len(stem) + 1 :]]: _rel(p, directory) for p in paths if p.name[len(stem) + 1 :] in kinds}
+    names = recipe_file_names(stem, result.arguments, result.ranges is not None)  # the order they are named in
+    written = {p.name: _rel(p, directory) for p in paths}
+    return {kind: written[name] for kind, name in names.items() if name in written}
 
 
 def _shown(path: str, root: Path) -> str:

@@ -83,7 +83,10 @@ def gate_properties(agreement: Any) -> Properties:
 
 def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
     """Each analysed pair's recipe, as test-suite properties (the recipe is found after the pair's
-    test case was written): ``qaccuracy.recipe.<pair>.met``, ``.quantize_static`` (JSON), or ``.note``."""
+    test case was written): ``qaccuracy.recipe.<pair>.met``, ``.quantize_static`` (JSON), ``.files``
+    (the recipe's files in the artifacts folder, comma-separated), or ``.note``."""
+    from pytest_qaccuracy.report.sensitivity_summary import recipe_arguments
+
     props = []
     for record in records:
         entry = record.get("sensitivity") or {}
@@ -94,7 +97,9 @@ def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
         if recipe:
             props.append((f"{prefix}.met", str(recipe["met"]).lower()))
             props.append((f"{prefix}.stopped", recipe["stopped"]))
-            props.append((f"{prefix}.quantize_static", json.dumps(recipe.get("quantize_static"), sort_keys=True)))
+            props.append((f"{prefix}.quantize_static", json.dumps(recipe_arguments(entry), sort_keys=True)))
+            if entry.get("recipe_files"):
+                props.append((f"{prefix}.files", ",".join(entry["recipe_files"].values())))
             best = recipe["steps"][recipe["best"]] if recipe.get("best") is not None else None
             for target, outputs in (best or {}).get("measured", {}).items():
                 for output, metrics in outputs.items():

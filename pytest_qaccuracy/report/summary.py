@@ -266,7 +266,7 @@ def summary_rows(
         block = [f"{record['id']}: {LABELS[status]}{data}" + (f", {why}" if why else "")]
         block += _failed_lines(record, show, more_in)
         block += _layer_line(record) + _task_lines(record) + _target_lines(record)
-        written = with_recipe_files(record, recipe_files_in(record, artifacts)) if artifacts else record
+        written = with_recipe_files(record, recipe_files_in(record)) if artifacts else record
         block += sensitivity_lines(written, sensitivity_top)
         rows += [SummaryLine("")] + [SummaryLine(line, status if i == 0 else None) for i, line in enumerate(block)]
     warnings = [f"{record['id']}: {text}" for record in records for text in pair_warnings(record)]

@@ -9,6 +9,7 @@ weights, activation and weight types); per node, a node stays 8-bit, gets 16-bit
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -154,8 +155,13 @@ def python_snippet(
 ) -> str:
     """A Python script that writes the recipe's model with onnxruntime alone (plus our data reader
     when onnxruntime's own calibrators need the records: the first ``records`` of them, or all)."""
-    head = ["from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static"]
-    body = [""]
+    head = [
+        "from pathlib import Path",
+        "",
+        "from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static",
+    ]
+    # the model and data as the search was given them; the recipe's own files beside this script
+    body = ["", "HERE = Path(__file__).resolve().parent"]
     if "calibration_cache_path" in arguments:
         reader = "None,  # the ranges come from the calibration cache"
     else:
@@ -167,7 +173,7 @@ def python_snippet(
     overrides = arguments.get("extra_options", {}).get("TensorQuantOverrides", {})
     body.append("overrides = {")
     body += [f"    {name!r}: [{{'quant_type': QuantType.{e[0]['quant_type']}}}]," for name, e in overrides.items()]
-    body += ["}", "quantize_static(", f"    {fp32!r},", f"    {out!r},", f"    {reader}"]
+    body += ["}", "quantize_static(", f"    {fp32!r},", f"    {_beside(out)},", f"    {reader}"]
     enums = {"quant_format": "QuantFormat", "activation_type": "QuantType", "weight_type": "QuantType"}
     enums["calibrate_method"] = "CalibrationMethod"
     for key, value in arguments.items():
@@ -176,10 +182,17 @@ def python_snippet(
             text = "{" + "".join(f"{k!r}: {v!r}, " for k, v in rest.items()) + "'TensorQuantOverrides': overrides}"
         elif key in enums:
             text = f"{enums[key]}.{value}"
+        elif key == "calibration_cache_path" and value is not None:
+            text = _beside(value)
         else:
             text = repr(value)
         body.append(f"    {key}={text},")
     return "\n".join([*head, *body, ")"]) + "\n"
+
+
+def _beside(name: str) -> str:
+    """A file of the recipe, in its script: beside the script, unless the path is absolute."""
+    return repr(name) if os.path.isabs(name) else f"str(HERE / {name!r})"
 
 
 __all__ = ["ORT_METHODS", "PRECISIONS", "QUANT_TYPES", "REFUSED", "Recipe", "python_snippet"]
