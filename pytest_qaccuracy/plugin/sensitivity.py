@@ -300,16 +300,10 @@ def _recipe(
         return {"recipe_note": f"{found.note}; {_budget_text(state.settings, left)} left"}
     if found.result.stopped == "interrupted":  # Ctrl-C: the session's analysis stops, as in the ranking
         raise KeyboardInterrupt
-    ranges = found.result.ranges or {}
-    return {
-        "recipe": {
-            **found.result.to_dict(),
-            "budget": round(left, 3),
-            # what the controller writes the recipe's files from (its calibration cache)
-            "calibration_records": found.calibration_records,
-            "ranges": {name: [float(lo), float(hi)] for name, (lo, hi) in ranges.items()},
-        }
-    }
+    recipe = {**found.result.to_dict(), "budget": round(left, 3), "calibration_records": found.calibration_records}
+    if found.result.ranges is not None:  # the controller writes them as the recipe's calibration cache
+        recipe["ranges"] = {name: [float(lo), float(hi)] for name, (lo, hi) in found.result.ranges.items()}
+    return {"recipe": recipe}
 
 
 def _recipe_progress(checks: Sequence[str]) -> tuple[Any, Any]:
