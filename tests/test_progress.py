@@ -17,6 +17,7 @@ from pytest_qaccuracy.data.progress import (
     ProgressLine,
     ProgressLog,
     format_seconds,
+    note,
     progress_for,
     reporting,
     task,
@@ -268,3 +269,28 @@ def test_heartbeat_default_interval_is_the_log_interval(monkeypatch):
     monkeypatch.setattr(progress, "LOG_INTERVAL", 7.0)
     assert progress.Heartbeat(print, "x").interval == 7.0
     assert progress.Heartbeat(print, "x", interval=2.0).interval == 2.0
+
+
+def test_notes_in_a_log_at_most_every_interval_with_the_prefix() -> None:
+    """A long job's steps (the recipe search) in a log: a plain line when ``interval`` seconds passed
+    since the last one (or since the log began), each with the worker's prefix."""
+    clock, stream = Clock(), io.StringIO()
+    log = ProgressLog(stream, interval=30.0, clock=clock, prefix="[gw1] ")
+    with reporting(log):
+        note("step 0")  # the log just began: nothing yet
+        for step, seconds in ((1, 31.0), (2, 10.0), (3, 25.0), (4, 1.0)):
+            clock.now += seconds
+            note(f"step {step}")
+    assert stream.getvalue() == "[gw1] step 1\n[gw1] step 3\n"
+    note("outside")  # no progress installed: nothing, no error
+    assert stream.getvalue() == "[gw1] step 1\n[gw1] step 3\n"
+
+
+def test_notes_on_a_terminal_are_redrawn_below_and_erased_at_the_end() -> None:
+    stream = Tty()
+    line = ProgressLine(stream, clock=Clock(), below=True)
+    with reporting(line):
+        note("step 0")
+        note("step 1")
+    # one new line under pytest's, redrawn in place, erased, and the cursor back up
+    assert stream.getvalue() == "\n\rstep 0\x1b[K\rstep 1\x1b[K" + ERASE + "\x1b[A"

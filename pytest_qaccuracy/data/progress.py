@@ -7,6 +7,9 @@ job of several passes opens one task around them all. Tasks report to the progre
 (the ``qaccuracy`` command, the pytest plugin) asks for a line.
 The reporter is a context variable rather than a parameter so that the loops deep inside
 ``compare``, ``sensitivity`` and ``calibrate`` need no new argument on every public function.
+A long job made of steps rather than records (the recipe search) reports each finished step with
+:func:`note`: a line redrawn in place on a terminal, a plain line in a log at most every
+``LOG_INTERVAL`` seconds.
 Whether a line is shown is :func:`progress_for`'s decision: never with ``quiet`` (``-q``), else as
 ``QACCURACY_PROGRESS`` says (``0`` off, ``1`` the redrawn line), else the redrawn line on a terminal
 and the plain lines elsewhere.
@@ -47,6 +50,24 @@ class ProgressLine:
         self.stream, self.interval, self.clock, self.below = stream, interval, clock, below
         self.label, self.total, self.done = "", 0, 0
         self.started = self.drawn_at = 0.0
+        self.noting = False  # a note is drawn on the line below the cursor's
+
+    def note(self, text: str) -> None:
+        """A finished step: drawn in place (below the cursor's line, where a job draws), until the
+        next note or :meth:`close`."""
+        if self.below and not self.noting:
+            self.stream.write("\n")
+        self.noting = True
+        width = shutil.get_terminal_size((80, 24)).columns - 1
+        self.stream.write("\r" + text[:width] + "\x1b[K")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Erase the last note (and go back up): the reporting ends."""
+        if self.noting:
+            self.noting = False
+            self.stream.write("\r\x1b[K" + ("\x1b[A" if self.below else ""))
+            self.stream.flush()
 
     def start(self, label: str, total: int) -> None:
         self.label, self.total, self.done = label, total, 0
@@ -99,6 +120,18 @@ class ProgressLog(ProgressLine):
     ) -> None:
         super().__init__(stream, LOG_INTERVAL if interval is None else interval, clock, below)
         self.printed, self.prefix = False, prefix
+        self.noted_at = clock()  # a note is printed at most every ``interval`` seconds
+
+    def note(self, text: str) -> None:
+        """A finished step, as a plain line, when ``interval`` seconds passed since the last note
+        (or since this log began)."""
+        now = self.clock()
+        if now - self.noted_at >= self.interval:
+            self._print(text)
+            self.noted_at = now
+
+    def close(self) -> None:
+        pass
 
     def start(self, label: str, total: int) -> None:
         self.label, self.total, self.done, self.printed = label, total, 0, False
@@ -205,6 +238,16 @@ def reporting(progress: ProgressLine | None) -> Iterator[None]:
         yield
     finally:
         _current.reset(token)
+        if progress is not None:
+            progress.close()
+
+
+def note(text: str) -> None:
+    """Report a finished step of a long job (one line of text) to the progress installed by
+    :func:`reporting`; nothing when there is none."""
+    progress = _current.get()
+    if progress is not None:
+        progress.note(text)
 
 
 def _ignore(records: int) -> None:
@@ -235,6 +278,7 @@ __all__ = [
     "ProgressLine",
     "ProgressLog",
     "format_seconds",
+    "note",
     "progress_for",
     "reporting",
     "task",

@@ -9,6 +9,9 @@ Layout under the artifacts folder (a pair's files named as by ``qaccuracy compar
     pairs/<id>-<hash8>.<metric>.dot    the fp32 graph coloured by the first of sqnr, cosine, mse
     pairs/<id>-<hash8>.sensitivity.json, .sweep.json, .cumulative.json, .cumulative.chart.json
                                        the pair's sensitivity analysis (when it was analysed)
+    pairs/<id>-<hash8>.recipe.json, .recipe.py, .ranges.json, .recipe.steps.txt
+                                       the recipe the analysis found (``qaccuracy recipe``'s files
+                                       but the model, which the script writes)
     report.html                        all pairs with verdicts and graphs (``qaccuracy_report`` moves it)
 """
 
@@ -56,6 +59,7 @@ def write_artifacts(
     from pytest_qaccuracy.analysis.results import ComparisonResult
     from pytest_qaccuracy.atomic import atomic_write_json
     from pytest_qaccuracy.report.artifacts import session_dot_metrics, write_comparison_files
+    from pytest_qaccuracy.report.sensitivity_summary import with_recipe_files
     from pytest_qaccuracy.report.summary import summary_document
 
     written: list[Path] = []
@@ -73,10 +77,14 @@ def write_artifacts(
         if files.dot:
             entry["dot"] = _rel(next(iter(files.dot.values())), directory)
         entry.update(_write_sensitivity(record, directory / "pairs", directory))
+        recipe = _write_recipe(record, directory / "pairs", directory, root)
+        if recipe:
+            entry["recipe"] = recipe
         index[record["key"]] = entry
-    html = write_report(report or directory / "report.html", records, models, status)
+    shown = [with_recipe_files(record, index[record["key"]].get("recipe")) for record in records]
+    html = write_report(report or directory / "report.html", shown, models, status)
     written.append(html)
-    summary = summary_document(records, root, index, status)
+    summary = summary_document(shown, root, index, status)
     summary["report"] = _rel(html, directory) if html.is_relative_to(directory) else html.as_posix()
     written.append(atomic_write_json(directory / "summary.json", summary))
     return written
@@ -93,6 +101,35 @@ def _write_sensitivity(record: Mapping[str, Any], folder: Path, directory: Path)
     stem = record["stem"]
     paths = write_report(SensitivityReport.from_dict(report), folder, stem)
     return {p.name[len(stem) + 1 : -len(".json")].replace(".", "_"): _rel(p, directory) for p in paths}
+
+
+def _write_recipe(record: Mapping[str, Any], folder: Path, directory: Path, root: Path) -> dict[str, str]:
+    """The files of the recipe the pair's analysis found, as ``{"json": path, "python": ...,
+    "ranges": ..., "steps": ...}`` (nothing when none was measured); the script names the pair's
+    files relative to the root folder, where it runs."""
+    from dataclasses import replace
+
+    from pytest_qaccuracy.analysis.recipe.search import RecipeResult
+    from pytest_qaccuracy.report.recipe_tables import recipe_file_names, write_recipe
+
+    data = (record.get("sensitivity") or {}).get("recipe")
+    if not data or data.get("best") is None:
+        return {}
+    ranges = data.get("ranges")
+    result = RecipeResult.from_dict(data)
+    result = replace(result, ranges=None if ranges is None else {k: (lo, hi) for k, (lo, hi) in ranges.items()})
+    stem, head = record["stem"], data.get("calibration_records")
+    fp32, data = _shown(record["fp32"], root), _shown(record["data"], root)
+    paths = write_recipe(result, folder, fp32, data, stem, head, staged=True)
+    names = recipe_file_names(stem, result.arguments, result.ranges is not None)  # the order they are named in
+    written = {p.name: _rel(p, directory) for p in paths}
+    return {kind: written[name] for kind, name in names.items() if name in written}
+
+
+def _shown(path: str, root: Path) -> str:
+    """``path`` relative to the root folder when it lies inside it."""
+    p = Path(path)
+    return p.relative_to(root).as_posix() if p.is_absolute() and p.is_relative_to(root) else str(path)
 
 
 def fp32_models(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -261,7 +261,6 @@ def finish_session(session: pytest.Session, state: QAccuracySession, progress: S
     if state.worker:
         session.config.workeroutput["qaccuracy"] = state.payload(progress.interrupted)
         return
-    _recipe_properties(session.config, state)
     status = state.status = progress.finish(state.workers_without_data, stopped_reason(session))
     try:
         with sigterm_as_interrupt():
@@ -269,6 +268,7 @@ def finish_session(session: pytest.Session, state: QAccuracySession, progress: S
     except KeyboardInterrupt:
         folder = state.settings.artifacts_dir
         pytest.exit(f"qaccuracy: interrupted while writing artifacts; {folder} left as it was", 2)
+    _recipe_properties(session.config, state)  # after the artifacts: they name the recipe's files
     failed = not written or status.status == INCOMPLETE
     if failed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # missing artifacts or results: say so in CI
@@ -283,8 +283,13 @@ def _recipe_properties(config: pytest.Config, state: QAccuracySession) -> None:
     if xml is None or not state.settings.junit_properties:
         return
     from pytest_qaccuracy.plugin.properties import recipe_properties
+    from pytest_qaccuracy.report.sensitivity_summary import recipe_files_in, with_recipe_files
 
-    for name, value in recipe_properties(state.documents()):
+    records = state.documents()
+    folder = state.settings.artifacts_dir
+    if folder is not None and state.written:  # the recipe's files were published there
+        records = [with_recipe_files(r, recipe_files_in(r, folder.as_posix())) for r in records]
+    for name, value in recipe_properties(records):
         xml.add_global_property(name, value)
 
 

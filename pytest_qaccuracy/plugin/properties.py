@@ -84,7 +84,10 @@ def gate_properties(agreement: Any) -> Properties:
 def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
     """Each analysed pair's recipe, as test-suite properties (the recipe is found after the pair's
     test case was written): ``qaccuracy.recipe.<pair>.met``, ``.quantize_static`` (JSON),
-    ``.convert_opset`` (when the fp32 model is converted first), or ``.note``."""
+    ``.convert_opset`` (when the fp32 model is converted first), ``.files`` (the recipe's files in the
+    artifacts folder, comma-separated), or ``.note``."""
+    from pytest_qaccuracy.report.sensitivity_summary import recipe_arguments
+
     props = []
     for record in records:
         entry = record.get("sensitivity") or {}
@@ -95,9 +98,11 @@ def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
         if recipe:
             props.append((f"{prefix}.met", str(recipe["met"]).lower()))
             props.append((f"{prefix}.stopped", recipe["stopped"]))
-            props.append((f"{prefix}.quantize_static", json.dumps(recipe.get("quantize_static"), sort_keys=True)))
+            props.append((f"{prefix}.quantize_static", json.dumps(recipe_arguments(entry), sort_keys=True)))
             if recipe.get("convert_opset") is not None:
                 props.append((f"{prefix}.convert_opset", str(recipe["convert_opset"])))
+            if entry.get("recipe_files"):
+                props.append((f"{prefix}.files", ",".join(entry["recipe_files"].values())))
             best = recipe["steps"][recipe["best"]] if recipe.get("best") is not None else None
             for target, outputs in (best or {}).get("measured", {}).items():
                 for output, metrics in outputs.items():

@@ -281,6 +281,7 @@ def _recipe(
     own = "onnxruntime" if spec.backend == "onnxruntime" else spec.scheme
     targets = list(dict.fromkeys([own, *spec.targets]))
     tasks, task_targets = state.task_inputs(spec) if aim is not None else ((), None)
+    on_step, on_note = _recipe_progress(checks)
     found = pair_recipe(
         spec.fp32,
         spec.quantized,
@@ -292,12 +293,36 @@ def _recipe(
         state.runtime_options(),
         tasks=tasks,
         task_targets=task_targets,
+        on_step=on_step,
+        on_note=on_note,
     )
     if found.result is None:
         return {"recipe_note": f"{found.note}; {_budget_text(state.settings, left)} left"}
     if found.result.stopped == "interrupted":  # Ctrl-C: the session's analysis stops, as in the ranking
         raise KeyboardInterrupt
-    return {"recipe": {**found.result.to_dict(), "budget": round(left, 3)}}
+    recipe = {**found.result.to_dict(), "budget": round(left, 3), "calibration_records": found.calibration_records}
+    if found.result.ranges is not None:  # the controller writes them as the recipe's calibration cache
+        recipe["ranges"] = {name: [float(lo), float(hi)] for name, (lo, hi) in found.result.ranges.items()}
+    return {"recipe": recipe}
+
+
+def _recipe_progress(checks: Sequence[str]) -> tuple[Any, Any]:
+    """The search's ``on_step`` and ``on_note``: a line per finished step and before a long phase, to
+    the progress the session installed (:func:`pytest_qaccuracy.data.progress.note`: redrawn on a
+    terminal, plain lines in a log at most every ``LOG_INTERVAL``, nothing with ``-q``)."""
+    from pytest_qaccuracy.analysis.recipe.checks import parse_checks
+    from pytest_qaccuracy.data.progress import note
+    from pytest_qaccuracy.report.recipe_tables import step_line
+
+    shown = [str(c) for c in parse_checks(list(checks))]
+
+    def on_step(step: Any, best: Any) -> None:
+        note(step_line(step, best, shown))
+
+    def on_note(text: str) -> None:
+        note(f"recipe: {text}")
+
+    return on_step, on_note
 
 
 def _budget_text(settings: SensitivitySettings, seconds: float) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,28 +123,50 @@ def verdict_lines(result: RecipeResult) -> list[str]:
     return lines
 
 
+def recipe_file_names(stem: str, arguments: Mapping[str, Any] | None, ranges: bool) -> dict[str, str]:
+    """The names :func:`write_recipe` gives the files of a recipe with these ``quantize_static``
+    arguments (``ranges``: whether its calibration ranges are known), by kind: ``json``, ``python``
+    (when there are arguments), ``ranges`` (when the arguments read a calibration cache), ``steps``."""
+    names = {"json": f"{stem}.recipe.json"}
+    if arguments:
+        names["python"] = f"{stem}.recipe.py"
+    if arguments and "calibration_cache_path" in arguments and ranges:
+        names["ranges"] = f"{stem}.ranges.json"
+    names["steps"] = f"{stem}.recipe.steps.txt"
+    return names
+
+
 def write_recipe(
     result: RecipeResult,
     out_dir: str | os.PathLike[str],
     fp32: str | os.PathLike[str],
     calibration: str | os.PathLike[str],
     stem: str | None = None,
+    records: int | None = None,
+    staged: bool = False,
 ) -> list[Path]:
     """Write the recipe's files (see the module docstring) atomically; returns their paths. Their paths
-    (fp32 model, calibration records, cache, model) are absolute, so that the script runs from any folder."""
+    (fp32 model, calibration records, cache, model) are absolute, so that the script runs from any folder.
+    ``records``: the script's data reader reads the first ``records`` of ``calibration`` (all: None).
+    ``staged``: ``out_dir`` is renamed once written (pytest's artifacts folder): the recipe's own files
+    are then named beside the script, and the model and data as given."""
     from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
     from pytest_qaccuracy.analysis.recipe.build import write_cache
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fp32, calibration = Path(os.path.abspath(fp32)), Path(os.path.abspath(calibration))  # symlinks kept
+    if not staged:
+        fp32, calibration = Path(os.path.abspath(fp32)), Path(os.path.abspath(calibration))  # symlinks kept
+    fp32, calibration = Path(fp32), Path(calibration)
+    shown = (lambda path: path.name) if staged else os.path.abspath
     stem = stem or fp32.stem
     written = []
     target = out / f"{stem}.recipe.onnx"
     arguments = dict(result.arguments or {})
-    if "calibration_cache_path" in arguments and result.ranges is not None:
-        cache = write_cache(CalibrationResult("recipe", result.records, result.ranges), out / f"{stem}.ranges.json")
-        arguments["calibration_cache_path"] = os.path.abspath(cache)
+    names = recipe_file_names(stem, arguments, result.ranges is not None)
+    if "ranges" in names:
+        cache = write_cache(CalibrationResult("recipe", result.records, result.ranges or {}), out / names["ranges"])
+        arguments["calibration_cache_path"] = shown(cache)
         written.append(cache)
     if result.model is not None and Path(result.model).exists():
         if Path(result.model).resolve() != target.resolve():
@@ -154,15 +177,17 @@ def write_recipe(
     document = {
         **result.to_dict(),
         "model_input": str(fp32),
-        "model_output": os.path.abspath(target),
+        "model_output": shown(target),
         "quantize_static": arguments,
     }
-    written.append(atomic_write_json(out / f"{stem}.recipe.json", document))
-    if arguments:
-        snippet = python_snippet(arguments, str(fp32), os.path.abspath(target), str(calibration), result.convert_opset)
-        written.append(atomic_write_text(out / f"{stem}.recipe.py", snippet))
-    written.append(atomic_write_text(out / f"{stem}.recipe.steps.txt", steps_table(result) + "\n"))
+    if records is not None:
+        document["calibration_records"] = records  # the head of ``calibration`` the ranges come from
+    written.append(atomic_write_json(out / names["json"], document))
+    if "python" in names:
+        snippet = python_snippet(arguments, str(fp32), shown(target), str(calibration), result.convert_opset, records)
+        written.append(atomic_write_text(out / names["python"], snippet))
+    written.append(atomic_write_text(out / names["steps"], steps_table(result) + "\n"))
     return written
 
 
-__all__ = ["step_line", "steps_table", "verdict_lines", "write_recipe"]
+__all__ = ["recipe_file_names", "step_line", "steps_table", "verdict_lines", "write_recipe"]

@@ -93,12 +93,51 @@ def recipe_lines(entry: Mapping[str, Any]) -> list[str]:
         return [entry["recipe_note"]]
     if not entry.get("recipe"):
         return []
-    result = RecipeResult.from_dict(entry["recipe"])
-    lines = verdict_lines(result)
-    args = result.arguments
+    lines = verdict_lines(RecipeResult.from_dict(entry["recipe"]))
+    files = entry.get("recipe_files") or {}
+    args = recipe_arguments(entry)
+    if files:  # the arguments are in the .recipe.json, with the calibration cache they name
+        lines.append(f"  recipe files in the artifacts folder: {', '.join(files.values())}")
+        return lines
     if args:
         lines.append(f"  quantize_static arguments: {json.dumps(args, sort_keys=True)}")
+    if args and args.get("calibration_cache_path", "") is None:
+        lines.append("  its calibration ranges (calibration_cache_path) are written with the session's artifacts only")
     return lines
+
+
+def recipe_arguments(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The recipe's ``quantize_static`` arguments; ``calibration_cache_path`` names the ranges file
+    written with the artifacts (``recipe_files``), else it stays None (the ranges are ours)."""
+    data = entry.get("recipe") or {}
+    args = data.get("quantize_static")
+    if args is None:
+        return None
+    ranges = (entry.get("recipe_files") or {}).get("ranges")
+    return {**args, "calibration_cache_path": ranges} if ranges and "calibration_cache_path" in args else dict(args)
+
+
+def with_recipe_files(record: Mapping[str, Any], files: Mapping[str, str] | None) -> Mapping[str, Any]:
+    """``record`` with the files its recipe was written to (``{"json": path, ...}``) in its
+    sensitivity entry (``recipe_files``), which the terminal lines, ``summary.json`` and the HTML
+    report name; the record itself when there are none."""
+    if not files:
+        return record
+    return {**record, "sensitivity": {**record["sensitivity"], "recipe_files": dict(files)}}
+
+
+def recipe_files_in(record: Mapping[str, Any], folder: str | None = None) -> dict[str, str]:
+    """The recipe files of ``record`` in the artifacts folder ``folder`` (its ``pairs/``; relative to
+    the folder when None), as :func:`~pytest_qaccuracy.plugin.artifacts.write_artifacts` writes them;
+    none when no recipe was measured."""
+    from pytest_qaccuracy.report.recipe_tables import recipe_file_names
+
+    data = (record.get("sensitivity") or {}).get("recipe")
+    if not data or data.get("best") is None:
+        return {}
+    names = recipe_file_names(record["stem"], data.get("quantize_static"), data.get("ranges") is not None)
+    where = "pairs" if folder is None else f"{folder}/pairs"
+    return {kind: f"{where}/{name}" for kind, name in names.items()}
 
 
 def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -116,13 +155,15 @@ def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
         "checks": data["checks"],
         "targets": data["targets"],
         "evaluation_records": data["records"],
-        "quantize_static": data.get("quantize_static"),
+        "quantize_static": recipe_arguments(entry),
         "convert_opset": data.get("convert_opset"),  # convert the fp32 model first (per-channel, opset < 13)
         "cost": None if best is None else best["cost"],
         "measured": None if best is None else best["measured"],
         "experiments": len(data["steps"]),
         "seconds": data["seconds"],
         "budget": data.get("budget"),  # seconds the search was given (what the ranking left)
+        "calibration_records": data.get("calibration_records"),  # the head of the data it calibrated on
+        "files": entry.get("recipe_files"),  # the recipe as written in the artifacts folder
     }
 
 
@@ -141,6 +182,8 @@ def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any
         "unsupported": None,
         "error": entry.get("error"),
         "recipe": recipe_brief(entry),
+        "seconds": entry.get("seconds"),  # what the whole analysis (ranking and recipe) took
+        "budget": entry.get("budget"),  # and the budget it had
     }
     if "report" in entry:
         report = _report(entry)
@@ -190,10 +233,13 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
 
 
 __all__ = [
+    "recipe_arguments",
     "recipe_brief",
+    "recipe_files_in",
     "recipe_lines",
     "sensitivity_brief",
     "sensitivity_lines",
     "sensitivity_view",
     "task_suggestion",
+    "with_recipe_files",
 ]

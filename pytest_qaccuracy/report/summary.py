@@ -254,7 +254,7 @@ def summary_rows(
     failed checks worst first (``show`` of them and how many more), its most sensitive layers, task
     metrics and sensitivity analysis; the warnings of every pair grouped (the first
     :data:`SHOW_WARNINGS`); the counts. Every line fits :data:`WIDTH` columns."""
-    from pytest_qaccuracy.report.sensitivity_summary import sensitivity_lines
+    from pytest_qaccuracy.report.sensitivity_summary import recipe_files_in, sensitivity_lines, with_recipe_files
 
     rows: list[SummaryLine] = [verdict_line(record) for record in records]
     for record in records:
@@ -266,7 +266,8 @@ def summary_rows(
         block = [f"{record['id']}: {LABELS[status]}{data}" + (f", {why}" if why else "")]
         block += _failed_lines(record, show, more_in)
         block += _layer_line(record) + _task_lines(record) + _target_lines(record)
-        block += sensitivity_lines(record, sensitivity_top)
+        written = with_recipe_files(record, recipe_files_in(record)) if artifacts else record
+        block += sensitivity_lines(written, sensitivity_top)
         rows += [SummaryLine("")] + [SummaryLine(line, status if i == 0 else None) for i, line in enumerate(block)]
     warnings = [f"{record['id']}: {text}" for record in records for text in pair_warnings(record)]
     if warnings:

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, version_converter
 from onnxruntime.quantization import calibrate as ort_calibrate
 
-from pytest_qaccuracy.analysis.recipe import Budget, Recipe, parse_checks, search_recipe
+from pytest_qaccuracy.analysis.recipe import Budget, Recipe, parse_checks, python_snippet, search_recipe
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
 from pytest_qaccuracy.analysis.recipe.search import cost_ordered
 from pytest_qaccuracy.errors import InputError
@@ -558,3 +558,30 @@ def test_global_phase_estimates_each_recipe_once(tiny):
         twin = next(s for s in [result.steps[0], *rows] if s.recipe == replace(row.recipe, method="minmax"))
         assert row.change.endswith(f"(estimated as step {twin.index})") and row.seconds == 0
         assert row.margin == twin.margin  # step 0 too: its only target is this host
+
+
+def test_script_of_an_ort_recipe_reads_the_calibration_head(tiny, tmp_path):
+    """An ``ort-*`` recipe's script calibrates with onnxruntime on the first ``records`` of the data,
+    as the pytest analysis calibrates on the first half of a pair's data: its model is the one
+    quantize_static writes from those records by hand, not from all of them."""
+    import runpy
+
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    arguments = Recipe(method="ort-minmax").arguments({}, None)
+    assert "calibration_cache_path" not in arguments
+    (tmp_path / "recipe.py").write_text(
+        python_snippet(arguments, str(tiny["fp32"]), "ours.onnx", str(tiny["calib"]), records=4)
+    )
+    runpy.run_path(str(tmp_path / "recipe.py"), run_name="__main__")
+    ours = onnx.load(str(tmp_path / "ours.onnx"))
+
+    def by_hand(calibration: np.ndarray, name: str) -> onnx.ModelProto:
+        reader = modelzoo.ArrayReader("x", calibration)
+        types = {"activation_type": QuantType.QUInt8, "weight_type": QuantType.QInt8}  # the recipe's
+        quantize_static(str(tiny["fp32"]), str(tmp_path / name), reader, quant_format=QuantFormat.QDQ, **types)
+        return onnx.load(str(tmp_path / name))
+
+    head, whole = by_hand(tiny["calib_array"][:4], "head.onnx"), by_hand(tiny["calib_array"], "whole.onnx")
+    assert ours.graph.SerializeToString() == head.graph.SerializeToString()
+    assert ours.graph.SerializeToString() != whole.graph.SerializeToString()

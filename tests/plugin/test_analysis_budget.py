@@ -4,6 +4,7 @@ recipe of a failing pair, verified, in the summary, summary.json, JUnit XML and 
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -51,20 +52,98 @@ def test_default_analysis_is_bounded_and_gives_a_verified_recipe(defaults: pytes
     else:  # a machine too slow for one experiment within 2x the check says so
         assert recipe["note"].startswith("recipe not searched: budget")
         assert any("recipe not searched: budget" in line for line in result.outlines)
-    html = (defaults.path / "out" / "report.html").read_text()
-    assert "recipe" in html
+    # the pair's own section of the HTML report shows its recipe (or why none), the passing pair none
+    sections = {pair["title"].split(":")[0]: pair.get("sensitivity") for pair in _report_pairs(defaults.path / "out")}
+    shown = sections["digits_cnn.broken"]["recipe"]
+    if recipe["searched"]:
+        assert shown[0].startswith("recipe meets cosine >= 0.99 on digits_test.npz (150 held-out records)")
+        assert shown[1].strip().startswith("method=minmax ")
+        assert shown[-1] == "  recipe files in the artifacts folder: " + ", ".join(recipe["files"].values())
+    else:
+        assert shown == [recipe["note"]]
+    assert sections["digits_cnn.qdq"] is None
+
+
+def _report_pairs(root) -> list[dict]:
+    """The pairs of the HTML report's data (what its script draws each pair's section from)."""
+    text = (root / "report.html").read_text()
+    found = re.search(r'<script type="application/json" id="qaccuracy-data">(.*?)</script>', text, re.S)
+    return json.loads(found.group(1))["pairs"]
 
 
 def test_a_tiny_budget_skips_ranking_and_recipe_with_reasons(defaults: pytest.Pytester) -> None:
     result = defaults.runpytest("--qaccuracy-artifacts-dir=out", "--qaccuracy-analysis-budget=0.001s")
     result.assert_outcomes(passed=1, failed=1)
     entry = _entry(defaults.path / "out", "digits_cnn.broken")
+    assert entry["budget"] == 0.001 and 0 <= entry["seconds"] < 30  # the analysis' own, as docs/pytest.md says
     assert entry["error"].startswith("ranking not run: budget (about ")
     assert entry["recipe"] == {"searched": False, "note": entry["recipe"]["note"]}
     assert entry["recipe"]["note"].startswith("recipe not searched: budget (")
     result.stdout.fnmatch_lines(
         ["  sensitivity not analysed: ranking not run: budget*", "  recipe not searched: budget*"]
     )
+
+
+@pytest.mark.skipif(
+    not hasattr(ort_calibrate, "save_tensors_data"), reason="the recipe search needs a calibration cache"
+)
+def test_the_written_recipe_reproduces_its_verified_figure(defaults: pytest.Pytester) -> None:
+    """The recipe's files land beside the pair's other artifacts, named in the summary, summary.json
+    and JUnit; its script, run as a user would, writes a model whose cosine on the held-out half
+    (computed here with onnxruntime and numpy) is the one the summary reports; its ranges come from
+    the calibration half."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    result = defaults.runpytest(
+        "--qaccuracy-artifacts-dir=out", "--junitxml=junit.xml", "--qaccuracy-analysis-budget=60s"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    out = defaults.path / "out"
+    entry = _entry(out, "digits_cnn.broken")
+    recipe = entry["recipe"]
+    assert entry["budget"] == 60.0 and recipe["seconds"] <= entry["seconds"] <= 60.0 * 1.5
+    assert recipe["met"] and recipe["calibration_records"] == 150
+    files = recipe["files"]
+    assert sorted(files) == ["json", "python", "ranges", "steps"]
+    assert all(path.startswith("pairs/digits_cnn.broken-") and (out / path).is_file() for path in files.values())
+    assert recipe["quantize_static"]["calibration_cache_path"] == files["ranges"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert next(p for p in summary["pairs"] if p["id"] == "digits_cnn.broken")["artifacts"]["recipe"] == files
+    written = {kind: f"{out}/{path}" for kind, path in files.items()}
+    result.stdout.fnmatch_lines(["  recipe meets cosine >= 0.99 on digits_test.npz*", "    recipe files in the*"])
+    assert files["python"] in result.stdout.str()
+    props = {p.get("name"): p.get("value") for p in ET.parse(defaults.path / "junit.xml").iter("property")}
+    assert props["qaccuracy.recipe.digits_cnn.broken.files"].split(",") == list(written.values())
+    cache = json.loads(props["qaccuracy.recipe.digits_cnn.broken.quantize_static"])["calibration_cache_path"]
+    assert cache == written["ranges"]
+    document = json.loads((out / files["json"]).read_text())
+    assert document["calibration_records"] == 150 and document["quantize_static"]["calibration_cache_path"]
+    assert "best" in (out / files["steps"]).read_text()
+
+    # the ranges are those of the first half of the data: conv2's output, by onnxruntime
+    x = np.load(defaults.path / "data" / "digits_test.npz")["x"]
+    probe = onnx.load(defaults.path / "models" / "digits_cnn.onnx")
+    probe.graph.output.extend([onnx.helper.make_tensor_value_info("conv2", onnx.TensorProto.FLOAT, None)])
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    conv2 = session.run(["conv2"], {"x": x})[0]
+    ranges = json.loads((out / files["ranges"]).read_text())["data"]["conv2"]
+    assert (ranges["lowest"], ranges["highest"]) == (float(conv2[:150].min()), float(conv2[:150].max()))
+    assert conv2.min() < conv2[:150].min()  # the whole data's range would differ
+
+    # the script, run from the project's folder, writes the model the figure was measured on
+    subprocess.run([sys.executable, str(out / files["python"])], cwd=defaults.path, check=True, capture_output=True)
+    model = out / files["python"].replace(".recipe.py", ".recipe.onnx")
+    fp32 = ort.InferenceSession(str(defaults.path / "models" / "digits_cnn.onnx"), providers=["CPUExecutionProvider"])
+    quantized = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    a = fp32.run(None, {"x": x[150:]})[0].astype(np.float64).ravel()
+    b = quantized.run(None, {"x": x[150:]})[0].astype(np.float64).ravel()
+    cosine = a @ b / np.sqrt((a @ a) * (b @ b))
+    assert recipe["measured"]["onnxruntime"]["logits"]["cosine"] == pytest.approx(cosine, rel=1e-6)
 
 
 def test_level_rank_searches_no_recipe(defaults: pytest.Pytester) -> None:

@@ -5,8 +5,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from onnxruntime.quantization import calibrate as ort_calibrate
 
 from .conftest import PAIRS_MODULE
+
+#: The recipe search writes our ranges as onnxruntime's calibration cache (onnxruntime >= 1.19).
+needs_cache = pytest.mark.skipif(
+    not hasattr(ort_calibrate, "save_tensors_data"), reason="the recipe search needs a calibration cache"
+)
 
 
 def test_analysis_progress_on_stderr_and_none_with_quiet(digits: pytest.Pytester, monkeypatch) -> None:
@@ -57,3 +63,50 @@ def test_xdist_workers_print_plain_lines_to_a_log(digits: pytest.Pytester, monke
         silent = digits.runpytest_subprocess("--qaccuracy-no-artifacts", "-n", "2", "-p", "no:cacheprovider", *quiet)
         silent.assert_outcomes(passed=1, failed=1)
         assert not [line for line in silent.stderr.lines if line.startswith("[gw")]
+
+
+#: The recipe search's lines: the first note, and each finished experiment with its verified figure.
+RECIPE_NOTE = "recipe: measuring the fp32 model on the evaluation records"
+RECIPE_STEP = re.compile(
+    r"recipe: step 0 \[\w+\] .*: cost 0, cosine [\d.]+ \(onnxruntime\): meets the target, [\d.]+s.*"
+)
+
+
+@needs_cache
+def test_the_recipe_search_prints_its_steps_to_a_log(digits: pytest.Pytester, monkeypatch) -> None:
+    """In a log (stderr no terminal), the recipe search's steps are plain lines, as often as
+    ``LOG_INTERVAL`` allows (0 here); none with ``-q`` or ``QACCURACY_PROGRESS=0``."""
+    from pytest_qaccuracy.data import progress
+
+    monkeypatch.delenv("QACCURACY_PROGRESS", raising=False)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:benchmark --qaccuracy-analysis-budget=60s")  # level recipe
+    digits.makepyfile(test_pairs=PAIRS_MODULE)
+    result = digits.runpytest("--qaccuracy-no-artifacts")
+    result.assert_outcomes(passed=1, failed=1)
+    lines = result.stderr.lines
+    assert all("\x1b" not in line and "\r" not in line for line in lines)  # plain lines
+    assert RECIPE_NOTE in lines, result.stderr.str()
+    assert any(RECIPE_STEP.fullmatch(line) for line in lines), lines
+    assert any(line.startswith("  recipe meets cosine >= 0.99") for line in result.outlines)
+
+    for flags, env in ((["-q"], None), ([], "0")):
+        if env is not None:
+            monkeypatch.setenv("QACCURACY_PROGRESS", env)
+        silent = digits.runpytest("--qaccuracy-no-artifacts", *flags)
+        silent.assert_outcomes(passed=1, failed=1)
+        assert not [line for line in silent.stderr.lines if "recipe" in line]
+
+
+@needs_cache
+def test_xdist_workers_prefix_the_recipe_steps(digits: pytest.Pytester, monkeypatch) -> None:
+    """An xdist worker's recipe lines start with its id, as its ranking's do."""
+    monkeypatch.delenv("QACCURACY_PROGRESS", raising=False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:benchmark --qaccuracy-analysis-budget=60s")
+    digits.makepyfile(test_pairs=PAIRS_MODULE)
+    digits.makeconftest(FAST_LOG)
+    result = digits.runpytest_subprocess("--qaccuracy-no-artifacts", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    lines = result.stderr.lines
+    assert any(re.fullmatch(rf"\[gw[01]\] {RECIPE_NOTE}", line) for line in lines), result.stderr.str()
+    assert any(line[:5] in ("[gw0]", "[gw1]") and RECIPE_STEP.fullmatch(line[6:]) for line in lines), lines

@@ -26,6 +26,8 @@ def _artifacts(root: Path) -> dict[str, object]:
             data = json.loads(path.read_text()) if path.suffix == ".json" else path.read_text()
             if path.name == "summary.json":
                 data.pop("created")
+                for pair in data["pairs"]:  # what each pair's analysis took is the run's own
+                    (pair["sensitivity"] or {}).pop("seconds", None)
             if path.name == "report.html":  # the Environment section's date is the run's own
                 data = re.sub(r'\["created \(UTC\)","[^"]*"\]', "[]", str(data))
             files[path.relative_to(root).as_posix()] = data

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from pytest_qaccuracy.analysis.recipe.checks import Check
-from pytest_qaccuracy.analysis.recipe.search import Budget, RecipeResult, search_recipe
+from pytest_qaccuracy.analysis.recipe.search import Budget, RecipeResult, Step, search_recipe
 from pytest_qaccuracy.analysis.recipe.space import Recipe
 from pytest_qaccuracy.data import load_dataset
 from pytest_qaccuracy.data.head import Head
@@ -77,10 +77,12 @@ def ranking_seconds(quantized: onnx.ModelProto, check_seconds: float, share: flo
 
 @dataclass(frozen=True, slots=True)
 class PairRecipe:
-    """The search's result, or why it was not searched (``note``)."""
+    """The search's result, or why it was not searched (``note``); ``calibration_records``: the head
+    of the pair's data its ranges were calibrated on (the rest is held out)."""
 
     result: RecipeResult | None
     note: str | None
+    calibration_records: int = 0
 
 
 def pair_recipe(
@@ -94,10 +96,13 @@ def pair_recipe(
     options: RuntimeOptions | None = None,
     tasks: Sequence[Any] = (),
     task_targets: Sequence[Any] | None = None,
+    on_step: Callable[[Step, Step | None], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> PairRecipe:
     """Search within ``seconds``; not at all when they cannot hold ``first_experiment`` seconds (the
     first experiment calibrates and measures the fp32 model too). ``check``: one check or several
-    (all must hold); ``tasks`` and ``task_targets`` (one per record of ``data``) serve task checks."""
+    (all must hold); ``tasks`` and ``task_targets`` (one per record of ``data``) serve task checks;
+    ``on_step`` and ``on_note``: progress, as :func:`~.search.search_recipe`'s."""
     if seconds < first_experiment:
         return PairRecipe(
             None,
@@ -124,11 +129,13 @@ def pair_recipe(
             options=options,
             tasks=tasks,
             task_targets=None if task_targets is None else list(task_targets)[head:],
+            on_step=on_step,
+            on_note=on_note,
         )
     finally:
         calibration.close()
         evaluation.close()
-    return PairRecipe(result, None)
+    return PairRecipe(result, None, head)
 
 
 __all__ = ["PairRecipe", "pair_recipe", "ranking_seconds", "starting_recipe"]

@@ -9,6 +9,7 @@ weights, activation and weight types); per node, a node stays 8-bit, gets 16-bit
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -152,26 +153,33 @@ def _names(names: Sequence[str], shown: int = 3) -> str:
 
 
 def python_snippet(
-    arguments: Mapping[str, Any], fp32: str, out: str, calibration_data: str, convert_opset: int | None = None
+    arguments: Mapping[str, Any],
+    fp32: str,
+    out: str,
+    calibration_data: str,
+    convert_opset: int | None = None,
+    records: int | None = None,
 ) -> str:
     """A Python script that writes the recipe's model with onnxruntime alone (plus our data reader
-    when onnxruntime's own calibrators need the records).
+    when onnxruntime's own calibrators need the records: the first ``records`` of them, or all).
 
-    Paths are written as given (give absolute ones: the script then runs from any working folder).
+    The model and data paths are written as given (absolute ones run from any working folder); the
+    recipe's own files (``out``, the calibration cache) when relative are beside the script.
     ``convert_opset``: the script first converts the fp32 model to that opset with onnx's version
     converter, into a temporary folder, as the search did before ``quantize_static``.
     """
     head = ["from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static"]
+    body = ["", "HERE = Path(__file__).resolve().parent", f"fp32 = {fp32!r}", f"out = {_beside(out)}"]
     if "calibration_cache_path" in arguments:
         reader = "None,  # the ranges come from the calibration cache"
     else:
         head.append("from pytest_qaccuracy.analysis.calibration.reader import DatasetReader")
-        reader = "DatasetReader(calibration_data, fp32),"
+        body.append(f"reader = DatasetReader({calibration_data!r}, fp32)")
+        if records is not None:
+            body.append(f"reader.set_range(0, {records})  # the records the search calibrated on")
+        reader = "reader,"
     overrides = arguments.get("extra_options", {}).get("TensorQuantOverrides", {})
-    body = ["", f"fp32 = {fp32!r}", f"out = {out!r}"]
-    if "calibration_cache_path" not in arguments:
-        body.append(f"calibration_data = {calibration_data!r}")
-    body += ["overrides = {"]
+    body.append("overrides = {")
     body += [f"    {name!r}: [{{'quant_type': QuantType.{e[0]['quant_type']}}}]," for name, e in overrides.items()]
     body.append("}")
     call = ["quantize_static(", "    model_input,", "    out,", f"    {reader}"]
@@ -183,13 +191,15 @@ def python_snippet(
             text = "{" + "".join(f"{k!r}: {v!r}, " for k, v in rest.items()) + "'TensorQuantOverrides': overrides}"
         elif key in enums:
             text = f"{enums[key]}.{value}"
+        elif key == "calibration_cache_path" and value is not None:
+            text = _beside(value)
         else:
             text = repr(value)
         call.append(f"    {key}={text},")
     call.append(")")
     if convert_opset is None:
-        return "\n".join([*head, *body, "model_input = fp32", *call]) + "\n"
-    head[:0] = ["import tempfile", "from pathlib import Path", "", "import onnx", "from onnx import version_converter"]
+        return "\n".join(["from pathlib import Path", "", *head, *body, "model_input = fp32", *call]) + "\n"
+    imports = ["import tempfile", "from pathlib import Path", "", "import onnx", "from onnx import version_converter"]
     converted = [
         f"# per-channel weights need DequantizeLinear's axis (opset {convert_opset}): convert the model first",
         "with tempfile.TemporaryDirectory() as tmp:",
@@ -198,7 +208,12 @@ def python_snippet(
         f"    onnx.save(model, model_input, save_as_external_data=model.ByteSize() > {LARGE_MODEL_BYTES})",
         *(f"    {line}" for line in call),
     ]
-    return "\n".join([*head, *body, *converted]) + "\n"
+    return "\n".join([*imports, *head, *body, *converted]) + "\n"
+
+
+def _beside(name: str) -> str:
+    """A file of the recipe, in its script: beside the script, unless the path is absolute."""
+    return repr(name) if os.path.isabs(name) else f"str(HERE / {name!r})"
 
 
 __all__ = ["ORT_METHODS", "PRECISIONS", "QUANT_TYPES", "REFUSED", "Recipe", "python_snippet"]
