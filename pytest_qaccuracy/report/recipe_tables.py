@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -155,10 +155,8 @@ def write_recipe(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if not staged:
-        fp32, calibration = Path(os.path.abspath(fp32)), Path(os.path.abspath(calibration))  # symlinks kept
-    fp32, calibration = Path(fp32), Path(calibration)
-    shown = (lambda path: path.name) if staged else os.path.abspath
+    shown: Callable[[Path], str] = (lambda path: path.name) if staged else os.path.abspath  # symlinks kept
+    fp32, calibration = (Path(fp32), Path(calibration)) if staged else (Path(shown(fp32)), Path(shown(calibration)))
     stem = stem or fp32.stem
     written = []
     target = out / f"{stem}.recipe.onnx"

@@ -297,7 +297,8 @@ class RecipeSearch:
         self.seen: dict[Recipe, Step] = {}
         self.estimates: dict[Recipe, Step] = {}
         self.global_rows: dict[tuple[Any, ...], Step] = {}  # global choices (ranges as estimated) -> their estimate
-        self.fingerprints: dict[tuple[str, str], int] = {}  # (method, activation type) -> its estimated ranges'
+        #: (method, activation type) -> its estimated ranges, sorted (equal ranges: the same edited model)
+        self.fingerprints: dict[tuple[str, str], tuple[Any, ...]] = {}
         self.base_models: dict[Recipe, Path] = {}
         self.statistics_seconds = 0.0  # the global phase's histogram passes (not counted in its share)
         self.extended = False  # a histogram method improved the global phase's margin: its share grows
@@ -309,13 +310,18 @@ class RecipeSearch:
         if self.on_note is not None:
             self.on_note(text)
 
+    def _longest(self, estimated: bool) -> float:
+        """The longest estimate (or verified experiment) so far, in seconds: what the next one is
+        assumed to take."""
+        return max((s.seconds for s in self.steps if s.estimated == estimated), default=0.0)
+
     def _check_budget(self, estimate: bool = False, recipe: Recipe | None = None) -> None:
         """Raise when the next experiment (or estimate) would not fit: it is assumed to last as long as
         the longest of its kind so far (an experiment of ``recipe``: plus onnxruntime's calibrator
         when it names one not run yet), so the search stops before the budget, not after. The
         experiment budget counts verified experiments only."""
         elapsed = time.monotonic() - self.started
-        expected = max((s.seconds for s in self.steps if s.estimated == estimate), default=0.0)
+        expected = self._longest(estimate)
         if recipe is not None and self.steps:  # (step 0 always runs)
             expected += self.builder.write_seconds(recipe)
         if self.budget.seconds is not None and elapsed + expected >= self.budget.seconds:
@@ -329,7 +335,7 @@ class RecipeSearch:
         (the longest so far), so that the node phase stops estimating in time to verify what it found."""
         if self.budget.seconds is None:
             return None
-        experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+        experiment = self._longest(False)
         return self.budget.seconds - (time.monotonic() - self.started) - EXPERIMENT_SLACK * experiment
 
     def _ranking_left(self) -> float | None:
@@ -340,21 +346,21 @@ class RecipeSearch:
         left = self._estimates_left()
         if left is None:
             return None
-        estimate = max((s.seconds for s in self.steps if s.estimated), default=0.0)
-        experiment = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+        estimate = self._longest(True)
+        experiment = self._longest(False)
         return left - PREFIX_RESERVE * estimate - experiment
 
     def _room_for(self, experiments: float) -> bool:
         """Whether ``experiments`` times the longest experiment so far fit in the time budget left."""
         if self.budget.seconds is None:
             return True
-        longest = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+        longest = self._longest(False)
         return time.monotonic() - self.started + experiments * longest < self.budget.seconds
 
     def _room_for_estimate(self) -> bool:
         """Whether one more estimate (the longest so far) fits in :meth:`_estimates_left`."""
         left = self._estimates_left()
-        return left is None or left > max((s.seconds for s in self.steps if s.estimated), default=0.0)
+        return left is None or left > self._longest(True)
 
     def model_path(self, index: int) -> Path:
         return self.workdir / f"step{index}.onnx"
@@ -636,7 +642,7 @@ class RecipeSearch:
         key = (recipe.method, recipe.activation_type)
         if key not in self.fingerprints:
             ranges = self.builder.estimated_ranges(recipe)
-            self.fingerprints[key] = hash(tuple(sorted(ranges.items())))
+            self.fingerprints[key] = tuple(sorted(ranges.items()))  # equal ranges, equal key
         rest = replace(recipe, method=self.start.method)
         return rest, self.fingerprints[key]
 
@@ -847,7 +853,7 @@ class RecipeSearch:
             paces = sorted(s.seconds for s in self.steps if s.estimated)  # the median: a first
             pace = paces[len(paces) // 2] if paces else 1.0  # estimate of a method computes its statistics
             left = self.budget.seconds - (time.monotonic() - self.started)
-            longest = max((s.seconds for s in self.steps if not s.estimated), default=0.0)
+            longest = self._longest(False)
             affordable = int(max(left - 2 * longest, 0.0) / 2 / max(pace, 1e-3))
         costly = sorted((n for n in kept if n not in missed), key=lambda n: -cost(n))
         costly = costly[: min(affordable, PRUNE_NODES)]
