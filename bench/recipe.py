@@ -7,13 +7,14 @@
 Times one ``compare`` of the pair (the corpus model's ``--variant``, default ``qdq_u8s8``, on its
 ``test`` records, what ``qaccuracy compare`` does; a bench net: its onnxruntime QDQ model, uint8/int8
 per-tensor MinMax, on 16 held-out images), then runs the recipe search from the pair's own choices
-(calibration on ``calib``, verdicts on ``test``) with a budget of ``factor`` times that (``--factor
-0``: unbounded). Prints one row: the comparison's seconds, the search's, their ratio, the experiments
-(verified) and estimates, the best recipe's figure and cost. ``--greedy`` adds today's greedy
-suggestion (``qaccuracy sensitivity --sweep --target``: the ranked nodes kept in float one by one on
-the quantized graph, up to 10) with its cost in the same cost model, its sweep's figure (an estimate)
-and the figure of its list written by ``quantize_static(nodes_to_exclude=...)`` from the pair's own
-choices and measured on the held-out records. Progress on stderr.
+(calibration on ``calib``, verdicts on ``test``) with a budget of ``factor`` times that (``--factor 0``:
+unbounded). Prints one row: the comparison's seconds, the search's, their ratio, the experiments
+(verified) and estimates, the best recipe's figure and cost (``--cost``: the weights, as ``qaccuracy
+recipe``'s; rows measured before 2026-11-29 used ``--cost int16=0.5``, the default then). ``--greedy``
+adds today's greedy suggestion (``qaccuracy sensitivity --sweep --target``: the ranked nodes kept in
+float one by one on the quantized graph, up to 10) with its cost in the same cost model, its sweep's
+figure (an estimate) and the figure of its list written by ``quantize_static(nodes_to_exclude=...)``
+from the pair's own choices and measured on the held-out records. Progress on stderr.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _bench_net(net: str, work: Path, size: int) -> dict[str, Path]:
     return {"fp32": fp32, "quantized": work / "det.qdq.onnx", "calib": work / "calib.npz", "test": work / "test.npz"}
 
 
-def _greedy(paths: dict[str, Path], target: str) -> tuple[str, float | None, object, object]:
+def _greedy(paths: dict[str, Path], target: str, weights: dict[str, float]) -> tuple[str, float | None, object, object]:
     """Today's greedy suggestion on the quantized graph: its text, its cost, the sweep's figure (an
     estimate: every edge of a listed node dequantized), and the figure of the same list written by
     ``quantize_static(nodes_to_exclude=...)`` with the pair's own choices, measured on the held-out
@@ -70,7 +71,7 @@ def _greedy(paths: dict[str, Path], target: str) -> tuple[str, float | None, obj
     if sweep is None or sweep.suggestion is None:
         best = sweep.steps[-1].metrics if sweep is not None and sweep.steps else None
         return sweep.nodes_to_exclude() if sweep is not None else "no sweep", None, best, None
-    cost = CostModel(node_work(load_model(paths["fp32"])))
+    cost = CostModel(node_work(load_model(paths["fp32"])), **weights)
     recipe = replace(starting_recipe(paths["quantized"]), float=frozenset(sweep.suggestion))
     out = Path(tempfile.mkdtemp(prefix="qaccuracy-bench-greedy-")) / "greedy.onnx"
     RecipeBuilder(paths["fp32"], paths["calib"], RuntimeOptions()).write(recipe, out)
@@ -87,15 +88,18 @@ def main() -> None:
     parser.add_argument("--target", default="cosine>=0.99")
     parser.add_argument("--factor", type=float, default=10.0, help="budget as a multiple of one comparison (0: none)")
     parser.add_argument("--methods", default=None, help="calibration methods the search tries (default all)")
+    parser.add_argument("--cost", default="int16=1,float=1", help="cost weights, as qaccuracy recipe's --cost")
     parser.add_argument("--size", type=int, default=64, help="a bench net's image size")
     parser.add_argument("--greedy", action="store_true", help="also run today's greedy --sweep/--target")
     args = parser.parse_args()
 
     from pytest_qaccuracy.analysis.compare import compare
     from pytest_qaccuracy.analysis.recipe import Budget, parse_checks, search_recipe
+    from pytest_qaccuracy.analysis.recipe.cost import parse_weights
     from pytest_qaccuracy.analysis.recipe.pair import starting_recipe
     from pytest_qaccuracy.model import ModelPair
 
+    weights = parse_weights(args.cost)
     work = Path(tempfile.mkdtemp(prefix="qaccuracy-bench-recipe-"))
     if args.model in BENCH_NETS:
         paths = _bench_net(args.model, work, args.size)
@@ -113,7 +117,7 @@ def main() -> None:
     )
     if args.greedy:
         began = time.monotonic()
-        text, cost, best, verified = _greedy(paths, args.target)
+        text, cost, best, verified = _greedy(paths, args.target, weights)
         print(
             f"greedy ({time.monotonic() - began:.1f}s): {text[:300]}; cost {cost}; last step {best} (estimated); "
             f"quantize_static with this list: {verified}",
@@ -143,6 +147,7 @@ def main() -> None:
         start=starting_recipe(paths["quantized"]),
         budget=Budget(seconds=compared * args.factor) if args.factor > 0 else None,
         methods=None if args.methods is None else args.methods.split(","),
+        weights=weights,
         on_step=on_step,
         on_note=on_note,
     )

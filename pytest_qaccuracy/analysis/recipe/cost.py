@@ -3,11 +3,14 @@
 A node's work is its multiply-accumulates (Conv, ConvTranspose, MatMul, Gemm: output elements times
 the reduction length) or, for every other op, its output elements (one operation each). A recipe's
 cost is ``sum(work(n) * weight[precision(n)])`` over its nodes, with weights ``int8 = 0``, ``int16``
-and ``float`` configurable (default 0.5 and 1: a 16-bit node does half the extra work of a float
-one, as on accelerators with 16-bit integer units; on onnxruntime's CPU provider a 16-bit QDQ node
-runs in float, so ``int16=1`` is the honest weight there). Global choices (calibration, per-channel,
-7-bit weights, types) cost nothing: they change no node's type. Costs are reported as a fraction of
-the whole model in float (``relative``), so 0.02 means "2 % of the model's work stays wide".
+and ``float`` configurable (:data:`DEFAULT_WEIGHTS`: both 1). Every target a search measures on is
+onnxruntime's CPU provider (this host, or an emulated preset of it), and there a 16-bit QDQ node runs
+in float between its Q/DQ pairs (no 16-bit integer kernels): it costs what a float node does, so by
+default the search never pays for 16-bit (float is at least as accurate at the same cost).
+``int16=0.5`` models accelerators with 16-bit integer units, where a 16-bit node does half the extra
+work of a float one. Global choices (calibration, per-channel, 7-bit weights, types) cost nothing:
+they change no node's type. Costs are reported as a fraction of the whole model in float
+(``relative``), so 0.02 means "2 % of the model's work stays wide".
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pytest_qaccuracy.analysis.recipe.space import Recipe
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model.graph import GraphView
 
+#: The weights a search uses unless given others (onnxruntime's CPU provider: 16-bit runs in float).
+DEFAULT_WEIGHTS = {"int16": 1.0, "float": 1.0}
 #: Ops whose work is output elements times a reduction length, and how to read that length.
 _MAC_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 
@@ -77,7 +82,7 @@ class CostModel:
     """Weights of the wide precisions; ``work``: node -> MACs or elements (:func:`node_work`)."""
 
     work: Mapping[str, float]
-    int16: float = 0.5
+    int16: float = 1.0
     float: float = 1.0
 
     def __post_init__(self) -> None:
@@ -116,4 +121,4 @@ def parse_weights(text: str) -> dict[str, float]:
     return weights
 
 
-__all__ = ["CostModel", "node_work", "parse_weights"]
+__all__ = ["DEFAULT_WEIGHTS", "CostModel", "node_work", "parse_weights"]

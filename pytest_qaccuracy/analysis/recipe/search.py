@@ -44,7 +44,7 @@ from pytest_qaccuracy.analysis.recipe.build import (
     method_rank,
 )
 from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
-from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
+from pytest_qaccuracy.analysis.recipe.cost import DEFAULT_WEIGHTS, CostModel, node_work
 from pytest_qaccuracy.analysis.recipe.measure import HOST, Evaluator, Measured, judge
 from pytest_qaccuracy.analysis.recipe.space import REFUSED, Recipe
 from pytest_qaccuracy.data import Dataset
@@ -967,7 +967,8 @@ def search_recipe(
             when None).
         start: the starting recipe (default: MinMax, uint8 activations, int8 per-tensor weights).
         budget: time and experiments (default: unbounded).
-        weights: cost weights ``{"int16": 0.5, "float": 1.0}`` (:mod:`.cost`).
+        weights: cost weights, e.g. ``{"int16": 0.5}`` (default :data:`~.cost.DEFAULT_WEIGHTS`: 16-bit
+            costs what float does, as on onnxruntime's CPU provider).
         methods: calibration methods the search tries (default: every method).
         options: onnxruntime options.
         estimate_records: calibration records the estimates run on.
@@ -1034,7 +1035,7 @@ def search_recipe(
         workdir or tmp,
         start,
         budget or Budget(),
-        {"int16": 0.5, "float": 1.0, **(weights or {})},
+        {**DEFAULT_WEIGHTS, **(weights or {})},
         default_methods() if methods is None else methods,
         options or RuntimeOptions(),
         estimate_records,
