@@ -119,3 +119,40 @@ def test_a_pair_failing_only_on_a_deployment_target(digits: pytest.Pytester, mon
     measured = recipe["measured"]
     assert recipe["met"] and measured["power2"]["logits"]["sqnr"] >= 10, recipe
     assert measured["onnxruntime"]["logits"]["sqnr"] >= 10
+
+
+TWO_PAIRS = """
+import pytest
+
+KEYS = dict(fp32="models/digits_cnn.onnx", data="data/digits_test.npz")
+
+
+@pytest.mark.qaccuracy(quantized="models/digits_cnn.qdq.onnx", **KEYS)
+def test_qdq(qaccuracy):
+    qaccuracy.check()
+
+
+@pytest.mark.qaccuracy(quantized="models/digits_cnn.broken.onnx", min_cosine=0.0, min_top1_agreement=0.9, **KEYS)
+def test_broken(qaccuracy):
+    qaccuracy.check()
+"""
+
+
+def test_checks_no_recipe_can_change_are_listed_not_aimed_at(digits: pytest.Pytester, monkeypatch) -> None:
+    """A layer rule fails on both pairs: the qdq pair, failing nothing else, gets no search and says
+    why; the broken pair's recipe aims at its agreement check and lists the layer rule as not aimed at."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:benchmark")
+    digits.makeini("[pytest]\nqaccuracy_tolerances =\n    *::relu1 sqnr>=100\n")
+    digits.makepyfile(test_two=TWO_PAIRS)
+    result = digits.runpytest("--qaccuracy-artifacts-dir=out", "--qaccuracy-analysis-budget=30s")
+    result.assert_outcomes(failed=2)
+    summary = json.loads((digits.path / "out" / "summary.json").read_text())
+    recipes = {p["id"]: p["sensitivity"]["recipe"] for p in summary["pairs"]}
+    why = "*::relu1 sqnr>=100: the search measures outputs, not layers"
+    assert recipes["digits_cnn.qdq"] == {
+        "searched": False,
+        "note": f"recipe not searched: no failed check a recipe can change ({why})",
+    }
+    broken = recipes["digits_cnn.broken"]
+    assert broken["checks"] == ["min_top1_agreement >= 0.9"] and broken["not_aimed"] == [why]
+    assert any(line.strip() == f"not aimed at: {why}" for line in result.outlines)
