@@ -10,8 +10,9 @@ at it. Pure: what the pytest plugin's end-of-session recipe search aims at.
 - ``min_top1_agreement`` and ``max_top1_drop`` (top-1 and the ``topk`` rank): top-k checks;
 - a task-metric bound (``max_drop:cer``): the task check.
 
-A tolerance of the pair holds on every output (and view), so its check does too, whichever output
-failed it; a named view's own tolerance or rule (``slices``) holds on that view only. A check that
+A tolerance or rule of the pair holds on every output, so its check does too, whichever output
+failed it; a check failed on a named view (``slices``: its own tolerance or rule, or the pair's
+failing there) holds on that view only, measured on it. A check that
 failed on a deployment target only (``on onnxruntime-vnni``) becomes the same check: the search
 measures every check on every target of the pair. Not aimed at (a reason each): layer rules (the
 search measures outputs), ``min_channel_steps``, the saturation share, baseline drift, the agreement
