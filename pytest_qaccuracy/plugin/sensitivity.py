@@ -14,6 +14,11 @@ A pair that failed a task-metric tolerance (``max_drop:cer``) also gets a sweep 
 (:func:`~pytest_qaccuracy.analysis.task_sweep.task_sweep`): the ranked nodes kept in float one by one,
 each model run as deployed and scored by the task metric, until the value is back within it.
 
+The recipe search (level ``recipe``) aims at every failed check of the pair that a recipe can change
+(:func:`~pytest_qaccuracy.analysis.recipe.aims.recipe_checks`): output metrics in either direction,
+``rtol``/``atol``, top-k, task metrics, a view's own checks, and checks that failed on a deployment
+target only (every check is measured on every target); the others are listed as not aimed at.
+
 Only stdlib at module level.
 """
 
@@ -140,13 +145,25 @@ def analyse_records(state: AnalysedSession, specs: Mapping[str, PairFiles]) -> N
         target = exclusion_target(record.checks, settings.sensitivity_metric)
         text = None if target is None else f"{target.metric}>={float(target.threshold)!r}"
         aim = task_target(record.checks)
-        ident = (spec.fp32, spec.quantized, spec.data, text, aim)
+        aims = recipe_aims(record.checks, spec) if settings.analysis == "recipe" else None
+        ident = (spec.fp32, spec.quantized, spec.data, text, aim, aims)
         if ident not in done:
-            done[ident] = analyse_one(state, spec, text, aim)
+            done[ident] = analyse_one(state, spec, text, aims)
         entry = replace(done[ident], target_from=target)
         if aim is not None and entry.report is not None and entry.report.get("sensitivity"):
             entry = replace(entry, task=analyse_task(state, spec, entry, *aim))
         state.records[key] = replace(record, sensitivity=entry)
+
+
+def recipe_aims(checks: Sequence[RecordedCheck], spec: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """The recipe checks of the pair's failed checks and why the others are not aimed at
+    (:func:`~pytest_qaccuracy.analysis.recipe.aims.recipe_checks`); ``spec``'s views name the checks
+    that hold on one view."""
+    from pytest_qaccuracy.analysis.recipe.aims import recipe_checks
+
+    views = {view.name: view.view for view in getattr(spec, "slices", ())}
+    found, skipped = recipe_checks((c.outcome for c in checks), views)
+    return tuple(found), tuple(skipped)
 
 
 def task_target(checks: Sequence[RecordedCheck]) -> tuple[str, float] | None:
@@ -197,11 +214,15 @@ def analysis_budget(settings: SensitivitySettings, check_seconds: float) -> floa
 
 
 def analyse_one(
-    state: AnalysedSession, spec: PairFiles, target: str | None, aim: tuple[str, float] | None = None
+    state: AnalysedSession,
+    spec: PairFiles,
+    target: str | None,
+    aims: tuple[tuple[Any, ...], tuple[str, ...]] | None = None,
 ) -> SensitivityEntry:
     """One pair's analysis within its budget: the ranking (when it is expected to fit), then the
-    recipe search with what is left (level ``recipe``); each part gives a one-line reason instead
-    when it does not run or fails. Never raises: a bad model or dataset must not end the session."""
+    recipe search with what is left (level ``recipe``), aimed at ``aims`` (:func:`recipe_aims`);
+    each part gives a one-line reason instead when it does not run or fails. Never raises: a bad
+    model or dataset must not end the session."""
     import time
 
     settings = state.settings
@@ -217,7 +238,7 @@ def analyse_one(
     if settings.analysis == "recipe":
         try:
             left = budget - (time.monotonic() - began)
-            entry = replace(entry, **_recipe(state, spec, target, left, check, aim))
+            entry = replace(entry, **_recipe(state, spec, aims or ((), ()), left, check))
         except Exception as exc:
             entry = replace(entry, recipe_note=f"recipe not searched: {_one_line(exc)}")
     return replace(entry, seconds=round(time.monotonic() - began, 3))
@@ -260,27 +281,23 @@ def _ranking(
 def _recipe(
     state: AnalysedSession,
     spec: PairFiles,
-    target: str | None,
+    aims: tuple[tuple[Any, ...], tuple[str, ...]],
     left: float,
     check: float,
-    aim: tuple[str, float] | None = None,
 ) -> dict[str, Any]:
     """The recipe search's result within what is left of the budget, or why it was not searched. It
-    aims at the pair's failed cosine or SQNR output check and at its failed task-metric check (``aim``:
-    ``("max_drop:cer", 0.005)``), whichever failed: a recipe must meet them all."""
-    from pytest_qaccuracy.task_names import TASK_KINDS
-
-    checks = [] if target is None else [target]
-    if aim is not None:
-        name, threshold = aim
-        checks.append(f"{name}{TASK_KINDS[name.partition(':')[0]][0]}{threshold!r}")
+    aims at every failed check of the pair a recipe can change (``aims``: the checks, and a line per
+    failed check it cannot aim at): a recipe must meet them all, on every target of the pair."""
+    checks, skipped = list(aims[0]), list(aims[1])
     if not checks:
-        return {"recipe_note": "recipe not searched: no failed cosine, SQNR or task-metric check to aim at"}
+        why = f" ({'; '.join(skipped)})" if skipped else ""
+        return {"recipe_note": f"recipe not searched: no failed check a recipe can change{why}"}
     from pytest_qaccuracy.analysis.recipe.pair import pair_recipe
 
     own = "onnxruntime" if spec.backend == "onnxruntime" else spec.scheme
     targets = list(dict.fromkeys([own, *spec.targets]))
-    tasks, task_targets = state.task_inputs(spec) if aim is not None else ((), None)
+    wants_tasks = any(c.kind == "task" for c in checks)
+    tasks, task_targets = state.task_inputs(spec) if wants_tasks else ((), None)
     on_step, on_note = _recipe_progress(checks)
     found = pair_recipe(
         spec.fp32,
@@ -301,12 +318,14 @@ def _recipe(
     if found.result.stopped == "interrupted":  # Ctrl-C: the session's analysis stops, as in the ranking
         raise KeyboardInterrupt
     recipe = {**found.result.to_dict(), "budget": round(left, 3), "calibration_records": found.calibration_records}
+    if skipped:  # failed checks the recipe was not aimed at: its "meets" says nothing of them
+        recipe["not_aimed"] = skipped
     if found.result.ranges is not None:  # the controller writes them as the recipe's calibration cache
         recipe["ranges"] = {name: [float(lo), float(hi)] for name, (lo, hi) in found.result.ranges.items()}
     return {"recipe": recipe}
 
 
-def _recipe_progress(checks: Sequence[str]) -> tuple[Any, Any]:
+def _recipe_progress(checks: Sequence[Any]) -> tuple[Any, Any]:
     """The search's ``on_step`` and ``on_note``: a line per finished step and before a long phase, to
     the progress the session installed (:func:`pytest_qaccuracy.data.progress.note`: redrawn on a
     terminal, plain lines in a log at most every ``LOG_INTERVAL``, nothing with ``-q``)."""
@@ -340,6 +359,7 @@ __all__ = [
     "analysis_budget",
     "exclusion_target",
     "merge_entry",
+    "recipe_aims",
     "target_rank",
     "task_target",
 ]

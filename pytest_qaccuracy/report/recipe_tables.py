@@ -22,6 +22,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from pytest_qaccuracy.analysis.recipe.checks import shown_parts
 from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
 from pytest_qaccuracy.analysis.recipe.space import python_snippet
 from pytest_qaccuracy.atomic import atomic_write_json, atomic_write_text
@@ -32,15 +33,20 @@ CHANGE_WIDTH = 60
 
 
 def _metric_text(step: Step, check: str) -> dict[str, str]:
-    """Per target, the check's metric at its worst output."""
-    metric = check.split()[0]
-    higher = ">=" in check
+    """Per target, the check's metric at its worst output (at its one output, for a check of one)."""
+    metric, higher, output = shown_parts(check)
     out = {}
     for target, per_output in step.measured.items():
-        values = [m[metric] for m in per_output.values() if metric in m]
+        values = [m[metric] for name, m in per_output.items() if metric in m and output in (None, name)]
         worst = None if not values or any(v is None for v in values) else (min if higher else max)(values)
         out[target] = format_metric(metric, worst)
     return out
+
+
+def _label(check: str) -> str:
+    """A check's metric, and its one output when it has one: ``cosine``, ``cosine 'scores'``."""
+    metric, _, output = shown_parts(check)
+    return metric if output is None else f"{metric} '{output}'"
 
 
 def step_line(step: Step, best: Step | None, checks: list[str]) -> str:
@@ -49,7 +55,7 @@ def step_line(step: Step, best: Step | None, checks: list[str]) -> str:
         verdict = f"skipped: {step.skipped}"
     else:
         figures = "; ".join(
-            f"{check.split()[0]} " + ", ".join(f"{v} ({t})" for t, v in _metric_text(step, check).items())
+            f"{_label(check)} " + ", ".join(f"{v} ({t})" for t, v in _metric_text(step, check).items())
             for check in checks
         )
         verdict = f"{figures}: {'meets the target' if step.passed else 'fails'}"
@@ -66,7 +72,7 @@ def steps_table(result: RecipeResult) -> str:
     """Every step: what changed, its cost, each check's metric on each target, and the verdict."""
     headers = ["step", "phase", "change", "cost"]
     for check in result.checks:
-        headers += [f"{check.split()[0]} {target}" for target in result.targets]
+        headers += [f"{_label(check)} {target}" for target in result.targets]
     headers.append("verdict")
     rows = []
     for step in result.steps:
@@ -94,7 +100,7 @@ def verdict_lines(result: RecipeResult) -> list[str]:
     if step is None:
         return [f"no recipe measured ({result.note or result.stopped})"]
     figures = "; ".join(
-        ", ".join(f"{check.split()[0]} {v} on {t}" for t, v in _metric_text(step, check).items())
+        ", ".join(f"{_label(check)} {v} on {t}" for t, v in _metric_text(step, check).items())
         for check in result.checks
     )
     targets = " and ".join(result.checks)

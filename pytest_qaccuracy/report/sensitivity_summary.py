@@ -94,6 +94,8 @@ def recipe_lines(entry: Mapping[str, Any]) -> list[str]:
     if not entry.get("recipe"):
         return []
     lines = verdict_lines(RecipeResult.from_dict(entry["recipe"]))
+    for why in entry["recipe"].get("not_aimed") or ():
+        lines.append(f"  not aimed at: {why}")
     files = entry.get("recipe_files") or {}
     args = recipe_arguments(entry)
     if files:  # the arguments are in the .recipe.json, with the calibration cache they name
@@ -153,6 +155,7 @@ def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
         "met": data["met"],
         "stopped": data["stopped"],
         "checks": data["checks"],
+        "not_aimed": list(data.get("not_aimed") or ()),
         "targets": data["targets"],
         "evaluation_records": data["records"],
         "quantize_static": recipe_arguments(entry),

@@ -38,11 +38,15 @@ def test_default_analysis_is_bounded_and_gives_a_verified_recipe(defaults: pytes
         # the broken pair's damage is in its quantized file: quantize_static from the fp32 model,
         # measured on the held-out half of the data, meets the failed check
         assert recipe["met"] and recipe["cost"] == 0
-        assert recipe["checks"] == ["cosine >= 0.99"] and recipe["targets"] == ["onnxruntime"]
+        # aimed at both failed checks of the pair: the default min_cosine and the test's agreement
+        assert recipe["checks"] == ["cosine >= 0.99", "min_top1_agreement >= 0.9"]
+        assert recipe["targets"] == ["onnxruntime"]
         assert recipe["measured"]["onnxruntime"]["logits"]["cosine"] >= 0.99
+        assert recipe["measured"]["onnxruntime"]["logits"]["min_top1_agreement"] >= 0.9
         assert recipe["evaluation_records"] == 150  # digits_test.npz: 300 records, the second half
         assert recipe["quantize_static"]["quant_format"] == "QDQ"
-        assert any(line.startswith("  recipe meets cosine >= 0.99 on digits_test.npz") for line in result.outlines)
+        meets = "  recipe meets cosine >= 0.99 and min_top1_agreement >= 0.9 on digits_test.npz"
+        assert any(line.startswith(meets) for line in result.outlines)
         props = {p.get("name"): p.get("value") for p in ET.parse(defaults.path / "junit.xml").iter("property")}
         assert props["qaccuracy.recipe.digits_cnn.broken.met"] == "true"
         assert json.loads(props["qaccuracy.recipe.digits_cnn.broken.quantize_static"])["nodes_to_exclude"] == []
@@ -56,7 +60,9 @@ def test_default_analysis_is_bounded_and_gives_a_verified_recipe(defaults: pytes
     sections = {pair["title"].split(":")[0]: pair.get("sensitivity") for pair in _report_pairs(defaults.path / "out")}
     shown = sections["digits_cnn.broken"]["recipe"]
     if recipe["searched"]:
-        assert shown[0].startswith("recipe meets cosine >= 0.99 on digits_test.npz (150 held-out records)")
+        assert shown[0].startswith(
+            "recipe meets cosine >= 0.99 and min_top1_agreement >= 0.9 on digits_test.npz (150 held-out records)"
+        )
         assert shown[1].strip().startswith("method=minmax ")
         assert shown[-1] == "  recipe files in the artifacts folder: " + ", ".join(recipe["files"].values())
     else:
@@ -115,7 +121,9 @@ def test_the_written_recipe_reproduces_its_verified_figure(defaults: pytest.Pyte
     summary = json.loads((out / "summary.json").read_text())
     assert next(p for p in summary["pairs"] if p["id"] == "digits_cnn.broken")["artifacts"]["recipe"] == files
     written = {kind: f"{out}/{path}" for kind, path in files.items()}
-    result.stdout.fnmatch_lines(["  recipe meets cosine >= 0.99 on digits_test.npz*", "    recipe files in the*"])
+    result.stdout.fnmatch_lines(
+        ["  recipe meets cosine >= 0.99 and min_top1_agreement >= 0.9 on digits_test.npz*", "    recipe files in the*"]
+    )
     assert files["python"] in result.stdout.str()
     props = {p.get("name"): p.get("value") for p in ET.parse(defaults.path / "junit.xml").iter("property")}
     assert props["qaccuracy.recipe.digits_cnn.broken.files"].split(",") == list(written.values())

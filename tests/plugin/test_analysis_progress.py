@@ -67,8 +67,10 @@ def test_xdist_workers_print_plain_lines_to_a_log(digits: pytest.Pytester, monke
 
 #: The recipe search's lines: the first note, and each finished experiment with its verified figure.
 RECIPE_NOTE = "recipe: measuring the fp32 model on the evaluation records"
+# the broken pair fails min_cosine (default) and min_top1_agreement: the recipe aims at both
 RECIPE_STEP = re.compile(
-    r"recipe: step 0 \[\w+\] .*: cost 0, cosine [\d.]+ \(onnxruntime\): meets the target, [\d.]+s.*"
+    r"recipe: step 0 \[\w+\] .*: cost 0, cosine [\d.]+ \(onnxruntime\); "
+    r"min_top1_agreement [\d.]+ \(onnxruntime\): meets the target, [\d.]+s.*"
 )
 
 

@@ -12,8 +12,11 @@ Kinds (a registry: each parses its own names):
 - **task**: ``max_drop:cer<=0.01``, ``min:exact_match>=0.9``, ``max:cer<=0.05``: a value of a task
   metric (:mod:`pytest_qaccuracy.metrics.task`) named with the search, the plugin's tolerance syntax.
 
-``measured`` values are keyed by :attr:`Check.metric`; a margin is the relative distance to the bound,
-floored by :attr:`Check.scale` for bounds at 0 (a share of elements, a drop).
+``measured`` values are keyed by output, then by :attr:`Check.metric`; a check holds on every output
+that has its value, or on one output only (:attr:`Check.output`: an output, or a named view of one,
+:attr:`Check.view`). A margin is the relative distance to the bound, floored by :attr:`Check.scale`
+for bounds at 0 (a share of elements, a drop). ``>`` and ``<`` exclude the bound (:attr:`Check.strict`),
+as the plugin's rules with those operators do.
 """
 
 from __future__ import annotations
@@ -21,20 +24,29 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
 
-_TEXT = re.compile(r"\s*([a-z_0-9:]+)\s*(>=|<=|=)\s*([-+0-9.eE]+|inf)\s*")
+_TEXT = re.compile(r"\s*([a-z_0-9:]+)\s*(>=|<=|>|<|=)\s*([-+0-9.eE]+|inf)\s*")
+#: A check's text (``str(check)``) read back: its metric, operator and output, for the tables.
+_SHOWN = re.compile(r"^(?P<metric>\S+) (?P<op>>=|<=|>|<) \S+(?: \([^)]*\))?(?: on '(?P<output>.*)')?$")
 _TOPK = re.compile(r"^(?:max_top(?P<drop>\d+)_drop|min_top(?P<agree>\d+)_agreement)$")
+
+
+#: (higher is better, strict) -> the bound's operator
+_OPS = {(True, False): ">=", (False, False): "<=", (True, True): ">", (False, True): "<"}
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
     """``metric`` (the key of its measured value) against ``value``, in the metric's direction.
 
-    ``kind`` is one of :data:`KINDS`; ``k`` the top-k rank, ``rtol``/``atol`` the allclose bounds.
+    ``kind`` is one of :data:`KINDS`; ``k`` the top-k rank, ``rtol``/``atol`` the allclose bounds;
+    ``strict``: the bound itself fails (``>``, ``<``); ``output``: the one output (or named view) it
+    holds on, None for every output that has its value; ``view``: the view's text
+    (``output0[:, 4:]``) when ``output`` names a view (tensor checks only).
     """
 
     metric: str
@@ -45,15 +57,27 @@ class Check:
     k: int = 1
     rtol: float = 0.0
     atol: float = 0.0
+    strict: bool = False
+    output: str | None = None
+    view: str | None = None
 
     def met(self, value: float | None) -> bool:
         if value is None:
             return False
+        if self.strict:
+            return value > self.value if self.higher_is_better else value < self.value
         return value >= self.value if self.higher_is_better else value <= self.value
 
+    @property
+    def op(self) -> str:
+        """The bound's operator: ``>=``, ``<=``, or ``>``/``<`` when strict."""
+        return _OPS[self.higher_is_better, self.strict]
+
     def __str__(self) -> str:
-        text = f"{self.metric} {'>=' if self.higher_is_better else '<='} {_exact(self.value)}"
-        return text + (f" (rtol={_exact(self.rtol)}, atol={_exact(self.atol)})" if self.kind == "allclose" else "")
+        text = f"{self.metric} {self.op} {_exact(self.value)}"
+        if self.kind == "allclose":
+            text += f" (rtol={_exact(self.rtol)}, atol={_exact(self.atol)})"
+        return text if self.output is None else f"{text} on '{self.output}'"
 
     @property
     def task_value(self) -> str | None:
@@ -129,8 +153,8 @@ def _within(name: str, value: float, lo: float, hi: float) -> None:
 
 
 def parse_check(text: str) -> Check:
-    """One target: ``cosine>=0.99``, ``rtol<=0.01``, ``max_top1_drop<=0.01``, ``max_drop:cer<=0.01``;
-    InputError for a malformed, unknown, wrongly directed or impossible one."""
+    """One target: ``cosine>=0.99``, ``rtol<=0.01``, ``max_top1_drop<=0.01``, ``max_drop:cer<=0.01``
+    (``>`` and ``<`` exclude the bound); InputError for a malformed, unknown, wrongly directed or impossible one."""
     match = _TEXT.fullmatch(text or "")
     if not match:
         raise InputError(f"target {text!r}: expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.99")
@@ -147,12 +171,23 @@ def parse_check(text: str) -> Check:
             f"target {text!r}: unknown check {name!r}; expected a metric ({known}), rtol, atol, "
             "max_top<k>_drop, min_top<k>_agreement or a task value (min:, max:, max_drop:<value>)"
         )
-    if op != "=" and (op == ">=") != check.higher_is_better:
+    if op != "=" and op.startswith(">") != check.higher_is_better:
         better = "higher" if check.higher_is_better else "lower"
         raise InputError(
             f"target {text!r}: {name} is better when {better}; write {name}{'>=' if better == 'higher' else '<='}"
         )
-    return check
+    # an allclose bound is the element-wise formula's: its share of elements outside is 0 either way
+    return replace(check, strict=True) if op in (">", "<") and check.kind != "allclose" else check
+
+
+def shown_parts(text: str) -> tuple[str, bool, str | None]:
+    """A check's text (``str(check)``, as results keep it) read back: its metric, whether higher is
+    better, and the one output it holds on (None: every output)."""
+    match = _SHOWN.match(text)
+    if match is None:
+        metric, _, rest = text.partition(" ")
+        return metric, rest.startswith(">"), None
+    return match["metric"], match["op"].startswith(">"), match["output"]
 
 
 def parse_checks(texts: Sequence[str | Check]) -> list[Check]:
@@ -177,4 +212,4 @@ def parse_checks(texts: Sequence[str | Check]) -> list[Check]:
     return checks
 
 
-__all__ = ["KINDS", "Check", "parse_check", "parse_checks"]
+__all__ = ["KINDS", "Check", "parse_check", "parse_checks", "shown_parts"]

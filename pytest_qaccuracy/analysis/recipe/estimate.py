@@ -63,11 +63,13 @@ class Estimator:
         measure: Callable[[Any], float] | None = None,
     ) -> None:
         self.checks, self.note = list(checks), note
-        # checks the edited-graph runner computes (tensor metrics); the others (top-k, allclose, task
-        # values) are estimated by ``measure`` on the edited model, ranked by the SQNR as a proxy
-        self.direct = all(c.kind == "tensor" for c in self.checks) or measure is None
+        # checks the edited-graph runner computes (tensor metrics on every output); the others (top-k,
+        # allclose, task values, one output's or view's) are estimated by ``measure`` on the edited
+        # model, ranked by the SQNR as a proxy
+        self.direct = all(c.kind == "tensor" and c.output is None for c in self.checks) or measure is None
         self.measure = measure
-        metrics = list(dict.fromkeys(c.metric for c in checks if c.kind == "tensor")) or [PROXY.metric]
+        metrics = list(dict.fromkeys(c.metric for c in checks if c.kind == "tensor" and c.output is None))
+        metrics = metrics or [PROXY.metric]
         if not self.direct:
             metrics = list(dict.fromkeys([*metrics, PROXY.metric]))
         pair = ModelPair(str(fp32), str(quantized))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
+from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.binding import Batch
 from pytest_qaccuracy.errors import InputError
@@ -41,6 +42,20 @@ _CAP = 1e6
 Measured = dict[str, dict[str, dict[str, float | None]]]
 #: The pseudo output that holds a model's task-metric values in :data:`Measured`.
 TASK = "(task)"
+#: Below 0 by this much: the margin of a strict check (``>``, ``<``) exactly at its bound.
+_AT_BOUND = 1e-12
+#: Tensor metrics that read the quantized output's step (its scale and zero point).
+STEP_METRICS = frozenset({"lsb", "clipped"})
+
+
+def check_values(check: Check, per_output: Mapping[str, Mapping[str, float | None]]) -> list[float | None]:
+    """The check's values on one target: of its one output (:attr:`Check.output`), else of every
+    output that has its metric."""
+    return [
+        metrics[check.metric]
+        for name, metrics in per_output.items()
+        if check.metric in metrics and (check.output is None or name == check.output)
+    ]
 
 
 def check_targets(names: Sequence[str]) -> tuple[str, ...]:
@@ -67,19 +82,20 @@ class Verdict:
 
     def worst(self, check: Check) -> float | None:
         """The check's metric at its worst target and output."""
-        values = [m[check.metric] for per in self.measured.values() for m in per.values() if check.metric in m]
+        values = [v for per in self.measured.values() for v in check_values(check, per)]
         if any(v is None for v in values) or not values:
             return None
         return min(values) if check.higher_is_better else max(values)
 
 
 def judge(measured: Measured, checks: Sequence[Check]) -> Verdict:
-    """Every check on every target and output that has its value (a check no output has is unmet);
-    the margin is the worst relative distance to a bound (floored by the check's scale)."""
+    """Every check on every target, on its output or on every output that has its value (a check no
+    output has is unmet); the margin is the worst relative distance to a bound (floored by the check's
+    scale; a strict check exactly at its bound is just below 0)."""
     margins = []
     for per_output in measured.values():
         for check in checks:
-            values = [metrics[check.metric] for metrics in per_output.values() if check.metric in metrics]
+            values = check_values(check, per_output)
             if not values:
                 margins.append(-math.inf)
             for value in values:
@@ -87,7 +103,8 @@ def judge(measured: Measured, checks: Sequence[Check]) -> Verdict:
                     margins.append(-math.inf)
                     continue
                 gap = value - check.value if check.higher_is_better else check.value - value
-                margins.append(min(gap / max(abs(check.value), getattr(check, "scale", 1e-12)), _CAP))
+                margin = min(gap / max(abs(check.value), check.scale), _CAP)
+                margins.append(-_AT_BOUND if check.strict and gap <= 0 and margin >= 0 else margin)
     margin = min(margins) if margins else -math.inf
     return Verdict(measured, margin >= 0, margin)
 
@@ -117,7 +134,13 @@ class Evaluator:
         task_targets: Sequence[Any] | None = None,
     ) -> None:
         self.fp32, self.checks, self.targets, self.options = str(fp32), list(checks), tuple(targets), options
-        self.metrics = list(dict.fromkeys(c.metric for c in checks if c.kind == "tensor"))
+        self.metrics = list(dict.fromkeys(c.metric for c in checks if c.kind == "tensor" and c.view is None))
+        # named views of outputs (a view's own tolerance): measured like outputs, under the view's name
+        self.views = {c.output: SliceSpec(c.output, c.view) for c in self.checks if c.view and c.output}
+        self.view_metrics = {
+            name: list(dict.fromkeys(c.metric for c in self.checks if c.output == name and c.kind == "tensor"))
+            for name in self.views
+        }
         self.tasks = list(tasks)
         proto = load_model(self.fp32)
         self.metadata = {p.key: p.value for p in proto.metadata_props}
@@ -135,6 +158,10 @@ class Evaluator:
         self.outputs = [v.name for v in proto.graph.output if types.get(v.name) in FLOAT_TYPES]
         if not self.outputs:
             raise InputError(f"{self.fp32}: no float output to measure")
+        try:
+            check_outputs(list(self.views.values()), self.outputs)
+        except ValueError as exc:
+            raise InputError(f"{self.fp32}: {exc}") from None
         self._check_inputs()
         runner = OrtRunner(proto, self.outputs, options, f"{os.path.basename(self.fp32)} (fp32)")
         self.reference = [runner.run(batch) for batch in self.batches]
@@ -167,6 +194,15 @@ class Evaluator:
             measured[target] = self._run(pair, names, target)
         return judge(measured, self.checks)
 
+    def _steps(self, pair: ModelPair, names: list[tuple[str, str]]) -> dict[str, Any]:
+        """fp32 output -> the quantized output's scale and zero point (``QuantParams``), when a
+        check's metric reads them (:data:`STEP_METRICS`), as the pair's comparison reads them."""
+        wanted = {m for per in [self.metrics, *self.view_metrics.values()] for m in per}
+        if not wanted & STEP_METRICS:
+            return {}
+        found = {f: pair.matcher.resolve(q, follow_quantize=False)[2] for f, q in names}
+        return {f: params for f, params in found.items() if params is not None}
+
     def _output_measure(self, names: list[tuple[str, str]]) -> OutputMeasure | None:
         """Top-k, allclose and task folds for the checks that need them (None: tensor checks only)."""
         from pytest_qaccuracy.analysis.outputs import OutputMeasure
@@ -194,6 +230,10 @@ class Evaluator:
         else:
             runner = make_runner(pair.quantized, q_names, self.options, label, "integer", target)
         metrics = {f: {m: get_metric(m)() for m in self.metrics} for f, _ in names}
+        measured = {f for f, _ in names}
+        views = {n: v for n, v in self.views.items() if v.output in measured}
+        metrics.update({n: {m: get_metric(m)() for m in self.view_metrics[n]} for n in views})
+        steps = self._steps(pair, names)
         folds = self._output_measure(names)
         for batch, ref in zip(self.batches, self.reference, strict=True):
             test = runner.run(batch)
@@ -201,8 +241,14 @@ class Evaluator:
             for f, q in names:
                 values = np.asarray(test[q], dtype=np.float64) if test[q].dtype.kind != "f" else test[q]
                 quantized[f] = np.asarray(values, dtype=ref[f].dtype)
-                tensor = TensorPair(np.asarray(ref[f]), quantized[f], first_record=batch.start)
-                for metric in metrics[f].values():
+            tensors = [(f, np.asarray(ref[f]), quantized[f], steps.get(f)) for f, _ in names]
+            tensors += [(n, v.take(np.asarray(ref[v.output])), v.take(quantized[v.output]), steps.get(v.output))
+                        for n, v in views.items()]  # fmt: skip
+            for name, f_values, q_values, params in tensors:
+                step = {} if params is None else {"scale": params.scale, "axis": params.axis}
+                zero = {} if params is None else {"zero_point": params.zero_point}
+                tensor = TensorPair(f_values, q_values, first_record=batch.start, **step, **zero)
+                for metric in metrics[name].values():
                     metric.update(tensor)
             if folds is not None:
                 folds.update({f: ref[f] for f, _ in names}, quantized, batch.start, len(batch))
@@ -265,7 +311,7 @@ def describe(verdict: Verdict, checks: Sequence[Check]) -> Mapping[str, str]:
     for target, per_output in verdict.measured.items():
         parts = []
         for check in checks:
-            values = [m[check.metric] for m in per_output.values() if check.metric in m]
+            values = check_values(check, per_output)
             worst = (
                 None
                 if not values or any(v is None for v in values)
@@ -276,4 +322,16 @@ def describe(verdict: Verdict, checks: Sequence[Check]) -> Mapping[str, str]:
     return lines
 
 
-__all__ = ["HOST", "TASK", "Evaluator", "Measured", "Verdict", "check_targets", "describe", "judge", "parse_checks"]
+__all__ = [
+    "HOST",
+    "STEP_METRICS",
+    "TASK",
+    "Evaluator",
+    "Measured",
+    "Verdict",
+    "check_targets",
+    "check_values",
+    "describe",
+    "judge",
+    "parse_checks",
+]
