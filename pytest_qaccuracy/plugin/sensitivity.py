@@ -18,6 +18,7 @@ The recipe search (level ``recipe``) aims at every failed check of the pair that
 (:func:`~pytest_qaccuracy.analysis.recipe.aims.recipe_checks`): output metrics in either direction,
 ``rtol``/``atol``, top-k, task metrics, a view's own checks, and checks that failed on a deployment
 target only (every check is measured on every target); the others are listed as not aimed at.
+The pair's passing checks a recipe can measure are targets too: a recipe must not break them.
 
 Only stdlib at module level.
 """
@@ -286,8 +287,8 @@ def _recipe(
     check: float,
 ) -> dict[str, Any]:
     """The recipe search's result within what is left of the budget, or why it was not searched. It
-    aims at every failed check of the pair a recipe can change (``aims``: the checks, and a line per
-    failed check it cannot aim at): a recipe must meet them all, on every target of the pair."""
+    aims at every failed check of the pair a recipe can change, and keeps its passing ones (``aims``: the
+    checks, and a line per failed check it cannot aim at): a recipe must meet them all, on every target of the pair."""
     checks, skipped = list(aims[0]), list(aims[1])
     if not checks:
         why = f" ({'; '.join(skipped)})" if skipped else ""

@@ -157,15 +157,23 @@ def test_a_check_no_recipe_check_measures_is_skipped_with_its_reason(outcome: Ou
     assert checks == [] and skipped == [f"{outcome.check}: {why}"]
 
 
-def test_recipe_checks_keeps_failed_ones_once_in_order() -> None:
+def test_recipe_checks_keeps_every_aimed_one_once_in_order() -> None:
+    """The failed checks, and the passing ones a recipe must not break; skip lines for failed ones only."""
     cosine_a = _tolerance("min_cosine", "cosine", ">=", 0.99, 0.9, "output 'a'")
     cosine_b = _tolerance("min_cosine", "cosine", ">=", 0.99, 0.8, "output 'b'")
     passed = _tolerance("min_sqnr", "sqnr", ">=", 20.0, 30.0)
     drop = _tolerance("max_top1_drop", "top-1 accuracy drop", "<=", 0.01, 0.2)
     gate = compared("gate", "max_backend_steps", "model", "tensor 'a'", "steps vs onnxruntime", "<=", 1, 3, "m")
     checks, skipped = recipe_checks([cosine_a, passed, drop, *on_target([cosine_b], "power2"), gate, gate])
-    assert [str(c) for c in checks] == ["cosine >= 0.99", "max_top1_drop <= 0.01"]
+    assert [str(c) for c in checks] == ["cosine >= 0.99", "sqnr >= 20", "max_top1_drop <= 0.01"]
     assert skipped == [f"max_backend_steps: {NOT_AIMED['gate']}"]
+
+
+def test_passing_checks_alone_ask_for_no_recipe() -> None:
+    passed = _tolerance("min_sqnr", "sqnr", ">=", 20.0, 30.0)
+    gate = compared("gate", "max_backend_steps", "model", "tensor 'a'", "steps vs onnxruntime", "<=", 1, 3, "m")
+    assert recipe_checks([passed]) == ([], [])
+    assert recipe_checks([passed, gate]) == ([], [f"max_backend_steps: {NOT_AIMED['gate']}"])
 
 
 def test_judge_reads_one_output_and_keeps_strict_bounds() -> None:

@@ -62,11 +62,14 @@ def _logits(model: Path, x: np.ndarray) -> np.ndarray:
 
 
 def test_a_pair_failing_only_a_top1_agreement_check(digits: pytest.Pytester, monkeypatch) -> None:
+    """The recipe aims at the failed check and keeps the passing one (cosine >= 0) true."""
     result, recipe, failed = _session(digits, monkeypatch, "broken", "min_cosine=0.0, min_top1_agreement=0.9")
     assert [c["check"] for c in failed] == ["min_top1_agreement"]  # cosine passes: 0 is no bound
-    assert recipe["searched"] and recipe["checks"] == ["min_top1_agreement >= 0.9"], recipe
+    assert recipe["searched"] and recipe["checks"] == ["cosine >= 0", "min_top1_agreement >= 0.9"], recipe
     assert recipe["met"] and recipe["measured"]["onnxruntime"]["logits"]["min_top1_agreement"] >= 0.9
-    assert any(line.startswith("  recipe meets min_top1_agreement >= 0.9 on") for line in result.outlines)
+    assert any(
+        line.startswith("  recipe meets cosine >= 0 and min_top1_agreement >= 0.9 on") for line in result.outlines
+    )
     f, q = _recipe_outputs(digits, recipe)
     agreement = float((f.argmax(axis=1) == q.argmax(axis=1)).mean())
     assert agreement >= 0.9
@@ -76,7 +79,7 @@ def test_a_pair_failing_only_a_top1_agreement_check(digits: pytest.Pytester, mon
 def test_a_pair_failing_only_a_top1_drop_check(digits: pytest.Pytester, monkeypatch) -> None:
     _, recipe, failed = _session(digits, monkeypatch, "broken", "min_cosine=0.0, max_top1_drop=0.05")
     assert [c["check"] for c in failed] == ["max_top1_drop"]
-    assert recipe["checks"] == ["max_top1_drop <= 0.05"] and recipe["met"], recipe
+    assert recipe["checks"] == ["cosine >= 0", "max_top1_drop <= 0.05"] and recipe["met"], recipe
     labels = np.load(digits.path / "data" / "digits_test.npz")["labels"][HELD:]
     f, q = _recipe_outputs(digits, recipe)
     drop = float((f.argmax(axis=1) == labels).mean() - (q.argmax(axis=1) == labels).mean())
@@ -88,7 +91,7 @@ def test_a_pair_failing_only_rtol_atol(digits: pytest.Pytester, monkeypatch) -> 
     """The plugin's rtol/atol: no element outside atol + rtol*|fp32|; the recipe aims at exactly that."""
     _, recipe, failed = _session(digits, monkeypatch, "broken", "min_cosine=0.0, rtol=0.1, atol=2.0")
     assert [c["check"] for c in failed] == ["rtol"] and failed[0]["value"] > 0
-    assert recipe["checks"] == ["allclose <= 0 (rtol=0.1, atol=2)"] and recipe["met"], recipe
+    assert recipe["checks"] == ["cosine >= 0", "allclose <= 0 (rtol=0.1, atol=2)"] and recipe["met"], recipe
     assert recipe["measured"]["onnxruntime"]["logits"]["allclose"] == 0.0
     f, q = _recipe_outputs(digits, recipe)
     assert int((np.abs(q - f) > 2.0 + 0.1 * np.abs(f)).sum()) == 0
@@ -100,7 +103,7 @@ def test_a_pair_failing_only_a_views_own_rule(digits: pytest.Pytester, monkeypat
     slices = 'slices={"head": {"view": "logits[:, 0:5]", "rules": ["mse<4"]}}, min_cosine=0.0'
     _, recipe, failed = _session(digits, monkeypatch, "broken", slices)
     assert [(c["check"], c["subject"]) for c in failed] == [("mse<4", "output 'head'")]
-    assert recipe["checks"] == ["mse < 4 on 'head'"] and recipe["met"], recipe
+    assert recipe["checks"] == ["cosine >= 0", "cosine >= 0 on 'head'", "mse < 4 on 'head'"] and recipe["met"], recipe
     measured = recipe["measured"]["onnxruntime"]
     assert measured["head"]["mse"] < 4 and "mse" not in measured["logits"]
     f, q = _recipe_outputs(digits, recipe)
@@ -113,7 +116,7 @@ def test_a_pair_failing_only_on_a_deployment_target(digits: pytest.Pytester, mon
     power-of-two scheme (8.6 dB): the recipe must meet it on both, and is measured on both."""
     _, recipe, failed = _session(digits, monkeypatch, "qdq", 'min_sqnr=10.0, targets=["power2"]', "60s")
     assert [(c["check"], c["deployment"]) for c in failed] == [("min_sqnr", "power2")]
-    assert recipe["searched"] and recipe["checks"] == ["sqnr >= 10"], recipe
+    assert recipe["searched"] and recipe["checks"] == ["cosine >= 0.99", "sqnr >= 10"], recipe
     assert recipe["targets"] == ["onnxruntime", "power2"]
     # quantize_static again (MinMax on the calibration half) gives about 10.2 dB on power2
     measured = recipe["measured"]
@@ -154,5 +157,5 @@ def test_checks_no_recipe_can_change_are_listed_not_aimed_at(digits: pytest.Pyte
         "note": f"recipe not searched: no failed check a recipe can change ({why})",
     }
     broken = recipes["digits_cnn.broken"]
-    assert broken["checks"] == ["min_top1_agreement >= 0.9"] and broken["not_aimed"] == [why]
+    assert broken["checks"] == ["cosine >= 0", "min_top1_agreement >= 0.9"] and broken["not_aimed"] == [why]
     assert any(line.strip() == f"not aimed at: {why}" for line in result.outlines)

@@ -1,6 +1,7 @@
-"""What a pair's failed checks ask of a recipe: each failed :class:`~pytest_qaccuracy.outcomes.Outcome`
-as the recipe :class:`~.checks.Check` that measures what it measured, or why a recipe cannot be aimed
-at it. Pure: what the pytest plugin's end-of-session recipe search aims at.
+"""What a pair's checks ask of a recipe: each :class:`~pytest_qaccuracy.outcomes.Outcome` as the recipe
+:class:`~.checks.Check` that measures what it measured, or why a recipe cannot be aimed at it. Pure:
+what the pytest plugin's end-of-session recipe search aims at: the failed checks, and the passing
+ones a recipe must not break (:func:`recipe_checks`).
 
 - a named output tolerance (``min_cosine``, ``min_sqnr``, ``max_lsb``) or an output rule
   (``<pair glob> mse<=1e-4``, ``... cosine>0.999``): a tensor check on the same metric, with the same
@@ -124,7 +125,7 @@ def _output(outcome: Outcome) -> str | None:
 
 
 def aim(outcome: Outcome, views: Mapping[str, str] | None = None) -> Aim:
-    """The recipe check of one failed outcome, or why it has none; ``views``: the pair's named views
+    """The recipe check of one outcome, or why it has none; ``views``: the pair's named views
     (name -> ``output0[:, 4:]``), whose own checks hold on them only."""
     if outcome.threshold is None:
         return "it measured nothing"
@@ -132,19 +133,24 @@ def aim(outcome: Outcome, views: Mapping[str, str] | None = None) -> Aim:
 
 
 def recipe_checks(outcomes: Iterable[Outcome], views: Mapping[str, str] | None = None) -> tuple[list[Check], list[str]]:
-    """The checks a recipe must meet for the failed ``outcomes`` (each once, in their order), and a
-    line per failed check it cannot be aimed at (``max_backend_steps: the agreement gate ...``)."""
+    """The checks a recipe must meet (each once, in their order), and a line per failed check it cannot
+    be aimed at (``max_backend_steps: the agreement gate ...``).
+
+    A recipe is searched for the failed checks, and it must keep the pair's passing ones: a recipe that
+    fixes cosine while breaking the SQNR check that held would leave the pair red. So the checks are
+    every aimed outcome, passed or failed, and none at all when no failed outcome can be aimed at.
+    """
     checks: dict[Check, None] = {}
     skipped: dict[str, None] = {}
+    aimed_failure = False
     for outcome in outcomes:
-        if outcome.passed:
-            continue
         found = aim(outcome, views)
         if isinstance(found, Check):
             checks[found] = None
-        else:
+            aimed_failure = aimed_failure or not outcome.passed
+        elif not outcome.passed:
             skipped[f"{outcome.check}: {found}"] = None
-    return list(checks), list(skipped)
+    return (list(checks) if aimed_failure else []), list(skipped)
 
 
 __all__ = ["KIND_AIMS", "NOT_AIMED", "TOLERANCE_AIMS", "Aim", "aim", "recipe_checks"]
