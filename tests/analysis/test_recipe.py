@@ -395,7 +395,8 @@ def test_command_writes_a_recipe_that_passes(tiny, tmp_path, capsys, monkeypatch
     monkeypatch.chdir(tiny["root"])
     out = tmp_path / "out"
     argv = ["recipe", "chain.onnx", "--data", "calib.h5", "--eval", "eval.h5", "--out-dir", os.path.relpath(out)]
-    code = main([*argv, "--target", "sqnr>=25", "--targets", "onnxruntime,onnxruntime-avx2"])
+    # the guided node phase: the exhaustive one verifies every global recipe per assignment (minutes)
+    code = main([*argv, "--target", "sqnr>=25", "--targets", "onnxruntime,onnxruntime-avx2", "--exhaustive-nodes", "0"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     steps = [line for line in captured.err.splitlines() if line.startswith("recipe: step ")]

@@ -14,9 +14,10 @@ Phases (docs/recipe.md):
    keeping each change that improves the worst check's margin, until a pass changes nothing; the
    methods that need a histogram pass after the others, cheapest first, with a floor in a time
    budget (:data:`STATISTICS_SHARE`). These cost nothing, so a verified pass here is optimal.
-2. **nodes**, on the best global recipe. With at most ``exhaustive_nodes`` candidate nodes:
-   every per-node assignment (int8, int16, float) in increasing cost, verified until one passes:
-   the optimum for those global choices. Otherwise: nodes ordered by estimated gain per cost, the
+2. **nodes**. With at most ``exhaustive_nodes`` candidate nodes: every per-node assignment (int8,
+   int16, float) in increasing cost and, for each, every global recipe of the space (the product of
+   the varied choices, best estimated first), verified until one passes: the joint optimum.
+   Otherwise, on the best global recipe: nodes ordered by estimated gain per cost, the
    shortest prefix in float estimated to pass (bisected on estimates) verified, longer ones after a
    verified miss; then pruned and widened (float nodes narrowed to 16-bit), each verified.
 
@@ -26,7 +27,9 @@ best recipe found either way: the cheapest passing one, else the one closest to 
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+import itertools
 import math
 import os
 import re
@@ -54,6 +57,8 @@ from pytest_qaccuracy.runtime import RuntimeOptions
 SCHEMA_VERSION = 1
 #: The global choices the first phase varies (all by default).
 GLOBAL_CHOICES = ("per_channel", "reduce_range", "method", "activation_type", "weight_type")
+#: The global choices in :class:`~.space.Recipe`'s field order.
+_GLOBAL_FIELDS = ("method", "per_channel", "reduce_range", "activation_type", "weight_type")
 #: How the search ended.
 STOPS = ("done", "budget", "interrupted")
 #: The share of a time budget the global phase's estimates may use (the node phase needs the rest);
@@ -295,6 +300,7 @@ class RecipeSearch:
         self.steps: list[Step] = []
         self.best: Step | None = None
         self.seen: dict[Recipe, Step] = {}
+        self.verdicts: dict[str, Any] = {}  # a written model's digest -> its measurement (equal models: one)
         self.estimates: dict[Recipe, Step] = {}
         self.global_rows: dict[tuple[Any, ...], Step] = {}  # global choices (ranges as estimated) -> their estimate
         #: (method, activation type) -> its estimated ranges, sorted (equal ranges: the same edited model)
@@ -375,7 +381,9 @@ class RecipeSearch:
         skipped, verdict = None, None
         try:
             self.builder.write(recipe, out)
-            verdict = self.evaluator.measure(out)
+            digest = hashlib.sha256(out.read_bytes()).hexdigest()  # another recipe, the same model
+            verdict = self.verdicts.get(digest) or self.evaluator.measure(out)
+            self.verdicts[digest] = verdict
         except QAccuracyError as exc:
             skipped = _first_line(exc)
         except Exception as exc:  # onnxruntime refusing a model it wrote, a target that cannot run it
@@ -720,12 +728,44 @@ class RecipeSearch:
             self._guided(base, nodes, "int16" in levels)
 
     def _exhaustive(self, base: Recipe, nodes: list[str], levels: list[str]) -> None:
-        """Assignments in increasing cost, each verified, until one passes: the optimum."""
+        """Assignments in increasing cost; for each, every global recipe of the space (best estimated
+        first), each verified, until one passes: the joint optimum (global choices cost nothing, so
+        every cheaper assignment was verified to miss under every global recipe)."""
+        space = self.global_space(base)
+        if len(space) > 1:
+            self._note(f"each assignment under {len(space)} global recipe(s), best estimated first")
         for assignment in cost_ordered(nodes, levels, self.cost):
-            recipe = base.with_nodes(dict(zip(nodes, assignment, strict=True)))
-            step = self.measure(recipe, "exhaustive", recipe.changes_from(base))
-            if step.passed:
-                return
+            precisions = dict(zip(nodes, assignment, strict=True))
+            for recipe in (choices.with_nodes(precisions) for choices in space):
+                if self.measure(recipe, "exhaustive", recipe.changes_from(base)).passed:
+                    return
+
+    def global_space(self, base: Recipe) -> list[Recipe]:
+        """Every global recipe the search may choose: the product of the choices it varies (the others
+        as the start has them), without the type pairs onnxruntime refuses. The base first, then by
+        margin (a verified one, else the global phase's estimate; best first), those never measured
+        last in the order of the choices: estimates order, they never leave a recipe out."""
+        values = {
+            "method": list(dict.fromkeys([self.start.method, *self.methods])),
+            "per_channel": [self.start.per_channel, not self.start.per_channel],
+            "reduce_range": [self.start.reduce_range, not self.start.reduce_range],
+            "activation_type": list(dict.fromkeys([self.start.activation_type, "uint8", "int8"])),
+            "weight_type": list(dict.fromkeys([self.start.weight_type, "int8", "uint8"])),
+        }
+        axes = [values[name] if name in self.vary else [getattr(self.start, name)] for name in _GLOBAL_FIELDS]
+        space = [Recipe(*choices) for choices in itertools.product(*axes)]
+        space = [r for r in space if (r.activation_type, r.weight_type) not in REFUSED]
+        if base.with_nodes({}) not in space:
+            space.insert(0, base.with_nodes({}))
+
+        def margin(recipe: Recipe) -> float:
+            step = self.seen.get(recipe) or self.estimates.get(recipe)
+            if step is None or step.skipped is not None or step.margin is None:
+                return -math.inf
+            return step.margin
+
+        order = {r: i for i, r in enumerate(space)}
+        return sorted(space, key=lambda r: (r != base.with_nodes({}), -margin(r), order[r]))
 
     def _guided(self, base: Recipe, nodes: list[str], widen: bool) -> None:
         from pytest_qaccuracy.analysis.recipe.estimate import Estimator
