@@ -153,3 +153,27 @@ def test_flips_are_tried_only_when_asked(net):
     )
     assert not any(s.phase == "weights" or s.recipe.flipped for s in result.steps)
     assert result.best_step.cost > 0
+
+
+@needs_cache
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_script_writes_the_flipped_granularity(net, tmp_path, per_channel):
+    """The pasted script (onnxruntime's own MinMax calibrator on the records, the overrides as Python)
+    writes the graph the search's builder wrote: with ``per_channel=True`` the flipped weight is per
+    tensor by a ``quant_type`` entry, otherwise per channel by an ``axis`` entry."""
+    import runpy
+
+    from pytest_qaccuracy.analysis.recipe import python_snippet
+
+    recipe = Recipe(method="ort-minmax", per_channel=per_channel, flipped=frozenset({"mmB"}))
+    builder = RecipeBuilder(net["fp32"], net["calib"], RuntimeOptions())
+    ours = builder.write(recipe, tmp_path / "ours.onnx")
+    arguments = json.loads(json.dumps(recipe.arguments(builder.reads, None, builder.weights)))
+    expected = [{"quant_type": "QInt8"}] if per_channel else [{"axis": 1}]
+    assert arguments["extra_options"]["TensorQuantOverrides"] == {"w2": expected}
+    script = tmp_path / "recipe.py"
+    script.write_text(python_snippet(arguments, str(net["fp32"]), "script.onnx", str(net["calib"])))
+    runpy.run_path(str(script), run_name="__main__")
+    again = onnx.load(str(tmp_path / "script.onnx"))
+    assert again.graph.SerializeToString() == onnx.load(str(ours)).graph.SerializeToString()
+    assert _weight_scales(ours)["w2"] == ((1, None) if per_channel else (8, 1))
