@@ -126,6 +126,9 @@ def verdict_lines(result: RecipeResult) -> list[str]:
         lines.append(f"  nodes_to_exclude={sorted(recipe.float)!r}")
     if recipe.int16:
         lines.append(f"  16-bit activations: {sorted(recipe.int16)!r}")
+    if recipe.flipped - recipe.float:
+        granularity = "per-tensor" if recipe.per_channel else "per-channel"
+        lines.append(f"  {granularity} weights (TensorQuantOverrides): {sorted(recipe.flipped - recipe.float)!r}")
     return lines
 
 

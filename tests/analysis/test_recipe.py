@@ -19,7 +19,7 @@ from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import Budget, Recipe, parse_checks, python_snippet, search_recipe
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
-from pytest_qaccuracy.analysis.recipe.search import cost_ordered
+from pytest_qaccuracy.analysis.recipe.search import GLOBAL_CHOICES, cost_ordered
 from pytest_qaccuracy.errors import InputError
 
 pytestmark = pytest.mark.skipif(
@@ -408,7 +408,8 @@ def test_command_writes_a_recipe_that_passes(tiny, tmp_path, capsys, monkeypatch
     monkeypatch.chdir(tiny["root"])
     out = tmp_path / "out"
     argv = ["recipe", "chain.onnx", "--data", "calib.h5", "--eval", "eval.h5", "--out-dir", os.path.relpath(out)]
-    code = main([*argv, "--target", "sqnr>=25", "--targets", "onnxruntime,onnxruntime-avx2"])
+    # the guided node phase: the exhaustive one verifies every global recipe per assignment (minutes)
+    code = main([*argv, "--target", "sqnr>=25", "--targets", "onnxruntime,onnxruntime-avx2", "--exhaustive-nodes", "0"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     steps = [line for line in captured.err.splitlines() if line.startswith("recipe: step ")]
@@ -561,6 +562,7 @@ def test_global_phase_estimates_each_recipe_once(tiny):
         parse_checks(["sqnr>=500"]),  # out of reach: the global phase runs to its end
         methods=["minmax", "ort-minmax", "percentile"],
         budget=Budget(experiments=2),
+        vary=GLOBAL_CHOICES,  # the global phase's estimates only (not the node phase's weight flips)
     )
     rows = [s for s in result.steps if s.estimated]
     assert {s.phase for s in rows} == {"global"}

@@ -106,6 +106,7 @@ class RecipeBuilder:
         self.folded: list[str] = []  # the histogram kinds folded so far
         self.pass_seconds = 0.0  # the extrema pass's time
         self.reads = activation_tensors(self.model)
+        self.weights = weight_tensors(self.model)
 
     def ranges(self, recipe: Recipe) -> CalibrationResult:
         """The recipe's ranges (computed on first use, then cached). Our methods' come from one set of
@@ -234,8 +235,8 @@ class RecipeBuilder:
             per_channel=recipe.per_channel,
         )
         overrides = {
-            name: [{"quant_type": getattr(QuantType, entries[0]["quant_type"])}]
-            for name, entries in recipe.overrides(self.reads).items()
+            name: [{k: getattr(QuantType, v) if k == "quant_type" else v for k, v in entries[0].items()}]
+            for name, entries in recipe.overrides(self.reads, self.weights).items()
         }
         return quantize_with_ranges(
             str(self.fp32),
@@ -257,6 +258,29 @@ def activation_tensors(model: onnx.ModelProto) -> dict[str, list[str]]:
         for node in view.nodes
         if node.name
     }
+
+
+def weight_tensors(model: onnx.ModelProto) -> dict[str, tuple[str, int]]:
+    """Node -> its weight initializer and the channel axis onnxruntime's QDQ quantizer gives it, for
+    the nodes whose weight granularity a recipe may flip: Conv, ConvTranspose, Gemm and MatMul with
+    an initializer weight of their own (a weight shared by several nodes has one granularity)."""
+    from pytest_qaccuracy.analysis.recipe.edit import WEIGHT_OPS, weight_axis
+
+    view = GraphView(model)
+    users: dict[str, int] = {}
+    for node in view.nodes:
+        for name in node.input:
+            users[name] = users.get(name, 0) + 1
+    table = {}
+    for node in view.nodes:
+        if node.name and node.op_type in WEIGHT_OPS and len(node.input) > 1:
+            weight = view.initializers.get(node.input[1])
+            if weight is None or users[node.input[1]] != 1:
+                continue
+            axis = weight_axis(node.op_type, 1, len(weight.dims), {a.name: a.i for a in node.attribute})
+            if axis is not None:
+                table[node.name] = (node.input[1], axis)
+    return table
 
 
 def ort_ranges(
@@ -340,5 +364,6 @@ __all__ = [
     "method_names",
     "method_rank",
     "ort_ranges",
+    "weight_tensors",
     "write_cache",
 ]

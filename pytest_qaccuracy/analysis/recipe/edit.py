@@ -53,6 +53,7 @@ class _Weight:
     value: np.ndarray
     axis: int | None  # per-channel axis of its consumer (None: per-tensor only)
     slot: bool  # a weight input (Conv, Gemm, MatMul...); other constants are quantized as activations
+    users: frozenset[str] = frozenset()  # the names of the nodes that read it (a recipe's flipped nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,10 +200,12 @@ class GlobalEdits:
                 }
                 axis = next(iter(axes)) if len(axes) == 1 else None
                 slot = slots == {True}
-                self.weights.append(_Weight(i, node.input[0], node.input[1], node.input[2], value, axis, slot))
+                users = frozenset(c.name for _, c, _ in consumers)
+                self.weights.append(_Weight(i, node.input[0], node.input[1], node.input[2], value, axis, slot, users))
 
     def model(self, recipe: Recipe, ranges: Mapping[str, tuple[float, float]]) -> onnx.ModelProto:
-        """The base model with ``recipe``'s global choices (its node choices are ignored)."""
+        """The base model with ``recipe``'s global choices and weight granularities (its node precisions
+        are ignored)."""
         model = copy.deepcopy(self.base_model)
         inits = {t.name: t for t in model.graph.initializer}
         values: dict[str, np.ndarray] = {}
@@ -225,8 +228,9 @@ class GlobalEdits:
             base.weight_type,
         )
         for w in self.weights:
-            if w.slot and weights_changed:
-                axis = w.axis if recipe.per_channel else None
+            per_channel = recipe.per_channel != bool(recipe.flipped & w.users)
+            if w.slot and (weights_changed or per_channel != (base.per_channel != bool(base.flipped & w.users))):
+                axis = w.axis if per_channel else None
                 values[w.data], values[w.scale], values[w.zero] = quantize_weight(
                     w.value, recipe.weight_type, axis, recipe.reduce_range
                 )

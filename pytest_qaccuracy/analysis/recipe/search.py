@@ -14,9 +14,10 @@ Phases (docs/recipe.md):
    keeping each change that improves the worst check's margin, until a pass changes nothing; the
    methods that need a histogram pass after the others, cheapest first, with a floor in a time
    budget (:data:`STATISTICS_SHARE`). These cost nothing, so a verified pass here is optimal.
-2. **nodes**, on the best global recipe. With at most ``exhaustive_nodes`` candidate nodes:
-   every per-node assignment (int8, int16, float) in increasing cost, verified until one passes:
-   the optimum for those global choices. Otherwise: nodes ordered by estimated gain per cost, the
+2. **nodes**. With at most ``exhaustive_nodes`` candidate nodes: every per-node assignment (int8,
+   int16, float) in increasing cost and, for each, every global recipe of the space (the product of
+   the varied choices, best estimated first), verified until one passes: the joint optimum.
+   Otherwise, on the best global recipe: nodes ordered by estimated gain per cost, the
    shortest prefix in float estimated to pass (bisected on estimates) verified, longer ones after a
    verified miss; then pruned and widened (float nodes narrowed to 16-bit), each verified.
 
@@ -26,7 +27,9 @@ best recipe found either way: the cheapest passing one, else the one closest to 
 
 from __future__ import annotations
 
+import hashlib
 import heapq
+import itertools
 import math
 import os
 import re
@@ -54,6 +57,13 @@ from pytest_qaccuracy.runtime import RuntimeOptions
 SCHEMA_VERSION = 1
 #: The global choices the first phase varies (all by default).
 GLOBAL_CHOICES = ("per_channel", "reduce_range", "method", "activation_type", "weight_type")
+#: The per-node choice that costs nothing: a node's weight per channel or per tensor, against the global
+#: ``per_channel`` (``vary`` names it with the global choices; the node phase tries it first).
+NODE_WEIGHTS = "node_weights"
+#: What a search varies by default: every global choice and the per-node weight granularity.
+VARY = (*GLOBAL_CHOICES, NODE_WEIGHTS)
+#: The global choices in :class:`~.space.Recipe`'s field order.
+_GLOBAL_FIELDS = ("method", "per_channel", "reduce_range", "activation_type", "weight_type")
 #: How the search ended.
 STOPS = ("done", "budget", "interrupted")
 #: The share of a time budget the global phase's estimates may use (the node phase needs the rest);
@@ -74,6 +84,8 @@ PREFIX_RESERVE = 3
 #: A widening experiment (16-bit activations: onnxruntime writes an opset-21 model) in longest
 #: experiments so far (the PP-OCRv4 recognizer: 6.5 s against 4.0 s, and 17 s against 15 s).
 WIDEN_EXPERIMENTS = 2.0
+#: Candidate nodes (the costliest) whose weight granularity the node phase tries flipping, one estimate each.
+FLIP_NODES = 16
 #: Prefix lengths (past the last one known to miss) estimated before the node order is bisected.
 SHORT_PREFIXES = (1, 2, 4, 8)
 
@@ -274,7 +286,7 @@ class RecipeSearch:
         exhaustive_nodes: int,
         on_step: Callable[[Step, Step | None], None] | None,
         on_note: Callable[[str], None] | None,
-        vary: Sequence[str] = GLOBAL_CHOICES,
+        vary: Sequence[str] = VARY,
         tasks: Sequence[Any] = (),
         task_targets: Sequence[Any] | None = None,
     ) -> None:
@@ -286,15 +298,16 @@ class RecipeSearch:
         self.methods = [check_method(m) for m in methods]
         self.estimate_records, self.exhaustive_nodes = estimate_records, exhaustive_nodes
         self.on_step, self.on_note = on_step, on_note
-        unknown = [v for v in vary if v not in GLOBAL_CHOICES]
+        unknown = [v for v in vary if v not in VARY]
         if unknown:
-            raise InputError(f"cannot vary {unknown[0]!r}; the global choices are {', '.join(GLOBAL_CHOICES)}")
+            raise InputError(f"cannot vary {unknown[0]!r}; the choices are {', '.join(VARY)}")
         self.vary = tuple(vary)
         self.builder = RecipeBuilder(self.fp32, calibration, options)
         self.cost = CostModel(node_work(self.builder.model), **weights)
         self.steps: list[Step] = []
         self.best: Step | None = None
         self.seen: dict[Recipe, Step] = {}
+        self.verdicts: dict[str, Any] = {}  # a written model's digest -> its measurement (equal models: one)
         self.estimates: dict[Recipe, Step] = {}
         self.global_rows: dict[tuple[Any, ...], Step] = {}  # global choices (ranges as estimated) -> their estimate
         #: (method, activation type) -> its estimated ranges, sorted (equal ranges: the same edited model)
@@ -303,6 +316,7 @@ class RecipeSearch:
         self.statistics_seconds = 0.0  # the global phase's histogram passes (not counted in its share)
         self.extended = False  # a histogram method improved the global phase's margin: its share grows
         self.evaluator: Evaluator | None = None
+        self.edits: Any = None  # the start's model, edited for other global choices (.edit.GlobalEdits)
 
     # -- experiments ---------------------------------------------------------------------------
 
@@ -375,7 +389,9 @@ class RecipeSearch:
         skipped, verdict = None, None
         try:
             self.builder.write(recipe, out)
-            verdict = self.evaluator.measure(out)
+            digest = hashlib.sha256(out.read_bytes()).hexdigest()  # another recipe, the same model
+            verdict = self.verdicts.get(digest) or self.evaluator.measure(out)
+            self.verdicts[digest] = verdict
         except QAccuracyError as exc:
             skipped = _first_line(exc)
         except Exception as exc:  # onnxruntime refusing a model it wrote, a target that cannot run it
@@ -470,7 +486,7 @@ class RecipeSearch:
         best = self.best
         arguments = ranges = None
         if best is not None:
-            arguments = best.recipe.arguments(self.builder.reads, None)
+            arguments = best.recipe.arguments(self.builder.reads, None, self.builder.weights)
             ranges = dict(self.builder.ranges(best.recipe).ranges)
         return RecipeResult(
             self.fp32.name,
@@ -502,9 +518,9 @@ class RecipeSearch:
         from pytest_qaccuracy.analysis.recipe.edit import GlobalEdits
 
         first = self.measure(self.start, "start", "starting recipe")
-        if first.passed or first.skipped is not None or not any(self.vary):
+        if first.passed or first.skipped is not None or not any(v in GLOBAL_CHOICES for v in self.vary):
             return self.start
-        edits = GlobalEdits(
+        edits = self.edits = GlobalEdits(
             onnx.load(str(self.model_path(first.index))),
             self.start,
             self.builder.model,
@@ -712,6 +728,9 @@ class RecipeSearch:
         nodes = self._candidates(base)
         if not nodes:
             return
+        base = self._weight_phase(base, nodes)
+        if self.best is not None and self.best.passed and self.best.cost == 0:
+            return
         levels = ["int8", "float"] if self.cost.int16 >= self.cost.float else ["int8", "int16", "float"]
         if len(nodes) <= self.exhaustive_nodes:
             self._note(f"{len(nodes)} candidate node(s): every assignment of {'/'.join(levels)} in order of cost")
@@ -719,13 +738,98 @@ class RecipeSearch:
         else:
             self._guided(base, nodes, "int16" in levels)
 
+    def _weight_phase(self, base: Recipe, nodes: list[str]) -> Recipe:
+        """Per-node weight granularity, which costs nothing, before any node pays for float or 16 bits:
+        each candidate's weight flipped (per channel <-> per tensor) on the recipe so far, estimated on
+        the edited model, kept when it improves the estimated margin (one pass over the
+        :data:`FLIP_NODES` costliest, while estimates fit the budget); the flips kept are verified
+        together. Returns the node phase's base: the flipped recipe when its verified margin beats the
+        base's (verified, else estimated), else the base."""
+        from pytest_qaccuracy.analysis.calibration.quantize import PER_CHANNEL_OPSET
+        from pytest_qaccuracy.model.graph import GraphView
+
+        if NODE_WEIGHTS not in self.vary:
+            return base
+        flippable = sorted((n for n in nodes if n in self.builder.weights), key=lambda n: -self.cost.work.get(n, 1.0))
+        flippable = flippable[:FLIP_NODES]
+        per_channel_ok = base.per_channel or GraphView(self.builder.model).opset >= PER_CHANNEL_OPSET
+        start = self.seen.get(self.start)
+        if not flippable or not per_channel_ok or start is None or start.skipped is not None:
+            return base
+        edits = self._edits()
+        ranges = self.builder.estimated_ranges(base)
+        first = self.estimate(base, "weights", "base (weights as the global choice)", lambda: edits.model(base, ranges))
+        if first.skipped is not None or first.margin is None:
+            return base
+        self._note(f"weights: {len(flippable)} node(s) whose weight may take the other granularity (cost 0)")
+        recipe, margin = base, first.margin
+        for node in flippable:
+            if not self._room_for_estimate():
+                break
+            trial = recipe.with_flip(node)
+            step = self.estimate(trial, "weights", trial.changes_from(recipe), lambda t=trial: edits.model(t, ranges))
+            if step.skipped is None and step.margin is not None and step.margin > margin:
+                recipe, margin = trial, step.margin
+        if recipe == base:
+            return base
+        verified = self.measure(recipe, "weights", recipe.changes_from(base))
+        known = self.seen.get(base, first)
+        before = known.margin if known.skipped is None and known.margin is not None else -math.inf
+        if verified.skipped is None and verified.margin is not None and (verified.passed or verified.margin > before):
+            return recipe
+        return base
+
+    def _edits(self) -> Any:
+        """The start's model, edited for other global choices (made from its verified model when the
+        global phase made none)."""
+        import onnx
+
+        from pytest_qaccuracy.analysis.recipe.edit import GlobalEdits
+
+        if self.edits is None:
+            model = onnx.load(str(self._base_model(self.start)))
+            self.edits = GlobalEdits(model, self.start, self.builder.model, self.builder.ranges(self.start).ranges)
+        return self.edits
+
     def _exhaustive(self, base: Recipe, nodes: list[str], levels: list[str]) -> None:
-        """Assignments in increasing cost, each verified, until one passes: the optimum."""
+        """Assignments in increasing cost; for each, every global recipe of the space (best estimated
+        first), each verified, until one passes: the joint optimum (global choices cost nothing, so
+        every cheaper assignment was verified to miss under every global recipe)."""
+        space = self.global_space(base)
+        if len(space) > 1:
+            self._note(f"each assignment under {len(space)} global recipe(s), best estimated first")
         for assignment in cost_ordered(nodes, levels, self.cost):
-            recipe = base.with_nodes(dict(zip(nodes, assignment, strict=True)))
-            step = self.measure(recipe, "exhaustive", recipe.changes_from(base))
-            if step.passed:
-                return
+            precisions = dict(zip(nodes, assignment, strict=True))
+            for recipe in (choices.with_nodes(precisions) for choices in space):
+                if self.measure(recipe, "exhaustive", recipe.changes_from(base)).passed:
+                    return
+
+    def global_space(self, base: Recipe) -> list[Recipe]:
+        """Every global recipe the search may choose: the product of the choices it varies (the others
+        as the start has them), without the type pairs onnxruntime refuses. The base first, then by
+        margin (a verified one, else the global phase's estimate; best first), those never measured
+        last in the order of the choices: estimates order, they never leave a recipe out."""
+        values = {
+            "method": list(dict.fromkeys([self.start.method, *self.methods])),
+            "per_channel": [self.start.per_channel, not self.start.per_channel],
+            "reduce_range": [self.start.reduce_range, not self.start.reduce_range],
+            "activation_type": list(dict.fromkeys([self.start.activation_type, "uint8", "int8"])),
+            "weight_type": list(dict.fromkeys([self.start.weight_type, "int8", "uint8"])),
+        }
+        axes = [values[name] if name in self.vary else [getattr(self.start, name)] for name in _GLOBAL_FIELDS]
+        space = [Recipe(*choices) for choices in itertools.product(*axes)]
+        space = [r for r in space if (r.activation_type, r.weight_type) not in REFUSED]
+        if base.with_nodes({}) not in space:
+            space.insert(0, base.with_nodes({}))
+
+        def margin(recipe: Recipe) -> float:
+            step = self.seen.get(recipe) or self.estimates.get(recipe)
+            if step is None or step.skipped is not None or step.margin is None:
+                return -math.inf
+            return step.margin
+
+        order = {r: i for i, r in enumerate(space)}
+        return sorted(space, key=lambda r: (r != base.with_nodes({}), -margin(r), order[r]))
 
     def _guided(self, base: Recipe, nodes: list[str], widen: bool) -> None:
         from pytest_qaccuracy.analysis.recipe.estimate import Estimator
@@ -951,7 +1055,7 @@ def search_recipe(
     on_step: Callable[[Step, Step | None], None] | None = None,
     on_note: Callable[[str], None] | None = None,
     model_out: str | os.PathLike[str] | None = None,
-    vary: Sequence[str] = GLOBAL_CHOICES,
+    vary: Sequence[str] = VARY,
     tasks: Sequence[Any] = (),
     task_targets: Sequence[Any] | str | os.PathLike[str] | None = None,
 ) -> RecipeResult:
@@ -976,8 +1080,9 @@ def search_recipe(
         on_step: called after every experiment with the step and the best so far.
         on_note: called with a line before a long phase (progress).
         model_out: write the best recipe's model here (atomically), passing or not.
-        vary: the global choices the first phase may change (:data:`GLOBAL_CHOICES`; ``()``: keep
-            ``start``'s and search nodes only).
+        vary: the choices the search may change: the global ones (:data:`GLOBAL_CHOICES`) and
+            ``node_weights`` (a node's weight per channel or per tensor, against ``per_channel``);
+            ``()``: keep ``start``'s and search node precisions only.
         tasks: task metrics that task checks (``max_drop:cer<=0.01``) read: import paths, built-in
             names, ``{"metric": ..., <options>}`` or :class:`~pytest_qaccuracy.metrics.task.TaskSpec`.
         task_targets: one task target per evaluation record, or a JSON-lines sidecar file; default: the
@@ -1062,7 +1167,9 @@ def search_recipe(
 
 __all__ = [
     "GLOBAL_CHOICES",
+    "NODE_WEIGHTS",
     "STOPS",
+    "VARY",
     "Budget",
     "RecipeResult",
     "RecipeSearch",

@@ -3,8 +3,10 @@
 Global choices are onnxruntime's own arguments (calibration method, per-channel weights, 7-bit
 weights, activation and weight types); per node, a node stays 8-bit, gets 16-bit activations
 (``TensorQuantOverrides`` on the tensors it reads and writes) or stays in float
-(``nodes_to_exclude``). :meth:`Recipe.arguments` is what a user pastes into their own
-``quantize_static`` call, as JSON.
+(``nodes_to_exclude``), and its weight may take the other granularity than the global
+``per_channel`` (a ``TensorQuantOverrides`` entry on the weight: with ``axis``, per channel; without,
+per tensor; onnxruntime's QDQ quantizer honours both since 1.18). :meth:`Recipe.arguments` is what a
+user pastes into their own ``quantize_static`` call, as JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Recipe:
         activation_type, weight_type: ``uint8`` or ``int8``.
         int16: nodes whose activations (inputs and outputs) are 16-bit.
         float: nodes kept in float (``nodes_to_exclude``).
+        flipped: nodes whose weight has the other granularity: per channel when ``per_channel`` is
+            False, per tensor when it is True (costs nothing: no node changes type).
     """
 
     method: str = "minmax"
@@ -48,6 +52,7 @@ class Recipe:
     weight_type: str = "int8"
     int16: frozenset[str] = field(default_factory=frozenset)
     float: frozenset[str] = field(default_factory=frozenset)
+    flipped: frozenset[str] = field(default_factory=frozenset)
 
     def precision(self, node: str) -> str:
         return "float" if node in self.float else "int16" if node in self.int16 else "int8"
@@ -58,12 +63,19 @@ class Recipe:
         {"int16": int16, "float": floats}.get(precision, set()).add(node)
         return replace(self, int16=frozenset(int16), float=frozenset(floats))
 
+    def with_flip(self, node: str) -> Recipe:
+        """This recipe with ``node``'s weight granularity flipped (again: back)."""
+        return replace(self, flipped=self.flipped ^ {node})
+
     def with_nodes(self, precisions: Mapping[str, str]) -> Recipe:
-        """This recipe's global choices with exactly these non-int8 nodes."""
+        """This recipe's global choices and weight flips with exactly these non-int8 nodes (a float
+        node's flip dropped: its weight stays float, so the recipe is the one without it)."""
+        floats = frozenset(n for n, p in precisions.items() if p == "float")
         return replace(
             self,
             int16=frozenset(n for n, p in precisions.items() if p == "int16"),
-            float=frozenset(n for n, p in precisions.items() if p == "float"),
+            float=floats,
+            flipped=self.flipped - floats,
         )
 
     @property
@@ -88,16 +100,36 @@ class Recipe:
                 parts.append(f"{precision} +{_names(added)}")
             if removed:
                 parts.append(f"{precision} -{_names(removed)}")
+        granularity = "per-tensor" if self.per_channel else "per-channel"
+        added, removed = sorted(self.flipped - other.flipped), sorted(other.flipped - self.flipped)
+        if added:
+            parts.append(f"{granularity} weight +{_names(added)}")
+        if removed:
+            parts.append(f"{granularity} weight -{_names(removed)}")
         return ", ".join(parts) or "(same)"
 
-    def overrides(self, reads: Mapping[str, Sequence[str]]) -> dict[str, list[dict[str, str]]]:
-        """``TensorQuantOverrides`` of the 16-bit nodes: their activation tensors (``reads``: node ->
-        its float activation tensors, inputs and outputs) at the wide type, by QuantType name."""
+    def overrides(
+        self, reads: Mapping[str, Sequence[str]], weights: Mapping[str, tuple[str, int]] | None = None
+    ) -> dict[str, list[dict[str, Any]]]:
+        """``TensorQuantOverrides``: the 16-bit nodes' activation tensors (``reads``: node -> its float
+        activation tensors, inputs and outputs) at the wide type, by QuantType name; the flipped nodes'
+        weights (``weights``: node -> its weight initializer and channel axis) per channel
+        (``{"axis": axis}``) or per tensor (``{"quant_type": weight type}``)."""
         wide = QUANT_TYPES[WIDE[self.activation_type]]
         tensors = sorted({t for node in self.int16 for t in reads.get(node, ())})
-        return {t: [{"quant_type": wide}] for t in tensors}
+        table: dict[str, list[dict[str, Any]]] = {t: [{"quant_type": wide}] for t in tensors}
+        for node in sorted(self.flipped):
+            if node in (weights or {}) and node not in self.float:
+                name, axis = weights[node]
+                table[name] = [{"quant_type": QUANT_TYPES[self.weight_type]}] if self.per_channel else [{"axis": axis}]
+        return table
 
-    def arguments(self, reads: Mapping[str, Sequence[str]], cache: str | None) -> dict[str, Any]:
+    def arguments(
+        self,
+        reads: Mapping[str, Sequence[str]],
+        cache: str | None,
+        weights: Mapping[str, tuple[str, int]] | None = None,
+    ) -> dict[str, Any]:
         """The ``quantize_static`` keyword arguments, JSON-able (QuantType and method by name).
 
         ``cache``: the calibration cache file (our ranges) for our methods; onnxruntime's own
@@ -110,7 +142,7 @@ class Recipe:
             "activation_type": QUANT_TYPES[self.activation_type],
             "weight_type": QUANT_TYPES[self.weight_type],
             "nodes_to_exclude": sorted(self.float),
-            "extra_options": {"TensorQuantOverrides": self.overrides(reads)},
+            "extra_options": {"TensorQuantOverrides": self.overrides(reads, weights)},
         }
         if self.method.startswith("ort-"):
             args["calibrate_method"] = ORT_METHODS[self.method]
@@ -128,6 +160,7 @@ class Recipe:
             "weight_type": self.weight_type,
             "int16": sorted(self.int16),
             "float": sorted(self.float),
+            "flipped": sorted(self.flipped),
         }
 
     @classmethod
@@ -140,6 +173,7 @@ class Recipe:
             str(data["weight_type"]),
             frozenset(data.get("int16", ())),
             frozenset(data.get("float", ())),
+            frozenset(data.get("flipped", ())),  # absent before per-node weight granularity
         )
 
 
@@ -180,7 +214,7 @@ def python_snippet(
         reader = "reader,"
     overrides = arguments.get("extra_options", {}).get("TensorQuantOverrides", {})
     body.append("overrides = {")
-    body += [f"    {name!r}: [{{'quant_type': QuantType.{e[0]['quant_type']}}}]," for name, e in overrides.items()]
+    body += [f"    {name!r}: [{_entry(entries[0])}]," for name, entries in overrides.items()]
     body.append("}")
     call = ["quantize_static(", "    model_input,", "    out,", f"    {reader}"]
     enums = {"quant_format": "QuantFormat", "activation_type": "QuantType", "weight_type": "QuantType"}
@@ -209,6 +243,12 @@ def python_snippet(
         *(f"    {line}" for line in call),
     ]
     return "\n".join([*imports, *head, *body, *converted]) + "\n"
+
+
+def _entry(entry: Mapping[str, Any]) -> str:
+    """One override entry as Python: QuantType by its enum, the rest as written."""
+    parts = [f"{k!r}: QuantType.{v}" if k == "quant_type" else f"{k!r}: {v!r}" for k, v in entry.items()]
+    return "{" + ", ".join(parts) + "}"
 
 
 def _beside(name: str) -> str:
