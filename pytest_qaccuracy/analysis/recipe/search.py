@@ -792,17 +792,32 @@ class RecipeSearch:
         return self.edits
 
     def _exhaustive(self, base: Recipe, nodes: list[str], levels: list[str]) -> None:
-        """Assignments in increasing cost; for each, every global recipe of the space (best estimated
-        first), each verified, until one passes: the joint optimum (global choices cost nothing, so
-        every cheaper assignment was verified to miss under every global recipe)."""
-        space = self.global_space(base)
-        if len(space) > 1:
-            self._note(f"each assignment under {len(space)} global recipe(s), best estimated first")
+        """The joint optimum, a good answer first. (1) Assignments in increasing cost under the base's
+        global choices, verified until one passes: the optimum for those choices, found as fast as a
+        search of node assignments alone. (2) Only the assignments cheaper than that one, each under
+        every global recipe of the space (best estimated first), verified until one passes: the joint
+        optimum, since global choices cost nothing and every cheaper assignment was verified to miss
+        under every global recipe. A budget that ends in (2) keeps the answer of (1)."""
+        bound = math.inf
         for assignment in cost_ordered(nodes, levels, self.cost):
+            recipe = base.with_nodes(dict(zip(nodes, assignment, strict=True)))
+            if self.measure(recipe, "exhaustive", recipe.changes_from(base)).passed:
+                bound = self._assignment_cost(nodes, assignment)
+                break
+        space = self.global_space(base)
+        if len(space) < 2:
+            return
+        self._note(f"cheaper assignments under each of {len(space)} global recipe(s), best estimated first")
+        for assignment in cost_ordered(nodes, levels, self.cost):
+            if self._assignment_cost(nodes, assignment) >= bound:
+                return
             precisions = dict(zip(nodes, assignment, strict=True))
             for recipe in (choices.with_nodes(precisions) for choices in space):
                 if self.measure(recipe, "exhaustive", recipe.changes_from(base)).passed:
                     return
+
+    def _assignment_cost(self, nodes: Sequence[str], assignment: Sequence[str]) -> float:
+        return round(sum(self.cost.node(n, p) for n, p in zip(nodes, assignment, strict=True)), 9)
 
     def global_space(self, base: Recipe) -> list[Recipe]:
         """Every global recipe the search may choose: the product of the choices it varies (the others
