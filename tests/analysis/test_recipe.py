@@ -169,6 +169,32 @@ def test_search_equals_brute_force_optimum(tiny, brute_force, tmp_path, int16):
     assert measured >= threshold
 
 
+def test_auto_calibration_is_a_recipe_method(tiny, tmp_path):
+    """``auto`` (each tensor's range chosen by its measured effect) as a recipe's method: the search's
+    ranges are auto's own, and its figure is the written model's, run by onnxruntime."""
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
+
+    result = search_recipe(
+        tiny["fp32"],
+        tiny["calib"],
+        tiny["eval"],
+        parse_checks(["sqnr>=500"]),
+        start=Recipe(method="auto"),
+        methods=["auto"],
+        vary=(),
+        budget=Budget(experiments=1),
+        model_out=tmp_path / "auto.onnx",
+    )
+    (step,) = result.steps
+    assert step.recipe.method == "auto" and step.skipped is None and not step.estimated
+    expected = compute_ranges(str(tiny["fp32"]), tiny["calib"], CalibrationOptions(method="auto")).ranges
+    assert result.ranges is not None and set(result.ranges) == set(expected)
+    for name, (lo, hi) in expected.items():
+        assert result.ranges[name] == pytest.approx((lo, hi), rel=0, abs=0)
+    measured = step.measured["onnxruntime"]["y"]["sqnr"]
+    assert measured == pytest.approx(_held_out_sqnr(tiny, tmp_path / "auto.onnx"), rel=1e-7)
+
+
 def test_arguments_reproduce_the_model(tiny, tmp_path):
     """The JSON arguments, turned into enums and handed to quantize_static, write the same model."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
