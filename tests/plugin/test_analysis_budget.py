@@ -212,3 +212,42 @@ def test_recipe_aims_at_a_failed_task_metric_check(digits: pytest.Pytester, monk
     assert not recipe["met"]  # the bound is out of reach: the best found, with its figure
     assert recipe["measured"]["onnxruntime"]["(task)"]["max_drop:worst_class_recall"] > -0.5
     assert recipe["evaluation_records"] == 150
+
+
+#: What one step of the slowed ranking below costs at least (seconds): a batch through its experiments.
+SLOW_STEP = 0.05
+
+
+def test_a_wrong_estimate_stops_at_the_budget_plus_one_step(defaults: pytest.Pytester, monkeypatch) -> None:
+    """The ranking is estimated to cost nothing but each batch of its experiments takes 50 ms more:
+    the deadline stops it, the analysis' own seconds end within the budget plus about one step, and
+    the summary, summary.json and the terminal say the ranking is partial (issue 31 item 6)."""
+    import time
+
+    from pytest_qaccuracy.analysis import experiments
+    from pytest_qaccuracy.analysis.recipe import pair
+
+    monkeypatch.setattr(pair, "ranking_seconds", lambda *args: 0.0)
+    run_group = experiments.ExperimentRunner._run_group
+
+    def slow(self, group, values):
+        time.sleep(SLOW_STEP)
+        return run_group(self, group, values)
+
+    monkeypatch.setattr(experiments.ExperimentRunner, "_run_group", slow)
+    budget = 1.0
+    result = defaults.runpytest(
+        "--qaccuracy-artifacts-dir=out", "--qaccuracy-analysis=rank", f"--qaccuracy-analysis-budget={budget}s"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    summary = json.loads((defaults.path / "out" / "summary.json").read_text())
+    brief = next(p for p in summary["pairs"] if p["id"] == "digits_cnn.broken")["sensitivity"]
+    # unbounded, this ranking takes (6 nodes + sweep + curves) x 4 batches x 50 ms and more; the budget stops it within
+    # one step (a batch through one chunk, or one session build) and what the analysis does after
+    assert brief["budget"] == budget and brief["seconds"] <= budget + 0.5, brief
+    stopped = brief["stopped"] or brief["error"]
+    assert stopped.startswith(("ranking stopped at the budget after ", "ranking stopped at the budget before")), brief
+    if brief["stopped"]:
+        result.stdout.fnmatch_lines(["  ranking stopped at the budget after * of * nodes*"])
+        done, total = (int(w) for w in re.findall(r"after (\d+) of (\d+) nodes", stopped)[0])
+        assert 1 <= done < total and len(brief["most_sensitive"]) == min(done, 10)
