@@ -3,6 +3,7 @@
     python bench/analysis_session.py example                       # the bundled example suite
     QACCURACY_CORPUS_DIR=.corpus python bench/analysis_session.py ppocr_rec --data test
     python bench/analysis_session.py ppocr_rec --repeat 3 --option=--qaccuracy-analysis-budget=4x
+    python bench/analysis_session.py chunks --blocks 12 --records 32   # what the deadline's chunks cost
 
 Runs the same failing session side by side, alternately, as a user would (``python -m pytest`` in a
 subprocess, a fresh interpreter each time): once with the plugin's defaults (analysis ``recipe``,
@@ -12,6 +13,12 @@ corpus model is a one-pair project: its fp32 model against ``--variant`` (defaul
 per-tensor uint8/int8 MinMax) on its ``--data`` records, failing ``min_cosine=0.99``. Prints one row
 per session kind (median wall seconds over ``--repeat`` runs) and their ratio, and the analysis'
 own seconds and budget from summary.json (the pair's ``sensitivity.seconds`` and ``budget``).
+
+``chunks`` times ``analyse_pair`` on ``bench/sensitivity.py``'s residual net (its QDQ model, 32
+records, batches of 8, the fp32 outputs kept by a comparison, as in pytest) without a deadline and
+with one it meets (the unbounded time times ``--slack``), alternately in this process: what running
+the ranking in chunks costs when the deadline does not stop it (more passes of the cached model,
+smaller experiment sessions).
 """
 
 from __future__ import annotations
@@ -70,6 +77,52 @@ def _session(folder: Path, args: list[str], out: Path) -> tuple[float, list[dict
     return seconds, entries
 
 
+def chunks(blocks: int, records: int, repeat: int, slack: float) -> None:
+    """Print the median seconds of ``analyse_pair`` unbounded and with a deadline it meets, and their ratio."""
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(ROOT))
+    from sensitivity import prepare
+
+    from pytest_qaccuracy.analysis.compare import compare
+    from pytest_qaccuracy.analysis.deadline import Deadline
+    from pytest_qaccuracy.analysis.reference_cache import ReferenceCache
+    from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
+    from pytest_qaccuracy.model import ModelPair
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    with tempfile.TemporaryDirectory(prefix="qaccuracy-bench-") as tmp:
+        paths = prepare(Path(tmp), records, blocks, 32)
+        pair, options = ModelPair(paths["fp32"], paths["quantized"]), RuntimeOptions(batch_size=8)
+
+        reference = ReferenceCache([o.name for o in pair.fp32.graph.output])
+        compare(pair, paths["data"], "cosine", options=options, layers=False, reference=reference)
+
+        def timed(deadline: Deadline | None) -> tuple[float, object]:
+            began = time.perf_counter()
+            report = analyse_pair(
+                pair,
+                paths["data"],
+                "cosine",
+                target="cosine>=0.999",
+                options=options,
+                reference=reference,
+                deadline=deadline,
+            )
+            return time.perf_counter() - began, report
+
+        base, _ = timed(None)  # warm-up, and the deadline's scale
+        free, bounded, chunked = [], [], None
+        for _ in range(repeat):
+            free.append(timed(None)[0])
+            seconds, chunked = timed(Deadline.after(slack * base))
+            bounded.append(seconds)
+    nodes = len(chunked.sensitivity.nodes)
+    assert chunked.stopped is None, chunked.stopped  # the deadline was met: every node measured
+    a, b = statistics.median(free), statistics.median(bounded)
+    head = f"chunks: {nodes} nodes, {records} records"
+    print(f"{head}; no deadline {a:.2f}s, deadline {slack:g}x met {b:.2f}s, ratio {b / a:.2f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="example (the bundled suite) or a corpus model folder (ppocr_rec)")
@@ -77,7 +130,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", default="test", help="the corpus model's records: test, calib or smoke")
     parser.add_argument("--repeat", type=int, default=3, help="sessions of each kind, alternated")
     parser.add_argument("--option", action="append", default=[], help="a pytest option for the default session")
+    parser.add_argument("--blocks", type=int, default=12, help="chunks: residual blocks of the bench net")
+    parser.add_argument("--records", type=int, default=32, help="chunks: records analysed")
+    parser.add_argument("--slack", type=float, default=2.0, help="chunks: the deadline, in unbounded times")
     args = parser.parse_args(argv)
+    if args.model == "chunks":
+        chunks(args.blocks, args.records, args.repeat, args.slack)
+        return
     with tempfile.TemporaryDirectory(prefix="qaccuracy-bench-") as tmp:
         work = Path(tmp)
         folder, base = _project(args.model, args.variant, args.data, work)

@@ -46,9 +46,9 @@ MODES = ("single", "leave-one-out")
 GRANULARITIES = ("node", "weight", "activation")
 #: With a deadline, the first chunk holds this share of the nodes (and the fully quantized model)...
 FIRST_CHUNK_SHARE = 1 / 8
-#: ... and every later one as many as are expected to take this share of the budget, at the rate the
-#: chunks before measured: few chunks when the budget is ample, small ones when it is tight.
-CHUNK_SHARE = 1 / 8
+#: ... and every later one as many as are expected to take this share of the time left, at the rate
+#: the chunks before measured: few chunks when the budget is ample, ever smaller ones near the deadline.
+CHUNK_SHARE = 1 / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +375,7 @@ def measure_until(
     """The node experiments (all but the last) measured before ``deadline``, in order, and the last
     (the fully quantized model). They run in chunks, each a pass over the records: the first holds
     :data:`FIRST_CHUNK_SHARE` of the nodes and the last experiment, the next ones as many as take
-    :data:`CHUNK_SHARE` of the budget at the rate measured so far. A chunk the deadline interrupts
+    :data:`CHUNK_SHARE` of the time left at the rate measured so far. A chunk the deadline interrupts
     is dropped; one interrupted before the first chunk ended raises :class:`~.deadline.DeadlineReached`."""
     *nodes, whole = experiments
     began = deadline.clock()
@@ -384,7 +384,7 @@ def measure_until(
     measured = first[:-1]
     while len(measured) < len(nodes):
         rate = (deadline.clock() - began) / (len(measured) + 1)  # seconds per experiment so far
-        size = max(1, int(CHUNK_SHARE * deadline.seconds / max(rate, 1e-9)))
+        size = max(1, int(CHUNK_SHARE * deadline.left() / max(rate, 1e-9)))
         try:
             measured += runner.run(nodes[len(measured) : len(measured) + size], cache, deadline)
         except DeadlineReached:
