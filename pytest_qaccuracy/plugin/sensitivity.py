@@ -22,10 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_qaccuracy.plugin.records import ExclusionTarget, PairRecord, RecordedCheck, SensitivityEntry
 from pytest_qaccuracy.tolerances import GATE
+
+if TYPE_CHECKING:
+    from pytest_qaccuracy.analysis.deadline import Deadline
 
 #: Output metrics whose failed check sets the sweep target (the sweep measures the mean over outputs).
 TARGET_METRICS = ("cosine", "sqnr")
@@ -236,10 +239,15 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _ranking(
-    state: AnalysedSession, spec: PairFiles, target: str | None, budget: float, check: float, deadline: Any = None
+    state: AnalysedSession,
+    spec: PairFiles,
+    target: str | None,
+    budget: float,
+    check: float,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
     """The node ranking's report, or why it did not run (its expected cost exceeds the budget) or
-    measured nothing (``deadline``, a :class:`~pytest_qaccuracy.analysis.deadline.Deadline`, came first)."""
+    measured nothing (``deadline`` came before the first chunk of nodes was measured)."""
     from pytest_qaccuracy.analysis.deadline import DeadlineReached
     from pytest_qaccuracy.analysis.recipe.pair import ranking_seconds
     from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
@@ -266,11 +274,8 @@ def _ranking(
             deadline=deadline,
         )
     except DeadlineReached:
-        expected_text = f"about {expected:.1f}s expected"
-        return {
-            "error": f"ranking stopped at the budget before any node was measured ({expected_text}, "
-            f"{_budget_text(settings, budget)})"
-        }
+        why = f"about {expected:.1f}s expected, {_budget_text(settings, budget)}"
+        return {"error": f"ranking stopped at the budget before any node was measured ({why})"}
     return {"report": report.to_dict()}
 
 

@@ -252,3 +252,19 @@ def test_a_wrong_estimate_stops_at_the_budget_plus_one_step(defaults: pytest.Pyt
         result.stdout.fnmatch_lines(["  ranking stopped at the budget after * of * nodes*"])
         done, total = (int(w) for w in re.findall(r"after (\d+) of (\d+) nodes", stopped)[0])
         assert 1 <= done < total and len(brief["most_sensitive"]) == min(done, 10)
+
+
+def test_a_deadline_before_any_node_says_so(defaults: pytest.Pytester, monkeypatch) -> None:
+    """Estimated to cost nothing, the ranking starts with 1 ms left: the deadline passes before its
+    first step, and the block says that no node was measured rather than showing a ranking."""
+    from pytest_qaccuracy.analysis.recipe import pair
+
+    monkeypatch.setattr(pair, "ranking_seconds", lambda *args: 0.0)
+    result = defaults.runpytest(
+        "--qaccuracy-artifacts-dir=out", "--qaccuracy-analysis=rank", "--qaccuracy-analysis-budget=0.001s"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    entry = _entry(defaults.path / "out", "digits_cnn.broken")
+    assert entry["error"].startswith("ranking stopped at the budget before any node was measured (about 0.0s")
+    assert entry["most_sensitive"] == [] and entry["stopped"] is None
+    result.stdout.fnmatch_lines(["  sensitivity not analysed: ranking stopped at the budget before any node*"])
