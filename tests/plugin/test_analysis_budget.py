@@ -10,6 +10,11 @@ import xml.etree.ElementTree as ET
 import pytest
 from onnxruntime.quantization import calibrate as ort_calibrate
 
+# imported here, not in the tests: pytester's in-process runs drop the modules they import, and a
+# module first imported by one would be patched in a stale copy the next run does not use
+from pytest_qaccuracy.analysis import experiments
+from pytest_qaccuracy.analysis.recipe import pair as recipe_pair
+
 from .conftest import PAIRS_MODULE
 
 
@@ -227,10 +232,7 @@ def test_a_wrong_estimate_stops_at_the_budget_plus_one_step(defaults: pytest.Pyt
     the summary, summary.json and the terminal say the ranking is partial (issue 31 item 6)."""
     import time
 
-    from pytest_qaccuracy.analysis import experiments
-    from pytest_qaccuracy.analysis.recipe import pair
-
-    monkeypatch.setattr(pair, "ranking_seconds", lambda *args: 0.0)
+    monkeypatch.setattr(recipe_pair, "ranking_seconds", lambda *args: 0.0)
     run_group = experiments.ExperimentRunner._run_group
 
     def slow(self, group, values):
@@ -260,9 +262,7 @@ def test_a_wrong_estimate_stops_at_the_budget_plus_one_step(defaults: pytest.Pyt
 def test_a_deadline_before_any_node_says_so(defaults: pytest.Pytester, monkeypatch) -> None:
     """Estimated to cost nothing, the ranking starts with 1 ms left: the deadline passes before its
     first step, and the block says that no node was measured rather than showing a ranking."""
-    from pytest_qaccuracy.analysis.recipe import pair
-
-    monkeypatch.setattr(pair, "ranking_seconds", lambda *args: 0.0)
+    monkeypatch.setattr(recipe_pair, "ranking_seconds", lambda *args: 0.0)
     result = defaults.runpytest(
         "--qaccuracy-artifacts-dir=out", "--qaccuracy-analysis=rank", "--qaccuracy-analysis-budget=0.001s"
     )
