@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from pytest_qaccuracy.analysis.deadline import Deadline, check
 from pytest_qaccuracy.analysis.partial import OUTPUT, Edge, QdqGraph, QuantizedNode
 from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, Session, result_header
 from pytest_qaccuracy.data.progress import task
@@ -159,9 +160,13 @@ def _layer_tensors(qg: QdqGraph, node: QuantizedNode, enabled: frozenset[Edge]) 
 
 
 def cumulative_in(
-    session: Session, configs: Sequence[PartialConfig] = DEFAULT_CONFIGS, average_mode: bool = False
+    session: Session,
+    configs: Sequence[PartialConfig] = DEFAULT_CONFIGS,
+    average_mode: bool = False,
+    deadline: Deadline | None = None,
 ) -> CumulativeResult:
-    """Cumulative error curves of ``configs`` on a prepared :class:`Session` (first metric)."""
+    """Cumulative error curves of ``configs`` on a prepared :class:`Session` (first metric); a
+    ``deadline``, checked before each model's run on each batch, raises :class:`~.deadline.DeadlineReached`."""
     qg, metric = session.qgraph, session.metrics[0]
     options, label = session.runner.options, qg.name
     layers = list(qg.nodes)
@@ -177,8 +182,10 @@ def cumulative_in(
     data = session.runner.data
     with task("cumulative", len(data)) as advance:
         for batch in data.iter_batches(options.batch_size):
+            check(deadline)
             ref = ref_runner.run(batch)
             for runner, pairs, row in zip(runners, tensors, accs, strict=True):
+                check(deadline)
                 test = runner.run(batch)
                 for (r, t), acc in zip(pairs, row, strict=True):
                     acc.update(TensorPair(ref[r], test[t]))

@@ -12,6 +12,10 @@ compared with the fp32 model's on every record. Two strategies give the same num
   (what peers do; kept as the reference and for ``bench/sensitivity.py``).
 
 Memory: only the current batch's tensors are alive; metric accumulators have fixed-size state.
+
+With a :class:`~.deadline.Deadline`, :meth:`ExperimentRunner.run` checks it before building each
+session and before each batch (one record, for a model that does not batch) and raises
+:class:`~.deadline.DeadlineReached` once it passed: none of the experiments of that call is measured.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
+from pytest_qaccuracy.analysis.deadline import Deadline, check
 from pytest_qaccuracy.analysis.partial import Edge, QdqGraph, dirty_nodes
 from pytest_qaccuracy.data.binding import Batch, BoundDataset
 from pytest_qaccuracy.data.progress import task
@@ -135,6 +140,7 @@ class ExperimentRunner:
         self.rounds = 0
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._deadline: Deadline | None = None
 
     @property
     def fp32_runner(self) -> OrtRunner:
@@ -154,14 +160,21 @@ class ExperimentRunner:
         """The measured outputs, by their fp32 names (the keys of every experiment's metrics)."""
         return [f for f, _ in self.outputs]
 
-    def run(self, experiments: Sequence[Experiment], cache: str = "float") -> list[OutputMetrics]:
+    def run(
+        self, experiments: Sequence[Experiment], cache: str = "float", deadline: Deadline | None = None
+    ) -> list[OutputMetrics]:
         """Output metrics of every experiment, in order, per fp32 output name; ``cache`` is ``float``
-        or ``quantized``."""
+        or ``quantized``. ``deadline``: checked before every session build and batch; raises
+        :class:`~.deadline.DeadlineReached` (nothing of this call measured) once it passed."""
         if not experiments:
             return []
-        if self.strategy == "naive":
-            return self._run_naive(experiments)
-        return self._run_reuse(experiments, cache)
+        self._deadline = deadline
+        try:
+            if self.strategy == "naive":
+                return self._run_naive(experiments)
+            return self._run_reuse(experiments, cache)
+        finally:
+            self._deadline = None
 
     # -- naive ----------------------------------------------------------------------------------
 
@@ -170,15 +183,18 @@ class ExperimentRunner:
         with task("sensitivity", len(self.data) * (1 + len(experiments))) as advance:
             refs = []
             for batch in self.data.iter_batches(self.options.batch_size):
+                check(self._deadline)
                 refs.append(self.reference_values(batch))
                 advance(len(batch))
             results = []
             for exp in experiments:
+                check(self._deadline)
                 model = self.qgraph.build(exp.enabled)
                 runner = OrtRunner(model, q_names, self.options, f"{self.label} [{exp.label}]")
                 self.sessions_built += 1
                 acc = _Accumulators(self.output_names, self.metrics)
                 for batch, ref in zip(self.data.iter_batches(self.options.batch_size), refs, strict=True):
+                    check(self._deadline)
                     test = runner.run(batch)
                     for f, q in self.outputs:
                         acc.update(f, ref[f], test[q])
@@ -234,6 +250,7 @@ class ExperimentRunner:
                         # a model that does not batch runs record by record: its tensors may have no
                         # record axis (a Reshape folds the batch away), so they are never split or stacked
                         for unit in cache_runner.units(batch):
+                            check(self._deadline)
                             ref = self.reference_values(unit)
                             values = cache_runner.run(unit)
                             values.update(unit.stacked())
@@ -282,6 +299,7 @@ class ExperimentRunner:
         if not pack.names:  # every experiment of the pack equals the cache
             return {}
         if pack.session is None:
+            check(self._deadline)
             names = pack.names
             value_infos = [
                 onnx.helper.make_tensor_value_info(

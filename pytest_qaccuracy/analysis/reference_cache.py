@@ -1,9 +1,10 @@
 """The fp32 model's values of a comparison pass, kept for a later analysis of the same records.
 
 A pytest session compares a pair, and at its end may rank the pair's nodes (:mod:`.sensitivity`),
-which needs the fp32 model's outputs on the same records again, once per experiment round and once
-for the sweep. :func:`~pytest_qaccuracy.analysis.compare.compare` fills a :class:`ReferenceCache`
-with the values it computed anyway; the analysis reads them instead of running the fp32 model.
+which needs the fp32 model's outputs on the same records again, once per experiment round (and per
+chunk of nodes, under a deadline) and once for the sweep.
+:func:`~pytest_qaccuracy.analysis.compare.compare` fills a :class:`ReferenceCache` with the values it
+computed anyway; the analysis reads them instead of running the fp32 model.
 
 Memory is bounded: every cache of a process draws on one :class:`ReferenceBudget` (default
 :data:`REFERENCE_BUDGET` bytes). A cache whose records do not fit drops what it held and keeps nothing;

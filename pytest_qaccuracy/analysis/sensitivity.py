@@ -12,15 +12,21 @@ Definitions (docs/sensitivity.md):
 
 Metrics are measured on the model outputs against the fp32 model over all records, per output; a
 node's ``metrics`` are the mean over outputs. Nodes are ranked worst first by the first metric.
+
+With a :class:`~.deadline.Deadline` the experiments run in chunks of nodes (topological order), each a
+pass over the records; the ranking stops at the deadline with the chunks it finished, and names the
+nodes it did not measure (``unmeasured``) rather than showing them.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_qaccuracy.analysis.deadline import Deadline, DeadlineReached
 from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner, OutputMetrics, metric_mean
 from pytest_qaccuracy.analysis.partial import QdqGraph, QuantizedNode
 from pytest_qaccuracy.analysis.results import _metrics_dict
@@ -38,6 +44,11 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 MODES = ("single", "leave-one-out")
 GRANULARITIES = ("node", "weight", "activation")
+#: With a deadline, the first chunk holds this share of the nodes (and the fully quantized model)...
+FIRST_CHUNK_SHARE = 1 / 8
+#: ... and every later one as many as are expected to take this share of the time left, at the rate
+#: the chunks before measured: few chunks when the budget is ample, ever smaller ones near the deadline.
+CHUNK_SHARE = 1 / 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +86,8 @@ class SensitivityResult:
     """Sensitivity of every quantized node of a pair, ranked worst first by the first metric.
 
     ``baseline`` holds the fully quantized model's output metrics (mean over outputs);
-    ``measured_at`` names the fp32 tensors measured when the pair was cut (empty: the model outputs).
+    ``measured_at`` names the fp32 tensors measured when the pair was cut (empty: the model outputs);
+    ``unmeasured`` names the nodes a deadline left unmeasured (empty: every node is in ``nodes``).
     """
 
     fp32_model: str
@@ -90,7 +102,16 @@ class SensitivityResult:
     baseline: Mapping[str, float | None] = field(default_factory=dict)
     unremovable: list[str] = field(default_factory=list)
     measured_at: list[str] = field(default_factory=list)
+    unmeasured: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+
+    @property
+    def stopped(self) -> str | None:
+        """``ranking stopped at the budget after N of M nodes``, or None when every node was measured."""
+        if not self.unmeasured:
+            return None
+        total = len(self.nodes) + len(self.unmeasured)
+        return f"ranking stopped at the budget after {len(self.nodes)} of {total} nodes"
 
     @property
     def metric_names(self) -> list[str]:
@@ -116,6 +137,7 @@ class SensitivityResult:
             "nodes": [n.to_dict() for n in self.nodes],
             "unremovable": list(self.unremovable),
             "measured_at": list(self.measured_at),
+            **({"unmeasured": list(self.unmeasured)} if self.unmeasured else {}),
         }
 
     @classmethod
@@ -130,6 +152,7 @@ class SensitivityResult:
             dict(data.get("baseline", {})),
             list(data.get("unremovable", [])),
             list(data.get("measured_at", [])),
+            list(data.get("unmeasured", [])),
         )
 
 
@@ -305,17 +328,28 @@ def sensitivity_cache(mode: str) -> str:
 
 
 def sensitivity_in(
-    session: Session, mode: str = "single", granularity: str = "node", nodes: Sequence[str] | None = None
+    session: Session,
+    mode: str = "single",
+    granularity: str = "node",
+    nodes: Sequence[str] | None = None,
+    deadline: Deadline | None = None,
 ) -> SensitivityResult:
-    """:func:`node_sensitivity` on a prepared :class:`Session`."""
+    """:func:`node_sensitivity` on a prepared :class:`Session`. With a ``deadline``: the nodes measured
+    before it (in chunks, :func:`measure_until`), the others in ``unmeasured``; raises
+    :class:`~.deadline.DeadlineReached` when it came before the first chunk was measured."""
     qg = session.qgraph
     chosen = [qg.node(n) for n in nodes] if nodes else list(qg.nodes)
     chosen = [n for n in chosen if n.edges(granularity)]
-    results = session.runner.run(node_experiments(qg, chosen, mode, granularity), sensitivity_cache(mode))
+    experiments = node_experiments(qg, chosen, mode, granularity)
+    if deadline is None:
+        results = session.runner.run(experiments, sensitivity_cache(mode))
+        measured, whole = results[:-1], results[-1]
+    else:
+        measured, whole = measure_until(session.runner, experiments, sensitivity_cache(mode), deadline)
     definitions, higher = session.definitions()
     entries = [
         NodeSensitivity(n.name, n.op_type, n.order, _mean(r, session.metrics), r)
-        for n, r in zip(chosen, results, strict=False)
+        for n, r in zip(chosen, measured, strict=False)
     ]
     pair = session.pair
     return SensitivityResult(
@@ -328,10 +362,34 @@ def sensitivity_in(
         definitions,
         higher,
         rank(entries, session.metrics[0], higher, mode),
-        _mean(results[-1], session.metrics),
+        _mean(whole, session.metrics),
         list(qg.unremovable),
         list(session.measured_at),
+        [n.name for n in chosen[len(measured) :]],
     )
+
+
+def measure_until(
+    runner: ExperimentRunner, experiments: Sequence[Experiment], cache: str, deadline: Deadline
+) -> tuple[list[OutputMetrics], OutputMetrics]:
+    """The node experiments (all but the last) measured before ``deadline``, in order, and the last
+    (the fully quantized model). They run in chunks, each a pass over the records: the first holds
+    :data:`FIRST_CHUNK_SHARE` of the nodes and the last experiment, the next ones as many as take
+    :data:`CHUNK_SHARE` of the time left at the rate measured so far. A chunk the deadline interrupts
+    is dropped; one interrupted before the first chunk ended raises :class:`~.deadline.DeadlineReached`."""
+    *nodes, whole = experiments
+    began = deadline.clock()
+    size = max(1, math.ceil(len(nodes) * FIRST_CHUNK_SHARE))
+    first = runner.run([*nodes[:size], whole], cache, deadline)
+    measured = first[:-1]
+    while len(measured) < len(nodes):
+        rate = (deadline.clock() - began) / (len(measured) + 1)  # seconds per experiment so far
+        size = max(1, int(CHUNK_SHARE * deadline.left() / max(rate, 1e-9)))
+        try:
+            measured += runner.run(nodes[len(measured) : len(measured) + size], cache, deadline)
+        except DeadlineReached:
+            break
+    return measured, first[-1]
 
 
 def _mean(result: OutputMetrics, metrics: Sequence[str]) -> dict[str, float | None]:
@@ -344,6 +402,7 @@ __all__ = [
     "NodeSensitivity",
     "SensitivityResult",
     "Session",
+    "measure_until",
     "node_sensitivity",
     "open_session",
     "rank",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_qaccuracy.analysis.cumulative import DEFAULT_CONFIGS, CumulativeResult, cumulative_in
+from pytest_qaccuracy.analysis.deadline import Deadline, DeadlineReached
 from pytest_qaccuracy.analysis.reference_cache import ReferenceCache
 from pytest_qaccuracy.analysis.sensitivity import SensitivityResult, open_session, sensitivity_in
 from pytest_qaccuracy.analysis.sweep import SweepResult, Target, sweep_in
@@ -27,7 +28,8 @@ class SensitivityReport:
     """The analyses of one pair: ranking, sweep (with a target), cumulative curves.
 
     ``unsupported`` holds the reason instead of results when the pair cannot be analysed (a QOperator
-    model): the caller shows it rather than failing.
+    model): the caller shows it rather than failing. ``stopped`` says what a deadline cut short
+    (``ranking stopped at the budget after 12 of 40 nodes; no sweep; no cumulative curves``), or None.
     """
 
     stem: str
@@ -35,6 +37,7 @@ class SensitivityReport:
     sweep: SweepResult | None = None
     cumulative: CumulativeResult | None = None
     unsupported: str | None = None
+    stopped: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         parts = {"sensitivity": self.sensitivity, "sweep": self.sweep, "cumulative": self.cumulative}
@@ -42,6 +45,8 @@ class SensitivityReport:
         out.update({k: v.to_dict() for k, v in parts.items() if v is not None})
         if self.unsupported:
             out["unsupported"] = self.unsupported
+        if self.stopped:
+            out["stopped"] = self.stopped
         return out
 
     @classmethod
@@ -56,6 +61,7 @@ class SensitivityReport:
             None if parts[1] is None else SweepResult.from_dict(parts[1]),
             None if parts[2] is None else CumulativeResult.from_dict(parts[2]),
             data.get("unsupported"),
+            data.get("stopped"),
         )
 
 
@@ -72,6 +78,7 @@ def analyse_pair(
     records: int | None = None,
     outputs: Sequence[str] | None = None,
     reference: ReferenceCache | None = None,
+    deadline: Deadline | None = None,
 ) -> SensitivityReport:
     """Rank the nodes of a QDQ pair, sweep exclusions towards ``target``, and draw the cumulative curves.
 
@@ -80,6 +87,11 @@ def analyse_pair(
     fp32 tensors or nodes instead of the model outputs; ``reference`` gives them the fp32 values a
     comparison of the pair computed (:mod:`.reference_cache`). A QOperator pair gives a report whose
     ``unsupported`` says why, instead of raising.
+
+    ``deadline`` (:mod:`.deadline`) bounds the analyses: the ranking keeps the nodes it measured before
+    it (:func:`~.sensitivity.measure_until`), the sweep and the curves are left out when it interrupts
+    them, and ``stopped`` says so. It raises :class:`~.deadline.DeadlineReached` when the deadline came
+    before any node was ranked.
     """
     target = Target.parse(target) if isinstance(target, str) else target
     names = [m.strip() for m in metrics.split(",")] if isinstance(metrics, str) else list(metrics)
@@ -93,12 +105,22 @@ def analyse_pair(
             return SensitivityReport(stem, unsupported=str(exc))
         raise
     try:
-        ranking = sensitivity_in(session, mode)
-        sweep = sweep_in(session, ranking, max_excluded, target) if target is not None else None
-        curves = cumulative_in(session, DEFAULT_CONFIGS, average_mode) if cumulative else None
+        ranking = sensitivity_in(session, mode, deadline=deadline)
+        notes = [ranking.stopped] if ranking.stopped else []
+        sweep = curves = None
+        try:
+            sweep = sweep_in(session, ranking, max_excluded, target, deadline) if target is not None else None
+        except DeadlineReached:
+            notes.append("no sweep")
+        try:
+            curves = cumulative_in(session, DEFAULT_CONFIGS, average_mode, deadline) if cumulative else None
+        except DeadlineReached:
+            notes.append("no cumulative curves")
     finally:
         session.close()
-    return SensitivityReport(stem, ranking, sweep, curves)
+    if notes and not ranking.stopped:
+        notes.insert(0, "stopped at the budget")
+    return SensitivityReport(stem, ranking, sweep, curves, stopped="; ".join(notes) or None)
 
 
 __all__ = ["SensitivityReport", "analyse_pair"]

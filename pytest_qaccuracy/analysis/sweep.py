@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_qaccuracy.analysis.deadline import Deadline
 from pytest_qaccuracy.analysis.experiments import Experiment, OutputMetrics
 from pytest_qaccuracy.analysis.results import _metrics_dict
 from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, SensitivityResult, Session, _mean, result_header
@@ -133,10 +134,12 @@ def sweep_in(
     ranking: SensitivityResult,
     max_excluded: int | None = 10,
     target: Target | None = None,
+    deadline: Deadline | None = None,
 ) -> SweepResult:
     """Keep the k most sensitive nodes of ``ranking`` in float for k = 0..``max_excluded``.
 
-    All steps run in one pass over the data (cache: the fully quantized model).
+    All steps run in one pass over the data (cache: the fully quantized model); a ``deadline`` that
+    passes during it raises :class:`~.deadline.DeadlineReached`.
     """
     if target is not None and target.metric not in session.metrics:
         raise InputError(f"target metric {target.metric!r} is not among the measured metrics {session.metrics}")
@@ -146,7 +149,7 @@ def sweep_in(
         raise InputError(f"max_excluded must be >= 0, got {max_excluded}")
     qg = session.qgraph
     experiments = [Experiment(f"k={k}", qg.all_edges - qg.edges_of(order[:k], "node")) for k in range(limit + 1)]
-    results: list[OutputMetrics] = session.runner.run(experiments, "quantized")
+    results: list[OutputMetrics] = session.runner.run(experiments, "quantized", deadline)
     steps = [SweepStep(k, order[:k], _mean(r, session.metrics), r) for k, r in enumerate(results)]
     suggestion = None
     if target is not None:

@@ -28,10 +28,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_qaccuracy.plugin.records import ExclusionTarget, PairRecord, RecordedCheck, SensitivityEntry
 from pytest_qaccuracy.tolerances import GATE
+
+if TYPE_CHECKING:
+    from pytest_qaccuracy.analysis.deadline import Deadline
 
 #: Output metrics whose failed check sets the sweep target (the sweep measures the mean over outputs).
 TARGET_METRICS = ("cosine", "sqnr")
@@ -223,17 +226,24 @@ def analyse_one(
     """One pair's analysis within its budget: the ranking (when it is expected to fit), then the
     recipe search with what is left (level ``recipe``), aimed at ``aims`` (:func:`recipe_aims`);
     each part gives a one-line reason instead when it does not run or fails. Never raises: a bad
-    model or dataset must not end the session."""
+    model or dataset must not end the session.
+
+    The ranking runs against a deadline at the end of the budget (:mod:`~pytest_qaccuracy.analysis.deadline`):
+    it stops at the first step that would start after it, with the nodes it measured (``ranking
+    stopped at the budget after N of M nodes``), so a wrong estimate costs at most one step more."""
     import time
+
+    from pytest_qaccuracy.analysis.deadline import Deadline
 
     settings = state.settings
     mode, metric = settings.sensitivity_mode, settings.sensitivity_metric
     check = state.check_seconds(spec)
     budget = analysis_budget(settings, check)
     began = time.monotonic()
+    deadline = Deadline(began + budget, budget)
     entry = SensitivityEntry(mode=mode, metric=metric, budget=round(budget, 3))
     try:
-        entry = replace(entry, **_ranking(state, spec, target, budget, check))
+        entry = replace(entry, **_ranking(state, spec, target, budget, check, deadline))
     except Exception as exc:
         entry = replace(entry, error=_one_line(exc))
     if settings.analysis == "recipe":
@@ -251,9 +261,16 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _ranking(
-    state: AnalysedSession, spec: PairFiles, target: str | None, budget: float, check: float
+    state: AnalysedSession,
+    spec: PairFiles,
+    target: str | None,
+    budget: float,
+    check: float,
+    deadline: Deadline | None = None,
 ) -> dict[str, Any]:
-    """The node ranking's report, or why it did not run (its expected cost exceeds the budget)."""
+    """The node ranking's report, or why it did not run (its expected cost exceeds the budget) or
+    measured nothing (``deadline`` came before the first chunk of nodes was measured)."""
+    from pytest_qaccuracy.analysis.deadline import DeadlineReached
     from pytest_qaccuracy.analysis.recipe.pair import ranking_seconds
     from pytest_qaccuracy.analysis.sensitivity_report import analyse_pair
     from pytest_qaccuracy.data import load_dataset
@@ -266,16 +283,21 @@ def _ranking(
     expected = ranking_seconds(pair.quantized, check, share)
     if expected > budget:
         return {"error": f"ranking not run: budget (about {expected:.0f}s expected, {_budget_text(settings, budget)})"}
-    report = analyse_pair(
-        pair,
-        spec.data,
-        metrics=settings.sensitivity_metric,
-        mode=settings.sensitivity_mode,
-        target=target,
-        options=state.runtime_options(),
-        records=settings.sensitivity_records or None,
-        reference=state.reference(spec),  # the fp32 outputs of the pair's comparison
-    )
+    try:
+        report = analyse_pair(
+            pair,
+            spec.data,
+            metrics=settings.sensitivity_metric,
+            mode=settings.sensitivity_mode,
+            target=target,
+            options=state.runtime_options(),
+            records=settings.sensitivity_records or None,
+            reference=state.reference(spec),  # the fp32 outputs of the pair's comparison
+            deadline=deadline,
+        )
+    except DeadlineReached:
+        why = f"about {expected:.1f}s expected, {_budget_text(settings, budget)}"
+        return {"error": f"ranking stopped at the budget before any node was measured ({why})"}
     return {"report": report.to_dict()}
 
 

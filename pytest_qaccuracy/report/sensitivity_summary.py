@@ -3,7 +3,8 @@ data of its section in the HTML report. Pure.
 
 Both read the ``"sensitivity"`` entry of a plugin pair record: ``mode``, ``metric``,
 ``target_from`` (the failed check the sweep aimed at, or None), and either ``report``
-(:meth:`SensitivityReport.to_dict`) or ``error`` (one line).
+(:meth:`SensitivityReport.to_dict`, whose ``stopped`` says what the budget cut short) or ``error``
+(one line).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def sensitivity_lines(record: Mapping[str, Any], top: int = 10) -> list[str]:
     if note is not None:
         return [INDENT + line for line in [note, *recipe_lines(entry)]]
     lines = sensitivity_table(report.sensitivity, top).splitlines()
+    if report.stopped:  # a deadline cut the analysis short: the nodes it did not measure are not shown
+        lines.insert(1, report.stopped)
     suggestion = _suggestion(report, record)
     task = task_suggestion(entry.get("task"))
     extra = [*([suggestion] if suggestion else []), *([task] if task else []), *recipe_lines(entry)]
@@ -183,6 +186,7 @@ def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any
         "nodes_to_exclude": None,
         "most_sensitive": [],
         "unsupported": None,
+        "stopped": None,  # what the budget's deadline cut short (``report.stopped``)
         "error": entry.get("error"),
         "recipe": recipe_brief(entry),
         "seconds": entry.get("seconds"),  # what the whole analysis (ranking and recipe) took
@@ -191,6 +195,7 @@ def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any
     if "report" in entry:
         report = _report(entry)
         brief["unsupported"] = report.unsupported
+        brief["stopped"] = report.stopped
         if report.sensitivity is not None:
             brief["most_sensitive"] = [n.node for n in report.sensitivity.ranked()[:top]]
         if report.sweep is not None and report.sweep.target is not None:
@@ -228,6 +233,7 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
         "rows": rows,
         "more": len(ranked) - len(rows),
         "baseline": result.baseline.get(metric),
+        "stopped": report.stopped,
         "suggestion": "; ".join(x for x in (_suggestion(report, record), task_suggestion(entry.get("task"))) if x)
         or None,
         "chart": report.cumulative.chart_data() if report.cumulative is not None else None,

@@ -430,6 +430,7 @@
       return box;
     }
     box.appendChild(el("p", { cls: "meta", text: view.title }));
+    if (view.stopped) box.appendChild(el("p", { cls: "hint", text: view.stopped }));
     const headers = [["rank", true], ["node"], ["op"], [view.metric.toUpperCase(), true]];
     const rows = view.rows.map((r) =>
       el("tr", { cls: "sens-row" }, [
