@@ -337,7 +337,12 @@ def _recipe(
         on_note=on_note,
     )
     if found.result is None:
-        return {"recipe_note": f"{found.note}; {_budget_text(state.settings, left)} left"}
+        hint = (
+            "; a larger --qaccuracy-analysis-budget (e.g. 10x) or `qaccuracy recipe` searches it"
+            if found.note.startswith("recipe not searched: budget")
+            else ""
+        )
+        return {"recipe_note": f"{found.note}; {_budget_text(state.settings, left)} left{hint}"}
     if found.result.stopped == "interrupted":  # Ctrl-C: the session's analysis stops, as in the ranking
         raise KeyboardInterrupt
     recipe = {**found.result.to_dict(), "budget": round(left, 3), "calibration_records": found.calibration_records}

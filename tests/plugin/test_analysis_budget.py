@@ -93,6 +93,9 @@ def test_a_tiny_budget_skips_ranking_and_recipe_with_reasons(defaults: pytest.Py
     assert entry["error"].startswith("ranking not run: budget (about ")
     assert entry["recipe"] == {"searched": False, "note": entry["recipe"]["note"]}
     assert entry["recipe"]["note"].startswith("recipe not searched: budget (")
+    assert entry["recipe"]["note"].endswith(
+        "a larger --qaccuracy-analysis-budget (e.g. 10x) or `qaccuracy recipe` searches it"
+    )
     result.stdout.fnmatch_lines(
         ["  sensitivity not analysed: ranking not run: budget*", "  recipe not searched: budget*"]
     )
