@@ -85,13 +85,20 @@ class PairRecipe:
     calibration_records: int = 0
 
 
-#: The first experiment of a pair's search, in the pair's check times: it calibrates on half the
-#: records (an fp32 pass), has onnxruntime quantize the model, and runs the fp32 model and the
-#: recipe's on the other half on every target. Measured on the PP-OCRv4 recognizer (u8s8, this AVX2
-#: host under load): 8.9-10.5 s against a 5 s check. The search admits later experiments on the
-#: longest so far, so with this estimate the analysis ends within its budget unless one experiment
-#: takes longer than the ones before it.
-EXPERIMENT_CHECKS = 2.0
+#: The first experiment of a pair's search, in the pair's check times, plus onnxruntime's
+#: ``quantize_static`` per node of the fp32 model: it calibrates on half the records (an fp32 pass),
+#: has onnxruntime write the model, and runs the fp32 model and the recipe's on the other half on
+#: every target. Measured on this AVX2 host: the PP-OCRv4 recognizer (398 nodes) 8.9-10.5 s against a
+#: 4.7-5.0 s check under load (``quantize_static`` alone 2.3 s on a quiet host), the example suite's
+#: digits CNN (8 nodes) 0.2-0.4 s against a 0.5 s check. The search admits later experiments on the
+#: longest so far, so the analysis ends within its budget unless a step takes longer than predicted.
+EXPERIMENT_CHECKS = 1.25
+QUANTIZE_SECONDS_PER_NODE = 0.01
+
+
+def first_experiment_seconds(fp32: str | os.PathLike[str], check_seconds: float) -> float:
+    """What the first experiment of a pair's search is expected to take (:data:`EXPERIMENT_CHECKS`)."""
+    return EXPERIMENT_CHECKS * check_seconds + QUANTIZE_SECONDS_PER_NODE * len(load_model(fp32).graph.node)
 
 
 def pair_recipe(
@@ -108,11 +115,11 @@ def pair_recipe(
     on_step: Callable[[Step, Step | None], None] | None = None,
     on_note: Callable[[str], None] | None = None,
 ) -> PairRecipe:
-    """Search within ``seconds``; not at all when they cannot hold the first experiment, expected to
-    take :data:`EXPERIMENT_CHECKS` times the pair's ``check_seconds``. ``check``: one check or several
+    """Search within ``seconds``; not at all when they cannot hold the first experiment
+    (:func:`first_experiment_seconds` of the pair's ``check_seconds``). ``check``: one check or several
     (all must hold); ``tasks`` and ``task_targets`` (one per record of ``data``) serve task checks;
     ``on_step`` and ``on_note``: progress, as :func:`~.search.search_recipe`'s."""
-    first_experiment = EXPERIMENT_CHECKS * check_seconds
+    first_experiment = first_experiment_seconds(fp32, check_seconds)
     if seconds < first_experiment:
         return PairRecipe(
             None,
@@ -148,4 +155,12 @@ def pair_recipe(
     return PairRecipe(result, None, head)
 
 
-__all__ = ["EXPERIMENT_CHECKS", "PairRecipe", "pair_recipe", "ranking_seconds", "starting_recipe"]
+__all__ = [
+    "EXPERIMENT_CHECKS",
+    "QUANTIZE_SECONDS_PER_NODE",
+    "PairRecipe",
+    "first_experiment_seconds",
+    "pair_recipe",
+    "ranking_seconds",
+    "starting_recipe",
+]
