@@ -85,7 +85,8 @@ def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
     """Each analysed pair's recipe, as test-suite properties (the recipe is found after the pair's
     test case was written): ``qaccuracy.recipe.<pair>.met``, ``.quantize_static`` (JSON),
     ``.convert_opset`` (when the fp32 model is converted first), ``.files`` (the recipe's files in the
-    artifacts folder, comma-separated), or ``.note``."""
+    artifacts folder, comma-separated), ``.pair_data.met`` (the recipe on all the pair's records),
+    or ``.note``."""
     from pytest_qaccuracy.report.sensitivity_summary import recipe_arguments
 
     props = []
@@ -109,6 +110,9 @@ def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
                     for metric, value in metrics.items():
                         shown = "n/a" if value is None else format_number(float(value))
                         props.append((f"{prefix}.{target}.{output}.{metric}", shown))
+            whole = recipe.get("pair_data") or {}
+            if "met" in whole:  # the same recipe on all the pair's records, what its check reads
+                props.append((f"{prefix}.pair_data.met", str(whole["met"]).lower()))
     return props
 
 

@@ -346,6 +346,8 @@ def _recipe(
     if found.result.stopped == "interrupted":  # Ctrl-C: the session's analysis stops, as in the ranking
         raise KeyboardInterrupt
     recipe = {**found.result.to_dict(), "budget": round(left, 3), "calibration_records": found.calibration_records}
+    if found.pair_data is not None:  # the best recipe on all the pair's records, as its check reads them
+        recipe["pair_data"] = found.pair_data
     if skipped:  # failed checks the recipe was not aimed at: its "meets" says nothing of them
         recipe["not_aimed"] = skipped
     if found.result.ranges is not None:  # the controller writes them as the recipe's calibration cache

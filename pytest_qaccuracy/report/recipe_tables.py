@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,13 @@ from pytest_qaccuracy.numbers import format_metric
 CHANGE_WIDTH = 60
 
 
-def _metric_text(step: Step, check: str) -> dict[str, str]:
-    """Per target, the check's metric at its worst output (at its one output, for a check of one)."""
+def _metric_text(step: Step | Mapping[str, Any], check: str) -> dict[str, str]:
+    """Per target, the check's metric at its worst output (at its one output, for a check of one);
+    ``step``: a step, or what one measured (target -> output -> metric)."""
     metric, higher, output = shown_parts(check)
     out = {}
-    for target, per_output in step.measured.items():
+    measured = step.measured if isinstance(step, Step) else step
+    for target, per_output in measured.items():
         values = [m[metric] for name, m in per_output.items() if metric in m and output in (None, name)]
         worst = None if not values or any(v is None for v in values) else (min if higher else max)(values)
         out[target] = format_metric(metric, worst)
@@ -132,6 +134,20 @@ def verdict_lines(result: RecipeResult) -> list[str]:
     return lines
 
 
+def pair_data_line(pair_data: Mapping[str, Any], checks: Sequence[str]) -> str:
+    """The best recipe on all the pair's records (what the pair's check reads, calibration records
+    included), or why it was not measured there."""
+    where = f"on all {pair_data['records']} records of the pair's data (what its check reads)"
+    if "measured" not in pair_data:
+        return "  " + str(pair_data.get("note") or "not measured on all the pair's records")
+    figures = "; ".join(
+        ", ".join(f"{_label(check)} {v} on {t}" for t, v in _metric_text(pair_data["measured"], check).items())
+        for check in checks
+    )
+    verdict = "meets" if pair_data.get("met") else "MISSES: the pair stays red with this recipe on its own records"
+    return f"  {where}: {figures}: {verdict}"
+
+
 def recipe_file_names(stem: str, arguments: Mapping[str, Any] | None, ranges: bool) -> dict[str, str]:
     """The names :func:`write_recipe` gives the files of a recipe with these ``quantize_static``
     arguments (``ranges``: whether its calibration ranges are known), by kind: ``json``, ``python``
@@ -197,4 +213,4 @@ def write_recipe(
     return written
 
 
-__all__ = ["recipe_file_names", "step_line", "steps_table", "verdict_lines", "write_recipe"]
+__all__ = ["pair_data_line", "recipe_file_names", "step_line", "steps_table", "verdict_lines", "write_recipe"]

@@ -90,13 +90,16 @@ def _number(value: Any) -> str:
 def recipe_lines(entry: Mapping[str, Any]) -> list[str]:
     """The recipe search's verdict and recipe (its verified figures), or why it was not searched."""
     from pytest_qaccuracy.analysis.recipe.search import RecipeResult
-    from pytest_qaccuracy.report.recipe_tables import verdict_lines
+    from pytest_qaccuracy.report.recipe_tables import pair_data_line, verdict_lines
 
     if entry.get("recipe_note"):
         return [entry["recipe_note"]]
     if not entry.get("recipe"):
         return []
-    lines = verdict_lines(RecipeResult.from_dict(entry["recipe"]))
+    result = RecipeResult.from_dict(entry["recipe"])
+    lines = verdict_lines(result)
+    if entry["recipe"].get("pair_data") and result.best_step is not None:
+        lines.insert(1, pair_data_line(entry["recipe"]["pair_data"], result.checks))
     for why in entry["recipe"].get("not_aimed") or ():
         lines.append(f"  not aimed at: {why}")
     files = entry.get("recipe_files") or {}
@@ -165,6 +168,8 @@ def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
         "convert_opset": data.get("convert_opset"),  # convert the fp32 model first (per-channel, opset < 13)
         "cost": None if best is None else best["cost"],
         "measured": None if best is None else best["measured"],
+        # the best recipe on all the pair's records (what its check reads): records, measured, met
+        "pair_data": data.get("pair_data"),
         "experiments": len(data["steps"]),
         "seconds": data["seconds"],
         "budget": data.get("budget"),  # seconds the search was given (what the ranking left)

@@ -46,13 +46,14 @@ def _session(digits: pytest.Pytester, monkeypatch, quantized: str, tolerances: s
     return result, pair["sensitivity"]["recipe"], failed
 
 
-def _recipe_outputs(digits: pytest.Pytester, recipe: dict) -> tuple[np.ndarray, np.ndarray]:
-    """The fp32 and recipe models' logits on the held-out half: the model the recipe's script writes."""
+def _recipe_outputs(digits: pytest.Pytester, recipe: dict, first: int = HELD) -> tuple[np.ndarray, np.ndarray]:
+    """The fp32 and recipe models' logits on the records from ``first`` (default: the held-out half):
+    the model the recipe's script writes."""
     out = digits.path / "out"
     script = recipe["files"]["python"]
     subprocess.run([sys.executable, str(out / script)], cwd=digits.path, check=True, capture_output=True)
     model = out / script.replace(".recipe.py", ".recipe.onnx")
-    x = np.load(digits.path / "data" / "digits_test.npz")["x"][HELD:]
+    x = np.load(digits.path / "data" / "digits_test.npz")["x"][first:]
     return _logits(digits.path / "models" / "digits_cnn.onnx", x), _logits(model, x)
 
 
@@ -74,6 +75,18 @@ def test_a_pair_failing_only_a_top1_agreement_check(digits: pytest.Pytester, mon
     agreement = float((f.argmax(axis=1) == q.argmax(axis=1)).mean())
     assert agreement >= 0.9
     assert recipe["measured"]["onnxruntime"]["logits"]["min_top1_agreement"] == pytest.approx(agreement)
+
+
+def test_the_recipe_is_also_measured_on_all_the_pairs_records(digits: pytest.Pytester, monkeypatch) -> None:
+    """Beside the held-out verdict, the recipe on all 300 records (what the pair's check reads): its
+    figure is what the recipe's own model gives there, by numpy, in summary.json and the terminal."""
+    result, recipe, _ = _session(digits, monkeypatch, "broken", "min_cosine=0.0, min_top1_agreement=0.9")
+    whole = recipe["pair_data"]
+    assert whole["records"] == 300 and whole["met"] is True, whole
+    f, q = _recipe_outputs(digits, recipe, first=0)
+    agreement = float((f.argmax(axis=1) == q.argmax(axis=1)).mean())
+    assert whole["measured"]["onnxruntime"]["logits"]["min_top1_agreement"] == pytest.approx(agreement)
+    assert any("on all 300 records of the pair's data (what its check reads)" in line for line in result.outlines)
 
 
 def test_a_pair_failing_only_a_top1_drop_check(digits: pytest.Pytester, monkeypatch) -> None:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from pytest_qaccuracy.analysis.recipe.checks import Check
+from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
 from pytest_qaccuracy.analysis.recipe.search import Budget, RecipeResult, Step, search_recipe
 from pytest_qaccuracy.analysis.recipe.space import Recipe
 from pytest_qaccuracy.data import load_dataset
@@ -78,11 +81,13 @@ def ranking_seconds(quantized: onnx.ModelProto, check_seconds: float, share: flo
 @dataclass(frozen=True, slots=True)
 class PairRecipe:
     """The search's result, or why it was not searched (``note``); ``calibration_records``: the head
-    of the pair's data its ranges were calibrated on (the rest is held out)."""
+    of the pair's data its ranges were calibrated on (the rest is held out); ``pair_data``: the best
+    recipe measured on all the pair's records, what the pair's own check reads (:func:`on_pair_data`)."""
 
     result: RecipeResult | None
     note: str | None
     calibration_records: int = 0
+    pair_data: dict[str, Any] | None = None
 
 
 #: The first experiment of a pair's search, in the pair's check times, plus onnxruntime's
@@ -132,27 +137,77 @@ def pair_recipe(
             None, f"recipe not searched: {count} record(s) in the data; it needs one to calibrate and one held out"
         )
     head = math.ceil(count / 2)
+    checks = parse_checks([check] if isinstance(check, (str, Check)) else list(check))
+    began = time.monotonic()
+    # the whole-data measurement after the search, when the budget can spare one check for it
+    search_seconds = seconds - check_seconds if seconds - check_seconds >= first_experiment else seconds
     calibration = Head(load_dataset(data), head)
     evaluation = Head(load_dataset(data), count - head, skip=head)
-    try:
-        result = search_recipe(
-            fp32,
-            calibration,
-            evaluation,
-            [check] if isinstance(check, (str, Check)) else list(check),
-            targets,
-            start=starting_recipe(quantized),
-            budget=Budget(seconds=seconds),
-            options=options,
-            tasks=tasks,
-            task_targets=None if task_targets is None else list(task_targets)[head:],
-            on_step=on_step,
-            on_note=on_note,
-        )
-    finally:
-        calibration.close()
-        evaluation.close()
-    return PairRecipe(result, None, head)
+    with tempfile.TemporaryDirectory(prefix="qaccuracy-pair-recipe-") as tmp:
+        best = Path(tmp) / "best.onnx"
+        try:
+            result = search_recipe(
+                fp32,
+                calibration,
+                evaluation,
+                checks,
+                targets,
+                start=starting_recipe(quantized),
+                budget=Budget(seconds=search_seconds),
+                options=options,
+                tasks=tasks,
+                task_targets=None if task_targets is None else list(task_targets)[head:],
+                on_step=on_step,
+                on_note=on_note,
+                model_out=best,
+            )
+        finally:
+            calibration.close()
+            evaluation.close()
+        whole = None
+        if result.best_step is not None and best.exists() and result.stopped != "interrupted":
+            left = seconds - (time.monotonic() - began)
+            whole = on_pair_data(
+                fp32, data, best, checks, targets, options, tasks, task_targets, count, left >= check_seconds
+            )
+    return PairRecipe(result, None, head, whole)
+
+
+def on_pair_data(
+    fp32: str | os.PathLike[str],
+    data: str | os.PathLike[str],
+    model: Path,
+    checks: Sequence[Check],
+    targets: Sequence[str],
+    options: RuntimeOptions | None,
+    tasks: Sequence[Any],
+    task_targets: Sequence[Any] | None,
+    count: int,
+    fits: bool,
+) -> dict[str, Any]:
+    """The best recipe's model measured on all ``count`` records of the pair's data, the records the
+    pair's own check reads (its calibration half included: not a held-out figure, the one the pair
+    will show once the recipe is pasted): ``{"records", "measured", "met", "margin"}``, or
+    ``{"records", "note"}`` when the budget cannot spare the measurement (``fits`` false)."""
+    from pytest_qaccuracy.analysis.recipe.measure import Evaluator
+
+    if not fits:
+        return {"records": count, "note": "not measured on all the pair's records: budget"}
+    if tasks:
+        from pytest_qaccuracy.metrics.task import parse_task_specs
+
+        tasks = parse_task_specs(list(tasks))
+    evaluator = Evaluator(
+        fp32,
+        data,
+        checks,
+        targets,
+        options or RuntimeOptions(),
+        tasks=tasks,
+        task_targets=None if task_targets is None else list(task_targets),
+    )
+    verdict = evaluator.measure(model)
+    return {"records": count, "measured": verdict.measured, "met": verdict.passed, "margin": verdict.margin}
 
 
 __all__ = [
@@ -160,6 +215,7 @@ __all__ = [
     "QUANTIZE_SECONDS_PER_NODE",
     "PairRecipe",
     "first_experiment_seconds",
+    "on_pair_data",
     "pair_recipe",
     "ranking_seconds",
     "starting_recipe",
