@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 from pytest_qaccuracy.analysis.recipe.checks import shown_parts
 from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
-from pytest_qaccuracy.analysis.recipe.space import python_snippet
+from pytest_qaccuracy.analysis.recipe.space import OTHER_TYPE, python_snippet
 from pytest_qaccuracy.atomic import atomic_write_json, atomic_write_text
 from pytest_qaccuracy.numbers import format_metric
 
@@ -128,9 +128,13 @@ def verdict_lines(result: RecipeResult) -> list[str]:
         lines.append(f"  nodes_to_exclude={sorted(recipe.float)!r}")
     if recipe.int16:
         lines.append(f"  16-bit activations: {sorted(recipe.int16)!r}")
-    if recipe.flipped - recipe.float:
-        granularity = "per-tensor" if recipe.per_channel else "per-channel"
-        lines.append(f"  {granularity} weights (TensorQuantOverrides): {sorted(recipe.flipped - recipe.float)!r}")
+    for kind, nodes in (
+        ("per-tensor" if recipe.per_channel else "per-channel", recipe.flipped),
+        ("8-bit" if recipe.reduce_range else "7-bit", recipe.narrowed),
+        (OTHER_TYPE[recipe.weight_type], recipe.retyped),
+    ):
+        if nodes - recipe.float:
+            lines.append(f"  {kind} weights (TensorQuantOverrides): {sorted(nodes - recipe.float)!r}")
     return lines
 
 

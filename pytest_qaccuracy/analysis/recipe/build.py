@@ -28,7 +28,7 @@ from pytest_qaccuracy.analysis.calibration import METHODS, CalibrationOptions, c
 from pytest_qaccuracy.analysis.calibration import candidates as C
 from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
 from pytest_qaccuracy.analysis.calibration.quantize import PER_CHANNEL_OPSET, opset_note
-from pytest_qaccuracy.analysis.recipe.space import ORT_METHODS, Recipe
+from pytest_qaccuracy.analysis.recipe.space import ORT_METHODS, Recipe, refusal
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model.graph import GraphView
@@ -228,6 +228,9 @@ class RecipeBuilder:
         """onnxruntime's ``quantize_static`` writes the recipe's model to ``out``."""
         from onnxruntime.quantization import QuantType
 
+        refused = refusal(recipe) if (recipe.narrowed | recipe.retyped) - recipe.float else None
+        if refused is not None:  # per-node weight moves onnxruntime cannot write (the global ones: its own error)
+            raise InputError(f"recipe {recipe.changes_from(Recipe())}: {refused}")
         calibration = CalibrationOptions(
             method="minmax",  # only the cache's ranges matter from here on
             activation_type=recipe.activation_type,

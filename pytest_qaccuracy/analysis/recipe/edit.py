@@ -31,7 +31,7 @@ import onnx
 from onnx import numpy_helper
 
 from pytest_qaccuracy.analysis.calibration.qdq_params import ACTIVATION_DTYPES, adjusted_ranges, scale_zero_point
-from pytest_qaccuracy.analysis.recipe.space import Recipe
+from pytest_qaccuracy.analysis.recipe.space import OTHER_TYPE, Recipe
 from pytest_qaccuracy.model.graph import GraphView
 
 #: The numpy type of each 8-bit weight type.
@@ -122,8 +122,8 @@ def quantize_weight(
     if per_channel_axis is not None:
         shape[per_channel_axis] = -1
     s, z = scale32.reshape(shape), zero.reshape(shape)
-    limits = np.iinfo(dtype)
-    quantized = np.clip(np.round(data / s) + z, max(qmin, limits.min), min(qmax, limits.max)).astype(dtype)
+    limits = np.iinfo(dtype)  # onnxruntime clips to the type, not to the (reduced) range: 7-bit uint8 reaches 128
+    quantized = np.clip(np.round(data / s) + z, limits.min, limits.max).astype(dtype)
     if per_channel_axis is None:
         return quantized, np.float32(scale32[0]), dtype(zero[0])
     return quantized, scale32, zero.astype(dtype)
@@ -204,8 +204,8 @@ class GlobalEdits:
                 self.weights.append(_Weight(i, node.input[0], node.input[1], node.input[2], value, axis, slot, users))
 
     def model(self, recipe: Recipe, ranges: Mapping[str, tuple[float, float]]) -> onnx.ModelProto:
-        """The base model with ``recipe``'s global choices and weight granularities (its node precisions
-        are ignored)."""
+        """The base model with ``recipe``'s global choices and per-node weight moves (granularity, 7-bit,
+        type; its node precisions are ignored)."""
         model = copy.deepcopy(self.base_model)
         inits = {t.name: t for t in model.graph.initializer}
         values: dict[str, np.ndarray] = {}
@@ -222,17 +222,13 @@ class GlobalEdits:
                 if tensor in adjusted:
                     s, z = scale_zero_point(*adjusted[tensor], recipe.activation_type)
                     values[scale], values[zero] = np.asarray(s), np.asarray(z)
-        weights_changed = (recipe.per_channel, recipe.reduce_range, recipe.weight_type) != (
-            base.per_channel,
-            base.reduce_range,
-            base.weight_type,
-        )
         for w in self.weights:
-            per_channel = recipe.per_channel != bool(recipe.flipped & w.users)
-            if w.slot and (weights_changed or per_channel != (base.per_channel != bool(base.flipped & w.users))):
+            form = _weight_form(recipe, w.users)
+            if w.slot and form != _weight_form(base, w.users):
+                per_channel, reduce_range, weight_type = form
                 axis = w.axis if per_channel else None
                 values[w.data], values[w.scale], values[w.zero] = quantize_weight(
-                    w.value, recipe.weight_type, axis, recipe.reduce_range
+                    w.value, weight_type, axis, reduce_range
                 )
                 axes[w.node] = axis
             elif not w.slot and (recipe.activation_type, recipe.reduce_range) != (
@@ -270,6 +266,16 @@ class GlobalEdits:
         if any(axis is not None for axis in axes.values()):
             model = _at_least_opset13(model)
         return model
+
+
+def _weight_form(recipe: Recipe, users: frozenset[str]) -> tuple[bool, bool, str]:
+    """A weight's (per channel, reduce_range, type) under ``recipe``: the global choices, each turned
+    the other way when a node reading it has that per-node move."""
+    return (
+        recipe.per_channel != bool(recipe.flipped & users),
+        recipe.reduce_range != bool(recipe.narrowed & users),
+        OTHER_TYPE[recipe.weight_type] if recipe.retyped & users else recipe.weight_type,
+    )
 
 
 def _zero_shift(old: str, new: str) -> int:

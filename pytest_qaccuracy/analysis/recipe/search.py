@@ -49,7 +49,7 @@ from pytest_qaccuracy.analysis.recipe.build import (
 from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
 from pytest_qaccuracy.analysis.recipe.cost import DEFAULT_WEIGHTS, CostModel, node_work
 from pytest_qaccuracy.analysis.recipe.measure import HOST, Evaluator, Measured, judge
-from pytest_qaccuracy.analysis.recipe.space import REFUSED, Recipe
+from pytest_qaccuracy.analysis.recipe.space import OTHER_TYPE, REFUSED, WEIGHT_MOVES, Recipe, refusal
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import InputError, QAccuracyError
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -446,7 +446,7 @@ class RecipeSearch:
         self._check_budget(estimate=True)
         began, index = time.monotonic(), len(self.steps)
         path = self.workdir / "estimate.onnx"
-        skipped, verdict = REFUSED.get((recipe.activation_type, recipe.weight_type)), None
+        skipped, verdict = refusal(recipe), None
         try:
             if skipped is not None:
                 raise _Refused
@@ -739,12 +739,14 @@ class RecipeSearch:
             self._guided(base, nodes, "int16" in levels)
 
     def _weight_phase(self, base: Recipe, nodes: list[str]) -> Recipe:
-        """Per-node weight granularity, which costs nothing, before any node pays for float or 16 bits:
-        each candidate's weight flipped (per channel <-> per tensor) on the recipe so far, estimated on
-        the edited model, kept when it improves the estimated margin (one pass over the
-        :data:`FLIP_NODES` costliest, while estimates fit the budget); the flips kept are verified
-        together. Returns the node phase's base: the flipped recipe when its verified margin beats the
-        base's (verified, else estimated), else the base."""
+        """Per-node weight moves, which cost nothing, before any node pays for float or 16 bits: each
+        candidate's weight flipped (per channel <-> per tensor), then narrowed (the other
+        ``reduce_range``), then retyped (int8 <-> uint8), on the recipe so far, estimated on the edited
+        model, kept when it improves the estimated margin (one pass per kind over the
+        :data:`FLIP_NODES` costliest, while estimates fit the budget; a kind onnxruntime refuses,
+        :func:`~.space.refusal`, is skipped with its reason); the moves kept are verified together.
+        Returns the node phase's base: the moved recipe when its verified margin beats the base's
+        (verified, else estimated), else the base."""
         from pytest_qaccuracy.analysis.calibration.quantize import PER_CHANNEL_OPSET
         from pytest_qaccuracy.model.graph import GraphView
 
@@ -754,22 +756,34 @@ class RecipeSearch:
         flippable = flippable[:FLIP_NODES]
         per_channel_ok = base.per_channel or GraphView(self.builder.model).opset >= PER_CHANNEL_OPSET
         start = self.seen.get(self.start)
-        if not flippable or not per_channel_ok or start is None or start.skipped is not None:
+        if not flippable or start is None or start.skipped is not None:
             return base
+        kinds = [k for k in WEIGHT_MOVES if k != "flipped" or per_channel_ok]
         edits = self._edits()
         ranges = self.builder.estimated_ranges(base)
         first = self.estimate(base, "weights", "base (weights as the global choice)", lambda: edits.model(base, ranges))
         if first.skipped is not None or first.margin is None:
             return base
-        self._note(f"weights: {len(flippable)} node(s) whose weight may take the other granularity (cost 0)")
+        other = OTHER_TYPE[base.weight_type]
+        self._note(
+            f"weights: {len(flippable)} node(s) whose weight may take the other granularity, "
+            f"reduce_range={not base.reduce_range} or {other} (cost 0)"
+        )
         recipe, margin = base, first.margin
-        for node in flippable:
-            if not self._room_for_estimate():
-                break
-            trial = recipe.with_flip(node)
-            step = self.estimate(trial, "weights", trial.changes_from(recipe), lambda t=trial: edits.model(t, ranges))
-            if step.skipped is None and step.margin is not None and step.margin > margin:
-                recipe, margin = trial, step.margin
+        for kind in kinds:
+            refused = refusal(base.with_move(kind, flippable[0]))
+            if refused is not None:
+                self._note(f"weights: no {kind} weights: {refused}")
+                continue
+            for node in flippable:
+                if not self._room_for_estimate():
+                    break
+                trial = recipe.with_move(kind, node)
+                step = self.estimate(
+                    trial, "weights", trial.changes_from(recipe), lambda t=trial: edits.model(t, ranges)
+                )
+                if step.skipped is None and step.margin is not None and step.margin > margin:
+                    recipe, margin = trial, step.margin
         if recipe == base:
             return base
         verified = self.measure(recipe, "weights", recipe.changes_from(base))

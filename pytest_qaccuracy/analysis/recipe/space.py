@@ -5,8 +5,11 @@ weights, activation and weight types); per node, a node stays 8-bit, gets 16-bit
 (``TensorQuantOverrides`` on the tensors it reads and writes) or stays in float
 (``nodes_to_exclude``), and its weight may take the other granularity than the global
 ``per_channel`` (a ``TensorQuantOverrides`` entry on the weight: with ``axis``, per channel; without,
-per tensor; onnxruntime's QDQ quantizer honours both since 1.18). :meth:`Recipe.arguments` is what a
-user pastes into their own ``quantize_static`` call, as JSON.
+per tensor; onnxruntime's QDQ quantizer honours both since 1.18), the other ``reduce_range`` (7-bit or
+8-bit: the entry's ``reduce_range``) and the other 8-bit type (the entry's ``quant_type``; not uint8
+with int8 activations). One entry per weight carries all three. The last two need an onnxruntime newer
+than 1.18 (:func:`refusal`). :meth:`Recipe.arguments` is what a user pastes into their own
+``quantize_static`` call, as JSON.
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ QUANT_TYPES = {"uint8": "QUInt8", "int8": "QInt8", "uint16": "QUInt16", "int16":
 REFUSED = {("int8", "uint8"): "onnxruntime's quantize_static refuses int8 activations with uint8 weights"}
 #: The 16-bit activation type that goes with each 8-bit activation type.
 WIDE = {"uint8": "uint16", "int8": "int16"}
+#: The other 8-bit weight type (a node's weight retyped).
+OTHER_TYPE = {"int8": "uint8", "uint8": "int8"}
+#: Why onnxruntime 1.18 cannot take a per-node weight type or 7-bit choice (measured: its QDQ quantizer
+#: writes a per-tensor MatMul weight as an activation, uint8 whatever the weight type or override).
+OLD_ORT_PER_NODE = (
+    "onnxruntime {version} writes a per-tensor MatMul weight as an activation (its type and 7-bit range "
+    "ignored): a per-node weight type or 7-bit weight needs an onnxruntime newer than 1.18"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,9 @@ class Recipe:
         float: nodes kept in float (``nodes_to_exclude``).
         flipped: nodes whose weight has the other granularity: per channel when ``per_channel`` is
             False, per tensor when it is True (costs nothing: no node changes type).
+        narrowed: nodes whose weight has the other ``reduce_range`` (7-bit when it is False, 8-bit when
+            it is True; costs nothing).
+        retyped: nodes whose weight has the other 8-bit type (int8 <-> uint8; costs nothing).
     """
 
     method: str = "minmax"
@@ -53,6 +67,8 @@ class Recipe:
     int16: frozenset[str] = field(default_factory=frozenset)
     float: frozenset[str] = field(default_factory=frozenset)
     flipped: frozenset[str] = field(default_factory=frozenset)
+    narrowed: frozenset[str] = field(default_factory=frozenset)
+    retyped: frozenset[str] = field(default_factory=frozenset)
 
     def precision(self, node: str) -> str:
         return "float" if node in self.float else "int16" if node in self.int16 else "int8"
@@ -67,6 +83,14 @@ class Recipe:
         """This recipe with ``node``'s weight granularity flipped (again: back)."""
         return replace(self, flipped=self.flipped ^ {node})
 
+    def with_move(self, kind: str, node: str) -> Recipe:
+        """This recipe with one per-node weight move toggled: ``kind`` is one of :data:`WEIGHT_MOVES`."""
+        return replace(self, **{kind: getattr(self, kind) ^ {node}})
+
+    def weight_type_of(self, node: str) -> str:
+        """The 8-bit type of ``node``'s weight."""
+        return OTHER_TYPE[self.weight_type] if node in self.retyped else self.weight_type
+
     def with_nodes(self, precisions: Mapping[str, str]) -> Recipe:
         """This recipe's global choices and weight flips with exactly these non-int8 nodes (a float
         node's flip dropped: its weight stays float, so the recipe is the one without it)."""
@@ -76,6 +100,8 @@ class Recipe:
             int16=frozenset(n for n, p in precisions.items() if p == "int16"),
             float=floats,
             flipped=self.flipped - floats,
+            narrowed=self.narrowed - floats,
+            retyped=self.retyped - floats,
         )
 
     @property
@@ -100,28 +126,41 @@ class Recipe:
                 parts.append(f"{precision} +{_names(added)}")
             if removed:
                 parts.append(f"{precision} -{_names(removed)}")
-        granularity = "per-tensor" if self.per_channel else "per-channel"
-        added, removed = sorted(self.flipped - other.flipped), sorted(other.flipped - self.flipped)
-        if added:
-            parts.append(f"{granularity} weight +{_names(added)}")
-        if removed:
-            parts.append(f"{granularity} weight -{_names(removed)}")
+        for kind, mine, theirs in (
+            ("per-tensor" if self.per_channel else "per-channel", self.flipped, other.flipped),
+            ("8-bit" if self.reduce_range else "7-bit", self.narrowed, other.narrowed),
+            (OTHER_TYPE[self.weight_type], self.retyped, other.retyped),
+        ):
+            added, removed = sorted(mine - theirs), sorted(theirs - mine)
+            if added:
+                parts.append(f"{kind} weight +{_names(added)}")
+            if removed:
+                parts.append(f"{kind} weight -{_names(removed)}")
         return ", ".join(parts) or "(same)"
 
     def overrides(
         self, reads: Mapping[str, Sequence[str]], weights: Mapping[str, tuple[str, int]] | None = None
     ) -> dict[str, list[dict[str, Any]]]:
         """``TensorQuantOverrides``: the 16-bit nodes' activation tensors (``reads``: node -> its float
-        activation tensors, inputs and outputs) at the wide type, by QuantType name; the flipped nodes'
-        weights (``weights``: node -> its weight initializer and channel axis) per channel
-        (``{"axis": axis}``) or per tensor (``{"quant_type": weight type}``)."""
+        activation tensors, inputs and outputs) at the wide type, by QuantType name; the weights of the
+        nodes with a per-node weight choice (``weights``: node -> its weight initializer and channel
+        axis) by one entry: ``axis`` when per channel (an entry without it is per tensor), ``quant_type``
+        when per tensor or retyped, ``reduce_range`` when narrowed."""
         wide = QUANT_TYPES[WIDE[self.activation_type]]
         tensors = sorted({t for node in self.int16 for t in reads.get(node, ())})
         table: dict[str, list[dict[str, Any]]] = {t: [{"quant_type": wide}] for t in tensors}
-        for node in sorted(self.flipped):
-            if node in (weights or {}) and node not in self.float:
-                name, axis = weights[node]
-                table[name] = [{"quant_type": QUANT_TYPES[self.weight_type]}] if self.per_channel else [{"axis": axis}]
+        for node in sorted((self.flipped | self.narrowed | self.retyped) - self.float):
+            if node not in (weights or {}):
+                continue
+            name, axis = weights[node]
+            entry: dict[str, Any] = {}
+            if self.per_channel != (node in self.flipped):
+                entry["axis"] = axis
+            if "axis" not in entry or node in self.retyped:
+                entry["quant_type"] = QUANT_TYPES[self.weight_type_of(node)]
+            if node in self.narrowed:
+                entry["reduce_range"] = not self.reduce_range
+            table[name] = [entry]
         return table
 
     def arguments(
@@ -161,6 +200,8 @@ class Recipe:
             "int16": sorted(self.int16),
             "float": sorted(self.float),
             "flipped": sorted(self.flipped),
+            "narrowed": sorted(self.narrowed),
+            "retyped": sorted(self.retyped),
         }
 
     @classmethod
@@ -174,7 +215,30 @@ class Recipe:
             frozenset(data.get("int16", ())),
             frozenset(data.get("float", ())),
             frozenset(data.get("flipped", ())),  # absent before per-node weight granularity
+            frozenset(data.get("narrowed", ())),  # absent before per-node weight range and type
+            frozenset(data.get("retyped", ())),
         )
+
+
+#: The per-node weight moves a search makes at cost 0 (each a :class:`Recipe` field of node names).
+WEIGHT_MOVES = ("flipped", "narrowed", "retyped")
+
+
+def refusal(recipe: Recipe, version: str | None = None) -> str | None:
+    """Why onnxruntime (``version``, default the installed one) cannot write ``recipe``, or None: an
+    activation and weight type pair it refuses, globally or for a retyped node's weight, or per-node
+    weight types and 7-bit weights on onnxruntime 1.18."""
+    reason = REFUSED.get((recipe.activation_type, recipe.weight_type))
+    if reason is None and recipe.retyped - recipe.float:
+        reason = REFUSED.get((recipe.activation_type, OTHER_TYPE[recipe.weight_type]))
+    if reason is None and (recipe.narrowed | recipe.retyped) - recipe.float:
+        if version is None:
+            import onnxruntime
+
+            version = onnxruntime.__version__
+        if tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) <= (1, 18):
+            reason = OLD_ORT_PER_NODE.format(version=version)
+    return reason
 
 
 #: onnxruntime's calibrators, by the name a recipe gives them, and their CalibrationMethod.
@@ -256,4 +320,14 @@ def _beside(name: str) -> str:
     return repr(name) if os.path.isabs(name) else f"str(HERE / {name!r})"
 
 
-__all__ = ["ORT_METHODS", "PRECISIONS", "QUANT_TYPES", "REFUSED", "Recipe", "python_snippet"]
+__all__ = [
+    "ORT_METHODS",
+    "OTHER_TYPE",
+    "PRECISIONS",
+    "QUANT_TYPES",
+    "REFUSED",
+    "WEIGHT_MOVES",
+    "Recipe",
+    "python_snippet",
+    "refusal",
+]
