@@ -269,6 +269,13 @@ def test_edited_model_has_the_weights_onnxruntime_writes(net, tmp_path, recipe, 
         np.testing.assert_array_equal(ours[name], value, err_msg=name)
 
 
+def test_why_onnxruntime_118_is_refused(net, tmp_path):
+    """The measured reason of the refusal: onnxruntime 1.18 writes a per-tensor MatMul weight uint8 with
+    int8 weights asked (newer onnxruntime: int8), so a per-node type there would not be what it says."""
+    out = RecipeBuilder(net["fp32"], net["calib"], RuntimeOptions()).write(Recipe(), tmp_path / "m.onnx")
+    assert _weight_forms(out)["w1"][0] == ("uint8" if OLD_ORT else "int8")
+
+
 def test_refusal_names_each_reason():
     from pytest_qaccuracy.analysis.recipe.space import refusal
 

@@ -33,10 +33,11 @@ WIDE = {"uint8": "uint16", "int8": "int16"}
 #: The other 8-bit weight type (a node's weight retyped).
 OTHER_TYPE = {"int8": "uint8", "uint8": "int8"}
 #: Why onnxruntime 1.18 cannot take a per-node weight type or 7-bit choice (measured: its QDQ quantizer
-#: writes a per-tensor MatMul weight as an activation, uint8 whatever the weight type or override).
+#: writes a per-tensor MatMul weight as an activation: uint8 whatever the weight type, the global
+#: reduce_range ignored, an int8 override asymmetric), so the model would not be the one estimated.
 OLD_ORT_PER_NODE = (
-    "onnxruntime {version} writes a per-tensor MatMul weight as an activation (its type and 7-bit range "
-    "ignored): a per-node weight type or 7-bit weight needs an onnxruntime newer than 1.18"
+    "onnxruntime {version} quantizes a per-tensor MatMul weight as an activation (uint8 whatever the weight "
+    "type, reduce_range ignored): a per-node weight type or 7-bit weight needs an onnxruntime newer than 1.18"
 )
 
 
