@@ -133,6 +133,9 @@ def test_search_flips_a_weight_at_no_cost_and_the_script_rewrites_it(net, tmp_pa
     assert best.recipe.flipped == {"mmA"} and not best.recipe.float and not best.recipe.int16
     overrides = result.arguments["extra_options"]["TensorQuantOverrides"]
     assert overrides["w1"][0]["axis"] == 1  # per channel, with any 7-bit or type move the step also kept
+    for kind, nodes in (("7-bit", best.recipe.narrowed), ("uint8", best.recipe.retyped)):
+        shown = f"{kind} weights (TensorQuantOverrides): {sorted(nodes)!r}"
+        assert any(shown in line for line in verdict_lines(result)) == bool(nodes)
     if best.recipe.narrowed or best.recipe.retyped:  # the figure of the override the recipe writes
         as_python = {
             name: [{k: QuantType[v] if k == "quant_type" else v for k, v in entries[0].items()}]
@@ -343,6 +346,8 @@ def test_weights_step_estimates_each_move_kind(net, tmp_path):
     """The weights step estimates every candidate's 7-bit and retyped weight (on 1.18: a note with the
     reason instead), and an estimate is the figure of the model quantize_static writes for it (the
     edit holds the same weights; the activations are the start's)."""
+    from pytest_qaccuracy.report.recipe_tables import steps_table
+
     notes: list[str] = []
     result = search_recipe(
         net["fp32"],
@@ -358,6 +363,8 @@ def test_weights_step_estimates_each_move_kind(net, tmp_path):
         assert not any(s.recipe.narrowed or s.recipe.retyped for s in result.steps)
         assert sum("newer than 1.18" in n for n in notes) == 2
         return
+    table = steps_table(result)
+    assert "7-bit weight +mmB" in table and "uint8 weight +mmB" in table
     for kind, override in (("7-bit", {"reduce_range": True}), ("uint8", {"quant_type": QuantType.QUInt8})):
         step = next(s for change, s in rows.items() if change.startswith(f"{kind} weight +mmB"))
         assert step.skipped is None
