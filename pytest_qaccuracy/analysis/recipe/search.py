@@ -86,6 +86,10 @@ PREFIX_RESERVE = 3
 WIDEN_EXPERIMENTS = 2.0
 #: Candidate nodes (the costliest) whose weight granularity the node phase tries flipping, one estimate each.
 FLIP_NODES = 16
+#: The share of a time budget the per-node weight moves' estimates may use (flips first, then 7-bit,
+#: then the other type): unbounded, three passes over 16 nodes took the node phase's time on the
+#: PP-OCRv4 recognizer (10x: no recipe met, where flips alone met at cost 0.993).
+WEIGHTS_SHARE = 0.2
 #: Prefix lengths (past the last one known to miss) estimated before the node order is bisected.
 SHORT_PREFIXES = (1, 2, 4, 8)
 
@@ -770,13 +774,16 @@ class RecipeSearch:
             f"reduce_range={not base.reduce_range} or {other} (cost 0)"
         )
         recipe, margin = base, first.margin
+        # a time budget's share: the moves cost nothing, but their estimates come out of the node phase
+        until = None if self.budget.seconds is None else time.monotonic() + WEIGHTS_SHARE * self.budget.seconds
         for kind in kinds:
             refused = refusal(base.with_move(kind, flippable[0]))
             if refused is not None:
                 self._note(f"weights: no {kind} weights: {refused}")
                 continue
             for node in flippable:
-                if not self._room_for_estimate():
+                late = until is not None and time.monotonic() + self._longest(True) > until
+                if late or not self._room_for_estimate():
                     break
                 trial = recipe.with_move(kind, node)
                 step = self.estimate(
