@@ -136,10 +136,13 @@ def test_a_log_gets_every_recipe_step_and_a_heartbeat_during_a_long_one(digits: 
     only), and a step longer than ``LOG_INTERVAL`` (the first model written, slowed to 1.5 s here)
     gets ``still working`` lines; with ``-q``, neither."""
     import time
+    from importlib import import_module
 
-    from pytest_qaccuracy.analysis.recipe import build
-    from pytest_qaccuracy.data import progress
-    from pytest_qaccuracy.report import recipe_tables
+    # the modules the session will import (sys.modules'): an earlier in-process run may leave a
+    # package attribute naming an older copy
+    build = import_module("pytest_qaccuracy.analysis.recipe.build")
+    progress = import_module("pytest_qaccuracy.data.progress")
+    recipe_tables = import_module("pytest_qaccuracy.report.recipe_tables")
 
     monkeypatch.delenv("QACCURACY_PROGRESS", raising=False)
     monkeypatch.setattr(progress, "LOG_INTERVAL", 0.5)
