@@ -114,7 +114,8 @@ class ProgressLog(ProgressLine):
     """Plain lines for a log that cannot be redrawn: nothing during a job's first ``interval``
     seconds (a short job prints nothing), then ``label: done / total records, rate, time left`` at
     most every ``interval`` seconds, and ``label: done / total records in <time>`` when a job that
-    printed a line ends. ``prefix`` starts every line (an xdist worker's ``[gw0] ``)."""
+    printed a line ends; a :meth:`step` every time, a :meth:`note` at most every ``interval`` seconds.
+    ``prefix`` starts every line (an xdist worker's ``[gw0] ``)."""
 
     def __init__(
         self,
