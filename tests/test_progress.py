@@ -8,6 +8,8 @@ import pty
 import re
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -17,9 +19,11 @@ from pytest_qaccuracy.data.progress import (
     ProgressLine,
     ProgressLog,
     format_seconds,
+    heartbeat,
     note,
     progress_for,
     reporting,
+    step,
     task,
 )
 
@@ -294,3 +298,70 @@ def test_notes_on_a_terminal_are_redrawn_below_and_erased_at_the_end() -> None:
         note("step 1")
     # one new line under pytest's, redrawn in place, erased, and the cursor back up
     assert stream.getvalue() == "\n\rstep 0\x1b[K\rstep 1\x1b[K" + ERASE + "\x1b[A"
+
+
+def test_steps_in_a_log_are_every_one_a_line_and_the_first_line_alone_starts_a_new_one() -> None:
+    """A log prints every :func:`step` (the recipe search's experiments), however close they follow,
+    while notes stay at most one per interval; below pytest's results, only the log's first line
+    starts a new line (not each job's first)."""
+    clock, stream = Clock(), io.StringIO()
+    log = ProgressLog(stream, interval=30.0, clock=clock, below=True, prefix="[gw1] ")
+    with reporting(log):
+        step("step 0")
+        step("step 1")
+        note("a note")  # right after a step: dropped
+        clock.now += 1
+        with task("compare", 10) as advance:
+            clock.now += 31
+            advance(5)
+            advance(5)
+        step("step 2")
+    assert stream.getvalue() == (
+        "\n[gw1] step 0\n[gw1] step 1\n[gw1] compare: 5 / 10 records, 0.161 rec/s, 31s left\n"
+        "[gw1] compare: 10 / 10 records in 31s\n[gw1] step 2\n"
+    )
+    step("outside")  # no progress installed: nothing, no error
+    terminal = Tty()
+    with reporting(ProgressLine(terminal, clock=Clock())):
+        step("step 0")
+    assert terminal.getvalue() == "\rstep 0\x1b[K" + ERASE  # a note on a terminal: redrawn, erased
+
+
+class Lines(io.StringIO):
+    """A stream two threads write to, one line at a time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            return super().write(text)
+
+
+def test_heartbeat_speaks_through_a_log_with_its_prefix_and_ends_with_its_block() -> None:
+    """In a log, :func:`heartbeat` says ``still working`` with the log's prefix whenever the log was
+    silent for its interval; the log's own lines reset the clock; its thread ends with the block. On a
+    terminal, with no progress, or with an interval of 0, no thread at all."""
+    stream = Lines()
+    log = ProgressLog(stream, interval=0.05, prefix="[gw0] ")
+    with reporting(log):
+        with heartbeat("qaccuracy: analysing pair"):
+            for index in range(10):  # a job that talks every 10 ms: never silent long enough
+                step(f"step {index}")
+                time.sleep(0.01)
+            time.sleep(0.32)  # then one long step: about six beats
+        after = stream.getvalue()
+        time.sleep(0.15)
+        assert stream.getvalue() == after  # the thread ended with the block
+    lines = after.splitlines()
+    assert lines[:10] == [f"[gw0] step {i}" for i in range(10)]
+    assert 3 <= len(lines[10:]) <= 8, lines
+    beat = r"\[gw0\] qaccuracy: analysing pair: still working \(0s since the last line, 0s in all\)"
+    assert all(re.fullmatch(beat, line) for line in lines[10:]), lines
+    assert log.beat is None
+
+    before = threading.active_count()
+    for progress in (ProgressLine(Tty()), None, ProgressLog(io.StringIO(), interval=0.0)):
+        with reporting(progress), heartbeat("qaccuracy: analysing pair"):
+            assert threading.active_count() == before

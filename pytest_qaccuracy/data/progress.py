@@ -7,9 +7,11 @@ job of several passes opens one task around them all. Tasks report to the progre
 (the ``qaccuracy`` command, the pytest plugin) asks for a line.
 The reporter is a context variable rather than a parameter so that the loops deep inside
 ``compare``, ``sensitivity`` and ``calibrate`` need no new argument on every public function.
-A long job made of steps rather than records (the recipe search) reports each finished step with
-:func:`note`: a line redrawn in place on a terminal, a plain line in a log at most every
-``LOG_INTERVAL`` seconds.
+A long job made of steps rather than records reports them with :func:`note` (a line redrawn in
+place on a terminal, a plain line in a log at most every ``LOG_INTERVAL`` seconds) or :func:`step`
+(the same on a terminal, every one a plain line in a log: the recipe search's experiments). Inside
+:func:`heartbeat`, a log also says ``still working`` whenever it was silent for its interval (one
+long step of a job: a ``quantize_static``, a ranking's pass).
 Whether a line is shown is :func:`progress_for`'s decision: never with ``quiet`` (``-q``), else as
 ``QACCURACY_PROGRESS`` says (``0`` off, ``1`` the redrawn line), else the redrawn line on a terminal
 and the plain lines elsewhere.
@@ -62,6 +64,10 @@ class ProgressLine:
         self.stream.write("\r" + text[:width] + "\x1b[K")
         self.stream.flush()
 
+    def step(self, text: str) -> None:
+        """A finished step worth a line of its own in a log; on a terminal, a :meth:`note`."""
+        self.note(text)
+
     def close(self) -> None:
         """Erase the last note (and go back up): the reporting ends."""
         if self.noting:
@@ -108,7 +114,8 @@ class ProgressLog(ProgressLine):
     """Plain lines for a log that cannot be redrawn: nothing during a job's first ``interval``
     seconds (a short job prints nothing), then ``label: done / total records, rate, time left`` at
     most every ``interval`` seconds, and ``label: done / total records in <time>`` when a job that
-    printed a line ends. ``prefix`` starts every line (an xdist worker's ``[gw0] ``)."""
+    printed a line ends; a :meth:`step` every time, a :meth:`note` at most every ``interval`` seconds.
+    ``prefix`` starts every line (an xdist worker's ``[gw0] ``)."""
 
     def __init__(
         self,
@@ -119,8 +126,10 @@ class ProgressLog(ProgressLine):
         prefix: str = "",
     ) -> None:
         super().__init__(stream, LOG_INTERVAL if interval is None else interval, clock, below)
-        self.printed, self.prefix = False, prefix
+        self.printed, self.prefix = False, prefix  # printed: the current job printed a line
+        self.began = False  # the log printed a line (the first one starts a new line ``below``)
         self.noted_at = clock()  # a note is printed at most every ``interval`` seconds
+        self.beat: Heartbeat | None = None  # set by :func:`heartbeat`: lines go through it
 
     def note(self, text: str) -> None:
         """A finished step, as a plain line, when ``interval`` seconds passed since the last note
@@ -129,6 +138,11 @@ class ProgressLog(ProgressLine):
         if now - self.noted_at >= self.interval:
             self._print(text)
             self.noted_at = now
+
+    def step(self, text: str) -> None:
+        """A finished step: always a plain line."""
+        self._print(text)
+        self.noted_at = self.clock()
 
     def close(self) -> None:
         pass
@@ -150,9 +164,17 @@ class ProgressLog(ProgressLine):
             self._print(f"{self.label}: {self.done} / {self.total} records in {took}")
 
     def _print(self, text: str) -> None:
-        # below: pytest's last line of results has no newline yet; the first line starts a new one
-        lead = "\n" if self.below and not self.printed else ""
         self.printed = True
+        if self.beat is not None:  # under the heartbeat's lock, and its clock starts again
+            self.beat.say(text)
+        else:
+            self.write_line(text)
+
+    def write_line(self, text: str) -> None:
+        """``text`` as a line of this log (with its prefix); the heartbeat's thread writes here too."""
+        # below: pytest's last line of results has no newline yet; the first line starts a new one
+        lead = "\n" if self.below and not self.began else ""
+        self.began = True
         self.stream.write(f"{lead}{self.prefix}{text}\n")
         self.stream.flush()
 
@@ -185,6 +207,8 @@ class Heartbeat:
 
     def __enter__(self) -> Heartbeat:
         self.started = self.last = self.clock()
+        if self.interval <= 0:  # every line is printed anyway: nothing to beat
+            return self
         self._thread = threading.Thread(target=self._beat, name="qaccuracy-heartbeat", daemon=True)
         self._thread.start()
         return self
@@ -250,6 +274,32 @@ def note(text: str) -> None:
         progress.note(text)
 
 
+def step(text: str) -> None:
+    """Report a finished step of a long job that a log prints every time (:meth:`ProgressLog.step`;
+    redrawn on a terminal as a :func:`note`); nothing when no progress is installed."""
+    progress = _current.get()
+    if progress is not None:
+        progress.step(text)
+
+
+@contextmanager
+def heartbeat(label: str) -> Iterator[None]:
+    """While inside, a log installed by :func:`reporting` says ``label: still working (...)`` whenever
+    it printed nothing for its interval (:class:`Heartbeat`, a daemon thread that ends with the
+    block); nothing on a terminal (its line shows the job) or when no progress is installed."""
+    progress = _current.get()
+    if not isinstance(progress, ProgressLog) or progress.beat is not None:
+        yield
+        return
+    beat = Heartbeat(progress.write_line, label, progress.interval, progress.clock)
+    progress.beat = beat
+    try:
+        with beat:
+            yield
+    finally:
+        progress.beat = None
+
+
 def _ignore(records: int) -> None:
     pass
 
@@ -278,8 +328,10 @@ __all__ = [
     "ProgressLine",
     "ProgressLog",
     "format_seconds",
+    "heartbeat",
     "note",
     "progress_for",
     "reporting",
+    "step",
     "task",
 ]

@@ -223,6 +223,20 @@ def analyse_one(
     target: str | None,
     aims: tuple[tuple[Any, ...], tuple[str, ...]] | None = None,
 ) -> SensitivityEntry:
+    """:func:`_analyse_one`, with a heartbeat in a log (:func:`pytest_qaccuracy.data.progress.heartbeat`):
+    ``qaccuracy: analysing <pair>: still working (...)`` whenever nothing was printed for ``LOG_INTERVAL``."""
+    from pytest_qaccuracy.data.progress import heartbeat
+
+    with heartbeat(f"qaccuracy: analysing {getattr(spec, 'id', None) or spec.quantized.name}"):
+        return _analyse_one(state, spec, target, aims)
+
+
+def _analyse_one(
+    state: AnalysedSession,
+    spec: PairFiles,
+    target: str | None,
+    aims: tuple[tuple[Any, ...], tuple[str, ...]] | None = None,
+) -> SensitivityEntry:
     """One pair's analysis within its budget: the ranking (when it is expected to fit), then the
     recipe search with what is left (level ``recipe``), aimed at ``aims`` (:func:`recipe_aims`);
     each part gives a one-line reason instead when it does not run or fails. Never raises: a bad
@@ -357,16 +371,17 @@ def _recipe(
 
 def _recipe_progress(checks: Sequence[Any]) -> tuple[Any, Any]:
     """The search's ``on_step`` and ``on_note``: a line per finished step and before a long phase, to
-    the progress the session installed (:func:`pytest_qaccuracy.data.progress.note`: redrawn on a
-    terminal, plain lines in a log at most every ``LOG_INTERVAL``, nothing with ``-q``)."""
+    the progress the session installed (redrawn on a terminal; in a log, every step a plain line
+    (:func:`pytest_qaccuracy.data.progress.step`), the notes at most every ``LOG_INTERVAL``
+    (:func:`~pytest_qaccuracy.data.progress.note`); nothing with ``-q``)."""
     from pytest_qaccuracy.analysis.recipe.checks import parse_checks
-    from pytest_qaccuracy.data.progress import note
+    from pytest_qaccuracy.data.progress import note, step
     from pytest_qaccuracy.report.recipe_tables import step_line
 
     shown = [str(c) for c in parse_checks(list(checks))]
 
-    def on_step(step: Any, best: Any) -> None:
-        note(step_line(step, best, shown))
+    def on_step(done: Any, best: Any) -> None:
+        step(step_line(done, best, shown))
 
     def on_note(text: str) -> None:
         note(f"recipe: {text}")

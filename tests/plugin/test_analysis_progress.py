@@ -112,3 +112,70 @@ def test_xdist_workers_prefix_the_recipe_steps(digits: pytest.Pytester, monkeypa
     lines = result.stderr.lines
     assert any(re.fullmatch(rf"\[gw[01]\] {RECIPE_NOTE}", line) for line in lines), result.stderr.str()
     assert any(line[:5] in ("[gw0]", "[gw1]") and RECIPE_STEP.fullmatch(line[6:]) for line in lines), lines
+
+
+#: The broken pair with a cosine target its starting recipe misses: the search goes on for several steps.
+STRICT_PAIR = """
+FP32, DATA = "models/digits_cnn.onnx", "data/digits_test.npz"
+
+
+def test_broken(qaccuracy, qaccuracy_pair):
+    qaccuracy.check(qaccuracy_pair(FP32, "models/digits_cnn.broken.onnx", DATA), min_cosine=0.9995)
+"""
+
+#: A heartbeat of the end-of-session analysis of the broken pair (interval 0.5 s: "1s" or "0s" since).
+HEARTBEAT = re.compile(
+    r"qaccuracy: analysing digits_cnn\.broken: still working \(\ds since the last line, \d+s in all\)"
+)
+
+
+@needs_cache
+def test_a_log_gets_every_recipe_step_and_a_heartbeat_during_a_long_one(digits: pytest.Pytester, monkeypatch) -> None:
+    """In a log (stderr no terminal), every step of the recipe search (verified or estimated) is a
+    line of its own however close they follow (``LOG_INTERVAL`` throttles record progress and notes
+    only), and a step longer than ``LOG_INTERVAL`` (the first model written, slowed to 1.5 s here)
+    gets ``still working`` lines; with ``-q``, neither."""
+    import time
+    from importlib import import_module
+
+    # the modules the session will import (sys.modules'): an earlier in-process run may leave a
+    # package attribute naming an older copy
+    build = import_module("pytest_qaccuracy.analysis.recipe.build")
+    progress = import_module("pytest_qaccuracy.data.progress")
+    recipe_tables = import_module("pytest_qaccuracy.report.recipe_tables")
+
+    monkeypatch.delenv("QACCURACY_PROGRESS", raising=False)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.5)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:benchmark --qaccuracy-analysis-budget=60s")  # level recipe
+    made: list[tuple[object, str]] = []  # every step the search reported, and its line
+    step_line, write = recipe_tables.step_line, build.RecipeBuilder.write
+
+    def recorded(step, best, checks):
+        made.append((step, step_line(step, best, checks)))
+        return made[-1][1]
+
+    def slow_first(self, recipe, out):
+        if not made:
+            time.sleep(1.5)
+        return write(self, recipe, out)
+
+    monkeypatch.setattr(recipe_tables, "step_line", recorded)
+    monkeypatch.setattr(build.RecipeBuilder, "write", slow_first)
+    digits.makepyfile(test_pairs=STRICT_PAIR)
+    result = digits.runpytest("--qaccuracy-no-artifacts")
+    result.assert_outcomes(failed=1)
+    lines = result.stderr.lines
+    assert all("\x1b" not in line and "\r" not in line for line in lines)  # plain lines
+    assert any(HEARTBEAT.fullmatch(line) for line in lines), result.stderr.str()
+    verified = [line for step, line in made if not step.estimated and step.skipped is None]
+    assert verified and [s.index for s, _ in made] == list(range(len(made)))  # numbered as the search's
+    printed = [line for line in lines if line.startswith("recipe: step ")]
+    assert printed == [line for _, line in made]  # every step, in order, none dropped
+    assert len(verified) >= 2 and len(made) >= 3  # steps 1.. follow within 0.5 s: a throttle would drop them
+    assert any(line.startswith("  recipe meets cosine >= 0.9995") for line in result.outlines)
+
+    made.clear()
+    quiet = digits.runpytest("--qaccuracy-no-artifacts", "-q")
+    quiet.assert_outcomes(failed=1)
+    assert made  # the search ran
+    assert not [line for line in quiet.stderr.lines if "recipe" in line or "still working" in line]
