@@ -507,6 +507,8 @@ def test_command_interrupted_writes_best_so_far(tiny, tmp_path, capsys, monkeypa
         (["--target", "bogus>=1"], "bogus"),
         (["--target", "cosine>=0.9", "--targets", "arm64"], "unknown deployment target 'arm64'"),
         (["--target", "cosine>=0.9", "--budget", "soon"], "budget 'soon'"),
+        (["--target", "cosine>=0.9", "--budget", "10m,40,3"], "budget '10m,40,3': at most one number of experiments"),
+        (["--target", "cosine>=0.9", "--budget", "90s,2m"], "budget '90s,2m': at most one time"),
         (["--target", "cosine>=0.9", "--methods", "magic"], "unknown calibration method 'magic'"),
         (["--target", "cosine>=0.9", "--cost", "float=x"], "cost weight"),
         (

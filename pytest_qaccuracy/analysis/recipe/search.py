@@ -99,13 +99,16 @@ class Budget:
 
     @classmethod
     def parse(cls, text: str) -> Budget:
-        """``90s``, ``10m``, ``1h`` (time) or ``40`` (experiments); several joined by commas."""
+        """``90s``, ``10m``, ``1h`` (time) or ``40`` (experiments); one of each joined by a comma."""
         seconds = experiments = None
         for part in filter(None, (p.strip() for p in (text or "").split(","))):
             match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smh]?)", part)
             if not match or float(match.group(1)) <= 0:
                 raise InputError(f"budget {part!r}: expected a time (90s, 10m, 1h) or a number of experiments (40)")
             value, unit = float(match.group(1)), match.group(2)
+            if (seconds if unit else experiments) is not None:
+                kind = "time" if unit else "number of experiments"
+                raise InputError(f"budget {text!r}: at most one {kind} (10m,40 for both)")
             if unit:
                 seconds = value * {"s": 1, "m": 60, "h": 3600}[unit]
             elif value != int(value):
