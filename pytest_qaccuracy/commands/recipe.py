@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--budget",
         default="",
         metavar="LIMIT",
-        help="stop after a time (90s, 10m, 1h) or experiments (40); both: 10m,40",
+        help="stop after a time (90s, 10m, 1h) or experiments (40); both: 10m,40 (default: unbounded)",
     )
     parser.add_argument("--out-dir", type=Path, required=True, metavar="DIR", help="write the recipe's files to DIR")
     parser.add_argument(
