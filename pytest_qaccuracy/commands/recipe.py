@@ -90,7 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "int16=0.5 for accelerators with 16-bit units)",
     )
     parser.add_argument(
-        "--estimate-records", type=int, default=4, metavar="N", help="calibration records the estimates run on"
+        "--estimate-records",
+        type=int,
+        default=4,
+        metavar="N",
+        help="how many --eval records (the first) the node estimates run on",
     )
     parser.add_argument(
         "--exhaustive-nodes",

@@ -628,3 +628,29 @@ def test_script_of_an_ort_recipe_reads_the_calibration_head(tiny, tmp_path):
     head, whole = by_hand(tiny["calib_array"][:4], "head.onnx"), by_hand(tiny["calib_array"], "whole.onnx")
     assert ours.graph.SerializeToString() == head.graph.SerializeToString()
     assert ours.graph.SerializeToString() != whole.graph.SerializeToString()
+
+
+def test_node_estimates_run_on_the_first_evaluation_records(tiny, monkeypatch):
+    """``estimate_records``: the node phase's estimates read the first N *evaluation* records (as the
+    answer is measured), never the calibration records."""
+    from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
+
+    real, seen = estimate_module.open_session, []
+
+    def spy(pair, data, *args, records=None, **kwargs):
+        seen.append((os.fspath(data) if isinstance(data, (str, os.PathLike)) else data, records))
+        return real(pair, data, *args, records=records, **kwargs)
+
+    monkeypatch.setattr(estimate_module, "open_session", spy)
+    search_recipe(
+        tiny["fp32"],
+        tiny["calib"],
+        tiny["eval"],
+        parse_checks(["sqnr>=500"]),
+        methods=["minmax"],
+        budget=Budget(experiments=2),
+        estimate_records=3,
+        exhaustive_nodes=0,  # the guided node phase: the one that estimates
+        vary=(),
+    )
+    assert seen and all(entry == (os.fspath(tiny["eval"]), 3) for entry in seen), seen

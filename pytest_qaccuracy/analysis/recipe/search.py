@@ -1093,7 +1093,7 @@ def search_recipe(
             costs what float does, as on onnxruntime's CPU provider).
         methods: calibration methods the search tries (default: every method).
         options: onnxruntime options.
-        estimate_records: calibration records the estimates run on.
+        estimate_records: how many evaluation records (the first) the node phase's estimates run on.
         exhaustive_nodes: at most this many candidate nodes: the exhaustive, optimal node phase.
         on_step: called after every experiment with the step and the best so far.
         on_note: called with a line before a long phase (progress).
