@@ -23,7 +23,7 @@ HELP = (
     "search quantize_static arguments (calibration, per-channel, 7-bit weights, types, 16-bit and float nodes) "
     "that meet a target on held-out records on every deployment target"
 )
-#: Exit code when Ctrl-C stopped the search (the best recipe so far is written).
+#: Exit code when Ctrl-C stopped the search (the best recipe so far is written, if one was measured).
 EXIT_INTERRUPTED = 130
 
 
@@ -180,6 +180,9 @@ def run(args: argparse.Namespace) -> int:
     for path in paths:
         sys.stdout.write(f"wrote {path}\n")
     if result.stopped == "interrupted":
-        sys.stderr.write("error: interrupted; the best recipe so far is written\n")
+        if result.best is None:
+            sys.stderr.write("error: interrupted before a recipe was measured; no recipe written\n")
+        else:
+            sys.stderr.write("error: interrupted; the best recipe so far is written\n")
         return EXIT_INTERRUPTED
     return 0 if result.met else 1

@@ -500,6 +500,28 @@ def test_command_interrupted_writes_best_so_far(tiny, tmp_path, capsys, monkeypa
     assert (out / "chain.recipe.onnx").exists()
 
 
+def test_command_interrupted_before_step_0_says_nothing_is_written(tiny, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the starting recipe is built: no recipe measured, and stderr does not claim one is
+    written; the out dir holds no recipe file (the JSON of the search, asked for, is written)."""
+    from pytest_qaccuracy.analysis.recipe import build
+    from pytest_qaccuracy.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build.RecipeBuilder, "write", interrupted)
+    out = tmp_path / "out"
+    code = main(_cli(tiny, out, "--target", "sqnr>=25", "--json", str(tmp_path / "search.json")))
+    captured = capsys.readouterr()
+    assert code == 130
+    assert "no recipe measured (interrupted)" in captured.out
+    assert captured.err.splitlines()[-1] == "error: interrupted before a recipe was measured; no recipe written"
+    assert "so far is written" not in captured.err
+    assert not out.exists() or not any(out.iterdir())
+    document = json.loads((tmp_path / "search.json").read_text())
+    assert document["stopped"] == "interrupted" and document["best"] is None and document["steps"] == []
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
