@@ -522,6 +522,46 @@ def test_command_interrupted_before_step_0_says_nothing_is_written(tiny, tmp_pat
     assert document["stopped"] == "interrupted" and document["best"] is None and document["steps"] == []
 
 
+def test_command_quiet_drops_onnxruntime_calibrator_prints(tiny, tmp_path, capsys):
+    """``-q`` with onnxruntime's own histogram calibrator (it prints "Number of tensors : ..."): nothing
+    on stderr, and stdout holds the command's own lines only."""
+    from pytest_qaccuracy.cli import main
+
+    code = main(
+        _cli(tiny, tmp_path / "out", "--target", "sqnr>=25", "--method", "ort-percentile", "--budget", "1", "-q")
+    )
+    captured = capsys.readouterr()
+    assert code in (0, 1)
+    assert captured.err == ""
+    assert "Number of" not in captured.out and "histogram" not in captured.out
+
+
+def test_ort_calibrator_failure_keeps_what_it_printed(tiny, monkeypatch):
+    """A calibrator that fails: one error naming the model and method, with what it printed (the
+    prints are otherwise dropped); nothing reaches the caller's stdout."""
+    import contextlib
+    import io
+
+    from onnxruntime.quantization import calibrate
+
+    from pytest_qaccuracy.analysis.recipe.build import ort_ranges
+
+    class Failing:
+        def collect_data(self, reader):
+            print("Number of tensors : 9")
+            raise RuntimeError("no histogram")
+
+    monkeypatch.setattr(calibrate, "create_calibrator", lambda *args, **kwargs: Failing())
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout), pytest.raises(InputError) as info:
+        ort_ranges(tiny["fp32"], tiny["calib"], "Percentile")
+    message = str(info.value)
+    assert "\n" not in message and stdout.getvalue() == ""
+    assert message == (
+        f"{tiny['fp32']}: onnxruntime's Percentile calibrator failed (no histogram); it printed: Number of tensors : 9"
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
