@@ -113,6 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.recipe import Budget, Recipe, check_targets, parse_checks, search_recipe
     from pytest_qaccuracy.analysis.recipe.cost import parse_weights
+    from pytest_qaccuracy.analysis.recipe.search import held_out
     from pytest_qaccuracy.atomic import atomic_write_json, check_dir_target, check_file_target
     from pytest_qaccuracy.data.progress import Heartbeat
     from pytest_qaccuracy.errors import InputError
@@ -135,6 +136,11 @@ def run(args: argparse.Namespace) -> int:
     tasks = [task_spec(text) for text in args.task_metric]
     if args.task_targets is not None and not args.task_targets.exists():
         raise InputError(f"--task-targets: {args.task_targets} does not exist")
+    if not held_out(args.data, args.eval):
+        sys.stderr.write(
+            f"warning: --eval {args.eval} is the --data file: the evaluation records are the calibration "
+            "records, not held out\n"
+        )
     start = Recipe(args.method, args.per_channel, args.reduce_range, args.activation_type, args.weight_type)
     shown = [str(c) for c in checks]
 

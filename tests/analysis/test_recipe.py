@@ -473,6 +473,7 @@ def test_command_best_effort_exits_1(tiny, tmp_path, capsys):
     document = json.loads((out / "chain.recipe.json").read_text())
     verified = [s for s in document["steps"] if not s["estimated"]]
     assert document["met"] is False and document["stopped"] == "budget" and len(verified) == 2
+    assert document["held_out"] is True and "held-out records" in captured.out
     assert any(s["estimated"] for s in document["steps"])  # the global phase ranks on estimates, listed
     assert (out / "chain.recipe.onnx").exists()
 
@@ -560,6 +561,27 @@ def test_ort_calibrator_failure_keeps_what_it_printed(tiny, monkeypatch):
     assert message == (
         f"{tiny['fp32']}: onnxruntime's Percentile calibrator failed (no histogram); it printed: Number of tensors : 9"
     )
+
+
+def test_command_warns_when_eval_is_the_calibration_file(tiny, tmp_path, capsys):
+    """``--eval`` naming the ``--data`` file (here through a symlink): one warning line on stderr, even
+    with ``-q``; the verdict and the JSON say the records are not held out."""
+    from pytest_qaccuracy.cli import main
+
+    link = tmp_path / "same.h5"
+    link.symlink_to(tiny["calib"])
+    argv = _cli(
+        tiny, tmp_path / "out", "--target", "sqnr>=25", "--budget", "1", "-q", "--json", str(tmp_path / "s.json")
+    )
+    argv[argv.index("--eval") + 1] = str(link)
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code in (0, 1)
+    assert captured.err.splitlines() == [
+        f"warning: --eval {link} is the --data file: the evaluation records are the calibration records, not held out"
+    ]
+    assert "(16 records, the calibration records: not held out)" in captured.out  # 16 calibration records
+    assert json.loads((tmp_path / "s.json").read_text())["held_out"] is False
 
 
 @pytest.mark.parametrize(

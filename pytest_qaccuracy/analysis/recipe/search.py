@@ -27,6 +27,7 @@ best recipe found either way: the cheapest passing one, else the one closest to 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import itertools
@@ -194,6 +195,7 @@ class RecipeResult:
     model: str | None = field(default=None, compare=False)  # the best model's file while it exists
     ranges: dict[str, tuple[float, float]] | None = field(default=None, compare=False)  # its calibration
     convert_opset: int | None = None  # the opset the fp32 model is converted to before quantize_static
+    held_out: bool = True  # False: the evaluation records are the calibration records (the same file)
 
     @property
     def best_step(self) -> Step | None:
@@ -211,6 +213,7 @@ class RecipeResult:
             "fp32_model": self.fp32,
             "calibration": self.calibration,
             "evaluation": self.evaluation,
+            "held_out": self.held_out,
             "records": self.records,
             "checks": list(self.checks),
             "targets": list(self.targets),
@@ -242,6 +245,7 @@ class RecipeResult:
             data.get("note", ""),
             data.get("quantize_static"),
             convert_opset=data.get("convert_opset"),
+            held_out=bool(data.get("held_out", True)),
         )
 
 
@@ -508,6 +512,7 @@ class RecipeSearch:
             None if best is None else str(self.model_path(best.index)),
             ranges,
             convert_opset=None if best is None else self.builder.convert_opset(best.recipe),
+            held_out=held_out(self.calibration, self.evaluation),
         )
 
     def _global_phase(self) -> Recipe:
@@ -1050,6 +1055,17 @@ def _open(path: Any) -> Any:
     from pytest_qaccuracy.data import load_dataset
 
     return load_dataset(path)
+
+
+def held_out(calibration: Any, evaluation: Any) -> bool:
+    """False when the evaluation records are the calibration records: the same dataset, or two paths
+    to the same file or folder."""
+    if calibration is evaluation:
+        return False
+    if isinstance(calibration, (str, os.PathLike)) and isinstance(evaluation, (str, os.PathLike)):
+        with contextlib.suppress(OSError):
+            return not os.path.samefile(calibration, evaluation)
+    return True
 
 
 def _name(data: Any) -> str:
