@@ -112,6 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.recipe import Budget, Recipe, check_targets, parse_checks, search_recipe
+    from pytest_qaccuracy.analysis.recipe.build import check_onnxruntime
     from pytest_qaccuracy.analysis.recipe.cost import parse_weights
     from pytest_qaccuracy.analysis.recipe.search import held_out
     from pytest_qaccuracy.atomic import atomic_write_json, check_dir_target, check_file_target
@@ -136,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     tasks = [task_spec(text) for text in args.task_metric]
     if args.task_targets is not None and not args.task_targets.exists():
         raise InputError(f"--task-targets: {args.task_targets} does not exist")
+    check_onnxruntime()  # its refusal is the one line, ahead of the warning below
     if not held_out(args.data, args.eval):
         sys.stderr.write(
             f"warning: --eval {args.eval} is the --data file: the evaluation records are the calibration "
