@@ -338,7 +338,7 @@ def check_onnxruntime() -> None:
         raise InputError(
             f"the recipe search writes every recipe through onnxruntime's calibration cache "
             f"(quantize_static's calibration_cache_path), which onnxruntime {onnxruntime.__version__} lacks: "
-            "upgrade onnxruntime"
+            "upgrade onnxruntime to 1.27 or newer"
         )
 
 
