@@ -195,6 +195,24 @@ def test_help_shows_every_default_and_shared_options_read_the_same():
     assert "compare defaults to onnxruntime" in _option_help("run")["--backend"]
 
 
+def test_every_command_says_its_defaults_and_none_is_blank():
+    """Every option of every command (recipe too) with a default says it in its help, and no help
+    shows an empty ``(default: )`` (an empty-string default is said in words: ``--budget``)."""
+    from pytest_qaccuracy.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command, parser in sub.choices.items():
+        helps = _option_help(command)
+        assert all("(default: )" not in text for text in helps.values()), (command, helps)
+        for action in parser._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            default = action.default
+            if not (default is None or default is False or default == [] or default == argparse.SUPPRESS):
+                assert "default" in helps[max(action.option_strings, key=len)], (command, action.option_strings)
+    assert _option_help("recipe")["--budget"].endswith("(default: unbounded)")
+
+
 def test_one_name_per_option_no_aliases_nor_abbreviations(capsys):
     from pytest_qaccuracy.cli import build_parser
 

@@ -25,7 +25,7 @@ class HelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
-        unset = default is None or default is False or default == argparse.SUPPRESS or default == []
+        unset = default is None or default is False or default == argparse.SUPPRESS or default in ([], "")
         if unset or "default" in text or not action.option_strings:
             return text
         shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else "%(default)s"

@@ -23,7 +23,7 @@ HELP = (
     "search quantize_static arguments (calibration, per-channel, 7-bit weights, types, 16-bit and float nodes) "
     "that meet a target on held-out records on every deployment target"
 )
-#: Exit code when Ctrl-C stopped the search (the best recipe so far is written).
+#: Exit code when Ctrl-C stopped the search (the best recipe so far is written, if one was measured).
 EXIT_INTERRUPTED = 130
 
 
@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--budget",
         default="",
         metavar="LIMIT",
-        help="stop after a time (90s, 10m, 1h) or experiments (40); both: 10m,40",
+        help="stop after a time (90s, 10m, 1h) or experiments (40); both: 10m,40 (default: unbounded)",
     )
     parser.add_argument("--out-dir", type=Path, required=True, metavar="DIR", help="write the recipe's files to DIR")
     parser.add_argument(
@@ -90,7 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "int16=0.5 for accelerators with 16-bit units)",
     )
     parser.add_argument(
-        "--estimate-records", type=int, default=4, metavar="N", help="calibration records the estimates run on"
+        "--estimate-records",
+        type=int,
+        default=4,
+        metavar="N",
+        help="how many --eval records (the first) the node estimates run on",
     )
     parser.add_argument(
         "--exhaustive-nodes",
@@ -108,7 +112,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pytest_qaccuracy.analysis.recipe import Budget, Recipe, check_targets, parse_checks, search_recipe
+    from pytest_qaccuracy.analysis.recipe.build import check_onnxruntime
     from pytest_qaccuracy.analysis.recipe.cost import parse_weights
+    from pytest_qaccuracy.analysis.recipe.search import held_out
     from pytest_qaccuracy.atomic import atomic_write_json, check_dir_target, check_file_target
     from pytest_qaccuracy.data.progress import Heartbeat
     from pytest_qaccuracy.errors import InputError
@@ -131,6 +137,12 @@ def run(args: argparse.Namespace) -> int:
     tasks = [task_spec(text) for text in args.task_metric]
     if args.task_targets is not None and not args.task_targets.exists():
         raise InputError(f"--task-targets: {args.task_targets} does not exist")
+    check_onnxruntime()  # its refusal is the one line, ahead of the warning below
+    if not held_out(args.data, args.eval):
+        sys.stderr.write(
+            f"warning: --eval {args.eval} is the --data file: the evaluation records are the calibration "
+            "records, not held out\n"
+        )
     start = Recipe(args.method, args.per_channel, args.reduce_range, args.activation_type, args.weight_type)
     shown = [str(c) for c in checks]
 
@@ -176,6 +188,9 @@ def run(args: argparse.Namespace) -> int:
     for path in paths:
         sys.stdout.write(f"wrote {path}\n")
     if result.stopped == "interrupted":
-        sys.stderr.write("error: interrupted; the best recipe so far is written\n")
+        if result.best is None:
+            sys.stderr.write("error: interrupted before a recipe was measured; no recipe written\n")
+        else:
+            sys.stderr.write("error: interrupted; the best recipe so far is written\n")
         return EXIT_INTERRUPTED
     return 0 if result.met else 1

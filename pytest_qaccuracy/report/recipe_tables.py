@@ -98,7 +98,8 @@ def _cut(text: str) -> str:
 def verdict_lines(result: RecipeResult) -> list[str]:
     """What was found: the recipe and its verified figures, or how far the best is from the target."""
     step = result.best_step
-    where = f"on {result.evaluation} ({result.records} held-out records)"
+    kind = "held-out records" if result.held_out else "records, the calibration records: not held out"
+    where = f"on {result.evaluation} ({result.records} {kind})"
     if step is None:
         return [f"no recipe measured ({result.note or result.stopped})"]
     figures = "; ".join(

@@ -473,6 +473,7 @@ def test_command_best_effort_exits_1(tiny, tmp_path, capsys):
     document = json.loads((out / "chain.recipe.json").read_text())
     verified = [s for s in document["steps"] if not s["estimated"]]
     assert document["met"] is False and document["stopped"] == "budget" and len(verified) == 2
+    assert document["held_out"] is True and "held-out records" in captured.out
     assert any(s["estimated"] for s in document["steps"])  # the global phase ranks on estimates, listed
     assert (out / "chain.recipe.onnx").exists()
 
@@ -500,6 +501,89 @@ def test_command_interrupted_writes_best_so_far(tiny, tmp_path, capsys, monkeypa
     assert (out / "chain.recipe.onnx").exists()
 
 
+def test_command_interrupted_before_step_0_says_nothing_is_written(tiny, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the starting recipe is built: no recipe measured, and stderr does not claim one is
+    written; the out dir holds no recipe file (the JSON of the search, asked for, is written)."""
+    from pytest_qaccuracy.analysis.recipe import build
+    from pytest_qaccuracy.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build.RecipeBuilder, "write", interrupted)
+    out = tmp_path / "out"
+    code = main(_cli(tiny, out, "--target", "sqnr>=25", "--json", str(tmp_path / "search.json")))
+    captured = capsys.readouterr()
+    assert code == 130
+    assert "no recipe measured (interrupted)" in captured.out
+    assert captured.err.splitlines()[-1] == "error: interrupted before a recipe was measured; no recipe written"
+    assert "so far is written" not in captured.err
+    assert not out.exists() or not any(out.iterdir())
+    document = json.loads((tmp_path / "search.json").read_text())
+    assert document["stopped"] == "interrupted" and document["best"] is None and document["steps"] == []
+
+
+def test_command_quiet_drops_onnxruntime_calibrator_prints(tiny, tmp_path, capsys):
+    """``-q`` with onnxruntime's own histogram calibrator (it prints "Number of tensors : ..."): nothing
+    on stderr, and stdout holds the command's own lines only."""
+    from pytest_qaccuracy.cli import main
+
+    code = main(
+        _cli(tiny, tmp_path / "out", "--target", "sqnr>=25", "--method", "ort-percentile", "--budget", "1", "-q")
+    )
+    captured = capsys.readouterr()
+    assert code in (0, 1)
+    assert captured.err == ""
+    assert "Number of" not in captured.out and "histogram" not in captured.out
+
+
+def test_ort_calibrator_failure_keeps_what_it_printed(tiny, monkeypatch):
+    """A calibrator that fails: one error naming the model and method, with what it printed (the
+    prints are otherwise dropped); nothing reaches the caller's stdout."""
+    import contextlib
+    import io
+
+    from onnxruntime.quantization import calibrate
+
+    from pytest_qaccuracy.analysis.recipe.build import ort_ranges
+
+    class Failing:
+        def collect_data(self, reader):
+            print("Number of tensors : 9")
+            raise RuntimeError("no histogram")
+
+    monkeypatch.setattr(calibrate, "create_calibrator", lambda *args, **kwargs: Failing())
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout), pytest.raises(InputError) as info:
+        ort_ranges(tiny["fp32"], tiny["calib"], "Percentile")
+    message = str(info.value)
+    assert "\n" not in message and stdout.getvalue() == ""
+    assert message == (
+        f"{tiny['fp32']}: onnxruntime's Percentile calibrator failed (no histogram); it printed: Number of tensors : 9"
+    )
+
+
+def test_command_warns_when_eval_is_the_calibration_file(tiny, tmp_path, capsys):
+    """``--eval`` naming the ``--data`` file (here through a symlink): one warning line on stderr, even
+    with ``-q``; the verdict and the JSON say the records are not held out."""
+    from pytest_qaccuracy.cli import main
+
+    link = tmp_path / "same.h5"
+    link.symlink_to(tiny["calib"])
+    argv = _cli(
+        tiny, tmp_path / "out", "--target", "sqnr>=25", "--budget", "1", "-q", "--json", str(tmp_path / "s.json")
+    )
+    argv[argv.index("--eval") + 1] = str(link)
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code in (0, 1)
+    assert captured.err.splitlines() == [
+        f"warning: --eval {link} is the --data file: the evaluation records are the calibration records, not held out"
+    ]
+    assert "(16 records, the calibration records: not held out)" in captured.out  # 16 calibration records
+    assert json.loads((tmp_path / "s.json").read_text())["held_out"] is False
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -507,6 +591,8 @@ def test_command_interrupted_writes_best_so_far(tiny, tmp_path, capsys, monkeypa
         (["--target", "bogus>=1"], "bogus"),
         (["--target", "cosine>=0.9", "--targets", "arm64"], "unknown deployment target 'arm64'"),
         (["--target", "cosine>=0.9", "--budget", "soon"], "budget 'soon'"),
+        (["--target", "cosine>=0.9", "--budget", "10m,40,3"], "budget '10m,40,3': at most one number of experiments"),
+        (["--target", "cosine>=0.9", "--budget", "90s,2m"], "budget '90s,2m': at most one time"),
         (["--target", "cosine>=0.9", "--methods", "magic"], "unknown calibration method 'magic'"),
         (["--target", "cosine>=0.9", "--cost", "float=x"], "cost weight"),
         (
@@ -626,3 +712,29 @@ def test_script_of_an_ort_recipe_reads_the_calibration_head(tiny, tmp_path):
     head, whole = by_hand(tiny["calib_array"][:4], "head.onnx"), by_hand(tiny["calib_array"], "whole.onnx")
     assert ours.graph.SerializeToString() == head.graph.SerializeToString()
     assert ours.graph.SerializeToString() != whole.graph.SerializeToString()
+
+
+def test_node_estimates_run_on_the_first_evaluation_records(tiny, monkeypatch):
+    """``estimate_records``: the node phase's estimates read the first N *evaluation* records (as the
+    answer is measured), never the calibration records."""
+    from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
+
+    real, seen = estimate_module.open_session, []
+
+    def spy(pair, data, *args, records=None, **kwargs):
+        seen.append((os.fspath(data) if isinstance(data, (str, os.PathLike)) else data, records))
+        return real(pair, data, *args, records=records, **kwargs)
+
+    monkeypatch.setattr(estimate_module, "open_session", spy)
+    search_recipe(
+        tiny["fp32"],
+        tiny["calib"],
+        tiny["eval"],
+        parse_checks(["sqnr>=500"]),
+        methods=["minmax"],
+        budget=Budget(experiments=2),
+        estimate_records=3,
+        exhaustive_nodes=0,  # the guided node phase: the one that estimates
+        vary=(),
+    )
+    assert seen and all(entry == (os.fspath(tiny["eval"]), 3) for entry in seen), seen

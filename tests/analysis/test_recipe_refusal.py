@@ -23,4 +23,5 @@ def test_recipe_refuses_an_onnxruntime_without_calibration_caches(tmp_path, caps
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: the recipe search writes every recipe through onnxruntime's calibration cache")
+    assert err.strip().endswith("lacks: upgrade onnxruntime to 1.27 or newer")
     assert err.strip().count("\n") == 0 and not out.exists()

@@ -11,9 +11,9 @@ records with the defaults ``quantize_static`` gives them; their ranges are cache
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -297,6 +297,7 @@ def ort_ranges(
     from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
 
     reader = DatasetReader(calibration, str(fp32))
+    chatter = io.StringIO()
     with tempfile.TemporaryDirectory(prefix="qaccuracy-recipe-") as tmp:
         root = logging.getLogger()
         level = root.level
@@ -309,12 +310,15 @@ def ort_ranges(
                 calibrate_method=getattr(CalibrationMethod, method),
                 extra_options=dict(extra or {}),
             )
-            # onnxruntime's histogram calibrators print their progress: onto stderr, not the caller's stdout
-            with contextlib.redirect_stdout(sys.stderr):
+            # onnxruntime's histogram calibrators print their progress ("Number of tensors : 9"): kept
+            # for an error (this call's prints only), else dropped (the search's own lines say the rest)
+            with contextlib.redirect_stdout(chatter):
                 calibrator.collect_data(reader)
                 data = calibrator.compute_data()
         except (ValueError, KeyError, RuntimeError) as exc:
-            raise InputError(f"{fp32}: onnxruntime's {method} calibrator failed ({exc})") from None
+            said = "; ".join(line.strip() for line in chatter.getvalue().splitlines()[-4:] if line.strip())
+            printed = f"; it printed: {said}" if said else ""
+            raise InputError(f"{fp32}: onnxruntime's {method} calibrator failed ({exc}){printed}") from None
         finally:
             root.setLevel(level)
     ranges = {}
@@ -337,7 +341,7 @@ def check_onnxruntime() -> None:
         raise InputError(
             f"the recipe search writes every recipe through onnxruntime's calibration cache "
             f"(quantize_static's calibration_cache_path), which onnxruntime {onnxruntime.__version__} lacks: "
-            "upgrade onnxruntime"
+            "upgrade onnxruntime to 1.27 or newer"
         )
 
 

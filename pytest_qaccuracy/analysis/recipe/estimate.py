@@ -55,7 +55,7 @@ class Estimator:
         self,
         fp32: str | os.PathLike[str],
         quantized: str | os.PathLike[str],
-        calibration: Dataset | str | os.PathLike[str],
+        evaluation: Dataset | str | os.PathLike[str],
         checks: Sequence[Check],
         options: RuntimeOptions,
         records: int,
@@ -74,7 +74,8 @@ class Estimator:
             metrics = list(dict.fromkeys([*metrics, PROXY.metric]))
         pair = ModelPair(str(fp32), str(quantized))
         # as deployed (onnxruntime's graph optimizations and integer kernels), as the answer is measured
-        self.session = open_session(pair, calibration, metrics, options, capture="deployed", records=records)
+        # the first ``records`` evaluation records (those the answer is measured on), not the calibration's
+        self.session = open_session(pair, evaluation, metrics, options, capture="deployed", records=records)
         self.options = options
         self.qgraph = self.session.qgraph
         self.label = Path(quantized).name

@@ -27,6 +27,7 @@ best recipe found either way: the cheapest passing one, else the one closest to 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import itertools
@@ -103,13 +104,16 @@ class Budget:
 
     @classmethod
     def parse(cls, text: str) -> Budget:
-        """``90s``, ``10m``, ``1h`` (time) or ``40`` (experiments); several joined by commas."""
+        """``90s``, ``10m``, ``1h`` (time) or ``40`` (experiments); one of each joined by a comma."""
         seconds = experiments = None
         for part in filter(None, (p.strip() for p in (text or "").split(","))):
             match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smh]?)", part)
             if not match or float(match.group(1)) <= 0:
                 raise InputError(f"budget {part!r}: expected a time (90s, 10m, 1h) or a number of experiments (40)")
             value, unit = float(match.group(1)), match.group(2)
+            if (seconds if unit else experiments) is not None:
+                kind = "time" if unit else "number of experiments"
+                raise InputError(f"budget {text!r}: at most one {kind} (10m,40 for both)")
             if unit:
                 seconds = value * {"s": 1, "m": 60, "h": 3600}[unit]
             elif value != int(value):
@@ -195,6 +199,7 @@ class RecipeResult:
     model: str | None = field(default=None, compare=False)  # the best model's file while it exists
     ranges: dict[str, tuple[float, float]] | None = field(default=None, compare=False)  # its calibration
     convert_opset: int | None = None  # the opset the fp32 model is converted to before quantize_static
+    held_out: bool = True  # False: the evaluation records are the calibration records (the same file)
 
     @property
     def best_step(self) -> Step | None:
@@ -212,6 +217,7 @@ class RecipeResult:
             "fp32_model": self.fp32,
             "calibration": self.calibration,
             "evaluation": self.evaluation,
+            "held_out": self.held_out,
             "records": self.records,
             "checks": list(self.checks),
             "targets": list(self.targets),
@@ -243,6 +249,7 @@ class RecipeResult:
             data.get("note", ""),
             data.get("quantize_static"),
             convert_opset=data.get("convert_opset"),
+            held_out=bool(data.get("held_out", True)),
         )
 
 
@@ -509,6 +516,7 @@ class RecipeSearch:
             None if best is None else str(self.model_path(best.index)),
             ranges,
             convert_opset=None if best is None else self.builder.convert_opset(best.recipe),
+            held_out=held_out(self.calibration, self.evaluation),
         )
 
     def _global_phase(self) -> Recipe:
@@ -1070,6 +1078,17 @@ def _open(path: Any) -> Any:
     return load_dataset(path)
 
 
+def held_out(calibration: Any, evaluation: Any) -> bool:
+    """False when the evaluation records are the calibration records: the same dataset, or two paths
+    to the same file or folder."""
+    if calibration is evaluation:
+        return False
+    if isinstance(calibration, (str, os.PathLike)) and isinstance(evaluation, (str, os.PathLike)):
+        with contextlib.suppress(OSError):
+            return not os.path.samefile(calibration, evaluation)
+    return True
+
+
 def _name(data: Any) -> str:
     return getattr(data, "name", None) or Path(str(data)).name
 
@@ -1111,7 +1130,7 @@ def search_recipe(
             costs what float does, as on onnxruntime's CPU provider).
         methods: calibration methods the search tries (default: every method).
         options: onnxruntime options.
-        estimate_records: calibration records the estimates run on.
+        estimate_records: how many evaluation records (the first) the node phase's estimates run on.
         exhaustive_nodes: at most this many candidate nodes: the exhaustive, optimal node phase.
         on_step: called after every experiment with the step and the best so far.
         on_note: called with a line before a long phase (progress).
