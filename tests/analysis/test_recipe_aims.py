@@ -4,6 +4,7 @@ semantics (one output or view, strict bounds) in ``judge`` and in the Evaluator,
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -82,20 +83,10 @@ def test_a_failed_check_maps_to_the_check_that_measures_it(outcome: Outcome, exp
 
 
 def test_rtol_atol_is_the_allclose_check_with_both_numbers() -> None:
-    outcome = Outcome(
-        kind="tolerance",
-        check="rtol",
-        scope="output",
-        subject="output 'logits'",
-        metric="relative",
-        op="<=",
-        threshold=0.0,
-        value=0.25,
-        passed=False,
-        source="marker",
-        detail="...",
-        params={"rtol": 0.1, "atol": 2.0},
+    outcome = replace(
+        _tolerance("rtol", "relative", "<=", 0.0, 0.25), params={"rtol": 0.1, "atol": 2.0}, source="marker"
     )
+    assert not outcome.passed
     found = aim(outcome)
     assert found == Check("allclose", 0.0, False, "allclose", 1.0, rtol=0.1, atol=2.0)
     assert str(found) == "allclose <= 0 (rtol=0.1, atol=2)"
