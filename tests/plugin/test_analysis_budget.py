@@ -71,7 +71,9 @@ def test_default_analysis_is_bounded_and_gives_a_verified_recipe(defaults: pytes
         assert shown[0].startswith(
             "recipe meets cosine >= 0.99 and min_top1_agreement >= 0.9 on digits_test.npz (150 held-out records)"
         )
-        assert shown[1].strip().startswith("method=minmax ")
+        # the recipe on all the pair's records (or why not: the budget), then the recipe itself
+        assert shown[1].strip().startswith(("on all 300 records of the pair's data", "not measured on all"))
+        assert shown[2].strip().startswith("method=minmax ")
         assert shown[-1] == "  recipe files in the artifacts folder: " + ", ".join(recipe["files"].values())
     else:
         assert shown == [recipe["note"]]
