@@ -846,7 +846,7 @@ class RecipeSearch:
                     return
 
     def _assignment_cost(self, nodes: Sequence[str], assignment: Sequence[str]) -> float:
-        return round(sum(self.cost.node(n, p) for n, p in zip(nodes, assignment, strict=True)), 9)
+        return assignment_cost(nodes, assignment, self.cost)
 
     def global_space(self, base: Recipe) -> list[Recipe]:
         """Every global recipe the search may choose: the product of the choices it varies (the others
@@ -1031,6 +1031,11 @@ class RecipeSearch:
         return None
 
 
+def assignment_cost(nodes: Sequence[str], assignment: Sequence[str], cost: CostModel) -> float:
+    """The absolute cost of one per-node assignment, rounded so that equal sums compare equal."""
+    return round(sum(cost.node(n, p) for n, p in zip(nodes, assignment, strict=True)), 9)
+
+
 def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -> Iterator[tuple[str, ...]]:
     """Every assignment of ``levels`` to ``nodes`` in nondecreasing cost (ties: fewer wide nodes,
     then lexicographic), lazily: a heap over assignments, each raised one level at one node."""
@@ -1038,8 +1043,11 @@ def cost_ordered(nodes: Sequence[str], levels: Sequence[str], cost: CostModel) -
     start = tuple(levels[0] for _ in nodes)
 
     def key(assignment: tuple[str, ...]) -> tuple[float, int, tuple[int, ...]]:
-        total = sum(cost.node(n, p) for n, p in zip(nodes, assignment, strict=True))
-        return (round(total, 9), sum(p != levels[0] for p in assignment), tuple(rank[p] for p in assignment))
+        return (
+            assignment_cost(nodes, assignment, cost),
+            sum(p != levels[0] for p in assignment),
+            tuple(rank[p] for p in assignment),
+        )
 
     heap, seen = [(key(start), start)], {start}
     while heap:
