@@ -2,10 +2,16 @@
 
     python scripts/build_corpus.py          # once: .corpus/ (or $QACCURACY_CORPUS_DIR)
     python bench/calibration_quality.py [--models ppocr_rec,yolov8n] [--recipes u8s8,s8s8_pc]
-                                        [--methods ort-minmax,...,auto] [--eval-records 16] [--json OUT]
+                                        [--methods ort-minmax,...,auto] [--eval-records 128]
+                                        [--calib-records N] [--json OUT]
 
 ``--models`` also takes the bench nets ``net:detector`` and ``net:mobile_detector`` (``bench/netzoo.py``,
-128x128, random weights): 16 calibration images (seed 1) and 16 held-out ones (seed 3).
+128x128, random weights): 16 calibration images (seed 1) and the held-out ones (seed 3).
+
+``--calib-records N`` calibrates every method on N records made by the corpus's own maker with the
+calibration seed (1) instead of the corpus's ``calib`` set (8-24 records; the digits: the first N
+training digits), for every method alike: how far a choice made on the calibration records carries
+over depends on how many there are.
 
 For each model and recipe, every method calibrates on the corpus's ``calib`` records and onnxruntime's
 ``quantize_static`` writes the QDQ model (ours through ``qaccuracy``'s calibration, onnxruntime's
@@ -13,7 +19,9 @@ For each model and recipe, every method calibrates on the corpus's ``calib`` rec
 ``DatasetReader``). Each model is then run by onnxruntime on **held-out records made with another
 seed** (``scripts/corpus_data.py``, seed 3; the digits' 48 held-out test digits), never the
 calibration records, and compared with the fp32 model: SQNR of the worst float output
-(``10 log10(sum x^2 / sum (x - q)^2)`` over all held-out records) and its cosine similarity.
+(``10 log10(sum x^2 / sum (x - q)^2)`` over all held-out records) and its cosine similarity. Each
+row keeps every float output's per-record sums, from which ``--markdown`` draws a 95 % paired
+bootstrap interval of ``auto``'s margin over the best of onnxruntime's calibrators.
 
 Recipes: ``u8s8`` (uint8 activations, int8 weights per tensor: the corpus's ``qdq_u8s8``),
 ``s8s8_pc`` (int8 activations, int8 weights per channel: ``qdq_s8s8_pc``; opset < 13 models are
@@ -40,27 +48,47 @@ MODELS = ("ppocr_cls", "ppocr_det", "ppocr_rec", "yolov8n", "silero_vad", "minil
 METHODS = ("ort-minmax", "ort-entropy", "ort-percentile", "minmax", "percentile", "moving-average", "kl", "mse", "auto")
 #: the held-out records' seed: the corpus's calibration records use 1 and its test records 2
 EVAL_SEED = 3
+CALIB_SEED = 1
+#: each corpus model's record maker in ``scripts/corpus_data.py`` (the digits are read, not made)
+MAKERS = {
+    "ppocr_cls": lambda m: m.text_orientation,
+    "ppocr_det": lambda m: m.text_pages,
+    "ppocr_rec": lambda m: m.text_lines,
+    "yolov8n": lambda m: m.scenes,
+    "silero_vad": lambda m: m.speech,
+    "minilm_l3": lambda m: m.sentences,
+}
 
 
 def held_out(name: str, count: int, folder: Path) -> Path:
     """A ``.npz`` of held-out records for a corpus model (its own maker, another seed)."""
     import corpus_data
 
-    makers = {
-        "ppocr_cls": corpus_data.text_orientation,
-        "ppocr_det": corpus_data.text_pages,
-        "ppocr_rec": corpus_data.text_lines,
-        "yolov8n": corpus_data.scenes,
-        "silero_vad": corpus_data.speech,
-        "minilm_l3": corpus_data.sentences,
-    }
-    inputs = corpus_data.digits("test")[0] if name == "digits_mlp" else makers[name](count, EVAL_SEED)[0]
+    inputs = corpus_data.digits("test")[0] if name == "digits_mlp" else MAKERS[name](corpus_data)(count, EVAL_SEED)[0]
     path = folder / f"{name}.eval.npz"
     np.savez(path, **inputs)
     return path
 
 
-def bench_net(name: str, folder: Path, count: int) -> tuple[Path, Path, Path]:
+def calibration_records(name: str, count: int, folder: Path) -> Path:
+    """A ``.npz`` of ``count`` calibration records for a corpus model: its maker, the calibration seed."""
+    import corpus_data
+
+    if name == "digits_mlp":
+        from sklearn.datasets import load_digits
+
+        if not 0 < count <= 1200:
+            raise SystemExit(f"--calib-records: the digits have 1200 training records, not {count}")
+        features = (load_digits().data[:count] / 16.0).astype(np.float32)
+        inputs = {"input": features[:, np.newaxis]}
+    else:
+        inputs = MAKERS[name](corpus_data)(count, CALIB_SEED)[0]
+    path = folder / f"{name}.calib.npz"
+    np.savez(path, **inputs)
+    return path
+
+
+def bench_net(name: str, folder: Path, count: int, calib_count: int = 16) -> tuple[Path, Path, Path]:
     """A bench net (``net:detector``, ``net:mobile_detector``), its calibration and held-out images."""
     sys.path.insert(0, str(ROOT / "bench"))
     import netzoo
@@ -68,7 +96,7 @@ def bench_net(name: str, folder: Path, count: int) -> tuple[Path, Path, Path]:
     kind = name.split(":", 1)[1]
     model = getattr(netzoo, kind)(folder / f"{kind}.onnx", size=128)
     calib, held = folder / f"{kind}.calib.npz", folder / f"{kind}.eval.npz"
-    np.savez(calib, x=netzoo.images(16, size=128, seed=1)[:, 0])
+    np.savez(calib, x=netzoo.images(calib_count, size=128, seed=CALIB_SEED)[:, 0])
     np.savez(held, x=netzoo.images(count, size=128, seed=EVAL_SEED)[:, 0])
     return model, calib, held
 
@@ -111,22 +139,64 @@ def quantize(method: str, fp32: Path, calib: Path, out: Path, recipe: str) -> fl
     return time.perf_counter() - start
 
 
-def outputs(model: Path, records: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def outputs(model: Path, records: list[dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
+    """Each output's values, record by record."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     runs = [session.run(names, r) for r in records]
-    return {n: np.concatenate([np.ravel(run[i]) for run in runs]) for i, n in enumerate(names)}
+    return {n: [np.ravel(run[i]) for run in runs] for i, n in enumerate(names)}
 
 
-def accuracy(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray]) -> tuple[float, float]:
-    """(SQNR in dB, cosine) of the worst float output."""
-    sqnr, cosine = np.inf, 1.0
-    for name, x in reference.items():
-        if x.dtype.kind != "f":
+def per_record(reference: dict[str, list[np.ndarray]], quantized: dict[str, list[np.ndarray]]) -> dict[str, list]:
+    """Each float output's ``[sum x^2, sum (x - q)^2]`` record by record: what the bootstrap resamples."""
+    sums = {}
+    for name, xs in reference.items():
+        if xs[0].dtype.kind != "f":
             continue
-        x, q = x.astype(np.float64), quantized[name].astype(np.float64)
+        pairs = zip(xs, quantized[name], strict=True)
+        sums[name] = [
+            [float(np.sum(np.square(x.astype(np.float64)))), float(np.sum(np.square(x.astype(np.float64) - q)))]
+            for x, q in pairs
+        ]
+    return sums
+
+
+def sqnr_of(sums: dict[str, np.ndarray]) -> float:
+    """SQNR in dB of the worst output, from ``{output: (records, 2) array of [energy, noise]}``."""
+    worst = np.inf
+    for pairs in sums.values():
+        energy, noise = pairs.sum(axis=0)
+        worst = min(worst, 10 * np.log10(energy / noise) if noise > 0 else np.inf)
+    return float(worst)
+
+
+def margin_interval(got: dict[str, dict], resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """95 % paired-bootstrap interval of ``auto``'s SQNR minus the best of onnxruntime's calibrators,
+    the same held-out records drawn for every method (the best is taken again in each resample)."""
+    theirs = [m for m, row in got.items() if m.startswith("ort-") and row.get("per_record")]
+    if "auto" not in got or not got["auto"].get("per_record") or not theirs:
+        return None
+    arrays = {m: {o: np.asarray(v) for o, v in got[m]["per_record"].items()} for m in [*theirs, "auto"]}
+    count = len(next(iter(arrays["auto"].values())))
+    rng = np.random.default_rng(seed)
+    margins = []
+    for _ in range(resamples):
+        pick = rng.integers(0, count, count)
+        drawn = {m: {o: a[pick] for o, a in outs.items()} for m, outs in arrays.items()}
+        margins.append(sqnr_of(drawn["auto"]) - max(sqnr_of(drawn[m]) for m in theirs))
+    low, high = np.percentile(margins, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def accuracy(reference: dict[str, list[np.ndarray]], quantized: dict[str, list[np.ndarray]]) -> tuple[float, float]:
+    """(SQNR in dB, cosine) of the worst float output, over all records."""
+    sqnr, cosine = np.inf, 1.0
+    for name, xs in reference.items():
+        if xs[0].dtype.kind != "f":
+            continue
+        x, q = np.concatenate(xs).astype(np.float64), np.concatenate(quantized[name]).astype(np.float64)
         noise = np.sum((x - q) ** 2)
         sqnr = min(sqnr, 10 * np.log10(np.sum(x * x) / noise) if noise > 0 else np.inf)
         norms = np.linalg.norm(x) * np.linalg.norm(q)
@@ -135,20 +205,25 @@ def accuracy(reference: dict[str, np.ndarray], quantized: dict[str, np.ndarray])
 
 
 def markdown(rows: list[dict]) -> str:
-    """One line per model and recipe: SQNR (dB) of each method, onnxruntime's best, auto's margin."""
+    """One line per model and recipe: SQNR (dB) of each method, onnxruntime's best, auto's margin and,
+    where the rows have their per-record sums, the margin's 95 % paired-bootstrap interval."""
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    table: dict[tuple[str, str], dict[str, float | None]] = {}
+    table: dict[tuple[str, str], dict[str, dict]] = {}
     for r in rows:
-        table.setdefault((r["model"], r["recipe"]), {})[r["method"]] = r.get("sqnr_db")
-    head = ["model", "recipe", *methods, "onnxruntime's best", "auto - best"]
+        table.setdefault((r["model"], r["recipe"]), {})[r["method"]] = r
+    head = ["model", "recipe", *methods, "onnxruntime's best", "auto - best", "95 % interval"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (model, recipe), got in table.items():
-        theirs = [v for m, v in got.items() if m.startswith("ort-") and v is not None]
+        sqnr = {m: row.get("sqnr_db") for m, row in got.items()}
+        theirs = [v for m, v in sqnr.items() if m.startswith("ort-") and v is not None]
         best = max(theirs) if theirs else None
-        cells = [f"{got[m]:.2f}" if got.get(m) is not None else "-" for m in methods]
-        margin = got.get("auto")
+        cells = [f"{sqnr[m]:.2f}" if sqnr.get(m) is not None else "-" for m in methods]
+        margin = sqnr.get("auto")
         delta = f"{margin - best:+.2f}" if margin is not None and best is not None else "-"
-        lines.append(f"| {model} | {recipe} | " + " | ".join(cells) + f" | {best:.2f} | {delta} |")
+        interval = margin_interval(got)
+        spread = f"{interval[0]:+.2f} .. {interval[1]:+.2f}" if interval else "-"
+        shown = f"{best:.2f}" if best is not None else "-"
+        lines.append(f"| {model} | {recipe} | " + " | ".join(cells) + f" | {shown} | {delta} | {spread} |")
     return "\n".join(lines)
 
 
@@ -157,7 +232,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--recipes", default="u8s8,s8s8_pc,qop_u8s8")
     parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--eval-records", type=int, default=16)
+    parser.add_argument("--eval-records", type=int, default=128)
+    parser.add_argument("--calib-records", type=int, help="calibrate on this many made records, not the corpus's")
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--markdown", type=Path, metavar="ROWS.json", help="print the table of a --json file and stop")
     args = parser.parse_args()
@@ -173,10 +249,12 @@ def main() -> None:
         folder = Path(tmp)
         for name in args.models.split(","):
             if name.startswith("net:"):
-                fp32, calib, data = bench_net(name, folder, args.eval_records)
+                fp32, calib, data = bench_net(name, folder, args.eval_records, args.calib_records or 16)
             else:
                 meta = json.loads((corpus / name / "model.json").read_text())
                 fp32, calib = corpus / name / "fp32.onnx", corpus / name / meta["data"]["calib"]
+                if args.calib_records:
+                    calib = calibration_records(name, args.calib_records, folder)
                 data = held_out(name, args.eval_records, folder)
             records = list(bind_dataset(load_dataset(data), graph_inputs(load_model(fp32))).iter_records())
             reference = outputs(fp32, records)
@@ -185,11 +263,14 @@ def main() -> None:
                     out = folder / f"{name}.{recipe}.{method}.onnx"
                     try:
                         seconds = quantize(method, fp32, calib, out, recipe)
-                        sqnr, cosine = accuracy(reference, outputs(out, records))
+                        got = outputs(out, records)
+                        sqnr, cosine = accuracy(reference, got)
                         row = {"sqnr_db": sqnr, "cosine": cosine, "seconds": seconds}
+                        row["per_record"] = per_record(reference, got)
                     except Exception as exc:  # a method onnxruntime refuses is a row, not the end
                         row = {"error": str(exc).splitlines()[0][:200]}
                     row |= {"model": name, "recipe": recipe, "method": method, "eval_records": len(records)}
+                    row["calib_records"] = args.calib_records
                     rows.append(row)
                     if "error" in row:
                         figures = row["error"]

@@ -18,7 +18,7 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 from onnxruntime.quantization.quant_utils import compute_scale_zp
 
 from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
-from pytest_qaccuracy.analysis.calibration.auto import Evaluator, choice_runs
+from pytest_qaccuracy.analysis.calibration.auto import Evaluator, choice_runs, majority
 from pytest_qaccuracy.analysis.calibration.cache import calibrated_model, content_key
 from pytest_qaccuracy.analysis.calibration.candidates import ort_percentile_range
 from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
@@ -272,6 +272,44 @@ def test_evaluator_errors_match_an_independent_computation(signal, tmp_path):
     simulated = evaluator.errors(choice_runs(evaluator.session(params.model), params, {"m": observed}))["m"]
     plain = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     assert simulated == pytest.approx(_output_error(signal["fp32"], base, signal["calib"], plain), rel=1e-9)
+
+
+def test_wins_count_the_records_where_a_model_beats_min_max(signal, tmp_path):
+    """``against``: per record, each model's error (squared error over energy) compared with min/max's,
+    counted as plain onnxruntime sessions give it; ties count for neither."""
+    fp32 = load_model(signal["fp32"])
+    observed = compute_ranges(signal["fp32"], signal["calib"]).ranges
+    paths = {
+        "minmax": quantize_with_ranges(signal["fp32"], tmp_path / "mm.onnx", CalibrationResult("minmax", 24, observed))
+    }
+    # the input's range without record 7's spike of 80: finer steps for the other records, a clipped spike
+    clipped = {**observed, "x": (observed["x"][0], 50.0)}
+    paths["no-spike"] = quantize_with_ranges(
+        signal["fp32"], tmp_path / "no-spike.onnx", CalibrationResult("x", 24, clipped)
+    )
+    bound = bind_dataset(load_dataset(signal["calib"]), graph_inputs(fp32))
+    evaluator = Evaluator(fp32, bound, RuntimeOptions())
+    evaluator.errors({n: (evaluator.session(load_model(p)), {}) for n, p in paths.items()}, against="minmax")
+    reference = ort.InferenceSession(str(signal["fp32"]), providers=["CPUExecutionProvider"])
+    sessions = {n: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for n, p in paths.items()}
+    per_record = {n: [] for n in paths}
+    for record in _records(signal["calib"], signal["fp32"]):
+        y = reference.run(None, record)[0].astype(np.float64)
+        for n, session in sessions.items():
+            per_record[n].append(np.sum((session.run(None, record)[0] - y) ** 2) / np.sum(y * y))
+    expected = int(np.sum(np.array(per_record["no-spike"]) < np.array(per_record["minmax"])))
+    assert evaluator.wins == {"minmax": 0, "no-spike": expected}
+    assert 0 < expected < 24  # the count is neither trivial nor all, so a wrong comparison shows
+
+
+def test_only_a_majority_of_records_lets_a_choice_replace_min_max():
+    """A choice better than min/max on the pooled error but on half the records or fewer is not
+    trusted: min/max stays among the candidates whatever its count."""
+    final = ["minmax", "ort-percentile", "per-tensor"]
+    assert majority(final, {"minmax": 0, "ort-percentile": 4, "per-tensor": 5}, 8) == ["minmax", "per-tensor"]
+    assert majority(final, {"minmax": 0, "ort-percentile": 8, "per-tensor": 3}, 8) == ["minmax", "ort-percentile"]
+    assert majority(final, {}, 8) == ["minmax"]
+    assert majority(final, {"ort-percentile": 9, "per-tensor": 9}, 17) == final
 
 
 def test_the_cache_reuses_a_model_until_an_input_changes(signal, tmp_path):

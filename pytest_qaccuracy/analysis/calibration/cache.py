@@ -34,8 +34,9 @@ def _digest_file(digest: hashlib._Hash, path: Path) -> None:
 
 
 #: bumped whenever a method's answer changes (2: auto's ort-percentile became onnxruntime's exact
-#: percentile histogram), so that a cache written by an older release is not taken for this one's
-ALGORITHM = 2
+#: percentile histogram; 3: auto replaces min/max only with a choice better on most records), so that
+#: a cache written by an older release is not taken for this one's
+ALGORITHM = 3
 
 
 def content_key(fp32: Path, data: Path, calibration: CalibrationOptions, nodes_to_exclude: Sequence[str] = ()) -> str:
