@@ -40,6 +40,8 @@ class Outcome:
     deployment: str | None = None
     #: the numbers of a check with several (``rtol``/``atol``): name -> value
     params: Mapping[str, float] = field(default_factory=dict)
+    #: the model output an output check is about (``subject`` shows it as ``output 'y'``), else None
+    output: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -77,6 +79,7 @@ class Outcome:
             "threshold": self.threshold,
             "value": self.value,
             "params": dict(self.params),
+            "output": self.output,
             "passed": self.passed,
             "source": self.source,
             "detail": self.detail,
@@ -95,6 +98,7 @@ class Outcome:
             threshold=data["threshold"],
             value=data["value"],
             params=dict(data.get("params") or {}),
+            output=data.get("output"),
             passed=bool(data["passed"]),
             source=data["source"],
             detail=data["detail"],

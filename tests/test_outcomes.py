@@ -130,13 +130,14 @@ def test_to_dict_is_builtins_with_every_field_in_order() -> None:
         "threshold": None,
         "value": 0.25,
         "params": {"rtol": 0.1, "atol": 0.01},
+        "output": None,
         "passed": True,
         "source": "pytest.ini:3",
         "detail": "rtol within 0.1 + 0.01 for layer 'conv1'",
     }
     assert list(document) == [
         "kind", "check", "scope", "subject", "deployment", "target", "metric", "op", "threshold", "value",
-        "params", "passed", "source", "detail",
+        "params", "output", "passed", "source", "detail",
     ]  # fmt: skip
     assert type(document["params"]) is dict
 
@@ -205,3 +206,12 @@ def test_a_strict_xpass_fails_a_pair_whose_checks_passed_naming_the_first_test()
     )
     # a failed check takes precedence over the strict xpass's reason
     assert pair_status([{"passed": False}], tests) == ("failed", None)
+
+
+def test_an_output_checks_output_name_is_a_field_that_round_trips() -> None:
+    """Readers take the output's name from ``output``, never out of the subject's text."""
+    outcome = _outcome(scope="output", subject="output 'x on tflite'", output="x on tflite")
+    document = outcome.to_dict()
+    assert document["output"] == "x on tflite"
+    assert Outcome.from_dict(document) == outcome
+    assert Outcome.from_dict({k: v for k, v in document.items() if k != "output"}).output is None

@@ -107,19 +107,21 @@ def _output_checks(
     for output in result.outputs:
         subject = f"output '{output.name}'"
         mine = {k: t for k, t in {**tolerances, **own.get(output.name, {})}.items() if t.applies}
+        found = []
         for name, (metric, op, unit) in SIMPLE.items():
             if name in mine:
                 why = output.undefined.get(metric) or (None if metric in output.metrics else "metric not computed")
                 value, tol = output.metrics.get(metric), mine[name]
-                rows.append(
+                found.append(
                     compared("tolerance", name, "output", subject, metric, op, tol.value, value, tol.source, unit, why)
                 )
         if CHANNELS in mine:
-            rows.append(_channel_steps(subject, output.channels, mine[CHANNELS]))
+            found.append(_channel_steps(subject, output.channels, mine[CHANNELS]))
         if ("rtol" in mine or "atol" in mine) and stats is not None:
-            rows.append(_relative(subject, stats.relative.get(output.name), mine))
+            found.append(_relative(subject, stats.relative.get(output.name), mine))
         if stats is not None and output.name in stats.topk:
-            rows.extend(_topk(subject, stats.topk[output.name], mine))
+            found.extend(_topk(subject, stats.topk[output.name], mine))
+        rows.extend(replace(row, output=output.name) for row in found)
     wanted = [n for n in ("min_top1_agreement", "max_top1_drop") if n in tolerances and tolerances[n].applies]
     counted = stats is not None and any(o.name in stats.topk for o in result.outputs)
     if wanted and stats is not None and not counted and stats.problems:
@@ -127,7 +129,8 @@ def _output_checks(
         for name, why in stats.problems.items():
             detail = f"{wanted[0]}: cannot count top-1 on {why}"
             source = tolerances[wanted[0]].source
-            rows.append(unmeasured("tolerance", wanted[0], "output", f"output '{name}'", "top-1", source, detail))
+            row = unmeasured("tolerance", wanted[0], "output", f"output '{name}'", "top-1", source, detail)
+            rows.append(replace(row, output=name))
     elif wanted and not counted:
         names = ", ".join(o.name for o in result.outputs)
         detail = f"{wanted[0]} needs class scores (records, classes), but no output is ({names})"
@@ -253,7 +256,8 @@ def _rule_checks(result: ComparisonResult, pair_id: str, rules: Sequence[Rule]) 
     rows = []
     for output in result.outputs:
         for rule in rules_for(rules, pair_id, [output.name], layer=False).values():
-            rows.append(_rule_outcome(rule, "output", f"output '{output.name}'", output.metrics, output.undefined))
+            row = _rule_outcome(rule, "output", f"output '{output.name}'", output.metrics, output.undefined)
+            rows.append(replace(row, output=output.name))
     used: set[Rule] = set()
     for layer in sorted(result.layers, key=lambda x: x.order):
         subject = f"layer '{layer.tensor}'" + (f" ({layer.op_type})" if layer.op_type else "")

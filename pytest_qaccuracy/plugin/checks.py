@@ -87,15 +87,8 @@ def gate_notes(agreement: Any) -> list[str]:
     return lines
 
 
-def _output_name(outcome: Outcome) -> str | None:
-    """The output an output check is about (its subject ``output 'y'``), None for any other check."""
-    if outcome.scope != "output":
-        return None
-    return outcome.subject.removeprefix("output '").removesuffix("'")
-
-
 def _worst_records(outcome: Outcome, result: ComparisonResult) -> list[str]:
-    name = _output_name(outcome)
+    name = outcome.output
     output = next((o for o in result.outputs if o.name == name), None)
     rows = [] if output is None else output.worst_records.get(outcome.metric, [])
     return [f"Worst records ({outcome.metric}):", *(f" record {r}: {fmt(v)}" for r, v in rows[:SHOW])] if rows else []
@@ -104,7 +97,7 @@ def _worst_records(outcome: Outcome, result: ComparisonResult) -> list[str]:
 def _worst_elements(outcome: Outcome, stats: OutputStats | None) -> list[str]:
     if outcome.metric != "relative" or stats is None:
         return []
-    name = _output_name(outcome)
+    name = outcome.output
     rel = stats.relative.get(name)
     if rel is None or not rel.worst:
         return []

@@ -510,6 +510,7 @@ class QAccuracySession:
             value: float | None = None,
         ) -> Outcome:
             scope = target.partition(" ")[0]  # the baseline's own keys: "output 'y'", "layer 'x'", "task 'cer'"
+            output = target[len("output '") : -1] if scope == "output" and target.endswith("'") else None
             return Outcome(
                 kind="drift",
                 check="drift",
@@ -522,6 +523,7 @@ class QAccuracySession:
                 passed=passed,
                 source=source,
                 detail=detail,
+                output=output,
             )
 
         try:

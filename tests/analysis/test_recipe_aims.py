@@ -25,8 +25,11 @@ QDQ = SUITE / "models" / "digits_cnn.qdq.onnx"
 TEST = SUITE / "data" / "digits_test.npz"
 
 
-def _tolerance(check: str, metric: str, op: str, threshold: float, value: float | None, subject="output 'logits'"):
-    return compared("tolerance", check, "output", subject, metric, op, threshold, value, f"marker {check}=")
+def _tolerance(check: str, metric: str, op: str, threshold: float, value: float | None, output: str = "logits"):
+    outcome = compared(
+        "tolerance", check, "output", f"output '{output}'", metric, op, threshold, value, f"marker {check}="
+    )
+    return replace(outcome, output=output)
 
 
 def test_every_outcome_kind_has_an_aim_or_a_reason() -> None:
@@ -97,7 +100,8 @@ def test_rtol_atol_is_the_allclose_check_with_both_numbers() -> None:
 
 def test_a_views_own_check_holds_on_that_view_only() -> None:
     views = {"head": "logits[:, 0:5]"}
-    view_rule = compared("rule", "mse<4", "output", "output 'head'", "mse", "<", 4.0, 90.0, "slice 'head' rules")
+    rule = compared("rule", "mse<4", "output", "output 'head'", "mse", "<", 4.0, 90.0, "slice 'head' rules")
+    view_rule = replace(rule, output="head")
     assert aim(view_rule, views) == Check("mse", 4.0, False, strict=True, output="head", view="logits[:, 0:5]")
     assert str(aim(view_rule, views)) == "mse < 4 on 'head'"
     # the pair's tolerance failing on a real output holds on every output
@@ -150,8 +154,8 @@ def test_a_check_no_recipe_check_measures_is_skipped_with_its_reason(outcome: Ou
 
 def test_recipe_checks_keeps_every_aimed_one_once_in_order() -> None:
     """The failed checks, and the passing ones a recipe must not break; skip lines for failed ones only."""
-    cosine_a = _tolerance("min_cosine", "cosine", ">=", 0.99, 0.9, "output 'a'")
-    cosine_b = _tolerance("min_cosine", "cosine", ">=", 0.99, 0.8, "output 'b'")
+    cosine_a = _tolerance("min_cosine", "cosine", ">=", 0.99, 0.9, "a")
+    cosine_b = _tolerance("min_cosine", "cosine", ">=", 0.99, 0.8, "b")
     passed = _tolerance("min_sqnr", "sqnr", ">=", 20.0, 30.0)
     drop = _tolerance("max_top1_drop", "top-1 accuracy drop", "<=", 0.01, 0.2)
     gate = compared("gate", "max_backend_steps", "model", "tensor 'a'", "steps vs onnxruntime", "<=", 1, 3, "m")

@@ -46,6 +46,7 @@ def _fail(detail: str) -> Outcome:
         kind="tolerance",
         scope="output",
         subject="output 'y'",
+        output="y",
         metric="cosine",
         op=">=",
         threshold=0.99,
@@ -70,6 +71,7 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'y'",
+            output="y",
             metric="cosine",
             op=">=",
             threshold=0.875,
@@ -83,6 +85,7 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'y'",
+            output="y",
             metric="sqnr",
             op=">=",
             threshold=20.5,
@@ -96,6 +99,7 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'y'",
+            output="y",
             metric="lsb",
             op="<=",
             threshold=2.0,
@@ -109,6 +113,7 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'z'",
+            output="z",
             metric="cosine",
             op=">=",
             threshold=0.875,
@@ -122,6 +127,7 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'z'",
+            output="z",
             metric="sqnr",
             op=">=",
             threshold=20.5,
@@ -135,6 +141,7 @@ def test_named_tolerances_on_each_output_with_their_boundaries() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'z'",
+            output="z",
             metric="lsb",
             op="<=",
             threshold=2.0,
@@ -167,6 +174,7 @@ def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'y'",
+            output="y",
             metric="relative",
             op="<=",
             threshold=0.0,
@@ -181,6 +189,7 @@ def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'z'",
+            output="z",
             metric="relative",
             op="<=",
             threshold=0.0,
@@ -202,6 +211,7 @@ def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'y'",
+            output="y",
             metric="relative",
             op="<=",
             threshold=0.0,
@@ -238,6 +248,7 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'y'",
+            output="y",
             metric="top-1 agreement",
             op=">=",
             threshold=0.75,
@@ -251,6 +262,7 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'y'",
+            output="y",
             metric="top-1 accuracy drop",
             op="<=",
             threshold=0.125,
@@ -264,6 +276,7 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'y'",
+            output="y",
             metric="top-3 accuracy drop",
             op="<=",
             threshold=0.125,
@@ -335,6 +348,7 @@ def test_rules_on_outputs_then_layers_in_graph_order() -> None:
             kind="rule",
             scope="output",
             subject="output 'y'",
+            output="y",
             metric="cosine",
             op=">=",
             threshold=0.75,
@@ -453,6 +467,7 @@ def test_failure_message_layout() -> None:
         kind="rule",
         scope="output",
         subject="output 'y'",
+        output="y",
         metric="sqnr",
         op=">=",
         threshold=20.0,
@@ -503,6 +518,7 @@ def test_failure_message_of_a_relative_check_on_a_deployment_target() -> None:
         kind="tolerance",
         scope="output",
         subject="output 'y'",
+        output="y",
         deployment="onnxruntime-avx2",
         metric="relative",
         op="<=",
@@ -533,7 +549,7 @@ def test_failure_message_of_a_relative_check_on_a_deployment_target() -> None:
     assert "Worst elements:" not in failure_message("net", [replace(first, metric="cosine")], result, stats)
     # "on" followed by something that is not a preset is part of the output's name
     odd = OutputResult("y' on nothing", {}, worst_records={"relative": [(0, 1.0)]})
-    on_own = replace(first, subject="output 'y' on nothing'", deployment=None)
+    on_own = replace(first, subject="output 'y' on nothing'", output="y' on nothing", deployment=None)
     message = failure_message("net", [on_own], _result([odd]), stats)
     assert " record 0: 1" in message.splitlines()
 
@@ -640,6 +656,7 @@ def test_outcome_round_trips_through_a_plain_dict() -> None:
         "subject": "output 'y'",
         "deployment": None,
         "params": {},
+        "output": "y",
         "target": "output 'y'",
         "metric": "cosine",
         "op": ">=",
@@ -691,7 +708,9 @@ def test_failure_message_short_lists() -> None:
 def test_on_inside_an_output_name() -> None:
     """Only the last `` on `` separates the deployment target: output names may contain it."""
     named = OutputResult("x on tflite", {}, worst_records={"cosine": [(1, 0.25)]})
-    outcome = replace(_fail("cosine 0.25 < 0.99"), subject="output 'x on tflite'", deployment="onnxruntime-avx2")
+    outcome = replace(
+        _fail("cosine 0.25 < 0.99"), subject="output 'x on tflite'", output="x on tflite", deployment="onnxruntime-avx2"
+    )
     assert failure_message("net", [outcome], _result([named])).splitlines()[-2:] == [
         "Worst records (cosine):",
         " record 1: 0.25",
@@ -712,6 +731,7 @@ def test_top_k_rows_for_outputs_that_cannot_be_counted() -> None:
             kind="tolerance",
             scope="output",
             subject=f"output '{name}'",
+            output=name,
             metric="top-1",
             op="",
             threshold=None,
@@ -742,6 +762,7 @@ def test_channel_steps_check() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'a'",
+            output="a",
             metric="channel steps",
             op=">=",
             threshold=2.0,
@@ -755,6 +776,7 @@ def test_channel_steps_check() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'b'",
+            output="b",
             metric="channel steps",
             op=">=",
             threshold=2.0,
@@ -768,6 +790,7 @@ def test_channel_steps_check() -> None:
             kind="tolerance",
             scope="output",
             subject="output 'c'",
+            output="c",
             metric="channel steps",
             op=">=",
             threshold=2.0,

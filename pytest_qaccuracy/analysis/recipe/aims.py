@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pytest_qaccuracy.analysis.recipe.checks import Check, parse_check
 from pytest_qaccuracy.outcomes import Outcome
 
-_SUBJECT = re.compile(r"^output '(?P<name>.*)'$")
 _TOP_K = re.compile(r"^top-(?P<k>\d+) accuracy drop$")
 #: Why an outcome of each kind that no recipe check measures is not aimed at.
 NOT_AIMED = {
@@ -47,7 +46,7 @@ def _tensor(outcome: Outcome, views: Mapping[str, str]) -> Aim:
 
     if outcome.metric not in available_metrics():
         return f"the search does not measure {outcome.metric!r}"
-    name = _output(outcome)
+    name = outcome.output
     view = views.get(name) if name is not None else None
     return Check(
         outcome.metric,
@@ -117,11 +116,6 @@ KIND_AIMS: dict[str, Callable[[Outcome, Mapping[str, str]], Aim]] = {
     "task": _task,
     **{kind: _skip(why) for kind, why in NOT_AIMED.items()},
 }
-
-
-def _output(outcome: Outcome) -> str | None:
-    match = _SUBJECT.match(outcome.subject)
-    return None if match is None else match["name"]
 
 
 def aim(outcome: Outcome, views: Mapping[str, str] | None = None) -> Aim:
