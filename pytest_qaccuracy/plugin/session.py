@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from pytest_qaccuracy.analysis.saturation import SaturationReport
     from pytest_qaccuracy.backend.agreement import AgreementResult
     from pytest_qaccuracy.model import ModelPair
-    from pytest_qaccuracy.report.baseline import BaselineStatus
+    from pytest_qaccuracy.report.baseline import BaselineStatus, Drift
     from pytest_qaccuracy.report.completeness import SessionStatus
     from pytest_qaccuracy.runtime import RuntimeOptions
 
@@ -508,13 +508,14 @@ class QAccuracySession:
             passed: bool = False,
             threshold: float | None = None,
             value: float | None = None,
+            drift: Drift | None = None,
         ) -> Outcome:
-            scope = target.partition(" ")[0]  # the baseline's own keys: "output 'y'", "layer 'x'", "task 'cer'"
-            output = target[len("output '") : -1] if scope == "output" and target.endswith("'") else None
+            scope = "model" if drift is None else drift.scope
+            output = drift.name if drift is not None and scope == "output" else None
             return Outcome(
                 kind="drift",
                 check="drift",
-                scope=scope if scope in ("output", "layer", "task") else "model",
+                scope=scope,
                 subject=target,
                 metric=metric,
                 op=op,
@@ -548,7 +549,7 @@ class QAccuracySession:
         drifts, missing = find_drift(document, result, rules, task)
         better = find_improvements(document, result, rules, task)
         rows = [
-            drift_row(d.target, d.metric, _drift_op(d), f"drift: {d.describe()}", threshold=d.allowed, value=d.current)
+            drift_row(d.target, d.metric, _drift_op(d), f"drift: {d.describe()}", False, d.allowed, d.current, d)
             for d in drifts
         ]
         if not rows:
@@ -556,7 +557,7 @@ class QAccuracySession:
             rows = [drift_row("baseline", "drift", "drift", ok, passed=True)]
         strict = self.settings.fail_on_improvement
         rows += [
-            drift_row(d.target, d.metric, IMPROVED, f"improved: {d.describe()}", not strict, d.allowed, d.current)
+            drift_row(d.target, d.metric, IMPROVED, f"improved: {d.describe()}", not strict, d.allowed, d.current, d)
             for d in better
         ]
         notes = [f"Not in this run (in the baseline): {', '.join(missing[:10])}"] if missing else []

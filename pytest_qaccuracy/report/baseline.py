@@ -310,6 +310,10 @@ class Drift:
     allowed: float
     rule: str
     improved: bool = False  # moved the better way beyond the rule's amount
+    #: what ``target`` names, as fields: ``output``, ``layer`` or ``task``, and the output's, tensor's
+    #: or task value's name
+    scope: str = "model"
+    name: str | None = None
 
     def describe(self) -> str:
         baseline, current, limit = (format_number(v) for v in (self.baseline, self.current, self.allowed))
@@ -351,31 +355,34 @@ def _moves(
     task = task or {}
     higher = {**baseline.get("higher_is_better", {}), **result.higher_is_better}
     higher |= {name: bool(value.get("higher_is_better")) for name, value in task.items()}
-    current = {f"output '{o.name}'": o.metrics for o in result.outputs}
-    current |= {f"layer '{x.tensor}'": x.metrics for x in result.layers}
-    current |= {f"task '{name}'": {name: value.get("quantized")} for name, value in task.items()}
-    saved = {f"output '{k}'": v for k, v in baseline.get("outputs", {}).items()}
-    saved |= {f"layer '{k}'": v for k, v in baseline.get("layers", {}).items()}
-    saved |= {f"task '{k}'": {k: v} for k, v in baseline.get("task", {}).items()}
+    current = {("output", o.name): o.metrics for o in result.outputs}
+    current |= {("layer", x.tensor): x.metrics for x in result.layers}
+    current |= {("task", name): {name: value.get("quantized")} for name, value in task.items()}
+    saved = {("output", k): v for k, v in baseline.get("outputs", {}).items()}
+    saved |= {("layer", k): v for k, v in baseline.get("layers", {}).items()}
+    saved |= {("task", k): {k: v} for k, v in baseline.get("task", {}).items()}
     drifts, missing = [], []
-    for target, before in saved.items():
-        if target not in current:
+    for key, before in saved.items():
+        scope, name = key
+        target = f"{scope} '{name}'"
+        if key not in current:
             missing.append(target)
             continue
         for rule in rules:
             old = before.get(rule.metric)
-            if old is None or rule.metric not in current[target]:
+            if old is None or rule.metric not in current[key]:
                 continue
-            new = current[target][rule.metric]
+            new = current[key][rule.metric]
             up = higher.get(rule.metric, False)
             worst = rule.allowed(float(old), up)
             ok = new is not None and (new >= worst if up else new <= worst)
             if not ok:
-                drifts.append(Drift(target, rule.metric, float(old), new, worst, rule.text))
+                drifts.append(Drift(target, rule.metric, float(old), new, worst, rule.text, scope=scope, name=name))
                 continue
             best = 2 * float(old) - worst  # the limit mirrored to the better side
             if new is not None and (new > best if up else new < best):
-                drifts.append(Drift(target, rule.metric, float(old), new, best, rule.text, improved=True))
+                drift = Drift(target, rule.metric, float(old), new, best, rule.text, True, scope, name)
+                drifts.append(drift)
     return drifts, missing
 
 

@@ -407,13 +407,13 @@ def test_a_drift_carries_its_values_the_limit_and_the_rule() -> None:
     base = profile(_result(30.0, 1.0), "p")
     drifts, _ = find_drift(base, _result(28.5, 1.5), RULES)
     assert drifts[:2] == [
-        Drift("output 'y'", "sqnr", 30.0, 28.5, 29.0, "sqnr:-1"),
-        Drift("output 'y'", "mse", 1.0, 1.5, 1.25, "mse:+25%"),
+        Drift("output 'y'", "sqnr", 30.0, 28.5, 29.0, "sqnr:-1", scope="output", name="y"),
+        Drift("output 'y'", "mse", 1.0, 1.5, 1.25, "mse:+25%", scope="output", name="y"),
     ]
     better = find_improvements(base, _result(32.0, 0.5), RULES)
     assert better[:2] == [
-        Drift("output 'y'", "sqnr", 30.0, 32.0, 31.0, "sqnr:-1", improved=True),
-        Drift("output 'y'", "mse", 1.0, 0.5, 0.75, "mse:+25%", improved=True),
+        Drift("output 'y'", "sqnr", 30.0, 32.0, 31.0, "sqnr:-1", improved=True, scope="output", name="y"),
+        Drift("output 'y'", "mse", 1.0, 0.5, 0.75, "mse:+25%", improved=True, scope="output", name="y"),
     ]
 
 
@@ -466,7 +466,9 @@ def test_task_values_drift_with_their_own_direction_and_go_missing() -> None:
     now = {"top1": {"quantized": 0.875, "higher_is_better": True}, "loss": {"quantized": 2.5}}
     drifts, missing = find_drift(base, _result(30.0, 1.0), rules, task=now)
     assert missing == []
-    assert drifts == [Drift("task 'top1'", "top1", 0.9, 0.875, pytest.approx(0.89), "top1:-0.01")]
+    assert drifts == [
+        Drift("task 'top1'", "top1", 0.9, 0.875, pytest.approx(0.89), "top1:-0.01", scope="task", name="top1")
+    ]
     better = find_improvements(base, _result(30.0, 1.0), rules, task={**now, "top1": {**now["top1"], "quantized": 1.0}})
     assert [(d.target, d.current) for d in better] == [("task 'top1'", 1.0)]
     assert find_drift(base, _result(30.0, 1.0), rules, task={"top1": now["top1"]})[1] == ["task 'loss'"]
