@@ -18,18 +18,18 @@ from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, 
 from onnxruntime.quantization.quant_utils import compute_scale_zp
 
 from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
-from pytest_qaccuracy.analysis.calibration.auto import Evaluator, choice_runs, majority
+from pytest_qaccuracy.analysis.calibration.auto import Evaluator, choice_runs, majority, verified_choice
 from pytest_qaccuracy.analysis.calibration.cache import calibrated_model, content_key
 from pytest_qaccuracy.analysis.calibration.candidates import ort_percentile_range
 from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
 from pytest_qaccuracy.analysis.calibration.probe import ProbeScores, build_probe, output_names
-from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel
+from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel, same_model
 from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
 from pytest_qaccuracy.cli import main
 from pytest_qaccuracy.data import bind_dataset, load_dataset
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.runtime import RuntimeOptions
-from tests.modelzoo import mlp
+from tests.modelzoo import conv_net, mlp, random_inputs
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +174,71 @@ def test_the_parameterized_model_computes_what_onnxruntime_writes(signal, tmp_pa
     b = ort.InferenceSession(str(target), plain, providers=["CPUExecutionProvider"])
     for record in _records(signal["eval"], signal["fp32"])[:4]:
         assert np.array_equal(a.run(None, {**record, **feeds})[0], b.run(None, record)[0])
+
+
+RECIPES = {
+    "qdq u8s8": CalibrationOptions(),
+    "qdq s8s8 per-channel": CalibrationOptions(activation_type="int8", per_channel=True),
+    "qoperator u8s8": CalibrationOptions(quant_format="qoperator"),
+}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_patched_model_is_the_model_onnxruntime_writes(tmp_path, recipe):
+    """The min/max model with another choice's parameters set (activations, and the int32 biases of
+    Conv and Gemm after them) is, node for node and value for value, the model onnxruntime's quantizer
+    writes from that choice."""
+    form = RECIPES[recipe]
+    fp32 = conv_net(tmp_path / "net.onnx")
+    np.savez(tmp_path / "calib.npz", x=random_inputs(8))
+    calib = tmp_path / "calib.npz"
+    observed = compute_ranges(fp32, calib).ranges
+    other = compute_ranges(fp32, calib, CalibrationOptions(method="percentile")).ranges
+    minmax = CalibrationResult("minmax", 8, observed)
+    qdq = quantize_with_ranges(fp32, tmp_path / "qdq.onnx", minmax, replace(form, quant_format="qdq"))
+    params = ParamModel(load_model(qdq), load_model(fp32), observed, form.activation_type)
+    choice = {t: other[t] for t in params.tensors}
+    base = load_model(quantize_with_ranges(fp32, tmp_path / "base.onnx", minmax, form))
+    written = CalibrationResult("percentile", 8, {**observed, **choice})
+    target = load_model(quantize_with_ranges(fp32, tmp_path / "target.onnx", written, form))
+    assert not same_model(base, target)  # the choice changes the model ...
+    before = {t.name: t for t in base.graph.initializer}
+    changed = {t.name for t in target.graph.initializer if before.get(t.name) != t}
+    assert {"b1_quantized", "b2_quantized", "b3_quantized"} <= changed, changed  # ... its biases too
+    assert same_model(params.patched(base, choice), target)
+
+
+def test_the_chosen_model_is_compared_with_onnxruntimes_and_measured_again_if_it_differs(signal):
+    """On the held-out records, min/max ranges of those very records ("fitted": the calibration
+    records' spike of 80 is not among them) beat the calibration records' min/max model: chosen, and
+    kept when onnxruntime's write of it is the same model. When onnxruntime's write differs (here: KL's
+    model), that model is run, and min/max is kept as it is better."""
+    fp32 = load_model(signal["fp32"])
+    observed = compute_ranges(signal["fp32"], signal["calib"]).ranges
+    made = {
+        "minmax": observed,
+        "fitted": compute_ranges(signal["fp32"], signal["eval"]).ranges,
+        "kl": compute_ranges(signal["fp32"], signal["calib"], CalibrationOptions(method="kl")).ranges,
+    }
+    paths = {
+        name: quantize_with_ranges(signal["fp32"], signal["root"] / f"{name}.onnx", CalibrationResult(name, 24, r))
+        for name, r in made.items()
+    }
+    models = {name: load_model(path) for name, path in paths.items()}
+    errors = {name: _output_error(signal["fp32"], path, signal["eval"]) for name, path in paths.items()}
+    assert errors["fitted"] < errors["minmax"] < errors["kl"]
+    evaluator = Evaluator(fp32, bind_dataset(load_dataset(signal["eval"]), graph_inputs(fp32)), RuntimeOptions())
+    final = ["minmax", "fitted"]
+    report = {"steps": [], "passes": 0}
+    got = verified_choice(evaluator, final, dict(models), lambda name: load_model(paths[name]), report)
+    assert got.name == "fitted" and got.error == pytest.approx(errors["fitted"], rel=1e-9)
+    assert report["passes"] == 0 and not any(s.get("measured_again") for s in report["steps"])
+    report = {"steps": [], "passes": 0}
+    got = verified_choice(evaluator, final, dict(models), lambda _: models["kl"], report)
+    assert got.name == "minmax" and got.error == pytest.approx(errors["minmax"], rel=1e-9)
+    again = next(s for s in report["steps"] if s["choice"].startswith("fitted,"))
+    assert again["measured_again"] and again["output_error"] == pytest.approx(errors["kl"], rel=1e-9)
+    assert report["passes"] == 1
 
 
 def test_probe_scores_are_the_consumers_relative_error(signal):

@@ -6,6 +6,8 @@ points of its activations become graph inputs of one onnxruntime session, fed fo
 The values fed are onnxruntime's own (``compute_scale_zp`` on the range after its range rules, as
 ``QDQQuantizer.calc_quant_params`` does), checked against the written model: a parameter whose
 computed value differs from what onnxruntime wrote stays a constant and is not chosen.
+``ParamModel.patched`` sets the same values as constants of a written model (its int32 biases
+quantized again), which gives onnxruntime's own model of a choice without writing it.
 """
 
 from __future__ import annotations
@@ -106,6 +108,44 @@ class ParamModel:
             model.graph.input.append(onnx.helper.make_tensor_value_info(name, types[name], list(shapes[name])))
         return model
 
+    def patched(self, written: onnx.ModelProto, ranges: Mapping[str, tuple[float, float]]) -> onnx.ModelProto:
+        """``written`` (a model onnxruntime wrote with the base ranges, QDQ or QOperator) as onnxruntime
+        would write it with ``ranges``: every activation parameter ``<tensor>_scale``/``_zero_point``
+        that holds onnxruntime's value of the base range is set to that of the new one, and every int32
+        bias whose input scale changed is quantized again (``round(bias / (input scale * weight
+        scale))``, clipped to int32). What this does not reproduce (onnxruntime raising a weight's scale
+        for its int32 bias, a parameter of its own rules) is caught by :func:`same_model`."""
+        model = copy.deepcopy(written)
+        inits = {t.name: t for t in model.graph.initializer}
+        base = adjusted_ranges(self._fp32, self._base)
+        new = adjusted_ranges(self._fp32, {**self._base, **ranges})
+        changed = {}
+        for tensor, (lo, hi) in new.items():
+            scale, zero = inits.get(f"{tensor}_scale"), inits.get(f"{tensor}_zero_point")
+            if scale is None or zero is None or base.get(tensor) == (lo, hi):
+                continue
+            have_s, have_z = numpy_helper.to_array(scale), numpy_helper.to_array(zero)
+            want_s, want_z = scale_zero_point(*base[tensor], self._type)
+            if have_s.size != 1 or have_s.item() != want_s or have_z.dtype != want_z.dtype or have_z.item() != want_z:
+                continue  # not onnxruntime's plain rule for this tensor (Softmax's 1/256 in QOperator)
+            s, z = scale_zero_point(lo, hi, self._type)
+            changed[scale.name] = np.full(have_s.shape, s, dtype=np.float32)
+            scale.CopyFrom(numpy_helper.from_array(changed[scale.name], scale.name))
+            zero.CopyFrom(numpy_helper.from_array(np.full(have_z.shape, z, dtype=z.dtype), zero.name))
+        floats = GraphView(self._fp32).initializers
+        for bias, x_scale, w_scale, b_scale, beta in _biases(model):
+            source = floats.get(bias.removesuffix("_quantized"))
+            if x_scale not in changed or source is None:
+                continue
+            data = numpy_helper.to_array(source)
+            scale = changed[x_scale] * numpy_helper.to_array(inits[w_scale]) * np.float32(beta)
+            info = np.iinfo(np.int32)
+            q = np.clip(np.round(data.astype(np.float64) / scale.astype(np.float64)), info.min, info.max)
+            inits[bias].CopyFrom(numpy_helper.from_array(q.astype(np.int32).reshape(data.shape), bias))
+            if b_scale is not None:
+                inits[b_scale].CopyFrom(numpy_helper.from_array(scale.astype(data.dtype).reshape(-1), b_scale))
+        return model
+
     def feeds(self, ranges: Mapping[str, tuple[float, float]]) -> dict[str, np.ndarray]:
         """The inputs that quantize every parameter's tensor with ``ranges`` (after onnxruntime's rules;
         tensors ``ranges`` leaves out keep the base ranges)."""
@@ -116,3 +156,47 @@ class ParamModel:
             feeds[scale] = np.full(shape, s, dtype=np.float32)
             feeds[zero] = np.full(shape, z, dtype=z.dtype)
         return feeds
+
+
+#: the inputs of a QOperator node with an int32 bias: (bias, input scale, weight scale)
+_QOPERATOR_BIAS = {"QLinearConv": (8, 1, 4), "QGemm": (6, 1, 4)}
+
+
+def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, float]]:
+    """Every int32 bias as onnxruntime quantizes it (input 2 of a node whose inputs 0 and 1 are
+    quantized: Conv, ConvTranspose, Gemm, the normalizations): its initializer, the input scale's and
+    weight scale's initializers, its own scale's initializer (QDQ) or None, and Gemm's beta."""
+    view = GraphView(model)
+    inits = view.initializers
+    producer = {o: n for n in view.nodes for o in n.output}
+    found = []
+
+    def dq_scale(name: str) -> str | None:
+        node = producer.get(name)
+        return node.input[1] if node is not None and node.op_type == "DequantizeLinear" else None
+
+    for node in view.nodes:
+        beta = next((a.f for a in node.attribute if a.name == "beta"), 1.0)
+        slots = _QOPERATOR_BIAS.get(node.op_type)
+        if slots is not None and len(node.input) > slots[0] and node.input[slots[0]] in inits:
+            found.append((node.input[slots[0]], node.input[slots[1]], node.input[slots[2]], None, beta))
+        elif len(node.input) > 2:  # Conv, ConvTranspose, Gemm, the normalizations: input 2 is the bias
+            bias_dq = producer.get(node.input[2])
+            if bias_dq is None or bias_dq.op_type != "DequantizeLinear" or bias_dq.input[0] not in inits:
+                continue
+            x_scale, w_scale = dq_scale(node.input[0]), dq_scale(node.input[1])
+            if x_scale is not None and w_scale is not None:
+                found.append((bias_dq.input[0], x_scale, w_scale, bias_dq.input[1], beta))
+    return [f for f in found if inits[f[0]].data_type == onnx.TensorProto.INT32]
+
+
+def same_model(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    """Whether two models have the same nodes and the same initializers (name, type, shape, values)."""
+    if [n.SerializeToString() for n in a.graph.node] != [n.SerializeToString() for n in b.graph.node]:
+        return False
+    left = {t.name: numpy_helper.to_array(t) for t in a.graph.initializer}
+    right = {t.name: numpy_helper.to_array(t) for t in b.graph.initializer}
+    return left.keys() == right.keys() and all(
+        left[k].dtype == right[k].dtype and left[k].shape == right[k].shape and np.array_equal(left[k], right[k])
+        for k in left
+    )
