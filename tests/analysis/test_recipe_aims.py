@@ -4,6 +4,7 @@ semantics (one output or view, strict bounds) in ``judge`` and in the Evaluator,
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,10 +16,13 @@ import pytest
 from pytest_qaccuracy.analysis.checks import compared, evaluate, on_target, unmeasured
 from pytest_qaccuracy.analysis.outputs import OutputStats
 from pytest_qaccuracy.analysis.recipe.aims import KIND_AIMS, NOT_AIMED, aim, recipe_checks
-from pytest_qaccuracy.analysis.recipe.checks import Check, parse_check, shown_parts
+from pytest_qaccuracy.analysis.recipe.checks import Check, parse_check
 from pytest_qaccuracy.analysis.recipe.measure import Evaluator, judge
+from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
+from pytest_qaccuracy.analysis.recipe.space import Recipe
 from pytest_qaccuracy.analysis.results import ComparisonResult, OutputResult
 from pytest_qaccuracy.outcomes import KINDS, Outcome
+from pytest_qaccuracy.report.recipe_tables import steps_table, verdict_lines
 from pytest_qaccuracy.runtime import RuntimeOptions
 from pytest_qaccuracy.tolerances import Tolerance
 
@@ -207,13 +211,32 @@ def test_judge_reads_one_output_and_keeps_strict_bounds() -> None:
     )
 
 
-def test_strict_targets_parse_and_read_back() -> None:
+def test_strict_targets_parse() -> None:
     check = parse_check("cosine>0.99")
     assert check.strict and str(check) == "cosine > 0.99"
     assert parse_check("mse<1e-4") == Check("mse", 1e-4, False, strict=True)
-    assert shown_parts("mse < 4 on 'head'") == ("mse", False, "head")
-    assert shown_parts("allclose <= 0 (rtol=0.1, atol=2)") == ("allclose", False, None)
-    assert shown_parts("max_drop:cer <= 0.005") == ("max_drop:cer", False, None)
+
+
+def test_the_recipe_tables_read_each_checks_fields_carried_through_the_json() -> None:
+    """A result keeps its checks (``check_fields`` beside their text, as it crosses from an xdist
+    worker): the tables take the metric, direction and one output from them, not from the text."""
+    head = Check("mse", 4.0, False, strict=True, output="head", view="logits[:, 0:5]")
+    checks = [head, Check("cosine", 0.99, True), parse_check("max_drop:cer<=0.005")]
+    measured = {"onnxruntime": {"logits": {"mse": 9.0, "cosine": 0.5}, "head": {"mse": 3.0, "cosine": 0.9}}}
+    measured["onnxruntime"]["(task)"] = {"max_drop:cer": 0.25}
+    step = Step(0, "start", "starting recipe", Recipe(), 0.0, measured, False, -0.5, 1.0)
+    result = RecipeResult("f.onnx", "c.npz", "e.npz", 8, checks, ["onnxruntime"], {}, [step], 0, "done", 1.0)
+    document = json.loads(json.dumps(result.to_dict()))
+    assert document["checks"] == ["mse < 4 on 'head'", "cosine >= 0.99", "max_drop:cer <= 0.005"]
+    assert RecipeResult.from_dict(document) == result and RecipeResult.from_dict(document).checks == checks
+    # the head's own mse (not the worst output's 9), the worst cosine (the lower), the task value
+    assert verdict_lines(result)[0].endswith(
+        "mse 'head' 3 on onnxruntime; cosine 0.5000 on onnxruntime; max_drop:cer 0.25 on onnxruntime; "
+        "margin -0.5; cost 0"
+    )
+    assert steps_table(result).splitlines()[0].split()[4:] == [
+        "mse", "'head'", "onnxruntime", "cosine", "onnxruntime", "max_drop:cer", "onnxruntime", "verdict"
+    ]  # fmt: skip
 
 
 def test_the_evaluator_measures_a_view_and_the_outputs_step_as_numpy_does() -> None:
