@@ -42,6 +42,8 @@ class Outcome:
     params: Mapping[str, float] = field(default_factory=dict)
     #: the model output an output check is about (``subject`` shows it as ``output 'y'``), else None
     output: str | None = None
+    #: the rank of a top-k check (``top-3 accuracy drop``, ``top-1 agreement``), else None
+    k: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -80,6 +82,7 @@ class Outcome:
             "value": self.value,
             "params": dict(self.params),
             "output": self.output,
+            "k": self.k,
             "passed": self.passed,
             "source": self.source,
             "detail": self.detail,
@@ -99,6 +102,7 @@ class Outcome:
             value=data["value"],
             params=dict(data.get("params") or {}),
             output=data.get("output"),
+            k=data.get("k"),
             passed=bool(data["passed"]),
             source=data["source"],
             detail=data["detail"],

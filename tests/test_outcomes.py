@@ -131,13 +131,14 @@ def test_to_dict_is_builtins_with_every_field_in_order() -> None:
         "value": 0.25,
         "params": {"rtol": 0.1, "atol": 0.01},
         "output": None,
+        "k": None,
         "passed": True,
         "source": "pytest.ini:3",
         "detail": "rtol within 0.1 + 0.01 for layer 'conv1'",
     }
     assert list(document) == [
         "kind", "check", "scope", "subject", "deployment", "target", "metric", "op", "threshold", "value",
-        "params", "output", "passed", "source", "detail",
+        "params", "output", "k", "passed", "source", "detail",
     ]  # fmt: skip
     assert type(document["params"]) is dict
 
@@ -215,3 +216,12 @@ def test_an_output_checks_output_name_is_a_field_that_round_trips() -> None:
     assert document["output"] == "x on tflite"
     assert Outcome.from_dict(document) == outcome
     assert Outcome.from_dict({k: v for k, v in document.items() if k != "output"}).output is None
+
+
+def test_a_top_k_checks_rank_is_a_field_that_round_trips() -> None:
+    """Readers take k from ``k``, never out of the metric's text (``top-3 accuracy drop``)."""
+    outcome = _outcome(check="max_top1_drop", metric="top-3 accuracy drop", k=3)
+    document = outcome.to_dict()
+    assert document["k"] == 3
+    assert Outcome.from_dict(document) == outcome
+    assert Outcome.from_dict({key: v for key, v in document.items() if key != "k"}).k is None

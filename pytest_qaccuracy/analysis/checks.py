@@ -189,7 +189,7 @@ def _topk(subject: str, counts: Mapping[str, Any], tolerances: Tolerances) -> li
         tol = tolerances["min_top1_agreement"]
         agreement = counts["k"]["1"]["agreement"]
         args = ("tolerance", tol.name, "output", subject, "top-1 agreement", ">=", tol.value, agreement, tol.source)
-        rows.append(compared(*args))
+        rows.append(replace(compared(*args), k=1))
     if "max_top1_drop" in tolerances:
         tol = tolerances["max_top1_drop"]
         k_max = int(tolerances["topk"].value or 1) if "topk" in tolerances else 1
@@ -201,6 +201,7 @@ def _topk(subject: str, counts: Mapping[str, Any], tolerances: Tolerances) -> li
             )
             metric = f"top-{k} accuracy drop"
             row = compared("tolerance", tol.name, "output", subject, metric, "<=", tol.value, drop, tol.source, why=why)
+            row = replace(row, k=k)
             if drop is not None:
                 extra = f" (fp32 {fmt(per_k['fp32_accuracy'])}, quantized {fmt(per_k['quantized_accuracy'])})"
                 row = replace(row, detail=row.detail + extra)

@@ -144,7 +144,6 @@ def run(args: argparse.Namespace) -> int:
             "records, not held out\n"
         )
     start = Recipe(args.method, args.per_channel, args.reduce_range, args.activation_type, args.weight_type)
-    shown = [str(c) for c in checks]
 
     def write(text: str) -> None:
         sys.stderr.write(text + "\n")
@@ -154,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
 
     def on_step(step, best) -> None:
         if not args.quiet:
-            heartbeat.say(step_line(step, best, shown))
+            heartbeat.say(step_line(step, best, checks))
 
     def on_note(text: str) -> None:
         if not args.quiet:

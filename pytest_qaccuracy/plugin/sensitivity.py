@@ -378,10 +378,10 @@ def _recipe_progress(checks: Sequence[Any]) -> tuple[Any, Any]:
     from pytest_qaccuracy.data.progress import note, step
     from pytest_qaccuracy.report.recipe_tables import step_line
 
-    shown = [str(c) for c in parse_checks(list(checks))]
+    parsed = parse_checks(list(checks))
 
     def on_step(done: Any, best: Any) -> None:
-        step(step_line(done, best, shown))
+        step(step_line(done, best, parsed))
 
     def on_note(text: str) -> None:
         note(f"recipe: {text}")

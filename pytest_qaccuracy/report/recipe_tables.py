@@ -22,7 +22,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from pytest_qaccuracy.analysis.recipe.checks import shown_parts
+from pytest_qaccuracy.analysis.recipe.checks import Check
 from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
 from pytest_qaccuracy.analysis.recipe.space import OTHER_TYPE, python_snippet
 from pytest_qaccuracy.atomic import atomic_write_json, atomic_write_text
@@ -32,26 +32,27 @@ from pytest_qaccuracy.numbers import format_metric
 CHANGE_WIDTH = 60
 
 
-def _metric_text(step: Step | Mapping[str, Any], check: str) -> dict[str, str]:
+def _metric_text(step: Step | Mapping[str, Any], check: Check) -> dict[str, str]:
     """Per target, the check's metric at its worst output (at its one output, for a check of one);
     ``step``: a step, or what one measured (target -> output -> metric)."""
-    metric, higher, output = shown_parts(check)
+    metric, output = check.metric, check.output
     out = {}
     measured = step.measured if isinstance(step, Step) else step
     for target, per_output in measured.items():
         values = [m[metric] for name, m in per_output.items() if metric in m and output in (None, name)]
-        worst = None if not values or any(v is None for v in values) else (min if higher else max)(values)
+        worst = (
+            None if not values or any(v is None for v in values) else (min if check.higher_is_better else max)(values)
+        )
         out[target] = format_metric(metric, worst)
     return out
 
 
-def _label(check: str) -> str:
+def _label(check: Check) -> str:
     """A check's metric, and its one output when it has one: ``cosine``, ``cosine 'scores'``."""
-    metric, _, output = shown_parts(check)
-    return metric if output is None else f"{metric} '{output}'"
+    return check.metric if check.output is None else f"{check.metric} '{check.output}'"
 
 
-def step_line(step: Step, best: Step | None, checks: list[str]) -> str:
+def step_line(step: Step, best: Step | None, checks: Sequence[Check]) -> str:
     """One finished step, for progress on stderr."""
     if step.skipped is not None:
         verdict = f"skipped: {step.skipped}"
@@ -106,7 +107,7 @@ def verdict_lines(result: RecipeResult) -> list[str]:
         ", ".join(f"{_label(check)} {v} on {t}" for t, v in _metric_text(step, check).items())
         for check in result.checks
     )
-    targets = " and ".join(result.checks)
+    targets = " and ".join(map(str, result.checks))
     if result.met:
         head = f"recipe meets {targets} {where}: {figures}; cost {step.cost:.4g} (step {step.index})"
     else:
@@ -139,7 +140,7 @@ def verdict_lines(result: RecipeResult) -> list[str]:
     return lines
 
 
-def pair_data_line(pair_data: Mapping[str, Any], checks: Sequence[str]) -> str:
+def pair_data_line(pair_data: Mapping[str, Any], checks: Sequence[Check]) -> str:
     """The best recipe on all the pair's records (what the pair's check reads, calibration records
     included), or why it was not measured there."""
     where = f"on all {pair_data['records']} records of the pair's data (what its check reads)"

@@ -137,8 +137,9 @@ def _layer_line(record: Mapping[str, Any]) -> list[str]:
 
 
 def target_view(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Deployment targets side by side, values formatted: ``{headers, rows}`` (rows per output: cosine,
-    SQNR, top-1 agreement; the last row the verdict of each target's checks), or None without targets."""
+    """Deployment targets side by side, values formatted: ``{headers, rows, passed}`` (rows per output:
+    cosine, SQNR, top-1 agreement; the last row the verdict of each target's checks, which ``passed``
+    gives per target), or None without targets."""
     targets = record.get("targets") or {}
     if not targets:
         return None
@@ -154,8 +155,9 @@ def target_view(record: Mapping[str, Any]) -> dict[str, Any] | None:
     for value in sorted({v for n in names for v in targets[n].get("task") or {}}):
         quantized = [(targets[n].get("task") or {}).get(value, {}).get("quantized") for n in names]
         rows.append([f"task '{value}'", value, *(_fmt(q) for q in quantized)])
-    rows.append(["", "checks", *("pass" if targets[n]["passed"] else "FAIL" for n in names)])
-    return {"headers": ["output", "metric", *(f"{n} ({kinds[n]})" for n in names)], "rows": rows}
+    passed = [bool(targets[n]["passed"]) for n in names]
+    rows.append(["", "checks", *("pass" if ok else "FAIL" for ok in passed)])
+    return {"headers": ["output", "metric", *(f"{n} ({kinds[n]})" for n in names)], "rows": rows, "passed": passed}
 
 
 def _target_lines(record: Mapping[str, Any]) -> list[str]:

@@ -4,6 +4,7 @@ semantics (one output or view, strict bounds) in ``judge`` and in the Evaluator,
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,12 +13,18 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from pytest_qaccuracy.analysis.checks import compared, on_target, unmeasured
+from pytest_qaccuracy.analysis.checks import compared, evaluate, on_target, unmeasured
+from pytest_qaccuracy.analysis.outputs import OutputStats
 from pytest_qaccuracy.analysis.recipe.aims import KIND_AIMS, NOT_AIMED, aim, recipe_checks
-from pytest_qaccuracy.analysis.recipe.checks import Check, parse_check, shown_parts
+from pytest_qaccuracy.analysis.recipe.checks import Check, parse_check
 from pytest_qaccuracy.analysis.recipe.measure import Evaluator, judge
+from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
+from pytest_qaccuracy.analysis.recipe.space import Recipe
+from pytest_qaccuracy.analysis.results import ComparisonResult, OutputResult
 from pytest_qaccuracy.outcomes import KINDS, Outcome
+from pytest_qaccuracy.report.recipe_tables import steps_table, verdict_lines
 from pytest_qaccuracy.runtime import RuntimeOptions
+from pytest_qaccuracy.tolerances import Tolerance
 
 SUITE = Path(__file__).resolve().parents[2] / "example_suites"
 FP32 = SUITE / "models" / "digits_cnn.onnx"
@@ -25,11 +32,19 @@ QDQ = SUITE / "models" / "digits_cnn.qdq.onnx"
 TEST = SUITE / "data" / "digits_test.npz"
 
 
-def _tolerance(check: str, metric: str, op: str, threshold: float, value: float | None, output: str = "logits"):
+def _tolerance(
+    check: str,
+    metric: str,
+    op: str,
+    threshold: float,
+    value: float | None,
+    output: str = "logits",
+    k: int | None = None,
+):
     outcome = compared(
         "tolerance", check, "output", f"output '{output}'", metric, op, threshold, value, f"marker {check}="
     )
-    return replace(outcome, output=output)
+    return replace(outcome, output=output, k=k)
 
 
 def test_every_outcome_kind_has_an_aim_or_a_reason() -> None:
@@ -46,11 +61,11 @@ def test_every_outcome_kind_has_an_aim_or_a_reason() -> None:
         (_tolerance("max_lsb", "lsb", "<=", 4.0, 9.0), Check("lsb", 4.0, False)),
         # top-k: agreement, and the drop at k = 1 and at the topk rank
         (
-            _tolerance("min_top1_agreement", "top-1 agreement", ">=", 0.9, 0.5),
+            _tolerance("min_top1_agreement", "top-1 agreement", ">=", 0.9, 0.5, k=1),
             Check("min_top1_agreement", 0.9, True, "topk", 0.01, 1),
         ),
         (
-            _tolerance("max_top1_drop", "top-5 accuracy drop", "<=", 0.01, 0.2),
+            _tolerance("max_top1_drop", "top-5 accuracy drop", "<=", 0.01, 0.2, k=5),
             Check("max_top5_drop", 0.01, False, "topk", 0.01, 5),
         ),
         # output rules: any registered metric, either direction, strict operators kept
@@ -137,7 +152,7 @@ def test_a_views_own_check_holds_on_that_view_only() -> None:
             "it measured nothing",
         ),
         (
-            _tolerance("max_top1_drop", "top-1 accuracy drop", "<=", 0.01, None),
+            _tolerance("max_top1_drop", "top-1 accuracy drop", "<=", 0.01, None, k=1),
             "it measured nothing (the data has no labels)",
         ),
         (
@@ -152,12 +167,24 @@ def test_a_check_no_recipe_check_measures_is_skipped_with_its_reason(outcome: Ou
     assert checks == [] and skipped == [f"{outcome.check}: {why}"]
 
 
+def test_a_top_k_drop_aims_at_the_k_it_was_checked_at_not_at_its_text() -> None:
+    """The rank rides from the check that counted it (``Outcome.k``); the metric's text is for people."""
+    result = ComparisonResult("f.onnx", "q.onnx", "d.npz", 8, {}, [OutputResult("y", {})], [])
+    per_k = {"agreement": 1.0, "fp32_accuracy": 0.75, "quantized_accuracy": 0.5, "accuracy_drop": 0.25}
+    stats = OutputStats(topk={"y": {"counted": "per record", "k": {"1": per_k, "3": per_k}}}, relative={})
+    tolerances = {"max_top1_drop": Tolerance("max_top1_drop", 0.125, "ini"), "topk": Tolerance("topk", 3, "ini")}
+    top1, top3 = evaluate(result, stats, tolerances, [], "net")
+    assert aim(top3) == Check("max_top3_drop", 0.125, False, "topk", 0.01, 3)
+    assert aim(replace(top3, metric="accuracy drop at the third rank")) == aim(top3)
+    assert aim(replace(top1, metric="top-3 accuracy drop")) == Check("max_top1_drop", 0.125, False, "topk", 0.01, 1)
+
+
 def test_recipe_checks_keeps_every_aimed_one_once_in_order() -> None:
     """The failed checks, and the passing ones a recipe must not break; skip lines for failed ones only."""
     cosine_a = _tolerance("min_cosine", "cosine", ">=", 0.99, 0.9, "a")
     cosine_b = _tolerance("min_cosine", "cosine", ">=", 0.99, 0.8, "b")
     passed = _tolerance("min_sqnr", "sqnr", ">=", 20.0, 30.0)
-    drop = _tolerance("max_top1_drop", "top-1 accuracy drop", "<=", 0.01, 0.2)
+    drop = _tolerance("max_top1_drop", "top-1 accuracy drop", "<=", 0.01, 0.2, k=1)
     gate = compared("gate", "max_backend_steps", "model", "tensor 'a'", "steps vs onnxruntime", "<=", 1, 3, "m")
     checks, skipped = recipe_checks([cosine_a, passed, drop, *on_target([cosine_b], "power2"), gate, gate])
     assert [str(c) for c in checks] == ["cosine >= 0.99", "sqnr >= 20", "max_top1_drop <= 0.01"]
@@ -184,13 +211,32 @@ def test_judge_reads_one_output_and_keeps_strict_bounds() -> None:
     )
 
 
-def test_strict_targets_parse_and_read_back() -> None:
+def test_strict_targets_parse() -> None:
     check = parse_check("cosine>0.99")
     assert check.strict and str(check) == "cosine > 0.99"
     assert parse_check("mse<1e-4") == Check("mse", 1e-4, False, strict=True)
-    assert shown_parts("mse < 4 on 'head'") == ("mse", False, "head")
-    assert shown_parts("allclose <= 0 (rtol=0.1, atol=2)") == ("allclose", False, None)
-    assert shown_parts("max_drop:cer <= 0.005") == ("max_drop:cer", False, None)
+
+
+def test_the_recipe_tables_read_each_checks_fields_carried_through_the_json() -> None:
+    """A result keeps its checks (``check_fields`` beside their text, as it crosses from an xdist
+    worker): the tables take the metric, direction and one output from them, not from the text."""
+    head = Check("mse", 4.0, False, strict=True, output="head", view="logits[:, 0:5]")
+    checks = [head, Check("cosine", 0.99, True), parse_check("max_drop:cer<=0.005")]
+    measured = {"onnxruntime": {"logits": {"mse": 9.0, "cosine": 0.5}, "head": {"mse": 3.0, "cosine": 0.9}}}
+    measured["onnxruntime"]["(task)"] = {"max_drop:cer": 0.25}
+    step = Step(0, "start", "starting recipe", Recipe(), 0.0, measured, False, -0.5, 1.0)
+    result = RecipeResult("f.onnx", "c.npz", "e.npz", 8, checks, ["onnxruntime"], {}, [step], 0, "done", 1.0)
+    document = json.loads(json.dumps(result.to_dict()))
+    assert document["checks"] == ["mse < 4 on 'head'", "cosine >= 0.99", "max_drop:cer <= 0.005"]
+    assert RecipeResult.from_dict(document) == result and RecipeResult.from_dict(document).checks == checks
+    # the head's own mse (not the worst output's 9), the worst cosine (the lower), the task value
+    assert verdict_lines(result)[0].endswith(
+        "mse 'head' 3 on onnxruntime; cosine 0.5000 on onnxruntime; max_drop:cer 0.25 on onnxruntime; "
+        "margin -0.5; cost 0"
+    )
+    assert steps_table(result).splitlines()[0].split()[4:] == [
+        "mse", "'head'", "onnxruntime", "cosine", "onnxruntime", "max_drop:cer", "onnxruntime", "verdict"
+    ]  # fmt: skip
 
 
 def test_the_evaluator_measures_a_view_and_the_outputs_step_as_numpy_does() -> None:

@@ -249,6 +249,7 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
             scope="output",
             subject="output 'y'",
             output="y",
+            k=1,
             metric="top-1 agreement",
             op=">=",
             threshold=0.75,
@@ -263,6 +264,7 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
             scope="output",
             subject="output 'y'",
             output="y",
+            k=1,
             metric="top-1 accuracy drop",
             op="<=",
             threshold=0.125,
@@ -277,6 +279,7 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
             scope="output",
             subject="output 'y'",
             output="y",
+            k=3,
             metric="top-3 accuracy drop",
             op="<=",
             threshold=0.125,
@@ -288,7 +291,7 @@ def test_topk_agreement_and_accuracy_drop_per_k() -> None:
     ]
     # without topk only top-1; the boxes output was not counted and gets no row
     (top1,) = evaluate(result, stats, {"max_top1_drop": Tolerance("max_top1_drop", 0.25, INI)}, [], "net")
-    assert (top1.metric, top1.passed) == ("top-1 accuracy drop", True)
+    assert (top1.metric, top1.k, top1.passed) == ("top-1 accuracy drop", 1, True)
 
 
 def test_topk_drop_undefined_without_labels() -> None:
@@ -657,6 +660,7 @@ def test_outcome_round_trips_through_a_plain_dict() -> None:
         "deployment": None,
         "params": {},
         "output": "y",
+        "k": None,
         "target": "output 'y'",
         "metric": "cosine",
         "op": ">=",

@@ -50,7 +50,7 @@ def test_a_check_is_flat_in_the_record_document() -> None:
     check = RecordedCheck(test="t.py::test_a", index=2, outcome=OUTCOME, xfail="known")
     assert list(check.to_dict()) == [
         "test", "index", "kind", "check", "scope", "subject", "deployment", "target", "metric", "op", "threshold",
-        "value", "params", "output", "passed", "source", "detail", "xfail",
+        "value", "params", "output", "k", "passed", "source", "detail", "xfail",
     ]  # fmt: skip
     assert check.to_dict()["threshold"] == 0.99 and check.to_dict()["xfail"] == "known"
     assert RecordedCheck.from_dict(check.to_dict()) == check

@@ -8,7 +8,8 @@ import re
 import pytest
 from browser import find_chromium, painted, png_rgb, run_chromium
 
-from pytest_qaccuracy.report.html import embed_json, pair_data, render_html, write_html
+from pytest_qaccuracy.report.html import ReportPair, embed_json, pair_data, render_html, write_html
+from pytest_qaccuracy.report.summary import target_view
 
 DATA = re.compile(r'<script type="application/json" id="qaccuracy-data">(.*?)</script>', re.S)
 HOSTILE = 'a"b</script><img src=x onerror=alert(1)>'
@@ -112,9 +113,22 @@ def load(chromium, tmp_path, path, *extra) -> str:
     return page.dom
 
 
+def _targets(passed: dict[str, bool]) -> dict:
+    """A pair record's deployment targets, one output's cosine each, with these verdicts."""
+    run = {"backend": "integer", "scheme": "s", "outputs": {"y": {"cosine": 0.99}}, "topk": {}}
+    return {"targets": {name: {**run, "passed": ok} for name, ok in passed.items()}}
+
+
 def test_browser_builds_tables_and_chart(chromium, tmp_path, small_result, hostile_result):
-    path = write_html(tmp_path / "report.html", [small_result, hostile_result], title="browser test")
+    view = target_view(_targets({"avx2": False, "vnni": True}))
+    assert view["passed"] == [False, True] and view["rows"][-1] == ["", "checks", "FAIL", "pass"]
+    # the verdict row's cells say the opposite of the data: the colour must follow the data
+    view["rows"][-1] = ["", "checks", "pass", "FAIL"]
+    pairs = [ReportPair(small_result, targets=view), hostile_result]
+    path = write_html(tmp_path / "report.html", pairs, title="browser test")
     dom = load(chromium, tmp_path, path)
+    targets = re.search(r'<table class="targets".*?</table>', dom, re.S)[0]
+    assert re.findall(r'<td class="([^"]*)">(pass|FAIL)</td>', targets) == [("num fail", "pass"), ("num", "FAIL")]
     assert dom.count('<section class="pair"') == 2
     assert dom.count('class="layer-row"') == 4 + 3
     # the chart shows SQNR first: every layer of the first pair has a value, one of the second has none

@@ -22,13 +22,11 @@ gate (the emulation's arithmetic, not the recipe), errors and checks that measur
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 
 from pytest_qaccuracy.analysis.recipe.checks import Check, parse_check
 from pytest_qaccuracy.outcomes import Outcome
 
-_TOP_K = re.compile(r"^top-(?P<k>\d+) accuracy drop$")
 #: Why an outcome of each kind that no recipe check measures is not aimed at.
 NOT_AIMED = {
     "drift": "baseline drift compares runs, not a recipe's outputs",
@@ -68,13 +66,11 @@ def _agreement(outcome: Outcome, views: Mapping[str, str]) -> Aim:
 
 
 def _drop(outcome: Outcome, views: Mapping[str, str]) -> Aim:
-    match = _TOP_K.match(outcome.metric)
-    if match is None:
+    if outcome.k is None:
         return f"the search does not measure {outcome.metric!r}"
     if outcome.value is None:
         return "it measured nothing (the data has no labels)"
-    k = int(match["k"])
-    return Check(f"max_top{k}_drop", float(outcome.threshold or 0.0), False, "topk", 0.01, k)
+    return Check(f"max_top{outcome.k}_drop", float(outcome.threshold or 0.0), False, "topk", 0.01, outcome.k)
 
 
 def _task(outcome: Outcome, views: Mapping[str, str]) -> Aim:

@@ -30,8 +30,6 @@ from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
 
 _TEXT = re.compile(r"\s*([a-z_0-9:]+)\s*(>=|<=|>|<|=)\s*([-+0-9.eE]+|inf)\s*")
-#: A check's text (``str(check)``) read back: its metric, operator and output, for the tables.
-_SHOWN = re.compile(r"^(?P<metric>\S+) (?P<op>>=|<=|>|<) \S+(?: \([^)]*\))?(?: on '(?P<output>.*)')?$")
 _TOPK = re.compile(r"^(?:max_top(?P<drop>\d+)_drop|min_top(?P<agree>\d+)_agreement)$")
 
 
@@ -180,16 +178,6 @@ def parse_check(text: str) -> Check:
     return replace(check, strict=True) if op in (">", "<") and check.kind != "allclose" else check
 
 
-def shown_parts(text: str) -> tuple[str, bool, str | None]:
-    """A check's text (``str(check)``, as results keep it) read back: its metric, whether higher is
-    better, and the one output it holds on (None: every output)."""
-    match = _SHOWN.match(text)
-    if match is None:
-        metric, _, rest = text.partition(" ")
-        return metric, rest.startswith(">"), None
-    return match["metric"], match["op"].startswith(">"), match["output"]
-
-
 def parse_checks(texts: Sequence[str | Check]) -> list[Check]:
     """Every target (:func:`parse_check`; checks and ``Target`` objects pass through as checks), the
     ``rtol`` and ``atol`` targets folded into one allclose check; InputError when there is none."""
@@ -212,4 +200,4 @@ def parse_checks(texts: Sequence[str | Check]) -> list[Check]:
     return checks
 
 
-__all__ = ["KINDS", "Check", "parse_check", "parse_checks", "shown_parts"]
+__all__ = ["KINDS", "Check", "parse_check", "parse_checks"]

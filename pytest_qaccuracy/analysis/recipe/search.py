@@ -37,7 +37,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +187,7 @@ class RecipeResult:
     calibration: str
     evaluation: str
     records: int
-    checks: list[str]
+    checks: list[Check]  # in the JSON as their text (``checks``) and their fields (``check_fields``)
     targets: list[str]
     weights: dict[str, float]
     steps: list[Step]
@@ -219,7 +219,8 @@ class RecipeResult:
             "evaluation": self.evaluation,
             "held_out": self.held_out,
             "records": self.records,
-            "checks": list(self.checks),
+            "checks": [str(c) for c in self.checks],
+            "check_fields": [asdict(c) for c in self.checks],
             "targets": list(self.targets),
             "weights": dict(self.weights),
             "met": self.met,
@@ -239,7 +240,7 @@ class RecipeResult:
             data["calibration"],
             data["evaluation"],
             int(data["records"]),
-            list(data["checks"]),
+            [Check(**c) for c in data["check_fields"]],
             list(data["targets"]),
             dict(data["weights"]),
             [Step.from_dict(s) for s in data["steps"]],
@@ -504,7 +505,7 @@ class RecipeSearch:
             _name(self.calibration),
             _name(self.evaluation),
             0 if self.evaluator is None else self.evaluator.records,
-            [str(c) for c in self.checks],
+            list(self.checks),
             list(self.targets),
             {"int16": self.cost.int16, "float": self.cost.float},
             list(self.steps),

@@ -163,12 +163,15 @@
     return table("outputs", headers, rows);
   }
 
+  // the last row is each target's verdict: coloured by view.passed, never by its text
   function targetsTable(view) {
-    const rows = view.rows.map((row) =>
+    const last = view.rows.length - 1;
+    const failed = (r, i) => r === last && i > 1 && !view.passed[i - 2];
+    const rows = view.rows.map((row, r) =>
       el(
         "tr",
         {},
-        row.map((cell, i) => el("td", { cls: (i > 1 ? "num" : "") + (cell === "FAIL" ? " fail" : ""), text: cell })),
+        row.map((cell, i) => el("td", { cls: (i > 1 ? "num" : "") + (failed(r, i) ? " fail" : ""), text: cell })),
       ),
     );
     return table(
