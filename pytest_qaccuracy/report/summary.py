@@ -31,6 +31,8 @@ SHOW_WARNINGS = 3
 SENSITIVE_LAYERS = 3
 #: A pair's default (backend, scheme): not shown in its summary line.
 DEFAULT_RUN = ("onnxruntime", "onnxruntime")
+#: The word of each pair status, as pytest words its outcomes (the terminal summary and the report's badges).
+LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked": "NO CHECKS"}
 
 
 def _fmt(value: float | None) -> str:
@@ -223,10 +225,6 @@ def verdict_line(record: Mapping[str, Any]) -> SummaryLine:
     if len(text) > WIDTH:  # the data file is named in the pair's block and in summary.json
         text = f"{record['id']}: {LABELS[status]} ({models}, {count})"
     return SummaryLine(text, status)
-
-
-#: The word of each pair status, as pytest words its outcomes.
-LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked": "NO CHECKS"}
 
 
 def pair_warnings(record: Mapping[str, Any]) -> list[str]:

@@ -12,11 +12,10 @@ from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.numbers import format_metric, format_number
-from pytest_qaccuracy.report.summary import counts_text, record_status
+from pytest_qaccuracy.report.summary import LABELS, counts_text, record_status
 from pytest_qaccuracy.report.tables import rank_layers
 
 DRIFT = "drift"
-LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked": "NO CHECKS"}
 
 
 def verdict_view(record: Mapping[str, Any] | None) -> dict[str, str]:
