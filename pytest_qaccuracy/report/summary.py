@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pytest_qaccuracy import defaults
 from pytest_qaccuracy.numbers import format_number
 from pytest_qaccuracy.outcomes import Outcome, pair_status, worst_first
 from pytest_qaccuracy.report.completeness import SessionStatus
@@ -243,7 +244,7 @@ def pair_warnings(record: Mapping[str, Any]) -> list[str]:
 def summary_rows(
     records: Sequence[Mapping[str, Any]],
     artifacts: str | None = None,
-    sensitivity_top: int = 10,
+    sensitivity_top: int = defaults.TOP,
     show: int = SHOW_FAILED,
     more_in: str = "summary.json, report.html",
     show_warnings: int | None = SHOW_WARNINGS,
@@ -319,7 +320,7 @@ def fit(line: str, width: int = WIDTH) -> list[str]:
 def summary_lines(
     records: Sequence[Mapping[str, Any]],
     artifacts: str | None = None,
-    sensitivity_top: int = 10,
+    sensitivity_top: int = defaults.TOP,
     more_in: str = "summary.json, report.html",
     show_warnings: int | None = SHOW_WARNINGS,
 ) -> list[str]:
