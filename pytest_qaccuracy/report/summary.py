@@ -29,7 +29,12 @@ WIDTH = 100
 SHOW_FAILED = 5
 #: Warnings listed (of all pairs) before "and N more"; all of them are in ``summary.json``.
 SHOW_WARNINGS = 3
+#: Where the lines the terminal leaves out are (a session's artifacts); the first also has every warning.
+MORE_IN = "summary.json, report.html"
+#: A pair's worst layers at a glance: the terminal's "most sensitive layers", the report's overview.
 SENSITIVE_LAYERS = 3
+#: The metric those layers are ranked by, and the report's graph and chart show first, in order of preference.
+FIRST_METRICS = ("sqnr", "cosine", "mse")
 #: A pair's default (backend, scheme): not shown in its summary line.
 DEFAULT_RUN = ("onnxruntime", "onnxruntime")
 #: The word of each pair status, as pytest words its outcomes (the terminal summary and the report's badges).
@@ -129,7 +134,7 @@ def _layer_line(record: Mapping[str, Any]) -> list[str]:
     """``most sensitive layers (sqnr): x (input) 0.23 dB, ...``: the three worst layers."""
     layers = record["comparison"]["layers"]
     higher = record["comparison"].get("higher_is_better", {})
-    metric = next((m for m in ("sqnr", "cosine", "mse") if m in record["comparison"]["metric_definitions"]), None)
+    metric = next((m for m in FIRST_METRICS if m in record["comparison"]["metric_definitions"]), None)
     if not metric or not layers:
         return []
     sign = 1.0 if higher.get(metric, False) else -1.0  # worst first
@@ -246,7 +251,7 @@ def summary_rows(
     artifacts: str | None = None,
     sensitivity_top: int = defaults.TOP,
     show: int = SHOW_FAILED,
-    more_in: str = "summary.json, report.html",
+    more_in: str = MORE_IN,
     show_warnings: int | None = SHOW_WARNINGS,
 ) -> list[SummaryLine]:
     """The terminal summary, verdict first: one line per pair; then, per pair that did not pass, its
@@ -321,7 +326,7 @@ def summary_lines(
     records: Sequence[Mapping[str, Any]],
     artifacts: str | None = None,
     sensitivity_top: int = defaults.TOP,
-    more_in: str = "summary.json, report.html",
+    more_in: str = MORE_IN,
     show_warnings: int | None = SHOW_WARNINGS,
 ) -> list[str]:
     """:func:`summary_rows` as text."""
