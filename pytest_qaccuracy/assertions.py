@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pytest_qaccuracy.metrics.error import outside_tolerance
 from pytest_qaccuracy.metrics.pair import TensorPair
 from pytest_qaccuracy.metrics.similarity import Cosine
 from pytest_qaccuracy.metrics.topk import TopKCounter, as_scores, in_topk, topk_indices
@@ -164,26 +165,23 @@ def assert_relative(
     """
     __tracebackhide__ = True
     _check_shapes(actual, expected)
-    a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
-    diff = np.abs(a - e)
-    bad = ~(diff <= atol + rtol * np.abs(e))  # NaN counts as a violation
-    count, total = int(bad.sum()), max(int(bad.size), 1)
+    bad, diff, rel, excess = outside_tolerance(actual, expected, rtol, atol)
+    count, total = diff.size, max(bad.size, 1)
     fraction = count / total
     if fraction <= max_fraction:
         return fraction
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(e != 0, diff / np.abs(e), np.where(diff == 0, 0.0, np.inf))
     allowed = "" if max_fraction == 0 else f" (at most {fmt(100 * max_fraction)}% allowed)"
     first = (
         f"{count} / {total} elements ({fmt(100 * fraction)}%) outside atol + rtol*|expected| "
         f"(rtol={fmt(rtol)}, atol={fmt(atol)}){allowed} for {_target(name)}"
     )
     stats = [
-        f"Max absolute difference among violations: {fmt(np.max(diff[bad]))}",
-        f"Max relative difference among violations: {fmt(np.max(rel[bad]))}",
+        f"Max absolute difference among violations: {fmt(diff.max())}",
+        f"Max relative difference among violations: {fmt(rel.max())}",
     ]
-    badness = np.where(np.isnan(diff), np.inf, diff - (atol + rtol * np.abs(e)))
-    raise AssertionError(failure_message(first, source, [stats, _worst_elements(a, e, badness, bad)]))
+    badness = np.full(bad.shape, -np.inf)
+    badness[bad] = excess
+    raise AssertionError(failure_message(first, source, [stats, _worst_elements(actual, expected, badness, bad)]))
 
 
 def assert_topk(

@@ -2,5 +2,5 @@
 
 #: records per run (``qaccuracy_batch_size``, ``--batch-size``, ``RuntimeOptions.batch_size``)
 BATCH_SIZE = 8
-#: rows of a ranking printed (``qaccuracy_sensitivity_top``, ``--top``)
+#: rows of a ranking printed (``qaccuracy_sensitivity_top``, ``--top``, the ``top`` of ``report/``'s tables)
 TOP = 10

@@ -179,6 +179,64 @@ def test_relative_zero_reference_allowed_share_and_nan() -> None:
         assert_relative(np.array([100], np.int8), np.array([-100], np.int8), rtol=0.0)
 
 
+# Records x = 1, 2, 4 of y = x * weight. Zeros: |q - f| = x * [1, 0, 0.5, 0] against the bound
+# 0.25 * x * [0, 1, 1, 2]: columns 0 (relative inf, excess x) and 2 (relative 0.5, excess 0.25 x) are
+# out; excess 4, 2, then a tie at 1 ([0, 0] before [2, 2]), then 0.5. NaN and inf (atol 0.5 alone):
+# columns 0 (NaN), 2 (inf against the bound 0.5 + 0 * inf, NaN) and 3 (inf, relative inf) are out,
+# each by an excess of inf (NaN counts as inf), so listed in order; the maxima are NaN.
+RELATIVE_CASES = {
+    "zeros and a tie": (
+        ([0, 1, 1, 2], [1, 1, 1.5, 2], {"rtol": 0.25}),
+        ("6 / 12", "4", "inf"),
+        [(2, 0, "4", "0"), (1, 0, "2", "0"), (0, 0, "1", "0"), (2, 2, "6", "4"), (1, 2, "3", "2")],
+    ),
+    "NaN and inf": (
+        ([1, 1, np.inf, 1], [np.nan, 1, 1, np.inf], {"atol": 0.5}),
+        ("9 / 12", "nan", "nan"),
+        [(0, 0, "nan", "1"), (0, 2, "1", "inf"), (0, 3, "inf", "1"), (1, 0, "nan", "2"), (1, 2, "2", "inf")],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(RELATIVE_CASES))
+def test_relative_assertion_agrees_with_the_plugin_check(tmp_path, case: str) -> None:
+    """``assert_relative`` on the outputs and the plugin's ``rtol``/``atol`` check on the pair (its
+    statistics folded over batches of 2 records) find the same elements and the same differences."""
+    from pytest_qaccuracy.analysis.outputs import measure_outputs
+    from pytest_qaccuracy.plugin.checks import failure_message
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    (fp32_weight, quantized_weight, given), (count, max_abs, max_rel), worst = RELATIVE_CASES[case]
+    rtol, atol = given.get("rtol", 0.0), given.get("atol", 0.0)
+    records = np.array([[1.0] * 4, [2.0] * 4, [4.0] * 4], np.float32)
+    maxima = [
+        f"Max absolute difference among violations: {max_abs}",
+        f"Max relative difference among violations: {max_rel}",
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # inf - inf, 0 * inf and x / 0 must not warn
+        lines = _message(assert_relative, records * quantized_weight, records * fp32_weight, rtol, atol, name="y")
+    assert lines[0].startswith(f"{count} elements")
+    rows = [f" [{r}, {i}]: {q} (ACTUAL), {f} (EXPECTED)" for r, i, q, f in worst]
+    assert lines[2:] == [*maxima, "", "Worst elements:", *rows]
+
+    np.savez(tmp_path / "d.npz", x=records)
+    fp32, quantized = (
+        _mul_model(tmp_path / "f.onnx", np.array(fp32_weight)),
+        _mul_model(tmp_path / "q.onnx", np.array(quantized_weight)),
+    )
+    result = compare(ModelPair(fp32, quantized), tmp_path / "d.npz", metrics="cosine", layers=False)
+    stats = measure_outputs(
+        ModelPair(fp32, quantized), tmp_path / "d.npz", rtol=rtol, atol=atol, options=RuntimeOptions(batch_size=2)
+    )
+    tolerances = {name: Tolerance(name, value, "marker") for name, value in given.items()}
+    (outcome,) = evaluate(result, stats, tolerances, [], "pair")
+    message = failure_message("pair", [outcome], result, stats).splitlines()
+    assert message[0].startswith(f"{count} elements")
+    rows = [f" record {r} [{i}]: {q} (ACTUAL), {f} (EXPECTED)" for r, i, q, f in worst]
+    assert message[message.index(maxima[0]) :] == [*maxima, "Worst elements:", *rows]
+
+
 def _topk_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     reference = np.array([[3.0, 2.0, 1.0], [1.0, 3.0, 2.0], [2.0, 1.0, 3.0]])  # fp32 top-1: 0, 1, 2
     actual = np.array([[3.0, 2.0, 1.0], [3.0, 1.0, 2.0], [2.0, 3.0, 0.0]])  # top-2: [0, 1], [0, 2], [1, 0]

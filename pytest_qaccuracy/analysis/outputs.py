@@ -21,6 +21,7 @@ from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import CheckError, DataError, InputError, QAccuracyError
+from pytest_qaccuracy.metrics.error import outside_tolerance
 from pytest_qaccuracy.metrics.task import TaskContext, TaskSpec
 from pytest_qaccuracy.metrics.topk import ScoreLayout, TopKCounter, score_layout
 from pytest_qaccuracy.model.graph import GraphView
@@ -34,14 +35,16 @@ WORST_ELEMENTS = 5
 
 @dataclass(frozen=True, slots=True)
 class RelativeStats:
-    """Elements of one output outside ``atol + rtol * |f|``; ``worst`` rows are (record, index, q, f)."""
+    """Elements of one output outside ``atol + rtol * |f|`` (:func:`~pytest_qaccuracy.metrics.error.outside_tolerance`);
+    ``max_abs`` and ``max_rel`` are the largest differences among them (NaN when one is), ``worst`` rows
+    are (record, index, q, f)."""
 
     rtol: float
     atol: float
     violations: int
     elements: int
     max_abs: float
-    max_rel: float | None
+    max_rel: float
     worst: list[tuple[int, str, float, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,7 +67,7 @@ class RelativeStats:
             int(data["violations"]),
             int(data["elements"]),
             float(data["max_abs"]),
-            None if data.get("max_rel") is None else float(data["max_rel"]),
+            float(data["max_rel"]),
             worst,
         )
 
@@ -74,35 +77,32 @@ class _RelativeTracker:
         self.rtol, self.atol = rtol, atol
         self.violations = self.elements = 0
         self.max_abs, self.max_rel = 0.0, 0.0
-        self.heap: list[tuple[float, int, str, float, float]] = []
+        self.heap: list[tuple[float, int, int, str, float, float]] = []
 
     def update(self, ref: np.ndarray, test: np.ndarray, first_record: int) -> None:
-        f, q = ref.astype(np.float64), test.astype(np.float64)
-        diff = np.abs(q - f)
-        bad = ~(diff <= self.atol + self.rtol * np.abs(f))
-        self.elements += diff.size
-        if not bad.any():
+        bad, diff, rel, excess = outside_tolerance(test, ref, self.rtol, self.atol)
+        self.elements += bad.size
+        if not diff.size:
             return
-        self.violations += int(bad.sum())
-        self.max_abs = max(self.max_abs, float(np.nan_to_num(diff[bad], nan=np.inf).max()))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.where(f != 0, diff / np.abs(f), np.inf)
-        self.max_rel = max(self.max_rel, float(np.nan_to_num(rel[bad], nan=np.inf).max()))
-        margin = np.nan_to_num(diff - (self.atol + self.rtol * np.abs(f)), nan=np.inf)
-        for flat in np.argsort(-np.where(bad, margin, -np.inf), axis=None)[:WORST_ELEMENTS]:
-            index = np.unravel_index(int(flat), f.shape)
-            row = (float(margin[index]), first_record + int(index[0]), str(list(map(int, index[1:]))))
-            item = (*row, float(q[index]), float(f[index]))
+        self.violations += diff.size
+        # np.maximum keeps a NaN, as assert_relative's max over all violations does
+        self.max_abs = float(np.maximum(self.max_abs, diff.max()))
+        self.max_rel = float(np.maximum(self.max_rel, rel.max()))
+        where = np.flatnonzero(bad)
+        for i in np.argsort(-excess, kind="stable")[:WORST_ELEMENTS]:
+            index = np.unravel_index(int(where[i]), bad.shape)
+            record = first_record + int(index[0])
+            # ties: the first element first, as assert_relative lists them
+            shown = str(list(map(int, index[1:])))
+            item = (float(excess[i]), -record, -int(where[i]), shown, float(test[index]), float(ref[index]))
             if len(self.heap) < WORST_ELEMENTS:
                 heapq.heappush(self.heap, item)
             elif item > self.heap[0]:
                 heapq.heapreplace(self.heap, item)
 
     def result(self) -> RelativeStats:
-        worst = [(r, i, q, f) for _, r, i, q, f in sorted(self.heap, reverse=True)]
-        max_rel = self.max_rel if np.isfinite(self.max_rel) else None
-        max_abs = self.max_abs if np.isfinite(self.max_abs) else float("inf")
-        return RelativeStats(self.rtol, self.atol, self.violations, self.elements, max_abs, max_rel, worst)
+        worst = [(-r, i, q, f) for _, r, _, i, q, f in sorted(self.heap, reverse=True)]
+        return RelativeStats(self.rtol, self.atol, self.violations, self.elements, self.max_abs, self.max_rel, worst)
 
 
 @dataclass(frozen=True, slots=True)

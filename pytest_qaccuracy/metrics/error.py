@@ -1,5 +1,7 @@
 """Error metrics (lower is better): Samsung ONE's MSE, MPEIR, TAE, SRMSE, plus MRE, max_abs, lsb and
-clipped (the share of fp32 values outside the quantized range).
+clipped (the share of fp32 values outside the quantized range); and the elements outside
+``atol + rtol * |fp32|`` (:func:`outside_tolerance`, the one formula of ``assert_relative`` and the
+plugin's ``rtol``/``atol`` check).
 
 Notation: f_s and q_s are the fp32 and quantized values of record s (all elements of the tensor),
 N the number of records, n the elements per record. ONE's metrics are means of per-record values.
@@ -16,6 +18,28 @@ from pytest_qaccuracy.metrics.pair import RecordStats, TensorPair
 
 #: ONE's visq epsilon for the range in MPEIR.
 MPEIR_EPS = 1e-6
+
+
+def outside_tolerance(
+    actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The elements of ``actual`` outside ``atol + rtol * |expected|``, compared in float64 (NaN is outside).
+
+    Returns:
+        The mask of those elements (``actual``'s shape) and, for each of them in C order,
+        ``|actual - expected|``, the relative difference ``|actual - expected| / |expected|`` (inf where
+        ``expected`` is 0) and the excess over the bound (NaN as inf: the worst first).
+    """
+    a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # inf - inf and 0 * inf are NaN, and outside
+        diff = np.abs(a - e)
+        bound = atol + rtol * np.abs(e)
+        bad = ~(diff <= bound)
+    diff, scale, bound = diff[bad], np.abs(e[bad]), np.asarray(bound)[bad]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(scale != 0, diff / scale, np.inf)
+    excess = diff - bound
+    return bad, diff, rel, np.where(np.isnan(excess), np.inf, excess)
 
 
 class RecordMean(StatsMetric):

@@ -65,9 +65,9 @@ def dot_name(stem: str, metric: str) -> str:
 def session_dot_metrics(metric_names: Sequence[str]) -> list[str]:
     """The metric a pytest session draws its DOT graph with: the first of the HTML report's graph
     metrics that was measured (none when none was)."""
-    from pytest_qaccuracy.report.html import GRAPH_METRICS
+    from pytest_qaccuracy.report.summary import FIRST_METRICS
 
-    return [m for m in GRAPH_METRICS if m in metric_names][:1]
+    return [m for m in FIRST_METRICS if m in metric_names][:1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.atomic import atomic_write_text, finite_json
 from pytest_qaccuracy.report.html_data import comparison_view, sensitivity_display
+from pytest_qaccuracy.report.summary import FIRST_METRICS
 from pytest_qaccuracy.report.verdicts import (
     check_rows,
     counts_line,
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
     import onnx
 
 DEFAULT_TITLE = "Quantization accuracy report"
-#: The metric a pair's graph, chart and worst layers show first, in order of preference.
-GRAPH_METRICS = ("sqnr", "cosine", "mse")
 
 #: Characters that must not appear literally inside ``<script>``: ``</script>``, ``<!--`` and the JS
 #: line terminators U+2028/U+2029 (escaped anyway by ``ensure_ascii``).
@@ -90,7 +89,7 @@ def embed_json(data: Any) -> str:
 def first_metric(result: ComparisonResult) -> str | None:
     """The metric shown first: sqnr, else cosine, else mse, else the result's first."""
     names = result.metric_names or list(result.metric_definitions)
-    return next((m for m in GRAPH_METRICS if m in names), names[0] if names else None)
+    return next((m for m in FIRST_METRICS if m in names), names[0] if names else None)
 
 
 def pair_data(pair: ReportPair | ComparisonResult, index: int = 0) -> dict[str, Any]:

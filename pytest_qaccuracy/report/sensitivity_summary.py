@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_qaccuracy import defaults
+
 INDENT = "  "
 
 
@@ -44,7 +46,7 @@ def _suggestion(report: Any, record: Mapping[str, Any]) -> str | None:
     return None
 
 
-def sensitivity_lines(record: Mapping[str, Any], top: int = 10) -> list[str]:
+def sensitivity_lines(record: Mapping[str, Any], top: int = defaults.TOP) -> list[str]:
     """The ranked table and the exclusion suggestion of a pair (nothing when it was not analysed)."""
     from pytest_qaccuracy.report.sensitivity_tables import sensitivity_table
 
@@ -178,7 +180,7 @@ def recipe_brief(entry: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def sensitivity_brief(record: Mapping[str, Any], top: int = 10) -> dict[str, Any] | None:
+def sensitivity_brief(record: Mapping[str, Any], top: int = defaults.TOP) -> dict[str, Any] | None:
     """The pair's ``sensitivity`` in ``summary.json``: ranking head, target and suggestion, or why not."""
     entry = record.get("sensitivity")
     if not entry:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from pytest_qaccuracy import defaults
 from pytest_qaccuracy.analysis.cumulative import CumulativeResult
 from pytest_qaccuracy.analysis.sensitivity import SensitivityResult
 from pytest_qaccuracy.analysis.sensitivity_report import SensitivityReport
@@ -112,7 +113,7 @@ def write_sensitivity_artifacts(
     return written
 
 
-def report_lines(report: SensitivityReport, top: int = 10) -> list[str]:
+def report_lines(report: SensitivityReport, top: int = defaults.TOP) -> list[str]:
     """Terminal lines: the ranked table and the exclusion suggestion (or why there is none)."""
     if report.unsupported:
         return [f"sensitivity of {report.stem}: {report.unsupported}"]

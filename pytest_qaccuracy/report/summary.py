@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pytest_qaccuracy import defaults
 from pytest_qaccuracy.numbers import format_number
 from pytest_qaccuracy.outcomes import Outcome, pair_status, worst_first
 from pytest_qaccuracy.report.completeness import SessionStatus
@@ -28,9 +29,16 @@ WIDTH = 100
 SHOW_FAILED = 5
 #: Warnings listed (of all pairs) before "and N more"; all of them are in ``summary.json``.
 SHOW_WARNINGS = 3
+#: Where the lines the terminal leaves out are (a session's artifacts); the first also has every warning.
+MORE_IN = "summary.json, report.html"
+#: A pair's worst layers at a glance: the terminal's "most sensitive layers", the report's overview.
 SENSITIVE_LAYERS = 3
+#: The metric those layers are ranked by, and the report's graph and chart show first, in order of preference.
+FIRST_METRICS = ("sqnr", "cosine", "mse")
 #: A pair's default (backend, scheme): not shown in its summary line.
 DEFAULT_RUN = ("onnxruntime", "onnxruntime")
+#: The word of each pair status, as pytest words its outcomes (the terminal summary and the report's badges).
+LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked": "NO CHECKS"}
 
 
 def _fmt(value: float | None) -> str:
@@ -126,7 +134,7 @@ def _layer_line(record: Mapping[str, Any]) -> list[str]:
     """``most sensitive layers (sqnr): x (input) 0.23 dB, ...``: the three worst layers."""
     layers = record["comparison"]["layers"]
     higher = record["comparison"].get("higher_is_better", {})
-    metric = next((m for m in ("sqnr", "cosine", "mse") if m in record["comparison"]["metric_definitions"]), None)
+    metric = next((m for m in FIRST_METRICS if m in record["comparison"]["metric_definitions"]), None)
     if not metric or not layers:
         return []
     sign = 1.0 if higher.get(metric, False) else -1.0  # worst first
@@ -227,10 +235,6 @@ def verdict_line(record: Mapping[str, Any]) -> SummaryLine:
     return SummaryLine(text, status)
 
 
-#: The word of each pair status, as pytest words its outcomes.
-LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked": "NO CHECKS"}
-
-
 def pair_warnings(record: Mapping[str, Any]) -> list[str]:
     """Everything worth a second look about a pair that does not decide its verdict: few layers
     matched, channels one scale loses, top-k counted over other units than records."""
@@ -247,9 +251,9 @@ def pair_warnings(record: Mapping[str, Any]) -> list[str]:
 def summary_rows(
     records: Sequence[Mapping[str, Any]],
     artifacts: str | None = None,
-    sensitivity_top: int = 10,
+    sensitivity_top: int = defaults.TOP,
     show: int = SHOW_FAILED,
-    more_in: str = "summary.json, report.html",
+    more_in: str = MORE_IN,
     show_warnings: int | None = SHOW_WARNINGS,
 ) -> list[SummaryLine]:
     """The terminal summary, verdict first: one line per pair; then, per pair that did not pass, its
@@ -323,8 +327,8 @@ def fit(line: str, width: int = WIDTH) -> list[str]:
 def summary_lines(
     records: Sequence[Mapping[str, Any]],
     artifacts: str | None = None,
-    sensitivity_top: int = 10,
-    more_in: str = "summary.json, report.html",
+    sensitivity_top: int = defaults.TOP,
+    more_in: str = MORE_IN,
     show_warnings: int | None = SHOW_WARNINGS,
 ) -> list[str]:
     """:func:`summary_rows` as text."""

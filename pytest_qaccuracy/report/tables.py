@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from pytest_qaccuracy import defaults
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.numbers import finite, format_metric
@@ -53,7 +54,9 @@ def outputs_table(result: ComparisonResult, tablefmt: str = "simple") -> str:
     )
 
 
-def layers_table(result: ComparisonResult, top: int = 10, rank_by: str | None = None, tablefmt: str = "simple") -> str:
+def layers_table(
+    result: ComparisonResult, top: int = defaults.TOP, rank_by: str | None = None, tablefmt: str = "simple"
+) -> str:
     """The ``top`` worst layers by ``rank_by``: columns order, tensor, op_type and every metric."""
     metrics = metric_names(result)
     layers = rank_layers(result, rank_by or metrics[0])[: max(top, 0)]
@@ -72,7 +75,7 @@ def _align(text_columns: int, metrics: list[str], numeric_first: int = 0) -> tup
     return (*left, *(["right"] * len(metrics)))
 
 
-def comparison_table(result: ComparisonResult, top: int = 10, rank_by: str | None = None) -> str:
+def comparison_table(result: ComparisonResult, top: int = defaults.TOP, rank_by: str | None = None) -> str:
     """The outputs with all their metrics, then the ``top`` worst layers ranked by one metric.
 
     Args:

@@ -12,11 +12,10 @@ from typing import Any
 
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.numbers import format_metric, format_number
-from pytest_qaccuracy.report.summary import counts_text, record_status
+from pytest_qaccuracy.report.summary import LABELS, SENSITIVE_LAYERS, counts_text, record_status
 from pytest_qaccuracy.report.tables import rank_layers
 
 DRIFT = "drift"
-LABELS = {"passed": "PASSED", "failed": "FAILED", "xfailed": "XFAIL", "unchecked": "NO CHECKS"}
 
 
 def verdict_view(record: Mapping[str, Any] | None) -> dict[str, str]:
@@ -118,7 +117,7 @@ def task_rows(record: Mapping[str, Any] | None) -> list[dict[str, str]]:
     return rows
 
 
-def worst_layers(result: ComparisonResult, metric: str | None, count: int = 3) -> list[dict[str, Any]]:
+def worst_layers(result: ComparisonResult, metric: str | None, count: int = SENSITIVE_LAYERS) -> list[dict[str, Any]]:
     """The ``count`` worst layers by ``metric``, formatted, with the topological order to link to."""
     if metric is None:
         return []

@@ -163,7 +163,7 @@ def test_values_become_plain_floats() -> None:
 def test_relative_tolerance_counts_the_share_of_elements_outside() -> None:
     result = _result([OutputResult("y", {}), OutputResult("z", {})])
     rel = RelativeStats(rtol=0.01, atol=0.001, violations=3, elements=12, max_abs=0.5, max_rel=0.25)
-    clean = RelativeStats(rtol=0.01, atol=0.001, violations=0, elements=0, max_abs=0.0, max_rel=None)
+    clean = RelativeStats(rtol=0.01, atol=0.001, violations=0, elements=0, max_abs=0.0, max_rel=0.0)
     stats = OutputStats(topk={}, relative={"y": rel, "z": clean})
     bounds = "outside atol + rtol*|fp32| (rtol=0.01, atol=0.001)"
     assert evaluate(
