@@ -57,12 +57,6 @@ def record_passed(record: Mapping[str, Any]) -> bool:
     return record_status(record)[0] in ("passed", "unchecked")
 
 
-def expected_failure(record: Mapping[str, Any]) -> str | None:
-    """The xfail reason when pytest reported every failed check's test as xfailed, else None."""
-    status, reason = record_status(record)
-    return reason if status == "xfailed" else None
-
-
 def _shown_checks(record: Mapping[str, Any]) -> list[Outcome]:
     """The pair's checks as typed outcomes, one per (kind, check, subject, deployment, metric): a
     check made by two tests (a suite item and a fixture test) is shown once, a failure winning."""

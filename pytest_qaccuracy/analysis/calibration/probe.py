@@ -25,8 +25,6 @@ from pytest_qaccuracy.analysis.calibration.qdq_params import scale_zero_point
 from pytest_qaccuracy.model.graph import GraphView
 
 FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE}
-#: the least opset with QuantizeLinear / DequantizeLinear
-QDQ_OPSET = 10
 
 
 @dataclass(frozen=True, slots=True)
