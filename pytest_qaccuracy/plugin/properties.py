@@ -43,8 +43,9 @@ def pair_properties(pair_id: str, backend: str, scheme: str, result: Any, stats:
 
 def check_properties(outcomes: Sequence[Any]) -> Properties:
     """One ``qaccuracy.check`` property per check of the test: its typed fields as compact JSON
-    (kind, check, scope, subject, deployment, metric, op, threshold, value, params, passed, source)."""
-    fields = ("kind", "check", "scope", "subject", "deployment", "metric", "op", "threshold", "value", "params")
+    (kind, check, scope, subject, deployment, metric, op, threshold, value, params, output, k, passed,
+    source)."""
+    fields = ("kind", "check", "scope", "subject", "deployment", "metric", "op", "threshold", "value", "output", "k")
     props = []
     for outcome in outcomes:
         data = {name: getattr(outcome, name) for name in fields}

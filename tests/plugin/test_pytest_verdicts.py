@@ -134,13 +134,14 @@ def test_suite_items_carry_file_and_line(digits: pytest.Pytester) -> None:
     (prop,) = [json.loads(p.get("value")) for p in qdq[0].iter("property") if p.get("name") == "qaccuracy.check"]
     (recorded,) = _pairs(digits)["qdq"]["checks"]
     assert prop == {k: recorded[k] for k in prop} and set(prop) == {
-        "kind", "check", "scope", "subject", "deployment", "metric", "op", "threshold", "value", "params", "passed",
-        "source",
+        "kind", "check", "scope", "subject", "deployment", "metric", "op", "threshold", "value", "params", "output",
+        "k", "passed", "source",
     }  # fmt: skip
-    assert (prop["kind"], prop["check"], prop["subject"], prop["passed"]) == (
+    assert (prop["kind"], prop["check"], prop["subject"], prop["output"], prop["passed"]) == (
         "tolerance",
         "min_cosine",
         "output 'logits'",
+        "logits",
         True,
     )
     # pytest's own location (0-based, as reportinfo gives it)
