@@ -18,14 +18,14 @@ try:  # Ctrl-C while pytest loads this plugin: one line and pytest's exit code o
     from pytest_qaccuracy.plugin.artifacts import report_path
     from pytest_qaccuracy.plugin.fixtures import (
         MARKER_HELP,
-        _marker_kwargs,
         mark_item,
+        marker_key,
         qaccuracy,
         qaccuracy_calibrate,
         qaccuracy_dataset,
         qaccuracy_pair,
+        read_marker,
         session_key,
-        validate_marker,
     )
     from pytest_qaccuracy.plugin.progress import SessionProgress, check_artifacts_dir, finish_session
     from pytest_qaccuracy.plugin.session import QAccuracySession
@@ -129,7 +129,7 @@ class QAccuracyOutcomes:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     try:
-        validate_marker(_marker_kwargs(item))
+        item.stash[marker_key] = read_marker(item)
     except ValueError as exc:
         pytest.fail(str(exc), pytrace=False)
 

@@ -16,18 +16,12 @@ from typing import Any
 import pytest
 
 from pytest_qaccuracy.plugin.pairs import PairSpec
-from pytest_qaccuracy.plugin.schemes import (
-    DEFAULT_BACKEND,
-    DEFAULT_SCHEME,
-    RUN_KEYS,
-    check_backend,
-    check_scheme,
-    check_targets,
-)
+from pytest_qaccuracy.plugin.schemes import DEFAULT_BACKEND, DEFAULT_SCHEME, RUN_KEYS
 from pytest_qaccuracy.plugin.session import CheckResult, QAccuracySession
 from pytest_qaccuracy.tolerances import (
     TOLERANCES,
     Rule,
+    Tolerance,
     check_tolerance,
     is_tolerance,
     parse_rules,
@@ -37,6 +31,8 @@ from pytest_qaccuracy.tolerances import (
 )
 
 session_key = pytest.StashKey[QAccuracySession]()
+#: A test's marker keys as :func:`read_marker` validated them at setup.
+marker_key = pytest.StashKey[dict[str, Any]]()
 #: Usage errors found while collecting (a suite's or a marker's unusable task metric), raised after
 #: collection: pytest exits 4 with the first one's line (``suite.raise_usage_errors``).
 usage_key = pytest.StashKey[list[str]]()
@@ -67,17 +63,22 @@ MARKER_HELP = (
 )
 
 
-def validate_marker(kwargs: Mapping[str, Any]) -> None:
-    """Unknown keys and bad tolerance values raise ValueError naming the key."""
-    for key, value in kwargs.items():
+def read_marker(item: pytest.Item) -> dict[str, Any]:
+    """The test's marker keys, validated once (at setup; kept in ``item.stash[marker_key]``): a
+    tolerance as its :class:`Tolerance`, ``backend``/``scheme``/``targets`` as checked (None: the
+    ini/command-line value). An unknown key or a bad value raises ValueError naming the key."""
+    found: dict[str, Any] = {}
+    for key, value in _marker_kwargs(item).items():
         if is_tolerance(key):
-            check_tolerance(key, value)
+            found[key] = Tolerance(key, check_tolerance(key, value), f"marker @pytest.mark.qaccuracy({key}=...)")
         elif key in RUN_KEYS:
-            if value is not None:  # None: the ini/command-line value
-                RUN_KEYS[key](value)
-        elif key not in PAIR_KEYS:
+            found[key] = None if value is None else RUN_KEYS[key](value)
+        elif key in PAIR_KEYS:
+            found[key] = value
+        else:
             known = ", ".join([*PAIR_KEYS, *TOLERANCES])
             raise ValueError(f"@pytest.mark.qaccuracy: unknown key '{key}' (known: {known})")
+    return found
 
 
 def _marker_kwargs(node: pytest.Item) -> dict[str, Any]:
@@ -148,8 +149,19 @@ def _resolve(base: Path, value: str | Path | None) -> Path | None:
     return None if value is None else (base / Path(value)).resolve()
 
 
-def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) -> PairSpec:
-    """A :class:`PairSpec` from user arguments; missing files raise ValueError."""
+def make_spec(
+    base: Path,
+    fp32: Any,
+    quantized: Any,
+    data: Any,
+    *,
+    backend: str = DEFAULT_BACKEND,
+    scheme: str = DEFAULT_SCHEME,
+    targets: tuple[str, ...] = (),
+    **extra: Any,
+) -> PairSpec:
+    """A :class:`PairSpec` from user arguments; missing files raise ValueError. ``backend``,
+    ``scheme`` and ``targets`` come checked from where they were given (``RUN_KEYS``)."""
     missing = [name for name, value in (("fp32", fp32), ("quantized", quantized), ("data", data)) if value is None]
     if missing:
         raise ValueError(f"a qaccuracy pair needs fp32, quantized and data; missing {', '.join(missing)}")
@@ -164,9 +176,6 @@ def make_spec(base: Path, fp32: Any, quantized: Any, data: Any, **extra: Any) ->
     mapping = tuple(sorted(dict(extra.get("mapping") or {}).items()))
     metrics = tuple(extra.get("metrics") or ())
     name = extra.get("name") or paths["quantized"].stem
-    backend = check_backend(extra.get("backend", DEFAULT_BACKEND))
-    scheme = check_scheme(extra.get("scheme", DEFAULT_SCHEME))
-    targets = check_targets(extra.get("targets") or ())
     scores = extra.get("scores")
     if scores is not None and not isinstance(scores, str):
         raise ValueError(f"scores: expected an output name, got {scores!r}")
@@ -238,7 +247,7 @@ class QAccuracyRecorder:
     def __init__(self, request: pytest.FixtureRequest, state: QAccuracySession) -> None:
         self._request = request
         self._state = state
-        self._marker = _marker_kwargs(request.node)
+        self._marker = request.node.stash[marker_key]
         self._base = request.path.parent
         self.results: list[CheckResult] = []
 
@@ -258,8 +267,8 @@ class QAccuracyRecorder:
         else:
             keys.update({k: self._marker[k] for k in SHARED_KEYS if self._marker.get(k) is not None})
             keys.update({k: v for k, v in (("fp32", fp32), ("quantized", quantized), ("data", data)) if v})
-        keys.update({k: v for k, v in extra.items() if v is not None})
         try:
+            keys.update({k: RUN_KEYS[k](v) if k in RUN_KEYS else v for k, v in extra.items() if v is not None})
             spec = make_spec(
                 self._base, keys.pop("fp32", None), keys.pop("quantized", None), keys.pop("data", None), **keys
             )
@@ -267,12 +276,12 @@ class QAccuracyRecorder:
             pytest.fail(str(exc), pytrace=False)
         return PairHandle(spec, self._state)
 
-    def tolerances(self, **overrides: Any) -> dict[str, tuple[float, str]]:
+    def tolerances(self, **overrides: Any) -> dict[str, Tolerance]:
         """The tolerances in effect for this test, each with its source."""
-        marked = {name: value for name, value in self._marker.items() if is_tolerance(name)}
+        marked = {name: value for name, value in self._marker.items() if isinstance(value, Tolerance)}
         return {
             **self._state.settings.tolerances,
-            **tolerance_values(marked, lambda name: f"marker @pytest.mark.qaccuracy({name}=...)"),
+            **marked,
             **tolerance_values(overrides, lambda name: f"check() argument {name}="),
         }
 
@@ -346,7 +355,7 @@ def qaccuracy_dataset(request: pytest.FixtureRequest) -> Iterator[Callable[..., 
     """Factory ``qaccuracy_dataset(path=None)``: an opened dataset (the marker's ``data`` by default),
     closed after the test."""
     opened: list[Any] = []
-    marker = _marker_kwargs(request.node)
+    marker = request.node.stash[marker_key]
 
     def load(path: str | Path | None = None) -> Any:
         from pytest_qaccuracy.data import load_dataset

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, Literal, TypeVar
 
 import pytest
 
@@ -26,19 +26,43 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Option:
-    """Where one option can be given: an ini key, a command-line flag (its argparse ``dest``), or both."""
+    """One option: where it can be given (an ini key, a command-line flag, or both) and how pytest
+    declares it (:meth:`declare`), so the table of options is the only declaration."""
 
     ini: str | None = None
     flag: str | None = None
-    #: the flag's argparse ``dest``; None: the ini key
+    #: the flag's help (the ini key's too, unless ``ini_help``)
+    help: str = ""
+    ini_help: str | None = None
+    metavar: str | None = None
+    #: the flag's argparse action: ``store``, ``append`` (repeatable), ``store_true``, ``store_const`` (True)
+    action: str = "store"
+    #: the flag's argparse ``dest``; None: argparse's (``--qaccuracy-max-lsb`` -> ``qaccuracy_max_lsb``)
     dest: str | None = None
-    #: the ini key holds a list of strings (``linelist`` or ``args``)
-    lines: bool = False
+    #: the ini key's pytest type: ``string``, or a list of strings (``linelist``, ``args``)
+    ini_type: Literal["string", "linelist", "args"] = "string"
 
     @classmethod
-    def named(cls, name: str, lines: bool = False) -> Option:
+    def named(cls, name: str, help: str, metavar: str | None = None, **fields: Any) -> Option:
         """The usual pair: ini key ``qaccuracy_<name>``, flag ``--qaccuracy-<name with dashes>``."""
-        return cls(f"qaccuracy_{name}", "--qaccuracy-" + name.replace("_", "-"), lines=lines)
+        return cls(f"qaccuracy_{name}", "--qaccuracy-" + name.replace("_", "-"), help, metavar=metavar, **fields)
+
+    @property
+    def lines(self) -> bool:
+        """Whether the ini key holds a list of strings."""
+        return self.ini_type != "string"
+
+    def declare(self, parser: pytest.Parser, group: pytest.OptionGroup) -> None:
+        """Add the flag to ``group`` and the ini key to ``parser``; values stay as written (:mod:`.ini`)."""
+        if self.flag is not None:
+            extra: dict[str, Any] = {"dest": self.dest} if self.dest else {}
+            if self.action in ("store", "append"):
+                extra.update(metavar=self.metavar, default=[] if self.action == "append" else None)
+            elif self.action == "store_const":
+                extra.update(const=True, default=None)
+            group.addoption(self.flag, action=self.action, help=self.help, **extra)
+        if self.ini is not None:
+            parser.addini(self.ini, self.ini_help or self.help, type=self.ini_type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +92,7 @@ def given(config: pytest.Config, option: Option) -> tuple[object, Origin] | None
     """The value as written (text, a native TOML scalar, or a list of strings) and where: the command
     line when it gives one, else the ini file; None when neither does."""
     if option.flag is not None:
-        value = config.getoption(option.dest or option.ini or option.flag)
+        value = config.getoption(option.dest or option.flag)
         if _given(value):
             return value, Origin(option.flag, f"command line {option.flag}", True)
     if option.ini is not None:

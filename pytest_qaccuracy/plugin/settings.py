@@ -59,32 +59,143 @@ DEFAULT_SENSITIVITY_RECORDS = 32
 
 T = TypeVar("T")
 
-#: Where each option besides the tolerances can be given.
+_RULE_TEXT = "'<pair glob>[::<layer glob>] <metric><op><value>'"
+_TASK_LINE = f"'<{'|'.join(TASK_KINDS)}>:<value name> = <number>', e.g. 'max_drop:cer = 0.005'"
+_TARGETS_HELP = (
+    "Deployment targets every pair's output checks also run on, e.g. 'onnxruntime-avx2 onnxruntime-vnni' "
+    "(scheme presets; this machine's own runs on onnxruntime, the others on the integer backend)"
+)
+_BUDGET_HELP = (
+    "Time the analysis of one pair may take: a multiple of its check time (2x) or seconds (60s, 5m) (default 2x)"
+)
+
+
+def _flag(name: str, help: str) -> Option:
+    """A command-line switch without a value or an ini key."""
+    return Option(flag="--qaccuracy-" + name.replace("_", "-"), help=help, action="store_true")
+
+
+#: Every option of the plugin, in ``--help`` order; :func:`add_options` declares them all from here.
 OPTIONS: dict[str, Option] = {
-    "metrics": Option.named("metrics", lines=True),
-    "rules": Option("qaccuracy_tolerances", lines=True),
-    "rules_cli": Option(flag="--qaccuracy-tolerance", dest="qaccuracy_tolerances"),
-    "artifacts_dir": Option.named("artifacts_dir"),
-    "report": Option.named("report"),
-    "providers": Option.named("providers", lines=True),
-    "batch_size": Option("qaccuracy_batch_size"),
-    "baseline_dir": Option("qaccuracy_baseline_dir", "--qaccuracy-baseline", "qaccuracy_baseline"),
-    "max_drift": Option.named("max_drift", lines=True),
-    "fail_on_improvement": Option.named("fail_on_improvement"),
-    "junit_properties": Option("qaccuracy_junit_properties"),
-    "sensitivity": Option.named("sensitivity"),
-    "sensitivity_metric": Option.named("sensitivity_metric"),
-    "sensitivity_mode": Option.named("sensitivity_mode"),
-    "sensitivity_top": Option.named("sensitivity_top"),
-    "sensitivity_records": Option.named("sensitivity_records"),
-    "analysis": Option.named("analysis"),
-    "analysis_budget": Option.named("analysis_budget"),
-    "backend": Option.named("backend"),
-    "scheme": Option.named("scheme"),
-    "targets": Option.named("targets", lines=True),
-    "task_metrics": Option.named("task_metrics", lines=True),
-    "task_tolerances": Option("qaccuracy_task_tolerances", lines=True),
-    "task_tolerances_cli": Option(flag="--qaccuracy-task-tolerance", dest="qaccuracy_task_tolerances"),
+    **{
+        name: Option.named(
+            name, f"{text} (overrides ini)", "N", ini_help=f"{text} ({'integer' if kind is int else 'number'})"
+        )
+        for name, (kind, text) in TOLERANCES.items()
+    },
+    "metrics": Option.named(
+        "metrics",
+        "Comma-separated metrics to compute (default: all registered)",
+        "LIST",
+        ini_help="Metrics to compute (default: all registered)",
+        ini_type="args",
+    ),
+    "rules": Option("qaccuracy_tolerances", help=f"Rules {_RULE_TEXT}", ini_type="linelist"),
+    "rules_cli": Option(
+        flag="--qaccuracy-tolerance",
+        dest="qaccuracy_tolerances",
+        help=f"Add a {_RULE_TEXT} rule",
+        metavar="RULE",
+        action="append",
+    ),
+    "artifacts_dir": Option.named(
+        "artifacts_dir",
+        f"Where artifacts go (default: {DEFAULT_ARTIFACTS}/ under the rootdir)",
+        "DIR",
+        ini_help=f"Artifacts folder (default {DEFAULT_ARTIFACTS}/ under rootdir)",
+    ),
+    "no_artifacts": _flag("no_artifacts", "Write no artifacts"),
+    "report": Option.named(
+        "report",
+        "Where the HTML report goes (default: report.html in the artifacts folder)",
+        "PATH",
+        ini_help="HTML report path (default report.html in the artifacts folder)",
+    ),
+    "providers": Option.named(
+        "providers",
+        "Comma-separated onnxruntime execution providers",
+        "LIST",
+        ini_help="onnxruntime execution providers",
+        ini_type="args",
+    ),
+    "batch_size": Option("qaccuracy_batch_size", help=f"Records per onnxruntime run (default {defaults.BATCH_SIZE})"),
+    "update_baselines": _flag(
+        "update_baselines", "(Re)write the baselines of the pairs that ran and passed, in qaccuracy_baseline_dir"
+    ),
+    "update_all_baselines": _flag(
+        "update_all_baselines", "(Re)write the baselines of every pair that ran, failing ones included"
+    ),
+    "baseline_dir": Option(
+        "qaccuracy_baseline_dir",
+        "--qaccuracy-baseline",
+        "Use DIR as the baseline folder; every pair that runs must have a baseline there",
+        f"Baseline folder, compared when it exists (default {DEFAULT_BASELINES}/ under the rootdir; commit it)",
+        "DIR",
+    ),
+    "prune_baselines": _flag(
+        "prune_baselines", "Delete the baseline files no pair of the session produced (only when every test ran)"
+    ),
+    "fail_on_improvement": Option.named(
+        "fail_on_improvement",
+        "Fail the drift check when a metric is better than its baseline beyond the drift rule",
+        action="store_const",
+        ini_help="Fail the drift check when a metric is better than its baseline beyond the rule (default false)",
+    ),
+    "max_drift": Option.named(
+        "max_drift",
+        "Add a drift rule such as sqnr:-1.0 or mse:+20%%",  # argparse formats a flag's help: %% is one %
+        "RULE",
+        action="append",
+        ini_help="Drift rules such as 'sqnr:-1.0' or 'mse:+20%' (default sqnr:-1.0)",
+        ini_type="linelist",
+    ),
+    "junit_properties": Option(
+        "qaccuracy_junit_properties", help="Add key metrics to JUnit XML as properties (default true)"
+    ),
+    "sensitivity": Option.named(
+        "sensitivity", "Sensitivity tables for failed pairs, all pairs, or off (default failed)", "WHEN"
+    ),
+    "sensitivity_metric": Option.named(
+        "sensitivity_metric",
+        f"Metric the sensitivity table ranks nodes by (default {DEFAULT_SENSITIVITY_METRIC})",
+        "NAME",
+    ),
+    "sensitivity_mode": Option.named(
+        "sensitivity_mode", "Sensitivity mode: single or leave-one-out (default single)", "MODE"
+    ),
+    "sensitivity_top": Option.named("sensitivity_top", f"Rows of the sensitivity table (default {defaults.TOP})", "N"),
+    "sensitivity_records": Option.named(
+        "sensitivity_records",
+        f"Records the sensitivity analysis reads, from the first (default {DEFAULT_SENSITIVITY_RECORDS}; 0: all)",
+        "N",
+    ),
+    "analysis": Option.named(
+        "analysis", "End-of-session analysis of failed pairs: off, rank (nodes) or recipe (default recipe)", "LEVEL"
+    ),
+    "analysis_budget": Option.named("analysis_budget", _BUDGET_HELP, "LIMIT"),
+    "backend": Option.named(
+        "backend", f"Backend running the quantized model: {' or '.join(BACKENDS)} (default {DEFAULT_BACKEND})", "NAME"
+    ),
+    "scheme": Option.named(
+        "scheme", f"Integer scheme preset of the integer backend and of {GATE} (default {DEFAULT_SCHEME})", "PRESET"
+    ),
+    "targets": Option.named("targets", _TARGETS_HELP, "PRESETS", ini_type="linelist"),
+    "task_metrics": Option.named(
+        "task_metrics",
+        "Task metrics every pair computes: 'module:Class', an entry point or a built-in (ctc, ...)",
+        "LIST",
+        ini_type="linelist",
+    ),
+    "task_tolerances": Option(
+        "qaccuracy_task_tolerances", help=f"Task-metric tolerances {_TASK_LINE}", ini_type="linelist"
+    ),
+    "task_tolerances_cli": Option(
+        flag="--qaccuracy-task-tolerance",
+        dest="qaccuracy_task_tolerances",
+        help=f"Task-metric tolerances {_TASK_LINE} (repeatable; wins over the ini line of the same name)",
+        metavar="LINE",
+        action="append",
+    ),
 }
 
 
@@ -141,181 +252,10 @@ class QAccuracySettings:
 
 
 def add_options(parser: pytest.Parser) -> None:
-    """Declare every ``--qaccuracy-*`` flag and ``qaccuracy_*`` ini key."""
+    """Declare every ``--qaccuracy-*`` flag and ``qaccuracy_*`` ini key of :data:`OPTIONS`."""
     group = parser.getgroup(*GROUP)
-    for name, (kind, help_text) in TOLERANCES.items():
-        flag = "--qaccuracy-" + name.replace("_", "-")
-        group.addoption(flag, dest=f"qaccuracy_{name}", default=None, metavar="N", help=f"{help_text} (overrides ini)")
-        parser.addini(f"qaccuracy_{name}", f"{help_text} ({'integer' if kind is int else 'number'})", default=None)
-    group.addoption(
-        "--qaccuracy-metrics",
-        dest="qaccuracy_metrics",
-        default=None,
-        metavar="LIST",
-        help="Comma-separated metrics to compute (default: all registered)",
-    )
-    parser.addini("qaccuracy_metrics", "Metrics to compute (default: all registered)", type="args", default=[])
-    group.addoption(
-        "--qaccuracy-tolerance",
-        dest="qaccuracy_tolerances",
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="Add a '<pair glob>[::<layer glob>] <metric><op><value>' rule",
-    )
-    parser.addini("qaccuracy_tolerances", "Rules '<pair glob>[::<layer glob>] <metric><op><value>'", type="linelist")
-    group.addoption(
-        "--qaccuracy-artifacts-dir",
-        dest="qaccuracy_artifacts_dir",
-        default=None,
-        metavar="DIR",
-        help=f"Where artifacts go (default: {DEFAULT_ARTIFACTS}/ under the rootdir)",
-    )
-    parser.addini("qaccuracy_artifacts_dir", f"Artifacts folder (default {DEFAULT_ARTIFACTS}/ under rootdir)")
-    group.addoption(
-        "--qaccuracy-no-artifacts", dest="qaccuracy_no_artifacts", action="store_true", help="Write no artifacts"
-    )
-    group.addoption(
-        "--qaccuracy-report",
-        dest="qaccuracy_report",
-        default=None,
-        metavar="PATH",
-        help="Where the HTML report goes (default: report.html in the artifacts folder)",
-    )
-    parser.addini("qaccuracy_report", "HTML report path (default report.html in the artifacts folder)")
-    group.addoption(
-        "--qaccuracy-providers",
-        dest="qaccuracy_providers",
-        default=None,
-        metavar="LIST",
-        help="Comma-separated onnxruntime execution providers",
-    )
-    parser.addini("qaccuracy_providers", "onnxruntime execution providers", type="args", default=[])
-    parser.addini("qaccuracy_batch_size", f"Records per onnxruntime run (default {defaults.BATCH_SIZE})", default=None)
-    parser.addini(
-        "qaccuracy_baseline_dir",
-        f"Baseline folder, compared when it exists (default {DEFAULT_BASELINES}/ under the rootdir; commit it)",
-    )
-    group.addoption(
-        "--qaccuracy-update-baselines",
-        dest="qaccuracy_update_baselines",
-        action="store_true",
-        help="(Re)write the baselines of the pairs that ran and passed, in qaccuracy_baseline_dir",
-    )
-    group.addoption(
-        "--qaccuracy-update-all-baselines",
-        dest="qaccuracy_update_all_baselines",
-        action="store_true",
-        help="(Re)write the baselines of every pair that ran, failing ones included",
-    )
-    group.addoption(
-        "--qaccuracy-baseline",
-        dest="qaccuracy_baseline",
-        default=None,
-        metavar="DIR",
-        help="Use DIR as the baseline folder; every pair that runs must have a baseline there",
-    )
-    group.addoption(
-        "--qaccuracy-prune-baselines",
-        dest="qaccuracy_prune_baselines",
-        action="store_true",
-        help="Delete the baseline files no pair of the session produced (only when every test ran)",
-    )
-    group.addoption(
-        "--qaccuracy-fail-on-improvement",
-        dest="qaccuracy_fail_on_improvement",
-        action="store_const",
-        const=True,
-        default=None,
-        help="Fail the drift check when a metric is better than its baseline beyond the drift rule",
-    )
-    parser.addini(
-        "qaccuracy_fail_on_improvement",
-        "Fail the drift check when a metric is better than its baseline beyond the rule (default false)",
-        default=None,
-    )
-    group.addoption(
-        "--qaccuracy-max-drift",
-        dest="qaccuracy_max_drift",
-        action="append",
-        default=[],
-        metavar="RULE",
-        help="Add a drift rule such as sqnr:-1.0 or mse:+20%%",
-    )
-    parser.addini(
-        "qaccuracy_max_drift", "Drift rules such as 'sqnr:-1.0' or 'mse:+20%' (default sqnr:-1.0)", type="linelist"
-    )
-    parser.addini(
-        "qaccuracy_junit_properties", "Add key metrics to JUnit XML as properties (default true)", default=None
-    )
-    _add_sensitivity_options(parser, group)
-    _add_run_options(parser, group)
-    _add_task_options(parser, group)
-
-
-def _add_task_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
-    """``qaccuracy_task_metrics`` and ``qaccuracy_task_tolerances`` and their flags (docs/pytest.md)."""
-    metrics_help = "Task metrics every pair computes: 'module:Class', an entry point or a built-in (ctc, ...)"
-    group.addoption(
-        "--qaccuracy-task-metrics", dest="qaccuracy_task_metrics", default=None, metavar="LIST", help=metrics_help
-    )
-    parser.addini("qaccuracy_task_metrics", metrics_help, type="linelist", default=[])
-    kinds = "|".join(TASK_KINDS)
-    tolerance_help = f"Task-metric tolerances '<{kinds}>:<value name> = <number>', e.g. 'max_drop:cer = 0.005'"
-    group.addoption(
-        "--qaccuracy-task-tolerance",
-        dest="qaccuracy_task_tolerances",
-        action="append",
-        default=[],
-        metavar="LINE",
-        help=tolerance_help + " (repeatable; wins over the ini line of the same name)",
-    )
-    parser.addini("qaccuracy_task_tolerances", tolerance_help, type="linelist", default=[])
-
-
-def _add_sensitivity_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
-    """``qaccuracy_sensitivity*`` ini keys and their ``--qaccuracy-sensitivity*`` flags."""
-    records_help = (
-        f"Records the sensitivity analysis reads, from the first (default {DEFAULT_SENSITIVITY_RECORDS}; 0: all)"
-    )
-    options = (
-        ("sensitivity", "WHEN", "Sensitivity tables for failed pairs, all pairs, or off (default failed)"),
-        (
-            "sensitivity_metric",
-            "NAME",
-            f"Metric the sensitivity table ranks nodes by (default {DEFAULT_SENSITIVITY_METRIC})",
-        ),
-        ("sensitivity_mode", "MODE", "Sensitivity mode: single or leave-one-out (default single)"),
-        ("sensitivity_top", "N", f"Rows of the sensitivity table (default {defaults.TOP})"),
-        ("sensitivity_records", "N", records_help),
-        ("analysis", "LEVEL", "End-of-session analysis of failed pairs: off, rank (nodes) or recipe (default recipe)"),
-        (
-            "analysis_budget",
-            "LIMIT",
-            "Time the analysis of one pair may take: a multiple of its check time (2x) or seconds (60s, 5m)"
-            " (default 2x)",
-        ),
-    )
-    for name, metavar, help_text in options:
-        flag = "--qaccuracy-" + name.replace("_", "-")
-        group.addoption(flag, dest=f"qaccuracy_{name}", default=None, metavar=metavar, help=help_text)
-        parser.addini(f"qaccuracy_{name}", help_text, default=None)
-
-
-def _add_run_options(parser: pytest.Parser, group: pytest.OptionGroup) -> None:
-    """Where the quantized models run: ``qaccuracy_backend``, ``qaccuracy_scheme``, ``qaccuracy_targets``."""
-    backend_help = f"Backend running the quantized model: {' or '.join(BACKENDS)} (default {DEFAULT_BACKEND})"
-    scheme_help = f"Integer scheme preset of the integer backend and of {GATE} (default {DEFAULT_SCHEME})"
-    group.addoption("--qaccuracy-backend", dest="qaccuracy_backend", default=None, metavar="NAME", help=backend_help)
-    parser.addini("qaccuracy_backend", backend_help, default=None)
-    group.addoption("--qaccuracy-scheme", dest="qaccuracy_scheme", default=None, metavar="PRESET", help=scheme_help)
-    parser.addini("qaccuracy_scheme", scheme_help, default=None)
-    targets_help = (
-        "Deployment targets every pair's output checks also run on, e.g. 'onnxruntime-avx2 onnxruntime-vnni' "
-        "(scheme presets; this machine's own runs on onnxruntime, the others on the integer backend)"
-    )
-    group.addoption("--qaccuracy-targets", dest="qaccuracy_targets", default=None, metavar="PRESETS", help=targets_help)
-    parser.addini("qaccuracy_targets", targets_help, type="linelist", default=[])
+    for option in OPTIONS.values():
+        option.declare(parser, group)
 
 
 # -- parsers: a value as given -> the setting; ValueError (a reason) when it is bad ------------------
@@ -388,7 +328,7 @@ def _drift_rules(value: object) -> tuple[str, ...]:
 def _tolerances(config: pytest.Config) -> dict[str, Tolerance]:
     found = {name: Tolerance(name, value, "default") for name, value in DEFAULTS.items()}
     for name in TOLERANCES:
-        read = read_option(config, Option.named(name), lambda value, name=name: check_tolerance(name, value))
+        read = read_option(config, OPTIONS[name], lambda value, name=name: check_tolerance(name, value))
         if read is not None:
             found[name] = Tolerance(name, read[0], read[1].source)
     return found

@@ -141,7 +141,8 @@ class PairConfig:
     ) -> None:
         where = f"{file.name}: pairs.{name}"
         self.table = name  # the [pairs.<table>] it came from (its id may differ: name = "...")
-        merged = {**(run or {}), **defaults, **table}
+        written = {**defaults, **table}
+        merged = {**(run or {}), **written}
         tolerances = {**defaults.get("tolerances", {}), **table.get("tolerances", {})}
         _check_table(f"{where}.tolerances", tolerances, (*TOLERANCES, *(k for k in tolerances if is_tolerance(k))))
         own = table.get("tolerances", {})
@@ -163,9 +164,9 @@ class PairConfig:
             raise SuiteError(f"{where}.xfail: expected a reason string")
         self.xfail = xfail
         for key, check in RUN_KEYS.items():
-            if key in merged:
+            if key in written:  # checked once, here; ``run`` holds the options' values, checked when read
                 try:
-                    check(merged[key])
+                    merged[key] = check(written[key])
                 except ValueError as exc:
                     raise SuiteError(f"{where}.{exc}") from None
         if "task_metrics" in merged:

@@ -17,6 +17,7 @@ import pytest
 from pytest_qaccuracy.backend.host import host_preset
 from pytest_qaccuracy.plugin.pairs import PairSpec
 from pytest_qaccuracy.plugin.schemes import BACKENDS, SCHEMES
+from pytest_qaccuracy.plugin.suite import load_suite
 
 PRESETS = (
     "onnxruntime, onnxruntime-avx2, onnxruntime-vnni, onnxruntime-arm64, onnxruntime-arm64-neon, onnx-reference, "
@@ -302,6 +303,35 @@ def test_bad_marker_key_fails_naming_it(digits: pytest.Pytester) -> None:
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*scheme: unknown scheme 'tflit' (presets: {PRESETS})"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_bad_pair_argument_fails_naming_it(digits: pytest.Pytester) -> None:
+    """A scheme given to ``qaccuracy.pair(...)`` is checked where it arrives: the test fails, one line."""
+    digits.makepyfile(
+        test_arg="""
+def test_arg(qaccuracy):
+    qaccuracy.pair("models/digits_cnn.onnx", "models/digits_cnn.qdq.onnx", "data/digits_test.npz", scheme="tflit")
+"""
+    )
+    result = digits.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*scheme: unknown scheme 'tflit' (presets: {PRESETS})"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_suite_pair_carries_its_checked_run_keys(tmp_path: Path) -> None:
+    """A suite's backend, scheme and targets reach the pair as checked (targets split and deduplicated);
+    a pair that sets none gets the options' values as they were read."""
+    for name in ("m.onnx", "q.onnx", "d.npz"):
+        (tmp_path / name).touch()
+    suite = tmp_path / "qaccuracy_s.toml"
+    suite.write_text(
+        '[defaults]\nfp32 = "m.onnx"\ndata = "d.npz"\n[pairs.a]\nquantized = "q.onnx"\nscheme = "glow"\n'
+        'targets = "tflite, power2 tflite"\n[pairs.b]\nquantized = "q.onnx"\n'
+    )
+    a, b = load_suite(suite, run={"backend": "integer", "scheme": "tflite", "targets": ("power2",)})
+    assert (a.spec.backend, a.spec.scheme, a.spec.targets) == ("integer", "glow", ("tflite", "power2"))
+    assert (b.spec.backend, b.spec.scheme, b.spec.targets) == ("integer", "tflite", ("power2",))
 
 
 @pytest.mark.parametrize(

@@ -219,6 +219,26 @@ def test_help_lists_options_and_writes_nothing(pytester: pytest.Pytester) -> Non
     assert not (pytester.path / ".qaccuracy").exists()
 
 
+def test_every_option_is_declared_from_the_table(pytester: pytest.Pytester) -> None:
+    """Each ``OPTIONS`` entry's flag and ini key are in ``--help`` with their help, and no other
+    ``--qaccuracy-*`` flag or ``qaccuracy_*`` key is: every declaration comes from the table."""
+    from pytest_qaccuracy.plugin.settings import OPTIONS
+
+    result = pytester.runpytest("--help")
+    out = result.stdout.str()
+    flags = set(re.findall(r"^  (--qaccuracy-[a-z0-9-]+)", out, re.MULTILINE))
+    keys = set(re.findall(r"^  (qaccuracy_[a-z0-9_]+) \(", out, re.MULTILINE))
+    assert flags == {o.flag for o in OPTIONS.values() if o.flag}
+    assert keys == {o.ini for o in OPTIONS.values() if o.ini}
+    text = re.sub(r"\s+", "", out)  # the help is wrapped: compare without whitespace
+    for option in OPTIONS.values():
+        if option.flag:
+            shown = option.flag + (f"={option.metavar}" if option.metavar else "") + option.help.replace("%%", "%")
+            assert re.sub(r"\s+", "", shown) in text
+        if option.ini:
+            assert re.sub(r"\s+", "", f"{option.ini} ({option.ini_type}):{option.ini_help or option.help}") in text
+
+
 def test_report_header(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nqaccuracy_min_sqnr = 20\nqaccuracy_tolerances = *::* sqnr>=10\n")
     result = pytester.runpytest("-v", "--qaccuracy-tolerance=* cosine>=0.9")
