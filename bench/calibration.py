@@ -1,10 +1,13 @@
 """Calibration time and peak RSS: our methods against onnxruntime's own Entropy calibration.
 
     python bench/calibration.py [--records 32] [--size 128] [--methods minmax,percentile,kl,mse,auto,ort-entropy]
+    python bench/calibration.py --one METHOD MODEL DATA OUT [--recipe u8s8|s8s8_pc]
 
 Each method runs in a fresh process (peak RSS is per process): build the model once, write the
 records as a ``.npz``, then calibrate and write the QDQ model. ``ort-entropy`` is
 ``quantize_static(..., calibrate_method=CalibrationMethod.Entropy)`` on the same model and records.
+``--recipe s8s8_pc`` (with ``--one``): int8 activations and per-channel weights for both, the model
+converted to opset 13 first if older (outside the timing, for both).
 """
 
 from __future__ import annotations
@@ -23,10 +26,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def _one(method: str, model: Path, data: Path, out: Path) -> dict[str, float]:
+def _one(method: str, model: Path, data: Path, out: Path, recipe: str = "u8s8") -> dict[str, float]:
+    import onnx
+
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, calibrate
+    from pytest_qaccuracy.analysis.calibration.quantize import with_opset_for
+
+    s8 = recipe == "s8s8_pc"
+    kind = "minmax" if method.startswith("ort-") else method
+    options = CalibrationOptions(method=kind, activation_type="int8" if s8 else "uint8", per_channel=s8)
+    proto, converted = with_opset_for(onnx.load(str(model)), options)
+    if converted:
+        model = out.with_suffix(".opset13.onnx")
+        onnx.save(proto, str(model))
     start = time.perf_counter()
     if method == "ort-entropy":
-        from onnxruntime.quantization import CalibrationMethod, QuantFormat, quantize_static
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
         from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
 
@@ -35,12 +50,12 @@ def _one(method: str, model: Path, data: Path, out: Path) -> dict[str, float]:
             str(out),
             DatasetReader(data, model),
             quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QInt8 if s8 else QuantType.QUInt8,
+            per_channel=s8,
             calibrate_method=CalibrationMethod.Entropy,
         )
     else:
-        from pytest_qaccuracy.analysis.calibration import CalibrationOptions, calibrate
-
-        calibrate(model, data, out, CalibrationOptions(method=method))
+        calibrate(model, data, out, options)
     seconds = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_SELF)
     # CPU seconds of every thread, since the process started: comparable under another process's load
@@ -53,10 +68,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--methods", default="minmax,percentile,mse,kl,auto,ort-entropy")
     parser.add_argument("--one", nargs=4, metavar=("METHOD", "MODEL", "DATA", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--recipe", choices=("u8s8", "s8s8_pc"), default="u8s8", help="with --one")
     args = parser.parse_args()
     if args.one:
         method, model, data, out = args.one
-        print(json.dumps(_one(method, Path(model), Path(data), Path(out))))
+        print(json.dumps(_one(method, Path(model), Path(data), Path(out), args.recipe)))
         return
     from netzoo import images, mobile_detector
 

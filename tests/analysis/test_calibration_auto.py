@@ -325,18 +325,28 @@ def test_cli_auto_json_and_the_minmax_warning(signal, tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
-def test_evaluator_errors_match_an_independent_computation(signal, tmp_path):
+@pytest.mark.parametrize("threads", [0, 2])
+def test_evaluator_errors_match_an_independent_computation(signal, tmp_path, threads):
+    """Several models measured in one pass (side by side in single-threaded sessions when onnxruntime
+    chooses the threads, one after the other otherwise), each as plain onnxruntime sessions give it."""
     fp32 = load_model(signal["fp32"])
     observed = compute_ranges(signal["fp32"], signal["calib"]).ranges
+    other = compute_ranges(signal["fp32"], signal["calib"], CalibrationOptions(method="percentile")).ranges
     base = quantize_with_ranges(signal["fp32"], tmp_path / "mm.onnx", CalibrationResult("minmax", 24, observed))
+    second = quantize_with_ranges(signal["fp32"], tmp_path / "pc.onnx", CalibrationResult("percentile", 24, other))
     bound = bind_dataset(load_dataset(signal["calib"]), graph_inputs(fp32))
-    evaluator = Evaluator(fp32, bound, RuntimeOptions())
-    real = evaluator.errors({"m": (evaluator.session(load_model(base)), {})})["m"]
-    assert real == pytest.approx(_output_error(signal["fp32"], base, signal["calib"]), rel=1e-9)
+    evaluator = Evaluator(fp32, bound, RuntimeOptions(threads=threads))
+    models = {"m": base, "p": second}
+    real = evaluator.errors({name: (evaluator.session(load_model(path)), {}) for name, path in models.items()})
+    for name, path in models.items():
+        assert real[name] == pytest.approx(_output_error(signal["fp32"], path, signal["calib"]), rel=1e-9)
+    assert real["m"] != real["p"]
     params = ParamModel(load_model(base), fp32, observed, "uint8")
-    simulated = evaluator.errors(choice_runs(evaluator.session(params.model), params, {"m": observed}))["m"]
+    session = evaluator.session(params.model)
+    simulated = evaluator.errors(choice_runs(session, params, {"m": observed, "p": other}))
     plain = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    assert simulated == pytest.approx(_output_error(signal["fp32"], base, signal["calib"], plain), rel=1e-9)
+    for name, path in models.items():
+        assert simulated[name] == pytest.approx(_output_error(signal["fp32"], path, signal["calib"], plain), rel=1e-9)
 
 
 def test_wins_count_the_records_where_a_model_beats_min_max(signal, tmp_path):
