@@ -311,6 +311,3 @@ def assert_within_lsb(
     first = f"lsb {fmt(worst)} > {fmt(max_lsb)} for {_target(name)}"
     count = [f"{int(bad.sum())} / {bad.size} elements ({fmt(100 * bad.mean())}%) more than {fmt(max_lsb)} steps away"]
     raise AssertionError(failure_message(first, source, [count, _worst_elements(q, r, steps, bad)]))
-
-
-__all__ = ["assert_cosine", "assert_relative", "assert_topk", "assert_within_lsb", "failure_message", "fmt"]

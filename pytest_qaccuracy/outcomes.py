@@ -140,6 +140,3 @@ def pair_status(checks: Iterable[Mapping[str, Any]], tests: Mapping[str, str] | 
 def worst_first(outcomes: list[Outcome]) -> list[Outcome]:
     """Failed outcomes before passed ones, the farthest beyond its bound first (stable otherwise)."""
     return sorted(outcomes, key=lambda o: (o.passed, -o.excess))
-
-
-__all__ = ["KINDS", "SCOPES", "STATUSES", "XPASS_STRICT", "Outcome", "pair_status", "worst_first"]

@@ -20,6 +20,3 @@ def task_tolerance(name: str) -> tuple[str, str] | None:
     """``(kind, value name)`` of a task-metric tolerance name (``max_drop:cer``), None for any other."""
     match = _TASK_NAME.match(name)
     return None if match is None else (match["kind"], match["value"])
-
-
-__all__ = ["TASK_KINDS", "task_tolerance"]

@@ -329,29 +329,3 @@ def _ini_values(path: Path) -> dict[str, Any]:
     if not parser.has_section(section):
         raise ValueError(f"{path}: no [{section}] section")
     return dict(parser.items(section))
-
-
-__all__ = [
-    "DEFAULTS",
-    "GATE",
-    "OPS",
-    "SATURATION",
-    "TASK_KINDS",
-    "TOLERANCES",
-    "BadValue",
-    "Rule",
-    "Tolerance",
-    "Tolerances",
-    "check_tolerance",
-    "ini_settings",
-    "ini_task_metrics",
-    "is_tolerance",
-    "parse_number",
-    "parse_rule",
-    "parse_task_line",
-    "rules_for",
-    "slice_rules",
-    "task_tolerance",
-    "tolerance_values",
-    "with_slice_tolerances",
-]

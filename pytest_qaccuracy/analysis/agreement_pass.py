@@ -213,6 +213,3 @@ def _same_emulation(model: onnx.ModelProto, scheme: str | None, checker: Agreeme
     if ours.replace(name=ours.name, qdq_int8_to_uint8=False) != checker.session.scheme or bakes_batch(model):
         return False
     return not ours.qdq_int8_to_uint8 or not signed_activations(model)
-
-
-__all__ = ["AgreementPass"]

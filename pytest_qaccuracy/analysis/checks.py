@@ -393,18 +393,3 @@ def gate_outcome(agreement: Any, source: str) -> Outcome:
 
 def _steps(n: int) -> str:
     return f"{n} step" if n == 1 else f"{n} steps"
-
-
-__all__ = [
-    "CHANNELS",
-    "RELATIVE",
-    "SIMPLE",
-    "TASK_METRIC",
-    "TASK_TARGET",
-    "compared",
-    "evaluate",
-    "gate_outcome",
-    "on_target",
-    "saturation_outcome",
-    "unmeasured",
-]

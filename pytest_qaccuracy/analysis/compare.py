@@ -494,6 +494,3 @@ def _worsening(before: float, value: float, metric: str, higher: bool) -> float:
     if higher:
         return (before - value) / max(abs(1 - before), 1e-12)
     return (value - before) / max(abs(before), 1e-12)
-
-
-__all__ = ["compare", "first_jump", "worst_layers"]

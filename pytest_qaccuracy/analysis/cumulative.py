@@ -240,15 +240,3 @@ def parse_configs(quantize: Sequence[Sequence[str]] = (), exclude: Sequence[Sequ
 def as_mapping(result: CumulativeResult) -> Mapping[str, list[float | None]]:
     """``{curve label: values}`` (handy in tests and notebooks)."""
     return {c.label: list(c.values) for c in result.curves}
-
-
-__all__ = [
-    "DEFAULT_CONFIGS",
-    "CumulativeCurve",
-    "CumulativeResult",
-    "PartialConfig",
-    "as_mapping",
-    "cumulative_in",
-    "parse_configs",
-    "running_mean",
-]

@@ -46,6 +46,3 @@ def check(deadline: Deadline | None) -> None:
     """:meth:`Deadline.check`, nothing when there is no deadline."""
     if deadline is not None:
         deadline.check()
-
-
-__all__ = ["Deadline", "DeadlineReached", "check"]

@@ -359,6 +359,3 @@ def metric_mean(per_output: OutputMetrics, metric: str) -> float | None:
     """The mean of a metric over the outputs where it is defined (None if nowhere)."""
     values = [m[metric] for m in per_output.values() if m.get(metric) is not None]
     return float(np.mean(values)) if values else None
-
-
-__all__ = ["STRATEGIES", "Experiment", "ExperimentRunner", "metric_mean"]

@@ -493,15 +493,3 @@ def _count(
     except ValueError as exc:
         problems[name] = f"{_describe(name, ref)}: {exc}"
         del counters[name]
-
-
-__all__ = [
-    "OutputMeasure",
-    "OutputStats",
-    "RelativeStats",
-    "TaskRun",
-    "TaskValue",
-    "measure_outputs",
-    "parse_scores",
-    "plan_topk",
-]

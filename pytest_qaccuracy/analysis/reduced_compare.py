@@ -338,14 +338,3 @@ def start_reduced(
     except ReductionUnavailable as exc:
         return None, f"numpy (fallback): {exc}"
     return ReducedPass(runner, reduced, whole, len(layers)), ""
-
-
-__all__ = [
-    "REDUCIBLE_METRICS",
-    "ReducedPair",
-    "ReducedPass",
-    "ReducedStats",
-    "fold_reduced",
-    "reduction_spec",
-    "start_reduced",
-]

@@ -122,6 +122,3 @@ class ReferenceCache:
         self.budget.release(self.nbytes)
         self.nbytes = 0
         self._runner = None
-
-
-__all__ = ["REFERENCE_BUDGET", "ReferenceBudget", "ReferenceCache", "Runner"]

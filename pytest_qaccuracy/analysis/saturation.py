@@ -422,17 +422,3 @@ def _rescale_bias(copy, readers, inits, weight_dq, factor, put, value) -> None: 
             continue
         put(bias_dq, 0, np.rint(bias / factor).astype(np.int32))
         put(bias_dq, 1, (scale * factor).astype(scale.dtype))
-
-
-__all__ = [
-    "EXACT",
-    "OVERFLOWING",
-    "SATURATING",
-    "LayerSaturation",
-    "RemedyResult",
-    "SaturationReport",
-    "check_remedies",
-    "exact_counterpart",
-    "measure_saturation",
-    "overflowing_presets",
-]

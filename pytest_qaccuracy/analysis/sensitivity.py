@@ -394,18 +394,3 @@ def measure_until(
 
 def _mean(result: OutputMetrics, metrics: Sequence[str]) -> dict[str, float | None]:
     return {m: finite(metric_mean(result, m)) for m in metrics}
-
-
-__all__ = [
-    "GRANULARITIES",
-    "MODES",
-    "NodeSensitivity",
-    "SensitivityResult",
-    "Session",
-    "measure_until",
-    "node_sensitivity",
-    "open_session",
-    "rank",
-    "result_header",
-    "sensitivity_in",
-]

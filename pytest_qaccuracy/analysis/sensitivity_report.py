@@ -121,6 +121,3 @@ def analyse_pair(
     if notes and not ranking.stopped:
         notes.insert(0, "stopped at the budget")
     return SensitivityReport(stem, ranking, sweep, curves, stopped="; ".join(notes) or None)
-
-
-__all__ = ["SensitivityReport", "analyse_pair"]

@@ -112,6 +112,3 @@ def check_outputs(slices: tuple[SliceSpec, ...] | list[SliceSpec], outputs: list
             raise ValueError(f"slice '{spec.name}': no output '{spec.output}' (outputs: {', '.join(outputs)})")
         if spec.name in outputs:
             raise ValueError(f"slice '{spec.name}': an output has this name; name the view differently")
-
-
-__all__ = ["VIEW_TOLERANCES", "SliceSpec", "check_outputs", "check_slices", "parse_view"]

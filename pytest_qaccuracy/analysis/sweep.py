@@ -166,6 +166,3 @@ def sweep_in(
         target,
         suggestion,
     )
-
-
-__all__ = ["SweepResult", "SweepStep", "Target", "sweep_in"]

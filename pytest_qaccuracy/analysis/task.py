@@ -68,6 +68,3 @@ def evaluate_task_metrics(
         if not isinstance(data, Dataset):
             dataset.close()
     return stats.task
-
-
-__all__ = ["evaluate_task_metrics"]

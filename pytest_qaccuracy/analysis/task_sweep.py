@@ -103,6 +103,3 @@ def task_sweep(
         if not isinstance(data, Dataset):
             dataset.close()
     return TaskSweep(check, threshold, count, steps, suggestion)
-
-
-__all__ = ["TaskSweep", "task_sweep"]

@@ -528,6 +528,3 @@ def _read_only(value: np.ndarray) -> np.ndarray:
     constant (such as the pair bounds of a MatMul's weights) may rely on its values staying put."""
     value.flags.writeable = False
     return value
-
-
-__all__ = ["IntegerSession", "KernelError", "PlanStep", "TensorArg", "TensorCallback", "UnsupportedOpError"]

@@ -131,21 +131,3 @@ def task_spec(text: str) -> object:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"--task-metric {text!r}: not a JSON table ({exc.msg})") from None
-
-
-__all__ = [
-    "HelpFormatter",
-    "add_batch_size",
-    "add_data",
-    "add_json",
-    "add_out_dir",
-    "add_providers",
-    "add_quiet",
-    "add_threads",
-    "add_top",
-    "check_counts",
-    "names",
-    "providers",
-    "runtime_options",
-    "task_spec",
-]

@@ -93,15 +93,3 @@ def check_budget(size: int, where: str, what: str) -> None:
 def check_array_budget(shape: Sequence[int], dtype: np.dtype, where: str) -> None:
     """Refuse an array of ``shape`` that would not fit the memory budget."""
     check_budget(declared_bytes(shape, dtype), where, _describe(shape, dtype))
-
-
-__all__ = [
-    "DEFLATE_MAX_RATIO",
-    "ENV",
-    "check_array_budget",
-    "check_budget",
-    "check_fits_file",
-    "declared_bytes",
-    "format_bytes",
-    "memory_budget",
-]

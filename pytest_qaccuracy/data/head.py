@@ -58,6 +58,3 @@ class Head(Dataset):
 
     def close(self) -> None:
         self.dataset.close()
-
-
-__all__ = ["Head"]

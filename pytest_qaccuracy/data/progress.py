@@ -319,19 +319,3 @@ def task(label: str, total: int) -> Iterator[Callable[[int], None]]:
     finally:
         _active.reset(token)
         progress.finish()
-
-
-__all__ = [
-    "ENV",
-    "LOG_INTERVAL",
-    "Heartbeat",
-    "ProgressLine",
-    "ProgressLog",
-    "format_seconds",
-    "heartbeat",
-    "note",
-    "progress_for",
-    "reporting",
-    "step",
-    "task",
-]

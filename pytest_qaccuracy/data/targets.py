@@ -119,6 +119,3 @@ def read_sidecar(path: str | os.PathLike[str], count: int) -> list[Any]:
         shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
         raise DataError(f"{path}: no target for record {shown} ({len(missing)} of {count} records)")
     return [found[i] for i in range(count)]
-
-
-__all__ = ["OFFSETS_KEY", "TARGETS_KEY", "TARGET_KEYS", "VALUES_KEY", "assemble_targets", "read_sidecar"]

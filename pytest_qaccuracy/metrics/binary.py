@@ -48,6 +48,3 @@ class BinaryF1(TaskMetric):
     def finish(self, sums: Mapping[str, int | float]) -> dict[str, float | None]:
         tp, fp, fn = sums.get("tp", 0), sums.get("fp", 0), sums.get("fn", 0)
         return {"f1": ratio(2 * tp, 2 * tp + fp + fn)}
-
-
-__all__ = ["BinaryF1"]

@@ -117,6 +117,3 @@ class ChannelSpans:
             if best is None or (report.flagged, -report.min_steps) > (best.flagged, -best.min_steps):
                 best = report
         return best
-
-
-__all__ = ["HIGH_STEPS", "LOW_STEPS", "ChannelReport", "ChannelSpans"]

@@ -117,6 +117,3 @@ class CTCGreedy(TaskMetric):
             "cer": ratio(sums.get("edits", 0), sums.get("characters", 0)),
             "exact_match": ratio(sums.get("exact", 0), sums.get("records", 0)),
         }
-
-
-__all__ = ["CTCGreedy", "greedy_paths", "levenshtein"]

@@ -124,6 +124,3 @@ class YoloDetection(TaskMetric):
     def finish(self, sums: Mapping[str, int | float]) -> dict[str, float | None]:
         tp, fp, fn = sums.get("tp", 0), sums.get("fp", 0), sums.get("fn", 0)
         return {"precision": ratio(tp, tp + fp), "recall": ratio(tp, tp + fn)}
-
-
-__all__ = ["YoloDetection", "box_iou", "decode_yolo", "match", "nms"]

@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pytest_qaccuracy.task_names import TASK_KINDS, task_tolerance
-
 #: The sides every task metric computes (each deployment target is a quantized side of its own run).
 SIDES = ("fp32", "quantized")
 #: The methods a task metric must have.
@@ -286,20 +284,3 @@ def _builtins() -> str:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-__all__ = [
-    "BUILTIN",
-    "ENTRY_POINTS",
-    "REQUIRED",
-    "SIDES",
-    "SUFFIX",
-    "TASK_KINDS",
-    "TaskContext",
-    "TaskMetric",
-    "TaskSpec",
-    "check_task_class",
-    "parse_task_specs",
-    "ratio",
-    "task_tolerance",
-]

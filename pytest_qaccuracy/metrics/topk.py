@@ -208,6 +208,3 @@ def topk_counter(
     counter = TopKCounter(tuple(ks))
     counter.update(reference, test, labels)
     return counter
-
-
-__all__ = ["ScoreLayout", "TopKCounter", "as_scores", "in_topk", "score_layout", "topk_counter", "topk_indices"]

@@ -84,6 +84,3 @@ def stacking(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
     if all(d == 1 for d in dims):
         return free_batch(model), True
     return model, False
-
-
-__all__ = ["FREE_BATCH", "bakes_batch", "batch_dims", "free_batch", "free_batch_in_place", "stacking"]

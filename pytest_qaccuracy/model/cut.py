@@ -110,6 +110,3 @@ def _value_info(name: str, elem_type: int | None) -> onnx.ValueInfoProto:
     if elem_type is None:
         return onnx.ValueInfoProto(name=name)
     return onnx.helper.make_tensor_value_info(name, elem_type, None)
-
-
-__all__ = ["cut_pair", "measurable"]

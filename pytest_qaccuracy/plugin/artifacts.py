@@ -171,6 +171,3 @@ def report_path(settings: Any, written: Sequence[Path]) -> Path | None:
 
 def _rel(path: Path, directory: Path) -> str:
     return path.relative_to(directory).as_posix()
-
-
-__all__ = ["OWNED", "fp32_models", "publish_artifacts", "report_path", "write_artifacts", "write_report"]

@@ -165,14 +165,3 @@ def _pruned(status: BaselineStatus, folder: Path, settings: QAccuracySettings, r
         return replace(status, prune_refused=refused)
     pruned = _prune(folder, status.stale)
     return replace(status, stale=tuple(n for n in status.stale if n not in pruned), pruned=pruned)
-
-
-__all__ = [
-    "IMPROVED",
-    "compared_dir",
-    "drift_rules",
-    "finish_baselines",
-    "missing_reason",
-    "pair_files",
-    "shown",
-]

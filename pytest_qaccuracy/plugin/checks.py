@@ -131,6 +131,3 @@ def _layers(outcome: Outcome, result: ComparisonResult) -> list[str]:
 
 def _steps(n: int) -> str:
     return f"{n} step" if n == 1 else f"{n} steps"
-
-
-__all__ = ["failure_message", "gate_notes", "saturation_notes"]

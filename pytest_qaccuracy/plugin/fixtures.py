@@ -409,14 +409,3 @@ def qaccuracy_calibrate(request: pytest.FixtureRequest) -> Callable[..., Path]:
         return path
 
     return make
-
-
-__all__ = [
-    "PairHandle",
-    "QAccuracyRecorder",
-    "qaccuracy",
-    "qaccuracy_calibrate",
-    "qaccuracy_dataset",
-    "qaccuracy_pair",
-    "session_key",
-]

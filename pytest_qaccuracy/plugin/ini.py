@@ -94,6 +94,3 @@ def parse_bool(value: object) -> bool:
     if text in _TRUE or text in _FALSE:
         return text in _TRUE
     raise ValueError(f"expected true or false, got {value!r}")
-
-
-__all__ = ["ini_lines", "ini_text", "ini_value", "load_toml", "parse_bool", "toml_decode_error"]

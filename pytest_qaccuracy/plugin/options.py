@@ -122,6 +122,3 @@ def read_option(config: pytest.Config, option: Option, parse: Callable[[object],
         return parse(value), origin
     except ValueError as exc:
         raise usage_error(origin.where, exc) from None
-
-
-__all__ = ["Option", "Origin", "given", "ini_source", "read_option", "usage_error"]

@@ -83,6 +83,3 @@ def _relative(path: Path, root: Path) -> str:
         return path.relative_to(root).as_posix()
     except ValueError:
         return path.as_posix()
-
-
-__all__ = ["PairSpec"]

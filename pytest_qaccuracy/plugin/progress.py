@@ -291,16 +291,3 @@ def _recipe_properties(config: pytest.Config, state: QAccuracySession) -> None:
         records = [with_recipe_files(r, recipe_files_in(r, folder.as_posix())) for r in records]
     for name, value in recipe_properties(records):
         xml.add_global_property(name, value)
-
-
-__all__ = [
-    "REPORT_ATTR",
-    "SessionProgress",
-    "analysis_progress",
-    "check_artifacts_dir",
-    "check_progress",
-    "finish_session",
-    "prune_refusal",
-    "sigterm_as_interrupt",
-    "stopped_reason",
-]

@@ -115,6 +115,3 @@ def recipe_properties(records: Sequence[Mapping[str, Any]]) -> Properties:
             if "met" in whole:  # the same recipe on all the pair's records, what its check reads
                 props.append((f"{prefix}.pair_data.met", str(whole["met"]).lower()))
     return props
-
-
-__all__ = ["Properties", "gate_properties", "pair_properties", "recipe_properties", "target_properties"]

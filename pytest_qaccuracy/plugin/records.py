@@ -286,16 +286,3 @@ class WorkerPayload:
             return None
         records = {key: PairRecord.from_dict(record) for key, record in (data.get("records") or {}).items()}
         return cls(records=records, interrupted=data.get("interrupted"))
-
-
-__all__ = [
-    "ExclusionTarget",
-    "Outcome",
-    "PairRecord",
-    "RecordedCheck",
-    "SensitivityEntry",
-    "TargetRun",
-    "WorkerPayload",
-    "agreement_record",
-    "merge_targets",
-]

@@ -67,15 +67,3 @@ def check_targets(value: object) -> tuple[str, ...]:
 
 #: Pair keys naming where the quantized model runs, with their checks.
 RUN_KEYS = {"backend": check_backend, "scheme": check_scheme, "targets": check_targets}
-
-
-__all__ = [
-    "BACKENDS",
-    "DEFAULT_BACKEND",
-    "DEFAULT_SCHEME",
-    "RUN_KEYS",
-    "SCHEMES",
-    "check_backend",
-    "check_scheme",
-    "check_targets",
-]

@@ -393,18 +393,3 @@ def _budget_text(settings: SensitivitySettings, seconds: float) -> str:
     factor, fixed = settings.analysis_budget
     unit = f"{factor:g}x the pair's check" if fixed is None else "qaccuracy_analysis_budget"
     return f"budget {seconds:.1f}s = {unit}"
-
-
-__all__ = [
-    "AnalysedSession",
-    "PairFiles",
-    "SensitivitySettings",
-    "analyse_records",
-    "analyse_task",
-    "analysis_budget",
-    "exclusion_target",
-    "merge_entry",
-    "recipe_aims",
-    "target_rank",
-    "task_target",
-]

@@ -729,6 +729,3 @@ def _host_preset() -> str:
     from pytest_qaccuracy.backend.host import host_preset
 
     return host_preset()
-
-
-__all__ = ["CheckResult", "QAccuracySession"]

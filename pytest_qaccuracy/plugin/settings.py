@@ -481,14 +481,3 @@ def check_task_metrics(settings: QAccuracySettings) -> None:
         parse_task_specs(list(settings.task_metrics))
     except ValueError as exc:
         raise usage_error(settings.where("task_metrics"), exc) from None
-
-
-__all__ = [
-    "GROUP",
-    "OPTIONS",
-    "QAccuracySettings",
-    "add_options",
-    "check_metrics",
-    "check_task_metrics",
-    "load_settings",
-]

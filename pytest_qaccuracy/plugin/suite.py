@@ -387,16 +387,3 @@ class QAccuracyCheck(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.line, f"qaccuracy: {self.spec.id}::{self.name}"
-
-
-__all__ = [
-    "USAGE_OUTPUT",
-    "QAccuracyCheck",
-    "QAccuracyFile",
-    "QAccuracyPair",
-    "SuiteError",
-    "SuiteUsageError",
-    "is_suite",
-    "load_suite",
-    "raise_usage_errors",
-]

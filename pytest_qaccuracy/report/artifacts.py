@@ -177,17 +177,3 @@ def write_comparison_artifacts(
             verdict = {} if checks is None else {"passed": all(c["passed"] for c in checks), "checks": list(checks)}
             written.append(atomic_write_json(json_path, {**result.to_dict(), **verdict}))
     return written
-
-
-__all__ = [
-    "ComparisonFiles",
-    "artifact_names",
-    "artifact_stem",
-    "check_artifact_targets",
-    "comparison_name",
-    "dot_name",
-    "session_dot_metrics",
-    "visq_name",
-    "write_comparison_artifacts",
-    "write_comparison_files",
-]

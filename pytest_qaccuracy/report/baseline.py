@@ -384,23 +384,3 @@ def _moves(
                 drift = Drift(target, rule.metric, float(old), new, best, rule.text, True, scope, name)
                 drifts.append(drift)
     return drifts, missing
-
-
-__all__ = [
-    "DEFAULT_DRIFT",
-    "BaselineStatus",
-    "Drift",
-    "DriftRule",
-    "baseline_files",
-    "changed_files",
-    "decimals",
-    "find_drift",
-    "find_improvements",
-    "load_baseline",
-    "parse_drift_rule",
-    "profile",
-    "provenance",
-    "rounded",
-    "save_baseline",
-    "write_baseline",
-]

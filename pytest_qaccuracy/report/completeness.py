@@ -65,6 +65,3 @@ class SessionStatus:
 def _names(items: tuple[Any, ...]) -> str:
     shown = [f"{i[0]} (pair '{i[1]}')" if isinstance(i, tuple) else str(i) for i in items[:SHOWN]]
     return ", ".join(shown) + (f" and {len(items) - SHOWN} more" if len(items) > SHOWN else "")
-
-
-__all__ = ["COMPLETE", "INCOMPLETE", "INTERRUPTED", "SessionStatus"]

@@ -39,6 +39,3 @@ def render_graph(graph: Graph, engine: str = "auto") -> GraphSvg | None:
         if svg is not None or engine == "graphviz":
             return None if svg is None else GraphSvg(svg, "graphviz", len(graph.nodes))
     return GraphSvg(layered_svg(graph), "built-in", len(graph.nodes))
-
-
-__all__ = ["MAX_NODES", "GraphSvg", "render_graph"]

@@ -77,6 +77,3 @@ def environment(root: Path | None = None, created: datetime | None = None) -> li
         ["onnxruntime int8 family", _host_family()],
     ]
     return [[name, value] for name, value in rows if value]
-
-
-__all__ = ["COMMIT_VARIABLES", "commit", "cpu_name", "environment"]

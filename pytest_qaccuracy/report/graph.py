@@ -219,16 +219,3 @@ def serialize(svg: ET.Element) -> str:
     """Markup of an element tree in the SVG namespace, without an XML declaration."""
     svg.set("xmlns", SVG_NS)
     return ET.tostring(svg, encoding="unicode", short_empty_elements=True)
-
-
-__all__ = [
-    "GRAY",
-    "Graph",
-    "GraphNode",
-    "build_graph",
-    "decorate_node",
-    "graph_dot",
-    "graphviz_svg",
-    "sanitize_svg",
-    "serialize",
-]

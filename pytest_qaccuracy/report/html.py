@@ -250,6 +250,3 @@ def write_html(
         environment=environment,
     )
     return atomic_write_text(path, page)
-
-
-__all__ = ["DEFAULT_TITLE", "ReportPair", "asset", "embed_json", "pair_data", "render_html", "write_html"]

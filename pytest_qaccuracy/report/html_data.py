@@ -134,6 +134,3 @@ def sensitivity_display(view: Mapping[str, Any] | None) -> dict[str, Any] | None
         out["chart_axis"] = axis(name, values, True)
         out["chart_text"] = [[format_metric(name, finite(y)) for y in s["y"]] for s in chart["series"]]
     return out
-
-
-__all__ = ["axis", "comparison_view", "entry_view", "metric_view", "sensitivity_display", "ticks"]

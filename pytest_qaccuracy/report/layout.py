@@ -209,6 +209,3 @@ def layered_svg(graph: Graph) -> str:
     for i in range(len(graph.nodes)):
         svg.append(_node(i, graph, placed))
     return serialize(svg)
-
-
-__all__ = ["Placed", "layered_svg", "order_layers", "place", "ranks"]

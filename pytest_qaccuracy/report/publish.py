@@ -169,6 +169,3 @@ def publish_files(directory: Path, build: Callable[[Path], list[Path]], owned: C
 
     written = publish_folder(directory, in_stage, owned)
     return [directory / p.relative_to(stages[0]) if p.is_relative_to(stages[0]) else p for p in written]
-
-
-__all__ = ["check_out_dir", "check_publishable", "foreign_entries", "publish_files", "publish_folder", "stage_name"]

@@ -217,6 +217,3 @@ def write_recipe(
         written.append(atomic_write_text(out / names["python"], snippet))
     written.append(atomic_write_text(out / names["steps"], steps_table(result) + "\n"))
     return written
-
-
-__all__ = ["pair_data_line", "recipe_file_names", "step_line", "steps_table", "verdict_lines", "write_recipe"]

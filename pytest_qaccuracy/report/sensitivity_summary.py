@@ -246,16 +246,3 @@ def sensitivity_view(record: Mapping[str, Any], top: int | None = None) -> dict[
         "chart": report.cumulative.chart_data() if report.cumulative is not None else None,
         "recipe": recipe_lines(entry),
     }
-
-
-__all__ = [
-    "recipe_arguments",
-    "recipe_brief",
-    "recipe_files_in",
-    "recipe_lines",
-    "sensitivity_brief",
-    "sensitivity_lines",
-    "sensitivity_view",
-    "task_suggestion",
-    "with_recipe_files",
-]

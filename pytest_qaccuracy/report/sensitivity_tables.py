@@ -129,14 +129,3 @@ def write_report(report: SensitivityReport, out_dir: Path, stem: str | None = No
     return write_sensitivity_artifacts(
         stem or report.stem, out_dir, sensitivity=report.sensitivity, sweep=report.sweep, cumulative=report.cumulative
     )
-
-
-__all__ = [
-    "cumulative_table",
-    "report_lines",
-    "sensitivity_table",
-    "sensitivity_title",
-    "sweep_table",
-    "write_report",
-    "write_sensitivity_artifacts",
-]

@@ -444,23 +444,3 @@ def summary_document(
         "passed": status.complete and all(p["passed"] for p in pairs),
         "pairs": pairs,
     }
-
-
-__all__ = [
-    "SUMMARY_SCHEMA",
-    "WIDTH",
-    "SummaryLine",
-    "counts_line",
-    "counts_text",
-    "file_sha256",
-    "fit",
-    "pair_warnings",
-    "record_passed",
-    "record_status",
-    "summary_document",
-    "summary_lines",
-    "summary_rows",
-    "target_view",
-    "verdict_line",
-    "versions",
-]

@@ -28,6 +28,3 @@ def match_warning(matched: int, unmatched: int) -> str | None:
     if matched == 0 or 2 * matched >= total:
         return None
     return f"warning: only {matched} of {total} layers matched: are these the same model?"
-
-
-__all__ = ["escape_control", "match_warning"]

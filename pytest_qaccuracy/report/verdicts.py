@@ -136,15 +136,3 @@ def worst_layers(result: ComparisonResult, metric: str | None, count: int = SENS
 def counts_line(verdicts: Sequence[Mapping[str, str]]) -> str:
     """``6 / 8 pairs passed, 2 failed as expected``, as the terminal summary counts them."""
     return counts_text([v["status"] for v in verdicts])
-
-
-__all__ = [
-    "check_row",
-    "check_rows",
-    "counts_line",
-    "drift_rows",
-    "task_rows",
-    "topk_rows",
-    "verdict_view",
-    "worst_layers",
-]

@@ -701,13 +701,3 @@ class ReducedRunner(BatchUnits):
     def _verify(self, batch: Batch) -> None:
         """Stacked records must give what single records give (see :meth:`_first_stacked`)."""
         self._first_stacked(batch)
-
-
-__all__ = [
-    "ReducedRunner",
-    "ReductionSpec",
-    "ReductionUnavailable",
-    "build_reduction_model",
-    "merge_models",
-    "merged_opsets",
-]

@@ -141,6 +141,3 @@ def recipe_checks(outcomes: Iterable[Outcome], views: Mapping[str, str] | None =
         elif not outcome.passed:
             skipped[f"{outcome.check}: {found}"] = None
     return (list(checks) if aimed_failure else []), list(skipped)
-
-
-__all__ = ["KIND_AIMS", "NOT_AIMED", "TOLERANCE_AIMS", "Aim", "aim", "recipe_checks"]

@@ -358,19 +358,3 @@ def write_cache(result: CalibrationResult, path: str | os.PathLike[str]) -> Path
         save_tensors_data(TensorsData(CalibrationMethod.MinMax, data), staged)
         payload = staged.read_bytes()
     return atomic_write(Path(path), lambda handle: handle.write(payload), mode="wb")
-
-
-__all__ = [
-    "ESTIMATED_AS",
-    "OPT_IN",
-    "RecipeBuilder",
-    "activation_tensors",
-    "check_method",
-    "check_onnxruntime",
-    "default_methods",
-    "method_names",
-    "method_rank",
-    "ort_ranges",
-    "weight_tensors",
-    "write_cache",
-]

@@ -198,6 +198,3 @@ def parse_checks(texts: Sequence[str | Check]) -> list[Check]:
     if not checks:
         raise InputError("give at least one target, e.g. cosine>=0.99")
     return checks
-
-
-__all__ = ["KINDS", "Check", "parse_check", "parse_checks"]

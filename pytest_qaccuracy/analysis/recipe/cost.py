@@ -119,6 +119,3 @@ def parse_weights(text: str) -> dict[str, float]:
         except ValueError:
             raise InputError(f"cost weight {part!r}: {value!r} is not a number") from None
     return weights
-
-
-__all__ = ["DEFAULT_WEIGHTS", "CostModel", "node_work", "parse_weights"]

@@ -291,6 +291,3 @@ def _at_least_opset13(model: onnx.ModelProto) -> onnx.ModelProto:
     from onnx import version_converter
 
     return version_converter.convert_version(model, 13)
-
-
-__all__ = ["GlobalEdits", "quantize_weight", "weight_axis"]

@@ -255,6 +255,3 @@ def layer_drops(session: Any, nodes: Sequence[str], options: RuntimeOptions) -> 
         after = min((db(t) for t in node.output if t), default=before)
         drops[name] = max(before - after, 0.0)
     return drops
-
-
-__all__ = ["Estimator", "layer_drops"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
+from pytest_qaccuracy.analysis.recipe.checks import Check
 from pytest_qaccuracy.analysis.slices import SliceSpec, check_outputs
 from pytest_qaccuracy.data import Dataset, bind_dataset, load_dataset
 from pytest_qaccuracy.data.binding import Batch
@@ -320,18 +320,3 @@ def describe(verdict: Verdict, checks: Sequence[Check]) -> Mapping[str, str]:
             parts.append(f"{check.metric} {format_metric(check.metric, worst) if worst is not None else 'undefined'}")
         lines[target] = ", ".join(parts)
     return lines
-
-
-__all__ = [
-    "HOST",
-    "STEP_METRICS",
-    "TASK",
-    "Evaluator",
-    "Measured",
-    "Verdict",
-    "check_targets",
-    "check_values",
-    "describe",
-    "judge",
-    "parse_checks",
-]

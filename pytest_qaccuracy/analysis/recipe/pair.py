@@ -208,15 +208,3 @@ def on_pair_data(
     )
     verdict = evaluator.measure(model)
     return {"records": count, "measured": verdict.measured, "met": verdict.passed, "margin": verdict.margin}
-
-
-__all__ = [
-    "EXPERIMENT_CHECKS",
-    "QUANTIZE_SECONDS_PER_NODE",
-    "PairRecipe",
-    "first_experiment_seconds",
-    "on_pair_data",
-    "pair_recipe",
-    "ranking_seconds",
-    "starting_recipe",
-]

@@ -1227,18 +1227,3 @@ def search_recipe(
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-__all__ = [
-    "GLOBAL_CHOICES",
-    "NODE_WEIGHTS",
-    "STOPS",
-    "VARY",
-    "Budget",
-    "RecipeResult",
-    "RecipeSearch",
-    "Step",
-    "cost_ordered",
-    "judge",
-    "search_recipe",
-]

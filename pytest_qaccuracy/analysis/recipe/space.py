@@ -319,16 +319,3 @@ def _entry(entry: Mapping[str, Any]) -> str:
 def _beside(name: str) -> str:
     """A file of the recipe, in its script: beside the script, unless the path is absolute."""
     return repr(name) if os.path.isabs(name) else f"str(HERE / {name!r})"
-
-
-__all__ = [
-    "ORT_METHODS",
-    "OTHER_TYPE",
-    "PRECISIONS",
-    "QUANT_TYPES",
-    "REFUSED",
-    "WEIGHT_MOVES",
-    "Recipe",
-    "python_snippet",
-    "refusal",
-]

@@ -297,6 +297,3 @@ def conv(
     if B is not None:
         y += B.astype(dtype).reshape((-1,) + (1,) * (X.ndim - 2))
     return (y,)
-
-
-__all__ = ["Requantizer", "conv", "conv_integer", "conv_integer_acc", "qlinear_conv"]

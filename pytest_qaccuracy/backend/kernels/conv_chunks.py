@@ -201,18 +201,3 @@ def _inside(first: int, step: int, count: int, size: int) -> tuple[int, int]:
     lo = min(count, max(0, -(first // step)))
     hi = max(lo, min(count, (size - 1 - first) // step + 1)) if size - 1 >= first else lo
     return lo, hi
-
-
-__all__ = [
-    "CHUNK_ELEMENTS",
-    "DEPTHWISE_CHUNK_ELEMENTS",
-    "THREADED_CHUNK_ELEMENTS",
-    "Chunk",
-    "Source",
-    "chunk_spans",
-    "conv_pads",
-    "convert",
-    "output_shape",
-    "scratch_buffer",
-    "to_padded",
-]

@@ -460,19 +460,3 @@ def _record_spans(n: int, per_record: int, threads: int, rows: int) -> list[tupl
         count = -(-max(count, threads) // threads) * threads
     records = -(-n // count)
     return [(n0, min(n, n0 + records), 0, rows) for n0 in range(0, n, records)]
-
-
-__all__ = [
-    "Conv",
-    "ConvPath",
-    "DepthwisePath",
-    "Epilogue",
-    "FlatPath",
-    "GroupedRowPath",
-    "Im2colPath",
-    "NhwcPath",
-    "OrtPath",
-    "RowsPath",
-    "choose_path",
-    "conv_core",
-]

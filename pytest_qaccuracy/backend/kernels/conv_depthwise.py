@@ -115,6 +115,3 @@ def depthwise_flat_chunk(
     begins = (i * dh * wide + j * dw for i, j in itertools.product(range(kh), range(kw)))
     terms = ((flat[..., b : b + length], wt[:, :, t].reshape(group, mg, 1)) for t, b in enumerate(begins))
     _multiply_accumulate(terms, view[..., :length])
-
-
-__all__ = ["depthwise_flat_chunk", "depthwise_nhwc_chunk", "depthwise_rows_chunk"]

@@ -153,6 +153,3 @@ def row_gemm_chunk(source: Source, classes: list[RowClass], target: np.ndarray, 
                 np.add(views.pop(0), views.pop(0), out=target)
         for view in views:
             target += view
-
-
-__all__ = ["RowClass", "block_weights", "groups_per_block", "im2col_chunk", "row_classes", "row_gemm_chunk"]

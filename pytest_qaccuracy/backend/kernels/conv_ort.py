@@ -114,6 +114,3 @@ def _forget_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
-
-
-__all__ = ["MIN_MACS", "conv_model", "session_for", "worth_it"]

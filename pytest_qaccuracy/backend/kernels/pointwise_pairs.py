@@ -180,6 +180,3 @@ def applies(kernel: tuple[int, ...], pads: list[int], cg: int) -> bool:
     """Whether a convolution's pairs are all channel pairs of one pixel at its output: an unpadded 1x1
     kernel (an odd last channel pairs with nothing and cannot saturate)."""
     return math.prod(kernel) == 1 and not any(pads) and cg >= 2
-
-
-__all__ = ["PointwiseCorrection", "PointwiseLayout", "applies"]
