@@ -83,6 +83,7 @@ GROUPS: dict[str, Group] = {
     "matching": Group(
         ("model/matching.py",), ("tests/test_matching.py", "tests/test_matching_edges.py", "tests/test_pair.py")
     ),
+    "calibration": Group(("analysis/calibration/qdq_params.py",), ("tests/analysis/test_calibration_auto.py",)),
     "arith": Group(
         ("backend/arith.py",),
         (

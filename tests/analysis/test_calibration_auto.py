@@ -183,13 +183,58 @@ RECIPES = {
 }
 
 
+def clip_softmax_net(path: Path) -> Path:
+    """Conv-Clip (the Conv output takes the Clip's range), Conv-Relu, Gemm with beta 0.5, Softmax
+    (its output range fixed to [0, 1]): the range rules and the bias scale's beta."""
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w1"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "b1"),
+        numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.3, "w2"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "b2"),
+        numpy_helper.from_array(rng.standard_normal((5, 4 * 16 * 16)).astype(np.float32) * 0.05, "wg"),
+        numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "bg"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(2.0, np.float32), "hi"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Clip", ["c1", "lo", "hi"], ["k1"], name="clip1"),
+        helper.make_node("Conv", ["k1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Flatten", ["r2"], ["f"], axis=1, name="flat"),
+        helper.make_node("Gemm", ["f", "wg", "bg"], ["g"], transB=1, beta=0.5, name="gemm"),
+        helper.make_node("Softmax", ["g"], ["y"], axis=1, name="softmax"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "clip_softmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+#: each net and the int32 biases a choice of percentile ranges changes
+NETS = {
+    "conv net": (conv_net, {"b1_quantized", "b2_quantized", "b3_quantized"}),
+    "clip and softmax": (clip_softmax_net, {"b1_quantized", "bg_quantized"}),
+}
+
+
+@pytest.mark.parametrize("net", NETS)
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_a_patched_model_is_the_model_onnxruntime_writes(tmp_path, recipe):
+def test_a_patched_model_is_the_model_onnxruntime_writes(tmp_path, recipe, net):
     """The min/max model with another choice's parameters set (activations, and the int32 biases of
     Conv and Gemm after them) is, node for node and value for value, the model onnxruntime's quantizer
     writes from that choice."""
     form = RECIPES[recipe]
-    fp32 = conv_net(tmp_path / "net.onnx")
+    make, biases = NETS[net]
+    fp32 = make(tmp_path / "net.onnx")
     np.savez(tmp_path / "calib.npz", x=random_inputs(8))
     calib = tmp_path / "calib.npz"
     observed = compute_ranges(fp32, calib).ranges
@@ -204,8 +249,13 @@ def test_a_patched_model_is_the_model_onnxruntime_writes(tmp_path, recipe):
     assert not same_model(base, target)  # the choice changes the model ...
     before = {t.name: t for t in base.graph.initializer}
     changed = {t.name for t in target.graph.initializer if before.get(t.name) != t}
-    assert {"b1_quantized", "b2_quantized", "b3_quantized"} <= changed, changed  # ... its biases too
-    assert same_model(params.patched(base, choice), target)
+    assert biases <= changed, changed  # ... its biases too
+    patched = params.patched(base, choice)
+    assert same_model(patched, target)
+    if net == "clip and softmax" and form.quant_format == "qdq":
+        assert "y" in params.tensors  # the Softmax output's range is onnxruntime's [0, 1]
+    patched.graph.node[0].name += " renamed"
+    assert not same_model(patched, target)  # nodes count too
 
 
 def test_the_chosen_model_is_compared_with_onnxruntimes_and_measured_again_if_it_differs(signal):

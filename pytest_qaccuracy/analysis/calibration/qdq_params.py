@@ -129,11 +129,14 @@ class ParamModel:
             if have_s.size != 1 or have_s.item() != want_s or have_z.dtype != want_z.dtype or have_z.item() != want_z:
                 continue  # not onnxruntime's plain rule for this tensor (Softmax's 1/256 in QOperator)
             s, z = scale_zero_point(lo, hi, self._type)
-            changed[scale.name] = np.full(have_s.shape, s, dtype=np.float32)
+            changed[scale.name] = np.full(have_s.shape, s)  # s and z are numpy scalars of their type
             scale.CopyFrom(numpy_helper.from_array(changed[scale.name], scale.name))
-            zero.CopyFrom(numpy_helper.from_array(np.full(have_z.shape, z, dtype=z.dtype), zero.name))
-        floats = GraphView(self._fp32).initializers
-        for bias, x_scale, w_scale, b_scale, beta in _biases(model):
+            zero.CopyFrom(numpy_helper.from_array(np.full(have_z.shape, z), zero.name))
+        fp32 = GraphView(self._fp32)
+        floats = fp32.initializers
+        betas = {n.name: beta for n in fp32.nodes if (beta := _beta(n)) != 1.0}  # the writer resets them
+        for bias, x_scale, w_scale, b_scale, node in _biases(model):
+            beta = betas.get(node.removesuffix("_quant"), 1.0)
             source = floats.get(bias.removesuffix("_quantized"))
             if x_scale not in changed or source is None:
                 continue
@@ -141,7 +144,7 @@ class ParamModel:
             scale = changed[x_scale] * numpy_helper.to_array(inits[w_scale]) * np.float32(beta)
             info = np.iinfo(np.int32)
             q = np.clip(np.round(data.astype(np.float64) / scale.astype(np.float64)), info.min, info.max)
-            inits[bias].CopyFrom(numpy_helper.from_array(q.astype(np.int32).reshape(data.shape), bias))
+            inits[bias].CopyFrom(numpy_helper.from_array(q.astype(np.int32), bias))
             if b_scale is not None:
                 inits[b_scale].CopyFrom(numpy_helper.from_array(scale.astype(data.dtype).reshape(-1), b_scale))
         return model
@@ -153,8 +156,8 @@ class ParamModel:
         feeds = {}
         for tensor, (scale, zero, shape) in self._params.items():
             s, z = scale_zero_point(*adjusted[tensor], self._type)
-            feeds[scale] = np.full(shape, s, dtype=np.float32)
-            feeds[zero] = np.full(shape, z, dtype=z.dtype)
+            feeds[scale] = np.full(shape, s)  # numpy scalars of their type
+            feeds[zero] = np.full(shape, z)
         return feeds
 
 
@@ -162,10 +165,15 @@ class ParamModel:
 _QOPERATOR_BIAS = {"QLinearConv": (8, 1, 4), "QGemm": (6, 1, 4)}
 
 
-def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, float]]:
+def _beta(node: onnx.NodeProto) -> float:
+    """A Gemm's ``beta`` (1 for other nodes): onnxruntime folds it into the bias's scale."""
+    return next((a.f for a in node.attribute if a.name == "beta"), 1.0) if node.op_type == "Gemm" else 1.0
+
+
+def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str]]:
     """Every int32 bias as onnxruntime quantizes it (input 2 of a node whose inputs 0 and 1 are
     quantized: Conv, ConvTranspose, Gemm, the normalizations): its initializer, the input scale's and
-    weight scale's initializers, its own scale's initializer (QDQ) or None, and Gemm's beta."""
+    weight scale's initializers, its own scale's initializer (QDQ) or None, and the node's name."""
     view = GraphView(model)
     inits = view.initializers
     producer = {o: n for n in view.nodes for o in n.output}
@@ -176,17 +184,16 @@ def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, flo
         return node.input[1] if node is not None and node.op_type == "DequantizeLinear" else None
 
     for node in view.nodes:
-        beta = next((a.f for a in node.attribute if a.name == "beta"), 1.0)
         slots = _QOPERATOR_BIAS.get(node.op_type)
         if slots is not None and len(node.input) > slots[0] and node.input[slots[0]] in inits:
-            found.append((node.input[slots[0]], node.input[slots[1]], node.input[slots[2]], None, beta))
+            found.append((node.input[slots[0]], node.input[slots[1]], node.input[slots[2]], None, node.name))
         elif len(node.input) > 2:  # Conv, ConvTranspose, Gemm, the normalizations: input 2 is the bias
             bias_dq = producer.get(node.input[2])
             if bias_dq is None or bias_dq.op_type != "DequantizeLinear" or bias_dq.input[0] not in inits:
                 continue
             x_scale, w_scale = dq_scale(node.input[0]), dq_scale(node.input[1])
             if x_scale is not None and w_scale is not None:
-                found.append((bias_dq.input[0], x_scale, w_scale, bias_dq.input[1], beta))
+                found.append((bias_dq.input[0], x_scale, w_scale, bias_dq.input[1], node.name))
     return [f for f in found if inits[f[0]].data_type == onnx.TensorProto.INT32]
 
 
