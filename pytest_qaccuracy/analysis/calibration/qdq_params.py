@@ -134,7 +134,8 @@ class ParamModel:
             zero.CopyFrom(numpy_helper.from_array(np.full(have_z.shape, z), zero.name))
         fp32 = GraphView(self._fp32)
         floats = fp32.initializers
-        betas = {n.name: beta for n in fp32.nodes if (beta := _beta(n)) != 1.0}  # the writer resets them
+        # a Gemm's beta, folded into its bias's scale by the writer, which resets the node's to 1
+        betas = {n.name: next((a.f for a in n.attribute if a.name == "beta"), 1.0) for n in fp32.nodes}
         for bias, x_scale, w_scale, b_scale, node in _biases(model):
             beta = betas.get(node.removesuffix("_quant"), 1.0)
             source = floats.get(bias.removesuffix("_quantized"))
@@ -163,11 +164,6 @@ class ParamModel:
 
 #: the inputs of a QOperator node with an int32 bias: (bias, input scale, weight scale)
 _QOPERATOR_BIAS = {"QLinearConv": (8, 1, 4), "QGemm": (6, 1, 4)}
-
-
-def _beta(node: onnx.NodeProto) -> float:
-    """A Gemm's ``beta`` (1 for other nodes): onnxruntime folds it into the bias's scale."""
-    return next((a.f for a in node.attribute if a.name == "beta"), 1.0) if node.op_type == "Gemm" else 1.0
 
 
 def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str]]:
