@@ -23,7 +23,7 @@ from pytest_qaccuracy.analysis.calibration.cache import calibrated_model, conten
 from pytest_qaccuracy.analysis.calibration.candidates import ort_percentile_range
 from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
 from pytest_qaccuracy.analysis.calibration.probe import ProbeScores, build_probe, output_names
-from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel, same_model
+from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel, _biases, same_model
 from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
 from pytest_qaccuracy.cli import main
 from pytest_qaccuracy.data import bind_dataset, load_dataset
@@ -256,6 +256,28 @@ def test_a_patched_model_is_the_model_onnxruntime_writes(tmp_path, recipe, net):
         assert "y" in params.tensors  # the Softmax output's range is onnxruntime's [0, 1]
     patched.graph.node[0].name += " renamed"
     assert not same_model(patched, target)  # nodes count too
+
+
+def test_only_biases_quantized_from_quantized_inputs_are_patched():
+    """An int32 bias is found after a dequantized input and weight (QDQ) or at a QLinearConv's input 8;
+    a bias beside a float weight, and a QLinearConv without bias, give none."""
+    ints = [numpy_helper.from_array(np.zeros(2, np.int32), n) for n in ("b_quantized", "c_quantized")]
+    floats = [numpy_helper.from_array(np.ones(1, np.float32), n) for n in ("s", "w", "wf")]
+    dq = [
+        helper.make_node("DequantizeLinear", [q, "s"], [f"{q}_dq"]) for q in ("xq", "wq", "b_quantized", "c_quantized")
+    ]
+    nodes = [
+        *dq,
+        helper.make_node("Conv", ["xq_dq", "wq_dq", "b_quantized_dq"], ["y"], name="quantized"),
+        helper.make_node("Conv", ["xq_dq", "wf", "c_quantized_dq"], ["z"], name="float weight"),
+        helper.make_node("QLinearConv", ["a", "s", "zp", "w", "ws", "wz", "ys", "yz"], ["q"], name="no bias"),
+        helper.make_node("QLinearConv", ["a", "as", "zp", "w", "ws", "wz", "ys", "yz", "b_quantized"], ["r"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [], [], [*ints, *floats])
+    assert _biases(helper.make_model(graph)) == [
+        ("b_quantized", "s", "s", "s", "quantized"),
+        ("b_quantized", "as", "ws", None, ""),
+    ]
 
 
 def test_the_chosen_model_is_compared_with_onnxruntimes_and_measured_again_if_it_differs(signal):
