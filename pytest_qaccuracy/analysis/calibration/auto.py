@@ -441,6 +441,7 @@ def verified_choice(
     onnxruntime's model is run and the choice made again between it and min/max."""
     real = evaluator.errors({name: (evaluator.session(models[name]), {}) for name in final}, against="minmax")
     wins = dict(evaluator.wins)
+    first = len(report["steps"])
     report["steps"] += [
         _step(f"{name}, as onnxruntime runs it", real[name]) | {"verified": True, "better_than_minmax_on": wins[name]}
         for name in final
@@ -457,7 +458,7 @@ def verified_choice(
         {name: (evaluator.session(models[name]), {}) for name in ("minmax", best)}, against="minmax"
     )
     report["passes"] += 1
-    step = next(i for i, st in enumerate(report["steps"]) if st["choice"] == f"{best}, as onnxruntime runs it")
+    step = first + final.index(best)
     report["steps"][step] = _step(f"{best}, as onnxruntime runs it", again[best]) | {
         "verified": True,
         "better_than_minmax_on": evaluator.wins[best],

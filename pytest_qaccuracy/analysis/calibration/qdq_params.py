@@ -59,6 +59,14 @@ def scale_zero_point(lo: float, hi: float, activation_type: str) -> tuple[np.flo
     return np.float32(scale), dtype(zero)
 
 
+def _holds(scale: onnx.TensorProto, zero: onnx.TensorProto, bounds: tuple[float, float], kind: str) -> bool:
+    """Whether a written scale and zero point are onnxruntime's plain ones of the range ``bounds``
+    (one value each, of the activation type); else onnxruntime applied a rule of its own."""
+    have_s, have_z = numpy_helper.to_array(scale), numpy_helper.to_array(zero)
+    want_s, want_z = scale_zero_point(*bounds, kind)
+    return have_s.size == 1 and have_s.item() == want_s and have_z.dtype == want_z.dtype and have_z.item() == want_z
+
+
 class ParamModel:
     """The activation scales and zero points of a QDQ model written by onnxruntime, as graph inputs.
 
@@ -73,7 +81,11 @@ class ParamModel:
         self._fp32 = fp32
         self._type = activation_type
         self._base = dict(base)
-        adjusted = adjusted_ranges(fp32, base)
+        adjusted = self._adjusted = adjusted_ranges(fp32, base)
+        floats = GraphView(fp32)
+        self._floats = floats.initializers
+        # a Gemm's beta, folded into its bias's scale by the writer, which resets the node's to 1
+        self._betas = {n.name: next((a.f for a in n.attribute if a.name == "beta"), 1.0) for n in floats.nodes}
         view = GraphView(qdq)
         inits = view.initializers
         self._params: dict[str, tuple[str, str, tuple[int, ...]]] = {}
@@ -84,15 +96,8 @@ class ParamModel:
             tensor = scale.removesuffix("_scale")
             if tensor in self._params or tensor not in adjusted or scale not in inits or zero not in inits:
                 continue
-            have_s, have_z = numpy_helper.to_array(inits[scale]), numpy_helper.to_array(inits[zero])
-            want_s, want_z = scale_zero_point(*adjusted[tensor], activation_type)
-            if (
-                have_s.size == 1
-                and have_s.item() == want_s
-                and have_z.dtype == want_z.dtype
-                and have_z.item() == want_z
-            ):
-                self._params[tensor] = (scale, zero, tuple(have_s.shape))
+            if _holds(inits[scale], inits[zero], adjusted[tensor], activation_type):
+                self._params[tensor] = (scale, zero, tuple(inits[scale].dims))
         self.tensors = list(self._params)
         self.model = self._with_inputs(qdq)
 
@@ -117,28 +122,22 @@ class ParamModel:
         for its int32 bias, a parameter of its own rules) is caught by :func:`same_model`."""
         model = copy.deepcopy(written)
         inits = {t.name: t for t in model.graph.initializer}
-        base = adjusted_ranges(self._fp32, self._base)
+        base = self._adjusted
         new = adjusted_ranges(self._fp32, {**self._base, **ranges})
         changed = {}
         for tensor, (lo, hi) in new.items():
             scale, zero = inits.get(f"{tensor}_scale"), inits.get(f"{tensor}_zero_point")
             if scale is None or zero is None or base.get(tensor) == (lo, hi):
                 continue
-            have_s, have_z = numpy_helper.to_array(scale), numpy_helper.to_array(zero)
-            want_s, want_z = scale_zero_point(*base[tensor], self._type)
-            if have_s.size != 1 or have_s.item() != want_s or have_z.dtype != want_z.dtype or have_z.item() != want_z:
+            if not _holds(scale, zero, base[tensor], self._type):
                 continue  # not onnxruntime's plain rule for this tensor (Softmax's 1/256 in QOperator)
             s, z = scale_zero_point(lo, hi, self._type)
-            changed[scale.name] = np.full(have_s.shape, s)  # s and z are numpy scalars of their type
+            changed[scale.name] = np.full(tuple(scale.dims), s)  # s and z are numpy scalars of their type
             scale.CopyFrom(numpy_helper.from_array(changed[scale.name], scale.name))
-            zero.CopyFrom(numpy_helper.from_array(np.full(have_z.shape, z), zero.name))
-        fp32 = GraphView(self._fp32)
-        floats = fp32.initializers
-        # a Gemm's beta, folded into its bias's scale by the writer, which resets the node's to 1
-        betas = {n.name: next((a.f for a in n.attribute if a.name == "beta"), 1.0) for n in fp32.nodes}
+            zero.CopyFrom(numpy_helper.from_array(np.full(tuple(zero.dims), z), zero.name))
         for bias, x_scale, w_scale, b_scale, node in _biases(model):
-            beta = betas.get(node.removesuffix("_quant"), 1.0)
-            source = floats.get(bias.removesuffix("_quantized"))
+            beta = self._betas.get(node.removesuffix("_quant"), 1.0)
+            source = self._floats.get(bias.removesuffix("_quantized"))
             if x_scale not in changed or source is None:
                 continue
             data = numpy_helper.to_array(source)
