@@ -119,7 +119,8 @@ def from_plain(cls: type[T], data: Mapping[str, Any], **given: Any) -> T:
         raw = data if hooks.inline else data[key]
         if raw is None and _has_default(f) and not _optional(hints[f.name]):
             continue
-        values[f.name] = hooks.load(raw) if hooks.load is not None else _load(hints[f.name], raw)
+        load = hooks.load if hooks.load is not None and raw is not None else functools.partial(_load, hints[f.name])
+        values[f.name] = load(raw)
     return cls(**values)
 
 
