@@ -119,8 +119,7 @@ def from_plain(cls: type[T], data: Mapping[str, Any], **given: Any) -> T:
         raw = data if hooks.inline else data[key]
         if raw is None and _has_default(f) and not _optional(hints[f.name]):
             continue
-        load = hooks.load if hooks.load is not None and raw is not None else functools.partial(_load, hints[f.name])
-        values[f.name] = load(raw)
+        values[f.name] = _load(hints[f.name], raw) if raw is None or hooks.load is None else hooks.load(raw)
     return cls(**values)
 
 
