@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_qaccuracy.plain import Plain, plain_field
+
 #: What a check is: a named tolerance, a rule line, a task-metric bound, baseline drift, the
 #: saturation share, the integer backend's agreement gate, or an error that stopped the check.
 KINDS = ("tolerance", "rule", "task", "drift", "saturation", "gate", "error")
@@ -23,27 +25,29 @@ SCOPES = ("output", "layer", "task", "model")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    """One check applied to one subject: the typed record every writer reads."""
+class Outcome(Plain):
+    """One check applied to one subject: the typed record every writer reads. Its builtins form is its
+    fields in this order, with ``target`` after ``deployment`` (the key readers of 0.1's ``summary.json``
+    know)."""
 
     kind: str
     check: str
     scope: str
     subject: str
+    deployment: str | None = plain_field(None, then=("target",))
     metric: str
     op: str
     threshold: float | None
     value: float | None
-    passed: bool
-    source: str
-    detail: str
-    deployment: str | None = None
     #: the numbers of a check with several (``rtol``/``atol``): name -> value
     params: Mapping[str, float] = field(default_factory=dict)
     #: the model output an output check is about (``subject`` shows it as ``output 'y'``), else None
     output: str | None = None
     #: the rank of a top-k check (``top-3 accuracy drop``, ``top-1 agreement``), else None
     k: int | None = None
+    passed: bool
+    source: str
+    detail: str
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -66,47 +70,6 @@ class Outcome:
             return math.inf
         gap = self.value - self.threshold if self.op in ("<=", "<") else self.threshold - self.value
         return max(gap, 0.0) / max(abs(self.threshold), 1e-12)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Builtins; ``target`` keeps the key readers of 0.1's ``summary.json`` know."""
-        return {
-            "kind": self.kind,
-            "check": self.check,
-            "scope": self.scope,
-            "subject": self.subject,
-            "deployment": self.deployment,
-            "target": self.target,
-            "metric": self.metric,
-            "op": self.op,
-            "threshold": self.threshold,
-            "value": self.value,
-            "params": dict(self.params),
-            "output": self.output,
-            "k": self.k,
-            "passed": self.passed,
-            "source": self.source,
-            "detail": self.detail,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
-        return cls(
-            kind=data["kind"],
-            check=data["check"],
-            scope=data["scope"],
-            subject=data["subject"],
-            deployment=data.get("deployment"),
-            metric=data["metric"],
-            op=data["op"],
-            threshold=data["threshold"],
-            value=data["value"],
-            params=dict(data.get("params") or {}),
-            output=data.get("output"),
-            k=data.get("k"),
-            passed=bool(data["passed"]),
-            source=data["source"],
-            detail=data["detail"],
-        )
 
 
 #: pytest's outcome of a test that passed though marked ``xfail(strict=True)`` (pytest fails it).

@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "defaults": 0,
     "atomic": 0,
     "numbers": 0,
+    "plain": 0,
     "task_names": 0,
     "tolerances": 0,
     "outcomes": 0,

@@ -17,11 +17,12 @@ import numpy as np
 
 from pytest_qaccuracy.analysis.deadline import Deadline, check
 from pytest_qaccuracy.analysis.partial import OUTPUT, Edge, QdqGraph, QuantizedNode
-from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, Session, result_header
+from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, Session, checked
 from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import TensorPair, get_metric
 from pytest_qaccuracy.numbers import finite
+from pytest_qaccuracy.plain import Plain, fields_form, from_plain, plain_field
 from pytest_qaccuracy.runtime import OrtRunner
 
 KINDS = ("node", "weight", "activation")
@@ -57,38 +58,18 @@ DEFAULT_CONFIGS = (
 
 
 @dataclass(frozen=True, slots=True)
-class CumulativeCurve:
+class CumulativeCurve(Plain):
     """One configuration's error per quantized node (``values``), topological order."""
 
     label: str
     quantize: list[str] | None
     exclude: list[str]
     kind: str
-    values: list[float | None]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "quantize": self.quantize,
-            "exclude": list(self.exclude),
-            "kind": self.kind,
-            "values": [finite(v) for v in self.values],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CumulativeCurve:
-        quantize = data.get("quantize")
-        return cls(
-            data["label"],
-            None if quantize is None else list(quantize),
-            list(data.get("exclude", [])),
-            data.get("kind", "node"),
-            list(data["values"]),
-        )
+    values: list[float | None] = plain_field(dump=lambda values: [finite(v) for v in values])
 
 
 @dataclass(frozen=True, slots=True)
-class CumulativeResult:
+class CumulativeResult(Plain):
     """Cumulative error curves of a pair: ``nodes``/``op_types`` give the x axis."""
 
     fp32_model: str
@@ -104,34 +85,11 @@ class CumulativeResult:
     curves: list[CumulativeCurve] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": "cumulative",
-            "fp32_model": self.fp32_model,
-            "quantized_model": self.quantized_model,
-            "data": self.data,
-            "records": self.records,
-            "metric": self.metric,
-            "formula": self.formula,
-            "higher_is_better": self.higher_is_better,
-            "average_mode": self.average_mode,
-            "nodes": list(self.nodes),
-            "op_types": list(self.op_types),
-            "curves": [c.to_dict() for c in self.curves],
-        }
+        return {"schema_version": SCHEMA_VERSION, "kind": "cumulative", **fields_form(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CumulativeResult:
-        return cls(
-            *result_header(data, "cumulative"),
-            data["metric"],
-            data["formula"],
-            bool(data["higher_is_better"]),
-            bool(data["average_mode"]),
-            list(data["nodes"]),
-            list(data["op_types"]),
-            [CumulativeCurve.from_dict(c) for c in data["curves"]],
-        )
+        return from_plain(cls, checked(data, "cumulative"))
 
     def chart_data(self) -> dict[str, Any]:
         """The curves as chart-ready series: ``{"x": [...], "series": [{"name", "y"}], ...}``."""

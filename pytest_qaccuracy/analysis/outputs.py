@@ -28,13 +28,14 @@ from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.matching import FLOAT_TYPES
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams, find_quant_params
+from pytest_qaccuracy.plain import Plain, from_plain, none, plain_field
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions, make_runner
 
 WORST_ELEMENTS = 5
 
 
 @dataclass(frozen=True, slots=True)
-class RelativeStats:
+class RelativeStats(Plain):
     """Elements of one output outside ``atol + rtol * |f|`` (:func:`~pytest_qaccuracy.metrics.error.outside_tolerance`);
     ``max_abs`` and ``max_rel`` are the largest differences among them (NaN when one is), ``worst`` rows
     are (record, index, q, f)."""
@@ -46,30 +47,6 @@ class RelativeStats:
     max_abs: float
     max_rel: float
     worst: list[tuple[int, str, float, float]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rtol": self.rtol,
-            "atol": self.atol,
-            "violations": self.violations,
-            "elements": self.elements,
-            "max_abs": self.max_abs,
-            "max_rel": self.max_rel,
-            "worst": [list(row) for row in self.worst],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RelativeStats:
-        worst = [(int(r), str(i), float(q), float(f)) for r, i, q, f in data.get("worst", [])]
-        return cls(
-            float(data["rtol"]),
-            float(data["atol"]),
-            int(data["violations"]),
-            int(data["elements"]),
-            float(data["max_abs"]),
-            float(data["max_rel"]),
-            worst,
-        )
 
 
 class _RelativeTracker:
@@ -106,20 +83,20 @@ class _RelativeTracker:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskValue:
+class TaskValue(Plain):
     """One value of a task metric on both sides: ``against`` is ``targets`` (the data's) or ``fp32``
     (no targets: the quantized side scored against the fp32 model's predictions). ``error`` is the
     one line of a metric that raised (naming it and the records of the batch): both sides are then
     None, and only the checks of the metric's values fail on it."""
 
-    name: str
+    name: str = plain_field(skip=True)  # the key it is written under
     metric: str
     against: str
     records: int
     higher_is_better: bool
     fp32: float | None
-    quantized: float | None
-    error: str | None = None
+    quantized: float | None = plain_field(then=("drop",))
+    error: str | None = plain_field(None, omit=none)
 
     @property
     def drop(self) -> float | None:
@@ -128,34 +105,13 @@ class TaskValue:
             return None
         return self.fp32 - self.quantized if self.higher_is_better else self.quantized - self.fp32
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric,
-            "against": self.against,
-            "records": self.records,
-            "higher_is_better": self.higher_is_better,
-            "fp32": self.fp32,
-            "quantized": self.quantized,
-            "drop": self.drop,
-            **({"error": self.error} if self.error is not None else {}),
-        }
-
     @classmethod
-    def from_dict(cls, name: str, data: dict[str, Any]) -> TaskValue:
-        return cls(
-            name,
-            str(data["metric"]),
-            str(data["against"]),
-            int(data["records"]),
-            bool(data["higher_is_better"]),
-            data.get("fp32"),
-            data.get("quantized"),
-            data.get("error"),
-        )
+    def from_dict(cls, name: str, data: dict[str, Any]) -> TaskValue:  # type: ignore[override]
+        return from_plain(cls, data, name=name)
 
 
 @dataclass(frozen=True, slots=True)
-class OutputStats:
+class OutputStats(Plain):
     """Per output name: top-k counts (class-score outputs only) and relative-tolerance stats; per
     task-metric value name, its :class:`TaskValue`.
 
@@ -166,21 +122,12 @@ class OutputStats:
     topk: dict[str, dict[str, Any]]
     relative: dict[str, RelativeStats]
     problems: dict[str, str] = field(default_factory=dict)
-    task: dict[str, TaskValue] = field(default_factory=dict)
+    task: dict[str, TaskValue] = plain_field(default_factory=dict, load=lambda d: _task_values(d))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "topk": self.topk,
-            "relative": {k: v.to_dict() for k, v in self.relative.items()},
-            "problems": dict(self.problems),
-            "task": {k: v.to_dict() for k, v in self.task.items()},
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> OutputStats:
-        relative = {k: RelativeStats.from_dict(v) for k, v in data["relative"].items()}
-        task = {k: TaskValue.from_dict(k, v) for k, v in data.get("task", {}).items()}
-        return cls(dict(data["topk"]), relative, dict(data.get("problems", {})), task)
+def _task_values(data: dict[str, Any]) -> dict[str, TaskValue]:
+    """Task values read back, each named by its key."""
+    return {name: TaskValue.from_dict(name, value) for name, value in data.items()}
 
 
 def _finite(value: Any) -> float | None:

@@ -24,7 +24,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_qaccuracy.analysis.deadline import Deadline, DeadlineReached
 from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner, OutputMetrics, metric_mean
@@ -36,6 +36,7 @@ from pytest_qaccuracy.metrics import get_metric, parse_metric_names
 from pytest_qaccuracy.model.cut import cut_pair
 from pytest_qaccuracy.model.pair import ModelPair
 from pytest_qaccuracy.numbers import finite
+from pytest_qaccuracy.plain import Plain, empty, from_plain, plain_field
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 if TYPE_CHECKING:
@@ -51,38 +52,24 @@ FIRST_CHUNK_SHARE = 1 / 8
 CHUNK_SHARE = 1 / 2
 
 
+def outputs_dict(outputs: Mapping[str, Mapping[str, float | None]]) -> dict[str, dict[str, float | None]]:
+    """Per output, its metrics as JSON writes them (``finite``)."""
+    return {name: _metrics_dict(metrics) for name, metrics in outputs.items()}
+
+
 @dataclass(frozen=True, slots=True)
-class NodeSensitivity:
+class NodeSensitivity(Plain):
     """Output metrics of one node's experiment (``metrics``: mean over outputs; ``outputs``: each)."""
 
     node: str
     op_type: str
     order: int
-    metrics: Mapping[str, float | None]
-    outputs: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "op_type": self.op_type,
-            "order": self.order,
-            "metrics": _metrics_dict(self.metrics),
-            "outputs": {o: _metrics_dict(m) for o, m in self.outputs.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> NodeSensitivity:
-        return cls(
-            data["node"],
-            data["op_type"],
-            int(data["order"]),
-            dict(data["metrics"]),
-            {o: dict(m) for o, m in data.get("outputs", {}).items()},
-        )
+    metrics: Mapping[str, float | None] = plain_field(dump=_metrics_dict)
+    outputs: Mapping[str, Mapping[str, float | None]] = plain_field(default_factory=dict, dump=outputs_dict)
 
 
-@dataclass(frozen=True, slots=True)
-class SensitivityResult:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SensitivityResult(Plain):
     """Sensitivity of every quantized node of a pair, ranked worst first by the first metric.
 
     ``baseline`` holds the fully quantized model's output metrics (mean over outputs);
@@ -98,12 +85,13 @@ class SensitivityResult:
     granularity: str
     metric_definitions: Mapping[str, str]
     higher_is_better: Mapping[str, bool]
+    baseline: Mapping[str, float | None] = plain_field(default_factory=dict, dump=_metrics_dict)
     nodes: list[NodeSensitivity]
-    baseline: Mapping[str, float | None] = field(default_factory=dict)
     unremovable: list[str] = field(default_factory=list)
     measured_at: list[str] = field(default_factory=list)
-    unmeasured: list[str] = field(default_factory=list)
-    schema_version: int = SCHEMA_VERSION
+    unmeasured: list[str] = plain_field(default_factory=list, omit=empty)
+    schema_version: int = plain_field(SCHEMA_VERSION, first=True, then=("kind",))
+    kind: ClassVar[str] = "sensitivity"
 
     @property
     def stopped(self) -> str | None:
@@ -121,46 +109,16 @@ class SensitivityResult:
         """Nodes worst first by ``metric`` (default: the first); undefined values last."""
         return rank(self.nodes, metric or self.metric_names[0], self.higher_is_better, self.mode)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "kind": "sensitivity",
-            "fp32_model": self.fp32_model,
-            "quantized_model": self.quantized_model,
-            "data": self.data,
-            "records": self.records,
-            "mode": self.mode,
-            "granularity": self.granularity,
-            "metric_definitions": dict(self.metric_definitions),
-            "higher_is_better": dict(self.higher_is_better),
-            "baseline": _metrics_dict(self.baseline),
-            "nodes": [n.to_dict() for n in self.nodes],
-            "unremovable": list(self.unremovable),
-            "measured_at": list(self.measured_at),
-            **({"unmeasured": list(self.unmeasured)} if self.unmeasured else {}),
-        }
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SensitivityResult:
-        return cls(
-            *result_header(data, "sensitivity"),
-            data["mode"],
-            data["granularity"],
-            dict(data["metric_definitions"]),
-            dict(data["higher_is_better"]),
-            [NodeSensitivity.from_dict(n) for n in data["nodes"]],
-            dict(data.get("baseline", {})),
-            list(data.get("unremovable", [])),
-            list(data.get("measured_at", [])),
-            list(data.get("unmeasured", [])),
-        )
+        return from_plain(cls, checked(data, "sensitivity"))
 
 
-def result_header(data: Mapping[str, Any], kind: str) -> tuple[str, str, str, int]:
-    """``(fp32_model, quantized_model, data, records)`` of a result dict of ``kind``; ValueError otherwise."""
+def checked(data: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """``data``, a result dict of ``kind`` (its ``schema_version`` and ``kind``); ValueError otherwise."""
     if data.get("schema_version") != SCHEMA_VERSION or data.get("kind") != kind:
         raise ValueError(f"not a {kind} result (schema_version {SCHEMA_VERSION}, kind {kind!r})")
-    return data["fp32_model"], data["quantized_model"], data["data"], int(data["records"])
+    return data
 
 
 def rank(
@@ -353,19 +311,19 @@ def sensitivity_in(
     ]
     pair = session.pair
     return SensitivityResult(
-        pair.fp32_path.name,
-        pair.quantized_path.name,
-        session.dataset.name,
-        session.records,
-        mode,
-        granularity,
-        definitions,
-        higher,
-        rank(entries, session.metrics[0], higher, mode),
-        _mean(whole, session.metrics),
-        list(qg.unremovable),
-        list(session.measured_at),
-        [n.name for n in chosen[len(measured) :]],
+        fp32_model=pair.fp32_path.name,
+        quantized_model=pair.quantized_path.name,
+        data=session.dataset.name,
+        records=session.records,
+        mode=mode,
+        granularity=granularity,
+        metric_definitions=definitions,
+        higher_is_better=higher,
+        nodes=rank(entries, session.metrics[0], higher, mode),
+        baseline=_mean(whole, session.metrics),
+        unremovable=list(qg.unremovable),
+        measured_at=list(session.measured_at),
+        unmeasured=[n.name for n in chosen[len(measured) :]],
     )
 
 

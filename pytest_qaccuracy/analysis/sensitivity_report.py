@@ -20,11 +20,12 @@ from pytest_qaccuracy.analysis.sweep import SweepResult, Target, sweep_in
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import ModelError
 from pytest_qaccuracy.model.pair import ModelPair
+from pytest_qaccuracy.plain import Plain, empty, fields_form, from_plain, none, plain_field
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 
 @dataclass(frozen=True, slots=True)
-class SensitivityReport:
+class SensitivityReport(Plain):
     """The analyses of one pair: ranking, sweep (with a target), cumulative curves.
 
     ``unsupported`` holds the reason instead of results when the pair cannot be analysed (a QOperator
@@ -33,36 +34,21 @@ class SensitivityReport:
     """
 
     stem: str
-    sensitivity: SensitivityResult | None = None
-    sweep: SweepResult | None = None
-    cumulative: CumulativeResult | None = None
-    unsupported: str | None = None
-    stopped: str | None = None
+    sensitivity: SensitivityResult | None = plain_field(None, omit=none)
+    sweep: SweepResult | None = plain_field(None, omit=none)
+    cumulative: CumulativeResult | None = plain_field(None, omit=none)
+    unsupported: str | None = plain_field(None, omit=empty)
+    stopped: str | None = plain_field(None, omit=empty)
 
     def to_dict(self) -> dict[str, Any]:
-        parts = {"sensitivity": self.sensitivity, "sweep": self.sweep, "cumulative": self.cumulative}
-        out: dict[str, Any] = {"schema_version": 1, "stem": self.stem}
-        out.update({k: v.to_dict() for k, v in parts.items() if v is not None})
-        if self.unsupported:
-            out["unsupported"] = self.unsupported
-        if self.stopped:
-            out["stopped"] = self.stopped
-        return out
+        return {"schema_version": 1, **fields_form(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SensitivityReport:
         """The inverse of :meth:`to_dict` (e.g. a report sent by a pytest-xdist worker)."""
         if data.get("schema_version") != 1 or "stem" not in data:
             raise ValueError("not a sensitivity report (schema_version 1 with a 'stem')")
-        parts = data.get("sensitivity"), data.get("sweep"), data.get("cumulative")
-        return cls(
-            data["stem"],
-            None if parts[0] is None else SensitivityResult.from_dict(parts[0]),
-            None if parts[1] is None else SweepResult.from_dict(parts[1]),
-            None if parts[2] is None else CumulativeResult.from_dict(parts[2]),
-            data.get("unsupported"),
-            data.get("stopped"),
-        )
+        return from_plain(cls, data)
 
 
 def analyse_pair(

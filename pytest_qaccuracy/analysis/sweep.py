@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_qaccuracy.analysis.deadline import Deadline
 from pytest_qaccuracy.analysis.experiments import Experiment, OutputMetrics
 from pytest_qaccuracy.analysis.results import _metrics_dict
-from pytest_qaccuracy.analysis.sensitivity import SCHEMA_VERSION, SensitivityResult, Session, _mean, result_header
+from pytest_qaccuracy.analysis.sensitivity import (
+    SCHEMA_VERSION,
+    SensitivityResult,
+    Session,
+    _mean,
+    checked,
+    outputs_dict,
+)
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.metrics import get_metric
+from pytest_qaccuracy.plain import Plain, fields_form, from_plain, plain_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,30 +63,17 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True)
-class SweepStep:
+class SweepStep(Plain):
     """The outputs with the ``excluded`` nodes in float (``metrics``: mean over outputs)."""
 
     k: int
     excluded: list[str]
-    metrics: Mapping[str, float | None]
-    outputs: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "k": self.k,
-            "excluded": list(self.excluded),
-            "metrics": _metrics_dict(self.metrics),
-            "outputs": {o: _metrics_dict(m) for o, m in self.outputs.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SweepStep:
-        outputs = {o: dict(m) for o, m in data.get("outputs", {}).items()}
-        return cls(int(data["k"]), list(data["excluded"]), dict(data["metrics"]), outputs)
+    metrics: Mapping[str, float | None] = plain_field(dump=_metrics_dict)
+    outputs: Mapping[str, Mapping[str, float | None]] = plain_field(default_factory=dict, dump=outputs_dict)
 
 
-@dataclass(frozen=True, slots=True)
-class SweepResult:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepResult(Plain):
     """A sweep over the ranking of ``ranking_mode`` sensitivity, and the suggestion for a target."""
 
     fp32_model: str
@@ -87,9 +82,9 @@ class SweepResult:
     records: int
     ranking_mode: str
     ranking_metric: str
-    steps: list[SweepStep]
     target: Target | None = None
     suggestion: list[str] | None = None
+    steps: list[SweepStep]
 
     def nodes_to_exclude(self) -> str:
         """The suggestion as onnxruntime's ``quantize_static`` argument, or a sentence why there is none."""
@@ -101,32 +96,11 @@ class SweepResult:
         return f"nodes_to_exclude={self.suggestion!r}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": "sweep",
-            "fp32_model": self.fp32_model,
-            "quantized_model": self.quantized_model,
-            "data": self.data,
-            "records": self.records,
-            "ranking_mode": self.ranking_mode,
-            "ranking_metric": self.ranking_metric,
-            "target": None if self.target is None else {"metric": self.target.metric, "value": self.target.value},
-            "suggestion": self.suggestion,
-            "steps": [s.to_dict() for s in self.steps],
-        }
+        return {"schema_version": SCHEMA_VERSION, "kind": "sweep", **fields_form(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepResult:
-        target = data.get("target")
-        suggestion = data.get("suggestion")
-        return cls(
-            *result_header(data, "sweep"),
-            data["ranking_mode"],
-            data["ranking_metric"],
-            [SweepStep.from_dict(s) for s in data["steps"]],
-            None if target is None else Target(target["metric"], float(target["value"])),
-            None if suggestion is None else list(suggestion),
-        )
+        return from_plain(cls, checked(data, "sweep"))
 
 
 def sweep_in(
@@ -156,13 +130,13 @@ def sweep_in(
         suggestion = next((s.excluded for s in steps if target.met(s.metrics.get(target.metric))), None)
     pair = session.pair
     return SweepResult(
-        pair.fp32_path.name,
-        pair.quantized_path.name,
-        session.dataset.name,
-        session.records,
-        ranking.mode,
-        ranking.metric_names[0],
-        steps,
-        target,
-        suggestion,
+        fp32_model=pair.fp32_path.name,
+        quantized_model=pair.quantized_path.name,
+        data=session.dataset.name,
+        records=session.records,
+        ranking_mode=ranking.mode,
+        ranking_metric=ranking.metric_names[0],
+        target=target,
+        suggestion=suggestion,
+        steps=steps,
     )

@@ -20,6 +20,7 @@ from pytest_qaccuracy.data import Dataset, load_dataset
 from pytest_qaccuracy.data.head import Head
 from pytest_qaccuracy.metrics.task import TaskSpec
 from pytest_qaccuracy.model.pair import ModelPair
+from pytest_qaccuracy.plain import Plain
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 #: Tolerance kind -> whether a value meets it: ``min:`` / ``max:`` on the quantized side, ``max_drop:``.
@@ -31,7 +32,7 @@ _MET = {
 
 
 @dataclass(frozen=True, slots=True)
-class TaskSweep:
+class TaskSweep(Plain):
     """The steps of a task-metric sweep: nodes kept in float and the value measured; ``suggestion``
     the first list that met the tolerance (None: no list up to ``max_excluded`` nodes did)."""
 
@@ -40,15 +41,6 @@ class TaskSweep:
     records: int
     steps: list[dict[str, Any]] = field(default_factory=list)
     suggestion: list[str] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "check": self.check,
-            "threshold": self.threshold,
-            "records": self.records,
-            "steps": [dict(s) for s in self.steps],
-            "suggestion": self.suggestion,
-        }
 
 
 def task_sweep(

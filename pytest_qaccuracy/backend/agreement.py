@@ -31,12 +31,13 @@ from pytest_qaccuracy.data.progress import task
 from pytest_qaccuracy.model.batch import stacking
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.ort_session import fetch, make_session
+from pytest_qaccuracy.plain import Plain
 
 _EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.uint16))
 
 
 @dataclass(frozen=True, slots=True)
-class TensorAgreement:
+class TensorAgreement(Plain):
     """One integer tensor: how far the emulation is from onnxruntime, in quantization steps."""
 
     tensor: str
@@ -48,27 +49,6 @@ class TensorAgreement:
     #: ``ulps`` (a float tensor no quantized tensor feeds: units in the last place of its type)
     unit: str = "steps"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tensor": self.tensor,
-            "order": self.order,
-            "elements": self.elements,
-            "mismatches": self.mismatches,
-            "max_steps": self.max_steps,
-            "unit": self.unit,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TensorAgreement:
-        return cls(
-            str(data["tensor"]),
-            int(data["order"]),
-            int(data["elements"]),
-            int(data["mismatches"]),
-            int(data["max_steps"]),
-            str(data.get("unit", "steps")),
-        )
-
     def steps(self, n: int | None = None) -> str:
         """``n`` (default: this tensor's largest difference) in this tensor's unit: ``3 steps``, ``1 ulp``."""
         n = self.max_steps if n is None else n
@@ -77,7 +57,7 @@ class TensorAgreement:
 
 
 @dataclass(frozen=True, slots=True)
-class AgreementResult:
+class AgreementResult(Plain):
     """Agreement over all compared tensors, in topological order.
 
     Attributes:
@@ -105,6 +85,7 @@ class AgreementResult:
         return sum(1 for t in self.tensors if t.mismatches)
 
     def to_dict(self) -> dict[str, Any]:
+        """Its fields, ``first_divergence`` before ``tensors`` (the form predates the field order)."""
         return {
             "model": self.model,
             "scheme": self.scheme,
@@ -113,17 +94,6 @@ class AgreementResult:
             "first_divergence": self.first_divergence,
             "tensors": [t.to_dict() for t in self.tensors],
         }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AgreementResult:
-        return cls(
-            str(data["model"]),
-            str(data["scheme"]),
-            int(data["max_steps_allowed"]),
-            int(data["records"]),
-            tuple(TensorAgreement.from_dict(t) for t in data["tensors"]),
-            data["first_divergence"],
-        )
 
     def with_max_steps(self, max_steps: int) -> AgreementResult:
         """The same measurement judged against another tolerance N (nothing is run again)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.plain import Plain
 
 Multiplier = Literal["float32", "float64", "q31", "q15", "power2", "glow"]
 Rounding = Literal["half_even", "half_up", "half_away", "floor"]
@@ -25,7 +26,7 @@ FAMILIES = ("gemm", "add", "mul", "pool", "global_pool", "quantize")
 
 
 @dataclass(frozen=True, slots=True)
-class Scheme:
+class Scheme(Plain):
     """How an integer backend turns an int32 accumulator into an 8-bit output.
 
     Attributes:
@@ -121,11 +122,6 @@ class Scheme:
         """A copy with some fields changed (``name`` becomes ``custom`` unless given)."""
         changes.setdefault("name", "custom")
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
-
-    def to_dict(self) -> dict[str, object]:
-        data = dataclasses.asdict(self)
-        data["zp_before_rounding"] = sorted(self.zp_before_rounding)
-        return data
 
 
 def _onnxruntime_version() -> tuple[int, int]:

@@ -14,12 +14,12 @@ some axis, channels that vary span fewer than :data:`LOW_STEPS` steps while anot
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from pytest_qaccuracy.numbers import format_number
+from pytest_qaccuracy.plain import Plain
 
 LOW_STEPS = 2.0
 HIGH_STEPS = 100.0
@@ -29,7 +29,7 @@ SHOWN_RANGES = 3
 
 
 @dataclass(frozen=True, slots=True)
-class ChannelReport:
+class ChannelReport(Plain):
     """The narrowest varying channels of one tensor: on ``axis``, ``min_steps`` (the fewest steps any
     varying channel spans, over all axes 1..3), ``max_steps`` on that axis, and the ``low`` ranges."""
 
@@ -39,13 +39,6 @@ class ChannelReport:
     max_steps: float
     low: str  # "4..21" or "3, 7..9"
     flagged: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ChannelReport:
-        return cls(**data)
 
     def warning(self, name: str) -> str:
         """``output0 channels 4..21 span < 1 step (scale 1.25): ...`` for the summary."""

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_qaccuracy.analysis.calibration import ranges as R
 from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.plain import Plain, none, plain_field
 
 METHODS = ("minmax", "moving-average", "percentile", "kl", "mse", "auto")
 QTYPES = {"uint8": (0, 255), "int8": (-128, 127)}
@@ -69,31 +70,25 @@ class CalibrationOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class CalibrationResult:
+class CalibrationResult(Plain):
     """The chosen range of every calibrated tensor, and the observed extrema behind it."""
 
     method: str
     records: int
-    ranges: dict[str, tuple[float, float]]
-    observed: dict[str, tuple[float, float]] = field(default_factory=dict)
+    ranges: dict[str, tuple[float, float]] = plain_field(dump=lambda ranges: _float_pairs(ranges))
+    observed: dict[str, tuple[float, float]] = plain_field(default_factory=dict, dump=lambda r: _float_pairs(r))
     #: ``auto`` only: every tensor's candidates with their scores and the winner, and the whole-model
     #: choices measured (``auto.choose``)
-    selection: dict[str, Any] | None = None
+    selection: dict[str, Any] | None = plain_field(None, omit=none)
     #: ``auto`` only: the chosen model as onnxruntime wrote it, and what it was written from
     #: (:func:`written_key`), so that writing it again with the same arguments copies it instead
-    model: bytes | None = field(default=None, repr=False, compare=False)
-    model_key: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    model: bytes | None = plain_field(None, skip=True, repr=False, compare=False)
+    model_key: tuple[Any, ...] | None = plain_field(None, skip=True, repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "method": self.method,
-            "records": self.records,
-            "ranges": {k: [float(lo), float(hi)] for k, (lo, hi) in self.ranges.items()},
-            "observed": {k: [float(lo), float(hi)] for k, (lo, hi) in self.observed.items()},
-        }
-        if self.selection is not None:
-            out["selection"] = self.selection
-        return out
+
+def _float_pairs(ranges: dict[str, tuple[float, float]]) -> dict[str, list[float]]:
+    """Ranges as JSON writes them: ``[lo, hi]`` as Python floats."""
+    return {name: [float(lo), float(hi)] for name, (lo, hi) in ranges.items()}
 
 
 def written_key(model: Any, calibration: CalibrationOptions, nodes_to_exclude: Any) -> tuple[Any, ...]:

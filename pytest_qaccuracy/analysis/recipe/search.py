@@ -53,6 +53,7 @@ from pytest_qaccuracy.analysis.recipe.measure import HOST, Evaluator, Measured, 
 from pytest_qaccuracy.analysis.recipe.space import OTHER_TYPE, REFUSED, WEIGHT_MOVES, Recipe, refusal
 from pytest_qaccuracy.data import Dataset
 from pytest_qaccuracy.errors import InputError, QAccuracyError
+from pytest_qaccuracy.plain import Plain, plain_field
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 SCHEMA_VERSION = 1
@@ -129,7 +130,7 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class Step(Plain):
     """One experiment: the recipe, what changed, its cost and its measured metrics on every target.
 
     ``skipped`` holds the reason when onnxruntime refused the recipe or a target could not run it.
@@ -142,41 +143,11 @@ class Step:
     cost: float
     measured: Measured
     passed: bool
-    margin: float | None
+    margin: float | None = plain_field(load=float)
     seconds: float
     skipped: str | None = None
-    estimated: bool = False  # an estimate (the edited model, this host): ranks, never reported as the answer
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "estimated": self.estimated,
-            "index": self.index,
-            "phase": self.phase,
-            "change": self.change,
-            "recipe": self.recipe.to_dict(),
-            "cost": self.cost,
-            "measured": self.measured,
-            "passed": self.passed,
-            "margin": self.margin,
-            "seconds": self.seconds,
-            "skipped": self.skipped,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Step:
-        return cls(
-            int(data["index"]),
-            str(data["phase"]),
-            str(data["change"]),
-            Recipe.from_dict(data["recipe"]),
-            float(data["cost"]),
-            {t: {o: dict(m) for o, m in per.items()} for t, per in data["measured"].items()},
-            bool(data["passed"]),
-            None if data["margin"] is None else float(data["margin"]),
-            float(data["seconds"]),
-            data.get("skipped"),
-            bool(data.get("estimated", False)),
-        )
+    # an estimate (the edited model, this host): ranks, never reported as the answer
+    estimated: bool = plain_field(False, first=True)
 
 
 @dataclass(frozen=True, slots=True)

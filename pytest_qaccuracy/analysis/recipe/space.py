@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_qaccuracy.analysis.calibration.quantize import LARGE_MODEL_BYTES
+from pytest_qaccuracy.plain import Plain
 
 #: Per-node precisions, cheapest first (the cost model weighs each, see :mod:`.cost`).
 PRECISIONS = ("int8", "int16", "float")
@@ -42,7 +43,7 @@ OLD_ORT_PER_NODE = (
 
 
 @dataclass(frozen=True, slots=True)
-class Recipe:
+class Recipe(Plain):
     """One point of the search space.
 
     Attributes:
@@ -190,35 +191,6 @@ class Recipe:
             args["calibrate_method"] = "MinMax"
             args["calibration_cache_path"] = cache
         return args
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "per_channel": self.per_channel,
-            "reduce_range": self.reduce_range,
-            "activation_type": self.activation_type,
-            "weight_type": self.weight_type,
-            "int16": sorted(self.int16),
-            "float": sorted(self.float),
-            "flipped": sorted(self.flipped),
-            "narrowed": sorted(self.narrowed),
-            "retyped": sorted(self.retyped),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Recipe:
-        return cls(
-            str(data["method"]),
-            bool(data["per_channel"]),
-            bool(data["reduce_range"]),
-            str(data["activation_type"]),
-            str(data["weight_type"]),
-            frozenset(data.get("int16", ())),
-            frozenset(data.get("float", ())),
-            frozenset(data.get("flipped", ())),  # absent before per-node weight granularity
-            frozenset(data.get("narrowed", ())),  # absent before per-node weight range and type
-            frozenset(data.get("retyped", ())),
-        )
 
 
 #: The per-node weight moves a search makes at cost 0 (each a :class:`Recipe` field of node names).
