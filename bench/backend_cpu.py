@@ -14,7 +14,9 @@ RSS, its minor page faults per run, and a digest of the outputs (equal digests: 
 outputs). The nets are those of ``bench/integer_backend.py``; ``--model`` runs a corpus model on its
 calibration records instead (one by one where its graph fixes the batch, as
 ``bench/real_model_backend.py`` does). ``--steps K`` prints the K steps whose CPU time differs most
-between the settings (each step's best over the runs); ``--threads 2`` adds the wall time.
+between the settings (each step's best over the runs) and the sum of every step's best;
+``--threads 2`` adds the wall time; ``--env BENCH_PRESET=onnxruntime-vnni`` runs one setting on another
+preset (``--preset``: every setting's).
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def _child(args: argparse.Namespace) -> None:
     else:
         path, batch = _model(args)
         feeds = [{"input": batch}]
-    session = IntegerSession(path, args.preset, threads=args.threads)
+    session = IntegerSession(path, os.environ.get("BENCH_PRESET", args.preset), threads=args.threads)
     outputs = [session.run(None, f) for f in feeds]  # warm: tables, weights, scratch
     digest = hashlib.sha256(b"".join(np.ascontiguousarray(o).tobytes() for out in outputs for o in out))
     steps: dict[str, float] = {}
@@ -185,6 +187,8 @@ def main() -> None:
         names = list(seen)
         best = {s: {k: min(run["steps"][k] for run in runs) for k in runs[0]["steps"]} for s, runs in seen.items()}
         keys = sorted(best[names[0]], key=lambda k: -max(abs(best[s].get(k, 0) - best[names[0]][k]) for s in names))
+        totals = " | ".join(f"{sum(best[s].values()) * 1000:.1f}" for s in names)
+        print("\nthe steps' best CPU times summed (less noisy than a run's best): " + totals)
         print("\n| step (best CPU ms) | " + " | ".join(s or "default" for s in names) + " |")
         print("|---|" + "---|" * len(names))
         for key in keys[: args.steps]:
