@@ -58,12 +58,11 @@ def conv_integer_acc(
     """Exact ``sum (x - x_zp)(w - w_zp)`` as ``(N, M, *out)``, padding contributing 0.
 
     ``requantizer_for(bound, float type)`` may supply a :class:`Requantizer` (when it is exact for
-    sums under ``bound``), which then runs on each chunk while it is in cache. The input zero point
-    is folded into its bias when the sums over the raw input stay exact (see
-    :func:`_folded_zero_point`), and the bias goes into the GEMMs when every partial sum stays exact
-    with it (``conv_core``'s ``bias_in_gemm``). ``source``: ``(array, key)`` when ``w`` is derived
-    from the constant ``array`` and ``key`` alone (a session's weights): large 2-D convolutions with
-    exact float32 sums then run in onnxruntime (``conv_ort``), the zero point subtracted, not folded.
+    sums under ``bound``), which then runs on each chunk while it is in cache. The bias goes into
+    the GEMMs when every partial sum stays exact with it (``conv_core``'s ``bias_in_gemm``).
+    ``source``: ``(array, key)`` when ``w`` is derived from the constant ``array`` and ``key`` alone
+    (a session's weights): large 2-D convolutions with exact float32 sums then run in onnxruntime
+    (``conv_ort``).
 
     Returns:
         the accumulator (a float array holding exact integers, or int64 for the int16-pair
@@ -104,21 +103,13 @@ def conv_integer_acc(
     dtype = np.float32 if bound < 2.0**24 else np.float64
     limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
     requantizer = requantizer_for(bound, dtype) if requantizer_for else None
-    offset, padding, sums_bound, added = x_zp, 0, bound, None
-    # onnxruntime's float32 Conv sums exactly under the bound; the zero point is then subtracted, not folded
+    # onnxruntime's float32 Conv sums exactly under the bound
     weights, macs = None, x.shape[0] * w.size * math.prod(out_spatial)
     if source is not None and x.ndim == 4 and dtype is np.float32 and conv_ort.worth_it(macs):
         weights = (source[0], (source[1], w_zp.tobytes()))
-    if requantizer is not None:
-        added = requantizer.bias
-        raw_bound, shift = _folded_zero_point(x, x_zp, ws, w_sum) if weights is None else (float("inf"), None)
-        raw_bound += correction_max
-        if shift is not None and raw_bound < limit:
-            folded = shift if added is None else shift + added
-            if float(np.abs(folded).max(initial=0)) < limit:
-                offset, padding, sums_bound, added = 0, int(x_zp), raw_bound, folded
+    added = None if requantizer is None else requantizer.bias
     epilogue = None if requantizer is None else (requantizer.finish, requantizer.dtype)
-    in_gemm = added is not None and sums_bound + float(np.abs(added).max(initial=0)) < limit
+    in_gemm = added is not None and bound + float(np.abs(added).max(initial=0)) < limit
     acc = conv_core(
         x,
         ws.astype(dtype),
@@ -129,8 +120,7 @@ def conv_integer_acc(
         epilogue,
         exact=True,
         pads=pads,
-        offset=offset,
-        padding=padding,
+        offset=x_zp,
         bias=None if added is None else added.astype(dtype),
         bias_in_gemm=in_gemm,
         correction=correction,
@@ -139,24 +129,6 @@ def conv_integer_acc(
     if wrapped is not None:
         acc = acc.astype(np.float64) + wrapped  # exact: |sums| <= bound < 2**53
     return acc, bound, epilogue is not None
-
-
-def _folded_zero_point(
-    x: np.ndarray, x_zp: np.ndarray, ws: np.ndarray, w_sum: float
-) -> tuple[float, np.ndarray | None]:
-    """The bound of ``sum x w`` over the raw input, and ``-x_zp * sum(w)`` per output channel (None
-    when there is no zero point to fold).
-
-    With the padding holding ``x_zp``, ``sum (x - x_zp) w = sum x w - x_zp sum w`` on every window,
-    so the columns become a plain converting copy of ``x`` (cheaper than converting and
-    subtracting) and the constant joins the bias; the caller folds only when the raw
-    sums stay exact.
-    """
-    if x.dtype.kind not in "iu" or x.dtype.itemsize > 2 or int(x_zp) == 0:
-        return float("inf"), None
-    info = np.iinfo(x.dtype)
-    raw_bound = max(abs(int(info.min)), abs(int(info.max))) * w_sum
-    return raw_bound, -int(x_zp) * ws.reshape(ws.shape[0], -1).sum(axis=1)
 
 
 def _requantize_conv(

@@ -248,7 +248,7 @@ class OrtPath(ConvPath):
     def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
         super().__init__(conv, bias)
         source = conv.x
-        assert isinstance(source, Source) and source.pad == 0 and conv.weights is not None
+        assert isinstance(source, Source) and conv.weights is not None
         array, key = conv.weights
         bias_key = None if bias is None else np.asarray(bias).tobytes()
         geometry = (conv.group, conv.strides, conv.dilations, tuple(source.pads), np.dtype(conv.dtype).str)
@@ -311,7 +311,6 @@ def conv_core(
     exact: bool = False,
     pads: list[int] | None = None,
     offset: np.ndarray | int = 0,
-    padding: int = 0,
     bias: np.ndarray | None = None,
     bias_in_gemm: bool = False,
     correction: conv_pairs.Correction | None = None,
@@ -335,8 +334,6 @@ def conv_core(
             added in any order: grouped 2-D kernels then take the row path.
         pads: begin then end pads of an unpadded ``xp``.
         offset: subtracted from an unpadded ``xp`` (the input's zero point).
-        padding: the value of padded positions of an unpadded ``xp`` (after ``offset``): 0, or the
-            zero point when the caller folds it out of the sums instead of subtracting it.
         bias: ``(M,)`` added to every sum before the epilogue, by one pass over each chunk.
         bias_in_gemm: every partial sum stays exact with the bias added (the caller checked the
             bound): the row paths then add it in the GEMMs themselves, one more column of ones.
@@ -344,7 +341,7 @@ def conv_core(
             bias pass and the epilogue; exactness is the caller's.
         weights: ``(array, key)``: ``w`` is derived from the constant ``array`` and ``key`` alone, and
             onnxruntime is to compute the sums (``OrtPath``); the caller checked that they are exact
-            float32 sums of a 2-D convolution read unfolded (``padding`` 0) and worth it
+            float32 sums of a 2-D convolution and worth it
             (:func:`~.conv_ort.worth_it`).
 
     Returns:
@@ -357,10 +354,10 @@ def conv_core(
     x: np.ndarray | Source
     in_onnxruntime = weights is not None
     if len(kernel_shape) == 2 and (depthwise or in_onnxruntime or (exact and group > 1)):  # read unpadded
-        x = Source(xp, [0] * 4 if pads is None else list(pads), offset if pads is not None else 0, padding)
+        x = Source(xp, [0] * 4 if pads is None else list(pads), offset if pads is not None else 0)
         padded_spatial = x.padded_spatial
     else:
-        x = xp if pads is None else conv_chunks.to_padded(xp, pads, offset, dtype, padding)
+        x = xp if pads is None else conv_chunks.to_padded(xp, pads, offset, dtype)
         padded_spatial = x.shape[2:]
     out_spatial = output_shape(padded_spatial, kernel_shape, strides, dilations)
     kind = (
