@@ -58,8 +58,8 @@ def conv_integer_acc(
     """Exact ``sum (x - x_zp)(w - w_zp)`` as ``(N, M, *out)``, padding contributing 0.
 
     ``requantizer_for(bound, float type)`` may supply a :class:`Requantizer` (when it is exact for
-    sums under ``bound``), which then runs on each chunk while it is in cache. The bias goes into
-    the GEMMs when every partial sum stays exact with it (``conv_core``'s ``bias_in_gemm``).
+    sums under ``bound``), which then runs on each chunk while it is in cache, after the bias is added
+    to the chunk (exact: the requantizer is made only where the sums plus the bias stay exact).
     ``source``: ``(array, key)`` when ``w`` is derived from the constant ``array`` and ``key`` alone
     (a session's weights): large 2-D convolutions with exact float32 sums then run in onnxruntime
     (``conv_ort``).
@@ -101,7 +101,6 @@ def conv_integer_acc(
         bound += float(np.abs(wrapped).max(initial=0))
         requantizer_for = None
     dtype = np.float32 if bound < 2.0**24 else np.float64
-    limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
     requantizer = requantizer_for(bound, dtype) if requantizer_for else None
     # onnxruntime's float32 Conv sums exactly under the bound
     weights, macs = None, x.shape[0] * w.size * math.prod(out_spatial)
@@ -109,7 +108,6 @@ def conv_integer_acc(
         weights = (source[0], (source[1], w_zp.tobytes()))
     added = None if requantizer is None else requantizer.bias
     epilogue = None if requantizer is None else (requantizer.finish, requantizer.dtype)
-    in_gemm = added is not None and bound + float(np.abs(added).max(initial=0)) < limit
     acc = conv_core(
         x,
         ws.astype(dtype),
@@ -122,7 +120,6 @@ def conv_integer_acc(
         pads=pads,
         offset=x_zp,
         bias=None if added is None else added.astype(dtype),
-        bias_in_gemm=in_gemm,
         correction=correction,
         weights=weights,
     )
