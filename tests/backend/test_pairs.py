@@ -558,46 +558,16 @@ def test_the_pointwise_way_in_one_and_three_dimensions(monkeypatch, spatial, str
     assert taken == ["pointwise"]
 
 
-def test_the_screen_keeps_exactly_the_entries_that_can_saturate_under_given_maxima() -> None:
-    """``_Screen.keep`` against every input pair within each channel's maximum: an entry is kept iff
-    some ``(x, x')`` with ``x <= max[c]`` and ``x' <= max[c']`` saturates its pair sum; pairs within a
-    tap and across taps (odd channel counts), two groups."""
-    from pytest_qaccuracy.backend.kernels import conv_pairs
-
-    rng = np.random.default_rng(5)
-    cg = 3
-    found = []
-    for g in range(2):
-        first = np.arange(0, 26, 2)  # rows tap * cg + channel of a 3x3 kernel: the last pairs across taps
-        w_first, w_second = _heavy_weights(rng, (2, first.size)).astype(np.int32)
-        found.append((g, pairs.RiskyPairs(first, np.zeros(first.size, np.int64), w_first, w_second)))
-    screen = conv_pairs._Screen(found, cg)
-    values = np.arange(256)
-    for trial in range(6):
-        channel_max = rng.integers(60 if trial else 255, 256, 2 * cg).astype(np.uint8)
-        got = screen.keep(channel_max)
-        want = []
-        for g, risky in found:
-            for k, a, b in zip(risky.first, risky.w_first, risky.w_second, strict=True):
-                ma, mb = int(channel_max[g * cg + k % cg]), int(channel_max[g * cg + (k + 1) % cg])
-                p = values[: ma + 1, None] * int(a) + values[None, : mb + 1] * int(b)
-                want.append(bool(((p > 32767) | (p < -32768)).any()))
-        assert got.tolist() == want
-        assert sum(want) > 0 or trial  # the first trial, at full range, keeps some
-
-
 @pytest.mark.parametrize("way", ["dense", "dense-blocks", "dense-runs"])
 def test_records_of_different_ranges_in_one_batch_match_the_pair_oracle(monkeypatch, way) -> None:
-    """Each chunk of records evaluates only the entries its own records' maxima leave risky (the batch's
-    maxima keep them all): quiet records next to loud ones, chunk by chunk and whole, give the oracle's
-    sums and saturation counts, and a quiet chunk evaluates fewer entries. Two output channels never
-    change, so the sums add to runs of channels (``dense-runs``: a slice per run, as large chunks do)."""
+    """Quiet records next to loud ones, chunk by chunk and whole, give the oracle's sums and saturation
+    counts. Two output channels never change, so the sums add to runs of channels (``dense-runs``: a
+    slice per run, as large chunks do)."""
     from pytest_qaccuracy.backend.kernels import conv_pairs
 
     force_way(monkeypatch, way.replace("runs", "blocks"))
     if way == "dense-runs":
         monkeypatch.setattr(conv_pairs, "RUN_ADD_OUTPUTS", 0)
-    monkeypatch.setattr(conv_pairs, "SCREEN_BUILD", 0)  # screen chunks of any size
     rng = np.random.default_rng(8)
     w = _heavy_weights(rng, (6, 8, 3, 3))
     w[[2, 4]] //= 4  # no pair of these channels can saturate
@@ -617,10 +587,6 @@ def test_records_of_different_ranges_in_one_batch_match_the_pair_oracle(monkeypa
             found.add_to(target, n0, n1, 0, 6)
             np.testing.assert_array_equal(target, want[n0:n1], err_msg=str((n0, n1)))
     assert found.layout.channel_runs() == [(0, 2, 0), (3, 4, 2), (5, 6, 3)]
-    whole = found.layout.entries
-    quiet = found._layout(4, 5)
-    assert quiet is None or quiet.entries < whole
-    assert found._layout(0, 5) is found.layout  # the batch's own maxima: nothing dropped
 
     products = {"pads": pads, "strides": list(strides), "dilations": [1, 1], "group": 1}
     counter = pairs.SaturationCounter()
