@@ -23,7 +23,6 @@ from collections.abc import Callable
 import numpy as np
 
 from pytest_qaccuracy.backend import pairs, parallel
-from pytest_qaccuracy.backend.kernels import pointwise_pairs
 
 #: elements of one block of the candidate test and of the expanded candidates
 BLOCK_ELEMENTS = 1 << 22
@@ -76,16 +75,6 @@ def pair_corrections(
     dense = x.shape[0] * positions * entries  # (output, risky entry) evaluations of the dense way
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
     layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry, channel_max)
-    pointwise = pointwise_pairs.applies(kernel, pads, cg)
-    if pointwise and dense > DENSE_DIRECT:
-        layout = pointwise_pairs.PointwiseLayout.of(found, cg, mg)
-        read = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_spatial, strides, strict=True))
-        if layout.is_cheaper(x[(slice(None), slice(None), *read)], dense):
-            if pairs.counter is not None:
-                pairs.count(total, np.zeros(0, np.int64))
-            return pointwise_pairs.PointwiseCorrection(x, strides, out_spatial, m, channel_max, layout)
-    if pointwise:  # the pointwise way beats the sparse one on 1x1 kernels: failing it, the dense way
-        return _dense(layer, found, total)
     # few (output, risky entry) evaluations: the dense way, without a sample run to decide. With an odd
     # channel count, pairs cross taps and the sparse way scans every (output, pair) for candidates: with
     # about one risky entry per pair, the dense way costs no more.
@@ -854,4 +843,4 @@ def _fields(risky: pairs.RiskyPairs) -> tuple[np.ndarray, ...]:
 
 #: what :func:`pair_corrections` returns: each adds its part to a chunk's sums (``add_to``), bounds its
 #: size (``max_abs``), and says what may run beside onnxruntime's sums and before the chunks
-Correction = DenseCorrection | SparseSearch | pointwise_pairs.PointwiseCorrection
+Correction = DenseCorrection | SparseSearch
