@@ -14,11 +14,10 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith, neon_pairs, parallel
+from pytest_qaccuracy.backend import arith, neon_pairs
 from pytest_qaccuracy.backend.kernels import conv_ort, conv_pairs
 from pytest_qaccuracy.backend.kernels.conv_chunks import conv_pads, output_shape
 from pytest_qaccuracy.backend.kernels.conv_core import Epilogue, conv_core
-from pytest_qaccuracy.backend.kernels.elementwise import lookup_bytes
 from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -169,13 +168,8 @@ def qlinear_conv(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
     scheme: Scheme,
-    lookup: np.ndarray | None = None,
 ) -> tuple[np.ndarray]:
-    """int32 accumulate (+ bias), then requantize with the scheme (per output channel scale).
-
-    ``lookup``: a 256-entry table of the 8-bit output's raw bytes (an elementwise group that follows,
-    ``tables.py``), applied to each chunk while it is in cache.
-    """
+    """int32 accumulate (+ bias), then requantize with the scheme (per output channel scale)."""
     attrs = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
@@ -197,21 +191,13 @@ def qlinear_conv(
 
         def finish(chunk: np.ndarray, dest: np.ndarray) -> None:
             np.multiply(chunk, m, out=chunk)
-            if lookup is None:
-                arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=dest)
-                return
-            q = parallel.scratch(dest.size, dtype, "looked-up").reshape(dest.shape)
-            arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=q)
-            np.take(lookup, q.view(np.uint8), out=dest, mode="clip")
+            arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=dest)
 
-        out_type = np.dtype(dtype) if lookup is None else lookup.dtype
-        return Requantizer(None if bias is None else bias.reshape(-1).astype(np.int64), finish, out_type)
+        return Requantizer(None if bias is None else bias.reshape(-1).astype(np.int64), finish, np.dtype(dtype))
 
     acc, bound, done = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme, requantizer_for, source)
     if not done:
         acc = _requantize_conv(acc, bound, bias, multiplier, y_zp, dtype, scheme)
-        if lookup is not None:
-            acc = lookup_bytes(np.ascontiguousarray(acc), lookup)
     return (acc,)
 
 
