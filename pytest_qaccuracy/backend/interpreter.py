@@ -73,8 +73,6 @@ class _Bound:
     step: Step
     run: Callable[[list[Any]], tuple[Any, ...]]
     runner: str = KERNEL
-    #: our kernel with extra keyword arguments (``call(args, **extra)``); None for fallbacks
-    call: Callable[..., tuple[Any, ...]] | None = None
 
 
 class IntegerSession:
@@ -276,61 +274,29 @@ class IntegerSession:
         return {i.name: i for i in self.model.graph.initializer}
 
     def _with_tables(self, steps: list[Step], bound: list[_Bound], requested: set[str]) -> list[_Bound]:
-        """``bound`` with each elementwise group on one 8-bit tensor replaced by a table (``tables.py``).
-
-        A table right after a QLinearConv whose output only it reads goes into the convolution: each
-        chunk is looked up while it is in cache, and the 8-bit tensor between them is never written.
-        """
+        """``bound`` with each elementwise group on one 8-bit tensor replaced by a table (``tables.py``)."""
         keep = requested | set(self._graph_outputs)
         chains = tables.find_chains(steps, self.constants, keep)
         if not chains:
             return bound
-        readers: dict[str, int] = {}
-        for s in steps:
-            for name in set(s.inputs):
-                readers[name] = readers.get(name, 0) + 1
-        producer = {o: i for i, s in enumerate(steps) for o in s.outputs if o}
         first = {chain[0]: chain for chain in chains}
         inside = {i for chain in chains for i in chain}
-        into_conv: dict[int, tuple[tables.ChainTable, list[int]]] = {}
-        kept: list[tuple[int, _Bound]] = []
+        kept: list[_Bound] = []
         for index, b in enumerate(bound):
             if index in first:
                 chain = first[index]
                 table = tables.ChainTable([steps[i] for i in chain], [bound[i].run for i in chain])
                 source = tables.varying_input(steps[chain[0]], self.constants)
-                conv = producer.get(source)
-                if conv is not None and _conv_takes_a_table(steps[conv], source, readers, keep, bound[conv]):
-                    into_conv[conv] = (table, chain)
-                    continue
-                kept.append((index, self._table_step(steps, chain, table, source)))
+                kept.append(self._table_step(steps, chain, table, source))
             elif index not in inside:
-                kept.append((index, b))
-        return [self._conv_with_table(steps, b, *into_conv[i]) if i in into_conv else b for i, b in kept]
+                kept.append(b)
+        return kept
 
     def _table_step(self, steps: list[Step], chain: list[int], table: tables.ChainTable, source: str) -> _Bound:
         head, tail = steps[chain[0]], steps[chain[-1]]
         fused = tuple(n for i in chain for n in (steps[i].fused or (steps[i].name,)))
         step = Step(head.name, INTERNAL_DOMAIN, "Table", [source], [tail.outputs[0]], fused=fused)
         return _Bound(step, lambda args, t=table: (t.apply(args[0], self.constants),), TABLE)
-
-    def _conv_with_table(self, steps: list[Step], conv: _Bound, table: tables.ChainTable, chain: list[int]) -> _Bound:
-        """The QLinearConv ``conv`` writing the table's output: the table is built on the calling thread
-        for the convolution's output type, then applied chunk by chunk (``lookup``)."""
-        step = conv.step
-        fused = (*(step.fused or (step.name,)), *(n for i in chain for n in (steps[i].fused or (steps[i].name,))))
-        merged = Step(step.name, step.domain, step.op_type, list(step.inputs), [steps[chain[-1]].outputs[0]],
-                      dict(step.attrs), step.proto, fused)  # fmt: skip
-        call = conv.call
-        if call is None:  # _conv_takes_a_table checked it: our kernel, not a fallback
-            raise KernelError(f"{step.describe()}: no kernel to take a table")
-
-        def run(args: list[Any]) -> tuple[Any, ...]:
-            zp = args[7] if len(args) > 7 else None
-            dtype = np.asarray(zp).dtype if zp is not None else np.asarray(args[0]).dtype
-            return call(args, lookup=table.table(np.dtype(dtype), self.constants))
-
-        return _Bound(merged, run)
 
     def _bind(self, step: Step) -> _Bound:
         if step.group:
@@ -356,9 +322,6 @@ class IntegerSession:
         fn = found.fn
         fallback: list[_Bound] = []
 
-        def call(args: list[Any], **extra: Any) -> tuple[Any, ...]:
-            return fn(*args, **kwargs, **extra)
-
         def run(args: list[Any]) -> tuple[Any, ...]:
             try:
                 return fn(*args, **kwargs)
@@ -367,7 +330,7 @@ class IntegerSession:
                     fallback.append(self._fallback(step))
                 return fallback[0].run(args)
 
-        return _Bound(step, run, call=call)
+        return _Bound(step, run)
 
     @functools.cached_property
     def _host_floats(self) -> bool:
@@ -439,19 +402,6 @@ def _source_type(steps: list[Step], name: str, types: Mapping[str, Any]) -> dict
         if name in s.outputs and s.op_type == "DequantizeLinear" and s.inputs[0] in types:
             return {name: types[s.inputs[0]]}
     return {}
-
-
-def _conv_takes_a_table(step: Step, source: str, readers: dict[str, int], keep: set[str], bound: _Bound) -> bool:
-    """Whether a table on ``source`` can run inside ``step``: our QLinearConv writes ``source``, and
-    nothing else reads it or asks for it."""
-    return (
-        step.op_type == "QLinearConv"
-        and step.domain in ("", "ai.onnx")
-        and bound.call is not None
-        and step.outputs[0] == source
-        and readers.get(source, 0) == 1
-        and source not in keep
-    )
 
 
 def _reporting_model_types(on_tensor: TensorCallback, converted: frozenset[str]) -> TensorCallback:

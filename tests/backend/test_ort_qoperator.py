@@ -527,38 +527,28 @@ def test_qlinear_conv_one_group_takes_im2col(case: str, monkeypatch: pytest.Monk
     assert taken == ["Im2colPath"]
 
 
-FOLD_CASES = {
-    # name: (x dtype, x zero point, weights, bias, group, folded?, bias in the GEMMs?). Folded: the sums
-    # run over raw x, padding holds the zero point and -zp * sum(w) joins the bias, unless that would
-    # leave exact float32. The bias (folded or not) may join the GEMMs (on the row paths) when every
-    # partial sum stays exact with it; else one pass adds it to each finished chunk.
-    "u8-odd-zp": (np.uint8, 131, "random", 20000, 1, True, True),
-    "s8-negative-zp": (np.int8, -37, "random", 20000, 1, True, True),
-    "depthwise": (np.uint8, 99, "random", 20000, 6, True, True),
-    "grouped": (np.uint8, 77, "random", 20000, 2, True, True),
-    "conv1d-im2col": (np.uint8, 77, "random", 20000, 1, True, True),  # a padded copy holding the zero point
-    "zero-zp": (np.uint8, 0, "random", 20000, 1, False, True),  # nothing to fold
-    "raw-sums-above-2^24": (np.uint8, 128, "extreme", 20000, 1, False, True),  # 255 * sum|w| >= 2^24 > 128 *
-    # x near its zero point: the bound comes from the data (5 * sum|w|), but zp * sum(w) + bias is not
-    # exact in float32 for the negative-bias channels
-    "bias-and-shift-above-2^24": (np.uint8, 255, "positive", 7_000_000, 1, False, True),
-    # folded, but raw sums (up to 255 * sum|w| = 10.3M) plus the folded bias (-5M - 128 * sum(w) = -10.1M)
-    # could leave float32 inside the GEMM: the bias is added to each finished chunk instead
-    "bias-after-the-gemm": (np.uint8, 128, "positive-any-x", 5_000_000, 1, True, False),
+BIAS_CASES = {
+    # name: (x dtype, x zero point, weights, bias, group): the zero point subtracted while the input is
+    # read, sums and bias near the bounds of exact float32 sums
+    "u8-odd-zp": (np.uint8, 131, "random", 20000, 1),
+    "s8-negative-zp": (np.int8, -37, "random", 20000, 1),
+    "depthwise": (np.uint8, 99, "random", 20000, 6),
+    "grouped": (np.uint8, 77, "random", 20000, 2),
+    "conv1d-im2col": (np.uint8, 77, "random", 20000, 1),  # a padded copy
+    "zero-zp": (np.uint8, 0, "random", 20000, 1),
+    "raw-sums-above-2^24": (np.uint8, 128, "extreme", 20000, 1),  # 255 * sum|w| >= 2^24 > 128 * sum|w|
+    # x near its zero point: the bound comes from the data (5 * sum|w|), the bias is large
+    "bias-near-2^24": (np.uint8, 255, "positive", 7_000_000, 1),
+    # sums up to 128 * sum|w| with a bias of 5M: requantized in float32 only while their sum is exact
+    "bias-and-sums-near-2^24": (np.uint8, 128, "positive-any-x", 5_000_000, 1),
 }
 
 
-@pytest.mark.parametrize("case", FOLD_CASES)
-def test_qlinear_conv_zero_point_fold_and_gemm_bias(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Folding the input zero point out of the sums (columns become a plain converting copy of x),
-    and adding the bias inside the GEMMs (a column of ones), are bit-exact with onnxruntime, and each
-    is declined where the raw sums or the bias would not stay exact in float32."""
-    from pytest_qaccuracy.backend.kernels import conv
-
-    calls = []
-    original = conv.conv_core
-    monkeypatch.setattr(conv, "conv_core", lambda *a, **k: calls.append(k) or original(*a, **k))
-    xdt, zp, weights, bias, group, folded, in_gemm = FOLD_CASES[case]
+@pytest.mark.parametrize("case", BIAS_CASES)
+def test_qlinear_conv_zero_point_and_bias_near_the_float32_bound(case: str) -> None:
+    """The input zero point and the bias at the bounds of exact float32 sums are bit-exact with
+    onnxruntime, on the row path, im2col and the depthwise path."""
+    xdt, zp, weights, bias, group = BIAS_CASES[case]
     rng = np.random.default_rng(len(case))
     c, m = (6, 6) if group > 1 else (64, 4)
     spatial, kernel, pads = ((10,), [3], [1, 2]) if case.startswith("conv1d") else ((9, 10), [3, 3], [1, 2, 0, 1])
@@ -581,9 +571,6 @@ def test_qlinear_conv_zero_point_fold_and_gemm_bias(case: str, monkeypatch: pyte
     got = IntegerSession(model).run(None, {"x": x})[0]
     assert_same(got, want, case)
     assert _saturated(got) < 0.5
-    assert [k["padding"] for k in calls] == [zp if folded else 0]
-    assert [k["bias"] is not None for k in calls] == [True]
-    assert [k["bias_in_gemm"] for k in calls] == [in_gemm]
 
 
 DEPTHWISE_CASES = {

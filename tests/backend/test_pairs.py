@@ -436,7 +436,7 @@ def test_the_sampled_choice_of_way_is_kept_for_the_same_risky_pairs(monkeypatch)
         conv_pairs, "_sparse", lambda *a, **k: (samples.append(k.get("count_only", False)), real(*a, **k))[1]
     )
     rng = np.random.default_rng(5)
-    w = _heavy_weights(rng, (16, 8, 1, 2))  # a 1x2 kernel: not the pointwise way of 1x1 kernels
+    w = _heavy_weights(rng, (16, 8, 1, 2))
     w.flags.writeable = False
     attrs = {"pads": [0, 0, 0, 0], "strides": [1, 1], "dilations": [1, 1], "group": 1}
     for low, high in ((150, 250), (140, 240), (160, 256)):
@@ -469,13 +469,12 @@ def _oracle_pointwise(x: np.ndarray, w: np.ndarray, group: int, strides: tuple[i
     return out
 
 
+@pytest.mark.parametrize("way", ["dense", "sparse"])
 @pytest.mark.parametrize(("c", "group", "strides"), [(8, 1, (1, 1)), (7, 1, (2, 1)), (12, 2, (2, 2)), (10, 2, (1, 3))])
-def test_the_pointwise_way_matches_the_pair_oracle(monkeypatch, c: int, group: int, strides) -> None:
-    """Unpadded 1x1 kernels (even and odd channel counts, groups, strides), their candidate pixels
-    multiplied out per chunk: the oracle's sums, in whole-record chunks and chunks of rows."""
-    from pytest_qaccuracy.backend.kernels import conv_pairs, pointwise_pairs
-
-    taken = force_way(monkeypatch, "pointwise")
+def test_1x1_kernels_match_the_pair_oracle(monkeypatch, way: str, c: int, group: int, strides) -> None:
+    """Unpadded 1x1 kernels (even and odd channel counts, groups, strides), by either way: the oracle's
+    sums."""
+    taken = force_way(monkeypatch, way)
     rng = np.random.default_rng(c * 10 + group)
     x = rng.integers(120, 256, (5, c, 9, 10)).astype(np.uint8)
     x[:, 1, :, :5] //= 4  # pixels where no pair of channels (0, 1) can saturate
@@ -484,26 +483,16 @@ def test_the_pointwise_way_matches_the_pair_oracle(monkeypatch, c: int, group: i
     got, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, AVX2)
     saturating = _oracle_pointwise(x, w, group, strides) - 131 * w.reshape(6, -1).astype(np.int64).sum(1)[:, None, None]
     np.testing.assert_array_equal(np.asarray(got, np.int64), saturating)
-    assert taken == ["pointwise"]
+    assert taken[-1] == recorded(way)
     exact, _, _ = conv_integer_acc(x, np.uint8(131), w, np.int8(0), attrs, VNNI)
     want = saturating - np.asarray(exact, np.int64)
     assert want.any() and not want.all()  # some outputs change, some do not
-    out_spatial = want.shape[2:]
-    found = conv_pairs.pair_corrections(x, 131, w, group, [0, 0, 0, 0], strides, (1, 1), out_spatial)
-    assert isinstance(found, pointwise_pairs.PointwiseCorrection)
-    rows = out_spatial[0]
-    for n0, n1, o0, o1 in [(0, 5, 0, rows), (1, 3, 0, rows), (0, 5, 1, rows - 1), (4, 5, rows - 1, rows)]:
-        target = np.zeros((n1 - n0, 6, o1 - o0, out_spatial[1] + 1), np.float32)  # one column wider
-        found.add_to(target, n0, n1, o0, o1)
-        np.testing.assert_array_equal(target[..., :-1], want[n0:n1, :, o0:o1], err_msg=str((n0, n1, o0, o1)))
-        assert not target[..., -1].any()
-    np.testing.assert_array_equal(found.dense(), want)
-    assert found.max_abs() >= np.abs(want).max()
 
 
-def test_the_pointwise_way_counts_each_saturated_pair_sum(monkeypatch) -> None:
-    """The saturation report's counts: every pair sum the oracle clips, per record, once."""
-    force_way(monkeypatch, "pointwise")
+@pytest.mark.parametrize("way", ["dense", "sparse"])
+def test_1x1_kernels_count_each_saturated_pair_sum(monkeypatch, way: str) -> None:
+    """The saturation report's counts of a 1x1 kernel: every pair sum the oracle clips, per record, once."""
+    force_way(monkeypatch, way)
     rng = np.random.default_rng(3)
     x = rng.integers(100, 256, (4, 8, 6, 7)).astype(np.uint8)
     w = _heavy_weights(rng, (5, 8, 1, 1))
@@ -540,10 +529,11 @@ def test_a_few_risky_pairs_each_on_its_own_output_channel_match_the_pair_oracle(
     assert changed.tolist() == [True, False, True, False, True]
 
 
+@pytest.mark.parametrize("way", ["dense", "sparse"])
 @pytest.mark.parametrize(("spatial", "strides"), [((17,), (1,)), ((9,), (2,)), ((4, 5, 6), (1, 2, 1))])
-def test_the_pointwise_way_in_one_and_three_dimensions(monkeypatch, spatial, strides) -> None:
-    """1x1 kernels of 1-D and 3-D convolutions take the pointwise way too: the vectorized oracle's sums."""
-    taken = force_way(monkeypatch, "pointwise")
+def test_1x1_kernels_in_one_and_three_dimensions(monkeypatch, way: str, spatial, strides) -> None:
+    """1x1 kernels of 1-D and 3-D convolutions: the vectorized oracle's sums."""
+    taken = force_way(monkeypatch, way)
     rng = np.random.default_rng(len(spatial) + strides[0])
     c, m, d = 8, 5, len(spatial)
     x = rng.integers(120, 256, (3, c, *spatial)).astype(np.uint8)
@@ -555,49 +545,19 @@ def test_the_pointwise_way_in_one_and_three_dimensions(monkeypatch, spatial, str
     pair_sums = np.clip(products[:, :, 0::2] + products[:, :, 1::2], -32768, 32767).sum(axis=2)
     want = pair_sums - 131 * w.reshape(m, -1).astype(np.int64).sum(1).reshape(1, m, *([1] * d))
     np.testing.assert_array_equal(np.asarray(got, np.int64), want)
-    assert taken == ["pointwise"]
-
-
-def test_the_screen_keeps_exactly_the_entries_that_can_saturate_under_given_maxima() -> None:
-    """``_Screen.keep`` against every input pair within each channel's maximum: an entry is kept iff
-    some ``(x, x')`` with ``x <= max[c]`` and ``x' <= max[c']`` saturates its pair sum; pairs within a
-    tap and across taps (odd channel counts), two groups."""
-    from pytest_qaccuracy.backend.kernels import conv_pairs
-
-    rng = np.random.default_rng(5)
-    cg = 3
-    found = []
-    for g in range(2):
-        first = np.arange(0, 26, 2)  # rows tap * cg + channel of a 3x3 kernel: the last pairs across taps
-        w_first, w_second = _heavy_weights(rng, (2, first.size)).astype(np.int32)
-        found.append((g, pairs.RiskyPairs(first, np.zeros(first.size, np.int64), w_first, w_second)))
-    screen = conv_pairs._Screen(found, cg)
-    values = np.arange(256)
-    for trial in range(6):
-        channel_max = rng.integers(60 if trial else 255, 256, 2 * cg).astype(np.uint8)
-        got = screen.keep(channel_max)
-        want = []
-        for g, risky in found:
-            for k, a, b in zip(risky.first, risky.w_first, risky.w_second, strict=True):
-                ma, mb = int(channel_max[g * cg + k % cg]), int(channel_max[g * cg + (k + 1) % cg])
-                p = values[: ma + 1, None] * int(a) + values[None, : mb + 1] * int(b)
-                want.append(bool(((p > 32767) | (p < -32768)).any()))
-        assert got.tolist() == want
-        assert sum(want) > 0 or trial  # the first trial, at full range, keeps some
+    assert taken[-1] == recorded(way)
 
 
 @pytest.mark.parametrize("way", ["dense", "dense-blocks", "dense-runs"])
 def test_records_of_different_ranges_in_one_batch_match_the_pair_oracle(monkeypatch, way) -> None:
-    """Each chunk of records evaluates only the entries its own records' maxima leave risky (the batch's
-    maxima keep them all): quiet records next to loud ones, chunk by chunk and whole, give the oracle's
-    sums and saturation counts, and a quiet chunk evaluates fewer entries. Two output channels never
-    change, so the sums add to runs of channels (``dense-runs``: a slice per run, as large chunks do)."""
+    """Quiet records next to loud ones, chunk by chunk and whole, give the oracle's sums and saturation
+    counts. Two output channels never change, so the sums add to runs of channels (``dense-runs``: a
+    slice per run, as large chunks do)."""
     from pytest_qaccuracy.backend.kernels import conv_pairs
 
     force_way(monkeypatch, way.replace("runs", "blocks"))
     if way == "dense-runs":
         monkeypatch.setattr(conv_pairs, "RUN_ADD_OUTPUTS", 0)
-    monkeypatch.setattr(conv_pairs, "SCREEN_BUILD", 0)  # screen chunks of any size
     rng = np.random.default_rng(8)
     w = _heavy_weights(rng, (6, 8, 3, 3))
     w[[2, 4]] //= 4  # no pair of these channels can saturate
@@ -617,10 +577,6 @@ def test_records_of_different_ranges_in_one_batch_match_the_pair_oracle(monkeypa
             found.add_to(target, n0, n1, 0, 6)
             np.testing.assert_array_equal(target, want[n0:n1], err_msg=str((n0, n1)))
     assert found.layout.channel_runs() == [(0, 2, 0), (3, 4, 2), (5, 6, 3)]
-    whole = found.layout.entries
-    quiet = found._layout(4, 5)
-    assert quiet is None or quiet.entries < whole
-    assert found._layout(0, 5) is found.layout  # the batch's own maxima: nothing dropped
 
     products = {"pads": pads, "strides": list(strides), "dilations": [1, 1], "group": 1}
     counter = pairs.SaturationCounter()

@@ -180,17 +180,16 @@ def _conv_then_island(elem_dtype: type = np.uint8) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
-def test_a_table_after_a_convolution_runs_inside_it() -> None:
-    """The group after a QLinearConv is looked up chunk by chunk inside the convolution (one step, the
-    8-bit tensor between them never written), with onnxruntime's values; asking for that tensor keeps
-    both steps."""
+def test_a_table_after_a_convolution_runs_as_its_own_step() -> None:
+    """The group after a QLinearConv is one table step after the convolution, with onnxruntime's
+    values; asking for the tensor between them gives it too."""
     model = _conv_then_island()
     x = np.random.default_rng(5).integers(0, 256, (4, 3, 9, 11)).astype(np.uint8)
     ort_session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (want,) = ort_session.run(None, {"x": x})
     session = IntegerSession(model, "onnxruntime")
-    (step,) = session.plan()
-    assert step.op == "ai.onnx::QLinearConv" and len(step.fused_from) == 4
+    conv, table = session.plan()
+    assert conv.op == "ai.onnx::QLinearConv" and table.runner == "table" and len(table.fused_from) == 3
     (got,) = session.run(None, {"x": x})
     np.testing.assert_array_equal(got, want)
     c, y = session.run(["c", "y"], {"x": x})
@@ -199,13 +198,11 @@ def test_a_table_after_a_convolution_runs_inside_it() -> None:
 
 
 @pytest.mark.parametrize("scheme", ["onnxruntime", "tflite", "onnx-reference"])
-def test_a_table_inside_a_convolution_gives_the_steps_values_under_every_preset(scheme: str) -> None:
-    """Fused (the lookup inside the convolution, chunk by chunk or after a whole-array requantization)
-    or not (the convolution's output asked for), the output is the same under each preset."""
+def test_a_table_after_a_convolution_gives_the_steps_values_under_every_preset(scheme: str) -> None:
+    """As a table or not (the convolution's output asked for), the output is the same under each preset."""
     model = _conv_then_island()
     x = np.random.default_rng(6).integers(0, 256, (4, 3, 9, 11)).astype(np.uint8)
     session = IntegerSession(model, scheme)
-    assert [step.op for step in session.plan()] == ["ai.onnx::QLinearConv"]  # the group runs inside it
     (fused,) = session.run(None, {"x": x})
     _, separate = session.run(["c", "y"], {"x": x})
     np.testing.assert_array_equal(fused, separate)

@@ -14,11 +14,10 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith, neon_pairs, parallel
+from pytest_qaccuracy.backend import arith, neon_pairs
 from pytest_qaccuracy.backend.kernels import conv_ort, conv_pairs
 from pytest_qaccuracy.backend.kernels.conv_chunks import conv_pads, output_shape
 from pytest_qaccuracy.backend.kernels.conv_core import Epilogue, conv_core
-from pytest_qaccuracy.backend.kernels.elementwise import lookup_bytes
 from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
@@ -58,12 +57,11 @@ def conv_integer_acc(
     """Exact ``sum (x - x_zp)(w - w_zp)`` as ``(N, M, *out)``, padding contributing 0.
 
     ``requantizer_for(bound, float type)`` may supply a :class:`Requantizer` (when it is exact for
-    sums under ``bound``), which then runs on each chunk while it is in cache. The input zero point
-    is folded into its bias when the sums over the raw input stay exact (see
-    :func:`_folded_zero_point`), and the bias goes into the GEMMs when every partial sum stays exact
-    with it (``conv_core``'s ``bias_in_gemm``). ``source``: ``(array, key)`` when ``w`` is derived
-    from the constant ``array`` and ``key`` alone (a session's weights): large 2-D convolutions with
-    exact float32 sums then run in onnxruntime (``conv_ort``), the zero point subtracted, not folded.
+    sums under ``bound``), which then runs on each chunk while it is in cache, after the bias is added
+    to the chunk (exact: the requantizer is made only where the sums plus the bias stay exact).
+    ``source``: ``(array, key)`` when ``w`` is derived from the constant ``array`` and ``key`` alone
+    (a session's weights): large 2-D convolutions with exact float32 sums then run in onnxruntime
+    (``conv_ort``).
 
     Returns:
         the accumulator (a float array holding exact integers, or int64 for the int16-pair
@@ -102,23 +100,13 @@ def conv_integer_acc(
         bound += float(np.abs(wrapped).max(initial=0))
         requantizer_for = None
     dtype = np.float32 if bound < 2.0**24 else np.float64
-    limit = 2.0**24 if dtype is np.float32 else 2.0**53  # below it, float sums of integers are exact
     requantizer = requantizer_for(bound, dtype) if requantizer_for else None
-    offset, padding, sums_bound, added = x_zp, 0, bound, None
-    # onnxruntime's float32 Conv sums exactly under the bound; the zero point is then subtracted, not folded
+    # onnxruntime's float32 Conv sums exactly under the bound
     weights, macs = None, x.shape[0] * w.size * math.prod(out_spatial)
     if source is not None and x.ndim == 4 and dtype is np.float32 and conv_ort.worth_it(macs):
         weights = (source[0], (source[1], w_zp.tobytes()))
-    if requantizer is not None:
-        added = requantizer.bias
-        raw_bound, shift = _folded_zero_point(x, x_zp, ws, w_sum) if weights is None else (float("inf"), None)
-        raw_bound += correction_max
-        if shift is not None and raw_bound < limit:
-            folded = shift if added is None else shift + added
-            if float(np.abs(folded).max(initial=0)) < limit:
-                offset, padding, sums_bound, added = 0, int(x_zp), raw_bound, folded
+    added = None if requantizer is None else requantizer.bias
     epilogue = None if requantizer is None else (requantizer.finish, requantizer.dtype)
-    in_gemm = added is not None and sums_bound + float(np.abs(added).max(initial=0)) < limit
     acc = conv_core(
         x,
         ws.astype(dtype),
@@ -129,34 +117,14 @@ def conv_integer_acc(
         epilogue,
         exact=True,
         pads=pads,
-        offset=offset,
-        padding=padding,
+        offset=x_zp,
         bias=None if added is None else added.astype(dtype),
-        bias_in_gemm=in_gemm,
         correction=correction,
         weights=weights,
     )
     if wrapped is not None:
         acc = acc.astype(np.float64) + wrapped  # exact: |sums| <= bound < 2**53
     return acc, bound, epilogue is not None
-
-
-def _folded_zero_point(
-    x: np.ndarray, x_zp: np.ndarray, ws: np.ndarray, w_sum: float
-) -> tuple[float, np.ndarray | None]:
-    """The bound of ``sum x w`` over the raw input, and ``-x_zp * sum(w)`` per output channel (None
-    when there is no zero point to fold).
-
-    With the padding holding ``x_zp``, ``sum (x - x_zp) w = sum x w - x_zp sum w`` on every window,
-    so the columns become a plain converting copy of ``x`` (cheaper than converting and
-    subtracting) and the constant joins the bias; the caller folds only when the raw
-    sums stay exact.
-    """
-    if x.dtype.kind not in "iu" or x.dtype.itemsize > 2 or int(x_zp) == 0:
-        return float("inf"), None
-    info = np.iinfo(x.dtype)
-    raw_bound = max(abs(int(info.min)), abs(int(info.max))) * w_sum
-    return raw_bound, -int(x_zp) * ws.reshape(ws.shape[0], -1).sum(axis=1)
 
 
 def _requantize_conv(
@@ -200,13 +168,8 @@ def qlinear_conv(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
     scheme: Scheme,
-    lookup: np.ndarray | None = None,
 ) -> tuple[np.ndarray]:
-    """int32 accumulate (+ bias), then requantize with the scheme (per output channel scale).
-
-    ``lookup``: a 256-entry table of the 8-bit output's raw bytes (an elementwise group that follows,
-    ``tables.py``), applied to each chunk while it is in cache.
-    """
+    """int32 accumulate (+ bias), then requantize with the scheme (per output channel scale)."""
     attrs = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
@@ -228,21 +191,13 @@ def qlinear_conv(
 
         def finish(chunk: np.ndarray, dest: np.ndarray) -> None:
             np.multiply(chunk, m, out=chunk)
-            if lookup is None:
-                arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=dest)
-                return
-            q = parallel.scratch(dest.size, dtype, "looked-up").reshape(dest.shape)
-            arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=q)
-            np.take(lookup, q.view(np.uint8), out=dest, mode="clip")
+            arith.requantize_float(chunk, y_zp, dtype, scheme, "gemm", out=dest)
 
-        out_type = np.dtype(dtype) if lookup is None else lookup.dtype
-        return Requantizer(None if bias is None else bias.reshape(-1).astype(np.int64), finish, out_type)
+        return Requantizer(None if bias is None else bias.reshape(-1).astype(np.int64), finish, np.dtype(dtype))
 
     acc, bound, done = conv_integer_acc(x, x_zero_point, w, w_zero_point, attrs, scheme, requantizer_for, source)
     if not done:
         acc = _requantize_conv(acc, bound, bias, multiplier, y_zp, dtype, scheme)
-        if lookup is not None:
-            acc = lookup_bytes(np.ascontiguousarray(acc), lookup)
     return (acc,)
 
 

@@ -54,12 +54,12 @@ def scratch_buffer(size: int, dtype: type, role: str = "cols") -> np.ndarray:
     return parallel.scratch(size, dtype, f"conv-{role}")
 
 
-def to_padded(x: np.ndarray, pads: list[int], offset: np.ndarray | int, dtype: type, padding: int = 0) -> np.ndarray:
-    """``x - offset`` as ``dtype``, padded with ``padding`` on the spatial axes, in one pass over ``x``."""
+def to_padded(x: np.ndarray, pads: list[int], offset: np.ndarray | int, dtype: type) -> np.ndarray:
+    """``x - offset`` as ``dtype``, zero-padded on the spatial axes, in one pass over ``x``."""
     d = x.ndim - 2
     spatial = x.shape[2:]
     shape = (*x.shape[:2], *(s + pads[i] + pads[d + i] for i, s in enumerate(spatial)))
-    xp = np.full(shape, padding, dtype) if any(pads) else np.empty(shape, dtype)
+    xp = np.zeros(shape, dtype) if any(pads) else np.empty(shape, dtype)
     inner = (slice(None), slice(None), *(slice(pads[i], pads[i] + s) for i, s in enumerate(spatial)))
     convert(x, offset, xp[inner])
     return xp
@@ -127,7 +127,7 @@ class Chunk:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Source:
-    """A 2-D input read as ``x - offset`` padded with ``pad``, without building the padded copy.
+    """A 2-D input read as ``x - offset`` zero-padded, without building the padded copy.
 
     ``x`` is ``(N, *channels, H, W)``: the channel axes may be split (blocks of channels) as long as
     the spatial axes come last; ``fill`` writes any ``(n, *channels, R, K)`` view alike.
@@ -136,7 +136,6 @@ class Source:
     x: np.ndarray
     pads: list[int]
     offset: np.ndarray | int
-    pad: int = 0
 
     @property
     def padded_spatial(self) -> tuple[int, int]:
@@ -147,7 +146,7 @@ class Source:
         """``out (n, *channels, R, K)`` = the padded input at rows ``row0 + r * row_step`` and columns
         ``col0 + k * col_step``, where ``rows = (row0, row_step)`` and ``cols = (col0, col_step)``.
 
-        Positions in the padding get ``pad``, the rest ``x - offset``: one pass over what the chunk reads.
+        Positions in the padding get 0, the rest ``x - offset``: one pass over what the chunk reads.
         """
         (r0, r1), (c0, c1) = (
             _inside(first - pad, step, count, size)
@@ -156,17 +155,17 @@ class Source:
             )
         )
         if r1 <= r0 or c1 <= c0:
-            out[...] = self.pad
+            out[...] = 0
             return
-        out[..., :r0, :] = self.pad
-        out[..., r1:, :] = self.pad
+        out[..., :r0, :] = 0
+        out[..., r1:, :] = 0
         (row0, row_step), (col0, col_step) = rows, cols
         plane = out[(0,) * (out.ndim - 2)]
         if row_step == 1 and col_step == 1 and out.shape[-1] == self.x.shape[-1] and plane.flags.c_contiguous:
             self._fill_shifted(out[..., r0:r1, :], records, row0 - self.pads[0] + r0, col0 - self.pads[1])
             return
-        out[..., r0:r1, :c0] = self.pad
-        out[..., r0:r1, c1:] = self.pad
+        out[..., r0:r1, :c0] = 0
+        out[..., r0:r1, c1:] = 0
         top, left = row0 - self.pads[0] + r0 * row_step, col0 - self.pads[1] + c0 * col_step
         src = self.x[
             slice(*records),
@@ -181,7 +180,7 @@ class Source:
 
         Rows are contiguous in both arrays, so the copy runs over the flattened rows (one long vector
         loop per channel instead of one per row); the ``|shift|`` columns that wrapped into the
-        neighbouring row are then set to ``pad`` (they are padding).
+        neighbouring row are then set to 0 (they are padding).
         """
         rows, width = out.shape[-2:]
         src = self.x[slice(*records), ..., top : top + rows, :]
@@ -191,9 +190,9 @@ class Source:
         begin_dst, begin_src = max(0, -shift), max(0, shift)
         convert(src[..., begin_src : begin_src + length], self.offset, dst[..., begin_dst : begin_dst + length])
         if shift < 0:
-            out[..., :-shift] = self.pad
+            out[..., :-shift] = 0
         elif shift > 0:
-            out[..., width - shift :] = self.pad
+            out[..., width - shift :] = 0
 
 
 def _inside(first: int, step: int, count: int, size: int) -> tuple[int, int]:

@@ -104,11 +104,8 @@ class Conv:
 class ConvPath:
     """One way to compute a chunk of a convolution's sums."""
 
-    #: the path can add the bias inside its GEMMs (one more column of ones)
-    gemm_bias: ClassVar[bool] = False
-
-    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
-        """Prepare the weights once; ``bias (M,)`` when the GEMMs are to add it (see :attr:`gemm_bias`)."""
+    def __init__(self, conv: Conv) -> None:
+        """Prepare the weights once."""
         self.conv = conv
 
     def scratch_per_row(self) -> int:
@@ -138,14 +135,11 @@ class GroupedRowPath(ConvPath):
     """Exact 2-D sums of a grouped convolution by kernel rows (:func:`~.conv_gemm.row_gemm_chunk`):
     blocks of groups, each a block-diagonal dense GEMM."""
 
-    gemm_bias = True
-
-    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
-        super().__init__(conv, bias)
+    def __init__(self, conv: Conv) -> None:
+        super().__init__(conv)
         blocks = self.blocks()
         dense = self.dense_weights(blocks)
-        block_bias = None if bias is None else np.asarray(bias).reshape(blocks, -1)
-        self.classes = row_classes(dense, conv.strides[0], conv.dilations[0], conv.dtype, block_bias)
+        self.classes = row_classes(dense, conv.strides[0], conv.dilations[0], conv.dtype)
         source = conv.x
         n, c = source.x.shape[:2]
         self.source = dataclasses.replace(source, x=source.x.reshape(n, blocks, c // blocks, *source.x.shape[2:]))
@@ -172,8 +166,8 @@ class DepthwisePath(ConvPath):
     subclasses say in which layout). Other ranks take :class:`Im2colPath`, which was faster there
     (``bench/conv_paths.py``: a 1-d depthwise k5 layer 6.9 against 12.9 ms)."""
 
-    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
-        super().__init__(conv, bias)
+    def __init__(self, conv: Conv) -> None:
+        super().__init__(conv)
         m = conv.w.shape[0]
         self.wt = conv.w.reshape(conv.group, m // conv.group, len(conv.taps)).astype(conv.dtype)
 
@@ -223,8 +217,8 @@ class FlatPath(DepthwisePath):
 class Im2colPath(ConvPath):
     """im2col and one (grouped, batched) GEMM per chunk (:func:`~.conv_gemm.im2col_chunk`)."""
 
-    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
-        super().__init__(conv, bias)
+    def __init__(self, conv: Conv) -> None:
+        super().__init__(conv)
         group, taps = conv.group, len(conv.taps)
         m, cg = conv.w.shape[:2]
         # (G, Mg, taps * Cg), K ordered (tap, channel) like the columns
@@ -243,19 +237,16 @@ class Im2colPath(ConvPath):
 class OrtPath(ConvPath):
     """Exact 2-D sums by onnxruntime's float32 convolution (:mod:`.conv_ort`): whole records per chunk."""
 
-    gemm_bias = True
-
-    def __init__(self, conv: Conv, bias: np.ndarray | None) -> None:
-        super().__init__(conv, bias)
+    def __init__(self, conv: Conv) -> None:
+        super().__init__(conv)
         source = conv.x
-        assert isinstance(source, Source) and source.pad == 0 and conv.weights is not None
+        assert isinstance(source, Source) and conv.weights is not None
         array, key = conv.weights
-        bias_key = None if bias is None else np.asarray(bias).tobytes()
         geometry = (conv.group, conv.strides, conv.dilations, tuple(source.pads), np.dtype(conv.dtype).str)
         self.session = conv_ort.session_for(
             array,
-            (key, bias_key, geometry),
-            lambda: conv_ort.conv_model(conv.w, bias, conv.group, conv.strides, conv.dilations, source.pads),
+            (key, geometry),
+            lambda: conv_ort.conv_model(conv.w, conv.group, conv.strides, conv.dilations, source.pads),
             conv.threads,
         )
 
@@ -311,9 +302,7 @@ def conv_core(
     exact: bool = False,
     pads: list[int] | None = None,
     offset: np.ndarray | int = 0,
-    padding: int = 0,
     bias: np.ndarray | None = None,
-    bias_in_gemm: bool = False,
     correction: conv_pairs.Correction | None = None,
     weights: tuple[np.ndarray, Hashable] | None = None,
 ) -> np.ndarray:
@@ -335,16 +324,12 @@ def conv_core(
             added in any order: grouped 2-D kernels then take the row path.
         pads: begin then end pads of an unpadded ``xp``.
         offset: subtracted from an unpadded ``xp`` (the input's zero point).
-        padding: the value of padded positions of an unpadded ``xp`` (after ``offset``): 0, or the
-            zero point when the caller folds it out of the sums instead of subtracting it.
         bias: ``(M,)`` added to every sum before the epilogue, by one pass over each chunk.
-        bias_in_gemm: every partial sum stays exact with the bias added (the caller checked the
-            bound): the row paths then add it in the GEMMs themselves, one more column of ones.
         correction: the int16 pair saturation of ``conv_pairs``, added to each chunk's sums before the
             bias pass and the epilogue; exactness is the caller's.
         weights: ``(array, key)``: ``w`` is derived from the constant ``array`` and ``key`` alone, and
             onnxruntime is to compute the sums (``OrtPath``); the caller checked that they are exact
-            float32 sums of a 2-D convolution read unfolded (``padding`` 0) and worth it
+            float32 sums of a 2-D convolution and worth it
             (:func:`~.conv_ort.worth_it`).
 
     Returns:
@@ -357,10 +342,10 @@ def conv_core(
     x: np.ndarray | Source
     in_onnxruntime = weights is not None
     if len(kernel_shape) == 2 and (depthwise or in_onnxruntime or (exact and group > 1)):  # read unpadded
-        x = Source(xp, [0] * 4 if pads is None else list(pads), offset if pads is not None else 0, padding)
+        x = Source(xp, [0] * 4 if pads is None else list(pads), offset if pads is not None else 0)
         padded_spatial = x.padded_spatial
     else:
-        x = xp if pads is None else conv_chunks.to_padded(xp, pads, offset, dtype, padding)
+        x = xp if pads is None else conv_chunks.to_padded(xp, pads, offset, dtype)
         padded_spatial = x.shape[2:]
     out_spatial = output_shape(padded_spatial, kernel_shape, strides, dilations)
     kind = (
@@ -371,11 +356,10 @@ def conv_core(
         )
     )
     threads = parallel.current()
-    in_gemm = bias is not None and bias_in_gemm and kind.gemm_bias
     conv = Conv(x, w, group, strides, dilations, dtype, out_spatial, weights, 1 if n >= threads else threads)
-    path = kind(conv, bias if in_gemm else None)
+    path = kind(conv)
     out = np.empty((n, m, *out_spatial), dtype=epilogue[1] if epilogue else dtype)
-    added = None if bias is None or in_gemm else np.asarray(bias, dtype).reshape((m,) + (1,) * len(out_spatial))
+    added = None if bias is None else np.asarray(bias, dtype).reshape((m,) + (1,) * len(out_spatial))
 
     def _chunk(span: tuple[int, int, int, int]) -> Chunk:
         n0, n1, o0, o1 = span

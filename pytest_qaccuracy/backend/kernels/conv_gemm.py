@@ -63,15 +63,8 @@ class RowClass:
     weights: np.ndarray  # (blocks, len(shifts) * M, kw * C), kernel rows stacked like the shifts
 
 
-def row_classes(
-    w: np.ndarray, stride: int, dilation: int, dtype: type, bias: np.ndarray | None = None
-) -> list[RowClass]:
-    """The kernel rows of ``w (blocks, M, C, kh, kw)`` grouped by residue, each with its GEMM weights.
-
-    With ``bias (blocks, M)``, the first class's weights get one more column holding it on its first
-    kernel row's outputs (zeros on the others), against a row of ones in the columns: the GEMM then
-    adds the bias, and no pass over the output does.
-    """
+def row_classes(w: np.ndarray, stride: int, dilation: int, dtype: type) -> list[RowClass]:
+    """The kernel rows of ``w (blocks, M, C, kh, kw)`` grouped by residue, each with its GEMM weights."""
     blocks, m, c, kh, kw = w.shape
     wrows = np.transpose(w, (0, 3, 1, 4, 2)).reshape(blocks, kh, m, kw * c)  # K ordered (tap j, channel)
     classes = []
@@ -79,10 +72,6 @@ def row_classes(
         rows = [i for i in range(kh) if i * dilation % stride == q]
         if rows:
             weights = wrows[:, rows].reshape(blocks, len(rows) * m, kw * c)
-            if bias is not None and not classes:
-                column = np.zeros((blocks, len(rows) * m, 1))
-                column[:, :m, 0] = bias
-                weights = np.concatenate([weights, column], axis=2)
             weights = np.ascontiguousarray(weights, dtype=dtype)
             classes.append(RowClass(q, tuple(i * dilation // stride for i in rows), weights))
     return classes
@@ -129,15 +118,13 @@ def row_gemm_chunk(source: Source, classes: list[RowClass], target: np.ndarray, 
     for cls in classes:
         span = rows + max(cls.shifts)  # rows of this class the chunk reads
         m = cls.weights.shape[1] // len(cls.shifts)
-        k = cls.weights.shape[2]  # kw * c, and one more for the bias's row of ones
+        k = cls.weights.shape[2]  # kw * c
         matrix = scratch_buffer(n * blocks * k * span * width, cls.weights.dtype.type).reshape(
             n, blocks, k, span * width
         )
-        cols = matrix[:, :, : kw * c].reshape(n, blocks, kw, c, span, width)
+        cols = matrix.reshape(n, blocks, kw, c, span, width)
         for j in range(kw):
             source.fill(cols[:, :, j], chunk.records, (chunk.o0 * s + cls.residue, s), (j * dw, step))
-        if k > kw * c:
-            matrix[:, :, kw * c :] = 1
         if cls.shifts == (0,) and len(classes) == 1 and target.flags.c_contiguous:  # one kernel row: no sums
             np.matmul(cls.weights, matrix, out=target.reshape(n, blocks, m, -1))
             return

@@ -42,7 +42,6 @@ def worth_it(macs: int) -> bool:
 
 def conv_model(
     w: np.ndarray,
-    bias: np.ndarray | None,
     group: int,
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
@@ -51,13 +50,10 @@ def conv_model(
     """A serialized one-node float32 ``Conv`` model with free batch and spatial axes."""
     from onnx import TensorProto, helper, numpy_helper
 
-    names = ["x", "w"] + ([] if bias is None else ["b"])
     inits = [numpy_helper.from_array(np.ascontiguousarray(w, np.float32), "w")]
-    if bias is not None:
-        inits.append(numpy_helper.from_array(np.ascontiguousarray(bias, np.float32).reshape(-1), "b"))
     node = helper.make_node(
         "Conv",
-        names,
+        ["x", "w"],
         ["y"],
         group=group,
         strides=list(strides),

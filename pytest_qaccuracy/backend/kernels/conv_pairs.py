@@ -23,7 +23,6 @@ from collections.abc import Callable
 import numpy as np
 
 from pytest_qaccuracy.backend import pairs, parallel
-from pytest_qaccuracy.backend.kernels import pointwise_pairs
 
 #: elements of one block of the candidate test and of the expanded candidates
 BLOCK_ELEMENTS = 1 << 22
@@ -76,16 +75,6 @@ def pair_corrections(
     dense = x.shape[0] * positions * entries  # (output, risky entry) evaluations of the dense way
     geometry = _Geometry(kernel, strides, dilations, out_spatial)
     layer = _Layer(x, int(x_zp), pads, cg, mg, m, geometry, channel_max)
-    pointwise = pointwise_pairs.applies(kernel, pads, cg)
-    if pointwise and dense > DENSE_DIRECT:
-        layout = pointwise_pairs.PointwiseLayout.of(found, cg, mg)
-        read = tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out_spatial, strides, strict=True))
-        if layout.is_cheaper(x[(slice(None), slice(None), *read)], dense):
-            if pairs.counter is not None:
-                pairs.count(total, np.zeros(0, np.int64))
-            return pointwise_pairs.PointwiseCorrection(x, strides, out_spatial, m, channel_max, layout)
-    if pointwise:  # the pointwise way beats the sparse one on 1x1 kernels: failing it, the dense way
-        return _dense(layer, found, total)
     # few (output, risky entry) evaluations: the dense way, without a sample run to decide. With an odd
     # channel count, pairs cross taps and the sparse way scans every (output, pair) for candidates: with
     # about one risky entry per pair, the dense way costs no more.
@@ -168,15 +157,6 @@ class _Layer:
         """The largest input of each im2col row ``tap * cg + channel`` of group ``g``."""
         own = self.channel_max[g * self.cg : (g + 1) * self.cg].astype(np.int64)
         return np.tile(own, math.prod(self.geometry.kernel))
-
-    def records_max(self, a: int, b: int) -> np.ndarray:
-        """Each input channel's largest value over records ``a:b`` (the zero point too where padded)."""
-        if b - a == self.x.shape[0]:
-            return self.channel_max
-        part = self.x[a:b]
-        part = part.max(axis=0) if b - a > 1 else part[0]  # records first: fast
-        found = part.reshape(part.shape[0], -1).max(axis=1, initial=0)
-        return np.maximum(found, self.x_zp) if any(self.pads) else found
 
     def xp(self) -> np.ndarray:
         if self._padded is None:
@@ -408,29 +388,6 @@ def _dense_records(
 #: sums a run of changed channels must have for the dense correction to add a slice per run rather
 #: than index every changed channel (a gather, an add and a scatter; a slice costs about 2 us a call)
 RUN_ADD_OUTPUTS = 2048
-#: entry subsets of a dense layout whose layouts are kept (:meth:`_DenseLayout.screened`)
-SUBSETS = 64
-#: the cost of making the layout of a subset of entries (its plan, blocks and runs, about 120-150 us
-#: on the mobile nets' 1x1 layers), in dense evaluations (1.7 ns each): a chunk screens its entries
-#: only where it has that many evaluations, and makes a new subset's layout only where it drops them
-SCREEN_BUILD = 1 << 18
-
-
-class _Screen:
-    """Each risky entry's two input channels and weights, over all groups: whether an entry may saturate
-    under given channel maxima is then a few passes (:func:`pairs.largest_change`)."""
-
-    def __init__(self, found: list[tuple[int, pairs.RiskyPairs]], cg: int):
-        self.first = np.concatenate([g * cg + p.first % cg for g, p in found])
-        self.second = np.concatenate([g * cg + (p.first + 1) % cg for g, p in found])  # across taps too
-        self.w_first = np.concatenate([p.w_first for _, p in found])
-        self.w_second = np.concatenate([p.w_second for _, p in found])
-        self.splits = np.cumsum([len(p) for _, p in found])[:-1]
-
-    def keep(self, channel_max: np.ndarray) -> np.ndarray:
-        """Which entries may saturate when each input channel ``c`` stays within ``channel_max[c]``."""
-        top = channel_max.astype(np.int64)
-        return pairs.largest_change(self.w_first, self.w_second, top[self.first], top[self.second]) > 0
 
 
 class _DenseLayout:
@@ -447,41 +404,7 @@ class _DenseLayout:
         self._blocks: dict[tuple[int, int], list[tuple[slice, bool, np.ndarray | slice, _Runs | None]]] = {}
         self._rows: dict[int, _Rows] = {}
         self._sums: dict[tuple[int, str], tuple[np.ndarray, np.ndarray | None]] = {}
-        self._screen: _Screen | None = None
         self._runs: list[tuple[int, int, int]] | None = None
-        self._subsets: dict[bytes, _DenseLayout] = {}
-        self._lock = threading.Lock()
-
-    def screened(self, channel_max: np.ndarray, cg: int, outputs: int) -> _DenseLayout | None:
-        """This layout without the entries that cannot saturate when each input channel stays within
-        ``channel_max`` (some records' own maxima, no larger than the bounds the pairs were searched
-        for): itself when every entry may, None when none may. Records differ: on the bench nets a
-        chunk's own maxima leave 54-86 % of the evaluations of the whole batch's. A layout of fewer
-        entries is made only where it saves more than it costs, ``SCREEN_BUILD`` evaluations over the
-        chunk's ``outputs``; those of the last :data:`SUBSETS` entry subsets are kept."""
-        if self._screen is None:
-            self._screen = _Screen(self.found, cg)
-        keep = self._screen.keep(channel_max)
-        dropped = keep.size - int(np.count_nonzero(keep))
-        if not dropped:
-            return self
-        if dropped == keep.size:
-            return None
-        key = np.packbits(keep).tobytes()
-        with self._lock:
-            found = self._subsets.get(key)
-        if found is not None:
-            return found
-        if dropped * outputs < SCREEN_BUILD:
-            return self
-        parts = np.split(keep, self._screen.splits)
-        kept = [(g, p, k) for (g, p), k in zip(self.found, parts, strict=True) if k.any()]
-        found = _DenseLayout([(g, pairs.RiskyPairs(*(f[k] for f in _fields(p)))) for g, p, k in kept], self.mg)
-        with self._lock:
-            if len(self._subsets) >= SUBSETS:  # the oldest
-                del self._subsets[next(iter(self._subsets))]
-            self._subsets[key] = found
-        return found
 
     @classmethod
     def of(cls, found: list[tuple[int, pairs.RiskyPairs]], mg: int) -> _DenseLayout:
@@ -544,15 +467,14 @@ class _DenseLayout:
 class DenseCorrection:
     """The correction of a layer where most outputs change (an image stem, mid-range inputs on heavy
     weights), computed for each chunk of the convolution while its sums are in cache: no array of the
-    whole output is made, zeroed, scanned and added. Each chunk evaluates only the entries its own
-    records' channel maxima leave risky. The whole correction can instead be made up front
+    whole output is made, zeroed, scanned and added. The whole correction can instead be made up front
     (:meth:`prepare`), by one thread while onnxruntime computes the sums on the other; chunks that
     split records (row paths) take their part of it too."""
 
     def __init__(self, layer: _Layer, layout: _DenseLayout):
         self.layer, self.layout = layer, layout
         self.shape = (layer.x.shape[0], layer.m, *layer.geometry.out_spatial)
-        self._whole: tuple[_DenseLayout | None, np.ndarray, np.ndarray] | None = None
+        self._whole: tuple[np.ndarray, np.ndarray] | None = None
         self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
@@ -564,33 +486,19 @@ class DenseCorrection:
 
     def dense(self) -> np.ndarray:
         """The whole ``(N, M, *out)`` int64 correction."""
-        layout, acc, _ = self.prepare()
+        acc, _ = self.prepare()
         whole = np.zeros((self.shape[0], self.shape[1], math.prod(self.shape[2:])), np.int64)
-        if layout is not None:
-            whole[:, layout.channels] = acc.transpose(1, 0, 2)
+        whole[:, self.layout.channels] = acc.transpose(1, 0, 2)
         return whole.reshape(self.shape)
 
-    def _layout(self, n0: int, n1: int) -> _DenseLayout | None:
-        """The layout of records ``n0:n1``: the entries their own channel maxima leave risky."""
-        outputs = (n1 - n0) * math.prod(self.shape[2:])
-        if self.layout.entries * outputs < SCREEN_BUILD:  # the test itself would cost more than it saves
-            return self.layout
-        return self.layout.screened(self.layer.records_max(n0, n1), self.layer.cg, outputs)
-
-    def prepare(self, dtype: type | np.dtype = np.int32) -> tuple[_DenseLayout | None, np.ndarray, np.ndarray]:
-        """The whole correction, made once: its layout (None: nothing saturates), the sums of the
-        layout's channels ``(channels, N, positions)`` in ``dtype`` (that of the first call; exact) and
-        each record's saturated pair sums (zeros unless a counter is active)."""
+    def prepare(self, dtype: type | np.dtype = np.int32) -> tuple[np.ndarray, np.ndarray]:
+        """The whole correction, made once: the sums of the layout's channels ``(channels, N, positions)``
+        in ``dtype`` (that of the first call; exact) and each record's saturated pair sums (zeros
+        unless a counter is active)."""
         with self._lock:
             if self._whole is None:
-                n = self.shape[0]
-                layout = self._layout(0, n)
-                if layout is None:
-                    self._whole = None, np.zeros((0, n, math.prod(self.shape[2:])), dtype), np.zeros(n, np.int64)
-                else:
-                    count = pairs.counter is not None
-                    acc, saturated = _dense_records(self.layer, layout, 0, n, count, np.dtype(dtype), True)
-                    self._whole = layout, acc, saturated
+                count = pairs.counter is not None
+                self._whole = _dense_records(self.layer, self.layout, 0, self.shape[0], count, np.dtype(dtype), True)
             return self._whole
 
     def beside_sums(self, dtype: type) -> Callable[[], object] | None:
@@ -609,17 +517,14 @@ class DenseCorrection:
         (``(n1 - n0, M, o1 - o0, *out[1:])``, or wider along the last axis)."""
         out = self.shape[2:]
         if self._whole is not None or o0 != 0 or o1 != out[0]:
-            layout, acc, saturated = self.prepare()
-            if layout is not None:
-                part = acc.reshape(layout.channels.size, self.shape[0], *out)[:, n0:n1, o0:o1].swapaxes(0, 1)
-                view = target[(slice(None), slice(None), *(slice(0, size) for size in part.shape[2:]))]
-                _add_channels(view, part, layout)
+            acc, saturated = self.prepare()
+            part = acc.reshape(self.layout.channels.size, self.shape[0], *out)[:, n0:n1, o0:o1].swapaxes(0, 1)
+            view = target[(slice(None), slice(None), *(slice(0, size) for size in part.shape[2:]))]
+            _add_channels(view, part, self.layout)
             if o0 == 0:  # each record counted by the chunk holding its first row
                 pairs.count(0, np.repeat(np.arange(n0, n1), saturated[n0:n1]))
             return
-        layout = self._layout(n0, n1)
-        if layout is None:  # no entry can saturate on these records
-            return
+        layout = self.layout
         view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]
         if layout.entries * (n1 - n0) * math.prod(out) <= SMALL_EVALUATIONS:
             self._add_small(layout, view, n0, n1)
@@ -938,4 +843,4 @@ def _fields(risky: pairs.RiskyPairs) -> tuple[np.ndarray, ...]:
 
 #: what :func:`pair_corrections` returns: each adds its part to a chunk's sums (``add_to``), bounds its
 #: size (``max_abs``), and says what may run beside onnxruntime's sums and before the chunks
-Correction = DenseCorrection | SparseSearch | pointwise_pairs.PointwiseCorrection
+Correction = DenseCorrection | SparseSearch
