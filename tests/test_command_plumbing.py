@@ -266,3 +266,278 @@ def test_sensitivity_output_targets_are_checked_first(calls: Calls, tmp_path: Pa
     assert main([*s["argv"], "--out-dir", str(tmp_path / "f")]) == 2
     assert capsys.readouterr().err.startswith(f"error: --out-dir {tmp_path / 'f'}: ")
     assert "open_session" not in calls.seen
+
+
+# -- saturation ---------------------------------------------------------------------------------
+
+
+def _saturation(
+    calls: Calls, layers: tuple[Any, ...], outputs: dict[str, float | None], preset: str = "onnxruntime-avx2"
+):
+    import pytest_qaccuracy.analysis.saturation as saturation
+
+    report = saturation.SaturationReport("net.q.onnx", 6, layers, outputs, preset=preset, exact="exact-preset")
+    calls.replace(saturation, "measure_saturation", report)
+    remedies = [
+        saturation.RemedyResult("reduce_range", "7-bit weights", 0, {"y": 30.5}),
+        saturation.RemedyResult("split", "two convs", None, {}, note="not applicable"),
+        saturation.RemedyResult("int16", "16 bits", 3, {"y": None, "z": 12.25}),
+    ]
+    calls.replace(saturation, "check_remedies", remedies)
+    return report
+
+
+def _layer(node: str, pairs: int, saturated: int, tensor: str | None = "t", worst: int | None = 2):
+    from pytest_qaccuracy.analysis.saturation import LayerSaturation
+
+    return LayerSaturation(node, pairs, saturated, worst, 7, tensor, 5, 40, 3)
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().split("  ") if cell.strip()]
+
+
+def test_saturation_reports_layers_outputs_and_remedies(calls: Calls, tmp_path: Path, capsys) -> None:
+    layers = (_layer("conv1", 1000, 25), _layer("conv2", 1000, 0, tensor=None, worst=None))
+    report = _saturation(calls, layers, {"y": 24.123456, "z": None})
+    out = tmp_path / "s.json"
+    argv = ["saturation", "m.onnx", "--data", "d.npz", "--batch-size", "3", "--threads", "2", "--json", str(out)]
+    assert main(argv) == 0
+    assert calls.one("measure_saturation") == (
+        (Path("m.onnx"), Path("d.npz")),
+        {"batch_size": 3, "threads": 2, "preset": "onnxruntime-avx2"},
+    )
+    assert calls.one("check_remedies") == ((Path("m.onnx"), Path("d.npz"), report), {"batch_size": 3, "threads": 2})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "net.q.onnx: 6 records, onnxruntime-avx2 (int16 pairs) against exact-preset"
+    head = _cells(lines[1])
+    assert head == ["node", "saturated pair sums", "share", "worst record", "output elements moved", "max steps"]
+    assert _cells(lines[3]) == ["conv1", "25 / 1000", "2.5%", "2 (7)", "5 / 40", "3"]
+    assert _cells(lines[4]) == ["conv2", "0 / 1000", "0%", "-", "-", "-"]
+    assert lines[5] == "total: 25 / 2000 pair sums saturate (1.25%)"
+    assert lines[6:8] == [
+        "output 'y' on onnxruntime-avx2: SQNR 24.12 dB against the exact run",
+        "output 'z' on onnxruntime-avx2: identical to the exact run",
+    ]
+    assert lines[8] == "remedies, each applied to the model and run on onnxruntime-avx2 (docs/cpus.md):"
+    assert _cells(lines[9]) == ["remedy", "how", "saturated", "outputs against exact-preset"]
+    assert _cells(lines[11]) == ["reduce_range", "7-bit weights", "0", "SQNR 30.5 dB"]
+    assert _cells(lines[12]) == ["split", "two convs", "-", "not applicable"]
+    assert _cells(lines[13]) == ["int16", "16 bits", "3", "identical, SQNR 12.25 dB"]
+    document = json.loads(out.read_text())
+    assert document["remedies"][0] == {
+        "name": "reduce_range",
+        "how": "7-bit weights",
+        "saturated": 0,
+        "outputs_sqnr_vs_exact": {"y": 30.5},
+        "note": "",
+    }
+    assert document["saturated"] == 25 and len(document["remedies"]) == 3
+
+
+def test_saturation_on_arm_wraps_and_a_clean_model_needs_no_remedy(calls: Calls, tmp_path: Path, capsys) -> None:
+    _saturation(calls, (), {"y": None}, preset="onnxruntime-arm64")
+    out = tmp_path / "s.json"
+    argv = ["saturation", "m.onnx", "--data", "d.npz", "--preset", "onnxruntime-arm64", "--json", str(out)]
+    assert main([*argv, "--max-saturated", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == [
+        "no layer sums 8-bit products in int16 pairs on onnxruntime-arm64",
+        "output 'y' on onnxruntime-arm64: identical to the exact run",
+    ]
+    assert calls.one("measure_saturation")[1]["preset"] == "onnxruntime-arm64"
+    assert "check_remedies" not in calls.seen and "remedies" not in json.loads(out.read_text())
+    calls.seen.clear()
+    _saturation(calls, (_layer("c", 10, 1),), {}, preset="onnxruntime-arm64")
+    assert main(argv[:-2]) == 0
+    assert _cells(capsys.readouterr().out.splitlines()[1])[1] == "wrapped pair sums"
+
+
+def test_saturation_gate(calls: Calls, capsys) -> None:
+    _saturation(calls, (_layer("c", 1000, 25),), {})
+    argv = ["saturation", "m.onnx", "--data", "d.npz"]
+    assert main([*argv, "--max-saturated", "0.025"]) == 0  # at the limit: not more than it
+    capsys.readouterr()
+    assert main([*argv, "--max-saturated", "0.02"]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: 2.5% of pair sums saturate on onnxruntime-avx2, more than --max-saturated 0.02\n"
+    for bad in ("-0.1", "1.5"):
+        assert main([*argv, "--max-saturated", bad]) == 2
+        assert (
+            capsys.readouterr().err == f"error: --max-saturated must be a fraction between 0 and 1, got {float(bad)}\n"
+        )
+    assert main([*argv, "--max-saturated", "1"]) == 0 and main([*argv, "--max-saturated", "0.0"]) == 1
+    capsys.readouterr()
+    assert main([*argv, "--preset", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("error: ") and len(calls.seen["measure_saturation"]) == 4
+    assert main([*argv, "--batch-size", "0"]) == 2
+    assert capsys.readouterr().err == "error: --batch-size must be >= 1, got 0\n"
+
+
+def test_saturation_json_target_and_write_errors(calls: Calls, tmp_path: Path, capsys, monkeypatch) -> None:
+    import pytest_qaccuracy.atomic as atomic
+
+    _saturation(calls, (), {})
+    (tmp_path / "d").mkdir()
+    argv = ["saturation", "m.onnx", "--data", "d.npz", "--json"]
+    assert main([*argv, str(tmp_path / "d")]) == 2
+    assert capsys.readouterr().err == f"error: --json {tmp_path / 'd'}: is a directory, expected a file\n"
+    assert "measure_saturation" not in calls.seen
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomic, "atomic_write_json", full)
+    assert main([*argv, str(tmp_path / "s.json")]) == 2
+    reason = "could not be written (No space left on device); left as it was"
+    assert capsys.readouterr().err == f"error: --json {tmp_path / 's.json'}: {reason}\n"
+
+
+# -- recipe -------------------------------------------------------------------------------------
+
+
+def _recipe(calls: Calls, tmp_path: Path, *, best: Any = "BEST", stopped: str = "met", met: bool = True):
+    import pytest_qaccuracy.analysis.recipe as recipe
+    import pytest_qaccuracy.analysis.recipe.build as build
+    import pytest_qaccuracy.report.recipe_tables as tables
+
+    result = SimpleNamespace(best=best, stopped=stopped, met=met, to_dict=lambda: {"steps": 2})
+
+    def search(*args: Any, **kwargs: Any) -> Any:
+        kwargs["on_note"]("calibrating")
+        kwargs["on_step"]("STEP", "BEST-SO-FAR")
+        return result
+
+    calls.replace(recipe, "search_recipe", search)
+    calls.replace(build, "check_onnxruntime", None)
+    calls.replace(tables, "write_recipe", lambda *a: [tmp_path / "out" / "net.recipe.onnx"])
+    calls.replace(tables, "steps_table", "STEPS")
+    calls.replace(tables, "verdict_lines", ["met: yes", "cost 1"])
+    calls.replace(tables, "step_line", lambda step, best, checks: f"step {step} (best {best})")
+    for name in ("net.onnx", "calib.npz", "eval.npz"):
+        (tmp_path / name).write_bytes(b"")
+    return result, [
+        "recipe", str(tmp_path / "net.onnx"), "--data", str(tmp_path / "calib.npz"),
+        "--eval", str(tmp_path / "eval.npz"), "--target", "cosine>=0.99", "--out-dir", str(tmp_path / "out"),
+    ]  # fmt: skip
+
+
+def test_recipe_passes_every_option(calls: Calls, tmp_path: Path, capsys) -> None:
+    from pytest_qaccuracy.analysis.recipe import Budget, Recipe, parse_checks
+
+    result, argv = _recipe(calls, tmp_path)
+    (tmp_path / "t.jsonl").write_text("")
+    extra = [
+        "--target", "sqnr>=20", "--targets", "onnxruntime,tflite", "--budget", "10m,40", "--methods", "minmax, kl",
+        "--method", "kl", "--per-channel", "--reduce-range", "--activation-type", "int8", "--weight-type", "uint8",
+        "--cost", "int16=0.5", "--estimate-records", "0", "--exhaustive-nodes", "0", "--threads", "2",
+        "--batch-size", "3", "--task-metric", "ctc", "--task-metric", '{"metric": "ctc", "blank": 1}',
+        "--task-targets", str(tmp_path / "t.jsonl"), "--json", str(tmp_path / "r.json"),
+    ]  # fmt: skip
+    assert main([*argv, *extra]) == 0
+    args, kwargs = calls.one("search_recipe")
+    assert args == (
+        tmp_path / "net.onnx",
+        tmp_path / "calib.npz",
+        tmp_path / "eval.npz",
+        parse_checks(["cosine>=0.99", "sqnr>=20"]),
+        ("onnxruntime", "tflite"),
+    )
+    assert {k: v for k, v in kwargs.items() if k not in ("on_step", "on_note")} == {
+        "start": Recipe("kl", True, True, "int8", "uint8"),
+        "budget": Budget.parse("10m,40"),
+        "weights": {"int16": 0.5},
+        "methods": ("minmax", "kl"),
+        "options": RuntimeOptions(providers=("CPUExecutionProvider",), threads=2, batch_size=3),
+        "estimate_records": 0,
+        "exhaustive_nodes": 0,
+        "model_out": tmp_path / "out" / "net.recipe.onnx",
+        "tasks": ["ctc", {"metric": "ctc", "blank": 1}],
+        "task_targets": tmp_path / "t.jsonl",
+    }
+    out, err = capsys.readouterr()
+    assert out == (
+        f"STEPS\n\nmet: yes\ncost 1\nwrote {tmp_path / 'out' / 'net.recipe.onnx'}\nwrote {tmp_path / 'r.json'}\n"
+    )
+    assert err == "recipe: calibrating\nstep STEP (best BEST-SO-FAR)\n"
+    assert json.loads((tmp_path / "r.json").read_text()) == {"steps": 2}
+    assert calls.one("write_recipe")[0] == (result, tmp_path / "out", tmp_path / "net.onnx", tmp_path / "calib.npz")
+
+
+def test_recipe_defaults_quiet_and_verdicts(calls: Calls, tmp_path: Path, capsys) -> None:
+    from pytest_qaccuracy.analysis.recipe import Budget, Recipe
+
+    _, argv = _recipe(calls, tmp_path, met=False)
+    assert main([*argv, "--quiet"]) == 1  # not met
+    kwargs = calls.one("search_recipe")[1]
+    assert calls.one("search_recipe")[0][4] == ("onnxruntime",)
+    assert (kwargs["start"], kwargs["budget"], kwargs["methods"]) == (
+        Recipe("minmax", False, False, "uint8", "int8"),
+        Budget.parse(""),
+        None,
+    )
+    assert (kwargs["estimate_records"], kwargs["exhaustive_nodes"], kwargs["tasks"], kwargs["task_targets"]) == (
+        4,
+        16,
+        [],
+        None,
+    )
+    assert kwargs["weights"] == {"int16": 1.0, "float": 1.0} and kwargs["options"] == RuntimeOptions()
+    out, err = capsys.readouterr()
+    assert err == "" and out.endswith(f"wrote {tmp_path / 'out' / 'net.recipe.onnx'}\n")
+
+
+def test_recipe_interrupted(calls: Calls, tmp_path: Path, capsys) -> None:
+    _, argv = _recipe(calls, tmp_path, stopped="interrupted")
+    assert main(argv) == 130
+    assert capsys.readouterr().err.endswith("error: interrupted; the best recipe so far is written\n")
+    calls.seen.clear()
+    _, argv = _recipe(calls, tmp_path, best=None, stopped="interrupted", met=False)
+    assert main([*argv, "-q"]) == 130
+    out, err = capsys.readouterr()
+    assert err == "error: interrupted before a recipe was measured; no recipe written\n"
+    assert "write_recipe" not in calls.seen and "wrote" not in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--estimate-records", "-1"], "--estimate-records must be >= 0, got -1"),
+        (["--exhaustive-nodes", "-2"], "--exhaustive-nodes must be >= 0, got -2"),
+        (["--task-targets", "missing.jsonl"], "--task-targets: missing.jsonl does not exist"),
+    ],
+)
+def test_recipe_refusals(calls: Calls, tmp_path: Path, capsys, extra: list[str], message: str) -> None:
+    _, argv = _recipe(calls, tmp_path)
+    assert main([*argv, *extra]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert "search_recipe" not in calls.seen
+
+
+def test_recipe_refuses_missing_inputs_and_bad_targets_first(calls: Calls, tmp_path: Path, capsys) -> None:
+    _, argv = _recipe(calls, tmp_path)
+    for index, flag in ((1, "FP32"), (3, "--data"), (5, "--eval")):  # argv: recipe FP32 --data D --eval E
+        missing = [*argv]
+        missing[index] = str(tmp_path / "nope")
+        assert main(missing) == 2
+        assert capsys.readouterr().err == f"error: {flag}: {tmp_path / 'nope'} does not exist\n"
+    (tmp_path / "file").write_text("")
+    out_dir = [*argv[:-1], str(tmp_path / "file")]
+    assert main(out_dir) == 2
+    assert capsys.readouterr().err.startswith(f"error: --out-dir {tmp_path / 'file'}: ")
+    (tmp_path / "j").mkdir()
+    assert main([*argv, "--json", str(tmp_path / "j")]) == 2
+    assert capsys.readouterr().err == f"error: --json {tmp_path / 'j'}: is a directory, expected a file\n"
+    assert "search_recipe" not in calls.seen and "check_onnxruntime" not in calls.seen
+
+
+def test_recipe_warns_when_the_evaluation_records_are_the_calibration_records(calls: Calls, tmp_path: Path, capsys):
+    _, argv = _recipe(calls, tmp_path)
+    same = [*argv]
+    same[5] = same[3]
+    assert main([*same, "-q"]) == 0
+    assert capsys.readouterr().err == (
+        f"warning: --eval {tmp_path / 'calib.npz'} is the --data file: the evaluation records are the calibration "
+        "records, not held out\n"
+    )
+    assert calls.one("check_onnxruntime") == ((), {})
