@@ -541,3 +541,343 @@ def test_recipe_warns_when_the_evaluation_records_are_the_calibration_records(ca
         "records, not held out\n"
     )
     assert calls.one("check_onnxruntime") == ((), {})
+
+
+# -- compare ------------------------------------------------------------------------------------
+
+
+def _namespace(**given: Any) -> argparse.Namespace:
+    """compare's arguments as its parser gives them when nothing is asked for, then ``given``."""
+    from pytest_qaccuracy.commands.compare import CLI_TOLERANCES
+
+    base: dict[str, Any] = {name: None for name in CLI_TOLERANCES}
+    base.update(ini=None, tolerance=[], task_metric=[], task_tolerance=[], task_targets=None, name=None)
+    return argparse.Namespace(**{**base, **given})
+
+
+def test_session_config_and_mapping(tmp_path: Path) -> None:
+    from pytest_qaccuracy.commands.compare import _mapping, _session_config
+    from pytest_qaccuracy.errors import InputError
+
+    assert _session_config([" a.b = 1 ", "c=", "d=x=y"]) == {"a.b": "1", "c": "", "d": "x=y"}
+    assert _session_config([]) == {}
+    for bad in ("noequals", "=1"):
+        with pytest.raises(InputError) as info:
+            _session_config(["ok=1", bad])
+        assert str(info.value) == f"--session-config expects KEY=VALUE, got {bad!r}"
+    assert _mapping(None) is None
+    path = tmp_path / "map.json"
+    path.write_text('{"a": "a_q", "b": "b_q"}')
+    assert _mapping(path) == {"a": "a_q", "b": "b_q"}
+    for text in ('["a"]', '{"a": 1}', '{"a": "x", "b": null}'):
+        path.write_text(text)
+        with pytest.raises(InputError) as info:
+            _mapping(path)
+        assert str(info.value) == f"{path}: the tensor mapping must be a JSON object of strings {{fp32: quantized}}"
+    path.write_text("{nope")
+    with pytest.raises(InputError, match=r"cannot read the tensor mapping \(Expecting property name"):
+        _mapping(path)
+    with pytest.raises(InputError) as info:
+        _mapping(tmp_path / "missing.json")
+    assert str(info.value).startswith(f"{tmp_path / 'missing.json'}: cannot read the tensor mapping ([Errno 2]")
+
+
+def test_read_tolerances_flags_ini_rules_and_tasks(tmp_path: Path) -> None:
+    from pytest_qaccuracy.commands.compare import read_tolerances
+    from pytest_qaccuracy.errors import InputError
+    from pytest_qaccuracy.tolerances import Tolerance
+
+    assert read_tolerances(_namespace()) is None
+    asked = read_tolerances(_namespace(min_sqnr="20", tolerance=["*::* sqnr>=5"]))
+    assert asked.tolerances == {
+        "min_cosine": Tolerance("min_cosine", 0.99, "default"),
+        "topk": Tolerance("topk", 1, "default"),
+        "min_sqnr": Tolerance("min_sqnr", 20.0, "command line --min-sqnr"),
+    }
+    assert [(r.text, r.position, r.source) for r in asked.rules] == [("*::* sqnr>=5", 0, "command line --tolerance")]
+    assert asked.tasks == ()
+    ini = tmp_path / "tox.ini"
+    ini.write_text("[pytest]\nqaccuracy_min_cosine = 0.5\nqaccuracy_tolerances =\n    * mse<=1\n    * cosine>=0.1\n")
+    asked = read_tolerances(_namespace(ini=ini, min_cosine="0.7", tolerance=["a sqnr>=1", "b sqnr>=2"]))
+    assert asked.tolerances["min_cosine"] == Tolerance("min_cosine", 0.7, "command line --min-cosine")
+    assert [(r.text, r.position) for r in asked.rules] == [
+        ("* mse<=1", 0),
+        ("* cosine>=0.1", 1),
+        ("a sqnr>=1", 2),
+        ("b sqnr>=2", 3),
+    ]
+    asked = read_tolerances(_namespace(ini=ini))
+    assert asked.tolerances["min_cosine"].value == 0.5 and "topk" in asked.tolerances
+    asked = read_tolerances(_namespace(task_tolerance=["max_drop:cer = 0.01"], task_metric=["ctc"]))
+    assert asked.tolerances["max_drop:cer"] == Tolerance("max_drop:cer", 0.01, "command line --task-tolerance")
+    assert [spec.path for spec in asked.tasks] == ["ctc"]
+    assert read_tolerances(_namespace(task_metric=["ctc"])) is not None
+    for bad, message in (
+        ({"min_cosine": "high"}, "min_cosine: "),
+        ({"task_tolerance": ["cer"]}, "bad task tolerance 'cer'"),
+        ({"tolerance": ["nonsense"]}, "nonsense"),
+    ):
+        with pytest.raises(InputError, match=message):
+            read_tolerances(_namespace(**bad))
+
+
+def test_task_specs_name_where_each_came_from(tmp_path: Path, monkeypatch) -> None:
+    from pytest_qaccuracy.commands.compare import _task_specs
+    from pytest_qaccuracy.errors import InputError
+
+    monkeypatch.chdir(tmp_path)
+    ini = tmp_path / "cfg" / "tox.ini"
+    ini.parent.mkdir()
+    ini.write_text("[pytest]\nqaccuracy_task_metrics = ctc\n")
+    specs = _task_specs(_namespace(ini=ini, task_metric=['{"metric": "binary_f1"}']))
+    assert [(s.path, s.folder) for s in specs] == [("ctc", str(ini.parent)), ("binary_f1", str(tmp_path))]
+    assert [s.path for s in _task_specs(_namespace(ini=ini, task_metric=["ctc"]))] == ["ctc"]  # once
+    with pytest.raises(InputError) as info:
+        _task_specs(_namespace(task_metric=["no_such_module:Metric"]))
+    assert str(info.value).startswith("--task-metric: ")
+    ini.write_text("[pytest]\nqaccuracy_task_metrics = no_such_module:Metric\n")
+    with pytest.raises(InputError) as info:
+        _task_specs(_namespace(ini=ini))
+    assert str(info.value).startswith(f"{ini}: qaccuracy_task_metrics: ")
+    assert _task_specs(_namespace()) == ()
+
+
+def test_output_stats_only_when_a_tolerance_needs_the_outputs(calls: Calls) -> None:
+    import pytest_qaccuracy.analysis.outputs as outputs
+    from pytest_qaccuracy.commands.compare import Asked, _output_stats
+    from pytest_qaccuracy.tolerances import Tolerance
+
+    calls.replace(outputs, "measure_outputs", "STATS")
+    args = _namespace(data=Path("d.npz"), backend="integer", scheme="tflite")
+    plain = {"min_cosine": Tolerance("min_cosine", 0.99, "default"), "topk": Tolerance("topk", 1, "default")}
+    assert _output_stats(args, "PAIR", Asked(plain, []), "OPTIONS") is None
+    assert "measure_outputs" not in calls.seen
+    tolerances = {
+        **plain,
+        "topk": Tolerance("topk", 5, "x"),
+        "rtol": Tolerance("rtol", 0.1, "x"),
+        "atol": Tolerance("atol", 0.2, "x"),
+    }
+    assert _output_stats(args, "PAIR", Asked(tolerances, []), "OPTIONS") == "STATS"
+    expected_args = ("PAIR", Path("d.npz"), [1, 5], None, 0.1, 0.2, "OPTIONS", "integer", "tflite")
+    assert calls.one("measure_outputs") == (expected_args, {"tasks": (), "targets": None, "keep_task_errors": True})
+    for name in ("rtol", "atol", "min_top1_agreement", "max_top1_drop"):
+        calls.seen.clear()
+        assert _output_stats(args, "P", Asked({**plain, name: Tolerance(name, 0.5, "x")}, []), "O") == "STATS"
+        args_seen = calls.one("measure_outputs")[0]
+        assert args_seen[2] == [1] and args_seen[4:6] == (
+            0.5 if name == "rtol" else None,
+            0.5 if name == "atol" else None,
+        )
+    calls.seen.clear()
+    assert _output_stats(args, "P", Asked({}, [], tasks=("T",)), "O") == "STATS"
+    assert calls.one("measure_outputs")[0][2] == [1] and calls.one("measure_outputs")[1]["tasks"] == ("T",)
+
+
+def _result(**fields: Any) -> Any:
+    from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult, OutputResult
+
+    base = {
+        "fp32_model": "net.onnx",
+        "quantized_model": "net.q.onnx",
+        "data": "d.npz",
+        "records": 3,
+        "metric_definitions": {"mse": "", "sqnr": "", "cosine": ""},
+        "higher_is_better": {"mse": False, "sqnr": True, "cosine": True},
+        "outputs": [OutputResult("y", {"mse": 0.5, "sqnr": 30.0, "cosine": 0.999})],
+        "layers": [LayerResult("a", "a_q", "n", "Conv", 0, {"mse": 0.1, "sqnr": 40.0})],
+    }
+    return ComparisonResult(**{**base, **fields})
+
+
+def _compare(calls: Calls, result: Any) -> None:
+    import pytest_qaccuracy.analysis.compare as compare
+    import pytest_qaccuracy.model as model
+    import pytest_qaccuracy.report.artifacts as artifacts
+
+    calls.replace(compare, "compare", result)
+    calls.replace(model, "ModelPair", lambda fp32, q, mapping=None: SimpleNamespace(fp32="FP32", mapping=mapping))
+    calls.replace(artifacts, "write_comparison_artifacts", None)
+
+
+def test_compare_passes_every_option(calls: Calls, tmp_path: Path, capsys) -> None:
+    _compare(calls, _result(reduction="numpy (fallback: too many outputs)"))
+    mapping = tmp_path / "map.json"
+    mapping.write_text('{"a": "a_q"}')
+    argv = [
+        "compare", "net.onnx", "net.q.onnx", "--data", "d.npz", "--metrics", "mse,sqnr", "--backend", "integer",
+        "--scheme", "tflite", "--capture", "reference", "--optimization", "basic", "--threads", "2", "--batch-size",
+        "4", "--session-config", "a=1", "--session-config", "b=2", "--map", str(mapping), "--allow-nonfinite",
+        "--outputs-only", "--rank-by", "mse", "--top", "1", "--out-dir", str(tmp_path / "o"),
+    ]  # fmt: skip
+    assert main(argv) == 0  # nothing asked for: nothing to fail
+    args, kwargs = calls.one("compare")
+    options = RuntimeOptions(
+        providers=("CPUExecutionProvider",), optimization="basic", threads=2, batch_size=4,
+        session_config={"a": "1", "b": "2"},
+    )  # fmt: skip
+    assert args[0].mapping == {"a": "a_q"} and args[1] == Path("d.npz")
+    assert kwargs == {
+        "metrics": "mse,sqnr", "options": options, "capture": "reference", "layers": False, "allow_nonfinite": True,
+        "backend": "integer", "scheme": "tflite",
+    }  # fmt: skip
+    written_args, written_kwargs = calls.one("write_comparison_artifacts")
+    assert written_args[1] == "FP32"
+    assert written_kwargs == {"json_path": None, "out_dir": tmp_path / "o", "checks": None}
+    out = capsys.readouterr().out
+    assert "Worst 1 of 1 layers by mse (highest first)" in out
+    assert "note: layer sums computed in numpy (fallback: too many outputs)\n" in out
+    assert out.endswith(f"wrote 3 visq.json and DOT files, and report.html, to {tmp_path / 'o'}\n")
+
+
+def test_compare_ranks_by_sqnr_by_default_and_refuses_an_unknown_rank(calls: Calls, capsys) -> None:
+    _compare(calls, _result())
+    assert main(["compare", "net.onnx", "net.q.onnx", "--data", "d.npz"]) == 0
+    out = capsys.readouterr().out
+    assert "Worst 1 of 1 layers by sqnr (lowest first)" in out and "note:" not in out and "wrote" not in out
+    assert calls.one("compare")[1]["options"] == RuntimeOptions(optimization="all")
+    assert calls.one("compare")[1]["layers"] is True and calls.one("compare")[1]["scheme"] is None
+    assert main(["compare", "net.onnx", "net.q.onnx", "--data", "d.npz", "--rank-by", "lsb"]) == 2
+    assert capsys.readouterr().err == "error: --rank-by lsb: not among the measured metrics mse, sqnr, cosine\n"
+    calls.seen.clear()
+    _compare(calls, _result(metric_definitions={"mse": ""}, reduction="onnxruntime"))
+    assert main(["compare", "net.onnx", "net.q.onnx", "--data", "d.npz", "--json", "r.json"]) == 0
+    out = capsys.readouterr().out
+    assert "layers by mse (highest first)" in out and "note:" not in out and out.endswith("wrote r.json\n")
+    assert main(["compare", "net.onnx", "net.q.onnx", "--data", "d.npz", "--scheme", "tflite"]) == 2
+    assert capsys.readouterr().err == "error: --scheme applies to --backend integer only\n"
+
+
+def test_compare_gates_on_what_is_asked(calls: Calls, capsys) -> None:
+    _compare(calls, _result())
+    base = ["compare", "net.onnx", "net.q.onnx", "--data", "d.npz", "--name", "mine"]
+    assert main([*base, "--min-sqnr", "20"]) == 0  # 30 dB output
+    checks = calls.seen["write_comparison_artifacts"][0][1]["checks"]
+    assert [(c["check"], c["passed"]) for c in checks] == [("min_cosine", True), ("min_sqnr", True)]
+    capsys.readouterr()
+    assert main([*base, "--min-sqnr", "35"]) == 1
+    out = capsys.readouterr().out
+    assert "mine: FAILED" in out
+    assert main([*base, "--tolerance", "mine::* sqnr>=45"]) == 1
+    assert main([*base, "--tolerance", "other::* sqnr>=45"]) == 0  # another pair's rule
+
+
+# -- cli.py and the shared options --------------------------------------------------------------
+
+
+def test_help_formatter_says_a_default_only_when_there_is_one() -> None:
+    from pytest_qaccuracy.commands._options import HelpFormatter
+
+    formatter = HelpFormatter("prog")
+
+    def shown(default: Any, help: str | None = "text", flags: tuple[str, ...] = ("--x",)) -> str | None:
+        action = argparse.Action(list(flags), "x", default=default, help=help)
+        return formatter._get_help_string(action)
+
+    for unset in (None, False, argparse.SUPPRESS, [], ""):
+        assert shown(unset) == "text", unset
+    assert shown(0) == "text (default: %(default)s)"  # 0 is a default worth saying
+    assert shown(5) == "text (default: %(default)s)" and shown(5, help=None) == " (default: %(default)s)"
+    assert shown(("a", "b")) == "text (default: a,b)" and shown(["c"]) == "text (default: c)"
+    assert shown(5, help="text (default: five)") == "text (default: five)"
+    assert shown(5, flags=()) == "text"  # a positional argument
+    assert shown(None, help=None) == ""
+
+
+def test_shared_options() -> None:
+    from pytest_qaccuracy.commands._options import check_counts, names, providers, task_spec
+    from pytest_qaccuracy.errors import InputError
+
+    assert names(" a, b,,c ,") == ("a", "b", "c") and names("") == ()
+    assert task_spec("pkg.mod:Metric") == "pkg.mod:Metric"
+    assert task_spec(' {"metric": "ctc", "blank": 0}') == {"metric": "ctc", "blank": 0}
+    with pytest.raises(InputError) as info:
+        task_spec("{metric")
+    assert (
+        str(info.value)
+        == "--task-metric '{metric': not a JSON table (Expecting property name enclosed in double quotes)"
+    )
+    check_counts(argparse.Namespace(batch_size=1, threads=0, top=0))
+    check_counts(argparse.Namespace())
+    for flag, value, minimum in (("batch_size", 0, 1), ("threads", -1, 0), ("top", -1, 0)):
+        with pytest.raises(InputError) as info:
+            check_counts(argparse.Namespace(**{flag: value}))
+        assert str(info.value) == f"--{flag.replace('_', '-')} must be >= {minimum}, got {value}"
+    assert providers(argparse.Namespace(providers="CPUExecutionProvider")) == ("CPUExecutionProvider",)
+    with pytest.raises(InputError, match=r"^--providers: give at least one execution provider$"):
+        providers(argparse.Namespace(providers=" , "))
+    with pytest.raises(
+        InputError, match=r"^--providers: Nope, Other not available \(available: .*CPUExecutionProvider"
+    ):
+        providers(argparse.Namespace(providers="Nope,CPUExecutionProvider,Other"))
+
+
+def test_main_turns_errors_into_one_line(monkeypatch, capsys) -> None:
+    import pytest_qaccuracy.commands.report as report
+    from pytest_qaccuracy.errors import ModelError
+
+    def raising(exc: BaseException):
+        def run(args: argparse.Namespace) -> int:
+            raise exc
+
+        return run
+
+    cases = [
+        (ModelError("bad\x1bmodel"), "error: bad\\x1bmodel\n"),
+        (FileNotFoundError(2, "No such file or directory", "/x/y"), "error: /x/y: No such file or directory\n"),
+        (OSError(28, "No space left on device"), "error: No space left on device\n"),
+        (OSError("plain"), "error: plain\n"),
+    ]
+    for exc, line in cases:
+        monkeypatch.setattr(report, "run", raising(exc))
+        assert main(["report", "somewhere"]) == 2
+        assert capsys.readouterr().err == line
+    monkeypatch.setattr(report, "run", lambda args: 3)
+    assert main(["report", "somewhere"]) == 3
+
+
+def test_main_passes_quiet_to_the_progress(monkeypatch) -> None:
+    import pytest_qaccuracy.data.progress as progress
+
+    seen = []
+    monkeypatch.setattr(progress, "progress_for", lambda stream, quiet=False: seen.append(quiet))
+    monkeypatch.setattr("pytest_qaccuracy.commands.calibrate.run", lambda args: 0)
+    assert main(["calibrate", "f.onnx", "--data", "d", "--out", "q.onnx", "-q"]) == 0
+    assert main(["calibrate", "f.onnx", "--data", "d", "--out", "q.onnx"]) == 0
+    assert main(["report", "somewhere", "--out", "x.html"]) == 2  # a command without --quiet
+    assert seen == [True, False, False]
+
+
+def test_version_falls_back_to_the_package(monkeypatch) -> None:
+    from importlib import metadata
+
+    import pytest_qaccuracy
+    from pytest_qaccuracy.cli import _version
+
+    assert _version() == metadata.version("pytest-qaccuracy")
+
+    def missing(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    assert _version() == pytest_qaccuracy.__version__
+
+
+def test_the_parser_lists_every_command_in_order_and_exits_2_on_bad_usage(capsys) -> None:
+    from pytest_qaccuracy.cli import COMMANDS, EXIT_USAGE, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(sub.choices) == list(COMMANDS)
+    assert parser.prog == "qaccuracy" and not parser.allow_abbrev
+    assert all(not p.allow_abbrev for p in sub.choices.values())
+    for name, command in sub.choices.items():
+        module = __import__(f"pytest_qaccuracy.commands.{name}", fromlist=["run"])
+        assert command.get_default("_run") is module.run and command.description == module.HELP
+    with pytest.raises(SystemExit) as info:
+        parser.parse_args(["nope"])
+    assert info.value.code == EXIT_USAGE == 2
+    assert capsys.readouterr().err.startswith("error: qaccuracy: argument command: invalid choice: 'nope'")
+    with pytest.raises(SystemExit):
+        parser.parse_args([])
+    assert capsys.readouterr().err == "error: qaccuracy: the following arguments are required: command\n"
