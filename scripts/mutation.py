@@ -84,6 +84,24 @@ GROUPS: dict[str, Group] = {
         ("model/matching.py",), ("tests/test_matching.py", "tests/test_matching_edges.py", "tests/test_pair.py")
     ),
     "calibration": Group(("analysis/calibration/qdq_params.py",), ("tests/analysis/test_calibration_auto.py",)),
+    "commands": Group(
+        ("commands/*", "cli.py"),
+        (
+            "tests/test_cli.py",
+            "tests/test_command_plumbing.py",
+            "tests/report/test_report_command.py",
+            "tests/report/test_report_command_units.py",
+            "tests/backend/test_cli_run_units.py",
+        ),
+    ),
+    "settings": Group(
+        ("plugin/settings.py", "plugin/options.py", "plugin/ini.py", "plugin/schemes.py"),
+        ("tests/plugin/test_settings_units.py",),
+    ),
+    "summary": Group(
+        ("report/summary.py", "report/verdicts.py", "report/tables.py"),
+        ("tests/report/test_summary_units.py", "tests/plugin/test_summary.py", "tests/report/test_tables.py"),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (

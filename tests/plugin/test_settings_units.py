@@ -202,6 +202,33 @@ def test_a_path_from_the_ini_file_is_relative_to_it(parse, pytester: pytest.Pyte
     assert s.report == pytester.path / "elsewhere" / "page.html"
 
 
+def test_an_ini_override_without_an_ini_file_is_relative_to_the_invocation(parse) -> None:
+    config = parse("-o", "qaccuracy_artifacts_dir=art")
+    assert config.inipath is None
+    s = load_settings(config)
+    assert (
+        s.artifacts_dir == config.invocation_params.dir / "art"
+        and s.origins["artifacts_dir"] == "qaccuracy_artifacts_dir"
+    )
+
+
+def test_command_line_task_tolerances_skip_comments_and_blanks(parse) -> None:
+    args = [
+        "--qaccuracy-task-tolerance=# a note",
+        "--qaccuracy-task-tolerance=  ",
+        "--qaccuracy-task-tolerance=min:f1 = 0.5",
+    ]
+    s = load_settings(parse(*args))
+    assert s.tolerances["min:f1"] == Tolerance("min:f1", 0.5, "command line --qaccuracy-task-tolerance")
+
+
+def test_a_bad_rule_says_why(parse) -> None:
+    with pytest.raises(pytest.UsageError) as info:
+        load_settings(parse("--qaccuracy-tolerance=* sqnr>>5"))
+    message = str(info.value)
+    assert message.startswith("--qaccuracy-tolerance: ") and "sqnr>>5" in message and "None" not in message
+
+
 def test_a_blank_command_line_value_leaves_the_ini_one(parse) -> None:
     s = load_settings(parse("--qaccuracy-min-cosine=  ", "--qaccuracy-metrics=", ini="qaccuracy_min_cosine = 0.9\n"))
     assert s.tolerances["min_cosine"].value == 0.9 and s.metrics is None
@@ -289,12 +316,12 @@ def test_check_metrics_names_the_option_each_metric_came_from(parse) -> None:
     ok = load_settings(parse("--qaccuracy-metrics=mse,sqnr", "--qaccuracy-tolerance=* cosine>=0.5"))
     settings.check_metrics(ok)
     cases = [
-        (("--qaccuracy-metrics=mse,nope",), None, "--qaccuracy-metrics: "),
-        ((), "qaccuracy_metrics = nope\n", "qaccuracy_metrics: "),
+        (("--qaccuracy-metrics=mse,nope",), None, "--qaccuracy-metrics: unknown metric 'nope'"),
+        ((), "qaccuracy_metrics = nope\n", "qaccuracy_metrics: unknown metric 'nope'"),
         (("--qaccuracy-tolerance=* nope>=1",), None, "--qaccuracy-tolerance: tolerance rule '* nope>=1': "),
         ((), "qaccuracy_tolerances = * nope>=1\n", "qaccuracy_tolerances: tolerance rule '* nope>=1': "),
-        (("--qaccuracy-sensitivity-metric=nope",), None, "--qaccuracy-sensitivity-metric: "),
-        ((), "qaccuracy_sensitivity_metric = nope\n", "qaccuracy_sensitivity_metric: "),
+        (("--qaccuracy-sensitivity-metric=nope",), None, "--qaccuracy-sensitivity-metric: unknown metric 'nope'"),
+        ((), "qaccuracy_sensitivity_metric = nope\n", "qaccuracy_sensitivity_metric: unknown metric 'nope'"),
     ]
     for args, ini_text, message in cases:
         with pytest.raises(pytest.UsageError) as info:
@@ -465,6 +492,8 @@ def test_native_toml_of_a_broken_or_odd_file_is_missing(tmp_path: Path) -> None:
     odd.parent.mkdir()
     odd.write_text('[tool]\npytest = "text"\n')
     assert ini._native_toml(Config(odd), "x") is ini._MISSING
+    odd.write_text('[project]\nname = "x"\n')  # no [tool] table at all
+    assert ini._native_toml(Config(odd), "x") is ini._MISSING
     odd.write_text("[tool.pytest]\nx = 4\n[pytest]\nx = 5\n")
     assert ini._native_toml(Config(odd), "x") == 4
     broken.write_text("[tool.pytest]\nx = 4\n[pytest]\nx = 5\n")
@@ -480,7 +509,7 @@ def test_ini_value_reports_pytests_refusal_without_its_prefix() -> None:
         inipath = None
 
         def getini(self, name):
-            raise ValueError(f"invalid value for '{name}' expected a string")
+            raise ValueError(f"'{name}': invalid value for '{name}' expected a string")
 
     with pytest.raises(pytest.UsageError) as info:
         ini.ini_value(Config(), "qaccuracy_rtol")
