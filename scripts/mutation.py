@@ -148,6 +148,13 @@ EQUIVALENT: list[tuple[str, str, str]] = [
         r'.kind \1 "XX\2XX"',
         "a dtype kind is one letter, never X: 'i' in 'iu' as in 'XXiuXX'",
     ),
+    (
+        r"sys\.version_info >= \((\d+), (\d+)\)",
+        r"sys.version_info > (\1, \2)",
+        "sys.version_info has five fields, so it never equals a pair: (3, 11, 0, ...) > (3, 11)",
+    ),
+    (r"\.rsplit\(([^()]*), 1\)\[-1\]", r".rsplit(\1, )[-1]", "the last piece of rsplit is the same for any maxsplit"),
+    (r"\.rsplit\(([^()]*), 1\)\[-1\]", r".rsplit(\1, 2)[-1]", "the last piece of rsplit is the same for any maxsplit"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -515,6 +515,14 @@ def test_ini_value_reports_pytests_refusal_without_its_prefix() -> None:
         ini.ini_value(Config(), "qaccuracy_rtol")
     assert str(info.value) == "qaccuracy_rtol: expected a string"
 
+    class Terse(Config):
+        def getini(self, name):
+            raise TypeError("not a string")
+
+    with pytest.raises(pytest.UsageError) as info:
+        ini.ini_value(Terse(), "qaccuracy_rtol")
+    assert str(info.value) == "qaccuracy_rtol: not a string"  # a message without the key: all of it
+
 
 def test_schemes_check_names_and_list_what_is_known() -> None:
     assert schemes.check_backend("integer") == "integer"
