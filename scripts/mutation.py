@@ -153,6 +153,10 @@ EQUIVALENT: list[tuple[str, str, str]] = [
         r"sys.version_info > (\1, \2)",
         "sys.version_info has five fields, so it never equals a pair: (3, 11, 0, ...) > (3, 11)",
     ),
+    *[
+        (r'tablefmt="simple", ', new, "tabulate's default format is 'simple', and it reads an unknown name as 'simple'")
+        for new in ('tablefmt="XXsimpleXX", ', 'tablefmt="SIMPLE", ', "tablefmt=None, ", "")
+    ],
     (r"\.rsplit\(([^()]*), 1\)\[-1\]", r".rsplit(\1, )[-1]", "the last piece of rsplit is the same for any maxsplit"),
     (r"\.rsplit\(([^()]*), 1\)\[-1\]", r".rsplit(\1, 2)[-1]", "the last piece of rsplit is the same for any maxsplit"),
 ]

@@ -881,3 +881,56 @@ def test_the_parser_lists_every_command_in_order_and_exits_2_on_bad_usage(capsys
     with pytest.raises(SystemExit):
         parser.parse_args([])
     assert capsys.readouterr().err == "error: qaccuracy: the following arguments are required: command\n"
+
+
+def test_calibrate_reads_the_fp32_model_for_its_opset_note(calls: Calls, tmp_path: Path) -> None:
+    p = _calibrate(calls, tmp_path)
+    assert main(["calibrate", str(p["fp32"]), "--data", str(p["data"]), "--out", str(p["out"])]) == 0
+    assert calls.one("load_model") == ((p["fp32"],), {})
+
+
+def test_saturation_keeps_names_that_look_like_numbers(calls: Calls, capsys) -> None:
+    import pytest_qaccuracy.analysis.saturation as saturation
+
+    _saturation(calls, (_layer("007", 10, 1),), {})
+    calls.replace(saturation, "check_remedies", [saturation.RemedyResult("r", "h", None, {}, note="1e3")])
+    assert main(["saturation", "m.onnx", "--data", "d.npz"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert _cells(lines[3])[0] == "007" and _cells(lines[-1]) == ["r", "h", "-", "1e3"]
+
+
+def test_task_specs_errors_of_the_ini_file_and_of_two_metrics(tmp_path: Path) -> None:
+    from pytest_qaccuracy.commands.compare import _task_specs
+    from pytest_qaccuracy.errors import InputError
+    from pytest_qaccuracy.tolerances import ini_task_metrics
+
+    missing = tmp_path / "missing.ini"
+    with pytest.raises(ValueError) as direct:
+        ini_task_metrics(missing)
+    with pytest.raises(InputError) as info:
+        _task_specs(_namespace(ini=missing))
+    assert str(info.value) == str(direct.value) and str(missing) in str(info.value)
+    with pytest.raises(InputError) as info:
+        _task_specs(_namespace(task_metric=["ctc", '{"metric": "ctc", "blank": 1}']))
+    assert str(info.value).startswith("task metrics: task metrics 'ctc' and ")
+
+
+def test_output_stats_reads_task_targets_for_the_records(calls: Calls, monkeypatch) -> None:
+    import contextlib
+
+    import pytest_qaccuracy.analysis.outputs as outputs
+    import pytest_qaccuracy.data as data
+    import pytest_qaccuracy.data.targets as targets
+    from pytest_qaccuracy.commands.compare import Asked, _output_stats
+    from pytest_qaccuracy.tolerances import Tolerance
+
+    calls.replace(outputs, "measure_outputs", "STATS")
+    calls.replace(targets, "read_sidecar", ["t0", "t1", "t2"])
+    monkeypatch.setattr(data, "load_dataset", lambda path: contextlib.nullcontext([path] * 3))
+    args = _namespace(data=Path("d.npz"), backend="onnxruntime", scheme=None, task_targets=Path("t.jsonl"))
+    assert _output_stats(args, "P", Asked({}, [], tasks=("T",)), "O") == "STATS"
+    assert calls.one("read_sidecar") == ((Path("t.jsonl"), 3), {})
+    assert calls.one("measure_outputs")[1] == {"tasks": ("T",), "targets": ["t0", "t1", "t2"], "keep_task_errors": True}
+    calls.seen.clear()
+    assert _output_stats(args, "P", Asked({"topk": Tolerance("topk", 0, "x")}, [], tasks=("T",)), "O") == "STATS"
+    assert calls.one("measure_outputs")[0][2] == [1]  # a top-k of 0 counts as 1

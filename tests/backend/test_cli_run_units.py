@@ -228,3 +228,51 @@ def test_a_model_the_backend_rejects_names_the_model(tmp_path: Path, records, ca
     monkeypatch.setattr(run_command, "_runner", bad_input)
     assert main(argv) == 2
     assert capsys.readouterr().err == "error: unknown scheme 'x'\n"
+
+
+def test_a_batch_baked_into_a_reshape_runs_records_one_at_a_time(tmp_path: Path, records, monkeypatch) -> None:
+    sizes = []
+    real = run_command._execute
+
+    def execute(runner, feeds):
+        sizes.append(next(iter(feeds.values())).shape[0])
+        return real(runner, feeds)
+
+    monkeypatch.setattr(run_command, "_execute", execute)
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 3])
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="only")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [shape],
+    )
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    out = tmp_path / "o.h5"
+    argv = ["run", str(model), "--data", str(_data(tmp_path / "d.h5", records)), "--backend", "onnxruntime"]
+    assert main([*argv, "--out", str(out), "--batch-size", "4"]) == 0
+    assert sizes == [1, 1, 1, 1, 1]
+
+
+def test_progress_is_one_task_over_the_records_and_the_scheme_is_said(tmp_path: Path, records, monkeypatch, capsys):
+    import contextlib
+
+    import pytest_qaccuracy.data.progress as progress
+
+    tasks = []
+
+    @contextlib.contextmanager
+    def task(name, total):
+        tasks.append((name, total))
+        yield lambda n: None
+
+    monkeypatch.setattr(progress, "task", task)
+    model, data = _model(tmp_path / "m.onnx", "Relu"), _data(tmp_path / "d.h5", records)
+    out = tmp_path / "o.h5"
+    assert main(["run", str(model), "--data", str(data), "--out", str(out), "--scheme", "tflite"]) == 0
+    assert tasks == [("run", 5)]
+    assert capsys.readouterr().out == f"wrote 5 record(s) x 1 output(s) to {out} (integer, tflite)\n"
+    assert main(["run", str(model), "--data", str(data), "--out", str(out), "--threads", "-1"]) == 2
+    assert capsys.readouterr().err == "error: --threads must be >= 0, got -1\n"
