@@ -174,14 +174,14 @@ def _sensitivity(calls: Calls, tmp_path: Path, suggestion: Any = "keep") -> dict
     import pytest_qaccuracy.report.sensitivity_tables as tables
 
     session = _Session()
-    calls.replace(model, "ModelPair", lambda fp32, quantized: SimpleNamespace(quantized_path=Path(quantized)))
+    calls.replace(model, "ModelPair", lambda fp32, q: SimpleNamespace(fp32=Path(fp32), quantized_path=Path(q)))
     calls.replace(sensitivity, "open_session", session)
     calls.replace(sensitivity, "sensitivity_in", "RANKING")
     calls.replace(cumulative, "cumulative_in", "CURVES")
     calls.replace(sweep, "sweep_in", lambda *a: SimpleNamespace(target=a[3], suggestion=suggestion))
-    calls.replace(tables, "sensitivity_table", lambda ranking, top=10: f"RANKED top={top}")
-    calls.replace(tables, "sweep_table", "SWEPT")
-    calls.replace(tables, "cumulative_table", "CUMULATIVE")
+    calls.replace(tables, "sensitivity_table", lambda ranking, top=10: f"RANKED top={top}" * (ranking == "RANKING"))
+    calls.replace(tables, "sweep_table", lambda sweep: f"SWEPT {sweep.suggestion}")
+    calls.replace(tables, "cumulative_table", lambda curves: "CUMULATIVE" * (curves == "CURVES"))
     calls.replace(tables, "write_sensitivity_artifacts", [tmp_path / "a.json"])
     return {"session": session, "argv": ["sensitivity", "f.onnx", "net.q.onnx", "--data", str(tmp_path / "d.npz")]}
 
@@ -207,7 +207,9 @@ def test_sensitivity_passes_every_option(calls: Calls, tmp_path: Path, capsys) -
     written = calls.one("write_sensitivity_artifacts")[1]
     assert set(written) == {"sensitivity", "sweep"} and written["sensitivity"] == "RANKING"
     assert written["sweep"].suggestion == "keep"
-    assert capsys.readouterr().out == f"RANKED top=4\n\nSWEPT\nwrote {tmp_path / 'a.json'}\n"
+    assert capsys.readouterr().out == f"RANKED top=4\n\nSWEPT keep\nwrote {tmp_path / 'a.json'}\n"
+    pair = calls.one("ModelPair")[0]
+    assert pair == (Path("f.onnx"), Path("net.q.onnx")) and args[0].fp32 == Path("f.onnx")
 
 
 def test_sensitivity_defaults_and_a_missed_target(calls: Calls, tmp_path: Path, capsys) -> None:
@@ -934,3 +936,10 @@ def test_output_stats_reads_task_targets_for_the_records(calls: Calls, monkeypat
     calls.seen.clear()
     assert _output_stats(args, "P", Asked({"topk": Tolerance("topk", 0, "x")}, [], tasks=("T",)), "O") == "STATS"
     assert calls.one("measure_outputs")[0][2] == [1]  # a top-k of 0 counts as 1
+
+
+def test_sensitivity_writes_its_files_where_asked(calls: Calls, tmp_path: Path) -> None:
+    s = _sensitivity(calls, tmp_path)
+    out_dir, json_path = tmp_path / "o", tmp_path / "r.json"
+    assert main([*s["argv"], "--out-dir", str(out_dir), "--json", str(json_path)]) == 0
+    assert calls.one("write_sensitivity_artifacts")[0] == ("net.q", out_dir, json_path)

@@ -581,3 +581,20 @@ def test_comparison_table_parts(small_result, make_result) -> None:
         "3 fp32 tensor(s) had no quantized counterpart (see the JSON's 'unmatched')",
         "warning: only 1 of 4 layers matched: are these the same model?",
     ]
+
+
+def test_a_passed_pair_that_was_analysed_shows_its_block() -> None:
+    analysed = record([check(passed=True)], id="ok", sensitivity={"error": "boom"})
+    quiet = record([check(passed=True)], id="calm")
+    texts = summary.summary_lines([analysed, quiet])
+    assert texts == [
+        "ok: PASSED (m.q.onnx vs m.onnx on d.npz, 4 records)",
+        "calm: PASSED (m.q.onnx vs m.onnx on d.npz, 4 records)",
+        "",
+        "ok: PASSED on d.npz",
+        "  sensitivity not analysed: boom",
+        "",
+        "2 / 2 pairs passed",
+    ]
+    unchecked = record([], id="u", sensitivity={"error": "boom"})
+    assert summary.summary_lines([unchecked])[2:4] == ["u: NO CHECKS on d.npz", "  sensitivity not analysed: boom"]
