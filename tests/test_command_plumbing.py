@@ -943,3 +943,145 @@ def test_sensitivity_writes_its_files_where_asked(calls: Calls, tmp_path: Path) 
     out_dir, json_path = tmp_path / "o", tmp_path / "r.json"
     assert main([*s["argv"], "--out-dir", str(out_dir), "--json", str(json_path)]) == 0
     assert calls.one("write_sensitivity_artifacts")[0] == ("net.q", out_dir, json_path)
+
+
+def test_recipe_keeps_the_log_alive_with_its_heartbeat_unless_quiet(calls: Calls, tmp_path: Path, monkeypatch) -> None:
+    import pytest_qaccuracy.data.progress as progress
+    import pytest_qaccuracy.report.recipe_tables as tables
+
+    beats: list[Any] = []
+
+    class Beat:
+        def __init__(self, write: Any, label: str) -> None:
+            self.write, self.label, self.entered = write, label, 0
+            beats.append(self)
+
+        def say(self, text: str) -> None:
+            self.write(f"[{self.label}] {text}")
+
+        def __enter__(self) -> Beat:
+            self.entered += 1
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(progress, "Heartbeat", Beat)
+    result, argv = _recipe(calls, tmp_path)
+    calls.replace(tables, "step_line", lambda step, best, checks: f"{step} {best} {len(checks)} checks")
+    calls.replace(tables, "steps_table", lambda r: "STEPS" * (r is result))
+    calls.replace(tables, "verdict_lines", lambda r: ["met"] * (r is result))
+    assert main([*argv, "--target", "sqnr>=20"]) == 0
+    assert [(b.label, b.entered) for b in beats] == [("recipe", 1)]
+    assert main([*argv, "-q"]) == 0
+    assert [(b.label, b.entered) for b in beats] == [("recipe", 1), ("recipe", 0)]
+
+
+def test_recipe_prints_the_steps_and_the_verdict_of_its_result(calls: Calls, tmp_path: Path, capsys) -> None:
+    import pytest_qaccuracy.report.recipe_tables as tables
+
+    result, argv = _recipe(calls, tmp_path)
+    calls.replace(tables, "step_line", lambda step, best, checks: f"{step} {best} {len(checks)} checks")
+    calls.replace(tables, "steps_table", lambda r: "STEPS" * (r is result))
+    calls.replace(tables, "verdict_lines", lambda r: ["met"] * (r is result))
+    assert main([*argv, "--target", "sqnr>=20"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("STEPS\n\nmet\n") and "STEP BEST-SO-FAR 2 checks" in err
+
+
+def _stats(**fields: Any) -> Any:
+    class Value:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def to_dict(self) -> dict[str, Any]:
+            return {"value": self.name}
+
+    return SimpleNamespace(topk=fields.get("topk", {}), task={k: Value(k) for k in fields.get("task", ())})
+
+
+def test_record_is_the_plugins_pair_record(calls: Calls) -> None:
+    import pytest_qaccuracy.analysis.checks as checks
+    import pytest_qaccuracy.commands.compare as compare
+    from pytest_qaccuracy.outcomes import Outcome
+
+    outcome = Outcome(
+        kind="tolerance", check="min_sqnr", scope="output", subject="output 'y'", metric="sqnr", op=">=",
+        threshold=20.0, value=30.0, passed=True, source="default", detail="",
+    )  # fmt: skip
+    stats = _stats(topk={"y": {"k": {}}}, task=("cer",))
+    calls.replace(compare, "_output_stats", stats)
+    calls.replace(checks, "evaluate", [outcome])
+    result = _result(scheme="tflite")
+    args = _namespace(backend="integer", quantized=Path("dir/net.q.onnx"))
+    asked = compare.Asked({}, [])
+    record = compare._record(args, "PAIR", result, asked, "OPTIONS")
+    assert record == {
+        "id": "net.q",
+        "comparison": result.to_dict(),
+        "checks": [{**outcome.to_dict(), "xfail": None}],
+        "topk": {"y": {"k": {}}},
+        "task": {"cer": {"value": "cer"}},
+        "backend": "integer",
+        "scheme": "tflite",
+    }
+    assert calls.one("_output_stats") == ((args, "PAIR", asked, "OPTIONS"), {})
+    assert calls.one("evaluate") == ((result, stats, {}, [], "net.q"), {"whole": True})
+    args = _namespace(backend="onnxruntime", quantized=Path("q.onnx"), name="mine")
+    calls.replace(compare, "_output_stats", None)
+    record = compare._record(args, "PAIR", _result(), asked, "OPTIONS")
+    assert (record["id"], record["topk"], record["task"], record["scheme"]) == ("mine", {}, {}, "onnxruntime")
+    assert calls.seen["evaluate"][1][0][1] is None
+    record = compare._record(args, "PAIR", _result(), None, "OPTIONS")  # nothing asked: nothing checked
+    assert (record["checks"], record["topk"], record["task"]) == ([], {}, {})
+
+
+def test_compare_summary_says_where_the_rest_is(calls: Calls, tmp_path: Path, capsys, monkeypatch) -> None:
+    import pytest_qaccuracy.commands.compare as compare
+    import pytest_qaccuracy.report.artifacts as artifacts
+
+    from pytest_qaccuracy.analysis.results import LayerResult
+
+    layers = [LayerResult(f"l{i}", f"l{i}_q", f"n{i}", "Conv", i, {"mse": 0.1, "sqnr": 40.0}) for i in range(6)]
+    _compare(calls, _result(layers=layers))
+    calls.replace(artifacts, "check_artifact_targets", None)
+    topk = {f"o{i}": {"counted": "per position", "units": 9, "records": 3} for i in range(4)}
+    calls.replace(compare, "_output_stats", _stats(topk=topk))
+    rules = ["--tolerance=net.q::* sqnr>=50"]
+    base = ["compare", "net.onnx", "net.q.onnx", "--data", "d.npz", "--metrics", "mse,sqnr,cosine"]
+    assert main([*base, *rules]) == 1
+    out = capsys.readouterr().out
+    table, summary_text = out.split("\n\n", 1)[0], out
+    assert table.startswith("net.q.onnx vs net.onnx on d.npz (3 records)")
+    assert "\n\nnet.q: FAILED (net.q.onnx vs net.onnx on d.npz, 3 records)\n" in summary_text
+    assert "    and 1 more (--json)\n" in out  # six failed layers, five shown
+    assert out.count("top-k on output 'o") == 4  # every warning, not the first three
+    assert out.endswith("0 / 1 pairs passed\n")
+    assert calls.one("check_artifact_targets") == ((None, None, "net.q", ["mse", "sqnr", "cosine"]), {})
+    args = calls.one("_output_stats")[0]
+    assert args[1].fp32 == "FP32" and args[3] == RuntimeOptions()
+    assert main([*base, *rules, "--json", str(tmp_path / "r.json"), "--out-dir", str(tmp_path / "o")]) == 1
+    assert "    and 1 more (--json, --out-dir)\n" in capsys.readouterr().out
+    assert calls.seen["check_artifact_targets"][1][0][:2] == (tmp_path / "r.json", tmp_path / "o")
+    assert main([*base, "--batch-size", "0"]) == 2
+    assert capsys.readouterr().err == "error: --batch-size must be >= 1, got 0\n"
+
+
+def test_the_parser_describes_the_command_and_its_exit_codes() -> None:
+    from pytest_qaccuracy.cli import EPILOG, build_parser
+
+    parser = build_parser()
+    assert parser.description == "Quantization accuracy checks for ONNX model pairs." and parser.epilog == EPILOG
+    assert "130 interrupted" in parser.format_help().replace("\n", " ")
+
+
+def test_main_draws_progress_on_stderr(monkeypatch) -> None:
+    import sys
+
+    import pytest_qaccuracy.data.progress as progress
+
+    seen = []
+    monkeypatch.setattr(progress, "progress_for", lambda stream, quiet=False: seen.append(stream))
+    monkeypatch.setattr("pytest_qaccuracy.commands.report.run", lambda args: 0)
+    assert main(["report", "somewhere"]) == 0
+    assert seen == [sys.stderr]
