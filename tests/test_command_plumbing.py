@@ -1039,7 +1039,6 @@ def test_record_is_the_plugins_pair_record(calls: Calls) -> None:
 def test_compare_summary_says_where_the_rest_is(calls: Calls, tmp_path: Path, capsys, monkeypatch) -> None:
     import pytest_qaccuracy.commands.compare as compare
     import pytest_qaccuracy.report.artifacts as artifacts
-
     from pytest_qaccuracy.analysis.results import LayerResult
 
     layers = [LayerResult(f"l{i}", f"l{i}_q", f"n{i}", "Conv", i, {"mse": 0.1, "sqnr": 40.0}) for i in range(6)]
