@@ -598,3 +598,14 @@ def test_a_passed_pair_that_was_analysed_shows_its_block() -> None:
     ]
     unchecked = record([], id="u", sensitivity={"error": "boom"})
     assert summary.summary_lines([unchecked])[2:4] == ["u: NO CHECKS on d.npz", "  sensitivity not analysed: boom"]
+
+
+def test_a_strict_xfail_that_passed_says_why_it_failed(tmp_path: Path) -> None:
+    strict = record([check(passed=True)], id="s", tests={"t::x": "xpassed-strict"})
+    lines = summary.summary_lines([strict])
+    assert lines[1:3] == ["", "s: FAILED on d.npz, passed, but t::x is marked xfail(strict=True)"]
+    (tmp_path / "labels.npy").write_bytes(b"L")
+    with_labels = record([], labels=str(tmp_path / "labels.npy"), fp32=None, quantized=None, data=None)
+    pair = summary.summary_document([with_labels], tmp_path, {})["pairs"][0]
+    assert pair["labels"] == {"path": "labels.npy", "sha256": hashlib.sha256(b"L").hexdigest()}
+    assert pair["status"] == "unchecked" and pair["passed"] is True
