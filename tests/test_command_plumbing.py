@@ -1084,3 +1084,35 @@ def test_main_draws_progress_on_stderr(monkeypatch) -> None:
     monkeypatch.setattr("pytest_qaccuracy.commands.report.run", lambda args: 0)
     assert main(["report", "somewhere"]) == 0
     assert seen == [sys.stderr]
+
+
+# -- the help every command prints ------------------------------------------------------------------
+
+#: Every command's ``--help`` at 100 columns, as users read it. A change to an option's name, default,
+#: choices or text shows here; after a deliberate one, rewrite the file with
+#: ``QACCURACY_UPDATE_CLI_HELP=1 pytest tests/test_command_plumbing.py -k help_text``.
+CLI_HELP = Path(__file__).parent / "cli_help.txt"
+
+
+def _help_text() -> str:
+    from pytest_qaccuracy.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    parts = [f"== qaccuracy --help\n{parser.format_help()}"]
+    parts += [f"== qaccuracy {name} --help\n{command.format_help()}" for name, command in sub.choices.items()]
+    return "\n".join(parts)
+
+
+@pytest.mark.skipif(
+    __import__("sys").version_info[:2] != (3, 11),
+    reason="argparse words its help differently on other Pythons (3.10: 'optional arguments'); written on 3.11",
+)
+def test_help_text_of_every_command(monkeypatch) -> None:
+    import os
+
+    monkeypatch.setenv("COLUMNS", "100")
+    text = _help_text()
+    if os.environ.get("QACCURACY_UPDATE_CLI_HELP") == "1":
+        CLI_HELP.write_text(text, encoding="utf-8")
+    assert text == CLI_HELP.read_text(encoding="utf-8")
