@@ -157,6 +157,10 @@ EQUIVALENT: list[tuple[str, str, str]] = [
         (r'tablefmt="simple", ', new, "tabulate's default format is 'simple', and it reads an unknown name as 'simple'")
         for new in ('tablefmt="XXsimpleXX", ', 'tablefmt="SIMPLE", ', "tablefmt=None, ", "")
     ],
+    # argparse options (one line each, or the line of a call spread over lines; no other call in the
+    # package has a line that is only `default=None,`)
+    (r'((?:^"--|add_argument\()[^\n]*?)default=None, ', r"\1", "an argparse option's default is None already"),
+    (r"^default=None,$", "", "an argparse option's default is None already"),
     (r"\.rsplit\(([^()]*), 1\)\[-1\]", r".rsplit(\1, )[-1]", "the last piece of rsplit is the same for any maxsplit"),
     (r"\.rsplit\(([^()]*), 1\)\[-1\]", r".rsplit(\1, 2)[-1]", "the last piece of rsplit is the same for any maxsplit"),
 ]

@@ -713,6 +713,7 @@ def test_compare_passes_every_option(calls: Calls, tmp_path: Path, capsys) -> No
         "--outputs-only", "--rank-by", "mse", "--top", "1", "--out-dir", str(tmp_path / "o"),
     ]  # fmt: skip
     assert main(argv) == 0  # nothing asked for: nothing to fail
+    assert calls.one("ModelPair")[0] == (Path("net.onnx"), Path("net.q.onnx"))
     args, kwargs = calls.one("compare")
     options = RuntimeOptions(
         providers=("CPUExecutionProvider",), optimization="basic", threads=2, batch_size=4,
@@ -1116,3 +1117,40 @@ def test_help_text_of_every_command(monkeypatch) -> None:
     if os.environ.get("QACCURACY_UPDATE_CLI_HELP") == "1":
         CLI_HELP.write_text(text, encoding="utf-8")
     assert text == CLI_HELP.read_text(encoding="utf-8")
+
+
+def test_compare_parses_every_option_to_its_type() -> None:
+    from pytest_qaccuracy.cli import build_parser
+
+    argv = [
+        "compare", "a.onnx", "b.onnx", "--data", "d.npz", "--ini", "tox.ini", "--tolerance", "* mse<=1",
+        "--tolerance", "* sqnr>=2", "--task-metric", "ctc", "--task-metric", "m:C", "--task-tolerance", "min:a = 1",
+        "--task-tolerance", "min:b = 2", "--task-targets", "t.jsonl", "--session-config", "a=1",
+        "--session-config", "b=2", "--map", "m.json", "--min-sqnr", "3",
+    ]  # fmt: skip
+    args = vars(build_parser().parse_args(argv))
+    assert (args["fp32"], args["quantized"], args["data"]) == (Path("a.onnx"), Path("b.onnx"), Path("d.npz"))
+    assert all(isinstance(args[k], Path) for k in ("fp32", "quantized", "data", "ini", "task_targets", "map"))
+    assert (args["ini"], args["task_targets"], args["map"]) == (Path("tox.ini"), Path("t.jsonl"), Path("m.json"))
+    assert args["tolerance"] == ["* mse<=1", "* sqnr>=2"] and args["task_metric"] == ["ctc", "m:C"]
+    assert args["task_tolerance"] == ["min:a = 1", "min:b = 2"] and args["session_config"] == ["a=1", "b=2"]
+    assert args["min_sqnr"] == "3" and args["min_cosine"] is None
+    bare = vars(build_parser().parse_args(["compare", "a.onnx", "b.onnx", "--data", "d.npz"]))
+    assert (bare["tolerance"], bare["task_metric"], bare["task_tolerance"], bare["session_config"]) == ([], [], [], [])
+    assert (bare["metrics"], bare["rank_by"], bare["name"], bare["ini"], bare["map"]) == (None,) * 5
+    assert (bare["backend"], bare["capture"], bare["optimization"], bare["top"]) == (
+        "onnxruntime",
+        "deployed",
+        "all",
+        10,
+    )
+    report = vars(build_parser().parse_args(["report", "dir", "--out", "o.html"]))
+    assert report == {"command": "report", "dir": Path("dir"), "out": Path("o.html"), "title": None, "force": False,
+                      "_run": report["_run"]}  # fmt: skip
+    saturation = vars(build_parser().parse_args(["saturation", "m.onnx", "--data", "d.npz", "--json", "s.json"]))
+    assert (saturation["model"], saturation["json"], saturation["preset"]) == (
+        Path("m.onnx"),
+        Path("s.json"),
+        "onnxruntime-avx2",
+    )
+    assert saturation["max_saturated"] is None and isinstance(saturation["model"], Path)
