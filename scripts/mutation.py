@@ -100,7 +100,7 @@ GROUPS: dict[str, Group] = {
     ),
     "summary": Group(
         ("report/summary.py", "report/verdicts.py", "report/tables.py"),
-        ("tests/report/test_summary_units.py", "tests/plugin/test_summary.py", "tests/report/test_tables.py"),
+        ("tests/report/test_summary_units.py", "tests/report/test_tables.py"),
     ),
     "arith": Group(
         ("backend/arith.py",),
