@@ -857,13 +857,14 @@ def test_version_falls_back_to_the_package(monkeypatch) -> None:
     import pytest_qaccuracy
     from pytest_qaccuracy.cli import _version
 
-    assert _version() == metadata.version("pytest-qaccuracy")
+    monkeypatch.setattr(pytest_qaccuracy, "__version__", "0.0.0+package")
+    assert _version() == metadata.version("pytest-qaccuracy") != "0.0.0+package"  # the distribution's first
 
     def missing(name: str) -> str:
         raise metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(metadata, "version", missing)
-    assert _version() == pytest_qaccuracy.__version__
+    assert _version() == "0.0.0+package"
 
 
 def test_the_parser_lists_every_command_in_order_and_exits_2_on_bad_usage(capsys) -> None:
