@@ -609,3 +609,48 @@ def test_a_strict_xfail_that_passed_says_why_it_failed(tmp_path: Path) -> None:
     pair = summary.summary_document([with_labels], tmp_path, {})["pairs"][0]
     assert pair["labels"] == {"path": "labels.npy", "sha256": hashlib.sha256(b"L").hexdigest()}
     assert pair["status"] == "unchecked" and pair["passed"] is True
+
+
+def test_tables_rank_name_and_align(make_result) -> None:
+    result = make_result(
+        [("007", None, {"mse": 0.5, "sqnr": 30.0}), ("b", "Relu", {"mse": 0.1, "sqnr": None}),
+         ("c", "Conv", {"mse": 0.9, "sqnr": 10.0})],
+        outputs=[("1e3", {"mse": 0.5, "sqnr": 30.0})],
+        definitions={"mse": "x", "sqnr": "y"},
+    )  # fmt: skip
+    assert [x.tensor for x in tables.rank_layers(result, "sqnr")] == ["c", "007", "b"]  # no value: last
+    lines = tables.layers_table(result).splitlines()  # ranked by the first metric, mse: highest first
+    assert [line.split()[:3] for line in lines[2:]] == [["2", "c", "Conv"], ["0", "007", "?"], ["1", "b", "Relu"]]
+    assert lines[0] == "  order  tensor    op_type      mse      sqnr"
+    assert lines[3] == "      0  007       ?            0.5  30.00 dB"
+    assert tables.outputs_table(result).splitlines()[2] == "1e3         0.5  30.00 dB"
+    github = tables.layers_table(result, top=1, tablefmt="github").splitlines()
+    assert github[0].startswith("|   order | tensor   | op_type") and len(github) == 3
+    text = tables.comparison_table(result, top=1, rank_by="sqnr").splitlines()
+    assert text[-5:] == [
+        "",
+        "Worst 1 of 3 layers by sqnr (lowest first)",
+        "  order  tensor    op_type      mse      sqnr",
+        "-------  --------  ---------  -----  --------",
+        "      2  c         Conv         0.9  10.00 dB",
+    ]
+    assert text[:5] == [
+        "models/net.int8.onnx vs models/net.onnx on calib.h5 (16 records)",
+        "",
+        "Outputs",
+        "output      mse      sqnr",
+        "--------  -----  --------",
+    ]
+
+
+def test_summary_document_names_every_part(tmp_path: Path) -> None:
+    from pytest_qaccuracy.backend.host import host_preset
+
+    (tmp_path / "q.onnx").write_bytes(b"Q")
+    r = record([], quantized=str(tmp_path / "q.onnx"), fp32=None, data=None, task={"cer": {}}, targets={"t": {}})
+    document = summary.summary_document([r], tmp_path, {})
+    assert document["host_preset"] == host_preset()
+    pair = document["pairs"][0]
+    assert pair["quantized"] == {"path": "q.onnx", "sha256": hashlib.sha256(b"Q").hexdigest()}
+    assert (pair["task"], pair["targets"], pair["sensitivity"]) == ({"cer": {}}, {"t": {}}, None)
+    assert (pair["scheme"], pair["backend"], pair["topk"]) == ("onnxruntime", "onnxruntime", {})
