@@ -901,6 +901,7 @@ def test_saturation_keeps_names_that_look_like_numbers(calls: Calls, capsys) -> 
     assert main(["saturation", "m.onnx", "--data", "d.npz"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert _cells(lines[3])[0] == "007" and _cells(lines[-1]) == ["r", "h", "-", "1e3"]
+    assert lines[3].startswith("007  ")  # text, left-aligned: not a number right-aligned
 
 
 def test_task_specs_errors_of_the_ini_file_and_of_two_metrics(tmp_path: Path) -> None:
@@ -930,7 +931,7 @@ def test_output_stats_reads_task_targets_for_the_records(calls: Calls, monkeypat
 
     calls.replace(outputs, "measure_outputs", "STATS")
     calls.replace(targets, "read_sidecar", ["t0", "t1", "t2"])
-    monkeypatch.setattr(data, "load_dataset", lambda path: contextlib.nullcontext([path] * 3))
+    monkeypatch.setattr(data, "load_dataset", lambda path: contextlib.nullcontext([path] * (3 if path else 0)))
     args = _namespace(data=Path("d.npz"), backend="onnxruntime", scheme=None, task_targets=Path("t.jsonl"))
     assert _output_stats(args, "P", Asked({}, [], tasks=("T",)), "O") == "STATS"
     assert calls.one("read_sidecar") == ((Path("t.jsonl"), 3), {})
