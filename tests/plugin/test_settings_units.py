@@ -509,7 +509,7 @@ def test_ini_value_reports_pytests_refusal_without_its_prefix() -> None:
         inipath = None
 
         def getini(self, name):
-            raise ValueError(f"'{name}': invalid value for '{name}' expected a string")
+            raise ValueError(f"'{name}' is bad: invalid value for '{name}' expected a string")
 
     with pytest.raises(pytest.UsageError) as info:
         ini.ini_value(Config(), "qaccuracy_rtol")
