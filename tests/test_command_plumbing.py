@@ -234,6 +234,9 @@ def test_sensitivity_cumulative(calls: Calls, tmp_path: Path, capsys) -> None:
     argv = [*s["argv"], "--mode", "cumulative", "--quantize-nodes", "a,b", "--exclude-nodes", "c", "--average-mode"]
     assert main(argv) == 0
     assert calls.seen["cumulative_in"][1][0][1:] == (parse_configs([("a", "b")], [("c",)]), True)
+    argv = [*s["argv"], "--mode", "cumulative", "--exclude-nodes", "c,d", "--exclude-nodes", "e"]
+    assert main(argv) == 0
+    assert calls.seen["cumulative_in"][2][0][1] == parse_configs([], [("c", "d"), ("e",)])
     assert calls.seen["write_sensitivity_artifacts"][1][1] == {"cumulative": "CURVES"}
 
 
