@@ -6,7 +6,7 @@ the modules to mutate with the test files that exercise them; mutmut then runs, 
 those of the group's tests that call the mutated function. Prints the score per module and fails if a
 module falls below ``--fail-under``.
 
-    python scripts/mutation.py                       # every group, about 30 minutes on 2 cores
+    python scripts/mutation.py                       # every group, about an hour on 2 cores
     python scripts/mutation.py --group rules atomic  # some groups
     python scripts/mutation.py --survivors           # also print each surviving mutant's diff
 """
