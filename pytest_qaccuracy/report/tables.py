@@ -49,9 +49,7 @@ def outputs_table(result: ComparisonResult, tablefmt: str = "simple") -> str:
     """One row per model output with every metric."""
     metrics = metric_names(result)
     rows = [[shorten(o.name)] + [format_metric(m, o.metrics.get(m)) for m in metrics] for o in result.outputs]
-    return tabulate(
-        rows, headers=["output", *metrics], tablefmt=tablefmt, disable_numparse=True, colalign=_align(1, metrics)
-    )
+    return _tabulate(rows, ["output", *metrics], tablefmt, _align(1, metrics))
 
 
 def layers_table(
@@ -66,7 +64,15 @@ def layers_table(
         for x in layers
     ]
     headers = ["order", "tensor", "op_type", *metrics]
-    return tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True, colalign=_align(3, metrics, 1))
+    return _tabulate(rows, headers, tablefmt, _align(3, metrics, 1))
+
+
+def _tabulate(rows: list[list[str]], headers: list[str], tablefmt: str, colalign: tuple[str, ...]) -> str:
+    """The rows as text, cells as written; ``colalign`` only with rows (tabulate 0.9.0 fails on an
+    alignment for the columns of an empty table, whose header has the same width either way)."""
+    return tabulate(
+        rows, headers=headers, tablefmt=tablefmt, disable_numparse=True, colalign=colalign if rows else None
+    )
 
 
 def _align(text_columns: int, metrics: list[str], numeric_first: int = 0) -> tuple[str, ...]:
