@@ -84,6 +84,14 @@ GROUPS: dict[str, Group] = {
         ("model/matching.py",), ("tests/test_matching.py", "tests/test_matching_edges.py", "tests/test_pair.py")
     ),
     "calibration": Group(("analysis/calibration/qdq_params.py",), ("tests/analysis/test_calibration_auto.py",)),
+    "runtime": Group(
+        ("runtime/*", "ort_session.py"),
+        (
+            "tests/test_runtime_units.py",
+            "tests/test_ort_session.py",
+            "tests/analysis/test_reduced_compare.py",
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
