@@ -4,7 +4,6 @@ runner against record-by-record runs, and the merged graph's pieces against valu
 
 from __future__ import annotations
 
-import gc
 import logging
 
 import numpy as np
@@ -147,7 +146,10 @@ def test_check_fetchable_names_the_int4_tensor() -> None:
 
     check_fetchable(Session(), ["a"])
     check_fetchable(Session(), [])
-    with pytest.raises(ModelError, match=r"^tensor 'b' is int4: int4 tensors are not supported \(onnxruntime cannot"):
+    with pytest.raises(
+        ModelError,
+        match=r"^tensor 'b' is int4: int4 tensors are not supported \(onnxruntime cannot return them to Python\)$",
+    ):
         check_fetchable(Session(), ["a", "b"])
     with pytest.raises(ModelError, match=r"^tensor 'c' is uint4: uint4"):
         check_fetchable(Session(), ["c"])
@@ -168,22 +170,33 @@ def test_first_line() -> None:
     assert first_line(RuntimeError("\n  \n")) == "RuntimeError"
 
 
-def test_fork_hooks_freeze_only_when_nothing_is_frozen() -> None:
-    assert gc.get_freeze_count() == 0
-    try:
-        ort_session._freeze_before_fork()
-        assert ort_session._froze_for_fork is True and gc.get_freeze_count() > 0
-        ort_session._unfreeze_after_fork()
-        assert gc.get_freeze_count() == 0
-        gc.freeze()
-        frozen = gc.get_freeze_count()
-        ort_session._freeze_before_fork()
-        assert ort_session._froze_for_fork is False
-        ort_session._unfreeze_after_fork()
-        assert gc.get_freeze_count() == frozen, "a caller's own freeze is kept"
-    finally:
-        gc.unfreeze()
-        ort_session._froze_for_fork = False
+def test_fork_hooks_freeze_only_when_nothing_is_frozen(monkeypatch) -> None:
+    calls = []
+
+    class Gc:
+        count = 0
+
+        def get_freeze_count(self):
+            return self.count
+
+        def freeze(self):
+            calls.append("freeze")
+
+        def unfreeze(self):
+            calls.append("unfreeze")
+
+    fake = Gc()
+    monkeypatch.setattr(ort_session, "gc", fake)
+    monkeypatch.setattr(ort_session, "_froze_for_fork", False)
+    ort_session._freeze_before_fork()
+    assert ort_session._froze_for_fork is True and calls == ["freeze"]
+    ort_session._unfreeze_after_fork()
+    assert calls == ["freeze", "unfreeze"]
+    fake.count = 5  # the caller froze its own objects: kept frozen
+    ort_session._freeze_before_fork()
+    assert ort_session._froze_for_fork is False
+    ort_session._unfreeze_after_fork()
+    assert calls == ["freeze", "unfreeze"]
 
 
 # -- OrtRunner --------------------------------------------------------------------------------------
@@ -242,9 +255,9 @@ def test_a_dynamic_batch_that_fails_stacked_runs_one_record_at_a_time(caplog) ->
     records = _records(3)
     with caplog.at_level(logging.INFO, logger="pytest_qaccuracy.runtime.ort_runner"):
         got = runner.run(Batch(0, records))
-    assert "m: the model does not batch; running one record at a time" in caplog.text
+    assert caplog.messages == ["m: the model does not batch; running one record at a time"]
     np.testing.assert_array_equal(got["y"], np.concatenate([r["x"][0] for r in records]))
-    assert counting.sizes == [3, 1, 1, 1] and not runner.batching
+    assert counting.sizes == [3, 1, 1, 1] and runner.batching is False
     assert runner.units(Batch(7, records[:2])) == [Batch(7, [records[0]]), Batch(8, [records[1]])]
 
 
@@ -258,7 +271,7 @@ def test_a_fixed_batch_of_one_is_freed_and_checked_on_two_records() -> None:
     assert counting.sizes == [2, 1, 1, 4] and runner.batching and runner._verified
 
 
-def test_a_fixed_batch_of_one_that_mixes_records_falls_back_to_its_own_shape() -> None:
+def test_a_fixed_batch_of_one_that_mixes_records_falls_back_to_its_own_shape(caplog) -> None:
     """ReduceMax over the records axis too: stacked records give one row, the check sees it, and the
     session is made again with the declared batch of 1."""
     model = _model(
@@ -269,9 +282,11 @@ def test_a_fixed_batch_of_one_that_mixes_records_falls_back_to_its_own_shape() -
     runner = OrtRunner(model, ["y"], RuntimeOptions(), "m")
     assert runner._relaxed and runner.batching
     records = _records(3)
-    got = runner.run(Batch(0, records))
+    with caplog.at_level(logging.INFO, logger="pytest_qaccuracy.runtime.ort_runner"):
+        got = runner.run(Batch(0, records))
+    assert caplog.messages == ["m: the model does not batch; running one record at a time"]
     np.testing.assert_array_equal(got["y"], np.array([[r["x"].max()] for r in records], np.float32))
-    assert not runner.batching
+    assert runner.batching is False
     dim = runner._session.get_inputs()[0].shape[0]
     assert dim == 1, "the session was made again with the declared batch"
 
@@ -287,7 +302,7 @@ def test_a_fixed_batch_of_two_never_stacks() -> None:
 
 def test_runner_failures_name_the_model(monkeypatch) -> None:
     runner = OrtRunner(_relu("N"), ["y"], RuntimeOptions(), "lbl")
-    with pytest.raises(ModelError, match=r"^lbl: onnxruntime failed to run \(.*\)$"):
+    with pytest.raises(ModelError, match=r"^lbl: onnxruntime failed to run \(\[ONNXRuntimeError\].*\)$"):
         runner.run(Batch(0, [{"x": np.zeros((1, 4), np.float32)}]))
 
     def int4(session, names, feeds):
@@ -320,6 +335,11 @@ def test_close() -> None:
     assert _close(i, np.array([-127, 1, 126], np.int8))
     assert not _close(i, np.array([-126, 0, 127], np.int8))
     assert _close(np.zeros(0, np.int8), np.zeros(0, np.int8))
+    big = np.array([100.0], np.float32)
+    assert _close(big, big * np.float32(1 + 5e-5)), "relative 1e-4"
+    wide = np.array([2**60], np.int64)
+    assert not _close(wide, wide + 2) and not _close(wide + 2, wide), "int64 codes compared exactly"
+    assert _close(wide, wide + 1)
 
 
 def test_batch_units_is_abstract() -> None:
@@ -391,8 +411,8 @@ def test_the_integer_runner_checks_a_freed_batch_and_falls_back(caplog) -> None:
     assert mixes.batching and not mixes._verified
     with caplog.at_level(logging.INFO, logger="pytest_qaccuracy.runtime.integer"):
         got = mixes.run(Batch(0, records))
-    assert "b: the model does not batch; running one record at a time" in caplog.text
-    assert not mixes.batching
+    assert caplog.messages == ["b: the model does not batch; running one record at a time"]
+    assert mixes.batching is False
     want = _ort(_qdq(1, last="Transpose"), records, ["y", "r"])
     np.testing.assert_array_equal(got["r"], want["r"])
     np.testing.assert_array_equal(got["y"], want["y"])  # (3, 1) per record, joined on axis 0
@@ -800,7 +820,9 @@ def test_reduced_runner_failures_say_why(monkeypatch) -> None:
     f, q = _stat_pair((3,), 0.05, np.int8(3), 13)
     options = RuntimeOptions(threads=1)
     runner = ReducedRunner(f, q, ["x"], [_spec((3,))], [], [], options, options, "lbl")
-    with pytest.raises(ModelError, match=r"^lbl: onnxruntime failed to run the merged graph \(.+\)$"):
+    with pytest.raises(
+        ModelError, match=r"^lbl: onnxruntime failed to run the merged graph \(\[ONNXRuntimeError\].+\)$"
+    ):
         runner.run(Batch(0, [{"x": np.zeros((1, 4), np.float32)}]))
     with monkeypatch.context() as m:
         m.setattr(reduction_graph, "fetch", lambda *a: (_ for _ in ()).throw(ModelError("tensor 't' is int4")))
@@ -857,3 +879,190 @@ def test_the_merged_session_takes_the_fp32_options_unoptimized_in_node_order(mon
         {**base, "threads": 1, "optimization": "disable", "config": {"spin": "1", "both": "mine"},
          "in_node_order": True, "mem_pattern": False},
     ]  # fmt: skip
+
+
+def test_units_of_a_dynamic_runner_check_two_stacked_records_only() -> None:
+    """A caller that asks for the units first (feeding one model's tensors to another): a dynamic model
+    is checked by one stacked run of two records, without single runs, if that run succeeds."""
+    runner = OrtRunner(_relu("N"), ["y"], RuntimeOptions(), "m")
+    counting = _Counting(runner)
+    records = _records(3)
+    assert runner.units(Batch(2, records)) == [Batch(2, records)]
+    assert counting.sizes == [2] and runner._verified and runner.batching
+
+
+def test_units_of_a_dynamic_runner_that_fails_stacked_are_single_records() -> None:
+    model = _model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        initializers=[helper.make_tensor("shape", TensorProto.INT64, [1], [3])],
+    )
+    runner = OrtRunner(model, ["y"], RuntimeOptions(), "m")
+    session = runner._session
+    counting = _Counting(runner)
+    records = _records(3)
+    assert runner.units(Batch(0, records)) == [Batch(i, [r]) for i, r in enumerate(records)]
+    assert counting.sizes == [2, 1, 1] and runner.batching is False and runner._session is counting
+    assert counting.inner is session
+
+
+def test_the_integer_runner_runs_records_alone_when_stacked_ones_fail(caplog) -> None:
+    from pytest_qaccuracy.runtime.integer import IntegerRunner
+
+    runner = IntegerRunner(_qdq(1), ["y"], "onnxruntime", "c")
+    run, sizes = runner.session.run, []
+
+    def refuse_stacked(names, feeds):
+        sizes.append(len(feeds["x"]))
+        if len(feeds["x"]) > 1:
+            raise InputError("stacked records refused")
+        return run(names, feeds)
+
+    runner.session.run = refuse_stacked
+    records = _records(3)
+    with caplog.at_level(logging.INFO, logger="pytest_qaccuracy.runtime.integer"):
+        got = runner.run(Batch(0, records))
+    assert caplog.messages == ["c: the model does not batch; running one record at a time"]
+    assert runner.batching is False
+    assert sizes == [2, 1, 1, 1, 1, 1]
+    np.testing.assert_array_equal(got["y"], _ort(_qdq(1), records, ["y"])["y"])
+
+
+def test_the_integer_runner_takes_its_scheme_and_threads() -> None:
+    from pytest_qaccuracy.runtime.integer import IntegerRunner
+
+    runner = make_runner(_qdq("N"), ["y"], RuntimeOptions(threads=1), "t", backend="integer", scheme="tflite")
+    assert runner.scheme_name == "tflite" and runner.session.threads == 1
+    assert IntegerRunner(_qdq("N"), ["y"], "onnxruntime", "t").session.threads == 0
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_the_integer_runner_keeps_nan_records_stacked_and_joins_two_single_runs() -> None:
+    """A requested input with NaN in it is the same stacked as alone; a model that mixes its records
+    (y - max over the records) runs a batch of two as two runs, joined."""
+    from pytest_qaccuracy.runtime.integer import IntegerRunner
+
+    records = _records(2)
+    records[1]["x"][0, 1] = np.nan
+    nan = IntegerRunner(_qdq(1), ["x", "y"], "onnxruntime", "n")
+    got = nan.run(Batch(0, records))
+    assert nan.batching is True
+    np.testing.assert_array_equal(got["x"], np.concatenate([r["x"] for r in records]))
+
+    mixing = _qdq(1)
+    mixing.graph.node[-1].CopyFrom(helper.make_node("ReduceMax", ["r"], ["m"], axes=[0], keepdims=1))
+    mixing.graph.node.append(helper.make_node("Sub", ["r", "m"], ["y"]))
+    runner = IntegerRunner(mixing, ["y"], "onnxruntime", "m")
+    got = runner.run(Batch(0, _records(2, seed=4)))
+    assert runner.batching is False
+    np.testing.assert_array_equal(got["y"], _ort(mixing, _records(2, seed=4), ["y"])["y"])  # zeros: one record each
+
+
+def _structure(model: onnx.ModelProto) -> list[str]:
+    """The reduction nodes of a merged graph as ``op:hint`` (subgraphs' nodes indented by ``>``)."""
+    from pytest_qaccuracy.runtime.reduction_graph import STAT_PREFIX
+
+    def walk(graph, depth):
+        for node in graph.node:
+            if node.name.startswith(STAT_PREFIX):
+                ints = (onnx.AttributeProto.INT, onnx.AttributeProto.INTS)
+                attrs = ",".join(f"{a.name}={helper.get_attribute_value(a)}" for a in node.attribute if a.type in ints)
+                yield ">" * depth + f"{node.op_type}:{node.name.split('/', 2)[2]}" + (f"[{attrs}]" if attrs else "")
+            for a in node.attribute:
+                if a.HasField("g"):
+                    yield from walk(a.g, depth + 1)
+
+    return list(walk(model.graph, 0))
+
+
+def test_the_saturation_count_runs_only_in_batches_that_leave_the_range_where_it_can() -> None:
+    """One range, float32-exact counts, opset 11 and extremes already reduced: an If node around the
+    count; otherwise (a range per channel, a record of 2^24 elements or more, no extremes) the count
+    always runs, in int64 counts from 2^24 elements."""
+    from pytest_qaccuracy.runtime.reduction_graph import build_reduction_model
+
+    f, q = _stat_pair((3,), 0.05, np.int8(3), 13)
+
+    def nodes(dims, fields, bounds_size=1, opset_=13, spans=False):
+        low = np.full(bounds_size, -1.0).reshape([1, bounds_size] + [1] * (len(dims) - 1))
+        spec = _spec(dims, bounds=(low, -low), spans=spans)
+        spec.fields = frozenset(fields)
+        for m in (f, q):
+            m.opset_import[0].version = opset_
+        return [n for n in _structure(build_reduction_model(f, q, ["x"], [spec], [])) if not n.startswith(">")]
+
+    count = ["Less:below", "Greater:above", "Or:outside", "Cast:cast[to=1]", "ReduceSum:saturated[keepdims=0]"]
+    guarded = ["ReduceMin:batch_min[keepdims=0]", "Less:batch_below", "ReduceMax:batch_max[keepdims=0]",
+               "Greater:batch_above", "Or:batch_outside", "If:saturated"]  # fmt: skip
+    assert nodes((3,), {"ref_min", "ref_max"})[-6:] == guarded
+    spec = _spec((3,), bounds=(-np.ones((1, 1)), np.ones((1, 1))))
+    spec.fields = frozenset({"ref_min", "ref_max"})
+    branches = [n for n in _structure(build_reduction_model(f, q, ["x"], [spec], [])) if n.startswith(">")]
+    assert branches == [
+        ">" + n for n in ["Shape:shape", "Slice:records", "ConstantOfShape:zeros", *count]
+    ]  # else, then
+    spanned = nodes((3, 2), {"sq_err"}, spans=True)
+    assert spanned[-6:] == guarded and "ReduceMin:span_min" in "".join(spanned)
+    for plain in (nodes((3,), {"sq_err"}), nodes((3,), {"ref_min", "ref_max"}, bounds_size=3),
+                  nodes((3,), {"ref_min", "ref_max"}, opset_=10)):  # fmt: skip
+        assert "If:saturated" not in plain and plain[-5:-1] == count[:4]
+    big = nodes((1, 4096, 4096), {"ref_min", "ref_max"})
+    assert "If:saturated" not in big and "Cast:cast[to=7]" in big
+    below = nodes((1, 4096, 4095), {"ref_min", "ref_max"})
+    assert below[-6:] == guarded
+
+
+def test_the_reduction_nodes_of_two_specs() -> None:
+    """The merged graph's reduction nodes in their run order, by op and name (a name says what a node
+    computes, for whoever reads the graph or onnxruntime's message about one of its nodes)."""
+    from pytest_qaccuracy.model.quant_params import QuantParams
+    from pytest_qaccuracy.runtime.reduction_graph import ReductionSpec, build_reduction_model
+
+    scale, zp = np.array([0.02, 0.03, 0.05, 0.04], np.float32), np.array([128, 120, 130, 100], np.uint8)
+    f, q = _stat_pair((4, 6, 70), scale, zp, 13)
+    low = np.linspace(-1.5, -0.5, 4).reshape(1, 4, 1, 1)
+    fields = ALL_SUMS | {"max_abs_err"}
+    spec = ReductionSpec("t", "t_q", QuantParams(scale, zp, 1), (4, 6, 70), TensorProto.UINT8, fields,
+                         steps=True, bounds=(low, -low), spans=True, cross=True)  # fmt: skip
+    summed = ["ReduceSum:sum[keepdims=0]"]
+    assert _structure(build_reduction_model(f, q, ["x"], [spec], [])) == [
+        "Shape:shape", "DequantizeLinear:dequantized[axis=1]", "Reshape:blocks", "Mul:square", *summed, "Abs:abs",
+        *summed, "Reshape:blocks", "Sub:diff", "Mul:square", *summed, "Abs:abs", *summed, "Mul:cross", *summed,
+        "Concat:sums[axis=1]", "ReduceMax:max_abs[axes=[1, 2],keepdims=0]",
+        "ReduceMin:span_min[axes=[2, 3],keepdims=0]", "ReduceMin:span_min_rest[axes=[1],keepdims=0]",
+        "ReduceMax:span_max[axes=[2, 3],keepdims=0]", "ReduceMax:span_max_rest[axes=[1],keepdims=0]",
+        "Cast:cast[to=11]", "Cast:cast[to=11]", "Sub:diff64", "Abs:abs", "Div:steps",
+        "ReduceMax:steps_max[axes=[1, 2, 3],keepdims=0]",
+        "Less:below", "Greater:above", "Or:outside", "Cast:cast[to=1]", "ReduceSum:saturated[keepdims=0]",
+    ]  # fmt: skip
+    f, q = _stat_pair((3, 5), 0.05, np.int16(3), 11)
+    spec = ReductionSpec("t", "t_q", QuantParams(np.array(0.05, np.float32), np.array(3, np.int16)), (3, 5),
+                         TensorProto.INT16, frozenset({"sq_err", "ref_min", "ref_max", "max_abs_err"}))  # fmt: skip
+    assert _structure(build_reduction_model(f, q, ["x"], [spec], [])) == [
+        "Shape:shape", "Cast:cast[to=1]", "Sub:centred", "Mul:dequantized", "Reshape:blocks", "Reshape:blocks",
+        "Sub:diff", "Mul:square", "ReduceSum:sum[axes=[2],keepdims=0]", "ReduceMax:max[axes=[1, 2],keepdims=0]",
+        "ReduceMin:min[axes=[1, 2],keepdims=0]", "ReduceMin:min[axes=[1, 2],keepdims=0]",
+        "ReduceMax:max[axes=[1, 2],keepdims=0]",
+    ]  # fmt: skip
+
+
+def test_same_is_close() -> None:
+    from pytest_qaccuracy.runtime.reduction_graph import _same
+
+    a = np.array([1.0, 2.0], np.float32)
+    assert _same(a, a.copy()) and _same(a, a + np.float32(1e-6))
+    assert not _same(a, a + 1) and not _same(a, a[:1])
+
+
+def test_units_of_a_relaxed_pair_check_the_first_batch() -> None:
+    from pytest_qaccuracy.runtime.reduction_graph import ReducedRunner
+
+    f, q = (_fix_batch(m, 1) for m in _stat_pair((3,), 0.05, np.int8(3), 13))
+    options = RuntimeOptions(threads=1)
+    runner = ReducedRunner(f, q, ["x"], [_spec((3,))], [], [], options, options, "pair")
+    assert runner._relaxed and runner.batching and not runner._verified
+    counting = _Counting(runner)
+    records = _records(3)
+    assert runner.units(Batch(0, records)) == [Batch(0, records)]
+    assert counting.sizes == [3, 1] and runner._verified and runner.batching
