@@ -138,6 +138,18 @@ EQUIVALENT: list[tuple[str, str, str]] = [
         r'.kind \1 "XX\2XX"',
         "a dtype kind is one letter, never X: 'i' in 'iu' as in 'XXiuXX'",
     ),
+    # runtime: the batching probe, the runners' zips and the merged graph's shortcuts
+    (r"Batch\(batch\.start, (batch\.records\[:2\])\)", r"Batch(None, \1)", "the probe's start is never read"),
+    (r"(zip\(self\.tensors, parts\[0\]), strict=True\)", r"\1, strict=False)", "one array per name: zip lengths agree"),
+    (r"(zip\(self\.tensors, parts\[0\]), strict=True\)", r"\1, strict=None)", "one array per name: zip lengths agree"),
+    (r"(zip\(self\.tensors, parts\[0\]), strict=True\)", r"\1, )", "one array per name: zip lengths agree"),
+    (r"(np\.concatenate\(.*), axis=0\)", r"\1, )", "np.concatenate's axis defaults to 0"),
+    (r"self\.tensors, False\)\)", "self.tensors, None))", "_with_outputs reads its flag only by truth"),
+    (r"\.max\(initial=0\) <= 1", ".max(initial=1) <= 1", "|differences| >= 0: initial 0 or 1, the same verdict"),
+    (r"lows is None or highs is None", "lows is None and highs is None", "extremes are reduced in pairs: both or none"),
+    (r"\(a\.shape == b\.shape and", "(a.shape != b.shape and", "_same's equality is a shortcut: _close decides alone"),
+    (r"array_equal\(a, b\)\) or", "array_equal(None, b)) or", "_same's equality is a shortcut: _close decides alone"),
+    (r"array_equal\(a, b\)\) or", "array_equal(a, None)) or", "_same's equality is a shortcut: _close decides alone"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -491,7 +491,7 @@ ALL_SUMS = frozenset({"ref_sq", "ref_abs", "test_sq", "sq_err", "abs_err"})
          "check_shapes": False},
         # int32 per tensor at opset 11 (no axes input)
         {"dims": (2, 2, 3), "scale": 0.5, "zp": np.int32(-2), "opset": 11, "fields": frozenset({"ref_abs",
-         "max_abs_err", "ref_min", "ref_max"}), "bounds": "tensor"},
+         "max_abs_err", "ref_min", "ref_max"}), "bounds": "tensor", "spans": True},
     ],
     ids=["u8-channel-13", "s8-tensor-18", "s16-channel-11", "s32-tensor-11"],
 )  # fmt: skip
@@ -571,6 +571,7 @@ def test_reduced_statistics_equal_numpy(case) -> None:
             outside = (f < bounds[0]) | (f >= bounds[1])
             counts = outside.reshape(records, -1).sum(1)
             np.testing.assert_array_equal(stats["saturated"], counts)
+            assert stats["saturated"].shape == (records,)
             if start == 0 and case.get("bounds") == "tensor":
                 assert counts.sum() == 0
             else:
@@ -580,6 +581,8 @@ def test_reduced_statistics_equal_numpy(case) -> None:
             np.testing.assert_array_equal(stats["qshape"], (records, *dims))
             expected.add("qshape")
         assert set(stats) == expected | {"sums"}
+        for name in expected - {"qshape", "span_min1", "span_max1", "span_min_rest", "span_max_rest"}:
+            assert stats[name].shape == (records,), name
 
 
 # -- merging ------------------------------------------------------------------------------------------
@@ -971,6 +974,7 @@ def _structure(model: onnx.ModelProto) -> list[str]:
                 yield ">" * depth + f"{node.op_type}:{node.name.split('/', 2)[2]}" + (f"[{attrs}]" if attrs else "")
             for a in node.attribute:
                 if a.HasField("g"):
+                    yield ">" * (depth + 1) + "graph:" + a.g.name.split("_", 2)[2]
                     yield from walk(a.g, depth + 1)
 
     return list(walk(model.graph, 0))
@@ -998,10 +1002,26 @@ def test_the_saturation_count_runs_only_in_batches_that_leave_the_range_where_it
     assert nodes((3,), {"ref_min", "ref_max"})[-6:] == guarded
     spec = _spec((3,), bounds=(-np.ones((1, 1)), np.ones((1, 1))))
     spec.fields = frozenset({"ref_min", "ref_max"})
-    branches = [n for n in _structure(build_reduction_model(f, q, ["x"], [spec], [])) if n.startswith(">")]
+    model = build_reduction_model(f, q, ["x"], [spec], [])
+    branches = [n for n in _structure(model) if n.startswith(">")]
+    made = [o for n in model.graph.node for o in n.output] + [t.name for t in model.graph.initializer]
+    for node in model.graph.node:
+        for a in node.attribute:
+            if a.HasField("g"):
+                assert a.g.name.startswith("qaccuracy_") and "/" not in a.g.name
+                made += [o for n in a.g.node for o in n.output] + [t.name for t in a.g.initializer]
+    assert len(made) == len(set(made)), "every name made once, in the graph and its branches"
+    hints = [t.name.split("/", 2)[2] for t in model.graph.initializer if t.name.startswith("qaccuracy/")]
+    assert sorted(hints) == ["high", "ints", "ints", "ints", "low", "scale", "zero_point"]
     assert branches == [
-        ">" + n for n in ["Shape:shape", "Slice:records", "ConstantOfShape:zeros", *count]
+        ">graph:branch",
+        ">Shape:shape",
+        ">Slice:records",
+        ">ConstantOfShape:zeros",
+        ">graph:branch",
+        *[">" + n for n in count],
     ]  # else, then
+    assert nodes((3,), {"ref_min", "ref_max"}, opset_=11)[-6:] == guarded
     spanned = nodes((3, 2), {"sq_err"}, spans=True)
     assert spanned[-6:] == guarded and "ReduceMin:span_min" in "".join(spanned)
     for plain in (nodes((3,), {"sq_err"}), nodes((3,), {"ref_min", "ref_max"}, bounds_size=3),
@@ -1066,3 +1086,47 @@ def test_units_of_a_relaxed_pair_check_the_first_batch() -> None:
     records = _records(3)
     assert runner.units(Batch(0, records)) == [Batch(0, records)]
     assert counting.sizes == [3, 1] and runner._verified and runner.batching
+
+
+def test_same_meaning_reads_each_domains_schemas() -> None:
+    from pytest_qaccuracy.runtime.reduction_graph import ReductionUnavailable, _domain_nodes, merged_opsets
+
+    ml = helper.make_node("LabelEncoder", ["x"], ["z"], domain="ai.onnx.ml")
+    f, q = _opset_model(13, domain_versions={"ai.onnx.ml": 1}), _opset_model(13, domain_versions={"ai.onnx.ml": 2})
+    f.graph.node.append(ml)
+    with pytest.raises(ReductionUnavailable, match=r"^the models import different versions of 'ai\.onnx\.ml': "
+                       r"LabelEncoder changes between opset 1 and 2$"):  # fmt: skip
+        merged_opsets(f, q)
+    with pytest.raises(ReductionUnavailable, match=r"LabelEncoder changes between opset 1 and 2$"):
+        merged_opsets(q, f)  # the lower model's ops decide, whichever comes first
+    q.graph.node.append(ml)
+    assert merged_opsets(q, _opset_model(13, domain_versions={"ai.onnx.ml": 1})) == {"": 13, "ai.onnx.ml": 2}
+    unknown = _opset_model(13, ())
+    unknown.graph.node.append(helper.make_node("NoSuchOp", ["x"], ["z"]))
+    with pytest.raises(ReductionUnavailable, match=r"^the models import different versions of 'ai\.onnx': NoSuchOp of "
+                       r"domain 'ai\.onnx' is unknown to onnx at versions 13 and 17$"):  # fmt: skip
+        merged_opsets(unknown, _opset_model(17))
+    inner = [helper.make_graph([helper.make_node("Neg", ["x"], ["n"], domain="d")], f"b{i}", [], []) for i in range(2)]
+    custom = helper.make_node("Custom", ["x"], ["c"], domain="e", bodies=inner)
+    graph = helper.make_graph([custom], "g", [], [])
+    assert [n.op_type for n in _domain_nodes(graph, "d")] == ["Neg", "Neg"]
+    assert [n.op_type for n in _domain_nodes(graph, "e")] == ["Custom"]
+
+
+def test_a_value_on_a_bound_counts_as_outside_only_at_the_top() -> None:
+    """``saturated`` counts ``f < low`` or ``f >= high``: exactly ``high`` is outside, exactly ``low`` inside."""
+    from pytest_qaccuracy.runtime.reduction_graph import ReducedRunner
+
+    f, q = _stat_pair((4,), 0.05, np.int8(3), 13)
+    for model in (f, q):
+        model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones((1, 4), np.float32), "w"))
+    below = np.nextafter(np.float32(-1), np.float32(-2))
+    x = np.array([[-1.0, 1.0, 0.5, 0.0], [below, np.nextafter(np.float32(1), np.float32(0)), 2.0, -3.0]], np.float32)
+    options = RuntimeOptions(threads=1)
+    for fields in ({"sq_err"}, {"ref_min", "ref_max"}):  # the count alone, and guarded by the extremes
+        spec = _spec((4,), bounds=(np.full((1, 1), -1.0), np.full((1, 1), 1.0)))
+        spec.fields = frozenset(fields)
+        runner = ReducedRunner(f, q, ["x"], [spec], ["t"], [], options, options, "pair")
+        ref, _, (stats,) = runner.run(Batch(0, [{"x": x[:1]}, {"x": x[1:]}]))
+        np.testing.assert_array_equal(ref["t"], x)
+        assert stats["saturated"].tolist() == [1, 3]
