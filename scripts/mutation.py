@@ -140,9 +140,10 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     ),
     # runtime: the batching probe, the runners' zips and the merged graph's shortcuts
     (r"Batch\(batch\.start, (batch\.records\[:2\])\)", r"Batch(None, \1)", "the probe's start is never read"),
-    (r"(zip\(self\.tensors, parts\[0\]), strict=True\)", r"\1, strict=False)", "one array per name: zip lengths agree"),
-    (r"(zip\(self\.tensors, parts\[0\]), strict=True\)", r"\1, strict=None)", "one array per name: zip lengths agree"),
-    (r"(zip\(self\.tensors, parts\[0\]), strict=True\)", r"\1, )", "one array per name: zip lengths agree"),
+    (r"(zip\(self\.\w+, [^()]*), strict=True\)", r"\1, strict=False)", "one array per name: zip lengths agree"),
+    (r"(zip\(self\.\w+, [^()]*), strict=True\)", r"\1, strict=None)", "one array per name: zip lengths agree"),
+    (r"(zip\(self\.\w+, [^()]*), strict=True\)", r"\1, )", "one array per name: zip lengths agree"),
+    (r"parts\[0\]\[i\]\.copy\(\)", "parts[1][i].copy()", "a batch's records share their shapes"),
     (r"(np\.concatenate\(.*), axis=0\)", r"\1, )", "np.concatenate's axis defaults to 0"),
     (r"self\.tensors, False\)\)", "self.tensors, None))", "_with_outputs reads its flag only by truth"),
     (r"\.max\(initial=0\) <= 1", ".max(initial=1) <= 1", "|differences| >= 0: initial 0 or 1, the same verdict"),

@@ -1130,3 +1130,90 @@ def test_a_value_on_a_bound_counts_as_outside_only_at_the_top() -> None:
         ref, _, (stats,) = runner.run(Batch(0, [{"x": x[:1]}, {"x": x[1:]}]))
         np.testing.assert_array_equal(ref["t"], x)
         assert stats["saturated"].tolist() == [1, 3]
+
+
+def test_float32_at_least_rounds_up_only_where_float32_falls_below() -> None:
+    from pytest_qaccuracy.runtime.reduction_graph import float32_at_least
+
+    values = np.array([0.7, -0.7, 0.5, -2.0, 3.5e38])
+    got = float32_at_least(values)
+    assert got.dtype == np.float32
+    want = [np.nextafter(np.float32(0.7), np.float32(1)), np.float32(-0.7), 0.5, -2.0, np.inf]
+    assert got.tolist() == [float(w) for w in want]
+
+
+def test_the_dequantization_nodes_per_opset_and_type() -> None:
+    """DequantizeLinear where the opset has it for the parameters (per tensor from 10, per channel from
+    13) and the zero point has the codes' 8-bit type; else (q - zero point) * scale in float32."""
+    from pytest_qaccuracy.model.quant_params import QuantParams
+    from pytest_qaccuracy.runtime.reduction_graph import STAT_PREFIX, _Builder, _dequantize
+
+    def built(opset, scale, zp, q_type, axis=None):
+        b = _Builder(onnx.GraphProto(), opset, [])
+        _dequantize(b, "q", QuantParams(np.asarray(scale, np.float32), np.asarray(zp), axis), 3, q_type)
+        nodes = [f"{n.op_type}{[helper.get_attribute_value(a) for a in n.attribute]}" for n in b.graph.node]
+        consts = {t.name.split("/", 2)[2]: numpy_helper.to_array(t) for t in b.graph.initializer}
+        assert all(t.name.startswith(STAT_PREFIX) for t in b.graph.initializer)
+        return nodes, consts
+
+    nodes, consts = built(10, 0.5, np.int8(3), TensorProto.INT8)
+    assert nodes == ["DequantizeLinear[]"] and consts["scale"].shape == () and consts["zero_point"].dtype == np.int8
+    assert built(13, [0.5], np.array([3], np.uint8), TensorProto.UINT8)[0] == ["DequantizeLinear[]"]
+    nodes, consts = built(13, [0.5, 0.25], np.array([3, 4], np.uint8), TensorProto.UINT8, axis=-1)
+    assert nodes == ["DequantizeLinear[2]"] and consts["scale"].shape == (2,) and consts["zero_point"].shape == (2,)
+    assert built(13, [0.5, 0.25], np.array([3, 4], np.uint8), TensorProto.UINT8)[0] == ["DequantizeLinear[1]"]
+    mul = ["Cast[1]", "Sub[]", "Mul[]"]
+    nodes, consts = built(12, [0.5, 0.25], np.array([3, 4], np.uint8), TensorProto.UINT8, axis=1)
+    assert nodes == mul and consts["scale"].shape == (1, 2, 1) and consts["zero_point"].dtype == np.float32
+    assert built(9, 0.5, np.int8(3), TensorProto.INT8)[0] == mul
+    assert built(13, 0.5, np.uint8(3), TensorProto.INT8)[0] == mul  # the zero point's type is not the codes'
+    assert built(13, 0.5, np.int16(3), TensorProto.INT16)[0] == mul
+
+
+def test_rank_2_spans_are_the_tensor_itself() -> None:
+    from pytest_qaccuracy.runtime.reduction_graph import _Builder, _span_nodes
+
+    b = _Builder(onnx.GraphProto(), 13, [])
+    out: dict[str, str] = {}
+    _span_nodes(b, "ReduceMin", "f", (5,), out)
+    assert [(n.op_type, n.name.split("/", 2)[2]) for n in b.graph.node] == [("Identity", "span_min")]
+    assert list(out) == ["span_min1"]
+
+
+def test_a_relaxed_pair_whose_records_mix_runs_them_one_at_a_time_at_their_own_batch() -> None:
+    """fp32 and quantized y = t + t[0]: stacked, every record's y gets the first record's t; the last
+    record's own run says so, and the pair runs again at its declared batch of 1."""
+    from pytest_qaccuracy.runtime.reduction_graph import ReducedRunner
+
+    f, q = (_fix_batch(m, 1) for m in _stat_pair((3,), 0.05, np.int8(3), 13))
+    for model in (f, q):
+        model.graph.initializer.append(numpy_helper.from_array(np.array([0], np.int64), "first"))
+        relu = model.graph.node[-1]
+        source = relu.input[0]
+        model.graph.node.remove(relu)
+        model.graph.node.append(helper.make_node("Gather", [source, "first"], ["t0"], axis=0))
+        model.graph.node.append(helper.make_node("Add", [source, "t0"], ["y"]))
+    options = RuntimeOptions(threads=1)
+    runner = ReducedRunner(f, q, ["x"], [_spec((3,))], ["y"], ["y", "x"], options, options, "pair")
+    counting = _Counting(runner)
+    records = _records(3)
+    ref, test, _ = runner.run(Batch(0, records))
+    assert counting.sizes == [3, 1] and runner.batching is False and runner._session is not counting
+    assert runner._session.get_inputs()[0].shape[0] == 1, "made again at the declared batch"
+    x = np.concatenate([r["x"] for r in records])
+    np.testing.assert_array_equal(test["x"], x)
+    np.testing.assert_array_equal(ref["y"], 2 * x * numpy_helper.to_array(f.graph.initializer[0]))
+
+
+def test_a_relaxed_pair_checks_its_first_batch_of_two_once_and_a_single_record_not_at_all() -> None:
+    from pytest_qaccuracy.runtime.reduction_graph import ReducedRunner
+
+    f, q = (_fix_batch(m, 1) for m in _stat_pair((3,), 0.05, np.int8(3), 13))
+    options = RuntimeOptions(threads=1)
+    runner = ReducedRunner(f, q, ["x"], [_spec((3,))], [], [], options, options, "pair")
+    counting = _Counting(runner)
+    records = _records(3)
+    runner.run(Batch(0, records[:1]))
+    assert counting.sizes == [1] and not runner._verified
+    runner.run(Batch(1, records[1:]))
+    assert counting.sizes == [1, 2, 1] and runner._verified and runner.batching
