@@ -102,6 +102,14 @@ GROUPS: dict[str, Group] = {
         ("report/summary.py", "report/verdicts.py", "report/tables.py"),
         ("tests/report/test_summary_units.py", "tests/report/test_tables.py"),
     ),
+    "runtime": Group(
+        ("runtime/*", "ort_session.py"),
+        (
+            "tests/test_runtime_units.py",
+            "tests/test_ort_session.py",
+            "tests/analysis/test_reduced_compare.py",
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
@@ -163,6 +171,19 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     (r"^default=None,$", "", "an argparse option's default is None already"),
     (r"\.rsplit\(([^()]*), 1\)\[-1\]", r".rsplit(\1, )[-1]", "the last piece of rsplit is the same for any maxsplit"),
     (r"\.rsplit\(([^()]*), 1\)\[-1\]", r".rsplit(\1, 2)[-1]", "the last piece of rsplit is the same for any maxsplit"),
+    # runtime: the batching probe, the runners' zips and the merged graph's shortcuts
+    (r"Batch\(batch\.start, (batch\.records\[:2\])\)", r"Batch(None, \1)", "the probe's start is never read"),
+    (r"(zip\(self\.\w+, [^()]*), strict=True\)", r"\1, strict=False)", "one array per name: zip lengths agree"),
+    (r"(zip\(self\.\w+, [^()]*), strict=True\)", r"\1, strict=None)", "one array per name: zip lengths agree"),
+    (r"(zip\(self\.\w+, [^()]*), strict=True\)", r"\1, )", "one array per name: zip lengths agree"),
+    (r"parts\[0\]\[i\]\.copy\(\)", "parts[1][i].copy()", "a batch's records share their shapes"),
+    (r"(np\.concatenate\(.*), axis=0\)", r"\1, )", "np.concatenate's axis defaults to 0"),
+    (r"self\.tensors, False\)\)", "self.tensors, None))", "_with_outputs reads its flag only by truth"),
+    (r"\.max\(initial=0\) <= 1", ".max(initial=1) <= 1", "|differences| >= 0: initial 0 or 1, the same verdict"),
+    (r"lows is None or highs is None", "lows is None and highs is None", "extremes are reduced in pairs: both or none"),
+    (r"\(a\.shape == b\.shape and", "(a.shape != b.shape and", "_same's equality is a shortcut: _close decides alone"),
+    (r"array_equal\(a, b\)\) or", "array_equal(None, b)) or", "_same's equality is a shortcut: _close decides alone"),
+    (r"array_equal\(a, b\)\) or", "array_equal(a, None)) or", "_same's equality is a shortcut: _close decides alone"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -440,8 +440,7 @@ def _saturation_nodes(b: _Builder, spec: ReductionSpec, f: str, count: int, out:
             result = _count_outside(sub, f, low_c, high_c, rank, exact)
         else:
             records = sub.node("Slice", [sub.node("Shape", [lows], "shape"), sub.ints([0]), sub.ints([1])], "records")
-            zero = numpy_helper.from_array(np.zeros(1, np.float32), "zero")
-            result = sub.node("ConstantOfShape", [records], "zeros", value=zero)
+            result = sub.node("ConstantOfShape", [records], "zeros")  # float32 zeros: its default value
         sub.graph.output.append(helper.make_tensor_value_info(result, exact, None))
         branches.append(sub.graph)
     cond = b.node("Or", [below, above], "batch_outside")
