@@ -41,6 +41,16 @@ def _model(nodes, inputs, outputs, opset: int = 13, initializers=()) -> onnx.Mod
     return model
 
 
+def _one_record_reshape() -> onnx.ModelProto:
+    """A model with a dynamic batch axis whose Reshape to [3] takes one record only."""
+    return _model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        initializers=[helper.make_tensor("shape", TensorProto.INT64, [1], [3])],
+    )
+
+
 def _relu(batch=None) -> onnx.ModelProto:
     """y = Relu(x) + 1 with a middle tensor ``r``; x of shape (batch, 3)."""
     return _model(
@@ -244,12 +254,7 @@ def test_a_dynamic_batch_runs_whole_without_a_probe() -> None:
 def test_a_dynamic_batch_that_fails_stacked_runs_one_record_at_a_time(caplog) -> None:
     """A dynamic model whose Reshape takes one record: the first stacked run fails, then every record
     runs once, alone."""
-    model = _model(
-        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
-        initializers=[helper.make_tensor("shape", TensorProto.INT64, [1], [3])],
-    )
+    model = _one_record_reshape()
     runner = OrtRunner(model, ["y"], RuntimeOptions(), "m")
     counting = _Counting(runner)
     records = _records(3)
@@ -895,12 +900,7 @@ def test_units_of_a_dynamic_runner_check_two_stacked_records_only() -> None:
 
 
 def test_units_of_a_dynamic_runner_that_fails_stacked_are_single_records() -> None:
-    model = _model(
-        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
-        initializers=[helper.make_tensor("shape", TensorProto.INT64, [1], [3])],
-    )
+    model = _one_record_reshape()
     runner = OrtRunner(model, ["y"], RuntimeOptions(), "m")
     session = runner._session
     counting = _Counting(runner)

@@ -39,6 +39,19 @@ def _data(path: Path, records: np.ndarray) -> Path:
     return path
 
 
+def _batch_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of records of every run the command makes, in order (filled as it runs)."""
+    sizes: list[int] = []
+    real = run_command._execute
+
+    def execute(runner, feeds):
+        sizes.append(next(iter(feeds.values())).shape[0])
+        return real(runner, feeds)
+
+    monkeypatch.setattr(run_command, "_execute", execute)
+    return sizes
+
+
 @pytest.fixture
 def records() -> np.ndarray:
     return np.arange(5 * 1 * 3, dtype=np.float32).reshape(5, 1, 3)
@@ -127,14 +140,7 @@ def test_an_onnxruntime_failure_is_its_first_line(tmp_path: Path) -> None:
 
 
 def test_records_run_in_batches_of_batch_size(tmp_path: Path, records, monkeypatch, capsys) -> None:
-    sizes = []
-    real = run_command._execute
-
-    def execute(runner, feeds):
-        sizes.append(next(iter(feeds.values())).shape[0])
-        return real(runner, feeds)
-
-    monkeypatch.setattr(run_command, "_execute", execute)
+    sizes = _batch_sizes(monkeypatch)
     model, data = _model(tmp_path / "m.onnx", "Relu"), _data(tmp_path / "d.h5", records - 7)
     out = tmp_path / "a" / "b" / "out.h5"  # folders made as needed
     argv = ["run", str(model), "--data", str(data), "--backend", "onnxruntime", "--out", str(out)]
@@ -149,14 +155,7 @@ def test_records_run_in_batches_of_batch_size(tmp_path: Path, records, monkeypat
 
 
 def test_outputs_without_a_batch_axis_run_one_record_at_a_time(tmp_path: Path, records, monkeypatch) -> None:
-    sizes = []
-    real = run_command._execute
-
-    def execute(runner, feeds):
-        sizes.append(next(iter(feeds.values())).shape[0])
-        return real(runner, feeds)
-
-    monkeypatch.setattr(run_command, "_execute", execute)
+    sizes = _batch_sizes(monkeypatch)
     model = _model(tmp_path / "m.onnx", "ReduceSum", keepdims=0)
     out = tmp_path / "out.h5"
     argv = ["run", str(model), "--data", str(_data(tmp_path / "d.h5", records)), "--backend", "onnxruntime"]
@@ -231,14 +230,7 @@ def test_a_model_the_backend_rejects_names_the_model(tmp_path: Path, records, ca
 
 
 def test_a_batch_baked_into_a_reshape_runs_records_one_at_a_time(tmp_path: Path, records, monkeypatch) -> None:
-    sizes = []
-    real = run_command._execute
-
-    def execute(runner, feeds):
-        sizes.append(next(iter(feeds.values())).shape[0])
-        return real(runner, feeds)
-
-    monkeypatch.setattr(run_command, "_execute", execute)
+    sizes = _batch_sizes(monkeypatch)
     shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 3])
     node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="only")
     graph = helper.make_graph(
