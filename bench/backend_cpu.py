@@ -16,13 +16,15 @@ calibration records instead (one by one where its graph fixes the batch, as
 ``bench/real_model_backend.py`` does). ``--steps K`` prints the K steps whose CPU time differs most
 between the settings (each step's best over the runs) and the sum of every step's best;
 ``--threads 2`` adds the wall time; ``--env BENCH_PRESET=onnxruntime-vnni`` runs one setting on another
-preset (``--preset``: every setting's).
+preset (``--preset``: every setting's), and ``--env BENCH_SET=module.NAME=N`` sets a module's integer
+constant in one setting (``;`` between several), e.g. a threshold that turns a speed path off.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import resource
@@ -91,6 +93,10 @@ def _child(args: argparse.Namespace) -> None:
     else:
         path, batch = _model(args)
         feeds = [{"input": batch}]
+    for assignment in filter(None, os.environ.get("BENCH_SET", "").split(";")):  # module.NAME=int
+        target, value = assignment.split("=", 1)
+        module, name = target.rsplit(".", 1)
+        setattr(importlib.import_module(module), name, int(value))
     session = IntegerSession(path, os.environ.get("BENCH_PRESET", args.preset), threads=args.threads)
     outputs = [session.run(None, f) for f in feeds]  # warm: tables, weights, scratch
     digest = hashlib.sha256(b"".join(np.ascontiguousarray(o).tobytes() for out in outputs for o in out))
