@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -165,12 +165,6 @@ def run_all(tasks: Sequence[Callable[[], T]]) -> list[T]:
     if errors:
         raise errors[0]
     return results
-
-
-def in_background(task: Callable[[], T]) -> Future[T]:
-    """``task`` started on one of the pool's threads (for a caller that may use two or more), while the
-    caller goes on. The task must not use the pool's other threads."""
-    return _executor(max(1, current() - 1)).submit(task)
 
 
 def split(total: int, per_chunk_cost: int = 1) -> list[tuple[int, int]]:

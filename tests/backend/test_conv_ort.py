@@ -16,7 +16,7 @@ from backend_models import assert_same, node_model, ort_run, random_q
 from pair_ways import force_way
 
 from pytest_qaccuracy.backend import IntegerSession, pairs, parallel
-from pytest_qaccuracy.backend.kernels import conv_core, conv_ort, conv_pairs
+from pytest_qaccuracy.backend.kernels import conv_core, conv_ort
 
 f32 = np.float32
 
@@ -231,15 +231,14 @@ def test_a_forked_child_builds_its_own_sessions(monkeypatch, case: str) -> None:
 
 
 @pytest.mark.parametrize("way", ["sparse", "dense"])
-@pytest.mark.parametrize("limit", [1 << 60, 64 << 20])
-def test_a_correction_is_made_beside_onnxruntime_on_two_threads(way: str, limit: int, monkeypatch) -> None:
-    """On two threads the sparse pair search, or the whole dense correction, is made on the other
-    thread while onnxruntime computes the sums (unless the sums to keep meanwhile exceed
-    ``OVERLAP_BYTES``): the same output and saturation counts as one thread, and as the numpy paths."""
+def test_a_correction_on_two_threads_equals_one_thread(way: str, monkeypatch) -> None:
+    """On two threads the chunks (and the sparse search before them, or the dense correction made once
+    by whichever chunk comes first) give the same output and saturation counts as one thread, and
+    as the numpy paths."""
     force_way(monkeypatch, way)
-    monkeypatch.setattr(conv_pairs, "DENSE_BESIDE_EVALUATIONS", 0)
     model, x = _model("dense-3x3", np.random.default_rng(3))
     monkeypatch.setattr(conv_ort, "MIN_MACS", 0)
+    monkeypatch.setattr(conv_core, "MIN_PARALLEL_MACS", 0)
 
     def run(threads: int) -> tuple[np.ndarray, dict[int, int]]:
         counter = pairs.SaturationCounter()
@@ -249,14 +248,9 @@ def test_a_correction_is_made_beside_onnxruntime_on_two_threads(way: str, limit:
         return out, node.per_record
 
     want, want_counts = run(1)
-    started = []
-    real = parallel.in_background
-    monkeypatch.setattr(parallel, "in_background", lambda task: (started.append(task), real(task))[1])
-    monkeypatch.setattr(conv_core, "OVERLAP_BYTES", 0 if limit == 1 << 60 else limit)
     got, counts = run(2)
     assert_same(got, want, "two threads")
     assert counts == want_counts and sum(counts.values()) > 0
-    assert len(started) == (0 if limit == 1 << 60 else 1)
     monkeypatch.setattr(conv_ort, "MIN_MACS", 1 << 60)
     numpy_paths = IntegerSession(model, scheme="onnxruntime-avx2", threads=2).run(None, {"x": x})[0]
     assert_same(got, numpy_paths, "the numpy paths")

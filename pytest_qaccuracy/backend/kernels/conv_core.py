@@ -32,8 +32,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from typing import ClassVar
 
 import numpy as np
@@ -386,38 +385,10 @@ def conv_core(
         spans = _record_spans(n, outputs, threads if macs >= MIN_PARALLEL_MACS else 1, out_spatial[0])
     else:
         spans = chunk_spans(n, out_spatial[0], path.scratch_per_row() * math.prod(out_spatial[1:]), path.budget())
-    search = None
-    kept = out.size * np.dtype(dtype).itemsize <= OVERLAP_BYTES  # every chunk's sums, until the search ends
-    if correction is not None and in_onnxruntime and threads > 1 and kept:
-        search = correction.beside_sums(dtype)
-    if search is not None:
-        # the correction's own work (numpy) on one thread while this one runs onnxruntime's sums, then
-        # the corrections and epilogues on every thread: numpy on two threads at once gains little
-        sums: list[np.ndarray | None] = [None] * len(spans)
-        todo, lock = iter(range(len(spans))), threading.Lock()
-
-        def take_sums() -> None:  # onnxruntime's sums of the chunks nobody took yet
-            while (i := _next(todo, lock)) is not None:
-                sums[i] = path.sums(_chunk(spans[i]), None)
-
-        with parallel.blas_threads.single():
-            searching = parallel.in_background(lambda: (search(), take_sums()))  # then helps with the sums
-            try:
-                take_sums()
-            finally:
-                searching.result()  # raises the search's error; never leaves it running
-            parallel.run_all([lambda i=i: finish_chunk(*spans[i], sums[i]) for i in range(len(spans))])
-        return out
     if correction is not None:
         correction.before_chunks(dtype)
     parallel.run_all([lambda span=span: run_chunk(*span) for span in spans])
     return out
-
-
-def _next(items: Iterator[int], lock: threading.Lock) -> int | None:
-    """The next of ``items`` shared between threads, or None when none is left."""
-    with lock:
-        return next(items, None)
 
 
 #: multiply-adds of a convolution below which its chunks run on one thread: a hand-off to another
@@ -425,10 +396,6 @@ def _next(items: Iterator[int], lock: threading.Lock) -> int | None:
 MIN_PARALLEL_MACS = 1 << 24
 #: multiply-adds one output's pair correction is counted as, for :data:`MIN_PARALLEL_MACS`
 CORRECTION_MACS = 64
-
-#: sums of a convolution whose pair correction is made beside onnxruntime's (each chunk's sums kept
-#: until it is done) at most, in bytes
-OVERLAP_BYTES = 64 << 20
 
 #: output elements of one onnxruntime call: a call costs tens of microseconds, and the epilogue
 #: that follows wants its chunk in cache

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
 
 import numpy as np
 
@@ -109,10 +108,6 @@ class SparseSearch:
                 self._found = _sparse(self.layer, self.found, self.total)
                 self._done = True
             return self._found
-
-    def beside_sums(self, dtype: type) -> Callable[[], object]:
-        """The search, for one thread to run while the other computes onnxruntime's sums (``conv_core``)."""
-        return self.search
 
     def before_chunks(self, dtype: type) -> None:
         """The search, before the chunks go to the session's threads: one started inside a chunk would
@@ -501,14 +496,6 @@ class DenseCorrection:
                 self._whole = _dense_records(self.layer, self.layout, 0, self.shape[0], count, np.dtype(dtype), True)
             return self._whole
 
-    def beside_sums(self, dtype: type) -> Callable[[], object] | None:
-        """The whole correction in the sums' ``dtype``, for one thread to make while the other computes
-        onnxruntime's sums (``conv_core``), where it has :data:`DENSE_BESIDE_EVALUATIONS` (fewer: the
-        chunks' own forms cost less). It is no larger than the sums, which the caller keeps meanwhile."""
-        if self.layout.entries * self.shape[0] * math.prod(self.shape[2:]) < DENSE_BESIDE_EVALUATIONS:
-            return None
-        return lambda: self.prepare(dtype)
-
     def before_chunks(self, dtype: type) -> None:
         """Nothing: each chunk computes its own part."""
 
@@ -573,9 +560,6 @@ def _add_channels(view: np.ndarray, block: np.ndarray, layout: _DenseLayout) -> 
 
 #: (entry, output) evaluations of a chunk up to which the dense correction takes its few-calls form
 SMALL_EVALUATIONS = 1 << 15
-#: (entry, output) evaluations from which a dense correction is made whole beside onnxruntime's sums
-#: on two threads (:meth:`DenseCorrection.beside_sums`)
-DENSE_BESIDE_EVALUATIONS = 1 << 18
 
 
 class PairCorrection:
