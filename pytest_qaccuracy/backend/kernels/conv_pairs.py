@@ -86,10 +86,9 @@ def pair_corrections(
 
 
 class SparseSearch:
-    """The sparse correction of a layer, searched when first needed: the caller may run it on another
-    thread while onnxruntime computes the convolution's sums (``conv_core``), since numpy on two
-    threads at once gains little. Its bound comes from the weights and the inputs' channel maxima
-    alone, so the sums' type is chosen before the search. The search may use the session's threads."""
+    """The sparse correction of a layer, searched once before the convolution's chunks run
+    (:meth:`before_chunks`). Its bound comes from the weights and the inputs' channel maxima alone,
+    so the sums' type is chosen before the search. The search may use the session's threads."""
 
     def __init__(self, layer: _Layer, found: list[tuple[int, pairs.RiskyPairs]], total: int):
         self.layer, self.found, self.total = layer, found, total
@@ -462,9 +461,8 @@ class _DenseLayout:
 class DenseCorrection:
     """The correction of a layer where most outputs change (an image stem, mid-range inputs on heavy
     weights), computed for each chunk of the convolution while its sums are in cache: no array of the
-    whole output is made, zeroed, scanned and added. The whole correction can instead be made up front
-    (:meth:`prepare`), by one thread while onnxruntime computes the sums on the other; chunks that
-    split records (row paths) take their part of it too."""
+    whole output is made, zeroed, scanned and added. Chunks that split records (row paths) take their
+    part of the whole correction, made once by the first of them (:meth:`prepare`)."""
 
     def __init__(self, layer: _Layer, layout: _DenseLayout):
         self.layer, self.layout = layer, layout
