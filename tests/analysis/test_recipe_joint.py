@@ -27,19 +27,24 @@ pytestmark = pytest.mark.skipif(
 WORK = {"mmA": 16 * 32, "sig": 32, "mmB": 32 * 8}
 #: the restricted global space: onnxruntime's two calibrators x per-channel weights
 METHODS = {"ort-minmax": "MinMax", "ort-percentile": "Percentile"}
-#: between the figures of this net (the brute force below: the nearest ones 2 dB apart), where the
-#: optimum needs per-channel weights (not the start's) and mmB in float, while under the global recipe
-#: that is best with every node in int8 (per-tensor percentile) mmA must stay in float (twice the cost)
-THRESHOLD = 24.3
+#: between the figures of this net (the brute force below), 0.8 dB from the nearest on both x86 families
+#: (exact sums as on VNNI hosts, and u8 x s8 pair saturation as on AVX2 ones, the latter measured with
+#: the integer backend's ``onnxruntime-avx2``): the optimum needs per-channel weights (not the start's)
+#: with mmA and the Sigmoid in float, while under the global recipe that is best with every node in
+#: int8 (per-tensor percentile) every node must stay in float (cost 800 against 544). The figures
+#: differ between the families by up to 0.4 dB; an earlier net's threshold (24.3 dB) sat between
+#: AVX2 figures only: with exact sums a global recipe met it with every node in int8
+THRESHOLD = 29.65
 
 
-def _net(path: Path) -> Path:
-    """x[N,16] -> MatMul (four wide output channels) -> Sigmoid -> MatMul (two outlier weights)."""
-    rng = np.random.default_rng(2)
+def _net(path: Path, seed: int = 6, wide: float = 40.0, outliers: float = 40.0) -> Path:
+    """x[N,16] -> MatMul (four output channels ``wide`` times wider) -> Sigmoid -> MatMul (two weights
+    ``outliers`` times larger)."""
+    rng = np.random.default_rng(seed)
     w1 = rng.standard_normal((16, 32)).astype(np.float32) * 0.3
-    w1[:, :4] *= 15.0
+    w1[:, :4] *= wide
     w2 = rng.standard_normal((32, 8)).astype(np.float32) * 0.3
-    w2.flat[rng.integers(0, w2.size, 2)] *= 10
+    w2.flat[rng.integers(0, w2.size, 2)] *= outliers
     nodes = [
         helper.make_node("MatMul", ["x", "w1"], ["h"], name="mmA"),
         helper.make_node("Sigmoid", ["h"], ["t"], name="sig"),

@@ -114,14 +114,22 @@ def test_xdist_workers_prefix_the_recipe_steps(digits: pytest.Pytester, monkeypa
     assert any(line[:5] in ("[gw0]", "[gw1]") and RECIPE_STEP.fullmatch(line[6:]) for line in lines), lines
 
 
-#: The broken pair with a cosine target its starting recipe misses: the search goes on for several steps.
-STRICT_PAIR = """
+#: A cosine target the broken pair's starting recipe misses on both x86 families, and the search
+#: meets within its budget on both: the start gives 0.999926 with exact sums (VNNI) and 0.998028 where
+#: u8 x s8 pairs saturate (AVX2, the integer backend's ``onnxruntime-avx2``), so the search goes on for
+#: several steps (at 0.9995 the start met it on VNNI hosts).
+STRICT_COSINE = 0.99995
+#: The broken pair with that target.
+STRICT_PAIR = (
+    """
 FP32, DATA = "models/digits_cnn.onnx", "data/digits_test.npz"
 
 
 def test_broken(qaccuracy, qaccuracy_pair):
-    qaccuracy.check(qaccuracy_pair(FP32, "models/digits_cnn.broken.onnx", DATA), min_cosine=0.9995)
+    qaccuracy.check(qaccuracy_pair(FP32, "models/digits_cnn.broken.onnx", DATA), min_cosine=%s)
 """
+    % STRICT_COSINE
+)
 
 #: A heartbeat of the end-of-session analysis of the broken pair (interval 0.5 s: "1s" or "0s" since).
 HEARTBEAT = re.compile(
@@ -171,8 +179,10 @@ def test_a_log_gets_every_recipe_step_and_a_heartbeat_during_a_long_one(digits: 
     assert verified and [s.index for s, _ in made] == list(range(len(made)))  # numbered as the search's
     printed = [line for line in lines if line.startswith("recipe: step ")]
     assert printed == [line for _, line in made]  # every step, in order, none dropped
-    assert len(verified) >= 2 and len(made) >= 3  # steps 1.. follow within 0.5 s: a throttle would drop them
-    assert any(line.startswith("  recipe meets cosine >= 0.9995") for line in result.outlines)
+    assert len(verified) >= 2 and len(made) >= 3, [
+        line for _, line in made
+    ]  # steps 1.. follow within 0.5 s: a throttle would drop them
+    assert any(line.startswith(f"  recipe meets cosine >= {STRICT_COSINE}") for line in result.outlines)
 
     made.clear()
     quiet = digits.runpytest("--qaccuracy-no-artifacts", "-q")
