@@ -110,6 +110,22 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_reduced_compare.py",
         ),
     ),
+    "model": Group(
+        (
+            "model/batch.py",
+            "model/cut.py",
+            "model/graph.py",
+            "model/loading.py",
+            "model/pair.py",
+            "model/quant_params.py",
+        ),
+        (
+            "tests/test_pair.py",
+            "tests/test_quantized_types.py",
+            "tests/backend/test_fixed_batch.py",
+            "tests/analysis/test_sensitivity_cut.py",
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
