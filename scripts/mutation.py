@@ -120,6 +120,7 @@ GROUPS: dict[str, Group] = {
             "model/quant_params.py",
         ),
         (
+            "tests/test_model_units.py",
             "tests/test_pair.py",
             "tests/test_quantized_types.py",
             "tests/backend/test_fixed_batch.py",
