@@ -139,7 +139,7 @@ def test_bakes_batch_ignores_shapes_it_cannot_read():
 def test_free_batch_makes_declared_batch_one_symbolic_in_a_copy():
     model = _model(
         [helper.make_node("Add", ["x", "b"], ["y"]), helper.make_node("Relu", ["u"], ["v"])],
-        [_vi("x", [1, 3]), _vi("b", [1, 3]), _vi("u", [2, 3])],
+        [_vi("x", [1, 3]), _vi("b", [1, 3]), _vi("u", [2, 3]), _vi("one", [1]), _vi("sym", [1, "C"])],
         [_vi("y", [1, 3]), _vi("v", ["M", 3]), _vi("s", [])],
         [_const(np.zeros((1, 3), np.float32), "b")],
         value_info=[_vi("mid", [1, 5]), _vi("untyped")],
@@ -155,7 +155,14 @@ def test_free_batch_makes_declared_batch_one_symbolic_in_a_copy():
             out[v.name] = (dims[0].dim_value, dims[0].dim_param) if dims else None
         return out
 
-    assert first(freed.graph.input) == {"x": (0, FREE_BATCH), "b": (1, ""), "u": (2, "")}
+    assert first(freed.graph.input) == {
+        "x": (0, FREE_BATCH),
+        "b": (1, ""),
+        "u": (2, ""),
+        "one": (0, FREE_BATCH),  # rank 1: the one dimension is the batch
+        "sym": (0, FREE_BATCH),  # whatever the dimensions after the first
+    }
+    assert freed.graph.input[4].type.tensor_type.shape.dim[1].dim_param == "C"
     assert first(freed.graph.output) == {"y": (0, FREE_BATCH), "v": (0, "M"), "s": None}
     assert first(freed.graph.value_info) == {"mid": (0, FREE_BATCH), "untyped": None}
     assert freed.graph.input[0].type.tensor_type.shape.dim[1].dim_value == 3
@@ -484,6 +491,28 @@ def test_load_model_keeps_external_data_in_the_folder(tmp_path, location, messag
         load_model(path)
 
 
+def test_load_model_checks_every_external_tensor_after_inline_ones(tmp_path):
+    """A small tensor kept inside the file comes first; the large one after it points outside."""
+    small = _const(np.array([3], np.int64), "small")
+    model = _model(
+        [helper.make_node("Add", ["x", "w"], ["y"]), helper.make_node("Identity", ["small"], ["k"])],
+        [_vi("x", [64])],
+        [_vi("y", [64]), _vi("k", [1], TensorProto.INT64)],
+        [small, _const(np.arange(64, dtype=np.float32), "w")],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=100)
+    proto = onnx.load(str(path), load_external_data=False)
+    assert [t.data_location for t in proto.graph.initializer] == [TensorProto.DEFAULT, TensorProto.EXTERNAL]
+    np.testing.assert_array_equal(numpy_helper.to_array(load_model(path).graph.initializer[1]), np.arange(64))
+    for entry in proto.graph.initializer[1].external_data:
+        if entry.key == "location":
+            entry.value = "../w.bin"
+    onnx.save(proto, str(path))
+    with pytest.raises(ModelError, match=r"initializer 'w' points at external data '\.\./w\.bin' outside"):
+        load_model(path)
+
+
 def test_load_model_names_the_model_when_external_data_is_unreadable(tmp_path):
     path = _external(tmp_path, "w.bin")
     (tmp_path / "w.bin").write_bytes(b"\x00" * 8)  # 2 floats where the tensor needs 8
@@ -696,6 +725,15 @@ def test_cut_pair_resolves_nodes_quantized_names_and_repeats_in_order():
     np.testing.assert_allclose(y, np.full((1, 4), 1 / (1 + np.exp(-2.0))), rtol=1e-6)
 
 
+def test_cut_pair_keeps_the_user_mapping():
+    fp32, qdq = _pair_models()
+    pair = ModelPair(fp32, qdq, {"m": "m"})
+    cut = cut_pair(pair, ["r"])
+    assert cut.mapping == {"m": "m"}
+    assert {m.fp32: m.matched_by for m in cut.matching.matches}["m"] == "user"
+    assert {m.fp32: m.matched_by for m in cut_pair(ModelPair(fp32, qdq), ["r"]).matching.matches}["m"] == "name"
+
+
 def test_cut_pair_leaves_an_unknown_type_unset():
     fp32, qdq = _pair_models()
     for model in (fp32, qdq):  # an op of an unknown domain: no type to infer for its output
@@ -730,11 +768,21 @@ def test_cut_pair_refuses_names_it_cannot_measure_at():
         cut_pair(pair, ["sigg"])
     with pytest.raises(InputError, match=r"with a counterpart in quantized\.onnx$"):
         cut_pair(pair, ["zzzz"])
+    # 'reab' and 'relu' share 're': a ratio of 2 * 2 / 8 = 0.5, just close enough
+    with pytest.raises(InputError, match=r"quantized\.onnx; close names: relu$"):
+        cut_pair(pair, ["reab"])
     # 'a' exists in fp32 but has no counterpart, 'x_q' only in the QDQ model; 'unused' is a weight that
     # fp32.onnx lists among its graph inputs: not an input both models share (the message said so before)
     for name in ("a", "unused", "x_q"):
         with pytest.raises(InputError, match=rf"^cannot measure at '{name}': not a tensor or node"):
             cut_pair(pair, [name])
+
+
+def test_cut_pair_names_every_output_of_a_node_without_counterpart():
+    fp32, qdq = _pair_models()
+    fp32.graph.node.append(helper.make_node("Split", ["x2"], ["p1", "p2"], axis=1, num_outputs=2, name="split"))
+    with pytest.raises(InputError, match=r"'split': the output\(s\) of this node of fp32\.onnx \(p1, p2\) have no"):
+        cut_pair(ModelPair(fp32, qdq), ["split"])
 
 
 def test_cut_pair_hints_at_most_five_close_names():
@@ -794,6 +842,21 @@ def test_dequantize_per_channel_is_dequantize_linear(axis):
     np.testing.assert_array_equal(got, _reference_dequantize(q, scale, zp, axis))
 
 
+def test_dequantize_int32_codes_in_float32():
+    q = np.array([1000, -7, 0], np.int32)
+    got = QuantParams(np.array(0.5), np.array(0, np.int32)).dequantize(q)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, _reference_dequantize(q, 0.5, 0))
+
+
+@pytest.mark.parametrize("shape", [(), (2,), (2, 3)])
+def test_dequantize_a_one_element_scale_of_any_rank_keeps_the_codes_shape(shape):
+    q = np.arange(np.prod(shape), dtype=np.uint8).reshape(shape) + 10
+    got = QuantParams(np.full((1, 1, 1), 0.25), np.full((1, 1, 1), 2, np.uint8)).dequantize(q)
+    assert got.shape == shape and got.dtype == np.float32
+    np.testing.assert_array_equal(got, (q.astype(np.float64) - 2) * 0.25)  # exact: multiples of 1/4
+
+
 def test_dequantize_writes_into_out():
     q = np.array([[1, 2], [3, 4]], np.uint16)
     out = np.full((2, 2), np.nan, np.float32)
@@ -840,8 +903,9 @@ def test_quant_params_of_a_quantize_linear_output():
             helper.make_node("QuantizeLinear", ["w", "sc", "zc"], ["w_q"], axis=0),
             helper.make_node("QuantizeLinear", ["x", "sc", "zc"], ["x_q"]),
             helper.make_node("QuantizeLinear", ["x", "x", "z"], ["computed"]),
+            helper.make_node("QuantizeLinear", ["w", "two"], ["two_q"], axis=0),
         ],
-        [S, Z, CHANNELS, CHANNELS_ZP],
+        [S, Z, CHANNELS, CHANNELS_ZP, _const(np.array([0.5, 0.25], np.float32), "two")],
         ["x", "w"],
     )
     _expect(find_quant_params(view, "q"), 0.5, 7, dtype=np.uint8)
@@ -850,6 +914,7 @@ def test_quant_params_of_a_quantize_linear_output():
     assert find_quant_params(view, "q_nozp").zero_point.shape == ()
     _expect(find_quant_params(view, "q_empty"), 0.5, 0, dtype=np.uint8)
     _expect(find_quant_params(view, "w_q"), [0.1, 0.2, 0.3], [1, 2, 3], axis=0, dtype=np.int8)
+    _expect(find_quant_params(view, "two_q"), [0.5, 0.25], [0, 0], axis=0)  # two channels: per channel too
     _expect(find_quant_params(view, "x_q"), [0.1, 0.2, 0.3], [1, 2, 3], axis=1)  # the spec's default axis
     assert find_quant_params(view, "computed") is None  # a scale that is not a constant
     assert find_quant_params(view, "x") is None  # the float input
@@ -925,7 +990,8 @@ def test_quant_params_of_qlinear_concat():
     no_zp = _view([helper.make_node("QLinearConcat", ["s3", "", "a", "s", "z"], ["y"])], [S, Z, S3])
     _expect(find_quant_params(no_zp, "y"), 2.0, 0, dtype=np.uint8)
     # the output's own scale position is not an operand: 's3' is read at position 0
-    assert find_quant_params(view, "s3") is None and find_quant_params(view, "z") is None
+    for name in ("s3", "z3", "s", "z", "s2", "z2"):
+        assert find_quant_params(view, name) is None
 
 
 def test_quant_params_pass_through_integer_ops():
