@@ -110,6 +110,23 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_reduced_compare.py",
         ),
     ),
+    "model": Group(
+        (
+            "model/batch.py",
+            "model/cut.py",
+            "model/graph.py",
+            "model/loading.py",
+            "model/pair.py",
+            "model/quant_params.py",
+        ),
+        (
+            "tests/test_model_units.py",
+            "tests/test_pair.py",
+            "tests/test_quantized_types.py",
+            "tests/backend/test_fixed_batch.py",
+            "tests/analysis/test_sensitivity_cut.py",
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
@@ -184,6 +201,28 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     (r"\(a\.shape == b\.shape and", "(a.shape != b.shape and", "_same's equality is a shortcut: _close decides alone"),
     (r"array_equal\(a, b\)\) or", "array_equal(None, b)) or", "_same's equality is a shortcut: _close decides alone"),
     (r"array_equal\(a, b\)\) or", "array_equal(a, None)) or", "_same's equality is a shortcut: _close decides alone"),
+    # model: zips over lists whose lengths were compared just before, protobuf and numpy defaults
+    *[
+        (r"zip\((f, q|a\.shape, b\.shape), strict=True\)", rf"zip(\1, {new})", "lengths compared before: zip agrees")
+        for new in ("strict=False", "strict=None", "")
+    ],
+    (r"copy\.deepcopy\(model\)", "copy.copy(model)", "copy.copy of a protobuf message copies it whole"),
+    (
+        r'if value\.type\.tensor_type\.HasField\("shape"\) else \[\]',
+        'if (value.type.tensor_type.HasField("shape")) or True else []',
+        "an unset protobuf shape reads as no dimensions, as [] does",
+    ),
+    (r"load_external_data=False\)", "load_external_data=None)", "onnx.load reads the flag for its truth"),
+    (
+        r"view\.constant\(zero_point\) if zero_point else None",
+        "view.constant(zero_point) if (zero_point) or True else None",
+        "GraphView.constant of '' or None is None",
+    ),
+    (
+        r"self\.zero_point\.astype\(np\.float32\)",
+        "self.zero_point.astype(None)",
+        "integer zero points are exact in float64 and float32; the subtraction is float32 either way",
+    ),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -69,7 +69,7 @@ def _resolve(pair: ModelPair, names: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _unknown(pair: ModelPair, name: str, known: Iterable[str]) -> str:
-    inputs = {v.name for v in pair.fp32.graph.input}
+    inputs = {spec.name for spec in pair.inputs}  # fed inputs, not weights listed as inputs
     if name in inputs:
         return f"cannot measure at {name!r}: it is an input of {pair.fp32_path.name}, which both models share"
     node = next((n for n in pair.fp32.graph.node if n.name == name), None)

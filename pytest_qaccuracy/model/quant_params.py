@@ -76,7 +76,7 @@ class QuantParams:
             scale, zp = scale.reshape(shape), zp.reshape(shape)
         else:
             scale, zp = scale.reshape(()), zp.reshape(())
-        out = np.subtract(q, zp, out=out, dtype=np.float32)
+        out = np.asarray(np.subtract(q, zp, out=out, dtype=np.float32))  # a 0-d q gives a scalar, not an array
         return np.multiply(out, scale, out=out)
 
 
