@@ -14,6 +14,7 @@ module falls below ``--fail-under``.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -254,6 +255,33 @@ def copy_tree(dest: Path, rev: str | None) -> None:
             shutil.copy2(source, dest / name)
 
 
+def undecorated(source: str) -> str:
+    """``source`` with every decorated module-level function written as the function, then its name
+    bound to the decorated one (``f = d1(d2(f))``): the same module, and one mutmut 3 mutates (it
+    leaves decorated functions alone, so a registry's kernels and metrics would go untested)."""
+    lines = source.splitlines(keepends=True)
+    functions = [
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.decorator_list
+    ]
+    for node in reversed(functions):  # from the end, so earlier line numbers stay valid
+        calls = node.name
+        for decorator in reversed(node.decorator_list):
+            calls = f"({ast.get_source_segment(source, decorator)})({calls})"
+        first, start, end = node.decorator_list[0].lineno - 1, node.lineno - 1, node.end_lineno
+        lines[first:end] = [*lines[start:end], f"{node.name} = {calls}\n"]
+    return "".join(lines)
+
+
+def undecorate(dest: Path, group: Group) -> None:
+    """Rewrite the group's modules in the copy ``dest`` with :func:`undecorated`."""
+    for path in sorted((dest / PACKAGE).rglob("*.py")):
+        module = str(path.relative_to(dest / PACKAGE))
+        if any(fnmatch(module, pattern) for pattern in group.modules):
+            path.write_text(undecorated(path.read_text()))
+
+
 def toml_list(items: list[str]) -> str:
     """A TOML array of strings."""
     return "[" + ", ".join(json.dumps(item) for item in items) + "]"
@@ -291,6 +319,7 @@ def run_group(name: str, group: Group, workdir: Path, jobs: int, rev: str | None
     dest = workdir / name
     dest.mkdir(parents=True)
     copy_tree(dest, rev)
+    undecorate(dest, group)
     write_config(dest, group)
     # made now: a sys.path entry that does not exist at start-up is never looked at again
     (dest / "mutants").mkdir()
