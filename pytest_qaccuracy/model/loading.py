@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,11 +62,24 @@ def load_model(path: str | os.PathLike[str]) -> onnx.ModelProto:
     if not model.HasField("graph"):
         raise ModelError(f"{path}: no graph, not an ONNX model")
     _check_external_data(model, path)
+    external = [t for t in _all_tensors(model) if t.data_location == TensorProto.EXTERNAL]
     try:
         onnx.load_external_data_for_model(model, str(path.parent))
+        for tensor in external:  # onnx before 1.17 reads a short file without a word
+            _check_size(tensor)
     except Exception as exc:
         raise ModelError(f"{path}: cannot load external data ({exc})") from None
     return model
+
+
+def _check_size(tensor: TensorProto) -> None:
+    """Raise ValueError unless ``tensor``'s loaded bytes are those its shape and type need."""
+    if tensor.data_type not in ELEM_TYPE_NAMES:  # strings, packed 4-bit types: no fixed byte count here
+        return
+    itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    need = math.prod(tensor.dims) * itemsize
+    if len(tensor.raw_data) != need:
+        raise ValueError(f"'{tensor.name}' has {len(tensor.raw_data)} bytes of data, its shape and type need {need}")
 
 
 def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
