@@ -128,6 +128,24 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_sensitivity_cut.py",
         ),
     ),
+    "graphs": Group(
+        (
+            "report/visq.py",
+            "report/dot.py",
+            "report/graph.py",
+            "report/layout.py",
+            "report/drawing.py",
+            "report/_palette.py",
+        ),
+        (
+            "tests/report/test_visq.py",
+            "tests/report/test_dot.py",
+            "tests/report/test_graph.py",
+            "tests/report/test_graph_units.py",
+            "-k",
+            "not browser",  # the headless browser tests are slow and their page runs outside the trace
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
