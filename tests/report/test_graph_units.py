@@ -154,6 +154,7 @@ def test_slot_color_edges_inclusive_and_outside_values():
     assert slot_color(slots, 100.0) == YLORRD9[8]
     gap = [Slot(0.0, 1.0, "a"), Slot(2.0, 3.0, "b"), Slot(4.0, 5.0, "c")]
     assert slot_color(gap, 1.5) == "c"  # in no slot and above the first: the last colour
+    assert slot_color(gap, 2.0) == "b"  # a slot's begin is inside it
 
 
 def test_metric_slots_from_the_error_map_or_given_values():
@@ -228,6 +229,7 @@ def test_quote_and_label():
 def test_unique():
     assert _unique("n", set()) == "n"
     assert _unique("n", {"n"}) == "n (1)"
+    assert _unique("n", {"n", "n (1)"}) == "n (2)"
     assert _unique("n", {"n", "n (1)", "n (2)"}) == "n (3)"
 
 
@@ -240,17 +242,19 @@ def test_legend_rows():
     assert '<tr><td bgcolor="#fc4e2a">A&lt;B: 5.0000 ~ 6.0000</td></tr>' in text  # slot 5: dark text
     assert '<tr><td bgcolor="#e31a1c"><font color="white">A&lt;B: 6.0000 ~ 7.0000</font></td></tr>' in text
     assert text.count('<font color="white">') == 3
+    assert text.count("</tr><tr>") == 8  # nine rows, nothing between them
 
 
 def ops_graph():
-    """x -> A -> (p, '') ; Constant k ; custom-domain Constant c2 ; B(p, k, w, c2, '') -> no outputs ;
-    C(p) -> q ; D() -> () unnamed."""
+    """x -> A -> (p, '') ; Constant k ; custom-domain Constant c2 ; B(p, k, w, c2, '', s, ghost) -> no
+    outputs ; C(p) -> q ; D() -> () unnamed. w is an initializer and an input, s a sparse initializer
+    (named by its values: a SparseTensorProto has no name of its own), ghost is produced by nothing."""
     nodes = [
         helper.make_node("Relu", ["x"], ["p", ""], name="A"),
         helper.make_node("Constant", [], ["k"], value=helper.make_tensor("v", TensorProto.FLOAT, [], [1.0])),
         helper.make_node("Constant", [], ["c2"], domain="my.ops"),
         helper.make_node("Constant", [], ["c3"], domain="ai.onnx"),
-        helper.make_node("Sink", ["p", "k", "w", "c2", "", "s"], [], name="B", domain="my.ops"),
+        helper.make_node("Sink", ["p", "k", "w", "c2", "", "s", "ghost"], [], name="B", domain="my.ops"),
         helper.make_node("Relu", ["p"], ["q"], name=""),
         helper.make_node("Noop", [], [], domain="my.ops"),
     ]
@@ -309,6 +313,22 @@ def test_dot_document_of_a_small_graph():
     ]
 
 
+def test_dot_outputs_listed_twice_get_two_nodes():
+    model = chain_model([("y", "Relu")])
+    model.graph.output.append(model.graph.output[0])
+    result = build_result([("y", "Relu", {"mse": 1.0})], definitions={"mse": "m"})
+    lines = dot_document(model, result, "mse").split("\n")
+    assert lines[-6:] == [
+        '  "y (2)" [shape=plaintext, label="y"];',
+        '  "x" -> "y";',
+        '  "y" -> "y (1)";',
+        '  "y" -> "y (2)";',
+        "}",
+        "",
+    ]
+    assert lines[-7] == '  "y (1)" [shape=plaintext, label="y"];'
+
+
 def test_dot_unknown_metric_and_write(tmp_path):
     result = build_result([("p", "Relu", {"mse": 2.0})], definitions={"mse": "m"})
     with pytest.raises(InputError, match="no metric 'tae'"):
@@ -353,6 +373,11 @@ def test_build_graph_without_anchors_and_long_names():
     assert op.lines[0] == "t" * 14 + "…" + "t" * 15 and len(op.lines[0]) == graph.LABEL_WIDTH
     assert op.title.startswith(long + " (Conv)\n") and op.anchor is None
     assert g.nodes[2].lines == (op.lines[0],) and g.nodes[2].title == long
+    model.graph.input[0].name = "i" * 40
+    model.graph.node[0].input[0] = "i" * 40
+    g = build_graph(model, result, "sqnr")
+    assert g.nodes[0].lines == ("i" * 14 + "…" + "i" * 15,) and g.nodes[0].title == "i" * 40
+    assert g.edges == ((0, 1), (1, 2))
 
 
 def test_graph_dot_text():
@@ -365,7 +390,13 @@ def test_graph_dot_text():
     text = graph_dot(Graph(nodes, ((0, 1), (1, 2), (2, 3)), "mse"))
     lines = text.split("\n")
     assert lines[0] == "digraph G {" and text.endswith("}\n")
-    assert lines[1] == '  graph [rankdir=TB, nodesep=0.2, ranksep=0.3, bgcolor="transparent"];'
+    # Graphviz reads attribute names case-sensitively: these lines give the boxes and grey edges
+    assert lines[1:4] == [
+        '  graph [rankdir=TB, nodesep=0.2, ranksep=0.3, bgcolor="transparent"];',
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10, margin="0.08,0.03",'
+        ' fillcolor="white", color="#57606a", penwidth=0.8];',
+        '  edge [color="#8c959f", arrowsize=0.6];',
+    ]
     assert lines[4:] == [
         '  n0 [id=n0, label="x", shape=plaintext, style=""];',
         '  n1 [id=n1, label="a\\nRelu", fillcolor="#ffffcc"];',
@@ -398,7 +429,8 @@ def test_graphviz_svg_failures_give_none(tmp_path, monkeypatch):
     assert graph.graphviz_svg(g, script(tmp_path, "cat >/dev/null; exit 1")) is None
     assert graph.graphviz_svg(g, script(tmp_path, "cat >/dev/null; echo '<svg'")) is None  # not XML
     monkeypatch.setattr(graph, "GRAPHVIZ_TIMEOUT", 0.2)
-    assert graph.graphviz_svg(g, script(tmp_path, "sleep 5")) is None
+    slow = "cat >/dev/null; sleep 3; echo '<svg xmlns=\"http://www.w3.org/2000/svg\"/>'"
+    assert graph.graphviz_svg(g, script(tmp_path, slow)) is None  # it would answer, too late
     monkeypatch.setattr(graph.shutil, "which", lambda name: None)
     assert graph.graphviz_svg(g) is None
 
@@ -425,7 +457,9 @@ def test_sanitize_svg_rules():
         '<svg xmlns="http://www.w3.org/2000/svg" width="10" style="x" viewBox="0 0 1 1">'
         '<g id="graph0" class="graph"><title>G</title>'
         '<g id="n0" class="node"><title>n0</title><text x="1" fill="red" onclick="y">keep</text></g>'
-        '<g id="n7" class="node"><polygon points="1"/></g>'
+        '<g id="n2" class="node"><polygon points="1"/></g>'
+        '<g class="node"><polygon points="2"/></g>'
+        '<rect id="n1" class="node" x="3"/>'
         '<g id="nx" class="node"><rect x="1"/></g>'
         '<g id="n1" class="edge"><path d="M0"/></g>'
         '<a><g id="n1" class="node"><ellipse cx="1"/></g></a>'
@@ -440,7 +474,8 @@ def test_sanitize_svg_rules():
     groups = outer.findall(f"{SVG}g")
     assert [(g.get("id"), g.get("class")) for g in groups] == [
         (None, "node op"),
-        ("n7", "node"),  # no such node
+        ("n2", "node"),  # no such node: there are two
+        (None, "node"),  # no id
         ("nx", "node"),  # not a node id
         ("n1", "edge"),
         (None, "node input"),  # the <a> wrapper is dropped, its content kept
@@ -450,10 +485,11 @@ def test_sanitize_svg_rules():
     assert first.find(f"{SVG}title").text == "first"
     kept = first.find(f"{SVG}text")
     assert kept.attrib == {"x": "1", "fill": "red"} and kept.text == "keep"
-    assert "data-color" not in groups[4].attrib and "data-tensor" not in groups[4].attrib
-    assert out.find(f".//{SVG}rect[@x]") is not None and outer.findall(f"{SVG}rect")[0].text is None
+    assert "data-color" not in groups[5].attrib and "data-tensor" not in groups[5].attrib
+    assert outer.find(f"{SVG}rect[@x='3']").attrib == {"id": "n1", "class": "node", "x": "3"}  # not a <g>
+    assert out.find(f".//{SVG}rect[@x]") is not None and all(r.text is None for r in out.iter(f"{SVG}rect"))
     assert out.find(f".//{SVG}image") is None and "title>G<" not in text
-    with pytest.raises(ValueError, match="not an SVG document"):
+    with pytest.raises(ValueError, match=r"^not an SVG document$"):
         sanitize_svg(ET.fromstring("<html/>"), Graph(nodes, (), "mse"))
 
 
@@ -468,6 +504,11 @@ def test_decorate_node_moves_children_into_the_link():
     assert link.tag == "a" and link.attrib == {"href": "#row-3", "data-anchor": "row-3"}
     assert [c.tag for c in link] == ["text", "path", "polygon", "text"]
     assert [c.get("class") for c in link] == [None, "shape", None, None]  # only the first shape
+    oval = ET.Element("g")
+    for tag in ("text", "ellipse", "rect"):
+        ET.SubElement(oval, tag)
+    decorate_node(oval, GraphNode("input", ("x",), "x"))
+    assert [c.get("class") for c in oval][1:] == [None, "shape", None]  # after the title
     plain = ET.Element("g")
     ET.SubElement(plain, "text")
     decorate_node(plain, GraphNode("output", ("y",), "y"))
@@ -488,6 +529,7 @@ def test_ranks():
     assert ranks(6, [(0, 1), (1, 2), (2, 4), (3, 4), (4, 0)]) == [0, 1, 2, 2, 3, 0]
     assert ranks(3, [(0, 2), (1, 2), (0, 1)]) == [0, 1, 2]
     assert ranks(0, []) == []
+    assert ranks(2, [(0, 0), (0, 1)]) == [0, 1]  # a node reading its own output: the loop is ignored
 
 
 def test_with_dummies():
@@ -503,6 +545,12 @@ def test_order_layers_untangles_a_crossing():
     # only the upward sweeps sort the top layer: 2 moves next to its successor's position 0
     assert order_layers([0, 0, 0, 1], [(2, 3)]) == [[0, 2, 1], [3]]
     assert order_layers([], []) == []
+    # 3 reads 0, 1 and 2 (mean position 1), 4 reads 2 (position 2): 3 goes first
+    assert order_layers([0, 0, 0, 1, 1], [(0, 3), (1, 3), (2, 3), (2, 4)]) == [[0, 1, 2], [3, 4]]
+    # five layers; in the top one and the fourth, only the last node has a successor (at position
+    # 0): the upward sweeps move it next to the first node, in both layers
+    rank = [0, 0, 0, 1, 2, 3, 3, 3, 4]
+    assert order_layers(rank, [(2, 3), (3, 4), (7, 8)]) == [[0, 2, 1], [3], [4], [5, 7, 6], [8]]
 
 
 def test_spread_keeps_order_gap_and_mean():
@@ -524,6 +572,21 @@ def test_x_positions_centres_a_chain_and_a_fork():
     assert xs[2] - xs[1] == pytest.approx(28.0) and (xs[1] + xs[2]) / 2 == pytest.approx(xs[0])
 
 
+def test_x_positions_packs_unlinked_nodes():
+    # widths 10, 20, 30 with 18 between: centres 5, 10 + 18 + 10, 10 + 18 + 20 + 18 + 15
+    assert x_positions([[0, 1, 2]], [], [10.0, 20.0, 30.0]) == pytest.approx([5.0, 38.0, 81.0])
+
+
+def test_x_positions_upward_sweeps_pull_parents():
+    # 0 -> 1 -> 3, and 2 beside 3 with no edge; all 10 wide. Packed: 5; 5; 5, 33. Down: 3 wants 5,
+    # the pair is spread to -9, 19 around its mean. Up (bottom first): 1 moves over 3 (19), then 0
+    # over 1 (19). Then nothing moves.
+    xs = x_positions([[0], [1], [2, 3]], [(0, 1), (1, 3)], [10.0] * 4)
+    assert xs == pytest.approx([19.0, 19.0, -9.0, 19.0])
+    # 0 -> 2 only: down spreads 1, 2 to -9, 19; up moves 0 over 2
+    assert x_positions([[0], [1, 2]], [(0, 2)], [10.0] * 3) == pytest.approx([19.0, -9.0, 19.0])
+
+
 def test_place_a_chain():
     nodes = (GraphNode("op", ("ab",), "a", LIGHT), GraphNode("op", ("abcd",), "b", LIGHT))
     placed = place(Graph(nodes, ((0, 1),), "mse"))
@@ -542,6 +605,12 @@ def test_place_bends_through_dummies():
     placed = place(Graph(nodes, ((0, 1), (1, 2), (0, 2)), "mse"))
     assert len(placed.paths[2]) == 3 and placed.paths[2][1][1] == pytest.approx(placed.y[1])
     assert len(placed.x) == 4  # three nodes and one dummy
+    # widths 45.6 and the dummy 0: layer 1 is [1, dummy], spread 45.6 / 2 + 18 = 40.8 apart around
+    # the centre of 0 and 2; then everything moves right so node 1's left side is at the margin
+    assert placed.x == pytest.approx([51.2, 30.8, 51.2, 71.6])
+    assert placed.size == pytest.approx((82.0, 8 + 25 * 3 + 34 * 2 + 8))
+    # the edge 0 -> 2 ends on top of node 2, not at the dummy
+    assert placed.paths[2][-1] == pytest.approx((51.2, placed.y[2] - 12.5))
 
 
 def test_place_empty_graph():
@@ -553,6 +622,7 @@ def test_curve_and_arrow():
     assert _curve([(0.0, 0.0), (10.0, 20.0)]) == "M0.0,0.0 C0.0,10.0 10.0,10.0 10.0,20.0"
     assert _curve([(0, 0), (0, 10), (4, 30)]) == "M0.0,0.0 C0.0,5.0 0.0,5.0 0.0,10.0 C0.0,20.0 4.0,20.0 4.0,30.0"
     assert _arrow([(0.0, 0.0), (10.0, 20.0)]) == "6.5,13.0 13.5,13.0 10.0,20.0"
+    assert _arrow([(0.0, 0.0), (1.0, 1.0), (10.0, 20.0)]) == "6.5,13.0 13.5,13.0 10.0,20.0"  # the last point
 
 
 def test_layered_svg_of_a_chain():
@@ -568,12 +638,15 @@ def test_layered_svg_of_a_chain():
     assert edges.get("class") == "edges"
     (edge,) = edges
     path, arrow = list(edge)
+    # like Graphviz's: <g class="edge"> with a grey stroke and a grey arrow head
+    assert edge.get("class") == "edge"
+    assert path.get("stroke").lower() == arrow.get("fill").lower() == "#8c959f"
     assert path.get("d") == "M30.8,33.0 C30.8,50.0 30.8,50.0 30.8,67.0" and path.get("fill") == "none"
     assert arrow.get("points") == "27.3,60.0 34.3,60.0 30.8,67.0"
-    assert first.get("class") == "node input" and first.find(f"{SVG}rect") is None
+    assert first.attrib == {"class": "node input"} and first.find(f"{SVG}rect") is None
     (text,) = first.iter(f"{SVG}text")
     assert text.attrib == {"x": "30.8", "y": "24.5", "text-anchor": "middle"} and text.text == "x"
-    assert second.get("class") == "node op" and second.get("data-color") == DARKEST
+    assert second.attrib == {"class": "node op", "data-color": DARKEST, "data-tensor": "ab"}
     link = second.find(f"{SVG}a")
     rect = link.find(f"{SVG}rect")
     assert rect.attrib == {
