@@ -549,6 +549,9 @@ def test_order_layers_untangles_a_crossing():
     assert order_layers([0, 0, 0, 1, 1], [(0, 3), (1, 3), (2, 3), (2, 4)]) == [[0, 1, 2], [3, 4]]
     # five layers; in the top one and the fourth, only the last node has a successor (at position
     # 0): the upward sweeps move it next to the first node, in both layers
+    # [[0, 1, 2], [3, 4, 5], [6]], 2 -> 3, 2 -> 4, 5 -> 6: up, 5 moves before 4 (next to 6); down, 5
+    # (at 1, no predecessor) moves before 3 and 4 (both under 2, at 2); later sweeps keep that
+    assert order_layers([0, 0, 0, 1, 1, 1, 2], [(2, 3), (2, 4), (5, 6)]) == [[0, 1, 2], [5, 3, 4], [6]]
     rank = [0, 0, 0, 1, 2, 3, 3, 3, 4]
     assert order_layers(rank, [(2, 3), (3, 4), (7, 8)]) == [[0, 2, 1], [3], [4], [5, 7, 6], [8]]
 
@@ -585,6 +588,23 @@ def test_x_positions_upward_sweeps_pull_parents():
     assert xs == pytest.approx([19.0, 19.0, -9.0, 19.0])
     # 0 -> 2 only: down spreads 1, 2 to -9, 19; up moves 0 over 2
     assert x_positions([[0], [1, 2]], [(0, 2)], [10.0] * 3) == pytest.approx([19.0, -9.0, 19.0])
+
+
+def test_x_positions_alternate_sweeps():
+    # Six sweeps, even ones down (to the mean of predecessors, top layer first), odd ones up (to the
+    # mean of successors, bottom layer first); every node is 10 wide, so a pair sits 28 apart at least.
+    # [[0], [1, 2], [3]], 0 -> 2 -> 3: down: 2 over 0 at 5, the pair spread to -9, 19; 3 over 2 at 19.
+    # Up: 0 over 2 at 19. Then nothing moves.
+    assert x_positions([[0], [1, 2], [3]], [(0, 2), (2, 3)], [10.0] * 4) == pytest.approx([19, -9, 19, 19])
+    # [[0, 1], [2], [3, 4]], 1 -> 2 -> 3: each round halves the pull. Down: 2 at 33, the pair 3, 4 at
+    # 19, 47. Up: 2 at 19; 0, 1 want 5, 19: spread to -2, 26. Down: 2 at 26; 3, 4 at 22.5, 50.5. Up: 2 at
+    # 22.5; 0, 1 at -3.75, 24.25. Down: 2 at 24.25; 3, 4 at 23.375, 51.375. Up: 2 at 23.375; 0, 1 at
+    # -4.1875, 23.8125.
+    xs = x_positions([[0, 1], [2], [3, 4]], [(1, 2), (2, 3)], [10.0] * 5)
+    assert xs == pytest.approx([-4.1875, 23.8125, 23.375, 23.375, 51.375])
+    # [[0], [1, 2], [3, 4]], 0 -> 2 and 1 -> 4 (worked the same way, sweep by sweep)
+    xs = x_positions([[0], [1, 2], [3, 4]], [(0, 2), (1, 4)], [10.0] * 5)
+    assert xs == pytest.approx([32.78125, 4.78125, 32.78125, -22.5625, 5.4375])
 
 
 def test_place_a_chain():
