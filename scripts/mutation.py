@@ -128,6 +128,24 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_sensitivity_cut.py",
         ),
     ),
+    "graphs": Group(
+        (
+            "report/visq.py",
+            "report/dot.py",
+            "report/graph.py",
+            "report/layout.py",
+            "report/drawing.py",
+            "report/_palette.py",
+        ),
+        (
+            "tests/report/test_visq.py",
+            "tests/report/test_dot.py",
+            "tests/report/test_graph.py",
+            "tests/report/test_graph_units.py",
+            "-k",
+            "not browser",  # the headless browser tests are slow and their page runs outside the trace
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
@@ -224,6 +242,60 @@ EQUIVALENT: list[tuple[str, str, str]] = [
         "self.zero_point.astype(None)",
         "integer zero points are exact in float64 and float32; the subtraction is float32 either way",
     ),
+]
+
+# graphs: the report's visq colours, the DOT text, the report graph and its built-in layout
+EQUIVALENT += [
+    *[
+        (r"metric_slots\(result, metric, errors\)", new, "metric_slots reads the same error map when given none")
+        for new in ("metric_slots(result, metric, None)", "metric_slots(result, metric, )")
+    ],
+    (r"(edges\[.*\]) = None$", r'\1 = ""', "edges is an ordered set: its values are never read"),
+    (r"(timeout=GRAPHVIZ_TIMEOUT), check=False", r"\1, check=None", "check is read for its truth"),
+    (r"(timeout=GRAPHVIZ_TIMEOUT), check=False \)", r"\1, )", "subprocess.run's check defaults to False"),
+    (r'tag\.rsplit\("}", 1\)\[-1\]', 'tag.split("}", 1)[-1]', "an ElementTree tag has at most one '}': {uri}name"),
+    (r'group\.get\("id", ""\)', 'group.get("id", "XXXX")', "a default without digits is not a node id either"),
+    (r", short_empty_elements=True\)", ", )", "ElementTree writes empty elements short by default"),
+    (
+        r"abs\(value\) / 2 if value != 0 else 1\.0",
+        "abs(value) / 2 if (value != 0) or True else 1.0",
+        "half of |0| is 0, and a zero width falls back to 1 just below",
+    ),
+    *[
+        (r"_widen\(hi if higher_better else lo", rf"_widen(hi if (higher_better) {op} else lo", "here lo == hi")
+        for op in ("and False", "or True")
+    ],
+    (
+        r"if value <= slots\[0\]\.end:",
+        "if value < slots[0].end:",
+        "a value on the first slot's end is found by the loop, in the first slot",
+    ),
+    (r"rank = \[0\] \* count", "rank = [1] * count", "every rank is written before it is read"),
+    (r"max\(rank, default=-1\) \+ 1", "max(rank, default=-2) + 1", "range(0) and range(-1) are both empty"),
+    *[
+        (r"zip\(layer, xs, strict=True\)", f"zip(layer, xs, {new})", "xs is built from layer: same length")
+        for new in ("strict=False", "strict=None", "")
+    ],
+    (
+        r"max\(len\(layer\), 1\)",
+        "max(len(layer), 2)",
+        "one node sits at its desired x (shift 0) and an empty layer sums to 0",
+    ),
+    (
+        r"(height = \[h for _, h in sizes\] \+ )\[0\.0\]",
+        r"\1[1.0]",
+        "a dummy shares its layer with a real node 25 px high or more; edges end on real nodes",
+    ),
+    *[
+        (r"(row = \[max\(\(height\[v\] for v in layer\)), default=0\.0\)", rf"\1, {new})", "no layer is empty")
+        for new in ("default=None", "default=1.0", "")
+    ],
+    (r"default=0\.0\) - MARGIN", "default=1.0) - MARGIN", "the default is read only when there is no x to shift"),
+    *[
+        (r'ET\.Element\("g", \{"class": "node"\}\)', new, "decorate_node sets the group's class")
+        for new in ('ET.Element("g", )', 'ET.Element("g", {"class": "XXnodeXX"})', 'ET.Element("g", {"class": "NODE"})')
+    ],
+    (r'"#8c959f"', '"#8C959F"', "colour hex digits are case-insensitive"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -62,7 +62,8 @@ def _unique(base: str, taken: set[str]) -> str:
 
 def _ops(graph: onnx.GraphProto) -> tuple[list[tuple[str, onnx.NodeProto]], dict[str, str], set[str]]:
     """The drawn ops as ``(node id, node)``, the producer node id of each tensor, and the constant tensors."""
-    constants = {init.name for init in graph.initializer} | {init.name for init in graph.sparse_initializer}
+    # a sparse initializer has no name of its own: it is named by its values tensor (onnx.proto)
+    constants = {init.name for init in graph.initializer} | {s.values.name for s in graph.sparse_initializer}
     producer: dict[str, str] = {}
     ops: list[tuple[str, onnx.NodeProto]] = []
     for index, node in enumerate(graph.node):
