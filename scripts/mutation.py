@@ -487,6 +487,25 @@ def print_survivors(mutants: list[Mutant]) -> None:
             print(f"--- {label}: {mutant.name}\n{mutant.diff}\n")
 
 
+def print_coverage() -> None:
+    """Print the share of the library's files and lines (``wc -l``) that some group mutates, and
+    every package's files that none does."""
+    files = sorted((ROOT / PACKAGE).rglob("*.py"))
+    lines = {f: len(f.read_text().splitlines()) for f in files}
+    modules = {f: str(f.relative_to(ROOT / PACKAGE)) for f in files}
+    covered = {f for f in files if any(fnmatch(modules[f], p) for g in GROUPS.values() for p in g.modules)}
+    share = sum(lines[f] for f in covered)
+    total = sum(lines.values())
+    print(f"groups mutate {len(covered)} of {len(files)} files, {share} of {total} lines ({100 * share / total:.0f} %)")
+    left: dict[str, list[str]] = {}
+    for f in files:
+        if f not in covered and lines[f] > 0:
+            package = modules[f].rpartition("/")[0] or "."
+            left.setdefault(package, []).append(f"{Path(modules[f]).name} ({lines[f]})")
+    for package, names in sorted(left.items()):
+        print(f"not mutated in {package}/: {', '.join(names)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen groups and print the score per module."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -496,7 +515,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--survivors", action="store_true", help="print the diff of each mutant not killed")
     parser.add_argument("--rev", help="mutate this commit (e.g. HEAD) instead of the work tree")
     parser.add_argument("--keep", action="store_true", help="keep the copies (their path is printed)")
+    parser.add_argument("--coverage", action="store_true", help="print what the groups mutate and stop")
     args = parser.parse_args(argv)
+    if args.coverage:
+        print_coverage()
+        return 0
 
     if args.rev is not None:  # one commit for every group, even if the branch moves meanwhile
         args.rev = subprocess.run(
