@@ -110,6 +110,23 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_reduced_compare.py",
         ),
     ),
+    "ranges": Group(
+        (
+            "analysis/calibration/ranges.py",
+            "analysis/calibration/observers.py",
+            "analysis/calibration/candidates.py",
+            "analysis/calibration/calibrator.py",
+            "analysis/calibration/options.py",
+            "analysis/calibration/reader.py",
+            "analysis/calibration/cache.py",
+        ),
+        (
+            "tests/analysis/test_calibration.py",
+            "tests/analysis/test_calibration_ranges.py",
+            "tests/analysis/test_calibration_opset.py",
+            "tests/analysis/test_calibration_units.py",
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
