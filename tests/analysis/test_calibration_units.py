@@ -212,13 +212,14 @@ def _first_minimum(divergence: dict[int, float], tried, edges: np.ndarray, zero:
     return best
 
 
-def _coarse_to_fine(divergence: dict[int, float], edges: np.ndarray, zero: int, half: int, stride: int):
+def _coarse_to_fine(divergence, edges: np.ndarray, zero: int, half: int, stride: int, coarse: bool = False):
     """The documented search: every stride-th window (and the widest), then every stride/8-th within
-    stride of the two best, and so on down to every window; the least divergence of all tried."""
+    stride of the two best, and so on down to every window; the least divergence of all tried.
+    Every window is tried at once when there are at most 8 strides of them (unless ``coarse``)."""
     windows = list(range(half, zero + 1))
     tried: set[int] = set()
     step = stride
-    level = windows if len(windows) <= 8 * step else [*windows[::step], windows[-1]]
+    level = windows if len(windows) <= 8 * step and not coarse else [*windows[::step], windows[-1]]
     while step > 1 and len(level) > 8:
         tried.update(level)
         two = sorted(set(level), key=lambda i: (divergence[i], i))[:2]
@@ -462,6 +463,9 @@ def test_extrema_observer_keeps_every_record_as_float32():
     assert o.mins.dtype == o.maxs.dtype == np.float32
     np.testing.assert_array_equal(o.mins, np.float32(all_mins))
     np.testing.assert_array_equal(o.maxs, np.float32(all_maxs))
+    big = ExtremaObserver()  # more records at once than twice the room: grown to fit them
+    big.update(np.arange(300.0), np.arange(300.0) + 0.5)
+    assert big.count == 300 and big.mins[-1] == 299.0 and big.maxs[0] == 0.5
 
 
 def test_histogram_observer_bins_and_edges():
@@ -822,6 +826,15 @@ def test_kl_and_mse_ranges_from_the_histogram_of_every_record(relu, records):
     assert kl.ranges["x"][1] < float(x.max())  # the spike is clipped
 
 
+def test_the_histogram_spans_the_larger_magnitude_of_either_end(relu, tmp_path):
+    """T = max(|min|, |max|): a tensor whose min is the larger magnitude gets bins over [min, -min]."""
+    x = np.linspace(-8.0, 1.0, 40 * 4, dtype=np.float32).reshape(40, 1, 4)
+    np.savez(tmp_path / "neg.npz", x=x)
+    result = compute_ranges(relu, tmp_path / "neg.npz", CalibrationOptions(method="mse", bins=9))
+    want = mse_golden(histogram_golden(x, 8.0, 9), np.linspace(-8.0, 8.0, 10), -8.0, 1.0, 0, 255)
+    assert result.ranges["x"] == pytest.approx(want, rel=1e-9)
+
+
 def test_power2_is_applied_to_the_chosen_ranges(relu, records):
     data, _ = records
     plain = compute_ranges(relu, data, CalibrationOptions(method="percentile", activation_type="int8"))
@@ -915,18 +928,29 @@ def test_records_of_another_shape_start_a_batch():
     np.testing.assert_array_equal(batches[2][0]["r"], np.maximum(np.concatenate(xs[3:]), 0))
 
 
-def test_calibrate_writes_the_model_with_the_ranges(relu, records, tmp_path):
+def _matmul_weight(path: Path) -> str:
+    """The weight input of the model's MatMul: ``w`` kept in float, or its DequantizeLinear output."""
+    (node,) = [n for n in onnx.load(str(path)).graph.node if n.op_type == "MatMul"]
+    return node.input[1]
+
+
+def test_calibrate_writes_the_model_with_the_ranges(relu, records, tmp_path, monkeypatch):
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    made = _spy_runner(monkeypatch)
     out = tmp_path / "q.onnx"
-    result = calibrate(relu, records[0], out, CalibrationOptions(method="percentile"), nodes_to_exclude=["mm"])
-    assert result.method == "percentile" and out.is_file()
-    q = onnx.load(str(out))
-    assert "mm" in {n.name for n in q.graph.node if n.op_type == "MatMul"}  # kept in float
-    scales = {i.name: numpy_helper.to_array(i) for i in q.graph.initializer}
+    runtime = RuntimeOptions(batch_size=5)
+    options = CalibrationOptions(method="percentile")
+    result = calibrate(relu, records[0], out, options, runtime, nodes_to_exclude=["mm"])
+    assert result.method == "percentile" and out.is_file() and made[0][1] is runtime
+    assert _matmul_weight(out) == "w"  # mm kept in float
+    scales = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(out)).graph.initializer}
     lo, hi = result.ranges["x"]
-    scale = (max(hi, 0) - min(lo, 0)) / 255
-    assert any(np.isclose(v, scale, rtol=1e-6).all() and v.size == 1 for k, v in scales.items() if "scale" in k)
+    assert scales["x_scale"] == pytest.approx((max(hi, 0) - min(lo, 0)) / 255, rel=1e-6)
+    assert result == compute_ranges(relu, records[0], options)
     default = calibrate(relu, records[0], tmp_path / "d.onnx")
-    assert default.method == "minmax"
+    assert default.method == "minmax" and _matmul_weight(tmp_path / "d.onnx") == "w_DequantizeLinear_Output"
+    assert made[-1][1] == RuntimeOptions()
 
 
 # --- reader.py ----------------------------------------------------------------------------------
@@ -1032,7 +1056,7 @@ def test_calibrated_model_is_made_once_and_reused(relu, records, tmp_path, monke
     assert made is True and path == folder / f"relu.percentile.{key[:16]}.onnx" and path.is_file()
     written = json.loads(path.with_suffix(".json").read_text())
     assert written["method"] == "percentile" and written["records"] == 40 and set(written["ranges"]) >= {"x", "m"}
-    assert "mm" in {n.name for n in onnx.load(str(path)).graph.node if n.op_type == "MatMul"}
+    assert _matmul_weight(path) == "w"  # mm kept in float
     calls = []
     monkeypatch.setattr(cache_module, "calibrate", lambda *a: calls.append(a) or CalibrationResult("minmax", 0, {}))
     again = calibrated_model(relu, records[0], folder, options, nodes_to_exclude=["mm"])
@@ -1072,3 +1096,292 @@ def test_progress_counts_every_pass_on_one_line(relu, records, method, passes):
     advances = [n for what, n in progress.calls if what == "advance"]
     assert advances == [1, 8, 8, 8, 8, 7] * passes
     assert [what for what, _ in progress.calls].count("start") == 1
+
+
+def _spy_runner(monkeypatch) -> list[tuple]:
+    """Record the arguments of every OrtRunner the calibrator makes."""
+    made = []
+    real = calibrator_module.OrtRunner
+
+    def runner(proto, tensors, options, label):
+        made.append((list(tensors), options, label))
+        return real(proto, tensors, options, label)
+
+    monkeypatch.setattr(calibrator_module, "OrtRunner", runner)
+    return made
+
+
+def test_auto_observes_one_record_at_a_time_unoptimized_and_hands_all_to_auto_ranges(relu, records, monkeypatch):
+    """``auto``'s statistics come from the fp32 model run as onnxruntime's calibrators run it; what
+    ``auto_ranges`` returns is the result (its ranges made power-of-two with ``power2``)."""
+    from pytest_qaccuracy.analysis.calibration import auto
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    data, x = records
+    made = _spy_runner(monkeypatch)
+    calls = []
+
+    def fake(path, proto, bound, names, passes, calibration, options, nodes_to_exclude):
+        batches = list(passes())
+        calls.append(
+            {
+                "path": path,
+                "file": Path(path).read_bytes(),
+                "proto": proto.SerializeToString(),
+                "records": len(bound),
+                "names": names,
+                "batches": [(count, sorted(values)) for values, count in batches],
+                "x": np.concatenate([values["x"] for values, _ in batches]),
+                "calibration": calibration,
+                "options": options,
+                "exclude": nodes_to_exclude,
+            }
+        )
+        return {"x": (-1.25, 3.0), "m": (0.1, 0.2)}, {"x": (-2.0, 4.0)}, {"x": {"winner": "kl"}}, b"written"
+
+    monkeypatch.setattr(auto, "auto_ranges", fake)
+    runtime = RuntimeOptions(batch_size=16, threads=1)
+    options = CalibrationOptions(method="auto")
+    result = compute_ranges(relu, data, options, runtime, nodes_to_exclude=("mm",))
+    (call,) = calls
+    assert call["path"] == relu and call["proto"] == onnx.load(str(relu)).SerializeToString()
+    assert call["records"] == 40 and call["names"] == ["x", "m", "r", "y"]
+    assert call["batches"] == [(1, ["m", "r", "x", "y"])] * 40  # one record per run
+    np.testing.assert_array_equal(call["x"], x.reshape(40, 4))
+    assert call["calibration"] is options and call["options"] is runtime and call["exclude"] == ("mm",)
+    assert made == [(["m", "r", "y"], RuntimeOptions(batch_size=1, threads=1, optimization="disable"), "calibration")]
+    ranges, selection = {"x": (-1.25, 3.0), "m": (0.1, 0.2)}, {"x": {"winner": "kl"}}
+    assert result == CalibrationResult("auto", 40, ranges, {"x": (-2.0, 4.0)}, selection)
+    assert result.model == b"written" and result.model_key == written_key(relu, options, ("mm",))
+
+    # power of two: the ranges as the model was not written with them, so no model
+    calls.clear()
+    options = CalibrationOptions(method="auto", power2=True)
+    result = compute_ranges(relu, data, options)
+    assert result.ranges == {"x": R.power2_range(-1.25, 3.0, 0, 255), "m": R.power2_range(0.1, 0.2, 0, 255)}
+    assert result.model is None and result.model_key is None and result.selection == {"x": {"winner": "kl"}}
+    assert calls[0]["options"] == RuntimeOptions() and calls[0]["exclude"] == ()
+
+    # a ModelProto is written to a private file for auto_ranges, removed afterwards; no model kept
+    calls.clear()
+    proto = onnx.load(str(relu))
+    result = compute_ranges(proto, data, CalibrationOptions(method="auto"))
+    path = Path(calls[0]["path"])
+    assert path.name == "model.onnx" and not path.exists() and path.parent.name.startswith("qaccuracy-calibrate-")
+    assert onnx.load_from_string(calls[0]["file"]) == proto
+    assert result.model is None and result.model_key is None and result.ranges["x"] == (-1.25, 3.0)
+
+
+def test_other_methods_run_batches_with_the_given_options(relu, records, monkeypatch):
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    made = _spy_runner(monkeypatch)
+    runtime = RuntimeOptions(batch_size=3)
+    compute_ranges(relu, records[0], CalibrationOptions(method="mse", bins=11), runtime)
+    assert made == [(["m", "r", "y"], runtime, "calibration")]
+    made.clear()
+    result = compute_ranges(relu, records[0], CalibrationOptions(), tensors=["x"])  # inputs alone: nothing to run
+    assert made == [([], RuntimeOptions(), "calibration")]
+    assert result.ranges == {"x": (float(records[1].min()), float(records[1].max()))}
+
+
+def test_a_model_onnxruntime_cannot_load_names_the_calibration(records):
+    graph = helper.make_graph(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], name="bad")],
+        "bad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with pytest.raises(Exception, match=r"^calibration: onnxruntime cannot load the model \("):
+        compute_ranges(model, records[0])
+
+
+def test_unseen_tensors_are_named_five_at_most(records):
+    """Six tensors that are NaN on every record: the first five are named."""
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node("Neg", ["a"], ["n"]),
+        helper.make_node("Sub", ["n", "one"], ["e"]),  # -1 - |x| < 0
+        helper.make_node("Log", ["e"], ["l0"]),
+    ]
+    nodes += [helper.make_node("Neg", [f"l{i}"], [f"l{i + 1}"]) for i in range(5)]
+    graph = helper.make_graph(
+        nodes,
+        "nan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("l5", TensorProto.FLOAT, ["N", 4])],
+        [numpy_helper.from_array(np.float32([1.0]), "one")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with pytest.raises(InputError) as info:
+        compute_ranges(model, records[0])
+    assert str(info.value) == (
+        "tensor(s) ['l0', 'l1', 'l2', 'l3', 'l4'] held no finite value on any record; cannot calibrate them"
+    )
+
+
+def test_passes_give_the_runner_each_batch_with_its_first_record_index(relu, records):
+    """A runner that records what it is given: batches of consecutive records, each with its start."""
+    data, x = records
+
+    class Runner:
+        def __init__(self) -> None:
+            self.tensors = ["m"]
+            self.starts: list[tuple[int, int]] = []
+
+        def run(self, batch):
+            self.starts.append((batch.start, len(batch)))
+            return {"m": batch.stacked()["x"] * 2, "i": np.zeros(len(batch), np.int64)}
+
+    proto = onnx.load(str(relu))
+    bound = bind_dataset(load_dataset(data), graph_inputs(proto))
+    runner = Runner()
+    batches = list(calibrator_module._passes(runner, bound, 16, ["x", "m", "i"]))
+    assert runner.starts == [(0, 1), (1, 16), (17, 16), (33, 7)]
+    assert [count for _, count in batches] == [1, 16, 16, 7]
+    assert all(list(values) == ["x", "m"] for values, _ in batches)  # floats only, in the order asked
+    np.testing.assert_array_equal(np.concatenate([v["m"] for v, _ in batches]), x.reshape(40, 4) * 2)
+    np.testing.assert_array_equal(np.concatenate([v["x"] for v, _ in batches]), x.reshape(40, 4))
+
+
+def test_calibrate_with_auto_writes_the_model_auto_wrote(relu, records, tmp_path, monkeypatch):
+    """The nodes kept in float reach both auto (which writes the model) and the writer, so the writer
+    recognises auto's model and copies it."""
+    from pytest_qaccuracy.analysis.calibration import auto
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    seen = []
+
+    def fake(path, proto, bound, names, passes, calibration, options, nodes_to_exclude):
+        seen.append((options, nodes_to_exclude))
+        ranges = {n: (-1.0, 1.0) for n in names}
+        return ranges, ranges, {}, b"the model auto wrote"
+
+    monkeypatch.setattr(auto, "auto_ranges", fake)
+    runtime = RuntimeOptions(threads=1)
+    out = tmp_path / "auto.onnx"
+    calibrate(relu, records[0], out, CalibrationOptions(method="auto"), runtime, nodes_to_exclude=["mm"])
+    assert out.read_bytes() == b"the model auto wrote" and [(o, list(n)) for o, n in seen] == [(runtime, ["mm"])]
+    calibrate(relu, records[0], out, CalibrationOptions(method="auto"))
+    assert out.read_bytes() == b"the model auto wrote" and seen[-1] == (RuntimeOptions(), ())
+    calibrate(relu, records[0], out, CalibrationOptions(method="auto"), nodes_to_exclude=["mm"])
+    assert out.read_bytes() == b"the model auto wrote"
+
+
+def test_calibrated_model_passes_its_options_on(relu, records, tmp_path, monkeypatch):
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    calls = []
+    monkeypatch.setattr(cache_module, "calibrate", lambda *a: calls.append(a) or CalibrationResult("minmax", 0, {}))
+    runtime = RuntimeOptions(threads=1)
+    calibrated_model(relu, records[0], tmp_path, CalibrationOptions(method="kl"), runtime, ["mm"])
+    calibrated_model(relu, records[0], tmp_path, CalibrationOptions(method="mse"), runtime)
+    assert [(a[3].method, a[4], a[5]) for a in calls] == [("kl", runtime, ["mm"]), ("mse", runtime, None)]
+
+
+def test_one_percentile_computes_in_float64():
+    """float32 per-record extrema (as ExtremaObserver keeps them) are interpolated in float64."""
+    assert R.one_percentile(np.float32([0.0, 1.0]), 100 / 3) == pytest.approx(1 / 3, rel=1e-15)
+
+
+def test_magnitude_histogram_counts_float32_values():
+    """onnxruntime histograms float32 values: a float64 value just below an edge that rounds onto it
+    in float32 is counted in the bin above."""
+    o = MagnitudeHistogramObserver(0.0, 1.0, bins=4)
+    o.update(np.array([0.5 - 1e-12, 0.1]))
+    assert o.counts.tolist() == [1, 0, 1, 0]
+
+
+def test_mse_range_on_mirrored_and_small_ranges():
+    """Clipping below the range costs as much as above it (the clamp at qmin), a range that does not
+    reach 1 keeps its own max (the grid is widened to 0, not to 1), and all-positive values keep 0."""
+    rng = np.random.default_rng(8)
+    x = np.r_[rng.standard_normal(3000), [9.0, -2.5]]
+    for values in (-x, x * 0.05, -x * 0.05, np.abs(x) + 5.0, -(np.abs(x) + 5.0)):
+        bound = float(np.abs(values).max())
+        hist = HistogramObserver(bound, 201)
+        hist.update(values)
+        lo, hi = float(values.min()), float(values.max())
+        for qmin, qmax in QTYPES.values():
+            want = mse_golden(hist.counts, hist.edges, lo, hi, qmin, qmax, 64)
+            assert R.mse_range(hist.counts, hist.edges, lo, hi, qmin, qmax, 64) == pytest.approx(want, rel=1e-12)
+
+
+def test_kl_coarse_search_with_nothing_finite_keeps_the_whole_range():
+    assert R.kl_threshold(np.zeros(9), np.linspace(-4.5, 4.5, 10), 3, stride=2, exhaustive=-1) == (4.5, math.inf)
+
+
+def _degenerate_histograms() -> list[np.ndarray]:
+    """Histograms whose windows hit every case of the smoothing: values only outside small windows
+    (Q all zero), one filled bin, a few far apart (a large smoothing shift)."""
+    ends = np.zeros(129)
+    ends[[0, 1, 127, 128]] = [3, 1, 2, 5]
+    single = np.zeros(129)
+    single[64] = 1
+    sparse = np.zeros(2001)
+    sparse[[3, 700, 1000, 1002, 1500, 1990]] = [1, 2, 1, 3, 1, 2]
+    return [ends, single, sparse]
+
+
+@pytest.mark.parametrize("which", range(3))
+def test_kl_divergence_of_degenerate_windows_is_the_loops(which, monkeypatch):
+    """Each window's divergence, undefined ones (inf) included, as MXNet's loop gives it: from the
+    bin-by-bin pairs, and from the prefix sums with the series used for every shift or for none."""
+    counts = _degenerate_histograms()[which]
+    zero, qbins = counts.size // 2, 15
+    halves = np.arange(7, zero + 1, max(1, (zero - 7) // 60))
+    want = np.array([_window_kl(counts, int(i), qbins) for i in halves])
+    filled = np.flatnonzero(counts)
+    got = R._windows_kl(counts, np.r_[0.0, np.cumsum(counts)], filled, zero, halves, qbins)
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+    ok = np.isfinite(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-9)
+    for shift in (R.KL_SERIES_MAX_SHIFT, 10.0, -1.0):
+        monkeypatch.setattr(R, "KL_SERIES_MAX_SHIFT", shift)
+        got = R.WindowSums(counts).divergences(zero, halves, qbins)
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-8 if shift < 1.0 else 1e-6, atol=1e-12)
+
+
+def test_a_window_whose_smoothing_empties_p_is_undefined():
+    """One value in the middle of 12001 bins: a window of 2i+1 bins shifts P's one count by
+    1e-4 * 2i, which reaches it at i = 5000: from there on the divergence is undefined (inf)."""
+    counts = np.zeros(12001)
+    counts[6000] = 1
+    halves = np.array([10, 4999, 5001, 6000])
+    want = [_window_kl(counts, int(i), 3) for i in halves]
+    got = R._windows_kl(counts, np.r_[0.0, np.cumsum(counts)], np.array([6000]), 6000, halves, 3)
+    assert np.isfinite(want).tolist() == [True, True, False, False] == np.isfinite(got).tolist()
+    np.testing.assert_allclose(got[:2], want[:2], rtol=1e-9)
+    sums = R.WindowSums(counts).divergences(6000, halves, 3)
+    assert np.isfinite(sums).tolist() == [True, True, False, False]
+
+
+@pytest.mark.parametrize("seed", [0, 5, 7, 11])
+def test_kl_coarse_to_fine_on_more_histograms(seed):
+    """The documented search on four more jagged histograms, every stride from 4 to 64."""
+    counts, edges = _counts(seed, 1000)
+    divergence = _all_windows(counts, 63)
+    for stride in (4, 8, 16, 32, 64):
+        want = _coarse_to_fine(divergence, edges, 512, 31, stride)
+        got = R.kl_threshold(counts, edges, 63, stride=stride, exhaustive=0)
+        assert got[0] == want[0] and got[1] == pytest.approx(want[1], rel=1e-8), stride
+
+
+@pytest.mark.parametrize(("qbins", "windows"), [(67, 32), (63, 34)])
+def test_kl_tries_every_window_when_there_are_at_most_eight_strides_of_them(qbins, windows):
+    """129 bins, stride 4: 32 windows (8 strides) are all tried at once; 34 go coarse to fine."""
+    for seed in range(12):
+        counts, edges = _counts(seed, 300, bins=129)
+        divergence = _all_windows(counts, qbins)
+        assert len(divergence) == windows
+        coarse = _coarse_to_fine(divergence, edges, 64, qbins // 2, 4, coarse=True)
+        exhaustive = _first_minimum(divergence, divergence, edges, 64)
+        got = R.kl_threshold(counts, edges, qbins, stride=4, exhaustive=0)
+        assert got[0] == (exhaustive[0] if windows <= 32 else coarse[0])
+        if coarse[0] != exhaustive[0]:
+            return  # a histogram where the two differ was checked
+    pytest.fail("no histogram where the coarse search differs")  # pragma: no cover
