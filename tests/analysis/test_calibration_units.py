@@ -385,6 +385,8 @@ def test_power2_range_hand_worked():
     assert R.power2_range(-1.0, 3.0, 0, 255) == (-1.0, 223 / 32)
     # 254.9 / 255 < 1 -> k = 0, s = 1, z = ceil(0.4) = 1, (255 - 1) * 1 = 254 < 254.5: k = 1, s = 2, z = 1
     assert R.power2_range(-0.4, 254.5, 0, 255) == (-2.0, 508.0)
+    # the same at 1/32 of the scale: k = -5 is raised to -4, s = 1/16
+    assert R.power2_range(-0.4 / 32, 254.5 / 32, 0, 255) == (-1 / 16, 254 / 16)
     # exactly 255 steps of 1 below zero: z = 255 = qmax - qmin, the range (-255, 0)
     assert R.power2_range(-255.0, 0.0, 0, 255) == (-255.0, 0.0)
     assert R.power2_range(0.0, 255.0, 0, 255) == (0.0, 255.0)
