@@ -146,6 +146,23 @@ GROUPS: dict[str, Group] = {
             "not browser",  # the headless browser tests are slow and their page runs outside the trace
         ),
     ),
+    "ranges": Group(
+        (
+            "analysis/calibration/ranges.py",
+            "analysis/calibration/observers.py",
+            "analysis/calibration/candidates.py",
+            "analysis/calibration/calibrator.py",
+            "analysis/calibration/options.py",
+            "analysis/calibration/reader.py",
+            "analysis/calibration/cache.py",
+        ),
+        (
+            "tests/analysis/test_calibration.py",
+            "tests/analysis/test_calibration_ranges.py",
+            "tests/analysis/test_calibration_opset.py",
+            "tests/analysis/test_calibration_units.py",
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
