@@ -3,6 +3,9 @@
 A kernel's signature is the ONNX signature: inputs positional in spec order (``None`` for an absent
 optional input), attributes keyword-only with their spec defaults. Kernels that need the scheme
 declare ``scheme=True`` and receive it as the keyword ``scheme``. A kernel returns a tuple.
+
+The modules under mutation testing (``scripts/mutation.py``) call ``kernel(...)(fn)`` after the
+function instead of decorating it: mutmut 3 leaves every decorated function unmutated.
 """
 
 from __future__ import annotations

@@ -95,7 +95,6 @@ def _out_dtype(y_zp: np.ndarray | None, x: np.ndarray) -> np.dtype:
     return np.asarray(y_zp).dtype if y_zp is not None else x.dtype
 
 
-@kernel(MS, "QLinearSigmoid", 1, scheme=True)
 def qlinear_sigmoid(
     X: np.ndarray,
     X_scale: np.ndarray,
@@ -112,7 +111,9 @@ def qlinear_sigmoid(
     return (apply_table(X, table),)
 
 
-@kernel(MS, "QLinearLeakyRelu", 1, scheme=True)
+kernel(MS, "QLinearSigmoid", 1, scheme=True)(qlinear_sigmoid)
+
+
 def qlinear_leaky_relu(
     X: np.ndarray,
     X_scale: np.ndarray,
@@ -133,7 +134,9 @@ def qlinear_leaky_relu(
     return (apply_table(X, table),)
 
 
-@kernel(INTERNAL_DOMAIN, "QLinearLookup", 1, scheme=True)
+kernel(MS, "QLinearLeakyRelu", 1, scheme=True)(qlinear_leaky_relu)
+
+
 def qlinear_lookup(
     X: np.ndarray,
     X_scale: np.ndarray,
@@ -160,7 +163,9 @@ def qlinear_lookup(
     return (apply_table(X, table),)
 
 
-@kernel(INTERNAL_DOMAIN, "Requantize", 1, scheme=True)
+kernel(INTERNAL_DOMAIN, "QLinearLookup", 1, scheme=True)(qlinear_lookup)
+
+
 def requantize_table(
     X: np.ndarray,
     X_scale: np.ndarray,
@@ -174,6 +179,9 @@ def requantize_table(
     dtype = _out_dtype(Y_zero_point, X)
     table = lookup_table(lambda v: v, X.dtype, X_scale, X_zero_point, Y_scale, Y_zero_point, dtype, scheme)
     return (apply_table(X, table),)
+
+
+kernel(INTERNAL_DOMAIN, "Requantize", 1, scheme=True)(requantize_table)
 
 
 def _scalar_span(x: np.ndarray, out_shape: tuple[int, ...]) -> bool:
@@ -384,7 +392,6 @@ def _eight_bit(*arrays: np.ndarray) -> bool:
     return all(x.dtype in (np.dtype(np.uint8), np.dtype(np.int8)) for x in arrays)
 
 
-@kernel(MS, "QLinearAdd", 1, scheme=True)
 def qlinear_add(
     A: np.ndarray,
     A_scale: np.ndarray,
@@ -415,7 +422,9 @@ def qlinear_add(
     return (binary_table_apply(formula, A, B, key),)
 
 
-@kernel(MS, "QLinearMul", 1, scheme=True)
+kernel(MS, "QLinearAdd", 1, scheme=True)(qlinear_add)
+
+
 def qlinear_mul(
     A: np.ndarray,
     A_scale: np.ndarray,
@@ -447,6 +456,9 @@ def qlinear_mul(
     return (binary_table_apply(formula, A, B, key),)
 
 
+kernel(MS, "QLinearMul", 1, scheme=True)(qlinear_mul)
+
+
 # -- float kernels ------------------------------------------------------------------------------
 
 
@@ -464,17 +476,20 @@ _binary("Sub", np.subtract)
 _binary("Mul", np.multiply)
 
 
-@kernel("", "Relu", 6, float_op=True)
 def relu(X: np.ndarray) -> tuple[np.ndarray]:
     return (np.maximum(X, X.dtype.type(0)),)
 
 
-@kernel("", "Sigmoid", 6, float_op=True)
+kernel("", "Relu", 6, float_op=True)(relu)
+
+
 def sigmoid(X: np.ndarray) -> tuple[np.ndarray]:
     return ((1 / (1 + np.exp(-X))).astype(X.dtype),)
 
 
-@kernel("", "Clip", 11, float_op=True)
+kernel("", "Sigmoid", 6, float_op=True)(sigmoid)
+
+
 def clip(input: np.ndarray, min: np.ndarray | None = None, max: np.ndarray | None = None) -> tuple[np.ndarray]:
     y = input
     if min is not None:
@@ -484,6 +499,11 @@ def clip(input: np.ndarray, min: np.ndarray | None = None, max: np.ndarray | Non
     return (y.astype(input.dtype, copy=False),)
 
 
-@kernel("", "Identity", 1)
+kernel("", "Clip", 11, float_op=True)(clip)
+
+
 def identity(x: np.ndarray) -> tuple[np.ndarray]:
     return (x,)
+
+
+kernel("", "Identity", 1)(identity)

@@ -51,7 +51,6 @@ def integer_matmul(
     return arith.accumulate(acc, scheme)
 
 
-@kernel("", "QLinearMatMul", 10, scheme=True)
 def qlinear_matmul(
     a: np.ndarray,
     a_scale: np.ndarray,
@@ -71,7 +70,9 @@ def qlinear_matmul(
     return (arith.requantize(acc, multiplier, y_zero_point, np.asarray(y_zero_point).dtype, scheme, "gemm"),)
 
 
-@kernel("", "MatMulInteger", 10, scheme=True)
+kernel("", "QLinearMatMul", 10, scheme=True)(qlinear_matmul)
+
+
 def matmul_integer(
     A: np.ndarray,
     B: np.ndarray,
@@ -84,7 +85,9 @@ def matmul_integer(
     return (integer_matmul(A, a_zero_point, B, b_zero_point, scheme.replace(accumulator="wrap32")).astype(np.int32),)
 
 
-@kernel(MS, "QGemm", 1, scheme=True)
+kernel("", "MatMulInteger", 10, scheme=True)(matmul_integer)
+
+
 def qgemm(
     A: np.ndarray,
     a_scale: np.ndarray,
@@ -116,12 +119,16 @@ def qgemm(
     return (arith.requantize(acc, multiplier, y_zp, dtype, scheme, "gemm"),)
 
 
-@kernel("", "MatMul", 1, float_op=True)
+kernel(MS, "QGemm", 1, scheme=True)(qgemm)
+
+
 def matmul(A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray]:
     return (np.matmul(A, B),)
 
 
-@kernel("", "Gemm", 1, float_op=True)
+kernel("", "MatMul", 1, float_op=True)(matmul)
+
+
 def gemm(
     A: np.ndarray,
     B: np.ndarray,
@@ -140,3 +147,6 @@ def gemm(
     if C is not None:
         y = y + (C if beta == 1.0 else C * y.dtype.type(beta))
     return (y.astype(A.dtype),)
+
+
+kernel("", "Gemm", 1, float_op=True)(gemm)

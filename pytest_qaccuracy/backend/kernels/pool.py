@@ -111,7 +111,6 @@ def _mean(total: np.ndarray, count: np.ndarray) -> np.ndarray:
     return np.divide(total, count, out=out, where=count != 0)
 
 
-@kernel(MS, "QLinearAveragePool", 1, scheme=True)
 def qlinear_average_pool(
     X: np.ndarray,
     x_scale: np.ndarray,
@@ -158,7 +157,9 @@ def qlinear_average_pool(
     return (np.moveaxis(result, 1, -1) if channels_last else result,)
 
 
-@kernel(MS, "QLinearGlobalAveragePool", 1, scheme=True)
+kernel(MS, "QLinearAveragePool", 1, scheme=True)(qlinear_average_pool)
+
+
 def qlinear_global_average_pool(
     X: np.ndarray,
     x_scale: np.ndarray,
@@ -189,7 +190,9 @@ def qlinear_global_average_pool(
     return (arith.requantize(acc, np.asarray(multiplier), y_zp, dtype, scheme, "global_pool"),)
 
 
-@kernel("", "MaxPool", 8, outputs=True)
+kernel(MS, "QLinearGlobalAveragePool", 1, scheme=True)(qlinear_global_average_pool)
+
+
 def max_pool(
     X: np.ndarray,
     *,
@@ -213,7 +216,9 @@ def max_pool(
     return (result,)
 
 
-@kernel("", "AveragePool", 7, float_op=True)
+kernel("", "MaxPool", 8, outputs=True)(max_pool)
+
+
 def average_pool(
     X: np.ndarray,
     *,
@@ -233,6 +238,11 @@ def average_pool(
     return (_mean(total, count).astype(X.dtype),)
 
 
-@kernel("", "GlobalAveragePool", 1, float_op=True)
+kernel("", "AveragePool", 7, float_op=True)(average_pool)
+
+
 def global_average_pool(X: np.ndarray) -> tuple[np.ndarray]:
     return (X.mean(axis=tuple(range(2, X.ndim)), keepdims=True).astype(X.dtype),)
+
+
+kernel("", "GlobalAveragePool", 1, float_op=True)(global_average_pool)

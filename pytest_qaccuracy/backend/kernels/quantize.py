@@ -34,7 +34,6 @@ def _output_dtype(zero_point: np.ndarray | None, output_dtype: int) -> np.dtype:
     return np.dtype(np.uint8)
 
 
-@kernel("", "QuantizeLinear", 10, scheme=True)
 def quantize_linear(
     x: np.ndarray,
     y_scale: np.ndarray,
@@ -57,7 +56,9 @@ def quantize_linear(
     return (arith.quantize_float(x.astype(ftype, copy=False), scale.astype(ftype), np.asarray(zp), dtype, scheme),)
 
 
-@kernel("", "DequantizeLinear", 10)
+kernel("", "QuantizeLinear", 10, scheme=True)(quantize_linear)
+
+
 def dequantize_linear(
     x: np.ndarray,
     x_scale: np.ndarray,
@@ -81,7 +82,9 @@ def dequantize_linear(
     return (value.astype(out_type, copy=False),)
 
 
-@kernel("", "DynamicQuantizeLinear", 11, scheme=True)
+kernel("", "DequantizeLinear", 10)(dequantize_linear)
+
+
 def dynamic_quantize_linear(x: np.ndarray, *, scheme: Scheme) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """uint8 scale/zero point from the data range (always including 0), then QuantizeLinear."""
     x = np.asarray(x, dtype=np.float32)
@@ -92,3 +95,6 @@ def dynamic_quantize_linear(x: np.ndarray, *, scheme: Scheme) -> tuple[np.ndarra
     zp = arith.round_float(np.asarray(zp_float, np.float32), "half_even").astype(np.uint8)
     y = arith.quantize_float(x, np.asarray(scale), np.asarray(zp), np.uint8, scheme)
     return y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)
+
+
+kernel("", "DynamicQuantizeLinear", 11, scheme=True)(dynamic_quantize_linear)

@@ -28,7 +28,6 @@ def _exp_table(x_scale: float, reduce_len: int) -> np.ndarray:
     return np.exp((i - 255.0 + shift) * x_scale).astype(np.float32)
 
 
-@kernel(MS, "QLinearSoftmax", 1, scheme=True)
 def qlinear_softmax(
     X: np.ndarray,
     X_scale: np.ndarray,
@@ -64,7 +63,12 @@ def qlinear_softmax(
     return (np.moveaxis(out, -1, axis),)
 
 
-@kernel("", "Softmax", 13, float_op=True)
+kernel(MS, "QLinearSoftmax", 1, scheme=True)(qlinear_softmax)
+
+
 def softmax(input: np.ndarray, *, axis: int = -1) -> tuple[np.ndarray]:
     e = np.exp(input - input.max(axis=axis, keepdims=True))
     return ((e / e.sum(axis=axis, keepdims=True)).astype(input.dtype),)
+
+
+kernel("", "Softmax", 13, float_op=True)(softmax)

@@ -12,7 +12,6 @@ from pytest_qaccuracy.backend.scheme import Scheme
 MS = "com.microsoft"
 
 
-@kernel("", "Reshape", 5)
 def reshape(data: np.ndarray, shape: np.ndarray, *, allowzero: int = 0) -> tuple[np.ndarray]:
     new = [int(s) for s in shape]
     if not allowzero:
@@ -20,52 +19,70 @@ def reshape(data: np.ndarray, shape: np.ndarray, *, allowzero: int = 0) -> tuple
     return (data.reshape(new),)
 
 
-@kernel("", "Transpose", 1)
+kernel("", "Reshape", 5)(reshape)
+
+
 def transpose(data: np.ndarray, *, perm: list[int] | None = None) -> tuple[np.ndarray]:
     return (np.transpose(data, perm),)
 
 
-@kernel("", "Flatten", 1)
+kernel("", "Transpose", 1)(transpose)
+
+
 def flatten(input: np.ndarray, *, axis: int = 1) -> tuple[np.ndarray]:
     axis = axis % input.ndim if input.ndim else 0
     outer = int(np.prod(input.shape[:axis]))
     return (input.reshape(outer, -1),)
 
 
-@kernel("", "Squeeze", 13)
+kernel("", "Flatten", 1)(flatten)
+
+
 def squeeze(data: np.ndarray, axes: np.ndarray | None = None) -> tuple[np.ndarray]:
     return (np.squeeze(data, axis=None if axes is None else tuple(int(a) for a in axes)),)
 
 
-@kernel("", "Squeeze", 1)
+kernel("", "Squeeze", 13)(squeeze)
+
+
 def squeeze_1(data: np.ndarray, *, axes: list[int] | None = None) -> tuple[np.ndarray]:
     return (np.squeeze(data, axis=None if axes is None else tuple(axes)),)
 
 
-@kernel("", "Unsqueeze", 13)
+kernel("", "Squeeze", 1)(squeeze_1)
+
+
 def unsqueeze(data: np.ndarray, axes: np.ndarray) -> tuple[np.ndarray]:
     rank = data.ndim + len(axes)
     return (np.expand_dims(data, tuple(int(a) % rank for a in axes)),)
 
 
-@kernel("", "Unsqueeze", 1)
+kernel("", "Unsqueeze", 13)(unsqueeze)
+
+
 def unsqueeze_1(data: np.ndarray, *, axes: list[int]) -> tuple[np.ndarray]:
     rank = data.ndim + len(axes)
     return (np.expand_dims(data, tuple(a % rank for a in axes)),)
 
 
-@kernel("", "Concat", 4)
+kernel("", "Unsqueeze", 1)(unsqueeze_1)
+
+
 def concat(*inputs: np.ndarray, axis: int) -> tuple[np.ndarray]:
     return (np.concatenate(inputs, axis=axis),)
 
 
-@kernel("", "Gather", 1)
+kernel("", "Concat", 4)(concat)
+
+
 def gather(data: np.ndarray, indices: np.ndarray, *, axis: int = 0) -> tuple[np.ndarray]:
     idx = np.where(indices < 0, indices + data.shape[axis], indices)
     return (np.take(data, idx, axis=axis),)
 
 
-@kernel("", "Slice", 10)
+kernel("", "Gather", 1)(gather)
+
+
 def slice_(
     data: np.ndarray,
     starts: np.ndarray,
@@ -82,7 +99,9 @@ def slice_(
     return (data[tuple(index)],)
 
 
-@kernel(MS, "QLinearConcat", 1, scheme=True)
+kernel("", "Slice", 10)(slice_)
+
+
 def qlinear_concat(
     Y_scale: np.ndarray, Y_zero_point: np.ndarray, *tensors: np.ndarray, axis: int, scheme: Scheme
 ) -> tuple[np.ndarray]:
@@ -112,6 +131,9 @@ def qlinear_concat(
     return (out,)
 
 
+kernel(MS, "QLinearConcat", 1, scheme=True)(qlinear_concat)
+
+
 def _nearest_index(out_size: int, in_size: int, scale: float, transform: str, nearest_mode: str) -> np.ndarray:
     """Input index of every output position along one axis (ONNX Resize, mode ``nearest``)."""
     x = np.arange(out_size, dtype=np.float64)
@@ -138,7 +160,6 @@ def _nearest_index(out_size: int, in_size: int, scale: float, transform: str, ne
     return np.clip(index, 0, in_size - 1).astype(np.intp)
 
 
-@kernel("", "Resize", 11)
 def resize(
     X: np.ndarray,
     roi: np.ndarray | None = None,
@@ -186,3 +207,6 @@ def resize(
     ranges = parallel.split(X.shape[0], y[0].size) if keeps_records else [(0, X.shape[0])]
     parallel.run_all([lambda r=r: part(*r) for r in ranges])
     return (y,)
+
+
+kernel("", "Resize", 11)(resize)
