@@ -245,6 +245,19 @@ def test_qlinear_average_pool_in_fixed_point_and_float64_by_hand() -> None:
     assert_same(float_path, np.array([[[[14, 34]]]], np.uint8))  # 28.67 -> 29
 
 
+@pytest.mark.parametrize("scheme", ["tflite", "power2", "glow", "onnx-reference", "onnxruntime"])
+def test_qlinear_average_pool_counts_a_pad_tap_as_a_real_zero(scheme) -> None:
+    """Every input equals its zero point (real 0), so every average is 0 and the output is its zero point,
+    pads counted or not (before the fix, the fixed-point path counted a counted pad tap as -zp)."""
+    x = np.full((1, 1, 2, 3), 100, np.uint8)
+    for include in (0, 1):
+        (got,) = pool.qlinear_average_pool(
+            x, f32(1), np.uint8(100), f32(1), np.uint8(50), kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+            count_include_pad=include, scheme=get_scheme(scheme),
+        )  # fmt: skip
+        assert_same(got, np.full((1, 1, 2, 3), 50, np.uint8), f"count_include_pad={include}")
+
+
 @pytest.mark.parametrize("channels_last", [0, 1])
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_qlinear_global_average_pool_matches_onnxruntime(channels_last, dtype) -> None:
