@@ -138,6 +138,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_goldens.py",
             "tests/backend/test_ort_qdq.py",
             "tests/backend/test_ort_qoperator.py",
+            "tests/backend/test_arm64_goldens.py",
             "tests/backend/test_kernel_units.py",
         ),
     ),

@@ -899,3 +899,135 @@ def test_float_gemm_and_matmul_match_onnxruntime(attrs) -> None:
     (want,) = _ort("MatMul", {"a": a3}, {"b": b if not attrs.get("transB") else b.T.copy()}, f32)
     np.testing.assert_allclose(matmul.matmul(a3, b if not attrs.get("transB") else b.T.copy())[0], want, rtol=1e-5,
                                atol=1e-6)  # fmt: skip
+
+
+# -- defaults, caches and threads ----------------------------------------------------------------
+
+
+def test_resize_defaults_are_onnx_s() -> None:
+    """No attributes: nearest, half_pixel, round_prefer_floor (onnxruntime reads the same defaults)."""
+    x = random_q(rng, np.uint8, (2, 3, 5, 6))
+    empty = np.zeros(0, f32)
+    for scales in ([1, 1, 1.7, 0.5], [1, 1, 2.5, 1.5]):
+        sc = np.array(scales, f32)
+        (want,) = _ort("Resize", {"x": x}, {"roi": empty, "sc": sc}, np.uint8)
+        assert_same(tensor.resize(x, empty, sc)[0], want, str(scales))
+    with pytest.raises(ValueError):  # one size per axis
+        tensor.resize(x, empty, empty, _i64(2, 3, 10))
+    with pytest.raises(ValueError):  # one scale per axis
+        tensor.resize(x, empty, np.array([1, 2, 2], f32))
+
+
+def test_float_softmax_subtracts_each_row_s_own_maximum() -> None:
+    """Rows far apart (1000 and 0): without its own maximum a row overflows or underflows to 0 / 0."""
+    x = np.array([[1000, 999, 998], [0, -1, -2]], f32)
+    (got,) = softmax.softmax(x, axis=-1)
+    want = np.exp(np.array([0, -1, -2], np.float64)) / np.exp(np.array([0, -1, -2], np.float64)).sum()
+    np.testing.assert_allclose(got, np.stack([want, want]).astype(f32), rtol=1e-6)
+    (got,) = softmax.softmax(x.T, axis=0)
+    np.testing.assert_allclose(got, np.stack([want, want]).T.astype(f32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_table_ops_without_an_output_zero_point_match_onnxruntime_with_zero(dtype) -> None:
+    info = np.iinfo(dtype)
+    x = np.arange(info.min, info.max + 1).astype(dtype)
+    xs, xz, ys = f32(0.05), dtype(3), f32(1 / 128)
+    inits = {"xs": xs, "xz": xz, "ys": ys, "yz": dtype(0)}
+    order = ["x", "xs", "xz", "ys", "yz"]
+    for op, ours in (
+        ("QLinearSigmoid", elementwise.qlinear_sigmoid),
+        ("QLinearLeakyRelu", elementwise.qlinear_leaky_relu),
+    ):
+        (want,) = _ort(op, {"x": x}, inits, dtype, order=order, domain=MS)
+        assert_same(ours(x, xs, xz, ys, None, scheme=ORT)[0], want, op)
+    relu = _by_hand_table(lambda v: np.maximum(v, 0), dtype, xs, xz, ys, 0)[x.astype(np.int64) - info.min]
+    assert_same(elementwise.qlinear_lookup(x, xs, xz, ys, None, function="Relu", scheme=ORT)[0], relu)
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_a_cached_pair_table_is_never_reused_for_other_parameters(op) -> None:
+    """Calls in a row that differ in one parameter each (a zero point, a scale, the output type, the
+    scheme), each checked against onnxruntime or the float64 formula: a cache key missing a parameter
+    would hand the previous call's table to the next."""
+    ours = elementwise.qlinear_add if op == "QLinearAdd" else elementwise.qlinear_mul
+    a, b = random_q(rng, np.uint8, (3, 16)), random_q(rng, np.uint8, (3, 16))
+    base = {
+        "as": f32(0.031),
+        "az": np.uint8(3),
+        "bs": f32(0.017),
+        "bz": np.uint8(9),
+        "cs": f32(0.05),
+        "cz": np.uint8(5),
+    }
+    order = ["a", "as", "az", "b", "bs", "bz", "cs", "cz"]
+    changes = [{}, {"az": np.uint8(4)}, {"bz": np.uint8(10)}, {"as": f32(0.062)}, {"bs": f32(0.034)},
+               {"cs": f32(0.1)}, {"cz": np.uint8(6)}, {}]  # fmt: skip
+    for change in changes:
+        p = {**base, **change}
+        (want,) = _ort(op, {"a": a, "b": b}, p, np.uint8, order=order, domain=MS)
+        got = ours(a, p["as"], p["az"], b, p["bs"], p["bz"], p["cs"], p["cz"], scheme=ORT)[0]
+        assert_same(got, want, f"{op} {change}")
+    # the same parameters under the float64 formula, then an int8 output zero point
+    p = base
+    av, bv = a.astype(np.float64) - 3, b.astype(np.float64) - 9
+    real = (
+        av * float(p["as"]) + bv * float(p["bs"]) if op == "QLinearAdd" else av * bv * float(p["as"]) * float(p["bs"])
+    )
+    for cz, dtype in ((np.uint8(5), np.uint8), (np.int8(5), np.int8)):
+        got = ours(a, p["as"], p["az"], b, p["bs"], p["bz"], p["cs"], cz, scheme=REFERENCE)[0]
+        info = np.iinfo(dtype)
+        want = np.clip(np.rint(real / float(p["cs"])) + 5, info.min, info.max).astype(dtype)
+        if op == "QLinearMul":  # the multiplier is rounded to float64 first: compare within one step
+            assert got.dtype == dtype and np.abs(got.astype(int) - want).max() <= 1
+        else:
+            assert_same(got, want, f"{op} float64 {dtype}")
+
+
+@pytest.fixture
+def three_threads(monkeypatch: pytest.MonkeyPatch):
+    """Three threads and tiny blocks: every kernel below splits even these small tensors."""
+    from pytest_qaccuracy.backend import parallel
+
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    monkeypatch.setattr(parallel, "BLOCK_ELEMENTS", 100)
+    with parallel.using(3):
+        yield
+
+
+def test_split_kernels_on_three_threads_match_onnxruntime(three_threads) -> None:
+    x = random_q(rng, np.uint8, (5, 3, 4, 6))
+    empty = np.zeros(0, f32)
+    for scales in ([1, 1, 2, 1.5], [2, 1, 1, 0.5], [1, 1, 1, 2]):  # records kept, records resized, one axis
+        sc = np.array(scales, f32)
+        (want,) = _ort("Resize", {"x": x}, {"roi": empty, "sc": sc}, np.uint8, mode="nearest")
+        assert_same(tensor.resize(x, empty, sc, mode="nearest")[0], want, f"Resize {scales}")
+    for shape_b in ((1, 3, 1, 1), (5, 3, 4, 6), (1, 1, 1, 6), ()):
+        b = random_q(rng, np.uint8, shape_b)
+        for op, ours in (("QLinearAdd", elementwise.qlinear_add), ("QLinearMul", elementwise.qlinear_mul)):
+            inits = {"as": f32(0.03), "az": np.uint8(3), "bs": f32(0.02), "bz": np.uint8(7), "cs": f32(0.05),
+                     "cz": np.uint8(9)}  # fmt: skip
+            for first in ("a", "b"):
+                feeds = {"a": x, "b": b} if first == "a" else {"a": b, "b": x}
+                (want,) = _ort(op, feeds, inits, np.uint8, order=["a", "as", "az", "b", "bs", "bz", "cs", "cz"],
+                               domain=MS)  # fmt: skip
+                got = ours(feeds["a"], inits["as"], inits["az"], feeds["b"], inits["bs"], inits["bz"], inits["cs"],
+                           inits["cz"], scheme=ORT)[0]  # fmt: skip
+                assert_same(got, want, f"{op} {first} {shape_b}")
+    parts = [random_q(rng, np.uint8, (5, n, 4)) for n in (2, 3)]
+    inits = {
+        "ys": f32(0.1),
+        "yz": np.uint8(128),
+        "s0": f32(0.1),
+        "z0": np.uint8(128),
+        "s1": f32(0.2),
+        "z1": np.uint8(1),
+    }
+    (want,) = _ort("QLinearConcat", {"x0": parts[0], "x1": parts[1]}, inits, np.uint8,
+                   order=["ys", "yz", "x0", "s0", "z0", "x1", "s1", "z1"], domain=MS, axis=1)  # fmt: skip
+    got = tensor.qlinear_concat(inits["ys"], inits["yz"], parts[0], inits["s0"], inits["z0"], parts[1], inits["s1"],
+                                inits["z1"], axis=1, scheme=ORT)[0]  # fmt: skip
+    assert_same(got, want)
+    q = random_q(rng, np.int8, (5, 3, 40))
+    (want,) = _ort("DequantizeLinear", {"q": q}, {"s": f32(0.1), "z": np.int8(-3)}, f32, order=["q", "s", "z"])
+    assert_same(quantize.dequantize_linear(q, f32(0.1), np.int8(-3))[0], want)
