@@ -1031,3 +1031,25 @@ def test_split_kernels_on_three_threads_match_onnxruntime(three_threads) -> None
     q = random_q(rng, np.int8, (5, 3, 40))
     (want,) = _ort("DequantizeLinear", {"q": q}, {"s": f32(0.1), "z": np.int8(-3)}, f32, order=["q", "s", "z"])
     assert_same(quantize.dequantize_linear(q, f32(0.1), np.int8(-3))[0], want)
+
+
+def test_resize_edge_cases_match_onnxruntime() -> None:
+    """A scale of 1.15 keeps 5 pixels: onnxruntime then copies the input (onnx.reference moves the last
+    row), but with another axis resized it reads the 1.15; an empty sizes input means "use the scales";
+    tf_crop_and_resize goes to the reference even when nothing is resized; Gather's default axis is 0."""
+    x = random_q(rng, np.uint8, (2, 3, 5, 4))
+    empty = np.zeros(0, f32)
+    sc = np.array([1, 1, 1.15, 1], f32)
+    (want,) = _ort("Resize", {"x": x}, {"roi": empty, "sc": sc}, np.uint8)
+    assert_same(want, x)
+    assert_same(tensor.resize(x, empty, sc)[0], want)
+    sc = np.array([1, 1, 1.15, 2], f32)
+    (want,) = _ort("Resize", {"x": x}, {"roi": empty, "sc": sc}, np.uint8)
+    assert_same(want[:, :, 4, ::2], x[:, :, 3])  # row 4 reads row 3: (4.5 / 1.15 - 0.5 = 3.41)
+    assert_same(tensor.resize(x, empty, sc)[0], want)
+    assert_same(tensor.resize(x, empty, sc, np.zeros(0, np.int64))[0], want)
+    with pytest.raises(NotHandled):
+        tensor.resize(x, empty, np.ones(4, f32), coordinate_transformation_mode="tf_crop_and_resize")
+    idx = np.array([1, -1], np.int64)
+    (want,) = _ort("Gather", {"x": x}, {"i": idx}, np.uint8)
+    assert_same(tensor.gather(x, idx)[0], want)

@@ -195,6 +195,8 @@ def resize(
     else:
         factors = list(np.asarray(scales, dtype=np.float32))
         out_sizes = [int(np.float32(i) * f) for i, f in zip(X.shape, factors, strict=True)]
+    if out_sizes == list(X.shape):  # onnxruntime copies the input then, whatever the scales (onnx.reference not)
+        return (X,)
     gathers = [
         (axis, _nearest_index(out, size, factor, coordinate_transformation_mode, nearest_mode))
         for axis, (out, size, factor) in enumerate(zip(out_sizes, X.shape, factors, strict=True))
