@@ -66,8 +66,13 @@ def _quantize_multiplier(m: float) -> tuple[int, int]:
     return q, shift
 
 
-def _mbqm(x: int, m: float) -> int:
+def _mbqm(x: int, m: float, single: bool = False) -> int:
+    """TFLite MultiplyByQuantizedMultiplier: SRDHM then RoundingDivideByPOT, or with
+    TFLITE_SINGLE_ROUNDING one rounding shift, (x q + 2^(t - 1)) >> t with t = 31 - shift."""
     q, shift = _quantize_multiplier(m)
+    if single:
+        total = 31 - shift
+        return (x * q + (1 << (total - 1))) >> total
     left, right = max(shift, 0), max(-shift, 0)
     return _rdbpot(_srdhm(x * (1 << left), q), right)
 
@@ -529,12 +534,14 @@ def test_qlinear_binary_without_zero_points_matches_onnxruntime_with_zeros() -> 
         assert_same(ours(a, f32(0.02), None, b, f32(0.03), None, f32(0.04), scheme=ORT)[0], want, op)
 
 
-def _tflite_add(a: int, b: int, a_s, a_zp, b_s, b_zp, c_s, c_zp, left_shift: int, lo: int, hi: int) -> int:
+def _tflite_add(
+    a: int, b: int, a_s, a_zp, b_s, b_zp, c_s, c_zp, left_shift: int, lo: int, hi: int, single=False
+) -> int:
     """TFLite's reference quantized ADD (reference_ops::AddElementwise) on one pair."""
     twice_max = 2 * max(float(a_s), float(b_s))
-    sa = _mbqm((a - a_zp) << left_shift, float(a_s) / twice_max)
-    sb = _mbqm((b - b_zp) << left_shift, float(b_s) / twice_max)
-    out = _mbqm(sa + sb, twice_max / ((1 << left_shift) * float(c_s))) + c_zp
+    sa = _mbqm((a - a_zp) << left_shift, float(a_s) / twice_max, single)
+    sb = _mbqm((b - b_zp) << left_shift, float(b_s) / twice_max, single)
+    out = _mbqm(sa + sb, twice_max / ((1 << left_shift) * float(c_s)), single) + c_zp
     return min(max(out, lo), hi)
 
 
@@ -559,6 +566,25 @@ def test_qlinear_add_in_tflite_fixed_point_matches_its_reference_add(dtype) -> N
         [_tflite_add(int(y), int(x), b_s, b_zp, a_s, a_zp, c_s, c_zp, left_shift, info.min, info.max)
          for x, y in zip(a, b, strict=True)], dtype)  # fmt: skip
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("preset", ["tflite", "tflite-single-rounding"])
+def test_qlinear_add_in_tflite_fixed_point_on_a_grid_of_pairs(preset) -> None:
+    """4,096 uint8 pairs (every a, 16 values of b): the two roundings and the single rounding differ
+    on some of them."""
+    a = np.repeat(np.arange(256), 16).astype(np.uint8)
+    b = np.tile(np.arange(3, 256, 16), 256).astype(np.uint8)
+    single = preset == "tflite-single-rounding"
+    for a_s, a_zp, b_s, b_zp, c_s, c_zp in ((f32(0.031), 3, f32(0.017), 9, f32(0.05), 5),
+                                             (f32(0.002), 128, f32(0.0025), 120, f32(0.003), 131)):  # fmt: skip
+        want = np.array([_tflite_add(int(x), int(y), a_s, a_zp, b_s, b_zp, c_s, c_zp, 20, 0, 255, single)
+                         for x, y in zip(a, b, strict=True)], np.uint8)  # fmt: skip
+        got = elementwise.qlinear_add(a, a_s, np.uint8(a_zp), b, b_s, np.uint8(b_zp), c_s, np.uint8(c_zp),
+                                      scheme=get_scheme(preset))[0]  # fmt: skip
+        assert_same(got, want, f"{preset} {a_s}")
+        other = np.array([_tflite_add(int(x), int(y), a_s, a_zp, b_s, b_zp, c_s, c_zp, 20, 0, 255, not single)
+                          for x, y in zip(a, b, strict=True)], np.uint8)  # fmt: skip
+        assert (other != want).any(), "the grid tells the two roundings apart"
 
 
 def test_qlinear_add_in_float64_and_with_two_roundings_by_hand() -> None:
