@@ -1079,3 +1079,16 @@ def test_resize_edge_cases_match_onnxruntime() -> None:
     idx = np.array([1, -1], np.int64)
     (want,) = _ort("Gather", {"x": x}, {"i": idx}, np.uint8)
     assert_same(tensor.gather(x, idx)[0], want)
+
+
+def test_qlinear_mul_tables_are_kept_per_scheme() -> None:
+    """The same parameters under two schemes that differ only in where the zero point joins: by hand,
+    (a - 1)(b - 2) * 0.5 is a tie for odd products; onnxruntime adds the zero point 1 first (rint(x.5 + 1)),
+    the variant after (rint(x.5) + 1)."""
+    a = np.array([2, 3, 4, 6], np.uint8)  # a - 1: 1, 2, 3, 5
+    b = np.array([3, 3, 5, 3], np.uint8)  # b - 2: 1, 1, 3, 1 -> products 1, 2, 9, 5
+    args = (a, f32(0.5), np.uint8(1), b, f32(0.5), np.uint8(2), f32(0.5), np.uint8(1))
+    got = elementwise.qlinear_mul(*args, scheme=ORT)[0]
+    assert_same(got, np.array([2, 2, 6, 4], np.uint8))  # rint(1.5) rint(2) rint(5.5) rint(3.5)
+    got = elementwise.qlinear_mul(*args, scheme=ORT.replace(zp_before_rounding=frozenset()))[0]
+    assert_same(got, np.array([1, 2, 5, 3], np.uint8))  # rint(0.5) + 1, rint(1) + 1, rint(4.5) + 1, rint(2.5) + 1
