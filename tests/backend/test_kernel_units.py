@@ -1092,3 +1092,24 @@ def test_qlinear_mul_tables_are_kept_per_scheme() -> None:
     assert_same(got, np.array([2, 2, 6, 4], np.uint8))  # rint(1.5) rint(2) rint(5.5) rint(3.5)
     got = elementwise.qlinear_mul(*args, scheme=ORT.replace(zp_before_rounding=frozenset()))[0]
     assert_same(got, np.array([1, 2, 5, 3], np.uint8))  # rint(0.5) + 1, rint(1) + 1, rint(4.5) + 1, rint(2.5) + 1
+
+
+def test_qlinear_average_pool_fixed_point_sums_in_64_bits_and_reads_absent_zero_points_as_0() -> None:
+    """TFLite, no zero points, windows of 2: 200 + 201 = 401 (past uint8) and 30 + 41 = 71, halved by
+    SRDHM's rounding (half up): 201 and 36."""
+    x = np.array([[[[200, 201, 30, 41]]]], np.uint8)
+    (got,) = pool.qlinear_average_pool(x, f32(0.5), None, f32(0.5), None, kernel_shape=[1, 2], strides=[1, 2],
+                                       scheme=TFLITE)  # fmt: skip
+    assert_same(got, np.array([[[[_mbqm(401, 0.5), _mbqm(71, 0.5)]]]], np.uint8))
+    assert (_mbqm(401, 0.5), _mbqm(71, 0.5)) == (201, 36)
+
+
+def test_qlinear_average_pool_adds_the_zero_point_where_the_scheme_says() -> None:
+    """A Q31 multiplier with onnxruntime's other choices (zero point before rounding for pools, half to
+    even): (27 / 2 + 5, 67 / 2 + 5) = (18.5, 38.5) -> (18, 38); with the zero point after: (19, 39)."""
+    x = np.array([[[[10, 21, 30, 41]]]], np.uint8)
+    for scheme, want in ((ORT.replace(multiplier="q31"), [18, 38]),
+                         (ORT.replace(multiplier="q31", zp_before_rounding=frozenset()), [19, 39])):  # fmt: skip
+        (got,) = pool.qlinear_average_pool(x, f32(0.5), np.uint8(2), f32(0.5), np.uint8(5), kernel_shape=[1, 2],
+                                           strides=[1, 2], scheme=scheme)  # fmt: skip
+        assert_same(got, np.array([[[want]]], np.uint8), str(sorted(scheme.zp_before_rounding)))
