@@ -1113,3 +1113,20 @@ def test_qlinear_average_pool_adds_the_zero_point_where_the_scheme_says() -> Non
         (got,) = pool.qlinear_average_pool(x, f32(0.5), np.uint8(2), f32(0.5), np.uint8(5), kernel_shape=[1, 2],
                                            strides=[1, 2], scheme=scheme)  # fmt: skip
         assert_same(got, np.array([[[want]]], np.uint8), str(sorted(scheme.zp_before_rounding)))
+
+
+def test_qlinear_softmax_shifts_each_row_by_its_own_maximum() -> None:
+    """x_scale 1: a row of zeros next to a row holding 255 must still read table[255] for its maximum
+    (e^-255 underflows to 0 in float32): each half, 128 of 256."""
+    x = np.array([[255, 0], [0, 0]], np.uint8)
+    got = softmax.qlinear_softmax(x, f32(1), np.uint8(0), f32(1 / 256), np.uint8(0), opset=13, scheme=ORT)[0]
+    assert_same(got, np.array([[255, 0], [128, 128]], np.uint8))
+
+
+def test_qlinear_global_average_pool_adds_the_zero_point_where_the_scheme_says() -> None:
+    """(10 + 21 - 2 * 2) / 2 = 13.5, plus 5: rint(18.5) = 18 with the zero point first, rint(13.5) + 5 = 19 after."""
+    x = np.array([[[10, 21]]], np.uint8)
+    for first, want in ((frozenset({"global_pool"}), 18), (frozenset(), 19)):
+        scheme = ORT.replace(zp_before_rounding=first)
+        got = pool.qlinear_global_average_pool(x, f32(0.5), np.uint8(2), f32(0.5), np.uint8(5), scheme=scheme)[0]
+        assert_same(got, np.array([[[want]]], np.uint8), str(sorted(first)))
