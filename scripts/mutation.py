@@ -173,6 +173,28 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_pairs.py",
         ),
     ),
+    "kernels": Group(
+        (
+            "backend/kernels/pool.py",
+            "backend/kernels/tensor.py",
+            "backend/kernels/elementwise.py",
+            "backend/kernels/quantize.py",
+            "backend/kernels/softmax.py",
+            "backend/kernels/matmul.py",
+        ),
+        (
+            "tests/backend/test_pool_grid.py",
+            "tests/backend/test_float_kernels.py",
+            "tests/backend/test_conformance.py",
+            "tests/backend/test_reference_preset.py",
+            "tests/backend/test_tables.py",
+            "tests/backend/test_goldens.py",
+            "tests/backend/test_ort_qdq.py",
+            "tests/backend/test_ort_qoperator.py",
+            "tests/backend/test_arm64_goldens.py",
+            "tests/backend/test_kernel_units.py",
+        ),
+    ),
 }
 
 # mutmut's exit-code verdicts (mutmut/stats.py); a timeout means the tests noticed the mutant

@@ -150,8 +150,10 @@ def qlinear_average_pool(
         y = mean / ftype(np.asarray(y_scale).reshape(()))
         result = arith.requantize_float(y.astype(ftype), y_zp, dtype, scheme, "pool")
     else:
-        acc = sum(t.astype(np.int64) for t in _taps(X, kernel_shape, strides_, dil, pads_, out, 0))
         zp_x = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
+        # a counted pad tap holds the real value 0, the zero point; an uncounted one adds nothing
+        fill = zp_x if count_include_pad else 0
+        acc = sum(t.astype(np.int64) for t in _taps(X, kernel_shape, strides_, dil, pads_, out, fill))
         acc = acc - np.asarray(count) * zp_x
         multiplier = arith.real_multiplier([x_scale], np.asarray(y_scale, np.float64) * count, scheme)
         result = arith.requantize(acc, multiplier, y_zp, dtype, scheme, "pool")

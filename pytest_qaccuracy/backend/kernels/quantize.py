@@ -87,7 +87,10 @@ def dynamic_quantize_linear(x: np.ndarray, *, scheme: Scheme) -> tuple[np.ndarra
     x = np.asarray(x, dtype=np.float32)
     high = np.float32(max(0.0, float(x.max()))) if x.size else np.float32(0)
     low = np.float32(min(0.0, float(x.min()))) if x.size else np.float32(0)
-    scale = np.float32(np.float32(1.0) if high == low else high - low) / np.float32(255)
+    if high == low:  # all zeros: onnxruntime's scale is 1, onnx.reference's 1 / 255 (y and zp are 0 either way)
+        scale = np.float32(1) / np.float32(255) if scheme.float_kernels == "reference" else np.float32(1)
+    else:
+        scale = np.float32(high - low) / np.float32(255)
     zp_float = np.clip(np.float32(0) - low / scale, 0, 255)
     zp = arith.round_float(np.asarray(zp_float, np.float32), "half_even").astype(np.uint8)
     y = arith.quantize_float(x, np.asarray(scale), np.asarray(zp), np.uint8, scheme)

@@ -27,7 +27,7 @@ def transpose(data: np.ndarray, *, perm: list[int] | None = None) -> tuple[np.nd
 
 @kernel("", "Flatten", 1)
 def flatten(input: np.ndarray, *, axis: int = 1) -> tuple[np.ndarray]:
-    axis = axis % input.ndim if input.ndim else 0
+    axis = axis + input.ndim if axis < 0 else axis  # axis == rank is allowed: (N, 1)
     outer = int(np.prod(input.shape[:axis]))
     return (input.reshape(outer, -1),)
 
@@ -113,24 +113,31 @@ def qlinear_concat(
 
 
 def _nearest_index(out_size: int, in_size: int, scale: float, transform: str, nearest_mode: str) -> np.ndarray:
-    """Input index of every output position along one axis (ONNX Resize, mode ``nearest``)."""
-    x = np.arange(out_size, dtype=np.float64)
+    """Input index of every output position along one axis (ONNX Resize, mode ``nearest``), in float32
+    as onnxruntime computes it (``upsamplebase.h``): in float64, 4 / 1.6f is just below 2.5 where
+    float32 gives 2.5 exactly, and ``round_prefer_ceil`` picks another pixel."""
+    x = np.arange(out_size, dtype=np.float32)
+    s = np.float32(scale)
+    half = np.float32(0.5)
     if transform == "half_pixel":
-        original = (x + 0.5) / scale - 0.5
+        original = (x + half) / s - half
     elif transform == "pytorch_half_pixel":
-        original = (x + 0.5) / scale - 0.5 if out_size > 1 else np.zeros_like(x)
+        original = (x + half) / s - half if out_size > 1 else np.zeros_like(x)
     elif transform == "align_corners":
-        original = x * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros_like(x)
+        original = x * np.float32(in_size - 1) / np.float32(out_size - 1) if out_size > 1 else np.zeros_like(x)
     elif transform == "asymmetric":
-        original = x / scale
+        original = x / s
     elif transform == "tf_half_pixel_for_nn":
-        original = (x + 0.5) / scale
+        original = (x + half) / s
     else:
         raise NotHandled
+    # a negative coordinate reads index 0 in every mode; above 0, ORT's std::round rounds half away
+    whole = np.trunc(original)
+    fraction = original - whole  # exact in float32
     if nearest_mode == "round_prefer_floor":
-        index = np.ceil(original - 0.5)
+        index = whole + (fraction > half)
     elif nearest_mode == "round_prefer_ceil":
-        index = np.floor(original + 0.5)
+        index = whole + (fraction >= half)
     elif nearest_mode == "floor":
         index = np.floor(original)
     else:
@@ -138,7 +145,7 @@ def _nearest_index(out_size: int, in_size: int, scale: float, transform: str, ne
     return np.clip(index, 0, in_size - 1).astype(np.intp)
 
 
-@kernel("", "Resize", 11)
+@kernel("", "Resize", 11, scheme=True)
 def resize(
     X: np.ndarray,
     roi: np.ndarray | None = None,
@@ -154,18 +161,22 @@ def resize(
     keep_aspect_ratio_policy: str = "stretch",
     mode: str = "nearest",
     nearest_mode: str = "round_prefer_floor",
+    scheme: Scheme,
 ) -> tuple[np.ndarray]:
     """Nearest-neighbour Resize as index gathers (any dtype); other modes go to ``onnx.reference``."""
     if mode != "nearest" or axes or keep_aspect_ratio_policy != "stretch" or antialias:
         raise NotHandled
     if coordinate_transformation_mode == "tf_crop_and_resize":
         raise NotHandled
+    # scales and output sizes in float32, as onnxruntime computes them
     if sizes is not None and np.size(sizes):
         out_sizes = [int(s) for s in sizes]
-        factors = [o / i for o, i in zip(out_sizes, X.shape, strict=True)]
+        factors = [np.float32(o) / np.float32(i) for o, i in zip(out_sizes, X.shape, strict=True)]
     else:
-        factors = [float(s) for s in np.asarray(scales, dtype=np.float32)]
-        out_sizes = [int(np.floor(i * f)) for i, f in zip(X.shape, factors, strict=True)]
+        factors = list(np.asarray(scales, dtype=np.float32))
+        out_sizes = [int(np.float32(i) * f) for i, f in zip(X.shape, factors, strict=True)]
+    if out_sizes == list(X.shape) and scheme.float_kernels != "reference":
+        return (X,)  # onnxruntime copies the input then, whatever the scales; onnx.reference resizes
     gathers = [
         (axis, _nearest_index(out, size, factor, coordinate_transformation_mode, nearest_mode))
         for axis, (out, size, factor) in enumerate(zip(out_sizes, X.shape, factors, strict=True))
