@@ -96,6 +96,13 @@ def test_recipe_round_trips_and_reads_older_documents():
     assert Recipe(per_channel=True).changes_from(Recipe(per_channel=True).with_flip("b")) == "per-tensor weight -b"
 
 
+def _search(net, vary: tuple[str, ...], **kwargs):
+    """The search from onnxruntime's MinMax recipe towards :data:`THRESHOLD` on :data:`TARGET`."""
+    checks = [f"sqnr>={THRESHOLD}"]
+    start = Recipe(method="ort-minmax")
+    return search_recipe(net["fp32"], net["calib"], net["eval"], checks, [TARGET], start=start, vary=vary, **kwargs)
+
+
 def _by_hand(net, out: Path, per_channel: bool, overrides: dict) -> float:
     """quantize_static called directly (onnxruntime's MinMax calibrator), SQNR on the held-out records
     as :data:`TARGET` computes them."""
@@ -132,16 +139,7 @@ def test_search_flips_a_weight_at_no_cost_and_the_script_rewrites_it(net, tmp_pa
     mixed = _by_hand(net, tmp_path / "mixed.onnx", False, {"w1": [{"axis": 1}]})
     assert mixed >= THRESHOLD
 
-    result = search_recipe(
-        net["fp32"],
-        net["calib"],
-        net["eval"],
-        [f"sqnr>={THRESHOLD}"],
-        [TARGET],
-        start=Recipe(method="ort-minmax"),
-        vary=("node_weights",),
-        model_out=tmp_path / "best.onnx",
-    )
+    result = _search(net, ("node_weights",), model_out=tmp_path / "best.onnx")
     best = result.best_step
     assert result.met and best.cost == 0 and best.phase == "weights"
     assert best.recipe.flipped == {"mmA"} and not best.recipe.float and not best.recipe.int16
@@ -177,15 +175,7 @@ def test_search_flips_a_weight_at_no_cost_and_the_script_rewrites_it(net, tmp_pa
 
 @needs_cache
 def test_flips_are_tried_only_when_asked(net):
-    result = search_recipe(
-        net["fp32"],
-        net["calib"],
-        net["eval"],
-        [f"sqnr>={THRESHOLD}"],
-        [TARGET],
-        start=Recipe(method="ort-minmax"),
-        vary=(),
-    )
+    result = _search(net, ())
     assert not any(s.phase == "weights" or s.recipe.flipped for s in result.steps)
     assert result.best_step.cost > 0
 
