@@ -146,6 +146,32 @@ GROUPS: dict[str, Group] = {
             "not browser",  # the headless browser tests are slow and their page runs outside the trace
         ),
     ),
+    "writers": Group(
+        (
+            "report/html.py",
+            "report/html_data.py",
+            "report/publish.py",
+            "report/artifacts.py",
+            "report/completeness.py",
+            "report/environment.py",
+            "report/terminal.py",
+            "report/recipe_tables.py",
+            "report/sensitivity_tables.py",
+            "report/sensitivity_summary.py",
+        ),
+        (
+            "tests/report/test_artifacts.py",
+            "tests/report/test_publish.py",
+            "tests/report/test_html.py",
+            "tests/report/test_completeness.py",
+            "tests/report/test_summary_units.py",
+            "tests/test_numbers.py",
+            "tests/analysis/test_sensitivity_roundtrip.py",
+            "tests/analysis/test_recipe_aims.py",
+            "-k",
+            "not browser",  # the headless browser tests are slow and their page runs outside the trace
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
