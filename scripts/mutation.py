@@ -168,6 +168,7 @@ GROUPS: dict[str, Group] = {
             "tests/test_numbers.py",
             "tests/analysis/test_sensitivity_roundtrip.py",
             "tests/analysis/test_recipe_aims.py",
+            "tests/report/test_writer_units.py",
             "-k",
             "not browser",  # the headless browser tests are slow and their page runs outside the trace
         ),
