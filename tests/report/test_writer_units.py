@@ -1357,3 +1357,377 @@ def test_sensitivity_display() -> None:
     shown = html_data.sensitivity_display(unlabelled)
     assert shown["chart_text"] == [["10.00 dB"]] and shown["baseline_text"] is None
     assert shown["chart_axis"]["ticks"][0][1].endswith(" dB")
+
+
+# --- against the first run's survivors ----------------------------------------------------------------
+
+
+def _page_data(path: Path) -> dict:
+    page = path.read_text()
+    return json.loads(page.split('id="qaccuracy-data">', 1)[1].split("</script>", 1)[0])
+
+
+def _outcome(passed: bool) -> dict:
+    from pytest_qaccuracy.outcomes import Outcome
+
+    fields = {"kind": "tolerance", "check": "sqnr", "scope": "output", "subject": "output 'logits'"}
+    fields |= {"metric": "sqnr", "op": ">=", "threshold": 30.0, "value": 25.0, "passed": passed}
+    return Outcome(**fields, source="marker", detail="sqnr 25 < 30").to_dict()
+
+
+def test_stem_strips_only_dots_and_underscores() -> None:
+    assert artifacts.artifact_stem("XaX", "k").startswith("XaX-")
+
+
+def test_refusals_start_with_the_option(tmp_path) -> None:
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(InputError) as info:
+        artifacts.check_artifact_targets(tmp_path / "dir", None, "s", ["mse"])
+    assert str(info.value).startswith(f"--json {tmp_path / 'dir'}: ")
+    out = tmp_path / "out"
+    (out / "s.comparison.json").mkdir(parents=True)  # a folder where the set writes a file
+    with pytest.raises(InputError) as info:
+        artifacts.check_artifact_targets(None, out, "s", ["mse"])
+    assert str(info.value) == f"--out-dir {out}: s.comparison.json exists there as a directory"
+
+
+def test_report_html_carries_the_checks_and_the_graph(tmp_path, small_result, small_model) -> None:
+    checks = [_outcome(False), _outcome(True)]
+    artifacts.write_comparison_artifacts(small_result, small_model, out_dir=tmp_path / "a", checks=checks)
+    pair = _page_data(tmp_path / "a" / "report.html")["pairs"][0]
+    assert pair["verdict"]["status"] == "failed" and pair["verdict"]["detail"] == "1 / 2 checks passed"
+    assert len(pair["checks"]) == 2 and pair["graph"]["metric"] == "sqnr"
+    artifacts.write_comparison_artifacts(small_result, small_model, out_dir=tmp_path / "b")
+    unchecked = _page_data(tmp_path / "b" / "report.html")["pairs"][0]
+    assert unchecked["verdict"]["status"] == "unchecked" and unchecked["checks"] == []
+
+
+def test_a_second_write_replaces_the_first(tmp_path, small_result, small_model) -> None:
+    artifacts.write_comparison_artifacts(small_result, small_model, out_dir=tmp_path)
+    first = sorted(os.listdir(tmp_path))
+    (tmp_path / "notes.txt").write_text("mine")
+    again = dataclasses.replace(small_result, records=99)
+    artifacts.write_comparison_artifacts(again, small_model, out_dir=tmp_path)
+    assert json.loads((tmp_path / "net.int8.comparison.json").read_text())["records"] == 99  # not the old copy
+    assert sorted(os.listdir(tmp_path)) == sorted([*first, "notes.txt"])  # the user's file carried over
+
+
+def test_write_failures_name_the_option_and_the_path(tmp_path, small_result, small_model) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for kwargs, option, path in (
+        ({"json_path": blocker / "c.json"}, "--json", blocker / "c.json"),
+        ({"out_dir": blocker / "out"}, "--out-dir", blocker / "out"),
+    ):
+        with pytest.raises(InputError) as info:
+            artifacts.write_comparison_artifacts(small_result, small_model, **kwargs)
+        assert str(info.value).startswith(f"{option} {path}: could not be written (")
+        with pytest.raises(InputError) as info:
+            tables.write_sensitivity_artifacts("s", sweep=_sweep(), **kwargs)
+        assert str(info.value).startswith(f"{option} {path}: could not be written (")
+
+
+def test_a_second_sensitivity_write_replaces_the_first(tmp_path) -> None:
+    tables.write_sensitivity_artifacts("s", tmp_path, sweep=_sweep())
+    tables.write_sensitivity_artifacts("s", tmp_path, sweep=_sweep(target=None))
+    assert os.listdir(tmp_path) == ["s.sweep.json"]
+    assert json.loads((tmp_path / "s.sweep.json").read_text())["target"] is None  # not the old copy
+
+
+def test_sweep_table_takes_its_columns_from_the_first_step() -> None:
+    one = dataclasses.replace(_sweep(target=None), steps=[SweepStep(0, [], {"cosine": 0.5})])
+    lines = tables.sweep_table(one).splitlines()
+    assert lines[1].split() == ["k", "kept", "in", "float", "cosine"] and lines[3].split() == ["0", "(none)", "0.5"]
+
+
+def test_figures_of_two_targets_and_two_checks() -> None:
+    measured = {"cpu": {"out": {"cosine": 0.99, "sqnr": 30.0}}, "npu": {"out": {"cosine": 0.95, "sqnr": 15.0}}}
+    sqnr = Check("sqnr", 20.0, True)
+    step = _step(0, measured, True)
+    assert recipe_tables.step_line(step, None, [COSINE, sqnr]).split(": cost 1, ")[1] == (
+        "cosine 0.9900 (cpu), 0.9500 (npu); sqnr 30.00 dB (cpu), 15.00 dB (npu): meets the target, 1.5s"
+    )
+    result = _recipe_result([step], 0, (COSINE, sqnr), ("cpu", "npu"))
+    assert recipe_tables.verdict_lines(result)[0].endswith(
+        ": cosine 0.9900 on cpu, cosine 0.9500 on npu; sqnr 30.00 dB on cpu, sqnr 15.00 dB on npu; cost 1 (step 0)"
+    )
+    line = recipe_tables.pair_data_line({"records": 5, "measured": measured, "met": True}, [COSINE, sqnr])
+    assert line.endswith(
+        ": cosine 0.9900 on cpu, cosine 0.9500 on npu; sqnr 30.00 dB on cpu, sqnr 15.00 dB on npu: meets"
+    )
+
+
+def test_write_recipe_script_and_ranges(tmp_path) -> None:
+    result = _written_result(tmp_path, ranges={"conv_out": (-1.5, 2.0)}, convert_opset=13)
+    result.arguments["calibration_cache_path"] = None
+    out = tmp_path / "deep" / "er"  # parents made
+    recipe_tables.write_recipe(result, out, tmp_path / "net.onnx", tmp_path / "c.h5")
+    script = (out / "net.recipe.py").read_text()
+    assert "convert_version(onnx.load(fp32), 13)" in script and str(out / "net.recipe.onnx") in script
+    ranges = json.loads((out / "net.ranges.json").read_text())
+    assert "conv_out" in json.dumps(ranges)
+    plain = _written_result(tmp_path)  # no cache: our data reader, on the first 4 records
+    recipe_tables.write_recipe(plain, tmp_path / "p", tmp_path / "net.onnx", tmp_path / "c.h5", records=4)
+    script = (tmp_path / "p" / "net.recipe.py").read_text()
+    assert "reader.set_range(0, 4)" in script and "version_converter.convert_version" not in script
+
+
+def test_sensitivity_lines_cut_at_top_and_add_the_task_suggestion() -> None:
+    report = SensitivityReport("s", _sensitivity(), None)
+    task = {"check": "max:wer", "threshold": 0.5, "records": 2, "steps": [], "suggestion": None}
+    lines = summary.sensitivity_lines(_record(report, task=task), top=2)
+    assert "  ... 2 more node(s)" in lines
+    assert lines[-1] == "  target max:wer <= 0.5 (task metric, 2 records, ): not met with up to 0 nodes in float"
+
+
+def test_cumulative_table_refuses_nodes_and_op_types_of_different_lengths() -> None:
+    with pytest.raises(ValueError):
+        tables.cumulative_table(dataclasses.replace(_cumulative(), op_types=["Conv"]))
+
+
+def test_cpu_name_reads_utf8_and_keeps_colons_in_the_name(monkeypatch, tmp_path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_bytes(b"model name\t: Caf\xe9 X: 9 @ 2GHz\n")  # not UTF-8: replaced, not an error
+    real_open = open
+    opened = []
+
+    def fake_open(path, *args, **kwargs):
+        opened.append(kwargs)
+        return real_open(cpuinfo if path == "/proc/cpuinfo" else path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", fake_open)
+    monkeypatch.setattr(environment.os, "cpu_count", lambda: 2)
+    assert environment.cpu_name() == "Caf\ufffd X: 9 @ 2GHz, 2 logical cores"
+    assert opened[0] == {"encoding": "utf-8", "errors": "replace"}
+
+
+def test_git_is_given_ten_seconds(monkeypatch, tmp_path) -> None:
+    for name in environment.COMMIT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    seen = {}
+
+    def run(args, **kwargs):
+        seen.update(kwargs)
+        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
+
+    monkeypatch.setattr(environment.subprocess, "run", run)
+    assert environment.commit(tmp_path) is None and seen["timeout"] == 10
+
+
+def test_assets_are_the_package_files() -> None:
+    folder = Path(html.__file__).parent / "assets"
+    for name in ("report.css", "report.js"):
+        assert html.asset(name) == (folder / name).read_text(encoding="utf-8")
+
+
+def test_header_without_a_notice(small_result) -> None:
+    page = html.render_html([small_result], environment=[])
+    data = json.loads(page.split('id="qaccuracy-data">', 1)[1].split("</script>", 1)[0])
+    assert f"<p>{data['summary']}</p></div></header>" in page and data["notice"] is None
+
+
+def test_pair_data_carries_the_records_checks_drift_topk_and_task(small_result) -> None:
+    drift = {**_outcome(True), "kind": "drift", "check": "drift", "detail": "moved"}
+    record = {
+        "checks": [_outcome(False), drift],
+        "topk": {"logits": {"k": {"1": {"agreement": 0.5}}}},
+        "task": {"cer": {"metric": "cer", "fp32": 0.1, "quantized": 0.2, "drop": 0.1, "records": 3}},
+    }
+    data = html.pair_data(html.ReportPair(small_result, record=record))
+    assert data["verdict"]["status"] == "failed" and data["verdict"]["detail"] == "1 / 2 checks passed"
+    assert len(data["checks"]) == 1 and len(data["drift"]) == 1  # the drift check in its own table
+    assert len(data["topk"]) == 1 and len(data["task"]) == 1
+    bare = html.pair_data(small_result)
+    assert bare["verdict"]["status"] == "unchecked"
+    assert bare["checks"] == [] and bare["drift"] == [] and bare["topk"] == [] and bare["task"] == []
+
+
+def test_report_pair_from_a_record_with_sensitivity_and_targets(small_result, monkeypatch) -> None:
+    import pytest_qaccuracy.report.summary as report_summary
+
+    monkeypatch.setattr(report_summary, "target_view", lambda record: {"from": record["id"]})
+    record = {"id": "p", "comparison": small_result.to_dict(), "checks": []}
+    record["sensitivity"] = {"mode": "single", "metric": "sqnr", "error": "boom"}
+    pair = html.ReportPair.from_record(record)
+    assert pair.targets == {"from": "p"} and pair.sensitivity == {"note": "sensitivity not analysed: boom"}
+
+
+def test_every_pair_gets_its_index_and_its_graph(small_result, small_model) -> None:
+    pairs = [html.ReportPair(small_result, model=small_model), html.ReportPair(small_result, model=small_model)]
+    page = html.render_html(pairs, engine="built-in", environment=[])
+    data = json.loads(page.split('id="qaccuracy-data">', 1)[1].split("</script>", 1)[0])
+    assert [p["id"] for p in data["pairs"]] == ["pair-0", "pair-1"] and [p["index"] for p in data["pairs"]] == [0, 1]
+    assert [p["graph"]["engine"] for p in data["pairs"]] == ["built-in", "built-in"]
+    assert '</svg></div>\n<div class="graph-src" id="pair-1-graph-src" hidden>' in page
+    assert page.count('<div class="graph-src" id="pair-0-graph-src" hidden><svg') == 1
+
+
+def test_default_engine_is_graphviz_when_installed(tmp_path, small_result, small_model) -> None:
+    import shutil
+
+    expected = "graphviz" if shutil.which("dot") else "built-in"
+    pair = html.ReportPair(small_result, model=small_model)
+    assert html.graph_block(pair, 0)[0]["engine"] == expected
+    data = _page_data(html.write_html(tmp_path / "a.html", [pair], environment=[]))
+    assert data["pairs"][0]["graph"]["engine"] == expected
+    data = _page_data(html.write_html(tmp_path / "b.html", [pair], engine="built-in", environment=[]))
+    assert data["pairs"][0]["graph"]["engine"] == "built-in"
+
+
+def test_log_ticks_at_the_tolerance_edges() -> None:
+    assert html_data.ticks(1e-9, 2.0, log=True) == [0.0, 1.0, 2.0]  # 0 >= 1e-9 - 1e-9
+    hi = 2.0 - 1e-9
+    assert hi + 1e-9 == 2.0 and html_data.ticks(0.0, hi, log=True) == [0.0, 1.0, 2.0]
+
+
+def test_linear_ticks_reach_hi_within_the_tolerance() -> None:
+    hi = 10.0 - 2e-9
+    assert hi + 2.0 * 1e-9 == 10.0 and html_data.ticks(0.0, hi)[-1] == 10.0
+
+
+def test_scale_of_a_better_when_higher_metric_in_its_view(small_result) -> None:
+    assert html_data.metric_view(small_result, "sqnr")["scale"] == "min..max of the values (dark red = lowest)"
+
+
+# --- publish, against the first run's survivors -------------------------------------------------------
+
+
+def test_publish_refusals_name_the_option(tmp_path, monkeypatch) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError) as info:
+        publish.check_publishable(tmp_path / "file", "--o", ())
+    assert str(info.value).startswith(f"--o {tmp_path / 'file'}: ")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "d1").mkdir()
+    (out / "a_link").symlink_to(tmp_path / "file")
+    with pytest.raises(InputError) as info:
+        publish.check_publishable(out, "--o", ())
+    assert str(info.value).startswith(f"--o {out}: holds a_link, d1/, not written by pytest-qaccuracy; ")
+    modes = []
+
+    def access(path, mode):
+        modes.append((path, mode))
+        return path != tmp_path  # the folder is writable, its parent is not
+
+    monkeypatch.setattr(publish.os, "access", access)
+    with pytest.raises(InputError) as info:
+        publish.check_publishable(out, "--o", {"d1", "a_link"})
+    assert str(info.value) == f"--o {out}: cannot be replaced, {tmp_path} is not writable"
+    assert (tmp_path, os.W_OK | os.X_OK) in modes
+
+
+def test_check_out_dir_accepts_its_own_files(tmp_path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.json").write_text("{}")
+    publish.check_out_dir(out, "--out-dir", {"a.json"})
+    (out / "b.json").mkdir()
+    with pytest.raises(InputError) as info:
+        publish.check_out_dir(out, "--out-dir", {"a.json", "b.json"})
+    assert str(info.value) == f"--out-dir {out}: b.json exists there as a directory"
+
+
+def test_files_are_copied_where_they_cannot_be_linked(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes").write_text("mine")
+
+    def no_link(source, target):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(publish.os, "link", no_link)
+    publish.publish_folder(out, lambda stage: (stage / "a").write_text("1"), {"a"})
+    assert sorted(os.listdir(out)) == ["a", "notes"] and (out / "notes").read_text() == "mine"
+
+
+def test_publish_makes_every_missing_parent(tmp_path) -> None:
+    out = tmp_path / "a" / "b" / "out"
+    publish.publish_folder(out, lambda stage: (stage / "x").write_text("1"), {"x"})
+    assert (out / "x").read_text() == "1"
+
+
+def test_exchange_elsewhere_than_linux_or_without_renameat2(tmp_path, monkeypatch) -> None:
+    import ctypes
+    import errno
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "in_a").write_text("")
+    monkeypatch.setattr(publish.sys, "platform", "darwin")
+    assert publish._exchange(a, b) is False
+    monkeypatch.setattr(publish.sys, "platform", "linux")
+    monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: object())
+    assert publish._exchange(a, b) is False
+
+    class Library:
+        @staticmethod
+        def renameat2(*args):
+            ctypes.set_errno(errno.EINVAL)  # a filesystem without RENAME_EXCHANGE
+            return -1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: Library())
+    assert publish._exchange(a, b) is False
+    assert os.listdir(a) == ["in_a"] and os.listdir(b) == []
+
+
+def test_exchange_failure_carries_errno_and_relative_paths_work(tmp_path, monkeypatch) -> None:
+    import errno
+
+    monkeypatch.chdir(tmp_path)
+    Path("a").mkdir()
+    Path("b").mkdir()
+    (tmp_path / "a" / "in_a").write_text("")
+    assert publish._exchange(Path("a"), Path("b")) is True
+    assert os.listdir(tmp_path / "b") == ["in_a"]
+    with pytest.raises(OSError) as info:
+        publish._exchange(Path("a"), Path("missing"))
+    assert info.value.errno == errno.ENOENT and info.value.strerror == os.strerror(errno.ENOENT)
+
+
+def test_swap_when_another_publisher_got_there_first(tmp_path, monkeypatch) -> None:
+    import errno
+
+    out = tmp_path / "out"
+    real = os.rename
+
+    def racing(src, dst):
+        out.mkdir()  # another session published meanwhile
+        (out / "theirs").write_text("")
+        monkeypatch.setattr(publish.os, "rename", real)
+        raise OSError(errno.EEXIST, "File exists")
+
+    monkeypatch.setattr(publish.os, "rename", racing)
+    publish.publish_folder(out, lambda stage: (stage / "a").write_text("1"), {"a", "theirs"})
+    assert os.listdir(out) == ["a"] and os.listdir(tmp_path) == ["out"]
+
+    def refused(src, dst):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(publish.os, "rename", refused)
+    with pytest.raises(OSError) as info:
+        publish.publish_folder(tmp_path / "other", lambda stage: None, ())
+    assert info.value.errno == errno.EACCES and os.listdir(tmp_path) == ["out"]
+
+
+def test_two_renames_put_the_old_folder_back_when_the_second_fails(tmp_path, monkeypatch) -> None:
+    import errno
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a").write_text("old")
+    monkeypatch.setattr(publish, "_exchange", lambda a, b: False)
+    real, calls = os.rename, []
+
+    def second_fails(src, dst):
+        calls.append((src, dst))
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(publish.os, "rename", second_fails)
+    with pytest.raises(OSError):
+        publish.publish_folder(out, lambda stage: (stage / "a").write_text("new"), {"a"})
+    assert (out / "a").read_text() == "old" and os.listdir(tmp_path) == ["out"]
+    assert calls[2] == (calls[0][1], out)  # the old folder renamed back
