@@ -394,6 +394,8 @@ EQUIVALENT += [
         for new in ("check=None,", "check=True,")
     ],
     (r"^check=False, \)$", ")", "subprocess.run's check defaults to False"),
+    (r"allow_nan=False, ensure_ascii", "allow_nan=None, ensure_ascii", "json.dumps reads allow_nan for its truth"),
+    (r"allow_nan=False, ensure_ascii=True, ", "allow_nan=False, ", "json.dumps's ensure_ascii defaults to True"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -1516,6 +1516,7 @@ def test_git_is_given_ten_seconds(monkeypatch, tmp_path) -> None:
 
 def test_assets_are_the_package_files() -> None:
     folder = Path(html.__file__).parent / "assets"
+    html.asset.cache_clear()  # read the files again, not what an earlier test left in the cache
     for name in ("report.css", "report.js"):
         assert html.asset(name) == (folder / name).read_text(encoding="utf-8")
 
@@ -1731,3 +1732,11 @@ def test_two_renames_put_the_old_folder_back_when_the_second_fails(tmp_path, mon
         publish.publish_folder(out, lambda stage: (stage / "a").write_text("new"), {"a"})
     assert (out / "a").read_text() == "old" and os.listdir(tmp_path) == ["out"]
     assert calls[2] == (calls[0][1], out)  # the old folder renamed back
+
+
+def test_render_html_draws_with_graphviz_by_default_when_installed(small_result, small_model) -> None:
+    import shutil
+
+    page = html.render_html([html.ReportPair(small_result, model=small_model)], environment=[])
+    data = json.loads(page.split('id="qaccuracy-data">', 1)[1].split("</script>", 1)[0])
+    assert data["pairs"][0]["graph"]["engine"] == ("graphviz" if shutil.which("dot") else "built-in")
