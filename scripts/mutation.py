@@ -163,6 +163,33 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_calibration_units.py",
         ),
     ),
+    "writers": Group(
+        (
+            "report/html.py",
+            "report/html_data.py",
+            "report/publish.py",
+            "report/artifacts.py",
+            "report/completeness.py",
+            "report/environment.py",
+            "report/terminal.py",
+            "report/recipe_tables.py",
+            "report/sensitivity_tables.py",
+            "report/sensitivity_summary.py",
+        ),
+        (
+            "tests/report/test_artifacts.py",
+            "tests/report/test_publish.py",
+            "tests/report/test_html.py",
+            "tests/report/test_completeness.py",
+            "tests/report/test_summary_units.py",
+            "tests/test_numbers.py",
+            "tests/analysis/test_sensitivity_roundtrip.py",
+            "tests/analysis/test_recipe_aims.py",
+            "tests/report/test_writer_units.py",
+            "-k",
+            "not browser",  # the headless browser tests are slow and their page runs outside the trace
+        ),
+    ),
     "arith": Group(
         ("backend/arith.py",),
         (
@@ -335,6 +362,79 @@ EQUIVALENT += [
         for new in ('ET.Element("g", )', 'ET.Element("g", {"class": "XXnodeXX"})', 'ET.Element("g", {"class": "NODE"})')
     ],
     (r'"#8c959f"', '"#8C959F"', "colour hex digits are case-insensitive"),
+]
+
+# writers: the report's writers, tables and summaries
+EQUIVALENT += [
+    *[
+        (
+            r', tablefmt="simple"\)',
+            new,
+            "tabulate's default format is 'simple', and it reads an unknown name as 'simple'",
+        )
+        for new in (', tablefmt="XXsimpleXX")', ', tablefmt="SIMPLE")', ", tablefmt=None)", ", )")
+    ],
+    (r"written \+= publish_files\(", "written = publish_files(", "written is still empty there: += and = agree"),
+    *[
+        (r'text\.get\(target, ""\)', new, "tabulate shows a missing cell (None) as ''")
+        for new in ("text.get(target, None)", "text.get(target, )")
+    ],
+    *[
+        (r'CalibrationResult\("recipe", result\.records, ', new, "write_cache writes the ranges alone")
+        for new in (
+            "CalibrationResult(None, result.records, ",
+            'CalibrationResult("XXrecipeXX", result.records, ',
+            'CalibrationResult("RECIPE", result.records, ',
+            'CalibrationResult("recipe", None, ',
+        )
+    ],
+    (r'format_number\(value, missing="undefined"\)', "format_number(value, )", "'undefined' is the default"),
+    (
+        r'args\.get\("calibration_cache_path", ""\) is None',
+        'args.get("calibration_cache_path", "XXXX") is None',
+        "neither default is None",
+    ),
+    (
+        r"nodes if top is None else nodes\[:top\]",
+        "nodes if (top is None) and False else nodes[:top]",
+        "nodes[:None] is every node",
+    ),
+    *[
+        (r'\{"id": None, "checks": list\(checks\)\}', new, "the report reads a record's id only in from_record")
+        for new in ('{"XXidXX": None, "checks": list(checks)}', '{"ID": None, "checks": list(checks)}')
+    ],
+    (r"math\.ceil\(hi\) \+ 1\)", "math.ceil(hi) + 2)", "the extra power is above hi, and filtered out"),
+    (
+        r"math\.log10\(span / 5\)",
+        "math.log10(span / 6)",
+        "between 5 and 6 powers of ten, both bases end on the same round step",
+    ),
+    *[
+        (r"<= MAX_TICKS\), 10\)", new, "m = 10 always fits: the default is never read")
+        for new in ("<= MAX_TICKS), None)", "<= MAX_TICKS), )", "<= MAX_TICKS), 11)")
+    ],
+    *[
+        (r"0\.0 if abs\(t\) < step \* 1e-9 else t", new, "a tick is exactly 0.0 when its multiple is 0")
+        for new in ("0.0 if (abs(t) < step * 1e-9) and False else t", "0.0 if abs(t) <= step * 1e-9 else t")
+    ],
+    *[
+        (r"zip\(slots, text, strict=True\)", f"zip(slots, text, {new})", "text is built from slots: same length")
+        for new in ("strict=False", "strict=None", "")
+    ],
+    (
+        r"axis\(name, layers, better, log=True\)",
+        "axis(name, layers, None, log=True)",
+        "a log axis does not read the direction",
+    ),
+    (r"names = result\.metric_names or ", "names = result.metric_names and ", "metric_names is the definitions' keys"),
+    (r"^name = None$", 'name = ""', "an empty name falls through the same 'or'"),
+    *[
+        (r"check=False,$", new, "a failed git ends in None either way (CalledProcessError is a SubprocessError)")
+        for new in ("check=None,", "check=True,")
+    ],
+    (r"^check=False, \)$", ")", "subprocess.run's check defaults to False"),
+    (r"allow_nan=False, ensure_ascii", "allow_nan=None, ensure_ascii", "json.dumps reads allow_nan for its truth"),
+    (r"allow_nan=False, ensure_ascii=True, ", "allow_nan=False, ", "json.dumps's ensure_ascii defaults to True"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

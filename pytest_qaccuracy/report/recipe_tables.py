@@ -25,7 +25,7 @@ from tabulate import tabulate
 from pytest_qaccuracy.analysis.recipe.checks import Check
 from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
 from pytest_qaccuracy.analysis.recipe.space import OTHER_TYPE, python_snippet
-from pytest_qaccuracy.atomic import atomic_write_json, atomic_write_text
+from pytest_qaccuracy.atomic import atomic_write_json, atomic_write_text, discard
 from pytest_qaccuracy.numbers import format_metric
 
 #: Changes longer than this are cut in the table (the JSON keeps the whole recipe).
@@ -199,9 +199,13 @@ def write_recipe(
         written.append(cache)
     if result.model is not None and Path(result.model).exists():
         if Path(result.model).resolve() != target.resolve():
-            staged = out / f".{target.name}.partial"
-            shutil.copyfile(result.model, staged)
-            os.replace(staged, target)
+            partial = out / f".{target.name}.partial"
+            try:
+                shutil.copyfile(result.model, partial)
+                os.replace(partial, target)
+            except BaseException:  # a full disk or Ctrl-C: no half-copied model left behind
+                discard(partial)
+                raise
         written.append(target)
     document = {
         **result.to_dict(),
