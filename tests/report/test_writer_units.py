@@ -12,7 +12,9 @@ import os
 import subprocess
 from pathlib import Path
 
+import onnxruntime
 import pytest
+from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.cumulative import CumulativeCurve, CumulativeResult
 from pytest_qaccuracy.analysis.recipe.checks import Check
@@ -34,6 +36,12 @@ from pytest_qaccuracy.report import (
 )
 from pytest_qaccuracy.report import sensitivity_summary as summary
 from pytest_qaccuracy.report import sensitivity_tables as tables
+
+#: the recipe's ranges are written as onnxruntime's calibration cache (``save_tensors_data``, 1.19 on)
+needs_cache = pytest.mark.skipif(
+    not hasattr(ort_calibrate, "save_tensors_data"),
+    reason=f"onnxruntime {onnxruntime.__version__} has no calibration cache: the recipe search refuses it",
+)
 
 # --- terminal -------------------------------------------------------------------------------------
 
@@ -968,6 +976,7 @@ def test_write_recipe_files(tmp_path, monkeypatch) -> None:
     assert steps.endswith("pass best\n") and steps.splitlines()[0].split()[:4] == ["step", "phase", "change", "cost"]
 
 
+@needs_cache
 def test_write_recipe_staged_names_files_beside_the_script(tmp_path) -> None:
     result = _written_result(tmp_path, ranges={"x": (0.0, 1.0)})
     result.arguments["calibration_cache_path"] = None
@@ -1457,6 +1466,7 @@ def test_figures_of_two_targets_and_two_checks() -> None:
     )
 
 
+@needs_cache
 def test_write_recipe_script_and_ranges(tmp_path) -> None:
     result = _written_result(tmp_path, ranges={"conv_out": (-1.5, 2.0)}, convert_opset=13)
     result.arguments["calibration_cache_path"] = None
