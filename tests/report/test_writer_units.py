@@ -537,6 +537,10 @@ def test_unanalysed_pair_lines_brief_and_view() -> None:
 # --- sensitivity results built by hand --------------------------------------------------------------
 
 
+#: the models, data and record count every analysis result below names
+RUN = {"fp32_model": "f.onnx", "quantized_model": "q.onnx", "data": "d.h5", "records": 4}
+
+
 def _sensitivity(measured_at=(), unmeasured=()) -> SensitivityResult:
     nodes = [
         NodeSensitivity("conv_a", "Conv", 0, {"sqnr": 30.0, "mse": 0.001}),
@@ -545,10 +549,7 @@ def _sensitivity(measured_at=(), unmeasured=()) -> SensitivityResult:
         NodeSensitivity("add_d", "Add", 3, {"sqnr": 20.0, "mse": None}),
     ]
     return SensitivityResult(
-        fp32_model="f.onnx",
-        quantized_model="q.onnx",
-        data="d.h5",
-        records=4,
+        **RUN,
         mode="single",
         granularity="node",
         metric_definitions={"sqnr": "s", "mse": "m"},
@@ -566,10 +567,7 @@ SQNR_15 = Target("sqnr", 15.0)
 def _sweep(suggestion=("gemm_b",), target=SQNR_15) -> SweepResult:
     steps = [SweepStep(0, [], {"sqnr": 10.0}), SweepStep(1, ["gemm_b"], {"sqnr": 16.0})]
     return SweepResult(
-        fp32_model="f.onnx",
-        quantized_model="q.onnx",
-        data="d.h5",
-        records=4,
+        **RUN,
         ranking_mode="single",
         ranking_metric="sqnr",
         target=target,
@@ -580,10 +578,7 @@ def _sweep(suggestion=("gemm_b",), target=SQNR_15) -> SweepResult:
 
 def _cumulative(average=False) -> CumulativeResult:
     return CumulativeResult(
-        fp32_model="f.onnx",
-        quantized_model="q.onnx",
-        data="d.h5",
-        records=4,
+        **RUN,
         metric="sqnr",
         formula="f",
         higher_is_better=True,
