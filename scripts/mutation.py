@@ -200,6 +200,10 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_pairs.py",
         ),
     ),
+    "core": Group(
+        ("plain.py", "numbers.py"),
+        ("tests/test_plain.py", "tests/test_numbers.py"),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",

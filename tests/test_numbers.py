@@ -53,3 +53,37 @@ def test_each_output_keeps_its_word_for_a_missing_value() -> None:
 def test_format_fixed() -> None:
     assert format_fixed(0.0) == "0.0000" and format_fixed(0.0128) == "0.0128" and format_fixed(-12.5) == "-12.5000"
     assert format_fixed(1.5e-6) == "1.5000e-06" and format_fixed(123456.0) == "1.2346e+05"
+
+
+def test_format_fixed_switches_to_scientific_outside_one_thousandth_to_a_hundred_thousand() -> None:
+    assert [format_fixed(v) for v in (0.0, 1e-3, 0.5, -0.5, 99999.5)] == [
+        "0.0000",
+        "0.0010",
+        "0.5000",
+        "-0.5000",
+        "99999.5000",
+    ]
+    assert [format_fixed(v) for v in (9.99e-4, -1e-4, 1e5, 100000.5, -2e6)] == [
+        "9.9900e-04",
+        "-1.0000e-04",
+        "1.0000e+05",
+        "1.0000e+05",
+        "-2.0000e+06",
+    ]
+
+
+def test_format_metric() -> None:
+    from pytest_qaccuracy.numbers import format_metric
+
+    assert format_metric("sqnr", None) == "n/a" and format_metric("mse", math.nan) == "nan"
+    assert format_metric("mse", math.inf) == "inf"
+    assert format_metric("sqnr", 12.5) == "12.50 dB" and format_metric("sqnr", -3) == "-3.00 dB"
+    # cosine: 1 - cosine keeps 2 significant digits, 4 decimals at least, 12 at most
+    assert format_metric("cosine", 0.999953) == "0.999953"
+    assert format_metric("cosine", 0.9995) == "0.99950"  # 1 - cosine = 0.0005: 5 decimals
+    assert format_metric("cosine", 0.5) == "0.5000" and format_metric("cosine", -0.99) == "-0.9900"
+    assert format_metric("cosine", 1.0) == "1.0000" and format_metric("cosine", -1.0) == "-1.0000"
+    assert format_metric("cosine", 1 - 1e-15) == "1.000000000000"
+    assert format_metric("mse", 0) == "0" and format_metric("mse", 0.0) == "0"
+    assert format_metric("mse", 0.000123456) == "0.0001235" and format_metric("mse", 123456.0) == "1.235e+05"
+    assert format_metric("srmse", 2) == "2" and format_metric("mse", 1.0) == "1"

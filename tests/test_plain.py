@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import typing
+from collections import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -149,3 +151,165 @@ def test_nan_and_infinity_pass_as_they_are_unless_a_hook_says_otherwise() -> Non
 def test_to_plain_of_containers() -> None:
     assert to_plain({"a": (1, Point(2, 3.0)), "b": {"z", "y"}}) == {"a": [1, {"x": 2, "y": 3.0}], "b": ["y", "z"]}
     assert to_plain(Bare("n", 1.0)) == {"name": "n", "scale": 1.0}
+
+
+# --- records made inside the tests: plain_field, _specs and _hints run under the test ---------------
+# (their type hints name module-level types only: get_type_hints reads this module's globals)
+
+
+@dataclass(frozen=True, slots=True)
+class Inner(Plain):
+    a: int
+    b: int = 0
+
+
+def test_a_field_made_here_carries_every_hook_and_its_defaults() -> None:
+    """Every hook of plain_field on a record made inside the test, key order included: ``first`` fields
+    lead, ``then`` attributes follow their field, an ``inline`` record's keys join the enclosing ones."""
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Local(Plain):
+        plain: int = plain_field(5)
+        keyed: str = plain_field("k", key="K")
+        gone: str | None = plain_field(None, omit=none)
+        doubled: int = plain_field(1, dump=lambda v: 2 * v, load=lambda v: v // 2)
+        secret: str = plain_field("s", skip=True)
+        head: int = plain_field(0, first=True)
+        listed: list[int] = plain_field(default_factory=list, then=("total",))
+        inner: Inner = plain_field(default_factory=lambda: Inner(1, 2), inline=True)
+
+        @property
+        def total(self) -> int:
+            return sum(self.listed)
+
+    record = Local(listed=[1, 2])
+    form = record.to_dict()
+    assert list(form.items()) == [
+        ("head", 0),
+        ("plain", 5),
+        ("K", "k"),
+        ("doubled", 2),
+        ("listed", [1, 2]),
+        ("total", 3),
+        ("a", 1),
+        ("b", 2),
+    ]
+    assert Local.from_dict(form) == record
+    assert Local.from_dict({**form, "doubled": 8, "gone": "here", "secret": "x"}) == Local(
+        listed=[1, 2], doubled=4, gone="here"
+    )  # a skipped field is never read
+    assert Local().listed == [] and Local().listed is not Local().listed  # a new list each time
+    assert Local().plain == 5 and Local().secret == "s"
+
+
+def test_from_plain_takes_defaults_given_fields_and_refuses_a_missing_required_key() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Local:
+        name: str
+        count: int = 3
+        limit: float | None = 1.5
+        derived: int = field(init=False, default=7)
+
+    assert from_plain(Local, {"name": "n"}) == Local("n")  # missing keys: their defaults
+    assert from_plain(Local, {"name": "n", "count": None, "limit": None}) == Local("n", 3, None)
+    assert from_plain(Local, {"count": 4}, name="given") == Local("given", 4)  # given wins
+    assert from_plain(Local, {"name": "n", "derived": 1}).derived == 7  # not an init field
+    with pytest.raises(KeyError, match="name"):
+        from_plain(Local, {"count": 1})
+
+
+def test_values_are_read_as_their_type_hints_say() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Local:
+        whole: int
+        real: float
+        flag: bool
+        text: str
+        point: Point | None
+        bare: Bare | None
+        either: int | str
+        maybe: int | None
+        many: tuple[Point, ...]
+        fixed: tuple[int, str]
+        loose: typing.Tuple  # noqa: UP006  (typing's bare Tuple: origin tuple, no arguments)
+        bare_tuple: tuple  # the builtin: no origin, kept as it is
+        seq: abc.Sequence[int]
+        items: list[Point]
+        group: frozenset[int]
+        table: dict[str, Point]
+        mapping: abc.Mapping[str, int]
+        anything: dict
+        untyped: Any
+
+    data = {
+        "whole": 3.0,
+        "real": 2,
+        "flag": 1,
+        "text": 5,
+        "point": {"x": 1, "y": 2},
+        "bare": {"name": "w", "scale": 1},
+        "either": 2.5,
+        "maybe": 4.0,
+        "many": [{"x": 0, "y": 1}],
+        "fixed": [1.0, 2],
+        "loose": [1, "a"],
+        "bare_tuple": [1],
+        "seq": [1, 2],
+        "items": [{"x": 2, "y": 3}],
+        "group": [2, 1, 2],
+        "table": {"p": {"x": 5, "y": 6}},
+        "mapping": {"m": 1},
+        "anything": {"k": [1]},
+        "untyped": {"k": (1,)},
+    }
+    got = from_plain(Local, data)
+    assert type(got.whole) is int and got.whole == 3 and type(got.real) is float and got.real == 2.0
+    assert got.flag is True and got.text == "5"
+    assert got.point == Point(1, 2.0) and got.bare == Bare("w", 1)
+    assert got.either == 2.5 and got.maybe == 4.0  # inside a union of scalars: kept as it is
+    assert got.many == (Point(0, 1.0),) and got.fixed == (1, "2") and got.loose == (1, "a") and got.bare_tuple == [1]
+    assert got.seq == [1, 2] and got.items == [Point(2, 3.0)] and got.group == frozenset({1, 2})
+    assert got.table == {"p": Point(5, 6.0)} and got.mapping == {"m": 1} and got.anything == {"k": [1]}
+    assert got.untyped == {"k": (1,)}
+    assert from_plain(Local, {**data, "point": None, "bare": None}).point is None
+
+
+def test_to_plain_of_records_classes_and_containers() -> None:
+    assert to_plain(Bare("w", 0.5)) == {"name": "w", "scale": 0.5}  # no to_dict: its fields
+    assert to_plain(Point(1, 2.0)) == {"x": 1, "y": 2.0}
+    assert to_plain(Point) is Point  # a dataclass type is not a record
+    assert to_plain({"a": (1, {2, 1}), "b": frozenset({"y", "x"})}) == {"a": [1, [1, 2]], "b": ["x", "y"]}
+    assert to_plain("text") == "text" and to_plain(None) is None
+
+
+@dataclass(frozen=True, slots=True)
+class Custom:
+    """A record with its own builtins form, which to_plain and the loader must use."""
+
+    value: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"v": self.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, int]) -> Custom:
+        return cls(data["v"])
+
+
+def test_a_records_own_form_and_the_rest_of_the_hints() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Local:
+        custom: Custom
+        tags: frozenset[str]
+        pair: tuple[int, int]
+        loose: typing.Dict  # noqa: UP006  (typing's bare Dict: origin dict, no arguments)
+        either: int | str = 3
+        weight: int = plain_field(0, compare=False)  # dataclasses.field's own arguments pass through
+
+    assert to_plain(Custom(4)) == {"v": 4}
+    got = from_plain(Local, {"custom": {"v": 4}, "tags": [5], "pair": [1, 2], "loose": {"k": 1}, "either": None})
+    assert got.custom == Custom(4) and got.tags == frozenset({"5"}) and got.loose == {"k": 1}
+    assert got.either == 3  # null, a default, and no None in the union: the default
+    with pytest.raises(ValueError, match="zip"):
+        from_plain(Local, {"custom": {"v": 1}, "tags": [], "pair": [1, 2, 3], "loose": {}})
+    assert got == Local(Custom(4), frozenset({"5"}), (1, 2), {"k": 1}, 3, weight=9)
