@@ -25,7 +25,7 @@ from tabulate import tabulate
 from pytest_qaccuracy.analysis.recipe.checks import Check
 from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
 from pytest_qaccuracy.analysis.recipe.space import OTHER_TYPE, python_snippet
-from pytest_qaccuracy.atomic import atomic_write_json, atomic_write_text, discard
+from pytest_qaccuracy.atomic import atomic_write, atomic_write_json, atomic_write_text
 from pytest_qaccuracy.numbers import format_metric
 
 #: Changes longer than this are cut in the table (the JSON keeps the whole recipe).
@@ -199,13 +199,8 @@ def write_recipe(
         written.append(cache)
     if result.model is not None and Path(result.model).exists():
         if Path(result.model).resolve() != target.resolve():
-            partial = out / f".{target.name}.partial"
-            try:
-                shutil.copyfile(result.model, partial)
-                os.replace(partial, target)
-            except BaseException:  # a full disk or Ctrl-C: no half-copied model left behind
-                discard(partial)
-                raise
+            with open(result.model, "rb") as source:  # a full disk or Ctrl-C leaves no half-copied model
+                atomic_write(target, lambda handle: shutil.copyfileobj(source, handle), mode="wb")
         written.append(target)
     document = {
         **result.to_dict(),

@@ -999,11 +999,10 @@ def test_a_failed_model_copy_leaves_no_partial_file(tmp_path, monkeypatch) -> No
     result = _written_result(tmp_path)
 
     def half_copy(source, target):
-        with open(target, "wb") as file:
-            file.write(b"half")
+        target.write(b"half")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(recipe_tables.shutil, "copyfile", half_copy)
+    monkeypatch.setattr(recipe_tables.shutil, "copyfileobj", half_copy)
     with pytest.raises(OSError):
         recipe_tables.write_recipe(result, tmp_path / "out", "net.onnx", "c.h5")
     assert os.listdir(tmp_path / "out") == []
