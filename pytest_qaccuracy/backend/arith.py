@@ -394,7 +394,9 @@ def int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def zero_point_matmul(
     a: np.ndarray, a_zp: np.ndarray | int, b: np.ndarray, b_zp: np.ndarray | int, scheme: Scheme
 ) -> np.ndarray:
-    """``(a - a_zp) @ (b - b_zp)`` with the scheme's accumulator (b is 2-D ``K x N``; b_zp scalar or per N).
+    """``(a - a_zp) @ (b - b_zp)`` with the scheme's accumulator, batch axes broadcast as in ``np.matmul``
+    (``a`` ``[..., M, K]``, ``b`` ``[..., K, N]``; ``a_zp`` scalar or per row, ``[..., M, 1]``; ``b_zp``
+    scalar or per column, ``[..., 1, N]`` or ``[N]``).
 
     With ``pair_saturation`` a u8 x s8 product sums its raw pairs with int16 saturation (``pairs.py``):
     the exact sums plus a correction for the pairs that saturate.

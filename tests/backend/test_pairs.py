@@ -604,3 +604,73 @@ def _oracle_saturated_per_record(x: np.ndarray, x_zp: int, w: np.ndarray, pads: 
     products = rows[:, :, :, None, :] * weights[None, None, None]
     sums = products[..., 0::2] + products[..., 1::2]
     return ((sums > 32767) | (sums < -32768)).reshape(n, -1).sum(axis=1).tolist()
+
+
+def _wrap16(v: int) -> int:
+    return (v + 32768) % 65536 - 32768
+
+
+def _neon_dot(a: list[int], b: list[int]) -> int:
+    """MLAS's ARM64 int8 GEMM without dot products: blocks of 16 (zero-padded), products ``k`` and
+    ``k + 8`` of a block added in int16 (wrapping), then widened; uint8 inputs flipped to int8 first."""
+    a = a + [0] * (-len(a) % 16)
+    b = b + [0] * (-len(b) % 16)
+    pairs_ = itertools.product(range(0, len(a), 16), range(8))
+    return sum(_wrap16(a[j + i] * b[j + i] + a[j + i + 8] * b[j + i + 8]) for j, i in pairs_)
+
+
+def _oracle_general(a: np.ndarray, a_zp: np.ndarray, b: np.ndarray, b_zp: np.ndarray, dot) -> np.ndarray:
+    """``(a - a_zp[row]) @ (b - b_zp[col])`` of 2-D ``a``, ``b`` with raw products summed by ``dot``."""
+    k = a.shape[1]
+    out = np.zeros((a.shape[0], b.shape[1]), np.int64)
+    for i, j in itertools.product(range(a.shape[0]), range(b.shape[1])):
+        raw = dot([int(v) for v in a[i]], [int(v) for v in b[:, j]])
+        za, zb = int(a_zp[i]), int(b_zp[j])
+        out[i, j] = raw - za * int(b[:, j].astype(np.int64).sum()) - zb * int(a[i].astype(np.int64).sum()) + k * za * zb
+    return out
+
+
+def test_per_row_and_per_column_zero_points_with_a_batched_b_saturate_like_the_pair_oracle() -> None:
+    """QLinearMatMul's per-row ``a`` and per-column ``b`` zero points, with a batch of weight matrices
+    (one way through ``zero_point_matmul`` for every shape)."""
+    from pytest_qaccuracy.backend.kernels.matmul import integer_matmul
+
+    rng = np.random.default_rng(8)
+    a = rng.integers(180, 256, (2, 3, 21)).astype(np.uint8)
+    b = np.stack([_heavy_weights(rng, (5, 21)).T for _ in range(2)])
+    a_zp = np.array([0, 128, 37], np.uint8)
+    b_zp = np.array([0, -3, 5, 1, -128], np.int8)
+    got = integer_matmul(a, a_zp, b, b_zp, AVX2)
+    for i in range(2):
+        np.testing.assert_array_equal(got[i], _oracle_general(a[i], a_zp, b[i], b_zp, _pair_dot))
+    assert not np.array_equal(got, integer_matmul(a, a_zp, b, b_zp, VNNI))  # it saturated
+    got2 = integer_matmul(a[0], a_zp, b[1], b_zp, AVX2)  # 2-D b, per-row a zero point
+    np.testing.assert_array_equal(got2, _oracle_general(a[0], a_zp, b[1], b_zp, _pair_dot))
+
+
+@pytest.mark.parametrize("a_type", [np.uint8, np.int8])
+def test_batched_and_per_row_matmul_wraps_like_the_neon_pair_oracle(a_type) -> None:
+    """ARM64 without dot products: a pair of two ``(-128) * (-128)`` products wraps to ``-32768``."""
+    from pytest_qaccuracy.backend.kernels.matmul import integer_matmul
+
+    neon = get_scheme("onnxruntime-arm64-neon")
+    rng = np.random.default_rng(21)
+    low = 0 if a_type == np.uint8 else -128
+    a = rng.integers(low, low + 256, (2, 3, 37)).astype(a_type)
+    a[..., :24] = low  # uint8 0 is int8 -128 once MLAS flips it
+    b = rng.integers(-128, 128, (2, 37, 4)).astype(np.int8)
+    b[0, :24, :2] = -128
+    b[1, 8:16, 3] = -128
+    b[1, 0:8, 3] = -128
+    a_zp = np.array([3, 0, 200 if a_type == np.uint8 else -7]).astype(a_type)
+    b_zp = np.array([0, 2, -1, 4], np.int8)
+    got = integer_matmul(a, a_zp, b, b_zp, neon)
+    flip = 128 if a_type == np.uint8 else 0
+
+    def dot(x: list[int], w: list[int]) -> int:  # flipped to int8, then the uint8 offset added back
+        return _neon_dot([v - flip for v in x], w) + flip * sum(w)
+
+    for i in range(2):
+        np.testing.assert_array_equal(got[i], _oracle_general(a[i], a_zp, b[i], b_zp, dot))
+    exact = integer_matmul(a, a_zp, b, b_zp, get_scheme("onnxruntime-arm64"))
+    assert (got - exact).min() <= -65536 and set(np.unique(got - exact) % 65536) == {0}

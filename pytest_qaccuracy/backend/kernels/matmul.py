@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from pytest_qaccuracy.backend import arith, neon_pairs, pairs
+from pytest_qaccuracy.backend import arith
 from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
 MS = "com.microsoft"
 
 
-def _row_param(p: np.ndarray | None, a: np.ndarray) -> np.ndarray | int:
+def _row_param(p: np.ndarray | None) -> np.ndarray | int:
     """Per-tensor or per-row (``[M]`` or ``[..., M, 1]``) parameter of ``a``, broadcastable to ``(..., M, 1)``."""
     if p is None:
         return 0
@@ -33,22 +33,7 @@ def integer_matmul(
     a: np.ndarray, a_zp: np.ndarray | int | None, b: np.ndarray, b_zp: np.ndarray | int | None, scheme: Scheme
 ) -> np.ndarray:
     """``(a - a_zp) @ (b - b_zp)`` with numpy matmul broadcasting, exact, with the scheme's accumulator."""
-    a_zp = _row_param(a_zp, a)
-    b_zp = _col_param(b_zp)
-    if b.ndim == 2 and np.ndim(a_zp) == 0:
-        return arith.zero_point_matmul(a, a_zp, b, b_zp, scheme)
-    acc = arith.int_matmul(
-        a.astype(np.int32) - np.asarray(a_zp, np.int32), b.astype(np.int32) - np.asarray(b_zp, np.int32)
-    )
-    if arith.saturates_pairs(scheme, a.dtype, b.dtype):
-        correction = pairs.saturating_matmul_correction(a, b)
-        if correction is not None:
-            acc = acc + correction
-    if scheme.neon_pair_wrap:
-        wrapped = neon_pairs.gemm_correction(a, b)
-        if wrapped is not None:
-            acc = acc + wrapped
-    return arith.accumulate(acc, scheme)
+    return arith.zero_point_matmul(a, _row_param(a_zp), b, _col_param(b_zp), scheme)
 
 
 @kernel("", "QLinearMatMul", 10, scheme=True)
@@ -67,7 +52,7 @@ def qlinear_matmul(
     """Integer matmul, then requantize with ``a_scale * b_scale / y_scale`` (per row / per column)."""
     b = arith.clamp_weights(b, scheme)
     acc = integer_matmul(a, a_zero_point, b, b_zero_point, scheme)
-    multiplier = arith.real_multiplier([_row_param(a_scale, a), _col_param(b_scale)], y_scale, scheme)
+    multiplier = arith.real_multiplier([_row_param(a_scale), _col_param(b_scale)], y_scale, scheme)
     return (arith.requantize(acc, multiplier, y_zero_point, np.asarray(y_zero_point).dtype, scheme, "gemm"),)
 
 
