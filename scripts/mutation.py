@@ -316,6 +316,11 @@ EQUIVALENT: list[tuple[str, str, str]] = [
 ]
 
 # graphs: the report's visq colours, the DOT text, the report graph and its built-in layout
+# zip reads its keyword-only ``strict`` for its truth, and it defaults to False (any module)
+EQUIVALENT += [
+    (r"(zip\(.*), strict=False\)", new, "zip reads strict for its truth, and its default is False")
+    for new in (r"\1, strict=None)", r"\1, )")
+]
 EQUIVALENT += [
     *[
         (r"metric_slots\(result, metric, errors\)", new, "metric_slots reads the same error map when given none")

@@ -885,12 +885,13 @@ def test_row_and_column_params() -> None:
 @pytest.mark.parametrize("attrs", [{}, {"transA": 1}, {"transB": 1}, {"alpha": 0.5, "transA": 1, "transB": 1}], ids=str)
 @pytest.mark.parametrize("output", ["quantized", "float", "no-zp"])
 @pytest.mark.parametrize("bias", [False, True])
-def test_qgemm_matches_onnxruntime(attrs, output, bias) -> None:
+@pytest.mark.parametrize("b_zp", ["zero", "per-column"])
+def test_qgemm_matches_onnxruntime(attrs, output, bias, b_zp) -> None:
     m, k, n = 4, 9, 5
     a = random_q(rng, np.uint8, (k, m) if attrs.get("transA") else (m, k))
     b = random_q(rng, np.int8, (n, k) if attrs.get("transB") else (k, n))
-    inits = {"as": f32(0.02), "az": np.uint8(130), "bs": rng.uniform(0.01, 0.03, n).astype(f32),
-             "bz": np.zeros(n, np.int8)}  # fmt: skip
+    bz = np.zeros(n, np.int8) if b_zp == "zero" else np.array([0, 3, -2, 1, 5], np.int8)
+    inits = {"as": f32(0.02), "az": np.uint8(130), "bs": rng.uniform(0.01, 0.03, n).astype(f32), "bz": bz}
     order = ["a", "as", "az", "b", "bs", "bz"]
     if bias:
         inits["c"] = rng.integers(-2000, 2000, n).astype(np.int32)
@@ -914,8 +915,29 @@ def test_qgemm_matches_onnxruntime(attrs, output, bias) -> None:
         assert_same(got, want)
 
 
+def test_qgemm_requantizes_as_the_gemm_family_of_its_scheme() -> None:
+    """Under ``onnx-reference`` (output zero point added before rounding, float64) QGemm without alpha
+    or C requantizes as onnx.reference's QLinearMatMul: the two ops are one ``gemm`` family."""
+    from onnx.reference import ReferenceEvaluator
+
+    a = np.array([[1, 2, 3, 4], [10, 20, 30, 41], [255, 0, 7, 99]], np.uint8)
+    b = np.array([[1, -3], [2, 5], [-1, 4], [3, 3]], np.int8)
+    a_s, az, b_s, bz, y_s = f32(0.5), np.uint8(1), f32(0.5), np.int8(0), f32(1.0)
+    # (a - 1) @ b * 0.25: many halves, which the zero point 3 then rounds the other way (2.5 + 3 -> 6, not 5)
+    inits = {"as": a_s, "az": az, "bs": b_s, "bz": bz, "ys": y_s, "yz": np.uint8(3)}
+    order = ["a", "as", "az", "b", "bs", "bz", "ys", "yz"]
+    model = node_model("QLinearMatMul", [("a", np.uint8, a.shape), ("b", np.int8, b.shape)], inits, np.uint8,
+                       input_order=order)  # fmt: skip
+    (want,) = ReferenceEvaluator(model).run(None, {"a": a, "b": b})
+    (got,) = matmul.qgemm(a, a_s, az, b, b_s, bz, None, y_s, np.uint8(3), scheme=REFERENCE)
+    assert_same(got, want)
+    after = matmul.qgemm(a, a_s, az, b, b_s, bz, None, y_s, np.uint8(3), scheme=ORT)[0]
+    assert not np.array_equal(after, want)  # rounding first, then the zero point, gives other values
+
+
 @pytest.mark.parametrize(
-    "attrs", [{}, {"transA": 1}, {"transB": 1}, {"alpha": 0.5, "beta": 2.0}, {"alpha": 1.0, "beta": 0.25}]
+    "attrs",
+    [{}, {"transA": 1}, {"transB": 1}, {"alpha": 0.5, "beta": 2.0}, {"alpha": 1.0, "beta": 0.25}, {"alpha": 2.0}],
 )
 def test_float_gemm_and_matmul_match_onnxruntime(attrs) -> None:
     a = rng.normal(0, 1, (5, 3) if attrs.get("transA") else (3, 5)).astype(f32)
