@@ -1183,3 +1183,16 @@ def test_resize_to_its_own_shape_is_the_input_on_onnxruntime_and_resized_on_the_
     got = tensor.resize(x, empty, sc, nearest_mode="round_prefer_ceil", scheme=REFERENCE)[0]
     assert_same(got, want_ref, "reference")
     assert not np.array_equal(want_ref, x)  # the case is one where the two runtimes differ
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_an_empty_auto_pad_reads_the_pads_as_notset_does(op: str) -> None:
+    """onnxruntime reads ``auto_pad=""`` as ``NOTSET``: the explicit pads apply (a 4x4 input, 3x3
+    windows, one pixel of padding each side: 4x4 outputs, not 2x2)."""
+    x = np.arange(16, dtype=f32).reshape(1, 1, 4, 4)
+    attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "auto_pad": ""}
+    (want,) = _ort(op, {"x": x}, {}, f32, **attrs)
+    run = pool.max_pool if op == "MaxPool" else pool.average_pool
+    (got,) = run(x, **attrs)
+    assert want.shape == (1, 1, 4, 4)
+    np.testing.assert_array_equal(got, want)
