@@ -204,6 +204,28 @@ GROUPS: dict[str, Group] = {
         ("plain.py", "numbers.py"),
         ("tests/test_plain.py", "tests/test_numbers.py"),
     ),
+    "analysis": Group(
+        (
+            "analysis/results.py",
+            "analysis/slices.py",
+            "analysis/deadline.py",
+            "analysis/task.py",
+            "analysis/task_sweep.py",
+            "analysis/sensitivity_report.py",
+            "analysis/reference_cache.py",
+            "analysis/cumulative.py",
+            "analysis/sweep.py",
+        ),
+        (
+            "tests/analysis/test_slices.py",
+            "tests/analysis/test_deadline.py",
+            "tests/analysis/test_reference_cache.py",
+            "tests/analysis/test_cumulative.py",
+            "tests/analysis/test_sensitivity_roundtrip.py",
+            "tests/analysis/test_sensitivity.py",
+            "tests/report/test_baseline_units.py",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",
