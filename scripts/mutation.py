@@ -224,6 +224,7 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_sensitivity_roundtrip.py",
             "tests/analysis/test_sensitivity.py",
             "tests/report/test_baseline_units.py",
+            "tests/analysis/test_analysis_units.py",
         ),
     ),
     "kernels": Group(
