@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 from pytest_qaccuracy.analysis import deadline as deadline_module
+from pytest_qaccuracy.analysis import sensitivity_report as report_module
 from pytest_qaccuracy.analysis import task as task_module
 from pytest_qaccuracy.analysis import task_sweep as task_sweep_module
 from pytest_qaccuracy.analysis.cumulative import (
@@ -31,9 +33,9 @@ from pytest_qaccuracy.analysis.cumulative import (
 from pytest_qaccuracy.analysis.deadline import Deadline, DeadlineReached
 from pytest_qaccuracy.analysis.partial import QdqGraph
 from pytest_qaccuracy.analysis.results import SCHEMA_VERSION, ComparisonResult, LayerResult, OutputResult
-from pytest_qaccuracy.analysis.sensitivity_report import SensitivityReport
+from pytest_qaccuracy.analysis.sensitivity_report import SensitivityReport, analyse_pair
 from pytest_qaccuracy.analysis.slices import VIEW_TOLERANCES, SliceSpec, check_outputs, check_slices, parse_view
-from pytest_qaccuracy.analysis.sweep import SweepResult, SweepStep, Target
+from pytest_qaccuracy.analysis.sweep import SweepResult, SweepStep, Target, sweep_in
 from pytest_qaccuracy.analysis.task import evaluate_task_metrics
 from pytest_qaccuracy.analysis.task_sweep import TaskSweep, task_sweep
 from pytest_qaccuracy.data import load_dataset
@@ -801,3 +803,248 @@ def test_task_sweep_never_meets_an_undefined_value_and_refuses_a_qoperator_model
         assert [(s["quantized"], s["drop"]) for s in sweep.steps] == [(None, None), (None, None)]
     with pytest.raises(ModelError):
         task_sweep(ModelPair(zoo["fp32"], zoo["qop_u8"]), zoo["data"], F1_SPEC, "min:f1", 1.0, ["conv1"])
+
+
+# ---------------------------------------------------------------- sweep_in and analyse_pair, their plumbing
+#
+# The models are replaced by recorders: a graph whose edges are strings, a runner that returns
+# hand-written output metrics per experiment, so every value the result holds is known in advance.
+
+
+class FakeGraph:
+    """Node ``n`` owns the edges ``n.a`` and ``n.b``; there is one more, ``other``."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        self.all_edges = frozenset({"other", *(f"{n}.{e}" for n in nodes for e in "ab")})
+        self.asked: list[tuple[tuple[str, ...], str]] = []
+
+    def edges_of(self, nodes, kind: str) -> frozenset[str]:
+        self.asked.append((tuple(nodes), kind))
+        return frozenset(f"{n}.{e}" for n in nodes for e in "ab")
+
+
+class FakeRunner:
+    def __init__(self, results: list[dict]) -> None:
+        self.results, self.calls = results, []
+
+    def run(self, experiments, cache, deadline):
+        self.calls.append((experiments, cache, deadline))
+        return self.results[: len(experiments)]
+
+
+class FakeSession:
+    def __init__(self, nodes: list[str], results: list[dict], metrics=("cosine", "mse")) -> None:
+        self.metrics = list(metrics)
+        self.qgraph = FakeGraph(nodes)
+        self.runner = FakeRunner(results)
+        self.pair = SimpleNamespace(fp32_path=Path("m.onnx"), quantized_path=Path("m.qdq.onnx"))
+        self.dataset = type("D", (), {"name": "data.h5"})()
+        self.records = 7
+
+
+class FakeRanking:
+    mode, metric_names = "reuse", ["mse", "cosine"]
+
+    def __init__(self, order: list[str]) -> None:
+        self.order = order
+
+    def ranked(self):
+        return [type("N", (), {"node": n})() for n in self.order]
+
+
+def _step_results() -> list[dict]:
+    """Two outputs per step; each step's means worked by hand below."""
+    return [
+        {"y": {"cosine": 0.5, "mse": 4.0}, "z": {"cosine": 0.75, "mse": None}},  # 0.625, 4.0
+        {"y": {"cosine": 0.875, "mse": 1.0}, "z": {"cosine": 0.875, "mse": 3.0}},  # 0.875, 2.0
+        {"y": {"cosine": 1.0, "mse": 0.0}, "z": {"cosine": 0.96875, "mse": 0.5}},  # 0.984375, 0.25
+        {"y": {"cosine": 1.0, "mse": 0.0}, "z": {"cosine": 1.0, "mse": 0.0}},  # 1.0, 0.0
+    ]
+
+
+def test_sweep_in_runs_one_experiment_per_prefix_and_suggests_the_first_that_meets() -> None:
+    session = FakeSession(["c", "a", "b"], _step_results())
+    deadline = Deadline(10.0, 10.0, Clock(0.0))
+    result = sweep_in(session, FakeRanking(["c", "a", "b"]), 3, Target("cosine", 0.98), deadline)
+    ((experiments, cache, given),) = session.runner.calls
+    assert cache == "quantized" and given is deadline
+    assert [e.label for e in experiments] == ["k=0", "k=1", "k=2", "k=3"]
+    every = session.qgraph.all_edges
+    assert experiments[0].enabled == every
+    assert experiments[1].enabled == every - {"c.a", "c.b"}
+    assert experiments[3].enabled == frozenset({"other"})
+    assert session.qgraph.asked[1] == (("c",), "node")
+    assert [(s.k, s.excluded) for s in result.steps] == [(0, []), (1, ["c"]), (2, ["c", "a"]), (3, ["c", "a", "b"])]
+    assert [s.metrics for s in result.steps] == [
+        {"cosine": 0.625, "mse": 4.0},
+        {"cosine": 0.875, "mse": 2.0},
+        {"cosine": 0.984375, "mse": 0.25},
+        {"cosine": 1.0, "mse": 0.0},
+    ]
+    assert result.steps[0].outputs == _step_results()[0]
+    assert result.suggestion == ["c", "a"] and result.target == Target("cosine", 0.98)
+    assert (result.fp32_model, result.quantized_model, result.data, result.records) == (
+        "m.onnx",
+        "m.qdq.onnx",
+        "data.h5",
+        7,
+    )
+    assert (result.ranking_mode, result.ranking_metric) == ("reuse", "mse")
+    # on the bound: met; a lower-is-better target
+    assert sweep_in(session, FakeRanking(["c", "a", "b"]), 3, Target("cosine", 0.875)).suggestion == ["c"]
+    assert sweep_in(session, FakeRanking(["c", "a", "b"]), 3, Target("mse", 2.0)).suggestion == ["c"]
+    assert sweep_in(session, FakeRanking(["c", "a", "b"]), 3, Target("mse", 4.0)).suggestion == []
+
+
+def test_sweep_in_limits_and_refusals() -> None:
+    session = FakeSession(["c", "a", "b"], _step_results())
+    assert len(sweep_in(session, FakeRanking(["c", "a", "b"]), None).steps) == 4  # None: every node
+    assert len(sweep_in(session, FakeRanking(["c", "a", "b"]), 9).steps) == 4  # at most every node
+    short = sweep_in(session, FakeRanking(["c", "a", "b"]), 1, Target("cosine", 0.99))
+    assert len(short.steps) == 2 and short.suggestion is None
+    assert sweep_in(session, FakeRanking(["c", "a", "b"]), 0).steps[0].excluded == []
+    assert sweep_in(session, FakeRanking(["c", "a", "b"]), 3).suggestion is None  # no target: no suggestion
+    assert session.runner.calls[-1][2] is None
+    with pytest.raises(InputError) as err:
+        sweep_in(session, FakeRanking(["c"]), -1)
+    assert str(err.value) == "max_excluded must be >= 0, got -1"
+    with pytest.raises(InputError) as err:
+        sweep_in(session, FakeRanking(["c"]), 2, Target("sqnr", 10.0))
+    assert str(err.value) == "target metric 'sqnr' is not among the measured metrics ['cosine', 'mse']"
+
+
+class Analyses:
+    """open_session, sensitivity_in, sweep_in and cumulative_in of sensitivity_report, recorded."""
+
+    def __init__(self, monkeypatch, stopped=None, sweep_raises=False, curves_raise=False, open_raises=None) -> None:
+        self.calls: list[tuple] = []
+        self.closed = 0
+        self.ranking = SimpleNamespace(stopped=stopped)
+        self.sweep, self.curves = object(), object()
+        self.sweep_raises, self.curves_raise, self.open_raises = sweep_raises, curves_raise, open_raises
+        for name in ("open_session", "sensitivity_in", "sweep_in", "cumulative_in"):
+            monkeypatch.setattr(report_module, name, getattr(self, name))
+
+    def open_session(self, *args, **kwargs):
+        self.calls.append(("open", args, kwargs))
+        if self.open_raises is not None:
+            raise self.open_raises
+        return SimpleNamespace(close=self.close)
+
+    def close(self) -> None:
+        self.closed += 1
+
+    def sensitivity_in(self, *args, **kwargs):
+        self.calls.append(("rank", args[1:], kwargs))
+        return self.ranking
+
+    def sweep_in(self, *args):
+        self.calls.append(("sweep", args[1:], {}))
+        if self.sweep_raises:
+            raise DeadlineReached("late")
+        return self.sweep
+
+    def cumulative_in(self, *args):
+        self.calls.append(("curves", args[1:], {}))
+        if self.curves_raise:
+            raise DeadlineReached("late")
+        return self.curves
+
+
+def _pair(format: str = "qdq") -> SimpleNamespace:
+    return SimpleNamespace(quantized_path=Path("/x/net.qdq.onnx"), format=format)
+
+
+def test_analyse_pair_hands_every_choice_to_its_analyses(monkeypatch) -> None:
+    seen = Analyses(monkeypatch)
+    pair, options, reference, deadline = _pair(), RuntimeOptions(batch_size=2), object(), Deadline(1.0, 1.0)
+    report = analyse_pair(
+        pair,
+        "d.h5",
+        " mse , sqnr",
+        "reuse",
+        "cosine>=0.5",
+        4,
+        True,
+        True,
+        options,
+        3,
+        ["conv1"],
+        reference,
+        deadline,
+    )
+    assert seen.calls == [
+        (
+            "open",
+            (pair, "d.h5", ["mse", "sqnr", "cosine"], options),
+            {"records": 3, "outputs": ["conv1"], "reference": reference},
+        ),
+        ("rank", ("reuse",), {"deadline": deadline}),
+        ("sweep", (seen.ranking, 4, Target("cosine", 0.5), deadline), {}),
+        ("curves", (DEFAULT_CONFIGS, True, deadline), {}),
+    ]
+    assert seen.closed == 1
+    assert report == SensitivityReport("net.qdq", seen.ranking, seen.sweep, seen.curves, stopped=None)
+
+
+def test_analyse_pair_defaults(monkeypatch) -> None:
+    seen = Analyses(monkeypatch)
+    pair = _pair()
+    report = analyse_pair(pair, "d.h5")
+    assert seen.calls == [
+        ("open", (pair, "d.h5", ["cosine"], None), {"records": None, "outputs": None, "reference": None}),
+        ("rank", ("single",), {"deadline": None}),
+        ("curves", (DEFAULT_CONFIGS, False, None), {}),
+    ]
+    assert report.sweep is None and report.cumulative is seen.curves and report.stopped is None
+    seen.calls.clear()
+    target = Target("mse", 0.25)  # a target given as one, its metric already measured
+    report = analyse_pair(pair, "d.h5", ["mse", "cosine"], target=target, cumulative=False)
+    assert seen.calls[0][1][2] == ["mse", "cosine"]
+    assert seen.calls[2] == ("sweep", (seen.ranking, 10, target, None), {})
+    assert len(seen.calls) == 3 and report.cumulative is None and report.sweep is seen.sweep
+
+
+@pytest.mark.parametrize(
+    ("stopped", "sweep_raises", "curves_raise", "expected"),
+    [
+        (None, True, False, "stopped at the budget; no sweep"),
+        (None, False, True, "stopped at the budget; no cumulative curves"),
+        (None, True, True, "stopped at the budget; no sweep; no cumulative curves"),
+        (
+            "ranking stopped after 2 of 5 nodes",
+            True,
+            True,
+            "ranking stopped after 2 of 5 nodes; no sweep; no cumulative curves",
+        ),
+        ("ranking stopped after 2 of 5 nodes", False, False, "ranking stopped after 2 of 5 nodes"),
+    ],
+)
+def test_analyse_pair_says_what_the_deadline_cut_short(
+    monkeypatch, stopped, sweep_raises, curves_raise, expected
+) -> None:
+    seen = Analyses(monkeypatch, stopped, sweep_raises, curves_raise)
+    report = analyse_pair(_pair(), "d.h5", target="cosine>=0.5")
+    assert report.stopped == expected and seen.closed == 1
+    assert report.sweep is (None if sweep_raises else seen.sweep)
+    assert report.cumulative is (None if curves_raise else seen.curves)
+    assert [c[0] for c in seen.calls] == ["open", "rank", "sweep", "curves"]
+
+
+def test_analyse_pair_closes_its_session_and_reports_a_qoperator_pair(monkeypatch) -> None:
+    seen = Analyses(monkeypatch)
+    monkeypatch.setattr(seen, "ranking", None)
+
+    def fails(*args, **kwargs):
+        raise DeadlineReached("before any node")
+
+    monkeypatch.setattr(report_module, "sensitivity_in", fails)
+    with pytest.raises(DeadlineReached):
+        analyse_pair(_pair(), "d.h5")
+    assert seen.closed == 1
+    refused = Analyses(monkeypatch, open_raises=ModelError("not a QDQ model: QLinearConv"))
+    report = analyse_pair(_pair("qoperator"), "d.h5")
+    assert report == SensitivityReport("net.qdq", unsupported="not a QDQ model: QLinearConv")
+    with pytest.raises(ModelError, match="not a QDQ model"):
+        analyse_pair(_pair("qdq"), "d.h5")
+    assert refused.closed == 0
