@@ -32,6 +32,7 @@ from pytest_qaccuracy.analysis.cumulative import (
 )
 from pytest_qaccuracy.analysis.deadline import Deadline, DeadlineReached
 from pytest_qaccuracy.analysis.partial import QdqGraph
+from pytest_qaccuracy.analysis.reference_cache import REFERENCE_BUDGET, ReferenceBudget, ReferenceCache
 from pytest_qaccuracy.analysis.results import SCHEMA_VERSION, ComparisonResult, LayerResult, OutputResult
 from pytest_qaccuracy.analysis.sensitivity_report import SensitivityReport, analyse_pair
 from pytest_qaccuracy.analysis.slices import VIEW_TOLERANCES, SliceSpec, check_outputs, check_slices, parse_view
@@ -39,6 +40,7 @@ from pytest_qaccuracy.analysis.sweep import SweepResult, SweepStep, Target, swee
 from pytest_qaccuracy.analysis.task import evaluate_task_metrics
 from pytest_qaccuracy.analysis.task_sweep import TaskSweep, task_sweep
 from pytest_qaccuracy.data import load_dataset
+from pytest_qaccuracy.data.binding import Batch
 from pytest_qaccuracy.errors import DataError, InputError, ModelError
 from pytest_qaccuracy.metrics.channels import ChannelReport
 from pytest_qaccuracy.metrics.task import TaskSpec
@@ -1048,3 +1050,103 @@ def test_analyse_pair_closes_its_session_and_reports_a_qoperator_pair(monkeypatc
     with pytest.raises(ModelError, match="not a QDQ model"):
         analyse_pair(_pair("qdq"), "d.h5")
     assert refused.closed == 0
+
+
+# ---------------------------------------------------------------- reference_cache.py, with hand-made batches
+
+
+def _batch(start: int, count: int) -> Batch:
+    return Batch(start, [{"x": np.zeros(1)} for _ in range(count)])
+
+
+class Recompute:
+    """A runner factory that counts the runners it made and the batches they ran."""
+
+    def __init__(self) -> None:
+        self.made, self.ran = 0, []
+
+    def __call__(self):
+        self.made += 1
+        return self
+
+    def run(self, batch: Batch) -> dict[str, np.ndarray]:
+        self.ran.append((batch.start, len(batch)))
+        return {"y": np.full(len(batch), -1.0)}
+
+
+def test_a_budget_reserves_up_to_its_limit_inclusive() -> None:
+    assert REFERENCE_BUDGET == 256 * 1024 * 1024
+    assert ReferenceBudget().limit == REFERENCE_BUDGET and ReferenceBudget().used == 0
+    assert ReferenceBudget(0).limit == 0
+    budget = ReferenceBudget(100)
+    assert budget.reserve(60) and budget.used == 60
+    assert not budget.reserve(41) and budget.used == 60  # refused: nothing taken
+    assert budget.reserve(40) and budget.used == 100  # exactly the limit fits
+    budget.release(30)
+    assert budget.used == 70
+    assert ReferenceCache(["y"]).budget.limit == REFERENCE_BUDGET
+    assert ReferenceCache(["y"], 64).budget.limit == 64
+    assert ReferenceCache(["y"], budget).budget is budget
+
+
+def test_a_cache_keeps_copies_of_whole_batches_and_recomputes_the_others() -> None:
+    cache = ReferenceCache(["y", "z", "y"])
+    assert cache.names == ("y", "z") and cache.records is None and not cache.overflowed
+    y, z = np.arange(4.0), np.ones((4, 2), np.float32)
+    cache.add(_batch(0, 4), {"y": y, "z": z, "w": np.zeros(3)})
+    cache.add(_batch(4, 4), {"y": y})  # z missing: a reduced layer, not kept
+    y[0] = 99.0  # the pass's arrays may be reused: the cache holds copies
+    assert cache.held_batches == 1 and cache.nbytes == 4 * 8 + 8 * 4 and cache.budget.used == cache.nbytes
+    kept = cache.values(_batch(0, 4))
+    assert set(kept) == {"y", "z"} and kept["y"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert cache.recomputed == 0
+    with pytest.raises(RuntimeError) as err:
+        cache.values(_batch(4, 4))
+    assert str(err.value) == "no comparison began this cache"
+    recompute = Recompute()
+    cache.begin(["y", "z", "w"], recompute)
+    assert cache.values(_batch(0, 3))["y"].tolist() == [-1.0] * 3  # same start, other length: not kept
+    assert cache.values(_batch(4, 4))["y"].tolist() == [-1.0] * 4
+    assert recompute.made == 1 and recompute.ran == [(0, 3), (4, 4)] and cache.recomputed == 2
+    assert cache.values(_batch(0, 4))["y"][0] == 0.0 and cache.recomputed == 2
+
+
+def test_a_cache_covers_what_the_pass_computed_and_it_keeps() -> None:
+    cache = ReferenceCache(["y", "z"])
+    assert not cache.covers(["y"])  # no pass began
+    cache.begin(["y", "w"], Recompute())
+    assert cache.covers(["y"]) and cache.covers([])
+    assert not cache.covers(["z"])  # kept name, not computed by the pass
+    assert not cache.covers(["w"])  # computed, not a kept name
+    assert not cache.covers(["y", "z"])
+
+
+def test_a_cache_keeps_only_batches_within_its_records() -> None:
+    cache = ReferenceCache(["y"], records=6)
+    cache.add(_batch(0, 4), {"y": np.zeros(4)})
+    cache.add(_batch(4, 2), {"y": np.zeros(2)})  # ends on record 6: inside
+    cache.add(_batch(6, 1), {"y": np.zeros(1)})
+    cache.add(_batch(4, 4), {"y": np.zeros(4)})
+    assert cache.held_batches == 2 and cache.nbytes == 6 * 8
+
+
+def test_past_the_budget_a_cache_drops_everything_and_keeps_nothing_more() -> None:
+    budget = ReferenceBudget(5 * 8)
+    cache = ReferenceCache(["y"], budget)
+    recompute = Recompute()
+    cache.begin(["y"], recompute)
+    cache.values(_batch(9, 1))
+    assert cache._runner is not None
+    cache.add(_batch(0, 4), {"y": np.zeros(4)})
+    cache.add(_batch(4, 1), {"y": np.zeros(1)})  # exactly the budget
+    assert cache.held_batches == 2 and budget.used == 40 and not cache.overflowed
+    cache.add(_batch(5, 1), {"y": np.zeros(1)})
+    assert cache.overflowed and cache.held_batches == 0 and cache.nbytes == 0 and budget.used == 0
+    assert cache._runner is None  # released: a new runner is made on the next request
+    cache.add(_batch(0, 1), {"y": np.zeros(1)})  # nothing more once overflowed
+    assert cache.held_batches == 0 and budget.used == 0
+    cache.values(_batch(0, 4))
+    assert recompute.made == 2 and cache.recomputed == 2
+    other = ReferenceCache(["y"], budget)
+    other.add(_batch(0, 5), {"y": np.zeros(5)})
+    assert other.held_batches == 1 and budget.used == 40
