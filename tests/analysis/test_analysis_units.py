@@ -1150,3 +1150,101 @@ def test_past_the_budget_a_cache_drops_everything_and_keeps_nothing_more() -> No
     other = ReferenceCache(["y"], budget)
     other.add(_batch(0, 5), {"y": np.zeros(5)})
     assert other.held_batches == 1 and budget.used == 40
+
+
+# ---------------------------------------------------------------- cumulative_in: its document and its deadline
+
+
+def test_partial_configurations_choose_their_edges(zoo) -> None:
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    qg = QdqGraph(pair.quantized, pair.fp32, "net")
+    weights = frozenset(e for e, k in qg.kinds.items() if k == "weight")
+    assert weights and weights != qg.all_edges
+    assert PartialConfig("all").edges(qg) == qg.all_edges
+    assert PartialConfig("w", kind="weight").edges(qg) == weights
+    assert PartialConfig("a", kind="activation").edges(qg) == qg.all_edges - weights
+    conv1 = qg.node("conv1")
+    assert PartialConfig("q", quantize=("conv1",)).edges(qg) == conv1.edges("node")
+    assert PartialConfig("q", quantize=("conv1",), kind="weight").edges(qg) == conv1.edges("node") & weights
+    assert PartialConfig("x", exclude=("conv1",), kind="weight").edges(qg) == weights - conv1.edges("node")
+
+
+def test_cumulative_in_writes_what_it_measured(zoo) -> None:
+    from pytest_qaccuracy.analysis.cumulative import cumulative_in
+    from pytest_qaccuracy.analysis.sensitivity import open_session
+    from pytest_qaccuracy.metrics import get_metric
+
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    configs = [PartialConfig("q", quantize=("conv1", "gemm"), kind="weight"), PartialConfig("x", exclude=("conv3",))]
+    with open_session(pair, zoo["data"], "mse,cosine") as session:
+        result = cumulative_in(session, configs, average_mode=True)
+        plain = cumulative_in(session, configs)
+    assert (result.fp32_model, result.quantized_model, result.data, result.records) == (
+        "net.onnx",
+        "net.qdq_u8.onnx",
+        "data.h5",
+        12,
+    )
+    assert result.metric == "mse" and result.formula == get_metric("mse").formula and result.higher_is_better is False
+    assert result.average_mode is True and plain.average_mode is False
+    qg = QdqGraph(pair.quantized, pair.fp32, "net")
+    assert result.nodes == [n.name for n in qg.nodes]
+    ops = {n.name: n.op_type for n in pair.fp32.graph.node}
+    assert result.op_types == [ops[n] for n in result.nodes]
+    assert [(c.label, c.quantize, c.exclude, c.kind) for c in result.curves] == [
+        ("q", ["conv1", "gemm"], [], "weight"),
+        ("x", None, ["conv3"], "node"),
+    ]
+    for mean, curve in zip(result.curves, plain.curves, strict=True):
+        assert mean.values == running_mean(curve.values) and len(curve.values) == len(result.nodes)
+    # a weights-only configuration of conv1 and gemm: the nodes before gemm other than conv1 and
+    # what reads it are untouched, so no error before conv1
+    assert plain.curves[0].values[0] > 0.0
+
+
+class CountedRuns:
+    """cumulative's OrtRunner, counting the runs of the float reference and of each configuration."""
+
+    def __init__(self, monkeypatch) -> None:
+        from pytest_qaccuracy.analysis import cumulative
+        from pytest_qaccuracy.runtime import OrtRunner
+
+        self.runs: list[str] = []
+        runs = self.runs
+
+        class Counted(OrtRunner):
+            def run(self, batch):
+                runs.append(self.label)
+                return super().run(batch)
+
+        monkeypatch.setattr(cumulative, "OrtRunner", Counted)
+
+
+class Ticks:
+    """A clock that reads ``times`` one after another (the last one from then on)."""
+
+    def __init__(self, *times: float) -> None:
+        self.times = list(times)
+
+    def __call__(self) -> float:
+        return self.times.pop(0) if len(self.times) > 1 else self.times[0]
+
+
+def test_cumulative_in_checks_the_deadline_before_every_run(zoo, monkeypatch) -> None:
+    from pytest_qaccuracy.analysis.cumulative import cumulative_in
+    from pytest_qaccuracy.analysis.sensitivity import open_session
+
+    counted = CountedRuns(monkeypatch)
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    with open_session(pair, zoo["data"], "cosine") as session:
+        with pytest.raises(DeadlineReached):
+            cumulative_in(session, DEFAULT_CONFIGS, deadline=Deadline(1.0, 1.0, Ticks(5.0)))
+        assert counted.runs == []  # passed before the first batch: no model ran
+        with pytest.raises(DeadlineReached):
+            cumulative_in(session, DEFAULT_CONFIGS, deadline=Deadline(1.0, 1.0, Ticks(0.0, 0.5, 5.0)))
+        # the float reference and the first configuration ran; the second did not start
+        assert counted.runs == ["net.qdq_u8.onnx (float)", "net.qdq_u8.onnx [fully quantized]"]
+        counted.runs.clear()
+        cumulative_in(session, DEFAULT_CONFIGS[1:], deadline=Deadline(1.0, 1.0, Ticks(0.0)))
+    labels = ["net.qdq_u8.onnx (float)", "net.qdq_u8.onnx [weights only]", "net.qdq_u8.onnx [activations only]"]
+    assert len(counted.runs) % 3 == 0 and counted.runs == labels * (len(counted.runs) // 3)
