@@ -465,6 +465,12 @@ EQUIVALENT += [
     (r"allow_nan=False, ensure_ascii=True, ", "allow_nan=False, ", "json.dumps's ensure_ascii defaults to True"),
 ]
 
+# analysis: the sweeps' and the cumulative curves' defaults spelled out
+EQUIVALENT += [
+    (r'(edges_of\([^()]*), "node"\)', r"\1, )", "QdqGraph.edges_of's kind defaults to 'node'"),
+    (r"np\.array\(values\[name\], copy=True\)", "np.array(values[name], )", "np.array copies by default"),
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

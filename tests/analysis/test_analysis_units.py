@@ -1091,7 +1091,7 @@ def test_a_budget_reserves_up_to_its_limit_inclusive() -> None:
 
 def test_a_cache_keeps_copies_of_whole_batches_and_recomputes_the_others() -> None:
     cache = ReferenceCache(["y", "z", "y"])
-    assert cache.names == ("y", "z") and cache.records is None and not cache.overflowed
+    assert cache.names == ("y", "z") and cache.records is None and cache.overflowed is False
     y, z = np.arange(4.0), np.ones((4, 2), np.float32)
     cache.add(_batch(0, 4), {"y": y, "z": z, "w": np.zeros(3)})
     cache.add(_batch(4, 4), {"y": y})  # z missing: a reduced layer, not kept
