@@ -469,6 +469,20 @@ EQUIVALENT += [
 EQUIVALENT += [
     (r'(edges_of\([^()]*), "node"\)', r"\1, )", "QdqGraph.edges_of's kind defaults to 'node'"),
     (r"np\.array\(values\[name\], copy=True\)", "np.array(values[name], )", "np.array copies by default"),
+    *[
+        (
+            r"zip\((configs, enabled, tensors|runners, tensors, accs|pairs, row|configs, accs), strict=True\)",
+            rf"zip(\1, {new})",
+            "the lists are built from the same configurations and layers: their lengths agree",
+        )
+        for new in ("strict=False", "strict=None", "")
+    ],
+    (
+        r'check\.partition\(":"\)',
+        'check.rpartition(":")',
+        "a check has one colon: value names are lower-case identifiers",
+    ),
+    (r'", text or ""\)', '", text or "XXXX")', "neither empty text nor XXXX matches the pattern"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

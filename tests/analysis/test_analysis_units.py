@@ -1248,3 +1248,134 @@ def test_cumulative_in_checks_the_deadline_before_every_run(zoo, monkeypatch) ->
         cumulative_in(session, DEFAULT_CONFIGS[1:], deadline=Deadline(1.0, 1.0, Ticks(0.0)))
     labels = ["net.qdq_u8.onnx (float)", "net.qdq_u8.onnx [weights only]", "net.qdq_u8.onnx [activations only]"]
     assert len(counted.runs) % 3 == 0 and counted.runs == labels * (len(counted.runs) // 3)
+
+
+def test_a_node_without_an_output_pair_is_compared_at_its_own_output(zoo, tmp_path) -> None:
+    """The zoo's QDQ model with the pair after the last MatMul removed: MatMul writes ``logits`` in
+    float, so its point compares that tensor itself (mse: mean over records of mean((f - q)^2))."""
+    import onnx
+
+    from pytest_qaccuracy.analysis.cumulative import cumulative_in
+    from pytest_qaccuracy.analysis.sensitivity import open_session
+
+    model = onnx.load(str(zoo["qdq_u8"]))
+    graph = model.graph
+    pair_nodes = [n for n in graph.node if n.output[0] in ("logits_QuantizeLinear_Output", "logits")]
+    assert [n.op_type for n in pair_nodes] == ["QuantizeLinear", "DequantizeLinear"]
+    matmul = next(n for n in graph.node if n.op_type == "MatMul")
+    matmul.output[0] = "logits"
+    for node in pair_nodes:
+        graph.node.remove(node)
+    # and a dead end in both models: a Relu of the Gemm's output that nothing reads
+    graph.node.append(onnx.helper.make_node("Relu", ["gemm_DequantizeLinear_Output"], ["dead"], name="dead"))
+    path = tmp_path / "net.no_output_pair.onnx"
+    onnx.save(model, str(path))
+    fp32 = onnx.load(str(zoo["fp32"]))
+    fp32.graph.node.append(onnx.helper.make_node("Relu", ["gemm"], ["dead"], name="dead"))
+    fp32_path = tmp_path / "net.dead.onnx"
+    onnx.save(fp32, str(fp32_path))
+    pair = ModelPair(fp32_path, path)
+    with open_session(pair, zoo["data"], "mse") as session:
+        result = cumulative_in(session, DEFAULT_CONFIGS[:1])
+    assert result.nodes[-2:] == ["matmul", "dead"]
+    f, q = _logits(zoo["fp32"]).astype(np.float64), _logits(path).astype(np.float64)
+    expected = float(np.mean(np.mean((f - q) ** 2, axis=1)))
+    assert result.curves[0].values[-2] == pytest.approx(expected, rel=1e-5)
+    # the dead end, run by onnxruntime with its output exposed in each model
+    dead = []
+    for each in (fp32, model):
+        each.graph.output.append(onnx.helper.make_tensor_value_info("dead", onnx.TensorProto.FLOAT, None))
+        session = ort.InferenceSession(each.SerializeToString(), providers=["CPUExecutionProvider"])
+        dead.append(session.run(["dead"], {"x": _records()})[0].astype(np.float64))
+    expected = float(np.mean(np.mean((dead[0] - dead[1]) ** 2, axis=1)))
+    assert result.curves[0].values[-1] == pytest.approx(expected, rel=1e-5)
+
+
+class Recorder:
+    """A progress line that records what the analysis shows: the task's label and total, each advance."""
+
+    def __init__(self) -> None:
+        self.shown: list[tuple] = []
+
+    def start(self, label: str, total: int) -> None:
+        self.shown.append(("start", label, total))
+
+    def advance(self, records: int) -> None:
+        self.shown.append(("advance", records))
+
+    def finish(self) -> None:
+        self.shown.append(("finish",))
+
+    def close(self) -> None:
+        self.shown.append(("close",))
+
+
+def test_cumulative_in_shows_its_progress_in_records(zoo) -> None:
+    from pytest_qaccuracy.analysis.cumulative import cumulative_in
+    from pytest_qaccuracy.analysis.sensitivity import open_session
+    from pytest_qaccuracy.data.progress import reporting
+
+    line = Recorder()
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    with open_session(pair, zoo["data"], "mse", RuntimeOptions(batch_size=5)) as session, reporting(line):
+        cumulative_in(session, DEFAULT_CONFIGS[:1])
+    assert line.shown == [
+        ("start", "cumulative", 12),
+        ("advance", 5),
+        ("advance", 5),
+        ("advance", 2),
+        ("finish",),
+        ("close",),
+    ]
+
+
+def test_defaults_keep_at_most_ten_nodes_in_float() -> None:
+    nodes = [f"n{i}" for i in range(12)]
+    results = [{"y": {"cosine": 0.5, "mse": 1.0}}] * 13
+    sweep = sweep_in(FakeSession(nodes, results), FakeRanking(nodes))
+    assert len(sweep.steps) == 11 and sweep.steps[-1].excluded == nodes[:10]
+    three = _sweep(
+        target=Target("cosine", 0.9),
+        steps=[SweepStep(0, [], {"cosine": 0.5}), SweepStep(1, ["a"], {"cosine": 0.75}), SweepStep(2, ["a", "b"], {})],
+    )
+    # the best is the last step's value (here undefined), not the middle one's
+    assert three.nodes_to_exclude() == "no exclusion list up to 2 node(s) meets cosine >= 0.9 (best: None)"
+
+
+class MeasuredSteps:
+    """task_sweep's measure_outputs, recorded: each call returns the next hand-written task value."""
+
+    def __init__(self, monkeypatch, values: list[tuple[float | None, float | None]]) -> None:
+        self.values, self.calls = values, []
+        monkeypatch.setattr(task_sweep_module, "measure_outputs", self)
+
+    def __call__(self, pair, sample, **kwargs):
+        self.calls.append((pair, len(sample), kwargs))
+        fp32, quantized = self.values[len(self.calls) - 1]
+        value = SimpleNamespace(
+            quantized=quantized, drop=None if fp32 is None or quantized is None else fp32 - quantized
+        )
+        return SimpleNamespace(task={"f1": value})
+
+
+def test_task_sweep_hands_its_choices_to_each_measurement(zoo, damaged, monkeypatch) -> None:
+    pair = ModelPair(zoo["fp32"], damaged)
+    order = _order(pair)
+    assert len(order) == 11
+    steps = MeasuredSteps(monkeypatch, [(1.0, 0.25)] * 12)
+    options = RuntimeOptions(batch_size=3)
+    sweep = task_sweep(pair, zoo["data"], F1_SPEC, "min:f1", 0.5, order, targets=list(range(12)), options=options)
+    assert len(sweep.steps) == 11 and sweep.suggestion is None  # at most ten nodes in float by default
+    first_pair, records, kwargs = steps.calls[0]
+    assert first_pair.fp32 is pair.fp32 and records == 12
+    assert kwargs == {"options": options, "tasks": [F1_SPEC], "targets": list(range(12))}
+    steps.calls.clear()
+    task_sweep(pair, zoo["data"], F1_SPEC, "min:f1", 0.5, order, targets=list(range(12)), records=4, max_excluded=0)
+    assert [(records, kwargs["targets"]) for _, records, kwargs in steps.calls] == [(4, [0, 1, 2, 3])]
+
+
+def test_task_sweep_names_an_unknown_node_with_the_model(zoo, damaged) -> None:
+    pair = ModelPair(zoo["fp32"], damaged)
+    with pytest.raises(ModelError) as err:
+        task_sweep(pair, zoo["data"], F1_SPEC, "min:f1", 2.0, ["nope"], max_excluded=1)
+    assert str(err.value).startswith("net.damaged.onnx: no quantized node 'nope'; quantized nodes: conv1, ")
