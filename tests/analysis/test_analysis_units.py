@@ -472,6 +472,10 @@ def test_targets_parse(text: str, metric: str, value: float) -> None:
         (None, "target None: expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.999"),
         ("Cosine>=1", "target 'Cosine>=1': expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.999"),
         ("cosine>0.9", "target 'cosine>0.9': expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.999"),
+        # the characters of a number that are not one (was a bare ValueError: a traceback in the CLI)
+        ("cosine>=1e", "target 'cosine>=1e': expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.999"),
+        ("mse<=..5", "target 'mse<=..5': expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.999"),
+        ("mse<=-", "target 'mse<=-': expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.999"),
         ("cosine<=0.9", "target 'cosine<=0.9': cosine is better when higher; write cosine >= 0.9"),
         ("mse>=0.25", "target 'mse>=0.25': mse is better when lower; write mse <= 0.25"),
     ],
