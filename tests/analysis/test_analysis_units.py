@@ -1,10 +1,12 @@
 """Unit tests of the analysis package's small modules, in pytest's own process (the `analysis` mutation
-group): the comparison JSON's records (`results.py`), named output views (`slices.py`), the deadline,
-the sweep's target and sentences, the cumulative curves' helpers, the sensitivity report's document,
-and the task-metric calls (`task.py`, `task_sweep.py`) against onnxruntime runs of the zoo's models.
+group, docs/testing.md): the comparison JSON's records (`results.py`), named output views
+(`slices.py`), the deadline, the sweep's target and sentences, the cumulative curves and their
+configurations, the sensitivity report's document and plumbing, the fp32 reference cache, and the
+task-metric calls (`task.py`, `task_sweep.py`) against onnxruntime runs of the zoo's models.
 
 Expected values are written out by hand from the documented layouts and formulas, or computed with
-onnxruntime directly, never read back from the code under test.
+onnxruntime directly, never read back from the code under test. Where a test replaces the models by
+recorders (`sweep_in`, `analyse_pair`), the recorded values are hand-written.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -25,8 +28,11 @@ from pytest_qaccuracy.analysis import task_sweep as task_sweep_module
 from pytest_qaccuracy.analysis.cumulative import (
     DEFAULT_CONFIGS,
     KINDS,
+    CumulativeCurve,
+    CumulativeResult,
     PartialConfig,
     as_mapping,
+    cumulative_in,
     parse_configs,
     running_mean,
 )
@@ -34,14 +40,17 @@ from pytest_qaccuracy.analysis.deadline import Deadline, DeadlineReached
 from pytest_qaccuracy.analysis.partial import QdqGraph
 from pytest_qaccuracy.analysis.reference_cache import REFERENCE_BUDGET, ReferenceBudget, ReferenceCache
 from pytest_qaccuracy.analysis.results import SCHEMA_VERSION, ComparisonResult, LayerResult, OutputResult
+from pytest_qaccuracy.analysis.sensitivity import open_session
 from pytest_qaccuracy.analysis.sensitivity_report import SensitivityReport, analyse_pair
 from pytest_qaccuracy.analysis.slices import VIEW_TOLERANCES, SliceSpec, check_outputs, check_slices, parse_view
 from pytest_qaccuracy.analysis.sweep import SweepResult, SweepStep, Target, sweep_in
 from pytest_qaccuracy.analysis.task import evaluate_task_metrics
-from pytest_qaccuracy.analysis.task_sweep import TaskSweep, task_sweep
+from pytest_qaccuracy.analysis.task_sweep import task_sweep
 from pytest_qaccuracy.data import load_dataset
 from pytest_qaccuracy.data.binding import Batch
+from pytest_qaccuracy.data.progress import reporting
 from pytest_qaccuracy.errors import DataError, InputError, ModelError
+from pytest_qaccuracy.metrics import get_metric
 from pytest_qaccuracy.metrics.channels import ChannelReport
 from pytest_qaccuracy.metrics.task import TaskSpec
 from pytest_qaccuracy.model import ModelPair
@@ -584,8 +593,6 @@ def test_a_sensitivity_report_document_and_its_refusals() -> None:
 
 
 def test_as_mapping_is_label_to_values() -> None:
-    from pytest_qaccuracy.analysis.cumulative import CumulativeCurve, CumulativeResult
-
     curves = [CumulativeCurve("a", None, [], "node", [1.0, None]), CumulativeCurve("b", ["x"], ["y"], "weight", [])]
     result = CumulativeResult("f", "q", "d", 2, "mse", "f", False, True, ["n1", "n2"], ["Conv", "Add"], curves)
     assert as_mapping(result) == {"a": [1.0, None], "b": []}
@@ -637,7 +644,7 @@ def _targets(count: int = 12) -> list[list[int]]:
     return [[int((r + c) % 3 == 0) for c in range(10)] for r in range(count)]
 
 
-class Closes:
+class OpenedAndClosed:
     """load_dataset as the task modules call it, counting the datasets it opened that were closed."""
 
     def __init__(self, monkeypatch, module) -> None:
@@ -658,7 +665,7 @@ class Closes:
 
 
 def test_task_metrics_of_a_pair_are_scored_against_the_fp32_decisions(zoo, monkeypatch) -> None:
-    closes = Closes(monkeypatch, task_module)
+    closes = OpenedAndClosed(monkeypatch, task_module)
     found = evaluate_task_metrics(zoo["fp32"], zoo["qdq_u8"], zoo["data"], [F1])
     assert list(found) == ["f1"]
     value = found["f1"]
@@ -674,7 +681,7 @@ def test_task_metrics_take_targets_as_a_list_or_a_sidecar_file(zoo, tmp_path, mo
     f, q = _logits(zoo["fp32"]) >= 0, _logits(zoo["qdq_u8"]) >= 0
     pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
     dataset = load_dataset(zoo["data"])
-    closes = Closes(monkeypatch, task_module)
+    closes = OpenedAndClosed(monkeypatch, task_module)
     listed = evaluate_task_metrics(pair, None, dataset, [F1_SPEC], targets=_targets())["f1"]
     assert closes.opened == 0 and len(dataset) == 12  # a dataset given stays open: it is the caller's
     assert next(dataset.iter_records(0, 1)) is not None
@@ -704,7 +711,7 @@ def test_task_metric_errors_are_one_input_error_and_the_data_is_closed(zoo, tmp_
         "task metrics 'binary_f1(output='logits', threshold=0.0)' and "
         "'binary_f1(output='logits', threshold=0.0)' both compute 'f1'"
     )
-    closes = Closes(monkeypatch, task_module)
+    closes = OpenedAndClosed(monkeypatch, task_module)
     short = tmp_path / "short.jsonl"
     short.write_text(json.dumps({"record": 12, "target": [0] * 10}) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"record 12 is not in the data \(records 0..11\)"):
@@ -747,16 +754,11 @@ def test_task_sweep_step_zero_is_the_quantized_model_and_each_tolerance_kind_mee
     order = _order(pair)
     q = _f1(_logits(damaged) >= 0, _logits(zoo["fp32"]) >= 0)
     assert q is not None and q < 1.0
-    closes = Closes(monkeypatch, task_sweep_module)
+    closes = OpenedAndClosed(monkeypatch, task_sweep_module)
     for check, threshold in (("min:f1", q), ("max:f1", q), ("max_drop:f1", 1.0 - q)):
         sweep = task_sweep(pair, zoo["data"], F1_SPEC, check, threshold, order)
-        assert sweep == TaskSweep(
-            check,
-            threshold,
-            12,
-            [{"excluded": [], "quantized": sweep.steps[0]["quantized"], "drop": sweep.steps[0]["drop"]}],
-            [],
-        )
+        assert (sweep.check, sweep.threshold, sweep.records, sweep.suggestion) == (check, threshold, 12, [])
+        assert len(sweep.steps) == 1 and sweep.steps[0]["excluded"] == []
         assert sweep.steps[0]["quantized"] == pytest.approx(q, abs=1e-12)
         assert sweep.steps[0]["drop"] == pytest.approx(1.0 - q, abs=1e-12)
     assert (closes.opened, closes.closed) == (3, 3)
@@ -1174,10 +1176,6 @@ def test_partial_configurations_choose_their_edges(zoo) -> None:
 
 
 def test_cumulative_in_writes_what_it_measured(zoo) -> None:
-    from pytest_qaccuracy.analysis.cumulative import cumulative_in
-    from pytest_qaccuracy.analysis.sensitivity import open_session
-    from pytest_qaccuracy.metrics import get_metric
-
     pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
     configs = [PartialConfig("q", quantize=("conv1", "gemm"), kind="weight"), PartialConfig("x", exclude=("conv3",))]
     with open_session(pair, zoo["data"], "mse,cosine") as session:
@@ -1201,8 +1199,7 @@ def test_cumulative_in_writes_what_it_measured(zoo) -> None:
     ]
     for mean, curve in zip(result.curves, plain.curves, strict=True):
         assert mean.values == running_mean(curve.values) and len(curve.values) == len(result.nodes)
-    # a weights-only configuration of conv1 and gemm: the nodes before gemm other than conv1 and
-    # what reads it are untouched, so no error before conv1
+    # conv1, the first node, has its weight quantized in the first configuration: its point is off already
     assert plain.curves[0].values[0] > 0.0
 
 
@@ -1235,9 +1232,6 @@ class Ticks:
 
 
 def test_cumulative_in_checks_the_deadline_before_every_run(zoo, monkeypatch) -> None:
-    from pytest_qaccuracy.analysis.cumulative import cumulative_in
-    from pytest_qaccuracy.analysis.sensitivity import open_session
-
     counted = CountedRuns(monkeypatch)
     pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
     with open_session(pair, zoo["data"], "cosine") as session:
@@ -1257,11 +1251,6 @@ def test_cumulative_in_checks_the_deadline_before_every_run(zoo, monkeypatch) ->
 def test_a_node_without_an_output_pair_is_compared_at_its_own_output(zoo, tmp_path) -> None:
     """The zoo's QDQ model with the pair after the last MatMul removed: MatMul writes ``logits`` in
     float, so its point compares that tensor itself (mse: mean over records of mean((f - q)^2))."""
-    import onnx
-
-    from pytest_qaccuracy.analysis.cumulative import cumulative_in
-    from pytest_qaccuracy.analysis.sensitivity import open_session
-
     model = onnx.load(str(zoo["qdq_u8"]))
     graph = model.graph
     pair_nodes = [n for n in graph.node if n.output[0] in ("logits_QuantizeLinear_Output", "logits")]
@@ -1315,10 +1304,6 @@ class Recorder:
 
 
 def test_cumulative_in_shows_its_progress_in_records(zoo) -> None:
-    from pytest_qaccuracy.analysis.cumulative import cumulative_in
-    from pytest_qaccuracy.analysis.sensitivity import open_session
-    from pytest_qaccuracy.data.progress import reporting
-
     line = Recorder()
     pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
     with open_session(pair, zoo["data"], "mse", RuntimeOptions(batch_size=5)) as session, reporting(line):
