@@ -204,6 +204,29 @@ GROUPS: dict[str, Group] = {
         ("plain.py", "numbers.py"),
         ("tests/test_plain.py", "tests/test_numbers.py"),
     ),
+    "analysis": Group(
+        (
+            "analysis/results.py",
+            "analysis/slices.py",
+            "analysis/deadline.py",
+            "analysis/task.py",
+            "analysis/task_sweep.py",
+            "analysis/sensitivity_report.py",
+            "analysis/reference_cache.py",
+            "analysis/cumulative.py",
+            "analysis/sweep.py",
+        ),
+        (
+            "tests/analysis/test_slices.py",
+            "tests/analysis/test_deadline.py",
+            "tests/analysis/test_reference_cache.py",
+            "tests/analysis/test_cumulative.py",
+            "tests/analysis/test_sensitivity_roundtrip.py",
+            "tests/analysis/test_sensitivity.py",
+            "tests/report/test_baseline_units.py",
+            "tests/analysis/test_analysis_units.py",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",
@@ -445,6 +468,26 @@ EQUIVALENT += [
     (r"^check=False, \)$", ")", "subprocess.run's check defaults to False"),
     (r"allow_nan=False, ensure_ascii", "allow_nan=None, ensure_ascii", "json.dumps reads allow_nan for its truth"),
     (r"allow_nan=False, ensure_ascii=True, ", "allow_nan=False, ", "json.dumps's ensure_ascii defaults to True"),
+]
+
+# analysis: the sweeps' and the cumulative curves' defaults spelled out
+EQUIVALENT += [
+    (r'(edges_of\([^()]*), "node"\)', r"\1, )", "QdqGraph.edges_of's kind defaults to 'node'"),
+    (r"np\.array\(values\[name\], copy=True\)", "np.array(values[name], )", "np.array copies by default"),
+    *[
+        (
+            r"zip\((configs, enabled, tensors|runners, tensors, accs|pairs, row|configs, accs), strict=True\)",
+            rf"zip(\1, {new})",
+            "the lists are built from the same configurations and layers: their lengths agree",
+        )
+        for new in ("strict=False", "strict=None", "")
+    ],
+    (
+        r'check\.partition\(":"\)',
+        'check.rpartition(":")',
+        "a check has one colon: value names are lower-case identifiers",
+    ),
+    (r'", text or ""\)', '", text or "XXXX")', "neither empty text nor XXXX matches the pattern"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -253,6 +253,7 @@ NOT_CUMULATIVE = "--sweep and --target apply to --mode single or leave-one-out, 
         (["--quantize-nodes", "a"], "--quantize-nodes, --exclude-nodes and --average-mode apply to --mode cumulative"),
         (["--exclude-nodes", "a"], "--quantize-nodes, --exclude-nodes and --average-mode apply to --mode cumulative"),
         (["--average-mode"], "--quantize-nodes, --exclude-nodes and --average-mode apply to --mode cumulative"),
+        (["--target", "mse<=1e"], "target 'mse<=1e': expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.999"),
     ],
 )  # fmt: skip
 def test_sensitivity_refusals(calls: Calls, tmp_path: Path, capsys, extra: list[str], message: str) -> None:

@@ -29,6 +29,14 @@ from pytest_qaccuracy.metrics import get_metric
 from pytest_qaccuracy.plain import Plain, fields_form, from_plain, plain_field
 
 
+def _number(text: str) -> float | None:
+    """``text`` as a float, or None when it is not one."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """``metric >= value`` for metrics where higher is better, ``metric <= value`` otherwise."""
@@ -52,9 +60,10 @@ class Target:
     def parse(cls, text: str) -> Target:
         """``"cosine>=0.999"``, ``"mse<=1e-4"`` or ``"cosine=0.999"`` (direction from the metric)."""
         match = re.fullmatch(r"\s*([a-z_0-9]+)\s*(>=|<=|=)\s*([-+0-9.eE]+)\s*", text or "")
-        if not match:
+        value = _number(match.group(3)) if match else None  # "1e" or "--" has the characters of a number
+        if match is None or value is None:
             raise InputError(f"target {text!r}: expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.999")
-        target = cls(match.group(1), float(match.group(3)))
+        target = cls(match.group(1), value)
         op = match.group(2)
         if op != "=" and (op == ">=") != target.higher_is_better:
             better = "higher" if target.higher_is_better else "lower"
