@@ -204,6 +204,16 @@ GROUPS: dict[str, Group] = {
         ("plain.py", "numbers.py"),
         ("tests/test_plain.py", "tests/test_numbers.py"),
     ),
+    "pairs": Group(
+        ("backend/pairs.py", "backend/neon_pairs.py"),
+        (
+            "tests/backend/test_pairs.py",
+            "tests/backend/test_goldens.py",
+            "tests/backend/test_arm64_goldens.py",
+            "tests/backend/test_conv_ort.py",
+            "tests/analysis/test_saturation.py",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",
