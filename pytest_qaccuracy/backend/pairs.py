@@ -415,7 +415,7 @@ def saturating_matmul_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray | N
     found = bounds.risky(a2.max(axis=0, initial=0))  # each input column's own bound
     rows, cols, values = corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), a2.shape[0])
     if counter is not None:  # rows of a record: the leading axis is the batch
-        per_record = max(1, a2.shape[0] // a.shape[0]) if a.ndim > 1 else a2.shape[0]
+        per_record = max(1, a2.shape[0] // max(1, a.shape[0])) if a.ndim > 1 else a2.shape[0]  # 0 records: 1
         count(a2.shape[0] * ((w.shape[0] + 1) // 2) * w.shape[1], rows // per_record)
     if not values.size:
         return None

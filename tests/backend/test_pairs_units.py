@@ -77,6 +77,12 @@ def test_the_counter_adds_to_a_record_seen_before() -> None:
     assert counter.nodes["node"].pairs == 8 and counter.nodes["node"].saturated == 3
 
 
+def test_a_counter_starts_with_no_node_named_and_no_offset() -> None:
+    counter = pairs.SaturationCounter()
+    counter.add(2, np.array([1]))
+    assert counter.nodes == {"": pairs.NodeSaturation(2, 1, {1: 1})}
+
+
 def test_a_node_that_never_saturates_is_listed_with_its_pairs() -> None:
     counter = _counter("quiet")
     counter.add(64, np.zeros(0, np.int64))
@@ -381,6 +387,22 @@ def test_the_lowest_second_input_is_worked_out_by_hand() -> None:
     assert (table[2] == 256).all()
 
 
+def test_the_lowest_second_input_of_int8_weights_matches_brute_force() -> None:
+    """Weights as a model stores them (int8, -128 included) and second weights of 0, +-1 and +-2, which
+    never or barely reach int16's edges."""
+    w = np.array([-128, -128, 127, 127, -128, 127, -128, 127, 100, -128], np.int8)
+    w2 = np.array([0, 1, 1, 2, -1, -2, -128, 127, -128, 2], np.int8)
+    entries = w.size
+    table = pairs.lowest_second(w, w2, np.arange(entries), entries)
+    a = np.arange(256)[:, None]
+    for e in range(entries):
+        sums = a * int(w[e]) + np.arange(256)[None, :] * int(w2[e])  # (a, a')
+        leaves = (sums > 32767) | (sums < -32768)
+        want = np.where(leaves.any(axis=1), leaves.argmax(axis=1), 256)
+        np.testing.assert_array_equal(table[e], want, err_msg=f"entry {e}: ({w[e]}, {w2[e]})")
+    assert (table[:3] == 256).all() and table[3, 255] == 256 - 64  # 32385 + 2 * 192 = 32769
+
+
 def test_lowest_second_rows_are_made_as_they_are_asked_for() -> None:
     w, w2, pair = np.array([127, 127, -128]), np.array([127, 100, -128]), np.array([0, 0, 2])
     lowest = pairs.LowestSecond(w, w2, pair, 3)
@@ -456,6 +478,20 @@ def test_corrections_where_no_candidate_saturates_are_empty() -> None:
         assert values.dtype == np.int64
 
 
+def test_a_block_whose_candidates_all_stay_in_range_is_followed_by_the_next(monkeypatch) -> None:
+    """One pair per block: pair 0's only candidate stays in int16 (250 * 127 + 10 * 5), pair 1's leaves it."""
+    monkeypatch.setattr(pairs, "BLOCK_ELEMENTS", 1)
+    w = np.array([[127], [5], [127], [127]], np.int8)
+    found = pairs.risky_pairs(w, 255)
+    assert found.first.tolist() == [0, 2]
+    a2 = np.array([[250, 10, 255, 255]], np.uint8)
+    rows, cols, values = pairs.corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), 1)
+    assert (rows.tolist(), cols.tolist(), values.tolist()) == ([0], [0], [32767 - 64770])
+    a2 = np.array([[1, 1, 255, 255]], np.uint8)  # pair 0 has no candidate at all
+    rows, cols, values = pairs.corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), 1)
+    assert (rows.tolist(), cols.tolist(), values.tolist()) == ([0], [0], [32767 - 64770])
+
+
 def test_a_candidate_saturates_from_the_table_s_threshold_on() -> None:
     """One pair (127, 127): at first input 255, second input 4 is the first to leave int16 (32893)."""
     found = pairs.risky_pairs(np.array([[127], [127]], np.int8), 255)
@@ -528,9 +564,17 @@ def test_a_batched_matmul_correction_broadcasts_and_leaves_quiet_batches_zero(a_
     batch = np.broadcast_shapes(a.shape[:-2], w.shape[:-2])
     assert got.shape == (*batch, a.shape[-2], 4)
     a_b = np.broadcast_to(a, (*batch, *a.shape[-2:]))
+    assert got.dtype == np.int64
     for i in range(3):
         np.testing.assert_array_equal(got[i], _oracle_change(a_b[i], w[i]), err_msg=str(i))
     assert not got[1].any() and got[0].any() and got[2].any()
+
+
+def test_a_matmul_of_no_rows_has_no_correction() -> None:
+    counter = _counter()
+    with pairs.counting(counter):
+        assert pairs.saturating_matmul_correction(np.zeros((0, 4), np.uint8), np.full((4, 3), 127, np.int8)) is None
+    assert counter.nodes["node"] == pairs.NodeSaturation(0, 0, {})
 
 
 def test_a_batched_matmul_that_never_saturates_has_no_correction() -> None:
@@ -550,6 +594,17 @@ def test_the_matmul_correction_counts_pair_sums_per_record() -> None:
     # record 0: (255, 255) x2 in row 1 and once in row 0; record 1: (255, 4): 32893
     assert entry.saturated == 4 and entry.per_record == {3: 3, 4: 1}
     np.testing.assert_array_equal(got.reshape(4, 2), _oracle_change(a.reshape(4, 5), w))
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_the_matmul_counts_records_of_any_number_of_rows(rows: int) -> None:
+    """Three records of ``rows`` rows each (K = 4, two pair sums per output): record 1's last row saturates."""
+    a = np.zeros((3, rows, 4), np.uint8)
+    a[1, -1] = 255
+    counter = _counter()
+    with pairs.counting(counter):
+        pairs.saturating_matmul_correction(a, np.full((4, 1), 127, np.int8))
+    assert counter.nodes["node"] == pairs.NodeSaturation(3 * rows * 2, 2, {1: 2})
 
 
 def test_a_two_dimensional_matmul_counts_each_row_as_a_record() -> None:
@@ -582,7 +637,7 @@ def test_views_of_one_constant_share_bounds_only_with_the_same_layout() -> None:
     constant = _heavy(rng, (8, 6))
     constant.flags.writeable = False
     a = rng.integers(150, 256, (3, 8)).astype(np.uint8)
-    for view in (constant, constant[:, ::-1], constant[:, :3], constant[::2, :], constant.T.T):
+    for view in (constant, constant[:, ::-1], constant[:, :3], constant[:, 3:], constant[::2, :], constant.T.T):
         np.testing.assert_array_equal(
             pairs.saturating_matmul_correction(a[:, : view.shape[0]], view),
             _oracle_change(a[:, : view.shape[0]], view),
@@ -628,7 +683,8 @@ def _min_heavy(rng: np.random.Generator, shape: tuple[int, ...], dtype: type, sh
 
 
 def test_the_pair_count_of_a_reduction_axis_is_eight_per_16_deep_block() -> None:
-    assert [neon_pairs._blocks(k) for k in (0, 1, 8, 15, 16, 17, 32, 33)] == [0, 8, 8, 8, 8, 16, 16, 24]
+    blocks = [neon_pairs._blocks(k) for k in (0, 1, 8, 15, 16, 17, 32, 33)]
+    assert blocks == [0, 8, 8, 8, 8, 16, 16, 24] and all(type(b) is int for b in blocks)
 
 
 def test_the_pair_mask_pairs_k_with_k_plus_8_in_each_block() -> None:
@@ -704,6 +760,33 @@ def test_a_gemm_without_wraps_still_counts_its_pair_sums() -> None:
         b[:, 0] = -128  # -128 weights, none paired
         assert neon_pairs.gemm_correction(np.zeros((4, 16), np.int8), b) is None
     assert counter.nodes["gemm"] == pairs.NodeSaturation(2 * (2 * 4 * 5 * 8), 0, {})
+
+
+@pytest.mark.parametrize("a_shape", [(0, 16), (0, 2, 16), (2, 0, 16)])
+def test_a_gemm_of_no_records_or_rows_counts_nothing(a_shape) -> None:
+    """An empty activation (a batch of none, a detector's zero boxes) under ``qaccuracy saturation``:
+    no pair sums and no error (the wrap count's reshape to records failed on 0 records)."""
+    b = np.zeros((16, 3), np.int8)
+    b[[0, 8]] = -128
+    counter = _counter("gemm")
+    with pairs.counting(counter):
+        got = neon_pairs.gemm_correction(np.zeros(a_shape, np.uint8), b)
+    assert got.shape == (*a_shape[:-1], 3) and not got.any()
+    assert counter.nodes["gemm"] == pairs.NodeSaturation(0, 0, {})
+
+
+def test_an_empty_matmul_under_the_saturation_counter_is_empty_on_every_pair_preset() -> None:
+    """Through the integer matmul, as ``qaccuracy saturation`` runs it (it raised ZeroDivisionError on
+    onnxruntime-avx2 and ValueError on onnxruntime-arm64-neon)."""
+    from pytest_qaccuracy.backend import arith, get_scheme
+
+    b = np.full((16, 3), -128, np.int8)
+    for preset in ("onnxruntime-avx2", "onnxruntime-arm64-neon"):
+        counter = _counter(preset)
+        with pairs.counting(counter):
+            got = arith.zero_point_matmul(np.zeros((0, 16), np.uint8), 0, b, 0, get_scheme(preset))
+        assert got.shape == (0, 3)
+        assert counter.nodes[preset] == pairs.NodeSaturation(0, 0, {})
 
 
 def test_the_wrap_count_is_reported_only_to_an_active_counter() -> None:
