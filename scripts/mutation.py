@@ -212,6 +212,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_arm64_goldens.py",
             "tests/backend/test_conv_ort.py",
             "tests/analysis/test_saturation.py",
+            "tests/backend/test_pairs_units.py",
         ),
     ),
     "kernels": Group(
