@@ -147,6 +147,18 @@ def test_a_pair_on_the_int16_edge_is_flagged_only_past_it() -> None:
     assert len(pairs.risky_pairs(w, np.array([129, 130]))) == 1
 
 
+def test_a_pair_that_reaches_32767_exactly_is_not_flagged() -> None:
+    """255 * 127 + 191 * 2 = 32767: the largest int16, no saturation; one more step is 32769."""
+    w = np.array([[127], [2]], np.int8)
+    assert len(pairs.risky_pairs(w, np.array([255, 191]))) == 0
+    assert len(pairs.risky_pairs(w, np.array([255, 192]))) == 1
+
+
+def test_a_weight_without_columns_has_no_risky_pairs() -> None:
+    found = pairs.risky_pairs(np.zeros((4, 0), np.int8), 255)
+    assert len(found) == 0 and found.column.size == 0
+
+
 def test_an_odd_last_weight_row_pairs_with_padding_and_is_never_flagged() -> None:
     w = np.array([[1], [1], [127]], np.int8)
     assert len(pairs.risky_pairs(w, 255)) == 0
@@ -320,6 +332,7 @@ def test_the_correction_bound_reads_the_searched_bound_and_keeps_the_value() -> 
 
 def test_no_risky_pair_bounds_the_correction_at_zero() -> None:
     assert pairs.correction_bound([(0, _risky([], [], [], []))], 3, 3, lambda g: np.zeros(0)) == 0
+    assert pairs.correction_bound([(0, _risky([], [], [], []))], 0, 0, lambda g: np.zeros(0)) == 0  # no outputs
 
 
 # --- kept bounds per weight ------------------------------------------------------------------------------
