@@ -1074,3 +1074,16 @@ def test_a_depthwise_wrap_on_channels_not_in_eights_is_refused() -> None:
         neon_pairs.NotEmulated, match=r"^the int16 tap pairs .* this depthwise convolution has 12 channels"
     ):
         neon_pairs.depthwise_correction(x, 0, w, np.int8(0), [0, 0, 0, 0], (1, 1), (1, 1), (1, 1))
+
+
+def test_one_dimensional_weights_pair_within_each_output_channel_only() -> None:
+    """5 channels and 3 taps: 15 products per output, one block padded to 16. A -128 at index 7 of output
+    0 (channel 2, tap 1 in either order) pairs with padding, and output 1's first weight pairs with its
+    index 8, not with output 0's 15th place: nothing can wrap, so nothing is refused."""
+    x = np.zeros((1, 5, 6), np.uint8)
+    w = np.zeros((2, 5, 3), np.int8)
+    w[0, 2, 1] = w[1, 0, 0] = -128
+    assert neon_pairs.conv_correction(x, 0, w, 1, [0, 0], (1,), (1,), (4,)) is None
+    w[1, 3, 1] = -128  # output 1's index 8 in (tap, cin) order: a pair there
+    with pytest.raises(neon_pairs.NotEmulated):
+        neon_pairs.conv_correction(x, 0, w, 1, [0, 0], (1,), (1,), (4,))
