@@ -204,11 +204,13 @@ def _read_only(found: RiskyPairs) -> RiskyPairs:
 
 def derived(found: Sequence[tuple[int, RiskyPairs]], key: Hashable, make: Callable[[], T]) -> T:
     """``make()``, kept in the first group's :attr:`RiskyPairs.memo` under ``key`` for as long as the
-    groups' risky pairs are these very objects (a later search hands out new ones). Threads may make
-    it twice, never see it half made (one assignment)."""
+    groups' risky pairs are these very objects (a later search hands out new ones; another group may
+    join them, one whose inputs grew from quiet). Threads may make it twice, never see it half made
+    (one assignment)."""
     memo = found[0][1].memo
     kept = memo.get(key)
-    if kept is not None and all(a is b for a, (_, b) in zip(kept[0], found, strict=True)):
+    same = kept is not None and len(kept[0]) == len(found)
+    if same and all(a is b for a, (_, b) in zip(kept[0], found, strict=True)):
         return kept[1]
     value = make()
     memo[key] = ([risky for _, risky in found], value)

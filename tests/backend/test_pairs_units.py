@@ -278,6 +278,16 @@ def test_derived_values_are_kept_for_the_same_pairs_only() -> None:
     assert "k" in one.memo and "k" not in two.memo  # kept with the first group's pairs
 
 
+def test_a_derived_value_is_made_again_when_a_group_joins_or_leaves() -> None:
+    """The first group's pairs carry the value: a later run may add a group whose inputs grew from quiet,
+    or drop one (it raised ValueError from a strict zip over lists of different lengths)."""
+    one, two = _risky([0], [0], [127], [127]), _risky([0], [0], [127], [127])
+    assert pairs.derived([(0, one)], "k", lambda: "one") == "one"
+    assert pairs.derived([(0, one), (1, two)], "k", lambda: "both") == "both"
+    assert pairs.derived([(0, one), (1, two)], "k", lambda: "again") == "both"
+    assert pairs.derived([(0, one)], "k", lambda: "alone") == "alone"
+
+
 def test_a_kept_value_that_is_falsy_is_given_again() -> None:
     one = _risky([0], [0], [127], [127])
     made = []
