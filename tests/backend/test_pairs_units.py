@@ -318,7 +318,7 @@ def test_the_correction_bound_sums_each_output_column_s_pairs() -> None:
     bound = pairs.correction_bound(found, 4, 2, lambda g: tops[g])
     assert bound == 32003 + 128  # column 1: both pairs of group 0; column 2: -128 * 300 -> 5632
     assert type(bound) is int
-    tops[1] = np.array([255, 255])
+    tops[1] = np.array([255, 255, 0, 0])
     assert pairs.correction_bound(found, 4, 2, lambda g: tops[g]) == 32512  # unsearched pairs: made again
 
 
@@ -576,21 +576,38 @@ def test_a_matmul_whose_pairs_never_saturate_has_no_correction() -> None:
 
 
 @pytest.mark.parametrize(
-    ("a_shape", "w_shape"), [((3, 2, 10), (3, 10, 4)), ((2, 10), (3, 10, 4)), ((1, 2, 10), (3, 10, 4))]
+    ("a_shape", "w_shape", "batch"),
+    [
+        ((3, 2, 10), (3, 10, 4), (3,)),
+        ((2, 10), (3, 10, 4), (3,)),
+        ((1, 2, 10), (3, 10, 4), (3,)),
+        ((3, 2, 10), (1, 10, 4), (3,)),
+        ((2, 3, 2, 10), (3, 10, 4), (2, 3)),
+    ],
 )
-def test_a_batched_matmul_correction_broadcasts_and_leaves_quiet_batches_zero(a_shape, w_shape) -> None:
-    rng = np.random.default_rng(len(a_shape))
+def test_a_batched_matmul_correction_broadcasts_and_leaves_quiet_batches_zero(a_shape, w_shape, batch) -> None:
+    rng = np.random.default_rng(len(a_shape) + w_shape[0])
     a = rng.integers(150, 256, a_shape).astype(np.uint8)
     w = _heavy(rng, w_shape)
-    w[1] = 1  # batch 1 never saturates
+    w[-1, :, 0] = 1  # the last weight matrix's column 0 never saturates
     got = pairs.saturating_matmul_correction(a, w)
-    batch = np.broadcast_shapes(a.shape[:-2], w.shape[:-2])
-    assert got.shape == (*batch, a.shape[-2], 4)
-    a_b = np.broadcast_to(a, (*batch, *a.shape[-2:]))
-    assert got.dtype == np.int64
+    assert got.shape == (*batch, a.shape[-2], 4) and got.dtype == np.int64
+    a_b, w_b = np.broadcast_to(a, (*batch, *a.shape[-2:])), np.broadcast_to(w, (*batch, *w.shape[-2:]))
+    for i in np.ndindex(*batch):
+        np.testing.assert_array_equal(got[i], _oracle_change(a_b[i], w_b[i]), err_msg=str(i))
+        assert got[i].any()
+    assert not got[..., -1, :, 0].any() if w_shape[0] > 1 else not got[..., 0].any()
+
+
+def test_a_batched_matmul_whose_some_batches_never_saturate() -> None:
+    rng = np.random.default_rng(5)
+    a = rng.integers(150, 256, (3, 2, 10)).astype(np.uint8)
+    w = _heavy(rng, (3, 10, 4))
+    w[1] = 1  # batch 1 never saturates: zeros there
+    got = pairs.saturating_matmul_correction(a, w)
+    assert got.dtype == np.int64 and not got[1].any() and got[0].any() and got[2].any()
     for i in range(3):
-        np.testing.assert_array_equal(got[i], _oracle_change(a_b[i], w[i]), err_msg=str(i))
-    assert not got[1].any() and got[0].any() and got[2].any()
+        np.testing.assert_array_equal(got[i], _oracle_change(a[i], w[i]), err_msg=str(i))
 
 
 def test_a_matmul_of_no_rows_has_no_correction() -> None:
@@ -619,15 +636,16 @@ def test_the_matmul_correction_counts_pair_sums_per_record() -> None:
     np.testing.assert_array_equal(got.reshape(4, 2), _oracle_change(a.reshape(4, 5), w))
 
 
-@pytest.mark.parametrize("rows", [1, 3])
-def test_the_matmul_counts_records_of_any_number_of_rows(rows: int) -> None:
-    """Three records of ``rows`` rows each (K = 4, two pair sums per output): record 1's last row saturates."""
-    a = np.zeros((3, rows, 4), np.uint8)
-    a[1, -1] = 255
+@pytest.mark.parametrize(("records", "rows"), [(3, 1), (3, 3), (1, 4)])
+def test_the_matmul_counts_records_of_any_number_of_rows(records: int, rows: int) -> None:
+    """``records`` records of ``rows`` rows each (K = 4, two pair sums per output): the last record's last
+    row saturates."""
+    a = np.zeros((records, rows, 4), np.uint8)
+    a[-1, -1] = 255
     counter = _counter()
     with pairs.counting(counter):
         pairs.saturating_matmul_correction(a, np.full((4, 1), 127, np.int8))
-    assert counter.nodes["node"] == pairs.NodeSaturation(3 * rows * 2, 2, {1: 2})
+    assert counter.nodes["node"] == pairs.NodeSaturation(records * rows * 2, 2, {records - 1: 2})
 
 
 def test_a_two_dimensional_matmul_counts_each_row_as_a_record() -> None:
