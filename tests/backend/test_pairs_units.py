@@ -154,6 +154,18 @@ def test_a_pair_that_reaches_32767_exactly_is_not_flagged() -> None:
     assert len(pairs.risky_pairs(w, np.array([255, 192]))) == 1
 
 
+def test_a_column_on_the_int16_edge_is_not_flagged_next_to_a_risky_one() -> None:
+    """The same pair row, so that the row passes the first test and each column is looked at: (127, 2) at
+    inputs (255, 191) reach 32767, (-128, -1) at (255, 128) reach -32768, both in range; the other column
+    leaves int16 (-128 * 446, 127 * 383)."""
+    w = np.array([[127, -128], [2, -128]], np.int8)
+    assert pairs.risky_pairs(w, np.array([255, 191])).column.tolist() == [1]
+    assert pairs.risky_pairs(w, np.array([255, 192])).column.tolist() == [0, 1]
+    w = np.array([[-128, 127], [-1, 127]], np.int8)
+    assert pairs.risky_pairs(w, np.array([255, 128])).column.tolist() == [1]
+    assert pairs.risky_pairs(w, np.array([255, 129])).column.tolist() == [0, 1]
+
+
 def test_a_weight_without_columns_has_no_risky_pairs() -> None:
     found = pairs.risky_pairs(np.zeros((4, 0), np.int8), 255)
     assert len(found) == 0 and found.column.size == 0
