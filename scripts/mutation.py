@@ -227,6 +227,17 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_analysis_units.py",
         ),
     ),
+    "pairs": Group(
+        ("backend/pairs.py", "backend/neon_pairs.py"),
+        (
+            "tests/backend/test_pairs.py",
+            "tests/backend/test_goldens.py",
+            "tests/backend/test_arm64_goldens.py",
+            "tests/backend/test_conv_ort.py",
+            "tests/analysis/test_saturation.py",
+            "tests/backend/test_pairs_units.py",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",

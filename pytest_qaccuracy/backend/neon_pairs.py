@@ -68,7 +68,7 @@ def _count(total: int, count: np.ndarray | None = None) -> None:
     if count is None or count.ndim == 0:
         pairs.count(total, np.zeros(0, np.int64))
         return
-    per_record = count.reshape(count.shape[0], -1).sum(axis=1).astype(np.int64)
+    per_record = count.sum(axis=tuple(range(1, count.ndim))).astype(np.int64)  # any size, no records too
     pairs.count(total, np.repeat(np.arange(per_record.size), per_record))
 
 

@@ -204,11 +204,13 @@ def _read_only(found: RiskyPairs) -> RiskyPairs:
 
 def derived(found: Sequence[tuple[int, RiskyPairs]], key: Hashable, make: Callable[[], T]) -> T:
     """``make()``, kept in the first group's :attr:`RiskyPairs.memo` under ``key`` for as long as the
-    groups' risky pairs are these very objects (a later search hands out new ones). Threads may make
-    it twice, never see it half made (one assignment)."""
+    groups' risky pairs are these very objects (a later search hands out new ones; another group may
+    join them, one whose inputs grew from quiet). Threads may make it twice, never see it half made
+    (one assignment)."""
     memo = found[0][1].memo
     kept = memo.get(key)
-    if kept is not None and all(a is b for a, (_, b) in zip(kept[0], found, strict=True)):
+    same = kept is not None and len(kept[0]) == len(found)
+    if same and all(a is b for a, (_, b) in zip(kept[0], found, strict=True)):
         return kept[1]
     value = make()
     memo[key] = ([risky for _, risky in found], value)
@@ -415,7 +417,7 @@ def saturating_matmul_correction(a: np.ndarray, w: np.ndarray) -> np.ndarray | N
     found = bounds.risky(a2.max(axis=0, initial=0))  # each input column's own bound
     rows, cols, values = corrections(found, lambda ks: np.ascontiguousarray(a2[:, ks].T), a2.shape[0])
     if counter is not None:  # rows of a record: the leading axis is the batch
-        per_record = max(1, a2.shape[0] // a.shape[0]) if a.ndim > 1 else a2.shape[0]
+        per_record = max(1, a2.shape[0] // max(1, a.shape[0])) if a.ndim > 1 else a2.shape[0]  # 0 records: 1
         count(a2.shape[0] * ((w.shape[0] + 1) // 2) * w.shape[1], rows // per_record)
     if not values.size:
         return None

@@ -424,6 +424,26 @@ def test_runs_with_growing_and_shrinking_inputs_match_the_pair_oracle(monkeypatc
     assert recorded(way) in taken
 
 
+@pytest.mark.parametrize("way", ["dense", "sparse"])
+def test_a_quiet_group_growing_loud_in_a_later_run_matches_the_pair_oracle(monkeypatch, way) -> None:
+    """A grouped convolution's read-only weight: group 0 risky in every run, group 1 quiet first and then
+    risky while group 0's pairs are reused. Its correction's bound, kept with group 0's pairs, is made
+    again for both groups (it raised ValueError: the kept groups were compared with a strict zip)."""
+    force_way(monkeypatch, way)
+    rng = np.random.default_rng(0)
+    w = _heavy_weights(rng, (4, 4, 3, 3))
+    w.flags.writeable = False
+    attrs = {"pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [1, 1], "group": 2}
+    x = rng.integers(200, 256, (2, 8, 5, 5)).astype(np.uint8)
+    x[:, 4:] //= 25  # group 1's inputs below 11: no pair of it can saturate
+    for run in range(3):
+        got, _, _ = conv_integer_acc(x, np.uint8(0), w, np.int8(0), attrs, AVX2)
+        want = _oracle_conv(x, 0, w, [1, 1, 1, 1], (1, 1), (1, 1), 2)
+        np.testing.assert_array_equal(np.asarray(got, np.int64), want, err_msg=f"run {run}")
+        x = x.copy()
+        x[:, 4:] = rng.integers(200, 256, (2, 4, 5, 5)) if run == 0 else x[:, 4:] // 25  # loud, then quiet again
+
+
 def test_the_sampled_choice_of_way_is_kept_for_the_same_risky_pairs(monkeypatch) -> None:
     """A layer whose way needs a sample run (of its first record) takes it once: later runs of the same
     weight and input shape reuse the verdict while the risky pairs stay the same; new pairs (an input
