@@ -1196,3 +1196,56 @@ def test_an_empty_auto_pad_reads_the_pads_as_notset_does(op: str) -> None:
     (got,) = run(x, **attrs)
     assert want.shape == (1, 1, 4, 4)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_table_of_a_16_bit_type_is_read_from_its_minimum() -> None:
+    """``apply_table`` beyond 8 bits: entry ``x - min`` (int16: ``x + 32768``), worked by hand."""
+    table = np.arange(65536, dtype=np.int64) * 3
+    x = np.array([-32768, -1, 0, 32767], np.int16)
+    np.testing.assert_array_equal(elementwise.apply_table(x, table), [0, 32767 * 3, 32768 * 3, 65535 * 3])
+    u = np.array([0, 7, 65535], np.uint16)
+    np.testing.assert_array_equal(elementwise.apply_table(u, table), [0, 21, 65535 * 3])
+
+
+def _pair_formula(calls: list[int]):
+    def fn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return a.astype(np.int64) * 3 - b.astype(np.int64)
+
+    return fn
+
+
+def test_a_pair_table_with_a_key_is_built_once_and_one_without_each_time() -> None:
+    rng = np.random.default_rng(5)
+    a, b = random_q(rng, np.uint8, (3, 5)), random_q(rng, np.int8, (3, 5))
+    want = a.astype(np.int64) * 3 - b.astype(np.int64)
+    calls: list[int] = []
+    fn = _pair_formula(calls)
+    for _ in range(2):
+        np.testing.assert_array_equal(elementwise.binary_table_apply(fn, a, b, ("k",)), want)
+    assert len(calls) == 1, "the second call with the same key reads the kept table"
+    key = next(iter(elementwise._PAIR_TABLES))
+    assert key == (("k",), a.dtype.str, b.dtype.str)
+    assert elementwise._PAIR_TABLES[key] is not None
+    a8 = a.view(np.int8)  # the same key with other operand types is another table
+    np.testing.assert_array_equal(
+        elementwise.binary_table_apply(fn, a8, b, ("k",)), a8.astype(np.int64) * 3 - b.astype(np.int64)
+    )
+    assert len(calls) == 2 and len(elementwise._PAIR_TABLES) == 2
+    for _ in range(2):  # without a key: built for every call, kept for none
+        np.testing.assert_array_equal(elementwise.binary_table_apply(fn, a, b), want)
+    assert len(calls) == 4 and len(elementwise._PAIR_TABLES) == 2
+
+
+def test_the_pair_tables_kept_are_bounded_and_the_oldest_goes_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(elementwise, "_PAIR_TABLES_MAX", 2)
+    a, b = np.array([[1, 200]], np.uint8), np.array([[3, 4]], np.uint8)
+    calls: list[int] = []
+    fn = _pair_formula(calls)
+    for name in ("first", "second", "third"):
+        np.testing.assert_array_equal(elementwise.binary_table_apply(fn, a, b, (name,)), [[0, 596]])
+    assert [k[0] for k in elementwise._PAIR_TABLES] == [("second",), ("third",)]
+    elementwise.binary_table_apply(fn, a, b, ("third",))
+    assert len(calls) == 3
+    elementwise.binary_table_apply(fn, a, b, ("first",))  # evicted: built again, and "second" goes
+    assert len(calls) == 4 and [k[0] for k in elementwise._PAIR_TABLES] == [("third",), ("first",)]
