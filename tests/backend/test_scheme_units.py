@@ -1,0 +1,894 @@
+"""Unit tests of the backend's plumbing: schemes, the kernel registry, the host probe, the heap, the
+thread pool, and the graph rewrites (tables, int8 as uint8, weight groups, float weights quantized).
+
+Expected values are worked by hand from the documented rules (each test says which), or come from
+onnxruntime run on a one-node model.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pytest_qaccuracy.backend import graph as graph_module
+from pytest_qaccuracy.backend import heap, host, int8_to_uint8, parallel, registry, scheme
+from pytest_qaccuracy.backend.graph import Step, attribute_value, steps_from_graph, tensor_types
+from pytest_qaccuracy.backend.scheme import FAMILIES, PRESETS, Scheme, get_scheme, preset_names
+from pytest_qaccuracy.errors import InputError, ModelError, QAccuracyError, UnsupportedOpError
+
+# --- scheme.py ---------------------------------------------------------------------------------
+
+
+def test_a_scheme_refuses_an_unknown_accumulator_and_hints_at_pair_saturation() -> None:
+    with pytest.raises(InputError) as plain:
+        Scheme(name="mine", accumulator="int64")  # type: ignore[arg-type]
+    assert str(plain.value) == "scheme 'mine': accumulator must be exact, wrap32 or saturate32, got 'int64'"
+    with pytest.raises(InputError) as hinted:
+        Scheme(name="old", accumulator="int16_pairs")  # type: ignore[arg-type]
+    assert str(hinted.value) == (
+        "scheme 'old': accumulator must be exact, wrap32 or saturate32, got 'int16_pairs'"
+        " (the int16 pair sums of x86 CPUs without VNNI are pair_saturation=True)"
+    )
+    for accumulator in ("exact", "wrap32", "saturate32"):
+        assert Scheme(accumulator=accumulator).accumulator == accumulator  # type: ignore[arg-type]
+
+
+def test_a_scheme_refuses_unknown_op_families_and_lists_the_known_ones() -> None:
+    with pytest.raises(InputError) as error:
+        Scheme(name="s", zp_before_rounding=frozenset({"conv", "add", "bad"}))
+    assert str(error.value) == f"scheme 's': unknown op families ['bad', 'conv']; known: {FAMILIES}"
+    every = Scheme(zp_before_rounding=frozenset(FAMILIES))
+    assert all(every.zp_first(family) for family in FAMILIES)
+    some = Scheme(zp_before_rounding=frozenset({"add"}))
+    assert some.zp_first("add") and not some.zp_first("mul") and not some.zp_first("gemm")
+
+
+@pytest.mark.parametrize(
+    ("bits", "reduce_range", "ok"),
+    [(8, False, True), (9, True, True), (2, False, True), (3, True, True), (9, False, False), (1, False, False),
+     (2, True, False), (10, True, False)],
+)  # fmt: skip
+def test_a_scheme_keeps_two_to_eight_weight_bits_after_reduce_range(bits: int, reduce_range: bool, ok: bool) -> None:
+    """The bits left are ``weight_bits - reduce_range``; 2 to 8 are accepted."""
+    if ok:
+        assert Scheme(weight_bits=bits, reduce_range=reduce_range).weight_bits == bits
+        return
+    with pytest.raises(InputError) as error:
+        Scheme(name="w", weight_bits=bits, reduce_range=reduce_range)
+    assert str(error.value) == f"scheme 'w': weight_bits must leave 2..8 bits, got {bits}"
+
+
+def test_double_rounding_needs_a_q31_multiplier() -> None:
+    assert Scheme(multiplier="q31", double_rounding=True).double_rounding
+    for multiplier in ("float32", "q15", "power2"):
+        with pytest.raises(InputError) as error:
+            Scheme(name="d", multiplier=multiplier, double_rounding=True)  # type: ignore[arg-type]
+        assert str(error.value) == "scheme 'd': double_rounding needs multiplier='q31'"
+
+
+def test_replace_names_the_copy_custom_unless_a_name_is_given() -> None:
+    base = Scheme(name="base", rounding="floor")
+    copy = base.replace(multiplier="q31")
+    assert (copy.name, copy.multiplier, copy.rounding) == ("custom", "q31", "floor")
+    assert base.multiplier == "float32"  # the original is unchanged
+    assert base.replace(name="mine").name == "mine"
+    with pytest.raises(InputError):
+        base.replace(weight_bits=1)  # the copy is checked too
+
+
+@pytest.mark.parametrize(
+    ("versions", "expected"),
+    [
+        ({"onnxruntime": "1.23.2"}, (1, 23)),
+        ({"onnxruntime": "1.20.0rc1"}, (1, 20)),
+        ({"onnxruntime": "1.9"}, (1, 9)),
+        ({"onnxruntime": "1.x"}, (1, 0)),
+        ({"onnxruntime-gpu": "1.21.1"}, (1, 21)),
+        ({"onnxruntime": "7", "onnxruntime-openvino": "1.22.0"}, (1, 22)),
+        ({"onnxruntime-directml": "2.0.0"}, (2, 0)),
+        ({}, (0, 0)),
+    ],
+)
+def test_the_onnxruntime_version_is_read_from_the_first_installed_distribution(
+    versions: dict[str, str], expected: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``major.minor`` of onnxruntime, -gpu, -openvino, -directml in that order; a version without a minor
+    is skipped; none installed is (0, 0)."""
+
+    def version(dist: str) -> str:
+        if dist not in versions:
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return versions[dist]
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert scheme._onnxruntime_version() == expected
+
+
+def test_the_onnxruntime_version_prefers_the_plain_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    versions = {"onnxruntime": "1.18.0", "onnxruntime-gpu": "1.30.0", "onnxruntime-openvino": "1.31.0"}
+    monkeypatch.setattr(importlib.metadata, "version", lambda dist: versions[dist])
+    assert scheme._onnxruntime_version() == (1, 18)
+
+
+@pytest.mark.parametrize(
+    ("version", "quantizes"),
+    [((1, 20), False), ((1, 21), True), ((1, 22), False), ((1, 23), True), ((2, 0), True), ((0, 0), False)],
+)
+def test_float_weights_are_quantized_from_onnxruntime_1_21_but_not_by_1_22(
+    version: tuple[int, int], quantizes: bool
+) -> None:
+    assert scheme._quantizes_float_weights(version) is quantizes
+
+
+def test_get_scheme_returns_a_scheme_a_preset_or_the_host_preset(monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = Scheme(name="mine")
+    assert get_scheme(mine) is mine
+    assert get_scheme("tflite") is PRESETS["tflite"]
+    monkeypatch.setattr(host, "host_preset", lambda: "onnxruntime-avx2")
+    assert get_scheme(None) is PRESETS["onnxruntime-avx2"]
+    assert get_scheme("onnxruntime") is PRESETS["onnxruntime-avx2"]
+    with pytest.raises(InputError) as error:
+        get_scheme("onnxruntime-sse")
+    assert str(error.value) == "unknown scheme 'onnxruntime-sse'; presets: " + ", ".join(("onnxruntime", *PRESETS))
+    assert error.value.__cause__ is None and error.value.__suppress_context__
+
+
+def test_preset_names_start_with_the_host_preset() -> None:
+    assert preset_names() == ("onnxruntime", *PRESETS)
+    assert "onnxruntime-vnni" in preset_names() and "glow" in preset_names()
+
+
+# --- registry.py -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def empty_registry(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """A registry of its own, so that the test's kernels do not join the library's."""
+    fresh: dict = {}
+    monkeypatch.setattr(registry, "_REGISTRY", fresh)
+    return fresh
+
+
+def test_domains_ai_onnx_and_empty_are_one(empty_registry: dict) -> None:
+    assert registry.normalize_domain("") == "" and registry.normalize_domain("ai.onnx") == ""
+    assert registry.normalize_domain("com.microsoft") == "com.microsoft"
+
+    def fn() -> tuple:
+        return ()
+
+    assert registry.kernel("ai.onnx", "Relu", 6)(fn) is fn
+    (found,) = empty_registry[("", "Relu")]
+    assert (found.domain, found.op_type, found.since, found.fn) == ("", "Relu", 6, fn)
+    assert registry.find_kernel("", "Relu", 6) is found and registry.find_kernel("ai.onnx", "Relu", 7) is found
+
+
+def test_kernels_are_found_by_the_newest_version_not_past_the_opset(empty_registry: dict) -> None:
+    def v1() -> tuple:
+        return (1,)
+
+    def v13() -> tuple:
+        return (13,)
+
+    def v7() -> tuple:
+        return (7,)
+
+    registry.kernel("", "Op")(v1)  # since defaults to 1
+    registry.kernel("", "Op", 13, scheme=True, float_op=True, outputs=True)(v13)
+    registry.kernel("", "Op", 7)(v7)
+    assert [k.since for k in empty_registry[("", "Op")]] == [1, 7, 13]
+    assert registry.find_kernel("", "Op", 1).fn is v1
+    assert registry.find_kernel("", "Op", 6).fn is v1
+    assert registry.find_kernel("", "Op", 7).fn is v7
+    assert registry.find_kernel("", "Op", 12).fn is v7
+    assert registry.find_kernel("", "Op", 13).fn is v13
+    assert registry.find_kernel("", "Op", 99).fn is v13
+    assert registry.find_kernel("", "Op", 0) is None
+    assert registry.find_kernel("", "Other", 13) is None
+    assert registry.find_kernel("com.microsoft", "Op", 13) is None
+    newest, oldest = registry.find_kernel("", "Op", 13), registry.find_kernel("", "Op", 1)
+    assert (newest.needs_scheme, newest.float_op, newest.needs_outputs) == (True, True, True)
+    assert (oldest.needs_scheme, oldest.float_op, oldest.needs_outputs) == (False, False, False)
+
+
+def test_a_kernel_registered_twice_names_it(empty_registry: dict) -> None:
+    registry.kernel("com.microsoft", "QLinearAdd", 1)(lambda: ())
+    with pytest.raises(ValueError) as error:
+        registry.kernel("com.microsoft", "QLinearAdd", 1)(lambda: ())
+    assert str(error.value) == "kernel com.microsoft::QLinearAdd (since 1) registered twice"
+    registry.kernel("", "Relu", 14)(lambda: ())
+    with pytest.raises(ValueError) as error:
+        registry.kernel("ai.onnx", "Relu", 14)(lambda: ())
+    assert str(error.value) == "kernel ai.onnx::Relu (since 14) registered twice"
+    registry.kernel("", "Relu", 6)(lambda: ())  # another version is fine
+    assert len(empty_registry[("", "Relu")]) == 2
+
+
+def test_available_lists_kernels_sorted_and_by_domain(empty_registry: dict) -> None:
+    for domain, op in (("", "Relu"), ("com.microsoft", "QLinearAdd"), ("", "Add"), ("ai.onnx", "Abs")):
+        registry.kernel(domain, op)(lambda: ())
+    assert registry.available() == ["ai.onnx::Abs", "ai.onnx::Add", "ai.onnx::Relu", "com.microsoft::QLinearAdd"]
+    assert registry.available("") == ["ai.onnx::Abs", "ai.onnx::Add", "ai.onnx::Relu"]
+    assert registry.available("ai.onnx") == ["ai.onnx::Abs", "ai.onnx::Add", "ai.onnx::Relu"]
+    assert registry.available("com.microsoft") == ["com.microsoft::QLinearAdd"]
+    assert registry.available("org.other") == []
+
+
+def test_unsupported_names_the_node_op_opset_and_the_domain_s_kernels(empty_registry: dict) -> None:
+    registry.kernel("", "Relu")(lambda: ())
+    registry.kernel("", "Add")(lambda: ())
+    error = registry.unsupported("n1", "", "Foo", 17)
+    assert isinstance(error, UnsupportedOpError)
+    assert (
+        str(error)
+        == "node 'n1': no integer-backend kernel for ai.onnx::Foo at opset 17; kernels in this domain: Add, Relu"
+    )
+    error = registry.unsupported("n2", "org.x", "Bar", 1, "a reason")
+    assert (
+        str(error)
+        == "node 'n2': no integer-backend kernel for org.x::Bar at opset 1 (a reason); kernels in this domain: none"
+    )
+
+
+# --- host.py -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """host_preset's cache emptied before and after, no override in the environment."""
+    monkeypatch.delenv(host.ENV_OVERRIDE, raising=False)
+    host.host_preset.cache_clear()
+    yield
+    host.host_preset.cache_clear()
+
+
+@pytest.mark.parametrize(("machine", "arm"), [("aarch64", True), ("ARM64", True), ("x86_64", False), ("armv7l", False)])
+def test_arm64_is_aarch64_or_arm64_in_any_case(machine: str, arm: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host.platform, "machine", lambda: machine)
+    assert host.is_arm64() is arm
+
+
+@pytest.mark.parametrize(("value", "preset"), [(32767, "onnxruntime-avx2"), (64770, "onnxruntime-vnni")])
+def test_the_x86_probe_names_the_preset(
+    value: int, preset: str, fresh_host: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64770 = 2 * 255 * 127 exact, 32767 = the int16 pair saturated."""
+    monkeypatch.setattr(host, "is_arm64", lambda: False)
+    monkeypatch.setattr(host, "probe", lambda: value)
+    assert host.host_preset() == preset
+    monkeypatch.setattr(host, "probe", lambda: 0)
+    assert host.host_preset() == preset  # once per process
+
+
+@pytest.mark.parametrize(("value", "preset"), [(262144, "onnxruntime-arm64"), (-262144, "onnxruntime-arm64-neon")])
+def test_the_arm64_probe_names_the_preset(
+    value: int, preset: str, fresh_host: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 * 128 * 128 = 262144 exact; wrapped int16 pairs of 32768 give -262144."""
+    monkeypatch.setattr(host, "is_arm64", lambda: True)
+    monkeypatch.setattr(host, "arm64_probe", lambda: value)
+    monkeypatch.setattr(host, "probe", lambda: pytest.fail("the x86 probe ran on ARM64"))
+    assert host.host_preset() == preset
+
+
+def test_an_unexpected_probe_answer_asks_for_the_override(fresh_host: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host, "is_arm64", lambda: False)
+    monkeypatch.setattr(host, "probe", lambda: 12345)
+    with pytest.raises(QAccuracyError) as error:
+        host.host_preset()
+    assert type(error.value) is QAccuracyError and error.value.__suppress_context__
+    assert str(error.value) == (
+        "onnxruntime's u8 x s8 MatMulInteger gave 12345 for 255*127 + 255*127 (expected 64770 with exact "
+        "int32 sums or 32767 with int16 pair saturation): set QACCURACY_HOST_PRESET to the preset this machine needs"
+    )
+    host.host_preset.cache_clear()
+    monkeypatch.setattr(host, "is_arm64", lambda: True)
+    monkeypatch.setattr(host, "arm64_probe", lambda: 7)
+    with pytest.raises(QAccuracyError) as error:
+        host.host_preset()
+    assert type(error.value) is QAccuracyError and error.value.__suppress_context__
+    assert str(error.value) == (
+        "onnxruntime's s8 x s8 MatMulInteger gave 7 for sixteen (-128)*(-128) (expected 262144 with "
+        "exact sums or -262144 with wrapped int16 pairs): set QACCURACY_HOST_PRESET to the preset this machine needs"
+    )
+
+
+def test_the_override_wins_and_is_checked(fresh_host: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host, "probe", lambda: pytest.fail("probed despite the override"))
+    monkeypatch.setattr(host, "arm64_probe", lambda: pytest.fail("probed despite the override"))
+    for preset in host.HOST_PRESETS:
+        host.host_preset.cache_clear()
+        monkeypatch.setenv(host.ENV_OVERRIDE, f" {preset}\n")
+        assert host.host_preset() == preset
+    host.host_preset.cache_clear()
+    monkeypatch.setenv(host.ENV_OVERRIDE, "tflite")
+    with pytest.raises(InputError) as error:
+        host.host_preset()
+    assert str(error.value) == (
+        "QACCURACY_HOST_PRESET='tflite': expected one of onnxruntime-avx2, onnxruntime-vnni, onnxruntime-arm64, "
+        "onnxruntime-arm64-neon"
+    )
+    host.host_preset.cache_clear()
+    monkeypatch.setenv(host.ENV_OVERRIDE, "  ")  # blank: the probe decides
+    monkeypatch.setattr(host, "is_arm64", lambda: False)
+    monkeypatch.setattr(host, "probe", lambda: 32767)
+    assert host.host_preset() == "onnxruntime-avx2"
+
+
+def test_the_probes_run_onnxruntime_s_matmul_integer() -> None:
+    """The x86 probe is 64770 (exact) or 32767 (saturated pair); s8 x s8 sums of sixteen 16384 are 262144
+    on every x86 onnxruntime; and a small product is the exact integer product."""
+    assert host.probe() in (64770, 32767)
+    if not host.is_arm64():
+        assert host.arm64_probe() == 16 * 128 * 128
+    a = np.array([[3, -2, 5, 1]], np.int8)
+    b = np.array([[2], [7], [-1], [4]], np.int8)
+    assert host._matmul_integer(a, b) == 3 * 2 - 2 * 7 - 5 + 4
+    assert host._matmul_integer(np.array([[1, 2]], np.uint8), np.array([[3], [4]], np.uint8)) == 11
+
+
+# --- heap.py -----------------------------------------------------------------------------------
+
+
+def test_mallopt_is_glibc_s_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(heap.platform, "libc_ver", lambda: ("musl", "1.2"))
+    assert heap._mallopt() is None
+    monkeypatch.setattr(heap.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(heap.platform, "libc_ver", lambda: ("glibc", "2.36"))
+    assert heap._mallopt() is None
+    monkeypatch.setattr(heap.platform, "system", lambda: "Linux")
+
+    class NoMallopt:
+        def __init__(self, name: object) -> None:
+            assert name is None
+
+    monkeypatch.setattr(heap.ctypes, "CDLL", NoMallopt)
+    assert heap._mallopt() is None
+
+    def unloadable(name: object) -> None:
+        raise OSError("no libc")
+
+    monkeypatch.setattr(heap.ctypes, "CDLL", unloadable)
+    assert heap._mallopt() is None
+
+    class WithMallopt:
+        def __init__(self, name: object) -> None:
+            assert name is None
+            self.mallopt = "the function"
+
+    monkeypatch.setattr(heap.ctypes, "CDLL", WithMallopt)
+    assert heap._mallopt() == "the function"
+
+
+def test_the_real_mallopt_is_found_on_glibc() -> None:
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    assert callable(heap._mallopt())
+
+
+def test_tuned_is_read_in_any_case_and_a_failed_mallopt_is_not_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(heap, "_mallopt", lambda: lambda param, value: calls.append((param, value)) or 1)
+    monkeypatch.setattr(heap, "_applied", None)
+    monkeypatch.setenv(heap.ENV, " TUNED ")
+    assert heap.keep_temporaries_warm() is True
+    assert calls == [(-3, 32 << 20), (-2, 64 << 20)]  # glibc's M_MMAP_THRESHOLD and M_TOP_PAD
+
+    for results, applied in (([0, 1], False), ([1, 0], False), ([1, 1], True)):
+        answers = iter(results)
+        monkeypatch.setattr(heap, "_mallopt", lambda answers=answers: lambda param, value: next(answers))
+        monkeypatch.setattr(heap, "_applied", None)
+        assert heap.keep_temporaries_warm() is applied
+        assert heap._applied is applied
+
+    monkeypatch.setenv(heap.ENV, "Fast")
+    with pytest.raises(InputError) as error:
+        heap.keep_temporaries_warm()
+    assert str(error.value) == "QACCURACY_HEAP='Fast': expected 'tuned' or 'system'"
+
+
+# --- parallel.py -------------------------------------------------------------------------------
+
+
+def test_resolve_reads_zero_as_every_core_and_refuses_negatives(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "available_cores", lambda: 6)
+    assert parallel.resolve(0) == 6
+    assert parallel.resolve(1) == 1 and parallel.resolve(3) == 3
+    with pytest.raises(ValueError) as error:
+        parallel.resolve(-1)
+    assert str(error.value) == "threads must be >= 0, got -1"
+
+
+def test_available_cores_is_the_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: {0, 2, 5})
+    assert parallel.available_cores() == 3
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: set())
+    assert parallel.available_cores() == 1
+
+
+def test_using_sets_the_thread_count_for_this_thread_only_and_restores_it() -> None:
+    assert parallel.current() == 1
+    seen: list[int] = []
+    with parallel.using(3):
+        assert parallel.current() == 3
+        other = threading.Thread(target=lambda: seen.append(parallel.current()))
+        other.start()
+        other.join()
+        with parallel.using(2):
+            assert parallel.current() == 2
+        assert parallel.current() == 3
+        with pytest.raises(KeyError), parallel.using(5):
+            raise KeyError("inside")
+        assert parallel.current() == 3
+    assert parallel.current() == 1 and seen == [1]
+
+
+@pytest.mark.parametrize(
+    ("threads", "total", "cost", "expected"),
+    [
+        (1, 1 << 20, 1, [(0, 1 << 20)]),  # one thread
+        (4, 1, 1 << 20, [(0, 1)]),  # one item
+        (4, 0, 1, [(0, 0)]),
+        (4, (1 << 16) - 1, 1, [(0, (1 << 16) - 1)]),  # just under the threshold
+        (2, 1 << 16, 1, [(0, 1 << 15), (1 << 15, 1 << 16)]),  # just on it
+        (3, 10, 1 << 14, [(0, 3), (3, 6), (6, 10)]),  # 10 * 3 // 3 ...: floor of total * i / parts
+        (8, 3, 1 << 15, [(0, 1), (1, 2), (2, 3)]),  # no more parts than items
+        (2, 5, 1 << 14, [(0, 2), (2, 5)]),
+    ],
+)
+def test_split_gives_one_range_per_thread_when_the_work_is_worth_it(
+    threads: int, total: int, cost: int, expected: list[tuple[int, int]]
+) -> None:
+    with parallel.using(threads):
+        assert parallel.split(total, cost) == expected
+
+
+def test_split_reads_the_cost_per_item() -> None:
+    with parallel.using(2):
+        assert parallel.split(4) == [(0, 4)]  # default cost 1: 4 elements are not worth a thread
+        assert parallel.split(4, 1 << 14) == [(0, 2), (2, 4)]
+
+
+def test_scratch_buffers_are_reused_per_role_and_type_and_grow() -> None:
+    a = parallel.scratch(10, np.int32, "unit-a")
+    assert a.shape == (10,) and a.dtype == np.int32
+    a[:] = 7
+    again = parallel.scratch(4, np.int32, "unit-a")
+    assert again.shape == (4,) and np.shares_memory(again, a) and (again == 7).all()
+    same_size = parallel.scratch(10, np.int32, "unit-a")
+    assert np.shares_memory(same_size, a)
+    assert not np.shares_memory(parallel.scratch(10, np.int32, "unit-b"), a)
+    assert not np.shares_memory(parallel.scratch(10, np.int64, "unit-a"), a)
+    grown = parallel.scratch(11, np.int32, "unit-a")
+    assert grown.shape == (11,) and not np.shares_memory(grown, a)
+    assert np.shares_memory(parallel.scratch(5, np.dtype(np.int32), "unit-a"), grown)
+    found: list[np.ndarray] = []
+    other = threading.Thread(target=lambda: found.append(parallel.scratch(11, np.int32, "unit-a")))
+    other.start()
+    other.join()
+    assert not np.shares_memory(found[0], grown)  # per thread
+
+
+def test_blockwise_refuses_non_contiguous_or_mismatched_arrays() -> None:
+    def fail(*args: np.ndarray) -> None:
+        raise AssertionError("ran")
+
+    base = np.zeros((4, 6))
+    assert not parallel.blockwise(fail, base[:, ::2], np.ones((4, 3)))
+    assert not parallel.blockwise(fail, np.zeros((4, 3)), np.ones((4, 6))[:, ::2])
+    assert not parallel.blockwise(fail, np.zeros((4, 3)), np.ones((4, 3)), np.ones((3,)))
+    assert not parallel.blockwise(fail, np.zeros((4, 3)), np.ones((3, 4)))
+    out = np.zeros((4, 3))
+    assert parallel.blockwise(lambda o: o.__setitem__(slice(None), 5.0), out)  # no inputs at all
+    assert (out == 5).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_blockwise_covers_every_element_once_in_blocks(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of BLOCK_ELEMENTS; with threads, runs of max(1, blocks // (4 * threads)) blocks per task."""
+    monkeypatch.setattr(parallel, "BLOCK_ELEMENTS", 10)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    sizes: list[int] = []
+    lock = threading.Lock()
+
+    def fn(out: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+        with lock:
+            sizes.append(out.size)
+        out += a * 10 + b
+
+    a = np.arange(95, dtype=np.int64).reshape(5, 19)
+    b = np.full((5, 19), 3, np.int64)
+    out = np.ones((5, 19), np.int64)
+    with parallel.using(threads):
+        assert parallel.blockwise(fn, out, a, b)
+    np.testing.assert_array_equal(out, 1 + a * 10 + 3)
+    assert sorted(sizes) == [5] + [10] * 9
+
+
+def test_blockwise_runs_small_arrays_on_the_calling_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under MIN_PARALLEL_ELEMENTS (blocks * BLOCK_ELEMENTS) or with one thread: a plain loop here."""
+    monkeypatch.setattr(parallel, "BLOCK_ELEMENTS", 10)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 30)
+    monkeypatch.setattr(parallel, "run_all", lambda tasks: pytest.fail("handed to the pool"))
+    seen: set[int] = set()
+
+    def fn(out: np.ndarray) -> None:
+        seen.add(threading.get_ident())
+        out[:] = 1
+
+    with parallel.using(4):
+        out = np.zeros(25)  # 3 blocks of 10: 30 elements of blocks, not under 30, but ...
+        with pytest.raises(pytest.fail.Exception):
+            parallel.blockwise(fn, out)
+        out = np.zeros(20)  # 2 blocks: 20 < 30
+        assert parallel.blockwise(fn, out) and (out == 1).all()
+    out = np.zeros(100)
+    assert parallel.blockwise(fn, out) and (out == 1).all()  # one thread
+    assert seen == {threading.get_ident()}
+
+
+def test_blockwise_hands_out_runs_of_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    handed: list[int] = []
+    real = parallel.run_all
+
+    def run_all(tasks):
+        handed.append(len(tasks))
+        return real(tasks)
+
+    monkeypatch.setattr(parallel, "run_all", run_all)
+    out = np.zeros(40)
+    with parallel.using(2):
+        parallel.blockwise(lambda o: o.__setitem__(slice(None), 1.0), out)
+    assert handed == [8] and (out == 1).all()  # runs of 40 // (4 * 2) = 5 blocks
+    handed.clear()
+    with parallel.using(3):
+        parallel.blockwise(lambda o: o.__setitem__(slice(None), 2.0), np.zeros(5))
+    assert handed == [5]  # 5 // 12 = 0: runs of one block
+
+
+def test_run_all_runs_on_at_most_the_tasks_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes: list[int] = []
+    real = parallel._executor
+    monkeypatch.setattr(parallel, "_executor", lambda size: sizes.append(size) or real(size))
+    with parallel.using(4):
+        assert parallel.run_all([lambda: 1]) == [1]  # one task: no pool
+        assert parallel.run_all([]) == []
+        assert parallel.run_all([lambda: 1, lambda: 2]) == [1, 2]
+        assert parallel.run_all([lambda i=i: i for i in range(9)]) == list(range(9))
+    assert sizes == [1, 3]
+
+
+def test_the_pool_grows_and_is_rebuilt_after_a_fork(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "_pool", None)
+    monkeypatch.setattr(parallel, "_pool_size", 0)
+    first = parallel._executor(2)
+    assert parallel._pool is first and parallel._pool_size == 2 and parallel._pool_pid == parallel.os.getpid()
+    assert parallel._executor(1) is first and parallel._executor(2) is first
+    bigger = parallel._executor(3)
+    assert bigger is not first and parallel._pool_size == 3
+    with pytest.raises(RuntimeError):
+        first.submit(lambda: None)  # the old pool was shut down
+    monkeypatch.setattr(parallel, "_pool_pid", -1)  # as if built by a parent process
+    child = parallel._executor(1)
+    assert child is not bigger and parallel._pool_size == 1
+    assert bigger.submit(lambda: 5).result() == 5  # a parent's pool is left alone
+    bigger.shutdown()
+    child.shutdown()
+
+
+def test_a_forked_child_renews_the_locks() -> None:
+    old_pool_lock, old_blas_lock = parallel._pool_lock, parallel.blas_threads._lock
+    users = parallel.blas_threads._users
+    try:
+        parallel.blas_threads._users = 3
+        parallel._after_fork_in_child()
+        assert parallel._pool_lock is not old_pool_lock and parallel.blas_threads._lock is not old_blas_lock
+        assert parallel.blas_threads._users == 0
+    finally:
+        parallel._pool_lock, parallel.blas_threads._lock = old_pool_lock, old_blas_lock
+        parallel.blas_threads._users = users
+
+
+def test_blas_threads_are_held_at_one_and_restored_by_the_last_user() -> None:
+    state = {"threads": 4}
+    log: list[int] = []
+
+    def set_threads(n: int) -> None:
+        log.append(n)
+        state["threads"] = n
+
+    blas = parallel._BlasThreads()
+    blas._calls = (lambda: state["threads"], set_threads)
+    with blas.single():
+        assert state["threads"] == 1
+        with blas.single():
+            assert state["threads"] == 1
+        assert state["threads"] == 1 and blas._users == 1
+    assert state["threads"] == 4 and blas._users == 0 and log == [1, 4]
+    with pytest.raises(KeyError), blas.single():
+        raise KeyError("in a chunk")
+    assert state["threads"] == 4 and blas._users == 0
+
+
+def test_without_a_known_blas_nothing_is_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    blas = parallel._BlasThreads()
+    monkeypatch.setattr(blas, "_find", lambda: None)
+    with blas.single():
+        assert blas._users == 1
+    assert blas._users == 0 and blas._calls is None
+
+
+# --- graph.py ----------------------------------------------------------------------------------
+
+
+def test_a_step_describes_itself_with_its_domain_and_fused_nodes() -> None:
+    step = Step("conv", "", "Conv", ["x"], ["y"])
+    assert step.describe() == "node 'conv' (ai.onnx::Conv)"
+    assert step.attrs == {} and step.proto is None and step.fused == () and step.group == ()
+    fused = Step("g", "ai.qaccuracy", "QGemm", ["x"], ["y"], fused=("dq", "gemm", "q"))
+    assert fused.describe() == "node 'g' (ai.qaccuracy::QGemm) (fused from dq, gemm, q)"
+    assert Step("a", "", "Relu", [], []).attrs is not Step("b", "", "Relu", [], []).attrs
+
+
+def test_attribute_values_are_python_values() -> None:
+    node = helper.make_node(
+        "Op", ["x"], ["y"], i=3, f=0.5, s="text", ints=[1, 2], strings=["a", "bé"],
+        t=numpy_helper.from_array(np.array([1, 2], np.int8)),
+    )  # fmt: skip
+    values = {a.name: attribute_value(a) for a in node.attribute}
+    assert values["i"] == 3 and values["f"] == 0.5 and values["ints"] == [1, 2]
+    assert values["s"] == "text" and isinstance(values["s"], str)
+    assert values["strings"] == ["a", "bé"]
+    assert isinstance(values["t"], np.ndarray) and values["t"].dtype == np.int8 and values["t"].tolist() == [1, 2]
+
+
+def test_steps_are_the_graph_s_nodes_named_by_op_and_index_when_unnamed() -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"]),
+            helper.make_node("LeakyRelu", ["a"], ["b"], name="leaky", alpha=0.25),
+            helper.make_node("QLinearAdd", ["b", "", "c"], ["y"], domain="com.microsoft"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    relu, leaky, add = steps_from_graph(graph)
+    assert (relu.name, relu.domain, relu.op_type, relu.inputs, relu.outputs) == ("Relu_0", "", "Relu", ["x"], ["a"])
+    assert leaky.name == "leaky" and leaky.attrs == {"alpha": 0.25} and leaky.proto is graph.node[1]
+    assert (add.name, add.domain, add.inputs) == ("QLinearAdd_2", "com.microsoft", ["b", "", "c"])
+
+
+def test_tensor_types_come_from_inputs_outputs_inference_and_initializers() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.INT32), helper.make_node("Add", ["c", "k"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [2])],
+        [numpy_helper.from_array(np.array([1, 2], np.int32), "k")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    types = tensor_types(model)
+    assert types == {"x": np.float16, "c": np.int32, "y": np.int32, "k": np.int32}
+    assert all(isinstance(t, np.dtype) for t in types.values())
+
+
+def test_tensor_types_fall_back_to_the_declared_ones_when_inference_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [2]), helper.make_tensor_value_info("u", 0, None)],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("inference failed")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", broken)
+    assert tensor_types(model) == {"x": np.uint8, "y": np.uint8}  # no inferred "r"; "u" has no type
+
+
+def test_tensor_types_read_inference_leniently(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict = {}
+    real = onnx.shape_inference.infer_shapes
+
+    def spy(model: onnx.ModelProto, **kwargs: object) -> onnx.ModelProto:
+        seen.update(kwargs)
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    tensor_types(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert seen == {"strict_mode": False}
+
+
+def test_narrow_types_need_an_onnx_with_their_numpy_dtypes(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT8E4M3FN, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    assert graph_module.NARROW_TYPES_SUPPORTED  # this onnx (1.19 or later)
+    assert tensor_types(model)["x"] == np.dtype(helper.tensor_dtype_to_np_dtype(TensorProto.FLOAT8E4M3FN))
+    monkeypatch.setattr(graph_module, "NARROW_TYPES_SUPPORTED", False)
+    with pytest.raises(ModelError) as error:
+        tensor_types(model)
+    assert str(error.value) == (
+        "tensor 'x' is FLOAT8E4M3FN: float8, 4-bit, 2-bit and float4 tensors need onnx >= 1.19 "
+        f"(onnx {onnx.__version__} has no numpy dtype for them)"
+    )
+    init_only = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["y"])],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("w", TensorProto.INT4, [2], [1, -2])],
+    )
+    with pytest.raises(ModelError, match=r"^tensor 'w' is INT4: "):
+        tensor_types(helper.make_model(init_only, opset_imports=[helper.make_opsetid("", 21)]))
+    graph_module._check_representable("fine", TensorProto.FLOAT)  # other types pass
+
+
+# --- int8_to_uint8.py --------------------------------------------------------------------------
+
+U8_ZP = "qaccuracy::zp:uint8"  # the converted zero point's name: INTERNAL_PREFIX + zero point + ":uint8"
+
+
+def _q(name: str, x: str, y: str, zp: str = "zp", scale: str = "s", **attrs: object) -> Step:
+    return Step(name, "", "QuantizeLinear", [x, scale, zp], [y], dict(attrs))
+
+
+def _dq(name: str, x: str, y: str, zp: str = "zp", scale: str = "s", **attrs: object) -> Step:
+    return Step(name, "", "DequantizeLinear", [x, scale, zp], [y], dict(attrs))
+
+
+def _pair_constants(zp: int = -3) -> dict[str, np.ndarray]:
+    return {"s": np.array(0.1, np.float32), "zp": np.array(zp, np.int8)}
+
+
+def _convert(steps: list[Step], constants: dict | None = None, keep: set[str] | None = None):
+    types = {"x": np.dtype(np.float32), "t": np.dtype(np.int8)}
+    return int8_to_uint8.convert(steps, constants or _pair_constants(), types, keep or set())
+
+
+@pytest.mark.parametrize(("zp", "shifted"), [(-3, 125), (-128, 0), (127, 255), (0, 128)])
+def test_an_int8_activation_pair_runs_as_uint8_with_the_zero_point_plus_128(zp: int, shifted: int) -> None:
+    q = _q("q", "x", "t", axis=1)
+    dq = Step("dq", "ai.onnx", "DequantizeLinear", ["t", "s", "zp"], ["d"], {"axis": 1}, proto=None)
+    relu = Step("relu", "", "Relu", ["d"], ["y"])
+    steps, added, types, converted = _convert([q, dq, relu], _pair_constants(zp), keep={"y"})
+    new_q, new_dq, same_relu = steps
+    assert same_relu is relu and converted == {"t"}
+    assert list(added) == [U8_ZP] and added[U8_ZP].dtype == np.uint8 and int(added[U8_ZP]) == shifted
+    assert types == {"x": np.float32, "t": np.uint8}
+    assert (new_q.name, new_q.op_type, new_q.inputs, new_q.outputs, new_q.attrs) == (
+        "q", "QuantizeLinear", ["x", "s", U8_ZP], ["t"], {"axis": 1},
+    )  # fmt: skip
+    assert (new_dq.name, new_dq.domain, new_dq.inputs, new_dq.outputs) == ("dq", "ai.onnx", ["t", "s", U8_ZP], ["d"])
+    assert q.inputs == ["x", "s", "zp"] and dq.inputs == ["t", "s", "zp"]  # the given steps are left as they were
+
+
+def test_as_model_type_gives_back_the_int8_values() -> None:
+    got = int8_to_uint8.as_model_type(np.array([0, 1, 127, 128, 129, 255], np.uint8))
+    assert got.dtype == np.int8 and got.tolist() == [-128, -127, -1, 0, 1, 127]
+    assert int8_to_uint8.as_model_type(np.array([[125]], np.int64)).tolist() == [[-3]]
+
+
+def _unconverted(steps: list[Step], constants: dict | None = None, keep: set[str] | None = None) -> bool:
+    new, added, types, converted = _convert(steps, constants, keep)
+    return (
+        all(a is b for a, b in zip(new, steps, strict=True)) and not added and not converted and types["t"] == np.int8
+    )
+
+
+def test_pairs_that_onnxruntime_leaves_as_int8() -> None:
+    relu = Step("relu", "", "Relu", ["d"], ["y"])
+    pair = [_q("q", "x", "t"), _dq("dq", "t", "d"), relu]
+    assert not _unconverted(pair)
+    assert _unconverted([Step("q", "", "QuantizeLinear", ["x", "s"], ["t"]), _dq("dq", "t", "d"), relu])  # no zp
+    assert _unconverted([_q("q", "x", "t", zp="nope"), _dq("dq", "t", "d", zp="nope"), relu])  # zp not constant
+    uint8 = {"s": np.array(0.1, np.float32), "zp": np.array(3, np.uint8)}
+    assert _unconverted(pair, uint8)
+    assert _unconverted(pair, keep={"t"})  # the quantized tensor is asked for
+    assert _unconverted([*pair, Step("other", "", "Relu", ["t"], ["o"])])  # two readers of t
+    assert _unconverted([_q("q", "x", "t"), Step("r", "", "Relu", ["t"], ["d"]), relu])  # not a DequantizeLinear
+    assert _unconverted(
+        [_q("q", "x", "t"), _dq("dq", "s2", "d", scale="t"), relu], {**_pair_constants(), "s2": np.ones(1, np.float32)}
+    )
+    ms = Step("dq", "com.microsoft", "DequantizeLinear", ["t", "s", "zp"], ["d"])
+    assert _unconverted([_q("q", "x", "t"), ms, relu])  # another domain
+    assert _unconverted(
+        [Step("q", "com.microsoft", "QuantizeLinear", ["x", "s", "zp"], ["t"]), _dq("dq", "t", "d"), relu]
+    )
+    assert _unconverted([_q("q", "x", "t"), Step("dq", "", "DequantizeLinear", ["t", "s", "zp"], [""]), relu])
+    assert _unconverted([_q("q", "x", "t"), _dq("dq", "t", "d"), relu, Step("r2", "", "Relu", ["d"], ["z"])])
+
+
+def test_the_dequantize_must_use_the_same_scale_zero_point_and_axis() -> None:
+    relu = Step("relu", "", "Relu", ["d"], ["y"])
+    base = _pair_constants()
+    same_values = {**base, "s2": np.array(0.1, np.float32), "zp2": np.array(-3, np.int8)}
+    assert not _unconverted([_q("q", "x", "t"), _dq("dq", "t", "d", zp="zp2", scale="s2"), relu], same_values)
+    other_scale = {**base, "s2": np.array(0.2, np.float32)}
+    assert _unconverted([_q("q", "x", "t"), _dq("dq", "t", "d", scale="s2"), relu], other_scale)
+    other_zp = {**base, "zp2": np.array(-2, np.int8)}
+    assert _unconverted([_q("q", "x", "t"), _dq("dq", "t", "d", zp="zp2"), relu], other_zp)
+    other_type = {**base, "s2": np.array(0.1, np.float64)}
+    assert _unconverted([_q("q", "x", "t"), _dq("dq", "t", "d", scale="s2"), relu], other_type)
+    assert _unconverted([_q("q", "x", "t"), _dq("dq", "t", "d", scale="unknown"), relu])  # not a constant
+    assert _unconverted([_q("q", "x", "t", scale="unknown"), _dq("dq", "t", "d"), relu])
+    assert _unconverted([_q("q", "x", "t"), Step("dq", "", "DequantizeLinear", ["t", "s"], ["d"]), relu])
+    assert _unconverted([_q("q", "x", "t", axis=0), _dq("dq", "t", "d"), relu])
+    assert _unconverted([_q("q", "x", "t"), _dq("dq", "t", "d", axis=0), relu])
+    assert not _unconverted([_q("q", "x", "t", axis=1), _dq("dq", "t", "d"), relu])  # 1 is the default axis
+    assert not _unconverted([_q("q", "x", "t"), _dq("dq", "t", "d", axis=1), relu])
+
+
+def test_identity_and_redundant_pairs_after_the_dequantize_are_looked_through() -> None:
+    """``Q -> DQ -> Identity -> Q' -> DQ'`` is ``Q -> DQ'`` for onnxruntime: DQ' must then have one
+    reader, not be kept, and be read at all."""
+    chain = [
+        _q("q", "x", "t"),
+        _dq("dq", "t", "d"),
+        Step("id", "", "Identity", ["d"], ["i"]),
+        _q("q2", "i", "t2"),
+        _dq("dq2", "t2", "d2"),
+    ]
+    relu = Step("relu", "", "Relu", ["d2"], ["y"])
+    assert _converted([*chain, relu]) == {"t", "t2"}
+    assert _converted([*chain, relu], keep={"d2"}) == {"t2"}  # a plain pair's output may be kept
+    assert _converted(chain) == {"t2"}  # d2 read by nobody
+    assert _converted([*chain, relu, Step("r2", "", "Relu", ["d2"], ["z"])]) == set()
+    # a different second scale: not redundant, so the first pair stands for itself (d read by one step)
+    other = {**_pair_constants(), "s9": np.array(0.5, np.float32)}
+    chain9 = [*chain[:3], _q("q2", "i", "t2", scale="s9"), _dq("dq2", "t2", "d2", scale="s9"), relu]
+    assert _converted(chain9, other) == {"t", "t2"}
+    # Q' read by a Relu: the pair stops at DQ
+    assert _converted([*chain[:4], Step("r", "", "Relu", ["t2"], ["y"])]) == {"t"}
+    # Q' read twice: DQ stands for itself, read once through the Identity
+    assert _converted([*chain, relu, Step("r3", "", "Relu", ["t2"], ["z"])]) == {"t"}
+    # an Identity read twice ends the look-through at DQ
+    twice = [*chain, relu, Step("r4", "", "Relu", ["i"], ["z"])]
+    assert _converted(twice) == {"t", "t2"}
+
+
+def _converted(steps: list[Step], constants: dict | None = None, keep: set[str] | None = None) -> set[str]:
+    return int8_to_uint8.convert(steps, constants or _pair_constants(), {}, keep or set())[3]
+
+
+def test_the_redundant_pairs_are_followed_for_64_steps_at_most() -> None:
+    n = 70
+    steps = [_q("q", "x", "t0"), _dq("dq", "t0", "d0")]
+    for i in range(1, n):
+        steps += [_q(f"q{i}", f"d{i - 1}", f"t{i}"), _dq(f"dq{i}", f"t{i}", f"d{i}")]
+    steps.append(Step("relu", "", "Relu", [f"d{n - 1}"], ["y"]))
+    consumers: dict[str, list[Step]] = {}
+    for s in steps:
+        for name in s.inputs:
+            consumers.setdefault(name, []).append(s)
+    end = int8_to_uint8._after_redundant_pairs(steps[1], consumers, _pair_constants())
+    assert end.name == "dq64"
+    short = steps[: 2 * 10] + [Step("relu", "", "Relu", ["d9"], ["y"])]
+    consumers = {}
+    for s in short:
+        for name in s.inputs:
+            consumers.setdefault(name, []).append(s)
+    assert int8_to_uint8._after_redundant_pairs(short[1], consumers, _pair_constants()).name == "dq9"
