@@ -254,6 +254,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_arith_edges.py",
             "tests/backend/test_reference_preset.py",
             "tests/backend/test_agreement_outputs.py",
+            "tests/backend/test_scheme_units.py",
         ),
     ),
 }

@@ -11,13 +11,23 @@ import importlib.metadata
 import threading
 from collections.abc import Iterator
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pytest_qaccuracy.backend import graph as graph_module
-from pytest_qaccuracy.backend import heap, host, int8_to_uint8, parallel, registry, scheme
+from pytest_qaccuracy.backend import (
+    heap,
+    host,
+    int8_to_uint8,
+    parallel,
+    registry,
+    scheme,
+    weight_groups,
+    weight_quantization,
+)
 from pytest_qaccuracy.backend.graph import Step, attribute_value, steps_from_graph, tensor_types
 from pytest_qaccuracy.backend.scheme import FAMILIES, PRESETS, Scheme, get_scheme, preset_names
 from pytest_qaccuracy.errors import InputError, ModelError, QAccuracyError, UnsupportedOpError
@@ -886,9 +896,336 @@ def test_the_redundant_pairs_are_followed_for_64_steps_at_most() -> None:
             consumers.setdefault(name, []).append(s)
     end = int8_to_uint8._after_redundant_pairs(steps[1], consumers, _pair_constants())
     assert end.name == "dq64"
-    short = steps[: 2 * 10] + [Step("relu", "", "Relu", ["d9"], ["y"])]
+    short = [*steps[:20], Step("relu", "", "Relu", ["d9"], ["y"])]
     consumers = {}
     for s in short:
         for name in s.inputs:
             consumers.setdefault(name, []).append(s)
     assert int8_to_uint8._after_redundant_pairs(short[1], consumers, _pair_constants()).name == "dq9"
+
+
+# --- weight_quantization.py --------------------------------------------------------------------
+# onnxruntime's WeightBiasQuantization: scale = (max(w, 0) - min(w, 0)) / 255 in float32, zero point
+# rint(-128 - min / scale), weights rint(w / scale) + zero point; bias rint(b / (s_x * s_w)) as int32.
+# The weights below have a range of 255 / 16, so the scale is exactly 1/16 and the values are exact.
+
+WQ = "qaccuracy::conv_weight_"  # INTERNAL_PREFIX + node name + _weight_ + part
+BQ = "qaccuracy::conv_bias_"
+
+
+def _float_conv(w: np.ndarray, bias: np.ndarray | None = None, op: str = "Conv") -> tuple[list[Step], dict]:
+    constants = {"sx": np.array(0.5, np.float32), "zx": np.array(0, np.uint8), "w": w}
+    inputs = ["x", "w"]
+    if bias is not None:
+        constants["b"] = bias
+        inputs.append("b")
+    steps = [
+        _dq("dqx", "xq", "x", zp="zx", scale="sx"),
+        Step("conv", "", op, inputs, ["y"]),
+        _q("qy", "y", "yq", zp="zx", scale="sx"),
+    ]
+    return steps, constants
+
+
+def _quantize_weights(steps: list[Step], constants: dict, scheme_: Scheme | None = None) -> list[Step]:
+    return weight_quantization.quantize_float_weights(steps, constants, scheme_ or Scheme())
+
+
+@pytest.mark.parametrize(
+    ("w", "zero_point", "quantized"),
+    [
+        ([-8.0, 7.9375, 0.0, 1.0], 0, [-128, 127, 0, 16]),  # min -8: -128 - (-128) = 0
+        ([-0.5, 15.4375, 0.25], -120, [-128, 127, -116]),  # -128 + 8
+        ([0.0, 15.9375, 0.09375], -128, [-128, 127, -126]),  # 1.5 -> 2 (half to even)
+        ([0.03125, 15.9375], -128, [-128, 127]),  # all positive: the range still starts at 0
+        ([-0.03125, 15.90625], -128, [-128, 126]),  # zero point -127.5 to even: -128; 254.5 to even
+        ([-0.09375, 15.84375], -126, [-128, 127]),  # -126.5 to even: -126
+    ],
+)
+def test_a_float_weight_gets_onnxruntime_s_asymmetric_int8_parameters(
+    w: list[float], zero_point: int, quantized: list[int]
+) -> None:
+    steps, constants = _float_conv(np.array(w, np.float32))
+    out = _quantize_weights(steps, constants)
+    assert [s.name for s in out] == ["dqx", "conv_weight_dq", "conv", "qy"]
+    dq = out[1]
+    assert (dq.domain, dq.op_type, dq.attrs, dq.proto, dq.fused) == ("", "DequantizeLinear", {}, None, ("conv",))
+    assert dq.inputs == [WQ + "q", WQ + "scale", WQ + "zp"] and dq.outputs == [WQ + "dq"]
+    assert out[2].inputs == ["x", WQ + "dq"]
+    assert constants[WQ + "scale"].dtype == np.float32 and float(constants[WQ + "scale"]) == 1 / 16
+    assert constants[WQ + "zp"].dtype == np.int8 and int(constants[WQ + "zp"]) == zero_point
+    assert constants[WQ + "q"].dtype == np.int8 and constants[WQ + "q"].tolist() == quantized
+
+
+def test_the_weights_round_as_the_scheme_says() -> None:
+    """2.5 steps: half to even gives 2, half away from zero 3."""
+    w = np.array([0.0, 15.9375, 0.15625], np.float32)
+    for rounding, third in (("half_even", -126), ("half_away", -125)):
+        steps, constants = _float_conv(w.copy())
+        _quantize_weights(steps, constants, Scheme(quantize_rounding=rounding))  # type: ignore[arg-type]
+        assert constants[WQ + "q"].tolist() == [-128, 127, third]
+
+
+def test_a_weight_of_zeros_has_scale_one() -> None:
+    steps, constants = _float_conv(np.zeros((2, 2), np.float32))
+    _quantize_weights(steps, constants)
+    assert float(constants[WQ + "scale"]) == 1.0 and int(constants[WQ + "zp"]) == -128
+    assert constants[WQ + "q"].tolist() == [[-128, -128], [-128, -128]]
+
+
+def test_the_bias_is_int32_at_the_input_scale_times_the_weight_scale() -> None:
+    """s_x = 0.5, s_w = 1/16: the bias step is 1/32; 0.3 * 32 = 9.6 -> 10, -1 -> -32, 0.046875 * 32 = 1.5 -> 2."""
+    steps, constants = _float_conv(np.array([-8.0, 7.9375], np.float32), np.array([0.3, -1.0, 0.046875], np.float32))
+    out = _quantize_weights(steps, constants)
+    assert [s.name for s in out] == ["dqx", "conv_weight_dq", "conv_bias_dq", "conv", "qy"]
+    bias_dq = out[2]
+    assert bias_dq.inputs == [BQ + "int32", BQ + "scale"] and bias_dq.outputs == [BQ + "dq"]
+    assert (bias_dq.op_type, bias_dq.attrs, bias_dq.fused) == ("DequantizeLinear", {}, ("conv",))
+    assert out[3].inputs == ["x", WQ + "dq", BQ + "dq"]
+    assert constants[BQ + "int32"].dtype == np.int32 and constants[BQ + "int32"].tolist() == [10, -32, 2]
+    assert constants[BQ + "scale"].dtype == np.float32 and constants[BQ + "scale"].shape == ()
+    assert float(constants[BQ + "scale"]) == 1 / 32
+
+
+def test_int8_weights_already_dequantized_get_only_their_bias_quantized() -> None:
+    steps, constants = _float_conv(np.array([1.0], np.float32), np.array([1.0, 0.5], np.float32))
+    constants.update(
+        {"wq": np.array([3, -4], np.int8), "sw": np.array([0.25], np.float32), "zw": np.array([0], np.int8)}
+    )
+    steps[1].inputs[1] = "wd"
+    steps.insert(1, _dq("dqw", "wq", "wd", zp="zw", scale="sw"))
+    out = _quantize_weights(steps, constants)
+    assert [s.name for s in out] == ["dqx", "dqw", "conv_bias_dq", "conv", "qy"]
+    assert out[2].attrs == {"axis": 0}  # a 1-D weight scale of one value: a 1-D bias scale
+    assert constants[BQ + "scale"].tolist() == [0.125]
+    assert constants[BQ + "int32"].tolist() == [8, 4]
+    assert out[3].inputs == ["x", "wd", BQ + "dq"]
+    # without a bias, or with per-channel weights, nothing changes
+    steps, constants = _float_conv(np.array([1.0], np.float32))
+    constants.update({"wq": np.array([3, -4], np.int8), "sw": np.array(0.25, np.float32), "zw": np.array(0, np.int8)})
+    steps[1].inputs[1] = "wd"
+    steps.insert(1, _dq("dqw", "wq", "wd", zp="zw", scale="sw"))
+    assert [s.name for s in _quantize_weights(steps, constants)] == ["dqx", "dqw", "conv", "qy"]
+    steps, constants = _float_conv(np.array([1.0], np.float32), np.array([1.0, 0.5], np.float32))
+    constants.update(
+        {"wq": np.array([3, -4], np.int8), "sw": np.array([0.25, 0.5], np.float32), "zw": np.array([0, 0], np.int8)}
+    )
+    steps[1].inputs[1] = "wd"
+    steps.insert(1, _dq("dqw", "wq", "wd", zp="zw", scale="sw"))
+    assert [s.name for s in _quantize_weights(steps, constants)] == ["dqx", "dqw", "conv", "qy"]
+    assert steps[2].inputs == ["x", "wd", "b"]
+
+
+@pytest.mark.parametrize("op", ["Conv", "ConvTranspose", "Gemm"])
+def test_conv_conv_transpose_and_gemm_are_rewritten_and_other_ops_not(op: str) -> None:
+    steps, constants = _float_conv(np.array([1.0, -1.0], np.float32), op=op)
+    assert len(_quantize_weights(steps, constants)) == 4
+    steps, constants = _float_conv(np.array([1.0, -1.0], np.float32), op="MatMul")
+    assert len(_quantize_weights(steps, constants)) == 3
+    steps, constants = _float_conv(np.array([1.0, -1.0], np.float32), op=op)
+    steps[1].domain = "com.microsoft"
+    assert len(_quantize_weights(steps, constants)) == 3
+
+
+def _untouched(steps: list[Step], constants: dict) -> bool:
+    before = [list(s.inputs) for s in steps]
+    out = _quantize_weights(steps, constants)
+    return [s.name for s in out] == [s.name for s in steps] and [list(s.inputs) for s in steps] == before
+
+
+def test_float_weights_stay_float_unless_onnxruntime_s_conditions_hold() -> None:
+    w = np.array([1.0, -1.0], np.float32)
+    steps, constants = _float_conv(w)
+    steps[0] = Step("relu0", "", "Relu", ["xq"], ["x"])  # the input is not dequantized
+    assert _untouched(steps, constants)
+    steps, constants = _float_conv(w)
+    steps.pop(0)  # a graph input
+    assert _untouched(steps, constants)
+    steps, constants = _float_conv(w)
+    constants["sx"] = np.array([0.5, 0.25], np.float32)  # a per-channel input scale
+    assert _untouched(steps, constants)
+    steps, constants = _float_conv(w)
+    del constants["sx"]  # an input scale that is not a constant
+    assert _untouched(steps, constants)
+    steps, constants = _float_conv(w.astype(np.float64))
+    assert _untouched(steps, constants)
+    steps, constants = _float_conv(w)
+    steps[1].inputs[1] = "runtime_w"  # a weight computed at run time
+    assert _untouched(steps, constants)
+    steps, constants = _float_conv(w, np.ones((2, 1), np.float32))  # a 2-D bias
+    assert _untouched(steps, constants)
+    steps, constants = _float_conv(w, np.ones(2, np.float32))
+    steps[1].inputs[2] = "runtime_b"  # a bias computed at run time
+    assert _untouched(steps, constants)
+    steps, constants = _float_conv(w)
+    steps[1].inputs.append("")  # an empty bias name is no bias
+    assert not _untouched(steps, constants)
+
+
+def test_the_output_must_reach_a_quantize_through_relu_or_clip_only() -> None:
+    w = np.array([1.0, -1.0], np.float32)
+
+    def ends_with(*tail: Step) -> bool:
+        steps, constants = _float_conv(w)
+        steps[2:] = list(tail)
+        return not _untouched(steps, constants)
+
+    q = _q("qy", "r2", "yq")
+    assert ends_with(Step("r", "", "Relu", ["y"], ["r1"]), Step("c", "", "Clip", ["r1"], ["r2"]), q)
+    assert not ends_with(Step("r", "", "Sigmoid", ["y"], ["r1"]), Step("c", "", "Clip", ["r1"], ["r2"]), q)
+    assert not ends_with(Step("r", "", "Relu", ["y"], ["r1"]), Step("c", "", "Clip", ["r1"], ["r2"]))  # no Q
+    assert not ends_with(
+        Step("r", "", "Relu", ["y"], ["r1"]),
+        Step("c", "", "Clip", ["r1"], ["r2"]),
+        q,
+        Step("o", "", "Relu", ["r1"], ["z"]),
+    )  # r1 read twice
+    assert not ends_with(Step("r", "", "Relu", ["y"], ["r1", "extra"]), _q("qy", "r1", "yq"))  # two outputs
+    assert not ends_with(_q("qy", "y", "yq"), Step("o", "", "Relu", ["y"], ["z"]))  # y read twice
+
+
+# --- weight_groups.py --------------------------------------------------------------------------
+
+
+def _weight_constants() -> dict[str, np.ndarray]:
+    return {
+        "wq": np.array([[1, -2], [3, 4]], np.int8), "sw": np.array(0.5, np.float32), "zw": np.array(0, np.int8),
+        "bq": np.array([10, -10], np.int32), "sb": np.array(0.25, np.float32), "c": np.ones(2, np.float32),
+    }  # fmt: skip
+
+
+def _mm(op: str = "MatMul", inputs: tuple[str, ...] = ("x", "wd"), out: str = "y", domain: str = "") -> Step:
+    return Step("mm", domain, op, list(inputs), [out], {"transB": 0} if op == "Gemm" else {})
+
+
+def test_a_matmul_on_dequantized_constants_becomes_one_group_step() -> None:
+    wdq = Step("wdq", "", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"])
+    mm = _mm()
+    relu = Step("relu", "", "Relu", ["y"], ["z"])
+    grouped = weight_groups.group_weights([wdq, mm, relu], _weight_constants(), {"z"})
+    assert len(grouped) == 2 and grouped[1] is relu
+    step = grouped[0]
+    assert (step.name, step.domain, step.op_type, step.inputs, step.outputs) == ("mm", "", "MatMul", ["x"], ["y"])
+    assert step.fused == ("wdq", "mm") and step.group == (wdq, mm) and step.proto is None
+    assert mm.inputs == ["x", "wd"]  # the original step is kept as it was
+
+
+def test_a_gemm_s_bias_dequantize_joins_the_group() -> None:
+    wdq = Step("wdq", "ai.onnx", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"])
+    bdq = Step("bdq", "", "DequantizeLinear", ["bq", "sb"], ["bd"])
+    gemm = _mm("Gemm", ("x", "wd", "bd"))
+    (step,) = weight_groups.group_weights([wdq, bdq, gemm], _weight_constants(), {"y"})
+    assert step.inputs == ["x"] and step.fused == ("wdq", "bdq", "mm") and step.group == (wdq, bdq, gemm)
+    assert step.attrs == {"transB": 0}
+    # a bias also read elsewhere, or kept, stays as a step too
+    other = Step("other", "", "Relu", ["bd"], ["o"])
+    grouped = weight_groups.group_weights([wdq, bdq, gemm, other], _weight_constants(), {"y", "o"})
+    assert [s.name for s in grouped] == ["bdq", "mm", "other"] and grouped[1].fused == ("wdq", "bdq", "mm")
+    grouped = weight_groups.group_weights([wdq, bdq, gemm], _weight_constants(), {"y", "bd"})
+    assert [s.name for s in grouped] == ["bdq", "mm"] and grouped[1].fused == ("wdq", "bdq", "mm")
+    # a float constant bias is no DequantizeLinear: the group has the weight only, and reads no constant
+    (step,) = weight_groups.group_weights([wdq, _mm("Gemm", ("x", "wd", "c"))], _weight_constants(), {"y"})
+    assert step.fused == ("wdq", "mm") and step.inputs == ["x"]
+    # a bias that is the activation itself: read once in the merged step
+    (step,) = weight_groups.group_weights([wdq, _mm("Gemm", ("x", "wd", "x"))], _weight_constants(), {"y"})
+    assert step.inputs == ["x"]
+    # a bias computed at run time is an input of the group
+    relu = Step("r", "", "Relu", ["x"], ["rb"])
+    grouped = weight_groups.group_weights([relu, wdq, _mm("Gemm", ("x", "wd", "rb"))], _weight_constants(), {"y"})
+    assert grouped[1].inputs == ["x", "rb"] and grouped[1].fused == ("wdq", "mm")
+
+
+def test_weights_that_stay_float_gemms() -> None:
+    constants = _weight_constants()
+    wdq = Step("wdq", "", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"])
+
+    def ungrouped(steps: list[Step], keep: set[str]) -> bool:
+        return all(not s.group for s in weight_groups.group_weights(steps, constants, keep))
+
+    assert not ungrouped([wdq, _mm()], {"y"})
+    assert ungrouped([wdq, _mm(), Step("r", "", "Relu", ["wd"], ["o"])], {"y", "o"})  # two readers
+    assert ungrouped([wdq, _mm()], {"y", "wd"})  # the weights are asked for
+    assert ungrouped([wdq, _mm(), Step("r", "", "Relu", ["y"], ["o"])], {"y", "o"})  # kept and read
+    assert not ungrouped([wdq, _mm(), Step("r", "", "Relu", ["y"], ["o"])], {"o"})
+    assert ungrouped([wdq, _mm(domain="com.microsoft")], {"y"})
+    assert ungrouped([wdq, _mm("Conv")], {"y"})
+    assert ungrouped([wdq, Step("mm", "", "MatMul", ["wd"], ["y"])], {"y"})  # one input
+    assert ungrouped([wdq, _mm(inputs=("wd", "x"))], {"y"})  # the constant is the first operand
+    assert ungrouped([Step("wdq", "", "DequantizeLinear", ["x", "sw", "zw"], ["wd"]), _mm(inputs=("c", "wd"))], {"y"})
+    assert ungrouped([Step("wdq", "", "Relu", ["c"], ["wd"]), _mm()], {"y"})
+    assert ungrouped([Step("wdq", "org.other", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"]), _mm()], {"y"})
+    ms = Step("wdq", "com.microsoft", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"])
+    assert not ungrouped([ms, _mm()], {"y"})  # onnxruntime's own DequantizeLinear on int8
+    int4 = {**constants, "w4": np.zeros((2, 2), ml_dtypes.int4)}
+    ms4 = Step("wdq", "com.microsoft", "DequantizeLinear", ["w4", "sw"], ["wd"])
+    assert all(not s.group for s in weight_groups.group_weights([ms4, _mm()], int4, {"y"}))  # no numpy type of its own
+    std4 = Step("wdq", "", "DequantizeLinear", ["w4", "sw"], ["wd"])
+    assert any(s.group for s in weight_groups.group_weights([std4, _mm()], int4, {"y"}))
+    no_zp = Step("wdq", "", "DequantizeLinear", ["wq", "sw", ""], ["wd"])
+    assert not ungrouped([no_zp, _mm()], {"y"})  # an empty optional input is no varying input
+
+
+def test_a_group_runs_on_onnxruntime_as_its_own_model() -> None:
+    """x @ (wq * 0.5) + bq * 0.25 worked by hand, on activations that onnxruntime's int8 blocks hold
+    exactly (scale max|x| / 127): x = [1, 127] gives [0.5 + 190.5 + 2.5, -1 + 254 - 2.5]."""
+    constants = _weight_constants()
+    wdq = Step("wdq", "", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"])
+    bdq = Step("bdq", "", "DequantizeLinear", ["bq", "sb"], ["bd"], proto=helper.make_node(
+        "DequantizeLinear", ["bq", "sb"], ["bd"], name="bdq"))  # fmt: skip
+    gemm = Step("mm", "", "Gemm", ["x", "wd", "bd"], ["y"], {"alpha": 1.0})
+    (step,) = weight_groups.group_weights([wdq, bdq, gemm], constants, {"y"})
+    initializers = {name: numpy_helper.from_array(value, name) for name, value in constants.items()}
+    model = weight_groups.group_model(step.group, ["x"], {"x": np.float32}, initializers, {"": 17}, 8)
+    assert [n.name for n in model.graph.node] == ["wdq", "bdq", "mm"] and model.graph.node[1] == bdq.proto
+    assert model.graph.node[2].attribute[0].f == 1.0
+    assert sorted(i.name for i in model.graph.initializer) == ["bq", "sb", "sw", "wq", "zw"]
+    assert [i.name for i in model.graph.input] == ["x"] and model.graph.input[0].type.tensor_type.elem_type == 1
+    assert [o.name for o in model.graph.output] == ["y"] and model.ir_version == 8
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 17)]
+    runner = weight_groups.OnnxruntimeGroup(step, {"x": np.float32}, initializers, {"": 17}, 8, threads=1)
+    assert list(runner._sessions) == [("<f4",)]  # built at once: the input type is known
+    (y,) = runner([np.array([[1.0, 127.0]], np.float32)])
+    np.testing.assert_array_equal(y, [[193.5, 250.5]])
+    assert len(runner._sessions) == 1
+    lazy = weight_groups.OnnxruntimeGroup(step, {}, initializers, {"": 17}, 8, threads=1)
+    assert lazy._sessions == {}
+    (y,) = lazy([np.array([[2.0, 0.0]], np.float32)])
+    np.testing.assert_array_equal(y, [[3.5, -4.5]])
+    assert list(lazy._sessions) == [("<f4",)]
+
+
+def test_a_refused_group_is_named_in_one_line() -> None:
+    import onnxruntime
+
+    wdq = Step("wdq", "", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"])
+    (step,) = weight_groups.group_weights([wdq, _mm()], _weight_constants(), {"y"})
+    types = {"wq": np.dtype(np.int8), "x": np.dtype(np.int16)}
+    message = weight_groups.refusal(step, ["com.microsoft::MatMulNBits"], types, "onnxruntime-avx2", "onnxruntime-vnni")
+    assert message == (
+        "node 'mm' (ai.onnx::MatMul, int8 weights from DequantizeLinear 'wdq', activations int16): onnxruntime "
+        f"{onnxruntime.__version__} runs it as com.microsoft::MatMulNBits, whose CPU-specific int8 block arithmetic "
+        "the integer backend emulates only under this machine's preset 'onnxruntime-vnni', not 'onnxruntime-avx2'"
+    )
+    message = weight_groups.refusal(step, ["a", "b"], {}, "s", "h")
+    assert "(ai.onnx::MatMul, ? weights from DequantizeLinear 'wdq'): onnxruntime" in message
+    assert "runs it as a, b, whose" in message
+
+
+def test_rewritten_outputs_are_empty_when_onnxruntime_cannot_load_the_model() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], domain="org.nowhere")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("org.nowhere", 1)])
+    assert weight_groups.rewritten_outputs(model, {}) == {}
+    plain = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    assert (
+        weight_groups.rewritten_outputs(helper.make_model(plain, opset_imports=[helper.make_opsetid("", 17)]), {}) == {}
+    )
