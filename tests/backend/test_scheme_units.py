@@ -25,6 +25,7 @@ from pytest_qaccuracy.backend import (
     parallel,
     registry,
     scheme,
+    tables,
     weight_groups,
     weight_quantization,
 )
@@ -1229,3 +1230,113 @@ def test_rewritten_outputs_are_empty_when_onnxruntime_cannot_load_the_model() ->
     assert (
         weight_groups.rewritten_outputs(helper.make_model(plain, opset_imports=[helper.make_opsetid("", 17)]), {}) == {}
     )
+
+
+# --- tables.py ---------------------------------------------------------------------------------
+
+ISLAND_CONSTANTS = {
+    "s": np.array(0.05, np.float32), "z": np.array(3, np.uint8), "six": np.array(6.0, np.float32),
+    "vec": np.array([1.0, 2.0], np.float32), "s2": np.array(0.01, np.float32), "z2": np.array(0, np.uint8),
+}  # fmt: skip
+
+
+def _island(middle: Step | None = None) -> list[Step]:
+    """``DequantizeLinear -> middle -> QuantizeLinear``."""
+    middle = middle or Step("div", "", "Div", ["f", "six"], ["g"])
+    return [_dq("dq", "x", "f", zp="z"), middle, _q("q", "g", "y", zp="z2", scale="s2")]
+
+
+def _chains(steps: list[Step], keep: set[str] | None = None) -> list[list[int]]:
+    return tables.find_chains(steps, ISLAND_CONSTANTS, {"y"} if keep is None else keep)
+
+
+def test_a_float_island_is_one_chain() -> None:
+    assert _chains(_island()) == [[0, 1, 2]]
+    assert _chains(_island(Step("t", "ai.onnx", "Tanh", ["f"], ["g"]))) == [[0, 1, 2]]
+    assert _chains(_island(Step("c", "", "Cast", ["f"], ["g"], {"to": TensorProto.FLOAT16}))) == [[0, 1, 2]]
+    assert _chains(_island(Step("m", "", "Max", ["f", "six", "f"], ["g"]))) == [[0, 1, 2]]  # f read twice
+
+
+def test_steps_that_end_or_break_a_chain() -> None:
+    assert _chains(_island(Step("c", "", "Cast", ["f"], ["g"], {"to": TensorProto.INT32}))) == []
+    assert _chains(_island(Step("d", "", "Div", ["f", "vec"], ["g"]))) == []  # a constant of two values
+    assert _chains(_island(Step("d", "", "Div", ["f", "other"], ["g"]))) == []  # a varying second operand
+    assert _chains(_island(Step("c", "", "Conv", ["f", "six"], ["g"]))) == []
+    assert _chains(_island(Step("t", "", "TopK", ["f", "six"], ["g", "i"]))) == []  # two outputs
+    assert _chains(_island(Step("t", "", "Tanh", ["f"], [""]))) == []
+    assert _chains(_island(Step("t", "org.other", "Tanh", ["f"], ["g"]))) == []
+    assert _chains(_island(Step("c", "com.microsoft", "QLinearConv", ["f", "six"], ["g"]))) == []
+    # the tensor between two steps asked for: the chain stops before it
+    assert _chains(_island(), keep={"y", "g"}) == [[0, 1]]
+    assert _chains(_island(), keep={"y", "f"}) == []
+    # read by a step outside: the same
+    assert _chains([*_island(), Step("r", "", "Relu", ["g"], ["o"])], keep={"y", "o"}) == [[0, 1]]
+
+
+def test_a_chain_starts_at_a_dequantize_or_a_quantized_op_on_one_varying_tensor() -> None:
+    relu_start = [Step("r", "", "Relu", ["x"], ["f"]), *_island()[1:]]
+    assert _chains(relu_start) == []  # neither the Relu nor the Div reads an 8-bit tensor
+    two_varying = [_dq("dq", "x", "f", zp="z", scale="live"), *_island()[1:]]
+    assert _chains(two_varying) == []
+    ms_dq = [Step("dq", "com.microsoft", "DequantizeLinear", ["x", "s", "z"], ["f"]), *_island()[1:]]
+    assert _chains(ms_dq) == []  # not in QUANTIZED_ELEMENTWISE
+    qadd = Step("a", "com.microsoft", "QLinearAdd", ["x", "s", "z", "c1", "s", "z", "s2", "z2"], ["f"])
+    constants = {**ISLAND_CONSTANTS, "c1": np.array([5], np.uint8)}
+    steps = [qadd, Step("t", "", "Tanh", ["f"], ["y"])]
+    assert tables.find_chains(steps, constants, {"y"}) == [[0, 1]]
+    lone = [_dq("dq", "x", "f", zp="z"), Step("c", "", "Conv", ["f", "six"], ["y"])]
+    assert _chains(lone) == []  # a chain of one step is no table
+
+
+def test_a_diamond_on_the_source_is_one_region() -> None:
+    """``x * hardsigmoid(x)``: the last step reads the source and the group's own tensor."""
+    constants = {**ISLAND_CONSTANTS, "c": np.array(1, np.uint8)}
+    steps = [
+        _dq("dq", "x", "f", zp="z"),
+        Step("hs", "", "HardSigmoid", ["f"], ["h"]),
+        _q("q", "h", "hq", zp="z2", scale="s2"),
+        Step("mul", "com.microsoft", "QLinearMul", ["x", "s", "z", "hq", "s2", "z2", "s", "z"], ["y"]),
+    ]
+    assert tables.find_chains(steps, constants, {"y"}) == [[0, 1, 2, 3]]
+    # a second reader of the source that is not in the group is skipped, not a break
+    other = [*steps[:3], _dq("dq2", "x", "e", zp="z"), steps[3], Step("r", "", "Relu", ["e"], ["o"])]
+    assert tables.find_chains(other, constants, {"y", "o"}) == [[0, 1, 2, 4], [3, 5]]
+
+
+def test_a_chain_table_runs_the_steps_once_per_type_and_then_looks_up() -> None:
+    """Steps ``f = x * 2`` (as int16) then ``y = f + c``: the table holds 2 * v + c for every byte v."""
+    calls: list[str] = []
+
+    def double(args: list) -> tuple:
+        calls.append("double")
+        assert args[1] is None  # an absent optional input
+        return (args[0].astype(np.int16) * 2,)
+
+    def add(args: list) -> tuple:
+        calls.append("add")
+        return (args[0] + args[1], "unused second output")
+
+    steps = [Step("a", "", "Mul", ["x", ""], ["f"]), Step("b", "", "Add", ["f", "c"], ["y", "extra"])]
+    table = tables.ChainTable(steps, [double, add])
+    constants = {"c": np.int16(5)}
+    assert tables.varying_input(steps[0], constants) == "x"
+    x = np.array([[0, 1], [255, 128]], np.uint8)
+    np.testing.assert_array_equal(table.apply(x, constants), [[5, 7], [515, 261]])
+    np.testing.assert_array_equal(table.apply(x[::-1], constants), [[515, 261], [5, 7]])
+    assert calls == ["double", "add"]  # the uint8 table was built once
+    built = table.table(np.dtype(np.uint8), constants)
+    assert built.shape == (256,) and built.flags.c_contiguous and built[3] == 11
+    signed = np.array([-128, -1, 0, 127], np.int8)
+    np.testing.assert_array_equal(table.apply(signed, constants), [-251, 3, 5, 259])
+    assert calls == ["double", "add"] * 2 and set(table._tables) == {np.dtype(np.uint8), np.dtype(np.int8)}
+    wide = np.array([1000, -3], np.int32)  # not 8-bit: the steps themselves
+    np.testing.assert_array_equal(table.apply(wide, constants), [2005, -1])
+    assert calls == ["double", "add"] * 3 and len(table._tables) == 2
+
+
+def test_varying_input_is_the_one_non_constant_input() -> None:
+    constants = {"s": np.ones(1)}
+    assert tables.varying_input(Step("a", "", "Add", ["x", "s", ""], ["y"]), constants) == "x"
+    assert tables.varying_input(Step("a", "", "Add", ["x", "x"], ["y"]), constants) == "x"
+    assert tables.varying_input(Step("a", "", "Add", ["x", "w"], ["y"]), constants) is None
+    assert tables.varying_input(Step("a", "", "Add", ["s", ""], ["y"]), constants) is None
