@@ -1340,3 +1340,82 @@ def test_varying_input_is_the_one_non_constant_input() -> None:
     assert tables.varying_input(Step("a", "", "Add", ["x", "x"], ["y"]), constants) == "x"
     assert tables.varying_input(Step("a", "", "Add", ["x", "w"], ["y"]), constants) is None
     assert tables.varying_input(Step("a", "", "Add", ["s", ""], ["y"]), constants) is None
+
+
+def test_openblas_is_found_among_the_loaded_libraries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first library (by path) of /proc/self/maps named openblas with a get/set pair of any of the
+    known names; libraries that fail to load or lack the pair are passed over."""
+    import ctypes
+    import io
+
+    maps = (
+        "7f0-7f1 r-xp 0 08:01 1 /lib/libOpenBLAS.so.0\n"
+        "7f1-7f2 r-xp 0 08:01 2 /lib/a_openblas_broken.so\n"
+        "7f2-7f3 r-xp 0 08:01 3 /lib/libopenblas_getter_only.so\n"
+        "7f3-7f4 r-xp 0 08:01 4 /lib/libc.so.6\n"
+        "7f4-7f5 r-xp 0 08:01 5 /lib/openblas.txt\n"
+        "7f5-7f6 rw-p 0 00:00 0\n"
+    )
+    opened: list[str] = []
+
+    def fake_open(path: str, encoding: str) -> io.StringIO:
+        assert (path, encoding) == ("/proc/self/maps", "utf-8")
+        return io.StringIO(maps)
+
+    class Lib:
+        def __init__(self, path: str) -> None:
+            opened.append(path)
+            if "broken" in path:
+                raise OSError("cannot load")
+            self.openblas_get_num_threads64_ = lambda: 3
+            if "getter_only" not in path:
+                self.openblas_set_num_threads64_ = lambda n: None
+
+    monkeypatch.setattr(parallel, "open", fake_open, raising=False)
+    monkeypatch.setattr(ctypes, "CDLL", Lib)
+    found = parallel._BlasThreads()._find()
+    assert found is not None and found[0]() == 3
+    assert found[0].restype is ctypes.c_int
+    assert opened == ["/lib/a_openblas_broken.so", "/lib/libOpenBLAS.so.0"]  # sorted; the getter-only one not reached
+
+    for names in (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+                  ("openblas_get_num_threads", "openblas_set_num_threads")):  # fmt: skip
+
+        class Named:
+            def __init__(self, path: str, names: tuple[str, str] = names) -> None:
+                setattr(self, names[0], lambda: 2)
+                setattr(self, names[1], lambda n: None)
+
+        monkeypatch.setattr(ctypes, "CDLL", Named)
+        assert parallel._BlasThreads()._find()[0]() == 2
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda path: type("Nothing", (), {})())
+    assert parallel._BlasThreads()._find() is None
+
+    def unreadable(path: str, encoding: str) -> None:
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(parallel, "open", unreadable, raising=False)
+    assert parallel._BlasThreads()._find() is None
+
+
+def test_numpy_s_openblas_is_found_by_its_scipy_name() -> None:
+    found = parallel._BlasThreads()._find()
+    if found is None:
+        pytest.skip("numpy is not built against OpenBLAS here")
+    assert found[0].__name__ in (
+        "scipy_openblas_get_num_threads64_",
+        "openblas_get_num_threads64_",
+        "openblas_get_num_threads",
+    )
+    assert found[0]() >= 1
+
+
+def test_blas_is_looked_for_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    blas = parallel._BlasThreads()
+    looks: list[int] = []
+    monkeypatch.setattr(blas, "_find", lambda: looks.append(1))
+    for _ in range(3):
+        with blas.single():
+            pass
+    assert looks == [1]
