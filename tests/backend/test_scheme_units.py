@@ -466,6 +466,9 @@ def test_split_reads_the_cost_per_item() -> None:
     with parallel.using(2):
         assert parallel.split(4) == [(0, 4)]  # default cost 1: 4 elements are not worth a thread
         assert parallel.split(4, 1 << 14) == [(0, 2), (2, 4)]
+        assert parallel.split(40_000) == [(0, 40_000)]  # 40,000 elements at cost 1: under 65,536
+        assert parallel.split(40_000, 2) == [(0, 20_000), (20_000, 40_000)]
+        assert parallel.split(2, 1 << 16) == [(0, 1), (1, 2)]  # two items are split
 
 
 def test_scratch_buffers_are_reused_per_role_and_type_and_grow() -> None:
@@ -604,6 +607,9 @@ def test_a_forked_child_renews_the_locks() -> None:
         parallel.blas_threads._users = 3
         parallel._after_fork_in_child()
         assert parallel._pool_lock is not old_pool_lock and parallel.blas_threads._lock is not old_blas_lock
+        for lock in (parallel._pool_lock, parallel.blas_threads._lock):
+            assert lock.acquire(blocking=False)  # a fresh, free lock
+            lock.release()
         assert parallel.blas_threads._users == 0
     finally:
         parallel._pool_lock, parallel.blas_threads._lock = old_pool_lock, old_blas_lock
@@ -1419,3 +1425,35 @@ def test_blas_is_looked_for_once(monkeypatch: pytest.MonkeyPatch) -> None:
         with blas.single():
             pass
     assert looks == [1]
+
+
+def test_a_quantize_without_zero_point_after_the_pair_is_no_redundant_pair() -> None:
+    """``Q(zp int8) -> DQ -> Q'(no zero point: uint8 0) -> DQ'``: the second pair is not the first one's
+    twin, and the session runs it as onnxruntime does (it raised a ValueError from a zip before)."""
+    steps = [
+        _q("q", "x", "t"),
+        _dq("dq", "t", "d"),
+        Step("q2", "", "QuantizeLinear", ["d", "s"], ["u"]),
+        Step("dq2", "", "DequantizeLinear", ["u", "s"], ["y"]),
+    ]
+    assert _converted(steps, keep={"y"}) == {"t"}
+    import onnxruntime as ort
+
+    from pytest_qaccuracy.backend import IntegerSession
+
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s"), numpy_helper.from_array(np.int8(-3), "zp")]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["t"]),
+        helper.make_node("DequantizeLinear", ["t", "s", "zp"], ["d"]),
+        helper.make_node("QuantizeLinear", ["d", "s"], ["u"]),
+        helper.make_node("DequantizeLinear", ["u", "s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = np.linspace(-8, 8, 10, dtype=np.float32).reshape(2, 5)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = IntegerSession(model).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)
