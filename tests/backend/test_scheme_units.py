@@ -471,7 +471,8 @@ def test_split_reads_the_cost_per_item() -> None:
         assert parallel.split(2, 1 << 16) == [(0, 1), (1, 2)]  # two items are split
 
 
-def test_scratch_buffers_are_reused_per_role_and_type_and_grow() -> None:
+def test_scratch_buffers_are_reused_per_role_and_type_and_grow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "_scratch", threading.local())  # no buffer left by an earlier run
     a = parallel.scratch(10, np.int32, "unit-a")
     assert a.shape == (10,) and a.dtype == np.int32
     a[:] = 7
