@@ -995,6 +995,14 @@ def test_the_bias_is_int32_at_the_input_scale_times_the_weight_scale() -> None:
     assert float(constants[BQ + "scale"]) == 1 / 32
 
 
+def test_a_one_element_input_scale_gives_a_scalar_bias_scale() -> None:
+    steps, constants = _float_conv(np.array([-8.0, 7.9375], np.float32), np.array([1.0], np.float32))
+    constants["sx"] = np.array([0.5], np.float32)  # shape (1,): one scale all the same
+    out = _quantize_weights(steps, constants)
+    assert constants[BQ + "scale"].shape == () and out[2].attrs == {}
+    assert constants[BQ + "int32"].tolist() == [32]
+
+
 def test_int8_weights_already_dequantized_get_only_their_bias_quantized() -> None:
     steps, constants = _float_conv(np.array([1.0], np.float32), np.array([1.0, 0.5], np.float32))
     constants.update(
@@ -1167,8 +1175,9 @@ def test_weights_that_stay_float_gemms() -> None:
     int4 = {**constants, "w4": np.zeros((2, 2), ml_dtypes.int4)}
     ms4 = Step("wdq", "com.microsoft", "DequantizeLinear", ["w4", "sw"], ["wd"])
     assert all(not s.group for s in weight_groups.group_weights([ms4, _mm()], int4, {"y"}))  # no numpy type of its own
-    std4 = Step("wdq", "", "DequantizeLinear", ["w4", "sw"], ["wd"])
-    assert any(s.group for s in weight_groups.group_weights([std4, _mm()], int4, {"y"}))
+    for domain in ("", "ai.onnx"):
+        std4 = Step("wdq", domain, "DequantizeLinear", ["w4", "sw"], ["wd"])
+        assert any(s.group for s in weight_groups.group_weights([std4, _mm()], int4, {"y"}))
     no_zp = Step("wdq", "", "DequantizeLinear", ["wq", "sw", ""], ["wd"])
     assert not ungrouped([no_zp, _mm()], {"y"})  # an empty optional input is no varying input
 
@@ -1179,12 +1188,13 @@ def test_a_group_runs_on_onnxruntime_as_its_own_model() -> None:
     constants = _weight_constants()
     wdq = Step("wdq", "", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"])
     bdq = Step("bdq", "", "DequantizeLinear", ["bq", "sb"], ["bd"], proto=helper.make_node(
-        "DequantizeLinear", ["bq", "sb"], ["bd"], name="bdq"))  # fmt: skip
+        "DequantizeLinear", ["bq", "sb"], ["bd"], name="bdq", doc_string="the model's own node"))  # fmt: skip
     gemm = Step("mm", "", "Gemm", ["x", "wd", "bd"], ["y"], {"alpha": 1.0})
     (step,) = weight_groups.group_weights([wdq, bdq, gemm], constants, {"y"})
     initializers = {name: numpy_helper.from_array(value, name) for name, value in constants.items()}
     model = weight_groups.group_model(step.group, ["x"], {"x": np.float32}, initializers, {"": 17}, 8)
     assert [n.name for n in model.graph.node] == ["wdq", "bdq", "mm"] and model.graph.node[1] == bdq.proto
+    assert model.graph.node[1].doc_string == "the model's own node" and model.graph.node[0].doc_string == ""
     assert model.graph.node[2].attribute[0].f == 1.0
     assert sorted(i.name for i in model.graph.initializer) == ["bq", "sb", "sw", "wq", "zw"]
     assert [i.name for i in model.graph.input] == ["x"] and model.graph.input[0].type.tensor_type.elem_type == 1
@@ -1458,3 +1468,69 @@ def test_a_quantize_without_zero_point_after_the_pair_is_no_redundant_pair() -> 
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     (got,) = IntegerSession(model).run(None, {"x": x})
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_group_session_is_built_with_the_group_s_threads_and_all_optimizations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[dict] = []
+    real = weight_groups.make_session
+
+    def spy(model: onnx.ModelProto, **kwargs: object) -> object:
+        calls.append(kwargs)
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(weight_groups, "make_session", spy)
+    constants = _weight_constants()
+    wdq = Step("wdq", "com.microsoft", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"])
+    (step,) = weight_groups.group_weights([wdq, _mm()], constants, {"y"})
+    initializers = {name: numpy_helper.from_array(value, name) for name, value in constants.items()}
+    model = weight_groups.group_model(
+        step.group, ["x"], {"x": np.float32}, initializers, {"": 17, "com.microsoft": 1}, 8
+    )
+    assert model.graph.node[0].domain == "com.microsoft"  # a step without its node keeps its domain
+    runner = weight_groups.OnnxruntimeGroup(step, {"x": np.float32}, initializers, {"": 17, "com.microsoft": 1}, 8, 3)
+    assert calls == [{"providers": ("CPUExecutionProvider",), "threads": 3, "optimization": "all"}]
+    (y,) = runner([np.array([[0.0, 127.0]], np.float32)])
+    np.testing.assert_array_equal(y, [[190.5, 254.0]])  # 127 * [1.5, 2]
+
+    calls.clear()
+    plain = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    config = {"session.qdqisint8allowed": "1"}
+    weight_groups.rewritten_outputs(helper.make_model(plain, opset_imports=[helper.make_opsetid("", 17)]), config)
+    (kwargs,) = calls
+    path = kwargs.pop("optimized_model_path")
+    assert kwargs == {"providers": ("CPUExecutionProvider",), "threads": 1, "config": config}
+    assert path.name == "optimized.onnx" and not path.parent.exists()  # a temporary folder, removed
+
+
+def test_the_host_probe_runs_one_thread_with_all_optimizations(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_qaccuracy import ort_session
+
+    calls: list[dict] = []
+    models: list[onnx.ModelProto] = []
+    real = ort_session.make_session
+
+    def spy(model: onnx.ModelProto, **kwargs: object) -> object:
+        calls.append(kwargs)
+        models.append(model)
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(ort_session, "make_session", spy)
+    assert host._matmul_integer(np.array([[2, 3]], np.uint8), np.array([[4], [5]], np.int8)) == 23
+    assert calls == [{"providers": ("CPUExecutionProvider",), "threads": 1, "optimization": "all"}]
+    (model,) = models
+    onnx.checker.check_model(model, full_check=True)
+    (node,) = model.graph.node
+    assert (node.op_type, list(node.input), list(node.output)) == ("MatMulInteger", ["a", "b"], ["y"])
+    assert model.ir_version == 8 and [(o.domain, o.version) for o in model.opset_import] == [("", 13)]
+    assert [i.name for i in model.graph.initializer] == ["b"]
+    y = model.graph.output[0].type.tensor_type
+    assert y.elem_type == TensorProto.INT32 and [d.dim_value for d in y.shape.dim] == [1, 1]
+    a = model.graph.input[0].type.tensor_type
+    assert a.elem_type == TensorProto.UINT8 and [d.dim_value for d in a.shape.dim] == [1, 2]
