@@ -588,9 +588,11 @@ def test_the_pool_grows_and_is_rebuilt_after_a_fork(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(parallel, "_pool_size", 0)
     first = parallel._executor(2)
     assert parallel._pool is first and parallel._pool_size == 2 and parallel._pool_pid == parallel.os.getpid()
+    assert first._max_workers == 2
+    assert first.submit(lambda: threading.current_thread().name).result().startswith("qaccuracy-kernel")
     assert parallel._executor(1) is first and parallel._executor(2) is first
     bigger = parallel._executor(3)
-    assert bigger is not first and parallel._pool_size == 3
+    assert bigger is not first and parallel._pool_size == 3 and bigger._max_workers == 3
     with pytest.raises(RuntimeError):
         first.submit(lambda: None)  # the old pool was shut down
     monkeypatch.setattr(parallel, "_pool_pid", -1)  # as if built by a parent process
