@@ -1554,3 +1554,48 @@ def test_a_chain_table_is_flat_and_a_step_may_return_more_outputs_than_it_names(
     got = table.table(np.dtype(np.uint8), {})
     assert got.shape == (256,) and got[255] == 256
     np.testing.assert_array_equal(table.apply(np.array([[3, 4]], np.uint8), {}), [[4, 5]])
+
+
+def test_available_cores_falls_back_to_the_cpu_count_without_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(parallel.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 6)
+    assert parallel.available_cores() == 6
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: None)  # unknown
+    assert parallel.available_cores() == 1
+    monkeypatch.setattr(parallel.os, "cpu_count", lambda: 0)
+    assert parallel.available_cores() == 1
+
+
+def test_a_straight_chain_is_taken_when_its_region_has_two_exits() -> None:
+    """``h`` is read by the QuantizeLinear and by a Conv: the region leaves by two tensors, so the straight
+    chain up to ``h`` is the table."""
+    steps = [
+        _dq("dq", "x", "f", zp="z"),
+        Step("tanh", "", "Tanh", ["f"], ["g"]),
+        Step("relu", "", "Relu", ["g"], ["h"]),
+        _q("q", "h", "y", zp="z2", scale="s2"),
+        Step("conv", "", "Conv", ["h", "six"], ["o"]),
+    ]
+    assert _chains(steps, keep={"y", "o"}) == [[0, 1, 2]]
+
+
+def test_dequantized_weights_need_a_constant_per_tensor_scale() -> None:
+    def with_weight_dq(scale: np.ndarray | None, zero_point: np.ndarray) -> list[str]:
+        steps, constants = _float_conv(np.array([1.0], np.float32), np.array([1.0, 0.5], np.float32))
+        constants.update({"wq": np.array([3, -4], np.int8), "zw": zero_point})
+        if scale is not None:
+            constants["sw"] = scale
+        steps[1].inputs[1] = "wd"
+        steps.insert(1, _dq("dqw", "wq", "wd", zp="zw", scale="sw"))
+        return [s.name for s in _quantize_weights(steps, constants)]
+
+    assert with_weight_dq(np.array(0.25, np.float32), np.array(0, np.int8)) == [
+        "dqx",
+        "dqw",
+        "conv_bias_dq",
+        "conv",
+        "qy",
+    ]
+    assert with_weight_dq(None, np.array(0, np.int8)) == ["dqx", "dqw", "conv", "qy"]  # a scale computed at run time
+    per_channel = np.array([0.25, 0.5], np.float32)
+    assert with_weight_dq(per_channel, np.array(0, np.int8)) == ["dqx", "dqw", "conv", "qy"]  # read from the scale
