@@ -216,6 +216,9 @@ def test_a_kernel_registered_twice_names_it(empty_registry: dict) -> None:
     with pytest.raises(ValueError) as error:
         registry.kernel("ai.onnx", "Relu", 14)(lambda: ())
     assert str(error.value) == "kernel ai.onnx::Relu (since 14) registered twice"
+    with pytest.raises(ValueError) as error:
+        registry.kernel("", "Relu", 14)(lambda: ())
+    assert str(error.value) == "kernel ai.onnx::Relu (since 14) registered twice"
     registry.kernel("", "Relu", 6)(lambda: ())  # another version is fine
     assert len(empty_registry[("", "Relu")]) == 2
 
@@ -792,11 +795,13 @@ def _convert(steps: list[Step], constants: dict | None = None, keep: set[str] | 
 @pytest.mark.parametrize(("zp", "shifted"), [(-3, 125), (-128, 0), (127, 255), (0, 128)])
 def test_an_int8_activation_pair_runs_as_uint8_with_the_zero_point_plus_128(zp: int, shifted: int) -> None:
     q = _q("q", "x", "t", axis=1)
+    q.proto = helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["t"], name="q")
     dq = Step("dq", "ai.onnx", "DequantizeLinear", ["t", "s", "zp"], ["d"], {"axis": 1}, proto=None)
     relu = Step("relu", "", "Relu", ["d"], ["y"])
     steps, added, types, converted = _convert([q, dq, relu], _pair_constants(zp), keep={"y"})
     new_q, new_dq, same_relu = steps
     assert same_relu is relu and converted == {"t"}
+    assert new_q.proto is q.proto and new_dq.proto is None  # the node kept for messages and fallbacks
     assert list(added) == [U8_ZP] and added[U8_ZP].dtype == np.uint8 and int(added[U8_ZP]) == shifted
     assert types == {"x": np.float32, "t": np.uint8}
     assert (new_q.name, new_q.op_type, new_q.inputs, new_q.outputs, new_q.attrs) == (
@@ -1285,6 +1290,8 @@ def test_steps_that_end_or_break_a_chain() -> None:
     assert _chains(_island(Step("d", "", "Div", ["f", "other"], ["g"]))) == []  # a varying second operand
     assert _chains(_island(Step("c", "", "Conv", ["f", "six"], ["g"]))) == []
     assert _chains(_island(Step("t", "", "TopK", ["f", "six"], ["g", "i"]))) == []  # two outputs
+    assert _chains(_island(Step("t", "", "Tanh", ["f"], ["g", "i"]))) == []
+    assert _chains(_island(Step("t", "", "Tanh", ["f"], ["", "g"]))) == []  # its first output unnamed
     assert _chains(_island(Step("t", "", "Tanh", ["f"], [""]))) == []
     assert _chains(_island(Step("t", "org.other", "Tanh", ["f"], ["g"]))) == []
     assert _chains(_island(Step("c", "com.microsoft", "QLinearConv", ["f", "six"], ["g"]))) == []
@@ -1599,3 +1606,37 @@ def test_dequantized_weights_need_a_constant_per_tensor_scale() -> None:
     assert with_weight_dq(None, np.array(0, np.int8)) == ["dqx", "dqw", "conv", "qy"]  # a scale computed at run time
     per_channel = np.array([0.25, 0.5], np.float32)
     assert with_weight_dq(per_channel, np.array(0, np.int8)) == ["dqx", "dqw", "conv", "qy"]  # read from the scale
+
+
+def test_every_pair_is_looked_at_whatever_the_pairs_before_it() -> None:
+    """Pairs left alone for each reason, then one converted: the pass goes on to the end."""
+    constants = {**_pair_constants(), "zp8": np.array(5, np.uint8)}
+    steps = [
+        _q("q0", "x", "dangling"),  # read by nobody, not kept
+        _q("q1", "x", "t1"),
+        Step("r1", "", "Relu", ["t1"], ["o1"]),  # not a DequantizeLinear
+        _q("q2", "x", "t2"),
+        _dq("dq2", "t2", "d2"),
+        Step("a2", "", "Relu", ["d2"], ["o2"]),
+        Step("b2", "", "Relu", ["d2"], ["o3"]),  # the DequantizeLinear read twice
+        _q("q3", "x", "t3"),
+        _dq("dq3", "t3", "d3"),
+        Step("id3", "", "Identity", ["d3"], ["i3"]),
+        _q("q3b", "i3", "t3b"),
+        _dq("dq3b", "t3b", "d3b"),  # a redundant pair ending on a kept tensor
+        _q("q4", "x", "t4", zp="zp8"),  # uint8 already
+        _q("q5", "x", "t5"),
+        _dq("dq5", "t5", "d5"),
+        Step("r5", "", "Relu", ["d5"], ["o5"]),
+    ]
+    assert _converted(steps, constants, keep={"o1", "o2", "o3", "d3b", "o5"}) == {"t3b", "t5"}
+
+
+def test_a_sigmoid_times_its_input_is_one_region() -> None:
+    """QOperator swish: ``QLinearMul(x, QLinearSigmoid(x))`` reads the source and every tensor of the group."""
+    ms = "com.microsoft"
+    steps = [
+        Step("sig", ms, "QLinearSigmoid", ["x", "s", "z", "s2", "z2"], ["h"]),
+        Step("mul", ms, "QLinearMul", ["x", "s", "z", "h", "s2", "z2", "s", "z"], ["y"]),
+    ]
+    assert _chains(steps) == [[0, 1]]
