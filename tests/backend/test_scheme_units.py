@@ -396,6 +396,13 @@ def test_tuned_is_read_in_any_case_and_a_failed_mallopt_is_not_applied(monkeypat
     assert heap.keep_temporaries_warm() is True
     assert calls == [(-3, 32 << 20), (-2, 64 << 20)]  # glibc's M_MMAP_THRESHOLD and M_TOP_PAD
 
+    monkeypatch.setattr(heap, "_applied", None)
+    monkeypatch.setenv(heap.ENV, "system")
+    assert heap.keep_temporaries_warm() is False and heap._applied is False
+    monkeypatch.setenv(heap.ENV, "tuned")
+    assert heap.keep_temporaries_warm() is False  # decided once per process, by the first call
+    assert len(calls) == 2
+
     for results, applied in (([0, 1], False), ([1, 0], False), ([1, 1], True)):
         answers = iter(results)
         monkeypatch.setattr(heap, "_mallopt", lambda answers=answers: lambda param, value: next(answers))
@@ -1127,12 +1134,13 @@ def _mm(op: str = "MatMul", inputs: tuple[str, ...] = ("x", "wd"), out: str = "y
 def test_a_matmul_on_dequantized_constants_becomes_one_group_step() -> None:
     wdq = Step("wdq", "", "DequantizeLinear", ["wq", "sw", "zw"], ["wd"])
     mm = _mm()
+    mm.proto = helper.make_node("MatMul", ["x", "wd"], ["y"], name="mm")
     relu = Step("relu", "", "Relu", ["y"], ["z"])
     grouped = weight_groups.group_weights([wdq, mm, relu], _weight_constants(), {"z"})
     assert len(grouped) == 2 and grouped[1] is relu
     step = grouped[0]
     assert (step.name, step.domain, step.op_type, step.inputs, step.outputs) == ("mm", "", "MatMul", ["x"], ["y"])
-    assert step.fused == ("wdq", "mm") and step.group == (wdq, mm) and step.proto is None
+    assert step.fused == ("wdq", "mm") and step.group == (wdq, mm) and step.proto is mm.proto
     assert mm.inputs == ["x", "wd"]  # the original step is kept as it was
 
 
@@ -1169,6 +1177,7 @@ def test_weights_that_stay_float_gemms() -> None:
         return all(not s.group for s in weight_groups.group_weights(steps, constants, keep))
 
     assert not ungrouped([wdq, _mm()], {"y"})
+    assert not ungrouped([wdq, _mm(domain="ai.onnx")], {"y"})
     assert ungrouped([wdq, _mm(), Step("r", "", "Relu", ["wd"], ["o"])], {"y", "o"})  # two readers
     assert ungrouped([wdq, _mm()], {"y", "wd"})  # the weights are asked for
     assert ungrouped([wdq, _mm(), Step("r", "", "Relu", ["y"], ["o"])], {"y", "o"})  # kept and read
@@ -1280,6 +1289,9 @@ def _chains(steps: list[Step], keep: set[str] | None = None) -> list[list[int]]:
 def test_a_float_island_is_one_chain() -> None:
     assert _chains(_island()) == [[0, 1, 2]]
     assert _chains(_island(Step("t", "ai.onnx", "Tanh", ["f"], ["g"]))) == [[0, 1, 2]]
+    onnx_domain = _island()
+    onnx_domain[0].domain = "ai.onnx"
+    assert _chains(onnx_domain) == [[0, 1, 2]]
     assert _chains(_island(Step("c", "", "Cast", ["f"], ["g"], {"to": TensorProto.FLOAT16}))) == [[0, 1, 2]]
     assert _chains(_island(Step("m", "", "Max", ["f", "six", "f"], ["g"]))) == [[0, 1, 2]]  # f read twice
 
@@ -1640,3 +1652,15 @@ def test_a_sigmoid_times_its_input_is_one_region() -> None:
         Step("mul", ms, "QLinearMul", ["x", "s", "z", "h", "s2", "z2", "s", "z"], ["y"]),
     ]
     assert _chains(steps) == [[0, 1]]
+
+
+def test_tensor_types_leave_out_element_types_numpy_does_not_know() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", 99, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [onnx.TensorProto(name="w", data_type=99, dims=[2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert tensor_types(model) == {"y": np.float32}
