@@ -261,6 +261,36 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_pairs.py",  # the pair oracle: integer_matmul's batched AVX2 path
         ),
     ),
+    "scheme": Group(
+        (
+            "backend/scheme.py",
+            "backend/registry.py",
+            "backend/host.py",
+            "backend/heap.py",
+            "backend/parallel.py",
+            "backend/tables.py",
+            "backend/graph.py",
+            "backend/int8_to_uint8.py",
+            "backend/weight_groups.py",
+            "backend/weight_quantization.py",
+        ),
+        (
+            "tests/backend/test_heap.py",
+            "tests/backend/test_parallel.py",
+            "tests/backend/test_tables.py",
+            "tests/backend/test_weight_groups.py",
+            "tests/backend/test_interpreter.py",
+            "tests/backend/test_default_session.py",
+            "tests/backend/test_kernel_units.py",
+            "tests/backend/test_fallback.py",
+            "tests/backend/test_ort_qdq.py",
+            "tests/backend/test_ort_qoperator.py",
+            "tests/backend/test_arith_edges.py",
+            "tests/backend/test_reference_preset.py",
+            "tests/backend/test_agreement_outputs.py",
+            "tests/backend/test_scheme_units.py",
+        ),
+    ),
 }
 
 # mutmut's exit-code verdicts (mutmut/stats.py); a timeout means the tests noticed the mutant

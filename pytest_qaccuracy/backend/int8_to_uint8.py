@@ -101,8 +101,9 @@ def _is_plain(step: Step, op_type: str) -> bool:
 
 
 def _same(dq: Step, q: Step, constants: dict[str, np.ndarray]) -> bool:
-    """The DequantizeLinear uses the QuantizeLinear's scale, zero point and axis (by name or by value)."""
-    if len(dq.inputs) < 3 or dq.attrs.get("axis", 1) != q.attrs.get("axis", 1):
+    """The DequantizeLinear uses the QuantizeLinear's scale, zero point and axis (by name or by value); both
+    name their zero point (onnxruntime leaves a pair with a default zero point alone)."""
+    if len(dq.inputs) < 3 or len(q.inputs) < 3 or dq.attrs.get("axis", 1) != q.attrs.get("axis", 1):
         return False
     for theirs, ours in zip(dq.inputs[1:3], q.inputs[1:3], strict=True):
         if theirs == ours:
