@@ -238,6 +238,22 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_pairs_units.py",
         ),
     ),
+    "interpreter": Group(
+        ("backend/interpreter.py", "backend/fusion.py", "backend/fallback.py", "backend/agreement.py"),
+        (
+            "tests/backend/test_interpreter.py",
+            "tests/backend/test_fallback.py",
+            "tests/backend/test_default_session.py",
+            "tests/backend/test_agreement_outputs.py",
+            "tests/backend/test_dataset_agreement.py",
+            "tests/analysis/test_agreement_pass.py",
+            "tests/backend/test_ort_qdq.py",
+            "tests/backend/test_ort_qoperator.py",
+            "tests/backend/test_heap.py",
+            "tests/backend/test_weight_groups.py",
+            "tests/backend/test_cli_run_units.py",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",
