@@ -1,0 +1,504 @@
+"""Unit tests of the interpreter's parts (``backend/fusion.py``, ``backend/fallback.py``,
+``backend/interpreter.py``, ``backend/agreement.py``), for the ``interpreter`` mutation group.
+
+The fusion tests build step lists by hand and check the rewrite against onnxruntime's QDQ selector
+rules as its transformers state them (which groups become which QOperator node, with which inputs in
+which order); the end-to-end tests compare with onnxruntime run on the same model, ``onnx.reference``, or
+values worked out by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pytest_qaccuracy.backend.fusion import fuse_qdq
+from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step
+from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN
+
+U8, I8, I32 = np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32)
+
+
+def _constants(**extra: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-tensor parameters: ``s``/``z`` (0.1, 128), ``s2``/``z2`` (0.2, 100), ``zs`` (int8 0)."""
+    base = {
+        "s": np.array(0.1, np.float32),
+        "z": np.array(128, np.uint8),
+        "s2": np.array(0.2, np.float32),
+        "z2": np.array(100, np.uint8),
+        "zs": np.array(0, np.int8),
+    }
+    return base | extra
+
+
+def _dq(x: str, s: str = "s", z: str = "z", out: str | None = None, **attrs: object) -> Step:
+    return Step(f"dq_{x}", "", "DequantizeLinear", [x, s, z], [out or f"{x}_f"], dict(attrs))
+
+
+def _q(x: str, out: str, s: str = "s", z: str = "z", **attrs: object) -> Step:
+    return Step(f"q_{out}", "", "QuantizeLinear", [x, s, z], [out], dict(attrs))
+
+
+def _fuse(
+    steps: list[Step],
+    constants: dict[str, np.ndarray],
+    types: dict[str, np.dtype],
+    outputs: set[str] | None = None,
+    keep: set[str] | None = None,
+    opset: int = 13,
+    int8_allowed: bool = True,
+) -> list[Step]:
+    return fuse_qdq(steps, constants, types, outputs or {"y"}, keep or set(), opset, int8_allowed)
+
+
+def _ops(steps: list[Step]) -> list[str]:
+    return [s.op_type for s in steps]
+
+
+def _conv_group(bias: Step | None = None, w_type: np.dtype = I8, **w_attrs: object) -> tuple[list[Step], dict]:
+    steps = [_dq("x"), _dq("w", "sw", "zw", **w_attrs)]
+    inputs = ["x_f", "w_f"]
+    if bias is not None:
+        steps.append(bias)
+        inputs.append(bias.outputs[0])
+    steps += [Step("conv", "", "Conv", inputs, ["c"], {"pads": [1, 1, 1, 1]}), _q("c", "y")]
+    types = {"x": U8, "w": w_type, "b": I32, "y": U8, "bf": I8}
+    return steps, types
+
+
+# --- QDQ fusion: the QOperator groups --------------------------------------------------------------------
+
+
+def test_a_conv_group_becomes_qlinearconv_with_its_parameters_in_onnx_order() -> None:
+    consts = _constants(w=np.ones((2, 3, 1, 1), np.int8), sw=np.array(0.5, np.float32), zw=np.array(0, np.int8))
+    steps, types = _conv_group()
+    fused = _fuse(steps, consts, types)
+    assert _ops(fused) == ["DequantizeLinear", "DequantizeLinear", "QLinearConv"]
+    conv = fused[-1]
+    assert conv.inputs == ["x", "s", "z", "w", "sw", "zw", "s", "z"]
+    assert (conv.name, conv.domain, conv.outputs, conv.attrs) == ("conv", "", ["y"], {"pads": [1, 1, 1, 1]})
+    assert conv.fused == ("conv", "q_y")
+
+
+def test_a_conv_bias_joins_only_from_an_int32_dequantize() -> None:
+    consts = _constants(w=np.ones((2, 3, 1, 1), np.int8), sw=np.array(0.5, np.float32), zw=np.array(0, np.int8))
+    consts["b"] = np.zeros(2, np.int32)
+    consts["bf"] = np.zeros(2, np.int8)
+    steps, types = _conv_group(Step("dq_b", "", "DequantizeLinear", ["b", "sb"], ["b_f"]))
+    assert _fuse(steps, consts, types)[-1].inputs[-1] == "b"
+    steps, types = _conv_group(Step("dq_b", "", "DequantizeLinear", ["bf", "sb"], ["b_f"]))
+    assert "Conv" in _ops(_fuse(steps, consts, types))  # an int8 bias: not onnxruntime's QLinearConv
+    steps, types = _conv_group(Step("neg", "", "Neg", ["bias_in"], ["b_f"]))
+    assert "Conv" in _ops(_fuse(steps, consts, types))  # a float bias: the group stays float
+    steps, types = _conv_group()
+    steps[2].inputs.append("b_const")  # a float initializer: no producer at all
+    assert "Conv" in _ops(_fuse(steps, consts, types))
+
+
+@pytest.mark.parametrize(("axis", "fuses"), [(0, True), (-4, True), (1, False), (-3, False)])
+def test_conv_weights_fuse_per_tensor_or_per_output_channel_only(axis: int, fuses: bool) -> None:
+    consts = _constants(w=np.ones((2, 2, 1, 1), np.int8), sw=np.array([0.5, 0.25], np.float32), zw=np.zeros(2, np.int8))
+    steps, types = _conv_group(axis=axis)
+    assert ("QLinearConv" in _ops(_fuse(steps, consts, types))) is fuses
+
+
+def test_a_per_axis_weight_whose_rank_is_unknown_or_a_blocked_one_is_not_fused() -> None:
+    per_channel = {"sw": np.array([0.5, 0.25], np.float32), "zw": np.zeros(2, np.int8)}
+    steps, types = _conv_group(axis=-4)
+    assert "Conv" in _ops(_fuse(steps, _constants(**per_channel), types))  # w computed: no rank
+    steps, types = _conv_group(axis=0, block_size=2)
+    consts = _constants(w=np.ones((2, 2, 1, 1), np.int8), **per_channel)
+    assert "Conv" in _ops(_fuse(steps, consts, types))
+    steps, types = _conv_group(axis=0, block_size=0)  # block_size 0 is "not blocked"
+    assert "QLinearConv" in _ops(_fuse(steps, consts, types))
+
+
+def test_per_axis_activations_or_outputs_are_not_fused() -> None:
+    vec = {"sv": np.array([0.1, 0.2], np.float32), "zv": np.array([1, 2], np.uint8)}
+    consts = _constants(w=np.ones((2, 2, 1, 1), np.int8), sw=np.array(0.5, np.float32), zw=np.zeros((), np.int8))
+    consts |= vec
+    steps, types = _conv_group()
+    steps[-1] = _q("c", "y", "sv", "zv")
+    assert "Conv" in _ops(_fuse(steps, consts, types))
+    steps, types = _conv_group()
+    steps[0] = _dq("x", "sv", "zv")
+    assert "Conv" in _ops(_fuse(steps, consts, types))
+    steps, types = _conv_group()
+    steps[-1] = _q("c", "y", "missing", "z")  # a computed scale: unknown granularity
+    assert "Conv" in _ops(_fuse(steps, consts, types))
+
+
+def _matmul_steps(op: str = "MatMul", **attrs: object) -> list[Step]:
+    return [_dq("a"), _dq("b", "sb", "zb"), Step("mm", "", op, ["a_f", "b_f"], ["m"], dict(attrs)), _q("m", "y")]
+
+
+@pytest.mark.parametrize(("axis", "fuses"), [(1, True), (-1, True), (0, False), (-2, False)])
+def test_matmul_weights_fuse_per_tensor_or_per_column(axis: int, fuses: bool) -> None:
+    consts = _constants(b=np.ones((3, 2), np.int8), sb=np.array([0.5, 0.25], np.float32), zb=np.zeros(2, np.int8))
+    fused = _fuse(_matmul_steps(), consts, {"a": U8, "b": I8, "y": U8})
+    for d in fused:
+        if d.op_type == "DequantizeLinear" and d.inputs[0] == "b":
+            d.attrs["axis"] = axis
+    fused = _fuse(
+        [*_matmul_steps()[:1], _dq("b", "sb", "zb", axis=axis), *_matmul_steps()[2:]],
+        consts,
+        {"a": U8, "b": I8, "y": U8},
+    )
+    assert ("QLinearMatMul" in _ops(fused)) is fuses
+    if fuses:
+        assert fused[-1].inputs == ["a", "s", "z", "b", "sb", "zb", "s", "z"]
+        assert fused[-1].domain == ""
+
+
+def test_a_matmul_weight_without_an_axis_is_per_axis_on_axis_1() -> None:
+    """DequantizeLinear's default axis is 1: a MatMul's per-column weights."""
+    consts = _constants(b=np.ones((3, 2), np.int8), sb=np.array([0.5, 0.25], np.float32), zb=np.zeros(2, np.int8))
+    assert "QLinearMatMul" in _ops(_fuse(_matmul_steps(), consts, {"a": U8, "b": I8, "y": U8}))
+
+
+@pytest.mark.parametrize(("trans_b", "axis", "fuses"), [(0, 1, True), (0, 0, False), (1, 0, True), (1, 1, False)])
+def test_gemm_weights_fuse_per_output_column_whichever_way_they_are_stored(
+    trans_b: int, axis: int, fuses: bool
+) -> None:
+    consts = _constants(b=np.ones((2, 2), np.int8), sb=np.array([0.5, 0.25], np.float32), zb=np.zeros(2, np.int8))
+    steps = _matmul_steps("Gemm", transB=trans_b)
+    steps[1] = _dq("b", "sb", "zb", axis=axis)
+    fused = _fuse(steps, consts, {"a": U8, "b": I8, "y": U8})
+    assert ("QGemm" in _ops(fused)) is fuses
+
+
+def test_a_gemm_group_becomes_qgemm_with_its_bias_and_attributes() -> None:
+    consts = _constants(b=np.ones((2, 2), np.int8), sb=np.array(0.5, np.float32), zb=np.zeros((), np.int8))
+    consts["c"] = np.zeros(2, np.int32)
+    types = {"a": U8, "b": I8, "c": I32, "y": U8}
+    steps = _matmul_steps("Gemm", alpha=2.0, transA=1, transB=1, beta=1.0)
+    fused = _fuse(steps, consts, types)
+    assert (fused[-1].domain, fused[-1].op_type) == ("com.microsoft", "QGemm")
+    assert fused[-1].inputs == ["a", "s", "z", "b", "sb", "zb", "", "s", "z"]
+    assert fused[-1].attrs == {"alpha": 2.0, "transA": 1, "transB": 1}
+    with_bias = _matmul_steps("Gemm", beta=1.0)
+    with_bias.insert(2, Step("dq_c", "", "DequantizeLinear", ["c", "sc"], ["c_f"]))
+    with_bias[3].inputs.append("c_f")
+    fused = _fuse(with_bias, consts, types)
+    assert fused[-1].inputs[6] == "c"
+    with_bias[3].attrs["beta"] = 0.5  # a scaled bias: onnxruntime leaves the group in float
+    assert "Gemm" in _ops(_fuse(with_bias, consts, types))
+    with_bias[3].attrs["beta"] = 1.0
+    types["c"] = I8
+    assert "Gemm" in _ops(_fuse(with_bias, consts, types))
+    with_bias[2] = Step("neg", "", "Neg", ["cc"], ["c_f"])
+    types["c"] = I32
+    assert "Gemm" in _ops(_fuse(with_bias, consts, types))
+    with_bias.pop(2)  # "c_f" has no producer
+    assert "Gemm" in _ops(_fuse(with_bias, consts, types))
+
+
+@pytest.mark.parametrize("op", ["Conv", "MatMul", "Gemm"])
+def test_int8_activations_fuse_only_where_int8_is_allowed(op: str) -> None:
+    consts = _constants(b=np.ones((2, 2, 1, 1), np.int8), sb=np.array(0.5, np.float32), zb=np.zeros((), np.int8))
+    steps = _matmul_steps(op)
+    for s in steps:
+        if s.op_type in ("DequantizeLinear", "QuantizeLinear") and s.inputs[1] == "s":
+            s.inputs[2] = "zs"
+    types = {"a": I8, "b": I8, "y": I8}
+    assert op not in _ops(_fuse(steps, consts, types, int8_allowed=True))
+    assert op in _ops(_fuse(steps, consts, types, int8_allowed=False))
+    mixed = {"a": U8, "b": I8, "y": I8}  # input and output activations of two types
+    assert op in _ops(_fuse(steps, consts, mixed, int8_allowed=True))
+
+
+# --- binary, unary and concat groups ----------------------------------------------------------------------
+
+
+def _binary_steps(op: str) -> list[Step]:
+    return [_dq("a"), _dq("b", "s2", "z2"), Step("op", "", op, ["a_f", "b_f"], ["t"]), _q("t", "y")]
+
+
+@pytest.mark.parametrize(("op", "fused_op"), [("Add", "QLinearAdd"), ("Mul", "QLinearMul")])
+def test_add_and_mul_groups_become_their_microsoft_ops(op: str, fused_op: str) -> None:
+    fused = _fuse(_binary_steps(op), _constants(), {"a": U8, "b": U8, "y": U8})
+    assert (fused[-1].domain, fused[-1].op_type) == ("com.microsoft", fused_op)
+    assert fused[-1].inputs == ["a", "s", "z", "b", "s2", "z2", "s", "z"]
+    assert fused[-1].outputs == ["y"]
+    # int8 next to uint8: QLinearAdd takes one type
+    assert op in _ops(_fuse(_binary_steps(op), _constants(), {"a": U8, "b": I8, "y": U8}))
+    assert op in _ops(_fuse(_binary_steps(op), _constants(), {"a": U8, "b": U8, "y": I8}))
+    # int8 groups fuse even where int8 Conv/MatMul groups stay float
+    assert fused_op in _ops(_fuse(_binary_steps(op), _constants(), {"a": I8, "b": I8, "y": I8}, int8_allowed=False))
+
+
+def _unary_steps(op: str, *extra: str, **attrs: object) -> list[Step]:
+    return [_dq("a"), Step("op", "", op, ["a_f", *extra], ["t"], dict(attrs)), _q("t", "y", "s2", "z2")]
+
+
+def test_an_average_pool_group_keeps_its_pooling_attributes_only() -> None:
+    attrs = {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 1, 1], "ceil_mode": 1,
+             "count_include_pad": 1, "auto_pad": "NOTSET"}  # fmt: skip
+    fused = _fuse(_unary_steps("AveragePool", dilations=[1, 1], **attrs), _constants(), {"a": U8, "y": U8})
+    assert (fused[-1].domain, fused[-1].op_type) == ("com.microsoft", "QLinearAveragePool")
+    assert fused[-1].attrs == attrs
+    assert fused[-1].inputs == ["a", "s", "z", "s2", "z2"]
+    dilated = _unary_steps("AveragePool", dilations=[1, 2], kernel_shape=[2, 2])
+    assert "AveragePool" in _ops(_fuse(dilated, _constants(), {"a": U8, "y": U8}))
+    assert "AveragePool" in _ops(_fuse(_unary_steps("AveragePool"), _constants(), {"a": U8, "y": I8}))
+
+
+@pytest.mark.parametrize(
+    ("opset", "attrs", "axis"), [(12, {}, 1), (13, {}, -1), (11, {"axis": 2}, 2), (13, {"axis": 0}, 0)]
+)
+def test_a_softmax_group_gets_the_default_axis_of_its_opset(opset: int, attrs: dict, axis: int) -> None:
+    fused = _fuse(_unary_steps("Softmax", **attrs), _constants(), {"a": U8, "y": U8}, opset=opset)
+    assert (fused[-1].op_type, fused[-1].attrs) == ("QLinearSoftmax", {"axis": axis, "opset": opset})
+
+
+def test_relu_and_clip_groups_become_lookups_with_their_bounds() -> None:
+    types = {"a": U8, "y": U8}
+    fused = _fuse(_unary_steps("Relu"), _constants(), types)  # z2 = 100: the Relu is not implied
+    assert (fused[-1].domain, fused[-1].op_type, fused[-1].attrs) == (
+        INTERNAL_DOMAIN,
+        "QLinearLookup",
+        {"function": "Relu"},
+    )
+    assert fused[-1].inputs == ["a", "s", "z", "s2", "z2"]
+    consts = _constants(lo=np.array(-1.0, np.float32))
+    fused = _fuse(_unary_steps("Clip", "lo", ""), consts, types)
+    assert fused[-1].op_type == "QLinearLookup"
+    assert fused[-1].inputs == ["a", "s", "z", "s2", "z2", "lo", ""]
+    assert fused[-1].attrs == {"function": "Clip"}
+    fused = _fuse(_unary_steps("Clip", min=-1.0, max=2.0), consts, types)
+    assert fused[-1].attrs == {"min": -1.0, "max": 2.0, "function": "Clip"}
+
+
+@pytest.mark.parametrize(("op", "fused_op", "attrs"), [("Sigmoid", "QLinearSigmoid", {}),
+                                                        ("LeakyRelu", "QLinearLeakyRelu", {"alpha": 0.2}),
+                                                        ("GlobalAveragePool", "QLinearGlobalAveragePool", {})])  # fmt: skip
+def test_other_unary_groups(op: str, fused_op: str, attrs: dict) -> None:
+    fused = _fuse(_unary_steps(op, **attrs), _constants(), {"a": U8, "y": U8})
+    assert (fused[-1].domain, fused[-1].op_type, fused[-1].attrs) == ("com.microsoft", fused_op, attrs)
+    assert fused[-1].fused == ("op", "q_y")
+
+
+def test_a_concat_group_lists_the_output_parameters_first() -> None:
+    steps = [_dq("a"), _dq("b", "s2", "z2"), _dq("c", "s2", "z"),
+             Step("cat", "", "Concat", ["a_f", "b_f", "c_f"], ["t"], {"axis": 1}), _q("t", "y", "s2", "z2")]  # fmt: skip
+    types = {"a": U8, "b": U8, "c": U8, "y": U8}
+    fused = _fuse(steps, _constants(), types)
+    assert (fused[-1].domain, fused[-1].op_type, fused[-1].attrs) == ("com.microsoft", "QLinearConcat", {"axis": 1})
+    assert fused[-1].inputs == ["s2", "z2", "a", "s", "z", "b", "s2", "z2", "c", "s2", "z"]
+    del steps[3].attrs["axis"]
+    assert _fuse(steps, _constants(), types)[-1].attrs == {"axis": 0}
+    types["c"] = I8
+    assert "Concat" in _ops(_fuse(steps, _constants(), types))
+    steps[2] = Step("neg", "", "Neg", ["cc"], ["c_f"])  # one float input: no QLinearConcat
+    assert "Concat" in _ops(_fuse(steps, _constants(), {"a": U8, "b": U8, "y": U8}))
+
+
+# --- when a group is left alone ----------------------------------------------------------------------------
+
+
+def test_a_group_whose_float_tensor_is_kept_or_read_twice_is_not_fused() -> None:
+    types = {"a": U8, "b": U8, "y": U8}
+    assert "Add" in _ops(_fuse(_binary_steps("Add"), _constants(), types, keep={"t"}))
+    assert "Add" in _ops(_fuse(_binary_steps("Add"), _constants(), types, outputs={"t", "y"}))
+    twice = [*_binary_steps("Add"), Step("neg", "", "Neg", ["t"], ["n"])]
+    assert "Add" in _ops(_fuse(twice, _constants(), types))
+    as_scale = [*_binary_steps("Add")[:3], Step("q_y", "", "QuantizeLinear", ["x", "t", "z"], ["y"])]
+    assert "Add" in _ops(_fuse(as_scale, _constants(), types))  # the float tensor is read as a scale
+    assert "Add" in _ops(_fuse(_binary_steps("Add"), _constants(), {"a": U8, "b": U8, "y": I32}))
+    assert "Add" in _ops(_fuse(_binary_steps("Add"), _constants(), {"a": U8, "b": U8}))  # output type unknown
+
+
+def test_only_standard_dequantize_of_8_bit_tensors_feeds_a_group() -> None:
+    types = {"a": U8, "b": U8, "y": U8}
+    steps = _binary_steps("Add")
+    steps[0].domain = "com.microsoft"
+    assert "Add" in _ops(_fuse(steps, _constants(), types))
+    steps[0].domain = "ai.onnx"
+    assert "QLinearAdd" in _ops(_fuse(steps, _constants(), types))
+    assert "Add" in _ops(_fuse(_binary_steps("Add"), _constants(), {"a": I32, "b": U8, "y": U8}))
+    steps = _binary_steps("Add")
+    steps[0].op_type = "QuantizeLinear"  # a float produced by another op
+    assert "Add" in _ops(_fuse(steps, _constants(), types))
+
+
+def test_ops_of_other_domains_or_without_outputs_are_left_alone() -> None:
+    types = {"a": U8, "b": U8, "y": U8}
+    steps = _binary_steps("Add")
+    steps[2].domain = "custom"
+    assert "Add" in _ops(_fuse(steps, _constants(), types))
+    steps[2].domain = "ai.onnx"
+    assert "QLinearAdd" in _ops(_fuse(steps, _constants(), types))
+    steps = _unary_steps("Relu")
+    steps[1].outputs = [""]
+    assert "Relu" in _ops(_fuse(steps, _constants(), {"a": U8, "y": U8}))
+
+
+def test_an_op_without_a_rule_stays_and_a_multi_output_rule_op_too() -> None:
+    assert "Neg" in _ops(_fuse(_unary_steps("Neg"), _constants(), {"a": U8, "y": U8}))
+    steps = _unary_steps("Softmax")
+    steps[1].outputs = ["t", "extra"]
+    assert "Softmax" in _ops(_fuse(steps, _constants(), {"a": U8, "y": U8}))
+
+
+# --- activations that the QuantizeLinear implies ------------------------------------------------------------
+
+
+def _act_steps(op: str, *extra: str, z: str = "z", **attrs: object) -> list[Step]:
+    """``x -> Neg -> act -> Q``: no DequantizeLinear, so only the activation removal can change it."""
+    return [Step("neg", "", "Neg", ["x"], ["n"]), Step("act", "", op, ["n", *extra], ["t"], dict(attrs)),
+            _q("t", "y", "s", z)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("z", "zp_type", "removed"), [(0, U8, True), (1, U8, False), (-128, I8, True), (-127, I8, False)]
+)
+def test_a_relu_goes_when_the_zero_point_is_the_lowest_value(z: int, zp_type: np.dtype, removed: bool) -> None:
+    consts = _constants(zq=np.array(z, zp_type))
+    fused = _fuse(_act_steps("Relu", z="zq"), consts, {"y": zp_type})
+    assert ("Relu" not in _ops(fused)) is removed
+    if removed:
+        assert fused[-1].inputs[0] == "n"
+
+
+def test_a_relu_without_a_zero_point_goes_for_uint8_only() -> None:
+    steps = _act_steps("Relu")
+    steps[-1].inputs = ["t", "s"]
+    assert "Relu" not in _ops(_fuse(steps, _constants(), {"y": U8}))
+    assert "Relu" in _ops(_fuse(steps, _constants(), {"y": I8}))
+
+
+# scale 6/255, zero point 0: the QuantizeLinear's range is [0, 6]; scale 0.1, zero point 128: [-12.8, 12.7]
+@pytest.mark.parametrize(
+    ("attrs", "removed"),
+    [
+        ({"min": 0.0, "max": 6.0}, True),
+        ({"min": 0.0, "max": 5.9}, False),
+        ({"min": 0.1, "max": 6.0}, False),
+        ({"min": -1.0, "max": 7.0}, True),
+        ({"max": 6.0}, True),
+        ({"min": 0.0}, True),
+        ({}, True),
+        ({"min": 0.0, "max": 6.0 - 1e-7}, True),  # within the 1e-6 tolerance
+    ],
+)
+def test_a_clip_goes_when_the_quantize_range_lies_within_its_bounds(attrs: dict, removed: bool) -> None:
+    consts = _constants(s6=np.array(6 / 255, np.float32), z0=np.array(0, np.uint8))
+    steps = _act_steps("Clip", **attrs)
+    steps[-1].inputs = ["t", "s6", "z0"]
+    assert ("Clip" not in _ops(_fuse(steps, consts, {"y": U8}))) is removed
+
+
+def test_clip_bounds_given_as_inputs() -> None:
+    consts = _constants(lo=np.array(-12.8, np.float32), hi=np.array(12.7, np.float32), lo2=np.array(-12.0, np.float32))
+    types = {"y": U8}
+    assert "Clip" not in _ops(_fuse(_act_steps("Clip", "lo", "hi"), consts, types))
+    assert "Clip" not in _ops(_fuse(_act_steps("Clip", "", "hi"), consts, types))
+    assert "Clip" not in _ops(_fuse(_act_steps("Clip", "lo"), consts, types))
+    assert "Clip" in _ops(_fuse(_act_steps("Clip", "lo2", "hi"), consts, types))
+    assert "Clip" in _ops(_fuse(_act_steps("Clip", "computed", "hi"), consts, types))  # not a constant
+    assert "Clip" in _ops(_fuse(_act_steps("Clip", "lo", "computed"), consts, types))
+
+
+def test_an_activation_stays_before_a_per_axis_or_shared_or_kept_quantize() -> None:
+    consts = _constants(sv=np.array([0.1, 0.2], np.float32), zv=np.zeros(2, np.uint8), z0=np.array(0, np.uint8))
+    steps = _act_steps("Relu", z="z0")
+    assert "Relu" not in _ops(_fuse(steps, consts, {"y": U8}))
+    assert "Relu" in _ops(_fuse(steps, consts, {"y": U8}, keep={"t"}))
+    assert "Relu" in _ops(_fuse(steps, consts, {"y": U8}, outputs={"t"}))
+    per_axis = _act_steps("Relu", z="zv")
+    per_axis[-1].inputs[1] = "sv"
+    assert "Relu" in _ops(_fuse(per_axis, consts, {"y": U8}))
+    custom = _act_steps("Relu", z="z0")
+    custom[1].domain = "custom"
+    assert "Relu" in _ops(_fuse(custom, consts, {"y": U8}))
+
+
+# --- data movement ---------------------------------------------------------------------------------------
+
+
+def _moving(op: str, outs: tuple[str, ...] = ("t",), **attrs: object) -> list[Step]:
+    return [_dq("a"), Step("mv", "", op, ["a_f", "shape"], list(outs), dict(attrs))]
+
+
+def test_a_reshape_between_equal_parameters_runs_on_the_integers() -> None:
+    steps = [*_moving("Reshape"), _q("t", "y")]
+    fused = _fuse(steps, _constants(), {"a": U8, "y": U8})
+    assert _ops(fused) == ["DequantizeLinear", "Reshape"]
+    assert (fused[1].inputs, fused[1].outputs, fused[1].fused) == (["a", "shape"], ["y"], ("mv", "q_y"))
+
+
+def test_a_reshape_between_other_parameters_is_followed_by_a_requantize() -> None:
+    steps = [*_moving("Transpose", perm=[1, 0]), _q("t", "y", "s2", "z2")]
+    fused = _fuse(steps, _constants(), {"a": U8, "y": U8})
+    assert _ops(fused) == ["DequantizeLinear", "Transpose", "Requantize"]
+    tmp = f"{INTERNAL_PREFIX}t"
+    assert fused[1].outputs == [tmp] and fused[1].attrs == {"perm": [1, 0]}
+    requantize = fused[2]
+    assert (requantize.name, requantize.domain) == ("mv/requantize", INTERNAL_DOMAIN)
+    assert requantize.inputs == [tmp, "s", "z", "s2", "z2"]
+    assert requantize.outputs == ["y"]
+    assert requantize.fused == ("mv", "q_y")
+
+
+def test_a_split_to_two_quantizes_fuses_both_in_graph_order() -> None:
+    steps = [*_moving("Split", ("t0", "t1")), _q("t1", "y1", "s2", "z2"), Step("mid", "", "Neg", ["u"], ["v"]),
+             _q("t0", "y0")]  # fmt: skip
+    fused = _fuse(steps, _constants(), {"a": U8, "y0": U8, "y1": U8}, outputs={"y0", "y1"})
+    assert _ops(fused) == ["DequantizeLinear", "Neg", "Split", "Requantize"]
+    split = fused[2]
+    assert split.outputs == ["y0", f"{INTERNAL_PREFIX}t1"]
+    assert split.fused == fused[3].fused == ("mv", "q_y1", "q_y0")
+
+
+@pytest.mark.parametrize("zero", [np.array([0], np.uint8), np.array([0], np.int64), np.zeros(1, np.int32)])
+def test_an_absent_zero_point_equals_a_zero_one_of_any_type(zero: np.ndarray) -> None:
+    steps = [*_moving("Flatten"), _q("t", "y", "s", "z0")]
+    steps[0].inputs = ["a", "s"]
+    fused = _fuse(steps, _constants(z0=zero), {"a": U8, "y": U8})
+    assert _ops(fused) == ["DequantizeLinear", "Flatten"]
+    steps[0].inputs = ["a", "s", "z"]  # 128 against 0
+    assert "Requantize" in _ops(_fuse(steps, _constants(z0=zero), {"a": U8, "y": U8}))
+
+
+def test_computed_parameters_always_take_a_requantize() -> None:
+    steps = [*_moving("Squeeze"), _q("t", "y")]
+    steps[0].inputs = ["a", "s", "zc"]
+    steps[-1].inputs = ["t", "s", "zc"]
+    assert "Squeeze" in _ops(_fuse(steps, _constants(zc=np.array(128, np.uint8)), {"a": U8, "y": U8}))
+    # zero points not constants: not per tensor, so no fusion at all
+    assert _ops(_fuse(steps, _constants(), {"a": U8, "y": U8})) == ["DequantizeLinear", "Squeeze", "QuantizeLinear"]
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "outs", "fuses"),
+    [
+        ("Resize", {}, ("t",), True),
+        ("Resize", {"mode": "nearest"}, ("t",), True),
+        ("Resize", {"mode": "linear"}, ("t",), False),
+        ("MaxPool", {"kernel_shape": [2, 2]}, ("t",), True),
+        ("MaxPool", {"kernel_shape": [2, 2]}, ("t", "idx"), False),
+        ("Gather", {"axis": 1}, ("t",), True),
+        ("Slice", {}, ("t",), True),
+        ("Unsqueeze", {}, ("t",), True),
+    ],
+)
+def test_which_data_ops_run_on_the_integers(op: str, attrs: dict, outs: tuple[str, ...], fuses: bool) -> None:
+    steps = [*_moving(op, outs, **attrs), _q("t", "y")]
+    assert (op not in _ops(_fuse(steps, _constants(), {"a": U8, "y": U8})) or fuses) is fuses
+    assert ("QuantizeLinear" not in _ops(_fuse(steps, _constants(), {"a": U8, "y": U8}))) is fuses
+
+
+def test_a_data_op_needs_a_per_tensor_dequantize_and_quantize_of_one_type() -> None:
+    consts = _constants(sv=np.array([0.1, 0.2], np.float32), zv=np.zeros(2, np.uint8))
+    plain = [*_moving("Reshape"), _q("t", "y")]
+    assert "QuantizeLinear" in _ops(_fuse(plain, consts, {"a": U8, "y": I8}))
+    per_axis_q = [*_moving("Reshape"), _q("t", "y", "sv", "zv")]
+    assert "QuantizeLinear" in _ops(_fuse(per_axis_q, consts, {"a": U8, "y": U8}))
+    per_axis_dq = [_dq("a", "sv", "zv"), *_moving("Reshape")[1:], _q("t", "y")]
+    assert "QuantizeLinear" in _ops(_fuse(per_axis_dq, consts, {"a": U8, "y": U8}))
+    no_dq = [Step("neg", "", "Neg", ["a"], ["a_f"]), *_moving("Reshape")[1:], _q("t", "y")]
+    assert "QuantizeLinear" in _ops(_fuse(no_dq, consts, {"a": U8, "y": U8}))
+    no_inputs = [Step("mv", "", "Reshape", [], ["t"]), _q("t", "y")]
+    assert "QuantizeLinear" in _ops(_fuse(no_inputs, consts, {"a": U8, "y": U8}))
+    split = [*_moving("Split", ("t0", "t1")), _q("t0", "y")]  # one output without a QuantizeLinear
+    assert "Split" in _ops(_fuse(split, consts, {"a": U8, "y": U8}))
