@@ -269,9 +269,14 @@ def test_relu_and_clip_groups_become_lookups_with_their_bounds() -> None:
     assert fused[-1].attrs == {"min": -1.0, "max": 2.0, "function": "Clip"}
 
 
-@pytest.mark.parametrize(("op", "fused_op", "attrs"), [("Sigmoid", "QLinearSigmoid", {}),
-                                                        ("LeakyRelu", "QLinearLeakyRelu", {"alpha": 0.2}),
-                                                        ("GlobalAveragePool", "QLinearGlobalAveragePool", {})])  # fmt: skip
+@pytest.mark.parametrize(
+    ("op", "fused_op", "attrs"),
+    [
+        ("Sigmoid", "QLinearSigmoid", {}),
+        ("LeakyRelu", "QLinearLeakyRelu", {"alpha": 0.2}),
+        ("GlobalAveragePool", "QLinearGlobalAveragePool", {}),
+    ],
+)
 def test_other_unary_groups(op: str, fused_op: str, attrs: dict) -> None:
     fused = _fuse(_unary_steps(op, **attrs), _constants(), {"a": U8, "y": U8})
     assert (fused[-1].domain, fused[-1].op_type, fused[-1].attrs) == ("com.microsoft", fused_op, attrs)
@@ -279,8 +284,8 @@ def test_other_unary_groups(op: str, fused_op: str, attrs: dict) -> None:
 
 
 def test_a_concat_group_lists_the_output_parameters_first() -> None:
-    steps = [_dq("a"), _dq("b", "s2", "z2"), _dq("c", "s2", "z"),
-             Step("cat", "", "Concat", ["a_f", "b_f", "c_f"], ["t"], {"axis": 1}), _q("t", "y", "s2", "z2")]  # fmt: skip
+    cat = Step("cat", "", "Concat", ["a_f", "b_f", "c_f"], ["t"], {"axis": 1})
+    steps = [_dq("a"), _dq("b", "s2", "z2"), _dq("c", "s2", "z"), cat, _q("t", "y", "s2", "z2")]
     types = {"a": U8, "b": U8, "c": U8, "y": U8}
     fused = _fuse(steps, _constants(), types)
     assert (fused[-1].domain, fused[-1].op_type, fused[-1].attrs) == ("com.microsoft", "QLinearConcat", {"axis": 1})
