@@ -9,9 +9,22 @@ values worked out by hand.
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
+from types import SimpleNamespace
 
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pytest_qaccuracy.backend import agreement
+from pytest_qaccuracy.backend.agreement import (
+    AgreementResult,
+    TensorAgreement,
+    float_step,
+    shares_deployed_session,
+    signed_activations,
+    steps_apart,
+)
 from pytest_qaccuracy.backend.fusion import fuse_qdq
 from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step
 from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN
@@ -507,3 +520,168 @@ def test_a_data_op_needs_a_per_tensor_dequantize_and_quantize_of_one_type() -> N
     assert "QuantizeLinear" in _ops(_fuse(no_inputs, consts, {"a": U8, "y": U8}))
     split = [*_moving("Split", ("t0", "t1")), _q("t0", "y")]  # one output without a QuantizeLinear
     assert "Split" in _ops(_fuse(split, consts, {"a": U8, "y": U8}))
+
+
+# --- agreement: its records and units ----------------------------------------------------------------------
+
+
+def _tensor(name: str, order: int, mismatches: int, max_steps: int, unit: str = "steps") -> TensorAgreement:
+    return TensorAgreement(name, order, 10, mismatches, max_steps, unit)
+
+
+@pytest.mark.parametrize(
+    ("unit", "n", "text"),
+    [
+        ("steps", 1, "1 step"),
+        ("steps", 3, "3 steps"),
+        ("steps", 0, "0 steps"),
+        ("steps", 2, "2 steps"),
+        ("ulps", 1, "1 ulp"),
+        ("ulps", 7, "7 ulps"),
+    ],
+)
+def test_a_tensor_says_its_differences_in_its_unit(unit: str, n: int, text: str) -> None:
+    assert _tensor("t", 0, 1, n, unit).steps() == text
+    assert _tensor("t", 0, 1, 99, unit).steps(n) == text
+
+
+def test_a_result_summary_names_the_rule_and_the_first_divergence() -> None:
+    tensors = (_tensor("a", 0, 0, 0), _tensor("b", 1, 3, 5), _tensor("c", 2, 4, 1, "ulps"))
+    result = AgreementResult("m.onnx", "tflite", 2, 8, tensors, "b")
+    assert not result.ok
+    assert result.num_mismatched_tensors == 2
+    assert result.summary() == (
+        "integer emulation (tflite) within 2 step(s) of onnxruntime: first divergence at 'b' (order 1): "
+        "3 / 10 elements differ, max 5 steps; 2 tensors differ"
+    )
+    loose = result.with_max_steps(5)
+    assert (loose.ok, loose.max_steps_allowed, loose.first_divergence, loose.records) == (True, 5, None, 8)
+    assert loose.summary() == "integer emulation (tflite) within 5 step(s) of onnxruntime: ok on 3 tensors"
+    assert result.with_max_steps(4).first_divergence == "b"
+    assert result.with_max_steps(0).first_divergence == "b"  # "a" differs by 0 steps
+    assert list(result.to_dict()) == ["model", "scheme", "max_steps_allowed", "records", "first_divergence", "tensors"]
+    assert result.to_dict()["tensors"][2] == {
+        "tensor": "c", "order": 2, "elements": 10, "mismatches": 4, "max_steps": 1, "unit": "ulps"
+    }  # fmt: skip
+
+
+def test_a_shape_mismatch_diverges_whatever_the_tolerance() -> None:
+    result = AgreementResult("m", "s", 0, 1, (_tensor("a", 0, 0, 0), _tensor("b", 1, 10, -1)), "b")
+    assert result.with_max_steps(1000).first_divergence == "b"
+    assert AgreementResult("m", "s", 0, 1, (), None).summary().endswith(": ok on 0 tensors")
+
+
+def test_integer_tensors_are_apart_by_their_difference_of_codes() -> None:
+    got = steps_apart(np.array([3, 250, 0], np.uint8), np.array([5, 250, 255], np.uint8))
+    assert got.dtype == np.int64 and got.tolist() == [2, 0, 255]
+    assert steps_apart(np.array([-1, 127], np.int8), np.array([255, 0], np.uint8)).tolist() == [256, 127]
+
+
+def test_float_tensors_with_a_step_count_whole_steps_and_any_difference_as_one() -> None:
+    big = np.iinfo(np.int64).max
+    ours = np.array([1.0, 1.05, 2.0, np.nan, np.nan, 0.0, 1.0], np.float32)
+    theirs = np.array([1.0, 1.0, 1.0, np.nan, 1.0, 0.25, np.nan], np.float32)
+    assert steps_apart(ours, theirs, 0.25).tolist() == [0, 1, 4, 0, big, 1, big]
+    # 43 steps of 0.1 in float32 are 4.3000002: still 43, not 44
+    assert steps_apart(np.array([4.3], np.float32), np.array([0.0], np.float32), 0.1).tolist() == [43]
+    assert steps_apart(np.array([1e10], np.float32), np.array([0.0], np.float32), 1e-30).tolist() == [2**62]
+    # a step, but an integer on one side: equal or not
+    assert steps_apart(np.array([1.0, 2.0], np.float32), np.array([1, 3], np.int32), 0.5).tolist() == [0, big]
+
+
+def test_float_tensors_without_a_step_count_units_in_the_last_place() -> None:
+    big = np.iinfo(np.int64).max
+    one = np.float32(1.0)
+    ours = np.array([np.nextafter(one, np.float32(2)), 0.0, 1.0, np.nan, np.nan, 1.0], np.float32)
+    theirs = np.array([1.0, -0.0, -1.0, np.nan, 1.0, np.nan], np.float32)
+    # 1.0 is 0x3f800000: +1.0 and -1.0 are that many ulps from 0 on each side
+    assert steps_apart(ours, theirs).tolist() == [1, 0, 2 * 0x3F800000, 0, big, big]
+    tiny = np.array([np.float32(1e-45)], np.float32)  # the smallest subnormal on each side of zero
+    assert steps_apart(tiny, -tiny).tolist() == [2]
+    half = np.float16(1.0)
+    assert steps_apart(np.array([np.nextafter(half, np.float16(0))]), np.array([half])).tolist() == [1]
+    # float32 against float64: equal values or not
+    assert steps_apart(np.array([1.0, 0.1], np.float32), np.array([1.0, 0.1], np.float64)).tolist() == [0, big]
+    assert steps_apart(np.array([1, 2], np.int32), np.array([1.0, 2.5], np.float32)).tolist() == [0, big]
+    strided = np.arange(8, dtype=np.float32)[::2]
+    assert steps_apart(strided, strided.copy()).tolist() == [0, 0, 0, 0]
+
+
+def test_records_are_the_batch_axis_of_the_first_feed() -> None:
+    assert agreement._records({}) == 0
+    assert agreement._records({"a": np.zeros((3, 2)), "b": np.zeros((5,))}) == 3
+
+
+def _model(nodes: list, inits: list, inputs: list | None = None, outputs: tuple[str, ...] = ("y",)) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        inputs if inputs is not None else [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_the_float_step_is_the_largest_scale_of_the_nearest_dequantize_up_the_chain() -> None:
+    scale = numpy_helper.from_array(np.array([0.1, -0.3], np.float32), "s")
+    nodes = [
+        helper.make_node("Neg", ["x"], ["n"]),
+        helper.make_node("DequantizeLinear", ["q", "s"], ["d"], axis=0),
+        helper.make_node("Add", ["d", "bias"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+        helper.make_node("Constant", [], ["cs"], value=numpy_helper.from_array(np.array(0.5, np.float32))),
+        helper.make_node("DequantizeLinear", ["q", "cs"], ["d2"]),
+        helper.make_node("Identity", ["d2"], ["y2"]),
+        helper.make_node("DequantizeLinear", ["q", "n"], ["d3"]),  # a computed scale: walk on from its input
+        helper.make_node("Shape", ["bias"], ["shape"]),  # only constant inputs
+    ]
+    inits = [scale, numpy_helper.from_array(np.zeros(2, np.float32), "bias")]
+    model = _model(nodes, inits)
+    assert float_step(model, "y") == pytest.approx(0.3)
+    assert float_step(model, "y2") == 0.5
+    assert float_step(model, "d3") is None  # "q" is a graph input
+    assert float_step(model, "n") is None
+    assert float_step(model, "x") is None
+    assert float_step(model, "shape") is None
+
+
+def _zero(name: str, dtype: type) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(0, dtype), name)
+
+
+def test_signed_activations_are_int8_quantize_outputs_or_int8_dequantize_inputs() -> None:
+    s = numpy_helper.from_array(np.array(0.1, np.float32), "s")
+    q_i8 = helper.make_node("QuantizeLinear", ["x", "s", "zi"], ["q"])
+    q_u8 = helper.make_node("QuantizeLinear", ["x", "s", "zu"], ["q"])
+    dq = helper.make_node("DequantizeLinear", ["q", "s", "zi"], ["y"])
+    assert signed_activations(_model([q_i8], [s, _zero("zi", np.int8)]))
+    assert not signed_activations(_model([q_u8], [s, _zero("zu", np.uint8)]))
+    assert not signed_activations(_model([helper.make_node("QuantizeLinear", ["x", "s"], ["q"])], [s]))
+    assert signed_activations(_model([q_u8, dq], [s, _zero("zu", np.uint8), _zero("zi", np.int8)]))
+    weights = numpy_helper.from_array(np.ones(4, np.int8), "q")
+    assert not signed_activations(_model([dq], [s, _zero("zi", np.int8), weights]))
+    constant = helper.make_node("Constant", [], ["zi"], value=_zero("v", np.int8))
+    assert signed_activations(_model([constant, q_i8], [s]))
+    empty = helper.make_node("Constant", [], ["zi"], value_float=0.0)  # no tensor value: type unknown
+    assert not signed_activations(_model([empty, q_i8], [s]))
+    assert not signed_activations(_model([helper.make_node("Constant", [], [], value_float=0.0), q_u8], [s]))
+
+
+def _options(**changes: object) -> SimpleNamespace:
+    base = {"providers": ("CPUExecutionProvider",), "optimization": "all", "threads": 0, "session_config": {}}
+    return SimpleNamespace(**(base | changes))
+
+
+def test_a_session_is_shared_with_the_gate_only_when_it_computes_the_same() -> None:
+    s = numpy_helper.from_array(np.array(0.1, np.float32), "s")
+    unsigned = _model([helper.make_node("QuantizeLinear", ["x", "s", "zu"], ["y"])], [s, _zero("zu", np.uint8)])
+    signed = _model([helper.make_node("QuantizeLinear", ["x", "s", "zi"], ["y"])], [s, _zero("zi", np.int8)])
+    assert shares_deployed_session(unsigned, _options())
+    assert shares_deployed_session(unsigned, _options(session_config={"session.qdqisint8allowed": "1"}))
+    assert not shares_deployed_session(signed, _options())
+    assert not shares_deployed_session(unsigned, _options(session_config={"session.qdqisint8allowed": "0"}))
+    assert not shares_deployed_session(unsigned, _options(session_config={"session.other": "1"}))
+    assert not shares_deployed_session(unsigned, _options(providers=("CUDAExecutionProvider", "CPUExecutionProvider")))
+    assert not shares_deployed_session(unsigned, _options(optimization="basic"))
+    assert not shares_deployed_session(unsigned, _options(threads=2))
