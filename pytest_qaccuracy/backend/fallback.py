@@ -16,7 +16,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from pytest_qaccuracy.backend.graph import Step
-from pytest_qaccuracy.backend.registry import unsupported
+from pytest_qaccuracy.backend.registry import normalize_domain, unsupported
 from pytest_qaccuracy.ort_session import make_session
 
 #: inputs where an empty tensor means "not given" (Resize-11 has no optional inputs, so models pass an empty
@@ -125,6 +125,13 @@ def _one_node_model(
     return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
 
 
+def _in_domain(proto: onnx.NodeProto, domain: str) -> onnx.NodeProto:
+    node = onnx.NodeProto()
+    node.CopyFrom(proto)
+    node.domain = domain
+    return node
+
+
 def reference_kernel(step: Step, opsets: dict[str, int]) -> Callable[[list[Any]], tuple[Any, ...]]:
     """A runner for ``step`` built on ``onnx.reference.ReferenceEvaluator``.
 
@@ -134,18 +141,17 @@ def reference_kernel(step: Step, opsets: dict[str, int]) -> Callable[[list[Any]]
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
+    domain = normalize_domain(step.domain)  # onnx.reference knows the default domain as "" only
     proto = step.proto
     if proto is None or list(proto.input) != step.inputs or list(proto.output) != step.outputs:
-        proto = helper.make_node(
-            step.op_type, step.inputs, step.outputs, name=step.name, domain=step.domain, **step.attrs
-        )
+        proto = helper.make_node(step.op_type, step.inputs, step.outputs, name=step.name, domain=domain, **step.attrs)
+    elif proto.domain != domain:
+        proto = _in_domain(proto, domain)
     reference_opsets = {d or "": v for d, v in opsets.items()}
     try:
         evaluator = ReferenceEvaluator(proto, opsets=reference_opsets)
     except Exception as exc:
-        raise unsupported(
-            step.name, step.domain, step.op_type, opsets.get(step.domain, 1), f"onnx.reference: {exc}"
-        ) from None
+        raise unsupported(step.name, domain, step.op_type, opsets.get(domain, 1), f"onnx.reference: {exc}") from None
     names = list(proto.input)
     optional = _EMPTY_MEANS_ABSENT.get((step.domain, step.op_type), ())
     evaluators: dict[tuple[int, ...], Any] = {(): evaluator}

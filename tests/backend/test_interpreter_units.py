@@ -13,10 +13,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pytest_qaccuracy.backend import agreement
+from pytest_qaccuracy.backend import IntegerSession, agreement
 from pytest_qaccuracy.backend.agreement import (
     AgreementResult,
     TensorAgreement,
@@ -25,9 +26,11 @@ from pytest_qaccuracy.backend.agreement import (
     signed_activations,
     steps_apart,
 )
+from pytest_qaccuracy.backend.fallback import OnnxruntimeNode, _one_node_model, reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
-from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step
+from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step, steps_from_graph
 from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN
+from pytest_qaccuracy.errors import UnsupportedOpError
 
 U8, I8, I32 = np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32)
 
@@ -685,3 +688,136 @@ def test_a_session_is_shared_with_the_gate_only_when_it_computes_the_same() -> N
     assert not shares_deployed_session(unsigned, _options(providers=("CUDAExecutionProvider", "CPUExecutionProvider")))
     assert not shares_deployed_session(unsigned, _options(optimization="basic"))
     assert not shares_deployed_session(unsigned, _options(threads=2))
+
+
+# --- fallbacks: onnx.reference and onnxruntime one node at a time ---------------------------------------------
+
+
+def test_a_reference_step_without_a_proto_is_built_from_its_attributes() -> None:
+    run = reference_kernel(Step("lr", "", "LeakyRelu", ["x"], ["y"], {"alpha": 0.5}), {"": 13})
+    (y,) = run([np.array([-2.0, 0.0, 3.0], np.float32)])
+    np.testing.assert_array_equal(y, np.array([-1.0, 0.0, 3.0], np.float32))  # 0.5 x below 0, not 0.01 x
+
+
+def test_a_reference_step_rewired_after_its_proto_runs_as_the_step_says() -> None:
+    """Fusion and the int8 conversion rename inputs and outputs: then the step's wiring and attributes count."""
+    proto = helper.make_node("LeakyRelu", ["a"], ["y"], alpha=0.1)
+    for inputs, outputs in ((["b"], ["y"]), (["a"], ["z"])):
+        run = reference_kernel(Step("lr", "", "LeakyRelu", inputs, outputs, {"alpha": 0.5}, proto), {"": 13})
+        np.testing.assert_array_equal(run([np.array([-2.0], np.float32)])[0], np.array([-1.0], np.float32))
+    run = reference_kernel(Step("lr", "", "LeakyRelu", ["a"], ["y"], {"alpha": 0.5}, proto), {"": 13})
+    np.testing.assert_array_equal(run([np.array([-2.0], np.float32)])[0], np.array([-0.2], np.float32))
+
+
+def test_a_reference_step_keeps_its_proto_where_the_attributes_cannot_be_rebuilt() -> None:
+    """A tensor attribute is a numpy array in ``Step.attrs``: the proto, unchanged, is what runs."""
+    value = np.array([[1, 2], [3, 4]], np.int64)
+    model = _model([helper.make_node("Constant", [], ["y"], value=numpy_helper.from_array(value))], [], inputs=[])
+    (step,) = steps_from_graph(model.graph)
+    (got,) = reference_kernel(step, {"": 13})([])
+    np.testing.assert_array_equal(got, value)
+
+
+def test_a_reference_step_of_another_domain_runs_at_that_domain_opset() -> None:
+    step = Step("b", "ai.onnx.ml", "Binarizer", ["x"], ["y"], {"threshold": 0.5})
+    (y,) = reference_kernel(step, {"": 13, "ai.onnx.ml": 3})([np.array([0.2, 0.7, 0.5], np.float32)])
+    np.testing.assert_array_equal(y, np.array([0.0, 1.0, 0.0], np.float32))
+
+
+def test_a_reference_step_runs_at_the_model_opset() -> None:
+    """Upsample, an op of opset 9 (Resize replaced it in 10)."""
+    step = Step("u", "", "Upsample", ["x", "scales"], ["y"], {"mode": "nearest"})
+    x = np.array([[[[1.0, 2.0]]]], np.float32)
+    (y,) = reference_kernel(step, {"": 9})([x, np.array([1, 1, 1, 2], np.float32)])
+    np.testing.assert_array_equal(y, np.array([[[[1.0, 1.0, 2.0, 2.0]]]], np.float32))
+
+
+def test_an_empty_resize_input_is_handed_over_as_absent() -> None:
+    step = Step("r", "", "Resize", ["x", "roi", "scales", "sizes"], ["y"], {"mode": "nearest"})
+    run = reference_kernel(step, {"": 13})
+    x = np.array([[[[1.0, 2.0]]]], np.float32)
+    want = np.array([[[[1.0, 1.0, 2.0, 2.0]]]], np.float32)
+    empty = np.zeros(0, np.float32)
+    np.testing.assert_array_equal(run([x, empty, np.array([1, 1, 1, 2], np.float32), None])[0], want)
+    np.testing.assert_array_equal(run([x, empty, empty, np.array([1, 1, 1, 4], np.int64)])[0], want)
+
+
+def test_an_op_onnx_reference_lacks_is_unsupported_with_its_domain_and_opset() -> None:
+    with pytest.raises(UnsupportedOpError, match=r"node 'f': .* custom::Frobnicate at opset 3 \(onnx\.reference: "):
+        reference_kernel(Step("f", "custom", "Frobnicate", ["x"], ["y"]), {"": 13, "custom": 3})
+    with pytest.raises(UnsupportedOpError, match=r"other::Frobnicate at opset 1 \(onnx\.reference: "):
+        reference_kernel(Step("f", "other", "Frobnicate", ["x"], ["y"]), {"": 13})
+
+
+def test_a_node_with_a_subgraph_does_not_run_alone_in_onnxruntime() -> None:
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["o"])], "b", [], [])
+    proto = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+    step = Step("if", "", "If", ["c"], ["y"], {}, proto)
+    with pytest.raises(
+        ValueError, match=r"^subgraphs may read outer-scope tensors that a one-node model does not have$"
+    ):
+        OnnxruntimeNode(step, [np.dtype(bool)], {"": 13}, 8, 1)
+
+
+def test_an_onnxruntime_node_builds_a_session_per_input_type_signature() -> None:
+    step = Step("add", "", "Add", ["a", "b"], ["y"])
+    node = OnnxruntimeNode(step, [None, np.dtype(np.float32)], {"": 13}, 8, 1)
+    assert node._sessions == {}  # a type unknown: built on the first run
+    (y,) = node([np.array([1.5], np.float32), np.array([2.0], np.float32)])
+    np.testing.assert_array_equal(y, np.array([3.5], np.float32))
+    (y,) = node([np.array([1, 2], np.int32), np.array([3, 4], np.int32)])
+    assert y.dtype == np.int32 and y.tolist() == [4, 6]
+    assert len(node._sessions) == 2
+    known = OnnxruntimeNode(step, [np.dtype(np.float32), np.dtype(np.float32)], {"": 13}, 8, 1)
+    assert len(known._sessions) == 1  # built up front, so that a node it cannot run fails at once
+
+
+def test_an_onnxruntime_node_keeps_constant_inputs_as_initializers() -> None:
+    step = Step("add", "", "Add", ["a", "w"], ["y"])
+    w = np.array([10.0, 20.0], np.float32)
+    node = OnnxruntimeNode(step, [np.dtype(np.float32), w.dtype], {"": 13}, 8, 1, {"w": w, "other": w})
+    assert list(node.fixed) == [1]
+    (y,) = node([np.array([1.0, 2.0], np.float32), None])  # the constant is not fed
+    np.testing.assert_array_equal(y, np.array([11.0, 22.0], np.float32))
+
+
+def test_an_onnxruntime_node_runs_with_step_attributes_and_skips_unnamed_outputs() -> None:
+    step = Step("lr", "", "LeakyRelu", ["x"], ["y"], {"alpha": 0.5})
+    (y,) = OnnxruntimeNode(step, [np.dtype(np.float32)], {"": 13}, 8, 1)([np.array([-2.0, 4.0], np.float32)])
+    np.testing.assert_array_equal(y, np.array([-1.0, 4.0], np.float32))
+    dropout = Step("drop", "", "Dropout", ["x"], ["y", ""], {})  # the mask not asked for
+    y, mask = OnnxruntimeNode(dropout, [np.dtype(np.float32)], {"": 13}, 8, 1)([np.array([3.0, 1.0], np.float32)])
+    assert mask is None and y.tolist() == [3.0, 1.0]
+
+
+def test_a_one_node_model_needs_the_type_of_every_fed_input() -> None:
+    step = Step("add", "", "Add", ["a", "b"], ["y"])
+    with pytest.raises(ValueError, match=r"^input 'b' has no known type$"):
+        _one_node_model(step, ("<f4",), {"": 13}, 8)
+    model = _one_node_model(step, ("<f4",), {"": 13}, 8, {1: np.ones(2, np.float32)})
+    assert [i.name for i in model.graph.initializer] == ["in1"]
+    assert [i.name for i in model.graph.input] == ["in0"]
+    clip = _one_node_model(Step("c", "", "Clip", ["x", "", "hi"], ["y"]), ("<f4", None, "<f4"), {"": 13}, 8)
+    assert list(clip.graph.node[0].input) == ["in0", "", "in2"]
+
+
+@pytest.mark.parametrize("with_proto", [True, False])
+def test_a_reference_step_in_the_default_domain_spelled_ai_onnx_runs(with_proto: bool) -> None:
+    """onnx.reference knows the default domain as "" only; "ai.onnx" is the same domain (a bug: UnsupportedOpError)."""
+    proto = helper.make_node("LeakyRelu", ["x"], ["y"], domain="ai.onnx", alpha=0.5)
+    step = Step("lr", "ai.onnx", "LeakyRelu", ["x"], ["y"], {"alpha": 0.5}, proto if with_proto else None)
+    (y,) = reference_kernel(step, {"": 13})([np.array([-2.0], np.float32)])
+    np.testing.assert_array_equal(y, np.array([-1.0], np.float32))
+    with pytest.raises(UnsupportedOpError, match=r"ai\.onnx::Frobnicate at opset 13 \(onnx\.reference: "):
+        reference_kernel(Step("f", "ai.onnx", "Frobnicate", ["x"], ["y"]), {"": 13})
+
+
+def test_the_reference_preset_runs_a_model_whose_nodes_say_ai_onnx() -> None:
+    """The same model on onnxruntime: Tanh has no kernel of ours, so the preset runs it in onnx.reference."""
+    node = helper.make_node("Tanh", ["x"], ["y"], domain="ai.onnx")
+    model = _model([node], [], inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])])
+    x = np.array([0.5, -1.0, 3.0], np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    session = IntegerSession(model, "onnx-reference")
+    assert [s.runner for s in session.plan()] == ["onnx.reference"]
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-6)
