@@ -9,10 +9,12 @@ values worked out by hand.
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
 import onnx
+import onnx.reference
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -30,7 +32,7 @@ from pytest_qaccuracy.backend.fallback import OnnxruntimeNode, _one_node_model, 
 from pytest_qaccuracy.backend.fusion import fuse_qdq
 from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step, steps_from_graph
 from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN
-from pytest_qaccuracy.errors import UnsupportedOpError
+from pytest_qaccuracy.errors import InputError, UnsupportedOpError
 
 U8, I8, I32 = np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32)
 
@@ -821,3 +823,106 @@ def test_the_reference_preset_runs_a_model_whose_nodes_say_ai_onnx() -> None:
     session = IntegerSession(model, "onnx-reference")
     assert [s.runner for s in session.plan()] == ["onnx.reference"]
     np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-6)
+
+
+# --- the session ------------------------------------------------------------------------------------------
+
+
+def _qdq_chain(ops: tuple[str, ...] = ("Tanh", "Exp"), zero: np.ndarray | None = None) -> onnx.ModelProto:
+    """x -> Q -> DQ -> ops... -> Q -> DQ -> y, nodes named after their op (lower case)."""
+    z = np.uint8(128) if zero is None else zero
+    names = ["xd", *(f"{op.lower()}_out" for op in ops)]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_in"),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq_in"),
+        *(helper.make_node(op, [a], [b], name=op.lower()) for op, a, b in zip(ops, names, names[1:], strict=False)),
+        helper.make_node("QuantizeLinear", [names[-1], "s", "z"], ["yq"], name="q_out"),
+        helper.make_node("DequantizeLinear", ["yq", "s", "z"], ["y"], name="dq_out"),
+    ]
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(z, "z")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])]
+    return _model(nodes, inits, inputs=inputs)
+
+
+def test_a_table_step_is_named_after_the_first_node_it_replaces() -> None:
+    model = _qdq_chain()
+    session = IntegerSession(model, "onnxruntime")
+    tables = [s for s in session.plan() if s.runner == "table"]
+    assert len(tables) == 1
+    (table,) = tables
+    assert table.op == "ai.qaccuracy::Table"
+    assert len(table.fused_from) >= 2 and table.node == table.fused_from[0]
+    assert {"tanh", "exp"} <= set(table.fused_from)
+    x = np.random.default_rng(4).normal(0, 2, (3, 6)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
+
+
+def test_the_default_session_reports_int8_tensors_run_as_uint8_with_their_int8_values() -> None:
+    """x86's default session runs int8 QDQ activations as uint8 (``int8_to_uint8``); ``on_tensor`` sees
+    the model's int8 values, here the first QuantizeLinear's, as onnx.reference computes them."""
+    model = _qdq_chain(("Tanh", "Exp"), np.int8(3))
+    x = np.random.default_rng(5).normal(0, 4, (3, 6)).astype(np.float32)
+    q = onnx.reference.ReferenceEvaluator(helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]))
+    (want,) = q.run(None, {"x": x, "s": np.float32(0.05), "z": np.int8(3)})
+    for scheme in ("onnxruntime-avx2", "onnxruntime-vnni", "onnxruntime-arm64"):
+        seen: dict[str, np.ndarray] = {}
+        IntegerSession(model, scheme).run(["y"], {"x": x}, on_tensor=seen.setdefault)
+        assert seen["xq"].dtype == np.int8, scheme
+        np.testing.assert_array_equal(seen["xq"], want)
+        assert "y" in seen and seen["y"].dtype == np.float32
+
+
+@pytest.mark.parametrize("threads", [-1, 1.5, True, "2", None])
+def test_threads_must_be_a_non_negative_integer(threads: object) -> None:
+    with pytest.raises(InputError, match=rf"^threads must be an integer >= 0, got {re.escape(repr(threads))}$"):
+        IntegerSession(_qdq_chain(), threads=threads)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("threads", [0, 1, np.int64(2)])
+def test_threads_take_integers_of_any_kind(threads: int) -> None:
+    assert IntegerSession(_qdq_chain(), threads=threads).threads == threads
+
+
+def test_feeds_are_checked_against_the_declared_inputs() -> None:
+    model = _qdq_chain()
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 6
+    session = IntegerSession(model)
+    good = np.zeros((2, 6), np.float32)
+    assert session.run(None, {"x": good})[0].shape == (2, 6)
+    with pytest.raises(InputError, match=r"^input 'x': invalid rank, got 1 \[6\], expected 2$"):
+        session.run(None, {"x": np.zeros(6, np.float32)})
+    with pytest.raises(
+        InputError, match=r"^input 'x': invalid dimensions \(index 1: got 5, expected 6\) for shape \['N', 6\]$"
+    ):
+        session.run(None, {"x": np.zeros((2, 5), np.float32)})
+    with pytest.raises(InputError, match=r"^input 'x': expected float32, got float64$"):
+        session.run(None, {"x": good.astype(np.float64)})
+    with pytest.raises(InputError, match=r"^missing input 'x'$"):
+        session.run(None, {})
+    with pytest.raises(InputError, match=r"^unknown input\(s\) \['w', 'z'\]; the model takes \['x'\]$"):
+        session.run(None, {"x": good, "z": good, "w": good})
+    with pytest.raises(InputError, match=r"^unknown tensor name\(s\) \['nope'\]: not produced by the model$"):
+        session.run(["y", "nope"], {"x": good})
+
+
+def test_a_declared_dimension_of_zero_or_a_symbol_takes_any_size() -> None:
+    model = _qdq_chain()
+    shape = model.graph.input[0].type.tensor_type.shape
+    shape.dim[0].dim_value = 0
+    shape.dim[1].dim_param = "C"
+    assert IntegerSession(model).run(None, {"x": np.zeros((2, 3), np.float32)})[0].shape == (2, 3)
+    del model.graph.input[0].type.tensor_type.shape.dim[:]
+    model.graph.input[0].type.tensor_type.ClearField("shape")  # no shape at all: any rank
+    assert IntegerSession(model).run(None, {"x": np.zeros(4, np.float32)})[0].shape == (4,)
+
+
+def test_inputs_and_outputs_describe_names_shapes_and_types() -> None:
+    model = _qdq_chain()
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    session = IntegerSession(_qdq_chain())
+    (x,) = session.get_inputs()
+    assert (x.name, x.shape, x.type) == ("x", ["N", 6], "tensor(float)")
+    assert [(o.name, o.shape, o.type) for o in session.get_outputs()] == [("y", [], "tensor(float)")]
+    int8 = _model([], [], inputs=[helper.make_tensor_value_info("x", TensorProto.INT8, [None, 3])], outputs=())
+    assert [(v.shape, v.type) for v in IntegerSession(int8).get_inputs()] == [([None, 3], "tensor(int8)")]
