@@ -252,6 +252,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_heap.py",
             "tests/backend/test_weight_groups.py",
             "tests/backend/test_cli_run_units.py",
+            "tests/backend/test_interpreter_units.py",
         ),
     ),
     "kernels": Group(
