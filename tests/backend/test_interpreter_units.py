@@ -9,6 +9,7 @@ values worked out by hand.
 
 from __future__ import annotations
 
+import math
 import re
 from types import SimpleNamespace
 
@@ -165,7 +166,7 @@ def test_matmul_weights_fuse_per_tensor_or_per_column(axis: int, fuses: bool) ->
     assert ("QLinearMatMul" in _ops(fused)) is fuses
     if fuses:
         assert fused[-1].inputs == ["a", "s", "z", "b", "sb", "zb", "s", "z"]
-        assert fused[-1].domain == ""
+        assert (fused[-1].name, fused[-1].domain, fused[-1].op_type) == ("mm", "", "QLinearMatMul")
 
 
 def test_a_matmul_weight_without_an_axis_is_per_axis_on_axis_1() -> None:
@@ -191,7 +192,7 @@ def test_a_gemm_group_becomes_qgemm_with_its_bias_and_attributes() -> None:
     types = {"a": U8, "b": I8, "c": I32, "y": U8}
     steps = _matmul_steps("Gemm", alpha=2.0, transA=1, transB=1, beta=1.0)
     fused = _fuse(steps, consts, types)
-    assert (fused[-1].domain, fused[-1].op_type) == ("com.microsoft", "QGemm")
+    assert (fused[-1].name, fused[-1].domain, fused[-1].op_type) == ("mm", "com.microsoft", "QGemm")
     assert fused[-1].inputs == ["a", "s", "z", "b", "sb", "zb", "", "s", "z"]
     assert fused[-1].attrs == {"alpha": 2.0, "transA": 1, "transB": 1}
     with_bias = _matmul_steps("Gemm", beta=1.0)
@@ -235,7 +236,7 @@ def _binary_steps(op: str) -> list[Step]:
 @pytest.mark.parametrize(("op", "fused_op"), [("Add", "QLinearAdd"), ("Mul", "QLinearMul")])
 def test_add_and_mul_groups_become_their_microsoft_ops(op: str, fused_op: str) -> None:
     fused = _fuse(_binary_steps(op), _constants(), {"a": U8, "b": U8, "y": U8})
-    assert (fused[-1].domain, fused[-1].op_type) == ("com.microsoft", fused_op)
+    assert (fused[-1].name, fused[-1].domain, fused[-1].op_type) == ("op", "com.microsoft", fused_op)
     assert fused[-1].inputs == ["a", "s", "z", "b", "s2", "z2", "s", "z"]
     assert fused[-1].outputs == ["y"]
     # int8 next to uint8: QLinearAdd takes one type
@@ -298,7 +299,8 @@ def test_relu_and_clip_groups_become_lookups_with_their_bounds() -> None:
 def test_other_unary_groups(op: str, fused_op: str, attrs: dict) -> None:
     fused = _fuse(_unary_steps(op, **attrs), _constants(), {"a": U8, "y": U8})
     assert (fused[-1].domain, fused[-1].op_type, fused[-1].attrs) == ("com.microsoft", fused_op, attrs)
-    assert fused[-1].fused == ("op", "q_y")
+    assert (fused[-1].name, fused[-1].outputs, fused[-1].fused) == ("op", ["y"], ("op", "q_y"))
+    assert fused[-1].inputs == ["a", "s", "z", "s2", "z2"]
 
 
 def test_a_concat_group_lists_the_output_parameters_first() -> None:
@@ -306,7 +308,8 @@ def test_a_concat_group_lists_the_output_parameters_first() -> None:
     steps = [_dq("a"), _dq("b", "s2", "z2"), _dq("c", "s2", "z"), cat, _q("t", "y", "s2", "z2")]
     types = {"a": U8, "b": U8, "c": U8, "y": U8}
     fused = _fuse(steps, _constants(), types)
-    assert (fused[-1].domain, fused[-1].op_type, fused[-1].attrs) == ("com.microsoft", "QLinearConcat", {"axis": 1})
+    assert (fused[-1].name, fused[-1].domain, fused[-1].op_type) == ("cat", "com.microsoft", "QLinearConcat")
+    assert fused[-1].attrs == {"axis": 1}
     assert fused[-1].inputs == ["s2", "z2", "a", "s", "z", "b", "s2", "z2", "c", "s2", "z"]
     del steps[3].attrs["axis"]
     assert _fuse(steps, _constants(), types)[-1].attrs == {"axis": 0}
@@ -926,3 +929,16 @@ def test_inputs_and_outputs_describe_names_shapes_and_types() -> None:
     assert [(o.name, o.shape, o.type) for o in session.get_outputs()] == [("y", [], "tensor(float)")]
     int8 = _model([], [], inputs=[helper.make_tensor_value_info("x", TensorProto.INT8, [None, 3])], outputs=())
     assert [(v.shape, v.type) for v in IntegerSession(int8).get_inputs()] == [([None, 3], "tensor(int8)")]
+
+
+def test_an_onnxruntime_node_runs_in_its_domain_at_the_model_opsets() -> None:
+    """com.microsoft's Gelu, x * Phi(x) worked out with math.erf; Upsample, an op of opset 9 only."""
+    gelu = Step("g", "com.microsoft", "Gelu", ["x"], ["y"])
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    (y,) = OnnxruntimeNode(gelu, [np.dtype(np.float32)], {"": 13, "com.microsoft": 1}, 8, 1)([x])
+    want = [0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.tolist()]
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+    upsample = Step("u", "", "Upsample", ["x", "scales"], ["y"], {"mode": "nearest"})
+    node = OnnxruntimeNode(upsample, [np.dtype(np.float32)] * 2, {"": 9}, 8, 1)
+    (y,) = node([np.array([[[[1.0, 2.0]]]], np.float32), np.array([1, 1, 1, 2], np.float32)])
+    np.testing.assert_array_equal(y, np.array([[[[1.0, 1.0, 2.0, 2.0]]]], np.float32))
