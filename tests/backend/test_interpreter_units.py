@@ -24,6 +24,7 @@ from pytest_qaccuracy.backend import IntegerSession, agreement
 from pytest_qaccuracy.backend.agreement import (
     AgreementResult,
     TensorAgreement,
+    dataset_agreement,
     float_step,
     shares_deployed_session,
     signed_activations,
@@ -33,6 +34,8 @@ from pytest_qaccuracy.backend.fallback import OnnxruntimeNode, _one_node_model, 
 from pytest_qaccuracy.backend.fusion import fuse_qdq
 from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step, steps_from_graph
 from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN
+from pytest_qaccuracy.data import load_dataset
+from pytest_qaccuracy.data.progress import reporting
 from pytest_qaccuracy.errors import InputError, UnsupportedOpError
 
 U8, I8, I32 = np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.int32)
@@ -942,3 +945,61 @@ def test_an_onnxruntime_node_runs_in_its_domain_at_the_model_opsets() -> None:
     node = OnnxruntimeNode(upsample, [np.dtype(np.float32)] * 2, {"": 9}, 8, 1)
     (y,) = node([np.array([[[[1.0, 2.0]]]], np.float32), np.array([1, 1, 1, 2], np.float32)])
     np.testing.assert_array_equal(y, np.array([[[[1.0, 1.0, 2.0, 2.0]]]], np.float32))
+
+
+class _Progress:
+    """A progress line that writes down what it is told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+
+    def start(self, label: str, total: int) -> None:
+        self.calls.append(("start", label, total))
+
+    def advance(self, records: int) -> None:
+        self.calls.append(("advance", records))
+
+    def finish(self) -> None:
+        self.calls.append(("finish",))
+
+    def close(self) -> None:
+        pass
+
+
+def test_dataset_agreement_streams_batches_with_its_options_and_progress(tmp_path) -> None:
+    x = np.random.default_rng(6).normal(0, 2, (5, 6)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x)
+    progress = _Progress()
+    with reporting(progress):  # type: ignore[arg-type]
+        result = dataset_agreement(_qdq_chain(), tmp_path / "d.npz", batch_size=2, max_steps=3, tensors=["tanh_out"])
+    assert progress.calls == [("start", "agreement", 5), ("advance", 2), ("advance", 2), ("advance", 1), ("finish",)]
+    assert (result.records, result.max_steps_allowed, result.model) == (5, 3, "g")
+    assert "tanh_out" in [t.tensor for t in result.tensors]
+    assert result == dataset_agreement(_qdq_chain(), tmp_path / "d.npz", max_steps=3, tensors=["tanh_out"])
+
+
+def test_dataset_agreement_leaves_a_given_dataset_open(tmp_path) -> None:
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(7).normal(0, 2, (4, 6)).astype(np.float32))
+    dataset = load_dataset(tmp_path / "d.npz")
+    try:
+        first = dataset_agreement(_qdq_chain(), dataset)
+        assert first.records == 4
+        assert dataset_agreement(_qdq_chain(), dataset) == first  # read again: not closed
+    finally:
+        dataset.close()
+
+
+def test_dataset_agreement_runs_a_model_with_a_baked_batch_one_record_at_a_time(tmp_path) -> None:
+    """A Reshape to a constant shape fixes the batch: records cannot be stacked."""
+    model = _qdq_chain()
+    model.graph.node[0].input[0] = "xr"
+    model.graph.node.insert(0, helper.make_node("Reshape", ["x", "shape"], ["xr"]))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1, 6], np.int64), "shape"))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    x = np.random.default_rng(8).normal(0, 2, (3, 1, 6)).astype(np.float32)
+    np.savez(tmp_path / "d.npz", x=x)
+    progress = _Progress()
+    with reporting(progress):  # type: ignore[arg-type]
+        result = dataset_agreement(model, tmp_path / "d.npz", batch_size=2)
+    assert result.records == 3
+    assert progress.calls == [("start", "agreement", 3), ("advance", 1), ("advance", 1), ("advance", 1), ("finish",)]
