@@ -20,7 +20,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pytest_qaccuracy.backend import IntegerSession, agreement
+from pytest_qaccuracy.backend import IntegerSession, KernelError, agreement
 from pytest_qaccuracy.backend.agreement import (
     AgreementResult,
     TensorAgreement,
@@ -1003,3 +1003,102 @@ def test_dataset_agreement_runs_a_model_with_a_baked_batch_one_record_at_a_time(
         result = dataset_agreement(model, tmp_path / "d.npz", batch_size=2)
     assert result.records == 3
     assert progress.calls == [("start", "agreement", 3), ("advance", 1), ("advance", 1), ("advance", 1), ("finish",)]
+
+
+def _graph_model(nodes: list, inits: list, inputs: list, outputs: list[str], version: int = 10) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, "g", inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits
+    )
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid("custom", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=version)
+
+
+@pytest.mark.parametrize(("op", "hint"), [("Foo", False), ("DequantizeLinear", True), ("QuantizeLinear", True)])
+def test_a_4_bit_tensor_that_no_runner_takes_is_named_in_the_error(op: str, hint: bool) -> None:
+    w = helper.make_tensor("w", TensorProto.INT4, [4], [1, -2, 3, -4])
+    node = helper.make_node(op, ["w", "s"], ["y"], domain="custom", name="n")
+    model = _graph_model([node], [w, numpy_helper.from_array(np.float32(0.5), "s")], [], ["y"])
+    with pytest.raises(UnsupportedOpError) as caught:
+        IntegerSession(model)
+    message = str(caught.value)
+    assert message.startswith(
+        f"node 'n' (custom::{op}): tensor 'w' is int4, which the integer backend does not support in this op and "
+        "domain (neither onnxruntime alone nor onnx.reference runs the node)"
+    )
+    assert message.endswith("at opset 21 or later take 4-bit types") is hint
+
+
+def test_a_4_bit_graph_input_is_found_too_and_other_types_keep_the_plain_error() -> None:
+    inputs = [helper.make_tensor_value_info(n, t, [4]) for n, t in (("w", TensorProto.UINT4), ("v", TensorProto.FLOAT))]
+    node = helper.make_node("Foo", ["v", "w"], ["y"], domain="custom", name="n")
+    with pytest.raises(UnsupportedOpError, match=r"^node 'n' \(custom::Foo\): tensor 'w' is uint4, "):
+        IntegerSession(_graph_model([node], [], inputs, ["y"]))
+    floats = [helper.make_tensor_value_info("v", TensorProto.FLOAT, [4])]
+    node = helper.make_node("Foo", ["v"], ["y"], domain="custom", name="n")
+    with pytest.raises(UnsupportedOpError, match=r"^node 'n': no integer-backend kernel for custom::Foo at opset 1 "):
+        IntegerSession(_graph_model([node], [], floats, ["y"]))
+
+
+def test_a_tensor_that_nothing_produces_is_named_when_the_run_needs_it() -> None:
+    node = helper.make_node("Neg", ["ghost"], ["y"], name="neg")
+    session = IntegerSession(
+        _graph_model([node], [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], ["y"])
+    )
+    with pytest.raises(
+        KernelError, match=r"^node 'neg' \(ai\.onnx::Neg\): input\(s\) \['ghost'\] were never produced$"
+    ):
+        session.run(None, {"x": np.zeros(2, np.float32)})
+
+
+def test_a_kernel_that_leaves_a_case_to_the_fallback_runs_it_there_every_time() -> None:
+    """MaxPool with its Indices output: our kernel raises NotHandled, onnxruntime computes both outputs."""
+    node = helper.make_node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[2, 2], name="pool")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, None),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = np.random.default_rng(9).normal(0, 1, (1, 1, 4, 4)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    session = IntegerSession(model, "tflite")  # numpy float kernels: ours is bound
+    assert [s.runner for s in session.plan()] == ["kernel"]
+    for _ in range(2):
+        got = session.run(None, {"x": x})
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_an_attribute_the_kernel_does_not_take_is_refused() -> None:
+    node = helper.make_node("Relu", ["x"], ["y"], name="r", bogus=1)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])]
+    with pytest.raises(
+        UnsupportedOpError, match=r"^node 'r': .*Relu at opset 13 \(attribute\(s\) \['bogus'\] not supported\)"
+    ):
+        IntegerSession(_graph_model([node], [], inputs, ["y"]), "tflite")
+
+
+def test_internal_tensors_are_not_reported_and_everything_else_once_in_order() -> None:
+    """A Transpose between other parameters runs on the integers into an internal tensor, then a Requantize."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+        helper.make_node("Transpose", ["xd"], ["t"], perm=[1, 0]),
+        helper.make_node("QuantizeLinear", ["t", "s2", "z"], ["yq"]),
+        helper.make_node("DequantizeLinear", ["yq", "s2", "z"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.float32(0.1), "s2"),
+             numpy_helper.from_array(np.uint8(128), "z")]  # fmt: skip
+    model = _model(nodes, inits, inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])])
+    session = IntegerSession(model, "onnxruntime")
+    assert [s.op for s in session.plan()][2:4] == ["ai.onnx::Transpose", "ai.qaccuracy::Requantize"]
+    seen: list[str] = []
+    x = np.random.default_rng(10).normal(0, 2, (2, 3)).astype(np.float32)
+    (y,) = session.run(None, {"x": x}, on_tensor=lambda name, value: seen.append(name))
+    assert seen == ["xq", "xd", "yq", "y"]  # not the Transpose's internal integer output, nor "t"
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(y, want)
