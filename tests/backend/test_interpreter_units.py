@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pytest_qaccuracy.backend import IntegerSession, KernelError, agreement
 from pytest_qaccuracy.backend.agreement import (
+    AgreementChecker,
     AgreementResult,
     TensorAgreement,
     dataset_agreement,
@@ -1102,3 +1103,55 @@ def test_internal_tensors_are_not_reported_and_everything_else_once_in_order() -
     assert seen == ["xq", "xd", "yq", "y"]  # not the Transpose's internal integer output, nor "t"
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_array_equal(y, want)
+
+
+def test_a_reference_step_keeps_the_semantics_of_the_model_opset() -> None:
+    """Squeeze-11 takes its axes as an attribute; Squeeze-13 takes them as an input (a bug: the node was
+    evaluated alone, at onnx.reference's latest versions, and squeezed every unit axis)."""
+    step = Step("sq", "", "Squeeze", ["x"], ["y"], {"axes": [0]})
+    (y,) = reference_kernel(step, {"": 11})([np.zeros((1, 1, 3), np.float32)])
+    assert y.shape == (1, 3)
+    proto = helper.make_node("Squeeze", ["x"], ["y"], axes=[0])
+    (y,) = reference_kernel(Step("sq", "", "Squeeze", ["x"], ["y"], {"axes": [0]}, proto), {"": 11})(
+        [np.zeros((1, 1, 3), np.float32)]
+    )
+    assert y.shape == (1, 3)
+
+
+def test_a_reference_step_returns_none_for_an_output_not_asked_for() -> None:
+    step = Step("d", "", "Dropout", ["x"], ["y", ""])
+    y, mask = reference_kernel(step, {"": 13})([np.array([1.0, 2.0], np.float32)])
+    assert mask is None and y.tolist() == [1.0, 2.0]
+    step = Step("d", "", "Dropout", ["x"], ["", "m"])
+    y, mask = reference_kernel(step, {"": 13})([np.array([1.0, 2.0], np.float32)])
+    assert y is None and mask.tolist() == [True, True]
+
+
+def test_plans_alike_unless_an_output_is_a_fusion_interior_or_an_int8_activation() -> None:
+    checker = AgreementChecker(_qdq_chain(("Relu",)), scheme="tflite")  # DQ -> Relu -> Q: one lookup step
+    assert checker.plans_alike(["y", "yq", "xq", "xd"])
+    assert not checker.plans_alike(["relu_out"])
+    signed = AgreementChecker(_qdq_chain(("Relu",), np.int8(0)), scheme="tflite")
+    assert signed.plans_alike(["y"])
+    assert not signed.plans_alike(["xq"])  # an int8 activation
+    assert not signed.plans_alike(["relu_out"])
+
+
+@pytest.mark.parametrize(
+    ("scale", "lo", "hi", "removed"),
+    [
+        (4.0, 0.0, 1020.0 - 2e-6, True),  # within 1e-6 of the range, in units of a scale above 1
+        (4.0, 0.0, 1020.0 - 5e-6, False),
+        (0.5, 0.0, 127.5 - 0.9e-6, True),  # 1e-6 for a scale below 1
+        (0.5, 0.0, 127.5 - 1.5e-6, False),
+        (1.0, 1e-6, 255.0 - 1e-6, True),  # exactly on both edges
+        (1.0, 1.1e-6, 255.0, False),
+    ],
+)
+def test_the_clip_bounds_may_miss_the_range_by_a_millionth_of_a_step(
+    scale: float, lo: float, hi: float, removed: bool
+) -> None:
+    consts = _constants(sc=np.array(scale, np.float32), z0=np.array(0, np.uint8))
+    steps = _act_steps("Clip", min=lo, max=hi)
+    steps[-1].inputs = ["t", "sc", "z0"]
+    assert ("Clip" not in _ops(_fuse(steps, consts, {"y": U8}))) is removed
