@@ -34,6 +34,7 @@ from pytest_qaccuracy.backend.agreement import (
 from pytest_qaccuracy.backend.fallback import OnnxruntimeNode, _one_node_model, reference_kernel
 from pytest_qaccuracy.backend.fusion import fuse_qdq
 from pytest_qaccuracy.backend.graph import INTERNAL_PREFIX, Step, steps_from_graph
+from pytest_qaccuracy.backend.host import host_preset
 from pytest_qaccuracy.backend.registry import INTERNAL_DOMAIN
 from pytest_qaccuracy.data import load_dataset
 from pytest_qaccuracy.data.progress import reporting
@@ -1155,3 +1156,28 @@ def test_the_clip_bounds_may_miss_the_range_by_a_millionth_of_a_step(
     steps = _act_steps("Clip", min=lo, max=hi)
     steps[-1].inputs = ["t", "sc", "z0"]
     assert ("Clip" not in _ops(_fuse(steps, consts, {"y": U8}))) is removed
+
+
+def test_dataset_agreement_runs_32_records_a_batch_by_default(tmp_path) -> None:
+    np.savez(tmp_path / "d.npz", x=np.random.default_rng(11).normal(0, 2, (40, 6)).astype(np.float32))
+    progress = _Progress()
+    with reporting(progress):  # type: ignore[arg-type]
+        assert dataset_agreement(_qdq_chain(), tmp_path / "d.npz").records == 40
+    assert progress.calls == [("start", "agreement", 40), ("advance", 32), ("advance", 8), ("finish",)]
+
+
+def test_a_float_op_on_onnxruntime_keeps_its_constant_inputs_as_initializers() -> None:
+    """Under this machine's preset, float ops run in onnxruntime node by node, their constant inputs
+    (a Conv's weights) initializers as in the whole model, so that onnxruntime picks the same kernels."""
+    w = np.random.default_rng(12).normal(0, 0.3, (4, 2, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 6, 6])]
+    model = _model([node], [numpy_helper.from_array(w, "w")], inputs=inputs)
+    session = IntegerSession(model, host_preset())
+    (bound,) = session._plan(frozenset())
+    assert bound.runner == "onnxruntime"
+    assert list(bound.run.fixed) == [1]
+    np.testing.assert_array_equal(bound.run.fixed[1], w)
+    x = np.random.default_rng(13).normal(0, 1, (2, 2, 6, 6)).astype(np.float32)
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
