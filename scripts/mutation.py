@@ -518,6 +518,24 @@ EQUIVALENT += [
     (r'", text or ""\)', '", text or "XXXX")', "neither empty text nor XXXX matches the pattern"),
 ]
 
+# interpreter: a one-node onnxruntime model's outputs, and a type-name map that sends its keys to themselves
+EQUIVALENT += [
+    (
+        r"session\.run\(wanted, feeds\)",
+        "session.run(None, feeds)",
+        "the one-node model's graph outputs are the names asked for, in that order",
+    ),
+    *[
+        (
+            r"zip\(wanted, session\.run\(wanted, feeds\), strict=True\)",
+            f"zip(wanted, session.run(wanted, feeds), {new})",
+            "onnxruntime returns one value per name asked for",
+        )
+        for new in ("strict=False", "strict=None", "")
+    ],
+    (r"_ORT_TYPE_NAMES\.get\(elem, elem\)", "_ORT_TYPE_NAMES.get(None, elem)", "the map sends each key to itself"),
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 
