@@ -534,6 +534,10 @@ EQUIVALENT += [
         for new in ("strict=False", "strict=None", "")
     ],
     (r"_ORT_TYPE_NAMES\.get\(elem, elem\)", "_ORT_TYPE_NAMES.get(None, elem)", "the map sends each key to itself"),
+    # make_session's and helper.make_model's own defaults spelled out
+    (r'(model), providers=\("CPUExecutionProvider",\), (threads=self\.threads)', r"\1, \2", "make_session's default"),
+    (r'(threads=self\.threads), optimization="all" \)', r"\1, )", "make_session's default optimization is 'all'"),
+    (r"(opset_imports=imports), ir_version=onnx\.IR_VERSION\)", r"\1, )", "helper.make_model's default IR version"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -789,6 +789,9 @@ def test_an_onnxruntime_node_keeps_constant_inputs_as_initializers() -> None:
     assert list(node.fixed) == [1]
     (y,) = node([np.array([1.0, 2.0], np.float32), None])  # the constant is not fed
     np.testing.assert_array_equal(y, np.array([11.0, 22.0], np.float32))
+    first = OnnxruntimeNode(Step("sub", "", "Sub", ["w", "a"], ["y"]), [w.dtype, w.dtype], {"": 13}, 8, 1, {"w": w})
+    (y,) = first([None, np.array([1.0, 2.0], np.float32)])  # the inputs after a constant one are fed
+    np.testing.assert_array_equal(y, np.array([9.0, 18.0], np.float32))
 
 
 def test_an_onnxruntime_node_runs_with_step_attributes_and_skips_unnamed_outputs() -> None:
