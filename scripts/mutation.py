@@ -538,6 +538,14 @@ EQUIVALENT += [
     (r'(model), providers=\("CPUExecutionProvider",\), (threads=self\.threads)', r"\1, \2", "make_session's default"),
     (r'(threads=self\.threads), optimization="all" \)', r"\1, )", "make_session's default optimization is 'all'"),
     (r"(opset_imports=imports), ir_version=onnx\.IR_VERSION\)", r"\1, )", "helper.make_model's default IR version"),
+    # fusion: attributes read for their truth, a Q/DQ's (at most three) inputs, 8-bit zero points compared
+    *[
+        (rf'attrs\.get\("{name}", 0\)', rf'attrs.get("{name}", {new})', "read for its truth: None is as false as 0")
+        for name in ("block_size", "transB")
+        for new in ("None", "")
+    ],
+    (r"step\.inputs\[1:3\] if n\]", "step.inputs[1:4] if n]", "a Q or DQ node has 3 inputs at most"),
+    (r"values\[(1|3)\]\.astype\(np\.int64\)", r"values[\1].astype(None)", "8-bit zero points are exact in float64"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -251,6 +251,15 @@ def test_add_and_mul_groups_become_their_microsoft_ops(op: str, fused_op: str) -
     assert fused_op in _ops(_fuse(_binary_steps(op), _constants(), {"a": I8, "b": I8, "y": I8}, int8_allowed=False))
 
 
+def test_a_quantize_without_a_zero_point_leaves_the_fused_zero_point_empty() -> None:
+    steps = _binary_steps("Add")
+    steps[-1].inputs = ["t", "s"]
+    steps[1].inputs = ["b", "s2"]
+    fused = _fuse(steps, _constants(), {"a": U8, "b": U8, "y": U8})
+    assert fused[-1].op_type == "QLinearAdd"
+    assert fused[-1].inputs == ["a", "s", "z", "b", "s2", "", "s", ""]
+
+
 def _unary_steps(op: str, *extra: str, **attrs: object) -> list[Step]:
     return [_dq("a"), Step("op", "", op, ["a_f", *extra], ["t"], dict(attrs)), _q("t", "y", "s2", "z2")]
 
@@ -1031,6 +1040,7 @@ def test_a_4_bit_tensor_that_no_runner_takes_is_named_in_the_error(op: str, hint
         "domain (neither onnxruntime alone nor onnx.reference runs the node)"
     )
     assert message.endswith("at opset 21 or later take 4-bit types") is hint
+    assert message.endswith("runs the node)") is not hint
 
 
 def test_a_4_bit_graph_input_is_found_too_and_other_types_keep_the_plain_error() -> None:
