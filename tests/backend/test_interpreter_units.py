@@ -1194,3 +1194,25 @@ def test_a_float_op_on_onnxruntime_keeps_its_constant_inputs_as_initializers() -
     x = np.random.default_rng(13).normal(0, 1, (2, 2, 6, 6)).astype(np.float32)
     (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
+
+
+def test_a_tensor_of_another_shape_counts_every_element_and_diverges_for_good() -> None:
+    checker = AgreementChecker(_qdq_chain(("Relu",)), scheme="onnxruntime", max_steps=100)
+    feeds = {"x": np.random.default_rng(14).normal(0, 2, (3, 6)).astype(np.float32)}
+    _, ours = checker.emulate(feeds)
+    assert checker.names == ["xq", "yq", "y"]  # the 8-bit tensors, then the watched float output
+    theirs = checker.onnxruntime_values(feeds)
+    checker.fold(ours, theirs, 3)
+    wrong = dict(theirs, yq=theirs["yq"].reshape(-1))
+    checker.fold(ours, wrong, 3)
+    shifted = dict(theirs, xq=(theirs["xq"].astype(np.int64) + 2).clip(0, 255).astype(np.uint8))
+    checker.fold(ours, shifted, 3)
+    checker.fold(ours, theirs, 3)
+    result = checker.result()
+    by_name = {t.tensor: t for t in result.tensors}
+    assert result.records == 12
+    assert (by_name["yq"].elements, by_name["yq"].mismatches, by_name["yq"].max_steps) == (72, 18, -1)
+    assert by_name["xq"].elements == 72 and by_name["xq"].max_steps == 2
+    assert by_name["xq"].mismatches == int(np.count_nonzero(shifted["xq"] != theirs["xq"]))
+    assert result.first_divergence == "yq" and not result.ok
+    assert by_name["y"].unit == "steps" and by_name["y"].max_steps == 0
