@@ -1216,3 +1216,30 @@ def test_a_tensor_of_another_shape_counts_every_element_and_diverges_for_good() 
     assert by_name["xq"].mismatches == int(np.count_nonzero(shifted["xq"] != theirs["xq"]))
     assert result.first_divergence == "yq" and not result.ok
     assert by_name["y"].unit == "steps" and by_name["y"].max_steps == 0
+
+
+def test_a_float_tensor_no_quantized_tensor_feeds_is_compared_in_ulps() -> None:
+    model = _qdq_chain(("Relu",))
+    model.graph.node.append(helper.make_node("Neg", ["x"], ["n"]))
+    model.graph.output.append(helper.make_tensor_value_info("n", TensorProto.FLOAT, None))
+    feeds = {"x": np.random.default_rng(15).normal(0, 2, (3, 6)).astype(np.float32)}
+    checker = AgreementChecker(model, scheme="onnxruntime")
+    checker.update(feeds)
+    _, ours = checker.emulate({"x": feeds["x"][:0]})  # no records: nothing to add
+    checker.fold(ours, {name: value[:0] for name, value in checker.onnxruntime_values(feeds).items()}, 0)
+    by_name = {t.tensor: t for t in checker.result().tensors}
+    assert (by_name["n"].unit, by_name["n"].steps()) == ("ulps", "0 ulps")
+    assert (by_name["y"].unit, by_name["xq"].unit) == ("steps", "steps")
+    assert by_name["n"].elements == 18 and checker.result().records == 3
+
+
+def test_the_default_session_tensors_are_judged_in_the_steps_of_their_model_tensor() -> None:
+    host = host_preset()
+    if not host.startswith(("onnxruntime-avx2", "onnxruntime-vnni")):
+        pytest.skip(f"an x86 host's default session: this host's preset is {host}")
+    checker = AgreementChecker(_qdq_chain(("Relu",), np.int8(0)), scheme=host, tensors=["xd"])
+    checker.update({"x": np.random.default_rng(16).normal(0, 2, (3, 6)).astype(np.float32)})
+    by_name = {t.tensor: t for t in checker.result().tensors}
+    assert by_name["y (default session)"].unit == "steps"
+    assert by_name["xd (default session)"].unit == "steps"
+    assert by_name["xd (default session)"].elements == 18
