@@ -1243,3 +1243,29 @@ def test_the_default_session_tensors_are_judged_in_the_steps_of_their_model_tens
     assert by_name["y (default session)"].unit == "steps"
     assert by_name["xd (default session)"].unit == "steps"
     assert by_name["xd (default session)"].elements == 18
+
+
+def test_two_nans_are_level_whatever_their_sign_or_payload() -> None:
+    nan, minus_nan = np.float32(np.nan), -np.float32(np.nan)
+    assert np.signbit(minus_nan) and not np.signbit(nan)
+    assert steps_apart(np.array([nan], np.float32), np.array([minus_nan], np.float32)).tolist() == [0]
+    assert steps_apart(np.array([nan], np.float32), np.array([minus_nan], np.float32), 0.5).tolist() == [0]
+
+
+def test_the_float_step_follows_the_first_computed_input_whatever_its_position() -> None:
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "s"], ["d"]),
+        helper.make_node("Mul", ["c", "d"], ["y"]),  # a constant first, the computed input second
+    ]
+    inits = [numpy_helper.from_array(np.float32(0.25), "s"), numpy_helper.from_array(np.float32(2.0), "c")]
+    assert float_step(_model(nodes, inits), "y") == 0.25
+
+
+def test_a_checker_names_its_model_and_scheme() -> None:
+    model = _qdq_chain(("Relu",))
+    model.graph.name = ""
+    checker = AgreementChecker(model, scheme="tflite")
+    checker.update({"x": np.zeros((2, 6), np.float32)})
+    result = checker.result()
+    assert (result.model, result.scheme, result.records) == ("model", "tflite", 2)
+    assert AgreementChecker(_qdq_chain(("Relu",)), scheme="tflite").label == "g"
