@@ -465,6 +465,7 @@ def test_a_reshape_between_equal_parameters_runs_on_the_integers() -> None:
     fused = _fuse(steps, _constants(), {"a": U8, "y": U8})
     assert _ops(fused) == ["DequantizeLinear", "Reshape"]
     assert (fused[1].inputs, fused[1].outputs, fused[1].fused) == (["a", "shape"], ["y"], ("mv", "q_y"))
+    assert (fused[1].name, fused[1].domain, fused[1].attrs) == ("mv", "", {})
 
 
 def test_a_reshape_between_other_parameters_is_followed_by_a_requantize() -> None:
@@ -1269,3 +1270,14 @@ def test_a_checker_names_its_model_and_scheme() -> None:
     result = checker.result()
     assert (result.model, result.scheme, result.records) == ("model", "tflite", 2)
     assert AgreementChecker(_qdq_chain(("Relu",)), scheme="tflite").label == "g"
+
+
+def test_a_quantize_reading_the_float_tensor_as_its_zero_point_is_not_the_group_output() -> None:
+    steps = [*_binary_steps("Add")[:3], Step("q_y", "", "QuantizeLinear", ["x", "s", "t"], ["y"])]
+    assert "Add" in _ops(_fuse(steps, _constants(), {"a": U8, "b": U8, "y": U8}))
+
+
+def test_conv_weights_must_be_8_bit() -> None:
+    consts = _constants(w=np.ones((2, 3, 1, 1), np.int32), sw=np.array(0.5, np.float32), zw=np.array(0, np.int32))
+    steps, types = _conv_group(w_type=I32)
+    assert "Conv" in _ops(_fuse(steps, consts, types))
