@@ -1281,3 +1281,35 @@ def test_conv_weights_must_be_8_bit() -> None:
     consts = _constants(w=np.ones((2, 3, 1, 1), np.int32), sw=np.array(0.5, np.float32), zw=np.array(0, np.int32))
     steps, types = _conv_group(w_type=I32)
     assert "Conv" in _ops(_fuse(steps, consts, types))
+
+
+def test_feed_errors_name_at_most_five_unknown_tensors_and_every_wrong_dimension() -> None:
+    model = _qdq_chain()
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_value = 1
+    dims[1].dim_value = 6
+    session = IntegerSession(model)
+    with pytest.raises(InputError, match=r"^unknown tensor name\(s\) \['a', 'b', 'c', 'd', 'e'\]: not produced"):
+        session.run(list("abcdef"), {"x": np.zeros((1, 6), np.float32)})
+    with pytest.raises(
+        InputError, match=r"\(index 0: got 2, expected 1, index 1: got 5, expected 6\) for shape \[1, 6\]$"
+    ):
+        session.run(None, {"x": np.zeros((2, 5), np.float32)})
+
+
+def test_a_relu_in_the_default_domain_spelled_ai_onnx_is_removed_too() -> None:
+    steps = _act_steps("Relu", z="z0")
+    steps[1].domain = "ai.onnx"
+    assert "Relu" not in _ops(_fuse(steps, _constants(z0=np.array(0, np.uint8)), {"y": U8}))
+
+
+def test_a_step_of_another_domain_does_not_stop_the_groups_after_it() -> None:
+    steps = [Step("custom", "custom", "Foo", ["u"], ["v"]), *_binary_steps("Add")]
+    assert "QLinearAdd" in _ops(_fuse(steps, _constants(), {"a": U8, "b": U8, "y": U8}))
+
+
+def test_the_reference_preset_runs_float_ops_with_a_kernel_of_ours_in_onnx_reference() -> None:
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    model = _model([node], [], inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])])
+    assert [s.runner for s in IntegerSession(model, "onnx-reference").plan()] == ["onnx.reference"]
+    assert [s.runner for s in IntegerSession(model, "tflite").plan()] == ["kernel"]
