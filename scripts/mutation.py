@@ -238,6 +238,23 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_pairs_units.py",
         ),
     ),
+    "interpreter": Group(
+        ("backend/interpreter.py", "backend/fusion.py", "backend/fallback.py", "backend/agreement.py"),
+        (
+            "tests/backend/test_interpreter.py",
+            "tests/backend/test_fallback.py",
+            "tests/backend/test_default_session.py",
+            "tests/backend/test_agreement_outputs.py",
+            "tests/backend/test_dataset_agreement.py",
+            "tests/analysis/test_agreement_pass.py",
+            "tests/backend/test_ort_qdq.py",
+            "tests/backend/test_ort_qoperator.py",
+            "tests/backend/test_heap.py",
+            "tests/backend/test_weight_groups.py",
+            "tests/backend/test_cli_run_units.py",
+            "tests/backend/test_interpreter_units.py",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",
@@ -529,6 +546,36 @@ EQUIVALENT += [
         "a check has one colon: value names are lower-case identifiers",
     ),
     (r'", text or ""\)', '", text or "XXXX")', "neither empty text nor XXXX matches the pattern"),
+]
+
+# interpreter: a one-node onnxruntime model's outputs, and a type-name map that sends its keys to themselves
+EQUIVALENT += [
+    (
+        r"session\.run\(wanted, feeds\)",
+        "session.run(None, feeds)",
+        "the one-node model's graph outputs are the names asked for, in that order",
+    ),
+    *[
+        (
+            r"zip\(wanted, session\.run\(wanted, feeds\), strict=True\)",
+            f"zip(wanted, session.run(wanted, feeds), {new})",
+            "onnxruntime returns one value per name asked for",
+        )
+        for new in ("strict=False", "strict=None", "")
+    ],
+    (r"_ORT_TYPE_NAMES\.get\(elem, elem\)", "_ORT_TYPE_NAMES.get(None, elem)", "the map sends each key to itself"),
+    # make_session's and helper.make_model's own defaults spelled out
+    (r'(model), providers=\("CPUExecutionProvider",\), (threads=self\.threads)', r"\1, \2", "make_session's default"),
+    (r'(threads=self\.threads), optimization="all" \)', r"\1, )", "make_session's default optimization is 'all'"),
+    (r"(opset_imports=imports), ir_version=onnx\.IR_VERSION\)", r"\1, )", "helper.make_model's default IR version"),
+    # fusion: attributes read for their truth, a Q/DQ's (at most three) inputs, 8-bit zero points compared
+    *[
+        (rf'attrs\.get\("{name}", 0\)', rf'attrs.get("{name}", {new})', "read for its truth: None is as false as 0")
+        for name in ("block_size", "transB")
+        for new in ("None", "")
+    ],
+    (r"step\.inputs\[1:3\] if n\]", "step.inputs[1:4] if n]", "a Q or DQ node has 3 inputs at most"),
+    (r"values\[(1|3)\]\.astype\(np\.int64\)", r"values[\1].astype(None)", "8-bit zero points are exact in float64"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -16,7 +16,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from pytest_qaccuracy.backend.graph import Step
-from pytest_qaccuracy.backend.registry import unsupported
+from pytest_qaccuracy.backend.registry import normalize_domain, unsupported
 from pytest_qaccuracy.ort_session import make_session
 
 #: inputs where an empty tensor means "not given" (Resize-11 has no optional inputs, so models pass an empty
@@ -125,29 +125,45 @@ def _one_node_model(
     return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
 
 
+def _in_domain(proto: onnx.NodeProto, domain: str) -> onnx.NodeProto:
+    node = onnx.NodeProto()
+    node.CopyFrom(proto)
+    node.domain = domain
+    return node
+
+
+def _reference_evaluator(node: onnx.NodeProto, opsets: dict[str, int]) -> Any:
+    """``onnx.reference`` on ``node`` alone, in a model that imports ``opsets``: given a bare node,
+    ``ReferenceEvaluator`` takes every op's latest version whatever ``opsets`` says (onnx 1.23: a
+    Squeeze-11 then ignores its ``axes`` attribute)."""
+    from onnx.reference import ReferenceEvaluator
+
+    inputs = [helper.make_empty_tensor_value_info(name) for name in dict.fromkeys(node.input) if name]
+    outputs = [helper.make_empty_tensor_value_info(name) for name in node.output if name]
+    graph = helper.make_graph([node], "qaccuracy_node", inputs, outputs)
+    imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
+    return ReferenceEvaluator(helper.make_model(graph, opset_imports=imports, ir_version=onnx.IR_VERSION))
+
+
 def reference_kernel(step: Step, opsets: dict[str, int]) -> Callable[[list[Any]], tuple[Any, ...]]:
-    """A runner for ``step`` built on ``onnx.reference.ReferenceEvaluator``.
+    """A runner for ``step`` built on ``onnx.reference.ReferenceEvaluator``, at the model's opsets.
 
     Raises:
         UnsupportedOpError: ``onnx.reference`` has no implementation for the op either.
     """
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
+    domain = normalize_domain(step.domain)  # onnx.reference knows the default domain as "" only
     proto = step.proto
     if proto is None or list(proto.input) != step.inputs or list(proto.output) != step.outputs:
-        proto = helper.make_node(
-            step.op_type, step.inputs, step.outputs, name=step.name, domain=step.domain, **step.attrs
-        )
+        proto = helper.make_node(step.op_type, step.inputs, step.outputs, name=step.name, domain=domain, **step.attrs)
+    elif proto.domain != domain:
+        proto = _in_domain(proto, domain)
     reference_opsets = {d or "": v for d, v in opsets.items()}
     try:
-        evaluator = ReferenceEvaluator(proto, opsets=reference_opsets)
+        evaluator = _reference_evaluator(proto, reference_opsets)
     except Exception as exc:
-        raise unsupported(
-            step.name, step.domain, step.op_type, opsets.get(step.domain, 1), f"onnx.reference: {exc}"
-        ) from None
+        raise unsupported(step.name, domain, step.op_type, opsets.get(domain, 1), f"onnx.reference: {exc}") from None
     names = list(proto.input)
-    optional = _EMPTY_MEANS_ABSENT.get((step.domain, step.op_type), ())
+    optional = _EMPTY_MEANS_ABSENT.get((domain, step.op_type), ())
     evaluators: dict[tuple[int, ...], Any] = {(): evaluator}
 
     def without(absent: tuple[int, ...]) -> Any:
@@ -157,13 +173,14 @@ def reference_kernel(step: Step, opsets: dict[str, int]) -> Callable[[list[Any]]
             node.CopyFrom(proto)
             for i in absent:
                 node.input[i] = ""
-            evaluators[absent] = ReferenceEvaluator(node, opsets=reference_opsets)
+            evaluators[absent] = _reference_evaluator(node, reference_opsets)
         return evaluators[absent]
 
     def run(args: list[Any]) -> tuple[Any, ...]:
         absent = tuple(i for i in optional if i < len(args) and args[i] is not None and np.size(args[i]) == 0)
         pairs = enumerate(zip(names, args, strict=False))
         feeds = {name: value for i, (name, value) in pairs if name and i not in absent}
-        return tuple(without(absent).run(None, feeds))
+        values = iter(without(absent).run(None, feeds))
+        return tuple(next(values) if name else None for name in proto.output)
 
     return run

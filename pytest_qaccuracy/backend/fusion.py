@@ -15,6 +15,7 @@ for. A group is left unfused when its float interior tensor must be materialised
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -223,32 +224,33 @@ def _gemm(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> li
     return [Step(step.name, MS, "QGemm", inputs, list(q.outputs), attrs)]
 
 
-def _binary(op: str) -> Builder:
-    def build(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> list[Step] | None:
-        if not _same_type(graph, dqs, q):
-            return None
-        a, b = dqs
-        return [Step(step.name, MS, op, _qparams(a) + _qparams(b) + _out(q), list(q.outputs))]
-
-    return build
+# The two builder families below take their op as a first argument bound by ``functools.partial`` in
+# ``RULES``, rather than closing over it: a closure made at import would keep its code through mutation
+# testing (``scripts/mutation.py``), which switches a function's code on each call.
 
 
-def _unary(op: str, attr_names: tuple[str, ...] = (), domain: str = MS) -> Builder:
-    def build(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> list[Step] | None:
-        if not _same_type(graph, dqs, q):
-            return None
-        if op == "QLinearAveragePool" and any(d != 1 for d in step.attrs.get("dilations", [])):
-            return None
-        attrs = {k: step.attrs[k] for k in attr_names if k in step.attrs}
-        if op == "QLinearSoftmax":
-            attrs["opset"] = opset
-            attrs.setdefault("axis", 1 if opset < 13 else -1)
-        if op == "QLinearLookup":
-            attrs["function"] = step.op_type
-        inputs = _qparams(dqs[0]) + _out(q) + (step.inputs[1:] if op == "QLinearLookup" else [])
-        return [Step(step.name, domain, op, inputs, list(q.outputs), attrs)]
+def _binary(op: str, graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> list[Step] | None:
+    if not _same_type(graph, dqs, q):
+        return None
+    a, b = dqs
+    return [Step(step.name, MS, op, _qparams(a) + _qparams(b) + _out(q), list(q.outputs))]
 
-    return build
+
+def _unary(
+    op: str, attr_names: tuple[str, ...], domain: str, graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int
+) -> list[Step] | None:
+    if not _same_type(graph, dqs, q):
+        return None
+    if op == "QLinearAveragePool" and any(d != 1 for d in step.attrs.get("dilations", [])):
+        return None
+    attrs = {k: step.attrs[k] for k in attr_names if k in step.attrs}
+    if op == "QLinearSoftmax":
+        attrs["opset"] = opset
+        attrs.setdefault("axis", 1 if opset < 13 else -1)
+    if op == "QLinearLookup":
+        attrs["function"] = step.op_type
+    inputs = _qparams(dqs[0]) + _out(q) + (step.inputs[1:] if op == "QLinearLookup" else [])
+    return [Step(step.name, domain, op, inputs, list(q.outputs), attrs)]
 
 
 def _concat(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> list[Step] | None:
@@ -260,23 +262,21 @@ def _concat(graph: _Graph, step: Step, dqs: list[Step], q: Step, opset: int) -> 
     return [Step(step.name, MS, "QLinearConcat", inputs, list(q.outputs), {"axis": step.attrs.get("axis", 0)})]
 
 
+_POOL_ATTRS = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
 #: op_type -> (indices of inputs that must come from DequantizeLinear, builder)
 RULES: dict[str, tuple[tuple[int, ...] | None, Builder]] = {
     "Conv": ((0, 1), _conv),
     "MatMul": ((0, 1), _matmul),
     "Gemm": ((0, 1), _gemm),
-    "Add": ((0, 1), _binary("QLinearAdd")),
-    "Mul": ((0, 1), _binary("QLinearMul")),
-    "AveragePool": (
-        (0,),
-        _unary("QLinearAveragePool", ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")),
-    ),
-    "GlobalAveragePool": ((0,), _unary("QLinearGlobalAveragePool")),
-    "Sigmoid": ((0,), _unary("QLinearSigmoid")),
-    "LeakyRelu": ((0,), _unary("QLinearLeakyRelu", ("alpha",))),
-    "Softmax": ((0,), _unary("QLinearSoftmax", ("axis",))),
-    "Relu": ((0,), _unary("QLinearLookup", (), INTERNAL_DOMAIN)),
-    "Clip": ((0,), _unary("QLinearLookup", ("min", "max"), INTERNAL_DOMAIN)),
+    "Add": ((0, 1), partial(_binary, "QLinearAdd")),
+    "Mul": ((0, 1), partial(_binary, "QLinearMul")),
+    "AveragePool": ((0,), partial(_unary, "QLinearAveragePool", _POOL_ATTRS, MS)),
+    "GlobalAveragePool": ((0,), partial(_unary, "QLinearGlobalAveragePool", (), MS)),
+    "Sigmoid": ((0,), partial(_unary, "QLinearSigmoid", (), MS)),
+    "LeakyRelu": ((0,), partial(_unary, "QLinearLeakyRelu", ("alpha",), MS)),
+    "Softmax": ((0,), partial(_unary, "QLinearSoftmax", ("axis",), MS)),
+    "Relu": ((0,), partial(_unary, "QLinearLookup", (), INTERNAL_DOMAIN)),
+    "Clip": ((0,), partial(_unary, "QLinearLookup", ("min", "max"), INTERNAL_DOMAIN)),
     "Concat": (None, _concat),
 }
 
