@@ -920,10 +920,10 @@ def test_qgemm_requantizes_as_the_gemm_family_of_its_scheme() -> None:
     or C requantizes as onnx.reference's QLinearMatMul: the two ops are one ``gemm`` family."""
     from onnx.reference import ReferenceEvaluator
 
-    a = np.array([[1, 2, 3, 4], [10, 20, 30, 41], [255, 0, 7, 99]], np.uint8)
+    a = np.array([[1, 2, 3, 4], [10, 20, 30, 41], [9, 60, 7, 99]], np.uint8)  # no output saturates
     b = np.array([[1, -3], [2, 5], [-1, 4], [3, 3]], np.int8)
     a_s, az, b_s, bz, y_s = f32(0.5), np.uint8(1), f32(0.5), np.int8(0), f32(1.0)
-    # (a - 1) @ b * 0.25: many halves, which the zero point 3 then rounds the other way (2.5 + 3 -> 6, not 5)
+    # (a - 1) @ b * 0.25: halves, which the zero point 3 rounds the other way (5.5 + 3 -> 8, not 6 + 3)
     inits = {"as": a_s, "az": az, "bs": b_s, "bz": bz, "ys": y_s, "yz": np.uint8(3)}
     order = ["a", "as", "az", "b", "bs", "bz", "ys", "yz"]
     model = node_model("QLinearMatMul", [("a", np.uint8, a.shape), ("b", np.int8, b.shape)], inits, np.uint8,
