@@ -227,6 +227,34 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_analysis_units.py",
         ),
     ),
+    "comparison": Group(
+        (
+            "analysis/compare.py",
+            "analysis/outputs.py",
+            "analysis/partial.py",
+            "analysis/agreement_pass.py",
+            "analysis/saturation.py",
+            "analysis/experiments.py",
+            "analysis/sensitivity.py",
+        ),
+        (
+            "tests/test_compare.py",
+            "tests/analysis/test_agreement_pass.py",
+            "tests/analysis/test_topk_outputs.py",
+            "tests/analysis/test_saturation.py",
+            "tests/analysis/test_one_pass.py",
+            "tests/analysis/test_reduced_compare.py",
+            "tests/analysis/test_sensitivity.py",
+            "tests/analysis/test_sensitivity_attention.py",
+            "tests/analysis/test_sensitivity_graphs.py",
+            "tests/analysis/test_sensitivity_cut.py",
+            "tests/analysis/test_deadline.py",
+            "tests/analysis/test_analysis_units.py",
+            "-k",
+            # these two start a fresh Python process, outside the trace
+            "not memory_is_flat and not never_imports_pytest",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",

@@ -1,0 +1,325 @@
+"""Unit tests of the comparison's own modules, in pytest's own process (the `comparison` mutation
+group, docs/testing.md): the per-tensor trackers and the layer rankings of `compare.py`, the output
+statistics of `outputs.py` (scores, top-k plans, elements outside a tolerance, task values),
+the edge index of `partial.py` and the gate plumbing of `agreement_pass.py`.
+
+Expected values are worked by hand from the documented formulas (docs/metrics.md, the docstrings'
+rules), never read back from the code under test.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from pytest_qaccuracy.analysis import compare as compare_module
+from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
+from pytest_qaccuracy.analysis.outputs import (
+    TaskValue,
+    _finite,
+    _RelativeTracker,
+    parse_scores,
+    plan_topk,
+)
+from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
+from pytest_qaccuracy.analysis.slices import SliceSpec
+from pytest_qaccuracy.errors import CheckError, DataError
+from pytest_qaccuracy.metrics.topk import ScoreLayout
+from pytest_qaccuracy.runtime import RuntimeOptions
+
+# -- compare.py: rankings ------------------------------------------------------------------------
+
+
+def _result(values: list[float | None], metric: str = "sqnr", higher: bool | None = None, orders=None):
+    orders = list(range(len(values))) if orders is None else orders
+    layers = [
+        LayerResult(f"t{order}", f"t{order}_q", None, None, order, {metric: value})
+        for order, value in zip(orders, values, strict=True)
+    ]
+    better = {} if higher is None else {metric: higher}
+    return ComparisonResult("a", "b", "d", 1, {metric: metric}, [], layers, higher_is_better=better)
+
+
+def _orders(layers) -> list[int]:
+    return [layer.order for layer in layers]
+
+
+def test_worst_layers_rank_by_the_metrics_direction_with_undefined_last() -> None:
+    result = _result([0.5, None, 2.0, 1.0], "mse", higher=False)
+    assert _orders(worst_layers(result, "mse")) == [2, 3, 0, 1]
+    assert _orders(worst_layers(result, "mse", count=2)) == [2, 3]
+    # a metric not in higher_is_better ranks as lower-is-better
+    assert _orders(worst_layers(_result([0.5, None, 2.0, 1.0], "mse"), "mse", 3)) == [2, 3, 0]
+    cosine = _result([0.9, 0.5, None, 0.99, 0.7], "cosine", higher=True)
+    assert _orders(worst_layers(cosine, "cosine")) == [1, 4, 0, 3, 2]
+    assert _orders(worst_layers(cosine, "cosine", 1)) == [1]
+
+
+def test_first_jump_in_sqnr_is_a_drop_of_six_db_against_the_layer_before() -> None:
+    # steps 2, 7: the third layer (order 2) is the jump
+    assert first_jump(_result([40.0, 38.0, 31.0, 20.0], higher=True)).order == 2
+    # exactly 6 dB is a jump
+    assert first_jump(_result([40.0, 34.0], higher=True)).order == 1
+    # no step reaches 6 dB: the largest worsening (5.5 dB into order 1)
+    assert first_jump(_result([40.0, 34.5, 30.0], higher=True)).order == 1
+    # a smaller factor finds the first 5.5 dB step
+    assert first_jump(_result([40.0, 44.0, 38.5, 30.0], higher=True), factor_db=5.5).order == 2
+    # nothing worsens
+    assert first_jump(_result([30.0, 35.0, 40.0], higher=True)) is None
+    assert first_jump(_result([30.0, 30.0], higher=True)) is None
+    assert first_jump(_result([], higher=True)) is None
+    # topological order, not list order; undefined layers are skipped (40 -> 30 is a 10 dB step)
+    assert first_jump(_result([30.0, 40.0, 39.0], higher=True, orders=[2, 0, 1])).order == 2
+    assert first_jump(_result([40.0, None, 30.0], higher=True)).order == 2
+
+
+def test_first_jump_elsewhere_is_an_error_that_at_least_doubles() -> None:
+    # mse: relative steps 0.5 then exactly 1.0
+    assert first_jump(_result([0.25, 0.375, 0.75], "mse", higher=False), "mse").order == 2
+    # steps 0.5, 0.5: no jump, the first of the largest steps
+    assert first_jump(_result([0.25, 0.375, 0.5625], "mse", higher=False), "mse").order == 1
+    # an error improving is no worsening
+    assert first_jump(_result([0.5, 0.25], "mse", higher=False), "mse") is None
+    # from an error of 0 the step is measured against 1e-12: 2e-12 is a jump already
+    assert first_jump(_result([0.0, 2e-12, 2e-10], "mse", higher=False), "mse").order == 1
+    # higher-is-better: the distance from 1 doubles (1/16 -> 3/32 is half again, 3/32 -> 3/16 doubles)
+    assert first_jump(_result([0.9375, 0.90625, 0.8125], "cosine", higher=True), "cosine").order == 2
+    assert first_jump(_result([0.9375, 0.96875], "cosine", higher=True), "cosine") is None
+    # at exactly 1 the distance is 1e-12
+    assert first_jump(_result([1.0, 1.0 - 2e-12, 1.0 - 2e-10], "cosine", higher=True), "cosine").order == 1
+    # the dB rule is sqnr's alone: 10 -> 4 drops 6 but grows the distance from 1 by 6/9 only
+    assert first_jump(_result([10.0, 4.0, -6.0], "cosine", higher=True), "cosine").order == 2
+
+
+def test_worsening_formulas() -> None:
+    worsening = compare_module._worsening
+    assert worsening(40.0, 31.0, "sqnr", True) == 9.0
+    assert worsening(0.25, 0.75, "mse", False) == 2.0
+    assert worsening(0.0, 3e-12, "mse", False) == pytest.approx(3.0)
+    assert worsening(-0.5, -0.25, "x", False) == 0.5  # against |before|
+    assert worsening(0.75, 0.5, "cosine", True) == 1.0
+    assert worsening(1.0, 1.0 - 1e-12, "cosine", True) == pytest.approx(1.0, rel=1e-3)
+    assert worsening(1.5, 1.0, "x", True) == 1.0  # |1 - before|
+
+
+# -- compare.py: the trackers ---------------------------------------------------------------------
+
+
+def test_a_trackers_target_names_what_it_compares() -> None:
+    assert compare_module._tracker("conv1", "c", None, ["mse"]).target == "layer 'conv1'"
+    assert compare_module._tracker("y", "y", None, ["mse"], worst=True).target == "output 'y'"
+    view = SliceSpec("boxes", "y[:, 0]")
+    assert compare_module._tracker("y", "y", None, ["mse"], worst=True, view=view).target == "output 'boxes'"
+
+
+def test_a_tracker_keeps_the_five_worst_records_of_each_metric() -> None:
+    tracker = compare_module._tracker("y", "y", None, ["mse", "cosine"], worst=True)
+    ref = np.ones((4, 2), np.float32)
+    # per-record mse: record r's error d in one of two elements -> d^2 / 2
+    errors = [0.0, 2.0, 1.0, 3.0]
+    test = ref.copy()
+    test[:, 0] += errors
+    tracker.update(ref, test, 0)
+    test2 = np.ones((3, 2), np.float32)
+    test2[:, 0] += [4.0, 0.5, 0.25]
+    tracker.update(np.ones((3, 2), np.float32), test2, 4)
+    worst = tracker.worst_records()
+    # records 4 (8.0), 3 (4.5), 1 (2.0), 2 (0.5), 5 (0.125); records 6 and 0 drop out
+    assert worst["mse"] == [(4, 8.0), (3, 4.5), (1, 2.0), (2, 0.5), (5, 0.125)]
+    # cosine is higher-is-better: the lowest first; per record, f = (1, 1), q = (1 + d, 1)
+    cos = {r: (2 + d) / (math.sqrt(2) * math.sqrt((1 + d) ** 2 + 1)) for r, d in enumerate([*errors, 4.0, 0.5, 0.25])}
+    expected = sorted(cos.items(), key=lambda rv: rv[1])[:5]
+    assert [r for r, _ in worst["cosine"]] == [r for r, _ in expected]
+    assert [v for _, v in worst["cosine"]] == pytest.approx([v for _, v in expected], rel=1e-6)
+    values, undefined = tracker.results()
+    assert values["mse"] == pytest.approx((0 + 2 + 0.5 + 4.5 + 8 + 0.125 + 0.03125) / 7)
+    assert undefined == {}
+    # a layer keeps no worst records
+    layer = compare_module._tracker("conv", "conv", None, ["mse"])
+    layer.update(ref, test, 0)
+    assert layer.worst is None and layer.worst_records() == {}
+
+
+def test_a_tracker_says_why_a_metric_is_undefined_and_names_a_shape_misfit() -> None:
+    tracker = compare_module._tracker("y", "y", None, ["mse", "srmse"])
+    tracker.update(np.zeros((2, 3), np.float32), np.ones((2, 3), np.float32), 0)
+    values, undefined = tracker.results()
+    assert values == {"mse": 1.0, "srmse": None}
+    assert list(undefined) == ["srmse"] and undefined["srmse"]
+    bad = compare_module._tracker("y", "y", None, ["mse"])
+    bad.update(np.zeros((2, 3), np.float32), np.zeros((2, 4), np.float32), 0)
+    assert bad.problem == "shape (3,) in the fp32 model but (4,) in the quantized model"
+
+
+class _Raises:
+    """A metric whose update raises ``error``."""
+
+    higher_is_better = False
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def update(self, pair) -> None:
+        raise self.error
+
+
+def test_a_fold_names_the_tensor_of_an_unforeseen_error_and_passes_ours_on() -> None:
+    ref, test = {"a": np.zeros((2, 2), np.float32)}, {"a_q": np.zeros((2, 2), np.float32)}
+    with ThreadPoolExecutor(1) as pool:
+        tracker = compare_module._tracker("a", "a_q", None, ["mse"])
+        tracker.metrics = {"x": _Raises(ValueError("boom"))}
+        with pytest.raises(CheckError) as err:
+            compare_module._fold(pool, [tracker], ref, test, 0, 2)
+        assert str(err.value) == "layer 'a': ValueError: boom"
+        tracker.metrics = {"x": _Raises(DataError("ours"))}
+        with pytest.raises(DataError, match=r"^ours$"):
+            compare_module._fold(pool, [tracker], ref, test, 0, 2)
+        tracker.problem = "shape"  # a tensor with a problem is not folded again
+        compare_module._fold(pool, [tracker], ref, test, 0, 2)
+
+
+def test_a_scalar_tensor_is_the_value_of_every_record_of_the_batch() -> None:
+    out = compare_module._per_record(np.float32(2.5), 3)
+    assert out.shape == (3,) and out.tolist() == [2.5, 2.5, 2.5]
+    value = np.zeros((2, 4))
+    assert compare_module._per_record(value, 2) is value
+    tracker = compare_module._tracker("sr", "sr", None, ["max_abs"])
+    with ThreadPoolExecutor(1) as pool:
+        compare_module._fold(pool, [tracker], {"sr": np.float32(1.0)}, {"sr": np.float32(1.5)}, 0, 3)
+    assert tracker.results()[0] == {"max_abs": 0.5}
+
+
+def test_workers_threads_and_the_whole_tensor_reason() -> None:
+    assert compare_module._workers(RuntimeOptions(threads=3)) == 3
+    assert compare_module._workers(RuntimeOptions(threads=0)) == max(1, os.cpu_count() or 1)
+    assert compare_module._whole_tensor_reason("integer") == "numpy: the integer backend"
+    assert compare_module._whole_tensor_reason("onnxruntime") is None
+
+
+def _opsets(*pairs: tuple[str, int]) -> onnx.ModelProto:
+    graph = helper.make_graph([], "g", [], [])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in pairs])
+
+
+def test_own_opset_compares_the_default_domains_versions() -> None:
+    own = compare_module._own_opset
+    same = SimpleNamespace(fp32=_opsets(("com.microsoft", 1), ("", 13)), quantized=_opsets(("", 13)))
+    assert own(same)
+    assert not own(SimpleNamespace(fp32=_opsets(("", 13)), quantized=_opsets(("", 17))))
+    assert not own(SimpleNamespace(fp32=_opsets(("com.microsoft", 13)), quantized=_opsets(("", 13))))
+
+
+# -- outputs.py ----------------------------------------------------------------------------------
+
+
+def test_scores_name_an_output_and_maybe_its_class_axis() -> None:
+    outputs = ["logits", "a:b", "x:1"]
+    assert parse_scores(None, outputs) is None
+    assert parse_scores("logits", outputs) == ("logits", None)
+    assert parse_scores("logits:1", outputs) == ("logits", 1)
+    assert parse_scores("logits:-1", outputs) == ("logits", -1)
+    assert parse_scores("a:b:2", outputs) == ("a:b", 2)
+    assert parse_scores("x:1", outputs) == ("x:1", None)  # an output's own name is taken whole
+    for text in ("logits:x", "logits:", "other:1", "a", "logits:1.5"):
+        with pytest.raises(ValueError) as err:
+            parse_scores(text, outputs)
+        assert str(err.value) == f"scores: no output {text!r} (outputs: logits, a:b, x:1)"
+
+
+def test_a_named_score_output_is_counted_on_its_axis_or_says_why_not() -> None:
+    logits = np.zeros((4, 10), np.float32)
+    seq = np.zeros((4, 3, 10), np.float32)
+    assert plan_topk({"logits": logits, "seq": seq}, "logits") == ({"logits": ScoreLayout("scores", 1, 1)}, {})
+    # without an axis: (records, classes), else classes last
+    assert plan_topk({"seq": seq}, "seq") == ({"seq": ScoreLayout("scores", 2, 3)}, {})
+    assert plan_topk({"seq": seq}, "seq:1") == ({"seq": ScoreLayout("scores", 1, 10)}, {})
+    one = np.zeros((4, 1), np.float32)
+    assert plan_topk({"p": one}, "p") == ({}, {"p": "output 'p' float32 (4, 1): 1 class on axis 1"})
+    assert plan_topk({"seq": seq}, "seq:0") == (
+        {},
+        {"seq": "output 'seq' float32 (4, 3, 10): class axis 0 is not an axis after the records"},
+    )
+    assert plan_topk({"p": one}, "q") == ({}, {"q": "scores: no output 'q' (outputs: p)"})
+
+
+def test_unnamed_scores_are_the_float_record_class_outputs_else_labels() -> None:
+    outputs = {
+        "logits": np.zeros((4, 10), np.float32),
+        "boxes": np.zeros((4, 3, 4), np.float32),
+        "label": np.zeros((4,), np.int64),
+        "p": np.zeros((4, 1), np.float32),
+    }
+    found, problems = plan_topk(outputs)
+    assert found == {"logits": ScoreLayout("scores", 1, 1)}
+    hint = '; to count per position: scores = "boxes" (classes last) or "boxes:<axis>"'
+    assert problems == {
+        "boxes": "output 'boxes' float32 (4, 3, 4): not class scores (records, classes)" + hint,
+        "label": "output 'label' int64 (4,): labels labels per record",
+        "p": "output 'p' float32 (4, 1): not class scores (records, classes)",
+    }
+    # without class scores, integer labels one per record
+    labels = {"label": np.zeros((4,), np.int64), "mask": np.zeros((4, 5), np.int32)}
+    assert plan_topk(labels) == (
+        {"label": ScoreLayout("labels", 0, 1)},
+        {"mask": "output 'mask' int32 (4, 5): labels labels per position (5 per record)"},
+    )
+    # only the first ``automatic`` outputs (views come after the outputs)
+    assert plan_topk(outputs, automatic=1) == ({"logits": ScoreLayout("scores", 1, 1)}, {})
+    assert plan_topk(dict(list(outputs.items())[2:]), automatic=1) == ({"label": ScoreLayout("labels", 0, 1)}, {})
+
+
+def test_elements_outside_the_tolerance_are_counted_with_the_worst_first() -> None:
+    # bound = 0.5 + 0.1 * |f|: (0.6, 1.5) and (0.7, 0.9); |q - f| = (0.2, 2.0) and (1.5, 0.7)
+    tracker = _RelativeTracker(rtol=0.1, atol=0.5)
+    ref = np.array([[1.0, 10.0], [2.0, -4.0]], np.float32)
+    test = np.array([[1.2, 12.0], [3.5, -4.7]], np.float32)
+    tracker.update(ref, test, 3)
+    stats = tracker.result()
+    assert (stats.rtol, stats.atol, stats.violations, stats.elements) == (0.1, 0.5, 2, 4)
+    assert stats.max_abs == 2.0 and stats.max_rel == 0.75
+    # excess over the bound: 0.8 (record 4, [0]) then 0.5 (record 3, [1])
+    assert stats.worst == [(4, "[0]", 3.5, 2.0), (3, "[1]", 12.0, 10.0)]
+    # a batch within the tolerance adds elements only
+    tracker.update(ref, ref, 5)
+    again = tracker.result()
+    assert (again.violations, again.elements, again.max_abs, again.max_rel) == (2, 8, 2.0, 0.75)
+
+
+def test_the_five_worst_elements_ties_first_element_first_and_nan_is_kept() -> None:
+    tracker = _RelativeTracker(rtol=0.0, atol=0.5)
+    tracker.update(np.zeros((1, 7), np.float32), np.ones((1, 7), np.float32), 0)
+    stats = tracker.result()
+    assert stats.violations == 7 and stats.max_abs == 1.0 and stats.max_rel == math.inf
+    assert stats.worst == [(0, f"[{i}]", 1.0, 0.0) for i in range(5)]
+    # a larger excess in a later record takes the lead; the smallest of the kept ties drops out
+    tracker.update(np.zeros((2, 1), np.float32), np.array([[0.25], [3.0]], np.float32), 1)
+    assert tracker.result().worst == [(2, "[0]", 3.0, 0.0), *[(0, f"[{i}]", 1.0, 0.0) for i in range(4)]]
+    # a NaN is outside, and max_abs keeps it
+    nan = _RelativeTracker(rtol=0.0, atol=0.5)
+    nan.update(np.ones((1, 2), np.float32), np.array([[np.nan, 5.0]], np.float32), 0)
+    nan.update(np.ones((1, 1), np.float32), np.array([[2.0]], np.float32), 1)
+    stats = nan.result()
+    assert stats.violations == 3 and math.isnan(stats.max_abs) and math.isnan(stats.max_rel)
+    assert stats.worst[0][:2] == (0, "[0]") and math.isnan(stats.worst[0][2])
+    assert stats.worst[1:] == [(0, "[1]", 5.0, 1.0), (1, "[0]", 2.0, 1.0)]
+
+
+def test_a_task_values_drop_is_in_its_metrics_direction() -> None:
+    assert TaskValue("acc", "m", "targets", 4, True, 0.75, 0.5).drop == 0.25
+    assert TaskValue("err", "m", "targets", 4, False, 0.25, 0.75).drop == 0.5
+    assert TaskValue("err", "m", "targets", 4, False, 0.75, 0.25).drop == -0.5
+    assert TaskValue("acc", "m", "fp32", 4, True, None, 0.5).drop is None
+    assert TaskValue("acc", "m", "fp32", 4, True, 0.5, None).drop is None
+
+
+def test_finite_reads_numbers_and_refuses_the_rest() -> None:
+    assert _finite(np.float32(2.5)) == 2.5 and _finite("3") == 3.0 and _finite(1) == 1.0
+    for value in (None, "x", [1, 2], math.inf, -math.inf, math.nan, np.float64("nan")):
+        assert _finite(value) is None
