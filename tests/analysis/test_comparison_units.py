@@ -22,6 +22,7 @@ from onnx import helper
 from pytest_qaccuracy.analysis import compare as compare_module
 from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
 from pytest_qaccuracy.analysis.outputs import (
+    TaskRun,
     TaskValue,
     _finite,
     _RelativeTracker,
@@ -30,7 +31,8 @@ from pytest_qaccuracy.analysis.outputs import (
 )
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.analysis.slices import SliceSpec
-from pytest_qaccuracy.errors import CheckError, DataError
+from pytest_qaccuracy.errors import CheckError, DataError, InputError
+from pytest_qaccuracy.metrics.task import TaskContext, TaskSpec
 from pytest_qaccuracy.metrics.topk import ScoreLayout
 from pytest_qaccuracy.runtime import RuntimeOptions
 
@@ -323,3 +325,110 @@ def test_finite_reads_numbers_and_refuses_the_rest() -> None:
     assert _finite(np.float32(2.5)) == 2.5 and _finite("3") == 3.0 and _finite(1) == 1.0
     for value in (None, "x", [1, 2], math.inf, -math.inf, math.nan, np.float64("nan")):
         assert _finite(value) is None
+
+
+class Recorder:
+    """A task metric that records its calls and fails where told (``fail``)."""
+
+    higher_is_better = {"hits": True, "misses": False}
+
+    def __init__(self, fail: str = "", against: str | None = None) -> None:
+        if fail == "create":
+            raise RuntimeError("cannot\nsecond line")
+        self.fail, self.calls = fail, []
+        self.state = {} if against is None else {"against": against}
+
+    def begin(self, context: TaskContext) -> None:
+        self.calls.append(("begin", context.outputs, context.records))
+        if self.fail == "begin":
+            raise RuntimeError("first line\nsecond line")
+
+    def update(self, ref, test, targets) -> None:
+        self.calls.append(("update", sorted(ref), targets))
+        if self.fail == "update":
+            raise ValueError("")
+
+    def merge(self, other) -> None:
+        raise AssertionError("never merged in a pass")
+
+    def compute(self) -> dict:
+        if self.fail == "compute":
+            raise KeyError("hits")
+        return {"fp32": {"hits": 3, "misses": 1.5}, "quantized": {"hits": np.float32(2.0), "misses": math.inf}}
+
+
+RECORDER = "tests.analysis.test_comparison_units:Recorder"
+
+
+def _spec(**options) -> TaskSpec:
+    return TaskSpec.parse({"metric": RECORDER, **options})
+
+
+def test_a_task_run_feeds_each_metric_its_records_targets_and_reads_both_sides() -> None:
+    run = TaskRun([_spec(), _spec(against="labels", suffix="b")], ["t0", "t1", "t2", "t3"])
+    run.begin(TaskContext(("y",), {}, 4))
+    run.update({"y": 0}, {"y": 1}, 0, 1)
+    run.update({"y": 0}, {"y": 1}, 1, 3)
+    assert run.metrics[0].calls == [
+        ("begin", ("y",), 4),
+        ("update", ["y"], ["t0"]),
+        ("update", ["y"], ["t1", "t2", "t3"]),
+    ]
+    values = run.result()
+    assert values == {
+        "hits": TaskValue("hits", RECORDER, "targets", 4, True, 3.0, 2.0),
+        "misses": TaskValue("misses", RECORDER, "targets", 4, False, 1.5, None),
+        "hits_b": TaskValue("hits_b", f"{RECORDER}(against='labels')", "labels", 4, True, 3.0, 2.0),
+        "misses_b": TaskValue("misses_b", f"{RECORDER}(against='labels')", "labels", 4, False, 1.5, None),
+    }
+    # without targets the quantized side is scored against the fp32 model's predictions
+    alone = TaskRun([_spec()], None)
+    alone.begin(TaskContext(("y",), {}, 2))
+    alone.update({"y": 0}, {"y": 1}, 0, 2)
+    assert alone.metrics[0].calls[-1] == ("update", ["y"], None)
+    assert alone.result()["hits"].against == "fp32" and alone.result()["hits"].records == 2
+
+
+def test_a_task_run_refuses_targets_that_do_not_fit_and_a_metric_it_cannot_create() -> None:
+    with pytest.raises(DataError) as err:
+        TaskRun([_spec()], [1, 2, 3]).begin(TaskContext(("y",), {}, 2))
+    assert str(err.value) == "3 task targets for 2 records"
+    with pytest.raises(InputError) as err:
+        TaskRun([_spec(fail="create")], None).begin(TaskContext(("y",), {}, 2))
+    assert str(err.value) == f"task metric '{RECORDER}(fail='create')': cannot create it (RuntimeError: cannot)"
+
+
+@pytest.mark.parametrize(
+    ("fail", "where", "error"),
+    [
+        ("begin", "before the first batch", "RuntimeError: first line"),
+        ("update", "on records 2..4", "ValueError: "),
+        ("compute", "computing its values", "KeyError: 'hits'"),
+    ],
+)
+def test_a_task_metric_that_raises_is_named_with_where_in_one_line(fail: str, where: str, error: str) -> None:
+    label = f"{RECORDER}(fail='{fail}')"
+    line = f"task metric '{label}' {where}: {error}"
+    run = TaskRun([_spec(fail=fail)], None)
+    with pytest.raises(CheckError) as err:
+        run.begin(TaskContext(("y",), {}, 5))
+        run.update({"y": 0}, {"y": 0}, 2, 3)
+        run.result()
+    assert str(err.value) == line
+    # kept: the metric is set aside (never called again), the other goes on, its values carry the line
+    kept = TaskRun([_spec(fail=fail), _spec(suffix="ok")], None, keep_errors=True)
+    kept.begin(TaskContext(("y",), {}, 5))
+    kept.update({"y": 0}, {"y": 0}, 2, 3)
+    kept.update({"y": 0}, {"y": 0}, 0, 1)
+    values = kept.result()
+    assert kept.errors == {0: line}
+    calls = [c[0] for c in kept.metrics[0].calls]
+    assert calls == {"begin": ["begin"], "update": ["begin", "update"], "compute": ["begin", "update", "update"]}[fail]
+    assert values["hits"] == TaskValue("hits", label, "fp32", 4, True, None, None, line)
+    assert values["misses"].error == line and values["misses"].fp32 is None
+    assert values["hits_ok"] == TaskValue("hits_ok", RECORDER, "fp32", 4, True, 3.0, 2.0)
+    # on one record
+    one = TaskRun([_spec(fail="update")], None)
+    one.begin(TaskContext(("y",), {}, 5))
+    with pytest.raises(CheckError, match=r"on record 3: ValueError"):
+        one.update({"y": 0}, {"y": 0}, 3, 1)
