@@ -330,9 +330,8 @@ def test_finite_reads_numbers_and_refuses_the_rest() -> None:
 class Recorder:
     """A task metric that records its calls and fails where told (``fail``)."""
 
-    higher_is_better = {"hits": True, "misses": False}
-
     def __init__(self, fail: str = "", against: str | None = None) -> None:
+        self.higher_is_better = {"hits": True, "misses": False}
         if fail == "create":
             raise RuntimeError("cannot\nsecond line")
         self.fail, self.calls = fail, []
