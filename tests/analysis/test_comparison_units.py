@@ -16,8 +16,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from pytest_qaccuracy.analysis import compare as compare_module
 from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
@@ -29,9 +30,10 @@ from pytest_qaccuracy.analysis.outputs import (
     parse_scores,
     plan_topk,
 )
+from pytest_qaccuracy.analysis.partial import OUTPUT, QdqGraph, QuantizedNode, dirty_nodes
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.analysis.slices import SliceSpec
-from pytest_qaccuracy.errors import CheckError, DataError, InputError
+from pytest_qaccuracy.errors import CheckError, DataError, InputError, ModelError
 from pytest_qaccuracy.metrics.task import TaskContext, TaskSpec
 from pytest_qaccuracy.metrics.topk import ScoreLayout
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -431,3 +433,133 @@ def test_a_task_metric_that_raises_is_named_with_where_in_one_line(fail: str, wh
     one.begin(TaskContext(("y",), {}, 5))
     with pytest.raises(CheckError, match=r"on record 3: ValueError"):
         one.update({"y": 0}, {"y": 0}, 3, 1)
+
+
+# -- partial.py ----------------------------------------------------------------------------------
+
+
+def test_a_quantized_nodes_edges_by_kind() -> None:
+    node = QuantizedNode("conv", "Conv", 3, 0, frozenset({(3, 1)}), frozenset({(3, 0)}), frozenset({(OUTPUT, 0)}))
+    assert node.edges("weight") == {(3, 1)}
+    assert node.edges("activation") == {(3, 0), (OUTPUT, 0)}
+    assert node.edges("node") == node.edges() == {(3, 1), (3, 0), (OUTPUT, 0)}
+    with pytest.raises(ValueError) as err:
+        node.edges("weights")
+    assert str(err.value) == "unknown edge kind 'weights'; expected node, weight or activation"
+
+
+def _node(op: str, inputs: list[str], outputs: list[str]) -> onnx.NodeProto:
+    return helper.make_node(op, inputs, outputs, name=f"{op}_{outputs[0]}")
+
+
+def test_dirty_nodes_are_those_a_change_reaches_and_the_clean_tensors_they_read() -> None:
+    dq = _node("DequantizeLinear", ["w_q", "s"], ["w"])
+    conv = _node("MatMul", ["x", "w"], ["a"])
+    relu = _node("Relu", ["a"], ["b"])
+    add = _node("Add", ["b", "x"], ["c"])
+    nodes = [dq, conv, relu, add]
+    constants = {"w_q", "s"}
+    # the same model: nothing to recompute
+    assert dirty_nodes(nodes, nodes, constants) == ([], set())
+    # only the last node reads another tensor: it alone, from the cached b and the input x
+    cached = [dq, conv, relu, _node("Add", ["b", "y"], ["c"])]
+    assert dirty_nodes(nodes, cached, constants) == ([add], {"b", "x"})
+    # the MatMul changes: everything after it, and the weight's DequantizeLinear (computed from
+    # constants alone, it has no record axis to read from the cache) with it
+    cached = [dq, _node("MatMul", ["x", "w2"], ["a"]), relu, add]
+    assert dirty_nodes(nodes, cached, constants) == (nodes, {"x"})
+    # a node the cache lacks is dirty; an empty optional input is no tensor
+    clip = _node("Clip", ["c", "", "hi"], ["d"])
+    hi = _node("Constant", [], ["hi"])
+    assert dirty_nodes([*nodes, hi, clip], nodes, constants) == ([hi, clip], {"c"})
+
+
+X_SCALE, W_SCALE, Y_SCALE = 0.5, 0.25, 0.2
+W_CODES = np.array([[2, -4], [6, 8]], np.int8)
+W_FLOAT = np.array([[0.55, -1.05], [1.45, 2.1]], np.float32)
+
+
+def _qdq_pair() -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """y = Q/DQ(Q/DQ(x) @ DQ(w)), a MatMul named ``mm`` quantized in QDQ form, and its fp32 model."""
+    tensor = numpy_helper.from_array
+    inits = [
+        tensor(np.float32(X_SCALE), "sx"),
+        tensor(np.float32(W_SCALE), "sw"),
+        tensor(np.float32(Y_SCALE), "sy"),
+        tensor(np.int8(0), "z"),
+        tensor(W_CODES, "w_quantized"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "z"], ["xq"], name="qx"),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "z"], ["xd"], name="dqx"),
+        helper.make_node("DequantizeLinear", ["w_quantized", "sw", "z"], ["wd"], name="dqw"),
+        helper.make_node("MatMul", ["xd", "wd"], ["m"], name="mm"),
+        helper.make_node("QuantizeLinear", ["m", "sy", "z"], ["mq"], name="qm"),
+        helper.make_node("DequantizeLinear", ["mq", "sy", "z"], ["y"], name="dqm"),
+    ]
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])
+    opset = [helper.make_opsetid("", 13)]
+    quantized = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=opset)
+    fp32_graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "f", [x], [y], [tensor(W_FLOAT, "w")]
+    )
+    return quantized, helper.make_model(fp32_graph, opset_imports=opset)
+
+
+def _fake_quant(value: np.ndarray, scale: float) -> np.ndarray:
+    """QuantizeLinear then DequantizeLinear to int8 with zero point 0 (ONNX: round half to even)."""
+    return (np.clip(np.rint(value / np.float32(scale)), -128, 127) * np.float32(scale)).astype(np.float32)
+
+
+def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(["y"], {"x": x})[0]
+
+
+def test_a_qdq_graph_indexes_its_edges_and_builds_each_partial_model() -> None:
+    quantized, fp32 = _qdq_pair()
+    graph = QdqGraph(quantized, fp32)
+    act, weight, out = (3, 0), (3, 1), (OUTPUT, 0)
+    assert graph.kinds == {act: "activation", weight: "weight", out: "activation"}
+    assert graph.sources == {act: "x", weight: "wd::float", out: "m"}
+    assert graph.quantized_tensor == {act: "x", out: "m"}
+    assert graph.unremovable == [] and graph.all_edges == {act, weight, out}
+    assert graph.nodes == [QuantizedNode("mm", "MatMul", 3, 0, frozenset({weight}), frozenset({act}), frozenset({out}))]
+    assert graph.edges_of(["mm"], "weight") == {weight} and graph.edges_of(["mm"]) == {act, weight, out}
+    x = np.array([[1.3, -0.7]], np.float32)
+    xd, wd = _fake_quant(x, X_SCALE), W_CODES.astype(np.float32) * np.float32(W_SCALE)
+    for enabled, expected in [
+        ({act, weight, out}, _fake_quant(xd @ wd, Y_SCALE)),
+        (set(), x @ W_FLOAT),
+        ({act, weight}, xd @ wd),
+        ({weight, out}, _fake_quant(x @ wd, Y_SCALE)),
+        ({act, out}, _fake_quant(xd @ W_FLOAT, Y_SCALE)),
+    ]:
+        model = graph.build(frozenset(enabled))
+        np.testing.assert_allclose(_run(model, x), expected, rtol=1e-6, err_msg=str(enabled))
+        assert [o.name for o in model.graph.output] == ["y"]
+        assert model.opset_import == quantized.opset_import and model.ir_version == quantized.ir_version
+    # an internal tensor exposed too
+    model = graph.build(frozenset({act, weight, out}), extra_outputs=["m", "y"])
+    assert [o.name for o in model.graph.output] == ["y", "m"]
+    # with every edge on, the model's own nodes and weights; off, the float weight and an Identity
+    assert [n.name for n in graph.build(graph.all_edges).graph.node] == ["qx", "dqx", "dqw", "mm", "qm", "dqm"]
+    off = graph.build(frozenset())
+    assert [n.name for n in off.graph.node] == ["mm", "y::float"]
+    assert [t.name for t in off.graph.initializer] == ["wd::float"]
+
+
+def test_a_qdq_graph_without_the_fp32_model_cannot_remove_a_weight_and_names_nodes() -> None:
+    quantized, _ = _qdq_pair()
+    graph = QdqGraph(quantized, name="pair.onnx")
+    assert graph.unremovable == ["dqw -> mm"]
+    assert graph.nodes[0].weights == frozenset() and graph.nodes[0].inputs == {(3, 0)}
+    with pytest.raises(ModelError) as err:
+        graph.node("conv")
+    assert str(err.value) == "pair.onnx: no quantized node 'conv'; quantized nodes: mm"
+    _, fp32 = _qdq_pair()
+    with pytest.raises(ModelError) as err:
+        QdqGraph(fp32, name="f.onnx")
+    assert str(err.value).startswith("f.onnx: sensitivity analysis needs a QDQ model (")
+    assert "this model is float. Quantize with quant_format=QuantFormat.QDQ" in str(err.value)
