@@ -9,6 +9,7 @@ rules), never read back from the code under test.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,8 @@ from onnx import helper, numpy_helper
 from pytest_qaccuracy.analysis import compare as compare_module
 from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
 from pytest_qaccuracy.analysis.outputs import (
+    OutputStats,
+    RelativeStats,
     TaskRun,
     TaskValue,
     _finite,
@@ -563,3 +566,62 @@ def test_a_qdq_graph_without_the_fp32_model_cannot_remove_a_weight_and_names_nod
         QdqGraph(fp32, name="f.onnx")
     assert str(err.value).startswith("f.onnx: sensitivity analysis needs a QDQ model (")
     assert "this model is float. Quantize with quant_format=QuantFormat.QDQ" in str(err.value)
+
+
+def test_the_worst_elements_are_the_largest_excesses_across_batches() -> None:
+    # one record of 20 elements, excesses 0, 1 or 2 over atol 0.5 in an irregular order: the five
+    # worst are the largest excesses, ties in element order (Python's sort is stable)
+    codes = [0, 2, 1, 2, 0, 1, 2, 2, 1, 0, 2, 1, 1, 2, 0, 2, 1, 0, 2, 1]
+    test = np.array([[0.75 + c for c in codes]], np.float32)  # |q - f| = 0.75 + code
+    tracker = _RelativeTracker(rtol=0.0, atol=0.5)
+    tracker.update(np.zeros_like(test), test, 0)
+    expected = sorted(range(20), key=lambda i: -codes[i])[:5]
+    assert [w[1] for w in tracker.result().worst] == [f"[{i}]" for i in expected]
+    assert tracker.result().max_abs == 2.75
+    # below 1: the largest difference is its own (not a start of 1)
+    small = _RelativeTracker(rtol=0.0, atol=0.125)
+    small.update(np.zeros((1, 2), np.float32), np.array([[0.25, 0.5]], np.float32), 0)
+    assert small.result().max_abs == 0.5 and small.result().max_rel == math.inf
+    # a kept heap of excesses 1..5: an element of excess 1.5 replaces the smallest only
+    heap = _RelativeTracker(rtol=0.0, atol=0.5)
+    heap.update(np.zeros((5, 1), np.float32), np.array([[1.5], [2.5], [3.5], [4.5], [5.5]], np.float32), 0)
+    heap.update(np.zeros((1, 1), np.float32), np.array([[2.0]], np.float32), 5)
+    assert [w[0] for w in heap.result().worst] == [4, 3, 2, 1, 5]
+    heap.update(np.zeros((1, 1), np.float32), np.array([[1.0]], np.float32), 6)  # smaller than all kept
+    assert [w[0] for w in heap.result().worst] == [4, 3, 2, 1, 5]
+
+
+def test_output_stats_write_task_values_by_name_and_read_back() -> None:
+    stats = OutputStats(
+        {"y": {"records": 4}},
+        {"y": RelativeStats(0.1, 0.5, 2, 4, 2.0, 0.75, [(4, "[0]", 3.5, 2.0)])},
+        {"z": "why"},
+        {
+            "hits": TaskValue("hits", "m", "targets", 4, True, 0.75, 0.5),
+            "miss": TaskValue("miss", "m", "fp32", 4, False, None, None, "task metric 'm' on record 0: E: x"),
+        },
+    )
+    data = stats.to_dict()
+    assert data["task"] == {
+        "hits": {
+            "metric": "m",
+            "against": "targets",
+            "records": 4,
+            "higher_is_better": True,
+            "fp32": 0.75,
+            "quantized": 0.5,
+            "drop": 0.25,
+        },
+        "miss": {
+            "metric": "m",
+            "against": "fp32",
+            "records": 4,
+            "higher_is_better": False,
+            "fp32": None,
+            "quantized": None,
+            "drop": None,
+            "error": "task metric 'm' on record 0: E: x",
+        },
+    }
+    back = OutputStats.from_dict(json.loads(json.dumps(data)))
+    assert back == stats and back.task["hits"].name == "hits" and back.task["miss"].name == "miss"
