@@ -24,11 +24,13 @@ from onnx import helper, numpy_helper
 from pytest_qaccuracy.analysis import compare as compare_module
 from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
 from pytest_qaccuracy.analysis.outputs import (
+    OutputMeasure,
     OutputStats,
     RelativeStats,
     TaskRun,
     TaskValue,
     _finite,
+    _integer_outputs,
     _RelativeTracker,
     parse_scores,
     plan_topk,
@@ -39,6 +41,7 @@ from pytest_qaccuracy.analysis.slices import SliceSpec
 from pytest_qaccuracy.errors import CheckError, DataError, InputError, ModelError
 from pytest_qaccuracy.metrics.task import TaskContext, TaskSpec
 from pytest_qaccuracy.metrics.topk import ScoreLayout
+from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 # -- compare.py: rankings ------------------------------------------------------------------------
@@ -343,6 +346,7 @@ class Recorder:
         self.state = {} if against is None else {"against": against}
 
     def begin(self, context: TaskContext) -> None:
+        self.context = context
         self.calls.append(("begin", context.outputs, context.records))
         if self.fail == "begin":
             raise RuntimeError("first line\nsecond line")
@@ -625,3 +629,111 @@ def test_output_stats_write_task_values_by_name_and_read_back() -> None:
     }
     back = OutputStats.from_dict(json.loads(json.dumps(data)))
     assert back == stats and back.task["hits"].name == "hits" and back.task["miss"].name == "miss"
+
+
+# -- outputs.py: the measure folded into a pass ---------------------------------------------------
+
+
+class _Data:
+    """What OutputMeasure reads of a dataset: its labels, its targets and its length."""
+
+    def __init__(self, labels=None, targets=None, records: int = 4) -> None:
+        self._labels, self._targets, self.records = labels, targets, records
+
+    def labels(self):
+        return self._labels
+
+    def targets(self):
+        return self._targets
+
+    def __len__(self) -> int:
+        return self.records
+
+
+SCORES = np.array([[3, 1, 0], [0, 3, 1], [1, 0, 3], [3, 0, 1]], np.float32)
+
+
+def test_a_measure_counts_outputs_and_views_with_the_datasets_labels_as_task_targets() -> None:
+    measure = OutputMeasure(
+        atol=0.5, slices=[SliceSpec("first", "y[:, 0:2]")], tasks=[_spec()], metadata={"chars": "ab"}
+    )
+    measure.begin(_Data(labels=np.array([0, 1, 2, 1], np.int64)), ["y"])
+    assert measure.names == ["y", "first"]
+    assert measure.tasks.targets == [0, 1, 2, 1] and {type(t) for t in measure.tasks.targets} == {int}
+    assert measure.tasks.keep_errors is False
+    context = measure.tasks.metrics[0].context
+    assert context == TaskContext(("y", "first"), {"chars": "ab"}, 4)
+    assert sorted(measure.relative) == ["first", "y"]
+    assert (measure.relative["y"].rtol, measure.relative["y"].atol) == (0.0, 0.5)
+    test = SCORES.copy()
+    test[0, 2] += 1.0  # record 0: the last class moves by 1 (outside 0.5), outside the view
+    test[3, 1] += 4.0  # record 3: class 1 wins in the quantized model, inside the view
+    measure.update({"y": SCORES[:2]}, {"y": test[:2]}, 0, 2)
+    measure.update({"y": SCORES[2:]}, {"y": test[2:]}, 2, 2)
+    stats = measure.result()
+    assert list(stats.topk) == ["y"] and stats.problems == {}
+    assert stats.relative["y"].violations == 2 and stats.relative["y"].elements == 12
+    assert stats.relative["y"].worst == [(3, "[1]", 4.0, 0.0), (0, "[2]", 1.0, 0.0)]
+    assert stats.relative["first"].violations == 1 and stats.relative["first"].elements == 8
+    assert stats.relative["first"].worst == [(3, "[1]", 4.0, 0.0)]
+    # the task metric saw both outputs and the view, and each batch's labels
+    calls = measure.tasks.metrics[0].calls
+    assert calls[1:] == [("update", ["first", "y"], [0, 1]), ("update", ["first", "y"], [2, 1])]
+    assert stats.task["hits"] == TaskValue("hits", RECORDER, "targets", 4, True, 3.0, 2.0)
+
+
+def test_a_measures_targets_are_given_else_the_datasets_else_its_labels_else_none() -> None:
+    labels = np.array([1, 0], np.int64)
+    given = OutputMeasure(tasks=[_spec()], targets=["a", "b"], keep_task_errors=True)
+    given.begin(_Data(labels, targets=["c", "d"], records=2), ["y"])
+    assert given.tasks.targets == ["a", "b"] and given.tasks.keep_errors is True
+    stored = OutputMeasure(tasks=[_spec()])
+    stored.begin(_Data(labels, targets=["c", "d"], records=2), ["y"])
+    assert stored.tasks.targets == ["c", "d"]
+    # explicit labels win over the dataset's, and become the targets
+    named = OutputMeasure(labels=np.array([5, 6]), tasks=[_spec()])
+    named.begin(_Data(labels, records=2), ["y"])
+    assert named.tasks.targets == [5, 6] and named.labels.tolist() == [5, 6]
+    alone = OutputMeasure(tasks=[_spec()])
+    alone.begin(_Data(records=2), ["y"])
+    assert alone.tasks.targets is None and alone.labels is None
+    assert OutputMeasure().tasks is None
+    # rtol alone or atol alone count elements; neither counts none
+    rtol = OutputMeasure(rtol=0.25)
+    rtol.begin(_Data(), ["y", "z"])
+    assert {n: (r.rtol, r.atol) for n, r in rtol.relative.items()} == {"y": (0.25, 0.0), "z": (0.25, 0.0)}
+    plain = OutputMeasure()
+    plain.begin(_Data(), ["y"])
+    assert plain.relative == {} and plain.names == ["y"]
+    with pytest.raises(InputError) as err:
+        OutputMeasure(slices=[SliceSpec("v", "w[:, 0]")]).begin(_Data(), ["y"])
+    assert str(err.value) == "slice 'v': no output 'w' (outputs: y)"
+
+
+def test_integer_outputs_are_found_with_their_parameters() -> None:
+    quantized, _ = _qdq_pair()
+    quantized.graph.output.append(helper.make_tensor_value_info("mq", onnx.TensorProto.INT8, [1, 2]))
+    quantized.graph.output.append(helper.make_tensor_value_info("xq", onnx.TensorProto.INT8, [1, 2]))
+    pair = SimpleNamespace(quantized=quantized, output_pairs=lambda: [("y", "y"), ("m", "mq"), ("x", "xq")])
+    found = _integer_outputs(pair)
+    assert sorted(found) == ["mq", "xq"]
+    assert float(found["mq"].scale) == np.float32(Y_SCALE) and int(found["mq"].zero_point) == 0
+    assert float(found["xq"].scale) == X_SCALE
+    # a float output or one of unknown type has none
+    floats = SimpleNamespace(quantized=quantized, output_pairs=lambda: [("y", "y"), ("n", "nope")])
+    assert _integer_outputs(floats) == {}
+
+
+def test_output_values_leave_views_out_and_dequantize_integer_outputs() -> None:
+    params = QuantParams(np.array(0.5, np.float32), np.array(2, np.uint8))
+    y = compare_module._tracker("y", "y_q", params, ["mse"], worst=True)
+    z = compare_module._tracker("z", "z", None, ["mse"], worst=True)
+    w = compare_module._tracker("w", "w", params, ["mse"], worst=True)
+    w.dequantized = True  # taken as the model gives it
+    view = compare_module._tracker("y", "y_q", params, ["mse"], worst=True, view=SliceSpec("v", "y[:, 0]"))
+    ref = {"y": np.array([1.0]), "z": np.array([2.0]), "w": np.array([3.0])}
+    test = {"y_q": np.array([6], np.uint8), "z": np.array([2.5]), "w": np.array([3.5])}
+    fp32, quantized = compare_module._output_values([y, z, w, view], ref, test)
+    assert fp32 == ref
+    assert list(quantized) == ["y", "z", "w"]
+    assert quantized["y"].tolist() == [2.0] and quantized["z"].tolist() == [2.5] and quantized["w"].tolist() == [3.5]
