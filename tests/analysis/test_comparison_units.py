@@ -31,6 +31,7 @@ from pytest_qaccuracy.analysis.outputs import (
     TaskValue,
     _finite,
     _integer_outputs,
+    measure_outputs,
     _RelativeTracker,
     parse_scores,
     plan_topk,
@@ -42,6 +43,8 @@ from pytest_qaccuracy.errors import CheckError, DataError, InputError, ModelErro
 from pytest_qaccuracy.metrics.task import TaskContext, TaskSpec
 from pytest_qaccuracy.metrics.topk import ScoreLayout
 from pytest_qaccuracy.model.quant_params import QuantParams
+from pytest_qaccuracy.data import load_dataset
+from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 # -- compare.py: rankings ------------------------------------------------------------------------
@@ -338,7 +341,9 @@ def test_finite_reads_numbers_and_refuses_the_rest() -> None:
 class Recorder:
     """A task metric that records its calls and fails where told (``fail``)."""
 
-    def __init__(self, fail: str = "", against: str | None = None) -> None:
+    def __init__(self, fail: str = "", against: str | None = None, log: bool = False) -> None:
+        if log:
+            LOG.append(self)
         self.higher_is_better = {"hits": True, "misses": False}
         if fail == "create":
             raise RuntimeError("cannot\nsecond line")
@@ -366,6 +371,7 @@ class Recorder:
 
 
 RECORDER = "tests.analysis.test_comparison_units:Recorder"
+LOG: list[Recorder] = []  # the recorders made with log=True, newest last
 
 
 def _spec(**options) -> TaskSpec:
@@ -737,3 +743,50 @@ def test_output_values_leave_views_out_and_dequantize_integer_outputs() -> None:
     assert fp32 == ref
     assert list(quantized) == ["y", "z", "w"]
     assert quantized["y"].tolist() == [2.0] and quantized["z"].tolist() == [2.5] and quantized["w"].tolist() == [3.5]
+
+
+def test_measure_outputs_runs_both_models_and_dequantizes_an_integer_output(tmp_path) -> None:
+    quantized, fp32 = _qdq_pair()
+    # the quantized model gives its output as int8 codes (scale 0.2): measured dequantized
+    quantized.graph.node.remove(quantized.graph.node[-1])
+    quantized.graph.output[0].CopyFrom(helper.make_tensor_value_info("mq", onnx.TensorProto.INT8, [None, 2]))
+    fp32.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    quantized.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    fp32.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    onnx.helper.set_model_props(fp32, {"chars": "ab"})
+    x = np.array([[1.3, -0.7], [0.2, 0.9], [-1.1, 0.4]], np.float32)
+    np.savez(tmp_path / "data.npz", x=x)
+    pair = ModelPair(fp32, quantized)
+    f = x @ W_FLOAT
+    q = _fake_quant(_fake_quant(x, X_SCALE) @ (W_CODES.astype(np.float32) * np.float32(W_SCALE)), Y_SCALE)
+    with load_dataset(tmp_path / "data.npz") as data:
+        for _ in range(2):  # the caller's dataset stays open
+            stats = measure_outputs(
+                pair,
+                data,
+                atol=0.01,
+                rtol=0.5,
+                labels=np.array([0, 1, 1]),
+                slices=[SliceSpec("first", "y[:, 0:1]")],
+                tasks=[_spec(log=True), _spec(fail="update", suffix="bad")],
+                targets=["a", "b", "c"],
+                keep_task_errors=True,
+                options=RuntimeOptions(batch_size=2),
+            )
+    outside = np.abs(q - f) > 0.01 + 0.5 * np.abs(f)
+    assert stats.relative["y"].violations == np.count_nonzero(outside) > 0
+    assert (stats.relative["y"].rtol, stats.relative["y"].atol) == (0.5, 0.01)
+    assert stats.relative["y"].max_abs == pytest.approx(float(np.abs(q - f)[outside].max()), rel=1e-5)
+    assert stats.relative["first"].elements == 3 and stats.relative["y"].elements == 6
+    assert stats.relative["first"].violations == np.count_nonzero(outside[:, :1])
+    worst = stats.relative["y"].worst[0]
+    record, index = np.unravel_index(int(np.argmax(np.where(outside, np.abs(q - f) - 0.5 * np.abs(f), -1))), q.shape)
+    assert worst[:2] == (int(record), f"[{index}]") and worst[2] == pytest.approx(float(q[record, index]))
+    # the labels and the task targets as given, the fp32 model's metadata for the task metric
+    assert stats.topk["y"]["records"] == 3
+    assert stats.task["hits"] == TaskValue("hits", f"{RECORDER}(log=True)", "targets", 3, True, 3.0, 2.0)
+    bad = f"{RECORDER}(fail='update')"
+    assert stats.task["hits_bad"].error == f"task metric '{bad}' on records 0..1: ValueError: "
+    recorder = LOG[-1]
+    assert recorder.context == TaskContext(("y", "first"), {"chars": "ab"}, 3)
+    assert [c[2] for c in recorder.calls[1:]] == [["a", "b"], ["c"]]
