@@ -31,20 +31,20 @@ from pytest_qaccuracy.analysis.outputs import (
     TaskValue,
     _finite,
     _integer_outputs,
-    measure_outputs,
     _RelativeTracker,
+    measure_outputs,
     parse_scores,
     plan_topk,
 )
 from pytest_qaccuracy.analysis.partial import OUTPUT, QdqGraph, QuantizedNode, dirty_nodes
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.analysis.slices import SliceSpec
+from pytest_qaccuracy.data import load_dataset
 from pytest_qaccuracy.errors import CheckError, DataError, InputError, ModelError
 from pytest_qaccuracy.metrics.task import TaskContext, TaskSpec
 from pytest_qaccuracy.metrics.topk import ScoreLayout
-from pytest_qaccuracy.model.quant_params import QuantParams
-from pytest_qaccuracy.data import load_dataset
 from pytest_qaccuracy.model import ModelPair
+from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 # -- compare.py: rankings ------------------------------------------------------------------------
