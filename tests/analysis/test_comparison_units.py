@@ -65,6 +65,7 @@ def _orders(layers) -> list[int]:
 
 
 def test_worst_layers_rank_by_the_metrics_direction_with_undefined_last() -> None:
+    assert _orders(worst_layers(_result([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "mse"), "mse")) == [5, 4, 3, 2, 1]
     result = _result([0.5, None, 2.0, 1.0], "mse", higher=False)
     assert _orders(worst_layers(result, "mse")) == [2, 3, 0, 1]
     assert _orders(worst_layers(result, "mse", count=2)) == [2, 3]
@@ -78,8 +79,8 @@ def test_worst_layers_rank_by_the_metrics_direction_with_undefined_last() -> Non
 def test_first_jump_in_sqnr_is_a_drop_of_six_db_against_the_layer_before() -> None:
     # steps 2, 7: the third layer (order 2) is the jump
     assert first_jump(_result([40.0, 38.0, 31.0, 20.0], higher=True)).order == 2
-    # exactly 6 dB is a jump
-    assert first_jump(_result([40.0, 34.0], higher=True)).order == 1
+    # exactly 6 dB is a jump, before a larger one
+    assert first_jump(_result([40.0, 34.0, 20.0], higher=True)).order == 1
     # no step reaches 6 dB: the largest worsening (5.5 dB into order 1)
     assert first_jump(_result([40.0, 34.5, 30.0], higher=True)).order == 1
     # a smaller factor finds the first 5.5 dB step
@@ -98,6 +99,9 @@ def test_first_jump_elsewhere_is_an_error_that_at_least_doubles() -> None:
     assert first_jump(_result([0.25, 0.375, 0.75], "mse", higher=False), "mse").order == 2
     # steps 0.5, 0.5: no jump, the first of the largest steps
     assert first_jump(_result([0.25, 0.375, 0.5625], "mse", higher=False), "mse").order == 1
+    # a metric not in higher_is_better is an error (lower is better)
+    assert first_jump(_result([0.25, 0.375, 0.75], "mse"), "mse").order == 2
+    assert first_jump(_result([0.75, 0.375], "mse"), "mse") is None
     # an error improving is no worsening
     assert first_jump(_result([0.5, 0.25], "mse", higher=False), "mse") is None
     # from an error of 0 the step is measured against 1e-12: 2e-12 is a jump already
@@ -240,7 +244,18 @@ def test_scores_name_an_output_and_maybe_its_class_axis() -> None:
     assert parse_scores("logits:-1", outputs) == ("logits", -1)
     assert parse_scores("a:b:2", outputs) == ("a:b", 2)
     assert parse_scores("x:1", outputs) == ("x:1", None)  # an output's own name is taken whole
-    for text in ("logits:x", "logits:", "other:1", "a", "logits:1.5"):
+    # an axis int() cannot read is no axis: said as such, not as int()'s own error
+    for text in (
+        "logits:x",
+        "logits:",
+        "other:1",
+        "a",
+        "logits:1.5",
+        "logits:--1",
+        "logits:X1",
+        "logits:\u00b2",
+        "logits:-",
+    ):
         with pytest.raises(ValueError) as err:
             parse_scores(text, outputs)
         assert str(err.value) == f"scores: no output {text!r} (outputs: logits, a:b, x:1)"
