@@ -510,6 +510,34 @@ EQUIVALENT += [
     (r'", text or ""\)', '", text or "XXXX")', "neither empty text nor XXXX matches the pattern"),
 ]
 
+# comparison: the layer rankings' keys and defaults, the worst elements' heap, a task metric's state
+EQUIVALENT += [
+    *[
+        (
+            r"higher = result\.higher_is_better\.get\(metric, False\)",
+            new,
+            "read only for its truth: None and False agree",
+        )
+        for new in (
+            "higher = result.higher_is_better.get(metric, None)",
+            "higher = result.higher_is_better.get(metric, )",
+        )
+    ],
+    *[
+        (r"return \(1, 0\.0\)$", new, "defined layers' keys start with 0: any undefined key after them, all equal")
+        for new in ("return (2, 0.0)", "return (1, 1.0)")
+    ],
+    (
+        r"elif item > ((?:self\.)?heap\[0\]):",
+        r"elif item >= \1:",
+        "each item carries its record (and element): no two items are equal",
+    ),
+    *[
+        (r'getattr\(metric, "state", \{\}\) or \{\}', new, "a missing state is {} through the 'or' either way")
+        for new in ('getattr(metric, "state", None) or {}', 'getattr(metric, "state", ) or {}')
+    ],
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

@@ -805,3 +805,22 @@ def test_measure_outputs_runs_both_models_and_dequantizes_an_integer_output(tmp_
     recorder = LOG[-1]
     assert recorder.context == TaskContext(("y", "first"), {"chars": "ab"}, 3)
     assert [c[2] for c in recorder.calls[1:]] == [["a", "b"], ["c"]]
+
+
+def test_an_output_that_other_nodes_read_keeps_its_pair_for_them() -> None:
+    quantized, fp32 = _qdq_pair()
+    # r = Relu(y) reads the quantized model's output y: with y's pair removed, y is the float
+    # MatMul and r still reads the pair's value, moved aside to y::quantized
+    quantized.graph.node.append(helper.make_node("Relu", ["y"], ["r"], name="relu"))
+    quantized.graph.output.append(helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, [1, 2]))
+    graph = QdqGraph(quantized, fp32)
+    model = graph.build(graph.all_edges - {(OUTPUT, 0)})
+    x = np.array([[1.3, -0.7]], np.float32)
+    m = _fake_quant(x, X_SCALE) @ (W_CODES.astype(np.float32) * np.float32(W_SCALE))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, r = session.run(["y", "r"], {"x": x})
+    np.testing.assert_allclose(y, m, rtol=1e-6)
+    np.testing.assert_allclose(r, np.maximum(_fake_quant(m, Y_SCALE), 0), rtol=1e-6)
+    nodes = {n.name: n for n in model.graph.node}
+    assert list(nodes["dqm"].output) == ["y::quantized"] and list(nodes["relu"].input) == ["y::quantized"]
+    assert list(nodes["mm"].input) == ["xd", "wd"]  # untouched nodes are the model's own
