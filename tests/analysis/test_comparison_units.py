@@ -231,6 +231,9 @@ def test_own_opset_compares_the_default_domains_versions() -> None:
     assert own(same)
     assert not own(SimpleNamespace(fp32=_opsets(("", 13)), quantized=_opsets(("", 17))))
     assert not own(SimpleNamespace(fp32=_opsets(("com.microsoft", 13)), quantized=_opsets(("", 13))))
+    # a model without a default-domain opset is not at opset 1
+    assert not own(SimpleNamespace(fp32=_opsets(("com.microsoft", 1)), quantized=_opsets(("", 1))))
+    assert own(SimpleNamespace(fp32=_opsets(("com.microsoft", 1)), quantized=_opsets(("ai.onnx.ml", 2))))
 
 
 # -- outputs.py ----------------------------------------------------------------------------------
@@ -824,3 +827,34 @@ def test_an_output_that_other_nodes_read_keeps_its_pair_for_them() -> None:
     nodes = {n.name: n for n in model.graph.node}
     assert list(nodes["dqm"].output) == ["y::quantized"] and list(nodes["relu"].input) == ["y::quantized"]
     assert list(nodes["mm"].input) == ["xd", "wd"]  # untouched nodes are the model's own
+
+
+def _relu_chain(count: int) -> onnx.ModelProto:
+    """x -> (Q/DQ -> Relu r<i>) * count: each Relu owns its input's edge and the next one's."""
+    nodes = []
+    for i in range(count):
+        nodes += [
+            helper.make_node("QuantizeLinear", [f"t{i}", "s", "zp"], [f"q{i}"], name=f"q{i}"),
+            helper.make_node("DequantizeLinear", [f"q{i}", "s", "zp"], [f"d{i}"], name=f"dq{i}"),
+            helper.make_node("Relu", [f"d{i}"], [f"t{i + 1}"], name=f"r{i}"),
+        ]
+    inits = [numpy_helper.from_array(np.float32(0.5), "s"), numpy_helper.from_array(np.uint8(0), "zp")]
+    x = helper.make_tensor_value_info("t0", onnx.TensorProto.FLOAT, [1, 2])
+    y = helper.make_tensor_value_info(f"t{count}", onnx.TensorProto.FLOAT, [1, 2])
+    graph = helper.make_graph(nodes, "chain", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_graphs_nodes_edges_together_and_an_unknown_name_lists_twenty() -> None:
+    graph = QdqGraph(_relu_chain(22), name="chain.onnx")
+    assert [n.name for n in graph.nodes] == [f"r{i}" for i in range(22)]
+    first = graph.node("r0")
+    assert (first.index, first.order, first.inputs, first.outputs) == (2, 0, {(2, 0)}, {(5, 0)})
+    assert graph.node("r21").outputs == frozenset() and graph.node("r21").order == 21
+    assert graph.edges_of(["r0", "r1"]) == {(2, 0), (5, 0), (8, 0)}
+    assert graph.edges_of(["r0", "r1"], "weight") == frozenset()
+    assert graph.edges_of([]) == frozenset()
+    with pytest.raises(ModelError) as err:
+        graph.node("r22")
+    listed = ", ".join(f"r{i}" for i in range(20))
+    assert str(err.value) == f"chain.onnx: no quantized node 'r22'; quantized nodes: {listed}"
