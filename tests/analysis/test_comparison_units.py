@@ -13,6 +13,7 @@ import json
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -22,6 +23,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from pytest_qaccuracy.analysis import compare as compare_module
+from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
 from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
 from pytest_qaccuracy.analysis.outputs import (
     OutputMeasure,
@@ -39,7 +41,9 @@ from pytest_qaccuracy.analysis.outputs import (
 from pytest_qaccuracy.analysis.partial import OUTPUT, QdqGraph, QuantizedNode, dirty_nodes
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.analysis.slices import SliceSpec
+from pytest_qaccuracy.backend.agreement import SESSION_CONFIG
 from pytest_qaccuracy.data import load_dataset
+from pytest_qaccuracy.data.binding import Batch
 from pytest_qaccuracy.errors import CheckError, DataError, InputError, ModelError
 from pytest_qaccuracy.metrics.task import TaskContext, TaskSpec
 from pytest_qaccuracy.metrics.topk import ScoreLayout
@@ -858,3 +862,111 @@ def test_a_graphs_nodes_edges_together_and_an_unknown_name_lists_twenty() -> Non
         graph.node("r22")
     listed = ", ".join(f"r{i}" for i in range(20))
     assert str(err.value) == f"chain.onnx: no quantized node 'r22'; quantized nodes: {listed}"
+
+
+# -- agreement_pass.py: the gate's plumbing, with a stand-in checker --------------------------------
+
+
+class _Checker:
+    """What AgreementPass reads of an AgreementChecker: the emulation's 8-bit tensor ``q0`` is twice
+    the input, onnxruntime's its input plus one; folds are recorded."""
+
+    def __init__(self, names=("q0",), stacks: bool = True, fail: str = "") -> None:
+        self.names, self.stacks, self.fail = list(names), stacks, fail
+        self.emulations: list[dict] = []
+        self.folds: list[tuple] = []
+
+    def emulate(self, feeds, tensors=None):
+        self.emulations.append(feeds)
+        if self.fail == "emulate":
+            raise RuntimeError("no kernel")
+        ours = {"q0": feeds["t0"] * 2}
+        return (None if tensors is None else [feeds["t0"] for _ in tensors]), ours
+
+    def onnxruntime_values(self, feeds):
+        return {"q0": feeds["t0"] + 1}
+
+    def fold(self, ours, values, records: int) -> None:
+        if self.fail == "fold":
+            raise ValueError("mismatch")
+        self.folds.append((ours["q0"].tolist(), np.asarray(values["q0"]).tolist(), records))
+
+    def plans_alike(self, tensors) -> bool:
+        return True
+
+    def result(self) -> str:
+        return "measured"
+
+
+def _batch(start: int, *rows: list[float]) -> Batch:
+    return Batch(start, [{"t0": np.array([row], np.float32)} for row in rows])
+
+
+def test_the_gates_emulation_runs_stacked_or_record_by_record_and_keeps_its_error() -> None:
+    stacked = AgreementPass(_Checker())
+    assert stacked.emulated(_batch(0, [1, 2], [3, 4]))["q0"].tolist() == [[2, 4], [6, 8]]
+    assert len(stacked.checker.emulations) == 1
+    apart = AgreementPass(_Checker(stacks=False))
+    assert apart.emulated(_batch(0, [1, 2], [3, 4]))["q0"].tolist() == [[2, 4], [6, 8]]
+    assert [f["t0"].tolist() for f in apart.checker.emulations] == [[[1, 2]], [[3, 4]]]
+    failing = AgreementPass(_Checker(fail="emulate"))
+    assert failing.emulated(_batch(0, [1, 2])) is None
+    assert str(failing.error) == "no kernel" and failing.result() is None
+    assert failing.emulated(_batch(1, [1, 2])) is None and len(failing.checker.emulations) == 1
+
+
+def test_a_merged_graph_fetches_the_gates_tensors_with_its_config_or_the_gate_declines() -> None:
+    chain = _relu_chain(2)  # uint8 activations: the comparison's session computes the gate's
+    gate = AgreementPass(_Checker())
+    options = RuntimeOptions(session_config={"session.qdqisint8allowed": "1"})
+    first = _batch(0, [1, 2])
+    tensors, merged = gate.merged_tensors(chain, options, first)
+    assert tensors == ["q0"] and merged.session_config == {"session.qdqisint8allowed": "1"}
+    tensors, merged = gate.merged_tensors(chain, RuntimeOptions(), first)
+    assert tensors == ["q0"] and merged.session_config == SESSION_CONFIG
+    assert merged == replace(RuntimeOptions(), session_config=SESSION_CONFIG)
+    gate.fold(first, {"q0": np.array([[7, 8]])})  # the first batch's emulation is not run again
+    gate.fold(_batch(1, [5, 6]), {"q0": np.array([[9, 9]])})
+    assert len(gate.checker.emulations) == 2
+    assert gate.checker.folds == [([[2, 4]], [[7, 8]], 1), ([[10, 12]], [[9, 9]], 1)]
+    assert gate.mode == "merged" and gate.result() == "measured" and not gate.declined
+    # int8 activations: the gate shares nothing and declines
+    quantized, _ = _qdq_pair()
+    declined = AgreementPass(_Checker())
+    assert declined.merged_tensors(quantized, RuntimeOptions(), first) == ([], RuntimeOptions())
+    declined.fold(first, {})
+    assert declined.declined and declined.result() is None and declined.checker.emulations == []
+    # a model without 8-bit tensors for the gate: onnxruntime's values come from the gate's own run
+    none = AgreementPass(_Checker(names=()))
+    assert none.merged_tensors(chain, RuntimeOptions(), first) == ([], RuntimeOptions())
+    none.fold(first, {"q0": np.array([[0, 0]])})
+    assert none.checker.folds == [([[2, 4]], [[2, 3]], 1)] and none.mode is None
+    failing = AgreementPass(_Checker(fail="fold"))
+    failing.merged_tensors(chain, RuntimeOptions(), first)
+    failing.fold(first, {"q0": np.array([[7, 8]])})
+    assert str(failing.error) == "mismatch" and failing.result() is None
+
+
+def test_the_gated_runner_shares_the_comparisons_session_or_runs_it_alone() -> None:
+    chain = _relu_chain(2)
+    x = _batch(3, [1.0, -2.0])
+    relu = np.maximum(np.rint(np.array([[1.0, -2.0]]) / 0.5).clip(0, 255) * 0.5, 0)
+    gate = AgreementPass(_Checker())
+    runner = gate.runner(chain, ["t1", "t1"], RuntimeOptions(), "chain")
+    values = runner.run(x)
+    assert list(values) == ["t1"] and values["t1"].tolist() == relu.tolist()
+    # the shared session fetched the gate's tensor q0 (the uint8 codes of the input) with its config
+    assert runner._inner.tensors == ["t1", "q0"] and runner._inner.options.session_config == SESSION_CONFIG
+    assert gate.checker.folds == [([[2.0, -4.0]], [[2, 0]], 1)] and gate.mode == "shared"
+    # the emulation failed on the first batch: the comparison's own session, nothing folded
+    failing = AgreementPass(_Checker(fail="emulate"))
+    alone = failing.runner(chain, ["t1"], RuntimeOptions(), "chain")
+    assert alone.run(x)["t1"].tolist() == relu.tolist()
+    assert alone._inner.tensors == ["t1"] and alone._inner.options.session_config == {}
+    assert alone.shared is False and failing.result() is None and failing.checker.folds == []
+    # int8 activations on onnxruntime: the gate declines and the runner is the comparison's own
+    quantized, _ = _qdq_pair()
+    declined = AgreementPass(_Checker())
+    plain = declined.runner(quantized, ["y"], RuntimeOptions(), "pair")
+    assert declined.declined and plain._inner.label == "pair" and declined.checker.emulations == []
+    assert plain.run(Batch(0, [{"x": np.array([[1.3, -0.7]], np.float32)}]))["y"].shape == (1, 2)
