@@ -22,6 +22,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
+from pytest_qaccuracy.analysis import agreement_pass as agreement_module
 from pytest_qaccuracy.analysis import compare as compare_module
 from pytest_qaccuracy.analysis.agreement_pass import AgreementPass
 from pytest_qaccuracy.analysis.compare import first_jump, worst_layers
@@ -42,6 +43,7 @@ from pytest_qaccuracy.analysis.partial import OUTPUT, QdqGraph, QuantizedNode, d
 from pytest_qaccuracy.analysis.results import ComparisonResult, LayerResult
 from pytest_qaccuracy.analysis.slices import SliceSpec
 from pytest_qaccuracy.backend.agreement import SESSION_CONFIG
+from pytest_qaccuracy.backend.scheme import get_scheme
 from pytest_qaccuracy.data import load_dataset
 from pytest_qaccuracy.data.binding import Batch
 from pytest_qaccuracy.errors import CheckError, DataError, InputError, ModelError
@@ -970,3 +972,47 @@ def test_the_gated_runner_shares_the_comparisons_session_or_runs_it_alone() -> N
     plain = declined.runner(quantized, ["y"], RuntimeOptions(), "pair")
     assert declined.declined and plain._inner.label == "pair" and declined.checker.emulations == []
     assert plain.run(Batch(0, [{"x": np.array([[1.3, -0.7]], np.float32)}]))["y"].shape == (1, 2)
+
+
+def _gate_scheme(name: str | None):
+    """The scheme an AgreementChecker of preset ``name`` runs: int8 QDQ activations never as uint8."""
+    scheme = get_scheme(name)
+    return SimpleNamespace(session=SimpleNamespace(scheme=scheme.replace(name=scheme.name, qdq_int8_to_uint8=False)))
+
+
+def test_the_comparisons_emulation_is_the_gates_when_only_the_uint8_rewrite_differs_and_changes_nothing() -> None:
+    same = agreement_module._same_emulation
+    chain = _relu_chain(2)  # uint8 activations
+    signed, _ = _qdq_pair()  # int8 activations
+    assert get_scheme(None).qdq_int8_to_uint8 and not get_scheme("onnxruntime-arm64").qdq_int8_to_uint8
+    assert same(chain, None, _gate_scheme(None)) and same(chain, "onnxruntime", _gate_scheme("onnxruntime"))
+    # the comparison runs int8 activations as uint8, the gate does not: the same only without any
+    assert not same(signed, None, _gate_scheme(None))
+    # a preset that never rewrites: the same on signed activations too
+    assert same(signed, "onnxruntime-arm64", _gate_scheme("onnxruntime-arm64"))
+    # another scheme is another emulation
+    assert not same(chain, "tflite", _gate_scheme(None)) and not same(chain, None, _gate_scheme("tflite"))
+
+
+def test_on_the_integer_backend_one_emulated_run_serves_the_comparison_and_the_gate() -> None:
+    chain = _relu_chain(2)
+    checker = _Checker()
+    checker.session = _gate_scheme(None).session
+    gate = AgreementPass(checker)
+    runner = gate.runner(chain, ["t1", "t2"], RuntimeOptions(), "chain", backend="integer")
+    assert runner.emulated and (runner.scheme_name, runner.capture) == (get_scheme(None).name, "emulated")
+    values = runner.run(_batch(0, [1.0, 2.0], [3.0, 4.0]))
+    assert {k: v.tolist() for k, v in values.items()} == {"t1": [[1, 2], [3, 4]], "t2": [[1, 2], [3, 4]]}
+    assert checker.folds == [([[2, 4], [6, 8]], [[2, 3], [4, 5]], 2)] and gate.mode == "emulation shared"
+    checker.fail = "fold"  # a fold that fails is kept, and the gate folds no more
+    runner.run(_batch(2, [1.0, 1.0]))
+    assert str(gate.error) == "mismatch" and gate.result() is None
+    checker.fail = ""
+    runner.run(_batch(3, [1.0, 1.0]))
+    assert len(checker.folds) == 1
+    # another scheme on the integer backend: the gate declines, the runner is the comparison's own
+    other = AgreementPass(_Checker())
+    other.checker.session = _gate_scheme("tflite").session
+    own = other.runner(chain, ["t1"], RuntimeOptions(), "chain", backend="integer")
+    assert other.declined and not own.emulated and own.capture == own._inner.capture
+    assert own.scheme_name == get_scheme(None).name
