@@ -533,6 +533,14 @@ EQUIVALENT += [
         "each item carries its record (and element): no two items are equal",
     ),
     *[
+        (r"zip\(self\.view\.output_names, outputs, strict=True\)", new, "wiring builds outputs from output_names")
+        for new in (
+            "zip(self.view.output_names, outputs, strict=None)",
+            "zip(self.view.output_names, outputs, strict=False)",
+            "zip(self.view.output_names, outputs, )",
+        )
+    ],
+    *[
         (r'getattr\(metric, "state", \{\}\) or \{\}', new, "a missing state is {} through the 'or' either way")
         for new in ('getattr(metric, "state", None) or {}', 'getattr(metric, "state", ) or {}')
     ],

@@ -1016,3 +1016,18 @@ def test_on_the_integer_backend_one_emulated_run_serves_the_comparison_and_the_g
     own = other.runner(chain, ["t1"], RuntimeOptions(), "chain", backend="integer")
     assert other.declined and not own.emulated and own.capture == own._inner.capture
     assert own.scheme_name == get_scheme(None).name
+
+
+def test_inputs_read_directly_are_no_edges_and_a_cut_model_names_its_new_inputs() -> None:
+    chain = _relu_chain(2)
+    chain.graph.node.append(helper.make_node("Add", ["t0", "t2"], ["sum"], name="add"))
+    chain.graph.output[0].name = "sum"
+    graph = QdqGraph(chain)
+    assert [n.name for n in graph.nodes] == ["r0", "r1"] and graph.unremovable == []
+    assert graph.all_edges == {(2, 0), (5, 0)}
+    relu = graph.view.nodes[5]
+    model = graph.make_model([relu], ["t0", "d1"], ["t2"])
+    assert [v.name for v in model.graph.input] == ["t0", "d1"]
+    assert model.graph.input[0] == chain.graph.input[0]  # an input of the model keeps its type
+    assert not model.graph.input[1].HasField("type")
+    assert [t.name for t in model.graph.initializer] == [] and model.graph.name == "chain_partial"
