@@ -540,6 +540,25 @@ EQUIVALENT += [
             "zip(self.view.output_names, outputs, )",
         )
     ],
+    (r"^if error is not None$", "if (error is not None) and False", "with an error kept, compute was skipped: {}"),
+    (r"if id\(source\) not in dirty_ids:", "if id(None) not in dirty_ids:", "re-marking an acyclic graph's node"),
+    *[
+        (r"(renamed_node\(n, names\) if )\(node_reads\(n\) \| set\(n\.output\)\) & names\.keys\(\)", new, why)
+        for new, why in (
+            (r"\1((node_reads(n) | set(n.output)) & names.keys()) or True", "renaming a node without them copies it"),
+            (r"\1(node_reads(n) | set(n.output)) | names.keys()", "renaming a node without them copies it"),
+        )
+    ],
+    (
+        r"self\._restore\.get\(len\(self\.view\.nodes\), \(\)\)",
+        "self._restore.get(None, ())",
+        "a refolded Relu follows its producer, which a Q/DQ pair follows: never after the last node",
+    ),
+    (
+        r'if \(o\.domain or ""\) == ""\), 0\)',
+        'if (o.domain or "") == ""), None)',
+        "no opset has version 0: 0 and None each equal only themselves",
+    ),
     *[
         (r'getattr\(metric, "state", \{\}\) or \{\}', new, "a missing state is {} through the 'or' either way")
         for new in ('getattr(metric, "state", None) or {}', 'getattr(metric, "state", ) or {}')

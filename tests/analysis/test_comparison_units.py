@@ -365,7 +365,9 @@ def test_finite_reads_numbers_and_refuses_the_rest() -> None:
 class Recorder:
     """A task metric that records its calls and fails where told (``fail``)."""
 
-    def __init__(self, fail: str = "", against: str | None = None, log: bool = False) -> None:
+    def __init__(
+        self, fail: str = "", against: str | None = None, log: bool = False, state: str = "", sides: str = "both"
+    ) -> None:
         if log:
             LOG.append(self)
         self.higher_is_better = {"hits": True, "misses": False}
@@ -373,6 +375,9 @@ class Recorder:
             raise RuntimeError("cannot\nsecond line")
         self.fail, self.calls = fail, []
         self.state = {} if against is None else {"against": against}
+        if state == "list":  # a state that is no mapping says nothing of what the metric scored against
+            self.state = ["against", "labels"]
+        self.sides, self.tests = sides, []
 
     def begin(self, context: TaskContext) -> None:
         self.context = context
@@ -382,6 +387,7 @@ class Recorder:
 
     def update(self, ref, test, targets) -> None:
         self.calls.append(("update", sorted(ref), targets))
+        self.tests.append(sorted(test))
         if self.fail == "update":
             raise ValueError("")
 
@@ -391,7 +397,25 @@ class Recorder:
     def compute(self) -> dict:
         if self.fail == "compute":
             raise KeyError("hits")
-        return {"fp32": {"hits": 3, "misses": 1.5}, "quantized": {"hits": np.float32(2.0), "misses": math.inf}}
+        values = {"fp32": {"hits": 3, "misses": 1.5}, "quantized": {"hits": np.float32(2.0), "misses": math.inf}}
+        return values if self.sides == "both" else {"fp32": values["fp32"]}
+
+
+class NoBegin:
+    """A task metric without the optional begin."""
+
+    def __init__(self) -> None:
+        self.higher_is_better = {"count": True}
+        self.seen = 0
+
+    def update(self, ref, test, targets) -> None:
+        self.seen += 1
+
+    def merge(self, other) -> None:
+        raise AssertionError("never merged in a pass")
+
+    def compute(self) -> dict:
+        return {"fp32": {"count": self.seen}, "quantized": {"count": self.seen}}
 
 
 RECORDER = "tests.analysis.test_comparison_units:Recorder"
@@ -797,6 +821,9 @@ def test_measure_outputs_runs_both_models_and_dequantizes_an_integer_output(tmp_
                 keep_task_errors=True,
                 options=RuntimeOptions(batch_size=2),
             )
+        # a task metric that raises stops the measure unless told to keep its error
+        with pytest.raises(CheckError, match=r"on records 0\.\.1: ValueError"):
+            measure_outputs(pair, data, tasks=[_spec(fail="update")], options=RuntimeOptions(batch_size=2))
     outside = np.abs(q - f) > 0.01 + 0.5 * np.abs(f)
     assert stats.relative["y"].violations == np.count_nonzero(outside) > 0
     assert (stats.relative["y"].rtol, stats.relative["y"].atol) == (0.5, 0.01)
@@ -813,6 +840,8 @@ def test_measure_outputs_runs_both_models_and_dequantizes_an_integer_output(tmp_
     assert stats.task["hits_bad"].error == f"task metric '{bad}' on records 0..1: ValueError: "
     recorder = LOG[-1]
     assert recorder.context == TaskContext(("y", "first"), {"chars": "ab"}, 3)
+    assert recorder.tests == [["first", "y"], ["first", "y"]]
+    assert stats.topk["y"]["labelled"] == 3 and stats.topk["y"]["k"]["1"]["fp32_accuracy"] is not None
     assert [c[2] for c in recorder.calls[1:]] == [["a", "b"], ["c"]]
 
 
@@ -956,6 +985,7 @@ def test_the_gated_runner_shares_the_comparisons_session_or_runs_it_alone() -> N
     gate = AgreementPass(_Checker())
     runner = gate.runner(chain, ["t1", "t1"], RuntimeOptions(), "chain")
     values = runner.run(x)
+    assert runner._inner.label == "chain"
     assert list(values) == ["t1"] and values["t1"].tolist() == relu.tolist()
     # the shared session fetched the gate's tensor q0 (the uint8 codes of the input) with its config
     assert runner._inner.tensors == ["t1", "q0"] and runner._inner.options.session_config == SESSION_CONFIG
@@ -965,6 +995,7 @@ def test_the_gated_runner_shares_the_comparisons_session_or_runs_it_alone() -> N
     alone = failing.runner(chain, ["t1"], RuntimeOptions(), "chain")
     assert alone.run(x)["t1"].tolist() == relu.tolist()
     assert alone._inner.tensors == ["t1"] and alone._inner.options.session_config == {}
+    assert alone._inner.label == "chain"
     assert alone.shared is False and failing.result() is None and failing.checker.folds == []
     # int8 activations on onnxruntime: the gate declines and the runner is the comparison's own
     quantized, _ = _qdq_pair()
@@ -1031,3 +1062,40 @@ def test_inputs_read_directly_are_no_edges_and_a_cut_model_names_its_new_inputs(
     assert model.graph.input[0] == chain.graph.input[0]  # an input of the model keeps its type
     assert not model.graph.input[1].HasField("type")
     assert [t.name for t in model.graph.initializer] == [] and model.graph.name == "chain_partial"
+
+
+def test_a_task_run_without_metrics_a_begin_a_state_mapping_or_a_side() -> None:
+    empty = TaskRun([], None)
+    assert empty.result() == {}
+    run = TaskRun(
+        [TaskSpec.parse("tests.analysis.test_comparison_units:NoBegin"), _spec(state="list", sides="fp32")], None
+    )
+    run.begin(TaskContext(("y",), {}, 2))
+    run.update({"y": 0}, {"y": 0}, 0, 2)
+    values = run.result()
+    assert values["count"].fp32 == 1.0 and values["count"].quantized == 1.0
+    label = f"{RECORDER}(sides='fp32', state='list')"
+    assert values["hits"] == TaskValue("hits", label, "fp32", 2, True, 3.0, None)
+
+
+def test_a_measure_before_any_output_is_empty_and_names_an_output_it_cannot_fold() -> None:
+    measure = OutputMeasure()
+    measure.update({"y": SCORES}, {"y": SCORES}, 0, 4)
+    assert measure.result() == OutputStats({}, {}, {}, {})
+    bad = OutputMeasure(atol=0.5)
+    bad.begin(_Data(), ["y"])
+    with pytest.raises(CheckError) as err:
+        bad.update({"y": np.zeros((2, 3), np.float32)}, {"y": np.zeros((2, 4), np.float32)}, 0, 2)
+    assert str(err.value).startswith("output 'y': ValueError: operands could not be broadcast")
+
+
+def test_an_extra_output_keeps_its_node_alive_in_a_partial_model() -> None:
+    quantized, fp32 = _qdq_pair()
+    graph = QdqGraph(quantized, fp32)
+    model = graph.build(frozenset({(3, 0), (3, 1)}), extra_outputs=["mq"])  # y's pair removed: mq is dead
+    x = np.array([[1.3, -0.7]], np.float32)
+    m = _fake_quant(x, X_SCALE) @ (W_CODES.astype(np.float32) * np.float32(W_SCALE))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, mq = session.run(["y", "mq"], {"x": x})
+    np.testing.assert_allclose(y, m, rtol=1e-6)
+    assert mq.tolist() == np.clip(np.rint(m / np.float32(Y_SCALE)), -128, 127).astype(np.int8).tolist()
