@@ -1099,3 +1099,66 @@ def test_an_extra_output_keeps_its_node_alive_in_a_partial_model() -> None:
     y, mq = session.run(["y", "mq"], {"x": x})
     np.testing.assert_allclose(y, m, rtol=1e-6)
     assert mq.tolist() == np.clip(np.rint(m / np.float32(Y_SCALE)), -128, 127).astype(np.int8).tolist()
+
+
+def test_a_clip_folded_into_the_pair_after_a_matmul_is_redone_without_the_pair() -> None:
+    # fp32: r = Clip(x @ w, -0.5, 1.0); quantized: the MatMul writes r itself and the Q/DQ pair on r
+    # clamps; without that pair the fp32 model's Clip is re-inserted after the MatMul
+    tensor = numpy_helper.from_array
+    inits = [tensor(np.float32(X_SCALE), "sx"), tensor(np.float32(W_SCALE), "sw"), tensor(np.float32(Y_SCALE), "sy")]
+    inits += [tensor(np.int8(0), "z"), tensor(W_CODES, "w_quantized")]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "z"], ["xq"], name="qx"),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "z"], ["xd"], name="dqx"),
+        helper.make_node("DequantizeLinear", ["w_quantized", "sw", "z"], ["wd"], name="dqw"),
+        helper.make_node("MatMul", ["xd", "wd"], ["r"], name="mm"),
+        helper.make_node("QuantizeLinear", ["r", "sy", "z"], ["rq"], name="qr"),
+        helper.make_node("DequantizeLinear", ["rq", "sy", "z"], ["y"], name="dqr"),
+    ]
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])
+    opset = [helper.make_opsetid("", 13)]
+    quantized = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=opset)
+    fp32_nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+        helper.make_node("Clip", ["m", "lo", "hi"], ["r"], name="clip"),
+        helper.make_node("Identity", ["r"], ["y"], name="out"),
+    ]
+    fp32_inits = [tensor(W_FLOAT, "w"), tensor(np.float32(-0.5), "lo"), tensor(np.float32(1.0), "hi")]
+    fp32 = helper.make_model(helper.make_graph(fp32_nodes, "f", [x], [y], fp32_inits), opset_imports=opset)
+    graph = QdqGraph(quantized, fp32)
+    assert graph.sources[(OUTPUT, 0)] == "r::refolded" and graph.quantized_tensor[(OUTPUT, 0)] == "r"
+    assert sorted(graph.float_weights) == ["hi", "lo", "wd::float"]
+    model = graph.build(frozenset({(3, 0), (3, 1)}))
+    assert [n.name for n in model.graph.node] == ["qx", "dqx", "dqw", "mm", "r::refolded", "y::float"]
+    xs = np.array([[1.3, -0.7]], np.float32)
+    m = _fake_quant(xs, X_SCALE) @ (W_CODES.astype(np.float32) * np.float32(W_SCALE))
+    np.testing.assert_allclose(_run(model, xs), np.clip(m, -0.5, 1.0), rtol=1e-6)
+    # with the pair the model is the quantized one: the Clip is not there
+    assert "r::refolded" not in [n.name for n in graph.build(graph.all_edges).graph.node]
+
+
+def test_a_weight_quantized_in_the_graph_and_an_output_that_cannot_go_back_to_float() -> None:
+    tensor = numpy_helper.from_array
+    inits = [tensor(np.float32(W_SCALE), "sw"), tensor(np.int8(0), "z"), tensor(W_FLOAT, "w"), tensor(W_CODES, "c")]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["w", "sw", "z"], ["wq"], name="qw"),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "z"], ["wd"], name="dqw"),
+        helper.make_node("MatMul", ["x", "wd"], ["y"], name="mm"),
+        helper.make_node("DequantizeLinear", ["c", "sw", "z"], ["k"], name="dqc"),
+    ]
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2])
+    outs = [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [1, 2]) for n in ("y", "k")]
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", [x], outs, inits), opset_imports=[helper.make_opsetid("", 13)]
+    )
+    graph = QdqGraph(model)
+    assert graph.sources == {(2, 1): "w"} and graph.kinds == {(2, 1): "weight"}
+    assert graph.unremovable == ["dqc -> graph output 'k'"]
+    with pytest.raises(ModelError) as err:
+        QdqGraph(_qdq_pair()[1])
+    assert str(err.value) == (
+        "model: sensitivity analysis needs a QDQ model (QuantizeLinear/DequantizeLinear pairs around float ops); "
+        "this model is float. Quantize with quant_format=QuantFormat.QDQ, or compare QOperator models layer by "
+        "layer with `qaccuracy compare`"
+    )
