@@ -255,6 +255,26 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_interpreter_units.py",
         ),
     ),
+    "comparison": Group(
+        (
+            "analysis/compare.py",
+            "analysis/outputs.py",
+            "analysis/partial.py",
+            "analysis/agreement_pass.py",
+        ),
+        (
+            "tests/test_compare.py",
+            "tests/analysis/test_agreement_pass.py",
+            "tests/analysis/test_topk_outputs.py",
+            "tests/analysis/test_reduced_compare.py",
+            "tests/analysis/test_sensitivity.py",
+            "tests/test_task_metrics.py",
+            "tests/analysis/test_comparison_units.py",
+            "-k",
+            # these two start a fresh Python process, outside the trace
+            "not memory_is_flat and not never_imports_pytest",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",
@@ -576,6 +596,61 @@ EQUIVALENT += [
     ],
     (r"step\.inputs\[1:3\] if n\]", "step.inputs[1:4] if n]", "a Q or DQ node has 3 inputs at most"),
     (r"values\[(1|3)\]\.astype\(np\.int64\)", r"values[\1].astype(None)", "8-bit zero points are exact in float64"),
+]
+
+# comparison: the layer rankings' keys and defaults, the worst elements' heap, a task metric's state
+EQUIVALENT += [
+    *[
+        (
+            r"higher = result\.higher_is_better\.get\(metric, False\)",
+            new,
+            "read only for its truth: None and False agree",
+        )
+        for new in (
+            "higher = result.higher_is_better.get(metric, None)",
+            "higher = result.higher_is_better.get(metric, )",
+        )
+    ],
+    *[
+        (r"return \(1, 0\.0\)$", new, "defined layers' keys start with 0: any undefined key after them, all equal")
+        for new in ("return (2, 0.0)", "return (1, 1.0)")
+    ],
+    (
+        r"elif item > ((?:self\.)?heap\[0\]):",
+        r"elif item >= \1:",
+        "each item carries its record (and element): no two items are equal",
+    ),
+    *[
+        (r"zip\(self\.view\.output_names, outputs, strict=True\)", new, "wiring builds outputs from output_names")
+        for new in (
+            "zip(self.view.output_names, outputs, strict=None)",
+            "zip(self.view.output_names, outputs, strict=False)",
+            "zip(self.view.output_names, outputs, )",
+        )
+    ],
+    (r"^if error is not None$", "if (error is not None) and False", "with an error kept, compute was skipped: {}"),
+    (r"if id\(source\) not in dirty_ids:", "if id(None) not in dirty_ids:", "re-marking an acyclic graph's node"),
+    *[
+        (r"(renamed_node\(n, names\) if )\(node_reads\(n\) \| set\(n\.output\)\) & names\.keys\(\)", new, why)
+        for new, why in (
+            (r"\1((node_reads(n) | set(n.output)) & names.keys()) or True", "renaming a node without them copies it"),
+            (r"\1(node_reads(n) | set(n.output)) | names.keys()", "renaming a node without them copies it"),
+        )
+    ],
+    (
+        r"self\._restore\.get\(len\(self\.view\.nodes\), \(\)\)",
+        "self._restore.get(None, ())",
+        "a refolded Relu follows its producer, which a Q/DQ pair follows: never after the last node",
+    ),
+    (
+        r'if \(o\.domain or ""\) == ""\), 0\)',
+        'if (o.domain or "") == ""), None)',
+        "no opset has version 0: 0 and None each equal only themselves",
+    ),
+    *[
+        (r'getattr\(metric, "state", \{\}\) or \{\}', new, "a missing state is {} through the 'or' either way")
+        for new in ('getattr(metric, "state", None) or {}', 'getattr(metric, "state", ) or {}')
+    ],
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

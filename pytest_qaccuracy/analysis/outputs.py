@@ -218,7 +218,7 @@ def parse_scores(text: str | None, outputs: Sequence[str]) -> tuple[str, int | N
     if text in outputs:
         return text, None
     name, _, axis = text.rpartition(":")
-    if name in outputs and axis.lstrip("-").isdigit():
+    if name in outputs and axis.removeprefix("-").isdecimal():  # what int() reads: "--1" and "²" are not
         return name, int(axis)
     raise ValueError(f"scores: no output {text!r} (outputs: {', '.join(outputs)})")
 
