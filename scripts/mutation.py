@@ -261,6 +261,30 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_pairs.py",  # the pair oracle: integer_matmul's batched AVX2 path
         ),
     ),
+    "conv": Group(
+        (
+            "backend/kernels/conv.py",
+            "backend/kernels/conv_core.py",
+            "backend/kernels/conv_chunks.py",
+            "backend/kernels/conv_depthwise.py",
+            "backend/kernels/conv_gemm.py",
+            "backend/kernels/conv_ort.py",
+            "backend/kernels/neon.py",
+            "backend/kernels/conv_pairs.py",
+        ),
+        (
+            "tests/backend/test_conv_ort.py",
+            "tests/backend/test_pairs.py",
+            "tests/backend/test_goldens.py",
+            "tests/backend/test_arm64_goldens.py",
+            "tests/backend/test_ort_qoperator.py",
+            "tests/backend/test_ort_qdq.py",
+            "tests/backend/test_conformance.py",
+            "tests/backend/test_reference_preset.py",
+            "tests/backend/test_float_kernels.py",
+            "tests/backend/test_kernel_units.py",
+        ),
+    ),
     "scheme": Group(
         (
             "backend/scheme.py",
