@@ -283,6 +283,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_reference_preset.py",
             "tests/backend/test_float_kernels.py",
             "tests/backend/test_kernel_units.py",
+            "tests/backend/test_conv_units.py",
         ),
     ),
     "scheme": Group(

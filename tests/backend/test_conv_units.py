@@ -1,0 +1,411 @@
+"""The convolution kernels called one at a time: conv, conv_core, conv_chunks, conv_gemm, conv_depthwise.
+
+Each expected value comes from outside the kernels: a direct convolution in int64 written in the
+test (every output position, every tap, exact), onnxruntime run on the same one-node model (this
+host's onnxruntime is the ``onnxruntime-vnni`` family, which sums exactly), or geometry worked by hand
+from the ONNX spec. Every path of ``conv_core.choose_path`` is run, on one thread and on two, with
+chunks small enough that the output is cut into several. These tests are the ``conv`` mutation
+group's fast unit tests (``scripts/mutation.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from backend_models import assert_same, node_model, ort_run, random_q
+
+from pytest_qaccuracy.backend import get_scheme, parallel
+from pytest_qaccuracy.backend.kernels import conv, conv_chunks, conv_core, conv_gemm
+from pytest_qaccuracy.backend.kernels.conv_chunks import Chunk, Source
+
+f32 = np.float32
+VNNI = get_scheme("onnxruntime-vnni")
+REFERENCE = get_scheme("onnx-reference")
+
+
+def _direct(x: np.ndarray, w: np.ndarray, group: int, strides, dilations, pads) -> np.ndarray:
+    """``sum x * w`` over every window, in int64: one tap at a time over a zero-padded copy."""
+    d = x.ndim - 2
+    x = x.astype(np.int64)
+    w = w.astype(np.int64)
+    padded = np.pad(x, [(0, 0), (0, 0), *((pads[i], pads[d + i]) for i in range(d))])
+    kernel = w.shape[2:]
+    out = tuple((padded.shape[2 + i] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(d))
+    n = x.shape[0]
+    m, cg = w.shape[:2]
+    mg = m // group
+    y = np.zeros((n, m, *out), np.int64)
+    for o in range(m):
+        g = o // mg
+        for ci in range(cg):
+            for tap in itertools.product(*(range(k) for k in kernel)):
+                index = tuple(
+                    slice(tap[i] * dilations[i], tap[i] * dilations[i] + (out[i] - 1) * strides[i] + 1, strides[i])
+                    for i in range(d)
+                )
+                y[:, o] += padded[(slice(None), g * cg + ci, *index)] * w[(o, ci, *tap)]
+    return y
+
+
+#: name: (records, channels, outputs, group, spatial, kernel, strides, dilations, pads) -- each row
+#: takes one of ``conv_core.choose_path``'s paths (float depthwise: flat, nhwc, rows; exact: grouped
+#: rows, nhwc; any: im2col) or one of the geometry's corners
+GEOMETRIES = {
+    "dense-3x3": (2, 3, 4, 1, (7, 6), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
+    "dense-stride-2-dilated": (2, 3, 5, 1, (9, 8), (3, 2), (2, 1), (2, 2), [1, 0, 2, 1]),
+    "dense-stride-3-tall": (1, 2, 3, 1, (11, 7), (5, 3), (3, 2), (1, 1), [2, 1, 2, 1]),
+    "1x1": (3, 4, 6, 1, (5, 4), (1, 1), (1, 1), (1, 1), [0, 0, 0, 0]),
+    "1x1-stride-2": (2, 4, 3, 1, (5, 5), (1, 1), (2, 2), (1, 1), [0, 0, 0, 0]),
+    "grouped": (2, 6, 4, 2, (8, 7), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
+    "grouped-stride-2": (2, 6, 9, 3, (9, 9), (3, 3), (2, 2), (1, 2), [1, 2, 0, 1]),
+    "depthwise-tiny": (2, 6, 6, 6, (5, 4), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
+    "depthwise-odd-groups": (2, 5, 5, 5, (9, 8), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
+    "depthwise-x2": (2, 4, 8, 4, (9, 10), (3, 3), (2, 1), (1, 2), [1, 2, 1, 0]),
+    "depthwise-wide": (2, 4, 4, 4, (6, 70), (3, 3), (1, 1), (2, 1), [2, 1, 0, 1]),
+    "depthwise-wide-x2": (1, 3, 6, 3, (5, 66), (2, 3), (1, 1), (1, 2), [0, 2, 1, 2]),
+    "depthwise-many-channels": (2, 40, 40, 40, (10, 8), (3, 3), (2, 2), (1, 1), [1, 1, 1, 1]),
+    "depthwise-rows": (2, 4, 4, 4, (12, 14), (3, 2), (2, 1), (1, 1), [1, 0, 1, 1]),
+    "1d": (2, 4, 6, 2, (13,), (3,), (2,), (2,), [2, 1]),
+    "1d-depthwise": (2, 3, 3, 3, (11,), (4,), (1,), (1,), [1, 2]),
+    "3d": (1, 2, 3, 1, (4, 5, 4), (2, 3, 2), (1, 2, 1), (1, 1, 2), [1, 0, 1, 0, 1, 1]),
+}  # fmt: skip
+
+
+def _case(name: str, x_dtype: type, seed: int = 0) -> tuple[np.ndarray, np.ndarray, dict]:
+    n, c, m, group, spatial, kernel, strides, dilations, pads = GEOMETRIES[name]
+    rng = np.random.default_rng(seed + len(name))
+    x = random_q(rng, x_dtype, (n, c, *spatial))
+    w = random_q(rng, np.int8, (m, c // group, *kernel))
+    attrs = dict(group=group, strides=list(strides), dilations=list(dilations), pads=list(pads))
+    return x, w, attrs
+
+
+def _small_chunks(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """Chunks of a few rows, shared between the threads even for small convolutions."""
+    monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", 300)
+    monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", 300)
+    monkeypatch.setattr(conv_chunks, "DEPTHWISE_CHUNK_ELEMENTS", 300)
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+
+
+@pytest.mark.parametrize("chunks", ["whole", "small"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", GEOMETRIES)
+def test_float_conv_equals_the_direct_sums(name: str, threads: int, chunks: str, monkeypatch) -> None:
+    """Float Conv on integer-valued inputs (exact in float32): every path, whole or cut into chunks,
+    on one thread or two, gives the direct int64 sums plus the bias."""
+    if chunks == "small":
+        _small_chunks(monkeypatch, threads)
+    x, w, attrs = _case(name, np.int8)
+    bias = np.arange(w.shape[0], dtype=f32) - 2
+    with parallel.using(threads):
+        (got,) = conv.conv(x.astype(f32), w.astype(f32), bias, **attrs)
+    want = _direct(x, w, attrs["group"], attrs["strides"], attrs["dilations"], attrs["pads"])
+    want = want + bias.astype(np.int64).reshape((-1,) + (1,) * (x.ndim - 2))
+    assert got.dtype == f32
+    assert_same(got, want.astype(f32), name)
+
+
+@pytest.mark.parametrize("chunks", ["whole", "small"])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name", GEOMETRIES)
+def test_conv_integer_equals_the_direct_sums(name: str, threads: int, chunks: str, monkeypatch) -> None:
+    """ConvInteger with zero points (per-tensor input, per-channel weights): the exact paths, the
+    padding counted as the input's zero point (it contributes 0)."""
+    if chunks == "small":
+        _small_chunks(monkeypatch, threads)
+    x, w, attrs = _case(name, np.uint8, seed=1)
+    x_zp = np.array(131, np.uint8)
+    w_zp = (np.arange(w.shape[0]) % 3 - 1).astype(np.int8)
+    with parallel.using(threads):
+        (got,) = conv.conv_integer(x, w, x_zp, w_zp, **attrs, scheme=VNNI)
+    shifted = w.astype(np.int64) - w_zp.reshape((-1,) + (1,) * (w.ndim - 1))
+    want = _direct(
+        x.astype(np.int64) - 131, shifted, attrs["group"], attrs["strides"], attrs["dilations"], attrs["pads"]
+    )
+    assert got.dtype == np.int32
+    assert_same(got, want.astype(np.int32), name)
+
+
+def _qlinear_inputs(name: str, x_dtype: type, seed: int):
+    x, w, attrs = _case(name, x_dtype, seed)
+    m = w.shape[0]
+    rng = np.random.default_rng(seed)
+    inits = {
+        "xs": f32(0.02), "xz": np.array(7 if x_dtype == np.uint8 else -3, x_dtype), "w": w,
+        "ws": rng.uniform(0.002, 0.02, m).astype(f32), "wz": np.zeros(m, np.int8), "ys": f32(0.09),
+        "yz": np.array(121 if x_dtype == np.uint8 else -6, x_dtype),
+        "b": rng.integers(-3000, 3000, m).astype(np.int32),
+    }  # fmt: skip
+    return x, inits, attrs
+
+
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("name", GEOMETRIES)
+def test_qlinear_conv_equals_onnxruntime(name: str, x_dtype: type, monkeypatch) -> None:
+    """QLinearConv with a bias and per-channel weight scales against this host's onnxruntime (VNNI:
+    exact sums), in chunks on two threads: the requantization in each chunk's epilogue."""
+    _small_chunks(monkeypatch, 2)
+    x, inits, attrs = _qlinear_inputs(name, x_dtype, seed=2)
+    w = inits["w"]
+    model = node_model(
+        "QLinearConv", [("x", x_dtype, x.shape)], inits, x_dtype, kernel_shape=list(w.shape[2:]), **attrs
+    )
+    (want,) = ort_run(model, {"x": x})
+    order = ("xs", "xz", "w", "ws", "wz", "ys", "yz", "b")
+    with parallel.using(2):
+        (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), **attrs, scheme=VNNI)
+    assert_same(got, want, name)
+
+
+def test_qlinear_conv_without_bias_or_output_zero_point_equals_onnxruntime() -> None:
+    """No bias: the sums are requantized alone; no output zero point: the input's type and 0."""
+    x, inits, attrs = _qlinear_inputs("grouped", np.uint8, seed=3)
+    w = inits["w"]
+    del inits["b"]
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[3, 3], **attrs)
+    (want,) = ort_run(model, {"x": x})
+    order = ("xs", "xz", "w", "ws", "wz", "ys", "yz")
+    (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), **attrs, scheme=VNNI)
+    assert_same(got, want, "no bias")
+    zero = np.array(0, np.uint8)
+    (got,) = conv.qlinear_conv(x, *(inits[k] for k in order[:-1]), None, **attrs, scheme=VNNI)
+    (with_zero,) = conv.qlinear_conv(x, *(inits[k] for k in order[:-1]), zero, **attrs, scheme=VNNI)
+    assert got.dtype == np.uint8
+    assert_same(got, with_zero, "no output zero point")
+    assert w.shape[0] == got.shape[1]
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_auto_pad_equals_onnxruntime(auto_pad: str) -> None:
+    """``auto_pad`` resolved as the spec says (odd totals: SAME_UPPER puts the extra pad at the end)."""
+    x, inits, attrs = _qlinear_inputs("dense-stride-3-tall", np.uint8, seed=4)
+    del attrs["pads"]
+    w = inits["w"]
+    model = node_model(
+        "QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[5, 3], auto_pad=auto_pad, **attrs
+    )
+    (want,) = ort_run(model, {"x": x})
+    order = ("xs", "xz", "w", "ws", "wz", "ys", "yz", "b")
+    (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), **attrs, auto_pad=auto_pad, scheme=VNNI)
+    assert_same(got, want, auto_pad)
+    assert w.shape[2:] == (5, 3)
+
+
+def test_conv_defaults_read_the_kernel_from_the_weights() -> None:
+    """No attributes: kernel shape from the weights, strides and dilations 1, no pads, one group."""
+    x, w, _ = _case("dense-3x3", np.int8)
+    (got,) = conv.conv(x.astype(f32), w.astype(f32))
+    assert_same(got, _direct(x, w, 1, (1, 1), (1, 1), [0] * 4).astype(f32), "defaults")
+    (got,) = conv.conv_integer(x, w, scheme=REFERENCE)
+    assert_same(got, _direct(x, w, 1, (1, 1), (1, 1), [0] * 4).astype(np.int32), "no zero points")
+
+
+def test_float64_conv_stays_float64() -> None:
+    """A float64 convolution sums in float64: values past float32's integers stay exact."""
+    x = np.full((1, 2, 3, 3), 2.0**26 + 1)
+    w = np.ones((1, 2, 1, 1))
+    (got,) = conv.conv(x, w)
+    assert got.dtype == np.float64
+    assert got[0, 0, 0, 0] == 2 * (2.0**26 + 1)
+
+
+@pytest.mark.parametrize(
+    ("auto_pad", "size", "kernel", "stride", "dilation", "want"),
+    [
+        ("SAME_UPPER", 7, 4, 1, 1, [1, 2]),  # total 3: the extra pad at the end
+        ("SAME_LOWER", 7, 4, 1, 1, [2, 1]),
+        ("SAME_UPPER", 7, 3, 2, 1, [1, 1]),  # out 4: (4-1)*2 + 3 - 7 = 2
+        ("SAME_UPPER", 8, 3, 2, 1, [0, 1]),  # out 4: (4-1)*2 + 3 - 8 = 1
+        ("SAME_LOWER", 8, 3, 2, 1, [1, 0]),
+        ("SAME_UPPER", 6, 3, 1, 2, [2, 2]),  # dilated: (3-1)*2 + 1 - 1 = 4
+        ("SAME_UPPER", 5, 1, 3, 1, [0, 0]),  # a negative total is no pad
+        ("VALID", 7, 3, 1, 1, [0, 0]),
+        ("NOTSET", 7, 3, 1, 1, [3, 4]),  # the given pads
+    ],
+)
+def test_conv_pads(auto_pad: str, size: int, kernel: int, stride: int, dilation: int, want: list[int]) -> None:
+    assert conv_chunks.conv_pads((size,), (kernel,), auto_pad, [3, 4], (stride,), (dilation,)) == want
+
+
+def test_conv_pads_of_two_axes_and_no_pads() -> None:
+    """Begin pads of every axis, then end pads; NOTSET without pads is no pad."""
+    got = conv_chunks.conv_pads((7, 8), (4, 3), "SAME_UPPER", None, (1, 2), (1, 1))
+    assert got == [1, 0, 2, 1]
+    assert conv_chunks.conv_pads((7, 8), (3, 3), "NOTSET", None, (1, 1), (1, 1)) == [0, 0, 0, 0]
+    assert conv_chunks.conv_pads((7, 8), (3, 3), "NOTSET", [], (1, 1), (1, 1)) == [0, 0, 0, 0]
+
+
+def test_output_shape() -> None:
+    """``(size - ((k - 1) * dilation + 1)) // stride + 1`` per axis."""
+    assert conv_chunks.output_shape((9, 10, 7), (3, 2, 1), (2, 3, 1), (1, 2, 1)) == (4, 3, 7)
+
+
+@pytest.mark.parametrize(
+    ("first", "step", "count", "size", "want"),
+    [
+        (0, 1, 5, 5, (0, 5)),
+        (-2, 1, 6, 3, (2, 5)),  # two of padding before, one after
+        (-3, 2, 5, 4, (2, 4)),  # -3 -1 [1 3] 5
+        (-4, 3, 4, 5, (2, 3)),  # -4 -1 [2] 5
+        (1, 2, 4, 6, (0, 3)),  # [1 3 5] 7
+        (4, 1, 3, 4, (0, 0)),  # starts past the input
+        (-5, 1, 3, 4, (3, 3)),  # ends before the input
+        (3, 1, 1, 4, (0, 1)),
+    ],
+)
+def test_inside(first: int, step: int, count: int, size: int, want: tuple[int, int]) -> None:
+    """The positions ``first + k * step`` inside ``[0, size)``."""
+    assert conv_chunks._inside(first, step, count, size) == want
+
+
+@pytest.mark.parametrize("offset", [0, 3])
+@pytest.mark.parametrize(
+    ("rows", "cols", "shape"),
+    [
+        ((0, 1), (0, 1), (7, 8)),  # whole padded rows and columns
+        ((1, 1), (2, 1), (4, 6)),
+        ((0, 2), (1, 3), (4, 3)),
+        ((2, 1), (0, 1), (3, 8)),  # whole image rows: the shifted copy, shifted left
+        ((1, 1), (3, 1), (3, 5)),
+        ((5, 1), (0, 1), (2, 8)),  # ends in the bottom padding
+        ((0, 1), (6, 1), (7, 2)),  # only the right padding and one column
+        ((5, 3), (0, 1), (1, 8)),
+    ],
+)
+def test_source_fill_equals_slices_of_the_padded_input(rows, cols, shape, offset: int) -> None:
+    """``Source.fill`` writes what slicing the zero-padded ``x - offset`` gives (the padding 0)."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(1, 50, (2, 3, 4, 5)).astype(np.int64)
+    pads = [1, 2, 2, 1]
+    padded = np.pad(x - offset, [(0, 0), (0, 0), (1, 2), (2, 1)])
+    source = Source(x, pads, offset)
+    assert source.padded_spatial == (7, 8)
+    out = np.full((1, 3, *shape), -99.0)
+    source.fill(out, (1, 2), rows, cols)
+    (r0, rs), (c0, cs) = rows, cols
+    want = padded[1:2, :, r0 : r0 + (shape[0] - 1) * rs + 1 : rs, c0 : c0 + (shape[1] - 1) * cs + 1 : cs]
+    assert_same(out, want.astype(np.float64), f"{rows} {cols}")
+
+
+def test_source_fill_shifted_right_and_wholly_outside() -> None:
+    """Whole image rows read from a negative column (left padding) and rows wholly in the padding."""
+    x = np.arange(1, 2 * 4 * 3 + 1, dtype=np.int64).reshape(1, 2, 4, 3)
+    source = Source(x, [1, 2, 0, 0], 0)
+    out = np.full((1, 2, 3, 3), -1.0)
+    source.fill(out, (0, 1), (1, 1), (1, 1))  # padded rows 1..3, columns 1..3: image columns -1..1
+    want = np.pad(x, [(0, 0), (0, 0), (1, 0), (2, 0)])[:, :, 1:4, 1:4]
+    assert_same(out, want.astype(np.float64), "shifted right")
+    out[...] = -1
+    source.fill(out, (0, 1), (5, 1), (0, 1))
+    assert not out.any()
+
+
+@pytest.mark.parametrize("x_dtype", [np.uint8, np.float32])
+def test_to_padded_and_convert(x_dtype: type) -> None:
+    """``x - offset`` in the scratch type, zero-padded; no offset is a plain copy."""
+    x = np.arange(12, dtype=x_dtype).reshape(1, 1, 3, 4)
+    got = conv_chunks.to_padded(x, [1, 0, 0, 2], np.int64(5), np.float64)
+    want = np.pad(x.astype(np.float64) - 5, [(0, 0), (0, 0), (1, 0), (0, 2)])
+    assert got.dtype == np.float64
+    assert_same(got, want, "padded")
+    got = conv_chunks.to_padded(x, [0, 0, 0, 0], 0, np.float32)
+    assert_same(got, x.astype(np.float32), "not padded")
+    out = np.empty(3, np.float32)
+    conv_chunks.convert(np.array([250, 3, 7], np.uint8), np.array([1, 2, 3]), out)
+    assert out.tolist() == [249, 1, 4]
+
+
+@pytest.mark.parametrize(
+    ("n", "first", "per_row", "budget", "threads", "want"),
+    [
+        (3, 4, 10, 100, 1, [(0, 2, 0, 4), (2, 3, 0, 4)]),  # 10 rows: 2 records of 4 rows
+        (1, 7, 10, 30, 1, [(0, 1, 0, 3), (0, 1, 3, 6), (0, 1, 6, 7)]),  # one record: 3 rows a chunk
+        (2, 5, 10, 20, 1, [(0, 1, 0, 2), (0, 1, 2, 4), (0, 1, 4, 5), (1, 2, 0, 2), (1, 2, 2, 4), (1, 2, 4, 5)]),
+        (2, 3, 0, 5, 1, [(0, 1, 0, 3), (1, 2, 0, 3)]),  # no scratch per row: as if one element
+        (4, 3, 10, 1000, 2, [(0, 2, 0, 3), (2, 4, 0, 3)]),  # a multiple of the threads
+        (5, 2, 10, 1000, 2, [(0, 3, 0, 2), (3, 5, 0, 2)]),
+        (1, 6, 10, 1000, 2, [(0, 1, 0, 3), (0, 1, 3, 6)]),  # one record: its rows shared
+        (3, 2, 1, 2, 2, [(0, 1, 0, 2), (1, 2, 0, 2), (2, 3, 0, 2)]),  # already more chunks than threads
+    ],
+)
+def test_chunk_spans(n, first, per_row, budget, threads, want, monkeypatch) -> None:
+    """Chunks of records and rows of about the budget (worked by hand), a multiple of the threads."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 0)
+    with parallel.using(threads):
+        assert conv_chunks.chunk_spans(n, first, per_row, budget) == want
+
+
+def test_chunk_spans_default_budgets_and_the_parallel_threshold(monkeypatch) -> None:
+    """One thread: ``CHUNK_ELEMENTS``; several: ``THREADED_CHUNK_ELEMENTS``; a small convolution on
+    several threads is not split for them."""
+    monkeypatch.setattr(conv_chunks, "CHUNK_ELEMENTS", 40)
+    monkeypatch.setattr(conv_chunks, "THREADED_CHUNK_ELEMENTS", 80)
+    assert conv_chunks.chunk_spans(4, 2, 10) == [(0, 2, 0, 2), (2, 4, 0, 2)]
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 4 * 2 * 10 + 1)
+    with parallel.using(2):
+        assert conv_chunks.chunk_spans(4, 2, 10) == [(0, 4, 0, 2)]
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_ELEMENTS", 4 * 2 * 10)
+    with parallel.using(2):
+        assert conv_chunks.chunk_spans(4, 2, 10) == [(0, 2, 0, 2), (2, 4, 0, 2)]
+
+
+def test_tap_view() -> None:
+    """The input slice of a tap: rows from ``o0 * stride + tap * dilation``, columns from the tap."""
+    xp = np.arange(2 * 1 * 9 * 8).reshape(2, 1, 9, 8)
+    chunk = Chunk((1, 2), 1, (1, 2, 3), (2, 3), (2, 1))
+    got = chunk.tap_view(xp, (1, 2))
+    assert_same(got, xp[1:2, :, 4:7:2, 2:9:3], "tap (1, 2)")
+
+
+@pytest.mark.parametrize(
+    ("kind", "args"),
+    [
+        (conv_core.Im2colPath, (False, True, 4, 4, 1, (1, 1), 8, 64)),  # padded copy
+        (conv_core.Im2colPath, (True, True, 1, 4, 3, (1, 1), 8, 64)),  # one group
+        (conv_core.NhwcPath, (True, True, 8, 8, 1, (1, 1), 8, 32)),  # tiny depthwise, exact
+        (conv_core.NhwcPath, (True, False, 8, 8, 1, (2, 2), 8, 32)),
+        (conv_core.GroupedRowPath, (True, True, 8, 8, 1, (1, 1), 8, 33)),
+        (conv_core.GroupedRowPath, (True, True, 8, 8, 2, (1, 1), 8, 16)),  # two outputs per channel
+        (conv_core.GroupedRowPath, (True, True, 2, 8, 3, (1, 1), 8, 16)),  # grouped, not depthwise
+        (conv_core.FlatPath, (True, False, 8, 8, 1, (1, 1), 64, 640)),
+        (conv_core.RowsPath, (True, False, 8, 8, 1, (1, 1), 63, 630)),
+        (conv_core.RowsPath, (True, False, 8, 8, 1, (1, 2), 64, 640)),
+        (conv_core.NhwcPath, (True, False, 8, 8, 1, (1, 2), 8, 640)),  # channels >= columns
+        (conv_core.RowsPath, (True, False, 8, 8, 1, (1, 2), 9, 640)),
+        (conv_core.RowsPath, (True, False, 4, 4, 2, (1, 2), 2, 640)),  # two outputs per channel
+        (conv_core.RowsPath, (True, False, 8, 8, 2, (1, 1), 8, 16)),
+    ],
+)
+def test_choose_path(kind: type, args: tuple) -> None:
+    """The table of ``conv_core``'s docstring, on each side of its thresholds."""
+    assert conv_core.choose_path(*args) is kind
+
+
+@pytest.mark.parametrize(("group", "cg", "want"), [(8, 1, 2), (7, 1, 1), (8, 2, 1), (1, 4, 1)])
+def test_groups_per_block(group: int, cg: int, want: int) -> None:
+    assert conv_gemm.groups_per_block(group, cg) == want
+
+
+def test_block_weights() -> None:
+    """Four groups of two outputs and one channel as two blocks: each block's two groups on its
+    diagonal, zeros elsewhere."""
+    w = np.arange(1, 9, dtype=np.int64).reshape(8, 1, 1, 1)
+    got = conv_gemm.block_weights(w, 4, 2)[..., 0, 0]
+    want = np.array([[[1, 0], [2, 0], [0, 3], [0, 4]], [[5, 0], [6, 0], [0, 7], [0, 8]]])
+    assert_same(got, want, "blocks")
+
+
+def test_row_classes() -> None:
+    """Kernel rows grouped by ``i * dilation % stride``, with shifts ``i * dilation // stride``."""
+    w = np.arange(1 * 2 * 1 * 5 * 2, dtype=np.int64).reshape(1, 2, 1, 5, 2)
+    classes = conv_gemm.row_classes(w, 2, 1, np.float64)
+    assert [(c.residue, c.shifts) for c in classes] == [(0, (0, 1, 2)), (1, (0, 1))]
+    assert classes[0].weights.shape == (1, 3 * 2, 2)
+    assert classes[0].weights.dtype == np.float64
+    assert_same(classes[1].weights[0, :2], w[0, :, 0, 1, :].astype(np.float64), "kernel row 1")
+    assert_same(classes[0].weights[0, 4:], w[0, :, 0, 4, :].astype(np.float64), "kernel row 4")
+    classes = conv_gemm.row_classes(w, 3, 2, np.float32)  # rows 0..4 read 0, 2, 4, 6, 8
+    assert [(c.residue, c.shifts) for c in classes] == [(0, (0, 2)), (1, (1,)), (2, (0, 2))]
