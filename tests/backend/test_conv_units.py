@@ -409,3 +409,37 @@ def test_row_classes() -> None:
     assert_same(classes[0].weights[0, 4:], w[0, :, 0, 4, :].astype(np.float64), "kernel row 4")
     classes = conv_gemm.row_classes(w, 3, 2, np.float32)  # rows 0..4 read 0, 2, 4, 6, 8
     assert [(c.residue, c.shifts) for c in classes] == [(0, (0, 2)), (1, (1,)), (2, (0, 2))]
+
+
+def _large_sums(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs whose sums pass 2**24 and are odd: float32 would round them, the kernels must not."""
+    x = rng.integers(0, 2, (1, 64, 6, 6)).astype(np.uint8)  # x - 255: -255 or -254
+    w = rng.integers(-128, -126, (3, 64, 3, 3)).astype(np.int8)  # -128 or -127
+    w[1] = -w[1] - 1  # 127 or 126: sums of both signs
+    return x, w
+
+
+def test_conv_integer_past_float32_integers_equals_the_direct_sums() -> None:
+    """|sums| of about 1.9e7 > 2**24, from the input zero point's side of the range: float64 sums."""
+    x, w = _large_sums(np.random.default_rng(6))
+    (got,) = conv.conv_integer(x, w, np.array(255, np.uint8), np.array(0, np.int8), scheme=VNNI)
+    want = _direct(x.astype(np.int64) - 255, w, 1, (1, 1), (1, 1), [0] * 4)
+    assert np.abs(want).max() > 2**24
+    assert_same(got, want.astype(np.int32), "past 2**24")
+
+
+def test_qlinear_conv_past_float32_integers_equals_onnxruntime() -> None:
+    """The same sums requantized: no float32 epilogue, the float64 requantization."""
+    x, w = _large_sums(np.random.default_rng(7))
+    sums = _direct(x.astype(np.int64) - 255, w, 1, (1, 1), (1, 1), [0] * 4)
+    bias = -np.median(sums, axis=(0, 2, 3)).astype(np.int32)  # the outputs about the zero point
+    inits = {
+        "xs": f32(0.5), "xz": np.array(255, np.uint8), "w": w, "ws": np.array([0.06, 0.09, 0.1], f32),
+        "wz": np.zeros(3, np.int8), "ys": f32(1.5), "yz": np.array(128, np.uint8), "b": bias,
+    }  # fmt: skip
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[3, 3])
+    (want,) = ort_run(model, {"x": x})
+    order = ("xs", "xz", "w", "ws", "wz", "ys", "yz", "b")
+    (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=VNNI)
+    assert len(np.unique(want)) > 20
+    assert_same(got, want, "past 2**24")
