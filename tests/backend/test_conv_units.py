@@ -61,6 +61,7 @@ GEOMETRIES = {
     "grouped": (2, 6, 4, 2, (8, 7), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
     "grouped-stride-2": (2, 6, 9, 3, (9, 9), (3, 3), (2, 2), (1, 2), [1, 2, 0, 1]),
     "depthwise-tiny": (2, 6, 6, 6, (5, 4), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
+    "depthwise-tiny-2x3": (2, 6, 6, 6, (5, 4), (2, 3), (1, 1), (1, 1), [1, 1, 0, 1]),
     "depthwise-odd-groups": (2, 5, 5, 5, (9, 8), (3, 3), (1, 1), (1, 1), [1, 1, 1, 1]),
     "depthwise-x2": (2, 4, 8, 4, (9, 10), (3, 3), (2, 1), (1, 2), [1, 2, 1, 0]),
     "depthwise-wide": (2, 4, 4, 4, (6, 70), (3, 3), (1, 1), (2, 1), [2, 1, 0, 1]),
@@ -443,3 +444,35 @@ def test_qlinear_conv_past_float32_integers_equals_onnxruntime() -> None:
     (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=VNNI)
     assert len(np.unique(want)) > 20
     assert_same(got, want, "past 2**24")
+
+
+def _tap_by_tap(x: np.ndarray, w: np.ndarray, strides, dilations, pads) -> np.ndarray:
+    """A 2-D depthwise convolution (one output per channel) summed tap by tap in ``x``'s type, row-major
+    taps: ``acc = x_0 w_0``, then ``acc = acc + x_t w_t``, each product and sum rounded to the type."""
+    padded = np.pad(x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
+    kh, kw = w.shape[2:]
+    out = [(padded.shape[2 + a] - (w.shape[2 + a] - 1) * dilations[a] - 1) // strides[a] + 1 for a in range(2)]
+    acc = None
+    for i, j in itertools.product(range(kh), range(kw)):
+        rows = slice(i * dilations[0], i * dilations[0] + (out[0] - 1) * strides[0] + 1, strides[0])
+        cols = slice(j * dilations[1], j * dilations[1] + (out[1] - 1) * strides[1] + 1, strides[1])
+        term = padded[:, :, rows, cols] * w[:, 0, i, j].reshape(1, -1, 1, 1)
+        acc = term if acc is None else acc + term
+    return acc
+
+
+@pytest.mark.parametrize("name", ["depthwise-tiny-2x3", "depthwise-wide", "depthwise-many-channels", "depthwise-rows"])
+def test_float_depthwise_sums_tap_by_tap_in_float32(name: str) -> None:
+    """The float depthwise paths (channels last, flat, channels first) multiply-accumulate tap by tap
+    in the input's precision: float32 rounding after each product and each sum, not a float64 sum."""
+    n, c, _, _, spatial, kernel, strides, dilations, pads = GEOMETRIES[name]
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(n, c, *spatial)).astype(f32)
+    w = rng.normal(size=(c, 1, *kernel)).astype(f32)
+    (got,) = conv.conv(x, w, group=c, strides=list(strides), dilations=list(dilations), pads=list(pads))
+    want = _tap_by_tap(x, w, strides, dilations, pads)
+    assert want.dtype == f32
+    assert not np.array_equal(
+        want, _tap_by_tap(x.astype(np.float64), w.astype(np.float64), strides, dilations, pads).astype(f32)
+    )
+    assert_same(got, want, name)
