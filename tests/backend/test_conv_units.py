@@ -476,3 +476,62 @@ def test_float_depthwise_sums_tap_by_tap_in_float32(name: str) -> None:
         want, _tap_by_tap(x.astype(np.float64), w.astype(np.float64), strides, dilations, pads).astype(f32)
     )
     assert_same(got, want, name)
+
+
+# neon.py: MLAS's ARM64 QLinearAdd, worked by hand from its fixed-point and float algorithms
+
+
+@pytest.mark.parametrize(
+    ("ratios", "want"),
+    [
+        ((2.0**-14, 0.5), (22, 1 << 8, 1 << 21)),  # the smallest ratio kept: shift from the larger one
+        ((0.75, 0.5), (22, 3 << 20, 1 << 21)),
+        ((255.0, 1.0), (14, 255 << 14, 1 << 14)),
+        ((2.0**-10, 2.0**-10), (31, 1 << 21, 1 << 21)),  # the largest shift
+        ((2.0**-11, 2.0**-11), None),  # shift 32
+        ((256.0, 1.0), None),  # a ratio of 256 or more
+        ((2.0**-15, 0.5), None),  # a ratio under 2**-14
+        ((np.nextafter(f32(2), f32(0)), 0.5), None),  # (2 - 2**-23) * 2**21 rounds to 2**22
+    ],
+)
+def test_neon_add_parameters(ratios, want) -> None:
+    from pytest_qaccuracy.backend.kernels import neon
+
+    assert neon.add_parameters(f32(ratios[0]), f32(ratios[1])) == want
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "want"),
+    [
+        (9, 20, 99),  # (-1) * 0.5 = -0.5: half away from zero, -1
+        (11, 20, 101),  # +0.5: 1
+        (9, 21, 100),  # -0.5 + 0.25 = -0.25: 0
+        (7, 19, 98),  # -1.5 - 0.25 = -1.75: -2
+        (8, 21, 99),  # -1 + 0.25 = -0.75: -1
+        (255, 20, 223),  # 123.0: 100 + 123
+        (0, 20, 95),  # -4.5: -5
+    ],
+)
+def test_neon_add_rounds_half_away_from_zero(a: int, b: int, want: int) -> None:
+    """Ratios 0.5 and 0.25 (shift 22): ``(a - 10) / 2 + (b - 20) / 4`` rounded half away from zero
+    (``vrshlq_s32``), plus the output zero point 100."""
+    from pytest_qaccuracy.backend.kernels import neon
+
+    got = neon.add(
+        np.array([a], np.uint8), f32(0.5), np.uint8(10), np.array([b], np.uint8), f32(0.25), np.uint8(20),
+        f32(1.0), np.uint8(100), np.dtype(np.uint8),
+    )  # fmt: skip
+    assert got.tolist() == [want]
+
+
+def test_neon_add_float_fallback_rounds_in_float32() -> None:
+    """A ratio of 1000 takes MLAS's scalar float loop, float32 throughout: 2.4999998 + 101 is 103.5 in
+    float32, rounded half to even: 104 (103 in float64); twice that is 106, none is 101."""
+    from pytest_qaccuracy.backend.kernels import neon
+
+    sa = np.nextafter(f32(2.5), f32(0))
+    got = neon.add(
+        np.array([11, 10, 12], np.int8), sa, np.int8(10), np.array([3, 3, 3], np.int8), f32(1000.0), np.int8(3),
+        f32(1.0), np.int8(101), np.dtype(np.int8),
+    )  # fmt: skip
+    assert got.tolist() == [104, 101, 106]
