@@ -535,3 +535,89 @@ def test_neon_add_float_fallback_rounds_in_float32() -> None:
         f32(1.0), np.int8(101), np.dtype(np.int8),
     )  # fmt: skip
     assert got.tolist() == [104, 101, 106]
+
+
+# conv_ort.py: the session cache and the fork handler, called in this process
+
+
+def _conv_bytes(strides: tuple[int, int]) -> bytes:
+    from pytest_qaccuracy.backend.kernels import conv_ort
+
+    return conv_ort.conv_model(np.ones((1, 1, 2, 2), f32), 1, strides, (1, 1), [0, 0, 0, 0])
+
+
+def test_session_for_keeps_one_session_per_array_key_and_threads(monkeypatch) -> None:
+    """A session per (weight array, key, threads): the same three give the cached session, another
+    key, thread count or array a session of its own model; dropping the array drops its sessions."""
+    import gc
+
+    from pytest_qaccuracy.backend.kernels import conv_ort
+
+    monkeypatch.setattr(conv_ort, "_SESSIONS", {})
+    a, b = np.zeros(3), np.zeros(3)
+    first = conv_ort.session_for(a, "k", lambda: _conv_bytes((1, 1)), 1)
+    assert conv_ort.session_for(a, "k", lambda: pytest.fail("rebuilt"), 1) is first
+    other_key = conv_ort.session_for(a, "j", lambda: _conv_bytes((2, 2)), 1)
+    other_threads = conv_ort.session_for(a, "k", lambda: _conv_bytes((1, 1)), 2)
+    other_array = conv_ort.session_for(b, "k", lambda: _conv_bytes((2, 2)), 1)
+    assert len({id(first), id(other_key), id(other_threads), id(other_array)}) == 4
+    x = np.arange(16, dtype=f32).reshape(1, 1, 4, 4)
+    assert first.run(None, {"x": x})[0].shape == (1, 1, 3, 3)
+    assert other_key.run(None, {"x": x})[0].shape == (1, 1, 2, 2)  # its own model, strides 2
+    assert other_array.run(None, {"x": x})[0].shape == (1, 1, 2, 2)
+    assert conv_ort.session_for(a, "j", lambda: pytest.fail("rebuilt"), 1) is other_key
+    assert len(conv_ort._SESSIONS) == 4
+    del a
+    gc.collect()
+    assert len(conv_ort._SESSIONS) == 1
+    assert conv_ort.session_for(b, "k", lambda: pytest.fail("rebuilt"), 1) is other_array
+
+
+def test_session_for_a_source_without_weak_references_is_not_cached(monkeypatch) -> None:
+    from pytest_qaccuracy.backend.kernels import conv_ort
+
+    monkeypatch.setattr(conv_ort, "_SESSIONS", {})
+    source = (1, 2)  # tuples take no weak reference
+    first = conv_ort.session_for(source, "k", lambda: _conv_bytes((1, 1)), 1)
+    assert conv_ort.session_for(source, "k", lambda: _conv_bytes((1, 1)), 1) is not first
+    assert conv_ort._SESSIONS == {}
+
+
+def test_forget_in_child_keeps_the_parents_sessions_and_makes_a_new_lock(monkeypatch) -> None:
+    """After a fork the child drops the parent's sessions into ``_ABANDONED`` (never destroyed) and
+    takes a fresh lock, even when the parent's was held."""
+    import threading
+
+    from pytest_qaccuracy.backend.kernels import conv_ort
+
+    held = threading.Lock()
+    held.acquire()
+    monkeypatch.setattr(conv_ort, "_LOCK", held)
+    monkeypatch.setattr(conv_ort, "_SESSIONS", {(1, "a"): (None, "first"), (2, "b"): (None, "second")})
+    monkeypatch.setattr(conv_ort, "_ABANDONED", ["older"])
+    conv_ort._forget_in_child()
+    assert conv_ort._SESSIONS == {}
+    assert conv_ort._ABANDONED == ["older", "first", "second"]
+    assert conv_ort._LOCK is not held
+    assert conv_ort._LOCK.acquire(blocking=False)
+    conv_ort._LOCK.release()
+
+
+def test_conv_model() -> None:
+    """The one-node float32 Conv: its attributes, free batch and spatial axes, opset 13, IR 7."""
+    import onnx
+
+    from pytest_qaccuracy.backend.kernels import conv_ort
+
+    w = np.arange(2 * 3 * 2 * 1, dtype=np.int64).reshape(2, 3, 2, 1)
+    model = onnx.load_from_string(conv_ort.conv_model(w, 2, (2, 1), (1, 3), [1, 0, 0, 1]))
+    node = model.graph.node[0]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs == {"group": 2, "strides": [2, 1], "dilations": [1, 3], "pads": [1, 0, 0, 1], "kernel_shape": [2, 1]}
+    weights = onnx.numpy_helper.to_array(model.graph.initializer[0])
+    assert weights.dtype == f32
+    assert_same(weights, w.astype(f32), "weights")
+    dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["n", 6, "s0", "s1"]
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 13)]
+    assert model.ir_version == 7
