@@ -621,3 +621,33 @@ def test_conv_model() -> None:
     assert dims == ["n", 6, "s0", "s1"]
     assert [(o.domain, o.version) for o in model.opset_import] == [("", 13)]
     assert model.ir_version == 7
+
+
+@pytest.mark.parametrize("preset", ["onnxruntime-avx2", "onnxruntime-arm64", "onnxruntime-arm64-neon", "tflite"])
+@pytest.mark.parametrize("name", ["dense-3x3", "depthwise-odd-groups"])
+def test_conv_integer_sums_exactly_under_every_preset(name: str, preset: str) -> None:
+    """onnxruntime's ConvInteger sums exactly: no int16 pair saturation (AVX2) or wrap (ARM64), even
+    on inputs of 255 next to weights of -128, where those would change the sums."""
+    x, w, attrs = _case(name, np.uint8, seed=9)
+    x[:, :, ::2] = 255
+    w[..., ::2] = -128
+    x_zp = np.array(0, np.uint8)
+    (got,) = conv.conv_integer(x, w, x_zp, np.array(0, np.int8), **attrs, scheme=get_scheme(preset))
+    geometry = (attrs["group"], attrs["strides"], attrs["dilations"], attrs["pads"])
+    assert_same(got, _direct(x, w, *geometry).astype(np.int32), preset)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_and_conv_integer_read_auto_pad(auto_pad: str) -> None:
+    """Float Conv and ConvInteger resolve ``auto_pad`` too: kernel 4 x 3, stride 1, so the pads are
+    (1, 2) rows and (1, 1) columns, the odd one at the end for SAME_UPPER, at the start for SAME_LOWER."""
+    rng = np.random.default_rng(10)
+    x = random_q(rng, np.uint8, (1, 2, 6, 5))
+    w = random_q(rng, np.int8, (3, 2, 4, 3))
+    pads = [1, 1, 2, 1] if auto_pad == "SAME_UPPER" else [2, 1, 1, 1]
+    want = _direct(x, w, 1, (1, 1), (1, 1), pads)
+    assert want.shape[2:] == (6, 5)
+    (got,) = conv.conv(x.astype(f32), w.astype(f32), auto_pad=auto_pad)
+    assert_same(got, want.astype(f32), f"Conv {auto_pad}")
+    (got,) = conv.conv_integer(x, w, auto_pad=auto_pad, scheme=VNNI)
+    assert_same(got, want.astype(np.int32), f"ConvInteger {auto_pad}")
