@@ -492,6 +492,8 @@ def test_float_depthwise_sums_tap_by_tap_in_float32(name: str) -> None:
         ((256.0, 1.0), None),  # a ratio of 256 or more
         ((2.0**-15, 0.5), None),  # a ratio under 2**-14
         ((np.nextafter(f32(2), f32(0)), 0.5), None),  # (2 - 2**-23) * 2**21 rounds to 2**22
+        ((0.5, np.nextafter(f32(2), f32(0))), None),  # the same for the second ratio
+        ((np.nextafter(f32(2), f32(0)), 2.0**-14), None),
     ],
 )
 def test_neon_add_parameters(ratios, want) -> None:
