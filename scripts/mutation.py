@@ -270,7 +270,6 @@ GROUPS: dict[str, Group] = {
             "backend/kernels/conv_gemm.py",
             "backend/kernels/conv_ort.py",
             "backend/kernels/neon.py",
-            "backend/kernels/conv_pairs.py",
         ),
         (
             "tests/backend/test_conv_ort.py",
