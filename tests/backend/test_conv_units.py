@@ -653,3 +653,45 @@ def test_conv_and_conv_integer_read_auto_pad(auto_pad: str) -> None:
     assert_same(got, want.astype(f32), f"Conv {auto_pad}")
     (got,) = conv.conv_integer(x, w, auto_pad=auto_pad, scheme=VNNI)
     assert_same(got, want.astype(np.int32), f"ConvInteger {auto_pad}")
+
+
+def _conv_of(kind: type, c: int, m: int, group: int, kernel: tuple[int, int], strides=(1, 1)) -> conv_core.ConvPath:
+    x = np.zeros((2, c, 9, 10), f32)
+    source = Source(x, [1, 1, 1, 1], 0) if kind is not conv_core.Im2colPath else x
+    w = np.ones((m, c // group, *kernel), f32)
+    return kind(conv_core.Conv(source, w, group, strides, (1, 1), f32, (9, 10)))
+
+
+def test_scratch_per_row_and_budget_of_each_path() -> None:
+    """Scratch per output row, record and column, worked by hand from each path's buffers: im2col's
+    columns (taps x C) and output (M); the row path's columns (taps x C) and kernel rows' partial
+    sums (kh x M); the depthwise paths' input rows (C x strides) and 2 or 3 output-sized arrays.
+    The tap-loop paths that read rows want a smaller budget; the flat one the default."""
+    assert _conv_of(conv_core.Im2colPath, 4, 6, 2, (3, 2)).scratch_per_row() == 6 * 4 + 6
+    assert _conv_of(conv_core.GroupedRowPath, 4, 6, 2, (3, 2)).scratch_per_row() == 6 * 4 + 3 * 6
+    assert _conv_of(conv_core.RowsPath, 4, 8, 4, (3, 3), (2, 3)).scratch_per_row() == 4 * 6 + 2 * 8
+    assert _conv_of(conv_core.NhwcPath, 4, 4, 4, (3, 3), (2, 1)).scratch_per_row() == 4 * 2 + 3 * 4
+    assert _conv_of(conv_core.RowsPath, 4, 4, 4, (3, 3)).budget() == conv_chunks.DEPTHWISE_CHUNK_ELEMENTS
+    assert _conv_of(conv_core.NhwcPath, 4, 4, 4, (3, 3)).budget() == conv_chunks.DEPTHWISE_CHUNK_ELEMENTS
+    assert _conv_of(conv_core.FlatPath, 4, 4, 4, (3, 3)).budget() is None
+    assert _conv_of(conv_core.Im2colPath, 4, 6, 2, (3, 2)).budget() is None
+
+
+def test_grouped_row_path_blocks() -> None:
+    """One-channel groups in pairs (an even count), wider groups alone; the dense blocks' shapes."""
+    path = _conv_of(conv_core.GroupedRowPath, 6, 12, 6, (3, 3))
+    assert path.blocks() == 3
+    assert path.source.x.shape == (2, 3, 2, 9, 10)
+    assert path.dense_weights(3).shape == (3, 4, 2, 3, 3)
+    path = _conv_of(conv_core.GroupedRowPath, 6, 6, 3, (3, 3))
+    assert path.blocks() == 3
+    assert path.source.x.shape == (2, 3, 2, 9, 10)
+
+
+def test_conv_properties() -> None:
+    x = np.zeros((1, 6, 5, 5), f32)
+    c = conv_core.Conv(Source(x, [0] * 4, 0), np.ones((3, 2, 2, 3), f32), 3, (1, 1), (1, 1), f32, (4, 3))
+    assert c.kernel_shape == (2, 3)
+    assert c.channels == 6
+    assert c.taps == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert conv_core.Conv(x, c.w, 3, (1, 1), (1, 1), f32, (4, 3)).channels == 6
