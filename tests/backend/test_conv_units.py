@@ -695,3 +695,26 @@ def test_conv_properties() -> None:
     assert c.channels == 6
     assert c.taps == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
     assert conv_core.Conv(x, c.w, 3, (1, 1), (1, 1), f32, (4, 3)).channels == 6
+
+
+@pytest.mark.parametrize("preset", ["onnx-reference", "onnxruntime-vnni"])
+def test_qlinear_conv_bias_past_float32_integers(preset: str) -> None:
+    """Sums of -255 * 128 * 514 (under 2**24, exact in float32) plus a bias of 2**24 + 1, which float32
+    rounds to 2**24: the sum and bias must be added in integers. 257 * 0.498 = 127.99 is 128, where
+    256 * 0.498 = 127.49 would be 127; against onnx.reference and onnxruntime."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.full((1, 514, 1, 2), 255, np.uint8)
+    x[0, 0, 0, 1] = 254  # 385 * 0.498 = 191.7: 192
+    inits = {
+        "xs": f32(1), "xz": np.array(0, np.uint8), "w": np.full((1, 514, 1, 1), -128, np.int8),
+        "ws": np.array([0.498], f32), "wz": np.zeros(1, np.int8), "ys": f32(1), "yz": np.array(0, np.uint8),
+        "b": np.array([2**24 + 1], np.int32),
+    }  # fmt: skip
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[1, 1])
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    assert want.tolist() == [[[[128, 192]]]]
+    assert_same(ort_run(model, {"x": x})[0], want, "onnxruntime")
+    order = ("xs", "xz", "w", "ws", "wz", "ys", "yz", "b")
+    (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=get_scheme(preset))
+    assert_same(got, want, preset)
