@@ -718,3 +718,31 @@ def test_qlinear_conv_bias_past_float32_integers(preset: str) -> None:
     order = ("xs", "xz", "w", "ws", "wz", "ys", "yz", "b")
     (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=get_scheme(preset))
     assert_same(got, want, preset)
+
+
+@pytest.mark.parametrize("bias", [0, 2**24 - 255])
+def test_reference_preset_adds_the_zero_point_before_rounding(bias: int) -> None:
+    """onnx-reference rounds ``sum * 0.5 + 3`` half to even with the zero point already added: odd
+    sums are ties, and 3 is odd, so adding it after rounding would give 3, 67, 195, 131. Small float
+    sums, and sums of -255 * 128 * 514 whose bound plus the bias pass 2**24 (integer sums);
+    against onnx.reference."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.full((1, 514, 1, 4), 255, np.uint8)  # sums + bias: 1, 129, 385, 257
+    x[0, 0, 0, 1] = 254
+    x[0, :3, 0, 2] = 254
+    x[0, 0, 0, 3] = 253
+    inits = {
+        "xs": f32(1), "xz": np.array(0, np.uint8), "w": np.full((1, 514, 1, 1), -128, np.int8),
+        "ws": np.array([0.5], f32), "wz": np.zeros(1, np.int8), "ys": f32(1), "yz": np.array(3, np.uint8),
+        "b": np.array([bias], np.int32),
+    }  # fmt: skip
+    if not bias:  # odd sums from one channel: zero point after rounding would give 3, 67, 131, 129
+        x = np.array([[[[1, 129, 255, 253]]]], np.uint8)
+        inits["w"] = np.ones((1, 1, 1, 1), np.int8)
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[1, 1])
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    order = ("xs", "xz", "w", "ws", "wz", "ys", "yz", "b")
+    (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=REFERENCE)
+    assert want.tolist() == ([[[[4, 68, 130, 130]]]] if not bias else [[[[4, 68, 196, 132]]]])
+    assert_same(got, want, "zero point first")
