@@ -746,3 +746,17 @@ def test_reference_preset_adds_the_zero_point_before_rounding(bias: int) -> None
     (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=REFERENCE)
     assert want.tolist() == ([[[[4, 68, 130, 130]]]] if not bias else [[[[4, 68, 196, 132]]]])
     assert_same(got, want, "zero point first")
+
+
+@pytest.mark.parametrize("accumulator", ["wrap32", "saturate32", "exact"])
+def test_conv_integer_wraps_int32_whatever_the_schemes_accumulator(accumulator: str) -> None:
+    """66,000 products of 255 * -128 sum to -2,154,240,000, past int32: onnxruntime's ConvInteger wraps
+    it to 2,140,727,296, and so does the kernel under any scheme's accumulator."""
+    x = np.full((1, 66000, 1, 1), 255, np.uint8)
+    w = np.full((1, 66000, 1, 1), -128, np.int8)
+    want = -255 * 128 * 66000 + 2**32
+    model = node_model("ConvInteger", [("x", np.uint8, x.shape)], {"w": w}, np.int32)
+    assert ort_run(model, {"x": x})[0].tolist() == [[[[want]]]]
+    (got,) = conv.conv_integer(x, w, scheme=VNNI.replace(accumulator=accumulator))
+    assert got.dtype == np.int32
+    assert got.tolist() == [[[[want]]]]
