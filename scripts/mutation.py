@@ -272,17 +272,12 @@ GROUPS: dict[str, Group] = {
             "backend/kernels/neon.py",
         ),
         (
+            "tests/backend/test_conv_units.py",
             "tests/backend/test_conv_ort.py",
-            "tests/backend/test_pairs.py",
+            "tests/backend/test_pairs.py",  # the pair oracle: AVX2 saturation through the conv paths
             "tests/backend/test_goldens.py",
             "tests/backend/test_arm64_goldens.py",
-            "tests/backend/test_ort_qoperator.py",
-            "tests/backend/test_ort_qdq.py",
-            "tests/backend/test_conformance.py",
             "tests/backend/test_reference_preset.py",
-            "tests/backend/test_float_kernels.py",
-            "tests/backend/test_kernel_units.py",
-            "tests/backend/test_conv_units.py",
         ),
     ),
     "scheme": Group(
