@@ -760,3 +760,21 @@ def test_conv_integer_wraps_int32_whatever_the_schemes_accumulator(accumulator: 
     (got,) = conv.conv_integer(x, w, scheme=VNNI.replace(accumulator=accumulator))
     assert got.dtype == np.int32
     assert got.tolist() == [[[[want]]]]
+
+
+def test_qlinear_conv_wraps_int32_as_onnxruntime() -> None:
+    """Sums of -2,154,240,000 wrap in int32 to 2,140,727,296; plus the bias -2**24, 2,123,950,080;
+    times 1e-7, 212. Without the wrap the output would saturate at 0."""
+    x = np.full((1, 66000, 1, 2), 255, np.uint8)
+    x[0, :50000, 0, 1] = 254  # the second sum does not wrap: -2,154,240,000 + 6,400,000, still past
+    inits = {
+        "xs": f32(1e-3), "xz": np.array(0, np.uint8), "w": np.full((1, 66000, 1, 1), -128, np.int8),
+        "ws": np.array([1e-3], f32), "wz": np.zeros(1, np.int8), "ys": f32(10.0), "yz": np.array(0, np.uint8),
+        "b": np.array([-(2**24)], np.int32),
+    }  # fmt: skip
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.uint8, kernel_shape=[1, 1])
+    (want,) = ort_run(model, {"x": x})
+    assert want[0, 0, 0, 0] == 212
+    order = ("xs", "xz", "w", "ws", "wz", "ys", "yz", "b")
+    (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=VNNI)
+    assert_same(got, want, "int32 wrap")
