@@ -778,3 +778,29 @@ def test_qlinear_conv_wraps_int32_as_onnxruntime() -> None:
     order = ("xs", "xz", "w", "ws", "wz", "ys", "yz", "b")
     (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=VNNI)
     assert_same(got, want, "int32 wrap")
+
+
+@pytest.mark.parametrize(("n", "per_record", "threads", "want"), [
+    (5, 1, 1, [(0, 3, 0, 7), (3, 5, 0, 7)]),  # 4 records a chunk: 2 chunks, 3 records each
+    (5, 0, 1, [(0, 3, 0, 7), (3, 5, 0, 7)]),  # no outputs counted as one
+    (5, 2, 2, [(0, 2, 0, 7), (2, 4, 0, 7), (4, 5, 0, 7)]),  # 4 chunks wanted (a multiple of 2): 2 records each
+    (3, 1, 4, [(0, 3, 0, 7)]),  # fewer records than threads: one chunk
+])  # fmt: skip
+def test_record_spans_by_hand(n: int, per_record: int, threads: int, want: list, monkeypatch) -> None:
+    """Chunks of about ``ORT_CHUNK_ELEMENTS`` (4 here) outputs, as many as a multiple of the threads."""
+    monkeypatch.setattr(conv_core, "ORT_CHUNK_ELEMENTS", 4)
+    assert conv_core._record_spans(n, per_record, threads, 7) == want
+
+
+def test_onnxruntime_sessions_differ_by_geometry() -> None:
+    """The same weight array and key in two geometries (strides, pads): each gets its own onnxruntime
+    session, and both give the direct sums."""
+    rng = np.random.default_rng(11)
+    x = random_q(rng, np.int8, (2, 3, 8, 7))
+    w = random_q(rng, np.int8, (4, 3, 3, 3))
+    weights = (w, "same key")
+    for strides, pads in (((1, 1), [1, 1, 1, 1]), ((2, 1), [0, 1, 2, 0]), ((2, 1), [0, 0, 0, 0])):
+        got = conv_core.conv_core(
+            x, w.astype(f32), 1, strides, (1, 1), f32, exact=True, pads=pads, offset=0, weights=weights
+        )
+        assert_same(got, _direct(x, w, 1, strides, (1, 1), pads).astype(f32), f"{strides} {pads}")
