@@ -274,6 +274,8 @@ def test_inside(first: int, step: int, count: int, size: int, want: tuple[int, i
         ((5, 1), (0, 1), (2, 8)),  # ends in the bottom padding
         ((0, 1), (6, 1), (7, 2)),  # only the right padding and one column
         ((5, 3), (0, 1), (1, 8)),
+        ((0, 1), (1, 1), (5, 4)),  # as many rows as the image has columns
+        ((1, 1), (0, 1), (3, 3)),  # as many columns as the image has channels
     ],
 )
 def test_source_fill_equals_slices_of_the_padded_input(rows, cols, shape, offset: int) -> None:
@@ -289,6 +291,18 @@ def test_source_fill_equals_slices_of_the_padded_input(rows, cols, shape, offset
     (r0, rs), (c0, cs) = rows, cols
     want = padded[1:2, :, r0 : r0 + (shape[0] - 1) * rs + 1 : rs, c0 : c0 + (shape[1] - 1) * cs + 1 : cs]
     assert_same(out, want.astype(np.float64), f"{rows} {cols}")
+
+
+@pytest.mark.parametrize(("cols", "width"), [((0, 2), 5), ((2, 1), 4), ((3, 1), 5)])
+def test_source_fill_of_as_many_columns_as_the_image(cols: tuple[int, int], width: int) -> None:
+    """Five channels, five columns, four of padding each side: every second padded column (five of
+    them, like the image's), four columns (as many as the channels are not), five shifted ones."""
+    x = np.arange(1, 1 + 5 * 4 * 5, dtype=np.int64).reshape(1, 5, 4, 5)
+    padded = np.pad(x, [(0, 0), (0, 0), (0, 0), (4, 4)])
+    out = np.full((1, 5, 4, width), -1.0)
+    Source(x, [0, 4, 0, 4], 0).fill(out, (0, 1), (0, 1), cols)
+    c0, step = cols
+    assert_same(out, padded[..., c0 : c0 + (width - 1) * step + 1 : step].astype(np.float64), f"{cols}")
 
 
 def test_source_fill_shifted_right_and_wholly_outside() -> None:
