@@ -818,3 +818,22 @@ def test_onnxruntime_sessions_differ_by_geometry() -> None:
             x, w.astype(f32), 1, strides, (1, 1), f32, exact=True, pads=pads, offset=0, weights=weights
         )
         assert_same(got, _direct(x, w, 1, strides, (1, 1), pads).astype(f32), f"{strides} {pads}")
+
+
+def test_qlinear_conv_output_type_is_the_output_zero_points() -> None:
+    """uint8 in, int8 out: ``(x - 100) * 0.1 / 0.2 - 5`` is -55, -30, -5 and 72.5 + 0 rounded to even,
+    72; against onnx.reference too."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.array([[[[0, 50, 100, 255]]]], np.uint8)
+    inits = {
+        "xs": f32(0.1), "xz": np.array(100, np.uint8), "w": np.ones((1, 1, 1, 1), np.int8),
+        "ws": np.array([1.0], f32), "wz": np.zeros(1, np.int8), "ys": f32(0.2), "yz": np.array(-5, np.int8),
+    }  # fmt: skip
+    model = node_model("QLinearConv", [("x", np.uint8, x.shape)], inits, np.int8, kernel_shape=[1, 1])
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    assert want.dtype == np.int8
+    assert want.tolist() == [[[[-55, -30, -5, 72]]]]
+    order = ("xs", "xz", "w", "ws", "wz", "ys", "yz")
+    (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=REFERENCE)
+    assert_same(got, want, "int8 output")
