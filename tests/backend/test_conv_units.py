@@ -837,3 +837,15 @@ def test_qlinear_conv_output_type_is_the_output_zero_points() -> None:
     order = ("xs", "xz", "w", "ws", "wz", "ys", "yz")
     (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=REFERENCE)
     assert_same(got, want, "int8 output")
+
+
+@pytest.mark.parametrize("kernel", [(3, 2), (2, 3)])
+def test_conv_integer_two_per_channel_weight_zero_points(kernel: tuple[int, int]) -> None:
+    """Two output channels, two weight zero points: each subtracted from its own channel's weights."""
+    rng = np.random.default_rng(12)
+    x = random_q(rng, np.uint8, (1, 3, 6, 5))
+    w = random_q(rng, np.int8, (2, 3, *kernel))
+    w_zp = np.array([3, -2], np.int8)
+    (got,) = conv.conv_integer(x, w, np.array(7, np.uint8), w_zp, scheme=VNNI)
+    shifted = w.astype(np.int64) - np.array([3, -2]).reshape(2, 1, 1, 1)
+    assert_same(got, _direct(x.astype(np.int64) - 7, shifted, 1, (1, 1), (1, 1), [0] * 4).astype(np.int32), "zp")
