@@ -298,6 +298,25 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_pairs.py",  # the pair oracle: integer_matmul's batched AVX2 path
         ),
     ),
+    "conv": Group(
+        (
+            "backend/kernels/conv.py",
+            "backend/kernels/conv_core.py",
+            "backend/kernels/conv_chunks.py",
+            "backend/kernels/conv_depthwise.py",
+            "backend/kernels/conv_gemm.py",
+            "backend/kernels/conv_ort.py",
+            "backend/kernels/neon.py",
+        ),
+        (
+            "tests/backend/test_conv_units.py",
+            "tests/backend/test_conv_ort.py",
+            "tests/backend/test_pairs.py",  # the pair oracle: AVX2 saturation through the conv paths
+            "tests/backend/test_goldens.py",
+            "tests/backend/test_arm64_goldens.py",
+            "tests/backend/test_reference_preset.py",
+        ),
+    ),
     "scheme": Group(
         (
             "backend/scheme.py",
