@@ -540,32 +540,39 @@ W_CODES = np.array([[2, -4], [6, 8]], np.int8)
 W_FLOAT = np.array([[0.55, -1.05], [1.45, 2.1]], np.float32)
 
 
-def _qdq_pair() -> tuple[onnx.ModelProto, onnx.ModelProto]:
-    """y = Q/DQ(Q/DQ(x) @ DQ(w)), a MatMul named ``mm`` quantized in QDQ form, and its fp32 model."""
+def _qdq_matmul(mid: str = "m") -> onnx.ModelProto:
+    """y = Q/DQ(Q/DQ(x) @ DQ(w)): a MatMul named ``mm`` writing ``mid``, quantized in QDQ form (its
+    output pair ``q<mid>``/``dq<mid>``, the codes ``<mid>q``)."""
     tensor = numpy_helper.from_array
-    inits = [
-        tensor(np.float32(X_SCALE), "sx"),
-        tensor(np.float32(W_SCALE), "sw"),
-        tensor(np.float32(Y_SCALE), "sy"),
-        tensor(np.int8(0), "z"),
-        tensor(W_CODES, "w_quantized"),
-    ]
+    inits = [tensor(np.float32(X_SCALE), "sx"), tensor(np.float32(W_SCALE), "sw"), tensor(np.float32(Y_SCALE), "sy")]
+    inits += [tensor(np.int8(0), "z"), tensor(W_CODES, "w_quantized")]
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "sx", "z"], ["xq"], name="qx"),
         helper.make_node("DequantizeLinear", ["xq", "sx", "z"], ["xd"], name="dqx"),
         helper.make_node("DequantizeLinear", ["w_quantized", "sw", "z"], ["wd"], name="dqw"),
-        helper.make_node("MatMul", ["xd", "wd"], ["m"], name="mm"),
-        helper.make_node("QuantizeLinear", ["m", "sy", "z"], ["mq"], name="qm"),
-        helper.make_node("DequantizeLinear", ["mq", "sy", "z"], ["y"], name="dqm"),
+        helper.make_node("MatMul", ["xd", "wd"], [mid], name="mm"),
+        helper.make_node("QuantizeLinear", [mid, "sy", "z"], [f"{mid}q"], name=f"q{mid}"),
+        helper.make_node("DequantizeLinear", [f"{mid}q", "sy", "z"], ["y"], name=f"dq{mid}"),
     ]
-    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2])
-    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])
-    opset = [helper.make_opsetid("", 13)]
-    quantized = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=opset)
+    graph = helper.make_graph(nodes, "g", [_X], [_Y], inits)
+    return helper.make_model(graph, opset_imports=_OPSET)
+
+
+_X = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2])
+_Y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])
+_OPSET = [helper.make_opsetid("", 13)]
+
+
+def _qdq_pair() -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """:func:`_qdq_matmul` and its fp32 model."""
     fp32_graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "f", [x], [y], [tensor(W_FLOAT, "w")]
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "f",
+        [_X],
+        [_Y],
+        [numpy_helper.from_array(W_FLOAT, "w")],
     )
-    return quantized, helper.make_model(fp32_graph, opset_imports=opset)
+    return _qdq_matmul(), helper.make_model(fp32_graph, opset_imports=_OPSET)
 
 
 def _fake_quant(value: np.ndarray, scale: float) -> np.ndarray:
@@ -1105,20 +1112,8 @@ def test_a_clip_folded_into_the_pair_after_a_matmul_is_redone_without_the_pair()
     # fp32: r = Clip(x @ w, -0.5, 1.0); quantized: the MatMul writes r itself and the Q/DQ pair on r
     # clamps; without that pair the fp32 model's Clip is re-inserted after the MatMul
     tensor = numpy_helper.from_array
-    inits = [tensor(np.float32(X_SCALE), "sx"), tensor(np.float32(W_SCALE), "sw"), tensor(np.float32(Y_SCALE), "sy")]
-    inits += [tensor(np.int8(0), "z"), tensor(W_CODES, "w_quantized")]
-    nodes = [
-        helper.make_node("QuantizeLinear", ["x", "sx", "z"], ["xq"], name="qx"),
-        helper.make_node("DequantizeLinear", ["xq", "sx", "z"], ["xd"], name="dqx"),
-        helper.make_node("DequantizeLinear", ["w_quantized", "sw", "z"], ["wd"], name="dqw"),
-        helper.make_node("MatMul", ["xd", "wd"], ["r"], name="mm"),
-        helper.make_node("QuantizeLinear", ["r", "sy", "z"], ["rq"], name="qr"),
-        helper.make_node("DequantizeLinear", ["rq", "sy", "z"], ["y"], name="dqr"),
-    ]
-    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2])
-    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])
-    opset = [helper.make_opsetid("", 13)]
-    quantized = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=opset)
+    quantized = _qdq_matmul("r")
+    x, y, opset = _X, _Y, _OPSET
     fp32_nodes = [
         helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
         helper.make_node("Clip", ["m", "lo", "hi"], ["r"], name="clip"),
