@@ -401,9 +401,9 @@ def zero_point_matmul(
     With ``pair_saturation`` a u8 x s8 product sums its raw pairs with int16 saturation (``pairs.py``):
     the exact sums plus a correction for the pairs that saturate.
     """
-    a_zp = np.asarray(a_zp, dtype=np.int64)
-    b_zp = np.asarray(b_zp, dtype=np.int64)
-    acc = int_matmul(a.astype(np.int64) - a_zp, b.astype(np.int64) - b_zp)
+    # differences of 8- and 16-bit values fit int32, half the bytes of int64 for BLAS's float copy to read
+    wide = np.int32 if max(a.dtype.itemsize, b.dtype.itemsize) <= 2 else np.int64
+    acc = int_matmul(a.astype(wide) - np.asarray(a_zp, wide), b.astype(wide) - np.asarray(b_zp, wide))
     if saturates_pairs(scheme, a.dtype, b.dtype):
         correction = pairs.saturating_matmul_correction(a, b)
         if correction is not None:
