@@ -114,13 +114,19 @@ def _one_node_model(
         node.attribute.extend(step.proto.attribute)
     else:
         node.attribute.extend(helper.make_attribute(k, v) for k, v in step.attrs.items())
-    graph = helper.make_graph(
-        [node],
-        "qaccuracy_node",
-        values,
-        [helper.make_empty_tensor_value_info(o) for o in outputs if o],
-        initializers,
-    )
+    return _model(node, values, opsets, ir_version, initializers)
+
+
+def _model(
+    node: onnx.NodeProto,
+    inputs: list[onnx.ValueInfoProto],
+    opsets: dict[str, int],
+    ir_version: int,
+    initializers: list[onnx.TensorProto] | None = None,
+) -> onnx.ModelProto:
+    """A model of ``node`` alone that imports ``opsets``; its outputs of unknown type and shape."""
+    outputs = [helper.make_empty_tensor_value_info(name) for name in node.output if name]
+    graph = helper.make_graph([node], "qaccuracy_node", inputs, outputs, initializers)
     imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
     return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
 
@@ -139,10 +145,7 @@ def _reference_evaluator(node: onnx.NodeProto, opsets: dict[str, int]) -> Any:
     from onnx.reference import ReferenceEvaluator
 
     inputs = [helper.make_empty_tensor_value_info(name) for name in dict.fromkeys(node.input) if name]
-    outputs = [helper.make_empty_tensor_value_info(name) for name in node.output if name]
-    graph = helper.make_graph([node], "qaccuracy_node", inputs, outputs)
-    imports = [helper.make_opsetid(domain, version) for domain, version in opsets.items()]
-    return ReferenceEvaluator(helper.make_model(graph, opset_imports=imports, ir_version=onnx.IR_VERSION))
+    return ReferenceEvaluator(_model(node, inputs, opsets, onnx.IR_VERSION))
 
 
 def reference_kernel(step: Step, opsets: dict[str, int]) -> Callable[[list[Any]], tuple[Any, ...]]:
