@@ -663,10 +663,12 @@ def test_calibration_options_refusals(kwargs, message):
 
 
 def test_calibration_options_accept_the_bounds():
-    CalibrationOptions(percentiles=(0.0, 100.0), moving_average=(1, 0.0), bins=3, quant_format="qoperator")
-    CalibrationOptions(method="auto", moving_average=(1, 1.0), activation_type="int8", weight_type="uint8")
-    for method in METHODS:
-        CalibrationOptions(method=method)
+    """The edges of each range are valid values, kept as given (a refusal raises here)."""
+    low = CalibrationOptions(percentiles=(0.0, 100.0), moving_average=(1, 0.0), bins=3, quant_format="qoperator")
+    assert (low.percentiles, low.moving_average, low.bins, low.quant_format) == ((0.0, 100.0), (1, 0.0), 3, "qoperator")
+    high = CalibrationOptions(method="auto", moving_average=(1, 1.0), activation_type="int8", weight_type="uint8")
+    assert (high.moving_average, high.activation_type, high.weight_type) == ((1, 1.0), "int8", "uint8")
+    assert [CalibrationOptions(method=method).method for method in METHODS] == list(METHODS)
 
 
 def test_histogram_bins():
