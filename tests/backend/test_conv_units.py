@@ -553,6 +553,79 @@ def test_neon_add_float_fallback_rounds_in_float32() -> None:
     assert got.tolist() == [104, 101, 106]
 
 
+def _neon_add(a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp, dtype=np.int8) -> np.ndarray:
+    from pytest_qaccuracy.backend.kernels import neon
+
+    return neon.add(
+        np.asarray(a, dtype), f32(a_s), dtype(a_zp), np.asarray(b, dtype), f32(b_s), dtype(b_zp), f32(c_s), dtype(c_zp),
+        np.dtype(dtype),
+    )  # fmt: skip
+
+
+def test_neon_add_divides_both_scales_by_the_output_scale() -> None:
+    """Scales 1 and 0.5 over an output scale of 2: the ratios 0.5 and 0.25 of the rounding test above,
+    so the same outputs (``a_s * c_s`` would make the ratios 2 and 1)."""
+    got = _neon_add([9, 11, 7, 255], 1.0, 10, [20, 20, 19, 20], 0.5, 20, 2.0, 100, np.uint8)
+    assert got.dtype == np.uint8
+    assert got.tolist() == [99, 101, 98, 223]
+
+
+def test_neon_add_reads_one_element_parameters_as_scalars() -> None:
+    """Scales and zero points of shape (1,) (as some models store them) are scalars: 0-d inputs give a
+    0-d output, with no deprecated array-to-scalar conversion on the way."""
+    import warnings
+
+    from pytest_qaccuracy.backend.kernels import neon
+
+    one = lambda v, t: np.array([v], t)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = neon.add(
+            np.array(11, np.uint8), one(0.5, f32), one(10, np.uint8), np.array(20, np.uint8), one(0.25, f32),
+            one(20, np.uint8), one(1.0, f32), one(100, np.uint8), np.dtype(np.uint8),
+        )  # fmt: skip
+    assert got.shape == ()
+    assert int(got) == 101
+
+
+def test_neon_add_float_fallback_divides_and_saturates_around_the_zero_point() -> None:
+    """A ratio under 2**-14 (2**-16 / 0.5) takes the float loop: ``(2**-16 xa + 1.0 xb) / 0.5 + 20``
+    with ``xa = 0``: xb = 6, -6 give 32, 8; xb = 100 gives 220, clamped to 127 before the zero point
+    is added (``hi - zp`` = 107); xb = -100 gives -180, clamped to -128 (``lo - zp`` = -148)."""
+    got = _neon_add([0, 0, 0, 0], 2.0**-16, 0, [6, -6, 100, -100], 1.0, 0, 0.5, 20)
+    assert got.dtype == np.int8
+    assert got.tolist() == [32, 8, 127, -128]
+
+
+def test_neon_add_float_fallback_rounds_the_quotient_to_float32() -> None:
+    """``sa / sc`` = (12681981 / 2**24) / (6341039 / 2**22) lies 0.64 * 2**-26 under 1/2 - 2**-18: float32
+    rounds it to 1/2 - 2**-18 exactly, and 101 + that is 101.5 - 2**-18, halfway between two float32
+    values: to even, 101.5, then rounded half to even, 102. Kept in float64 the quotient stays under
+    the halfway point: 101.5 - 2**-17, then 101."""
+    from fractions import Fraction
+
+    sa, sc = f32(12681981 / 2**24), f32(6341039 / 2**22)
+    quotient = Fraction(12681981, 2**24) / Fraction(6341039, 2**22)
+    below = Fraction(1, 2) - Fraction(1, 2**18) - quotient
+    assert Fraction(1, 2**46) < below < Fraction(1, 2**26)  # float32 (ulp 2**-25 there) rounds it up
+    got = _neon_add([11], sa, 10, [3], 2000.0, 3, sc, 101)  # 2000 / sc > 256: the float loop
+    assert got.tolist() == [102]
+
+
+@pytest.mark.parametrize("c_zp", [3, -7])
+def test_neon_mul_by_hand(c_zp: int) -> None:
+    """``(a - za)(b - zb) * 0.5 + zc`` rounded half to even, saturated to int8: products 1, 3, -1, -3,
+    1000, -1000 give 3.5, 4.5, 2.5, 1.5 (+ 3: 4, 4, 2, 2) and saturate at 127 and -128."""
+    from pytest_qaccuracy.backend.kernels import neon
+
+    a = np.array([6, 8, 4, 2, 105, -95], np.int8)  # a - 5: 1, 3, -1, -3, 100, -100
+    b = np.array([-9, -9, -9, -9, 0, 0], np.int8)  # b + 10: 1, 1, 1, 1, 10, 10
+    got = neon.mul(a, np.int8(5), b, np.int8(-10), np.array([0.5], f32), np.int8(c_zp), np.dtype(np.int8))
+    assert got.dtype == np.int8
+    want = {3: [4, 4, 2, 2, 127, -128], -7: [-6, -6, -8, -8, 127, -128]}[c_zp]  # -6.5, -5.5, -7.5, -8.5
+    assert got.tolist() == want
+
+
 # conv_ort.py: the session cache and the fork handler, called in this process
 
 
