@@ -672,6 +672,185 @@ EQUIVALENT += [
     ],
 ]
 
+
+def _each(line: str, old: str, new: str, reason: str) -> list[tuple[str, str, str]]:
+    """EQUIVALENT entries for ``old`` replaced by ``new`` at each place it occurs in ``line`` (a whole
+    stripped source line, so that nothing else in the package matches)."""
+    entries, start = [], 0
+    while (i := line.find(old, start)) >= 0:
+        entries.append((re.escape(line[: i + len(old)]), (line[:i] + new).replace("\\", "\\\\"), reason))
+        start = i + 1
+    return entries
+
+
+_F32_ONCE = (
+    "float32 operands: numpy's result is float32 already, or exact in float64 and rounded once to "
+    "float32 (a float32 +, * or / done in float64 and rounded gives the float32 result)"
+)
+_KERNEL_SHAPE = "ONNX's kernel_shape is the weights' spatial shape (onnxruntime rejects others): read from them"
+_NOTSET = "conv_pads reads any auto_pad but SAME_UPPER, SAME_LOWER and VALID as NOTSET"
+
+# conv: the convolution kernels (backend/kernels/conv*.py) and MLAS's ARM64 QLinearAdd/Mul (neon.py)
+EQUIVALENT += [
+    # neon.add_parameters: the larger ratio is under 256 = 2**8, so shift = 21 - exponent >= 14, and the
+    # larger multiplier rounds r * 2**shift with r >= 2**exponent: at least 2**21
+    *[
+        (r"if not 13 <= shift <= 31:", new, "a ratio under 256 gives a shift of 14 or more")
+        for new in ("if not 14 <= shift <= 31:", "if not 13 < shift <= 31:")
+    ],
+    (r"max\(ma, mb\) < 1 << 21:", "max(ma, mb) < 1 >> 21:", "the larger multiplier is 2**21 or more by construction"),
+    # neon.add: (acc - (acc < 0) + half) >> shift; at acc == 0 both give (half - 1) >> shift = 0
+    *[
+        (r"\(acc - \(acc < 0\) \+", new, "the comparisons differ at acc == 0 only, which rounds to 0 either way")
+        for new in ("(acc - (acc <= 0) +", "(acc - (acc < 1) +")
+    ],
+    # neon.add: QLinearAdd's outputs are 8-bit: saturate() clamps past any int16 bound after the zero point
+    *[
+        (r"np\.clip\(rounded, -32768, 32767\)", new, "8-bit outputs: saturate() clamps past the int16 range anyway")
+        for new in (
+            "np.clip(rounded, None, 32767)",
+            "np.clip(rounded, -32768, None)",
+            "np.clip(rounded, -32769, 32767)",
+            "np.clip(rounded, -32768, 32768)",
+        )
+    ],
+    *_each(
+        "value = ((sa * xa.astype(f32)).astype(f32) + (sb * xb.astype(f32)).astype(f32)).astype(f32)",
+        ".astype(f32)",
+        ".astype(None)",
+        _F32_ONCE,
+    ),
+    *_each(
+        "value = np.clip((value / sc).astype(f32), f32(lo - zc), f32(hi - zc))",
+        ".astype(f32)",
+        ".astype(None)",
+        _F32_ONCE,
+    ),
+    *_each(
+        "return np.rint((value + f32(zc)).astype(f32)).astype(np.int64).astype(dtype)",
+        ".astype(f32)",
+        ".astype(None)",
+        _F32_ONCE,
+    ),
+    (
+        r"np\.rint\(\(value \+ f32\(zc\)\)\.astype\(f32\)\)\.astype\(np\.int64\)",
+        "np.rint((value + f32(zc)).astype(f32)).astype(None)",
+        "a clamped, rounded value is an 8-bit integer: float64 casts to the output type as int64 does",
+    ),
+    *[
+        (r"np\.asarray\(x, np\.float32\)\.reshape\(\(\)\)", new, "np.float32() rounds the scale once either way")
+        for new in ("np.asarray(x, None).reshape(())", "np.asarray(x, ).reshape(())")
+    ],
+    *[
+        (re.escape(old), new, "8-bit differences: their products are exact in float64, and fma32 reads float32")
+        for old, new in (
+            ("(a.astype(np.int64) - _int(a_zp))", "(a.astype(None) - _int(a_zp))"),
+            ("(b.astype(np.int64) - _int(b_zp))", "(b.astype(None) - _int(b_zp))"),
+            ("arith.fma32(product.astype(np.float32),", "arith.fma32(product.astype(None),"),
+        )
+    ],
+    # conv.py: the attributes
+    *[
+        (r'attrs\.get\("kernel_shape"\) or w\.shape\[2:\]', f"attrs.get({new}) or w.shape[2:]", _KERNEL_SHAPE)
+        for new in ("None", '"XXkernel_shapeXX"', '"KERNEL_SHAPE"')
+    ],
+    *[
+        (r"group=group, kernel_shape=kernel_shape, pads=pads", f"group=group, {new}pads=pads", _KERNEL_SHAPE)
+        for new in ("kernel_shapeXX=kernel_shape, ", "kernel_shape=None, ", "")
+    ],
+    *[
+        (r'attrs\.get\("auto_pad"\) or "NOTSET"', f'attrs.get("auto_pad") or {new}', _NOTSET)
+        for new in ('"XXNOTSETXX"', '"notset"')
+    ],
+    *[(r'^auto_pad: str = "NOTSET",$', f"auto_pad: str = {new},", _NOTSET) for new in ('"XXNOTSETXX"', '"notset"')],
+    (
+        r'int\(attrs\.get\("group"\) or 1\)',
+        'int(attrs.get("group") or 2)',
+        "the kernels' group defaults to 1 and ONNX's is at least 1: never falsy",
+    ),
+    (r"\.reshape\(\(-1,\) \+", ".reshape((-2,) +", "numpy reads any negative size in reshape as 'the rest'"),
+    *[
+        (
+            rf"(scheme\.replace\(accumulator=\"wrap32\",.*){flag}=False",
+            rf"\1{flag}=None",
+            "a scheme's flags are read for their truth",
+        )
+        for flag in ("pair_saturation", "neon_pair_wrap", "depthwise_pair_wrap")
+    ],
+    *[
+        (r'source=\(w, "ConvInteger"\)', f"source=(w, {new})", "the key only names ConvInteger's sessions: any string")
+        for new in ('"XXConvIntegerXX"', '"convinteger"', '"CONVINTEGER"')
+    ],
+    (r"^requantizer_for = None$", 'requantizer_for = ""', "read for its truth"),
+    (
+        r"correction, correction_max = None, 0\.0",
+        "correction, correction_max = None, 1.0",
+        "correction_max is set with the correction before it is read",
+    ),
+    *[
+        (
+            r"(w_zp = np\.asarray\(w_zp), dtype=np\.int64\)",
+            rf"\1{new})",
+            "int64 weights minus int8 or int64 zero points",
+        )
+        for new in (", dtype=None", ", ")
+    ],
+    (
+        r"ws = w\.astype\(np\.int64\) -",
+        "ws = w.astype(None) -",
+        "8-bit weights minus their zero points are exact in float64, and are cast to the sums' type",
+    ),
+    (
+        r"x_zp = np\.asarray\(x_zp\)\.reshape\(\(\)\)\.astype\(np\.int64\)",
+        "x_zp = np.asarray(x_zp).reshape(()).astype(None)",
+        "an 8-bit zero point is exact in float64; it is read as int() or subtracted in the sums' float type",
+    ),
+    (
+        r"dtype = np\.float32 if bound < 2\.0\*\*24 else np\.float64",
+        "dtype = np.float32 if bound <= 2.0**24 else np.float64",
+        "2**24 itself is exact in float32: sums up to their bound stay exact",
+    ),
+    *[
+        (
+            rf"(float\(np\.abs\({name}\)(?:\.reshape\(m, -1\)\.sum\(axis=1\))?\.max\()initial=0\)",
+            r"\1initial=None)",
+            why,
+        )
+        for name, why in (
+            ("ws", "one weight row per output channel at least: the maximum of a non-empty array"),
+            ("bias", "one bias per output channel at least: the maximum of a non-empty array"),
+        )
+    ],
+    *[
+        (r"(else 2\.0\*\*53)\)$", new, "the float path also needs bound + bias_max < 2**31, far under 2**53")
+        for new in ("else 3.0**53)", "else 2.0**54)")
+    ],
+    (
+        r"acc \+= bias\.astype\(acc\.dtype\)",
+        "acc += bias.astype(None)",
+        "integer sums and bias exact in the sums' type: added in float64 and stored back, the same",
+    ),
+    (
+        r"m = multiplier\.astype\(ftype\)",
+        "m = multiplier.astype(None)",
+        "a float32 or float64 multiplier times exact integer sums, rounded once into the sums' type",
+    ),
+    *[
+        (r"bias\.reshape\(-1\)\.astype\(np\.int64\), finish", new, "conv_core casts the bias to the sums' type")
+        for new in ("bias.reshape(-1).astype(None), finish", "bias.reshape(None).astype(np.int64), finish")
+    ],
+    (
+        r"y \+= B\.astype\(dtype\)\.reshape",
+        "y += B.astype(None).reshape",
+        "ONNX's B has X's type: float64 holds it exactly and the in-place add rounds once to X's type",
+    ),
+    (
+        r"y = conv_core\(X, W\.astype\(dtype\),",
+        "y = conv_core(X, W.astype(None),",
+        "every float path converts the weights to the sums' type (X's) before use",
+    ),
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

@@ -402,3 +402,65 @@ def test_reference_requantizes_float64_sums_inside_the_chunks_zero_point_first()
     order = ("xs", "xz", "w", "ws", "wz", "ys", "yz", "b")
     (got,) = conv.qlinear_conv(x, *(inits[k] for k in order), scheme=REFERENCE)
     assert_same(got, want, "zero point first")
+
+
+# conv_core's plumbing: onnxruntime's threads and record chunks, and the chunks of the other paths
+
+
+def _ort_case() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(26)
+    return random_q(rng, np.int8, (2, 3, 8, 7)), random_q(rng, np.int8, (4, 3, 3, 3))
+
+
+@pytest.mark.parametrize(("records", "threads", "want"), [(1, 2, 2), (2, 2, 1), (3, 2, 1), (1, 1, 1)])
+def test_onnxruntime_threads_go_inside_the_call_when_records_are_fewer(records, threads, want, monkeypatch) -> None:
+    """Fewer records than the session's threads: one onnxruntime call using them all (intra-op);
+    else one thread per call, the calls spread over the threads."""
+    from pytest_qaccuracy.backend import parallel
+
+    asked = []
+    session_for = conv_ort.session_for
+    monkeypatch.setattr(conv_ort, "session_for", lambda *a: asked.append(a[3]) or session_for(*a))
+    x, w = _ort_case()
+    x = np.concatenate([x] * 2)[:records]
+    with parallel.using(threads):
+        got = conv_core.conv_core(x, w.astype(f32), 1, (1, 1), (1, 1), f32, exact=True, pads=[0] * 4, weights=(w, "t"))
+    assert asked == [want]
+    assert_same(got, _direct(x, w, 1, (1, 1), (1, 1), [0] * 4).astype(f32), "sums")
+
+
+@pytest.mark.parametrize(("shift", "want"), [(0, 2), (1, 1)])
+def test_onnxruntime_records_are_shared_from_min_parallel_macs(shift: int, want: int, monkeypatch) -> None:
+    """Two records of 4 x 6 x 5 outputs of 27 multiply-adds: 6,480, shared between two threads from
+    ``MIN_PARALLEL_MACS`` = 6,480 (not from 6,481)."""
+    from pytest_qaccuracy.backend import parallel
+
+    asked = []
+    spans = conv_core._record_spans
+    monkeypatch.setattr(conv_core, "_record_spans", lambda *a: asked.append(a) or spans(*a))
+    monkeypatch.setattr(conv_core, "MIN_PARALLEL_MACS", 2 * 120 * 27 + shift)
+    x, w = _ort_case()
+    with parallel.using(2):
+        got = conv_core.conv_core(x, w.astype(f32), 1, (1, 1), (1, 1), f32, exact=True, pads=[0] * 4, weights=(w, "s"))
+    assert asked == [(2, 120, want, 6)]
+    assert_same(got, _direct(x, w, 1, (1, 1), (1, 1), [0] * 4).astype(f32), "sums")
+
+
+@pytest.mark.parametrize(
+    ("name", "budget"), [("depthwise-odd-groups", "DEPTHWISE_CHUNK_ELEMENTS"), ("dense-3x3", None)]
+)
+def test_chunks_are_cut_by_each_paths_scratch_and_budget(name: str, budget, monkeypatch) -> None:
+    """``chunk_spans`` gets the records, the output rows, the path's scratch per row times the output's
+    columns, and the path's budget (the row-reading depthwise paths' smaller one)."""
+    from pytest_qaccuracy.backend.kernels import conv_chunks
+
+    asked = []
+    spans = conv_core.chunk_spans
+    monkeypatch.setattr(conv_core, "chunk_spans", lambda *a: asked.append(a) or spans(*a))
+    x, w, attrs = _case(name, np.int8)
+    (got,) = conv.conv(x.astype(f32), w.astype(f32), **attrs)
+    n, c, m, _, spatial, kernel, *_ = GEOMETRIES[name]
+    rows, cols = got.shape[2:]
+    per_row = (c + 2 * m) if budget else (9 * c + m)  # RowsPath: C x strides + 2 M; im2col: taps x C + M
+    want_budget = getattr(conv_chunks, budget) if budget else None
+    assert asked == [(n, rows, per_row * cols, want_budget)]
