@@ -459,7 +459,7 @@ def test_chunks_are_cut_by_each_paths_scratch_and_budget(name: str, budget, monk
     monkeypatch.setattr(conv_core, "chunk_spans", lambda *a: asked.append(a) or spans(*a))
     x, w, attrs = _case(name, np.int8)
     (got,) = conv.conv(x.astype(f32), w.astype(f32), **attrs)
-    n, c, m, _, spatial, kernel, *_ = GEOMETRIES[name]
+    n, c, m = GEOMETRIES[name][:3]
     rows, cols = got.shape[2:]
     per_row = (c + 2 * m) if budget else (9 * c + m)  # RowsPath: C x strides + 2 M; im2col: taps x C + M
     want_budget = getattr(conv_chunks, budget) if budget else None
