@@ -310,6 +310,7 @@ GROUPS: dict[str, Group] = {
         ),
         (
             "tests/backend/test_conv_units.py",
+            "tests/backend/test_conv_paths.py",
             "tests/backend/test_conv_ort.py",
             "tests/backend/test_pairs.py",  # the pair oracle: AVX2 saturation through the conv paths
             "tests/backend/test_goldens.py",
@@ -843,6 +844,78 @@ EQUIVALENT += [
         r"y \+= B\.astype\(dtype\)\.reshape",
         "y += B.astype(None).reshape",
         "ONNX's B has X's type: float64 holds it exactly and the in-place add rounds once to X's type",
+    ),
+    # conv_core.py: the scratch buffers' names, the paths' shortcuts, facts of every caller
+    *[
+        (re.escape(f'{size}, {dtype}, "{role}")'), f"{size}, {dtype}, {new})", "a scratch role only names a buffer")
+        for size, dtype, role, news in (
+            ("conv.w.shape[0] * math.prod(lead)", "conv.dtype", "target", ("None", '"XXtargetXX"', '"TARGET"')),
+            ("m * lead[0] * lead[1] * wide", "conv.dtype", "target", ("None", '"XXtargetXX"', '"TARGET"', "")),
+            ("x.size", "np.float32", "ort-input", ("None", '"XXort-inputXX"', '"ORT-INPUT"', "")),
+        )
+        for new in news
+    ],
+    (
+        r"row_classes\(dense, conv\.strides\[0\], conv\.dilations\[0\], conv\.dtype\)",
+        "row_classes(dense, conv.strides[0], conv.dilations[0], None)",
+        "GroupedRowPath runs on exact integer sums only: float64 weights give the same sums",
+    ),
+    (
+        r"groups_per_block\(conv\.group, conv\.channels // conv\.group\)",
+        "groups_per_block(conv.group, conv.channels / conv.group)",
+        "channels are a multiple of the groups: the float quotient equals the integer one",
+    ),
+    (
+        r"depthwise = c // group == 1 and",
+        "depthwise = c / group == 1 and",
+        "channels are a multiple of the groups: the float quotient equals the integer one",
+    ),
+    (
+        r"depthwise = c == group > 1$",
+        "depthwise = c == group >= 1",
+        "one group returns Im2colPath before depthwise is read",
+    ),
+    (
+        r"assert isinstance\(source, Source\) and conv\.weights",
+        "assert isinstance(source, Source) or conv.weights",
+        "an assertion that holds for every caller",
+    ),
+    (
+        r"np\.dtype\(conv\.dtype\)\.str\)$",
+        "np.dtype(None).str)",
+        "OrtPath runs float32 sums only (conv_integer_acc passes weights then): the key's type never varies",
+    ),
+    (r"if threads > 1 and n >= threads:", "if threads >= 1 and n >= threads:", "a multiple of one thread: the count"),
+    *[
+        (
+            r"(added = None if bias is None else np\.asarray\(bias), dtype\)",
+            rf"\1{new})",
+            "the bias comes in the sums' type",
+        )
+        for new in (", None", ", ")
+    ],
+    # the sums written straight into the output, or into scratch and then copied: the same values
+    (r"^dest = out\[n0:n1, :, o0:o1\]$", "dest = None", "sums in scratch, then copied into the output"),
+    *[
+        (
+            r"(path\.sums\(_chunk\(\(n0, n1, o0, o1\)\), )None if epilogue else dest\)",
+            rf"\1{new})",
+            "sums in scratch, then copied",
+        )
+        for new in ("None", "None if (epilogue) or True else dest")
+    ],
+    *[
+        (
+            r"^whole = chunk\.lead\[1\] == self\.conv\.out_spatial\[0\]$",
+            new,
+            "a C-contiguous target takes the GEMM either way",
+        )
+        for new in ("whole = None", "whole = chunk.lead[1] != self.conv.out_spatial[0]")
+    ],
+    (
+        r"self\.conv\.taps, chunk, whole\)",
+        "self.conv.taps, chunk, None)",
+        "a C-contiguous target takes the GEMM either way",
     ),
     (
         r"y = conv_core\(X, W\.astype\(dtype\),",
