@@ -764,11 +764,6 @@ EQUIVALENT += [
         for new in ('"XXNOTSETXX"', '"notset"')
     ],
     *[(r'^auto_pad: str = "NOTSET",$', f"auto_pad: str = {new},", _NOTSET) for new in ('"XXNOTSETXX"', '"notset"')],
-    (
-        r'int\(attrs\.get\("group"\) or 1\)',
-        'int(attrs.get("group") or 2)',
-        "the kernels' group defaults to 1 and ONNX's is at least 1: never falsy",
-    ),
     (r"\.reshape\(\(-1,\) \+", ".reshape((-2,) +", "numpy reads any negative size in reshape as 'the rest'"),
     *[
         (
@@ -895,7 +890,6 @@ EQUIVALENT += [
         for new in (", None", ", ")
     ],
     # the sums written straight into the output, or into scratch and then copied: the same values
-    (r"^dest = out\[n0:n1, :, o0:o1\]$", "dest = None", "sums in scratch, then copied into the output"),
     *[
         (
             r"(path\.sums\(_chunk\(\(n0, n1, o0, o1\)\), )None if epilogue else dest\)",
