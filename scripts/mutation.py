@@ -911,6 +911,33 @@ EQUIVALENT += [
         "self.conv.taps, chunk, None)",
         "a C-contiguous target takes the GEMM either way",
     ),
+    (r"^ws\.astype\(dtype\),$", "ws.astype(None),", "every path converts the weights to the sums' type"),
+    (
+        r"bias=None if added is None else added\.astype\(dtype\),",
+        "bias=None if added is None else added.astype(None),",
+        "conv_core casts the bias to the sums' type",
+    ),
+    (
+        r"np\.asarray\(w_scale\)\.reshape\(-1\)\]",
+        "np.asarray(w_scale).reshape(None)]",
+        "a scalar or 1-D w_scale: a scalar multiplier broadcasts as one of one element, reshaped to (M, 1, ...)",
+    ),
+    (
+        r"bound \+= float\(np\.abs\(wrapped\)\.max\(initial=0\)\)",
+        "bound += float(np.abs(wrapped).max(initial=None))",
+        "the wrapped pairs hold one value per output at least: the maximum of a non-empty array",
+    ),
+    (
+        r"conv_chunks\.to_padded\(xp, pads, offset, dtype\)",
+        "conv_chunks.to_padded(xp, pads, offset, None)",
+        "exact values padded in float64 are copied into the GEMM's columns of the sums' type",
+    ),
+    (
+        r"exact, group, c, m // group, strides,",
+        "exact, group, c, m / group, strides,",
+        "outputs are a multiple of the groups: the float quotient equals the integer one",
+    ),
+    (r"correction\.before_chunks\(dtype\)", "correction.before_chunks(None)", "no correction reads the type there"),
     (
         r"y = conv_core\(X, W\.astype\(dtype\),",
         "y = conv_core(X, W.astype(None),",

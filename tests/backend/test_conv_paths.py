@@ -464,3 +464,15 @@ def test_chunks_are_cut_by_each_paths_scratch_and_budget(name: str, budget, monk
     per_row = (c + 2 * m) if budget else (9 * c + m)  # RowsPath: C x strides + 2 M; im2col: taps x C + M
     want_budget = getattr(conv_chunks, budget) if budget else None
     assert asked == [(n, rows, per_row * cols, want_budget)]
+
+
+@pytest.mark.parametrize("name", ["depthwise-tiny", "grouped"])
+def test_conv_core_reads_the_offset_only_with_pads(name: str) -> None:
+    """``offset`` is subtracted from an unpadded input (with ``pads``); an input padded by the caller
+    is taken as it is, whatever ``offset`` says."""
+    x, w, attrs = _case(name, np.int8)
+    g, strides, dilations = attrs["group"], tuple(attrs["strides"]), tuple(attrs["dilations"])
+    got = conv_core.conv_core(x.astype(f32), w.astype(f32), g, strides, dilations, f32, exact=True, offset=5)
+    assert_same(got, _direct(x, w, g, strides, dilations, [0] * 4).astype(f32), "padded by the caller")
+    got = conv_core.conv_core(x, w.astype(f32), g, strides, dilations, f32, exact=True, pads=[0] * 4, offset=5)
+    assert_same(got, _direct(x.astype(np.int64) - 5, w, g, strides, dilations, [0] * 4).astype(f32), "unpadded")
