@@ -476,3 +476,12 @@ def test_conv_core_reads_the_offset_only_with_pads(name: str) -> None:
     assert_same(got, _direct(x, w, g, strides, dilations, [0] * 4).astype(f32), "padded by the caller")
     got = conv_core.conv_core(x, w.astype(f32), g, strides, dilations, f32, exact=True, pads=[0] * 4, offset=5)
     assert_same(got, _direct(x.astype(np.int64) - 5, w, g, strides, dilations, [0] * 4).astype(f32), "unpadded")
+
+
+def test_onnxruntime_path_of_one_output_channel() -> None:
+    """One output channel through onnxruntime: its weights are all the weights."""
+    x, w = _ort_case()
+    w = w[:1]
+    got = conv_core.conv_core(x, w.astype(f32), 1, (1, 1), (1, 1), f32, exact=True, pads=[1] * 4, weights=(w, "one"))
+    assert got.shape == (2, 1, 8, 7)
+    assert_same(got, _direct(x, w, 1, (1, 1), (1, 1), [1] * 4).astype(f32), "one channel")
