@@ -318,6 +318,17 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_reference_preset.py",
         ),
     ),
+    "conv_pairs": Group(
+        ("backend/kernels/conv_pairs.py",),
+        (
+            "tests/backend/test_pairs.py",  # the pair oracle of convolutions
+            "tests/backend/test_conv_paths.py",
+            "tests/backend/test_conv_units.py",
+            "tests/backend/test_goldens.py",
+            "tests/backend/test_pairs_units.py",
+            "tests/backend/test_conv_ort.py",
+        ),
+    ),
     "scheme": Group(
         (
             "backend/scheme.py",
