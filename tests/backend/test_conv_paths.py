@@ -485,3 +485,65 @@ def test_onnxruntime_path_of_one_output_channel() -> None:
     got = conv_core.conv_core(x, w.astype(f32), 1, (1, 1), (1, 1), f32, exact=True, pads=[1] * 4, weights=(w, "one"))
     assert got.shape == (2, 1, 8, 7)
     assert_same(got, _direct(x, w, 1, (1, 1), (1, 1), [1] * 4).astype(f32), "one channel")
+
+
+# conv_pairs: the dense or the sparse way, chosen by cost. 1 x 1 kernels over two channels of
+# weights -128: one risky pair per output channel and pixel, whose sum -128 (x0 + x1) saturates at
+# -32768 when x0 + x1 > 256. ``dense`` = records x outputs x entries, ``sparse`` = 18,000 + 0.4 x
+# records x pixels x first rows (``SPARSE_FIXED``, ``SCAN_COST``); a dense way of at most 2**16
+# evaluations is taken without weighing.
+
+
+def _choice(x: np.ndarray, m: int, stride: int = 1) -> type:
+    """The correction's class; its sums checked against ``sat16(-128 (x0 + x1))``."""
+    w = np.full((m, 2, 1, 1), -128, np.int8)
+    xs = x[:, :, ::stride, ::stride]
+    out = xs.shape[2:]
+    correction = conv_pairs.pair_corrections(x, 0, w, 1, [0] * 4, (stride, stride), (1, 1), out)
+    acc, _, _ = _acc(x, np.uint8(0), w, scheme=get_scheme("onnxruntime-avx2"), strides=[stride, stride])
+    pair = np.maximum(-128 * (xs[:, :1].astype(np.int64) + xs[:, 1:]), -32768)
+    assert_same(acc, np.broadcast_to(pair, acc.shape).astype(acc.dtype), "saturated sums")
+    return type(correction)
+
+
+def _records(n: int, high_share: int | None = None) -> np.ndarray:
+    """``n`` records of 2 x 64 x 64: the first at 255 (or 255 on 1 / ``high_share`` of its rows), the
+    others 0."""
+    x = np.zeros((n, 2, 64, 64), np.uint8)
+    if high_share is None:
+        x[0] = 255
+    else:
+        x[0, :, : 64 // high_share] = 255
+    return x
+
+
+def test_dense_way_for_a_stem_like_first_record() -> None:
+    """4 records, 8 outputs: dense 131,072 > sparse 24,554; the first record high everywhere: its
+    32,768 saturated pair sums cost 130 each per record, far more: dense."""
+    assert _choice(_records(4), 8) is conv_pairs.DenseCorrection
+
+
+def test_sparse_way_under_four_records() -> None:
+    """3 records: dense 98,304 > sparse 22,915, and no sample is taken under 4 records: sparse."""
+    assert _choice(_records(3), 8) is conv_pairs.SparseSearch
+
+
+def test_sparse_way_when_few_inputs_are_high() -> None:
+    """The first record at 100 (under 32767 // 128 // 2 = 127), a later one high: sparse."""
+    x = _records(4)
+    x[0] = 100
+    x[1, :, 0, 0] = 255
+    assert _choice(x, 8) is conv_pairs.SparseSearch
+
+
+def test_dense_way_from_one_eighth_of_high_inputs() -> None:
+    """One row in 8 of the first record at 255 (exactly 1/8 of its values): sampled, 4,096 saturated
+    pair sums: dense."""
+    assert _choice(_records(4, high_share=8), 8) is conv_pairs.DenseCorrection
+
+
+def test_dense_way_when_it_costs_no_more_than_the_scan() -> None:
+    """Stride 2 over 514 x 514: dense 257 * 257 = 66,049 (past 2**16) <= sparse 18,000 + 0.4 * 514 * 514
+    = 123,678: dense, with one record."""
+    x = np.full((1, 2, 514, 514), 255, np.uint8)
+    assert _choice(x, 1, stride=2) is conv_pairs.DenseCorrection
