@@ -956,6 +956,11 @@ EQUIVALENT += [
     ),
 ]
 
+# conv_pairs: the AVX2 convolutions' pair corrections
+EQUIVALENT += [
+    (r"^found\.flags\.writeable = False$", "found.flags.writeable = None", "numpy reads the flag for its truth"),
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

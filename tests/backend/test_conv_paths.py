@@ -547,3 +547,32 @@ def test_dense_way_when_it_costs_no_more_than_the_scan() -> None:
     = 123,678: dense, with one record."""
     x = np.full((1, 2, 514, 514), 255, np.uint8)
     assert _choice(x, 1, stride=2) is conv_pairs.DenseCorrection
+
+
+def test_zeros_buffer_grows_once_and_is_shared_read_only(monkeypatch) -> None:
+    """``_zeros``: int16 zeros of any shape from one read-only buffer, replaced only when too small."""
+    monkeypatch.setattr(conv_pairs, "_ZEROS", np.zeros(0, np.int16))
+    first = conv_pairs._zeros((3, 4))
+    assert first.shape == (3, 4) and first.dtype == np.int16 and not first.any()
+    assert not first.flags.writeable
+    grown = conv_pairs._ZEROS
+    assert grown.size == 12
+    same = conv_pairs._zeros((2, 6))  # as large: the same buffer
+    assert conv_pairs._ZEROS is grown and np.shares_memory(same, grown)
+    assert conv_pairs._zeros((5,)).base is not None and conv_pairs._ZEROS is grown
+    assert conv_pairs._zeros((13,)).shape == (13,) and conv_pairs._ZEROS.size == 13
+
+
+@pytest.mark.parametrize(
+    ("bounds", "budget", "want"),
+    [
+        ([0, 3, 5, 9, 10, 14], 5, [(0, 2), (2, 4), (4, 5)]),  # each span's entries: 5, 5, 4
+        ([0, 8, 9], 5, [(0, 1), (1, 2)]),  # a candidate over the budget alone takes a span of its own
+        ([0, 1, 2, 3], 10, [(0, 3)]),
+        ([0, 2], 1, [(0, 1)]),
+    ],
+)
+def test_spans_of_candidates_by_hand(bounds: list[int], budget: int, want: list) -> None:
+    """``_spans``: consecutive ranges of candidates whose expanded entries (cumulative ``bounds``) fit
+    the budget, at least one candidate each."""
+    assert conv_pairs._spans(np.array(bounds), budget) == want
