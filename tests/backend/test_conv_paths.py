@@ -576,3 +576,30 @@ def test_spans_of_candidates_by_hand(bounds: list[int], budget: int, want: list)
     """``_spans``: consecutive ranges of candidates whose expanded entries (cumulative ``bounds``) fit
     the budget, at least one candidate each."""
     assert conv_pairs._spans(np.array(bounds), budget) == want
+
+
+def test_a_convolution_without_risky_pairs_counts_its_pair_sums() -> None:
+    """No pair can saturate (inputs at most 100 on weights of -128): no correction, and the counter
+    gets every pair sum of the convolution, none saturated: 2 records x 6 x 5 outputs x 3 output
+    channels x 14 pairs (3 x 3 taps x 3 channels = 27 products, the last one alone)."""
+    from pytest_qaccuracy.backend import pairs
+
+    x = np.full((2, 3, 8, 7), 100, np.uint8)
+    w = np.full((3, 3, 3, 3), -128, np.int8)
+    counter = pairs.SaturationCounter()
+    with pairs.counting(counter):
+        assert conv_pairs.pair_corrections(x, 0, w, 1, [0] * 4, (1, 1), (1, 1), (6, 5)) is None
+    node = counter.nodes[""]
+    assert (node.pairs, node.saturated, node.per_record) == (2 * 30 * 3 * 14, 0, {})
+
+
+def test_a_sparse_search_without_saturated_pairs_is_all_zeros() -> None:
+    """The sparse way on inputs whose pairs never reach int16's range (a later record decides the
+    channels' maxima): its dense correction is int64 zeros of the output's shape."""
+    x = np.zeros((3, 2, 64, 64), np.uint8)
+    x[2, 0, 0, 0] = x[2, 1, 0, 1] = 255  # channel maxima 255: risky pairs; no pixel high in both channels
+    w = np.full((8, 2, 1, 1), -128, np.int8)
+    correction = conv_pairs.pair_corrections(x, 0, w, 1, [0] * 4, (1, 1), (1, 1), (64, 64))
+    assert isinstance(correction, conv_pairs.SparseSearch)
+    dense = correction.dense()
+    assert dense.shape == (3, 8, 64, 64) and dense.dtype == np.int64 and not dense.any()
