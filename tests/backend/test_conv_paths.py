@@ -6,7 +6,9 @@ only where every value is an exact integer. The values are the same either way, 
 the decisions themselves: the bound worked by hand from the inputs' type or data range and the
 weights, the path ``conv_core`` takes for each geometry of ``test_conv_units.py`` (the table in
 ``conv_core``'s docstring), and which requantization ran. Values are checked too: against direct
-int64 sums, onnx.reference, or numbers worked by hand. Part of the ``conv`` mutation group.
+int64 sums, onnx.reference, or numbers worked by hand. ``conv_pairs``' choice between its dense
+and sparse corrections is watched the same way, at the end. Part of the ``conv`` and ``conv_pairs``
+mutation groups.
 """
 
 from __future__ import annotations
