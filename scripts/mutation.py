@@ -84,7 +84,20 @@ GROUPS: dict[str, Group] = {
     "matching": Group(
         ("model/matching.py",), ("tests/test_matching.py", "tests/test_matching_edges.py", "tests/test_pair.py")
     ),
-    "calibration": Group(("analysis/calibration/qdq_params.py",), ("tests/analysis/test_calibration_auto.py",)),
+    "calibration": Group(
+        (
+            "analysis/calibration/qdq_params.py",
+            "analysis/calibration/auto.py",
+            "analysis/calibration/probe.py",
+            "analysis/calibration/quantize.py",
+        ),
+        (
+            "tests/analysis/test_calibration_auto.py",
+            "tests/analysis/test_calibration.py",
+            "tests/analysis/test_calibration_opset.py",
+            "tests/analysis/test_calibration_units.py",
+        ),
+    ),
     "commands": Group(
         ("commands/*", "cli.py"),
         (
