@@ -96,6 +96,7 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_calibration.py",
             "tests/analysis/test_calibration_opset.py",
             "tests/analysis/test_calibration_units.py",
+            "tests/analysis/test_calibration_auto_units.py",
         ),
     ),
     "commands": Group(
