@@ -16,7 +16,7 @@ from onnxruntime.quantization.quant_utils import compute_scale_zp
 
 from pytest_qaccuracy.analysis.calibration import auto as A
 from pytest_qaccuracy.analysis.calibration import candidates as C
-from pytest_qaccuracy.analysis.calibration.observers import ExtremaObserver, HistogramObserver
+from pytest_qaccuracy.analysis.calibration.observers import ExtremaObserver
 from pytest_qaccuracy.analysis.calibration.probe import ProbeEntry
 from pytest_qaccuracy.data.progress import reporting
 from pytest_qaccuracy.errors import InputError, ModelError
@@ -669,7 +669,7 @@ def test_choose_with_one_differing_tensor_tries_it_whole_only(fake_probe):
     costs = {"a": {5: 1.0}, "b": {5: 1.0, 3: 2.0}}
     scores = {"b": {5: 1.0, 3: 0.5}}
     evaluator = FakeEvaluator(costs, scores)
-    evaluated, report = A.choose(evaluator, onnx.ModelProto(), Params(tensors), _found(his), "int8")
+    evaluated, _report = A.choose(evaluator, onnx.ModelProto(), Params(tensors), _found(his), "int8")
     assert fake_probe[0][1] == {"b": [(0.0, 5.0), (0.0, 3.0)]} and fake_probe[0][2] == "int8"
     assert evaluator.calls == [(["minmax", "kl"], True), (["per-tensor"], False)]
     assert evaluated["per-tensor"] == ({"a": "minmax", "b": "kl"}, 3.0)
