@@ -97,6 +97,8 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_calibration_opset.py",
             "tests/analysis/test_calibration_units.py",
             "tests/analysis/test_calibration_auto_units.py",
+            "tests/analysis/test_calibration_probe.py",
+            "tests/analysis/test_calibration_quantize.py",
         ),
     ),
     "commands": Group(
