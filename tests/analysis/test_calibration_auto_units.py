@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -835,3 +836,87 @@ def test_selection_line_names_the_choice_and_every_other_finalist():
     )
     equal = {**alone, "chosen": "minmax", "output_sqnr_db": 29.831}
     assert A.selection_line(equal).endswith("runs it (mse 29.83 dB)")
+
+
+# --- the warning against min/max -----------------------------------------------------------------
+
+
+def _plain_error(fp32: Path, quantized: Path, records: np.ndarray) -> float:
+    """sum (q - y)^2 / sum y^2 over the records, by plain onnxruntime sessions."""
+    import onnxruntime as ort
+
+    a = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
+    err = energy = 0.0
+    for x in records:
+        y = a.run(None, {"x": x})[0].astype(np.float64)
+        q = b.run(None, {"x": x})[0].astype(np.float64)
+        err, energy = err + np.sum((q - y) ** 2), energy + np.sum(y * y)
+    return err / energy
+
+
+def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(tmp_path):
+    """The written model against onnxruntime's own MinMax model (its calibrator, through
+    quantize_static), both run here: a warning with both SQNRs when min/max is better, else None."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
+    from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
+    from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
+    from tests.modelzoo import mlp
+
+    rng = np.random.default_rng(6)
+    fp32 = mlp(
+        tmp_path / "mlp.onnx", rng.standard_normal((4, 3)).astype(np.float32), rng.random((3, 2)).astype(np.float32)
+    )
+    records = rng.standard_normal((12, 1, 4)).astype(np.float32)
+    data = tmp_path / "d.npz"
+    np.savez(data, x=records)
+    theirs = tmp_path / "ort-minmax.onnx"
+    quantize_static(
+        str(fp32),
+        str(theirs),
+        DatasetReader(data, fp32),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+    )
+    observed = compute_ranges(fp32, data).ranges
+    clipped = {t: (lo / 4, hi / 4) for t, (lo, hi) in observed.items()}
+    result = CalibrationResult("percentile", 12, clipped, observed)
+    options = CalibrationOptions(method="percentile")
+    written = quantize_with_ranges(fp32, tmp_path / "p.onnx", result, options)
+    mine, plain = _plain_error(fp32, written, records), _plain_error(fp32, theirs, records)
+    assert mine > plain
+    progress = Recorder()
+    with reporting(progress):
+        warning = A.check_against_minmax(fp32, written, result, data, options, RuntimeOptions())
+    assert warning == (
+        f"percentile ranges give an output SQNR of {-10 * np.log10(mine):.2f} dB on the 12 calibration record(s), "
+        f"below min/max's {-10 * np.log10(plain):.2f} dB; --method auto chooses per tensor by measured effect"
+    )
+    assert progress.calls[0] == ("start", ("calibrate: check", 12))
+    same = CalibrationResult("minmax", 12, observed, observed)
+    assert A.check_against_minmax(fp32, theirs, same, data, CalibrationOptions(), RuntimeOptions()) is None
+    # the exclusions reach the min/max model: onnxruntime's MinMax model without mm2 quantized is
+    # better than the written min/max model that quantizes it
+    kept = tmp_path / "ort-minmax-kept.onnx"
+    quantize_static(
+        str(fp32),
+        str(kept),
+        DatasetReader(data, fp32),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+        nodes_to_exclude=["mm2"],
+    )
+    other = CalibrationResult("kl", 12, observed, observed)
+    plain, kept_error = _plain_error(fp32, theirs, records), _plain_error(fp32, kept, records)
+    assert kept_error < plain
+    warning = A.check_against_minmax(fp32, theirs, other, data, options, RuntimeOptions(), ["mm2"])
+    assert warning == (
+        f"kl ranges give an output SQNR of {-10 * np.log10(plain):.2f} dB on the 12 calibration record(s), "
+        f"below min/max's {-10 * np.log10(kept_error):.2f} dB; --method auto chooses per tensor by measured effect"
+    )
