@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -920,3 +921,67 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
         f"kl ranges give an output SQNR of {-10 * np.log10(plain):.2f} dB on the 12 calibration record(s), "
         f"below min/max's {-10 * np.log10(kept_error):.2f} dB; --method auto chooses per tensor by measured effect"
     )
+
+
+# --- auto_ranges: the whole choice on a small model ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """An MLP and 10 records, one of them with a spike (so that the rules disagree)."""
+    from tests.modelzoo import mlp
+
+    root = tmp_path_factory.mktemp("small")
+    rng = np.random.default_rng(9)
+    fp32 = mlp(root / "mlp.onnx", rng.standard_normal((6, 5)).astype(np.float32), rng.random((5, 3)).astype(np.float32))
+    records = rng.standard_normal((10, 1, 6)).astype(np.float32)
+    records[4, 0, 2] = 25.0
+    np.savez(root / "d.npz", x=records)
+    return fp32, root / "d.npz"
+
+
+def test_auto_ranges_reports_every_pass_and_the_chosen_ranges(small, tmp_path, monkeypatch):
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
+
+    fp32, data = small
+    measured = []
+    real = A.Evaluator.errors
+
+    def counting(self, runs, probe=None, against=None):
+        measured.append(list(runs))
+        return real(self, runs, probe, against)
+
+    monkeypatch.setattr(A.Evaluator, "errors", counting)
+    options = CalibrationOptions(method="auto")
+    result = compute_ranges(fp32, data, options)
+    selection = result.selection
+    # two statistics passes, then every pass of the evaluator (the last: the finalists)
+    assert selection["passes"] == 2 + len(measured) and selection["records"] == 10
+    assert measured[-1][:2] == ["minmax", "ort-percentile"]
+    verified = [s for s in selection["steps"] if s.get("verified")]
+    assert [s["choice"].removesuffix(", as onnxruntime runs it") for s in verified] == measured[-1]
+    chosen = next(s for s in verified if s["choice"].startswith(selection["chosen"] + ","))
+    assert selection["output_sqnr_db"] == chosen["output_sqnr_db"]
+    observed = compute_ranges(fp32, data).ranges
+    assert result.observed == observed
+    for tensor, entry in selection["tensors"].items():
+        assert entry["chosen"] == list(result.ranges[tensor])
+        assert entry["candidates"]["minmax"]["range"] == list(observed[tensor])
+    assert set(result.ranges) == set(observed)
+    if selection["chosen"] == "minmax":
+        assert result.ranges == observed
+    fresh = quantize_with_ranges(fp32, tmp_path / "fresh.onnx", replace(result, model=None), options)
+    assert result.model == fresh.read_bytes()  # the model auto returns is onnxruntime's write of its choice
+
+
+def test_auto_ranges_writes_the_exclusions_and_the_format_asked_for(small, tmp_path):
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, calibrate
+
+    fp32, data = small
+    options = CalibrationOptions(method="auto", quant_format="qoperator", activation_type="int8")
+    calibrate(fp32, data, tmp_path / "q.onnx", options, nodes_to_exclude=["mm2"])
+    model = onnx.load(str(tmp_path / "q.onnx"))
+    ops = {n.name: n.op_type for n in model.graph.node}
+    assert ops["mm2"] == "MatMul" and "QLinearMatMul" in ops.values()  # mm2 left in float, mm1 quantized
+    zero = next(t for t in model.graph.initializer if t.name.endswith("zero_point") and t.name.startswith("x"))
+    assert numpy_helper.to_array(zero).dtype == np.int8
