@@ -361,7 +361,7 @@ def test_wins_count_records_where_a_run_is_below_the_one_it_is_measured_against(
     assert evaluator.wins == {"minmax": 0, "a": 0, "b": 0}  # recounted every pass, none without a rival
 
 
-@pytest.mark.parametrize(("threads", "cpus", "session_threads"), [(0, 4, 1), (0, 1, 0), (2, 4, 2), (3, 1, 3)])
+@pytest.mark.parametrize(("threads", "cpus", "session_threads"), [(0, 4, 1), (0, 1, 0), (0, None, 0), (2, 4, 2), (3, 1, 3)])
 def test_sessions_are_single_threaded_when_onnxruntime_chooses_on_several_cores(
     monkeypatch, threads, cpus, session_threads
 ):
@@ -370,7 +370,7 @@ def test_sessions_are_single_threaded_when_onnxruntime_chooses_on_several_cores(
     monkeypatch.setattr(A, "make_session", lambda model, **kw: made.append((model, kw)) or object())
     options = RuntimeOptions(threads=threads, optimization="basic", providers=("CPUExecutionProvider",))
     evaluator = A.Evaluator(_double(), Bound([]), options)
-    assert evaluator._workers == (cpus if threads == 0 else 1)
+    assert evaluator._workers == ((cpus or 1) if threads == 0 else 1)
     model, other = _double(), _double()
     first = evaluator.session(model)
     assert evaluator.session(model) is first and len(made) == 1  # one session per model object
