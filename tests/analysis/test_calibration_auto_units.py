@@ -4,6 +4,7 @@ sessions and evaluators: every expected value is worked out here from the docume
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from dataclasses import replace
@@ -19,6 +20,7 @@ from onnxruntime.quantization.quant_utils import compute_scale_zp
 from pytest_qaccuracy.analysis.calibration import auto as A
 from pytest_qaccuracy.analysis.calibration import candidates as C
 from pytest_qaccuracy.analysis.calibration.observers import ExtremaObserver
+from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
 from pytest_qaccuracy.analysis.calibration.probe import ProbeEntry
 from pytest_qaccuracy.data.progress import reporting
 from pytest_qaccuracy.errors import InputError, ModelError
@@ -361,7 +363,9 @@ def test_wins_count_records_where_a_run_is_below_the_one_it_is_measured_against(
     assert evaluator.wins == {"minmax": 0, "a": 0, "b": 0}  # recounted every pass, none without a rival
 
 
-@pytest.mark.parametrize(("threads", "cpus", "session_threads"), [(0, 4, 1), (0, 1, 0), (0, None, 0), (2, 4, 2), (3, 1, 3)])
+@pytest.mark.parametrize(
+    ("threads", "cpus", "session_threads"), [(0, 4, 1), (0, 2, 1), (0, 1, 0), (0, None, 0), (2, 4, 2), (3, 1, 3)]
+)
 def test_sessions_are_single_threaded_when_onnxruntime_chooses_on_several_cores(
     monkeypatch, threads, cpus, session_threads
 ):
@@ -371,6 +375,7 @@ def test_sessions_are_single_threaded_when_onnxruntime_chooses_on_several_cores(
     options = RuntimeOptions(threads=threads, optimization="basic", providers=("CPUExecutionProvider",))
     evaluator = A.Evaluator(_double(), Bound([]), options)
     assert evaluator._workers == ((cpus or 1) if threads == 0 else 1)
+    assert evaluator.options is options and evaluator.wins == {} and evaluator.passes == 0
     model, other = _double(), _double()
     first = evaluator.session(model)
     assert evaluator.session(model) is first and len(made) == 1  # one session per model object
@@ -390,6 +395,10 @@ def test_a_model_onnxruntime_cannot_load_or_run_is_one_model_error():
     message = str(info.value)
     assert message.startswith("auto calibration: onnxruntime cannot load the probe model (")
     assert "\n" not in message and message.endswith(")")
+    assert "NoSuchOperator" in message  # onnxruntime's reason, first line
+    records = [{"x": np.ones(2, np.float32)}]
+    with pytest.raises(ModelError, match=r"cannot load the fp32 model \(.*NoSuchOperator"):
+        A.Evaluator(broken, Bound(records), RuntimeOptions()).errors({"c": (Session(lambda n, f: f["x"]), {})})
     with pytest.raises(ModelError, match=r"cannot load the quantized model \("):
         A.Evaluator(_double(), Bound([]), RuntimeOptions()).session(broken)
 
@@ -483,6 +492,7 @@ def test_majority_needs_more_than_half_the_records():
     assert A.majority(final, {"minmax": 0, "a": 5, "b": 4, "c": 6}, 10) == ["minmax", "c"]
     assert A.majority(final, {"a": 4, "b": 5}, 9) == ["minmax", "b"]
     assert A.majority(["a", "minmax"], {"a": 1}, 1) == ["a", "minmax"]
+    assert A.majority(["a", "minmax"], {}, 1) == ["minmax"]  # no count: no win
 
 
 # --- choose: the whole-model choices -----------------------------------------------------------
@@ -663,6 +673,22 @@ def test_choose_splits_many_differing_tensors_into_four_groups_and_keeps_one_tha
     assert evaluated[names[4]][0] == {**pct, "t5": "minmax"}
     assert evaluated[names[3]][1] == 5 * 1.0 + 0.5 and evaluated["per-tensor"][1] == 5 * 2.0 + 0.5
     assert report["passes"] == 4
+
+
+def test_choose_with_two_differing_tensors_tries_two_groups_and_keeps_only_strict_gains(fake_probe):
+    """a and b's winner (kl) differs from the best rule (minmax; c makes kl bad as a whole): two
+    groups of one. Group 1 lowers the error, group 2 only ties it: kept alone, nothing combined."""
+    tensors = ["a", "b", "c"]
+    his = {t: {**dict.fromkeys(RULES, 5), "kl": 3} for t in tensors}
+    costs = {"a": {5: 1.0, 3: 0.5}, "b": {5: 1.0, 3: 1.0}, "c": {5: 1.0, 3: 5.0}}
+    scores = {"a": {5: 1.0, 3: 0.5}, "b": {5: 1.0, 3: 0.5}, "c": {5: 0.5, 3: 1.0}}
+    evaluator = FakeEvaluator(costs, scores)
+    evaluated, _ = A.choose(evaluator, onnx.ModelProto(), Params(tensors), _found(his), "uint8")
+    groups = ["per-tensor", "minmax + per-tensor group 1/2", "minmax + per-tensor group 2/2"]
+    assert evaluator.calls == [(["minmax", "kl"], True), (groups, False)]
+    assert evaluated["minmax + per-tensor group 1/2"] == ({"a": "kl", "b": "minmax", "c": "minmax"}, 2.5)
+    assert evaluated["minmax + per-tensor group 2/2"] == ({"a": "minmax", "b": "kl", "c": "minmax"}, 3.0)
+    assert evaluated["minmax"][1] == 3.0
 
 
 def test_choose_with_one_differing_tensor_tries_it_whole_only(fake_probe):
@@ -856,7 +882,8 @@ def _plain_error(fp32: Path, quantized: Path, records: np.ndarray) -> float:
     return err / energy
 
 
-def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(tmp_path):
+@pytest.mark.parametrize("kind", ["uint8", "int8"])
+def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(tmp_path, kind):
     """The written model against onnxruntime's own MinMax model (its calibrator, through
     quantize_static), both run here: a warning with both SQNRs when min/max is better, else None."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -879,14 +906,14 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
         str(theirs),
         DatasetReader(data, fp32),
         quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
+        activation_type=QuantType.QInt8 if kind == "int8" else QuantType.QUInt8,
         weight_type=QuantType.QInt8,
         calibrate_method=CalibrationMethod.MinMax,
     )
     observed = compute_ranges(fp32, data).ranges
     clipped = {t: (lo / 4, hi / 4) for t, (lo, hi) in observed.items()}
     result = CalibrationResult("percentile", 12, clipped, observed)
-    options = CalibrationOptions(method="percentile")
+    options = CalibrationOptions(method="percentile", activation_type=kind)
     written = quantize_with_ranges(fp32, tmp_path / "p.onnx", result, options)
     mine, plain = _plain_error(fp32, written, records), _plain_error(fp32, theirs, records)
     assert mine > plain
@@ -899,7 +926,7 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
     )
     assert progress.calls[0] == ("start", ("calibrate: check", 12))
     same = CalibrationResult("minmax", 12, observed, observed)
-    assert A.check_against_minmax(fp32, theirs, same, data, CalibrationOptions(), RuntimeOptions()) is None
+    assert A.check_against_minmax(fp32, theirs, same, data, options, RuntimeOptions()) is None
     # the exclusions reach the min/max model: onnxruntime's MinMax model without mm2 quantized is
     # better than the written min/max model that quantizes it
     kept = tmp_path / "ort-minmax-kept.onnx"
@@ -908,7 +935,7 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
         str(kept),
         DatasetReader(data, fp32),
         quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
+        activation_type=QuantType.QInt8 if kind == "int8" else QuantType.QUInt8,
         weight_type=QuantType.QInt8,
         calibrate_method=CalibrationMethod.MinMax,
         nodes_to_exclude=["mm2"],
@@ -985,3 +1012,124 @@ def test_auto_ranges_writes_the_exclusions_and_the_format_asked_for(small, tmp_p
     assert ops["mm2"] == "MatMul" and "QLinearMatMul" in ops.values()  # mm2 left in float, mm1 quantized
     zero = next(t for t in model.graph.initializer if t.name.endswith("zero_point") and t.name.startswith("x"))
     assert numpy_helper.to_array(zero).dtype == np.int8
+
+
+def test_wins_weigh_each_output_by_that_records_energy():
+    """Three outputs of very different energies on each record (u, v, and z without any): a run's
+    per-record error is the mean over outputs of squared error / that output's energy on the record
+    (1 where it has none), so a large error on a loud output can beat a small one on a quiet output."""
+    fp32 = _model({"u": TensorProto.FLOAT, "v": TensorProto.FLOAT, "z": TensorProto.FLOAT})
+    reference = {0: (10.0, 1.0, 0.0), 1: (2.0, 0.5, 0.0), 2: (1.0, 1.0, 0.0)}  # energies (100, 1), (4, .25), (1, 1)
+    squared = {  # squared errors per record and output
+        "minmax": {0: (0.0, 0.008, 0.0), 1: (0.4, 0.0, 0.0), 2: (0.03, 0.0, 0.0)},
+        "a": {0: (0.5, 0.0, 0.0), 1: (0.0, 0.03, 0.0), 2: (0.0, 0.0, 0.04)},
+    }
+    names = ("u", "v", "z")
+    records = [{"i": np.array(i)} for i in range(3)]
+
+    def ref(name, feeds):
+        return np.array([reference[int(feeds["i"])][names.index(name)]])
+
+    def run_of(run):
+        def fn(name, feeds):
+            i = int(feeds["i"])
+            return ref(name, feeds) + np.sqrt(squared[run][i][names.index(name)])
+
+        return Session(fn)
+
+    evaluator = A.Evaluator(fp32, Bound(records), RuntimeOptions())
+    got = evaluator.errors({r: (run_of(r), {}) for r in squared}, (Session(ref), [], None), against="minmax")
+    # record 0: a .005 / 3 against .008 / 3 (a win); record 1: .03 / .25 = .12 against .4 / 4 = .1;
+    # record 2: .04 (z, unscaled) against .03
+    assert evaluator.wins == {"minmax": 0, "a": 1}
+    energy = (100 + 4 + 1, 1 + 0.25 + 1)
+    assert got["a"] == pytest.approx((0.5 / energy[0] + 0.03 / energy[1] + 0.04) / 3, rel=1e-9)
+
+
+def test_pooled_errors_divide_by_energies_below_one_too():
+    fp32 = _model({"u": TensorProto.FLOAT})
+    records = [{"x": np.array([0.5, 0.0], np.float32)}]
+    evaluator = A.Evaluator(fp32, Bound(records), RuntimeOptions())
+    got = evaluator.errors(
+        {"c": (Session(lambda n, f: f["x"] + np.float32(0.1)), {})}, (Session(lambda n, f: f["x"]), [], None)
+    )
+    assert got["c"] == pytest.approx(2 * 0.1**2 / 0.25, rel=1e-5)
+
+
+def test_verified_choice_replaces_the_step_of_the_finalist_measured_again():
+    """The finalist chosen is the middle one (onnxruntime's percentile): its step is the one replaced."""
+    models = {"minmax": _tiny(0.0), "ort-percentile": _tiny(1.0), "mse": _tiny(2.0)}
+    evaluator = RealEvaluator({0.0: 0.5, 1.0: 0.25, 2.0: 0.375, 3.0: 0.125}, {0.0: 0, 1.0: 6, 2.0: 6, 3.0: 7}, 8)
+    report = {"steps": [{"choice": "a"}, {"choice": "b"}], "passes": 0}
+    got = A.verified_choice(evaluator, ["minmax", "ort-percentile", "mse"], models, lambda n: _tiny(3.0), report)
+    assert got == A.Choice("ort-percentile", 0.125)
+    assert [s["choice"] for s in report["steps"]] == [
+        "a",
+        "b",
+        "minmax, as onnxruntime runs it",
+        "ort-percentile, as onnxruntime runs it",
+        "mse, as onnxruntime runs it",
+    ]
+    assert report["steps"][3]["measured_again"] is True and report["steps"][3]["output_error"] == 0.125
+    assert "measured_again" not in report["steps"][4] and report["steps"][4]["output_error"] == 0.375
+
+
+def test_auto_reports_each_pass_to_the_progress(small):
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
+
+    fp32, data = small
+    progress = Recorder()
+    with reporting(progress):
+        result = compute_ranges(fp32, data, CalibrationOptions(method="auto"))
+    starts = [what for kind, what in progress.calls if kind == "start"]
+    passes = result.selection["passes"]
+    assert starts == [("calibrate", 10), ("calibrate", 10)] + [("auto: measure", 10)] * (passes - 2)
+    assert sum(n for kind, n in progress.calls if kind == "advance") == 10 * passes
+
+
+@pytest.mark.parametrize(("form", "formats"), [("qdq", ["QDQ"]), ("qoperator", ["QDQ", "QOperator"])])
+def test_when_min_max_is_chosen_its_model_is_written_once_in_the_form_asked(
+    small, tmp_path, monkeypatch, form, formats
+):
+    """The choices are measured on the QDQ form; onnxruntime writes the min/max model once more only
+    for another form (docs/calibration.md, Cost), and that model is the one returned."""
+    import onnxruntime.quantization as oq
+
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges, quantize_with_ranges
+
+    fp32, data = small
+    monkeypatch.setattr(A, "verified_choice", lambda evaluator, final, models, write, report: A.Choice("minmax", 0.5))
+    seen = []
+    real = oq.quantize_static
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["quant_format"].name)
+        return real(*args, **kwargs)
+
+    spy.__signature__ = inspect.signature(real)
+    monkeypatch.setattr(oq, "quantize_static", spy)
+    options = CalibrationOptions(method="auto", quant_format=form)
+    result = compute_ranges(fp32, data, options)
+    assert seen == formats
+    observed = compute_ranges(fp32, data).ranges
+    assert result.ranges == observed and result.selection["chosen"] == "minmax"
+    fresh = quantize_with_ranges(fp32, tmp_path / "fresh.onnx", CalibrationResult("minmax", 10, observed), options)
+    assert result.model == fresh.read_bytes()
+
+
+def test_auto_candidates_follow_the_options_given(small):
+    """Each candidate is the method of that name with the same options (not the defaults)."""
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
+
+    fp32, data = small
+    settings = {"percentiles": (5.0, 90.0), "moving_average": (3, 0.5), "quantized_bins": 63}
+    result = compute_ranges(fp32, data, CalibrationOptions(method="auto", **settings))
+    for method in ("percentile", "moving-average", "kl"):
+        ranges = compute_ranges(fp32, data, CalibrationOptions(method=method, **settings)).ranges
+        default = compute_ranges(fp32, data, CalibrationOptions(method=method)).ranges
+        assert ranges != default  # the settings matter on these records
+        for tensor, entry in result.selection["tensors"].items():
+            assert entry["candidates"][method]["range"] == pytest.approx(list(ranges[tensor]), rel=1e-6), (
+                method,
+                tensor,
+            )
