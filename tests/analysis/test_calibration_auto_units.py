@@ -927,8 +927,7 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
     assert progress.calls[0] == ("start", ("calibrate: check", 12))
     same = CalibrationResult("minmax", 12, observed, observed)
     assert A.check_against_minmax(fp32, theirs, same, data, options, RuntimeOptions()) is None
-    # the exclusions reach the min/max model: onnxruntime's MinMax model without mm2 quantized is
-    # better than the written min/max model that quantizes it
+    # the exclusions reach the min/max model: onnxruntime's MinMax model without mm2 quantized
     kept = tmp_path / "ort-minmax-kept.onnx"
     quantize_static(
         str(fp32),
@@ -942,10 +941,13 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
     )
     other = CalibrationResult("kl", 12, observed, observed)
     plain, kept_error = _plain_error(fp32, theirs, records), _plain_error(fp32, kept, records)
-    assert kept_error < plain
+    assert kept_error != plain
     warning = A.check_against_minmax(fp32, theirs, other, data, options, RuntimeOptions(), ["mm2"])
+    # onnxruntime 1.32 (either type): leaving mm2 in float is better; 1.18 (uint8): worse, no warning
     assert warning == (
-        f"kl ranges give an output SQNR of {-10 * np.log10(plain):.2f} dB on the 12 calibration record(s), "
+        None
+        if plain <= kept_error
+        else f"kl ranges give an output SQNR of {-10 * np.log10(plain):.2f} dB on the 12 calibration record(s), "
         f"below min/max's {-10 * np.log10(kept_error):.2f} dB; --method auto chooses per tensor by measured effect"
     )
 
