@@ -786,6 +786,55 @@ EQUIVALENT += [
     ],
 ]
 
+# calibration: the probe's sums and zips, the quantizer's private files and defaults
+EQUIVALENT += [
+    *[
+        (r"float\(np\.asarray\(value, dtype=np\.float64\)\)", new, "float() of a float32 scalar is exact either way")
+        for new in ("float(np.asarray(value, dtype=None))", "float(np.asarray(value, ))")
+    ],
+    *[
+        (r"zip\(entry\.errors, entry\.energies, strict=True\)", f"zip(entry.errors, entry.energies, {new})", why)
+        for new, why in (
+            ("strict=None", "an entry's errors and energies are built in pairs"),
+            ("strict=False", "an entry's errors and energies are built in pairs"),
+            ("", "an entry's errors and energies are built in pairs"),
+        )
+    ],
+    (r'float\("inf"\)', 'float("INF")', "float() reads 'inf' case-insensitively"),
+    (
+        r"scale = \(hi - lo\) / \(qmax - qmin\) or 1\.0",
+        "scale = (hi - lo) / (qmax + qmin) or 1.0",
+        "this branch is uint8 weights only, where qmin is 0",
+    ),
+    (
+        r'log\.info\("%s", opset_note\(model, calibration\)\)',
+        "log.info(opset_note(model, calibration))",
+        "the note holds no %: logging prints it unchanged",
+    ),
+    *[
+        (r'TemporaryDirectory\(prefix="qaccuracy-calibrate-"\)', new, "a private temporary folder's name")
+        for new in (
+            "TemporaryDirectory(prefix=None)",
+            'TemporaryDirectory(prefix="XXqaccuracy-calibrate-XX")',
+            'TemporaryDirectory(prefix="QACCURACY-CALIBRATE-")',
+        )
+    ],
+    *[
+        (r'cache = Path\(tmp\) / "ranges\.json"', new, "a private temporary file, handed over by its path")
+        for new in ('cache = Path(tmp) / "XXranges.jsonXX"', 'cache = Path(tmp) / "RANGES.JSON"')
+    ],
+    (
+        r"kwargs\.update\(calibration_data_reader=None, calibration_cache_path=str\(cache\)\)",
+        "kwargs.update(calibration_cache_path=str(cache))",
+        "quantize_static takes a cache only from 1.19 on, where calibration_data_reader defaults to None",
+    ),
+    (
+        r"shape = \[d if isinstance\(d, int\) and d > 0 else 1 ",
+        "shape = [d if isinstance(d, int) and d > 1 else 1 ",
+        "a dimension of 1 is 1 either way",
+    ),
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

@@ -254,6 +254,7 @@ def test_scores_divide_each_consumers_sum_and_treat_no_energy_apart():
         ProbeEntry("t", (0.0, 2.0), ("e3", "e4"), ("s1", "zero")),
         ProbeEntry("u", (0.0, 3.0), ("e5",), ("zero",)),
         ProbeEntry("u", (0.0, 4.0), ("missing",), ("also missing",)),
+        ProbeEntry("v", (0.0, 5.0), ("e5",), ("never reported",)),
     ]
     sums = ProbeScores(entries)
     for values in (
@@ -268,7 +269,9 @@ def test_scores_divide_each_consumers_sum_and_treat_no_energy_apart():
     assert sums.score(entries[1]) == 2.0 / 8.0  # no error where there is no energy: nothing added
     assert sums.score(entries[2]) == math.inf  # an error where there is no energy
     assert sums.score(entries[3]) == 0.0  # never reported: no error
-    assert sums.by_tensor() == {
+    assert sums.score(entries[4]) == math.inf  # an energy never reported is no energy
+    assert sums.by_tensor()["v"] == [((0.0, 5.0), math.inf)]
+    assert {k: v for k, v in sums.by_tensor().items() if k != "v"} == {
         "t": [((0.0, 1.0), 0.5), ((0.0, 2.0), 0.25)],
         "u": [((0.0, 3.0), math.inf), ((0.0, 4.0), 0.0)],
     }
@@ -288,3 +291,22 @@ def test_output_names_lists_each_output_once_in_order():
     ]
     assert output_names(entries) == ["e1", "e2", "s1", "s2", "e3"]
     assert output_names([]) == []
+
+
+def test_a_consumer_whose_output_type_is_unknown_is_copied_as_a_float_one():
+    """A node of a domain onnx cannot infer leaves its output untyped: it is taken for float."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mystery", ["x"], ["m"], name="mystery", domain="my.domain"),
+            helper.make_node("Relu", ["m"], ["y"], name="relu"),
+        ],
+        "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)]
+    probe, _ = build_probe(helper.make_model(graph, opset_imports=opsets), {"x": [(-1.0, 1.0)]}, "uint8")
+    copies = [n for n in probe.graph.node if n.name.startswith("qaccuracy_probe/")]
+    assert [(n.name, n.domain) for n in copies] == [("qaccuracy_probe/0/0/0/mystery", "my.domain")]
+    sub = next(n for n in probe.graph.node if n.output[0] == "qaccuracy_probe/0/0/err0/diff")
+    assert list(sub.input) == ["qaccuracy_probe/0/0/0/out0", "m"]

@@ -276,9 +276,13 @@ def test_a_large_model_is_handed_over_with_its_tensors_in_a_side_file(tmp_path, 
     model = _mlp(tmp_path / "mlp.onnx", width=300)  # w1 and w2 above onnx's 1 KiB external-data threshold
     Q.quantize_with_ranges(model, tmp_path / "small.onnx", CalibrationResult("minmax", 4, RANGES))
     assert not any(t.data_location == TensorProto.EXTERNAL for t in spy[0]["private"].graph.initializer)
+    monkeypatch.setattr(Q, "LARGE_MODEL_BYTES", onnx.load(str(model)).ByteSize())  # not above: inline
+    Q.quantize_with_ranges(model, tmp_path / "edge.onnx", CalibrationResult("minmax", 4, RANGES))
+    assert not any(t.data_location == TensorProto.EXTERNAL for t in spy[1]["private"].graph.initializer)
+    spy.clear()
     monkeypatch.setattr(Q, "LARGE_MODEL_BYTES", 16)
     out = Q.quantize_with_ranges(model, tmp_path / "large.onnx", CalibrationResult("minmax", 4, RANGES))
-    assert any(t.data_location == TensorProto.EXTERNAL for t in spy[1]["private"].graph.initializer)
+    assert any(t.data_location == TensorProto.EXTERNAL for t in spy[0]["private"].graph.initializer)
     assert _inits(out).keys() == _inits(tmp_path / "small.onnx").keys()
 
 
@@ -334,7 +338,7 @@ def test_with_opset_for_refuses_a_model_the_checker_rejects_after_conversion(tmp
         raise RuntimeError("")
 
     monkeypatch.setattr(version_converter, "convert_version", empty)
-    with pytest.raises(InputError, match=r"opset 11 model \(RuntimeError\); convert it"):
+    with pytest.raises(InputError, match=r"^model: per-channel .* opset 11 model \(RuntimeError\); convert it"):
         Q.with_opset_for(old, CalibrationOptions(per_channel=True))
 
 
@@ -450,3 +454,17 @@ def test_zero_record_is_one_all_zero_record_of_every_input():
     assert record["x"].shape == (1, 3, 1) and record["x"].dtype == np.float32 and not record["x"].any()
     assert record["i"].shape == (2, 5) and record["i"].dtype == np.int64 and not record["i"].any()
     assert reader.get_next() is None and reader.get_next() is None
+
+
+def test_power2_weight_overrides_of_an_empty_weight_take_scale_one():
+    model = _weights_model({"e": np.zeros((0, 2), np.float32)}, [helper.make_node("MatMul", ["x", "e"], ["o"])])
+    got = Q._power2_weight_overrides(model, CalibrationOptions(power2=True), "QT")
+    assert got == {"e": [{"scale": np.float32(1.0), "zero_point": np.int8(0), "quant_type": "QT"}]}
+
+
+@pytest.mark.skipif(not HAS_CACHE, reason="onnxruntime < 1.19's quantize_static takes no calibration cache")
+def test_via_cache_hands_the_ranges_as_the_cache(tmp_path, spy):
+    model = _mlp(tmp_path / "mlp.onnx")
+    Q.quantize_with_ranges(model, tmp_path / "q.onnx", CalibrationResult("minmax", 4, RANGES), via="cache")
+    assert spy[0]["reader"] is None and spy[0]["cache"]["data"]["x"]["highest"] == 3.0
+    assert spy[0]["extra_options"] == {"TensorQuantOverrides": {}}
