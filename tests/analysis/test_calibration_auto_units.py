@@ -882,8 +882,8 @@ def _plain_error(fp32: Path, quantized: Path, records: np.ndarray) -> float:
     return err / energy
 
 
-@pytest.mark.parametrize("kind", ["uint8", "int8"])
-def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(tmp_path, kind):
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(tmp_path, per_channel):
     """The written model against onnxruntime's own MinMax model (its calibrator, through
     quantize_static), both run here: a warning with both SQNRs when min/max is better, else None."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -906,14 +906,15 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
         str(theirs),
         DatasetReader(data, fp32),
         quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QInt8 if kind == "int8" else QuantType.QUInt8,
+        activation_type=QuantType.QUInt8,
+        per_channel=per_channel,
         weight_type=QuantType.QInt8,
         calibrate_method=CalibrationMethod.MinMax,
     )
     observed = compute_ranges(fp32, data).ranges
     clipped = {t: (lo / 4, hi / 4) for t, (lo, hi) in observed.items()}
     result = CalibrationResult("percentile", 12, clipped, observed)
-    options = CalibrationOptions(method="percentile", activation_type=kind)
+    options = CalibrationOptions(method="percentile", per_channel=per_channel)
     written = quantize_with_ranges(fp32, tmp_path / "p.onnx", result, options)
     mine, plain = _plain_error(fp32, written, records), _plain_error(fp32, theirs, records)
     assert mine > plain
@@ -934,7 +935,8 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
         str(kept),
         DatasetReader(data, fp32),
         quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QInt8 if kind == "int8" else QuantType.QUInt8,
+        activation_type=QuantType.QUInt8,
+        per_channel=per_channel,
         weight_type=QuantType.QInt8,
         calibrate_method=CalibrationMethod.MinMax,
         nodes_to_exclude=["mm2"],
@@ -943,7 +945,7 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
     plain, kept_error = _plain_error(fp32, theirs, records), _plain_error(fp32, kept, records)
     assert kept_error != plain
     warning = A.check_against_minmax(fp32, theirs, other, data, options, RuntimeOptions(), ["mm2"])
-    # onnxruntime 1.32 (either type): leaving mm2 in float is better; 1.18 (uint8): worse, no warning
+    # onnxruntime 1.32: leaving mm2 in float is better; 1.18 (per tensor): worse, no warning
     assert warning == (
         None
         if plain <= kept_error
@@ -1021,13 +1023,14 @@ def test_wins_weigh_each_output_by_that_records_energy():
     per-record error is the mean over outputs of squared error / that output's energy on the record
     (1 where it has none), so a large error on a loud output can beat a small one on a quiet output."""
     fp32 = _model({"u": TensorProto.FLOAT, "v": TensorProto.FLOAT, "z": TensorProto.FLOAT})
-    reference = {0: (10.0, 1.0, 0.0), 1: (2.0, 0.5, 0.0), 2: (1.0, 1.0, 0.0)}  # energies (100, 1), (4, .25), (1, 1)
+    # energies of u and v: (100, 1), (4, .25), (1, 1), and record 3 as record 0
+    reference = {0: (10.0, 1.0, 0.0), 1: (2.0, 0.5, 0.0), 2: (1.0, 1.0, 0.0), 3: (10.0, 1.0, 0.0)}
     squared = {  # squared errors per record and output
-        "minmax": {0: (0.0, 0.008, 0.0), 1: (0.4, 0.0, 0.0), 2: (0.03, 0.0, 0.0)},
-        "a": {0: (0.5, 0.0, 0.0), 1: (0.0, 0.03, 0.0), 2: (0.0, 0.0, 0.04)},
+        "minmax": {0: (0.0, 0.008, 0.0), 1: (0.4, 0.0, 0.0), 2: (0.03, 0.0, 0.0), 3: (0.0, 0.008, 0.0)},
+        "a": {0: (0.5, 0.0, 0.0), 1: (0.0, 0.03, 0.0), 2: (0.0, 0.0, 0.04), 3: (0.5, 0.0, 0.0)},
     }
     names = ("u", "v", "z")
-    records = [{"i": np.array(i)} for i in range(3)]
+    records = [{"i": np.array(i)} for i in range(4)]
 
     def ref(name, feeds):
         return np.array([reference[int(feeds["i"])][names.index(name)]])
@@ -1041,11 +1044,11 @@ def test_wins_weigh_each_output_by_that_records_energy():
 
     evaluator = A.Evaluator(fp32, Bound(records), RuntimeOptions())
     got = evaluator.errors({r: (run_of(r), {}) for r in squared}, (Session(ref), [], None), against="minmax")
-    # record 0: a .005 / 3 against .008 / 3 (a win); record 1: .03 / .25 = .12 against .4 / 4 = .1;
-    # record 2: .04 (z, unscaled) against .03
-    assert evaluator.wins == {"minmax": 0, "a": 1}
-    energy = (100 + 4 + 1, 1 + 0.25 + 1)
-    assert got["a"] == pytest.approx((0.5 / energy[0] + 0.03 / energy[1] + 0.04) / 3, rel=1e-9)
+    # records 0 and 3: a .005 / 3 against .008 / 3 (wins; unscaled, .5 would lose); record 1: .03 / .25
+    # = .12 against .4 / 4 = .1 (unscaled v, .03 would win); record 2: .04 (z, unscaled) against .03
+    assert evaluator.wins == {"minmax": 0, "a": 2}
+    energy = (100 + 4 + 1 + 100, 1 + 0.25 + 1 + 1)
+    assert got["a"] == pytest.approx((2 * 0.5 / energy[0] + 0.03 / energy[1] + 0.04) / 3, rel=1e-9)
 
 
 def test_pooled_errors_divide_by_energies_below_one_too():
