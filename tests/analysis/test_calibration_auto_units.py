@@ -1138,3 +1138,81 @@ def test_auto_candidates_follow_the_options_given(small):
                 method,
                 tensor,
             )
+
+
+# --- qdq_params' helpers -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def uncached():
+    """scale_zero_point remembers its answers (lru_cache): start without them, so that the test
+    computes what it checks (mutmut forks each mutant from a process whose cache is already full)."""
+    from pytest_qaccuracy.analysis.calibration import qdq_params
+
+    qdq_params.scale_zero_point.cache_clear()
+    return qdq_params
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "kind"),
+    [(-1.0, 3.0, "uint8"), (0.5, 8.0, "uint8"), (-6.0, -2.0, "int8"), (-2.5, 7.25, "int8"), (0.0, 0.0, "uint8")],
+)
+def test_scale_zero_point_is_compute_scale_zp_over_the_whole_type(uncached, lo, hi, kind):
+    qmin, qmax, dtype = (0, 255, np.uint8) if kind == "uint8" else (-128, 127, np.int8)
+    zero, scale = compute_scale_zp(np.float32(lo), np.float32(hi), dtype(qmin), dtype(qmax))
+    got = uncached.scale_zero_point(lo, hi, kind)
+    assert got == (np.float32(scale), dtype(zero))
+    assert type(got[0]) is np.float32 and type(got[1]) is dtype
+
+
+def test_scale_zero_point_by_hand(uncached):
+    """(-1, 3) in uint8: scale 4 / 255, zero point 0 - (-1) / scale = 63.75 -> 64; int8: 64 - 128."""
+    assert uncached.scale_zero_point(-1.0, 3.0, "uint8") == (np.float32(4 / 255), np.uint8(64))
+    assert uncached.scale_zero_point(-1.0, 3.0, "int8") == (np.float32(4 / 255), np.int8(-64))
+
+
+def test_holds_needs_one_scale_and_the_zero_point_of_the_type(uncached):
+    scale, zero = uncached.scale_zero_point(-1.0, 3.0, "uint8")
+
+    def holds(s, z) -> bool:
+        return uncached._holds(numpy_helper.from_array(s), numpy_helper.from_array(z), (-1.0, 3.0), "uint8")
+
+    assert holds(np.array(scale), np.array(zero))
+    assert not holds(np.array([scale, scale]), np.array(zero))  # per channel
+    assert not holds(np.array(scale * np.float32(2)), np.array(zero))  # another scale, same zero point
+    assert not holds(np.array(scale), np.array(zero + 1, np.uint8))  # same scale, another zero point
+    assert not holds(np.array(scale), np.array(64, np.int16))  # the zero point's value, another type
+
+
+def test_adjusted_ranges_apply_onnxruntimes_relu_clip_and_softmax_rules():
+    """A Relu's or Clip's input read by that node alone takes the output's range; a Softmax output is
+    [0, 1]; an input read by two nodes keeps its own."""
+    from pytest_qaccuracy.analysis.calibration.qdq_params import adjusted_ranges
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["a"], ["ra"]),
+            helper.make_node("Clip", ["b"], ["cb"]),
+            helper.make_node("Clip", ["c"], ["cc"]),
+            helper.make_node("Neg", ["c"], ["nc"]),
+            helper.make_node("Softmax", ["d"], ["sd"]),
+            helper.make_node("Sigmoid", ["e"], ["se"]),
+        ],
+        "rules",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "abcde"],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("ra", "cb", "cc", "nc", "sd", "se")],
+    )
+    ranges = {
+        "a": (-3.0, 4.0),
+        "ra": (0.0, 4.0),
+        "b": (-5.0, 9.0),
+        "cb": (0.0, 6.0),
+        "c": (-2.0, 2.0),
+        "cc": (0.0, 1.0),
+        "sd": (0.0, 0.75),
+        "e": (-1.0, 1.0),
+        "se": (0.25, 0.75),
+    }
+    got = adjusted_ranges(helper.make_model(graph), ranges)
+    assert got == {**ranges, "a": (0.0, 4.0), "b": (0.0, 6.0), "sd": (0.0, 1.0)}
+    assert ranges["a"] == (-3.0, 4.0)  # the ranges given are not changed
