@@ -835,6 +835,18 @@ EQUIVALENT += [
     ),
 ]
 
+# calibration: qdq_params' bounds of the quantized type
+EQUIVALENT += [
+    *[
+        (rf"np\.array\(info\.{end}, dtype\)", f"np.array(info.{end}, {new})", why)
+        for end in ("min", "max")
+        for new, why in (
+            ("None", "compute_scale_zp reads the bounds' values; the zero point is cast to the type after"),
+            ("", "compute_scale_zp reads the bounds' values; the zero point is cast to the type after"),
+        )
+    ],
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

@@ -1155,7 +1155,14 @@ def uncached():
 
 @pytest.mark.parametrize(
     ("lo", "hi", "kind"),
-    [(-1.0, 3.0, "uint8"), (0.5, 8.0, "uint8"), (-6.0, -2.0, "int8"), (-2.5, 7.25, "int8"), (0.0, 0.0, "uint8")],
+    [
+        (-1.0, 3.0, "uint8"),
+        (0.5, 8.0, "uint8"),
+        (-6.0, -2.0, "int8"),
+        (-2.5, 7.25, "int8"),
+        (0.0, 0.0, "uint8"),
+        (-0.7, 0.3, "uint8"),  # the float32 ends give another scale than float64 ones would
+    ],
 )
 def test_scale_zero_point_is_compute_scale_zp_over_the_whole_type(uncached, lo, hi, kind):
     qmin, qmax, dtype = (0, 255, np.uint8) if kind == "uint8" else (-128, 127, np.int8)
