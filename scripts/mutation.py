@@ -84,7 +84,23 @@ GROUPS: dict[str, Group] = {
     "matching": Group(
         ("model/matching.py",), ("tests/test_matching.py", "tests/test_matching_edges.py", "tests/test_pair.py")
     ),
-    "calibration": Group(("analysis/calibration/qdq_params.py",), ("tests/analysis/test_calibration_auto.py",)),
+    "calibration": Group(
+        (
+            "analysis/calibration/qdq_params.py",
+            "analysis/calibration/auto.py",
+            "analysis/calibration/probe.py",
+            "analysis/calibration/quantize.py",
+        ),
+        (
+            "tests/analysis/test_calibration_auto.py",
+            "tests/analysis/test_calibration.py",
+            "tests/analysis/test_calibration_opset.py",
+            "tests/analysis/test_calibration_units.py",
+            "tests/analysis/test_calibration_auto_units.py",
+            "tests/analysis/test_calibration_probe.py",
+            "tests/analysis/test_calibration_quantize.py",
+        ),
+    ),
     "commands": Group(
         ("commands/*", "cli.py"),
         (
@@ -959,6 +975,165 @@ EQUIVALENT += [
 # conv_pairs: the AVX2 convolutions' pair corrections
 EQUIVALENT += [
     (r"^found\.flags\.writeable = False$", "found.flags.writeable = None", "numpy reads the flag for its truth"),
+]
+
+# calibration: auto's thread pools and zips, its pooled error's divisor, names nothing reads
+EQUIVALENT += [
+    *[
+        (
+            r"ThreadPoolExecutor\(max_workers=os\.cpu_count\(\) or 1\)",
+            new,
+            "a pool's size is speed only: the folds and searches are independent, gathered in order",
+        )
+        for new in (
+            "ThreadPoolExecutor(max_workers=None)",
+            "ThreadPoolExecutor(max_workers=os.cpu_count() and 1)",
+            "ThreadPoolExecutor(max_workers=os.cpu_count() or 2)",
+        )
+    ],
+    (
+        r"ThreadPoolExecutor\(max_workers=self\._workers\)",
+        "ThreadPoolExecutor(max_workers=None)",
+        "a pool's size is speed only: every run's future is awaited in order",
+    ),
+    *[
+        (
+            r"zip\((stats, found|extra, values\[len\(self\.outputs\) :\]|got, ref), strict=True\)",
+            rf"zip(\1, {new})",
+            "one result per statistic (pool.map), one value per output asked of a session: lengths agree",
+        )
+        for new in ("strict=None", "strict=False", "")
+    ],
+    *[
+        (r"safe = np\.where\(energy > 0, energy, 1\.0\)", new, "safe is read only where energy > 0")
+        for new in ("safe = np.where(energy >= 0, energy, 1.0)", "safe = np.where(energy > 0, energy, 2.0)")
+    ],
+    (r"np\.where\(energy > 0, e / safe, e\)", "np.where(energy >= 0, e / safe, e)", "where energy is 0, safe is 1"),
+    (r"Choice\(name, error\)\.sqnr_db", "Choice(None, error).sqnr_db", "sqnr_db reads the error alone"),
+    *[
+        (r'(mine, plain = )Choice\(result\.method, (got\[result\.method\]\), )Choice\("minmax", ', new, why)
+        for new, why in (
+            (r'\1Choice(None, \2Choice("minmax", ', "the warning reads the errors and result.method, not the names"),
+            (
+                r"\1Choice(result.method, \2Choice(None, ",
+                "the warning reads the errors and result.method, not the names",
+            ),
+            (r'\1Choice(result.method, \2Choice("XXminmaxXX", ', "the warning reads the errors, not the names"),
+            (r'\1Choice(result.method, \2Choice("MINMAX", ', "the warning reads the errors, not the names"),
+        )
+    ],
+    *[
+        (r"np\.array\(differing, dtype=object\)", new, "numpy's str_ is a str: equal and hashed alike as a key")
+        for new in ("np.array(differing, dtype=None)", "np.array(differing, )")
+    ],
+    (r'n\.rsplit\(" ", 1\)\[1\]', "n.rsplit(None, 1)[1]", "the group names are joined by single spaces"),
+    *[
+        (r'TemporaryDirectory\(prefix="qaccuracy-(auto|check)-"\)', new, "a private temporary folder's name")
+        for new in ("TemporaryDirectory(prefix=None)", r'TemporaryDirectory(prefix="XXqaccuracy-\1-XX")')
+    ],
+    *[
+        (
+            rf'TemporaryDirectory\(prefix="qaccuracy-{word}-"\)',
+            f'TemporaryDirectory(prefix="QACCURACY-{word.upper()}-")',
+            "a private temporary folder's name",
+        )
+        for word in ("auto", "check")
+    ],
+    *[
+        (r'Path\(tmp\) / "(model|minmax)\.onnx"', new, "a private temporary file, read back by its path")
+        for new in (r'Path(tmp) / "XX\1.onnxXX"',)
+    ],
+    *[
+        (
+            rf'Path\(tmp\) / "{word}\.onnx"',
+            f'Path(tmp) / "{word.upper()}.ONNX"',
+            "a private temporary file, read back by its path",
+        )
+        for word in ("model", "minmax")
+    ],
+    # quantize_with_ranges reads a result's ranges, model and model_key, never its method or records
+    *[
+        (
+            r"CalibrationResult\(name, len\(bound\), ",
+            new,
+            "quantize_with_ranges reads neither the method nor the records",
+        )
+        for new in ("CalibrationResult(None, len(bound), ", "CalibrationResult(name, None, ")
+    ],
+    *[
+        (
+            r'CalibrationResult\("minmax", result\.records, ',
+            new,
+            "quantize_with_ranges reads neither the method nor the records",
+        )
+        for new in (
+            "CalibrationResult(None, result.records, ",
+            'CalibrationResult("XXminmaxXX", result.records, ',
+            'CalibrationResult("MINMAX", result.records, ',
+            'CalibrationResult("minmax", None, ',
+        )
+    ],
+]
+
+# calibration: the probe's sums and zips, the quantizer's private files and defaults
+EQUIVALENT += [
+    *[
+        (r"float\(np\.asarray\(value, dtype=np\.float64\)\)", new, "float() of a float32 scalar is exact either way")
+        for new in ("float(np.asarray(value, dtype=None))", "float(np.asarray(value, ))")
+    ],
+    *[
+        (r"zip\(entry\.errors, entry\.energies, strict=True\)", f"zip(entry.errors, entry.energies, {new})", why)
+        for new, why in (
+            ("strict=None", "an entry's errors and energies are built in pairs"),
+            ("strict=False", "an entry's errors and energies are built in pairs"),
+            ("", "an entry's errors and energies are built in pairs"),
+        )
+    ],
+    (r'float\("inf"\)', 'float("INF")', "float() reads 'inf' case-insensitively"),
+    (
+        r"scale = \(hi - lo\) / \(qmax - qmin\) or 1\.0",
+        "scale = (hi - lo) / (qmax + qmin) or 1.0",
+        "this branch is uint8 weights only, where qmin is 0",
+    ),
+    (
+        r'log\.info\("%s", opset_note\(model, calibration\)\)',
+        "log.info(opset_note(model, calibration))",
+        "the note holds no %: logging prints it unchanged",
+    ),
+    *[
+        (r'TemporaryDirectory\(prefix="qaccuracy-calibrate-"\)', new, "a private temporary folder's name")
+        for new in (
+            "TemporaryDirectory(prefix=None)",
+            'TemporaryDirectory(prefix="XXqaccuracy-calibrate-XX")',
+            'TemporaryDirectory(prefix="QACCURACY-CALIBRATE-")',
+        )
+    ],
+    *[
+        (r'cache = Path\(tmp\) / "ranges\.json"', new, "a private temporary file, handed over by its path")
+        for new in ('cache = Path(tmp) / "XXranges.jsonXX"', 'cache = Path(tmp) / "RANGES.JSON"')
+    ],
+    (
+        r"kwargs\.update\(calibration_data_reader=None, calibration_cache_path=str\(cache\)\)",
+        "kwargs.update(calibration_cache_path=str(cache))",
+        "quantize_static takes a cache only from 1.19 on, where calibration_data_reader defaults to None",
+    ),
+    (
+        r"shape = \[d if isinstance\(d, int\) and d > 0 else 1 ",
+        "shape = [d if isinstance(d, int) and d > 1 else 1 ",
+        "a dimension of 1 is 1 either way",
+    ),
+]
+
+# calibration: qdq_params' bounds of the quantized type
+EQUIVALENT += [
+    *[
+        (rf"np\.array\(info\.{end}, dtype\)", f"np.array(info.{end}, {new})", why)
+        for end in ("min", "max")
+        for new, why in (
+            ("None", "compute_scale_zp reads the bounds' values; the zero point is cast to the type after"),
+            ("", "compute_scale_zp reads the bounds' values; the zero point is cast to the type after"),
+        )
+    ],
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
