@@ -275,6 +275,31 @@ GROUPS: dict[str, Group] = {
             "not memory_is_flat and not never_imports_pytest",
         ),
     ),
+    "recipe": Group(
+        (
+            "analysis/recipe/aims.py",
+            "analysis/recipe/build.py",
+            "analysis/recipe/checks.py",
+            "analysis/recipe/cost.py",
+            "analysis/recipe/edit.py",
+            "analysis/recipe/estimate.py",
+            "analysis/recipe/measure.py",
+            "analysis/recipe/pair.py",
+            "analysis/recipe/search.py",
+            "analysis/recipe/space.py",
+        ),
+        (
+            "tests/analysis/test_recipe.py",
+            "tests/analysis/test_recipe_aims.py",
+            "tests/analysis/test_recipe_edit.py",
+            "tests/analysis/test_recipe_global.py",
+            "tests/analysis/test_recipe_joint.py",
+            "tests/analysis/test_recipe_nodes.py",
+            "tests/analysis/test_recipe_refusal.py",
+            "tests/analysis/test_recipe_targets.py",
+            "tests/analysis/test_recipe_weights.py",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",
