@@ -298,6 +298,7 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_recipe_refusal.py",
             "tests/analysis/test_recipe_targets.py",
             "tests/analysis/test_recipe_weights.py",
+            "tests/analysis/test_recipe_units.py",
         ),
     ),
     "kernels": Group(

@@ -23,6 +23,7 @@ gate (the emulation's arithmetic, not the recipe), errors and checks that measur
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 
 from pytest_qaccuracy.analysis.recipe.checks import Check, parse_check
 from pytest_qaccuracy.outcomes import Outcome
@@ -79,8 +80,13 @@ def _task(outcome: Outcome, views: Mapping[str, str]) -> Aim:
     return parse_check(f"{outcome.check}{outcome.op}{float(outcome.threshold or 0.0)!r}")
 
 
+def _skipped(why: str, outcome: Outcome, views: Mapping[str, str]) -> Aim:
+    return why
+
+
 def _skip(why: str) -> Callable[[Outcome, Mapping[str, str]], Aim]:
-    return lambda outcome, views: why
+    """An aim that is always ``why`` (a plain function bound by ``partial``: its body runs per call)."""
+    return partial(_skipped, why)
 
 
 #: A pair's named output tolerance -> its aim.

@@ -1,0 +1,346 @@
+"""Units of the recipe search's pieces, each against values worked out by hand: the cost model's work
+per node and its weights, the recipe's arguments and the aims' parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work, parse_weights
+from pytest_qaccuracy.analysis.recipe.space import Recipe
+from pytest_qaccuracy.errors import InputError
+
+
+def _init(name: str, shape: tuple[int, ...]):
+    return numpy_helper.from_array(np.zeros(shape, np.float32), name)
+
+
+def _work_model():
+    """Every product op the cost model reads a reduction length from, and ops it counts by elements."""
+    nodes = [
+        # (1, 3, 8, 8) -> (1, 4, 8, 8), weight (4, 3, 3, 3): 27 products per output element
+        helper.make_node("Conv", ["x", "wc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        # grouped transposed conv: weight (4, 2, 2, 2), group 2, strides 2 -> (1, 4, 16, 16);
+        # C/group * kh * kw / strides = 4/2 * 4 / 4 = 2 products per output element
+        helper.make_node("ConvTranspose", ["c", "wt"], ["t"], name="deconv", group=2, strides=[2, 2]),
+        helper.make_node("Relu", ["t"], ["r"], name="relu"),
+        helper.make_node("Flatten", ["r"], ["f"], name="flat"),  # (1, 1024)
+        # Gemm with transB: weight (5, 1024), K = 1024
+        helper.make_node("Gemm", ["f", "wg"], ["g"], name="gemm_t", transB=1),
+        # Gemm without transB: weight (5, 6), K = 5
+        helper.make_node("Gemm", ["g", "wg2"], ["g2"], name="gemm"),
+        # MatMul with a 3-D weight (2, 3, 7) on a (2, 1, 3) input: K = 3 (the weight's second last)
+        helper.make_node("Reshape", ["g2", "shape"], ["m_in"], name="reshape"),
+        helper.make_node("MatMul", ["m_in", "wm"], ["y"], name="matmul"),
+        helper.make_node("Identity", ["y"], ["z"]),  # unnamed: no entry
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "work",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [
+            _init("wc", (4, 3, 3, 3)),
+            _init("wt", (4, 2, 2, 2)),
+            _init("wg", (5, 1024)),
+            _init("wg2", (5, 6)),
+            _init("wm", (2, 3, 7)),
+            numpy_helper.from_array(np.array([2, 1, 3], np.int64), "shape"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_node_work_is_macs_for_products_and_elements_for_the_rest():
+    work = node_work(_work_model())
+    assert work == {
+        "conv": 4 * 8 * 8 * 27,  # the batch dimension N is unknown: it counts as 1
+        "deconv": 4 * 16 * 16 * 2,
+        "relu": 4 * 16 * 16,
+        "flat": 1024,
+        "gemm_t": 5 * 1024,
+        "gemm": 6 * 5,
+        "reshape": 2 * 1 * 3,
+        "matmul": 2 * 1 * 7 * 3,
+    }
+
+
+def test_node_work_without_a_known_weight_shape_counts_elements():
+    """A MatMul of two activations (no initializer, no inferred shape) and a one-input Conv-like
+    node count their output elements only."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")],
+        "act",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+    )
+    assert node_work(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])) == {"mm": 12.0}
+
+
+def test_node_work_of_a_one_dimensional_matmul_weight_is_its_length():
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["y"], name="mm")],
+        "vec",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])],
+        [_init("w", (5,))],
+    )
+    assert node_work(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])) == {"mm": 15.0}
+
+
+def test_cost_model_weighs_each_precision_and_relates_to_the_whole_model_in_float():
+    cost = CostModel({"a": 10.0, "b": 30.0, "c": 60.0}, int16=0.5, float=2.0)
+    assert cost.total == 100.0
+    assert cost.node("a", "int8") == 0.0
+    assert cost.node("a", "int16") == 5.0
+    assert cost.node("b", "float") == 60.0
+    assert cost.node("unknown", "float") == 2.0  # a node without work counts as one operation
+    recipe = Recipe(int16=frozenset({"a"}), float=frozenset({"b", "c"}))
+    assert cost.absolute(recipe) == 5.0 + 60.0 + 120.0
+    assert cost.relative(recipe) == pytest.approx(185.0 / 200.0)
+    assert cost.relative(Recipe()) == 0.0
+
+
+def test_cost_model_with_free_wide_precisions_and_no_work():
+    free = CostModel({"a": 4.0}, int16=0.0, float=0.0)
+    assert free.relative(Recipe(float=frozenset({"a"}))) == 0.0  # no division by zero
+    empty = CostModel({})
+    assert empty.total == 1.0
+    assert empty.relative(Recipe(float=frozenset({"x"}))) == 1.0
+
+
+@pytest.mark.parametrize(("int16", "float_"), [(-0.1, 1.0), (1.5, 1.0)])
+def test_cost_model_refuses_weights_out_of_order(int16, float_):
+    with pytest.raises(InputError, match=rf"0 <= int16 <= float, got int16={int16}, float={float_}"):
+        CostModel({}, int16=int16, float=float_)
+
+
+def test_cost_model_takes_equal_weights_and_zero():
+    assert CostModel({}, int16=1.0, float=1.0).int16 == 1.0
+    assert CostModel({}, int16=0.0, float=0.5).float == 0.5
+
+
+def test_parse_weights():
+    assert parse_weights("int16=0.5, float=2") == {"int16": 0.5, "float": 2.0}
+    assert parse_weights(" int16 = 0.25 ,,") == {"int16": 0.25}
+    assert parse_weights("") == {}
+    with pytest.raises(InputError, match=r"cost weight 'int4=1': expected int16=W or float=W"):
+        parse_weights("int16=1,int4=1")
+    with pytest.raises(InputError, match=r"cost weight 'float=x': 'x' is not a number"):
+        parse_weights("float=x")
+
+
+def _outcome(kind: str, check: str, metric: str, op: str, threshold: float, value: float | None, **fields):
+    from dataclasses import replace
+
+    from pytest_qaccuracy.analysis.checks import compared
+
+    scope = "task" if kind == "task" else "output"
+    return replace(compared(kind, check, scope, "output 'y'", metric, op, threshold, value, "ini"), **fields)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [
+        (_outcome("tolerance", "max_lsb", "lsb", "<=", 0.0, 2.0, output="y"), ("lsb", 0.0, False, "tensor", 1)),
+        (
+            _outcome("tolerance", "min_top1_agreement", "top-1 agreement", ">=", 0.0, -1.0, k=1),
+            ("min_top1_agreement", 0.0, True, "topk", 1),
+        ),
+        (
+            _outcome("tolerance", "max_top1_drop", "top-2 accuracy drop", "<=", 0.0, 0.5, k=2),
+            ("max_top2_drop", 0.0, False, "topk", 2),
+        ),
+        (_outcome("task", "max_drop:cer", "cer drop", "<=", 0.0, 0.1), ("max_drop:cer", 0.0, False, "task", 1)),
+    ],
+)
+def test_a_zero_bound_stays_zero(outcome, expected):
+    """``threshold or 0.0`` reads a bound of 0 as 0, not as a missing one."""
+    from pytest_qaccuracy.analysis.recipe.aims import aim
+
+    found = aim(outcome)
+    assert (found.metric, found.value, found.higher_is_better, found.kind, found.k) == expected
+
+
+def test_allclose_with_atol_alone_has_rtol_zero():
+    from pytest_qaccuracy.analysis.recipe.aims import aim
+    from pytest_qaccuracy.analysis.recipe.checks import Check
+
+    outcome = _outcome("tolerance", "atol", "absolute", "<=", 0.0, 0.5, params={"atol": 0.25})
+    assert aim(outcome) == Check("allclose", 0.0, False, "allclose", 1.0, rtol=0.0, atol=0.25)
+
+
+def test_a_tolerance_the_search_does_not_know_is_skipped_with_its_name():
+    from pytest_qaccuracy.analysis.recipe.aims import aim, recipe_checks
+
+    outcome = _outcome("tolerance", "max_entropy", "entropy", "<=", 1.0, 2.0)
+    assert aim(outcome) == "the search does not measure max_entropy"
+    assert recipe_checks([outcome]) == ([], ["max_entropy: the search does not measure max_entropy"])
+
+
+def test_a_task_check_that_measured_nothing_is_skipped():
+    from pytest_qaccuracy.analysis.recipe.aims import aim
+
+    assert aim(_outcome("task", "max_drop:cer", "cer drop", "<=", 0.01, None)) == "it measured nothing"
+
+
+def test_recipe_checks_aims_a_views_check_at_its_view():
+    from pytest_qaccuracy.analysis.recipe.aims import recipe_checks
+    from pytest_qaccuracy.analysis.recipe.checks import Check
+
+    rule = _outcome("rule", "head mse<4", "mse", "<", 4.0, 9.0, output="head")
+    checks, skipped = recipe_checks([rule], {"head": "y[:, :2]"})
+    assert checks == [Check("mse", 4.0, False, strict=True, output="head", view="y[:, :2]")] and skipped == []
+
+
+def test_precision_and_with_precision_move_a_node_between_the_sets():
+    recipe = Recipe(int16=frozenset({"a"}), float=frozenset({"b"}))
+    assert [recipe.precision(n) for n in ("a", "b", "c")] == ["int16", "float", "int8"]
+    assert recipe.with_precision("c", "int16").int16 == {"a", "c"}
+    assert recipe.with_precision("c", "float").float == {"b", "c"}
+    moved = recipe.with_precision("a", "float")
+    assert (moved.int16, moved.float) == (frozenset(), frozenset({"a", "b"}))
+    back = recipe.with_precision("b", "int8")
+    assert (back.int16, back.float) == (frozenset({"a"}), frozenset())
+
+
+def test_changes_from_names_every_difference():
+    base = Recipe()
+    other = Recipe(
+        method="kl",
+        per_channel=True,
+        reduce_range=True,
+        activation_type="int8",
+        weight_type="uint8",
+        int16=frozenset({"i1", "i2"}),
+        float=frozenset({"f1", "f2", "f3", "f4", "f5"}),
+    )
+    assert other.changes_from(base) == (
+        "method=kl, per_channel=True, reduce_range=True, activation_type=int8, weight_type=uint8, "
+        "int16 +i1,i2, float +f1,f2,f3 (+2 more)"
+    )
+    assert base.changes_from(other) == (
+        "method=minmax, per_channel=False, reduce_range=False, activation_type=uint8, weight_type=int8, "
+        "int16 -i1,i2, float -f1,f2,f3 (+2 more)"
+    )
+    four = Recipe(float=frozenset("abcd"))
+    assert four.changes_from(Recipe(float=frozenset("a"))) == "float +b,c,d"
+    assert Recipe(float=frozenset("abcde")).changes_from(Recipe(float=frozenset("a"))) == "float +b,c,d (+1 more)"
+    assert base.changes_from(Recipe()) == "(same)"
+
+
+def test_refusal_reads_the_version_at_minor_precision():
+    from pytest_qaccuracy.analysis.recipe.space import OLD_ORT_PER_NODE, refusal
+
+    narrowed = Recipe(narrowed=frozenset({"a"}))
+    assert refusal(narrowed, "1.18.9") == OLD_ORT_PER_NODE.format(version="1.18.9")
+    assert refusal(narrowed, "1.19.0") is None
+    assert refusal(narrowed, "1.17") == OLD_ORT_PER_NODE.format(version="1.17")
+    # a retyped weight of an int8-activation recipe would be uint8: refused on every version
+    retyped = Recipe(activation_type="int8", weight_type="int8", retyped=frozenset({"a"}))
+    assert refusal(retyped, "1.32.0") == "onnxruntime's quantize_static refuses int8 activations with uint8 weights"
+
+
+def _run_snippet(text: str, tmp_path, monkeypatch) -> list[tuple[tuple, dict]]:
+    """Run a recipe script in this process, with onnxruntime's quantize_static recording its call and
+    our data reader recording what it was given."""
+    import runpy
+
+    import onnxruntime.quantization as quantization
+
+    from pytest_qaccuracy.analysis.calibration import reader
+
+    calls: list[tuple[tuple, dict]] = []
+
+    class Reader:
+        def __init__(self, data, model):
+            self.given, self.range = (data, model), None
+
+        def set_range(self, start, stop):
+            self.range = (start, stop)
+
+    def quantize_static(*args, **kwargs):
+        model = Path(args[0])
+        snapshot = model.read_bytes() if model.is_file() else None  # the model as it was at the call
+        calls.append((args, {**kwargs, "model bytes": snapshot} if snapshot is not None else kwargs))
+
+    monkeypatch.setattr(quantization, "quantize_static", quantize_static)
+    monkeypatch.setattr(reader, "DatasetReader", Reader)
+    script = tmp_path / "recipe.py"
+    script.write_text(text)
+    runpy.run_path(str(script))
+    return calls
+
+
+def test_python_snippet_calls_quantize_static_with_the_recipes_arguments(tmp_path, monkeypatch):
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
+
+    from pytest_qaccuracy.analysis.recipe.space import python_snippet
+
+    recipe = Recipe(int16=frozenset({"n"}), float=frozenset({"f"}), flipped=frozenset({"m"}), narrowed=frozenset({"m"}))
+    arguments = recipe.arguments({"n": ["t_in", "t_out"]}, "ranges.cache", {"m": ("w", 1)})
+    arguments["extra_options"]["ActivationSymmetric"] = True
+    text = python_snippet(arguments, "/models/fp32.onnx", "out.onnx", "/data/calib.npz")
+    ((args, kwargs),) = _run_snippet(text, tmp_path, monkeypatch)
+    assert args == ("/models/fp32.onnx", str(tmp_path / "out.onnx"), None)
+    assert kwargs == {
+        "quant_format": QuantFormat.QDQ,
+        "per_channel": False,
+        "reduce_range": False,
+        "activation_type": QuantType.QUInt8,
+        "weight_type": QuantType.QInt8,
+        "nodes_to_exclude": ["f"],
+        "extra_options": {
+            "ActivationSymmetric": True,
+            "TensorQuantOverrides": {
+                "t_in": [{"quant_type": QuantType.QUInt16}],
+                "t_out": [{"quant_type": QuantType.QUInt16}],
+                "w": [{"axis": 1, "reduce_range": True}],
+            },
+        },
+        "calibrate_method": CalibrationMethod.MinMax,
+        "calibration_cache_path": str(tmp_path / "ranges.cache"),
+    }
+
+
+def test_python_snippet_with_onnxruntimes_calibrator_reads_the_records(tmp_path, monkeypatch):
+    from onnxruntime.quantization import CalibrationMethod
+
+    from pytest_qaccuracy.analysis.recipe.space import python_snippet
+
+    arguments = Recipe(method="ort-percentile").arguments({}, None)
+    out = str(tmp_path / "abs" / "out.onnx")
+    text = python_snippet(arguments, "m.onnx", out, "calib.h5", records=6)
+    ((args, kwargs),) = _run_snippet(text, tmp_path, monkeypatch)
+    model, written, reader = args
+    assert (model, written, reader.given, reader.range) == ("m.onnx", out, ("calib.h5", "m.onnx"), (0, 6))
+    assert kwargs["calibrate_method"] == CalibrationMethod.Percentile
+    assert "calibration_cache_path" not in kwargs
+    assert kwargs["extra_options"] == {"TensorQuantOverrides": {}}
+    # all the records: no range set
+    ((args, _),) = _run_snippet(python_snippet(arguments, "m.onnx", out, "calib.h5"), tmp_path, monkeypatch)
+    assert args[2].range is None
+
+
+def test_python_snippet_converts_the_opset_first(tmp_path, monkeypatch):
+    from pytest_qaccuracy.analysis.recipe.space import python_snippet
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    fp32 = tmp_path / "fp32.onnx"
+    import onnx
+
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), str(fp32))
+    text = python_snippet(Recipe().arguments({}, "c.cache"), str(fp32), "o.onnx", "d.npz", convert_opset=13)
+    (((model, _, _), kwargs),) = _run_snippet(text, tmp_path, monkeypatch)
+    assert Path(model).name == "opset13.fp32.onnx"
+    converted = onnx.load_from_string(kwargs["model bytes"])
+    assert [(o.domain, o.version) for o in converted.opset_import] == [("", 13)]
+    assert not Path(model).exists()  # the temporary folder is gone after the call
