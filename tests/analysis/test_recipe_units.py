@@ -36,18 +36,26 @@ def _work_model():
         helper.make_node("Reshape", ["g2", "shape"], ["m_in"], name="reshape"),
         helper.make_node("MatMul", ["m_in", "wm"], ["y"], name="matmul"),
         helper.make_node("Identity", ["y"], ["z"]),  # unnamed: no entry
+        # two inputs but not a product: elements only, whatever the second input's shape
+        helper.make_node("Add", ["x", "bias"], ["x_plus"], name="add"),
+        # an output without a known shape counts as one element
+        helper.make_node("Relu", ["unknown"], ["u"], name="relu_unknown"),
     ]
     graph = helper.make_graph(
         nodes,
         "work",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8]),
+            helper.make_tensor_value_info("unknown", TensorProto.FLOAT, None),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("z", "x_plus", "u")],
         [
             _init("wc", (4, 3, 3, 3)),
             _init("wt", (4, 2, 2, 2)),
             _init("wg", (5, 1024)),
             _init("wg2", (5, 6)),
             _init("wm", (2, 3, 7)),
+            _init("bias", (8,)),
             numpy_helper.from_array(np.array([2, 1, 3], np.int64), "shape"),
         ],
     )
@@ -65,6 +73,8 @@ def test_node_work_is_macs_for_products_and_elements_for_the_rest():
         "gemm": 6 * 5,
         "reshape": 2 * 1 * 3,
         "matmul": 2 * 1 * 7 * 3,
+        "add": 3 * 8 * 8,
+        "relu_unknown": 1,
     }
 
 
@@ -131,6 +141,8 @@ def test_parse_weights():
         parse_weights("int16=1,int4=1")
     with pytest.raises(InputError, match=r"cost weight 'float=x': 'x' is not a number"):
         parse_weights("float=x")
+    with pytest.raises(InputError, match=r"cost weight 'float==1': '=1' is not a number"):
+        parse_weights("float==1")
 
 
 def _outcome(kind: str, check: str, metric: str, op: str, threshold: float, value: float | None, **fields):
@@ -344,3 +356,108 @@ def test_python_snippet_converts_the_opset_first(tmp_path, monkeypatch):
     converted = onnx.load_from_string(kwargs["model bytes"])
     assert [(o.domain, o.version) for o in converted.opset_import] == [("", 13)]
     assert not Path(model).exists()  # the temporary folder is gone after the call
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("cosine>=0.99", ("cosine", 0.99, True, "tensor", 1e-12, 1, False)),
+        (" mse <= 1e-4 ", ("mse", 1e-4, False, "tensor", 1e-12, 1, False)),
+        ("sqnr>20", ("sqnr", 20.0, True, "tensor", 1e-12, 1, True)),
+        ("mse<0.5", ("mse", 0.5, False, "tensor", 1e-12, 1, True)),
+        ("cosine=-1", ("cosine", -1.0, True, "tensor", 1e-12, 1, False)),
+        ("max_top5_drop<=0.01", ("max_top5_drop", 0.01, False, "topk", 0.01, 5, False)),
+        ("max_top1_drop<=-1", ("max_top1_drop", -1.0, False, "topk", 0.01, 1, False)),
+        ("min_top12_agreement>=1", ("min_top12_agreement", 1.0, True, "topk", 0.01, 12, False)),
+        ("min_top1_agreement>0", ("min_top1_agreement", 0.0, True, "topk", 0.01, 1, True)),
+        ("max_drop:cer<=0.01", ("max_drop:cer", 0.01, False, "task", 0.01, 1, False)),
+        ("min:exact_match>=0.9", ("min:exact_match", 0.9, True, "task", 0.01, 1, False)),
+        ("max:cer<0.05", ("max:cer", 0.05, False, "task", 0.01, 1, True)),
+    ],
+)
+def test_parse_check_reads_each_kind(text, expected):
+    from pytest_qaccuracy.analysis.recipe.checks import parse_check
+
+    c = parse_check(text)
+    assert (c.metric, c.value, c.higher_is_better, c.kind, c.scale, c.k, c.strict) == expected
+
+
+def test_parse_check_allclose_bounds_are_never_strict():
+    from pytest_qaccuracy.analysis.recipe.checks import Check, parse_check
+
+    assert parse_check("rtol<0.01") == Check("allclose", 0.0, False, "allclose", 1.0, rtol=0.01)
+    assert parse_check("atol<=0") == Check("allclose", 0.0, False, "allclose", 1.0, atol=0.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("cosine", "target 'cosine': expected METRIC>=VALUE or METRIC<=VALUE, e.g. cosine>=0.99"),
+        ("", "target '': expected METRIC>=VALUE"),
+        ("Cosine>=0.9", "target 'Cosine>=0.9': expected METRIC>=VALUE"),
+        ("mse>=1", "target 'mse>=1': mse is better when lower; write mse<="),
+        ("cosine<=0.5", "target 'cosine<=0.5': cosine is better when higher; write cosine>="),
+        ("max_top1_drop>0", "target 'max_top1_drop>0': max_top1_drop is better when lower; write max_top1_drop<="),
+        ("cosine>=1.5", "target 'cosine>=1.5': no model can meet it (cosine lies in [-1, 1])"),
+        ("cosine>=-1.5", "(cosine lies in [-1, 1])"),
+        ("sqnr>=inf", "target 'sqnr>=inf': expected a finite bound, got inf"),
+        ("mse<=-0.1", "(mse lies in [0, inf])"),
+        ("rtol<=-0.1", "(rtol lies in [0, inf])"),
+        ("max_top0_drop<=0.1", "target 'max_top0_drop<=0.1': k must be >= 1"),
+        ("max_top1_drop<=1.5", "(max_top1_drop lies in [-1, 1])"),
+        ("max_top1_drop<=-1.5", "(max_top1_drop lies in [-1, 1])"),
+        ("min_top1_agreement>=-0.1", "(min_top1_agreement lies in [0, 1])"),
+        ("min_top1_agreement>=1.1", "(min_top1_agreement lies in [0, 1])"),
+    ],
+)
+def test_parse_check_refusals_name_the_target(text, message):
+    from pytest_qaccuracy.analysis.recipe.checks import parse_check
+
+    with pytest.raises(InputError) as info:
+        parse_check(text)
+    assert message in str(info.value)
+
+
+def test_an_unknown_check_lists_what_the_search_measures():
+    from pytest_qaccuracy.analysis.recipe.checks import parse_check
+    from pytest_qaccuracy.metrics import available_metrics
+
+    with pytest.raises(InputError) as info:
+        parse_check("nope>=1")
+    assert str(info.value) == (
+        f"target 'nope>=1': unknown check 'nope'; expected a metric ({', '.join(available_metrics())}), rtol, atol, "
+        "max_top<k>_drop, min_top<k>_agreement or a task value (min:, max:, max_drop:<value>)"
+    )
+
+
+def test_check_met_op_and_text():
+    from pytest_qaccuracy.analysis.recipe.checks import Check
+
+    ge, le = Check("cosine", 0.5, True), Check("mse", 0.5, False)
+    gt, lt = Check("cosine", 0.5, True, strict=True), Check("mse", 0.5, False, strict=True)
+    assert [ge.met(v) for v in (0.4, 0.5, 0.6, None)] == [False, True, True, False]
+    assert [le.met(v) for v in (0.4, 0.5, 0.6, None)] == [True, True, False, False]
+    assert [gt.met(v) for v in (0.4, 0.5, 0.6, None)] == [False, False, True, False]
+    assert [lt.met(v) for v in (0.4, 0.5, 0.6, None)] == [True, False, False, False]
+    assert [c.op for c in (ge, le, gt, lt)] == [">=", "<=", ">", "<"]
+    assert str(Check("cosine", 0.9999999, True)) == "cosine >= 0.9999999"
+    assert str(Check("sqnr", 20.0, True, output="y")) == "sqnr >= 20 on 'y'"
+    assert str(Check("allclose", 0.0, False, "allclose", rtol=0.01, atol=2.0)) == "allclose <= 0 (rtol=0.01, atol=2)"
+    assert Check("max_drop:cer", 0.1, False, "task").task_value == "cer"
+    assert Check("max_drop:cer", 0.1, False).task_value is None  # a tensor check names no task value
+
+
+def test_parse_checks_folds_rtol_and_atol_and_passes_checks_and_targets_through():
+    from pytest_qaccuracy.analysis.recipe.checks import Check, parse_checks
+    from pytest_qaccuracy.analysis.sweep import Target
+
+    given = Check("sqnr", 10.0, True)
+    checks = parse_checks(["rtol<=0.01", given, "atol<=0.5", "rtol<=0.02", Target("mse", 0.25)])
+    assert checks == [
+        given,
+        Check("mse", 0.25, False),
+        Check("allclose", 0.0, False, "allclose", 1.0, rtol=0.02, atol=0.5),
+    ]
+    assert parse_checks(["atol<=0.5"]) == [Check("allclose", 0.0, False, "allclose", 1.0, atol=0.5)]
+    with pytest.raises(InputError, match=r"give at least one target, e\.g\. cosine>=0\.99"):
+        parse_checks([])
