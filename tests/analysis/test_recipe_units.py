@@ -23,15 +23,18 @@ def _work_model():
     nodes = [
         # (1, 3, 8, 8) -> (1, 4, 8, 8), weight (4, 3, 3, 3): 27 products per output element
         helper.make_node("Conv", ["x", "wc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-        # grouped transposed conv: weight (4, 2, 2, 2), group 2, strides 2 -> (1, 4, 16, 16);
-        # C/group * kh * kw / strides = 4/2 * 4 / 4 = 2 products per output element
-        helper.make_node("ConvTranspose", ["c", "wt"], ["t"], name="deconv", group=2, strides=[2, 2]),
+        # grouped transposed conv: weight (4, 2, 3, 3), group 2, strides 2 -> (1, 4, 17, 17);
+        # C/group * kh * kw / strides = 4/2 * 9 / 4 = 4.5 products per output element
+        helper.make_node("ConvTranspose", ["c", "wt"], ["t0"], name="deconv", group=2, strides=[2, 2]),
+        helper.make_node("Slice", ["t0", "starts", "ends"], ["t"], name="crop"),  # (1, 4, 16, 16)
+        # no group, no strides: weight (4, 3, 2, 2) -> (1, 3, 9, 9); 4 * 4 products per output element
+        helper.make_node("ConvTranspose", ["c", "wp"], ["tp"], name="deconv_plain"),
         helper.make_node("Relu", ["t"], ["r"], name="relu"),
         helper.make_node("Flatten", ["r"], ["f"], name="flat"),  # (1, 1024)
         # Gemm with transB: weight (5, 1024), K = 1024
         helper.make_node("Gemm", ["f", "wg"], ["g"], name="gemm_t", transB=1),
-        # Gemm without transB: weight (5, 6), K = 5
-        helper.make_node("Gemm", ["g", "wg2"], ["g2"], name="gemm"),
+        # Gemm with transB written as 0: weight (5, 6), K = 5
+        helper.make_node("Gemm", ["g", "wg2"], ["g2"], name="gemm", transB=0),
         # MatMul with a 3-D weight (2, 3, 7) on a (2, 1, 3) input: K = 3 (the weight's second last)
         helper.make_node("Reshape", ["g2", "shape"], ["m_in"], name="reshape"),
         helper.make_node("MatMul", ["m_in", "wm"], ["y"], name="matmul"),
@@ -48,10 +51,13 @@ def _work_model():
             helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8]),
             helper.make_tensor_value_info("unknown", TensorProto.FLOAT, None),
         ],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("z", "x_plus", "u")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("z", "x_plus", "u", "tp")],
         [
             _init("wc", (4, 3, 3, 3)),
-            _init("wt", (4, 2, 2, 2)),
+            _init("wt", (4, 2, 3, 3)),
+            _init("wp", (4, 3, 2, 2)),
+            numpy_helper.from_array(np.array([0, 0, 0, 0], np.int64), "starts"),
+            numpy_helper.from_array(np.array([1, 4, 16, 16], np.int64), "ends"),
             _init("wg", (5, 1024)),
             _init("wg2", (5, 6)),
             _init("wm", (2, 3, 7)),
@@ -66,7 +72,9 @@ def test_node_work_is_macs_for_products_and_elements_for_the_rest():
     work = node_work(_work_model())
     assert work == {
         "conv": 4 * 8 * 8 * 27,  # the batch dimension N is unknown: it counts as 1
-        "deconv": 4 * 16 * 16 * 2,
+        "deconv": 4 * 17 * 17 * 4.5,
+        "crop": 4 * 16 * 16,
+        "deconv_plain": 3 * 9 * 9 * 16,
         "relu": 4 * 16 * 16,
         "flat": 1024,
         "gemm_t": 5 * 1024,
@@ -459,5 +467,48 @@ def test_parse_checks_folds_rtol_and_atol_and_passes_checks_and_targets_through(
         Check("allclose", 0.0, False, "allclose", 1.0, rtol=0.02, atol=0.5),
     ]
     assert parse_checks(["atol<=0.5"]) == [Check("allclose", 0.0, False, "allclose", 1.0, atol=0.5)]
-    with pytest.raises(InputError, match=r"give at least one target, e\.g\. cosine>=0\.99"):
+    # two allclose bounds make one check; one alone keeps its place
+    assert parse_checks(["rtol<=0.01", "atol<=0.5"]) == [
+        Check("allclose", 0.0, False, "allclose", 1.0, rtol=0.01, atol=0.5)
+    ]
+    assert parse_checks(["rtol<=0.1", "sqnr>=1"]) == [
+        Check("allclose", 0.0, False, "allclose", 1.0, rtol=0.1),
+        Check("sqnr", 1.0, True),
+    ]
+    assert parse_checks([Target("cosine", 0.5)]) == [Check("cosine", 0.5, True)]
+    with pytest.raises(InputError) as info:
         parse_checks([])
+    assert str(info.value) == "give at least one target, e.g. cosine>=0.99"
+
+
+def test_with_nodes_keeps_exactly_the_given_wide_nodes_and_drops_float_nodes_moves():
+    recipe = Recipe(
+        int16=frozenset({"old"}), flipped=frozenset({"a", "f"}), narrowed=frozenset({"f"}), retyped=frozenset({"f"})
+    )
+    moved = recipe.with_nodes({"a": "int16", "b": "int8", "f": "float"})
+    assert (moved.int16, moved.float) == (frozenset({"a"}), frozenset({"f"}))
+    assert (moved.flipped, moved.narrowed, moved.retyped) == (frozenset({"a"}), frozenset(), frozenset())
+
+
+def test_overrides_of_wide_nodes_without_tensors_and_weights_without_an_entry():
+    recipe = Recipe(int16=frozenset({"n", "quiet"}), narrowed=frozenset({"a_first", "b_second"}))
+    table = recipe.overrides({"n": ["t"]}, {"b_second": ("w", 0)})
+    assert table == {"t": [{"quant_type": "QUInt16"}], "w": [{"quant_type": "QInt8", "reduce_range": True}]}
+
+
+def test_refusal_of_a_global_type_pair():
+    from pytest_qaccuracy.analysis.recipe.space import REFUSED, refusal
+
+    assert refusal(Recipe(activation_type="int8", weight_type="uint8"), "1.32.0") == REFUSED["int8", "uint8"]
+    assert refusal(Recipe(activation_type="uint8", weight_type="uint8"), "1.32.0") is None
+
+
+def test_python_snippet_without_extra_options_and_the_overrides_named_once(tmp_path, monkeypatch):
+    from pytest_qaccuracy.analysis.recipe.space import python_snippet
+
+    arguments = Recipe(int16=frozenset({"n"})).arguments({"n": ["t"]}, "c.cache")
+    text = python_snippet(arguments, "m.onnx", "o.onnx", "d.npz")
+    assert text.count("TensorQuantOverrides") == 1  # the call reads the table the script spells out above it
+    bare = {k: v for k, v in arguments.items() if k != "extra_options"}
+    ((_, kwargs),) = _run_snippet(python_snippet(bare, "m.onnx", "o.onnx", "d.npz"), tmp_path, monkeypatch)
+    assert "extra_options" not in kwargs and kwargs["per_channel"] is False
