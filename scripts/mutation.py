@@ -403,7 +403,11 @@ EQUIVALENT: list[tuple[str, str, str]] = [
     (r'float\("nan"\)', 'float("NAN")', "float() reads 'nan' case-insensitively"),
     (r"\.astype\(np\.float64\)", ".astype(None)", "numpy's astype(None) is astype(float64)"),
     (r'"utf-8"', '"UTF-8"', "codec names are case-insensitive"),
-    (r"copy\.deepcopy\((qdq|written)\)", r"copy.copy(\1)", "copy.copy of a protobuf message copies it whole"),
+    (
+        r"copy\.deepcopy\((qdq|written|self\.base_model)\)",
+        r"copy.copy(\1)",
+        "copy.copy of a protobuf message copies it whole",
+    ),
     (
         r'\.kind (in|not in) "(\w+)"',
         r'.kind \1 "XX\2XX"',

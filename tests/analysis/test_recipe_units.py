@@ -562,7 +562,8 @@ def _ort_quantize(value, weight_type, axis, reduce_range, symmetric):
 @pytest.mark.parametrize("axis", [None, 0, 1])
 @pytest.mark.parametrize("symmetric", [None, True, False])
 def test_quantize_weight_equals_onnxruntimes_quantize_data(weight_type, reduce_range, axis, symmetric):
-    """Bit for bit, on channels of both signs, one positive only and one all zero (its scale is 1)."""
+    """Bit for bit, on channels of both signs, one positive only, one all zero and one of subnormal
+    scale (their scale is 1)."""
     from pytest_qaccuracy.analysis.recipe.edit import quantize_weight
 
     rng = np.random.default_rng(7)
@@ -570,6 +571,7 @@ def test_quantize_weight_equals_onnxruntimes_quantize_data(weight_type, reduce_r
     value[1] = np.abs(value[1]) + 0.05
     value[:, 2] = 0.0
     value[3, 0] = 0.0
+    value[2, 1] = 1e-37  # a scale below float32's smallest normal: onnxruntime's scale 1, zero point 0
     ours = quantize_weight(value, weight_type, axis, reduce_range, symmetric)
     used = (weight_type == "int8" or axis is not None) if symmetric is None else symmetric
     quantized, scale, zero = _ort_quantize(value, weight_type, axis, reduce_range, used)
