@@ -590,3 +590,81 @@ def test_quantize_weight_equals_onnxruntimes_quantize_data(weight_type, reduce_r
         assert np.shape(ours[1]) == () and np.shape(ours[2]) == ()
     else:
         assert ours[1].shape == ours[2].shape == (value.shape[axis],)
+
+
+def _gemm_pair(x_scale: float, bias: np.ndarray):
+    """A Gemm's fp32 model and a QDQ form of it written by hand: the input's pair with ``x_scale``
+    (not what its range gives, so it keeps its scale), an int8 weight per tensor, an int32 bias."""
+    import onnx
+
+    w = np.array([[0.5, -0.25], [0.125, 1.0]], np.float32)
+    fp32 = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W", "B"], ["y"], name="gemm")],
+        "fp32",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias.astype(np.float32), "B")],
+    )
+    w_scale = np.float32(1.0 / 127)
+    b_scale = np.float32(x_scale) * w_scale
+    inits = {
+        "x_scale": np.float32(x_scale),
+        "x_zero_point": np.uint8(128),
+        "W_quantized": np.round(w / w_scale).astype(np.int8),
+        "W_scale": w_scale,
+        "W_zero_point": np.int8(0),
+        "B_quantized": np.clip(np.round(bias / b_scale), -(2**31), 2**31 - 1).astype(np.int32),
+        "B_scale": np.float32(b_scale),
+        "B_zero_point": np.int32(0),
+    }
+    qdq = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero_point"], ["x_q"]),
+            helper.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zero_point"], ["x_dq"]),
+            helper.make_node("DequantizeLinear", ["W_quantized", "W_scale", "W_zero_point"], ["W_dq"]),
+            helper.make_node("DequantizeLinear", ["B_quantized", "B_scale", "B_zero_point"], ["B_dq"]),
+            helper.make_node("Gemm", ["x_dq", "W_dq", "B_dq"], ["y"], name="gemm"),
+        ],
+        "qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
+    opset = [helper.make_opsetid("", 13)]
+    return onnx.helper.make_model(fp32, opset_imports=opset), onnx.helper.make_model(qdq, opset_imports=opset), w
+
+
+def _inits(model) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def test_an_activation_pair_kept_from_the_base_moves_its_zero_point_to_the_new_type():
+    """The input's scale (0.5) is not what its range gives, so the edit keeps it, and only moves the
+    zero point from uint8 to int8: 128 - 128 = 0 (the scale unchanged). The bias follows its scales."""
+    from pytest_qaccuracy.analysis.recipe.edit import GlobalEdits
+
+    fp32, qdq, _ = _gemm_pair(0.5, np.array([0.3, -0.7]))
+    edits = GlobalEdits(qdq, Recipe(), fp32, {"x": (-1.0, 1.0)})
+    assert edits.params == {} and edits.zero_points == {"x_zero_point"}
+    edited = _inits(edits.model(Recipe(activation_type="int8"), {"x": (-1.0, 1.0)}))
+    assert edited["x_zero_point"].dtype == np.int8 and edited["x_zero_point"] == 0
+    assert edited["x_scale"] == np.float32(0.5)
+    b_scale = np.float32(0.5) * np.float32(1.0 / 127)
+    np.testing.assert_array_equal(edited["B_quantized"], np.round(np.array([0.3, -0.7]) / b_scale).astype(np.int32))
+    assert _inits(qdq)["x_zero_point"] == 128  # the base model is not touched
+
+
+def test_a_bias_beyond_int32_is_clipped_to_its_range():
+    """Per-channel weights give the bias one scale per channel (x_scale times the channel's weight
+    scale); a bias too large for int32 at that scale is clipped to [-2**31, 2**31 - 1], as
+    onnxruntime's quantizer clips it."""
+    from pytest_qaccuracy.analysis.recipe.edit import GlobalEdits
+
+    bias = np.array([1e12, -1e12])
+    fp32, qdq, w = _gemm_pair(0.5, bias)
+    edits = GlobalEdits(qdq, Recipe(), fp32, {"x": (-1.0, 1.0)})
+    edited = _inits(edits.model(Recipe(per_channel=True), {"x": (-1.0, 1.0)}))
+    np.testing.assert_array_equal(edited["B_quantized"], np.array([2**31 - 1, -(2**31)], np.int32))
+    w_scales = np.abs(w).max(axis=0) / np.float32(127)  # Gemm's weight (K, N): channels on axis 1
+    np.testing.assert_array_equal(edited["B_scale"], (np.float32(0.5) * w_scales.astype(np.float32)))
+    np.testing.assert_array_equal(edited["B_zero_point"], np.zeros(2, np.int32))
