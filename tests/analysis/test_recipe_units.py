@@ -592,7 +592,7 @@ def test_quantize_weight_equals_onnxruntimes_quantize_data(weight_type, reduce_r
         assert ours[1].shape == ours[2].shape == (value.shape[axis],)
 
 
-def _gemm_pair(x_scale: float, bias: np.ndarray):
+def _gemm_pair(x_scale: float, bias: np.ndarray, per_channel: bool = False):
     """A Gemm's fp32 model and a QDQ form of it written by hand: the input's pair with ``x_scale``
     (not what its range gives, so it keeps its scale), an int8 weight per tensor, an int32 bias."""
     import onnx
@@ -605,24 +605,34 @@ def _gemm_pair(x_scale: float, bias: np.ndarray):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
         [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias.astype(np.float32), "B")],
     )
-    w_scale = np.float32(1.0 / 127)
+    w_scale = (np.abs(w).max(axis=0) / np.float32(127)).astype(np.float32) if per_channel else np.float32(1 / 127)
     b_scale = np.float32(x_scale) * w_scale
     inits = {
         "x_scale": np.float32(x_scale),
         "x_zero_point": np.uint8(128),
         "W_quantized": np.round(w / w_scale).astype(np.int8),
         "W_scale": w_scale,
-        "W_zero_point": np.int8(0),
+        "W_zero_point": np.zeros(2, np.int8) if per_channel else np.int8(0),
         "B_quantized": np.clip(np.round(bias / b_scale), -(2**31), 2**31 - 1).astype(np.int32),
-        "B_scale": np.float32(b_scale),
-        "B_zero_point": np.int32(0),
+        "B_scale": np.asarray(b_scale, np.float32),
+        "B_zero_point": np.zeros(2, np.int32) if per_channel else np.int32(0),
     }
     qdq = helper.make_graph(
         [
             helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero_point"], ["x_q"]),
             helper.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zero_point"], ["x_dq"]),
-            helper.make_node("DequantizeLinear", ["W_quantized", "W_scale", "W_zero_point"], ["W_dq"]),
-            helper.make_node("DequantizeLinear", ["B_quantized", "B_scale", "B_zero_point"], ["B_dq"]),
+            helper.make_node(
+                "DequantizeLinear",
+                ["W_quantized", "W_scale", "W_zero_point"],
+                ["W_dq"],
+                **({"axis": 1} if per_channel else {}),
+            ),
+            helper.make_node(
+                "DequantizeLinear",
+                ["B_quantized", "B_scale", "B_zero_point"],
+                ["B_dq"],
+                **({"axis": 0} if per_channel else {}),
+            ),
             helper.make_node("Gemm", ["x_dq", "W_dq", "B_dq"], ["y"], name="gemm"),
         ],
         "qdq",
@@ -668,3 +678,76 @@ def test_a_bias_beyond_int32_is_clipped_to_its_range():
     w_scales = np.abs(w).max(axis=0) / np.float32(127)  # Gemm's weight (K, N): channels on axis 1
     np.testing.assert_array_equal(edited["B_scale"], (np.float32(0.5) * w_scales.astype(np.float32)))
     np.testing.assert_array_equal(edited["B_zero_point"], np.zeros(2, np.int32))
+    assert edited["B_zero_point"].shape == (2,)
+
+
+def test_per_channel_weights_made_per_tensor_lose_their_axis():
+    """The base model's per-channel weight and bias (axis 1 and 0) edited to per tensor: one scale each,
+    the zero points scalars, no ``axis`` left on their DequantizeLinear nodes."""
+    from pytest_qaccuracy.analysis.recipe.edit import GlobalEdits
+
+    bias = np.array([0.3, -0.7])
+    fp32, qdq, w = _gemm_pair(0.5, bias, per_channel=True)
+    edits = GlobalEdits(qdq, Recipe(per_channel=True), fp32, {"x": (-1.0, 1.0)})
+    edited = edits.model(Recipe(), {"x": (-1.0, 1.0)})
+    values = _inits(edited)
+    w_scale = np.float32(np.abs(w).max() / np.float32(127))
+    assert values["W_scale"] == w_scale and values["W_zero_point"].shape == ()
+    np.testing.assert_array_equal(values["W_quantized"], np.round(w / w_scale).astype(np.int8))
+    b_scale = np.float32(0.5) * w_scale
+    assert values["B_scale"].shape == (1,) and values["B_scale"][0] == b_scale
+    assert values["B_zero_point"].shape == ()
+    np.testing.assert_array_equal(values["B_quantized"], np.round(bias / np.float64(b_scale)).astype(np.int32))
+    axes = {n.output[0]: [a.i for a in n.attribute if a.name == "axis"] for n in edited.graph.node}
+    assert axes["W_dq"] == [] and axes["B_dq"] == []
+    assert [o.version for o in edited.opset_import] == [13]
+
+
+def _opset_model(imports):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in imports])
+
+
+@pytest.mark.parametrize(
+    ("imports", "converted"),
+    [
+        ([("", 12)], True),
+        ([("ai.onnx", 11)], True),
+        ([("com.microsoft", 1), ("", 12)], True),
+        ([("", 13)], False),
+        ([("", 17)], False),
+        ([("com.microsoft", 1)], False),  # no default domain: nothing to convert
+    ],
+)
+def test_at_least_opset13_converts_older_default_domains_only(imports, converted):
+    from pytest_qaccuracy.analysis.recipe.edit import _at_least_opset13
+
+    model = _opset_model(imports)
+    out = _at_least_opset13(model)
+    if converted:
+        assert [o.version for o in out.opset_import if o.domain in ("", "ai.onnx")] == [13]
+    else:
+        assert out is model
+
+
+def test_weight_form_turns_each_global_choice_for_a_moved_weight():
+    from pytest_qaccuracy.analysis.recipe.edit import _weight_form
+
+    users = frozenset({"conv"})
+    assert _weight_form(Recipe(), users) == (False, False, "int8")
+    moved = Recipe(flipped=users, narrowed=users, retyped=users)
+    assert _weight_form(moved, users) == (True, True, "uint8")
+    assert _weight_form(moved, frozenset({"other"})) == (False, False, "int8")
+    both = Recipe(per_channel=True, reduce_range=True, weight_type="uint8", flipped=users, retyped=users)
+    assert _weight_form(both, users | {"other"}) == (False, True, "int8")
+
+
+def test_zero_shift_between_the_8_bit_types():
+    from pytest_qaccuracy.analysis.recipe.edit import _zero_shift
+
+    assert (_zero_shift("uint8", "int8"), _zero_shift("int8", "uint8"), _zero_shift("int8", "int8")) == (-128, 128, 0)
