@@ -304,6 +304,7 @@ def test_python_snippet_calls_quantize_static_with_the_recipes_arguments(tmp_pat
     recipe = Recipe(int16=frozenset({"n"}), float=frozenset({"f"}), flipped=frozenset({"m"}), narrowed=frozenset({"m"}))
     arguments = recipe.arguments({"n": ["t_in", "t_out"]}, "ranges.cache", {"m": ("w", 1)})
     arguments["extra_options"]["ActivationSymmetric"] = True
+    arguments["extra_options"]["WeightSymmetric"] = False
     text = python_snippet(arguments, "/models/fp32.onnx", "out.onnx", "/data/calib.npz")
     ((args, kwargs),) = _run_snippet(text, tmp_path, monkeypatch)
     assert args == ("/models/fp32.onnx", str(tmp_path / "out.onnx"), None)
@@ -316,6 +317,7 @@ def test_python_snippet_calls_quantize_static_with_the_recipes_arguments(tmp_pat
         "nodes_to_exclude": ["f"],
         "extra_options": {
             "ActivationSymmetric": True,
+            "WeightSymmetric": False,
             "TensorQuantOverrides": {
                 "t_in": [{"quant_type": QuantType.QUInt16}],
                 "t_out": [{"quant_type": QuantType.QUInt16}],
