@@ -35,9 +35,8 @@ TEST = SUITE / "data" / "digits_test.npz"
 def built():
     builder = RecipeBuilder(FP32, CALIB, RuntimeOptions())
     tmp = Path(tempfile.mkdtemp(prefix="recipe-edit-"))
-    base = Recipe()
-    model = onnx.load(str(builder.write(base, tmp / "base.onnx")))
-    return builder, GlobalEdits(model, base, builder.model, builder.ranges(base).ranges), tmp
+    model = onnx.load(str(builder.write(Recipe(), tmp / "base.onnx")))
+    return builder, model, tmp
 
 
 def _inits(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -57,7 +56,9 @@ def _inits(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     ],
 )
 def test_edited_model_holds_the_numbers_quantize_static_writes(built, change):
-    builder, edits, tmp = built
+    builder, base_model, tmp = built
+    # made in the test, not in the fixture: mutation testing maps the code a test's body runs to it
+    edits = GlobalEdits(base_model, Recipe(), builder.model, builder.ranges(Recipe()).ranges)
     recipe = replace(Recipe(), **change)
     real = onnx.load(str(builder.write(recipe, tmp / "real.onnx")))  # onnxruntime's quantize_static
     edited = edits.model(recipe, builder.estimated_ranges(recipe))
@@ -108,3 +109,72 @@ def test_ranking_stops_between_passes_when_no_time_is_left(built):
     assert len(full) == len(sets)
     assert 0 < len(cut) < len(sets)
     assert cut == full[: len(cut)]
+
+
+def _mixed(root: Path) -> tuple[Path, Path]:
+    """Constants onnxruntime quantizes as activations (an Add's and a Mul's), a weight two nodes share,
+    a transposed Gemm with a bias, a MatMul, and data-movement ops: the edit's other paths."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+
+    def init(name, *shape, scale=0.5):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "wc", "bc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c", "k_add"], ["a"], name="add"),
+        helper.make_node("Mul", ["a", "k_mul"], ["m"], name="mul"),
+        helper.make_node("MaxPool", ["m"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "wg", "bg"], ["g"], name="gemm", transB=1),
+        helper.make_node("MatMul", ["g", "wm"], ["h1"], name="mm1"),
+        helper.make_node("MatMul", ["g", "wm"], ["h2"], name="mm2"),
+        helper.make_node("Sub", ["h1", "h2"], ["y0"], name="sub"),
+        helper.make_node("Add", ["y0", "g"], ["y"], name="out"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6])],
+        [
+            init("wc", 3, 1, 3, 3),
+            init("bc", 3, scale=0.1),
+            init("k_add", 1, 3, 1, 1),
+            numpy_helper.from_array(np.array([1.7], np.float32), "k_mul"),
+            init("wg", 6, 48, scale=0.2),
+            init("bg", 6, scale=0.1),
+            init("wm", 6, 6),
+        ],
+    )
+    model = root / "mixed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(model))
+    data = root / "mixed.npz"
+    np.savez(data, x=rng.standard_normal((16, 1, 8, 8)).astype(np.float32))
+    return model, data
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    tmp = Path(tempfile.mkdtemp(prefix="recipe-edit-mixed-"))
+    fp32, data = _mixed(tmp)
+    builder = RecipeBuilder(fp32, data, RuntimeOptions())
+    model = onnx.load(str(builder.write(Recipe(), tmp / "base.onnx")))
+    return builder, model, tmp
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"method": "percentile"},
+        {"per_channel": True},
+        {"reduce_range": True},
+        {"activation_type": "int8"},
+        {"activation_type": "int8", "method": "mse", "reduce_range": True},
+        {"weight_type": "uint8"},
+        {"per_channel": True, "weight_type": "uint8", "method": "kl"},
+    ],
+)
+def test_edited_mixed_model_holds_the_numbers_quantize_static_writes(mixed, change):
+    test_edited_model_holds_the_numbers_quantize_static_writes(mixed, change)

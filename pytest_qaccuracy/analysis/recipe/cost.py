@@ -34,15 +34,14 @@ _MAC_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 def node_work(model: onnx.ModelProto) -> dict[str, float]:
     """Work of every named node of ``model`` (shape-inferred): MACs, or output elements."""
     inferred = onnx.shape_inference.infer_shapes(model)
-    view = GraphView(inferred)
     shapes = _shapes(inferred)
     work = {}
-    for node in view.nodes:
+    for node in GraphView(inferred).nodes:
         if not node.name:
             continue
         out = shapes.get(node.output[0]) if node.output else None
         elements = float(np.prod(out)) if out is not None else 1.0
-        work[node.name] = elements * _reduction(node, view, shapes)
+        work[node.name] = elements * _reduction(node, shapes)
     return work
 
 
@@ -58,7 +57,7 @@ def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return table
 
 
-def _reduction(node: onnx.NodeProto, view: GraphView, shapes: Mapping[str, tuple[int, ...]]) -> float:
+def _reduction(node: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]]) -> float:
     """Multiply-accumulates per output element (1 for ops that are not products)."""
     if node.op_type not in _MAC_OPS or len(node.input) < 2:
         return 1.0
