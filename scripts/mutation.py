@@ -99,6 +99,10 @@ GROUPS: dict[str, Group] = {
         ("plugin/settings.py", "plugin/options.py", "plugin/ini.py", "plugin/schemes.py"),
         ("tests/plugin/test_settings_units.py",),
     ),
+    "plugin": Group(
+        ("plugin/records.py", "plugin/pairs.py", "plugin/properties.py", "plugin/baselines.py", "plugin/artifacts.py"),
+        ("tests/plugin/test_records.py",),
+    ),
     "summary": Group(
         ("report/summary.py", "report/verdicts.py", "report/tables.py"),
         ("tests/report/test_summary_units.py", "tests/report/test_tables.py"),
