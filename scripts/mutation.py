@@ -101,7 +101,11 @@ GROUPS: dict[str, Group] = {
     ),
     "plugin": Group(
         ("plugin/records.py", "plugin/pairs.py", "plugin/properties.py", "plugin/baselines.py", "plugin/artifacts.py"),
-        ("tests/plugin/test_records.py",),
+        (
+            "tests/plugin/test_records.py",
+            "tests/plugin/test_records_units.py",
+            "tests/plugin/test_properties_units.py",
+        ),
     ),
     "summary": Group(
         ("report/summary.py", "report/verdicts.py", "report/tables.py"),
