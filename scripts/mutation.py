@@ -105,6 +105,9 @@ GROUPS: dict[str, Group] = {
             "tests/plugin/test_records.py",
             "tests/plugin/test_records_units.py",
             "tests/plugin/test_properties_units.py",
+            "tests/plugin/test_baselines_units.py",
+            "tests/plugin/test_artifacts_units.py",
+            "tests/plugin/test_summary.py",
         ),
     ),
     "summary": Group(
