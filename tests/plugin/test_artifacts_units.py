@@ -152,6 +152,26 @@ def test_publish_artifacts_replaces_the_folder_and_keeps_the_users_files(tmp_pat
     assert not (out / "report.html").exists()
 
 
+def test_publish_artifacts_says_whether_the_session_is_complete(tmp_path: Path) -> None:
+    fp32 = _model(tmp_path / "m.onnx")
+    status = SessionStatus("incomplete", "a worker crashed", workers_lost=1)
+    publish_artifacts(tmp_path / "out", [_record(tmp_path, "p", fp32)], tmp_path, None, status)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "incomplete" and summary["missing"]["workers_lost"] == 1
+    assert "session incomplete (a worker crashed)" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_write_artifacts_loads_each_fp32_model_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_qaccuracy.model as model
+
+    fp32 = _model(tmp_path / "m.onnx")
+    loaded: list[str] = []
+    real = model.load_model
+    monkeypatch.setattr(model, "load_model", lambda path: loaded.append(path) or real(path))
+    write_artifacts(tmp_path / "out", [_record(tmp_path, "p", fp32), _record(tmp_path, "qq", fp32)], tmp_path)
+    assert loaded == [fp32]  # for the DOT graphs and the report together
+
+
 def test_publish_artifacts_takes_a_relative_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fp32 = _model(tmp_path / "m.onnx")
     monkeypatch.chdir(tmp_path)
@@ -214,6 +234,9 @@ def test_recipe_files(tmp_path: Path) -> None:
     script = (out / recipe["python"]).read_text()
     assert "data/d.npz" in script and str(tmp_path) not in script
     assert (out / recipe["steps"]).read_text().endswith("pass best\n")
+    # the report names the files the recipe was written to
+    listed = "recipe files in the artifacts folder: " + ", ".join(recipe.values())
+    assert listed in (out / "report.html").read_text()
 
 
 def test_recipe_files_of_a_pair_outside_the_root(tmp_path: Path) -> None:
@@ -241,6 +264,10 @@ def test_recipe_files_with_ranges(tmp_path: Path) -> None:
     document = json.loads((tmp_path / "out" / recipe["json"]).read_text())
     assert document["quantize_static"] == {"calibration_cache_path": "p-00000001.ranges.json"}
     assert "calibration_records" not in document
+    # summary.json's arguments name the ranges file written with the artifacts
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    brief = summary["pairs"][0]["sensitivity"]["recipe"]
+    assert brief["quantize_static"] == {"calibration_cache_path": "pairs/p-00000001.ranges.json"}
 
 
 def test_no_recipe_files_without_a_best_step(tmp_path: Path) -> None:

@@ -223,6 +223,24 @@ def test_finish_baselines_writes_passing_pairs(tmp_path: Path) -> None:
     assert json.loads((folder / "good-stem.json").read_text())["outputs"] == {"y": {"sqnr": 20.0}}
 
 
+def test_finish_baselines_goes_on_past_a_failing_pair(tmp_path: Path) -> None:
+    folder = tmp_path / "baselines"
+    records = [_record(tmp_path, "bad", _failed_tolerance()), _record(tmp_path, "good")]
+    status, written = finish_baselines(_settings(save_baseline_dir=folder), records, tmp_path)
+    assert status == BaselineStatus("baselines", True, saved=("good",), failing=("bad",))
+    assert written == [folder / "good-stem.json"]
+
+
+def test_finish_baselines_saves_the_task_values(tmp_path: Path) -> None:
+    folder = tmp_path / "baselines"
+    task = {"acc": {"fp32": 0.9, "quantized": 0.812345, "higher_is_better": True}}
+    record = replace(_record(tmp_path, "p"), task=task)
+    finish_baselines(_settings(save_baseline_dir=folder), [record], tmp_path)
+    document = json.loads((folder / "p-stem.json").read_text())
+    assert document["task"] == {"acc": 0.8123}  # 4 significant digits
+    assert document["higher_is_better"] == {"acc": True, "sqnr": True}
+
+
 def test_finish_baselines_lists_stale_files_and_prunes_them_when_asked(tmp_path: Path) -> None:
     folder = tmp_path / "baselines"
     settings = _settings(save_baseline_dir=folder)
