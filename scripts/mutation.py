@@ -100,7 +100,14 @@ GROUPS: dict[str, Group] = {
         ("tests/plugin/test_settings_units.py",),
     ),
     "plugin": Group(
-        ("plugin/records.py", "plugin/pairs.py", "plugin/properties.py", "plugin/baselines.py", "plugin/artifacts.py"),
+        (
+            "plugin/records.py",
+            "plugin/pairs.py",
+            "plugin/properties.py",
+            "plugin/baselines.py",
+            "plugin/artifacts.py",
+            "plugin/suite.py",
+        ),
         (
             "tests/plugin/test_records.py",
             "tests/plugin/test_records_units.py",
@@ -108,6 +115,7 @@ GROUPS: dict[str, Group] = {
             "tests/plugin/test_baselines_units.py",
             "tests/plugin/test_artifacts_units.py",
             "tests/plugin/test_summary.py",
+            "tests/plugin/test_suite_units.py",
         ),
     ),
     "summary": Group(
