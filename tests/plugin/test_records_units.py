@@ -4,6 +4,7 @@ calls, each expected value worked out by hand."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -216,9 +217,15 @@ def test_stem_is_the_safe_id_and_the_keys_hash(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def avx2_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This machine's onnxruntime is taken to be ``onnxruntime-avx2``."""
+def avx2_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This machine's onnxruntime is taken to be ``onnxruntime-avx2`` (the probe's answer is cached
+    per process: cleared before and after)."""
+    from pytest_qaccuracy.backend import host
+
     monkeypatch.setenv("QACCURACY_HOST_PRESET", "onnxruntime-avx2")
+    host.host_preset.cache_clear()
+    yield
+    host.host_preset.cache_clear()
 
 
 @pytest.mark.usefixtures("avx2_host")
