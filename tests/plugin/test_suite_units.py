@@ -458,3 +458,105 @@ def test_a_drift_item_without_a_baseline_skips(pytester: pytest.Pytester) -> Non
         reason
         == "Skipped: no baseline for pair 'a' in .qaccuracy-baselines (write one with --qaccuracy-update-baselines)"
     )
+
+
+def test_scores_and_task_metrics_reach_the_spec(tmp_path: Path) -> None:
+    path = _suite(tmp_path, f'{HEAD}\n[pairs.a]\nquantized = "q.onnx"\nscores = "y"\ntask_metrics = ["binary_f1"]\n')
+    (pair,) = load_suite(path)
+    assert pair.spec.scores == "y" and [t.path for t in pair.spec.task_metrics] == ["binary_f1"]
+    (pair,) = load_suite(path, run={"configured_task_metrics": ("ctc",)})
+    assert [t.path for t in pair.spec.task_metrics] == ["ctc", "binary_f1"]  # the ini's first
+
+
+def test_the_sessions_settings_reach_the_suites_pairs(pytester: pytest.Pytester) -> None:
+    # a dotted key before any table header: a pair without a [pairs.<name>] header
+    _suite(pytester.path, 'pairs.inline = { quantized = "q.onnx", layers = ["conv* sqnr>=1"] }\n' + HEAD)
+    pytester.makeini(
+        "[pytest]\nqaccuracy_backend = integer\nqaccuracy_scheme = glow\nqaccuracy_targets = tflite\n"
+        "qaccuracy_task_metrics = ctc\nqaccuracy_tolerances =\n    x::* sqnr>=1\n    y::* sqnr>=2\n"
+    )
+    items = _items(pytester)
+    assert [i.name for i in items] == ["min_cosine", "rules"]
+    spec = items[0].spec  # type: ignore[attr-defined]
+    assert (spec.backend, spec.scheme, spec.targets) == ("integer", "glow", ("tflite",))
+    assert [t.path for t in spec.task_metrics] == ["ctc"]
+    assert [r.position for r in items[1].rules] == [0, 1, 2]  # type: ignore[attr-defined]  # after the ini's two
+    assert items[0].reportinfo()[1] == 0  # a pair without a [pairs.<name>] header: line 0
+
+
+class _Result:
+    def __init__(self, message: str | None) -> None:
+        self.message, self.properties = message, [("qaccuracy.pair", "a")]
+
+
+def _fake_check(monkeypatch: pytest.MonkeyPatch, calls: list[dict[str, Any]], outcome: Any) -> None:
+    """The session's check replaced: it records its arguments and returns or raises ``outcome``."""
+    from pytest_qaccuracy.plugin.session import QAccuracySession
+
+    def check(self: Any, spec: Any, tolerances: Any, rules: Any, nodeid: str, **kwargs: Any) -> _Result:
+        calls.append({"spec": spec, "tolerances": tolerances, "rules": rules, "nodeid": nodeid, **kwargs})
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return _Result(outcome)
+
+    monkeypatch.setattr(QAccuracySession, "check", check)
+
+
+def test_an_item_runs_the_sessions_check(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    _suite(pytester.path, HEAD + '\n[pairs.a]\nquantized = "q.onnx"\nlayers = ["c* sqnr>=1"]\n')
+    calls: list[dict[str, Any]] = []
+    _fake_check(monkeypatch, calls, "a: min_cosine 0.5 < 0.99\n  second line")
+    rec = pytester.inline_run(*ARGS, "-k", "min_cosine", "--junitxml=out.xml")
+    ((call,),) = [calls]
+    assert call["nodeid"] == "qaccuracy_a.toml::a::min_cosine" and call["spec"].id == "a"
+    assert sorted(call["tolerances"]) == ["min_cosine", "topk"] and call["rules"] == []
+    assert call["drift"] is False and call["xfail"] is None and sorted(call["measure"]) == ["min_cosine", "topk"]
+    (report,) = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    assert report.failed and str(report.longrepr) == "a: min_cosine 0.5 < 0.99\n  second line"
+    assert report.user_properties == [("qaccuracy.pair", "a")]
+    assert '<property name="qaccuracy.pair" value="a"' in (pytester.path / "out.xml").read_text()
+
+
+def test_an_item_without_properties_and_passing(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    _suite(pytester.path, HEAD + '\n[pairs.a]\nquantized = "q.onnx"\nlayers = ["c* sqnr>=1"]\nxfail = "known"\n')
+    pytester.makeini("[pytest]\nqaccuracy_junit_properties = false\n")
+    calls: list[dict[str, Any]] = []
+    _fake_check(monkeypatch, calls, None)
+    rec = pytester.inline_run(*ARGS, "-k", "rules")
+    ((call,),) = [calls]
+    assert call["xfail"] == "known" and len(call["rules"]) == 1 and call["drift"] is False
+    (report,) = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    assert report.failed and report.user_properties == []  # strict xfail: a pass fails
+    assert "[XPASS(strict)] known" in str(report.longrepr)
+
+
+def test_an_item_whose_check_raises(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_qaccuracy.errors import CheckError
+
+    _suite(pytester.path, HEAD + '\n[pairs.a]\nquantized = "q.onnx"\n')
+    _fake_check(monkeypatch, [], CheckError("pair 'a': output 'y': broken"))
+    rec = pytester.inline_run(*ARGS)
+    (report,) = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    assert str(report.longrepr) == "pair 'a': output 'y': broken"
+    _fake_check(monkeypatch, [], KeyError("k"))
+    rec = pytester.inline_run(*ARGS)
+    (report,) = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    assert "KeyError: 'k'" in str(report.longrepr) and "def check(" in str(report.longrepr)  # pytest's own
+
+
+def test_a_drift_item_with_a_baseline_runs_the_check(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_qaccuracy.plugin.baselines import baseline_path
+    from pytest_qaccuracy.plugin.pairs import PairSpec
+
+    _suite(pytester.path, HEAD + '\n[pairs.a]\nquantized = "q.onnx"\n')
+    folder = pytester.path / ".qaccuracy-baselines"
+    folder.mkdir()
+    spec = PairSpec("a", pytester.path / "m.onnx", pytester.path / "q.onnx", pytester.path / "d.npz")
+    baseline_path(folder, spec, pytester.path).write_text("{}")
+    calls: list[dict[str, Any]] = []
+    _fake_check(monkeypatch, calls, None)
+    rec = pytester.inline_run(*ARGS, "-k", "drift")
+    assert [c["drift"] for c in calls] == [True]
+    assert [r.outcome for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"] == ["passed"]
