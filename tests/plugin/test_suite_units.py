@@ -371,6 +371,7 @@ def test_the_items_of_a_pair(pytester: pytest.Pytester) -> None:
     assert items[0].tolerances["min_cosine"].value == 0.9  # type: ignore[attr-defined]
     assert items[5].tolerances["min_cosine"].source == "default"  # type: ignore[attr-defined]
     assert [len(i.rules) for i in items] == [0, 0, 0, 0, 1, 0]  # type: ignore[attr-defined]
+    assert [i.drift for i in items] == [False] * 6  # type: ignore[attr-defined]  # no baseline folder
     assert all(i.get_closest_marker("qaccuracy") is not None for i in items)
     xfails = [i.get_closest_marker("xfail") for i in items]
     assert [m.kwargs if m else None for m in xfails] == [{"reason": "known", "strict": True}] * 5 + [None]
@@ -403,6 +404,7 @@ def test_rtol_carries_atol_and_topk_goes_to_every_item(pytester: pytest.Pytester
         ["min_top1_agreement", "topk"],
     ]
     assert all(i.tolerances["topk"].value == 3 for i in items)  # type: ignore[attr-defined]
+    assert [i.drift for i in items] == [False] * 3  # type: ignore[attr-defined]
     measured = ["atol", "min_cosine", "min_top1_agreement", "rtol", "topk"]  # every item measures them all
     assert [sorted(i.measure) for i in items] == [measured] * 3  # type: ignore[attr-defined]
 
@@ -560,3 +562,75 @@ def test_a_drift_item_with_a_baseline_runs_the_check(
     rec = pytester.inline_run(*ARGS, "-k", "drift")
     assert [c["drift"] for c in calls] == [True]
     assert [r.outcome for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"] == ["passed"]
+
+
+def test_rtol_alone(pytester: pytest.Pytester) -> None:
+    _suite(pytester.path, HEAD + '\n[pairs.a]\nquantized = "q.onnx"\ntolerances = { rtol = 0.1 }\n')
+    items = _items(pytester)
+    assert [i.name for i in items] == ["min_cosine", "rtol"]
+    assert sorted(items[1].tolerances) == ["rtol", "topk"]  # type: ignore[attr-defined]
+
+
+def test_only_drift_items_skip_without_a_baseline(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    _suite(pytester.path, HEAD + '\n[pairs.a]\nquantized = "q.onnx"\n')
+    (pytester.path / ".qaccuracy-baselines").mkdir()
+    calls: list[dict[str, Any]] = []
+    _fake_check(monkeypatch, calls, None)
+    rec = pytester.inline_run(*ARGS)
+    outcomes = [(r.nodeid, r.outcome) for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"]
+    assert outcomes == [("qaccuracy_a.toml::a::min_cosine", "passed"), ("qaccuracy_a.toml::a::drift", "skipped")]
+    assert [c["nodeid"] for c in calls] == ["qaccuracy_a.toml::a::min_cosine"]
+
+
+def test_an_empty_xfail_reason_reads_xfail(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    _suite(pytester.path, HEAD + '\n[pairs.a]\nquantized = "q.onnx"\nxfail = ""\n')
+    calls: list[dict[str, Any]] = []
+    _fake_check(monkeypatch, calls, "failed as expected")
+    rec = pytester.inline_run(*ARGS)
+    assert [c["xfail"] for c in calls] == ["xfail"]
+    assert [r.outcome for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"] == ["skipped"]
+
+
+def test_a_check_errors_cause_follows_with_verbose(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_qaccuracy.errors import CheckError
+
+    _suite(pytester.path, HEAD + '\n[pairs.a]\nquantized = "q.onnx"\n')
+    try:
+        raise ValueError("the root cause")
+    except ValueError as exc:
+        error = CheckError("pair 'a': broken")
+        error.__cause__ = exc
+    _fake_check(monkeypatch, [], error)
+    for args, shown in (((), "pair 'a': broken"), (("-v",), "ValueError: the root cause")):
+        rec = pytester.inline_run(*ARGS, *args)
+        (report,) = [r for r in rec.getreports("pytest_runtest_logreport") if r.when == "call"]
+        assert str(report.longrepr).startswith("pair 'a': broken") and shown in str(report.longrepr)
+        assert ("the root cause" in str(report.longrepr)) is bool(args)
+
+
+def test_a_task_metric_module_beside_the_suite(tmp_path: Path) -> None:
+    """A module next to the suite file, not on ``sys.path``, is imported from the suite's folder."""
+    (tmp_path / "suite_units_beside.py").write_text("from pytest_qaccuracy.metrics.binary import BinaryF1 as F1\n")
+    path = _suite(tmp_path, f'{HEAD}\n[pairs.a]\nquantized = "q.onnx"\ntask_metrics = ["suite_units_beside:F1"]\n')
+    (pair,) = load_suite(path)
+    assert [t.path for t in pair.spec.task_metrics] == ["suite_units_beside:F1"]
+
+
+def test_load_suite_numbers_rules_from_zero(tmp_path: Path) -> None:
+    path = _suite(tmp_path, f'{HEAD}\n[pairs.a]\nquantized = "q.onnx"\nlayers = ["c* sqnr>=1", "d* sqnr>=2"]\n')
+    (pair,) = load_suite(path)
+    assert [r.position for r in pair.rules] == [0, 1]
+
+
+def test_collection_declares_the_pairs_task_values(pytester: pytest.Pytester) -> None:
+    from pytest_qaccuracy.plugin.fixtures import session_key
+
+    _suite(pytester.path, HEAD + '\n[pairs.a]\nquantized = "q.onnx"\ntask_metrics = ["binary_f1"]\n')
+    declared: list[set[str]] = []
+
+    class Recorder:
+        def pytest_collection_finish(self, session: pytest.Session) -> None:
+            declared.append(set(session.config.stash[session_key].task_values_declared))
+
+    pytester.inline_run(*ARGS, "--collect-only", plugins=[Recorder()])
+    assert declared == [{"f1"}]
