@@ -5,6 +5,7 @@ becomes (collected in-process by pytester, no check run)."""
 from __future__ import annotations
 
 import textwrap
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -609,11 +610,13 @@ def test_a_check_errors_cause_follows_with_verbose(pytester: pytest.Pytester, mo
 
 
 def test_a_task_metric_module_beside_the_suite(tmp_path: Path) -> None:
-    """A module next to the suite file, not on ``sys.path``, is imported from the suite's folder."""
-    (tmp_path / "suite_units_beside.py").write_text("from pytest_qaccuracy.metrics.binary import BinaryF1 as F1\n")
-    path = _suite(tmp_path, f'{HEAD}\n[pairs.a]\nquantized = "q.onnx"\ntask_metrics = ["suite_units_beside:F1"]\n')
+    """A module next to the suite file, not on ``sys.path``, is imported from the suite's folder (a
+    new name each run: an imported module would be found in ``sys.modules`` without the folder)."""
+    module = f"suite_units_beside_{uuid.uuid4().hex}"
+    (tmp_path / f"{module}.py").write_text("from pytest_qaccuracy.metrics.binary import BinaryF1 as F1\n")
+    path = _suite(tmp_path, f'{HEAD}\n[pairs.a]\nquantized = "q.onnx"\ntask_metrics = ["{module}:F1"]\n')
     (pair,) = load_suite(path)
-    assert [t.path for t in pair.spec.task_metrics] == ["suite_units_beside:F1"]
+    assert [t.path for t in pair.spec.task_metrics] == [f"{module}:F1"]
 
 
 def test_load_suite_numbers_rules_from_zero(tmp_path: Path) -> None:
