@@ -115,6 +115,27 @@ GROUPS: dict[str, Group] = {
         ("plugin/settings.py", "plugin/options.py", "plugin/ini.py", "plugin/schemes.py"),
         ("tests/plugin/test_settings_units.py",),
     ),
+    "plugin": Group(
+        ("plugin/records.py", "plugin/pairs.py", "plugin/properties.py", "plugin/baselines.py", "plugin/artifacts.py"),
+        (
+            "tests/plugin/test_records.py",
+            "tests/plugin/test_records_units.py",
+            "tests/plugin/test_properties_units.py",
+            "tests/plugin/test_baselines_units.py",
+            "tests/plugin/test_artifacts_units.py",
+            "tests/plugin/test_summary.py",
+        ),
+    ),
+    "suite": Group(
+        ("plugin/suite.py",),
+        (
+            "tests/plugin/test_suite_units.py",
+            # the plugin's own hooks (is_suite on every file) stay out of the outer session: mutated,
+            # they would break its collection; the tests' in-process sessions load the plugin
+            "-p",
+            "no:qaccuracy",
+        ),
+    ),
     "summary": Group(
         ("report/summary.py", "report/verdicts.py", "report/tables.py"),
         ("tests/report/test_summary_units.py", "tests/report/test_tables.py"),

@@ -53,7 +53,7 @@ def missing_reason(settings: QAccuracySettings, spec: PairSpec, root: Path) -> s
 def shown(path: Path, root: Path) -> str:
     """``path`` relative to the rootdir when inside it (how users name the folder), else absolute."""
     try:
-        return path.relative_to(root).as_posix() or "."
+        return path.relative_to(root).as_posix()  # the root itself: "."
     except ValueError:
         return str(path)
 
@@ -85,12 +85,11 @@ def drift_rules(settings: QAccuracySettings) -> list[DriftRule]:
 
 def pair_files(record: PairRecord | PairSpec) -> dict[str, str | None]:
     """The files a baseline records the sha256 of, by the name it records them under."""
-    labels = getattr(record, "labels", None)
     return {
         "fp32_model": str(record.fp32),
         "quantized_model": str(record.quantized),
         "data": str(record.data),
-        "labels": str(labels) if labels else None,
+        "labels": str(record.labels) if record.labels else None,
     }
 
 

@@ -291,7 +291,7 @@ class QAccuracyFile(pytest.File):
 class QAccuracyPair(pytest.Collector):
     """One pair of a suite; its children are the checks."""
 
-    def __init__(self, *, pair: PairConfig, line: int = 0, **kwargs: Any) -> None:
+    def __init__(self, *, pair: PairConfig, line: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.pair = pair
         #: 0-based line of the pair's ``[pairs.<name>]`` header (pytest shows it 1-based)
@@ -310,7 +310,7 @@ class QAccuracyPair(pytest.Collector):
             if name == "rtol" and ("rtol" in tolerances or "atol" in tolerances):
                 subset = {k: tolerances[k] for k in ("rtol", "atol") if k in tolerances}
                 groups.append(("rtol" if "rtol" in tolerances else "atol", {**keep, **subset}, [], False))
-            elif name in tolerances and name != "rtol":
+            elif name in tolerances:  # rtol, when in effect, took the branch above
                 groups.append((name, {**keep, name: tolerances[name]}, [], False))
         for name in tolerances:  # task-metric tolerances (max_drop:cer), in the order they were given
             if task_tolerance(name) is not None:
@@ -354,7 +354,7 @@ class QAccuracyCheck(pytest.Item):
         rules: list[Rule],
         drift: bool,
         measure: Tolerances,
-        line: int = 0,
+        line: int,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
