@@ -275,6 +275,30 @@ GROUPS: dict[str, Group] = {
             "not memory_is_flat and not never_imports_pytest",
         ),
     ),
+    "sensitivity": Group(
+        (
+            "analysis/sensitivity.py",
+            "analysis/experiments.py",
+            "analysis/saturation.py",
+            "analysis/reduced_compare.py",
+        ),
+        (
+            "tests/analysis/test_sensitivity.py",
+            "tests/analysis/test_sensitivity_attention.py",
+            "tests/analysis/test_sensitivity_cut.py",
+            "tests/analysis/test_sensitivity_graphs.py",
+            "tests/analysis/test_saturation.py",
+            "tests/analysis/test_reduced_compare.py",
+            "tests/analysis/test_deadline.py",
+            "tests/analysis/test_one_pass.py",
+            "tests/analysis/test_reference_cache.py",
+            "tests/analysis/test_analysis_units.py",
+            "tests/analysis/test_cli_sensitivity.py",
+            "-k",
+            # starts a fresh Python process, outside the trace
+            "not memory_is_flat",
+        ),
+    ),
     "kernels": Group(
         (
             "backend/kernels/pool.py",
