@@ -270,6 +270,7 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_sensitivity.py",
             "tests/test_task_metrics.py",
             "tests/analysis/test_comparison_units.py",
+            "tests/analysis/test_compare_pass.py",
             "-k",
             # these two start a fresh Python process, outside the trace
             "not memory_is_flat and not never_imports_pytest",
