@@ -295,6 +295,7 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_reference_cache.py",
             "tests/analysis/test_analysis_units.py",
             "tests/analysis/test_cli_sensitivity.py",
+            "tests/analysis/test_sensitivity_units.py",
             "-k",
             # starts a fresh Python process, outside the trace
             "not memory_is_flat",
