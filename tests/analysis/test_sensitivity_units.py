@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +18,9 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from pytest_qaccuracy.analysis import compare as compare_module
 from pytest_qaccuracy.analysis import experiments as experiments_module
+from pytest_qaccuracy.analysis import reduced_compare as reduced
 from pytest_qaccuracy.analysis import saturation
 from pytest_qaccuracy.analysis.deadline import DeadlineReached
 from pytest_qaccuracy.analysis.experiments import Experiment, ExperimentRunner, metric_mean
@@ -35,7 +38,10 @@ from pytest_qaccuracy.analysis.sensitivity import (
     sensitivity_cache,
     sensitivity_in,
 )
+from pytest_qaccuracy.analysis.slices import SliceSpec
 from pytest_qaccuracy.errors import InputError, ModelError
+from pytest_qaccuracy.metrics.channels import ChannelSpans
+from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 # -- sensitivity.py: rankings and results ---------------------------------------------------------
@@ -617,3 +623,255 @@ def test_a_dequantized_weight_read_otherwise_than_as_a_kernels_weight_is_left_al
     model = _qdq_conv()
     del model.graph.node[0].input[2]  # no zero point
     assert saturation._rewrite_weights(model, saturation._halve) is None
+
+
+# -- reduced_compare.py ---------------------------------------------------------------------------
+
+
+def _types(**shapes) -> dict:
+    """name -> (element type, dims) as tensor types, as _value_types reads them from a model."""
+    values = [helper.make_tensor_value_info(n, t, dims) for n, (t, dims) in shapes.items()]
+    model = helper.make_model(helper.make_graph([], "g", values[:1], values[1:2], value_info=values[2:]))
+    return reduced._value_types(model)
+
+
+FLOAT, INT8, UINT8, INT32 = (
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.INT32,
+)
+PER_TENSOR = QuantParams(np.array(0.5), np.array(0, np.int8))
+PER_CHANNEL = QuantParams(np.array([0.5, 0.25]), np.array([0, 0], np.int8), axis=1)
+
+
+def _spec(names, params=PER_TENSOR, f=(FLOAT, ["n", 2, 3]), q=(INT8, ["n", 2, 3]), **tracker):
+    layer = compare_module._tracker("f", "q", params, names, **tracker)
+    return reduced.reduction_spec(layer, _types(f=f), _types(q=q))
+
+
+def test_value_types_read_inputs_outputs_and_value_info_with_their_ranks() -> None:
+    types = _types(a=(FLOAT, ["n", 2]), b=(INT8, [1, None, 3]), c=(UINT8, None))
+    assert set(types) == {"a", "b", "c"}
+    assert reduced._rank_and_type(types, "a") == (2, FLOAT, [None, 2])
+    assert reduced._rank_and_type(types, "b") == (3, INT8, [1, None, 3])
+    assert reduced._rank_and_type(types, "c") == (None, UINT8, None)
+    assert reduced._rank_and_type(types, "d") == (None, None, None)
+
+
+def test_a_layer_is_reduced_only_with_built_in_metrics_on_a_static_float_record() -> None:
+    spec = _spec(["mse"])
+    assert (spec.fp32, spec.capture, spec.params, spec.dims, spec.q_type) == ("f", "q", PER_TENSOR, (2, 3), INT8)
+    assert spec.fields == {"sq_err"} and (spec.steps, spec.bounds, spec.cross) == (False, None, False)
+    assert spec.spans and not spec.check_shapes
+    # outputs and views keep their whole tensors; custom and no metrics too
+    assert _spec(["mse"], worst=True) is None
+    assert _spec(["mse"], view=SliceSpec("v", "f[:, 0]")) is None
+    assert _spec([]) is None
+    # the fp32 tensor: typed, float32, of rank 2 at least, static after the record axis
+    assert _spec(["mse"], f=(FLOAT, ["n", 6]), q=(INT8, None)).dims == (6,)
+    for f in [(FLOAT, ["n"]), (onnx.TensorProto.DOUBLE, ["n", 2, 3]), (FLOAT, ["n", 2, "k"]), (FLOAT, ["n", 0, 3])]:
+        assert _spec(["mse"], f=f, q=(INT8, None)) is None, f
+    assert (
+        reduced.reduction_spec(compare_module._tracker("f", "q", PER_TENSOR, ["mse"]), {}, _types(q=(INT8, None)))
+        is None
+    )
+    # the quantized tensor: of the same rank or unknown (then its shape is checked at run time)
+    assert _spec(["mse"], q=(INT8, ["n", 6])) is None
+    assert _spec(["mse"], q=(INT8, None)).check_shapes
+    assert _spec(["mse"], q=(INT8, ["n", 3, 2])).check_shapes
+    # integer with its parameters, or float without
+    assert _spec(["mse"], params=None, q=(FLOAT, ["n", 2, 3])).q_type == FLOAT
+    assert _spec(["mse"], params=None, q=(INT8, ["n", 2, 3])) is None
+    assert _spec(["mse"], q=(FLOAT, ["n", 2, 3])) is None
+    assert _spec(["mse"], q=(INT32, ["n", 2, 3])).q_type == INT32
+    # untyped (a com.microsoft op's output): its zero point's type
+    assert (
+        reduced.reduction_spec(
+            compare_module._tracker("f", "q", PER_TENSOR, ["mse"]), _types(f=(FLOAT, ["n", 2, 3])), {}
+        ).q_type
+        == INT8
+    )
+    uint8 = QuantParams(np.array(0.5), np.array(3, np.uint8))
+    assert (
+        reduced.reduction_spec(
+            compare_module._tracker("f", "q", uint8, ["mse"]), _types(f=(FLOAT, ["n", 2, 3])), {}
+        ).q_type
+        == UINT8
+    )
+    assert (
+        reduced.reduction_spec(compare_module._tracker("f", "q", None, ["mse"]), _types(f=(FLOAT, ["n", 2, 3])), {})
+        is None
+    )
+
+
+def test_a_reduced_layer_asks_for_the_statistics_its_metrics_read() -> None:
+    # max_abs needs sq_err too: its NaN marks the records whose max is NaN
+    assert _spec(["max_abs"]).fields == {"max_abs_err", "sq_err"}
+    assert _spec(["max_abs", "tae"]).fields == {"max_abs_err", "abs_err"}
+    # ref_min/ref_max need ref_sq, for the same reason
+    assert _spec(["clipped"]).fields == {"ref_min", "ref_max", "ref_sq"}
+    assert _spec(["clipped", "mre"]).fields == {"ref_min", "ref_max", "abs_err", "ref_abs"}
+    cosine = _spec(["cosine"])
+    assert cosine.cross and cosine.fields == {"ref_sq", "test_sq", "sq_err"}
+    # steps only for a per-channel scale (a per-tensor one divides max |f - q|)
+    assert not _spec(["lsb"]).steps and _spec(["lsb"], params=PER_CHANNEL).steps
+    assert not _spec(["mse"], params=PER_CHANNEL).steps and not _spec(["lsb"], params=PER_CHANNEL).spans
+    # clipped's bounds: int8 [-128.5, 127.5] steps around the zero point
+    low, high = _spec(["clipped"]).bounds
+    assert (low.tolist(), high.tolist()) == (-64.25, 63.75)
+    low, high = _spec(["clipped"], params=PER_CHANNEL).bounds
+    assert (
+        low.shape == (1, 2, 1)
+        and low.ravel().tolist() == [-64.25, -32.125]
+        and high.ravel().tolist() == [63.75, 31.875]
+    )
+    assert _spec(["clipped"], params=None, q=(FLOAT, ["n", 2, 3])).bounds is None
+    last = QuantParams(np.array([1.0, 2.0, 4.0]), np.array([0, 0, 0], np.uint8), axis=-1)
+    low, high = reduced._range_bounds(last, 3)
+    assert (
+        low.shape == (1, 1, 3)
+        and low.ravel().tolist() == [-0.5, -1.0, -2.0]
+        and high.ravel().tolist() == [255.5, 511.0, 1022.0]
+    )
+    unset = QuantParams(np.array([1.0, 2.0]), np.array([1, 1], np.int8))
+    assert reduced._range_bounds(unset, 4)[0].shape == (1, 2, 1, 1)  # no axis: the channels are on axis 1
+
+
+def test_reduced_statistics_are_the_graphs_fields_and_name_the_missing_ones() -> None:
+    stats = reduced.ReducedStats({"sq_err": np.array([1.0, 2.0])}, 6)
+    assert stats.count == 6 and stats.sq_err.tolist() == [1.0, 2.0]
+    stats.prepare(["sq_err"])
+    with pytest.raises(KeyError, match=r"statistics \['ref_sq', 'test_sq'\] were not reduced"):
+        stats.prepare(["test_sq", "sq_err", "ref_sq"])
+    with pytest.raises(AttributeError, match=r"^statistic 'ref_sq' was not reduced$"):
+        _ = stats.ref_sq
+    with pytest.raises(AttributeError, match=r"^other$"):
+        _ = stats.other
+    pair = reduced.ReducedPair(stats, 2, (2, 3), 0.5, None, 0, 4, None, None)
+    assert pair.records == 2 and pair.ref is None and pair.test is None and pair.first_record == 4
+
+
+def _reduced(names, params=PER_TENSOR):
+    return compare_module._tracker("f", "q", params, names)
+
+
+def test_folding_the_graphs_statistics_gives_the_whole_tensor_metrics() -> None:
+    f = np.array([[[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]], [[2.0, 2.0, 2.0], [1.0, 1.0, -4.0]]], np.float32)
+    q = np.array([[[1.0, -1.5, 3.0], [0.5, 0.5, -1.0]], [[2.0, 2.0, 1.0], [1.0, 1.0, -4.0]]], np.float32)
+    names = ["mse", "max_abs", "cosine", "sqnr", "tae", "mre"]
+    spec = _spec(names, params=None, q=(FLOAT, ["n", 2, 3]))
+    d = (f - q).astype(np.float64).reshape(2, -1)
+    ff, qq = f.astype(np.float64).reshape(2, -1), q.astype(np.float64).reshape(2, -1)
+    cross = np.sum(ff * (ff - qq), axis=1)
+    sums = np.stack([np.sum(d * d, 1), np.sum(np.abs(d), 1), np.sum(ff * ff, 1), np.sum(np.abs(ff), 1), cross], 1)
+    order = {"sq_err": 0, "abs_err": 1, "ref_sq": 2, "ref_abs": 3, "cross": 4}
+    spec = replace(spec, sum_fields=(*sorted(spec.fields - {"max_abs_err", "test_sq"}), "cross"))
+    values = {
+        "sums": sums[:, [order[n] for n in spec.sum_fields]][:, :, None].astype(np.float32),
+        "max_abs": np.abs(d).max(1),
+    }
+    layer = _reduced(names, None)
+    reduced.fold_reduced(layer, spec, values, 0)
+    whole = _reduced(names, None)
+    whole.update(f, q, 0)
+    assert layer.results()[0] == pytest.approx(whole.results()[0], rel=1e-6)
+
+
+def test_a_quantized_shape_that_differs_is_the_layers_problem() -> None:
+    spec = _spec(["mse"], params=None, q=(FLOAT, None))
+    layer = _reduced(["mse"], None)
+    reduced.fold_reduced(layer, spec, {"sq_err": np.zeros(2), "qshape": np.array([2, 3, 2])}, 0)
+    assert layer.problem == "shape (2, 3) in the fp32 model but (3, 2) in the quantized model"
+    same = _reduced(["mse"], None)
+    reduced.fold_reduced(same, spec, {"sq_err": np.array([6.0, 12.0]), "qshape": np.array([2, 2, 3])}, 0)
+    assert same.problem is None and same.results()[0] == {"mse": 1.5}
+
+
+def test_steps_are_max_err_over_a_per_tensor_scale_or_the_graphs_per_channel_steps() -> None:
+    spec = _spec(["lsb"])
+    layer = _reduced(["lsb"])
+    reduced.fold_reduced(layer, spec, {"sq_err": np.array([1.0, 1.0]), "max_abs": np.array([0.25, 1.0])}, 0)
+    assert layer.results()[0] == {"lsb": 2.0}  # 1.0 / 0.5
+    spec = _spec(["lsb"], params=PER_CHANNEL)
+    layer = _reduced(["lsb"], PER_CHANNEL)
+    values = {"sq_err": np.array([1.0, np.nan]), "max_abs": np.array([0.5, 1.0]), "steps": np.array([3.0, 1.0])}
+    reduced.fold_reduced(layer, spec, values, 0)
+    assert layer.results()[0] == {"lsb": None}  # record 1's error is NaN: so are its steps
+    layer = _reduced(["lsb"], PER_CHANNEL)
+    reduced.fold_reduced(layer, spec, {**values, "sq_err": np.array([1.0, 1.0])}, 0)
+    assert layer.results()[0] == {"lsb": 3.0}
+
+
+def test_a_nan_error_or_reference_makes_the_records_extremes_nan() -> None:
+    stats = {"sq_err": np.array([np.nan, 1.0]), "abs_err": np.array([1.0, np.nan])}
+    assert reduced._nan_rows(stats, ("sq_err", "abs_err")).tolist() == [True, False]
+    assert reduced._nan_rows(stats, ("abs_err",)).tolist() == [False, True]
+    assert reduced._nan_rows(stats, ("ref_sq",)) is None
+    # max_abs: NaN where sq_err is NaN; max from the max and min of f - q
+    spec = _spec(["max_abs", "mpeir"], params=None, q=(FLOAT, ["n", 2, 3]))
+    layer = _reduced(["max_abs"], None)
+    values = {"sq_err": np.array([np.nan, 1.0]), "max_diff": np.array([2.0, 0.5]), "min_diff": np.array([-1.0, -3.0])}
+    reduced.fold_reduced(layer, spec, values, 0)
+    assert layer.results()[0] == {"max_abs": None}
+    layer = _reduced(["max_abs"], None)
+    reduced.fold_reduced(layer, spec, {**values, "sq_err": np.array([1.0, 1.0])}, 0)
+    assert layer.results()[0] == {"max_abs": 3.0}
+
+
+def test_empty_records_give_zero_statistics() -> None:
+    spec = replace(_spec(["mse", "max_abs"], params=None, q=(FLOAT, ["n", 2, 3])), dims=(0, 3))
+    layer = _reduced(["mse", "max_abs"], None)
+    reduced.fold_reduced(layer, spec, {"sq_err": np.array([np.nan, 5.0]), "max_abs": np.array([1.0, 2.0])}, 0)
+    whole = _reduced(["mse", "max_abs"], None)
+    whole.update(np.zeros((2, 0, 3), np.float32), np.zeros((2, 0, 3), np.float32), 0)
+    assert layer.results() == whole.results()
+
+
+def test_saturated_counts_and_channel_spans_are_folded_as_the_whole_tensor_path_folds_them() -> None:
+    f = np.array([[[1.0, 200.0], [-3.0, 0.5], [2.0, 2.0]], [[0.0, 1.0], [5.0, -70.0], [1.0, 4.0]]], np.float32)
+    q = np.clip(np.rint(f / 0.5), -128, 127).astype(np.int8)
+    spec = _spec(["clipped"], f=(FLOAT, ["n", 3, 2]), q=(INT8, ["n", 3, 2]))
+    assert spec.spans
+    low, high = spec.bounds
+    values = {
+        "ref_sq": np.sum(f.astype(np.float64) ** 2, axis=(1, 2)),
+        "saturated": np.count_nonzero((f < low) | (f >= high), axis=(1, 2)),
+        "span_min1": f.min(axis=2),
+        "span_max1": f.max(axis=2),
+        "span_min_rest": f.min(axis=1),
+        "span_max_rest": f.max(axis=1),
+    }
+    layer = _reduced(["clipped"])
+    reduced.fold_reduced(layer, spec, values, 0)
+    whole = _reduced(["clipped"])
+    whole.update(f, q, 0)
+    assert values["saturated"].tolist() == [1, 1]
+    assert layer.results() == whole.results()
+    for axis in (1, 2):
+        np.testing.assert_array_equal(layer.spans.mins[axis], whole.spans.mins[axis])
+        np.testing.assert_array_equal(layer.spans.maxs[axis], whole.spans.maxs[axis])
+    assert compare_module._channel_report(layer) == compare_module._channel_report(whole)
+
+
+def test_rows_and_spans_of_odd_shapes() -> None:
+    assert reduced._row(np.min, np.array([[3.0, 1.0], [2.0, 5.0]])).tolist() == [1.0, 2.0]
+    assert reduced._row(np.max, np.zeros((3, 0))).tolist() == [0.0, 0.0, 0.0]
+    assert reduced._row(np.max, np.array([1.0, 2.0])).tolist() == [0.0, 0.0]
+    assert reduced._row(np.max, np.arange(8.0).reshape(2, 2, 2)).tolist() == [3.0, 7.0]
+    # a record of one element per channel axis: nothing to track
+    spans = ChannelSpans()
+    reduced._fold_spans(spans, (2, 1, 1), {"span_min1": np.zeros((2, 1)), "span_max1": np.zeros((2, 1))})
+    assert spans.mins == {}
+    # axes 1 and 3 (axis 2 has one element): axis 3 from the rest's plane
+    rest_min = np.array([[[1.0, -2.0]], [[0.0, 4.0]]])  # (records, dim 2, dim 3)
+    spans = ChannelSpans()
+    values = {"span_min1": np.array([[0.0, 1.0], [2.0, -1.0]]), "span_max1": np.array([[5.0, 6.0], [7.0, 8.0]])}
+    reduced._fold_spans(spans, (2, 2, 1, 2), {**values, "span_min_rest": rest_min, "span_max_rest": rest_min + 10})
+    assert set(spans.mins) == {1, 3}
+    assert spans.mins[1].tolist() == [0.0, -1.0] and spans.maxs[1].tolist() == [7.0, 8.0]
+    assert spans.mins[3].tolist() == [0.0, -2.0] and spans.maxs[3].tolist() == [11.0, 14.0]
+    # without the first axis's extremes, the others still fold
+    spans = ChannelSpans()
+    reduced._fold_spans(spans, (2, 2, 1, 2), {"span_min_rest": rest_min, "span_max_rest": rest_min + 10})
+    assert set(spans.mins) == {3}
