@@ -39,7 +39,7 @@ from pytest_qaccuracy.analysis.sensitivity import (
     sensitivity_in,
 )
 from pytest_qaccuracy.analysis.slices import SliceSpec
-from pytest_qaccuracy.errors import InputError, ModelError
+from pytest_qaccuracy.errors import CheckError, InputError, ModelError
 from pytest_qaccuracy.metrics.channels import ChannelSpans
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -875,3 +875,98 @@ def test_rows_and_spans_of_odd_shapes() -> None:
     spans = ChannelSpans()
     reduced._fold_spans(spans, (2, 2, 1, 2), {"span_min_rest": rest_min, "span_max_rest": rest_min + 10})
     assert set(spans.mins) == {3}
+
+
+class _MergedRunner:
+    """A merged-graph runner whose runs give ``stats`` per reduced layer, or raise ``errors`` in turn."""
+
+    def __init__(self, stats, errors=()) -> None:
+        self.stats, self.errors = stats, list(errors)
+
+    def run(self, batch):
+        if self.errors:
+            error = self.errors.pop(0)
+            if error is not None:
+                raise error
+        return {"y": 1}, {"y_q": 2}, self.stats
+
+
+def test_a_reduced_pass_folds_its_layers_and_falls_back_only_on_its_first_batch() -> None:
+    spec = _spec(["mse"], params=None, q=(FLOAT, ["n", 2, 3]))
+    layer, broken = _reduced(["mse"], None), _reduced(["mse"], None)
+    broken.problem = "shape"  # a layer with a problem is not folded again
+    batch = SimpleNamespace(start=3)
+    runner = _MergedRunner([{"sq_err": np.array([6.0])}, {}], [ModelError("first"), None, ModelError("later")])
+    reduced_pass = reduced.ReducedPass(runner, [(layer, spec), (broken, spec)], ["whole"], 5)
+    assert reduced_pass.note == "onnxruntime: the sums of 2 of 5 layers computed in the merged graph"
+    assert reduced_pass.whole == ["whole"]
+    with pytest.raises(reduced.ReductionUnavailable, match=r"^first$"):
+        reduced_pass.run(batch)
+    assert reduced_pass.run(batch) == ({"y": 1}, {"y_q": 2})
+    assert layer.results()[0] == {"mse": 1.0}
+    with pytest.raises(ModelError, match=r"^later$"):
+        reduced_pass.run(batch)
+
+
+def test_a_reduced_layer_that_cannot_fold_is_named() -> None:
+    spec = _spec(["mse"], params=None, q=(FLOAT, ["n", 2, 3]))
+    layer = _reduced(["mse"], None)
+    reduced_pass = reduced.ReducedPass(_MergedRunner([{"max_abs": np.ones(1)}]), [(layer, spec)], [], 1)
+    with pytest.raises(CheckError, match=r"^layer 'f': AttributeError: statistic 'sq_err' was not reduced$"):
+        reduced_pass.run(SimpleNamespace(start=0))
+    layer.metrics = {"x": SimpleNamespace(update=lambda pair: (_ for _ in ()).throw(InputError("ours")))}
+    with pytest.raises(InputError, match=r"^ours$"):
+        reduced.ReducedPass(_MergedRunner([{"sq_err": np.ones(1)}]), [(layer, spec)], [], 1).run(
+            SimpleNamespace(start=0)
+        )
+
+
+def _merged_pair():
+    f = helper.make_model(
+        helper.make_graph([], "f", [], [], value_info=[helper.make_tensor_value_info("f", FLOAT, ["n", 2, 3])])
+    )
+    q = helper.make_model(
+        helper.make_graph([], "q", [], [], value_info=[helper.make_tensor_value_info("q", FLOAT, ["n", 2, 3])])
+    )
+    return SimpleNamespace(
+        matcher=SimpleNamespace(f=SimpleNamespace(model=f), q=SimpleNamespace(model=q)),
+        fp32="F",
+        quantized="Q",
+        inputs=[SimpleNamespace(name="x")],
+        fp32_path=Path("a.onnx"),
+        quantized_path=Path("b.onnx"),
+    )
+
+
+def test_start_reduced_says_why_the_sums_run_in_numpy(monkeypatch) -> None:
+    options = RuntimeOptions()
+    assert reduced.start_reduced(_merged_pair(), [], [], options, options) == (None, "numpy: no layers compared")
+    custom = compare_module._tracker("f", "q", None, ["mse"])
+    custom.metrics["mine"] = object()
+    assert reduced.start_reduced(_merged_pair(), [], [custom], options, options) == (
+        None,
+        "numpy: no layer has only built-in metrics on float32/integer tensors",
+    )
+    made = []
+
+    def runner(*args):
+        made.append(args)
+        if len(made) > 1:
+            raise reduced.ReductionUnavailable("cannot merge")
+        return "RUNNER"
+
+    monkeypatch.setattr(reduced, "ReducedRunner", runner)
+    output = compare_module._tracker("y", "y_q", None, ["mse"], worst=True)
+    layer = _reduced(["mse"], None)
+    q_options = RuntimeOptions(threads=2)
+    started, note = reduced.start_reduced(_merged_pair(), [output], [layer, custom], options, q_options, ["gate"])
+    assert note == "" and started.runner == "RUNNER" and started.whole == [output, custom]
+    assert [t for t, _ in started.reduced] == [layer]
+    assert started.note == "onnxruntime: the sums of 1 of 2 layers computed in the merged graph"
+    args = made[0]
+    assert args[:3] == ("F", "Q", ["x"]) and [s.fp32 for s in args[3]] == ["f"]
+    assert args[4:] == (["y", "f"], ["y_q", "q", "gate"], options, q_options, "a.onnx + b.onnx")
+    assert reduced.start_reduced(_merged_pair(), [], [layer], options, options) == (
+        None,
+        "numpy (fallback): cannot merge",
+    )
