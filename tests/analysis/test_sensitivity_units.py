@@ -33,14 +33,17 @@ from pytest_qaccuracy.analysis.sensitivity import (
     measure_until,
     node_experiments,
     node_sensitivity,
+    open_session,
     outputs_dict,
     rank,
     sensitivity_cache,
     sensitivity_in,
 )
 from pytest_qaccuracy.analysis.slices import SliceSpec
+from pytest_qaccuracy.data.progress import ProgressLine, reporting
 from pytest_qaccuracy.errors import CheckError, InputError, ModelError
 from pytest_qaccuracy.metrics.channels import ChannelSpans
+from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
 
@@ -970,3 +973,46 @@ def test_start_reduced_says_why_the_sums_run_in_numpy(monkeypatch) -> None:
         None,
         "numpy (fallback): cannot merge",
     )
+
+
+class _Progress(ProgressLine):
+    """Records each task it is told about: [label, total, records advanced]."""
+
+    def __init__(self) -> None:
+        super().__init__(stream=None)  # type: ignore[arg-type]
+        self.tasks: list[list] = []
+
+    def start(self, label: str, total: int) -> None:
+        self.tasks.append([label, total, 0])
+
+    def advance(self, records: int) -> None:
+        self.tasks[-1][2] += records
+
+    def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("strategy", "session_bytes", "passes"), [("naive", None, 4), ("reuse", None, 1), ("reuse", 1, 3)]
+)
+def test_the_runners_progress_counts_each_pass_over_the_records(
+    zoo, monkeypatch, strategy, session_bytes, passes
+) -> None:
+    """Naive: the fp32 pass and one per experiment; reuse: one per round of sessions (12 records)."""
+    if session_bytes is not None:  # a pack per experiment, one pack alive at a time: a pass per pack
+        monkeypatch.setattr(experiments_module, "SESSION_NODES", 1)
+        monkeypatch.setattr(experiments_module, "SESSION_BYTES", session_bytes)
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    with open_session(pair, zoo["data"], "mse", RuntimeOptions(batch_size=5), strategy=strategy) as session:
+        chosen = [session.qgraph.node(n) for n in ("conv1", "conv3", "gemm")]
+        experiments = [Experiment(n.name, n.edges()) for n in chosen]
+        progress = _Progress()
+        with reporting(progress):
+            results = session.runner.run(experiments, "float")
+        assert progress.tasks == [["sensitivity", 12 * passes, 12 * passes]]
+        assert session.runner.sessions_built == (3 if strategy == "naive" or session_bytes else 1)
+        assert session.runner.rounds == (0 if strategy == "naive" else passes)
+        assert len(results) == 3 and all(r["logits"]["mse"] > 0 for r in results)
