@@ -696,6 +696,12 @@ EQUIVALENT += [
         (r'getattr\(metric, "state", \{\}\) or \{\}', new, "a missing state is {} through the 'or' either way")
         for new in ('getattr(metric, "state", None) or {}', 'getattr(metric, "state", ) or {}')
     ],
+    (r"^started = False$", "started = None", "read only for its truth: None and False agree"),
+    (
+        r"next\(iter\(bound\.iter_batches\(options\.batch_size\)\), None\)",
+        "next(iter(bound.iter_batches(options.batch_size)), )",
+        "bind_dataset refuses a dataset without records: a first batch always exists",
+    ),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -294,9 +294,10 @@ def test_deployed_outputs_only_with_inner_tensors_on_onnxruntimes_deployed_captu
     assert (runs.quantized.tensors, runs.quantized.label) == (["y"], "quantized.onnx (outputs)")
 
 
-def test_a_reference_cache_gets_the_fp32_values_and_can_recompute_them(pair, data) -> None:
+def test_a_reference_cache_gets_the_fp32_values_and_can_recompute_them(pair, data, monkeypatch) -> None:
     cache = ReferenceCache(["y", "h"])
     compare(pair, data, "mse", RuntimeOptions(batch_size=2), capture="reference", reference=cache)
+    runners = _Runners(monkeypatch)
     assert cache.covers(["y", "h"]) and not cache.covers(["x"])
     from pytest_qaccuracy.data import bind_dataset
 
@@ -307,6 +308,8 @@ def test_a_reference_cache_gets_the_fp32_values_and_can_recompute_them(pair, dat
         np.testing.assert_allclose(values["h"], X[2:4] @ W, rtol=1e-6)
         np.testing.assert_allclose(values["y"], X[2:4] @ W + B, rtol=1e-6)
     assert cache.held_batches == 0 and cache.recomputed == 1
+    # its runner fetches what the pass's fp32 side fetched, under a name of its own
+    assert runners.made == [("fp32.onnx (fp32 reference)", ["y", "x", "h"])]
     # on whole tensors every batch is kept
     whole = ReferenceCache(["y", "h"])
     compare(pair, data, "mse", RuntimeOptions(batch_size=2), capture="reference", layers=False, reference=whole)
@@ -381,3 +384,21 @@ def test_a_result_takes_the_runners_backend_scheme_and_capture_and_the_layers_sc
         20 * math.log10(np.linalg.norm(f) / np.linalg.norm(f.astype(np.float64) - q)), rel=1e-6
     )
     assert result.records == 5 and result.data == "data.npz"
+
+
+def test_outputs_are_read_from_the_models_run_alone_and_layers_from_the_pass(pair, data, monkeypatch) -> None:
+    """With layers fetched in deployed capture, the outputs' trackers read the deployed runs' float
+    outputs (here shifted by 0.5, to tell them apart), the layers the pass's own tensors."""
+    _whole(monkeypatch)
+
+    class Shifted(compare_module._DeployedOutputs):
+        def outputs(self, batch, ref, test):
+            ref, test = super().outputs(batch, ref, test)
+            return ref, {**test, "y": test["y"] + np.float32(0.5)}
+
+    monkeypatch.setattr(compare_module, "_DeployedOutputs", Shifted)
+    result = compare(pair, data, "max_abs", RuntimeOptions(batch_size=2), capture="deployed")
+    f, q = _expected()["y"]
+    assert result.output("y").metrics["max_abs"] == pytest.approx(float(np.abs(f - q - 0.5).max()), rel=1e-5)
+    layer = next(layer for layer in result.layers if layer.tensor == "y")
+    assert layer.metrics["max_abs"] == pytest.approx(float(np.abs(f - q).max()), rel=1e-5)
