@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import onnx
@@ -24,6 +25,8 @@ from pytest_qaccuracy.analysis.slices import SliceSpec
 from pytest_qaccuracy.data import load_dataset
 from pytest_qaccuracy.data.progress import ProgressLine, reporting
 from pytest_qaccuracy.errors import DataError, InputError
+from pytest_qaccuracy.metrics import Metric
+from pytest_qaccuracy.metrics.base import register_metric, unregister_metric
 from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.runtime import RuntimeOptions
 
@@ -402,3 +405,99 @@ def test_outputs_are_read_from_the_models_run_alone_and_layers_from_the_pass(pai
     assert result.output("y").metrics["max_abs"] == pytest.approx(float(np.abs(f - q - 0.5).max()), rel=1e-5)
     layer = next(layer for layer in result.layers if layer.tensor == "y")
     assert layer.metrics["max_abs"] == pytest.approx(float(np.abs(f - q).max()), rel=1e-5)
+
+
+class _Starts(Metric):
+    """A registered metric that keeps where each batch it folds starts (its records, in order)."""
+
+    name = "batch_starts"
+    formula = "the first record of each batch (a test metric)"
+    seen: ClassVar[list[tuple[int, int]]] = []
+
+    def update(self, pair) -> None:
+        self.seen.append((pair.first_record, pair.records))
+
+    def merge(self, other) -> None:
+        pass
+
+    def result(self):
+        return 1.0, None
+
+
+@pytest.fixture
+def starts():
+    register_metric(_Starts)
+    _Starts.seen.clear()
+    yield _Starts.seen
+    unregister_metric("batch_starts")
+
+
+def test_a_registered_metric_sees_where_each_batch_starts_in_layers_and_outputs(pair, data, starts) -> None:
+    result = compare(pair, data, "batch_starts", RuntimeOptions(batch_size=2, threads=1), capture="reference")
+    assert result.reduction == "numpy: no layer has only built-in metrics on float32/integer tensors"
+    # the output y, then the layers x, h and y, batch after batch
+    assert starts == [(start, count) for start, count in ((0, 2), (2, 2), (4, 1)) for _ in range(4)]
+
+
+def test_the_quantized_runner_is_named_after_its_file_and_the_result_after_its_backend(pair, data, monkeypatch) -> None:
+    labels = []
+    real = compare_module.make_runner
+
+    def runner(model, names, options, label, backend, scheme):
+        labels.append((label, backend, scheme))
+        return real(model, names, options, label, backend, scheme)
+
+    monkeypatch.setattr(compare_module, "make_runner", runner)
+    result = compare(pair, data, "max_abs", backend="integer", scheme="onnxruntime-vnni", capture="reference")
+    assert labels == [("quantized.onnx", "integer", "onnxruntime-vnni")]
+    assert (result.backend, result.scheme, result.capture) == ("integer", "onnxruntime-vnni", "emulated")
+    assert result.reduction == "numpy: the integer backend"
+    # the integer backend's int8 MatMul and requantization give the fake-quantized values here
+    f, q = _expected()["h"]
+    assert result.layers[1].metrics["max_abs"] == pytest.approx(float(np.abs(f - q).max()), rel=1e-5)
+
+
+def test_a_dataset_passed_in_stays_open_and_one_opened_from_a_path_is_closed(pair, data, monkeypatch) -> None:
+    with load_dataset(data) as dataset:
+        first = compare(pair, dataset, "mse", layers=False)
+        again = compare(pair, dataset, "mse", layers=False)
+        assert again.output("y").metrics == first.output("y").metrics
+        assert dataset.labels() is None  # still readable
+    closed = []
+    real = compare_module.load_dataset
+
+    def opened(path):
+        found = real(path)
+        close = found.close
+        found.close = lambda: (closed.append(path), close())
+        return found
+
+    monkeypatch.setattr(compare_module, "load_dataset", opened)
+    compare(pair, data, "mse", layers=False)
+    compare(pair, data, "mse")
+    assert closed == [data, data]
+
+
+def test_a_reference_cache_keeps_every_batch_of_the_whole_tensor_pass(pair, data, monkeypatch) -> None:
+    _whole(monkeypatch)
+    cache = ReferenceCache(["y"])
+    compare(pair, data, "mse", RuntimeOptions(batch_size=2), capture="reference", reference=cache)
+    assert cache.held_batches == 3
+    from pytest_qaccuracy.data import bind_dataset
+
+    with load_dataset(data) as dataset:
+        batches = list(bind_dataset(dataset, pair.inputs).iter_batches(2))
+        np.testing.assert_allclose(cache.values(batches[2])["y"], X[4:] @ W + B, rtol=1e-6)
+    assert cache.recomputed == 0
+
+
+def test_a_0d_output_is_the_value_of_every_record(data) -> None:
+    fp32, quantized = _models()
+    for model in (fp32, quantized):  # s = sum(x): one value for the whole batch
+        model.graph.node.append(helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0))
+        model.graph.output.append(helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, []))
+    quantized.graph.node[-1].input[0] = "xd"
+    result = compare(ModelPair(fp32, quantized), data, "max_abs", RuntimeOptions(batch_size=5), layers=False)
+    difference = abs(float(np.sum(X)) - float(np.sum(_fq(X, SX))))
+    assert result.output("s").metrics["max_abs"] == pytest.approx(difference, rel=1e-4)
+    assert sorted(r for r, _ in result.output("s").worst_records["max_abs"]) == [0, 1, 2, 3, 4]
