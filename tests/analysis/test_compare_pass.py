@@ -501,3 +501,29 @@ def test_a_0d_output_is_the_value_of_every_record(data) -> None:
     difference = abs(float(np.sum(X)) - float(np.sum(_fq(X, SX))))
     assert result.output("s").metrics["max_abs"] == pytest.approx(difference, rel=1e-4)
     assert sorted(r for r, _ in result.output("s").worst_records["max_abs"]) == [0, 1, 2, 3, 4]
+
+
+def test_a_float_output_that_a_quantizelinear_reads_is_compared_as_the_model_gives_it(data) -> None:
+    """The quantized model's output y is its float Add, before the Q/DQ pair that feeds r = Relu."""
+    fp32, quantized = _models()
+    add, quantize, dequantize = quantized.graph.node[6:9]
+    add.output[0], quantize.input[0], dequantize.output[0] = "y", "y", "yd"
+    quantized.graph.node.append(helper.make_node("Relu", ["yd"], ["r"]))
+    fp32.graph.node.append(helper.make_node("Relu", ["y"], ["r"]))
+    for model in (fp32, quantized):
+        model.graph.output.append(helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, ["n", 2]))
+    result = compare(ModelPair(fp32, quantized), data, "max_abs", layers=False, capture="reference")
+    h, hq = _expected()["h"]
+    assert result.output("y").metrics["max_abs"] == pytest.approx(float(np.abs(h - hq).max()), rel=1e-5)
+    relu = np.maximum(_fq(hq + B, SY), 0)
+    assert result.output("r").metrics["max_abs"] == pytest.approx(
+        float(np.abs(np.maximum(h + B, 0) - relu).max()), rel=1e-5
+    )
+
+
+def test_workers_are_the_threads_asked_else_the_cores_else_one(monkeypatch) -> None:
+    assert compare_module._workers(RuntimeOptions(threads=1)) == 1
+    monkeypatch.setattr(compare_module.os, "cpu_count", lambda: None)
+    assert compare_module._workers(RuntimeOptions(threads=0)) == 1
+    monkeypatch.setattr(compare_module.os, "cpu_count", lambda: 6)
+    assert compare_module._workers(RuntimeOptions(threads=0)) == 6
