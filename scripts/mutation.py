@@ -697,6 +697,14 @@ EQUIVALENT += [
         for new in ('getattr(metric, "state", None) or {}', 'getattr(metric, "state", ) or {}')
     ],
     (r"^started = False$", "started = None", "read only for its truth: None and False agree"),
+    *[
+        (rf"zip\(({pair}), strict=True\)", rf"zip(\1, {new})", why)
+        for pair, why in (
+            (r"quantized_names, outputs", "one tracker per output pair, then one per view: as many as names"),
+            (r"matches, trackers", "the layer trackers are made one per match"),
+        )
+        for new in ("strict=None", "strict=False", "")
+    ],
     (
         r"next\(iter\(bound\.iter_batches\(options\.batch_size\)\), None\)",
         "next(iter(bound.iter_batches(options.batch_size)), )",
