@@ -512,7 +512,11 @@ def test_a_float_output_that_a_quantizelinear_reads_is_compared_as_the_model_giv
     fp32.graph.node.append(helper.make_node("Relu", ["y"], ["r"]))
     for model in (fp32, quantized):
         model.graph.output.append(helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, ["n", 2]))
-    result = compare(ModelPair(fp32, quantized), data, "max_abs", layers=False, capture="reference")
+    result = compare(ModelPair(fp32, quantized), data, "max_abs,srmse", layers=False, capture="reference")
+    # a float output has no step: SRMSE is undefined, and the output says why
+    assert result.output("y").metrics["srmse"] is None
+    assert result.output("y").undefined == {"srmse": "the quantized tensor has no scale"}
+    assert result.output("y").channels is None and result.output("r").channels is None
     h, hq = _expected()["h"]
     assert result.output("y").metrics["max_abs"] == pytest.approx(float(np.abs(h - hq).max()), rel=1e-5)
     relu = np.maximum(_fq(hq + B, SY), 0)
@@ -527,3 +531,16 @@ def test_workers_are_the_threads_asked_else_the_cores_else_one(monkeypatch) -> N
     assert compare_module._workers(RuntimeOptions(threads=0)) == 1
     monkeypatch.setattr(compare_module.os, "cpu_count", lambda: 6)
     assert compare_module._workers(RuntimeOptions(threads=0)) == 6
+
+
+def test_an_outputs_channel_ranges_are_in_its_result(pair, data) -> None:
+    result = compare(pair, data, "mse,sqnr", capture="reference")
+    f = _expected()["y"][0]
+    steps = (f.max(axis=0) - f.min(axis=0)) / np.float32(SY)  # each channel's fp32 range in steps
+    channels = result.output("y").channels
+    assert (channels.axis, channels.scale) == (1, pytest.approx(SY))
+    assert (channels.min_steps, channels.max_steps) == (
+        pytest.approx(steps.min(), rel=1e-5),
+        pytest.approx(steps.max(), rel=1e-5),
+    )
+    assert result.output("y").undefined == {}
