@@ -344,16 +344,19 @@ def test_an_output_whose_shapes_differ_is_an_input_error_and_a_layer_unmatched(t
     with pytest.raises(InputError) as err:
         compare(pair, data, "mse", capture="reference", layers=False)
     assert str(err.value) == "output 'y': shape (2,) in the fp32 model but (3,) in the quantized model"
-    # a layer whose shapes differ is reported unmatched, not dropped: the output's own misfit still stops
-    tracker = compare_module._tracker("h", "hq", None, ["mse"])
-    tracker.problem = "shape"
+    # a layer whose shapes differ is reported unmatched, not dropped; the layers after it stay
+    trackers = [compare_module._tracker(name, name, None, ["mse"]) for name in ("x", "h", "y")]
+    for tracker in trackers:
+        tracker.update(*_expected()[tracker.fp32], 0)
+    trackers[1].problem = "shape"
     (output,) = compare_module._output_trackers(pair, ["mse"])
-    output.update(*_expected()["y"], 0)
     with load_dataset(data) as dataset:
         result = compare_module._result(
-            pair, dataset, ["mse"], 5, [output], pair.matching.matches[1:2], [tracker], "reference", None
+            pair, dataset, ["mse"], 5, [output], pair.matching.matches, trackers, "reference", None
         )
-    assert result.layers == [] and result.unmatched_fp32[-1] == "h" and result.unmatched_quantized[-1] == "hd"
+    assert [layer.tensor for layer in result.layers] == ["x", "y"]
+    assert result.unmatched_fp32 == ["h"] and result.unmatched_quantized == ["hd"]
+    assert result.layers[1].metrics["mse"] == pytest.approx(_mse(*_expected()["y"]))
 
 
 def test_a_result_takes_the_runners_backend_scheme_and_capture_and_the_layers_scale(pair, data) -> None:
