@@ -345,15 +345,18 @@ def test_an_output_whose_shapes_differ_is_an_input_error_and_a_layer_unmatched(t
         compare(pair, data, "mse", capture="reference", layers=False)
     assert str(err.value) == "output 'y': shape (2,) in the fp32 model but (3,) in the quantized model"
     # a layer whose shapes differ is reported unmatched, not dropped; the layers after it stay
-    trackers = [compare_module._tracker(name, name, None, ["mse"]) for name in ("x", "h", "y")]
+    trackers = [compare_module._tracker(name, name, None, ["mse", "srmse"]) for name in ("x", "h", "y")]
     for tracker in trackers:
         tracker.update(*_expected()[tracker.fp32], 0)
     trackers[1].problem = "shape"
-    (output,) = compare_module._output_trackers(pair, ["mse"])
+    (output,) = compare_module._output_trackers(pair, ["mse", "srmse"])
     with load_dataset(data) as dataset:
         result = compare_module._result(
-            pair, dataset, ["mse"], 5, [output], pair.matching.matches, trackers, "reference", None
+            pair, dataset, ["mse", "srmse"], 5, [output], pair.matching.matches, trackers, "reference", None
         )
+    # without parameters a layer has no step: no SRMSE (it says why) and no channel ranges
+    assert result.layers[0].undefined == {"srmse": "the quantized tensor has no scale"}
+    assert result.layers[0].channels is None and result.layers[0].scale == pytest.approx(SX)  # the match's
     assert [layer.tensor for layer in result.layers] == ["x", "y"]
     assert result.unmatched_fp32 == ["h"] and result.unmatched_quantized == ["hd"]
     assert result.layers[1].metrics["mse"] == pytest.approx(_mse(*_expected()["y"]))
@@ -547,3 +550,12 @@ def test_an_outputs_channel_ranges_are_in_its_result(pair, data) -> None:
         pytest.approx(steps.max(), rel=1e-5),
     )
     assert result.output("y").undefined == {}
+    # and a layer's, in its own steps
+    f = _expected()["h"][0]
+    steps = (f.max(axis=0) - f.min(axis=0)) / np.float32(SH)
+    channels = result.layers[1].channels
+    assert (channels.axis, channels.scale) == (1, pytest.approx(SH))
+    assert (channels.min_steps, channels.max_steps) == (
+        pytest.approx(steps.min(), rel=1e-5),
+        pytest.approx(steps.max(), rel=1e-5),
+    )
