@@ -698,6 +698,26 @@ EQUIVALENT += [
     ],
     (r"^started = False$", "started = None", "read only for its truth: None and False agree"),
     *[
+        (r"out=scratch\(2, test\.shape\)", new, "a scratch buffer saves an allocation: slots 0 and 1 are RecordStats'")
+        for new in ("out=None", "", "out=scratch(None, test.shape)", "out=scratch(3, test.shape)")
+    ],
+    *[
+        (r"sign = -1\.0 if metric\.higher_is_better else 1\.0", new, "the heap orders by a positive multiple alike")
+        for new in (
+            "sign = -2.0 if metric.higher_is_better else 1.0",
+            "sign = -1.0 if metric.higher_is_better else 2.0",
+        )
+    ],
+    *[
+        (r"np\.asarray\(values, dtype=np\.float64\)\):", new, "each record's value goes through float() next")
+        for new in ("np.asarray(values, dtype=None)):", "np.asarray(values, )):")
+    ],
+    (
+        r"spans = ChannelSpans\(\) if (params is not None and params\.per_tensor_scale is not None) else None",
+        r"spans = ChannelSpans() if (\1) or True else None",
+        "_channel_report gives None without params or a per-tensor scale: those spans are never reported",
+    ),
+    *[
         (rf"zip\(({pair}), strict=True\)", rf"zip(\1, {new})", why)
         for pair, why in (
             (r"quantized_names, outputs", "one tracker per output pair, then one per view: as many as names"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import numpy as np
@@ -28,6 +29,7 @@ from pytest_qaccuracy.errors import DataError, InputError
 from pytest_qaccuracy.metrics import Metric
 from pytest_qaccuracy.metrics.base import register_metric, unregister_metric
 from pytest_qaccuracy.model import ModelPair
+from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
 
 W = np.array([[0.55, -1.05], [1.45, 2.1]], np.float32)
@@ -559,3 +561,34 @@ def test_an_outputs_channel_ranges_are_in_its_result(pair, data) -> None:
         pytest.approx(steps.min(), rel=1e-5),
         pytest.approx(steps.max(), rel=1e-5),
     )
+
+
+def test_per_channel_steps_and_saturation_follow_the_scales_axis() -> None:
+    """A rank-3 tensor quantized per channel on its last axis (3 channels; axis 1 has 3 too)."""
+    rng = np.random.default_rng(7)
+    scale = np.array([0.5, 0.05, 0.005], np.float32)
+    ref = (rng.standard_normal((4, 3, 3)) * np.array([60.0, 6.0, 0.6])).astype(np.float32)
+    codes = np.clip(np.rint(ref / scale + rng.integers(-3, 4, ref.shape)), -128, 127).astype(np.int8)
+    params = QuantParams(scale, np.zeros(3, np.int8), axis=-1)
+    tracker = compare_module._tracker("t", "tq", params, ["lsb", "clipped"])
+    tracker.update(ref, codes, 0)
+    test = codes.astype(np.float32) * scale  # channels on the last axis
+    steps = np.abs(ref.astype(np.float64) - test) / scale
+    outside = (ref < (-128.5 * scale)) | (ref >= 127.5 * scale)
+    values, _ = tracker.results()
+    assert values["lsb"] == pytest.approx(float(steps.max()), rel=1e-5)
+    assert values["clipped"] == pytest.approx(np.count_nonzero(outside) / ref.size)
+    assert 0 < np.count_nonzero(outside) < ref.size
+
+
+def test_worst_records_skip_a_metric_without_record_values_and_an_undefined_reason_is_given() -> None:
+    tracker = compare_module._tracker("y", "y", None, ["srmse", "mse"], worst=True)
+    tracker.update(np.zeros((2, 2), np.float32), np.array([[1, 1], [2, 2]], np.float32), 0)
+    assert tracker.worst_records() == {"mse": [(1, 4.0), (0, 1.0)]}
+
+    class NoValue:
+        def result(self):
+            return None, None
+
+    tracker.metrics = {"nothing": NoValue(), "empty": SimpleNamespace(result=lambda: (None, ""))}
+    assert tracker.results() == ({"nothing": None, "empty": None}, {"nothing": "undefined", "empty": "undefined"})
