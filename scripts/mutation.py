@@ -732,6 +732,40 @@ EQUIVALENT += [
     ),
 ]
 
+# sensitivity: the saturation remedies' arithmetic on int8 codes, their batch size and threads
+EQUIVALENT += [
+    *[
+        (
+            r"np\.clip\(np\.rint\(weights / 2\.0\), -64, 64\)",
+            new,
+            "int8 weights halve into [-64, 64]: the clip never binds",
+        )
+        for new in (
+            "np.clip(np.rint(weights / 2.0), None, 64)",
+            "np.clip(np.rint(weights / 2.0), -64, None)",
+            "np.clip(np.rint(weights / 2.0), -65, 64)",
+            "np.clip(np.rint(weights / 2.0), -64, 65)",
+        )
+    ],
+    *[
+        (r"\(values\.astype\(np\.int16\) \+ 128\)\.astype\(np\.uint8\)", new, why)
+        for new, why in (
+            ("(values.astype(np.int16) - 128).astype(np.uint8)", "+128 and -128 agree modulo 256"),
+            ("(values.astype(None) + 128).astype(np.uint8)", "int8 + 128 is exact in float64 and in [0, 255]"),
+        )
+    ],
+    *[
+        (r"readers\.get\(weight_dq\.output\[0\], \[\]\)", new, "called only for a weight whose readers were found")
+        for new in ("readers.get(weight_dq.output[0], None)", "readers.get(weight_dq.output[0], )")
+    ],
+    (
+        r"^batch_size: int = 32,$",
+        "batch_size: int = 33,",
+        "a default batch size changes memory and speed, not results (every fold covers all records)",
+    ),
+    (r"^threads: int = 0,$", "threads: int = 1,", "a default thread count changes speed only"),
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

@@ -239,8 +239,10 @@ def test_sensitivity_in_measures_each_chosen_node_and_the_whole_model() -> None:
 
 
 class _Clock:
-    def __init__(self, at: float) -> None:
-        self.now, self.at = 0.0, at
+    """A deadline ``at`` seconds after its start (a monotonic clock's reading, far from 0)."""
+
+    def __init__(self, at: float, start: float = 1000.0) -> None:
+        self.now, self.at = start, start + at
 
     def clock(self) -> float:
         return self.now
@@ -537,7 +539,7 @@ def test_weight_remedies_rewrite_int8_codes_as_documented() -> None:
     # rint(w / 2), half to even: -64, -64 (-63.5), -2 (-1.5), -0 (-0.5), 0, 0 (0.5), 2 (1.5), 64 (63.5)
     assert halved.tolist() == [-64, -64, -2, 0, 0, 0, 2, 64] and halved.dtype == np.int8
     assert s2.tolist() == [1.0] and s2.dtype == np.float32 and z2.tolist() == [0] and z2.dtype == np.int8
-    assert saturation._halve(w, scale, np.array([5], np.int8))[2].tolist() == [2]  # rint(2.5)
+    assert saturation._halve(w, scale, np.array([5, -6], np.int8))[2].tolist() == [2, -3]  # rint(2.5), -3
     sym, s3, z3 = saturation._symmetric(w, scale, zp)
     assert sym.tolist() == [-127, -127, -3, -1, 0, 1, 3, 127] and sym.dtype == np.int8 and s3 is scale and z3 is zp
     u8, s4, z4 = saturation._to_uint8(w, scale, zp)
@@ -1016,3 +1018,41 @@ def test_the_runners_progress_counts_each_pass_over_the_records(
         assert session.runner.sessions_built == (3 if strategy == "naive" or session_bytes else 1)
         assert session.runner.rounds == (0 if strategy == "naive" else passes)
         assert len(results) == 3 and all(r["logits"]["mse"] > 0 for r in results)
+
+
+def test_each_kernel_reading_a_halved_weight_gets_its_int32_bias_rescaled_or_left_alone() -> None:
+    """One weight read by six Convs: without bias, with a bias from an Identity, a float bias, int8
+    bias codes, a bias scale that is no initializer, and a plain int32 QDQ bias (the only one rescaled)."""
+    tensor = numpy_helper.from_array
+    model = _qdq_conv()
+    graph = model.graph
+    del graph.node[1:]
+    graph.initializer.extend(
+        [
+            tensor(np.array([1.0, 2.0], np.float32), "fb"),
+            tensor(np.array([3, 4], np.int8), "b8"),
+            tensor(np.array([0.25, 0.25], np.float32), "bs8"),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node("Conv", ["xd", "wd"], ["ya"], name="a"),
+            helper.make_node("Identity", ["fb"], ["ib"], name="identity"),
+            helper.make_node("Conv", ["xd", "wd", "ib"], ["yb"], name="b"),
+            helper.make_node("Conv", ["xd", "wd", "fb"], ["yc"], name="c"),
+            helper.make_node("DequantizeLinear", ["b8", "bs8"], ["bd8"], name="dq8"),
+            helper.make_node("Conv", ["xd", "wd", "bd8"], ["yd"], name="d"),
+            helper.make_node("DequantizeLinear", ["b", "scale_in"], ["bdx"], name="dqx"),
+            helper.make_node("Conv", ["xd", "wd", "bdx"], ["ye"], name="e"),
+            helper.make_node("DequantizeLinear", ["b", "bs"], ["bd"], name="dqb"),
+            helper.make_node("Conv", ["xd", "wd", "bd"], ["yf"], name="f"),
+        ]
+    )
+    copy = saturation._rewrite_weights(model, saturation._halve)
+    nodes = {n.name: n for n in copy.graph.node}
+    assert list(nodes["dqw"].input) == ["w::dqw:0", "ws::dqw:1", "wz::dqw:2"]
+    assert list(nodes["identity"].input) == ["fb"] and list(nodes["c"].input) == ["xd", "wd", "fb"]
+    assert list(nodes["dq8"].input) == ["b8", "bs8"] and list(nodes["dqx"].input) == ["b", "scale_in"]
+    assert list(nodes["dqb"].input) == ["b::dqb:0", "bs::dqb:1"]
+    inits = _inits(copy)
+    assert inits["b::dqb:0"].tolist() == [50, -4] and inits["bs::dqb:1"].tolist() == [0.5, 0.5]
