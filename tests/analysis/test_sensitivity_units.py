@@ -1056,3 +1056,96 @@ def test_each_kernel_reading_a_halved_weight_gets_its_int32_bias_rescaled_or_lef
     assert list(nodes["dqb"].input) == ["b::dqb:0", "bs::dqb:1"]
     inits = _inits(copy)
     assert inits["b::dqb:0"].tolist() == [50, -4] and inits["bs::dqb:1"].tolist() == [0.5, 0.5]
+
+
+def _qlinear_conv(w: np.ndarray) -> onnx.ModelProto:
+    """One uint8 QLinearConv (pads 1) with int8 weights ``w`` (scale 0.01) and a uint8 output."""
+    tensor = numpy_helper.from_array
+    inits = [tensor(np.float32(0.02), "xs"), tensor(np.uint8(0), "xzp"), tensor(w, "w"), tensor(np.float32(0.01), "ws")]
+    inits += [tensor(np.int8(0), "wzp"), tensor(np.float32(40.0), "ys"), tensor(np.uint8(128), "yzp")]
+    node = helper.make_node(
+        "QLinearConv", ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp"], ["y"], name="conv", pads=[1] * 4
+    )
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [None, w.shape[1], 6, 6])
+    graph = helper.make_graph(
+        [node], "conv", [x], [helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, None)], inits
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@pytest.fixture
+def avx2_host(monkeypatch):
+    """The machine's own preset (``onnxruntime``) resolved as on an x86 CPU without VNNI."""
+    from pytest_qaccuracy.backend import host
+
+    monkeypatch.setenv(host.ENV_OVERRIDE, "onnxruntime-avx2")
+    host.host_preset.cache_clear()
+    yield
+    host.host_preset.cache_clear()
+
+
+def _sqnr_against(exact: np.ndarray, value: np.ndarray) -> float:
+    ref = exact.astype(np.float64)
+    return float(10 * np.log10(np.sum(ref * ref) / np.sum((value.astype(np.float64) - ref) ** 2)))
+
+
+def test_remedies_run_on_the_reports_preset_against_the_originals_exact_sums(tmp_path, avx2_host) -> None:
+    from pytest_qaccuracy.backend import IntegerSession
+
+    rng = np.random.default_rng(37)
+    w = rng.choice(np.array([-128, -128, -50, 3, 90], np.int8), size=(6, 8, 3, 3)).astype(np.int8)
+    x = np.where(rng.random((5, 8, 6, 6)) < 0.5, 0, rng.integers(1, 256, (5, 8, 6, 6))).astype(np.uint8)
+    np.savez(tmp_path / "data.npz", x=x)
+    model = _qlinear_conv(w)
+
+    def run(proto, preset) -> np.ndarray:
+        return IntegerSession(proto, preset).run(None, {"x": x})[0]
+
+    # x86 without VNNI: the pairs saturate; both weight remedies stop it
+    report = saturation.measure_saturation(model, tmp_path / "data.npz", batch_size=2)
+    assert report.saturated > 0
+    exact = run(model, "onnxruntime-vnni")
+    halved = run(saturation._rewrite_weights(model, saturation._halve), "onnxruntime-avx2")
+    found = saturation.check_remedies(model, tmp_path / "data.npz", report, batch_size=2)
+    assert found == [
+        saturation.RemedyResult(
+            "7-bit weights", "quantize with reduce_range=True", 0, {"y": pytest.approx(_sqnr_against(exact, halved))}
+        ),
+        saturation.RemedyResult(
+            "u8 weights", "weight_type=QuantType.QUInt8, or session.x64quantprecision=1 on onnxruntime", 0, {"y": None}
+        ),
+        saturation.RemedyResult("worst layers in float", "nodes_to_exclude=['conv']", None, {}, "QDQ models only"),
+    ]
+    # ARM64 without dot products: the int8 pairs wrap; symmetric weights stop it there (on x86 they
+    # would still saturate), measured against the same preset with exact sums
+    report = saturation.measure_saturation(model, tmp_path / "data.npz", preset="onnxruntime-arm64-neon")
+    assert report.saturated > 0
+    exact = run(model, saturation.exact_counterpart("onnxruntime-arm64-neon")[1])
+    symmetric = saturation._rewrite_weights(model, saturation._symmetric)
+    assert saturation.measure_saturation(symmetric, tmp_path / "data.npz").saturated > 0
+    found = saturation.check_remedies(model, tmp_path / "data.npz", report)
+    expected = _sqnr_against(exact, run(symmetric, "onnxruntime-arm64-neon"))
+    assert found == [
+        saturation.RemedyResult(
+            "symmetric weights",
+            'quantize with extra_options={"WeightSymmetric": True}',
+            0,
+            {"y": pytest.approx(expected)},
+        ),
+        saturation.RemedyResult("worst layers in float", "nodes_to_exclude=['conv']", None, {}, "QDQ models only"),
+    ]
+
+
+def test_a_model_without_int8_kernel_weights_has_nothing_to_change(tmp_path, avx2_host) -> None:
+    model = _qlinear_conv(np.ones((2, 2, 3, 3), np.int8))
+    model.graph.initializer[2].CopyFrom(numpy_helper.from_array(np.ones((2, 2, 3, 3), np.uint8), "w"))
+    model.graph.initializer[4].CopyFrom(numpy_helper.from_array(np.uint8(0), "wzp"))
+    np.savez(tmp_path / "data.npz", x=np.full((2, 2, 6, 6), 3, np.uint8))
+    report = saturation.measure_saturation(model, tmp_path / "data.npz")
+    assert report.saturated == 0 and report.outputs == {"y": None}
+    found = saturation.check_remedies(model, tmp_path / "data.npz", report)
+    assert [(r.name, r.saturated, r.outputs, r.note) for r in found] == [
+        ("7-bit weights", None, {}, "nothing to change"),
+        ("u8 weights", None, {}, "nothing to change"),
+        ("worst layers in float", None, {}, "QDQ models only"),
+    ]
