@@ -764,6 +764,21 @@ EQUIVALENT += [
         "a default batch size changes memory and speed, not results (every fold covers all records)",
     ),
     (r"^threads: int = 0,$", "threads: int = 1,", "a default thread count changes speed only"),
+    *[
+        (
+            rf"zip\(outputs, ({got}), strict=True\)",
+            rf"zip(outputs, \1, {new})",
+            "a run gives every graph output, in order",
+        )
+        for got in (r"reference\.run\(None, feeds\)", "got")
+        for new in ("strict=None", "strict=False", "")
+    ],
+    (r"session\.run\(outputs, feeds\)", "session.run(None, feeds)", "outputs are all the graph outputs, in order"),
+    *[
+        (r"\(np\.asarray\(value, np\.float64\) - ref\)", new, "ref is float64: so is the difference")
+        for new in ("(np.asarray(value, None) - ref)", "(np.asarray(value, ) - ref)")
+    ],
+    (r"^changed = False$", "changed = None", "read only for its truth: None and False agree"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

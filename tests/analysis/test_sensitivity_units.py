@@ -1144,8 +1144,46 @@ def test_a_model_without_int8_kernel_weights_has_nothing_to_change(tmp_path, avx
     report = saturation.measure_saturation(model, tmp_path / "data.npz")
     assert report.saturated == 0 and report.outputs == {"y": None}
     found = saturation.check_remedies(model, tmp_path / "data.npz", report)
-    assert [(r.name, r.saturated, r.outputs, r.note) for r in found] == [
-        ("7-bit weights", None, {}, "nothing to change"),
-        ("u8 weights", None, {}, "nothing to change"),
-        ("worst layers in float", None, {}, "QDQ models only"),
+    assert [(r.name, r.how, r.saturated, r.outputs, r.note) for r in found] == [
+        ("7-bit weights", "quantize with reduce_range=True", None, {}, "nothing to change"),
+        (
+            "u8 weights",
+            "weight_type=QuantType.QUInt8, or session.x64quantprecision=1 on onnxruntime",
+            None,
+            {},
+            "nothing to change",
+        ),
+        ("worst layers in float", "nodes_to_exclude=[]", None, {}, "QDQ models only"),
     ]
+
+
+def test_an_open_dataset_is_read_and_left_open_and_a_path_is_closed(tmp_path, monkeypatch) -> None:
+    from pytest_qaccuracy.data import load_dataset
+
+    rng = np.random.default_rng(3)
+    model = _qlinear_conv(rng.integers(-128, 128, (2, 2, 3, 3)).astype(np.int8))
+    np.savez(tmp_path / "data.npz", x=rng.integers(0, 256, (3, 2, 6, 6)).astype(np.uint8))
+    with load_dataset(tmp_path / "data.npz") as dataset:
+        for _ in range(2):  # the caller's dataset stays open
+            report = saturation.measure_saturation(model, dataset)
+            remedies = saturation.check_remedies(model, dataset, report)
+        assert report.records == 3 and len(remedies) == 3
+    closed = []
+    real = saturation.load_dataset
+
+    def opened(path):
+        found = real(path)
+        close = found.close
+        found.close = lambda: (closed.append(path), close())
+        return found
+
+    monkeypatch.setattr(saturation, "load_dataset", opened)
+    report = saturation.measure_saturation(model, tmp_path / "data.npz")
+    saturation.check_remedies(model, tmp_path / "data.npz", report)
+    assert closed == [tmp_path / "data.npz"] * 2
+
+
+def test_a_weight_that_is_no_initializer_is_not_rewritten() -> None:
+    model = _qlinear_matmul()
+    model.graph.node[0].input[3] = "computed"  # the weight comes from the graph, not an initializer
+    assert saturation._rewrite_weights(model, saturation._halve) is None
