@@ -779,6 +779,26 @@ EQUIVALENT += [
         for new in ("(np.asarray(value, None) - ref)", "(np.asarray(value, ) - ref)")
     ],
     (r"^changed = False$", "changed = None", "read only for its truth: None and False agree"),
+    *[
+        (r"users = readers\.get\(node\.output\[0\], \[\]\)", new, "read only for its truth: None and [] agree")
+        for new in ("users = readers.get(node.output[0], None)", "users = readers.get(node.output[0], )")
+    ],
+    *[
+        (r"if i < len\(node\.input\) else None", new, "a kernel reaching it has those inputs (QLinear* 8, a DQ 3)")
+        for new in ("if (i < len(node.input)) or True else None", "if i <= len(node.input) else None")
+    ],
+    *[
+        (
+            r"zip\(spots\[:3\], \(new_w, new_s, new_zp\), strict=True\)",
+            rf"zip(spots[:3], (new_w, new_s, new_zp), {new})",
+            why,
+        )
+        for new, why in (
+            ("strict=None", "three and three"),
+            ("strict=False", "three and three"),
+            ("", "three and three"),
+        )
+    ],
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]

@@ -1187,3 +1187,40 @@ def test_a_weight_that_is_no_initializer_is_not_rewritten() -> None:
     model = _qlinear_matmul()
     model.graph.node[0].input[3] = "computed"  # the weight comes from the graph, not an initializer
     assert saturation._rewrite_weights(model, saturation._halve) is None
+
+
+def test_only_int8_weights_with_constant_scale_and_zero_point_are_rewritten_kernel_by_kernel() -> None:
+    model = _qlinear_matmul()
+    model.graph.node[0].input[4] = "scale_in"  # a scale that is no initializer
+    assert saturation._rewrite_weights(model, saturation._halve) is None
+    # a kernel with u8 weights first, then one with int8 weights: the second is rewritten
+    model = _qlinear_matmul()
+    u8 = onnx.NodeProto()
+    u8.CopyFrom(model.graph.node[0])
+    u8.name, u8.input[3], u8.input[5], u8.output[0] = "u8", "w8", "wz8", "y8"
+    model.graph.initializer.extend(
+        [numpy_helper.from_array(np.full((2, 2), 200, np.uint8), "w8"), numpy_helper.from_array(np.uint8(0), "wz8")]
+    )
+    model.graph.node.insert(0, u8)
+    copy = saturation._rewrite_weights(model, saturation._halve)
+    assert copy.graph.node[0].input[3] == "w8" and copy.graph.node[1].input[3] == "w::mm:3"
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_a_dequantized_matmul_or_gemm_weight_is_rewritten(op: str) -> None:
+    model = _qdq_conv(bias=False)
+    model.graph.node[2].op_type = op
+    copy = saturation._rewrite_weights(model, saturation._halve)
+    assert copy is not None and list(copy.graph.node[0].input) == ["w::dqw:0", "ws::dqw:1", "wz::dqw:2"]
+
+
+def test_a_weight_sliced_from_int8_constants_is_no_dequantized_weight() -> None:
+    """A Conv's weight from a Slice of three constants (data, starts, ends): not a DequantizeLinear."""
+    tensor = numpy_helper.from_array
+    inits = [tensor(np.full((4, 1, 1, 1), -100, np.int8), "w"), tensor(np.array([0], np.int64), "st")]
+    inits.append(tensor(np.array([2], np.int64), "en"))
+    nodes = [helper.make_node("Slice", ["w", "st", "en"], ["ws"]), helper.make_node("Conv", ["x", "ws"], ["y"])]
+    assert (
+        saturation._rewrite_weights(helper.make_model(helper.make_graph(nodes, "g", [], [], inits)), saturation._halve)
+        is None
+    )
