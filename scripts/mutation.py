@@ -779,6 +779,12 @@ EQUIVALENT += [
         for new in ("(np.asarray(value, None) - ref)", "(np.asarray(value, ) - ref)")
     ],
     (r"^changed = False$", "changed = None", "read only for its truth: None and False agree"),
+    (r"IntegerSession\((.+), threads=threads\)", r"IntegerSession(\1, )", "a default thread count changes speed only"),
+    (
+        r"tensors\.get\(tensor, \[0, 0, 0\]\) if tensor else",
+        "tensors.get(tensor, [0, 0, 0]) if (tensor) or True else",
+        "None is never a key of tensors: the default either way",
+    ),
     *[
         (r"users = readers\.get\(node\.output\[0\], \[\]\)", new, "read only for its truth: None and [] agree")
         for new in ("users = readers.get(node.output[0], None)", "users = readers.get(node.output[0], )")

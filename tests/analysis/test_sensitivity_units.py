@@ -1105,6 +1105,7 @@ def test_remedies_run_on_the_reports_preset_against_the_originals_exact_sums(tmp
     report = saturation.measure_saturation(model, tmp_path / "data.npz", batch_size=2)
     assert report.saturated > 0
     exact = run(model, "onnxruntime-vnni")
+    assert report.outputs == {"y": pytest.approx(_sqnr_against(exact, run(model, "onnxruntime-avx2")))}
     halved = run(saturation._rewrite_weights(model, saturation._halve), "onnxruntime-avx2")
     found = saturation.check_remedies(model, tmp_path / "data.npz", report, batch_size=2)
     assert found == [
@@ -1224,3 +1225,37 @@ def test_a_weight_sliced_from_int8_constants_is_no_dequantized_weight() -> None:
         saturation._rewrite_weights(helper.make_model(helper.make_graph(nodes, "g", [], [], inits)), saturation._halve)
         is None
     )
+
+
+def test_a_matmulinteger_saturates_pair_by_pair_against_brute_force(tmp_path) -> None:
+    """u8 x s8 products summed in int16 pairs, each pair sum saturated (x86 without VNNI); its int32
+    output is no 8-bit tensor, so no elements are compared; the model is labelled by its graph."""
+    rng = np.random.default_rng(1)
+    b = rng.choice(np.array([-128, 127, 100], np.int8), size=(16, 3)).astype(np.int8)
+    a = rng.integers(200, 256, (4, 16)).astype(np.uint8)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b"], ["i"], name="mmi")],
+        "mmi_graph",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.UINT8, [None, 16])],
+        [helper.make_tensor_value_info("i", onnx.TensorProto.INT32, None)],
+        [numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    np.savez(tmp_path / "data.npz", a=a)
+    products = a.astype(np.int64)[:, :, None] * b.astype(np.int64)  # (records, K, N)
+    pairs = products[:, 0::2] + products[:, 1::2]
+    saturated = (pairs > 32767) | (pairs < -32768)
+    exact = products.sum(axis=1).astype(np.float64)
+    summed = np.clip(pairs, -32768, 32767).sum(axis=1).astype(np.float64)
+    report = saturation.measure_saturation(model, tmp_path / "data.npz", batch_size=3)
+    per_record = saturated.reshape(4, -1).sum(axis=1)
+    (layer,) = report.layers
+    assert (layer.node, layer.pairs, layer.saturated) == ("mmi", pairs.size, int(saturated.sum()))
+    assert (layer.worst_record, layer.worst_record_saturated) == (int(np.argmax(per_record)), int(per_record.max()))
+    assert (layer.tensor, layer.elements, layer.differing, layer.max_steps) == ("i", 0, 0, 0)
+    assert report.outputs["i"] == pytest.approx(10 * np.log10(np.sum(exact**2) / np.sum((summed - exact) ** 2)))
+    assert (report.model, report.records) == ("mmi_graph", 4)
+    model.graph.name = ""
+    assert saturation.measure_saturation(model, tmp_path / "data.npz").model == "model"
+    onnx.save(model, tmp_path / "net.onnx")
+    assert saturation.measure_saturation(tmp_path / "net.onnx", tmp_path / "data.npz").model == "net.onnx"
