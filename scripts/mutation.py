@@ -779,7 +779,24 @@ EQUIVALENT += [
         for new in ("(np.asarray(value, None) - ref)", "(np.asarray(value, ) - ref)")
     ],
     (r"^changed = False$", "changed = None", "read only for its truth: None and False agree"),
-    (r"IntegerSession\((.+), threads=threads\)", r"IntegerSession(\1, )", "a default thread count changes speed only"),
+    (r"IntegerSession\((.+), threads=threads\)", r"IntegerSession(\1, )", "the thread count changes speed only"),
+    *[
+        (r"probe = np\.zeros\(\(1,\) \* rank, np\.float32\)", new, "range_bounds reads only the probe's rank")
+        for new in (
+            "probe = np.zeros((2,) * rank, np.float32)",
+            "probe = np.zeros((1,) * rank, None)",
+            "probe = np.zeros((1,) * rank, )",
+        )
+    ],
+    (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
+    *[
+        (
+            r"zip\(self\.data\.iter_batches\(self\.options\.batch_size\), refs, strict=True\)",
+            rf"zip(self.data.iter_batches(self.options.batch_size), refs, {new})",
+            "refs holds one entry per batch of the same iteration",
+        )
+        for new in ("strict=None", "strict=False", "")
+    ],
     (
         r"tensors\.get\(tensor, \[0, 0, 0\]\) if tensor else",
         "tensors.get(tensor, [0, 0, 0]) if (tensor) or True else",

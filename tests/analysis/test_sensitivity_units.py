@@ -1259,3 +1259,54 @@ def test_a_matmulinteger_saturates_pair_by_pair_against_brute_force(tmp_path) ->
     assert saturation.measure_saturation(model, tmp_path / "data.npz").model == "model"
     onnx.save(model, tmp_path / "net.onnx")
     assert saturation.measure_saturation(tmp_path / "net.onnx", tmp_path / "data.npz").model == "net.onnx"
+
+
+class _Ticks:
+    """A clock that counts its readings: a Deadline reads it once per check."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return 0.0
+
+
+@pytest.mark.parametrize(("strategy", "checks"), [("naive", 3 + 2 + 2 * 3), ("reuse", 1 + 3)])
+def test_the_runner_checks_its_deadline_before_each_batch_and_session(zoo, monkeypatch, strategy, checks) -> None:
+    """12 records in batches of 5. Naive: each fp32 batch, each experiment, each of its batches.
+    Reuse: the one packed session's build, then each batch."""
+    from pytest_qaccuracy.analysis.deadline import Deadline
+
+    labels = []
+    real = experiments_module.OrtRunner
+
+    def runner(model, names, options, label):
+        labels.append(label)
+        return real(model, names, options, label)
+
+    monkeypatch.setattr(experiments_module, "OrtRunner", runner)
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    ticks = _Ticks()
+    with open_session(pair, zoo["data"], "mse", RuntimeOptions(batch_size=5), strategy=strategy) as session:
+        experiments = [Experiment(n, session.qgraph.node(n).edges()) for n in ("conv1", "gemm")]
+        session.runner.run(experiments, "float", Deadline(1.0, 1.0, ticks))
+    assert ticks.readings == checks
+    name = pair.quantized_path.name
+    if strategy == "naive":
+        assert labels == [f"{name} (fp32)", f"{name} [conv1]", f"{name} [gemm]"]
+    else:
+        assert labels == [f"{name} (cache)", f"{name} (fp32)"]
+
+
+def test_nonfinite_inputs_are_refused_unless_allowed(zoo, tmp_path) -> None:
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    x[1, 0, 0, 0] = np.inf
+    np.savez(tmp_path / "inf.npz", x=x)
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    from pytest_qaccuracy.errors import DataError
+
+    with pytest.raises(DataError, match=r"record 1, input 'x': contains"):
+        node_sensitivity(pair, tmp_path / "inf.npz", nodes=["conv1"])
+    result = node_sensitivity(pair, tmp_path / "inf.npz", nodes=["conv1"], allow_nonfinite=True, metrics="mse")
+    assert result.records == 2 and _names(result.nodes) == ["conv1"]
