@@ -790,6 +790,23 @@ EQUIVALENT += [
     ],
     (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
     *[
+        (r'mode: str = "single"$', f'mode: str = "{new}"', "rank only asks whether the mode is leave-one-out")
+        for new in ("XXsingleXX", "SINGLE")
+    ],
+    *[
+        (r"^higher = higher_is_better\.get\(metric, False\)$", new, "read only for its truth: None and False agree")
+        for new in ("higher = higher_is_better.get(metric, None)", "higher = higher_is_better.get(metric, )")
+    ],
+    *[
+        (r"^worst_first_sign = 1\.0 if higher else -1\.0$", new, "a positive multiple of the key sorts alike")
+        for new in ("worst_first_sign = 2.0 if higher else -1.0", "worst_first_sign = 1.0 if higher else -2.0")
+    ],
+    (
+        r"return \(1, 0\.0, node\.order\) if value is None",
+        "return (2, 0.0, node.order) if value is None",
+        "defined values' keys start with 0: undefined ones sort after them either way, by order",
+    ),
+    *[
         (
             r"zip\(self\.data\.iter_batches\(self\.options\.batch_size\), refs, strict=True\)",
             rf"zip(self.data.iter_batches(self.options.batch_size), refs, {new})",

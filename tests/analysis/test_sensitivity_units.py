@@ -1310,3 +1310,33 @@ def test_nonfinite_inputs_are_refused_unless_allowed(zoo, tmp_path) -> None:
         node_sensitivity(pair, tmp_path / "inf.npz", nodes=["conv1"])
     result = node_sensitivity(pair, tmp_path / "inf.npz", nodes=["conv1"], allow_nonfinite=True, metrics="mse")
     assert result.records == 2 and _names(result.nodes) == ["conv1"]
+
+
+def test_node_sensitivity_hands_every_choice_to_its_session_and_closes_it(monkeypatch) -> None:
+    from pytest_qaccuracy.analysis import sensitivity as sensitivity_module
+
+    calls = []
+
+    class Opened:
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    opened = Opened()
+
+    def session(*args, **kwargs):
+        calls.append((args, kwargs))
+        return opened
+
+    monkeypatch.setattr(sensitivity_module, "open_session", session)
+    monkeypatch.setattr(sensitivity_module, "sensitivity_in", lambda *args: ("measured", args))
+    options = RuntimeOptions(batch_size=3)
+    result = node_sensitivity(
+        "PAIR", "DATA", "leave-one-out", "weight", "mse", ["a"], options, "deployed", "naive", True, ["t"]
+    )  # type: ignore[arg-type]
+    assert calls == [(("PAIR", "DATA", "mse", options, "deployed", "naive", True), {"outputs": ["t"]})]
+    assert result == ("measured", (opened, "leave-one-out", "weight", ["a"])) and opened.closed
+    calls.clear()
+    node_sensitivity("PAIR", "DATA")  # type: ignore[arg-type]
+    assert calls == [(("PAIR", "DATA", "cosine", None, "reference", "reuse", False), {"outputs": None})]
