@@ -1340,3 +1340,34 @@ def test_node_sensitivity_hands_every_choice_to_its_session_and_closes_it(monkey
     calls.clear()
     node_sensitivity("PAIR", "DATA")  # type: ignore[arg-type]
     assert calls == [(("PAIR", "DATA", "cosine", None, "reference", "reuse", False), {"outputs": None})]
+
+
+@pytest.mark.parametrize(
+    ("threads", "nodes", "pooled"),
+    [(2, ("conv1", "gemm"), True), (1, ("conv1", "gemm"), False), (2, ("conv1",), False)],
+)
+def test_packed_sessions_run_side_by_side_only_with_several_workers_and_packs(
+    zoo, monkeypatch, threads, nodes, pooled
+) -> None:
+    """One pack per experiment: with two workers and two packs each pack runs on a worker thread of
+    its own; with one worker, or one pack, on the caller's thread."""
+    import threading
+
+    monkeypatch.setattr(experiments_module, "SESSION_NODES", 1)
+    seen = []
+    real = ExperimentRunner._call
+
+    def call(self, pack, feeds):
+        seen.append(threading.current_thread().name)
+        return real(self, pack, feeds)
+
+    monkeypatch.setattr(ExperimentRunner, "_call", call)
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    with open_session(pair, zoo["data"], "mse", RuntimeOptions(batch_size=12, threads=threads)) as session:
+        experiments = [Experiment(n, session.qgraph.node(n).edges()) for n in nodes]
+        session.runner.run(experiments, "float")
+    assert len(seen) == len(nodes)
+    if pooled:
+        assert all(name.startswith("qaccuracy-experiment_") for name in seen)
+    else:
+        assert seen == ["MainThread"] * len(nodes)
