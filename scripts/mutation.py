@@ -789,6 +789,11 @@ EQUIVALENT += [
         )
     ],
     (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
+    (
+        r"values\[name\]\.dtype\), \[None\] \* values\[name\]\.ndim",
+        "values[name].dtype), None",
+        "an experiment session's input of unknown rank takes the same values",
+    ),
     *[
         (r'mode: str = "single"$', f'mode: str = "{new}"', "rank only asks whether the mode is leave-one-out")
         for new in ("XXsingleXX", "SINGLE")

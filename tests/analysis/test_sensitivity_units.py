@@ -387,7 +387,10 @@ def test_an_experiment_model_onnxruntime_cannot_load_or_run_is_a_model_error() -
         helper.make_graph([helper.make_node("Nope", ["x"], ["y"])], "g", [], []),
         opset_imports=[helper.make_opsetid("", 13)],
     )
-    with pytest.raises(ModelError, match=r"^net: onnxruntime cannot load the experiment model \(.+\)$"):
+    unloadable = (
+        r"^net: onnxruntime cannot load the experiment model \(.*INVALID_ARGUMENT.*'x' is not a graph input.*\)$"
+    )
+    with pytest.raises(ModelError, match=unloadable):
         experiments_module._session(broken, RuntimeOptions(), "net", 1)
     x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
     model = helper.make_model(
@@ -1371,3 +1374,21 @@ def test_packed_sessions_run_side_by_side_only_with_several_workers_and_packs(
         assert all(name.startswith("qaccuracy-experiment_") for name in seen)
     else:
         assert seen == ["MainThread"] * len(nodes)
+
+
+def test_an_experiment_session_takes_the_runs_options_and_its_own_thread_count(monkeypatch) -> None:
+    made = []
+    monkeypatch.setattr(experiments_module, "make_session", lambda model, **kwargs: made.append((model, kwargs)) or "S")
+    options = RuntimeOptions(providers=("CPUExecutionProvider",), optimization="basic", threads=4)
+    assert experiments_module._session("M", options, "net", 1) == "S"
+    assert made == [
+        (
+            "M",
+            {
+                "providers": options.providers,
+                "threads": 1,
+                "optimization": "basic",
+                "config": options.session_config,
+            },
+        )
+    ]
