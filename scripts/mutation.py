@@ -789,6 +789,10 @@ EQUIVALENT += [
         )
     ],
     (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
+    *[
+        (r"zip\(pack\.names, out, strict=True\)", f"zip(pack.names, out, {new})", "fetch gives one value per name")
+        for new in ("strict=None", "strict=False", "")
+    ],
     (
         r"values\[name\]\.dtype\), \[None\] \* values\[name\]\.ndim",
         "values[name].dtype), None",
