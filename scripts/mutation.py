@@ -790,6 +790,14 @@ EQUIVALENT += [
     ],
     (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
     *[
+        (r"^threads = 1 if self\.workers > 1 else self\.options\.threads$", new, why)
+        for new in (
+            "threads = 1 if (self.workers > 1) or True else self.options.threads",
+            "threads = 1 if self.workers >= 1 else self.options.threads",
+        )
+        for why in ("one worker: the threads asked are 1, or 0 (all) on a machine of one core",)
+    ],
+    *[
         (r"zip\(pack\.names, out, strict=True\)", f"zip(pack.names, out, {new})", "fetch gives one value per name")
         for new in ("strict=None", "strict=False", "")
     ],
