@@ -790,6 +790,11 @@ EQUIVALENT += [
     ],
     (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
     *[
+        (r"zip\(qg\.view\.output_names, outputs, strict=True\)", f"zip(qg.view.output_names, outputs, {new})", why)
+        for new in ("strict=None", "strict=False", "")
+        for why in ("wiring builds outputs from output_names",)
+    ],
+    *[
         (r"^threads = 1 if self\.workers > 1 else self\.options\.threads$", new, why)
         for new in (
             "threads = 1 if (self.workers > 1) or True else self.options.threads",

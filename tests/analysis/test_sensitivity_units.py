@@ -1402,3 +1402,15 @@ def test_an_experiment_session_takes_the_runs_options_and_its_own_thread_count(m
             },
         )
     ]
+
+
+def test_a_pack_holds_up_to_session_nodes_nodes_on_the_dot(zoo, monkeypatch) -> None:
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    with open_session(pair, zoo["data"], "mse") as session:
+        experiments = [Experiment(n, session.qgraph.node(n).edges()) for n in ("conv3", "gemm")]
+        (whole,), _ = session.runner._plan(experiments, frozenset())
+        first = len(session.runner._plan(experiments[:1], frozenset())[0][0].nodes)
+        assert 0 < first < len(whole.nodes)
+        for limit, packs in ((len(whole.nodes), [[0, 1]]), (len(whole.nodes) - 1, [[0], [1]])):
+            monkeypatch.setattr(experiments_module, "SESSION_NODES", limit)
+            assert [p.experiments for p in session.runner._plan(experiments, frozenset())[0]] == packs
