@@ -1414,3 +1414,19 @@ def test_a_pack_holds_up_to_session_nodes_nodes_on_the_dot(zoo, monkeypatch) -> 
         for limit, packs in ((len(whole.nodes), [[0, 1]]), (len(whole.nodes) - 1, [[0], [1]])):
             monkeypatch.setattr(experiments_module, "SESSION_NODES", limit)
             assert [p.experiments for p in session.runner._plan(experiments, frozenset())[0]] == packs
+
+
+@pytest.mark.parametrize("cache", ["float", "quantized"])
+def test_the_reused_configuration_is_all_float_or_all_quantized(zoo, cache) -> None:
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    with open_session(pair, zoo["data"], "mse") as session:
+        built = []
+        build = session.qgraph.build
+        session.qgraph.build = lambda edges, **kwargs: built.append(edges) or build(edges, **kwargs)
+        experiment = Experiment("conv3", session.qgraph.node("conv3").edges())
+        (result,) = session.runner.run([experiment], cache)
+        assert built[0] == (frozenset() if cache == "float" else session.qgraph.all_edges)
+    # either way, the numbers of the experiment run alone
+    with open_session(pair, zoo["data"], "mse", strategy="naive") as naive:
+        (alone,) = naive.runner.run([experiment])
+    assert result["logits"]["mse"] == pytest.approx(alone["logits"]["mse"], rel=1e-9)
