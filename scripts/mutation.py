@@ -790,6 +790,20 @@ EQUIVALENT += [
     ],
     (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
     *[
+        (r"zip\(group, results, strict=True\)", f"zip(group, results, {new})", "_run_group gives one result per pack")
+        for new in ("strict=None", "strict=False", "")
+    ],
+    (
+        r"^pack\.session = None$",
+        'pack.session = ""',
+        "a round's packs never run again: the session is dropped either way",
+    ),
+    (
+        r"count = int\(np\.prod\(tensor\.dims\)\) if tensor\.dims else 1",
+        "count = int(np.prod(tensor.dims)) if (tensor.dims) or True else 1",
+        "the product of no dims is 1",
+    ),
+    *[
         (r"zip\(qg\.view\.output_names, outputs, strict=True\)", f"zip(qg.view.output_names, outputs, {new})", why)
         for new in ("strict=None", "strict=False", "")
         for why in ("wiring builds outputs from output_names",)

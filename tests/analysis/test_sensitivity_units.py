@@ -329,6 +329,8 @@ def test_rounds_keep_each_groups_initializers_within_the_budget(monkeypatch) -> 
     empty, big = _pack("a", experiments=()), _pack("a", "b", "c")
     assert experiments_module._rounds([empty, big, p4], sizes) == [[big], [p4]]
     assert experiments_module._rounds([empty], sizes) == []
+    # the first group fits on the dot too: 60 + 40 = 100
+    assert experiments_module._rounds([_pack("a"), _pack("c")], sizes) == [[_pack("a"), _pack("c")]]
     # names that are no initializer weigh nothing
     assert experiments_module._rounds([_pack("x"), _pack("y")], sizes) == [[_pack("x"), _pack("y")]]
 
@@ -1424,7 +1426,8 @@ def test_the_reused_configuration_is_all_float_or_all_quantized(zoo, cache) -> N
         build = session.qgraph.build
         session.qgraph.build = lambda edges, **kwargs: built.append(edges) or build(edges, **kwargs)
         experiment = Experiment("conv3", session.qgraph.node("conv3").edges())
-        (result,) = session.runner.run([experiment], cache)
+        # the float configuration is the default
+        (result,) = session.runner.run([experiment]) if cache == "float" else session.runner.run([experiment], cache)
         assert built[0] == (frozenset() if cache == "float" else session.qgraph.all_edges)
     # either way, the numbers of the experiment run alone
     with open_session(pair, zoo["data"], "mse", strategy="naive") as naive:
