@@ -1433,3 +1433,24 @@ def test_the_reused_configuration_is_all_float_or_all_quantized(zoo, cache) -> N
     with open_session(pair, zoo["data"], "mse", strategy="naive") as naive:
         (alone,) = naive.runner.run([experiment])
     assert result["logits"]["mse"] == pytest.approx(alone["logits"]["mse"], rel=1e-9)
+
+
+def test_a_session_takes_an_open_dataset_and_refuses_nonfinite_inputs_by_default(zoo, tmp_path) -> None:
+    from pytest_qaccuracy.data import load_dataset
+    from pytest_qaccuracy.errors import DataError
+
+    pair = ModelPair(zoo["fp32"], zoo["qdq_u8"])
+    with load_dataset(zoo["data"]) as dataset:
+        with open_session(pair, dataset, records=4) as session:
+            assert session.records == 4 and not session.owns_dataset
+        with open_session(pair, dataset) as session:  # still open after the first session closed
+            assert session.records == 12
+    x = np.zeros((2, 3, 16, 16), np.float32)
+    x[0, 0, 0, 0] = np.nan
+    np.savez(tmp_path / "nan.npz", x=x)
+    with open_session(pair, tmp_path / "nan.npz") as session:  # the records are checked as they are read
+        experiment = Experiment("conv1", session.qgraph.node("conv1").edges())
+        with pytest.raises(DataError, match=r"record 0, input 'x': contains NaN"):
+            session.runner.run([experiment])
+    with open_session(pair, tmp_path / "nan.npz", allow_nonfinite=True) as session:
+        assert len(session.runner.run([experiment])) == 1
