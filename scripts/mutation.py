@@ -790,6 +790,21 @@ EQUIVALENT += [
     ],
     (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
     *[
+        (rf"{flag}=False", f"{flag}=None", "the scheme reads its wrap flags for their truth")
+        for flag in ("neon_pair_wrap", "depthwise_pair_wrap")
+    ],
+    *[
+        (
+            r"np\.abs\(value\.astype\(np\.int16\) - other\.astype\(np\.int16\)\)",
+            new,
+            "8-bit codes subtract exactly in float64",
+        )
+        for new in (
+            "np.abs(value.astype(None) - other.astype(np.int16))",
+            "np.abs(value.astype(np.int16) - other.astype(None))",
+        )
+    ],
+    *[
         (r"zip\(group, results, strict=True\)", f"zip(group, results, {new})", "_run_group gives one result per pack")
         for new in ("strict=None", "strict=False", "")
     ],

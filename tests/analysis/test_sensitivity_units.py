@@ -425,13 +425,21 @@ def test_overflowing_presets_are_avx2_and_the_targets_that_overflow_once_each() 
     ]
 
 
-def test_the_exact_counterpart_of_each_overflowing_preset() -> None:
+def test_the_exact_counterpart_of_each_overflowing_preset(avx2_host) -> None:
+    from dataclasses import replace as changed
+
+    from pytest_qaccuracy.backend.scheme import get_scheme
+
     name, scheme = saturation.exact_counterpart("onnxruntime-avx2")
     assert name == "onnxruntime-vnni" and scheme.name == "onnxruntime-vnni"
     for preset in ("onnxruntime-arm64-neon", "onnxruntime-arm64"):
         name, scheme = saturation.exact_counterpart(preset)
         assert name == scheme.name == f"{preset} with exact sums"
         assert not scheme.neon_pair_wrap and not scheme.depthwise_pair_wrap
+        # the preset itself but for its name and the two wraps
+        original = get_scheme(preset)
+        flags = {"neon_pair_wrap": original.neon_pair_wrap, "depthwise_pair_wrap": original.depthwise_pair_wrap}
+        assert changed(scheme, name=preset, **flags) == original
     with pytest.raises(InputError) as err:
         saturation.exact_counterpart("onnxruntime-vnni")
     assert str(err.value) == (
@@ -515,10 +523,14 @@ def test_fold_counts_differing_8bit_elements_and_the_outputs_energy() -> None:
         {"a": np.array([[1, 1, 1], [1, 1, 1]], np.int8)}, {"a": np.ones((2, 3), np.int8)}, tensors, energy, set()
     )
     assert tensors == {"a": [12, 3, 255]}  # elements add up, the largest step stays
+    same = np.array([1, 2], np.uint8)
+    saturation._fold({"s": same}, {"s": same.copy()}, tensors, energy, set())
+    assert tensors["s"] == [2, 0, 0]
 
 
 def test_quantized_outputs_are_a_qoperator_nodes_own_or_its_quantizelinears() -> None:
     nodes = [
+        helper.make_node("Nothing", ["x"], [], name="no_output"),
         helper.make_node("QLinearConv", ["x"] * 8, ["c"], name="conv"),
         helper.make_node("Conv", ["xd", "wd"], ["m"], name="qdq"),
         helper.make_node("QuantizeLinear", ["m", "s", "z"], ["mq"], name="qm"),
@@ -532,9 +544,9 @@ def test_quantized_outputs_are_a_qoperator_nodes_own_or_its_quantizelinears() ->
     found = saturation._quantized_outputs(helper.make_model(helper.make_graph(nodes, "g", [], [])))
     # the unnamed MatMul is named by its type and index; n has two readers, so no QuantizeLinear of its own
     assert found == {"conv": "c", "qdq": "mq", "mmi": "i", "gemm": "g"}
-    nodes[5].input[0] = "xd"  # now the QuantizeLinear alone reads n
+    nodes[6].input[0] = "xd"  # now the QuantizeLinear alone reads n
     found = saturation._quantized_outputs(helper.make_model(helper.make_graph(nodes, "g", [], [])))
-    assert found == {"conv": "c", "qdq": "mq", "MatMul_3": "nq", "mmi": "i", "gemm": "g"}
+    assert found == {"conv": "c", "qdq": "mq", "MatMul_4": "nq", "mmi": "i", "gemm": "g"}
 
 
 def test_weight_remedies_rewrite_int8_codes_as_documented() -> None:
@@ -621,6 +633,7 @@ def test_a_bias_follows_its_weights_new_scale() -> None:
     copy = saturation._rewrite_weights(_qdq_conv(qoperator=True), saturation._halve)
     node = copy.graph.node[0]
     assert node.input[8] == "b::c:8" and _inits(copy)["b::c:8"].tolist() == [50, -4]
+    assert _inits(copy)["b::c:8"].dtype == np.int32
 
 
 def test_a_dequantized_weight_read_otherwise_than_as_a_kernels_weight_is_left_alone() -> None:
@@ -1264,6 +1277,10 @@ def test_a_matmulinteger_saturates_pair_by_pair_against_brute_force(tmp_path) ->
     assert saturation.measure_saturation(model, tmp_path / "data.npz").model == "model"
     onnx.save(model, tmp_path / "net.onnx")
     assert saturation.measure_saturation(tmp_path / "net.onnx", tmp_path / "data.npz").model == "net.onnx"
+    # small weights: pair sums counted, none saturated, no worst record
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.ones((16, 3), np.int8), "b"))
+    (layer,) = saturation.measure_saturation(model, tmp_path / "data.npz").layers
+    assert (layer.pairs, layer.saturated, layer.worst_record, layer.worst_record_saturated) == (96, 0, None, 0)
 
 
 class _Ticks:
