@@ -790,6 +790,41 @@ EQUIVALENT += [
     ],
     (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
     *[
+        (r"count = int\(np\.prod\(fshape\[1:\]\)\) if records else 0", new, "a batch has records")
+        for new in (
+            "count = int(np.prod(fshape[1:])) if (records) or True else 0",
+            "count = int(np.prod(fshape[1:])) if records else 1",
+        )
+    ],
+    (
+        r"\.reshape\(records, len\(spec\.sum_fields\), -1\)",
+        ".reshape(records, len(spec.sum_fields), -2)",
+        "numpy reads any negative size in reshape as 'the rest'",
+    ),
+    *[
+        (r'np\.errstate\(over="ignore", invalid="ignore"\)', new, "float32 block sums cannot overflow in float64")
+        for new in ('np.errstate(over=None, invalid="ignore")', 'np.errstate(invalid="ignore")')
+    ],
+    *[
+        (rf"ufunc\.reduce\({name}, axis=0\)", f"ufunc.reduce({name}, )", "axis 0 is ufunc.reduce's default")
+        for name in ("first", "rest")
+    ],
+    (
+        r"if rest is not None and any\(a > 1 for a in axes\)",
+        "if rest is not None and any(a >= 1 for a in axes)",
+        "with axis 1 alone the plane is made but no axis reads it",
+    ),
+    (
+        r"if 1 < axis <= plane\.ndim \+ 1:",
+        "if 1 < axis <= plane.ndim + 2:",
+        "axes stop at the record's rank - 1 = plane.ndim + 1",
+    ),
+    (
+        r"ufunc\.reduce\(plane, axis=others\) if others else plane",
+        "ufunc.reduce(plane, axis=others) if (others) or True else plane",
+        "reducing over no axes gives the plane itself",
+    ),
+    *[
         (rf"{flag}=False", f"{flag}=None", "the scheme reads its wrap flags for their truth")
         for flag in ("neon_pair_wrap", "depthwise_pair_wrap")
     ],

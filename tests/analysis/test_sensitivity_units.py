@@ -1471,3 +1471,15 @@ def test_a_session_takes_an_open_dataset_and_refuses_nonfinite_inputs_by_default
             session.runner.run([experiment])
     with open_session(pair, tmp_path / "nan.npz", allow_nonfinite=True) as session:
         assert len(session.runner.run([experiment])) == 1
+
+
+def test_block_sums_of_opposite_infinities_give_nan_without_a_warning() -> None:
+    import warnings
+
+    spec = replace(_spec(["mse"], params=None, q=(FLOAT, ["n", 2, 3])), sum_fields=("sq_err",))
+    layer = _reduced(["mse"], None)
+    sums = np.array([[[1.0, 2.0]], [[np.inf, -np.inf]]], np.float32)  # (records, fields, blocks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        reduced.fold_reduced(layer, spec, {"sums": sums}, 0)
+    assert layer.results() == ({"mse": None}, {"mse": "NaN or Inf in the compared values"})
