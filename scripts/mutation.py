@@ -697,6 +697,7 @@ EQUIVALENT += [
         for new in ('getattr(metric, "state", None) or {}', 'getattr(metric, "state", ) or {}')
     ],
     (r"^started = False$", "started = None", "read only for its truth: None and False agree"),
+    (r"follow_quantize=False\)", "follow_quantize=None)", "resolve reads follow_quantize for its truth"),
     *[
         (r"out=scratch\(2, test\.shape\)", new, "a scratch buffer saves an allocation: slots 0 and 1 are RecordStats'")
         for new in ("out=None", "", "out=scratch(None, test.shape)", "out=scratch(3, test.shape)")
