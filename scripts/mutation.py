@@ -888,11 +888,10 @@ EQUIVALENT += [
         (r"^worst_first_sign = 1\.0 if higher else -1\.0$", new, "a positive multiple of the key sorts alike")
         for new in ("worst_first_sign = 2.0 if higher else -1.0", "worst_first_sign = 1.0 if higher else -2.0")
     ],
-    (
-        r"return \(1, 0\.0, node\.order\) if value is None",
-        "return (2, 0.0, node.order) if value is None",
-        "defined values' keys start with 0: undefined ones sort after them either way, by order",
-    ),
+    *[
+        (r"return \(1, 0\.0, node\.order\) if value is None", new, "undefined values sort last, by order, either way")
+        for new in ("return (2, 0.0, node.order) if value is None", "return (1, 1.0, node.order) if value is None")
+    ],
     *[
         (
             r"zip\(self\.data\.iter_batches\(self\.options\.batch_size\), refs, strict=True\)",
