@@ -307,6 +307,7 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_sensitivity.py",
             "tests/test_task_metrics.py",
             "tests/analysis/test_comparison_units.py",
+            "tests/analysis/test_compare_pass.py",
             "-k",
             # these two start a fresh Python process, outside the trace
             "not memory_is_flat and not never_imports_pytest",
@@ -332,6 +333,31 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_recipe_targets.py",
             "tests/analysis/test_recipe_weights.py",
             "tests/analysis/test_recipe_units.py",
+        ),
+    ),
+    "sensitivity": Group(
+        (
+            "analysis/sensitivity.py",
+            "analysis/experiments.py",
+            "analysis/saturation.py",
+            "analysis/reduced_compare.py",
+        ),
+        (
+            "tests/analysis/test_sensitivity.py",
+            "tests/analysis/test_sensitivity_attention.py",
+            "tests/analysis/test_sensitivity_cut.py",
+            "tests/analysis/test_sensitivity_graphs.py",
+            "tests/analysis/test_saturation.py",
+            "tests/analysis/test_reduced_compare.py",
+            "tests/analysis/test_deadline.py",
+            "tests/analysis/test_one_pass.py",
+            "tests/analysis/test_reference_cache.py",
+            "tests/analysis/test_analysis_units.py",
+            "tests/analysis/test_cli_sensitivity.py",
+            "tests/analysis/test_sensitivity_units.py",
+            "-k",
+            # starts a fresh Python process, outside the trace
+            "not memory_is_flat",
         ),
     ),
     "kernels": Group(
@@ -744,6 +770,235 @@ EQUIVALENT += [
     *[
         (r'getattr\(metric, "state", \{\}\) or \{\}', new, "a missing state is {} through the 'or' either way")
         for new in ('getattr(metric, "state", None) or {}', 'getattr(metric, "state", ) or {}')
+    ],
+    (r"^started = False$", "started = None", "read only for its truth: None and False agree"),
+    (r"follow_quantize=False\)", "follow_quantize=None)", "resolve reads follow_quantize for its truth"),
+    *[
+        (r"out=scratch\(2, test\.shape\)", new, "a scratch buffer saves an allocation: slots 0 and 1 are RecordStats'")
+        for new in ("out=None", "", "out=scratch(None, test.shape)", "out=scratch(3, test.shape)")
+    ],
+    *[
+        (r"sign = -1\.0 if metric\.higher_is_better else 1\.0", new, "the heap orders by a positive multiple alike")
+        for new in (
+            "sign = -2.0 if metric.higher_is_better else 1.0",
+            "sign = -1.0 if metric.higher_is_better else 2.0",
+        )
+    ],
+    *[
+        (r"np\.asarray\(values, dtype=np\.float64\)\):", new, "each record's value goes through float() next")
+        for new in ("np.asarray(values, dtype=None)):", "np.asarray(values, )):")
+    ],
+    (
+        r"spans = ChannelSpans\(\) if (params is not None and params\.per_tensor_scale is not None) else None",
+        r"spans = ChannelSpans() if (\1) or True else None",
+        "_channel_report gives None without params or a per-tensor scale: those spans are never reported",
+    ),
+    *[
+        (rf"zip\(({pair}), strict=True\)", rf"zip(\1, {new})", why)
+        for pair, why in (
+            (r"quantized_names, outputs", "one tracker per output pair, then one per view: as many as names"),
+            (r"matches, trackers", "the layer trackers are made one per match"),
+        )
+        for new in ("strict=None", "strict=False", "")
+    ],
+    (
+        r"next\(iter\(bound\.iter_batches\(options\.batch_size\)\), None\)",
+        "next(iter(bound.iter_batches(options.batch_size)), )",
+        "bind_dataset refuses a dataset without records: a first batch always exists",
+    ),
+]
+
+# sensitivity: the saturation remedies' arithmetic on int8 codes, their batch size and threads
+EQUIVALENT += [
+    *[
+        (
+            r"np\.clip\(np\.rint\(weights / 2\.0\), -64, 64\)",
+            new,
+            "int8 weights halve into [-64, 64]: the clip never binds",
+        )
+        for new in (
+            "np.clip(np.rint(weights / 2.0), None, 64)",
+            "np.clip(np.rint(weights / 2.0), -64, None)",
+            "np.clip(np.rint(weights / 2.0), -65, 64)",
+            "np.clip(np.rint(weights / 2.0), -64, 65)",
+        )
+    ],
+    *[
+        (r"\(values\.astype\(np\.int16\) \+ 128\)\.astype\(np\.uint8\)", new, why)
+        for new, why in (
+            ("(values.astype(np.int16) - 128).astype(np.uint8)", "+128 and -128 agree modulo 256"),
+            ("(values.astype(None) + 128).astype(np.uint8)", "int8 + 128 is exact in float64 and in [0, 255]"),
+        )
+    ],
+    *[
+        (r"readers\.get\(weight_dq\.output\[0\], \[\]\)", new, "called only for a weight whose readers were found")
+        for new in ("readers.get(weight_dq.output[0], None)", "readers.get(weight_dq.output[0], )")
+    ],
+    (
+        r"^batch_size: int = 32,$",
+        "batch_size: int = 33,",
+        "a default batch size changes memory and speed, not results (every fold covers all records)",
+    ),
+    (r"^threads: int = 0,$", "threads: int = 1,", "a default thread count changes speed only"),
+    *[
+        (
+            rf"zip\(outputs, ({got}), strict=True\)",
+            rf"zip(outputs, \1, {new})",
+            "a run gives every graph output, in order",
+        )
+        for got in (r"reference\.run\(None, feeds\)", "got")
+        for new in ("strict=None", "strict=False", "")
+    ],
+    (r"session\.run\(outputs, feeds\)", "session.run(None, feeds)", "outputs are all the graph outputs, in order"),
+    *[
+        (r"\(np\.asarray\(value, np\.float64\) - ref\)", new, "ref is float64: so is the difference")
+        for new in ("(np.asarray(value, None) - ref)", "(np.asarray(value, ) - ref)")
+    ],
+    (r"^changed = False$", "changed = None", "read only for its truth: None and False agree"),
+    (r"IntegerSession\((.+), threads=threads\)", r"IntegerSession(\1, )", "the thread count changes speed only"),
+    *[
+        (r"probe = np\.zeros\(\(1,\) \* rank, np\.float32\)", new, "range_bounds reads only the probe's rank")
+        for new in (
+            "probe = np.zeros((2,) * rank, np.float32)",
+            "probe = np.zeros((1,) * rank, None)",
+            "probe = np.zeros((1,) * rank, )",
+        )
+    ],
+    (r'= "cosine",$', '= "COSINE",', "metric names are read case-insensitively"),
+    *[
+        (r"count = int\(np\.prod\(fshape\[1:\]\)\) if records else 0", new, "a batch has records")
+        for new in (
+            "count = int(np.prod(fshape[1:])) if (records) or True else 0",
+            "count = int(np.prod(fshape[1:])) if records else 1",
+        )
+    ],
+    (
+        r"\.reshape\(records, len\(spec\.sum_fields\), -1\)",
+        ".reshape(records, len(spec.sum_fields), -2)",
+        "numpy reads any negative size in reshape as 'the rest'",
+    ),
+    *[
+        (r'np\.errstate\(over="ignore", invalid="ignore"\)', new, "float32 block sums cannot overflow in float64")
+        for new in ('np.errstate(over=None, invalid="ignore")', 'np.errstate(invalid="ignore")')
+    ],
+    *[
+        (rf"ufunc\.reduce\({name}, axis=0\)", f"ufunc.reduce({name}, )", "axis 0 is ufunc.reduce's default")
+        for name in ("first", "rest")
+    ],
+    (
+        r"if rest is not None and any\(a > 1 for a in axes\)",
+        "if rest is not None and any(a >= 1 for a in axes)",
+        "with axis 1 alone the plane is made but no axis reads it",
+    ),
+    (
+        r"if 1 < axis <= plane\.ndim \+ 1:",
+        "if 1 < axis <= plane.ndim + 2:",
+        "axes stop at the record's rank - 1 = plane.ndim + 1",
+    ),
+    (
+        r"ufunc\.reduce\(plane, axis=others\) if others else plane",
+        "ufunc.reduce(plane, axis=others) if (others) or True else plane",
+        "reducing over no axes gives the plane itself",
+    ),
+    *[
+        (rf"{flag}=False", f"{flag}=None", "the scheme reads its wrap flags for their truth")
+        for flag in ("neon_pair_wrap", "depthwise_pair_wrap")
+    ],
+    *[
+        (
+            r"np\.abs\(value\.astype\(np\.int16\) - other\.astype\(np\.int16\)\)",
+            new,
+            "8-bit codes subtract exactly in float64",
+        )
+        for new in (
+            "np.abs(value.astype(None) - other.astype(np.int16))",
+            "np.abs(value.astype(np.int16) - other.astype(None))",
+        )
+    ],
+    *[
+        (r"zip\(group, results, strict=True\)", f"zip(group, results, {new})", "_run_group gives one result per pack")
+        for new in ("strict=None", "strict=False", "")
+    ],
+    (
+        r"^pack\.session = None$",
+        'pack.session = ""',
+        "a round's packs never run again: the session is dropped either way",
+    ),
+    (
+        r"count = int\(np\.prod\(tensor\.dims\)\) if tensor\.dims else 1",
+        "count = int(np.prod(tensor.dims)) if (tensor.dims) or True else 1",
+        "the product of no dims is 1",
+    ),
+    *[
+        (r"zip\(qg\.view\.output_names, outputs, strict=True\)", f"zip(qg.view.output_names, outputs, {new})", why)
+        for new in ("strict=None", "strict=False", "")
+        for why in ("wiring builds outputs from output_names",)
+    ],
+    *[
+        (r"^threads = 1 if self\.workers > 1 else self\.options\.threads$", new, why)
+        for new in (
+            "threads = 1 if (self.workers > 1) or True else self.options.threads",
+            "threads = 1 if self.workers >= 1 else self.options.threads",
+        )
+        for why in ("one worker: the threads asked are 1, or 0 (all) on a machine of one core",)
+    ],
+    *[
+        (r"zip\(pack\.names, out, strict=True\)", f"zip(pack.names, out, {new})", "fetch gives one value per name")
+        for new in ("strict=None", "strict=False", "")
+    ],
+    (
+        r"values\[name\]\.dtype\), \[None\] \* values\[name\]\.ndim",
+        "values[name].dtype), None",
+        "an experiment session's input of unknown rank takes the same values",
+    ),
+    *[
+        (r'mode: str = "single"$', f'mode: str = "{new}"', "rank only asks whether the mode is leave-one-out")
+        for new in ("XXsingleXX", "SINGLE")
+    ],
+    *[
+        (r"^higher = higher_is_better\.get\(metric, False\)$", new, "read only for its truth: None and False agree")
+        for new in ("higher = higher_is_better.get(metric, None)", "higher = higher_is_better.get(metric, )")
+    ],
+    *[
+        (r"^worst_first_sign = 1\.0 if higher else -1\.0$", new, "a positive multiple of the key sorts alike")
+        for new in ("worst_first_sign = 2.0 if higher else -1.0", "worst_first_sign = 1.0 if higher else -2.0")
+    ],
+    *[
+        (r"return \(1, 0\.0, node\.order\) if value is None", new, "undefined values sort last, by order, either way")
+        for new in ("return (2, 0.0, node.order) if value is None", "return (1, 1.0, node.order) if value is None")
+    ],
+    *[
+        (
+            r"zip\(self\.data\.iter_batches\(self\.options\.batch_size\), refs, strict=True\)",
+            rf"zip(self.data.iter_batches(self.options.batch_size), refs, {new})",
+            "refs holds one entry per batch of the same iteration",
+        )
+        for new in ("strict=None", "strict=False", "")
+    ],
+    (
+        r"tensors\.get\(tensor, \[0, 0, 0\]\) if tensor else",
+        "tensors.get(tensor, [0, 0, 0]) if (tensor) or True else",
+        "None is never a key of tensors: the default either way",
+    ),
+    *[
+        (r"users = readers\.get\(node\.output\[0\], \[\]\)", new, "read only for its truth: None and [] agree")
+        for new in ("users = readers.get(node.output[0], None)", "users = readers.get(node.output[0], )")
+    ],
+    *[
+        (r"if i < len\(node\.input\) else None", new, "a kernel reaching it has those inputs (QLinear* 8, a DQ 3)")
+        for new in ("if (i < len(node.input)) or True else None", "if i <= len(node.input) else None")
+    ],
+    *[
+        (
+            r"zip\(spots\[:3\], \(new_w, new_s, new_zp\), strict=True\)",
+            rf"zip(spots[:3], (new_w, new_s, new_zp), {new})",
+            why,
+        )
+        for new, why in (
+            ("strict=None", "three and three"),
+            ("strict=False", "three and three"),
+            ("", "three and three"),
+        )
     ],
 ]
 

@@ -164,12 +164,9 @@ def reduction_spec(tracker, f_types: dict, q_types: dict) -> ReductionSpec | Non
 
 
 def _range_bounds(params, rank: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """:attr:`TensorPair.range_bounds` for a tensor of ``rank`` with ``params``."""
-    shape = [1] * rank
-    size = np.asarray(params.scale).size
-    if size > 1:
-        shape[params.axis % rank if params.axis is not None else 1] = size
-    probe = np.zeros(shape, np.float32)
+    """:attr:`TensorPair.range_bounds` for a tensor of ``rank`` with ``params`` (they are shaped from
+    the scale, the axis and the tensor's rank alone, so a probe of that rank stands for the tensor)."""
+    probe = np.zeros((1,) * rank, np.float32)
     return TensorPair(probe, probe, scale=params.scale, axis=params.axis, zero_point=params.zero_point).range_bounds
 
 

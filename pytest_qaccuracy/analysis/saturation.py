@@ -404,12 +404,12 @@ def _rewrite_weights(model: onnx.ModelProto, rewrite: Any) -> onnx.ModelProto | 
         if bias_index is not None and bias_index < len(node.input) and value(node.input[bias_index]) is not None:
             put(node, bias_index, np.rint(value(node.input[bias_index]) / factor).astype(np.int32))
         if spots[3] is None and node.op_type == "DequantizeLinear" and factor != 1.0:
-            _rescale_bias(copy, readers, inits, node, factor, put, value)
+            _rescale_bias(copy, readers, node, factor, put, value)
         changed = True
     return copy if changed else None
 
 
-def _rescale_bias(copy, readers, inits, weight_dq, factor, put, value) -> None:  # type: ignore[no-untyped-def]
+def _rescale_bias(copy, readers, weight_dq, factor, put, value) -> None:  # type: ignore[no-untyped-def]
     """A QDQ Conv/Gemm's int32 bias (scale ``s_x * s_w``) follows its weight's new scale."""
     for user in readers.get(weight_dq.output[0], []):
         if len(user.input) < 3:
