@@ -25,26 +25,7 @@ from pytest_qaccuracy.analysis.calibration.probe import ProbeEntry
 from pytest_qaccuracy.data.progress import reporting
 from pytest_qaccuracy.errors import InputError, ModelError
 from pytest_qaccuracy.runtime import RuntimeOptions
-
-
-class Recorder:
-    """A progress that records what the loops report."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, object]] = []
-
-    def start(self, label: str, total: int) -> None:
-        self.calls.append(("start", (label, total)))
-
-    def advance(self, records: int) -> None:
-        self.calls.append(("advance", records))
-
-    def finish(self) -> None:
-        self.calls.append(("finish", None))
-
-    def close(self) -> None:
-        pass
-
+from tests.progress_recorders import CallRecorder
 
 # --- Choice ------------------------------------------------------------------------------------
 
@@ -77,7 +58,7 @@ def test_extrema_pass_keeps_global_and_per_record_extrema_and_the_smallest_magni
     b1 = np.array([[[5.0, 6.0]], [[2.0, 9.0]]], np.float32)  # positive: min |x| is the least min
     b2 = np.array([[[-3.0, -1.0]], [[-8.0, -2.5]], [[3.0, 4.0]]], np.float32)
     batches = [{"a": a1, "b": b1}, {"a": a2, "b": b2}]
-    progress = Recorder()
+    progress = CallRecorder()
     with reporting(progress):
         got = A.extrema_pass(_passes(batches), ["a", "b"], 5)
     assert got.observed == {"a": (-4.0, 7.0), "b": (-8.0, 9.0)}
@@ -131,7 +112,7 @@ def test_histogram_pass_folds_every_kind_over_the_larger_end():
     values = {"x": x, "y": y}
     extrema = _extrema(values)
     batches = [{"x": x[:4], "y": y[:4], "other": x[:4]}, {"x": x[4:], "y": y[4:], "other": x[4:]}]
-    progress = Recorder()
+    progress = CallRecorder()
     with reporting(progress):
         stats = A.histogram_pass(_passes(batches), ["x", "y"], extrema, 6)
     assert progress.calls == [("start", ("calibrate", 6)), ("advance", 4), ("advance", 2), ("finish", None)]
@@ -273,7 +254,7 @@ def test_errors_are_the_mean_over_outputs_of_squared_error_over_energy():
 
     runs = {c: (Session(quantized), {"which": c}) for c in noise}
     evaluator = A.Evaluator(fp32, Bound(records), RuntimeOptions(threads=1))
-    progress = Recorder()
+    progress = CallRecorder()
     with reporting(progress):
         got = evaluator.errors(runs, (reference, ["extra"], None))
     energy_u = 1 + 4 + 1 + 9
@@ -918,7 +899,7 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
     written = quantize_with_ranges(fp32, tmp_path / "p.onnx", result, options)
     mine, plain = _plain_error(fp32, written, records), _plain_error(fp32, theirs, records)
     assert mine > plain
-    progress = Recorder()
+    progress = CallRecorder()
     with reporting(progress):
         warning = A.check_against_minmax(fp32, written, result, data, options, RuntimeOptions())
     assert warning == (
@@ -1083,7 +1064,7 @@ def test_auto_reports_each_pass_to_the_progress(small):
     from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
 
     fp32, data = small
-    progress = Recorder()
+    progress = CallRecorder()
     with reporting(progress):
         result = compute_ranges(fp32, data, CalibrationOptions(method="auto"))
     starts = [what for kind, what in progress.calls if kind == "start"]

@@ -49,6 +49,7 @@ from pytest_qaccuracy.data import bind_dataset, load_dataset
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.model.loading import graph_inputs
 from tests.analysis.test_calibration_opset import _window_kl
+from tests.progress_recorders import CallRecorder
 
 # --- golden helpers, written from docs/calibration.md -------------------------------------------
 
@@ -1070,30 +1071,11 @@ def test_calibrated_model_is_made_once_and_reused(relu, records, tmp_path, monke
     assert calls[0][3] == CalibrationOptions() and calls[0][5] is None
 
 
-class Recorder:
-    """A progress that records what the loops report."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, object]] = []
-
-    def start(self, label: str, total: int) -> None:
-        self.calls.append(("start", (label, total)))
-
-    def advance(self, records: int) -> None:
-        self.calls.append(("advance", records))
-
-    def finish(self) -> None:
-        self.calls.append(("finish", None))
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize(("method", "passes"), [("minmax", 1), ("percentile", 1), ("kl", 2), ("mse", 2)])
 def test_progress_counts_every_pass_on_one_line(relu, records, method, passes):
     from pytest_qaccuracy.data.progress import reporting
 
-    progress = Recorder()
+    progress = CallRecorder()
     with reporting(progress):
         compute_ranges(relu, records[0], CalibrationOptions(method=method, bins=31, quantized_bins=5))
     assert progress.calls[0] == ("start", ("calibrate", 40 * passes)) and progress.calls[-1] == ("finish", None)

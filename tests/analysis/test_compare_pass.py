@@ -24,13 +24,14 @@ from pytest_qaccuracy.analysis.outputs import OutputMeasure
 from pytest_qaccuracy.analysis.reference_cache import ReferenceCache
 from pytest_qaccuracy.analysis.slices import SliceSpec
 from pytest_qaccuracy.data import load_dataset
-from pytest_qaccuracy.data.progress import ProgressLine, reporting
+from pytest_qaccuracy.data.progress import reporting
 from pytest_qaccuracy.errors import DataError, InputError
 from pytest_qaccuracy.metrics import Metric
 from pytest_qaccuracy.metrics.base import register_metric, unregister_metric
 from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
+from tests.progress_recorders import TaskRecorder
 
 W = np.array([[0.55, -1.05], [1.45, 2.1]], np.float32)
 B = np.array([0.3, -0.2], np.float32)
@@ -103,26 +104,6 @@ def data(tmp_path: Path) -> Path:
     return path
 
 
-class Recording(ProgressLine):
-    """A progress that records the tasks it is told about: (label, total, records advanced)."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=None)  # type: ignore[arg-type]
-        self.tasks: list[list] = []
-
-    def start(self, label: str, total: int) -> None:
-        self.tasks.append([label, total, 0])
-
-    def advance(self, records: int) -> None:
-        self.tasks[-1][2] += records
-
-    def finish(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 class Measure(OutputMeasure):
     """An output measure that also records what the pass hands it."""
 
@@ -188,7 +169,7 @@ def test_the_pass_reports_one_compare_task_over_the_records_and_uses_the_threads
         return real(max_workers)
 
     monkeypatch.setattr(compare_module, "ThreadPoolExecutor", pool)
-    progress = Recording()
+    progress = TaskRecorder()
     with reporting(progress):
         compare(pair, data, "mse", RuntimeOptions(batch_size=2, threads=3))
     assert progress.tasks == [["compare", 5, 5]]

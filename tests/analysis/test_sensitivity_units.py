@@ -40,12 +40,13 @@ from pytest_qaccuracy.analysis.sensitivity import (
     sensitivity_in,
 )
 from pytest_qaccuracy.analysis.slices import SliceSpec
-from pytest_qaccuracy.data.progress import ProgressLine, reporting
+from pytest_qaccuracy.data.progress import reporting
 from pytest_qaccuracy.errors import CheckError, InputError, ModelError
 from pytest_qaccuracy.metrics.channels import ChannelSpans
 from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
+from tests.progress_recorders import TaskRecorder
 
 # -- sensitivity.py: rankings and results ---------------------------------------------------------
 
@@ -995,26 +996,6 @@ def test_start_reduced_says_why_the_sums_run_in_numpy(monkeypatch) -> None:
     )
 
 
-class _Progress(ProgressLine):
-    """Records each task it is told about: [label, total, records advanced]."""
-
-    def __init__(self) -> None:
-        super().__init__(stream=None)  # type: ignore[arg-type]
-        self.tasks: list[list] = []
-
-    def start(self, label: str, total: int) -> None:
-        self.tasks.append([label, total, 0])
-
-    def advance(self, records: int) -> None:
-        self.tasks[-1][2] += records
-
-    def finish(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize(
     ("strategy", "session_bytes", "passes"), [("naive", None, 4), ("reuse", None, 1), ("reuse", 1, 3)]
 )
@@ -1029,7 +1010,7 @@ def test_the_runners_progress_counts_each_pass_over_the_records(
     with open_session(pair, zoo["data"], "mse", RuntimeOptions(batch_size=5), strategy=strategy) as session:
         chosen = [session.qgraph.node(n) for n in ("conv1", "conv3", "gemm")]
         experiments = [Experiment(n.name, n.edges()) for n in chosen]
-        progress = _Progress()
+        progress = TaskRecorder()
         with reporting(progress):
             results = session.runner.run(experiments, "float")
         assert progress.tasks == [["sensitivity", 12 * passes, 12 * passes]]

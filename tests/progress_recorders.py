@@ -1,0 +1,45 @@
+"""Progress stand-ins that write down what a loop reports, for tests of the loops' progress."""
+
+from __future__ import annotations
+
+from pytest_qaccuracy.data.progress import ProgressLine
+
+
+class TaskRecorder(ProgressLine):
+    """A progress line that records each task it is told about: ``[label, total, records advanced]``."""
+
+    def __init__(self) -> None:
+        super().__init__(stream=None)  # type: ignore[arg-type]
+        self.tasks: list[list] = []
+
+    def start(self, label: str, total: int) -> None:
+        self.tasks.append([label, total, 0])
+
+    def advance(self, records: int) -> None:
+        self.tasks[-1][2] += records
+
+    def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class CallRecorder:
+    """A progress that records every call, in order: ``("start", (label, total))``, ``("advance", n)``,
+    ``("finish", None)``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def start(self, label: str, total: int) -> None:
+        self.calls.append(("start", (label, total)))
+
+    def advance(self, records: int) -> None:
+        self.calls.append(("advance", records))
+
+    def finish(self) -> None:
+        self.calls.append(("finish", None))
+
+    def close(self) -> None:
+        pass
