@@ -881,17 +881,24 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
     records = rng.standard_normal((12, 1, 4)).astype(np.float32)
     data = tmp_path / "d.npz"
     np.savez(data, x=records)
-    theirs = tmp_path / "ort-minmax.onnx"
-    quantize_static(
-        str(fp32),
-        str(theirs),
-        DatasetReader(data, fp32),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        per_channel=per_channel,
-        weight_type=QuantType.QInt8,
-        calibrate_method=CalibrationMethod.MinMax,
-    )
+
+    def ort_minmax(name: str, **extra) -> Path:
+        """onnxruntime's own MinMax model of the records."""
+        out = tmp_path / name
+        quantize_static(
+            str(fp32),
+            str(out),
+            DatasetReader(data, fp32),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            per_channel=per_channel,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+            **extra,
+        )
+        return out
+
+    theirs = ort_minmax("ort-minmax.onnx")
     observed = compute_ranges(fp32, data).ranges
     clipped = {t: (lo / 4, hi / 4) for t, (lo, hi) in observed.items()}
     result = CalibrationResult("percentile", 12, clipped, observed)
@@ -910,18 +917,7 @@ def test_check_against_minmax_warns_with_both_sqnrs_only_when_min_max_is_better(
     same = CalibrationResult("minmax", 12, observed, observed)
     assert A.check_against_minmax(fp32, theirs, same, data, options, RuntimeOptions()) is None
     # the exclusions reach the min/max model: onnxruntime's MinMax model without mm2 quantized
-    kept = tmp_path / "ort-minmax-kept.onnx"
-    quantize_static(
-        str(fp32),
-        str(kept),
-        DatasetReader(data, fp32),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        per_channel=per_channel,
-        weight_type=QuantType.QInt8,
-        calibrate_method=CalibrationMethod.MinMax,
-        nodes_to_exclude=["mm2"],
-    )
+    kept = ort_minmax("ort-minmax-kept.onnx", nodes_to_exclude=["mm2"])
     other = CalibrationResult("kl", 12, observed, observed)
     plain, kept_error = _plain_error(fp32, theirs, records), _plain_error(fp32, kept, records)
     assert kept_error != plain
