@@ -1,4 +1,4 @@
-"""Progress stand-ins that write down what a loop reports, for tests of the loops' progress."""
+"""Stand-ins that write down what a call reports or closes: progress recorders, a dataset-close spy."""
 
 from __future__ import annotations
 
@@ -43,3 +43,19 @@ class CallRecorder:
 
     def close(self) -> None:
         pass
+
+
+def record_closes(monkeypatch, module) -> list:
+    """Wrap ``module.load_dataset`` so each dataset it opens appends its path to the returned list when
+    closed: a test of "the datasets a call opened are closed, the caller's are not"."""
+    closed: list = []
+    real = module.load_dataset
+
+    def opened(path):
+        found = real(path)
+        close = found.close
+        found.close = lambda: (closed.append(path), close())
+        return found
+
+    monkeypatch.setattr(module, "load_dataset", opened)
+    return closed

@@ -31,7 +31,7 @@ from pytest_qaccuracy.metrics.base import register_metric, unregister_metric
 from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
-from tests.progress_recorders import TaskRecorder
+from tests.progress_recorders import TaskRecorder, record_closes
 
 W = np.array([[0.55, -1.05], [1.45, 2.1]], np.float32)
 B = np.array([0.3, -0.2], np.float32)
@@ -452,16 +452,7 @@ def test_a_dataset_passed_in_stays_open_and_one_opened_from_a_path_is_closed(pai
         again = compare(pair, dataset, "mse", layers=False)
         assert again.output("y").metrics == first.output("y").metrics
         assert dataset.labels() is None  # still readable
-    closed = []
-    real = compare_module.load_dataset
-
-    def opened(path):
-        found = real(path)
-        close = found.close
-        found.close = lambda: (closed.append(path), close())
-        return found
-
-    monkeypatch.setattr(compare_module, "load_dataset", opened)
+    closed = record_closes(monkeypatch, compare_module)
     compare(pair, data, "mse", layers=False)
     compare(pair, data, "mse")
     assert closed == [data, data]

@@ -56,6 +56,12 @@ def _inits(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     ],
 )
 def test_edited_model_holds_the_numbers_quantize_static_writes(built, change):
+    _assert_edit_is_quantize_static(built, change)
+
+
+def _assert_edit_is_quantize_static(built, change) -> None:
+    """The base model edited for ``change`` holds, initializer by initializer and axis by axis, what
+    ``quantize_static`` writes for it."""
     builder, base_model, tmp = built
     # made in the test, not in the fixture: mutation testing maps the code a test's body runs to it
     edits = GlobalEdits(base_model, Recipe(), builder.model, builder.ranges(Recipe()).ranges)
@@ -177,4 +183,4 @@ def mixed():
     ],
 )
 def test_edited_mixed_model_holds_the_numbers_quantize_static_writes(mixed, change):
-    test_edited_model_holds_the_numbers_quantize_static_writes(mixed, change)
+    _assert_edit_is_quantize_static(mixed, change)

@@ -46,7 +46,7 @@ from pytest_qaccuracy.metrics.channels import ChannelSpans
 from pytest_qaccuracy.model import ModelPair
 from pytest_qaccuracy.model.quant_params import QuantParams
 from pytest_qaccuracy.runtime import RuntimeOptions
-from tests.progress_recorders import TaskRecorder
+from tests.progress_recorders import TaskRecorder, record_closes
 
 # -- sensitivity.py: rankings and results ---------------------------------------------------------
 
@@ -1168,16 +1168,7 @@ def test_an_open_dataset_is_read_and_left_open_and_a_path_is_closed(tmp_path, mo
             report = saturation.measure_saturation(model, dataset)
             remedies = saturation.check_remedies(model, dataset, report)
         assert report.records == 3 and len(remedies) == 3
-    closed = []
-    real = saturation.load_dataset
-
-    def opened(path):
-        found = real(path)
-        close = found.close
-        found.close = lambda: (closed.append(path), close())
-        return found
-
-    monkeypatch.setattr(saturation, "load_dataset", opened)
+    closed = record_closes(monkeypatch, saturation)
     report = saturation.measure_saturation(model, tmp_path / "data.npz")
     saturation.check_remedies(model, tmp_path / "data.npz", report)
     assert closed == [tmp_path / "data.npz"] * 2
