@@ -1452,6 +1452,25 @@ EQUIVALENT += [
     ],
 ]
 
+# progress: the plugin's session progress (plugin/progress.py)
+EQUIVALENT += [
+    *[
+        (r"checks\[self\._seen\.get\(key, 0\) :\]", f"checks[self._seen.get(key, {new}) :]", why)
+        for new, why in (("None", "a slice from None starts at 0"), ("", "a slice from None starts at 0"))
+    ],
+    (
+        r"config\.getoption\(o\[1\], None\)",
+        "config.getoption(o[1], )",
+        "pytest's essential mark plugin (never disabled) always declares -k (keyword) and -m (markexpr)",
+    ),
+    (r'config\.getoption\("lf", False\)', 'config.getoption("lf", None)', "only its truth is read"),
+    (
+        r'os\.environ\.get\(ENV, ""\)\.strip\(\) == "0"',
+        'os.environ.get(ENV, "XXXX").strip() == "0"',
+        "an unset QACCURACY_PROGRESS is not '0' with either default",
+    ),
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

@@ -155,6 +155,29 @@ def _no_forced_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(lines.ENV, raising=False)
 
 
+class Terminated(Exception):
+    """SIGTERM reached the test's own handler: nothing turned it into KeyboardInterrupt."""
+
+
+@pytest.fixture
+def sigterm_guard() -> Any:
+    """A SIGTERM handler of the test's own while it runs (the default one would end the process), as
+    the handler that must come back; restored after."""
+
+    def guard(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, guard)
+    yield guard
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000):  # the handler runs between bytecodes
+        pass
+
+
 # --- SessionProgress: reports, announcements, status -------------------------------------------------
 
 
@@ -182,7 +205,7 @@ def test_a_check_made_before_the_progress_started_watching_is_announced_once() -
 
 def test_interrupt_keeps_where_the_session_was_first_interrupted() -> None:
     progress = SessionProgress({})
-    assert progress.interrupted is None
+    assert progress.interrupted is None and progress.status is None  # no status before the end
     progress.interrupt("during the tests")
     progress.interrupt("during the sensitivity analysis")
     assert progress.interrupted == "during the tests"
@@ -232,6 +255,12 @@ def test_a_session_where_every_test_reported_is_complete() -> None:
     progress.announced = {"t::a": {"k": "p"}}
     status = progress.finish(0, None)
     assert status == SessionStatus() and status.complete and progress.status is status
+
+
+def test_a_session_interrupted_before_collection_finished_lacks_no_test() -> None:
+    progress = SessionProgress({})
+    progress.interrupt("during the tests")
+    assert progress.finish(0, None) == SessionStatus("interrupted", "during the tests")
 
 
 def test_tests_that_never_reported_did_not_run_in_collection_order() -> None:
@@ -328,16 +357,15 @@ def test_stopped_reason_is_pytests_own_words() -> None:
 # --- SIGTERM while artifacts are written ------------------------------------------------------------
 
 
-def test_sigterm_while_writing_raises_keyboardinterrupt_and_the_handler_comes_back() -> None:
-    before = signal.getsignal(signal.SIGTERM)
+def test_sigterm_while_writing_raises_keyboardinterrupt_and_the_handler_comes_back(sigterm_guard: Any) -> None:
     with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(1000):  # the handler runs between bytecodes
-            pass
-    assert signal.getsignal(signal.SIGTERM) is before
+        _sigterm()
+    assert signal.getsignal(signal.SIGTERM) is sigterm_guard
     with sigterm_as_interrupt():
         pass
-    assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.getsignal(signal.SIGTERM) is sigterm_guard
+    with pytest.raises(Terminated):  # outside the block, SIGTERM is the process's own business again
+        _sigterm()
 
 
 def test_sigterm_handling_is_left_alone_outside_the_main_thread() -> None:
@@ -613,6 +641,18 @@ def test_a_complete_session_analyses_writes_and_keeps_its_exit_code() -> None:
     assert state.status == SessionStatus() and session.exitstatus == pytest.ExitCode.OK
 
 
+@pytest.mark.parametrize(("verbosity", "shown"), [(0, "\nranking nodes\n"), (-1, "")])
+def test_the_end_of_a_session_shows_the_analysis_progress_but_with_q(
+    verbosity: int, shown: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    terminal = Terminal(tty=False)
+    monkeypatch.setattr(sys, "stderr", terminal)
+    state = State(on_analyse=lambda: lines.step("ranking nodes"))
+    state.records = {"k": _record("p", "t::a")}
+    finish_session(_session(Config(verbosity=verbosity)), state, _progress(["t::a"], ["t::a"]))
+    assert terminal.getvalue() == shown
+
+
 def test_artifacts_not_written_fail_the_session() -> None:
     session = _session()
     finish_session(session, State(written=False), _progress(["t::a"], ["t::a"]))
@@ -675,21 +715,20 @@ def test_a_worker_sends_its_records_and_where_it_was_interrupted() -> None:
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
-def test_an_interrupt_while_writing_artifacts_ends_pytest_with_one_line(how: str, tmp_path: Path) -> None:
+def test_an_interrupt_while_writing_artifacts_ends_pytest_with_one_line(
+    how: str, tmp_path: Path, sigterm_guard: Any
+) -> None:
     def interrupted() -> None:
         if how == "ctrl-c":
             raise KeyboardInterrupt
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(1000):
-            pass
+        _sigterm()
 
-    before = signal.getsignal(signal.SIGTERM)
     state = State(folder=tmp_path / "out", on_finish=interrupted)
     with pytest.raises(pytest.exit.Exception) as info:
         finish_session(_session(), state, _progress(["t::a"], ["t::a"]))
     assert info.value.msg == f"qaccuracy: interrupted while writing artifacts; {tmp_path / 'out'} left as it was"
     assert info.value.returncode == 2
-    assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.getsignal(signal.SIGTERM) is sigterm_guard
 
 
 # --- the recipes as JUnit XML properties --------------------------------------------------------------
