@@ -146,6 +146,10 @@ GROUPS: dict[str, Group] = {
             "no:qaccuracy",
         ),
     ),
+    "fixtures": Group(
+        ("plugin/fixtures.py",),
+        ("tests/plugin/test_fixtures_units.py", "-p", "no:qaccuracy"),  # as the progress group: hooks off
+    ),
     "declarations": Group(
         ("errors.py", "task_names.py", "defaults.py"),
         ("tests/plugin/test_rules_edges.py",),
