@@ -1475,6 +1475,30 @@ EQUIVALENT += [
     ),
 ]
 
+# fixtures: the plugin's fixtures and marker (plugin/fixtures.py)
+EQUIVALENT += [
+    (
+        r"v if isinstance\(v, TaskSpec\) else TaskSpec\.parse\(v\)",
+        "v if (isinstance(v, TaskSpec)) and False else TaskSpec.parse(v)",
+        "TaskSpec.parse returns a TaskSpec as it is",
+    ),
+    *[
+        (r'config\.getoption\("tbstyle", "auto"\) == "long"', f'config.getoption("tbstyle", {new}) == "long"', why)
+        for new, why in (
+            ("None", "the default is only compared with 'long'"),
+            ('"XXautoXX"', "the default is only compared with 'long'"),
+            ('"AUTO"', "the default is only compared with 'long'"),
+        )
+    ],
+    *[
+        (r'k in PAIR_KEYS and k != "layers" and', f'k in PAIR_KEYS and k != "{new}" and', why)
+        for new, why in (
+            ("XXlayersXX", "make_spec reads no 'layers' key: check() reads the marker's layer rules itself"),
+            ("LAYERS", "make_spec reads no 'layers' key: check() reads the marker's layer rules itself"),
+        )
+    ],
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

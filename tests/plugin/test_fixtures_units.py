@@ -48,17 +48,20 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning
 
 
 class Config:
-    """A pytest config: verbosity, ``--tb``, the stash, pytest's cache (None: ``-p no:cacheprovider``)."""
+    """A pytest config: verbosity, ``--tb`` (NOTSET: not declared, ``-p no:terminal``), the stash, and
+    pytest's cache (none with ``-p no:cacheprovider``: the attribute is missing, as in pytest)."""
 
-    def __init__(self, verbosity: int = 0, tbstyle: str = "auto", cache: Any = None) -> None:
-        self.verbosity, self.tbstyle, self.cache = verbosity, tbstyle, cache
+    def __init__(self, verbosity: int = 0, tbstyle: Any = "auto", cache: Any = None) -> None:
+        self.verbosity, self.tbstyle = verbosity, tbstyle
+        if cache is not None:
+            self.cache = cache
         self.stash = pytest.Stash()
 
     def get_verbosity(self) -> int:
         return self.verbosity
 
     def getoption(self, name: str, default: Any = NOTSET) -> Any:
-        if name == "tbstyle":
+        if name == "tbstyle" and self.tbstyle is not NOTSET:
             return self.tbstyle
         if default is NOTSET:
             raise ValueError(f"no option named {name!r}")
@@ -154,6 +157,10 @@ def test_a_test_using_a_plugin_fixture_gets_the_marker(fixture: str) -> None:
 
 def test_other_tests_get_no_marker() -> None:
     node = Node(fixturenames=("tmp_path", "qaccuracy_calibrate", "my_qaccuracy"))
+    mark_item(node)
+    assert node.marks == [] and node.extra_keyword_matches == set()
+    node = Node()
+    del node.fixturenames  # an item that is not a Python function (a doctest, another plugin's)
     mark_item(node)
     assert node.marks == [] and node.extra_keyword_matches == set()
 
@@ -334,6 +341,7 @@ def test_error_text_is_one_line_unless_asked_for_the_cause() -> None:
     for config in (Config(verbosity=1), Config(tbstyle="long")):
         assert error_text(exc, config) == "pair 'p', output 'y': cannot compare\n\n" + cause
     assert error_text(exc, Config(tbstyle="short")) == "pair 'p', output 'y': cannot compare"
+    assert error_text(exc, Config(tbstyle=NOTSET)) == "pair 'p', output 'y': cannot compare"  # -p no:terminal
     assert error_text(CheckError("no cause"), Config(verbosity=2)) == "no cause"
 
 
@@ -393,7 +401,18 @@ def _project(tmp_path: Path) -> Path:
 
 def test_the_markers_pair(tmp_path: Path) -> None:
     marker = read_marker(
-        Node(mark(fp32="m.onnx", quantized="q.onnx", data="d.npz", labels=None, layers=["a sqnr>=1"], scheme="glow"))
+        Node(
+            mark(
+                fp32="m.onnx",
+                quantized="q.onnx",
+                data="d.npz",
+                labels=None,
+                layers=["a sqnr>=1"],
+                scheme="glow",
+                backend=None,
+                min_cosine=0.5,
+            )
+        )
     )
     recorder = QAccuracyRecorder(_request(_project(tmp_path), marker), Session(backend="integer"))
     spec = recorder.pair().spec
@@ -426,6 +445,17 @@ def test_an_explicit_pair_takes_only_the_shared_keys_of_the_marker(tmp_path: Pat
     assert (spec.id, spec.data, spec.labels, spec.scheme) == ("mine", tmp_path / "e.npz", tmp_path / "l.npy", "power2")
     spec = QAccuracyRecorder(_request(tmp_path, {}), Session()).pair("m.onnx", "q.onnx", "d.npz").spec
     assert (spec.labels, spec.backend, spec.scheme) == (None, "onnxruntime", "onnxruntime")
+
+
+def test_one_file_given_makes_an_explicit_pair(tmp_path: Path) -> None:
+    marker = read_marker(Node(mark(fp32="m.onnx", quantized="q.onnx", data="d.npz")))
+    recorder = QAccuracyRecorder(_request(_project(tmp_path), marker), Session())
+    with pytest.raises(pytest.fail.Exception) as info:
+        recorder.pair(quantized="r.onnx")  # the marker's data is shared; its models are not
+    assert info.value.msg == "a qaccuracy pair needs fp32, quantized and data; missing fp32"
+    with pytest.raises(pytest.fail.Exception) as info:
+        recorder.pair(data="e.npz")
+    assert info.value.msg == "a qaccuracy pair needs fp32, quantized and data; missing fp32, quantized"
 
 
 def test_a_bad_pair_fails_the_test_with_one_line(tmp_path: Path) -> None:
@@ -514,6 +544,18 @@ def test_a_failed_check_raises_its_message_and_is_recorded(tmp_path: Path) -> No
     assert str(info.value) == "min_cosine: 0.5 < 0.99"
     assert recorder.results == [session.outcome]
     assert recorder._request.node.user_properties == [("qaccuracy.pair", "q")]
+
+
+def test_a_failed_checks_traceback_hides_the_plugins_frame(tmp_path: Path) -> None:
+    session = Session()
+    recorder = QAccuracyRecorder(_request(_project(tmp_path), {}), session)
+    session.outcome = CheckResult("q", [], "min_cosine: 0.5 < 0.99", [])
+    pair = recorder.pair("m.onnx", "q.onnx", "d.npz")
+    with pytest.raises(AssertionError) as info:
+        recorder.check(pair)
+    raised = info.traceback[-1]  # the frame that raised: check's own
+    assert raised.frame.code.path.name == "fixtures.py"
+    assert all(entry.frame.raw is not raised.frame.raw for entry in info.traceback.filter(info))
 
 
 def test_a_pair_that_cannot_be_checked_fails_with_one_line(tmp_path: Path) -> None:
@@ -618,8 +660,15 @@ def _calibrate_request(tmp_path: Path, cache: Any = None) -> Any:
     session = Session()
     session.runtime_options = lambda: "runtime options"
     request = _fixture_request(tmp_path, {}, session)
-    request.config.cache = cache
-    request.getfixturevalue = lambda name: SimpleNamespace(getbasetemp=lambda: tmp_path / "basetemp")
+    if cache is not None:
+        request.config.cache = cache
+
+    def getfixturevalue(name: str) -> Any:
+        if name != "tmp_path_factory":
+            raise pytest.FixtureLookupError(name, request)
+        return SimpleNamespace(getbasetemp=lambda: tmp_path / "basetemp")
+
+    request.getfixturevalue = getfixturevalue
     return request
 
 
