@@ -136,6 +136,24 @@ GROUPS: dict[str, Group] = {
             "no:qaccuracy",
         ),
     ),
+    "progress": Group(
+        ("plugin/progress.py",),
+        (
+            "tests/plugin/test_progress_units.py",
+            # the outer session keeps the plugin's hooks off: its SessionProgress, mutated, would fail
+            # every test (or mutmut's forced-fail check); the tests call the module directly
+            "-p",
+            "no:qaccuracy",
+        ),
+    ),
+    "fixtures": Group(
+        ("plugin/fixtures.py",),
+        ("tests/plugin/test_fixtures_units.py", "-p", "no:qaccuracy"),  # as the progress group: hooks off
+    ),
+    "declarations": Group(
+        ("errors.py", "task_names.py", "defaults.py"),
+        ("tests/plugin/test_rules_edges.py",),
+    ),
     "summary": Group(
         ("report/summary.py", "report/verdicts.py", "report/tables.py"),
         ("tests/report/test_summary_units.py", "tests/report/test_tables.py"),
@@ -1434,6 +1452,49 @@ EQUIVALENT += [
         for new, why in (
             ("None", "compute_scale_zp reads the bounds' values; the zero point is cast to the type after"),
             ("", "compute_scale_zp reads the bounds' values; the zero point is cast to the type after"),
+        )
+    ],
+]
+
+# progress: the plugin's session progress (plugin/progress.py)
+EQUIVALENT += [
+    *[
+        (r"checks\[self\._seen\.get\(key, 0\) :\]", f"checks[self._seen.get(key, {new}) :]", why)
+        for new, why in (("None", "a slice from None starts at 0"), ("", "a slice from None starts at 0"))
+    ],
+    (
+        r"config\.getoption\(o\[1\], None\)",
+        "config.getoption(o[1], )",
+        "pytest's essential mark plugin (never disabled) always declares -k (keyword) and -m (markexpr)",
+    ),
+    (r'config\.getoption\("lf", False\)', 'config.getoption("lf", None)', "only its truth is read"),
+    (
+        r'os\.environ\.get\(ENV, ""\)\.strip\(\) == "0"',
+        'os.environ.get(ENV, "XXXX").strip() == "0"',
+        "an unset QACCURACY_PROGRESS is not '0' with either default",
+    ),
+]
+
+# fixtures: the plugin's fixtures and marker (plugin/fixtures.py)
+EQUIVALENT += [
+    (
+        r"v if isinstance\(v, TaskSpec\) else TaskSpec\.parse\(v\)",
+        "v if (isinstance(v, TaskSpec)) and False else TaskSpec.parse(v)",
+        "TaskSpec.parse returns a TaskSpec as it is",
+    ),
+    *[
+        (r'config\.getoption\("tbstyle", "auto"\) == "long"', f'config.getoption("tbstyle", {new}) == "long"', why)
+        for new, why in (
+            ("None", "the default is only compared with 'long'"),
+            ('"XXautoXX"', "the default is only compared with 'long'"),
+            ('"AUTO"', "the default is only compared with 'long'"),
+        )
+    ],
+    *[
+        (r'k in PAIR_KEYS and k != "layers" and', f'k in PAIR_KEYS and k != "{new}" and', why)
+        for new, why in (
+            ("XXlayersXX", "make_spec reads no 'layers' key: check() reads the marker's layer rules itself"),
+            ("LAYERS", "make_spec reads no 'layers' key: check() reads the marker's layer rules itself"),
         )
     ],
 ]
