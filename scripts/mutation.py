@@ -150,6 +150,18 @@ GROUPS: dict[str, Group] = {
         ("plugin/fixtures.py",),
         ("tests/plugin/test_fixtures_units.py", "-p", "no:qaccuracy"),  # as the progress group: hooks off
     ),
+    "session": Group(
+        ("plugin/session.py",),
+        ("tests/plugin/test_session_units.py", "-p", "no:qaccuracy"),  # as the progress group: hooks off
+    ),
+    "plugin_sensitivity": Group(
+        ("plugin/sensitivity.py",),
+        ("tests/plugin/test_plugin_sensitivity_units.py", "-p", "no:qaccuracy"),
+    ),
+    "hooks": Group(
+        ("plugin/__init__.py",),
+        ("tests/plugin/test_hooks_units.py", "-p", "no:qaccuracy"),
+    ),
     "declarations": Group(
         ("errors.py", "task_names.py", "defaults.py"),
         ("tests/plugin/test_rules_edges.py",),
