@@ -113,6 +113,8 @@ class State:
     def model_pair(self, spec: Any) -> Any:
         return SimpleNamespace(quantized=f"model of {spec.id}", spec=spec)
 
+    # the state answers for a pair: a call without one is a bug
+
     def runtime_options(self) -> str:
         return "options"
 
@@ -120,9 +122,11 @@ class State:
         return f"reference of {spec.id}"
 
     def task_inputs(self, spec: Any) -> tuple[Any, Any]:
+        assert spec is not None, "task inputs of no pair"
         return self.tasks
 
     def check_seconds(self, spec: Any) -> float:
+        assert spec is not None, "check seconds of no pair"
         return self.seconds
 
 
@@ -141,6 +145,7 @@ def test_exclusion_target_takes_only_failed_lower_bounds_of_the_pair_outputs() -
         check="min_cosine", target="output 'y'", metric="cosine", threshold=0.9, source="src cosine"
     )
     assert isinstance(sens.exclusion_target(checked(outcome(metric="sqnr", threshold=20)), "cosine").threshold, float)
+    assert sens.exclusion_target(checked(outcome(threshold=0.0)), "cosine").threshold == 0.0
 
 
 def test_exclusion_target_prefers_the_ranking_metric_then_cosine_then_the_strictest() -> None:
@@ -153,6 +158,9 @@ def test_exclusion_target_prefers_the_ranking_metric_then_cosine_then_the_strict
     assert sens.exclusion_target(checks, "cosine").target == "output 'c'"
     assert sens.exclusion_target(checks, "sqnr").target == "output 'd'"
     assert sens.exclusion_target(checks, "mse").target == "output 'c'"  # cosine before sqnr
+    zero = checked(outcome("cosine", 0.0, subject="output 'z'"), outcome("cosine", 0.5, subject="output 'h'"))
+    assert sens.exclusion_target(zero, "cosine").target == "output 'h'"
+    assert sens.exclusion_target(zero[::-1], "cosine").target == "output 'h'"
 
 
 def test_target_rank_and_merge_keep_what_a_serial_run_picks() -> None:
@@ -163,6 +171,10 @@ def test_target_rank_and_merge_keep_what_a_serial_run_picks() -> None:
         mode="single", metric="sqnr", target_from=ExclusionTarget("min_cosine", "o", "cosine", 0.5, "s")
     )
     assert sens.target_rank(aimed) == (True, True, False, True, 0.5)
+    ranked_by_it = SensitivityEntry(
+        mode="single", metric="cosine", target_from=ExclusionTarget("min_cosine", "o", "cosine", 0.5, "s")
+    )
+    assert sens.target_rank(ranked_by_it) == (True, True, True, True, 0.5)
     assert sens.merge_entry(None, untargeted) is untargeted
     assert sens.merge_entry(untargeted, None) is untargeted
     assert sens.merge_entry(untargeted, aimed) is aimed
@@ -219,10 +231,12 @@ class Recorder:
         monkeypatch.setattr(sens, "analyse_task", self.analyse_task)
 
     def analyse_one(self, state: Any, spec: Any, target: Any, aims: Any) -> SensitivityEntry:
+        assert isinstance(state, State), "analysed without the session state"
         self.calls.append((spec.id, target, aims))
         return SensitivityEntry(mode="single", metric="cosine", report=self.report, seconds=len(self.calls))
 
     def analyse_task(self, state: Any, spec: Any, entry: Any, check: str, threshold: float) -> dict:
+        assert isinstance(state, State), "swept without the session state"
         self.tasks.append((spec.id, entry.seconds, check, threshold))
         return {"swept": check}
 
@@ -242,8 +256,8 @@ def test_failed_pairs_only_by_default_and_each_once(monkeypatch: pytest.MonkeyPa
     done = SensitivityEntry(mode="single", metric="x")
     state = State(
         {
-            "failed": record("failed", checked(outcome(threshold=0.99))),
             "passed": record("passed", checked(outcome(passed=True))),
+            "failed": record("failed", checked(outcome(threshold=0.99))),
             "gate only": record("gate only", checked(outcome(check=GATE, metric="steps", op="<="))),
             "no spec": record("no spec", checked(outcome())),
             "analysed": record("analysed", checked(outcome()), sensitivity=done),
@@ -251,6 +265,11 @@ def test_failed_pairs_only_by_default_and_each_once(monkeypatch: pytest.MonkeyPa
     )
     specs = {k: spec(k, quantized=f"{k}.onnx") for k in state.records if k != "no spec"}
     sens.analyse_records(state, specs)
+    assert rec.calls == [("failed", "cosine>=0.99", None)]
+    ordered = State({k: state.records[k] for k in ("no spec", "analysed", "gate only", "failed")})
+    ordered.records["failed"] = record("failed", checked(outcome(threshold=0.99)))
+    rec.calls.clear()
+    sens.analyse_records(ordered, specs)
     assert rec.calls == [("failed", "cosine>=0.99", None)]
     entry = state.records["failed"].sensitivity
     assert entry.target_from == ExclusionTarget("min_cosine", "output 'y'", "cosine", 0.99, "src cosine")
@@ -282,10 +301,24 @@ def test_pairs_of_the_same_files_and_aims_share_one_analysis(monkeypatch: pytest
 
 def test_the_recipe_level_passes_the_aims(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = Recorder(monkeypatch)
-    monkeypatch.setattr(sens, "recipe_aims", lambda checks, s: ((f"aim of {s.id}",), ()))
+    asked = []
+    monkeypatch.setattr(sens, "recipe_aims", lambda checks, s: asked.append(checks) or ((f"aim of {s.id}",), ()))
     state = State({"a": record("a", checked(outcome(threshold=0.99)))}, analysis="recipe")
+    checks = state.records["a"].checks
     sens.analyse_records(state, {"a": spec("a")})
     assert rec.calls == [("a", "cosine>=0.99", (("aim of a",), ()))]
+    assert asked == [checks]
+
+
+def test_the_target_follows_the_ranking_metric(monkeypatch: pytest.MonkeyPatch) -> None:
+    rec = Recorder(monkeypatch)
+    checks = checked(outcome("cosine", 0.99), outcome("sqnr", 20))
+    for metric, text in (("sqnr", "sqnr>=20.0"), ("cosine", "cosine>=0.99")):
+        rec.calls.clear()
+        state = State({"a": record("a", checks)}, sensitivity_metric=metric)
+        sens.analyse_records(state, {"a": spec("a")})
+        assert rec.calls == [("a", text, None)]
+        assert state.records["a"].sensitivity.target_from.metric == metric
 
 
 def test_a_failed_task_check_gets_a_sweep_after_a_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -314,10 +347,10 @@ def test_analyse_task_runs_the_sweep_along_the_ranking(monkeypatch: pytest.Monke
             self.names = names
 
         def create(self) -> Any:
-            return self
+            return SimpleNamespace(names=self.names)  # the value names come from the made metric
 
         def value_names(self, made: Any) -> tuple[str, ...]:
-            return self.names
+            return made.names
 
     wer, cer = Metric(("wer",)), Metric(("cer", "exact"))
     ranked = [SimpleNamespace(node="n2"), SimpleNamespace(node="n1")]
@@ -466,7 +499,9 @@ def test_analyse_one_beats_a_heartbeat_named_for_the_pair(monkeypatch: pytest.Mo
         yield
 
     monkeypatch.setattr(progress, "heartbeat", heartbeat)
-    monkeypatch.setattr(sens, "_analyse_one", lambda state, s, target, aims: (s, target, aims))
+    monkeypatch.setattr(
+        sens, "_analyse_one", lambda state, s, target, aims: isinstance(state, State) and (s, target, aims)
+    )
     s = spec("named")
     assert sens.analyse_one(State(), s, "t", ("a", "b")) == (s, "t", ("a", "b"))
     unnamed = spec(quantized="dir/model.q.onnx")
@@ -481,6 +516,7 @@ def test_analyse_one_keeps_mode_metric_budget_and_seconds(monkeypatch: pytest.Mo
     seen = []
 
     def ranking(state: Any, s: Any, target: Any, budget: float, check: float, deadline: Any) -> dict:
+        assert isinstance(state, State)
         seen.append((s.id, target, budget, check, deadline.seconds, deadline.at - deadline.seconds))
         return {"report": {"r": 1}}
 
@@ -523,10 +559,18 @@ def test_the_recipe_gets_what_is_left_and_the_aims(monkeypatch: pytest.MonkeyPat
 
     calls = []
     monkeypatch.setattr(sens, "_ranking", ranking)
-    monkeypatch.setattr(sens, "_recipe", lambda state, s, aims, left, check: calls.append((aims, left, check)) or {})
+
+    def recipe(state: Any, s: Any, aims: Any, left: float, check: float) -> dict:
+        assert isinstance(state, State) and s.id == "p"
+        calls.append((aims, left, check))
+        return {"recipe_note": "noted"} if aims[0] else {}
+
+    monkeypatch.setattr(sens, "_recipe", recipe)
     state = State(seconds=1.0, analysis="recipe", analysis_budget=(None, 10.0))
-    sens._analyse_one(state, spec(), None, (("c",), ("s",)))
-    sens._analyse_one(state, spec(), None)
+    entry = sens._analyse_one(state, spec(), None, (("c",), ("s",)))
+    assert (entry.report, entry.recipe_note, entry.error) == ({}, "noted", None)
+    entry = sens._analyse_one(state, spec(), None)
+    assert (entry.report, entry.recipe_note, entry.error) == ({}, None, None)
     (aims, left, check), (no_aims, _, _) = calls
     assert aims == (("c",), ("s",)) and no_aims == ((), ())
     assert check == 1.0 and 9.0 < left <= 9.8
@@ -542,7 +586,10 @@ class Search:
         self.calls: list[tuple] = []
         self.found = found
         monkeypatch.setattr(recipe_pair, "pair_recipe", self.pair_recipe)
-        monkeypatch.setattr(sens, "_recipe_progress", lambda checks: ("on step", "on note"))
+        self.progress: list[Any] = []
+        monkeypatch.setattr(
+            sens, "_recipe_progress", lambda checks: self.progress.append(checks) or ("on step", "on note")
+        )
 
     def pair_recipe(self, *args: Any, **kwargs: Any) -> Any:
         self.calls.append((args, kwargs))
@@ -621,7 +668,11 @@ def test_an_interrupted_search_interrupts_the_analysis(monkeypatch: pytest.Monke
     with pytest.raises(KeyboardInterrupt):
         sens._recipe(State(), spec(), ((SimpleNamespace(kind="output"),), ()), 1.0, 1.0)
     Search(monkeypatch, found(result(stopped="budget")))
-    assert "recipe" in sens._recipe(State(), spec(), ((SimpleNamespace(kind="output"),), ()), 1.0, 1.0)
+    try:
+        got = sens._recipe(State(), spec(), ((SimpleNamespace(kind="output"),), ()), 1.0, 1.0)
+    except KeyboardInterrupt:
+        pytest.fail("a search stopped by its budget interrupted the analysis")
+    assert "recipe" in got
 
 
 def test_recipe_progress_lines(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -637,3 +688,34 @@ def test_recipe_progress_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     on_step("s1", "b1")
     on_note("calibrating")
     assert lines == [("step", "s1|b1|('parsed', ['c'])"), ("note", "recipe: calibrating")]
+
+
+def test_analyse_one_times_itself_to_the_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    clock = iter([1000.0, 1000.0061, 1000.0123456])  # began, the recipe's start, the end
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    deadlines = []
+    monkeypatch.setattr(sens, "_ranking", lambda state, s, t, budget, check, deadline: deadlines.append(deadline) or {})
+    monkeypatch.setattr(sens, "_recipe", lambda *a: {})
+    entry = sens._analyse_one(State(seconds=2.0, analysis="recipe", analysis_budget=(None, 100.0)), spec(), None)
+    assert entry.seconds == 0.012 and isinstance(entry.seconds, float)
+    assert entry.budget == 100.0
+    assert (deadlines[0].at, deadlines[0].seconds) == (1100.0, 100.0)
+
+
+def test_ranking_share_of_a_one_record_dataset(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import numpy as np
+
+    one = tmp_path / "one.npz"
+    np.savez(one, x=np.zeros((1, 1, 8, 8), np.float32))
+    ranking = Ranking(monkeypatch)
+    sens._ranking(State(sensitivity_records=1), spec(data=one), None, 10.0, 1.0)
+    assert ranking.estimates[0][2] == 1.0
+
+
+def test_recipe_on_onnxruntime_targets_onnxruntime_whatever_its_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
+    search = Search(monkeypatch, found(result()))
+    sens._recipe(State(), spec(scheme="onnxruntime-vnni"), ((SimpleNamespace(kind="output"),), ()), 1.0, 1.0)
+    assert search.calls[0][0][4] == ["onnxruntime"]
+    assert search.progress == [[SimpleNamespace(kind="output")]]
