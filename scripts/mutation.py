@@ -1511,6 +1511,15 @@ EQUIVALENT += [
     ],
 ]
 
+# hooks: the plugin's entry point (plugin/__init__.py)
+EQUIVALENT += [
+    (
+        r'COLOURS\.get\(row\.status or "", \{\}\)',
+        'COLOURS.get(row.status or "XXXX", {})',
+        "no verdict colour is keyed by '' or 'XXXX': a row without a status is plain either way",
+    ),
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 

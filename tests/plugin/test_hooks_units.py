@@ -321,7 +321,13 @@ def summary(monkeypatch: pytest.MonkeyPatch, s: Any, rows: list | None = None) -
     calls = []
     made = rows if rows is not None else []
     monkeypatch.setattr(summary_module, "summary_rows", lambda *a: calls.append(a) or made)
-    monkeypatch.setattr(plugin, "report_path", lambda settings, written: getattr(s, "report", None))
+    monkeypatch.setattr(
+        plugin,
+        "report_path",
+        lambda settings, written: (
+            getattr(s, "report", None) if (settings, written) == (s.settings, s.written) else None
+        ),
+    )
     config = Config()
     if s is not None:
         config.stash[session_key] = s
@@ -369,6 +375,7 @@ def test_summary_tail_report_baselines_errors_and_status(monkeypatch: pytest.Mon
     status = SimpleNamespace(complete=False, headline=lambda: "qaccuracy: session incomplete: 2 tests not run")
     s = state(
         records={"k": 1},
+        written=[Path("/out/report.html")],
         report=Path("/out/report.html"),
         baselines=SimpleNamespace(line=lambda: "baselines: 1 compared"),
         errors=["could not write", "second"],
