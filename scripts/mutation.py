@@ -1511,6 +1511,40 @@ EQUIVALENT += [
     ],
 ]
 
+# session: the plugin's run state (plugin/session.py)
+EQUIVALENT += [
+    *[
+        (
+            r'needed = \["cosine", "sqnr", "lsb", ',
+            new,
+            "parse_metric_names reads names case-insensitively and drops repeats",
+        )
+        for new in (
+            'needed = ["COSINE", "sqnr", "lsb", ',
+            'needed = ["cosine", "SQNR", "lsb", ',
+            'needed = ["cosine", "sqnr", "LSB", ',
+        )
+    ],
+    (
+        r"key = replace\(spec, targets=\(\)\)",
+        "key = replace(spec, targets=None)",
+        "every key is made the same way: None and () alike leave the targets out of it",
+    ),
+    *[
+        (
+            r"np\.load\(spec\.labels, allow_pickle=False\)",
+            new,
+            "np.load's allow_pickle defaults to False, read for its truth",
+        )
+        for new in ("np.load(spec.labels, allow_pickle=None)", "np.load(spec.labels, )")
+    ],
+    (
+        r'self\.test_outcomes\.get\(nodeid, \(""\,\)\)\[0\]',
+        'self.test_outcomes.get(nodeid, ("XXXX",))[0]',
+        "the default is only compared with 'failed' and 'xpassed-strict'",
+    ),
+]
+
 # hooks: the plugin's entry point (plugin/__init__.py)
 EQUIVALENT += [
     (

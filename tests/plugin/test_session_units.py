@@ -115,8 +115,9 @@ def test_model_pair_passes_the_spec_mapping_or_none(monkeypatch: pytest.MonkeyPa
 
 
 def test_runtime_options_name_a_missing_provider_and_where_it_was_set() -> None:
-    options = session(providers=("CPUExecutionProvider",), batch_size=7).runtime_options()
-    assert (options.providers, options.batch_size) == (("CPUExecutionProvider",), 7)
+    providers = ("CPUExecutionProvider", "CPUExecutionProvider")  # as given, even twice
+    options = session(providers=providers, batch_size=7).runtime_options()
+    assert (options.providers, options.batch_size) == (providers, 7)
     available = ", ".join(ort.get_available_providers())
     s = session(providers=("CPUExecutionProvider", "NoSuchProvider", "Other"))
     with pytest.raises(InputError) as caught:
@@ -436,13 +437,13 @@ def test_the_gate_is_measured_in_the_pass_once(monkeypatch: pytest.MonkeyPatch) 
             return SimpleNamespace(with_max_steps=lambda steps: ("measured", steps))
 
     monkeypatch.setattr(agreement_pass, "AgreementPass", Pass)
-    monkeypatch.setattr(QAccuracySession, "_read_floats", lambda self, spec: ["f1"])
+    monkeypatch.setattr(QAccuracySession, "_read_floats", lambda self, spec: [f"f1 of {spec.id}"])
     dataset_runs = []
     monkeypatch.setattr(agreement, "dataset_agreement", lambda *a, **k: dataset_runs.append((a, k)))
     s = session()
     spec = digits(backend="integer", scheme="tflite")
     s.compared(spec, (), tol(topk=1), gate=True)
-    assert checkers == [((QDQ,), {"scheme": "tflite", "tensors": ["f1"]})]
+    assert checkers == [((QDQ,), {"scheme": "tflite", "tensors": ["f1 of d"]})]
     assert stub.compares[0][1]["agreement"].checker == "checker"
     assert s.agreement(spec, 3) == ("measured", 3)
     assert dataset_runs == []
@@ -462,12 +463,12 @@ def test_the_gate_measures_itself_when_the_pair_was_compared(monkeypatch: pytest
         return SimpleNamespace(with_max_steps=lambda steps: steps * 10)
 
     monkeypatch.setattr(agreement, "dataset_agreement", dataset_agreement)
-    monkeypatch.setattr(QAccuracySession, "_read_floats", lambda self, spec: ["t"])
+    monkeypatch.setattr(QAccuracySession, "_read_floats", lambda self, spec: [f"t of {spec.id}"])
     s = session(batch_size=11)
     spec = digits(scheme="tflite")
     assert s.agreement(spec, 2) == 20
     assert s.agreement(spec, 4) == 40
-    assert runs == [((QDQ, DATA), {"scheme": "tflite", "batch_size": 11, "tensors": ["t"]})]
+    assert runs == [((QDQ, DATA), {"scheme": "tflite", "batch_size": 11, "tensors": ["t of d"]})]
     # a gate already measured: the pass needs none
     assert s._agreement_pass(spec) is None
 
@@ -703,6 +704,8 @@ def test_merge_keeps_targets_and_sensitivity_of_both() -> None:
 
 def test_a_worker_without_a_payload_is_counted() -> None:
     s = session()
+    assert (s.worker, s.usage_error, s.baselines, s.status, s.errors, s.written) == (False, None, None, None, [], [])
+    assert session(worker=True).worker is True
     s.merge(None)
     s.merge({})
     assert s.workers_without_data == 2 and s.records == {}
@@ -940,6 +943,7 @@ def test_improvements_pass_unless_strict_and_are_noted(tmp_path: Path) -> None:
     better = rows[1:]
     assert [r.subject for r in better] == [f"output 'o{i}'" for i in range(5)]
     assert all(r.passed and r.op == "improved" and r.threshold == 21.0 and r.value == 25.0 for r in better)
+    assert [(r.metric, r.scope, r.output) for r in better] == [("sqnr", "output", f"o{i}") for i in range(5)]
     assert better[0].detail == "improved: output 'o0': sqnr 20 -> 25 (better than 21, sqnr:-1.0)"
     shown = "; ".join(f"output 'o{i}': sqnr 20 -> 25 (better than 21, sqnr:-1.0)" for i in range(3))
     assert notes == [f"Better than the baseline: {shown} and 2 more"]
@@ -1044,3 +1048,309 @@ def test_a_check_compares_with_the_baseline_folder_when_drift_is_on(tmp_path: Pa
     assert "To accept these numbers as the new baseline" in done.message
     again = s.check(spec, tol(min_cosine=0.9), (), "t::b", drift=False)
     assert again.passed and [o.check for o in again.outcomes] == ["min_cosine"]
+
+
+# --- deployment targets, saturation and the agreement gate (the w8 pair, as the example suite) ------
+
+W8 = SUITE / "models" / "digits_cnn.qdq_w8.onnx"
+#: The w8 pair's output SQNR on onnxruntime's two x86 kernel families, as the example suite documents
+#: them (qaccuracy_digits.toml): u8 x s8 pair sums saturate without VNNI
+DOCUMENTED_SQNR = {"onnxruntime-vnni": 37.1, "onnxruntime-avx2": 23.4}
+
+
+def sqnr_db(fp32: np.ndarray, quantized: np.ndarray) -> float:
+    f, q = fp32.astype(np.float64), quantized.astype(np.float64)
+    return float(10 * np.log10((f**2).sum() / ((f - q) ** 2).sum()))
+
+
+def test_a_pair_checked_on_its_targets_with_saturation_and_the_gate(tmp_path: Path) -> None:
+    from pytest_qaccuracy.backend.host import host_preset
+    from pytest_qaccuracy.tolerances import GATE, SATURATION
+
+    own = host_preset()
+    targets = ("onnxruntime-avx2", "onnxruntime-vnni")
+    if own not in targets:
+        pytest.skip(f"this host's onnxruntime preset is {own}")
+    other = next(t for t in targets if t != own)
+    fp32, int8 = ort_logits(FP32), ort_logits(W8)
+    measured = sqnr_db(fp32, int8)  # onnxruntime on this host: the pair's own run
+    assert measured == pytest.approx(DOCUMENTED_SQNR[own], abs=0.05)
+    spec = digits(W8, "w8", targets=targets)
+    folder = tmp_path / "baselines"
+    baseline_file(folder, spec, {"outputs": {"logits": {"sqnr": measured}}, "layers": {"gone": {"sqnr": 1.0}}})
+    s = session(baseline_dir=folder)
+    tolerances = {
+        "min_sqnr": Tolerance("min_sqnr", 30.0, "t sqnr"),
+        SATURATION: Tolerance(SATURATION, 0.0, "t saturation"),
+        GATE: Tolerance(GATE, 2, "t gate"),
+    }
+    done = s.check(spec, tolerances, (), "t::w8")
+    rows = [(o.check, o.deployment, o.passed) for o in done.outcomes]
+    saturating = "onnxruntime-avx2"
+    assert rows == [
+        ("min_sqnr", None, DOCUMENTED_SQNR[own] >= 30),
+        ("drift", None, True),
+        ("min_sqnr", other, DOCUMENTED_SQNR[other] >= 30),
+        (SATURATION, None, False),  # the avx2 target's pair sums saturate
+        (GATE, None, True),
+    ]
+    by = {(o.check, o.deployment): o for o in done.outcomes}
+    assert by[("min_sqnr", None)].value == pytest.approx(measured, abs=1e-6)
+    assert by[("min_sqnr", other)].value == pytest.approx(DOCUMENTED_SQNR[other], abs=0.05)
+    assert by[(SATURATION, None)].value > 0 and by[(SATURATION, None)].source == "t saturation"
+    gate = by[(GATE, None)]
+    assert (gate.threshold, gate.source, gate.value) == (2, "t gate", 0)
+    # the message: the first failed check, with the worst records of the run it failed on
+    lines = done.message.splitlines()
+    assert lines[0].startswith(f"sqnr {DOCUMENTED_SQNR['onnxruntime-avx2']}")
+    assert lines[0].endswith(f"< 30 dB for output 'logits' on {saturating} (pair 'w8')")
+    per_record = 10 * np.log10((fp32.astype(np.float64) ** 2).sum(1) / ((fp32 - int8).astype(np.float64) ** 2).sum(1))
+    worst = [float(line.split(": ")[1]) for line in lines[lines.index("Worst records (sqnr):") + 1 :][:5]]
+    assert len(worst) == 5 and max(worst) < per_record.min()  # the avx2 run's records, not the own run's
+    assert "Not in this run (in the baseline): layer 'gone'" in lines  # drift's note kept
+    assert f"Layers whose pair sums saturate on {saturating}:" in lines  # saturation's notes
+    assert lines.index("Not in this run (in the baseline): layer 'gone'") < lines.index(
+        f"Layers whose pair sums saturate on {saturating}:"
+    )
+    # the record: both targets' runs, the gate's measurement
+    record = s.records[spec.key(SUITE)]
+    assert set(record.targets) == set(targets)
+    assert record.targets[own].backend == "onnxruntime" and record.targets[other].backend == "integer"
+    assert record.targets[own].scheme == own and record.targets[other].scheme == other
+    assert record.targets[own].outputs["logits"]["sqnr"] == pytest.approx(measured, abs=1e-6)
+    assert record.targets[other].outputs["logits"]["sqnr"] == pytest.approx(DOCUMENTED_SQNR[other], abs=0.05)
+    assert (record.targets[own].passed, record.targets[other].passed) == (True, False)
+    top1 = (fp32.argmax(1) == labels()).mean()
+    assert record.targets[own].topk["logits"]["k"]["1"]["fp32_accuracy"] == pytest.approx(top1)
+    assert record.targets[own].task == {}
+    assert record.agreement["records"] == 300 and record.agreement["scheme"] == own
+    props = dict(done.properties)
+    assert props["qaccuracy.backend"] == "onnxruntime" and props["qaccuracy.scheme"] == own
+    assert props[f"qaccuracy.target.{other}.passed"] == "false"
+    assert props["qaccuracy.agreement.max_steps"] == "0"
+    # the gate's steps: a tolerance of no value allows none
+    again = s.check(spec, {GATE: Tolerance(GATE, None, "t none")}, (), "t::gate")
+    assert again.outcomes[-1].threshold == 0
+
+
+def test_the_gate_in_the_measured_tolerances_is_measured_in_the_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_qaccuracy.tolerances import GATE
+
+    s = session()
+    spec = digits(W8, "w8")
+    s.check(spec, tol(min_sqnr=10.0), (), "t::a", measure={**tol(min_sqnr=10.0), **tol(**{GATE: 0})})
+    assert s._agreement_key(spec) in s._agreements
+    plain = session()
+    plain.check(spec, tol(min_sqnr=10.0), (), "t::a", measure=tol(min_sqnr=10.0, topk=5))
+    assert plain._agreements == {}
+    assert next(iter(plain._stats))[1] == 5  # the statistics measured for the measured tolerances' k
+
+
+# --- aimed at the first mutation run's survivors --------------------------------------------------
+
+
+def test_the_pass_without_a_gate_and_with_the_rules_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    stub = Stub(monkeypatch)
+    s = session(metrics=("mse",))
+    rule = Rule("*", None, "tae", "<=", 1.0, "* tae<=1", "ini")
+    s.compared(digits(), [rule], tol(topk=1))
+    ((args, kwargs),) = stub.compares
+    assert kwargs["agreement"] is None and "tae" in args[2]
+    assert stub.measures == []
+
+
+def test_a_known_comparison_is_not_measured_again_for_new_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    stub = Stub(monkeypatch)
+    s = session()
+    spec = digits()
+    first = s.comparison(spec)
+    result, _ = s.compared(spec, (), tol(topk=3))
+    assert result is first and len(stub.compares) == 1 and len(stub.measures) == 1
+
+
+def test_task_values_of_two_pairs_are_measured_apart_with_their_targets(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    stub = Stub(monkeypatch)
+    monkeypatch.setattr(QAccuracySession, "declare_task_metrics", lambda self, specs: None)
+    path = tmp_path / "targets.jsonl"
+    path.write_text("".join(json.dumps({"record": i, "target": i % 3}) + "\n" for i in range(300)))
+    s = session()
+    assert s.task_values(digits(task_metrics=("m",))) == {"v": ("m",)}
+    assert s.task_values(digits(BROKEN, task_metrics=("n",), task_targets=path)) == {"v": ("n",)}
+    assert len(stub.measures) == 2
+    assert stub.measures[0][1]["targets"] is None
+    assert stub.measures[1][1]["targets"] == [i % 3 for i in range(300)]
+
+
+def test_fp32_outputs_of_two_datasets_share_one_budget(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import shutil
+
+    stub = Stub(monkeypatch)
+    other = tmp_path / "other.npz"
+    shutil.copy(DATA, other)
+    s = session(sensitivity="failed")
+    s.compared(digits(), (), tol(topk=1))
+    s.compared(PairSpec(id="o", fp32=FP32, quantized=QDQ, data=other), (), tol(topk=1))
+    a, b = (call[1]["reference"] for call in stub.compares)
+    assert a is not None and b is not None and a is not b
+    assert a.budget is b.budget
+
+
+def test_check_seconds_add_up_the_comparisons_of_a_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pytest_qaccuracy.plugin.session as session_module
+
+    Stub(monkeypatch)
+    clock = iter([10.0, 12.5, 20.0, 21.0])
+    monkeypatch.setattr(session_module.time, "monotonic", lambda: next(clock))
+    s = session()
+    spec = digits()
+    s.comparison(spec)
+    s._compare(spec, ("mse",))
+    assert s.check_seconds(spec) == 3.5
+
+
+def test_labels_holding_objects_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "labels.npy"
+    np.save(path, np.array([1, "a"], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="allow_pickle"):
+        QAccuracySession._labels(digits(labels=path))
+
+
+def test_output_stats_read_the_pair_labels(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    stub = Stub(monkeypatch)
+    path = tmp_path / "labels.npy"
+    np.save(path, np.array([4, 2]))
+    session().output_stats(digits(labels=path), tol(topk=1))
+    assert stub.measures[0][0][3].tolist() == [4, 2]
+
+
+def test_check_measures_for_the_measured_tolerances(monkeypatch: pytest.MonkeyPatch) -> None:
+    stub = Stub(monkeypatch)
+    made = []
+
+    class Measure:
+        def __init__(self, *args: Any) -> None:
+            made.append(args)
+
+    monkeypatch.setattr(outputs_module, "OutputMeasure", Measure)
+    monkeypatch.setattr(
+        compare_module, "compare", lambda *a, **k: stub.compare(*a, **k) if k.get("measure") is None else fail(k)
+    )
+
+    def fail(kwargs: dict) -> Any:
+        raise CheckError("measured")
+
+    with pytest.raises(CheckError):
+        session().check(digits(), tol(min_cosine=0.9), (), "t::a", measure=tol(min_cosine=0.9, topk=5))
+    assert made[0][0] == [1, 5]
+
+
+def test_drift_rows_of_improved_task_values_and_many_missing_targets(tmp_path: Path) -> None:
+    spec = digits()
+    folder = tmp_path / "b"
+    layers = {f"l{i:02}": {"sqnr": 1.0} for i in range(12)}
+    baseline_file(
+        folder,
+        spec,
+        {
+            "outputs": {"logits": {"sqnr": 30.0}},
+            "layers": layers,
+            "task": {"cer": 0.3},
+            "higher_is_better": {"cer": False},
+        },
+    )
+    value = SimpleNamespace(to_dict=lambda: {"quantized": 0.1, "higher_is_better": False})
+    s = session(baseline_dir=folder, max_drift=("sqnr:-1", "cer:+0.05"))
+    rows, notes = s.drift(spec, comparison(30.0), folder, SimpleNamespace(task={"cer": value}))
+    assert [(r.subject, r.op, r.passed) for r in rows] == [
+        ("baseline", "drift", True),
+        ("task 'cer'", "improved", True),
+    ]
+    assert rows[1].scope == "task" and rows[1].threshold == pytest.approx(0.25)
+    listed = ", ".join(f"layer 'l{i:02}'" for i in range(10))
+    assert notes[0] == f"Not in this run (in the baseline): {listed}"
+
+
+def test_four_improvements_list_three_and_one_more(tmp_path: Path) -> None:
+    from pytest_qaccuracy.analysis.results import OutputResult
+
+    spec = digits()
+    folder = tmp_path / "b"
+    baseline_file(folder, spec, {"outputs": {f"o{i}": {"sqnr": 20.0} for i in range(4)}})
+    outputs = [OutputResult(f"o{i}", {"sqnr": 25.0}) for i in range(4)]
+    result = ComparisonResult("a", "b", "d", 1, {}, outputs, [], higher_is_better={"sqnr": True})
+    _, notes = session(baseline_dir=folder).drift(spec, result, folder)
+    assert notes[0].endswith(" and 1 more")
+
+
+def test_unreadable_baselines_and_bad_rules_have_no_bound(tmp_path: Path) -> None:
+    spec = digits()
+    folder = tmp_path / "b"
+    path = baseline_file(folder, spec, {"outputs": {"logits": {"sqnr": 30.0}}})
+    (row,), _ = session(baseline_dir=folder, max_drift=("sqrn:-1",)).drift(spec, comparison(30.0), folder)
+    assert row.op == ""
+    path.write_text("[]")
+    (row,), _ = session(baseline_dir=folder).drift(spec, comparison(30.0), folder)
+    assert row.op == "" and row.detail.startswith("unreadable baseline:")
+
+
+def test_record_keeps_task_values_and_the_agreement() -> None:
+    from pytest_qaccuracy.plugin.records import Outcome
+
+    s = session()
+    spec = digits()
+    result = ComparisonResult("a", "b", "d", 3, {}, [], [])
+    o = Outcome(
+        kind="tolerance",
+        check="c",
+        scope="model",
+        subject="s",
+        metric="m",
+        op=">=",
+        threshold=1.0,
+        value=2.0,
+        passed=True,
+        source="x",
+        detail="",
+    )
+    cer = SimpleNamespace(to_dict=lambda: {"quantized": 0.1})
+    agreement = SimpleNamespace(
+        to_dict=lambda: {"records": 3, "max_steps_allowed": 4, "first_divergence": "t", "max_steps": 0}
+    )
+    s._record(spec, result, SimpleNamespace(topk={}, task={"cer": cer}), [o], "t::a", None, agreement)
+    s._record(spec, result, SimpleNamespace(topk={}, task={}), [o], "t::b", None)
+    r = s.records[spec.key(SUITE)]
+    assert r.task == {"cer": {"quantized": 0.1}}
+    assert r.agreement == {"records": 3, "max_steps": 0}
+
+
+def test_merge_after_a_new_record_and_keeps_my_analysis() -> None:
+    from pytest_qaccuracy.plugin.records import SensitivityEntry
+
+    mine = SensitivityEntry(mode="single", metric="cosine")
+    s = session()
+    s.records["k"] = record("k", ("a", 0), sensitivity=mine)
+    s.merge({"records": {"new": record("new").to_dict(), "k": record("k", ("b", 0)).to_dict()}})
+    assert [(c.test, c.index) for c in s.records["k"].checks] == [("a", 0), ("b", 0)]
+    assert s.records["k"].sensitivity == mine and "new" in s.records
+
+
+def test_finish_adds_to_what_was_written(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import pytest_qaccuracy.plugin.artifacts as artifacts
+    import pytest_qaccuracy.plugin.baselines as baselines
+
+    monkeypatch.setattr(baselines, "finish_baselines", lambda *a: (None, [Path("b")]))
+    monkeypatch.setattr(artifacts, "publish_artifacts", lambda *a: [Path("p")])
+    reports = []
+    monkeypatch.setattr(artifacts, "write_report", lambda *a, **k: reports.append(k) or Path("r"))
+    s = session(tmp_path, artifacts_dir=tmp_path / "qa")
+    s.records["k"] = record("k", ("t::a", 0))
+    s.written = [Path("earlier")]
+    assert s.finish()
+    assert s.written == [Path("earlier"), Path("b"), Path("p")]
+    alone = session(tmp_path, report=tmp_path / "r.html")
+    alone.records["k"] = record("k", ("t::a", 0))
+    alone.status = "incomplete"
+    alone.finish()
+    assert reports == [{"status": "incomplete"}]
