@@ -1539,6 +1539,16 @@ EQUIVALENT += [
         for new in ("np.load(spec.labels, allow_pickle=None)", "np.load(spec.labels, )")
     ],
     (
+        r'runs\.get\(failed\[0\]\.deployment or "", ',
+        'runs.get(failed[0].deployment or "XXXX", ',
+        "runs holds the targets' names: neither '' nor 'XXXX' is one, so the pair's own run is shown",
+    ),
+    (
+        r"(topk=dict\(stats\.topk\)|task=\{k: v\.to_dict\(\) for k, v in stats\.task\.items\(\)\}) if stats is not None else \{\},",
+        r"\1 if (stats is not None) or True else {},",
+        "a target's run always has statistics: compared() returns output_stats(), never None",
+    ),
+    (
         r'self\.test_outcomes\.get\(nodeid, \(""\,\)\)\[0\]',
         'self.test_outcomes.get(nodeid, ("XXXX",))[0]',
         "the default is only compared with 'failed' and 'xpassed-strict'",

@@ -576,6 +576,15 @@ def test_the_recipe_gets_what_is_left_and_the_aims(monkeypatch: pytest.MonkeyPat
     assert check == 1.0 and 9.0 < left <= 9.8
 
 
+def recipe(*args: Any) -> dict:
+    """``_recipe``, with a KeyboardInterrupt (only an interrupted search may raise it) failing the test
+    instead of ending the session."""
+    try:
+        return sens._recipe(*args)
+    except KeyboardInterrupt:
+        pytest.fail("a search that was not interrupted interrupted the analysis")
+
+
 # --- the recipe search --------------------------------------------------------------------------
 
 
@@ -606,10 +615,10 @@ def result(stopped: str | None = None, ranges: Any = None) -> SimpleNamespace:
 
 def test_recipe_not_searched_without_a_check_it_can_change(monkeypatch: pytest.MonkeyPatch) -> None:
     search = Search(monkeypatch, found())
-    assert sens._recipe(State(), spec(), ((), ()), 10.0, 1.0) == {
+    assert recipe(State(), spec(), ((), ()), 10.0, 1.0) == {
         "recipe_note": "recipe not searched: no failed check a recipe can change"
     }
-    got = sens._recipe(State(), spec(), ((), ("gate: a", "b: c")), 10.0, 1.0)
+    got = recipe(State(), spec(), ((), ("gate: a", "b: c")), 10.0, 1.0)
     assert got == {"recipe_note": "recipe not searched: no failed check a recipe can change (gate: a; b: c)"}
     assert search.calls == []
 
@@ -620,14 +629,14 @@ def test_recipe_search_gets_the_pair_targets_and_budget(monkeypatch: pytest.Monk
     s = spec(backend="integer", scheme="tflite", targets=("onnxruntime-avx2", "tflite"))
     state = State()
     state.tasks = (("m",), ["t"])
-    got = sens._recipe(state, s, (checks, ()), 7.5, 1.25)
+    got = recipe(state, s, (checks, ()), 7.5, 1.25)
     assert got == {"recipe": {"best": "r1", "budget": 7.5, "calibration_records": 64}}
     ((args, kwargs),) = search.calls
     assert args == (s.fp32, s.quantized, DATA, list(checks), ["tflite", "onnxruntime-avx2"], 7.5, 1.25, "options")
     assert kwargs == {"tasks": (), "task_targets": None, "on_step": "on step", "on_note": "on note"}
     search.calls.clear()
     task_checks = (SimpleNamespace(kind="output"), SimpleNamespace(kind="task"))
-    sens._recipe(state, spec(targets=("tflite",)), (task_checks, ()), 7.5, 1.25)
+    recipe(state, spec(targets=("tflite",)), (task_checks, ()), 7.5, 1.25)
     ((args, kwargs),) = search.calls
     assert args[4] == ["onnxruntime", "tflite"]
     assert (kwargs["tasks"], kwargs["task_targets"]) == (("m",), ["t"])
@@ -637,7 +646,7 @@ def test_recipe_keeps_pair_data_skipped_checks_and_ranges(monkeypatch: pytest.Mo
     ranges = {"x": (-1, 2.5)}
     Search(monkeypatch, found(result(ranges=ranges), pair_data={"cosine": 0.99}, records=8))
     checks = (SimpleNamespace(kind="output"),)
-    got = sens._recipe(State(), spec(), (checks, ("gate: no",)), 3.14159, 1.0)
+    got = recipe(State(), spec(), (checks, ("gate: no",)), 3.14159, 1.0)
     assert got == {
         "recipe": {
             "best": "r1",
@@ -654,12 +663,12 @@ def test_recipe_keeps_pair_data_skipped_checks_and_ranges(monkeypatch: pytest.Mo
 def test_recipe_not_found_says_why_and_the_budget_left(monkeypatch: pytest.MonkeyPatch) -> None:
     checks = (SimpleNamespace(kind="output"),)
     Search(monkeypatch, found(note="recipe not searched: budget (about 90s expected)"))
-    got = sens._recipe(State(analysis_budget=(None, 5.0)), spec(), (checks, ()), 4.44, 1.0)
+    got = recipe(State(analysis_budget=(None, 5.0)), spec(), (checks, ()), 4.44, 1.0)
     hint = "; a larger --qaccuracy-analysis-budget (e.g. 10x) or `qaccuracy recipe` searches it"
     left = "budget 4.4s = qaccuracy_analysis_budget left"
     assert got == {"recipe_note": f"recipe not searched: budget (about 90s expected); {left}{hint}"}
     Search(monkeypatch, found(note="no recipe meets every check"))
-    got = sens._recipe(State(analysis_budget=(None, 5.0)), spec(), (checks, ()), 4.44, 1.0)
+    got = recipe(State(analysis_budget=(None, 5.0)), spec(), (checks, ()), 4.44, 1.0)
     assert got == {"recipe_note": f"no recipe meets every check; {left}"}
 
 
@@ -668,11 +677,7 @@ def test_an_interrupted_search_interrupts_the_analysis(monkeypatch: pytest.Monke
     with pytest.raises(KeyboardInterrupt):
         sens._recipe(State(), spec(), ((SimpleNamespace(kind="output"),), ()), 1.0, 1.0)
     Search(monkeypatch, found(result(stopped="budget")))
-    try:
-        got = sens._recipe(State(), spec(), ((SimpleNamespace(kind="output"),), ()), 1.0, 1.0)
-    except KeyboardInterrupt:
-        pytest.fail("a search stopped by its budget interrupted the analysis")
-    assert "recipe" in got
+    assert "recipe" in recipe(State(), spec(), ((SimpleNamespace(kind="output"),), ()), 1.0, 1.0)
 
 
 def test_recipe_progress_lines(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -716,6 +721,6 @@ def test_ranking_share_of_a_one_record_dataset(monkeypatch: pytest.MonkeyPatch, 
 
 def test_recipe_on_onnxruntime_targets_onnxruntime_whatever_its_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
     search = Search(monkeypatch, found(result()))
-    sens._recipe(State(), spec(scheme="onnxruntime-vnni"), ((SimpleNamespace(kind="output"),), ()), 1.0, 1.0)
+    recipe(State(), spec(scheme="onnxruntime-vnni"), ((SimpleNamespace(kind="output"),), ()), 1.0, 1.0)
     assert search.calls[0][0][4] == ["onnxruntime"]
     assert search.progress == [[SimpleNamespace(kind="output")]]

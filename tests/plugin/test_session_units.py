@@ -1354,3 +1354,160 @@ def test_finish_adds_to_what_was_written(monkeypatch: pytest.MonkeyPatch, tmp_pa
     alone.status = "incomplete"
     alone.finish()
     assert reports == [{"status": "incomplete"}]
+
+
+def w8_on(*targets: str, **fields: Any) -> PairSpec:
+    from pytest_qaccuracy.backend.host import host_preset
+
+    if host_preset() in targets:
+        pytest.skip("needs targets other than this host's own preset")
+    return digits(W8, fields.pop("pair_id", "w8t"), targets=targets, **fields)
+
+
+def worst_class_recall(logits: np.ndarray) -> float:
+    truth, answer = labels(), logits.argmax(1)
+    return float(min((answer[truth == d] == d).mean() for d in range(10)))
+
+
+def test_task_values_rules_and_drift_on_two_targets(tmp_path: Path) -> None:
+    from pytest_qaccuracy.metrics.task import TaskSpec
+
+    task = TaskSpec("digits_metrics:WorstClassRecall", folder=str(SUITE))  # the example suite's own metric
+    spec = w8_on("onnxruntime-avx2", "tflite", task_metrics=(task,))
+    fp32, int8 = ort_logits(FP32), ort_logits(W8)
+    folder = tmp_path / "b"
+    document = {"outputs": {"logits": {"sqnr": 37.0}}, "task": {"worst_class_recall": 1.0}}
+    baseline_file(folder, spec, {**document, "higher_is_better": {"worst_class_recall": True}})
+    s = session(baseline_dir=folder, max_drift=("sqnr:-1", "worst_class_recall:-0.01"))
+    rule = Rule("w8t", None, "sqnr", ">=", 10.0, "w8t sqnr>=10", "ini")  # an output rule of this pair only
+    tolerances = {
+        "min_sqnr": Tolerance("min_sqnr", 20.0, "t"),
+        "min:worst_class_recall": Tolerance("min:worst_class_recall", 0.5, "t"),
+    }
+    done = s.check(spec, tolerances, (rule,), "t::task")
+    own_rows = ["min_sqnr", "min:worst_class_recall", "w8t sqnr>=10"]
+    assert [(o.check, o.deployment) for o in done.outcomes] == [
+        *((c, None) for c in own_rows),
+        ("drift", None),
+        *((c, "onnxruntime-avx2") for c in own_rows),
+        *((c, "tflite") for c in own_rows),
+    ]
+    by = {(o.check, o.deployment): o for o in done.outcomes}
+    assert by[("min:worst_class_recall", None)].value == pytest.approx(worst_class_recall(int8))
+    assert by[("w8t sqnr>=10", None)].value == pytest.approx(sqnr_db(fp32, int8), abs=1e-6)
+    assert by[("min_sqnr", "onnxruntime-avx2")].value == pytest.approx(DOCUMENTED_SQNR["onnxruntime-avx2"], abs=0.05)
+    drift = by[("drift", None)]
+    assert (drift.subject, drift.passed, drift.value) == (
+        "task 'worst_class_recall'",
+        False,
+        pytest.approx(worst_class_recall(int8)),
+    )
+    record = s.records[spec.key(SUITE)]
+    for target in ("onnxruntime-avx2", "tflite"):
+        value = record.targets[target].task["worst_class_recall"]
+        assert value["fp32"] == pytest.approx(worst_class_recall(fp32)) and value["records"] == 300
+    assert record.task["worst_class_recall"]["quantized"] == pytest.approx(worst_class_recall(int8))
+    agreement = (fp32.argmax(1) == int8.argmax(1)).mean()
+    assert dict(done.properties)["qaccuracy.logits.top1_agreement"] == f"{agreement:.6g}"
+
+
+def test_targets_are_measured_for_the_measured_tolerances() -> None:
+    s = session()
+    spec = w8_on("onnxruntime-avx2")
+    s.check(spec, tol(min_sqnr=20.0), (), "t::m", measure=tol(min_sqnr=20.0, topk=5))
+    assert set(s.records[spec.key(SUITE)].targets["onnxruntime-avx2"].topk["logits"]["k"]) == {"1", "5"}
+
+
+def test_a_target_top1_check_reads_that_target_statistics() -> None:
+    s = session()
+    spec = w8_on("onnxruntime-avx2")
+    done = s.check(spec, tol(min_top1_agreement=0.5), (), "t::k")
+    assert [(o.check, o.deployment) for o in done.outcomes] == [
+        ("min_top1_agreement", None),
+        ("min_top1_agreement", "onnxruntime-avx2"),
+    ]
+
+
+def test_a_saturation_failure_alone_shows_its_notes_without_worst_records() -> None:
+    from pytest_qaccuracy.tolerances import SATURATION
+
+    s = session()
+    spec = w8_on("onnxruntime-avx2")
+    done = s.check(spec, {**tol(min_sqnr=20.0), SATURATION: Tolerance(SATURATION, 0.0, "t")}, (), "t::s")
+    assert [(o.check, o.passed) for o in done.outcomes] == [
+        ("min_sqnr", True),
+        ("min_sqnr", True),
+        (SATURATION, False),
+    ]
+    lines = done.message.splitlines()
+    assert lines[0].startswith("saturated pair sums ") and " > 0% on onnxruntime-avx2: " in lines[0]
+    assert lines[0].endswith(" (pair 'w8t')")
+    assert "Layers whose pair sums saturate on onnxruntime-avx2:" in lines
+    assert not any(line.startswith(("Worst records", "Worst layers")) for line in lines)
+
+
+def test_an_element_check_shows_the_worst_elements_of_the_run() -> None:
+    fp32, int8 = ort_logits(FP32), ort_logits(BROKEN)
+    difference = np.abs(fp32.astype(np.float64) - int8)
+    largest = difference[difference > 0.5].max()
+    done = session().check(digits(BROKEN, "broken"), tol(rtol=0.0, atol=0.5), (), "t::e")
+    (line,) = [x for x in done.message.splitlines() if x.startswith("Max absolute difference among violations: ")]
+    assert float(line.rsplit(": ", 1)[1]) == pytest.approx(largest, rel=1e-5)
+    assert "Worst elements:" in done.message.splitlines()
+
+
+RAISING = """
+class Broken:
+    higher_is_better = {"broken_value": True}
+
+    def __init__(self):
+        self.state = {}
+
+    def update(self, fp32, quantized, targets):
+        raise RuntimeError("cannot score these outputs")
+
+    def merge(self, other):
+        pass
+
+    def compute(self):
+        return {"broken_value": 0.0}
+"""
+
+
+def test_a_task_metric_that_raises_fails_a_whole_check_only(tmp_path: Path) -> None:
+    import uuid
+
+    from pytest_qaccuracy.metrics.task import TaskSpec
+
+    module = f"broken_metric_{uuid.uuid4().hex}"  # new each run: never already imported
+    (tmp_path / f"{module}.py").write_text(RAISING)
+    spec = w8_on("onnxruntime-avx2", task_metrics=(TaskSpec(f"{module}:Broken", folder=str(tmp_path)),))
+    s = session()
+    whole = s.check(spec, tol(min_sqnr=20.0), (), "t::whole")
+    rows = [(o.check, o.deployment, o.passed) for o in whole.outcomes]
+    assert rows == [
+        ("min_sqnr", None, True),
+        ("task_metrics", None, False),
+        ("min_sqnr", "onnxruntime-avx2", True),
+        ("task_metrics", "onnxruntime-avx2", False),
+    ]
+    assert "cannot score these outputs" in whole.outcomes[1].detail
+    item = s.check(spec, tol(min_sqnr=20.0), (), "t::item", measure=tol(min_sqnr=20.0))
+    assert [(o.check, o.deployment) for o in item.outcomes] == [("min_sqnr", None), ("min_sqnr", "onnxruntime-avx2")]
+
+
+def test_a_view_is_checked_on_the_pair_and_on_its_targets() -> None:
+    from pytest_qaccuracy.analysis.slices import SliceSpec
+
+    view = SliceSpec("first3", "logits[:, 0:3]", (("min_sqnr", 10.0),))
+    spec = w8_on("onnxruntime-avx2", slices=(view,))
+    fp32, int8 = ort_logits(FP32), ort_logits(W8)
+    done = session().check(spec, tol(min_sqnr=20.0), (), "t::view")
+    assert [(o.subject, o.deployment) for o in done.outcomes] == [
+        ("output 'logits'", None),
+        ("output 'first3'", None),
+        ("output 'logits'", "onnxruntime-avx2"),
+        ("output 'first3'", "onnxruntime-avx2"),
+    ]
+    assert done.outcomes[1].value == pytest.approx(sqnr_db(fp32[:, 0:3], int8[:, 0:3]), abs=1e-6)
+    assert done.outcomes[1].threshold == 10.0
