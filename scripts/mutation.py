@@ -1544,7 +1544,8 @@ EQUIVALENT += [
         "runs holds the targets' names: neither '' nor 'XXXX' is one, so the pair's own run is shown",
     ),
     (
-        r"(topk=dict\(stats\.topk\)|task=\{k: v\.to_dict\(\) for k, v in stats\.task\.items\(\)\}) if stats is not None else \{\},",
+        r"(topk=dict\(stats\.topk\)|task=\{k: v\.to_dict\(\) for k, v in stats\.task\.items\(\)\})"
+        r" if stats is not None else \{\},",
         r"\1 if (stats is not None) or True else {},",
         "a target's run always has statistics: compared() returns output_stats(), never None",
     ),
