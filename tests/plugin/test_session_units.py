@@ -1511,3 +1511,4 @@ def test_a_view_is_checked_on_the_pair_and_on_its_targets() -> None:
     ]
     assert done.outcomes[1].value == pytest.approx(sqnr_db(fp32[:, 0:3], int8[:, 0:3]), abs=1e-6)
     assert done.outcomes[1].threshold == 10.0
+    assert done.outcomes[3].threshold == 10.0  # the view's own tolerance on the target too
