@@ -1626,14 +1626,23 @@ def toml_list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(item) for item in items) + "]"
 
 
+def plugin_options(tests: tuple[str, ...]) -> list[str]:
+    """The ``-p NAME`` options among a group's test arguments. mutmut passes the test arguments only to
+    its stats, collection and forced-fail runs; a mutant's run gets its test ids and
+    ``pytest_add_cli_args``. So a plugin a group keeps out (``-p no:qaccuracy``: the plugin's own hooks,
+    mutated, must not run in the session that runs the tests) goes into both."""
+    return [x for i in range(len(tests) - 1) if tests[i] == "-p" for x in tests[i : i + 2]]
+
+
 def write_config(dest: Path, group: Group) -> None:
     """Append the group's [tool.mutmut] table to the copy's pyproject.toml."""
+    run_args = ["-p", "no:cacheprovider", "-p", "no:xdist", "-W", "ignore", *plugin_options(group.tests)]
     config = {
         "source_paths": toml_list([PACKAGE]),
         "only_mutate": toml_list([f"{PACKAGE}/{module}" for module in group.modules]),
         "pytest_add_cli_args_test_selection": toml_list(list(group.tests)),
         "also_copy": toml_list(["example_suites"]),  # the tests read its models and data
-        "pytest_add_cli_args": toml_list(["-p", "no:cacheprovider", "-p", "no:xdist", "-W", "ignore"]),
+        "pytest_add_cli_args": toml_list(run_args),
         "use_git_change_detection": "false",
         "use_setproctitle": "false",
     }
