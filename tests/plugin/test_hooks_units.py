@@ -185,8 +185,8 @@ def test_collection_hooks_mark_items_and_raise_usage_errors(monkeypatch: pytest.
 
 
 def test_setup_reads_the_marker_or_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    item = SimpleNamespace(stash=pytest.Stash())
-    monkeypatch.setattr(plugin, "read_marker", lambda it: {"min_cosine": 0.9})
+    item = SimpleNamespace(stash=pytest.Stash(), marks={"min_cosine": 0.9})
+    monkeypatch.setattr(plugin, "read_marker", lambda it: it.marks)  # the item's own marker
     plugin.pytest_runtest_setup(item)
     assert item.stash[marker_key] == {"min_cosine": 0.9}
 
