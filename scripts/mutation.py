@@ -381,6 +381,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_arm64_goldens.py",
             "tests/backend/test_kernel_units.py",
             "tests/backend/test_pairs.py",  # the pair oracle: integer_matmul's batched AVX2 path
+            "tests/backend/test_kernel_values.py",
         ),
     ),
     "conv": Group(

@@ -1,0 +1,172 @@
+"""QLinearSoftmax, Quantize/DequantizeLinear and the elementwise kernels on the inputs where a
+rounding step, an overflow or a parameter's shape decides the answer.
+
+Expected values come from outside the kernels: onnxruntime run on the same one-node model,
+``onnx.reference``, or values worked by hand. The rows of the softmax tests were picked (by a search
+run once, not here) where one rounding of the kernel's formula decides an output step, and are kept
+only where onnxruntime gives the answer; the tests compare with onnxruntime at run time. Part of the
+``kernels`` mutation group (``scripts/mutation.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from backend_models import MS, assert_same, node_model, ort_run, ort_softmax_expectation
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from pytest_qaccuracy.backend import get_scheme
+from pytest_qaccuracy.backend.kernels import quantize, softmax
+
+f32 = np.float32
+ORT = get_scheme("onnxruntime")
+
+
+def _softmax_pair(x: np.ndarray, inits: dict[str, np.ndarray], opset: int = 13) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's QLinearSoftmax and onnxruntime's (its int8 wrap undone, see backend_models)."""
+    spec = [("x", x.dtype, x.shape)]
+    model = node_model("QLinearSoftmax", spec, inits, x.dtype, domain=MS, input_order=["x", *inits], opset=opset)
+    (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=opset, scheme=ORT)
+    return got, ort_softmax_expectation(got, ort_run(model, {"x": x})[0])
+
+
+def _reference(op: str, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray], out, opset: int, **attrs):
+    """onnx.reference's outputs for one node (``output_dtype`` set as an attribute)."""
+    spec = [(name, value.dtype, value.shape) for name, value in feeds.items()]
+    output_dtype = attrs.pop("output_dtype", None)
+    model = node_model(op, spec, inits, out, model_opset=opset, input_order=[*feeds, *inits], **attrs)
+    if output_dtype is not None:
+        model.graph.node[0].attribute.append(helper.make_attribute("output_dtype", output_dtype))
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+# -- QLinearSoftmax ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dtype", "zp", "y_scale"),
+    [(np.uint8, 0, 1 / 256), (np.uint8, 3, 1 / 200), (np.uint8, 0, 1 / 150), (np.int8, -128, 1 / 200)],
+)
+def test_qlinear_softmax_over_an_axis_of_one_is_one(dtype, zp, y_scale) -> None:
+    """Softmax of a single value is 1: ``floor(1 / y_scale) + zp``, saturated. The table's top entry
+    is FLT_MAX / e^5 for a row of one, so ``t * floor(1 / y_scale)`` passes FLT_MAX below y_scale
+    1/148; the kernel then gave 0 where onnxruntime gives the saturated 1 (fixed: such products are
+    taken in float64)."""
+    x = np.array([[5], [9], [200 if dtype == np.uint8 else 100]], dtype)
+    inits = {"xs": f32(0.1), "xz": dtype(0), "ys": f32(y_scale), "yz": dtype(zp)}
+    got, want = _softmax_pair(x, inits)
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    by_hand = min(max(int(np.floor(np.float32(1) / np.float32(y_scale))) + zp, lo), hi)
+    assert_same(got, np.full(x.shape, by_hand, dtype))
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_softmax_with_a_fine_output_scale_matches_onnxruntime(dtype) -> None:
+    """y_scale 1/1000: the rows' maxima overflow ``t * 1000`` in float32 for rows of up to six values;
+    their outputs saturate, the others are rounded from float32 quotients."""
+    rng = np.random.default_rng(7)
+    low = 100 if dtype == np.uint8 else -20
+    x = rng.integers(low, low + 40, (6, 4)).astype(dtype)
+    zp = dtype(0) if dtype == np.uint8 else dtype(-128)
+    inits = {"xs": f32(0.07), "xz": dtype(0), "ys": f32(1 / 1000), "yz": zp}
+    got, want = _softmax_pair(x, inits)
+    assert_same(got, want)
+    assert (got == np.iinfo(dtype).max).any() and (got < np.iinfo(dtype).max).any()
+
+
+def test_qlinear_softmax_reads_one_element_vectors_as_scalars() -> None:
+    """onnxruntime takes scales and zero points of shape (1,) as well as 0-d ones."""
+    x = np.array([[5, 9, 200, 7], [30, 30, 31, 0]], np.uint8)
+    inits = {
+        "xs": np.array([0.1], f32),
+        "xz": np.array([3], np.uint8),
+        "ys": np.array([1 / 256], f32),
+        "yz": np.array([2], np.uint8),
+    }
+    got, want = _softmax_pair(x, inits)
+    assert_same(got, want)
+    scalars = {k: v.reshape(()) for k, v in inits.items()}
+    assert_same(softmax.qlinear_softmax(x, *scalars.values(), opset=13, scheme=ORT)[0], want)
+
+
+@pytest.mark.parametrize(
+    ("row", "x_scale"),
+    [
+        ([241, 219, 180, 11, 187, 81, 74, 187, 21], 0.12954899668693542),
+        ([115, 147, 122, 106], 0.11640195548534393),
+    ],
+)
+def test_qlinear_softmax_table_shift_decides_a_rounding(row, x_scale) -> None:
+    """The table is scaled by e^(log(FLT_MAX / n) - 5) so that the row sum stays finite; the factor
+    cancels in t / sum t but for the float32 roundings, which decide one output step on these rows
+    (a table without it gives another)."""
+    x = np.array([row], np.uint8)
+    inits = {"xs": f32(x_scale), "xz": np.uint8(0), "ys": f32(1 / 256), "yz": np.uint8(0)}
+    got, want = _softmax_pair(x, inits)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize(
+    ("row", "x_scale", "y_scale"),
+    [
+        ([26, 213, 238, 118, 151, 31], 0.04907398298382759, 1 / 150),
+        ([180, 130, 25, 128, 25, 25], 0.05342596769332886, 1 / 150),
+        ([244, 244, 48, 94, 75, 17, 153], 0.25067055225372314, 1 / 250),
+    ],
+)
+def test_qlinear_softmax_rounds_t_times_the_inverse_scale_to_float32(row, x_scale, y_scale) -> None:
+    """``t * floor(1 / y_scale)`` is rounded to float32 before the division by the sum (as onnxruntime's
+    float arithmetic does); on these rows the exact product would give another output step."""
+    x = np.array([row], np.uint8)
+    inits = {"xs": f32(x_scale), "xz": np.uint8(0), "ys": f32(y_scale), "yz": np.uint8(0)}
+    got, want = _softmax_pair(x, inits)
+    assert_same(got, want)
+
+
+# -- QuantizeLinear / DequantizeLinear ------------------------------------------------------------
+
+
+def test_quantize_linear_in_float64_rounds_the_exact_quotient() -> None:
+    """A float64 input is divided in float64: 0.5 + 2^-30 rounds to 1 and -0.5 - 2^-35 to -1 (in
+    float32 both are exactly +-0.5, ties to even 0); 2.5 - 2^-40 rounds to 2. Also when only the
+    input is float64."""
+    x = np.array([0.5 + 2.0**-30, -0.5 - 2.0**-35, 2.5 - 2.0**-40, 3.5], np.float64)
+    want = np.array([1, -1, 2, 4], np.int8)
+    assert_same(quantize.quantize_linear(x, np.float64(1), np.int8(0), scheme=ORT)[0], want)
+    (reference,) = _reference("QuantizeLinear", {"x": x}, {"s": np.float64(1), "z": np.int8(0)}, np.int8, 13)
+    assert_same(reference, want)
+    assert_same(quantize.quantize_linear(x, f32(1), np.int8(0), scheme=ORT)[0], want)
+
+
+def test_dequantize_linear_gives_the_scale_s_type() -> None:
+    """Without ``output_dtype`` the output has the scale's type: float16 here (onnx.reference, opset 21)."""
+    x = np.array([0, 1, 7, 255], np.uint8)
+    inits = {"s": np.float16(0.1), "z": np.uint8(3)}
+    (want,) = _reference("DequantizeLinear", {"x": x}, inits, np.float16, 21)
+    got = quantize.dequantize_linear(x, *inits.values())[0]
+    assert want.dtype == np.float16
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_dequantize_linear_per_axis_without_a_zero_point(dtype) -> None:
+    """Per-channel scales and no zero point on 8-bit input (the zero point is then 0 in every channel)."""
+    x = np.array([[[1, 2, 3], [4, 5, 6]], [[7, 8, 9], [10, 11, 12]]], dtype)
+    scale = np.array([0.5, 0.25], f32)
+    (want,) = _reference("DequantizeLinear", {"x": x}, {"s": scale}, f32, 19, axis=1)
+    assert_same(want, (x * scale[None, :, None]).astype(f32))
+    assert_same(quantize.dequantize_linear(x, scale, None, axis=1)[0], want)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16])  # the table of 8-bit values, the general path
+def test_dequantize_linear_to_float64_multiplies_in_float32(dtype) -> None:
+    """``output_dtype`` double with a float32 scale: the product is taken in float32 then widened, as
+    onnx.reference does (opset 23); 3 * 0.1f is 0.30000001192092896, not 0.3000000044703484. (Not int32:
+    there onnx.reference's int32 zero point promotes its float32 difference to float64.)"""
+    x = np.array([3, 7, 100, 0], dtype)
+    inits = {"s": f32(0.1), "z": dtype(0)}
+    (want,) = _reference("DequantizeLinear", {"x": x}, inits, np.float64, 23, output_dtype=11)
+    assert want.dtype == np.float64 and want[0] == np.float64(f32(3) * f32(0.1))
+    assert_same(quantize.dequantize_linear(x, *inits.values(), output_dtype=11)[0], want)
