@@ -1439,6 +1439,146 @@ EQUIVALENT += [
     ],
 ]
 
+# kernels: QLinearSoftmax's table and row arithmetic (backend/kernels/softmax.py)
+_SOFTMAX_TYPES = "QLinearSoftmax takes uint8 or int8 (one type T for X and Y): a clip to hi <= 255 follows"
+EQUIVALENT += [
+    *_each(
+        "shift = max(0.0, log - 5.0) / x_scale",
+        "max(0.0",
+        "max(1.0",
+        "log - 5 >= 1 unless the row has more than FLT_MAX / e^6 (8e35) values",
+    ),
+    *[
+        (r"i = np\.arange\(256, dtype=np\.float64\)", new, "i - 255.0 is float64 for an integer i too")
+        for new in ("i = np.arange(256, dtype=None)", "i = np.arange(256, )")
+    ],
+    *_each(
+        "rows = X.reshape(int(np.prod(X.shape[:axis])), -1) if opset < 13 else np.moveaxis(X, axis, -1)",
+        ")), -1)",
+        ")), -2)",
+        "numpy reads any negative size in reshape as 'the rest' (1.24 and 2.x)",
+    ),
+    *_each(
+        "dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype",
+        "if y_zero_point is not None else",
+        "if (y_zero_point is not None) and False else",
+        "QLinearSoftmax's schema gives X and Y one type T: the zero point's type is X's",
+    ),
+    *_each(
+        "table = _exp_table(float(np.asarray(X_scale).reshape(())), flat.shape[-1])",
+        "flat.shape[-1]",
+        "flat.shape[+1]",
+        "flat is 2-D: axis 1 is its last",
+    ),
+    *_each(
+        "index = flat.astype(np.int64) - flat.max(axis=-1, keepdims=True).astype(np.int64) + 255",
+        "axis=-1",
+        "axis=+1",
+        "flat is 2-D: axis 1 is its last",
+    ),
+    *[
+        (r"total = np\.cumsum\(values, axis=-1, dtype=np\.float32\)", new, why)
+        for new, why in (
+            ("total = np.cumsum(values, axis=+1, dtype=np.float32)", "values is 2-D: axis 1 is its last"),
+            ("total = np.cumsum(values, axis=-1, dtype=None)", "values is float32 (the table's type)"),
+            ("total = np.cumsum(values, axis=-1, )", "values is float32 (the table's type)"),
+        )
+    ],
+    *[
+        (r"q = np\.minimum\(q, 255\) if dtype == np\.uint8 else q", new, _SOFTMAX_TYPES)
+        for new in (
+            "q = np.minimum(q, 255) if (dtype == np.uint8) and False else q",
+            "q = np.minimum(q, 255) if (dtype == np.uint8) or True else q",
+            "q = np.minimum(q, 256) if dtype == np.uint8 else q",
+            "q = np.minimum(q, 255) if dtype != np.uint8 else q",
+        )
+    ],
+    *_each(
+        "out = np.clip(q, lo, hi).astype(dtype).reshape(rows.shape)",
+        "np.clip(q, lo,",
+        "np.clip(q, None,",
+        "q = rint(y) + zp with y = t * inv / sum t >= 0: never below zp >= lo",
+    ),
+]
+
+# kernels: Quantize/DequantizeLinear's dtype spellings, copy flags and speed paths (backend/kernels/quantize.py)
+_COPY = "astype's copy flag: a fresh array either way, never written in place nor compared by identity"
+_QL = "return (arith.quantize_float(x.astype(ftype, copy=False), scale.astype(ftype), np.asarray(zp), dtype, scheme),)"
+_TABLE = "table = arith.dequantize(every, scale.astype(np.float32), zp).astype(out_type, copy=False).reshape(256)"
+_TABLE_IF = "if x.dtype.itemsize == 1 and scale.size == 1 and (zp is None or zp.size == 1):  # one 256-entry table"
+_SAME_PATH = (
+    "the table and the general path compute the same (x - zp) * scale per value; a zero point of another "
+    "size than the scale's is outside the spec"
+)
+EQUIVALENT += [
+    (r"^saturate: int = 1,$", "saturate: int = 2,", "saturate is read for float8 outputs only (onnx.reference's)"),
+    *[entry for new in ("copy=None", "", "copy=True") for entry in _each(_QL, "copy=False", new, _COPY)],
+    *_each(
+        _QL,
+        "scale.astype(ftype)",
+        "scale.astype(None)",
+        "quantize_float casts the scale to x's float type: a float64 copy of a float scale goes back exact",
+    ),
+    *_each(_TABLE_IF, "zp.size == 1", "zp.size != 1", _SAME_PATH),
+    *_each(_TABLE_IF, "zp.size == 1", "zp.size == 2", _SAME_PATH),
+    *_each(
+        _TABLE,
+        ".reshape(256)",
+        ".reshape(None)",
+        "np.take reads a table of shape (1, ..., 256) flattened; reshape(None) keeps the shape (numpy 1.24 and 2.x)",
+    ),
+    *[entry for new in ("copy=None", "", "copy=True") for entry in _each(_TABLE, "copy=False", new, _COPY)],
+    *[
+        entry
+        for new in ("copy=None", "", "copy=True")
+        for entry in _each("return (value.astype(out_type, copy=False),)", "copy=False", new, _COPY)
+    ],
+    *[
+        (r"x = np\.asarray\(x, dtype=np\.float32\)", new, "DynamicQuantizeLinear's input is float32 by its schema")
+        for new in ("x = np.asarray(x, dtype=None)", "x = np.asarray(x, )")
+    ],
+    *[
+        (r"zp_float = np\.clip\(np\.float32\(0\) - low / scale, 0, 255\)", new, why)
+        for new, why in (
+            ("zp_float = np.clip(np.float32(0) - low / scale, None, 255)", "low <= 0 < scale: -low / scale >= 0"),
+            (
+                "zp_float = np.clip(np.float32(0) - low / scale, 0, None)",
+                "high >= 0: -low / scale is 255 within float32 rounding at most, and rounds to 255",
+            ),
+            (
+                "zp_float = np.clip(np.float32(0) - low / scale, 0, 256)",
+                "high >= 0: -low / scale is 255 within float32 rounding at most, and rounds to 255",
+            ),
+        )
+    ],
+    *_each(
+        'zp = arith.round_float(np.asarray(zp_float, np.float32), "half_even").astype(np.uint8)',
+        ".astype(np.uint8)",
+        ".astype(None)",
+        "an integral zero point in [0, 255]: quantize_float casts it to its float type, the return to uint8",
+    ),
+    *[
+        entry
+        for new in ("None", "")
+        for entry in _each(
+            'zp = arith.round_float(np.asarray(zp_float, np.float32), "half_even").astype(np.uint8)',
+            "np.float32)",
+            f"{new})",
+            "zp_float is float32 (numpy 2) or a float64 holding the float32 value (numpy 1.24's np.clip on scalars)",
+        )
+    ],
+    *[
+        entry
+        for old, new, why in (
+            ("np.float32)", "None)", "scale is a float32 scalar (a quotient of two)"),
+            ("np.float32)", ")", "scale is a float32 scalar (a quotient of two)"),
+            ("np.uint8)", "None)", "zp is uint8 already (astype(np.uint8))"),
+            ("np.uint8)", ")", "zp is uint8 already (astype(np.uint8))"),
+        )
+        for entry in _each("return y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)", old, new, why)
+    ],
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 
