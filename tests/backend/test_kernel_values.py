@@ -10,6 +10,8 @@ only where onnxruntime gives the answer; the tests compare with onnxruntime at r
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from backend_models import MS, assert_same, node_model, ort_run, ort_softmax_expectation
@@ -17,7 +19,7 @@ from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from pytest_qaccuracy.backend import get_scheme
-from pytest_qaccuracy.backend.kernels import quantize, softmax
+from pytest_qaccuracy.backend.kernels import elementwise, quantize, softmax
 
 f32 = np.float32
 ORT = get_scheme("onnxruntime")
@@ -55,7 +57,9 @@ def test_qlinear_softmax_over_an_axis_of_one_is_one(dtype, zp, y_scale) -> None:
     taken in float64)."""
     x = np.array([[5], [9], [200 if dtype == np.uint8 else 100]], dtype)
     inits = {"xs": f32(0.1), "xz": dtype(0), "ys": f32(y_scale), "yz": dtype(zp)}
-    got, want = _softmax_pair(x, inits)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no overflow warning on the way
+        got, want = _softmax_pair(x, inits)
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
     by_hand = min(max(int(np.floor(np.float32(1) / np.float32(y_scale))) + zp, lo), hi)
     assert_same(got, np.full(x.shape, by_hand, dtype))
@@ -170,3 +174,70 @@ def test_dequantize_linear_to_float64_multiplies_in_float32(dtype) -> None:
     (want,) = _reference("DequantizeLinear", {"x": x}, inits, np.float64, 23, output_dtype=11)
     assert want.dtype == np.float64 and want[0] == np.float64(f32(3) * f32(0.1))
     assert_same(quantize.dequantize_linear(x, *inits.values(), output_dtype=11)[0], want)
+
+
+# -- QLinearAdd / QLinearMul and the table ops -----------------------------------------------------
+
+_BINARY_ORDER = ["a", "as", "az", "b", "bs", "bz", "cs", "cz"]
+
+
+def _binary_pair(op: str, a: np.ndarray, b: np.ndarray, inits: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's QLinearAdd or QLinearMul under the onnxruntime preset, and onnxruntime's."""
+    spec = [("a", a.dtype, a.shape), ("b", b.dtype, b.shape)]
+    model = node_model(op, spec, inits, a.dtype, domain=MS, input_order=_BINARY_ORDER)
+    (want,) = ort_run(model, {"a": a, "b": b})
+    ours = elementwise.qlinear_add if op == "QLinearAdd" else elementwise.qlinear_mul
+    args = (a, inits["as"], inits["az"], b, inits["bs"], inits["bz"], inits["cs"], inits["cz"])
+    return ours(*args, scheme=ORT)[0], want
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize(
+    ("shape_a", "shape_b"),
+    [
+        ((1, 1, 1), (4,)),  # one value, against an operand of fewer dimensions than the output
+        ((4,), (1, 1, 1)),
+        ((9, 2), (1, 2)),  # many rows of two: a broadcast operand, rows split by the row count
+        ((1, 3), (11, 3)),
+    ],
+)
+def test_qlinear_binary_broadcasts_to_more_dimensions_like_onnxruntime(op, shape_a, shape_b) -> None:
+    rng = np.random.default_rng(11)
+    a = rng.integers(0, 256, shape_a).astype(np.uint8)
+    b = rng.integers(0, 256, shape_b).astype(np.uint8)
+    inits = {"as": f32(0.031), "az": np.uint8(3), "bs": f32(0.017), "bz": np.uint8(9)}
+    inits |= {"cs": f32(0.05 if op == "QLinearAdd" else 0.009), "cz": np.uint8(5)}
+    got, want = _binary_pair(op, a, b, inits)
+    assert want.shape == np.broadcast_shapes(shape_a, shape_b)
+    assert_same(got, want, f"{op} {shape_a} {shape_b}")
+
+
+def test_qlinear_add_in_tflite_fixed_point_reads_one_element_vector_scales() -> None:
+    """Equal scales: TFLite's ADD halves each input exactly (s / 2s) and doubles the sum back, so C is
+    A - A_zp + B - B_zp + C_zp, saturated; scales of shape (1,) read as the scalars they hold."""
+    a = np.array([0, 10, 100, 120, 255, 200], np.uint8)
+    b = np.array([7, 20, 50, 100, 1, 250], np.uint8)
+    s = np.array([0.5], f32)
+    got = elementwise.qlinear_add(a, s, np.uint8(3), b, s, np.uint8(9), s, np.uint8(5), scheme=get_scheme("tflite"))[0]
+    assert_same(got, np.array([0, 23, 143, 213, 249, 255], np.uint8))
+
+
+def test_qlinear_add_in_float64_adds_the_zero_point_before_rounding_when_the_scheme_says() -> None:
+    """A scheme with ``add`` in ``zp_before_rounding``: (a + b) * 1.25 / 1 = 2.5, + zp 1 = 3.5 rounds (half
+    to even) to 4; rounded first, 2.5 gives 2, + 1 = 3 (the onnx-reference preset)."""
+    reference = get_scheme("onnx-reference")
+    first = reference.replace(name="zp-first-add", zp_before_rounding=frozenset({"add"}))
+    a, b = np.array([1], np.int16), np.array([1], np.int16)
+    args = (a, f32(1.25), np.int16(0), b, f32(1.25), np.int16(0), f32(1), np.int16(1))
+    assert_same(elementwise.qlinear_add(*args, scheme=first)[0], np.array([4], np.int16))
+    assert_same(elementwise.qlinear_add(*args, scheme=reference)[0], np.array([3], np.int16))
+
+
+def test_fused_tables_take_the_output_type_from_its_zero_point() -> None:
+    """The internal Requantize and QLinearLookup (DQ -> op -> Q fused) may go from int8 to uint8: the
+    output has the type of Q's zero point. By hand: v = 0.5 x; y = v / 0.5 + 128, saturated."""
+    x = np.array([-128, -1, 0, 5, 127], np.int8)
+    args = (x, f32(0.5), np.int8(0), f32(0.5), np.uint8(128))
+    assert_same(elementwise.requantize_table(*args, scheme=ORT)[0], np.array([0, 127, 128, 133, 255], np.uint8))
+    relu = elementwise.qlinear_lookup(*args, function="Relu", scheme=ORT)[0]
+    assert_same(relu, np.array([128, 128, 128, 133, 255], np.uint8))
