@@ -241,3 +241,21 @@ def test_fused_tables_take_the_output_type_from_its_zero_point() -> None:
     assert_same(elementwise.requantize_table(*args, scheme=ORT)[0], np.array([0, 127, 128, 133, 255], np.uint8))
     relu = elementwise.qlinear_lookup(*args, function="Relu", scheme=ORT)[0]
     assert_same(relu, np.array([128, 128, 128, 133, 255], np.uint8))
+
+
+def test_qlinear_add_keeps_one_table_per_broadcast_kind() -> None:
+    """MLAS folds ``fixed + a * r_a`` into one FMA when A holds one value per innermost span, and adds
+    B's term first otherwise. With these parameters (found by a search over the two orders) the pair
+    (240, 167) gives 66 the first way and 67 the other, as onnxruntime does: a table kept for one kind
+    of call must not serve the other, nor may the output shape be taken from B alone."""
+    inits = {"as": f32(0.013153451), "az": np.uint8(238), "bs": f32(0.08526804), "bz": np.uint8(250)}
+    inits |= {"cs": f32(0.039948672), "cz": np.uint8(243)}
+    b = np.array([[167, 0, 167, 3], [9, 167, 167, 167]], np.uint8)
+    for a, b_, value in (
+        (np.full((2, 1), 240, np.uint8), b, 66),  # one A per row
+        (np.full((2, 4), 240, np.uint8), b, 67),  # A in full: the same parameters, the other order
+        (np.full((2, 1), 240, np.uint8), b[0], 66),  # B of fewer dimensions than the output
+    ):
+        got, want = _binary_pair("QLinearAdd", a, b_, inits)
+        assert_same(got, want, f"{a.shape} {b_.shape}")
+        assert (got[np.broadcast_to(b_, got.shape) == 167] == value).all()
