@@ -1658,8 +1658,12 @@ EQUIVALENT += [
         "+ arith",
         "16-bit only: uint16's minimum is 0, and int16's x - 32768 counts from the end of its 65536 entries",
     ),
-    # QLinearSigmoid and QLinearLeakyRelu (the fused Requantize and QLinearLookup may change type: tested)
-    (r"^dtype = _out_dtype\(Y_zero_point, X\)$", "dtype = _out_dtype(None, X)", _SAME_T),
+    (
+        r"^dtype = _out_dtype\(Y_zero_point, X\)$",
+        "dtype = _out_dtype(None, X)",
+        "one type in and out: QLinearSigmoid's and QLinearLeakyRelu's schemas; fusion makes Requantize and "
+        "QLinearLookup only where the DQ and the Q share a type",
+    ),
     *_each("return np.where(v >= 0, v, (a * v).astype(np.float32))", "v >= 0", "v > 0", "0 and -0 stay 0 both ways"),
     *_each(
         "return np.where(v >= 0, v, (a * v).astype(np.float32))",

@@ -10,6 +10,7 @@ only where onnxruntime gives the answer; the tests compare with onnxruntime at r
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -233,16 +234,6 @@ def test_qlinear_add_in_float64_adds_the_zero_point_before_rounding_when_the_sch
     assert_same(elementwise.qlinear_add(*args, scheme=reference)[0], np.array([3], np.int16))
 
 
-def test_fused_tables_take_the_output_type_from_its_zero_point() -> None:
-    """The internal Requantize and QLinearLookup (DQ -> op -> Q fused) may go from int8 to uint8: the
-    output has the type of Q's zero point. By hand: v = 0.5 x; y = v / 0.5 + 128, saturated."""
-    x = np.array([-128, -1, 0, 5, 127], np.int8)
-    args = (x, f32(0.5), np.int8(0), f32(0.5), np.uint8(128))
-    assert_same(elementwise.requantize_table(*args, scheme=ORT)[0], np.array([0, 127, 128, 133, 255], np.uint8))
-    relu = elementwise.qlinear_lookup(*args, function="Relu", scheme=ORT)[0]
-    assert_same(relu, np.array([128, 128, 128, 133, 255], np.uint8))
-
-
 def test_qlinear_add_keeps_one_table_per_broadcast_kind() -> None:
     """MLAS folds ``fixed + a * r_a`` into one FMA when A holds one value per innermost span, and adds
     B's term first otherwise. With these parameters (found by a search over the two orders) the pair
@@ -259,3 +250,37 @@ def test_qlinear_add_keeps_one_table_per_broadcast_kind() -> None:
         got, want = _binary_pair("QLinearAdd", a, b_, inits)
         assert_same(got, want, f"{a.shape} {b_.shape}")
         assert (got[np.broadcast_to(b_, got.shape) == 167] == value).all()
+
+
+def _fixed_add(a: int, b: int, params: tuple, bits: int, floor: bool) -> int:
+    """TFLite's quantized ADD on one uint8 pair with a ``bits``-wide multiplier and one rounding shift
+    (half up, or floor), as docs/backend.md defines the ``q15``/``q31`` multipliers: ``m = q 2^(e - bits)``,
+    ``q = round_half_away(frac 2^bits)`` from ``frexp``."""
+    a_s, a_zp, b_s, b_zp, c_s, c_zp = params
+
+    def times(x: int, m: float) -> int:
+        frac, e = math.frexp(m)
+        q = math.floor(frac * 2**bits + 0.5)
+        if q == 2**bits:
+            q, e = q // 2, e + 1
+        t = bits - e
+        return (x * q) >> t if floor else (x * q + (1 << (t - 1))) >> t
+
+    twice_max = 2 * max(float(a_s), float(b_s))
+    terms = times((a - a_zp) << 20, float(a_s) / twice_max) + times((b - b_zp) << 20, float(b_s) / twice_max)
+    return min(max(times(terms, twice_max / (2**20 * float(c_s))) + c_zp, 0), 255)
+
+
+@pytest.mark.parametrize(("multiplier", "rounding"), [("q15", "half_up"), ("q31", "floor"), ("q15", "floor")])
+def test_qlinear_add_in_fixed_point_with_its_multiplier_width_and_rounding(multiplier, rounding) -> None:
+    """The ``q15`` multiplier (15-bit integers) and a single-rounding ``q31`` scheme that floors:
+    every pair of a grid against TFLite's ADD written out in Python integers with that width and rounding."""
+    scheme = get_scheme("tflite-single-rounding").replace(name="custom", multiplier=multiplier, rounding=rounding)
+    params = (f32(0.031), 3, f32(0.017), 9, f32(0.05), 5)
+    a = np.repeat(np.arange(256, dtype=np.uint8), 256)  # every pair: a few hundred fall either side of a
+    b = np.tile(np.arange(256, dtype=np.uint8), 256)  # rounding with a 15- or a 31-bit multiplier
+    want = np.array([_fixed_add(int(x), int(y), params, int(multiplier[1:]), rounding == "floor") for x, y in
+                     zip(a, b, strict=True)], np.uint8)  # fmt: skip
+    a_s, a_zp, b_s, b_zp, c_s, c_zp = params
+    got = elementwise.qlinear_add(a, a_s, np.uint8(a_zp), b, b_s, np.uint8(b_zp), c_s, np.uint8(c_zp), scheme=scheme)
+    assert_same(got[0], want)
