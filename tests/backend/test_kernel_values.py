@@ -10,10 +10,13 @@ only where onnxruntime gives the answer; the tests compare with onnxruntime at r
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 import warnings
 
 import numpy as np
+import onnx
 import pytest
 from backend_models import MS, assert_same, node_model, ort_run, ort_softmax_expectation
 from onnx import helper
@@ -24,6 +27,7 @@ from pytest_qaccuracy.backend.kernels import elementwise, quantize, softmax
 
 f32 = np.float32
 ORT = get_scheme("onnxruntime")
+ONNX = tuple(int(p) for p in re.findall(r"\d+", onnx.__version__)[:2])
 
 
 def _softmax_pair(x: np.ndarray, inits: dict[str, np.ndarray], opset: int = 13) -> tuple[np.ndarray, np.ndarray]:
@@ -42,6 +46,17 @@ def _reference(op: str, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarra
     if output_dtype is not None:
         model.graph.node[0].attribute.append(helper.make_attribute("output_dtype", output_dtype))
     return ReferenceEvaluator(model).run(None, feeds)
+
+
+@functools.lru_cache(maxsize=1)
+def _ort_softmax_overflows() -> bool:
+    """Whether this onnxruntime's QLinearSoftmax lets ``t * floor(1 / y_scale)`` overflow float32: its
+    output is then the integer cast of an infinity (onnxruntime 1.18 gives the zero point; 1.32 gives
+    the saturated 1). The probe: one value per row, y_scale 1/256, must give 255."""
+    x = np.array([[5]], np.uint8)
+    inits = {"xs": f32(0.1), "xz": np.uint8(0), "ys": f32(1 / 256), "yz": np.uint8(0)}
+    model = node_model("QLinearSoftmax", [("x", np.uint8, x.shape)], inits, np.uint8, domain=MS, axis=-1, opset=13)
+    return int(ort_run(model, {"x": x})[0][0, 0]) != 255
 
 
 # -- QLinearSoftmax ------------------------------------------------------------------------------
@@ -64,13 +79,16 @@ def test_qlinear_softmax_over_an_axis_of_one_is_one(dtype, zp, y_scale) -> None:
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
     by_hand = min(max(int(np.floor(np.float32(1) / np.float32(y_scale))) + zp, lo), hi)
     assert_same(got, np.full(x.shape, by_hand, dtype))
-    assert_same(got, want)
+    if not _ort_softmax_overflows():
+        assert_same(got, want)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_qlinear_softmax_with_a_fine_output_scale_matches_onnxruntime(dtype) -> None:
     """y_scale 1/1000: the rows' maxima overflow ``t * 1000`` in float32 for rows of up to six values;
     their outputs saturate, the others are rounded from float32 quotients."""
+    if _ort_softmax_overflows():
+        pytest.skip("this onnxruntime overflows t * floor(1 / y_scale) (its output is a cast infinity)")
     rng = np.random.default_rng(7)
     low = 100 if dtype == np.uint8 else -20
     x = rng.integers(low, low + 40, (6, 4)).astype(dtype)
@@ -170,6 +188,8 @@ def test_dequantize_linear_to_float64_multiplies_in_float32(dtype) -> None:
     """``output_dtype`` double with a float32 scale: the product is taken in float32 then widened, as
     onnx.reference does (opset 23); 3 * 0.1f is 0.30000001192092896, not 0.3000000044703484. (Not int32:
     there onnx.reference's int32 zero point promotes its float32 difference to float64.)"""
+    if ONNX < (1, 18):
+        pytest.skip(f"onnx {onnx.__version__}'s reference has no DequantizeLinear-23 (output_dtype)")
     x = np.array([3, 7, 100, 0], dtype)
     inits = {"s": f32(0.1), "z": dtype(0)}
     (want,) = _reference("DequantizeLinear", {"x": x}, inits, np.float64, 23, output_dtype=11)
