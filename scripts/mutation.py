@@ -399,6 +399,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_arm64_goldens.py",
             "tests/backend/test_kernel_units.py",
             "tests/backend/test_pairs.py",  # the pair oracle: integer_matmul's batched AVX2 path
+            "tests/backend/test_kernel_values.py",
         ),
     ),
     "conv": Group(
@@ -1495,6 +1496,439 @@ EQUIVALENT += [
         for new, why in (
             ("XXlayersXX", "make_spec reads no 'layers' key: check() reads the marker's layer rules itself"),
             ("LAYERS", "make_spec reads no 'layers' key: check() reads the marker's layer rules itself"),
+        )
+    ],
+]
+
+# kernels: QLinearSoftmax's table and row arithmetic (backend/kernels/softmax.py)
+_SOFTMAX_TYPES = "QLinearSoftmax takes uint8 or int8 (one type T for X and Y): a clip to hi <= 255 follows"
+EQUIVALENT += [
+    *_each(
+        "shift = max(0.0, log - 5.0) / x_scale",
+        "max(0.0",
+        "max(1.0",
+        "log - 5 >= 1 unless the row has more than FLT_MAX / e^6 (8e35) values",
+    ),
+    *[
+        (r"i = np\.arange\(256, dtype=np\.float64\)", new, "i - 255.0 is float64 for an integer i too")
+        for new in ("i = np.arange(256, dtype=None)", "i = np.arange(256, )")
+    ],
+    *_each(
+        "rows = X.reshape(int(np.prod(X.shape[:axis])), -1) if opset < 13 else np.moveaxis(X, axis, -1)",
+        ")), -1)",
+        ")), -2)",
+        "numpy reads any negative size in reshape as 'the rest' (1.24 and 2.x)",
+    ),
+    *_each(
+        "dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype",
+        "if y_zero_point is not None else",
+        "if (y_zero_point is not None) and False else",
+        "QLinearSoftmax's schema gives X and Y one type T: the zero point's type is X's",
+    ),
+    *_each(
+        "table = _exp_table(float(np.asarray(X_scale).reshape(())), flat.shape[-1])",
+        "flat.shape[-1]",
+        "flat.shape[+1]",
+        "flat is 2-D: axis 1 is its last",
+    ),
+    *_each(
+        "index = flat.astype(np.int64) - flat.max(axis=-1, keepdims=True).astype(np.int64) + 255",
+        "axis=-1",
+        "axis=+1",
+        "flat is 2-D: axis 1 is its last",
+    ),
+    *[
+        (r"total = np\.cumsum\(values, axis=-1, dtype=np\.float32\)", new, why)
+        for new, why in (
+            ("total = np.cumsum(values, axis=+1, dtype=np.float32)", "values is 2-D: axis 1 is its last"),
+            ("total = np.cumsum(values, axis=-1, dtype=None)", "values is float32 (the table's type)"),
+            ("total = np.cumsum(values, axis=-1, )", "values is float32 (the table's type)"),
+        )
+    ],
+    *[
+        (r"q = np\.minimum\(q, 255\) if dtype == np\.uint8 else q", new, _SOFTMAX_TYPES)
+        for new in (
+            "q = np.minimum(q, 255) if (dtype == np.uint8) and False else q",
+            "q = np.minimum(q, 255) if (dtype == np.uint8) or True else q",
+            "q = np.minimum(q, 256) if dtype == np.uint8 else q",
+            "q = np.minimum(q, 255) if dtype != np.uint8 else q",
+        )
+    ],
+    *_each(
+        "out = np.clip(q, lo, hi).astype(dtype).reshape(rows.shape)",
+        "np.clip(q, lo,",
+        "np.clip(q, None,",
+        "q = rint(y) + zp with y = t * inv / sum t >= 0: never below zp >= lo",
+    ),
+]
+
+# kernels: Quantize/DequantizeLinear's dtype spellings, copy flags and speed paths (backend/kernels/quantize.py)
+_COPY = "astype's copy flag: a fresh array either way, never written in place nor compared by identity"
+_QL = "return (arith.quantize_float(x.astype(ftype, copy=False), scale.astype(ftype), np.asarray(zp), dtype, scheme),)"
+_TABLE = "table = arith.dequantize(every, scale.astype(np.float32), zp).astype(out_type, copy=False).reshape(256)"
+_TABLE_IF = "if x.dtype.itemsize == 1 and scale.size == 1 and (zp is None or zp.size == 1):  # one 256-entry table"
+_SAME_PATH = (
+    "the table and the general path compute the same (x - zp) * scale per value; a zero point of another "
+    "size than the scale's is outside the spec"
+)
+EQUIVALENT += [
+    (r"^saturate: int = 1,$", "saturate: int = 2,", "saturate is read for float8 outputs only (onnx.reference's)"),
+    *[entry for new in ("copy=None", "", "copy=True") for entry in _each(_QL, "copy=False", new, _COPY)],
+    *_each(
+        _QL,
+        "scale.astype(ftype)",
+        "scale.astype(None)",
+        "quantize_float casts the scale to x's float type: a float64 copy of a float scale goes back exact",
+    ),
+    *_each(_TABLE_IF, "zp.size == 1", "zp.size != 1", _SAME_PATH),
+    *_each(_TABLE_IF, "zp.size == 1", "zp.size == 2", _SAME_PATH),
+    *_each(
+        _TABLE,
+        ".reshape(256)",
+        ".reshape(None)",
+        "np.take reads a table of shape (1, ..., 256) flattened; reshape(None) keeps the shape (numpy 1.24 and 2.x)",
+    ),
+    *[entry for new in ("copy=None", "", "copy=True") for entry in _each(_TABLE, "copy=False", new, _COPY)],
+    *[
+        entry
+        for new in ("copy=None", "", "copy=True")
+        for entry in _each("return (value.astype(out_type, copy=False),)", "copy=False", new, _COPY)
+    ],
+    *[
+        (r"x = np\.asarray\(x, dtype=np\.float32\)", new, "DynamicQuantizeLinear's input is float32 by its schema")
+        for new in ("x = np.asarray(x, dtype=None)", "x = np.asarray(x, )")
+    ],
+    *[
+        (r"zp_float = np\.clip\(np\.float32\(0\) - low / scale, 0, 255\)", new, why)
+        for new, why in (
+            ("zp_float = np.clip(np.float32(0) - low / scale, None, 255)", "low <= 0 < scale: -low / scale >= 0"),
+            (
+                "zp_float = np.clip(np.float32(0) - low / scale, 0, None)",
+                "high >= 0: -low / scale is 255 within float32 rounding at most, and rounds to 255",
+            ),
+            (
+                "zp_float = np.clip(np.float32(0) - low / scale, 0, 256)",
+                "high >= 0: -low / scale is 255 within float32 rounding at most, and rounds to 255",
+            ),
+        )
+    ],
+    *_each(
+        'zp = arith.round_float(np.asarray(zp_float, np.float32), "half_even").astype(np.uint8)',
+        ".astype(np.uint8)",
+        ".astype(None)",
+        "an integral zero point in [0, 255]: quantize_float casts it to its float type, the return to uint8",
+    ),
+    *[
+        entry
+        for new in ("None", "")
+        for entry in _each(
+            'zp = arith.round_float(np.asarray(zp_float, np.float32), "half_even").astype(np.uint8)',
+            "np.float32)",
+            f"{new})",
+            "zp_float is float32 (numpy 2) or a float64 holding the float32 value (numpy 1.24's np.clip on scalars)",
+        )
+    ],
+    *[
+        entry
+        for old, new, why in (
+            ("np.float32)", "None)", "scale is a float32 scalar (a quotient of two)"),
+            ("np.float32)", ")", "scale is a float32 scalar (a quotient of two)"),
+            ("np.uint8)", "None)", "zp is uint8 already (astype(np.uint8))"),
+            ("np.uint8)", ")", "zp is uint8 already (astype(np.uint8))"),
+        )
+        for entry in _each("return y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)", old, new, why)
+    ],
+]
+
+# kernels: the elementwise kernels' dtype spellings, table paths and pair-table keys (backend/kernels/elementwise.py)
+_ONE_VALUE = (
+    "a parameter of one value: reshape(None) keeps its shape (numpy 1.24 and 2.x), and the table's 256 "
+    "values broadcast against it to 256; quantize_float takes a size-1 scale or zero point as 0-d"
+)
+_FORMULAS_CAST = (
+    "every pair formula casts its operands first (int64, float32 or float64, neon's int64): the grid's "
+    "type does not reach the table"
+)
+_KEY = (
+    "the pair-table key stays unique: an add key holds ten entries and a mul key seven, and the output type "
+    "is the C zero point's (its dtype is in the key) or A's (in the full key)"
+)
+_SAME_T = "the op's schema gives its integer inputs and output one type T"
+_ROLE = "a scratch buffer's role name: no other buffer alive in these calls has either name"
+_CLIP_MODE = "every index is in range of the table (256 or 65536 entries): mode='clip' only avoids a copy"
+_LOGISTIC = "float32 operands: the product is float32 already, and fma32 casts its operands to float32"
+_LINE_TABLE = "return arith.quantize_float(out, np.asarray(y_scale, np.float32).reshape(()), zp, y_dtype, scheme)"
+_LINE_DQ = "q, np.asarray(x_scale, np.float32).reshape(()), None if x_zp is None else np.asarray(x_zp).reshape(())"
+_LINE_FN = "out = np.asarray(fn(v.astype(np.float32)), dtype=np.float32)"
+_LINE_ZP = "zp = np.zeros((), y_dtype) if y_zp is None else np.asarray(y_zp).reshape(())"
+_LINE_ADD_KEY = 'key = param_key("QLinearAdd", a_s, a_zp, b_s, b_zp, c_s, c_zp, np.dtype(dtype).str, scheme, spans)'
+_LINE_MUL_KEY = 'key = param_key("QLinearMul", a_zp, b_zp, multiplier, c_zp, np.dtype(dtype).str, scheme)'
+_LINE_POWER2 = (
+    'arith.requantize(x.astype(np.int64) - zp, arith.real_multiplier([s], c_s, scheme), 0, np.int32, scheme, "add")'
+)
+_LINE_SCRATCH = 'index = parallel.scratch(x.size, np.uint16, "pair-index").reshape(x.shape)'
+_LINE_SCRATCH_B = 'index = parallel.scratch(target.size, np.uint16, "pair-index").reshape(target.shape)'
+EQUIVALENT += [
+    *[
+        (r"x = np\.asarray\(x, np\.float32\)", new, "logistic's one caller passes float32 values (the table's)")
+        for new in ("x = np.asarray(x, None)", "x = np.asarray(x, )")
+    ],
+    (r"v2 = \(v \* v\)\.astype\(np\.float32\)", "v2 = (v * v).astype(None)", _LOGISTIC),
+    (r"p = \(p \* v\)\.astype\(np\.float32\)", "p = (p * v).astype(None)", _LOGISTIC),
+    *_each("q = np.arange(lo, hi + 1)", "hi + 1", "hi + 2", "a 257th table entry is never read (indices are q - qmin)"),
+    *_each(_LINE_DQ, "reshape(())", "reshape(None)", _ONE_VALUE),
+    *_each(_LINE_ZP, "reshape(())", "reshape(None)", _ONE_VALUE),
+    *_each(_LINE_TABLE, "reshape(())", "reshape(None)", _ONE_VALUE),
+    *[
+        entry
+        for new in ("dtype=None)", ")")
+        for entry in _each(_LINE_FN, "dtype=np.float32)", new, "logistic, leaky, clip and identity give float32")
+    ],
+    *_each(
+        _LINE_FN,
+        "v.astype(np.float32)",
+        "v.astype(None)",
+        "v is float32 (the dequantized table): each fn gives the float32 value of its float64 result, rounded once",
+    ),
+    *[
+        entry
+        for new in ("None)", ")")
+        for entry in _each(
+            _LINE_ZP, "y_dtype)", new, "a float 0 zero point: quantize_float casts it to its float type, 0 either way"
+        )
+    ],
+    *[
+        entry
+        for line in (
+            'np.take(table, block, out=target, mode="clip")  # every byte is an index: "clip" avoids a copy',
+            'np.take(table, index, out=out, mode="clip")  # every index is in range; "clip" avoids a copy',
+            'np.take(raw, index, out=target, mode="clip")',
+        )
+        for new in ("mode=None", "")
+        for entry in _each(line, 'mode="clip"', new, _CLIP_MODE)
+    ],
+    *_each(
+        "if x.dtype == np.uint8 or x.dtype == np.int8:",
+        " or ",
+        " and ",
+        "8-bit values through the general path: table[x - qmin] reads the same entries",
+    ),
+    *_each(
+        "return table[x.astype(np.intp) - arith.qrange(x.dtype)[0]]",
+        "- arith",
+        "+ arith",
+        "16-bit only: uint16's minimum is 0, and int16's x - 32768 counts from the end of its 65536 entries",
+    ),
+    (
+        r"^dtype = _out_dtype\(Y_zero_point, X\)$",
+        "dtype = _out_dtype(None, X)",
+        "one type in and out: QLinearSigmoid's and QLinearLeakyRelu's schemas; fusion makes Requantize and "
+        "QLinearLookup only where the DQ and the Q share a type",
+    ),
+    *_each("return np.where(v >= 0, v, (a * v).astype(np.float32))", "v >= 0", "v > 0", "0 and -0 stay 0 both ways"),
+    *_each(
+        "return np.where(v >= 0, v, (a * v).astype(np.float32))",
+        ".astype(np.float32)",
+        ".astype(None)",
+        "a float64 product of float32 values, rounded once to float32 by the table (the float32 product)",
+    ),
+    *_each(
+        "shape = (1,) * (len(out_shape) - x.ndim) + x.shape",
+        "(1,)",
+        "(2,)",
+        "padding is read only at the output's last axis of size > 1; past x's own axes only when x has one value",
+    ),
+    *_each("fa, fb = a.astype(f32), b.astype(f32)", "a.astype(f32)", "a.astype(None)", _LOGISTIC),
+    *_each("fa, fb = a.astype(f32), b.astype(f32)", "b.astype(f32)", "b.astype(None)", _LOGISTIC),
+    *[
+        entry
+        for old, new in (("-32768, ", "None, "), ("32767)", "None)"), ("-32768", "-32769"), ("32767", "32768"))
+        for entry in _each(
+            "return arith.saturate(np.clip(np.rint(t), -32768, 32767), dtype)",
+            old,
+            new,
+            "outputs of 8 or 16 bits: saturate() clamps past the int16 range anyway",
+        )
+    ],
+    *[
+        entry
+        for new in ("None)", '"XXaddXX")', '"ADD")')
+        for entry in _each(
+            _LINE_POWER2,
+            '"add")',
+            new,
+            "the family only decides when the zero point joins, and it is 0 here",
+        )
+    ],
+    *_each(
+        _LINE_POWER2,
+        "x.astype(np.int64)",
+        "x.astype(None)",
+        "power2 and glow requantize cast the accumulator to int64: integral floats exact",
+    ),
+    *_each(
+        "return arith.saturate(parts[0].astype(np.int64) + parts[1] + c_zp, dtype)",
+        "parts[0].astype(np.int64)",
+        "parts[0].astype(None)",
+        "integral sums far below 2^53: saturate clamps and casts the same values",
+    ),
+    *_each(
+        "table = _PAIR_TABLES.get(full_key) if full_key is not None else None",
+        "if full_key is not None else",
+        "if (full_key is not None) or True else",
+        "tables are kept under a key only: get(None) is None",
+    ),
+    *_each("grid_a = np.arange(lo_a, lo_a + 256).astype(a.dtype)[:, None]", "a.dtype", "None", _FORMULAS_CAST),
+    *_each("grid_b = np.arange(lo_b, lo_b + 256).astype(b.dtype)[None, :]", "b.dtype", "None", _FORMULAS_CAST),
+    *_each(
+        _LINE_SCRATCH,
+        ".reshape(x.shape)",
+        ".reshape(None)",
+        "parallel.blockwise hands out flat blocks: x is 1-D, as the scratch buffer is",
+    ),
+    *[
+        entry
+        for line in (_LINE_SCRATCH, _LINE_SCRATCH_B)
+        for new in ("None", '"XXpair-indexXX"', '"PAIR-INDEX"')
+        for entry in _each(line, '"pair-index"', new, _ROLE)
+    ],
+    *[
+        entry
+        for new in ("dtype=None)", ")")
+        for entry in _each(
+            "np.multiply(x, np.uint16(256), out=index, dtype=np.uint16)  # measured: faster than copy + shift",
+            "dtype=np.uint16)",
+            new,
+            "uint8 times a uint16 scalar is uint16 (numpy 1.24's value-based casting and numpy 2's NEP 50)",
+        )
+    ],
+    *[
+        entry
+        for new in ("dtype=None)", ")")
+        for entry in _each(
+            "np.add(h, low, out=index, dtype=np.uint16)  # the low byte is free: adding is or-ing",
+            "dtype=np.uint16)",
+            new,
+            "uint16 plus uint8 is uint16",
+        )
+    ],
+    *_each(
+        "lut = _operand_table(table, ua, ub, flips, out.shape)",
+        "_operand_table(table, ua, ub, flips, out.shape)",
+        "None",
+        "the operand-table shortcut: the general gather reads the same pair table",
+    ),
+    *_each(
+        "lut = _operand_table(table, ua, ub, flips, out.shape)",
+        "out.shape)",
+        "None)",
+        "the operand-table shortcut: the general gather reads the same pair table",
+    ),
+    *_each(
+        "if ua.size > ub.size:  # index by (b, a): the transposed table",
+        "ua.size > ub.size",
+        "ua.size >= ub.size",
+        "the transposed table at equal sizes reads the same pairs",
+    ),
+    *_each(
+        "raw = np.ascontiguousarray(square[rows[:, None], columns[None, :]]).reshape(-1)",
+        ".reshape(-1)",
+        ".reshape(None)",
+        "np.take reads the (256, 256) table flattened",
+    ),
+    *[
+        (r"^if out\.ndim == 0:$", new, "a 0-d output takes the operand-table path first: this branch is a shortcut")
+        for new in ("if out.ndim != 0:", "if out.ndim == 1:")
+    ],
+    *[
+        (r"^part\(out, xh, xl\)$", new, "a 0-d output takes the operand-table path first: never reached")
+        for new in (
+            "part(None, xh, xl)",
+            "part(out, None, xl)",
+            "part(out, xh, None)",
+            "part(xh, xl)",
+            "part(out, xl)",
+            "part(out, xh, )",
+        )
+    ],
+    *_each(
+        "spans = parallel.split(out.shape[0], out[0].size)",
+        "out.shape[0], out[0].size)",
+        "out.shape[0], )",
+        "the cost per row decides only whether rows go to threads: the spans cover every row",
+    ),
+    *[
+        entry
+        for line in (
+            "fixed = (int(ub.reshape(-1)[0]) ^ (flips & 0xFF)) & 0xFF",
+            "fixed = (int(ua.reshape(-1)[0]) ^ (flips >> 8)) & 0xFF",
+        )
+        for entry in _each(line, "reshape(-1)", "reshape(+1)", "an operand of one value: reshape(1) is reshape(-1)")
+    ],
+    *_each(
+        "return table[(fixed << 8) | (np.arange(256) ^ (flips & 0xFF))]",
+        "np.arange(256)",
+        "np.arange(257)",
+        "lookup_bytes reads bytes 0-255: a 257th entry is never read",
+    ),
+    *[
+        entry
+        for line, old in (("if not _eight_bit(A, B):", "_eight_bit(A, B)"),)
+        for new in ("_eight_bit(B)", "_eight_bit(A, )")
+        for entry in _each(line, old, new, _SAME_T)
+    ],
+    *[
+        entry
+        for old, new in (
+            ('"QLinearAdd", ', "None, "),
+            ('"QLinearAdd", ', ""),
+            ('"QLinearAdd"', '"XXQLinearAddXX"'),
+            ('"QLinearAdd"', '"qlinearadd"'),
+            ('"QLinearAdd"', '"QLINEARADD"'),
+            ("np.dtype(dtype).str, ", "None, "),
+            ("np.dtype(dtype).str, ", ""),
+            ("np.dtype(dtype)", "np.dtype(None)"),
+        )
+        for entry in _each(_LINE_ADD_KEY, old, new, _KEY)
+    ],
+    *[
+        entry
+        for old, new in (
+            ('"QLinearMul", ', "None, "),
+            ('"QLinearMul", ', ""),
+            ('"QLinearMul"', '"XXQLinearMulXX"'),
+            ('"QLinearMul"', '"qlinearmul"'),
+            ('"QLinearMul"', '"QLINEARMUL"'),
+            ("np.dtype(dtype).str, ", "None, "),
+            ("np.dtype(dtype).str, ", ""),
+            ("np.dtype(dtype)", "np.dtype(None)"),
+        )
+        for entry in _each(_LINE_MUL_KEY, old, new, _KEY)
+    ],
+    *[
+        entry
+        for old in ("a.astype(np.int64)", "b.astype(np.int64)")
+        for entry in _each(
+            "product = (a.astype(np.int64) - a_zp) * (b.astype(np.int64) - b_zp)",
+            old,
+            old.replace("np.int64", "None"),
+            "an exact float64 product (below 2^53): requantize casts it to int64, or rounds it once to its float type",
+        )
+    ],
+    *_each(
+        "run.__name__ = op_type.lower()",
+        "op_type.lower()",
+        "op_type.upper()",
+        "nothing reads a float kernel's __name__: the registry keys kernels by op type",
+    ),
+    *[
+        entry
+        for new in ("copy=None", "", "copy=True")
+        for entry in _each(
+            "return (y.astype(input.dtype, copy=False),)",
+            "copy=False",
+            new,
+            "a copy or the input itself: the same values (Identity returns its input too)",
         )
     ],
 ]

@@ -53,7 +53,14 @@ def qlinear_softmax(
     values = table[index]
     total = np.cumsum(values, axis=-1, dtype=np.float32)[:, -1:]
     inv = np.float32(math.floor(np.float32(1.0) / np.float32(np.asarray(y_scale).reshape(()))))
-    y = (values * inv).astype(np.float32) / total
+    with np.errstate(over="ignore"):
+        scaled = (values * inv).astype(np.float32)
+    y = scaled / total
+    # t * inv passes FLT_MAX when y_scale < 1 / (148 n) (t <= FLT_MAX / (n e^5)); y stays finite, and
+    # onnxruntime's is: those products in float64 (a softmax over one value is 1, not 0)
+    wide = np.isinf(scaled)
+    if wide.any():
+        y[wide] = values[wide].astype(np.float64) * inv / np.broadcast_to(total, y.shape)[wide]
     zp = 0 if y_zero_point is None else int(np.asarray(y_zero_point).reshape(()))
     q = arith.round_float(y, "half_even").astype(np.int64) + zp
     lo, hi = arith.qrange(dtype)
