@@ -1933,6 +1933,75 @@ EQUIVALENT += [
     ],
 ]
 
+# recipe: the pytest analysis' entry to the search (analysis/recipe/pair.py) and its estimates (estimate.py)
+_VALID_QDQ = "in a valid graph no Constant has inputs and no DequantizeLinear reads a DequantizeLinear's (float) output"
+_PAIR_TEMP = "the search's best model is written to a private temporary folder, deleted after the call"
+EQUIVALENT += [
+    *_each(
+        "scale = view.constant(node.input[1])",
+        "[1]",
+        "[2]",
+        "ONNX gives the zero point the scale's shape: its size says per channel the same",
+    ),
+    *_each(
+        'view.producer.get(i, (0, None))[1] is not None and view.producer[i][1].op_type == "DequantizeLinear"',
+        "(0, None)",
+        "(1, None)",
+        "only the default's second item (no producer) is read",
+    ),
+    *[
+        entry
+        for old, news in (
+            ('"DequantizeLinear", "Constant")', ('"XXDequantizeLinearXX"', '"dequantizelinear"', '"DEQUANTIZELINEAR"')),
+            ('"Constant")', ('"XXConstantXX"', '"constant"', '"CONSTANT"')),
+        )
+        for new in news
+        for entry in _each(
+            'if node.op_type not in ("QuantizeLinear", "DequantizeLinear", "Constant")',
+            old.split(",")[0] if old.startswith('"Dequantize') else old.removesuffix(")"),
+            new,
+            _VALID_QDQ,
+        )
+    ],
+    *_each(
+        "evaluation = Head(load_dataset(data), count - head, skip=head)",
+        "count - head",
+        "count + head",
+        "Head takes at most the records after skip: count - head of them either way",
+    ),
+    *[
+        entry
+        for new in ("None", '"XXqaccuracy-pair-recipe-XX"', '"QACCURACY-PAIR-RECIPE-"')
+        for entry in _each(
+            'with tempfile.TemporaryDirectory(prefix="qaccuracy-pair-recipe-") as tmp:',
+            '"qaccuracy-pair-recipe-"',
+            new,
+            _PAIR_TEMP,
+        )
+    ],
+    *[
+        entry
+        for new in ('"XXbest.onnxXX"', '"BEST.ONNX"')
+        for entry in _each('best = Path(tmp) / "best.onnx"', '"best.onnx"', new, _PAIR_TEMP)
+    ],
+    *[
+        entry
+        for new in ('"XXestimateXX"', '"ESTIMATE"')
+        for entry in _each(
+            'out.append(judge({"estimate": metrics}, checks).margin)',
+            '"estimate"',
+            new,
+            "judge reads a measurement's targets by value, never by their name",
+        )
+    ],
+    *_each(
+        "key=lambda n: (-(drops.get(n, 0.0) / max(cost(n), 1e-9)), cost(n)),",
+        "0.0",
+        "1.0",
+        "drops has every node or none: with none, -(1 / cost) then cost orders as cost does",
+    ),
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 
