@@ -412,6 +412,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_goldens.py",
             "tests/backend/test_pairs_units.py",
             "tests/backend/test_conv_ort.py",
+            "tests/backend/test_conv_pairs_units.py",
         ),
     ),
     "scheme": Group(
