@@ -224,14 +224,15 @@ def test_row_chunks_of_the_dense_way_count_each_record_once(monkeypatch) -> None
     assert _counted(counter, 5) == (total, saturated.tolist())
 
 
-@pytest.mark.parametrize("form", ["few calls", "blocks of one record"])
+@pytest.mark.parametrize("form", ["few calls", "blocks of one record", "evaluated blocks of one record"])
 def test_record_chunks_of_a_grouped_dense_way_count_every_saturated_pair_sum(monkeypatch, form: str) -> None:
     """Two groups of 4 channels, whole-record chunks ``0:2`` and ``2:5``, in the few-calls form of small
-    chunks and in blocks of one record (im2col and evaluated blocks): the oracle's values, saturated
-    pair sums per record and pair sums."""
+    chunks and in blocks (im2col blocks of one record or of the chunk, evaluated one record at a time):
+    the oracle's values, saturated pair sums per record and pair sums."""
     force_way(monkeypatch, "dense" if form == "few calls" else "dense-blocks")
-    if form != "few calls":
+    if form == "blocks of one record":
         monkeypatch.setattr(conv_pairs, "COLUMN_BLOCK", 1)
+    if form != "few calls":  # im2col blocks of whole chunks, or of one record, evaluated record by record
         monkeypatch.setattr(conv_pairs, "DENSE_BLOCK", 1)
     rng = np.random.default_rng(3)
     x = rng.integers(150, 256, (5, 8, 6, 5)).astype(np.uint8)
@@ -418,9 +419,11 @@ def test_the_whole_correction_is_its_own_while_later_chunks_run(monkeypatch) -> 
     np.testing.assert_array_equal(first.dense(), want)
 
 
-def test_chunks_starting_at_row_1(monkeypatch) -> None:
-    """A fresh dense correction whose first chunk starts at row 1 and runs to the last row."""
-    force_way(monkeypatch, "dense")
+@pytest.mark.parametrize("way", ["dense", "sparse"])
+def test_chunks_starting_at_row_1(monkeypatch, way: str) -> None:
+    """A fresh correction whose first chunk starts at row 1 and runs to the last row: row 0's changes
+    are left out."""
+    force_way(monkeypatch, way)
     rng = np.random.default_rng(8)
     x = rng.integers(150, 256, (2, 4, 5, 5)).astype(np.uint8)
     w = _heavy(rng, (3, 4, 3, 3))
@@ -490,3 +493,17 @@ def test_a_pair_correction_by_hand() -> None:
     np.testing.assert_array_equal(whole, want)
     cancelled = conv_pairs.PairCorrection(shape, tuple(i[:2] for i in index), np.array([0, 0]))
     assert not cancelled and cancelled.max_abs() == 0
+
+
+def test_an_empty_batch_has_nothing_to_correct() -> None:
+    """No records: channel maxima of nothing are 0 (the zero point where padded, 255 here, which makes
+    every pair risky), and the convolution is empty, padded or not."""
+    w = np.full((3, 2, 1, 1), -128, np.int8)
+    x = np.zeros((0, 2, 4, 4), np.uint8)
+    counter = pairs.SaturationCounter()
+    with pairs.counting(counter):
+        assert _correction(x, 255, w) is None
+        padded = _correction(x, 255, w, pads=[1, 1, 1, 1])
+        assert padded.layer.channel_max.tolist() == [255, 255]
+        assert padded.dense().shape == (0, 3, 6, 6)
+    assert counter.nodes[""].pairs == 0
