@@ -169,9 +169,13 @@ def test_the_sample_is_the_first_record_alone() -> None:
     assert _way(x, np.full((8, 2, 1, 1), -128, np.int8)) is conv_pairs.SparseSearch
 
 
-def test_a_samples_hits_count_once_per_record() -> None:
+@pytest.mark.parametrize("budget", [None, 64])
+def test_a_samples_hits_count_once_per_record(monkeypatch, budget: int | None) -> None:
     """100 saturated pixels x 8 channels in the sample: 24,553.6 + 130 x 800 x 4 = 440,553.6 > 131,072:
-    dense."""
+    dense; also where the sample adds its hits in spans of 8 pixels (64 expanded entries), the last of
+    them 4 pixels (32 hits alone would leave the sparse way: 41,193.6)."""
+    if budget is not None:
+        monkeypatch.setattr(conv_pairs, "BLOCK_ELEMENTS", budget)
     x = _stem()
     x[0, 0] = 255
     x[0, 1].reshape(-1)[:100] = 255
