@@ -511,3 +511,15 @@ def test_an_empty_batch_has_nothing_to_correct() -> None:
         assert padded.layer.channel_max.tolist() == [255, 255]
         assert padded.dense().shape == (0, 3, 6, 6)
     assert counter.nodes[""].pairs == 0
+
+
+def test_a_padded_input_without_pixels_reads_the_zero_point_only() -> None:
+    """An input of height 0 padded by 1: its channels' maxima are the zero point (255), and every
+    output's pair reads the padding: 255 x -128 x 2 = -65,280, saturated to -32,768."""
+    w = np.full((3, 2, 1, 1), -128, np.int8)
+    x = np.zeros((1, 2, 0, 4), np.uint8)
+    correction = _correction(x, 255, w, pads=[1, 1, 1, 1])
+    assert correction.layer.channel_max.tolist() == [255, 255]
+    want = _oracle(x, 255, w, pads=[1, 1, 1, 1])[0]
+    assert want.shape == (1, 3, 2, 6) and (want == -32768 + 65280).all()
+    np.testing.assert_array_equal(correction.dense(), want)
