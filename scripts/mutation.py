@@ -1280,6 +1280,19 @@ EQUIVALENT += [
     (r"^found\.flags\.writeable = False$", "found.flags.writeable = None", "numpy reads the flag for its truth"),
 ]
 
+
+def _cp_line(line: str, old: str, new: str, reason: str) -> list[tuple[str, str, str]]:
+    """EQUIVALENT entries for ``old`` replaced by ``new`` at each place it occurs in ``line``, matching
+    only that whole stripped line (``_each`` matches its beginning, which other modules' lines share)."""
+    entries, start = [], 0
+    while (i := line.find(old, start)) >= 0:
+        entries.append(
+            ("^" + re.escape(line) + "$", (line[:i] + new + line[i + len(old) :]).replace("\\", "\\\\"), reason)
+        )
+        start = i + 1
+    return entries
+
+
 _CP_EXACT_INT16 = "uint8 inputs times int16 weights are int16 in numpy (|x w| <= 255 x 128 = 32,640): exact"
 _CP_OUT = "an out= buffer only saves an allocation: the result returned is the same"
 _CP_CACHE = "a cache: a miss makes the same value again"
@@ -1313,9 +1326,9 @@ EQUIVALENT += [
             "*(s * dil for s, dil in zip(step, geometry.dilations, strict=True)),",
         )
         for new in ("strict=None", "strict=False", "")
-        for entry in _each(line, "strict=True", new, "one item per group, axis or run on each side: equal lengths")
+        for entry in _cp_line(line, "strict=True", new, "one item per group, axis or run on each side: equal lengths")
     ],
-    *_each(
+    *_cp_line(
         "channel_max = x.max(axis=0, initial=0).reshape(x.shape[1], -1).max(axis=1, initial=0)  # records first: fast",
         "initial=0)",
         "initial=1)",
@@ -1324,8 +1337,11 @@ EQUIVALENT += [
     *[
         entry
         for new in ("None", "")
-        for entry in _each(
-            "pairs.count(total, np.zeros(0, np.int64))", "np.int64", new, "an empty record list: its size alone is read"
+        for entry in _cp_line(
+            "pairs.count(total, np.zeros(0, np.int64))",
+            "np.int64",
+            new,
+            "an empty record list: its size alone is read (here and in neon_pairs.py)",
         )
     ],
     (r"^self\._found: PairCorrection \| None = None$", 'self._found: PairCorrection | None = ""', "set before read"),
@@ -1341,19 +1357,19 @@ EQUIVALENT += [
         "a part is only sampled (count_only): its output shape is never made",
     ),
     (r"^part\._padded = self\._padded\[a:b\]$", "part._padded = None", "the part pads its records again: same"),
-    *_each(
+    *_cp_line(
         "if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:",
         "// largest // 2",
         "// largest / 2",
         "integer inputs: x > floor(q / 2) exactly when x > q / 2",
     ),
-    *_each(
+    *_cp_line(
         "if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:",
         "INT16_MAX // largest",
         "INT16_MAX / largest",
         "32767 / largest is never within rounding of an even integer: the same floor of its half",
     ),
-    *_each(
+    *_cp_line(
         "if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:",
         "layer.x[0].size:",
         "layer.x[1].size:",
@@ -1366,7 +1382,7 @@ EQUIVALENT += [
             ("found, 0,", "found, 1,"),
             ("records(0, 1)", "records(None, 1)"),
         )
-        for entry in _each(
+        for entry in _cp_line(
             "hits = _sparse(layer.records(0, 1), found, 0, count_only=True)",
             old,
             new,
@@ -1385,7 +1401,7 @@ EQUIVALENT += [
             'return pairs.derived(found, ("dense is cheaper", layer.x.shape, tuple(g for g, _ in found)), verdict)',
             'return pairs.derived(found, ("dense", mg, tuple(g for g, _ in found)), lambda: cls(found, mg))',
         )
-        for entry in _each(line, old, new, "a memo key only has to differ from the others kept with the pairs")
+        for entry in _cp_line(line, old, new, "a memo key only has to differ from the others kept with the pairs")
     ],
     (
         r'^return pairs\.derived\(found, \("dense", mg, tuple\(g for g, _ in found\)\), lambda: cls\(found, mg\)\)$',
@@ -1397,7 +1413,7 @@ EQUIVALENT += [
         "within = channel + 2 < cg",
         "a same-tap pair sent the crossing way (its im2col columns gathered) gives the same changes and counts",
     ),
-    *_each(
+    *_cp_line(
         "largest = int(np.maximum(np.abs(entries[3]), np.abs(entries[4])).max(initial=1))",
         "initial=1",
         "initial=2",
@@ -1414,7 +1430,7 @@ EQUIVALENT += [
             ("<= pairs.INT16_MAX // largest", "< pairs.INT16_MAX // largest"),
             ("INT16_MAX // largest", "INT16_MAX / largest"),
         )
-        for entry in _each(
+        for entry in _cp_line(
             "source, offset = (x, tuple(pads[:d])) if 2 * int(x_zp) <= pairs.INT16_MAX // largest "
             "else (xp(), (0,) * d)",
             old,
@@ -1422,7 +1438,7 @@ EQUIVALENT += [
             _CP_PADDED,
         )
     ],
-    *_each(
+    *_cp_line(
         "spans = parallel.split(x.shape[0], x[0].size)  # records on the session's threads (disjoint outputs)",
         "x.shape[0], x[0].size)",
         "x.shape[0], )",
@@ -1441,7 +1457,7 @@ EQUIVALENT += [
             'product = parallel.scratch(size, np.int16, "pairs product").reshape(shape)',
             'acc = parallel.scratch(math.prod(shape), dtype, "pairs sums").reshape(shape)  # no page faults per chunk',
         )
-        for entry in _each(line, f'"{role}"', new, _CP_ROLE)
+        for entry in _cp_line(line, f'"{role}"', new, _CP_ROLE)
     ],
     (r'^product = parallel\.scratch\(size, np\.int16, "pairs product"\)\.reshape\(shape\)$', "product = None", _CP_OUT),
     *[
@@ -1496,12 +1512,12 @@ EQUIVALENT += [
                 _CP_EXACT_INT16,
             ),
         )
-        for entry in _each(line, old, new, reason)
+        for entry in _cp_line(line, old, new, reason)
     ],
     *[
         entry
         for new in (" out=None)", " )")
-        for entry in _each(
+        for entry in _cp_line(
             "return np.minimum(change, zero, out=change) if positive else np.maximum(change, zero, out=change)",
             " out=change)",
             new,
@@ -1511,7 +1527,7 @@ EQUIVALENT += [
     *[
         entry
         for new in ("initial=None", "initial=2")
-        for entry in _each(
+        for entry in _cp_line(
             "for k in range(1, int(sizes.max(initial=1))):",
             "initial=1",
             new,
@@ -1539,12 +1555,12 @@ EQUIVALENT += [
             ("for e, positive, rows, runs in layout.blocks(index, max(1, DENSE_BLOCK // part.shape[1])):", "max(1,"),
             ("step = max(1, BLOCK_ELEMENTS // max(per_record, 1))", "max(1,"),
         )
-        for entry in _each(line, old, "max(2,", _CP_BLOCKS)
+        for entry in _cp_line(line, old, "max(2,", _CP_BLOCKS)
     ],
-    *_each(
+    *_cp_line(
         "step = max(1, BLOCK_ELEMENTS // max(per_record, 1))", "max(per_record, 1)", "max(per_record, 2)", _CP_BLOCKS
     ),
-    *_each(
+    *_cp_line(
         "columns = _columns(layer, layout.rows(index, layer), slice(c0, c1))  # (needed, rows)",
         "slice(c0, c1)",
         "slice(c0, None)",
@@ -1580,7 +1596,7 @@ EQUIVALENT += [
     *[
         entry
         for old, new in (("rows[-1] - rows[0] + 1", "rows[-1] + rows[0] + 1"), ("rows[0] + 1 ==", "rows[0] + 2 =="))
-        for entry in _each(
+        for entry in _cp_line(
             "if rows[-1] - rows[0] + 1 == rows.size:  # consecutive: a slice adds in one pass",
             old,
             new,
@@ -1588,13 +1604,13 @@ EQUIVALENT += [
             "the same indices add the same",
         )
     ],
-    *_each(
+    *_cp_line(
         "starts = np.flatnonzero(np.diff(self.channels, prepend=-2) != 1)",
         "prepend=-2",
         "prepend=-3",
         "channels are never negative: the first starts a run either way",
     ),
-    *_each(
+    *_cp_line(
         "if self._whole is not None or o0 != 0 or o1 != out[0]:",
         "self._whole is not None",
         "self._whole is None",
@@ -1607,7 +1623,7 @@ EQUIVALENT += [
             "view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]",
         )
         for new in ("slice(None, size)", "slice(size)")
-        for entry in _each(line, "slice(0, size)", new, "slice(None, n) and slice(n) are slice(0, n)")
+        for entry in _cp_line(line, "slice(0, size)", new, "slice(None, n) and slice(n) are slice(0, n)")
     ],
     *[
         entry
@@ -1617,39 +1633,39 @@ EQUIVALENT += [
             ("(n1 - n0)", "(n1 + n0)"),
             ("<= SMALL_EVALUATIONS", "< SMALL_EVALUATIONS"),
         )
-        for entry in _each(
+        for entry in _cp_line(
             "if layout.entries * (n1 - n0) * math.prod(out) <= SMALL_EVALUATIONS:",
             old,
             new,
             "the few-calls form or the blocks: the same sums and counts",
         )
     ],
-    *_each(
+    *_cp_line(
         "acc, saturated = _dense_records(self.layer, layout, n0, n1, pairs.counter is not None, view.dtype)",
         "view.dtype)",
         "None)",
         _CP_FLOAT_SUMS,
     ),
-    *_each(
+    *_cp_line(
         "saturated = np.zeros(n1 - n0, np.int64) if pairs.counter is not None else None",
         "if pairs.counter is not None else",
         "if (pairs.counter is not None) or True else",
         "without a counter the counts are made and not reported (count does nothing)",
     ),
-    *_each("channels, sums = layout.channel_sums(index, view.dtype)", "view.dtype)", "None)", _CP_FLOAT_SUMS),
-    *_each(
+    *_cp_line("channels, sums = layout.channel_sums(index, view.dtype)", "view.dtype)", "None)", _CP_FLOAT_SUMS),
+    *_cp_line(
         "summed = change if sums is None else sums @ change.astype(view.dtype)  # (channels, rows)",
         "change.astype(view.dtype)",
         "change.astype(None)",
         _CP_FLOAT_SUMS,
     ),
-    *_each(
+    *_cp_line(
         "saturated += np.count_nonzero(change.reshape(len(plan), n1 - n0, -1), axis=(0, 2))",
         "-1)",
         "-2)",
         "numpy reads any negative size in reshape as 'the rest'",
     ),
-    *_each(
+    *_cp_line(
         "if len(runs) * RUN_ADD_OUTPUTS > block.size:",
         "> block.size",
         ">= block.size",
@@ -1670,8 +1686,7 @@ EQUIVALENT += [
         )
         for new in ("order = np.argsort(key, kind=None)", "order = np.argsort(key, )")
     ],
-    (r"^if a < b:$", "if a <= b:", "an empty range adds nothing"),
-    *_each(
+    *_cp_line(
         "target[(record - n0, channel, row - o0, *rest)] += self.value[a:b].astype(target.dtype)",
         "astype(target.dtype)",
         "astype(None)",
@@ -1699,16 +1714,16 @@ EQUIVALENT += [
             ("pairs.INT16_MAX // np", "pairs.INT16_MAX / np", "integer sums: s > floor(q) exactly when s > q"),
             ("astype(np.int64)", "astype(None)", "integer sums: s > floor(q) exactly when s > q"),
         )
-        for entry in _each(
+        for entry in _cp_line(
             "own = pairs.INT16_MAX // np.maximum(np.abs(w_first), np.abs(w_second)).astype(np.int64)", old, new, reason
         )
     ],
     *[
         entry
         for old, new in (("+ own[order]", "- own[order]"), ("(pairs.INT16_MAX + 1)", "(pairs.INT16_MAX - 1)"))
-        for entry in _each("key = which[order] * (pairs.INT16_MAX + 1) + own[order]", old, new, _CP_CANDIDATES)
+        for entry in _cp_line("key = which[order] * (pairs.INT16_MAX + 1) + own[order]", old, new, _CP_CANDIDATES)
     ],
-    *_each(
+    *_cp_line(
         "count = np.searchsorted(key, pair * (pairs.INT16_MAX + 1) + sums) - start[pair]",
         "(pairs.INT16_MAX + 1)",
         "(pairs.INT16_MAX + 2)",
@@ -1729,7 +1744,7 @@ EQUIVALENT += [
             ("2 * np.arange(firsts.size))", "None)"),
             ("2 * np.arange", "2 / np.arange"),
         )
-        for entry in _each(
+        for entry in _cp_line(
             "every_even = firsts.size == xp.shape[1] // 2 and np.array_equal(firsts, 2 * np.arange(firsts.size))",
             old,
             new,
@@ -1737,7 +1752,7 @@ EQUIVALENT += [
         )
     ],
     (r"^if every_even$", "if (every_even) and False", _CP_EVEN),
-    *_each(
+    *_cp_line(
         "np.add(block[:, 0 : 2 * firsts.size : 2], block[:, 1 : 2 * firsts.size : 2], dtype=np.uint16)",
         "1 : 2 * firsts.size",
         "1 : 3 * firsts.size",
@@ -1759,23 +1774,23 @@ EQUIVALENT += [
             ("4 * candidates", "4 / candidates"),
             ("4 * candidates", "5 * candidates"),
         )
-        for entry in _each(
+        for entry in _cp_line(
             "if candidates * 8 > total.size and lowest.cost(every) < 4 * candidates:", old, new, _CP_CANDIDATES
         )
     ],
-    *_each(
+    *_cp_line(
         "if lowest.cost(pair) < int(count.sum()):  # the exact test is cheaper than multiplying every prefix out",
         "< int(",
         "<= int(",
         _CP_CANDIDATES,
     ),
-    *_each(
+    *_cp_line(
         "first, second = values[source].astype(np.int32), values[source + size].astype(np.int32)",
         "size].astype(np.int32)",
         "size].astype(None)",
         "8-bit inputs: exact in float64, and every change is made int64 when added",
     ),
-    *_each(
+    *_cp_line(
         "sums = (first + second).astype(np.int64)",
         "astype(np.int64)",
         "astype(None)",
@@ -1784,14 +1799,14 @@ EQUIVALENT += [
     *[
         entry
         for new in ("None)", ")")
-        for entry in _each(
+        for entry in _cp_line(
             "mask = np.empty((block.shape[0], firsts.size, flat.shape[2]), bool)",
             "bool)",
             new,
             "a float mask written with 0 and 1 has the same non-zero places",
         )
     ],
-    *_each(
+    *_cp_line(
         "risky, lambda ks: _columns(layer, _Rows(ks, g, layer.cg, kernel)), layer.x.shape[0] * positions",
         "layer.x.shape[0] * positions",
         "layer.x.shape[1] * positions",
@@ -1803,7 +1818,7 @@ EQUIVALENT += [
             ("if rows.used.size < source.shape[1] else", "if (rows.used.size < source.shape[1]) or True else"),
             ("< source.shape[1]", "<= source.shape[1]"),
         )
-        for entry in _each(
+        for entry in _cp_line(
             "source = source[:, rows.used] if rows.used.size < source.shape[1] else source",
             old,
             new,
