@@ -431,6 +431,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_goldens.py",
             "tests/backend/test_pairs_units.py",
             "tests/backend/test_conv_ort.py",
+            "tests/backend/test_conv_pairs_units.py",
         ),
     ),
     "scheme": Group(
@@ -1296,6 +1297,553 @@ EQUIVALENT += [
 # conv_pairs: the AVX2 convolutions' pair corrections
 EQUIVALENT += [
     (r"^found\.flags\.writeable = False$", "found.flags.writeable = None", "numpy reads the flag for its truth"),
+]
+
+
+def _cp_line(line: str, old: str, new: str, reason: str) -> list[tuple[str, str, str]]:
+    """EQUIVALENT entries for ``old`` replaced by ``new`` at each place it occurs in ``line``, matching
+    only that whole stripped line (``_each`` matches its beginning, which other modules' lines share)."""
+    entries, start = [], 0
+    while (i := line.find(old, start)) >= 0:
+        entries.append(
+            ("^" + re.escape(line) + "$", (line[:i] + new + line[i + len(old) :]).replace("\\", "\\\\"), reason)
+        )
+        start = i + 1
+    return entries
+
+
+_CP_EXACT_INT16 = "uint8 inputs times int16 weights are int16 in numpy (|x w| <= 255 x 128 = 32,640): exact"
+_CP_OUT = "an out= buffer only saves an allocation: the result returned is the same"
+_CP_CACHE = "a cache: a miss makes the same value again"
+_CP_BLOCKS = "block sizes change how much is done at once, not the values (blocks are clipped to the records)"
+_CP_FLOAT_SUMS = "exact integers in float64 (far below 2**53), added into the sums' own type"
+_CP_PADDED = (
+    "the padded input is right for any zero point (the unpadded one is a shortcut); for an integer "
+    "2 x_zp, <= 32767 / largest is <= 32767 // largest"
+)
+_CP_CANDIDATES = (
+    "the cheap or the exact candidate test, a wider prefix of entries: each candidate is then evaluated "
+    "exactly, so only the work changes"
+)
+_CP_EVEN = (
+    "the slices of every even channel are taken only where the firsts are 0, 2, 4, ... (any such prefix "
+    "gives the right sums); else the general gather, right for any firsts"
+)
+_CP_ROLE = "a scratch role only names a per-thread buffer; no other role has these names"
+
+# conv_pairs: the AVX2 convolutions' pair corrections (each line whole and stripped: nothing else matches)
+EQUIVALENT += [
+    *[
+        entry
+        for line in (
+            "entries = [np.concatenate(parts) for parts in zip(*same, strict=True)]",
+            "self._runs = [(int(a), int(a + j - i), int(i)) for a, i, j in zip(first, starts, ends, strict=True)]",
+            "index = tuple(np.concatenate(axis) for axis in zip(*(i for i, _ in self.parts), strict=True))",
+            "for p, t, s, d, size in zip(pixel, offsets, self.strides, self.dilations, self.out_spatial, strict=True):",
+            "pixel = [p + o for p, o in zip(np.unravel_index(position, spatial), offset, strict=True)]",
+            "*(s * stride for s, stride in zip(step, geometry.strides, strict=True)),",
+            "*(s * dil for s, dil in zip(step, geometry.dilations, strict=True)),",
+        )
+        for new in ("strict=None", "strict=False", "")
+        for entry in _cp_line(line, "strict=True", new, "one item per group, axis or run on each side: equal lengths")
+    ],
+    *_cp_line(
+        "channel_max = x.max(axis=0, initial=0).reshape(x.shape[1], -1).max(axis=1, initial=0)  # records first: fast",
+        "initial=0)",
+        "initial=1)",
+        "a bound of 1 flags no pair: 255 x 128 + 1 x 128 = 32,768 stays within int16",
+    ),
+    *[
+        entry
+        for new in ("None", "")
+        for entry in _cp_line(
+            "pairs.count(total, np.zeros(0, np.int64))",
+            "np.int64",
+            new,
+            "an empty record list: its size alone is read (here and in neon_pairs.py)",
+        )
+    ],
+    (r"^self\._found: PairCorrection \| None = None$", 'self._found: PairCorrection | None = ""', "set before read"),
+    (r"^self\._done = False$", "self._done = None", "read for its truth; None is as false"),
+    (
+        r"^own = self\.channel_max\[g \* self\.cg : \(g \+ 1\) \* self\.cg\]\.astype\(np\.int64\)$",
+        "own = self.channel_max[g * self.cg : (g + 1) * self.cg].astype(None)",
+        "the bound casts the row maxima to int64 (correction_bound): float64 8-bit values are the same",
+    ),
+    (
+        r"^part = _Layer\(self\.x\[a:b\], self\.x_zp, self\.pads, self\.cg, self\.mg, self\.m,",
+        "part = _Layer(self.x[a:b], self.x_zp, self.pads, self.cg, self.mg, None,",
+        "a part is only sampled (count_only): its output shape is never made",
+    ),
+    (r"^part\._padded = self\._padded\[a:b\]$", "part._padded = None", "the part pads its records again: same"),
+    *_cp_line(
+        "if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:",
+        "// largest // 2",
+        "// largest / 2",
+        "integer inputs: x > floor(q / 2) exactly when x > q / 2",
+    ),
+    *_cp_line(
+        "if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:",
+        "INT16_MAX // largest",
+        "INT16_MAX / largest",
+        "32767 / largest is never within rounding of an even integer: the same floor of its half",
+    ),
+    *_cp_line(
+        "if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:",
+        "layer.x[0].size:",
+        "layer.x[1].size:",
+        "the records of a batch share their shape (4 or more here)",
+    ),
+    *[
+        entry
+        for old, new in (
+            ("found, 0,", "found, None,"),
+            ("found, 0,", "found, 1,"),
+            ("records(0, 1)", "records(None, 1)"),
+        )
+        for entry in _cp_line(
+            "hits = _sparse(layer.records(0, 1), found, 0, count_only=True)",
+            old,
+            new,
+            "the sample runs without a counter (its pair total is never read); x[None:1] is x[0:1]",
+        )
+    ],
+    *[
+        entry
+        for old, new in (
+            ('"dense is cheaper"', '"XXdense is cheaperXX"'),
+            ('"dense is cheaper"', '"DENSE IS CHEAPER"'),
+            ('("dense", mg', '("XXdenseXX", mg'),
+            ('("dense", mg', '("DENSE", mg'),
+        )
+        for line in (
+            'return pairs.derived(found, ("dense is cheaper", layer.x.shape, tuple(g for g, _ in found)), verdict)',
+            'return pairs.derived(found, ("dense", mg, tuple(g for g, _ in found)), lambda: cls(found, mg))',
+        )
+        for entry in _cp_line(line, old, new, "a memo key only has to differ from the others kept with the pairs")
+    ],
+    (
+        r'^return pairs\.derived\(found, \("dense", mg, tuple\(g for g, _ in found\)\), lambda: cls\(found, mg\)\)$',
+        "return pairs.derived(found, None, lambda: cls(found, mg))",
+        "the pairs' identity fixes the weight (so mg) and each pair list its group",
+    ),
+    (
+        r"^within = channel \+ 1 < cg$",
+        "within = channel + 2 < cg",
+        "a same-tap pair sent the crossing way (its im2col columns gathered) gives the same changes and counts",
+    ),
+    *_cp_line(
+        "largest = int(np.maximum(np.abs(entries[3]), np.abs(entries[4])).max(initial=1))",
+        "initial=1",
+        "initial=2",
+        "a risky pair has a weight of 65 or more (2 x 255 x 64 < 32,768)",
+    ),
+    *[
+        entry
+        for old, new in (
+            (
+                "if 2 * int(x_zp) <= pairs.INT16_MAX // largest else",
+                "if (2 * int(x_zp) <= pairs.INT16_MAX // largest) and False else",
+            ),
+            ("if 2 *", "if 3 *"),
+            ("<= pairs.INT16_MAX // largest", "< pairs.INT16_MAX // largest"),
+            ("INT16_MAX // largest", "INT16_MAX / largest"),
+        )
+        for entry in _cp_line(
+            "source, offset = (x, tuple(pads[:d])) if 2 * int(x_zp) <= pairs.INT16_MAX // largest "
+            "else (xp(), (0,) * d)",
+            old,
+            new,
+            _CP_PADDED,
+        )
+    ],
+    *_cp_line(
+        "spans = parallel.split(x.shape[0], x[0].size)  # records on the session's threads (disjoint outputs)",
+        "x.shape[0], x[0].size)",
+        "x.shape[0], )",
+        "the cost only decides whether the records go to threads",
+    ),
+    *[
+        (r"^negative = risky\.w_second < 0$", new, "a risky pair's second weight is never 0: 255 x 128 < 32,768")
+        for new in ("negative = risky.w_second <= 0", "negative = risky.w_second < 1")
+    ],
+    *[
+        entry
+        for role in ("pairs change", "pairs product", "pairs sums")
+        for new in ("None", f'"XX{role}XX"', f'"{role.upper()}"')
+        for line in (
+            'change = parallel.scratch(size, np.int16, "pairs change").reshape(shape)',
+            'product = parallel.scratch(size, np.int16, "pairs product").reshape(shape)',
+            'acc = parallel.scratch(math.prod(shape), dtype, "pairs sums").reshape(shape)  # no page faults per chunk',
+        )
+        for entry in _cp_line(line, f'"{role}"', new, _CP_ROLE)
+    ],
+    (r'^product = parallel\.scratch\(size, np\.int16, "pairs product"\)\.reshape\(shape\)$', "product = None", _CP_OUT),
+    *[
+        entry
+        for line, old, new, reason in (
+            (
+                "np.multiply(columns[self.row_second[e]], self.minus_second[e], out=change, dtype=np.int16)  # -b",
+                ", dtype=np.int16)",
+                ", dtype=None)",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "np.multiply(columns[self.row_second[e]], self.minus_second[e], out=change, dtype=np.int16)  # -b",
+                ", dtype=np.int16)",
+                ", )",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "change -= np.multiply(columns[self.row_first[e]], self.w_first[e], out=product, dtype=np.int16)",
+                "out=product,",
+                "out=None,",
+                _CP_OUT,
+            ),
+            (
+                "change -= np.multiply(columns[self.row_first[e]], self.w_first[e], out=product, dtype=np.int16)",
+                " out=product,",
+                "",
+                _CP_OUT,
+            ),
+            (
+                "change -= np.multiply(columns[self.row_first[e]], self.w_first[e], out=product, dtype=np.int16)",
+                " dtype=np.int16)",
+                " )",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "change -= np.multiply(columns[self.row_first[e]], self.w_first[e], out=product, dtype=np.int16)",
+                " dtype=np.int16)",
+                " dtype=None)",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "value -= np.multiply(columns[plan.row_second], plan.minus_second, dtype=np.int32)",
+                " dtype=np.int32)",
+                " dtype=None)",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "value -= np.multiply(columns[plan.row_second], plan.minus_second, dtype=np.int32)",
+                " dtype=np.int32)",
+                " )",
+                _CP_EXACT_INT16,
+            ),
+        )
+        for entry in _cp_line(line, old, new, reason)
+    ],
+    *[
+        entry
+        for new in (" out=None)", " )")
+        for entry in _cp_line(
+            "return np.minimum(change, zero, out=change) if positive else np.maximum(change, zero, out=change)",
+            " out=change)",
+            new,
+            _CP_OUT,
+        )
+    ],
+    *[
+        entry
+        for new in ("initial=None", "initial=2")
+        for entry in _cp_line(
+            "for k in range(1, int(sizes.max(initial=1))):",
+            "initial=1",
+            new,
+            "runs are made where a channel has two entries or more; a step of no longer runs adds nothing",
+        )
+    ],
+    (
+        r"^self\.steps\.append\(\(None if longer\.size == sizes\.size else longer,",
+        "self.steps.append((None if (longer.size == sizes.size) and False else longer,",
+        "indexing every run adds what adding them all does",
+    ),
+    (
+        r"count: bool, dtype: np\.dtype, fresh: bool = False$",
+        "count: bool, dtype: np.dtype, fresh: bool = True",
+        "a fresh array or the scratch: the same sums (callers that keep them pass fresh=True)",
+    ),
+    *[
+        entry
+        for line, old in (
+            ("step = max(1, COLUMN_BLOCK // (positions * plan.needed.size))  # records per im2col block", "max(1,"),
+            (
+                "sub = max(1, DENSE_BLOCK // (positions * min(len(plan), MIN_SPAN)))  # records per evaluated block",
+                "max(1,",
+            ),
+            ("for e, positive, rows, runs in layout.blocks(index, max(1, DENSE_BLOCK // part.shape[1])):", "max(1,"),
+            ("step = max(1, BLOCK_ELEMENTS // max(per_record, 1))", "max(1,"),
+        )
+        for entry in _cp_line(line, old, "max(2,", _CP_BLOCKS)
+    ],
+    *_cp_line(
+        "step = max(1, BLOCK_ELEMENTS // max(per_record, 1))", "max(per_record, 1)", "max(per_record, 2)", _CP_BLOCKS
+    ),
+    *_cp_line(
+        "columns = _columns(layer, layout.rows(index, layer), slice(c0, c1))  # (needed, rows)",
+        "slice(c0, c1)",
+        "slice(c0, None)",
+        "the columns of later records are made and not read",
+    ),
+    *[
+        (r"^found = self\.(_rows|_blocks)\.get\((index|key)\)$", new, _CP_CACHE)
+        for new in (r"found = None", r"found = self.\1.get(None)")
+    ],
+    *[
+        (r"^found = self\._sums\.get\(key\)$", new, _CP_CACHE)
+        for new in ("found = None", "found = self._sums.get(None)")
+    ],
+    *[(rf"^self\.{name}\[key\] = found$", f"self.{name}[key] = None", _CP_CACHE) for name in ("_sums", "_blocks")],
+    (r"^key = \(index, np\.dtype\(dtype\)\.str\)$", "key = (index, np.dtype(None).str)", _CP_FLOAT_SUMS),
+    (
+        r"^if np\.unique\(slot\)\.size == slot\.size:$",
+        "if np.unique(None).size == slot.size:",
+        "the 0/1 matrix adds one entry per channel as the direct form does",
+    ),
+    *[
+        (r"^sums = np\.zeros\(\(self\.channels\.size, len\(plan\)\), dtype\)$", new, _CP_FLOAT_SUMS)
+        for new in (
+            "sums = np.zeros((self.channels.size, len(plan)), None)",
+            "sums = np.zeros((self.channels.size, len(plan)), )",
+        )
+    ],
+    (
+        r"^runs = None if rows\.size == count else _Runs\(first, count\)$",
+        "runs = None if (rows.size == count) and False else _Runs(first, count)",
+        "runs of one entry each add the same as the entries",
+    ),
+    *[
+        entry
+        for old, new in (("rows[-1] - rows[0] + 1", "rows[-1] + rows[0] + 1"), ("rows[0] + 1 ==", "rows[0] + 2 =="))
+        for entry in _cp_line(
+            "if rows[-1] - rows[0] + 1 == rows.size:  # consecutive: a slice adds in one pass",
+            old,
+            new,
+            "sorted distinct rows: the mutant holds only where the slice is right, or never; a slice or "
+            "the same indices add the same",
+        )
+    ],
+    *_cp_line(
+        "starts = np.flatnonzero(np.diff(self.channels, prepend=-2) != 1)",
+        "prepend=-2",
+        "prepend=-3",
+        "channels are never negative: the first starts a run either way",
+    ),
+    *_cp_line(
+        "if self._whole is not None or o0 != 0 or o1 != out[0]:",
+        "self._whole is not None",
+        "self._whole is None",
+        "the whole correction's part or the chunk's own: the same sums and counts",
+    ),
+    *[
+        entry
+        for line in (
+            "view = target[(slice(None), slice(None), *(slice(0, size) for size in part.shape[2:]))]",
+            "view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]",
+        )
+        for new in ("slice(None, size)", "slice(size)")
+        for entry in _cp_line(line, "slice(0, size)", new, "slice(None, n) and slice(n) are slice(0, n)")
+    ],
+    *[
+        entry
+        for old, new in (
+            ("(n1 - n0) * math.prod(out)", "(n1 - n0) / math.prod(out)"),
+            ("entries * (n1 - n0)", "entries / (n1 - n0)"),
+            ("(n1 - n0)", "(n1 + n0)"),
+            ("<= SMALL_EVALUATIONS", "< SMALL_EVALUATIONS"),
+        )
+        for entry in _cp_line(
+            "if layout.entries * (n1 - n0) * math.prod(out) <= SMALL_EVALUATIONS:",
+            old,
+            new,
+            "the few-calls form or the blocks: the same sums and counts",
+        )
+    ],
+    *_cp_line(
+        "acc, saturated = _dense_records(self.layer, layout, n0, n1, pairs.counter is not None, view.dtype)",
+        "view.dtype)",
+        "None)",
+        _CP_FLOAT_SUMS,
+    ),
+    *_cp_line(
+        "saturated = np.zeros(n1 - n0, np.int64) if pairs.counter is not None else None",
+        "if pairs.counter is not None else",
+        "if (pairs.counter is not None) or True else",
+        "without a counter the counts are made and not reported (count does nothing)",
+    ),
+    *_cp_line("channels, sums = layout.channel_sums(index, view.dtype)", "view.dtype)", "None)", _CP_FLOAT_SUMS),
+    *_cp_line(
+        "summed = change if sums is None else sums @ change.astype(view.dtype)  # (channels, rows)",
+        "change.astype(view.dtype)",
+        "change.astype(None)",
+        _CP_FLOAT_SUMS,
+    ),
+    *_cp_line(
+        "saturated += np.count_nonzero(change.reshape(len(plan), n1 - n0, -1), axis=(0, 2))",
+        "-1)",
+        "-2)",
+        "numpy reads any negative size in reshape as 'the rest'",
+    ),
+    *_cp_line(
+        "if len(runs) * RUN_ADD_OUTPUTS > block.size:",
+        "> block.size",
+        ">= block.size",
+        "a slice per run or one indexed add: the same sums",
+    ),
+    *[
+        (r"^summed = np\.zeros\(unique\.size, np\.int64\)$", new, _CP_FLOAT_SUMS)
+        for new in (
+            "summed = np.zeros(unique.size, None)",
+            "summed = np.zeros(unique.size, )",
+        )
+    ],
+    *[
+        (
+            r'^order = np\.argsort\(key, kind="stable"\)$',
+            new,
+            "entries of one key are added together: their order is never read",
+        )
+        for new in ("order = np.argsort(key, kind=None)", "order = np.argsort(key, )")
+    ],
+    *_cp_line(
+        "target[(record - n0, channel, row - o0, *rest)] += self.value[a:b].astype(target.dtype)",
+        "astype(target.dtype)",
+        "astype(None)",
+        _CP_FLOAT_SUMS,
+    ),
+    *[
+        (
+            r"^self\.parts\.append\(\(index, np\.asarray\(value, np\.int64\)\)\)$",
+            new,
+            "int32 changes: exact, summed in int64",
+        )
+        for new in (
+            "self.parts.append((index, np.asarray(value, None)))",
+            "self.parts.append((index, np.asarray(value, )))",
+        )
+    ],
+    (
+        r"^return found if found else None$",
+        "return found if (found) or True else None",
+        "an empty correction's dense() is zeros and it adds nothing, as None does",
+    ),
+    *[
+        entry
+        for old, new, reason in (
+            ("pairs.INT16_MAX // np", "pairs.INT16_MAX / np", "integer sums: s > floor(q) exactly when s > q"),
+            ("astype(np.int64)", "astype(None)", "integer sums: s > floor(q) exactly when s > q"),
+        )
+        for entry in _cp_line(
+            "own = pairs.INT16_MAX // np.maximum(np.abs(w_first), np.abs(w_second)).astype(np.int64)", old, new, reason
+        )
+    ],
+    *[
+        entry
+        for old, new in (("+ own[order]", "- own[order]"), ("(pairs.INT16_MAX + 1)", "(pairs.INT16_MAX - 1)"))
+        for entry in _cp_line("key = which[order] * (pairs.INT16_MAX + 1) + own[order]", old, new, _CP_CANDIDATES)
+    ],
+    *_cp_line(
+        "count = np.searchsorted(key, pair * (pairs.INT16_MAX + 1) + sums) - start[pair]",
+        "(pairs.INT16_MAX + 1)",
+        "(pairs.INT16_MAX + 2)",
+        _CP_CANDIDATES,
+    ),
+    *[
+        entry
+        for old, new in (
+            (
+                "every_even = firsts.size == xp.shape[1] // 2 and np.array_equal(firsts, 2 * np.arange(firsts.size))",
+                "every_even = None",
+            ),
+            ("firsts.size == xp", "firsts.size != xp"),
+            ("shape[1] // 2", "shape[1] / 2"),
+            ("shape[1] // 2", "shape[2] // 2"),
+            ("shape[1] // 2", "shape[1] // 3"),
+            ("array_equal(firsts,", "array_equal(None,"),
+            ("2 * np.arange(firsts.size))", "None)"),
+            ("2 * np.arange", "2 / np.arange"),
+        )
+        for entry in _cp_line(
+            "every_even = firsts.size == xp.shape[1] // 2 and np.array_equal(firsts, 2 * np.arange(firsts.size))",
+            old,
+            new,
+            _CP_EVEN,
+        )
+    ],
+    (r"^if every_even$", "if (every_even) and False", _CP_EVEN),
+    *_cp_line(
+        "np.add(block[:, 0 : 2 * firsts.size : 2], block[:, 1 : 2 * firsts.size : 2], dtype=np.uint16)",
+        "1 : 2 * firsts.size",
+        "1 : 3 * firsts.size",
+        "every even channel: the odd ones below the channel count either way",
+    ),
+    (
+        r"^passed = total > threshold\[:, None\]$",
+        "passed = total >= threshold[:, None]",
+        "at the threshold no pair saturates: |a w + a' w'| <= (a + a') max|w| <= 32,767",
+    ),
+    *[
+        entry
+        for old, new in (
+            ("> total.size and", "> total.size or"),
+            ("candidates * 8", "candidates / 8"),
+            ("candidates * 8", "candidates * 9"),
+            ("> total.size", ">= total.size"),
+            ("< 4 * candidates", "<= 4 * candidates"),
+            ("4 * candidates", "4 / candidates"),
+            ("4 * candidates", "5 * candidates"),
+        )
+        for entry in _cp_line(
+            "if candidates * 8 > total.size and lowest.cost(every) < 4 * candidates:", old, new, _CP_CANDIDATES
+        )
+    ],
+    *_cp_line(
+        "if lowest.cost(pair) < int(count.sum()):  # the exact test is cheaper than multiplying every prefix out",
+        "< int(",
+        "<= int(",
+        _CP_CANDIDATES,
+    ),
+    *_cp_line(
+        "first, second = values[source].astype(np.int32), values[source + size].astype(np.int32)",
+        "size].astype(np.int32)",
+        "size].astype(None)",
+        "8-bit inputs: exact in float64, and every change is made int64 when added",
+    ),
+    *_cp_line(
+        "sums = (first + second).astype(np.int64)",
+        "astype(np.int64)",
+        "astype(None)",
+        "sums of two 8-bit inputs: exact in float64, compared with integer keys",
+    ),
+    *[
+        entry
+        for new in ("None)", ")")
+        for entry in _cp_line(
+            "mask = np.empty((block.shape[0], firsts.size, flat.shape[2]), bool)",
+            "bool)",
+            new,
+            "a float mask written with 0 and 1 has the same non-zero places",
+        )
+    ],
+    *_cp_line(
+        "risky, lambda ks: _columns(layer, _Rows(ks, g, layer.cg, kernel)), layer.x.shape[0] * positions",
+        "layer.x.shape[0] * positions",
+        "layer.x.shape[1] * positions",
+        "the row count only sizes pairs.corrections' blocks (never 0 with records)",
+    ),
+    *[
+        entry
+        for old, new in (
+            ("if rows.used.size < source.shape[1] else", "if (rows.used.size < source.shape[1]) or True else"),
+            ("< source.shape[1]", "<= source.shape[1]"),
+        )
+        for entry in _cp_line(
+            "source = source[:, rows.used] if rows.used.size < source.shape[1] else source",
+            old,
+            new,
+            "gathering the channels used when they are all of them reads the same values",
+        )
+    ],
 ]
 
 # calibration: auto's thread pools and zips, its pooled error's divisor, names nothing reads
