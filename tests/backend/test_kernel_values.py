@@ -10,15 +10,15 @@ only where onnxruntime gives the answer; the tests compare with onnxruntime at r
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import warnings
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
-from backend_models import MS, assert_same, node_model, ort_run, ort_softmax_expectation
+from backend_models import MS, assert_same, node_model, ort_int8_softmax_wraps, ort_run, ort_softmax_expectation
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
@@ -48,47 +48,68 @@ def _reference(op: str, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarra
     return ReferenceEvaluator(model).run(None, feeds)
 
 
-@functools.lru_cache(maxsize=1)
-def _ort_softmax_overflows() -> bool:
-    """Whether this onnxruntime's QLinearSoftmax lets ``t * floor(1 / y_scale)`` overflow float32: its
-    output is then the integer cast of an infinity (onnxruntime 1.18 gives the zero point; 1.32 gives
-    the saturated 1). The probe: one value per row, y_scale 1/256, must give 255."""
-    x = np.array([[5]], np.uint8)
-    inits = {"xs": f32(0.1), "xz": np.uint8(0), "ys": f32(1 / 256), "yz": np.uint8(0)}
-    model = node_model("QLinearSoftmax", [("x", np.uint8, x.shape)], inits, np.uint8, domain=MS, axis=-1, opset=13)
-    return int(ort_run(model, {"x": x})[0][0, 0]) != 255
+def _overflowed(zp: int, dtype) -> int:
+    """onnxruntime 1.31 and earlier on x86 where ``t * floor(1 / y_scale)`` overflows float32: the
+    integer conversion of an infinity, 0 for the uint8 kernel and INT32_MIN for the int8 one, plus the
+    zero point in int32, then the clip."""
+    if dtype == np.uint8:
+        return zp
+    wrapped = (-(2**31) + zp + 2**31) % 2**32 - 2**31
+    return min(max(wrapped, -128), 127)
 
 
 # -- QLinearSoftmax ------------------------------------------------------------------------------
 
 
+def test_qlinear_softmax_divides_in_float64_from_onnxruntime_1_32() -> None:
+    """The onnxruntime presets follow the installed onnxruntime: 1.32 takes the inverse scale as a
+    double, 1.31 and earlier as a float (read from their binaries)."""
+    from pytest_qaccuracy.backend import scheme as scheme_module
+
+    assert not scheme_module._softmax_in_float64((1, 18))
+    assert not scheme_module._softmax_in_float64((1, 31))
+    assert scheme_module._softmax_in_float64((1, 32)) and scheme_module._softmax_in_float64((2, 0))
+    version = tuple(int(p) for p in re.findall(r"\d+", ort.__version__)[:2])
+    assert ORT.softmax_float64 is (version >= (1, 32))
+    assert get_scheme("onnxruntime-arm64").softmax_float64 is ORT.softmax_float64
+    assert not get_scheme("tflite").softmax_float64
+
+
 @pytest.mark.parametrize(
     ("dtype", "zp", "y_scale"),
-    [(np.uint8, 0, 1 / 256), (np.uint8, 3, 1 / 200), (np.uint8, 0, 1 / 150), (np.int8, -128, 1 / 200)],
+    [
+        (np.uint8, 0, 1 / 256),
+        (np.uint8, 3, 1 / 200),
+        (np.uint8, 0, 1 / 150),
+        (np.int8, -128, 1 / 200),
+        (np.int8, 0, 1 / 256),
+        (np.int8, 5, 1 / 1000),
+    ],
 )
-def test_qlinear_softmax_over_an_axis_of_one_is_one(dtype, zp, y_scale) -> None:
-    """Softmax of a single value is 1: ``floor(1 / y_scale) + zp``, saturated. The table's top entry
-    is FLT_MAX / e^5 for a row of one, so ``t * floor(1 / y_scale)`` passes FLT_MAX below y_scale
-    1/148; the kernel then gave 0 where onnxruntime gives the saturated 1 (fixed: such products are
-    taken in float64)."""
+def test_qlinear_softmax_over_an_axis_of_one(dtype, zp, y_scale) -> None:
+    """Softmax of a single value is 1. The table's top entry is FLT_MAX / e^5 for a row of one, so
+    ``t * floor(1 / y_scale)`` passes FLT_MAX below y_scale 1/148: in float64 (onnxruntime 1.32) the
+    output is ``floor(1 / y_scale) + zp`` saturated; in float32 (1.31 and earlier) the cast of an
+    infinity (:func:`_overflowed`)."""
     x = np.array([[5], [9], [200 if dtype == np.uint8 else 100]], dtype)
     inits = {"xs": f32(0.1), "xz": dtype(0), "ys": f32(y_scale), "yz": dtype(zp)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # and no overflow warning on the way
-        got, want = _softmax_pair(x, inits)
     lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
-    by_hand = min(max(int(np.floor(np.float32(1) / np.float32(y_scale))) + zp, lo), hi)
-    assert_same(got, np.full(x.shape, by_hand, dtype))
-    if not _ort_softmax_overflows():
-        assert_same(got, want)
+    one = min(max(int(np.floor(np.float32(1) / np.float32(y_scale))) + zp, lo), hi)
+    for wide, by_hand in ((True, one), (False, _overflowed(zp, dtype) if y_scale < 1 / 148 else one)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no overflow warning on the way
+            (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=ORT.replace(softmax_float64=wide))
+        assert_same(got, np.full(x.shape, by_hand, dtype))
+    got, want = _softmax_pair(x, inits)
+    if dtype == np.int8 and zp >= 0 and ort_int8_softmax_wraps():
+        return  # onnxruntime 1.18's int8 kernel keeps the low byte of INT32_MIN + zp: the zero point
+    assert_same(got, want)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
 def test_qlinear_softmax_with_a_fine_output_scale_matches_onnxruntime(dtype) -> None:
     """y_scale 1/1000: the rows' maxima overflow ``t * 1000`` in float32 for rows of up to six values;
-    their outputs saturate, the others are rounded from float32 quotients."""
-    if _ort_softmax_overflows():
-        pytest.skip("this onnxruntime overflows t * floor(1 / y_scale) (its output is a cast infinity)")
+    onnxruntime 1.32 saturates them (float64), earlier ones give the cast of an infinity."""
     rng = np.random.default_rng(7)
     low = 100 if dtype == np.uint8 else -20
     x = rng.integers(low, low + 40, (6, 4)).astype(dtype)
@@ -96,7 +117,32 @@ def test_qlinear_softmax_with_a_fine_output_scale_matches_onnxruntime(dtype) -> 
     inits = {"xs": f32(0.07), "xz": dtype(0), "ys": f32(1 / 1000), "yz": zp}
     got, want = _softmax_pair(x, inits)
     assert_same(got, want)
-    assert (got == np.iinfo(dtype).max).any() and (got < np.iinfo(dtype).max).any()
+    table = softmax._exp_table(0.07, 4)
+    t = table[x.astype(np.int64) - x.max(axis=1, keepdims=True) + 255]
+    with np.errstate(over="ignore"):
+        over = np.isinf(t * f32(1000))
+    assert over.any() and (~over).any()
+    (narrow,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=ORT.replace(softmax_float64=False))
+    assert (narrow[over] == _overflowed(int(zp), dtype)).all()
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_qlinear_softmax_quotient_is_float32_or_float64_as_onnxruntime(wide) -> None:
+    """A row where the two differ: the top value's ``t * 256 / sum t`` is 146.50002 in float64, and
+    exactly 146.5 after the float32 division (a tie: 146). onnxruntime 1.31 gives 146, 1.32 gives 147."""
+    x = np.array([[238, 214, 227, 135, 186, 151, 98, 105, 247, 151]], np.uint8)
+    inits = {"xs": f32(0.0819096714258194), "xz": np.uint8(0), "ys": f32(1 / 256), "yz": np.uint8(0)}
+    (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=ORT.replace(softmax_float64=wide))
+    assert got[0, 8] == (147 if wide else 146)
+    table = softmax._exp_table(float(inits["xs"]), 10)
+    t = table[x[0].astype(np.int64) + 255 - 247]
+    total = np.float32(0)
+    for value in t:  # the float32 sum, in order
+        total = np.float32(total + value)
+    assert np.float32(t[8] * np.float32(256)) / total == np.float32(146.5)
+    assert float(t[8]) * 256 / float(total) > 146.5
+    if wide is ORT.softmax_float64:
+        assert_same(got, _softmax_pair(x, inits)[1])
 
 
 def test_qlinear_softmax_reads_one_element_vectors_as_scalars() -> None:
