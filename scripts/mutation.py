@@ -333,11 +333,13 @@ GROUPS: dict[str, Group] = {
     ),
     "recipe": Group(
         (
-            # measured so far; build.py, estimate.py, measure.py, pair.py and search.py not yet
+            # measured so far; build.py, measure.py and search.py not yet
             "analysis/recipe/aims.py",
             "analysis/recipe/checks.py",
             "analysis/recipe/cost.py",
             "analysis/recipe/edit.py",
+            "analysis/recipe/estimate.py",
+            "analysis/recipe/pair.py",
             "analysis/recipe/space.py",
         ),
         (
@@ -351,6 +353,9 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_recipe_targets.py",
             "tests/analysis/test_recipe_weights.py",
             "tests/analysis/test_recipe_units.py",
+            "tests/analysis/test_recipe_pair_units.py",
+            "tests/analysis/test_recipe_estimate_units.py",
+            "tests/plugin/test_analysis_budget.py",
         ),
     ),
     "sensitivity": Group(

@@ -313,7 +313,7 @@ def test_nodes_without_a_constant_zero_point_are_passed_over(tmp_path):
 
 def test_the_activation_type_is_a_quantized_activations_not_a_weights_or_a_constants(tmp_path):
     """The weights' DequantizeLinear (uint8) and a quantized constant (uint8) come before the input's
-    QuantizeLinear (int8): the activations are int8."""
+    QuantizeLinear (int8), another quantized constant after it: the activations are int8."""
     nodes = [
         _q("DequantizeLinear", ["w", "s", "zu"], "wd"),
         _q("QuantizeLinear", ["c", "s", "zu"], "cq"),
@@ -321,9 +321,12 @@ def test_the_activation_type_is_a_quantized_activations_not_a_weights_or_a_const
         _q("QuantizeLinear", ["x", "s", "zi"], "xq"),
         _q("DequantizeLinear", ["xq", "s", "zi"], "xd"),
         helper.make_node("Add", ["xd", "cd"], ["a"]),
-        helper.make_node("MatMul", ["a", "wd"], ["y"]),
+        _q("QuantizeLinear", ["c2", "s", "zu"], "c2q"),  # and one more after them
+        _q("DequantizeLinear", ["c2q", "s", "zu"], "c2d"),
+        helper.make_node("Mul", ["a", "c2d"], ["m"]),
+        helper.make_node("MatMul", ["m", "wd"], ["y"]),
     ]
-    inits = {**_SCALES, "w": np.full((4, 2), 130, np.uint8), "c": np.ones(4, _F)}
+    inits = {**_SCALES, "w": np.full((4, 2), 130, np.uint8), "c": np.ones(4, _F), "c2": np.ones(4, _F)}
     path = _write(tmp_path, "constants_first", nodes, inits)
     assert recipe_pair.starting_recipe(path) == Recipe(activation_type="int8", weight_type="uint8", per_channel=False)
 
