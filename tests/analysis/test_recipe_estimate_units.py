@@ -177,14 +177,12 @@ def test_checks_the_runner_cannot_compute_are_measured_on_whole_models(monkeypat
     assert estimator.session.runner.passes == [2]
 
 
-def test_prefixes_and_droppable_sets(monkeypatch):
+def test_droppable_sets_quantize_each_node_again(monkeypatch):
     estimator, _ = _estimator(monkeypatch)
     asked = []
     estimator.margins = lambda floats, what, **k: asked.append((what, [list(f) for f in floats])) or []
-    estimator.prefixes(["a", "b", "c"], [0, 2, 3])
     estimator.droppable_margins(["a", "b", "c"], ["b", "c"])
     assert asked == [
-        ("prefixes", [[], ["a", "b"], ["a", "b", "c"]]),
         ("pruning", [["a", "c"], ["a", "b"]]),
     ]
 
