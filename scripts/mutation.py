@@ -345,11 +345,13 @@ GROUPS: dict[str, Group] = {
     ),
     "recipe": Group(
         (
-            # measured so far; build.py, estimate.py, measure.py, pair.py and search.py not yet
+            # measured so far; build.py, measure.py and search.py not yet
             "analysis/recipe/aims.py",
             "analysis/recipe/checks.py",
             "analysis/recipe/cost.py",
             "analysis/recipe/edit.py",
+            "analysis/recipe/estimate.py",
+            "analysis/recipe/pair.py",
             "analysis/recipe/space.py",
         ),
         (
@@ -363,6 +365,9 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_recipe_targets.py",
             "tests/analysis/test_recipe_weights.py",
             "tests/analysis/test_recipe_units.py",
+            "tests/analysis/test_recipe_pair_units.py",
+            "tests/analysis/test_recipe_estimate_units.py",
+            "tests/plugin/test_analysis_budget.py",
         ),
     ),
     "sensitivity": Group(
@@ -411,6 +416,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_arm64_goldens.py",
             "tests/backend/test_kernel_units.py",
             "tests/backend/test_pairs.py",  # the pair oracle: integer_matmul's batched AVX2 path
+            "tests/backend/test_kernel_values.py",
         ),
     ),
     "conv": Group(
@@ -442,6 +448,7 @@ GROUPS: dict[str, Group] = {
             "tests/backend/test_goldens.py",
             "tests/backend/test_pairs_units.py",
             "tests/backend/test_conv_ort.py",
+            "tests/backend/test_conv_pairs_units.py",
         ),
     ),
     "scheme": Group(
@@ -1309,6 +1316,553 @@ EQUIVALENT += [
     (r"^found\.flags\.writeable = False$", "found.flags.writeable = None", "numpy reads the flag for its truth"),
 ]
 
+
+def _cp_line(line: str, old: str, new: str, reason: str) -> list[tuple[str, str, str]]:
+    """EQUIVALENT entries for ``old`` replaced by ``new`` at each place it occurs in ``line``, matching
+    only that whole stripped line (``_each`` matches its beginning, which other modules' lines share)."""
+    entries, start = [], 0
+    while (i := line.find(old, start)) >= 0:
+        entries.append(
+            ("^" + re.escape(line) + "$", (line[:i] + new + line[i + len(old) :]).replace("\\", "\\\\"), reason)
+        )
+        start = i + 1
+    return entries
+
+
+_CP_EXACT_INT16 = "uint8 inputs times int16 weights are int16 in numpy (|x w| <= 255 x 128 = 32,640): exact"
+_CP_OUT = "an out= buffer only saves an allocation: the result returned is the same"
+_CP_CACHE = "a cache: a miss makes the same value again"
+_CP_BLOCKS = "block sizes change how much is done at once, not the values (blocks are clipped to the records)"
+_CP_FLOAT_SUMS = "exact integers in float64 (far below 2**53), added into the sums' own type"
+_CP_PADDED = (
+    "the padded input is right for any zero point (the unpadded one is a shortcut); for an integer "
+    "2 x_zp, <= 32767 / largest is <= 32767 // largest"
+)
+_CP_CANDIDATES = (
+    "the cheap or the exact candidate test, a wider prefix of entries: each candidate is then evaluated "
+    "exactly, so only the work changes"
+)
+_CP_EVEN = (
+    "the slices of every even channel are taken only where the firsts are 0, 2, 4, ... (any such prefix "
+    "gives the right sums); else the general gather, right for any firsts"
+)
+_CP_ROLE = "a scratch role only names a per-thread buffer; no other role has these names"
+
+# conv_pairs: the AVX2 convolutions' pair corrections (each line whole and stripped: nothing else matches)
+EQUIVALENT += [
+    *[
+        entry
+        for line in (
+            "entries = [np.concatenate(parts) for parts in zip(*same, strict=True)]",
+            "self._runs = [(int(a), int(a + j - i), int(i)) for a, i, j in zip(first, starts, ends, strict=True)]",
+            "index = tuple(np.concatenate(axis) for axis in zip(*(i for i, _ in self.parts), strict=True))",
+            "for p, t, s, d, size in zip(pixel, offsets, self.strides, self.dilations, self.out_spatial, strict=True):",
+            "pixel = [p + o for p, o in zip(np.unravel_index(position, spatial), offset, strict=True)]",
+            "*(s * stride for s, stride in zip(step, geometry.strides, strict=True)),",
+            "*(s * dil for s, dil in zip(step, geometry.dilations, strict=True)),",
+        )
+        for new in ("strict=None", "strict=False", "")
+        for entry in _cp_line(line, "strict=True", new, "one item per group, axis or run on each side: equal lengths")
+    ],
+    *_cp_line(
+        "channel_max = x.max(axis=0, initial=0).reshape(x.shape[1], -1).max(axis=1, initial=0)  # records first: fast",
+        "initial=0)",
+        "initial=1)",
+        "a bound of 1 flags no pair: 255 x 128 + 1 x 128 = 32,768 stays within int16",
+    ),
+    *[
+        entry
+        for new in ("None", "")
+        for entry in _cp_line(
+            "pairs.count(total, np.zeros(0, np.int64))",
+            "np.int64",
+            new,
+            "an empty record list: its size alone is read (here and in neon_pairs.py)",
+        )
+    ],
+    (r"^self\._found: PairCorrection \| None = None$", 'self._found: PairCorrection | None = ""', "set before read"),
+    (r"^self\._done = False$", "self._done = None", "read for its truth; None is as false"),
+    (
+        r"^own = self\.channel_max\[g \* self\.cg : \(g \+ 1\) \* self\.cg\]\.astype\(np\.int64\)$",
+        "own = self.channel_max[g * self.cg : (g + 1) * self.cg].astype(None)",
+        "the bound casts the row maxima to int64 (correction_bound): float64 8-bit values are the same",
+    ),
+    (
+        r"^part = _Layer\(self\.x\[a:b\], self\.x_zp, self\.pads, self\.cg, self\.mg, self\.m,",
+        "part = _Layer(self.x[a:b], self.x_zp, self.pads, self.cg, self.mg, None,",
+        "a part is only sampled (count_only): its output shape is never made",
+    ),
+    (r"^part\._padded = self\._padded\[a:b\]$", "part._padded = None", "the part pads its records again: same"),
+    *_cp_line(
+        "if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:",
+        "// largest // 2",
+        "// largest / 2",
+        "integer inputs: x > floor(q / 2) exactly when x > q / 2",
+    ),
+    *_cp_line(
+        "if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:",
+        "INT16_MAX // largest",
+        "INT16_MAX / largest",
+        "32767 / largest is never within rounding of an even integer: the same floor of its half",
+    ),
+    *_cp_line(
+        "if np.count_nonzero(layer.x[0] > pairs.INT16_MAX // largest // 2) * 8 < layer.x[0].size:",
+        "layer.x[0].size:",
+        "layer.x[1].size:",
+        "the records of a batch share their shape (4 or more here)",
+    ),
+    *[
+        entry
+        for old, new in (
+            ("found, 0,", "found, None,"),
+            ("found, 0,", "found, 1,"),
+            ("records(0, 1)", "records(None, 1)"),
+        )
+        for entry in _cp_line(
+            "hits = _sparse(layer.records(0, 1), found, 0, count_only=True)",
+            old,
+            new,
+            "the sample runs without a counter (its pair total is never read); x[None:1] is x[0:1]",
+        )
+    ],
+    *[
+        entry
+        for old, new in (
+            ('"dense is cheaper"', '"XXdense is cheaperXX"'),
+            ('"dense is cheaper"', '"DENSE IS CHEAPER"'),
+            ('("dense", mg', '("XXdenseXX", mg'),
+            ('("dense", mg', '("DENSE", mg'),
+        )
+        for line in (
+            'return pairs.derived(found, ("dense is cheaper", layer.x.shape, tuple(g for g, _ in found)), verdict)',
+            'return pairs.derived(found, ("dense", mg, tuple(g for g, _ in found)), lambda: cls(found, mg))',
+        )
+        for entry in _cp_line(line, old, new, "a memo key only has to differ from the others kept with the pairs")
+    ],
+    (
+        r'^return pairs\.derived\(found, \("dense", mg, tuple\(g for g, _ in found\)\), lambda: cls\(found, mg\)\)$',
+        "return pairs.derived(found, None, lambda: cls(found, mg))",
+        "the pairs' identity fixes the weight (so mg) and each pair list its group",
+    ),
+    (
+        r"^within = channel \+ 1 < cg$",
+        "within = channel + 2 < cg",
+        "a same-tap pair sent the crossing way (its im2col columns gathered) gives the same changes and counts",
+    ),
+    *_cp_line(
+        "largest = int(np.maximum(np.abs(entries[3]), np.abs(entries[4])).max(initial=1))",
+        "initial=1",
+        "initial=2",
+        "a risky pair has a weight of 65 or more (2 x 255 x 64 < 32,768)",
+    ),
+    *[
+        entry
+        for old, new in (
+            (
+                "if 2 * int(x_zp) <= pairs.INT16_MAX // largest else",
+                "if (2 * int(x_zp) <= pairs.INT16_MAX // largest) and False else",
+            ),
+            ("if 2 *", "if 3 *"),
+            ("<= pairs.INT16_MAX // largest", "< pairs.INT16_MAX // largest"),
+            ("INT16_MAX // largest", "INT16_MAX / largest"),
+        )
+        for entry in _cp_line(
+            "source, offset = (x, tuple(pads[:d])) if 2 * int(x_zp) <= pairs.INT16_MAX // largest "
+            "else (xp(), (0,) * d)",
+            old,
+            new,
+            _CP_PADDED,
+        )
+    ],
+    *_cp_line(
+        "spans = parallel.split(x.shape[0], x[0].size)  # records on the session's threads (disjoint outputs)",
+        "x.shape[0], x[0].size)",
+        "x.shape[0], )",
+        "the cost only decides whether the records go to threads",
+    ),
+    *[
+        (r"^negative = risky\.w_second < 0$", new, "a risky pair's second weight is never 0: 255 x 128 < 32,768")
+        for new in ("negative = risky.w_second <= 0", "negative = risky.w_second < 1")
+    ],
+    *[
+        entry
+        for role in ("pairs change", "pairs product", "pairs sums")
+        for new in ("None", f'"XX{role}XX"', f'"{role.upper()}"')
+        for line in (
+            'change = parallel.scratch(size, np.int16, "pairs change").reshape(shape)',
+            'product = parallel.scratch(size, np.int16, "pairs product").reshape(shape)',
+            'acc = parallel.scratch(math.prod(shape), dtype, "pairs sums").reshape(shape)  # no page faults per chunk',
+        )
+        for entry in _cp_line(line, f'"{role}"', new, _CP_ROLE)
+    ],
+    (r'^product = parallel\.scratch\(size, np\.int16, "pairs product"\)\.reshape\(shape\)$', "product = None", _CP_OUT),
+    *[
+        entry
+        for line, old, new, reason in (
+            (
+                "np.multiply(columns[self.row_second[e]], self.minus_second[e], out=change, dtype=np.int16)  # -b",
+                ", dtype=np.int16)",
+                ", dtype=None)",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "np.multiply(columns[self.row_second[e]], self.minus_second[e], out=change, dtype=np.int16)  # -b",
+                ", dtype=np.int16)",
+                ", )",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "change -= np.multiply(columns[self.row_first[e]], self.w_first[e], out=product, dtype=np.int16)",
+                "out=product,",
+                "out=None,",
+                _CP_OUT,
+            ),
+            (
+                "change -= np.multiply(columns[self.row_first[e]], self.w_first[e], out=product, dtype=np.int16)",
+                " out=product,",
+                "",
+                _CP_OUT,
+            ),
+            (
+                "change -= np.multiply(columns[self.row_first[e]], self.w_first[e], out=product, dtype=np.int16)",
+                " dtype=np.int16)",
+                " )",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "change -= np.multiply(columns[self.row_first[e]], self.w_first[e], out=product, dtype=np.int16)",
+                " dtype=np.int16)",
+                " dtype=None)",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "value -= np.multiply(columns[plan.row_second], plan.minus_second, dtype=np.int32)",
+                " dtype=np.int32)",
+                " dtype=None)",
+                _CP_EXACT_INT16,
+            ),
+            (
+                "value -= np.multiply(columns[plan.row_second], plan.minus_second, dtype=np.int32)",
+                " dtype=np.int32)",
+                " )",
+                _CP_EXACT_INT16,
+            ),
+        )
+        for entry in _cp_line(line, old, new, reason)
+    ],
+    *[
+        entry
+        for new in (" out=None)", " )")
+        for entry in _cp_line(
+            "return np.minimum(change, zero, out=change) if positive else np.maximum(change, zero, out=change)",
+            " out=change)",
+            new,
+            _CP_OUT,
+        )
+    ],
+    *[
+        entry
+        for new in ("initial=None", "initial=2")
+        for entry in _cp_line(
+            "for k in range(1, int(sizes.max(initial=1))):",
+            "initial=1",
+            new,
+            "runs are made where a channel has two entries or more; a step of no longer runs adds nothing",
+        )
+    ],
+    (
+        r"^self\.steps\.append\(\(None if longer\.size == sizes\.size else longer,",
+        "self.steps.append((None if (longer.size == sizes.size) and False else longer,",
+        "indexing every run adds what adding them all does",
+    ),
+    (
+        r"count: bool, dtype: np\.dtype, fresh: bool = False$",
+        "count: bool, dtype: np.dtype, fresh: bool = True",
+        "a fresh array or the scratch: the same sums (callers that keep them pass fresh=True)",
+    ),
+    *[
+        entry
+        for line, old in (
+            ("step = max(1, COLUMN_BLOCK // (positions * plan.needed.size))  # records per im2col block", "max(1,"),
+            (
+                "sub = max(1, DENSE_BLOCK // (positions * min(len(plan), MIN_SPAN)))  # records per evaluated block",
+                "max(1,",
+            ),
+            ("for e, positive, rows, runs in layout.blocks(index, max(1, DENSE_BLOCK // part.shape[1])):", "max(1,"),
+            ("step = max(1, BLOCK_ELEMENTS // max(per_record, 1))", "max(1,"),
+        )
+        for entry in _cp_line(line, old, "max(2,", _CP_BLOCKS)
+    ],
+    *_cp_line(
+        "step = max(1, BLOCK_ELEMENTS // max(per_record, 1))", "max(per_record, 1)", "max(per_record, 2)", _CP_BLOCKS
+    ),
+    *_cp_line(
+        "columns = _columns(layer, layout.rows(index, layer), slice(c0, c1))  # (needed, rows)",
+        "slice(c0, c1)",
+        "slice(c0, None)",
+        "the columns of later records are made and not read",
+    ),
+    *[
+        (r"^found = self\.(_rows|_blocks)\.get\((index|key)\)$", new, _CP_CACHE)
+        for new in (r"found = None", r"found = self.\1.get(None)")
+    ],
+    *[
+        (r"^found = self\._sums\.get\(key\)$", new, _CP_CACHE)
+        for new in ("found = None", "found = self._sums.get(None)")
+    ],
+    *[(rf"^self\.{name}\[key\] = found$", f"self.{name}[key] = None", _CP_CACHE) for name in ("_sums", "_blocks")],
+    (r"^key = \(index, np\.dtype\(dtype\)\.str\)$", "key = (index, np.dtype(None).str)", _CP_FLOAT_SUMS),
+    (
+        r"^if np\.unique\(slot\)\.size == slot\.size:$",
+        "if np.unique(None).size == slot.size:",
+        "the 0/1 matrix adds one entry per channel as the direct form does",
+    ),
+    *[
+        (r"^sums = np\.zeros\(\(self\.channels\.size, len\(plan\)\), dtype\)$", new, _CP_FLOAT_SUMS)
+        for new in (
+            "sums = np.zeros((self.channels.size, len(plan)), None)",
+            "sums = np.zeros((self.channels.size, len(plan)), )",
+        )
+    ],
+    (
+        r"^runs = None if rows\.size == count else _Runs\(first, count\)$",
+        "runs = None if (rows.size == count) and False else _Runs(first, count)",
+        "runs of one entry each add the same as the entries",
+    ),
+    *[
+        entry
+        for old, new in (("rows[-1] - rows[0] + 1", "rows[-1] + rows[0] + 1"), ("rows[0] + 1 ==", "rows[0] + 2 =="))
+        for entry in _cp_line(
+            "if rows[-1] - rows[0] + 1 == rows.size:  # consecutive: a slice adds in one pass",
+            old,
+            new,
+            "sorted distinct rows: the mutant holds only where the slice is right, or never; a slice or "
+            "the same indices add the same",
+        )
+    ],
+    *_cp_line(
+        "starts = np.flatnonzero(np.diff(self.channels, prepend=-2) != 1)",
+        "prepend=-2",
+        "prepend=-3",
+        "channels are never negative: the first starts a run either way",
+    ),
+    *_cp_line(
+        "if self._whole is not None or o0 != 0 or o1 != out[0]:",
+        "self._whole is not None",
+        "self._whole is None",
+        "the whole correction's part or the chunk's own: the same sums and counts",
+    ),
+    *[
+        entry
+        for line in (
+            "view = target[(slice(None), slice(None), *(slice(0, size) for size in part.shape[2:]))]",
+            "view = target[(slice(None), slice(None), *(slice(0, size) for size in out))]",
+        )
+        for new in ("slice(None, size)", "slice(size)")
+        for entry in _cp_line(line, "slice(0, size)", new, "slice(None, n) and slice(n) are slice(0, n)")
+    ],
+    *[
+        entry
+        for old, new in (
+            ("(n1 - n0) * math.prod(out)", "(n1 - n0) / math.prod(out)"),
+            ("entries * (n1 - n0)", "entries / (n1 - n0)"),
+            ("(n1 - n0)", "(n1 + n0)"),
+            ("<= SMALL_EVALUATIONS", "< SMALL_EVALUATIONS"),
+        )
+        for entry in _cp_line(
+            "if layout.entries * (n1 - n0) * math.prod(out) <= SMALL_EVALUATIONS:",
+            old,
+            new,
+            "the few-calls form or the blocks: the same sums and counts",
+        )
+    ],
+    *_cp_line(
+        "acc, saturated = _dense_records(self.layer, layout, n0, n1, pairs.counter is not None, view.dtype)",
+        "view.dtype)",
+        "None)",
+        _CP_FLOAT_SUMS,
+    ),
+    *_cp_line(
+        "saturated = np.zeros(n1 - n0, np.int64) if pairs.counter is not None else None",
+        "if pairs.counter is not None else",
+        "if (pairs.counter is not None) or True else",
+        "without a counter the counts are made and not reported (count does nothing)",
+    ),
+    *_cp_line("channels, sums = layout.channel_sums(index, view.dtype)", "view.dtype)", "None)", _CP_FLOAT_SUMS),
+    *_cp_line(
+        "summed = change if sums is None else sums @ change.astype(view.dtype)  # (channels, rows)",
+        "change.astype(view.dtype)",
+        "change.astype(None)",
+        _CP_FLOAT_SUMS,
+    ),
+    *_cp_line(
+        "saturated += np.count_nonzero(change.reshape(len(plan), n1 - n0, -1), axis=(0, 2))",
+        "-1)",
+        "-2)",
+        "numpy reads any negative size in reshape as 'the rest'",
+    ),
+    *_cp_line(
+        "if len(runs) * RUN_ADD_OUTPUTS > block.size:",
+        "> block.size",
+        ">= block.size",
+        "a slice per run or one indexed add: the same sums",
+    ),
+    *[
+        (r"^summed = np\.zeros\(unique\.size, np\.int64\)$", new, _CP_FLOAT_SUMS)
+        for new in (
+            "summed = np.zeros(unique.size, None)",
+            "summed = np.zeros(unique.size, )",
+        )
+    ],
+    *[
+        (
+            r'^order = np\.argsort\(key, kind="stable"\)$',
+            new,
+            "entries of one key are added together: their order is never read",
+        )
+        for new in ("order = np.argsort(key, kind=None)", "order = np.argsort(key, )")
+    ],
+    *_cp_line(
+        "target[(record - n0, channel, row - o0, *rest)] += self.value[a:b].astype(target.dtype)",
+        "astype(target.dtype)",
+        "astype(None)",
+        _CP_FLOAT_SUMS,
+    ),
+    *[
+        (
+            r"^self\.parts\.append\(\(index, np\.asarray\(value, np\.int64\)\)\)$",
+            new,
+            "int32 changes: exact, summed in int64",
+        )
+        for new in (
+            "self.parts.append((index, np.asarray(value, None)))",
+            "self.parts.append((index, np.asarray(value, )))",
+        )
+    ],
+    (
+        r"^return found if found else None$",
+        "return found if (found) or True else None",
+        "an empty correction's dense() is zeros and it adds nothing, as None does",
+    ),
+    *[
+        entry
+        for old, new, reason in (
+            ("pairs.INT16_MAX // np", "pairs.INT16_MAX / np", "integer sums: s > floor(q) exactly when s > q"),
+            ("astype(np.int64)", "astype(None)", "integer sums: s > floor(q) exactly when s > q"),
+        )
+        for entry in _cp_line(
+            "own = pairs.INT16_MAX // np.maximum(np.abs(w_first), np.abs(w_second)).astype(np.int64)", old, new, reason
+        )
+    ],
+    *[
+        entry
+        for old, new in (("+ own[order]", "- own[order]"), ("(pairs.INT16_MAX + 1)", "(pairs.INT16_MAX - 1)"))
+        for entry in _cp_line("key = which[order] * (pairs.INT16_MAX + 1) + own[order]", old, new, _CP_CANDIDATES)
+    ],
+    *_cp_line(
+        "count = np.searchsorted(key, pair * (pairs.INT16_MAX + 1) + sums) - start[pair]",
+        "(pairs.INT16_MAX + 1)",
+        "(pairs.INT16_MAX + 2)",
+        _CP_CANDIDATES,
+    ),
+    *[
+        entry
+        for old, new in (
+            (
+                "every_even = firsts.size == xp.shape[1] // 2 and np.array_equal(firsts, 2 * np.arange(firsts.size))",
+                "every_even = None",
+            ),
+            ("firsts.size == xp", "firsts.size != xp"),
+            ("shape[1] // 2", "shape[1] / 2"),
+            ("shape[1] // 2", "shape[2] // 2"),
+            ("shape[1] // 2", "shape[1] // 3"),
+            ("array_equal(firsts,", "array_equal(None,"),
+            ("2 * np.arange(firsts.size))", "None)"),
+            ("2 * np.arange", "2 / np.arange"),
+        )
+        for entry in _cp_line(
+            "every_even = firsts.size == xp.shape[1] // 2 and np.array_equal(firsts, 2 * np.arange(firsts.size))",
+            old,
+            new,
+            _CP_EVEN,
+        )
+    ],
+    (r"^if every_even$", "if (every_even) and False", _CP_EVEN),
+    *_cp_line(
+        "np.add(block[:, 0 : 2 * firsts.size : 2], block[:, 1 : 2 * firsts.size : 2], dtype=np.uint16)",
+        "1 : 2 * firsts.size",
+        "1 : 3 * firsts.size",
+        "every even channel: the odd ones below the channel count either way",
+    ),
+    (
+        r"^passed = total > threshold\[:, None\]$",
+        "passed = total >= threshold[:, None]",
+        "at the threshold no pair saturates: |a w + a' w'| <= (a + a') max|w| <= 32,767",
+    ),
+    *[
+        entry
+        for old, new in (
+            ("> total.size and", "> total.size or"),
+            ("candidates * 8", "candidates / 8"),
+            ("candidates * 8", "candidates * 9"),
+            ("> total.size", ">= total.size"),
+            ("< 4 * candidates", "<= 4 * candidates"),
+            ("4 * candidates", "4 / candidates"),
+            ("4 * candidates", "5 * candidates"),
+        )
+        for entry in _cp_line(
+            "if candidates * 8 > total.size and lowest.cost(every) < 4 * candidates:", old, new, _CP_CANDIDATES
+        )
+    ],
+    *_cp_line(
+        "if lowest.cost(pair) < int(count.sum()):  # the exact test is cheaper than multiplying every prefix out",
+        "< int(",
+        "<= int(",
+        _CP_CANDIDATES,
+    ),
+    *_cp_line(
+        "first, second = values[source].astype(np.int32), values[source + size].astype(np.int32)",
+        "size].astype(np.int32)",
+        "size].astype(None)",
+        "8-bit inputs: exact in float64, and every change is made int64 when added",
+    ),
+    *_cp_line(
+        "sums = (first + second).astype(np.int64)",
+        "astype(np.int64)",
+        "astype(None)",
+        "sums of two 8-bit inputs: exact in float64, compared with integer keys",
+    ),
+    *[
+        entry
+        for new in ("None)", ")")
+        for entry in _cp_line(
+            "mask = np.empty((block.shape[0], firsts.size, flat.shape[2]), bool)",
+            "bool)",
+            new,
+            "a float mask written with 0 and 1 has the same non-zero places",
+        )
+    ],
+    *_cp_line(
+        "risky, lambda ks: _columns(layer, _Rows(ks, g, layer.cg, kernel)), layer.x.shape[0] * positions",
+        "layer.x.shape[0] * positions",
+        "layer.x.shape[1] * positions",
+        "the row count only sizes pairs.corrections' blocks (never 0 with records)",
+    ),
+    *[
+        entry
+        for old, new in (
+            ("if rows.used.size < source.shape[1] else", "if (rows.used.size < source.shape[1]) or True else"),
+            ("< source.shape[1]", "<= source.shape[1]"),
+        )
+        for entry in _cp_line(
+            "source = source[:, rows.used] if rows.used.size < source.shape[1] else source",
+            old,
+            new,
+            "gathering the channels used when they are all of them reads the same values",
+        )
+    ],
+]
+
 # calibration: auto's thread pools and zips, its pooled error's divisor, names nothing reads
 EQUIVALENT += [
     *[
@@ -1562,6 +2116,508 @@ EQUIVALENT += [
         r'COLOURS\.get\(row\.status or "", \{\}\)',
         'COLOURS.get(row.status or "XXXX", {})',
         "no verdict colour is keyed by '' or 'XXXX': a row without a status is plain either way",
+    ),
+]
+
+# kernels: QLinearSoftmax's table and row arithmetic (backend/kernels/softmax.py)
+_SOFTMAX_TYPES = "QLinearSoftmax takes uint8 or int8 (one type T for X and Y): a clip to hi <= 255 follows"
+EQUIVALENT += [
+    *_each(
+        "shift = max(0.0, log - 5.0) / x_scale",
+        "max(0.0",
+        "max(1.0",
+        "log - 5 >= 1 unless the row has more than FLT_MAX / e^6 (8e35) values",
+    ),
+    *[
+        (r"i = np\.arange\(256, dtype=np\.float64\)", new, "i - 255.0 is float64 for an integer i too")
+        for new in ("i = np.arange(256, dtype=None)", "i = np.arange(256, )")
+    ],
+    *_each(
+        "rows = X.reshape(int(np.prod(X.shape[:axis])), -1) if opset < 13 else np.moveaxis(X, axis, -1)",
+        ")), -1)",
+        ")), -2)",
+        "numpy reads any negative size in reshape as 'the rest' (1.24 and 2.x)",
+    ),
+    *_each(
+        "dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype",
+        "if y_zero_point is not None else",
+        "if (y_zero_point is not None) and False else",
+        "QLinearSoftmax's schema gives X and Y one type T: the zero point's type is X's",
+    ),
+    *_each(
+        "table = _exp_table(float(np.asarray(X_scale).reshape(())), flat.shape[-1])",
+        "flat.shape[-1]",
+        "flat.shape[+1]",
+        "flat is 2-D: axis 1 is its last",
+    ),
+    *_each(
+        "index = flat.astype(np.int64) - flat.max(axis=-1, keepdims=True).astype(np.int64) + 255",
+        "axis=-1",
+        "axis=+1",
+        "flat is 2-D: axis 1 is its last",
+    ),
+    *[
+        (r"total = np\.cumsum\(values, axis=-1, dtype=np\.float32\)", new, why)
+        for new, why in (
+            ("total = np.cumsum(values, axis=+1, dtype=np.float32)", "values is 2-D: axis 1 is its last"),
+            ("total = np.cumsum(values, axis=-1, dtype=None)", "values is float32 (the table's type)"),
+            ("total = np.cumsum(values, axis=-1, )", "values is float32 (the table's type)"),
+        )
+    ],
+    *[
+        (r"q = np\.minimum\(q, 255\) if dtype == np\.uint8 else q", new, _SOFTMAX_TYPES)
+        for new in (
+            "q = np.minimum(q, 255) if (dtype == np.uint8) and False else q",
+            "q = np.minimum(q, 255) if (dtype == np.uint8) or True else q",
+            "q = np.minimum(q, 256) if dtype == np.uint8 else q",
+            "q = np.minimum(q, 255) if dtype != np.uint8 else q",
+        )
+    ],
+    *_each(
+        "out = np.clip(q, lo, hi).astype(dtype).reshape(rows.shape)",
+        "np.clip(q, lo,",
+        "np.clip(q, None,",
+        "q = rint(y) + zp with y = t * inv / sum t >= 0: never below zp >= lo",
+    ),
+]
+
+# kernels: Quantize/DequantizeLinear's dtype spellings, copy flags and speed paths (backend/kernels/quantize.py)
+_COPY = "astype's copy flag: a fresh array either way, never written in place nor compared by identity"
+_QL = "return (arith.quantize_float(x.astype(ftype, copy=False), scale.astype(ftype), np.asarray(zp), dtype, scheme),)"
+_TABLE = "table = arith.dequantize(every, scale.astype(np.float32), zp).astype(out_type, copy=False).reshape(256)"
+_TABLE_IF = "if x.dtype.itemsize == 1 and scale.size == 1 and (zp is None or zp.size == 1):  # one 256-entry table"
+_SAME_PATH = (
+    "the table and the general path compute the same (x - zp) * scale per value; a zero point of another "
+    "size than the scale's is outside the spec"
+)
+EQUIVALENT += [
+    (r"^saturate: int = 1,$", "saturate: int = 2,", "saturate is read for float8 outputs only (onnx.reference's)"),
+    *[entry for new in ("copy=None", "", "copy=True") for entry in _each(_QL, "copy=False", new, _COPY)],
+    *_each(
+        _QL,
+        "scale.astype(ftype)",
+        "scale.astype(None)",
+        "quantize_float casts the scale to x's float type: a float64 copy of a float scale goes back exact",
+    ),
+    *_each(_TABLE_IF, "zp.size == 1", "zp.size != 1", _SAME_PATH),
+    *_each(_TABLE_IF, "zp.size == 1", "zp.size == 2", _SAME_PATH),
+    *_each(
+        _TABLE,
+        ".reshape(256)",
+        ".reshape(None)",
+        "np.take reads a table of shape (1, ..., 256) flattened; reshape(None) keeps the shape (numpy 1.24 and 2.x)",
+    ),
+    *[entry for new in ("copy=None", "", "copy=True") for entry in _each(_TABLE, "copy=False", new, _COPY)],
+    *[
+        entry
+        for new in ("copy=None", "", "copy=True")
+        for entry in _each("return (value.astype(out_type, copy=False),)", "copy=False", new, _COPY)
+    ],
+    *[
+        (r"x = np\.asarray\(x, dtype=np\.float32\)", new, "DynamicQuantizeLinear's input is float32 by its schema")
+        for new in ("x = np.asarray(x, dtype=None)", "x = np.asarray(x, )")
+    ],
+    *[
+        (r"zp_float = np\.clip\(np\.float32\(0\) - low / scale, 0, 255\)", new, why)
+        for new, why in (
+            ("zp_float = np.clip(np.float32(0) - low / scale, None, 255)", "low <= 0 < scale: -low / scale >= 0"),
+            (
+                "zp_float = np.clip(np.float32(0) - low / scale, 0, None)",
+                "high >= 0: -low / scale is 255 within float32 rounding at most, and rounds to 255",
+            ),
+            (
+                "zp_float = np.clip(np.float32(0) - low / scale, 0, 256)",
+                "high >= 0: -low / scale is 255 within float32 rounding at most, and rounds to 255",
+            ),
+        )
+    ],
+    *_each(
+        'zp = arith.round_float(np.asarray(zp_float, np.float32), "half_even").astype(np.uint8)',
+        ".astype(np.uint8)",
+        ".astype(None)",
+        "an integral zero point in [0, 255]: quantize_float casts it to its float type, the return to uint8",
+    ),
+    *[
+        entry
+        for new in ("None", "")
+        for entry in _each(
+            'zp = arith.round_float(np.asarray(zp_float, np.float32), "half_even").astype(np.uint8)',
+            "np.float32)",
+            f"{new})",
+            "zp_float is float32 (numpy 2) or a float64 holding the float32 value (numpy 1.24's np.clip on scalars)",
+        )
+    ],
+    *[
+        entry
+        for old, new, why in (
+            ("np.float32)", "None)", "scale is a float32 scalar (a quotient of two)"),
+            ("np.float32)", ")", "scale is a float32 scalar (a quotient of two)"),
+            ("np.uint8)", "None)", "zp is uint8 already (astype(np.uint8))"),
+            ("np.uint8)", ")", "zp is uint8 already (astype(np.uint8))"),
+        )
+        for entry in _each("return y, np.asarray(scale, np.float32), np.asarray(zp, np.uint8)", old, new, why)
+    ],
+]
+
+# kernels: the elementwise kernels' dtype spellings, table paths and pair-table keys (backend/kernels/elementwise.py)
+_ONE_VALUE = (
+    "a parameter of one value: reshape(None) keeps its shape (numpy 1.24 and 2.x), and the table's 256 "
+    "values broadcast against it to 256; quantize_float takes a size-1 scale or zero point as 0-d"
+)
+_FORMULAS_CAST = (
+    "every pair formula casts its operands first (int64, float32 or float64, neon's int64): the grid's "
+    "type does not reach the table"
+)
+_KEY = (
+    "the pair-table key stays unique: an add key holds ten entries and a mul key seven, and the output type "
+    "is the C zero point's (its dtype is in the key) or A's (in the full key)"
+)
+_SAME_T = "the op's schema gives its integer inputs and output one type T"
+_ROLE = "a scratch buffer's role name: no other buffer alive in these calls has either name"
+_CLIP_MODE = "every index is in range of the table (256 or 65536 entries): mode='clip' only avoids a copy"
+_LOGISTIC = "float32 operands: the product is float32 already, and fma32 casts its operands to float32"
+_LINE_TABLE = "return arith.quantize_float(out, np.asarray(y_scale, np.float32).reshape(()), zp, y_dtype, scheme)"
+_LINE_DQ = "q, np.asarray(x_scale, np.float32).reshape(()), None if x_zp is None else np.asarray(x_zp).reshape(())"
+_LINE_FN = "out = np.asarray(fn(v.astype(np.float32)), dtype=np.float32)"
+_LINE_ZP = "zp = np.zeros((), y_dtype) if y_zp is None else np.asarray(y_zp).reshape(())"
+_LINE_ADD_KEY = 'key = param_key("QLinearAdd", a_s, a_zp, b_s, b_zp, c_s, c_zp, np.dtype(dtype).str, scheme, spans)'
+_LINE_MUL_KEY = 'key = param_key("QLinearMul", a_zp, b_zp, multiplier, c_zp, np.dtype(dtype).str, scheme)'
+_LINE_POWER2 = (
+    'arith.requantize(x.astype(np.int64) - zp, arith.real_multiplier([s], c_s, scheme), 0, np.int32, scheme, "add")'
+)
+_LINE_SCRATCH = 'index = parallel.scratch(x.size, np.uint16, "pair-index").reshape(x.shape)'
+_LINE_SCRATCH_B = 'index = parallel.scratch(target.size, np.uint16, "pair-index").reshape(target.shape)'
+EQUIVALENT += [
+    *[
+        (r"x = np\.asarray\(x, np\.float32\)", new, "logistic's one caller passes float32 values (the table's)")
+        for new in ("x = np.asarray(x, None)", "x = np.asarray(x, )")
+    ],
+    (r"v2 = \(v \* v\)\.astype\(np\.float32\)", "v2 = (v * v).astype(None)", _LOGISTIC),
+    (r"p = \(p \* v\)\.astype\(np\.float32\)", "p = (p * v).astype(None)", _LOGISTIC),
+    *_each("q = np.arange(lo, hi + 1)", "hi + 1", "hi + 2", "a 257th table entry is never read (indices are q - qmin)"),
+    *_each(_LINE_DQ, "reshape(())", "reshape(None)", _ONE_VALUE),
+    *_each(_LINE_ZP, "reshape(())", "reshape(None)", _ONE_VALUE),
+    *_each(_LINE_TABLE, "reshape(())", "reshape(None)", _ONE_VALUE),
+    *[
+        entry
+        for new in ("dtype=None)", ")")
+        for entry in _each(_LINE_FN, "dtype=np.float32)", new, "logistic, leaky, clip and identity give float32")
+    ],
+    *_each(
+        _LINE_FN,
+        "v.astype(np.float32)",
+        "v.astype(None)",
+        "v is float32 (the dequantized table): each fn gives the float32 value of its float64 result, rounded once",
+    ),
+    *[
+        entry
+        for new in ("None)", ")")
+        for entry in _each(
+            _LINE_ZP, "y_dtype)", new, "a float 0 zero point: quantize_float casts it to its float type, 0 either way"
+        )
+    ],
+    *[
+        entry
+        for line in (
+            'np.take(table, block, out=target, mode="clip")  # every byte is an index: "clip" avoids a copy',
+            'np.take(table, index, out=out, mode="clip")  # every index is in range; "clip" avoids a copy',
+            'np.take(raw, index, out=target, mode="clip")',
+        )
+        for new in ("mode=None", "")
+        for entry in _each(line, 'mode="clip"', new, _CLIP_MODE)
+    ],
+    *_each(
+        "if x.dtype == np.uint8 or x.dtype == np.int8:",
+        " or ",
+        " and ",
+        "8-bit values through the general path: table[x - qmin] reads the same entries",
+    ),
+    *_each(
+        "return table[x.astype(np.intp) - arith.qrange(x.dtype)[0]]",
+        "- arith",
+        "+ arith",
+        "16-bit only: uint16's minimum is 0, and int16's x - 32768 counts from the end of its 65536 entries",
+    ),
+    (
+        r"^dtype = _out_dtype\(Y_zero_point, X\)$",
+        "dtype = _out_dtype(None, X)",
+        "one type in and out: QLinearSigmoid's and QLinearLeakyRelu's schemas; fusion makes Requantize and "
+        "QLinearLookup only where the DQ and the Q share a type",
+    ),
+    *_each("return np.where(v >= 0, v, (a * v).astype(np.float32))", "v >= 0", "v > 0", "0 and -0 stay 0 both ways"),
+    *_each(
+        "return np.where(v >= 0, v, (a * v).astype(np.float32))",
+        ".astype(np.float32)",
+        ".astype(None)",
+        "a float64 product of float32 values, rounded once to float32 by the table (the float32 product)",
+    ),
+    *_each(
+        "shape = (1,) * (len(out_shape) - x.ndim) + x.shape",
+        "(1,)",
+        "(2,)",
+        "padding is read only at the output's last axis of size > 1; past x's own axes only when x has one value",
+    ),
+    *_each("fa, fb = a.astype(f32), b.astype(f32)", "a.astype(f32)", "a.astype(None)", _LOGISTIC),
+    *_each("fa, fb = a.astype(f32), b.astype(f32)", "b.astype(f32)", "b.astype(None)", _LOGISTIC),
+    *[
+        entry
+        for old, new in (("-32768, ", "None, "), ("32767)", "None)"), ("-32768", "-32769"), ("32767", "32768"))
+        for entry in _each(
+            "return arith.saturate(np.clip(np.rint(t), -32768, 32767), dtype)",
+            old,
+            new,
+            "outputs of 8 or 16 bits: saturate() clamps past the int16 range anyway",
+        )
+    ],
+    *[
+        entry
+        for new in ("None)", '"XXaddXX")', '"ADD")')
+        for entry in _each(
+            _LINE_POWER2,
+            '"add")',
+            new,
+            "the family only decides when the zero point joins, and it is 0 here",
+        )
+    ],
+    *_each(
+        _LINE_POWER2,
+        "x.astype(np.int64)",
+        "x.astype(None)",
+        "power2 and glow requantize cast the accumulator to int64: integral floats exact",
+    ),
+    *_each(
+        "return arith.saturate(parts[0].astype(np.int64) + parts[1] + c_zp, dtype)",
+        "parts[0].astype(np.int64)",
+        "parts[0].astype(None)",
+        "integral sums far below 2^53: saturate clamps and casts the same values",
+    ),
+    *_each(
+        "table = _PAIR_TABLES.get(full_key) if full_key is not None else None",
+        "if full_key is not None else",
+        "if (full_key is not None) or True else",
+        "tables are kept under a key only: get(None) is None",
+    ),
+    *_each("grid_a = np.arange(lo_a, lo_a + 256).astype(a.dtype)[:, None]", "a.dtype", "None", _FORMULAS_CAST),
+    *_each("grid_b = np.arange(lo_b, lo_b + 256).astype(b.dtype)[None, :]", "b.dtype", "None", _FORMULAS_CAST),
+    *_each(
+        _LINE_SCRATCH,
+        ".reshape(x.shape)",
+        ".reshape(None)",
+        "parallel.blockwise hands out flat blocks: x is 1-D, as the scratch buffer is",
+    ),
+    *[
+        entry
+        for line in (_LINE_SCRATCH, _LINE_SCRATCH_B)
+        for new in ("None", '"XXpair-indexXX"', '"PAIR-INDEX"')
+        for entry in _each(line, '"pair-index"', new, _ROLE)
+    ],
+    *[
+        entry
+        for new in ("dtype=None)", ")")
+        for entry in _each(
+            "np.multiply(x, np.uint16(256), out=index, dtype=np.uint16)  # measured: faster than copy + shift",
+            "dtype=np.uint16)",
+            new,
+            "uint8 times a uint16 scalar is uint16 (numpy 1.24's value-based casting and numpy 2's NEP 50)",
+        )
+    ],
+    *[
+        entry
+        for new in ("dtype=None)", ")")
+        for entry in _each(
+            "np.add(h, low, out=index, dtype=np.uint16)  # the low byte is free: adding is or-ing",
+            "dtype=np.uint16)",
+            new,
+            "uint16 plus uint8 is uint16",
+        )
+    ],
+    *_each(
+        "lut = _operand_table(table, ua, ub, flips, out.shape)",
+        "_operand_table(table, ua, ub, flips, out.shape)",
+        "None",
+        "the operand-table shortcut: the general gather reads the same pair table",
+    ),
+    *_each(
+        "lut = _operand_table(table, ua, ub, flips, out.shape)",
+        "out.shape)",
+        "None)",
+        "the operand-table shortcut: the general gather reads the same pair table",
+    ),
+    *_each(
+        "if ua.size > ub.size:  # index by (b, a): the transposed table",
+        "ua.size > ub.size",
+        "ua.size >= ub.size",
+        "the transposed table at equal sizes reads the same pairs",
+    ),
+    *_each(
+        "raw = np.ascontiguousarray(square[rows[:, None], columns[None, :]]).reshape(-1)",
+        ".reshape(-1)",
+        ".reshape(None)",
+        "np.take reads the (256, 256) table flattened",
+    ),
+    *[
+        (r"^if out\.ndim == 0:$", new, "a 0-d output takes the operand-table path first: this branch is a shortcut")
+        for new in ("if out.ndim != 0:", "if out.ndim == 1:")
+    ],
+    *[
+        (r"^part\(out, xh, xl\)$", new, "a 0-d output takes the operand-table path first: never reached")
+        for new in (
+            "part(None, xh, xl)",
+            "part(out, None, xl)",
+            "part(out, xh, None)",
+            "part(xh, xl)",
+            "part(out, xl)",
+            "part(out, xh, )",
+        )
+    ],
+    *_each(
+        "spans = parallel.split(out.shape[0], out[0].size)",
+        "out.shape[0], out[0].size)",
+        "out.shape[0], )",
+        "the cost per row decides only whether rows go to threads: the spans cover every row",
+    ),
+    *[
+        entry
+        for line in (
+            "fixed = (int(ub.reshape(-1)[0]) ^ (flips & 0xFF)) & 0xFF",
+            "fixed = (int(ua.reshape(-1)[0]) ^ (flips >> 8)) & 0xFF",
+        )
+        for entry in _each(line, "reshape(-1)", "reshape(+1)", "an operand of one value: reshape(1) is reshape(-1)")
+    ],
+    *_each(
+        "return table[(fixed << 8) | (np.arange(256) ^ (flips & 0xFF))]",
+        "np.arange(256)",
+        "np.arange(257)",
+        "lookup_bytes reads bytes 0-255: a 257th entry is never read",
+    ),
+    *[
+        entry
+        for line, old in (("if not _eight_bit(A, B):", "_eight_bit(A, B)"),)
+        for new in ("_eight_bit(B)", "_eight_bit(A, )")
+        for entry in _each(line, old, new, _SAME_T)
+    ],
+    *[
+        entry
+        for old, new in (
+            ('"QLinearAdd", ', "None, "),
+            ('"QLinearAdd", ', ""),
+            ('"QLinearAdd"', '"XXQLinearAddXX"'),
+            ('"QLinearAdd"', '"qlinearadd"'),
+            ('"QLinearAdd"', '"QLINEARADD"'),
+            ("np.dtype(dtype).str, ", "None, "),
+            ("np.dtype(dtype).str, ", ""),
+            ("np.dtype(dtype)", "np.dtype(None)"),
+        )
+        for entry in _each(_LINE_ADD_KEY, old, new, _KEY)
+    ],
+    *[
+        entry
+        for old, new in (
+            ('"QLinearMul", ', "None, "),
+            ('"QLinearMul", ', ""),
+            ('"QLinearMul"', '"XXQLinearMulXX"'),
+            ('"QLinearMul"', '"qlinearmul"'),
+            ('"QLinearMul"', '"QLINEARMUL"'),
+            ("np.dtype(dtype).str, ", "None, "),
+            ("np.dtype(dtype).str, ", ""),
+            ("np.dtype(dtype)", "np.dtype(None)"),
+        )
+        for entry in _each(_LINE_MUL_KEY, old, new, _KEY)
+    ],
+    *[
+        entry
+        for old in ("a.astype(np.int64)", "b.astype(np.int64)")
+        for entry in _each(
+            "product = (a.astype(np.int64) - a_zp) * (b.astype(np.int64) - b_zp)",
+            old,
+            old.replace("np.int64", "None"),
+            "an exact float64 product (below 2^53): requantize casts it to int64, or rounds it once to its float type",
+        )
+    ],
+    *_each(
+        "run.__name__ = op_type.lower()",
+        "op_type.lower()",
+        "op_type.upper()",
+        "nothing reads a float kernel's __name__: the registry keys kernels by op type",
+    ),
+    *[
+        entry
+        for new in ("copy=None", "", "copy=True")
+        for entry in _each(
+            "return (y.astype(input.dtype, copy=False),)",
+            "copy=False",
+            new,
+            "a copy or the input itself: the same values (Identity returns its input too)",
+        )
+    ],
+]
+
+# recipe: the pytest analysis' entry to the search (analysis/recipe/pair.py) and its estimates (estimate.py)
+_VALID_QDQ = "in a valid graph no Constant has inputs and no DequantizeLinear reads a DequantizeLinear's (float) output"
+_PAIR_TEMP = "the search's best model is written to a private temporary folder, deleted after the call"
+EQUIVALENT += [
+    *_each(
+        "scale = view.constant(node.input[1])",
+        "[1]",
+        "[2]",
+        "ONNX gives the zero point the scale's shape: its size says per channel the same",
+    ),
+    *_each(
+        'view.producer.get(i, (0, None))[1] is not None and view.producer[i][1].op_type == "DequantizeLinear"',
+        "(0, None)",
+        "(1, None)",
+        "only the default's second item (no producer) is read",
+    ),
+    *[
+        entry
+        for old, news in (
+            ('"DequantizeLinear", "Constant")', ('"XXDequantizeLinearXX"', '"dequantizelinear"', '"DEQUANTIZELINEAR"')),
+            ('"Constant")', ('"XXConstantXX"', '"constant"', '"CONSTANT"')),
+        )
+        for new in news
+        for entry in _each(
+            'if node.op_type not in ("QuantizeLinear", "DequantizeLinear", "Constant")',
+            old.split(",")[0] if old.startswith('"Dequantize') else old.removesuffix(")"),
+            new,
+            _VALID_QDQ,
+        )
+    ],
+    *_each(
+        "evaluation = Head(load_dataset(data), count - head, skip=head)",
+        "count - head",
+        "count + head",
+        "Head takes at most the records after skip: count - head of them either way",
+    ),
+    *[
+        entry
+        for new in ("None", '"XXqaccuracy-pair-recipe-XX"', '"QACCURACY-PAIR-RECIPE-"')
+        for entry in _each(
+            'with tempfile.TemporaryDirectory(prefix="qaccuracy-pair-recipe-") as tmp:',
+            '"qaccuracy-pair-recipe-"',
+            new,
+            _PAIR_TEMP,
+        )
+    ],
+    *[
+        entry
+        for new in ('"XXbest.onnxXX"', '"BEST.ONNX"')
+        for entry in _each('best = Path(tmp) / "best.onnx"', '"best.onnx"', new, _PAIR_TEMP)
+    ],
+    *[
+        entry
+        for new in ('"XXestimateXX"', '"ESTIMATE"')
+        for entry in _each(
+            'out.append(judge({"estimate": metrics}, checks).margin)',
+            '"estimate"',
+            new,
+            "judge reads a measurement's targets by value, never by their name",
+        )
+    ],
+    *_each(
+        "key=lambda n: (-(drops.get(n, 0.0) / max(cost(n), 1e-9)), cost(n)),",
+        "0.0",
+        "1.0",
+        "drops has every node or none: with none, -(1 / cost) then cost orders as cost does",
     ),
 ]
 

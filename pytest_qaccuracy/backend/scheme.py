@@ -78,6 +78,9 @@ class Scheme(Plain):
             x86 float kernels for ``float32``) or ``mlas_neon`` (MLAS's ARM64 kernels: the add with two
             integer multipliers and a rounding shift half away from zero, the mul's rescale and zero point
             in one fused multiply-add; ``kernels/neon.py``).
+        softmax_float64: QLinearSoftmax divides ``t * floor(1 / y_scale)`` by the row sum in float64 and
+            rounds in float64, as onnxruntime 1.32 does; False: in float32, as onnxruntime 1.31 and earlier
+            (``kernels/softmax.py``). The onnxruntime presets follow the installed onnxruntime.
     """
 
     name: str = "custom"
@@ -98,6 +101,7 @@ class Scheme(Plain):
     neon_pair_wrap: bool = False
     depthwise_pair_wrap: bool = False
     qlinear_binary: QLinearBinary = "multiplier"
+    softmax_float64: bool = False
 
     def __post_init__(self) -> None:
         if self.accumulator not in ("exact", "wrap32", "saturate32"):
@@ -144,6 +148,13 @@ def _quantizes_float_weights(version: tuple[int, int]) -> bool:
     return version >= (1, 21) and version != (1, 22)
 
 
+def _softmax_in_float64(version: tuple[int, int]) -> bool:
+    """Whether that onnxruntime's QLinearSoftmax divides in float64: 1.32 and later (its kernel takes
+    the inverse output scale as a double; 1.18 through 1.31 take a float, read from their binaries and
+    measured on 1.18.0, 1.31.0 and 1.32.0)."""
+    return version >= (1, 32)
+
+
 #: onnxruntime's CPU arithmetic on x86 (MLAS) with a default session:
 #: rne(f32(f32(acc) * f32(f32(xs*ws)/ys))) + zp; QLinearAdd/Mul/AveragePool add zp first.
 _ONNXRUNTIME = Scheme(
@@ -153,6 +164,7 @@ _ONNXRUNTIME = Scheme(
     float_kernels="mlas",
     qdq_int8_to_uint8=True,
     quantize_float_weights=_quantizes_float_weights(_onnxruntime_version()),
+    softmax_float64=_softmax_in_float64(_onnxruntime_version()),
 )
 
 #: onnxruntime's CPU arithmetic on ARM64 (MLAS NEON) with a default session: int8 QDQ activations stay

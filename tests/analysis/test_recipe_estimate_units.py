@@ -6,6 +6,7 @@ gains and SQNR drops, and each node's SQNR drop from a layer-wise comparison."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -176,14 +177,12 @@ def test_checks_the_runner_cannot_compute_are_measured_on_whole_models(monkeypat
     assert estimator.session.runner.passes == [2]
 
 
-def test_prefixes_and_droppable_sets(monkeypatch):
+def test_droppable_sets_quantize_each_node_again(monkeypatch):
     estimator, _ = _estimator(monkeypatch)
     asked = []
     estimator.margins = lambda floats, what, **k: asked.append((what, [list(f) for f in floats])) or []
-    estimator.prefixes(["a", "b", "c"], [0, 2, 3])
     estimator.droppable_margins(["a", "b", "c"], ["b", "c"])
     assert asked == [
-        ("prefixes", [[], ["a", "b"], ["a", "b", "c"]]),
         ("pruning", [["a", "c"], ["a", "b"]]),
     ]
 
@@ -203,12 +202,12 @@ def _ordering(monkeypatch, margins, direct=True, records=4):
 
 
 def test_nodes_are_ordered_by_gain_per_cost_then_the_cheapest(monkeypatch):
-    cost = {"a": 1.0, "b": 2.0, "c": 1.0, "d": 2.0, "e": 0.5}.__getitem__
+    cost = {"a": 0.125, "b": 2.0, "c": 1.0, "d": 2.0, "e": 0.5}.__getitem__
     # base -1.0; gains a 0.25, b 1.0, c 0 (no gain), d -0.125 (worse), e not estimated (cut short)
     estimator, asked = _ordering(monkeypatch, [-1.0, -0.75, 0.0, -1.0, -1.125])
     order = estimator.order(["a", "b", "c", "d", "e"], cost)
-    # gain per cost: b 0.5, a 0.25; then the others cheapest first
-    assert order == ["b", "a", "e", "c", "d"]
+    # gain per cost: a 2.0, b 0.5; then the others cheapest first
+    assert order == ["a", "b", "e", "c", "d"]
     assert asked["floats"] == [[], ["a"], ["b"], ["c"], ["d"], ["e"]] and asked["what"] == "ranking"
     assert asked["proxy"] is False
     assert estimator.base == -1.0
@@ -247,6 +246,7 @@ def test_a_timed_ranking_ends_at_a_node_passing_alone(monkeypatch):
     assert asked["room"] is room
     assert enough([0.5, -1.0, -0.1]) is False  # the base passing is not a node passing
     assert enough([-1.0, -1.0, 0.0]) is True  # at its bound counts
+    assert enough([-1.0, 0.25, -1.0]) is True  # the first node
     assert enough([-1.0]) is False
     estimator.order(["a"], lambda n: 1.0)  # no time limit: every node is estimated
     assert asked["enough"]([-1.0, 1.0]) is False
@@ -257,8 +257,13 @@ def test_above_the_leave_one_out_limit_the_nodes_are_chosen_by_drop(monkeypatch)
     others follow the estimated ones by drop per cost."""
     monkeypatch.setattr(estimate_module, "LEAVE_ONE_OUT_NODES", 3)
     drops = {"a": 1.0, "b": 6.0, "c": 3.0, "d": 4.0, "e": 2.0}
-    cost = {"a": 1.0, "b": 6.0, "c": 1.0, "d": 1.0, "e": 1.0}.__getitem__
-    monkeypatch.setattr(estimate_module, "layer_drops", lambda session, nodes, options: drops)
+    cost = {"a": 1.0, "b": 6.0, "c": 1.0, "d": 1.0, "e": 1.0, "f": 0.25}.__getitem__
+    called = []
+    monkeypatch.setattr(
+        estimate_module,
+        "layer_drops",
+        lambda session, nodes, options: called.append((session, nodes, options)) or drops,
+    )
     estimator, asked = _ordering(monkeypatch, [-1.0, -1.0, -1.0, -1.0], records=6)
     estimator.options = "options"
     estimator.session.pair = SimpleNamespace(quantized=SimpleNamespace(graph=SimpleNamespace(output=[])))
@@ -274,6 +279,34 @@ def test_above_the_leave_one_out_limit_the_nodes_are_chosen_by_drop(monkeypatch)
     ]
     # no gains: by drop per cost (d 4, c 3, e 2, b 1, a 1; a and b equal: the cheaper first)
     assert order == ["d", "c", "e", "a", "b"]
+    assert called == [(estimator.session, ["a", "b", "c", "d", "e"], "options")]
+
+
+def test_at_the_leave_one_out_limit_every_node_is_estimated(monkeypatch):
+    monkeypatch.setattr(estimate_module, "LEAVE_ONE_OUT_NODES", 3)
+    monkeypatch.setattr(estimate_module, "layer_drops", _no_drops)
+    estimator, asked = _ordering(monkeypatch, [-1.0, -1.0, -1.0, -1.0])
+    estimator.order(["a", "b", "c"], lambda n: 1.0)
+    assert asked["floats"] == [[], ["a"], ["b"], ["c"]]
+
+
+def _no_drops(*args):
+    raise AssertionError("no layer-wise pass at or below the limit")
+
+
+def test_drop_per_cost_of_cheap_nodes_is_not_floored_at_one(monkeypatch):
+    """Above the limit, the chosen nodes are estimated by drop per cost: a node of cost 0.25 and drop 1
+    (4 per unit) before one of cost 1 and drop 2."""
+    monkeypatch.setattr(estimate_module, "LEAVE_ONE_OUT_NODES", 2)
+    drops = {"a": 1.0, "b": 2.0, "c": 0.5}
+    cost = {"a": 0.25, "b": 1.0, "c": 1.0}.__getitem__
+    monkeypatch.setattr(estimate_module, "layer_drops", lambda *args: drops)
+    estimator, asked = _ordering(monkeypatch, [-1.0, -1.0, -1.0])
+    estimator.options = None
+    estimator.session.pair = SimpleNamespace(quantized=SimpleNamespace(graph=SimpleNamespace(output=[])))
+    estimator.qgraph = SimpleNamespace(nodes=[])
+    estimator.order(["a", "b", "c"], cost)
+    assert asked["floats"] == [[], ["a"], ["b"]]
 
 
 class _Layer(SimpleNamespace):
@@ -288,6 +321,7 @@ def _layers_model():
         helper.make_node("Relu", ["t2"], ["y"], name="C"),
         helper.make_node("Relu", ["t3"], ["u"]),
         helper.make_node("Relu", ["x"], ["v"], name="D"),
+        helper.make_node("Dropout", ["t1"], [""], name="E"),
     ]
     graph = helper.make_graph(
         nodes,
@@ -301,10 +335,10 @@ def _layers_model():
 def test_a_nodes_drop_is_from_its_worst_input_to_its_worst_output(monkeypatch):
     from pytest_qaccuracy.analysis import compare as compare_module
 
-    layers = {"t1": 30.0, "t2": 12.0, "t3": 25.0, "v": math.inf}
+    layers = {"t1": 30.0, "t2": 12.0, "t3": 25.0}
     result = SimpleNamespace(
         layers=[_Layer(tensor=t, metrics={"sqnr": v}) for t, v in layers.items()],
-        outputs=[_Layer(name="y", metrics={"sqnr": 150.0})],
+        outputs=[_Layer(name="y", metrics={"sqnr": 5.0}), _Layer(name="v", metrics={"sqnr": 150.0})],
     )
     calls = []
 
@@ -314,13 +348,14 @@ def test_a_nodes_drop_is_from_its_worst_input_to_its_worst_output(monkeypatch):
 
     monkeypatch.setattr(compare_module, "compare", compare)
     session = SimpleNamespace(pair=SimpleNamespace(fp32=_layers_model()), dataset="records")
-    drops = estimate_module.layer_drops(session, ["A", "B", "C", "D", "missing"], "options")
+    drops = estimate_module.layer_drops(session, ["missing", "A", "B", "C", "D", "E"], "options")
     assert calls == [(session.pair, "records", "sqnr", "options", "reference")]
     assert drops == {
         "A": 70.0,  # x is a graph input (exact, 100 dB) -> t1 30 dB
         "B": 18.0,  # 30 -> min(12, 25)
-        "C": 0.0,  # 12 -> y, 150 dB capped at 100: a gain is no drop
-        "D": 0.0,  # x -> v, infinite (exact): 100 -> 100
+        "C": 7.0,  # 12 -> y, an output: 5
+        "D": 0.0,  # x -> v, 150 dB capped at 100: 100 -> 100
+        "E": 0.0,  # no named output: its input's SQNR both sides
         "missing": 0.0,
     }
 
@@ -336,3 +371,100 @@ def test_a_tensor_without_sqnr_counts_as_exact(monkeypatch):
     session = SimpleNamespace(pair=SimpleNamespace(fp32=_layers_model()), dataset=None)
     drops = estimate_module.layer_drops(session, ["A", "B"], None)
     assert drops == {"A": 0.0, "B": 0.0}  # x 40 -> t1 (None: 100); B's outputs unmeasured: its input's
+
+
+def test_a_pass_of_one_when_a_set_takes_longer_than_half_a_minute(monkeypatch):
+    estimator, _ = _estimator(monkeypatch, pace=40.0)
+    estimator.margins([[f"n{i}"] for i in range(11)], "ranking")
+    assert estimator.session.runner.passes == [8, 1, 1, 1]
+
+
+def test_fast_sets_are_capped_by_the_room_at_their_own_pace(monkeypatch):
+    """At 0.125 s a set, 10 s of room hold 40 sets (half of it), not 5 (a 1 s floor)."""
+    estimator, clock = _estimator(monkeypatch, pace=0.125)
+    estimator.margins([[f"n{i}"] for i in range(100)], "ranking", room=lambda: 11.0 - clock.now)
+    assert estimator.session.runner.passes[:2] == [8, 40]
+
+
+def test_eight_whole_models_write_no_progress(monkeypatch):
+    estimator, _ = _estimator(monkeypatch, measure=lambda model: 0.0, direct=False)
+    estimator.margins([[f"n{i}"] for i in range(8)], "pruning")
+    assert estimator.notes == []
+
+
+def test_experiments_are_named_by_their_place_in_the_pass(monkeypatch):
+    estimator, _ = _estimator(monkeypatch, pace=3.0)
+    names = []
+    run = estimator.session.runner.run
+    estimator.session.runner.run = lambda experiments, side: (
+        names.append([e.label for e in experiments]) or run(experiments, side)
+    )
+    estimator.margins([[f"n{i}"] for i in range(12)], "ranking")
+    assert names == [[str(i) for i in range(8)], [str(i) for i in range(4)]]
+
+
+class _Opened:
+    def __init__(self) -> None:
+        self.calls = []
+
+    def __call__(self, pair, evaluation, metrics, options, capture, records):
+        self.calls.append(dict(pair=pair, evaluation=evaluation, metrics=metrics, options=options, capture=capture))
+        self.records = records
+        return SimpleNamespace(qgraph="qgraph", close=lambda: self.calls.append("closed"), records=records)
+
+
+@pytest.mark.parametrize(
+    ("checks", "measure", "direct", "metrics"),
+    [
+        (["cosine>=0.99", "sqnr>=20", "cosine>=0.995"], "given", True, ["cosine", "sqnr"]),
+        (["cosine>=0.99"], None, True, ["cosine"]),
+        (["min_top1_agreement>=0.9"], None, True, ["sqnr"]),  # no tensor metric: the proxy's
+        (["min_top1_agreement>=0.9", "cosine>=0.99"], "given", False, ["cosine", "sqnr"]),
+        (["cosine>=0.99 on y"], "given", False, ["sqnr"]),  # one output's check: measured whole
+        (["sqnr>=30", "cosine>=0.99 on y"], "given", False, ["sqnr"]),
+    ],
+)
+def test_the_session_computes_the_direct_checks_metrics_and_the_proxys(monkeypatch, checks, measure, direct, metrics):
+    from pathlib import Path
+
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    suite = Path(__file__).resolve().parents[2] / "example_suites"
+    opened = _Opened()
+    monkeypatch.setattr(estimate_module, "open_session", opened)
+    options = RuntimeOptions(batch_size=5)
+    measure = (lambda model: 0.0) if measure else None
+    parsed = [
+        replace(parse_checks([c.removesuffix(" on y")])[0], output="y" if c.endswith(" on y") else None) for c in checks
+    ]
+    quantized = suite / "models" / "digits_cnn.qdq.onnx"
+    with estimate_module.Estimator(
+        suite / "models" / "digits_cnn.onnx", quantized, "records", parsed, options, 3, print, measure
+    ) as estimator:
+        assert estimator.direct is direct and estimator.measure is measure
+        (call,) = opened.calls
+        assert call["metrics"] == metrics and call["options"] is options and call["capture"] == "deployed"
+        assert call["evaluation"] == "records" and opened.records == 3
+        assert Path(call["pair"].quantized_path) == quantized
+        assert Path(call["pair"].fp32_path) == suite / "models" / "digits_cnn.onnx"
+        assert estimator.options is options and estimator.qgraph == "qgraph" and estimator.label == quantized.name
+        assert estimator.base is None and estimator.gains == {} and estimator.checks == parsed
+    assert opened.calls[-1] == "closed"
+
+
+def test_what_a_nodes_output_pair_delivers():
+    """A node's outputs, and for each QuantizeLinear reading one, what that pair's DequantizeLinear
+    writes; an output nothing reads (a graph output) and a QuantizeLinear nothing reads are fine."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"]),
+        helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["cd"]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "s", "z"], ["rq"]),
+    ]
+    consumers = {"c": [(0, nodes[1], 0), (0, nodes[3], 0)], "cq": [(0, nodes[2], 0)], "r": [(0, nodes[4], 0)]}
+    estimator = estimate_module.Estimator.__new__(estimate_module.Estimator)
+    estimator.qgraph = SimpleNamespace(view=SimpleNamespace(nodes=nodes, consumers=consumers))
+    assert estimator._writes(SimpleNamespace(index=0)) == ["c", "cd"]
+    assert estimator._writes(SimpleNamespace(index=3)) == ["r"]  # its pair is read by nothing
+    assert estimator._writes(SimpleNamespace(index=2)) == ["cd"]  # a graph output

@@ -9,6 +9,7 @@ import math
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import numpy as np
 import onnx
@@ -37,8 +38,9 @@ def _records(tmp_path: Path, count: int) -> Path:
 
 
 def _dq_readers_model() -> onnx.ModelProto:
-    """x -> QuantizeLinear -> DequantizeLinear -> Relu, and Add(that DQ, a Constant); a Sigmoid of the
-    Relu and a Sigmoid of the graph input: two nodes read a DequantizeLinear, four do not count."""
+    """x -> QuantizeLinear -> DequantizeLinear -> Relu, Mul(DQ, DQ) and Add(DQ, a Constant); a Sigmoid
+    of the Relu, a Sigmoid of the graph input, and a QuantizeLinear of the DequantizeLinear (a
+    requantization): three nodes read a DequantizeLinear, the five others do not count."""
     scale = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])
     zero = helper.make_tensor("z", TensorProto.UINT8, [], [128])
     nodes = [
@@ -49,12 +51,14 @@ def _dq_readers_model() -> onnx.ModelProto:
         helper.make_node("Sigmoid", ["r"], ["y1"]),
         helper.make_node("Add", ["xd", "c"], ["y2"]),
         helper.make_node("Sigmoid", ["x"], ["y3"]),
+        helper.make_node("Mul", ["xd", "xd"], ["y4"]),
+        helper.make_node("QuantizeLinear", ["xd", "s", "z"], ["y5"]),
     ]
     graph = helper.make_graph(
         nodes,
         "dq_readers",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4]) for n in ("y1", "y2", "y3")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4]) for n in ("y1", "y2", "y3", "y4", "y5")],
         [scale, zero],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -62,10 +66,10 @@ def _dq_readers_model() -> onnx.ModelProto:
 
 @pytest.mark.parametrize(("check", "share"), [(3.0, 0.25), (8.0, 1.0)])
 def test_ranking_seconds_counts_the_nodes_that_read_a_dequantized_tensor(check, share):
-    # two experiment nodes (Relu, Add) plus 14, each half a forward pass of the quantized model (a
+    # three experiment nodes (Relu, Add, Mul) plus 14, each half a forward pass of the quantized model (a
     # check is one pass of each model) on ``share`` of the records
     assert recipe_pair.ranking_seconds(_dq_readers_model(), check, share) == pytest.approx(
-        (2 + 14) * 0.5 * (check / 2) * share
+        (3 + 14) * 0.5 * (check / 2) * share
     )
 
 
@@ -261,3 +265,184 @@ def test_the_whole_data_measured_is_the_pairs_own_check(tmp_path, bound, met):
     cosine = _cosine_by_hand(FP32, QDQ, data)
     assert metrics["cosine"] == pytest.approx(cosine, abs=1e-6)
     assert (found["margin"] >= 0) is met
+
+
+def _write(tmp_path: Path, name: str, nodes, inits, inputs=("x",), input_types=None) -> Path:
+    """A hand-made QDQ graph (only read, never run): ``inits`` maps names to numpy arrays."""
+    types = input_types or {}
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(i, types.get(i, TensorProto.FLOAT), None) for i in inputs],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def _q(op, inputs, output, **attrs):
+    return helper.make_node(op, inputs, [output], **attrs)
+
+
+_F = np.float32
+_SCALES = {"s": _F(0.1), "zi": np.int8(0), "zu": np.uint8(128)}
+
+
+def test_a_graph_without_quantization_starts_from_the_defaults(tmp_path):
+    path = _write(tmp_path, "plain", [helper.make_node("Relu", ["x"], ["y"])], {})
+    assert recipe_pair.starting_recipe(path) == Recipe(activation_type="uint8", weight_type="int8", per_channel=False)
+
+
+def test_nodes_without_a_constant_zero_point_are_passed_over(tmp_path):
+    """A DequantizeLinear whose zero point is a graph input and a Relu (fewer than three inputs) come
+    first; the int8 activations and uint8 weights after them are still read."""
+    nodes = [
+        _q("DequantizeLinear", ["xq", "s", "zin"], "xd0"),
+        helper.make_node("Relu", ["x"], ["r"]),
+        _q("QuantizeLinear", ["r", "s", "zi"], "rq"),
+        _q("DequantizeLinear", ["rq", "s", "zi"], "rd"),
+        _q("DequantizeLinear", ["w", "s", "zu"], "wd"),
+        helper.make_node("MatMul", ["rd", "wd"], ["y"]),
+    ]
+    inits = {**_SCALES, "w": np.full((4, 2), 130, np.uint8)}
+    path = _write(tmp_path, "passed_over", nodes, inits, inputs=("x", "xq", "zin"))
+    assert recipe_pair.starting_recipe(path) == Recipe(activation_type="int8", weight_type="uint8", per_channel=False)
+
+
+def test_the_activation_type_is_a_quantized_activations_not_a_weights_or_a_constants(tmp_path):
+    """The weights' DequantizeLinear (uint8) and a quantized constant (uint8) come before the input's
+    QuantizeLinear (int8), another quantized constant after it: the activations are int8."""
+    nodes = [
+        _q("DequantizeLinear", ["w", "s", "zu"], "wd"),
+        _q("QuantizeLinear", ["c", "s", "zu"], "cq"),
+        _q("DequantizeLinear", ["cq", "s", "zu"], "cd"),
+        _q("QuantizeLinear", ["x", "s", "zi"], "xq"),
+        _q("DequantizeLinear", ["xq", "s", "zi"], "xd"),
+        helper.make_node("Add", ["xd", "cd"], ["a"]),
+        _q("QuantizeLinear", ["c2", "s", "zu"], "c2q"),  # and one more after them
+        _q("DequantizeLinear", ["c2q", "s", "zu"], "c2d"),
+        helper.make_node("Mul", ["a", "c2d"], ["m"]),
+        helper.make_node("MatMul", ["m", "wd"], ["y"]),
+    ]
+    inits = {**_SCALES, "w": np.full((4, 2), 130, np.uint8), "c": np.ones(4, _F), "c2": np.ones(4, _F)}
+    path = _write(tmp_path, "constants_first", nodes, inits)
+    assert recipe_pair.starting_recipe(path) == Recipe(activation_type="int8", weight_type="uint8", per_channel=False)
+
+
+def test_an_already_quantized_input_is_not_the_activation_type(tmp_path):
+    """A uint8 graph input dequantized first (an image fed as bytes) says nothing of the activations
+    the quantizer made (int8)."""
+    nodes = [
+        _q("DequantizeLinear", ["image", "s", "zu"], "xd0"),
+        _q("QuantizeLinear", ["xd0", "s", "zi"], "xq"),
+        _q("DequantizeLinear", ["xq", "s", "zi"], "y"),
+    ]
+    path = _write(
+        tmp_path, "bytes_in", nodes, dict(_SCALES), inputs=("image",), input_types={"image": TensorProto.UINT8}
+    )
+    assert recipe_pair.starting_recipe(path).activation_type == "int8"
+
+
+def test_an_activation_read_as_a_matmuls_second_input_is_not_a_weight(tmp_path):
+    """Attention's MatMul reads two activations (uint8): the weights' type is the int8 of the weight
+    read later, not the activation's."""
+    nodes = [
+        _q("QuantizeLinear", ["x", "s", "zu"], "xq"),
+        _q("DequantizeLinear", ["xq", "s", "zu"], "xd"),
+        helper.make_node("MatMul", ["xd", "xd"], ["m"]),
+        _q("QuantizeLinear", ["m", "s", "zu"], "mq"),
+        _q("DequantizeLinear", ["mq", "s", "zu"], "md"),
+        _q("DequantizeLinear", ["w", "s", "zi"], "wd"),
+        helper.make_node("MatMul", ["md", "wd"], ["y"]),
+    ]
+    inits = {**_SCALES, "w": np.ones((4, 4), np.int8)}
+    path = _write(tmp_path, "attention", nodes, inits)
+    assert recipe_pair.starting_recipe(path) == Recipe(activation_type="uint8", weight_type="int8", per_channel=False)
+
+
+@pytest.mark.parametrize(("channels", "per_channel"), [(1, False), (2, True), (3, True)])
+def test_per_channel_weights_are_those_with_more_than_one_scale(tmp_path, channels, per_channel):
+    """A weight dequantized with one scale per output channel (two are enough); a weight nothing reads
+    (a dangling DequantizeLinear) is passed over."""
+    nodes = [
+        _q("DequantizeLinear", ["unused", "s", "zi"], "ud"),
+        _q("QuantizeLinear", ["x", "s", "zu"], "xq"),
+        _q("DequantizeLinear", ["xq", "s", "zu"], "xd"),
+        _q("DequantizeLinear", ["w", "ws", "wz"], "wd", axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["y"]),
+    ]
+    inits = {
+        **_SCALES,
+        "unused": np.ones(3, np.int8),
+        "w": np.ones((4, channels), np.int8),
+        "ws": np.full(channels, 0.5, _F).reshape(-1) if channels > 1 else _F(0.5),
+        "wz": np.zeros(channels, np.int8) if channels > 1 else np.int8(0),
+    }
+    path = _write(tmp_path, f"channels_{channels}", nodes, inits)
+    assert recipe_pair.starting_recipe(path) == Recipe(
+        activation_type="uint8", weight_type="int8", per_channel=per_channel
+    )
+
+
+def test_two_records_are_enough_to_search(monkeypatch, tmp_path):
+    search, whole = _Search(), _Whole()
+    monkeypatch.setattr(recipe_pair, "search_recipe", search)
+    monkeypatch.setattr(recipe_pair, "on_pair_data", whole)
+    found = recipe_pair.pair_recipe(FP32, QDQ, _records(tmp_path, 2), "cosine>=0.99", ["onnxruntime"], 100.0, 2.0)
+    assert found.note is None and found.calibration_records == 1
+    assert len(search.calibration) == 1 and len(search.evaluation) == 1
+
+
+def test_the_options_and_progress_reach_the_search_and_the_whole_data(monkeypatch, tmp_path):
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    search, whole = _Search(), _Whole()
+    monkeypatch.setattr(recipe_pair, "search_recipe", search)
+    monkeypatch.setattr(recipe_pair, "on_pair_data", whole)
+    options = RuntimeOptions(batch_size=3)
+
+    def on_step(step, best):
+        return None
+
+    def on_note(text):
+        return None
+
+    recipe_pair.pair_recipe(
+        FP32, QDQ, _records(tmp_path, 4), "cosine>=0.99", ["onnxruntime"], 100.0, 2.0, options=options,
+        tasks=("ctc",), on_step=on_step, on_note=on_note,
+    )  # fmt: skip
+    assert search.kwargs["options"] is options and search.kwargs["tasks"] == ("ctc",)
+    assert search.kwargs["on_step"] is on_step and search.kwargs["on_note"] is on_note
+    (args,) = whole.calls
+    assert args[5] is options and args[6] == ("ctc",)
+
+
+class _Evaluator:
+    """``measure.Evaluator``'s stand-in: keeps its arguments; every model passes with margin 0.5."""
+
+    made: ClassVar[list] = []
+
+    def __init__(self, fp32, data, checks, targets, options, tasks=(), task_targets=None):
+        _Evaluator.made.append(dict(fp32=fp32, data=data, options=options, tasks=tasks, task_targets=task_targets))
+
+    def measure(self, model):
+        return SimpleNamespace(measured={"onnxruntime": {}}, passed=True, margin=0.5)
+
+
+@pytest.mark.parametrize("targets", [None, ({"text": "ab"}, {"text": "c"})])
+def test_the_whole_data_measurement_gets_every_records_targets_and_parsed_tasks(monkeypatch, targets):
+    from pytest_qaccuracy.analysis.recipe import measure as measure_module
+    from pytest_qaccuracy.metrics.task import parse_task_specs
+    from pytest_qaccuracy.runtime import RuntimeOptions
+
+    _Evaluator.made = []
+    monkeypatch.setattr(measure_module, "Evaluator", _Evaluator)
+    tasks = ["ctc"]
+    found = recipe_pair.on_pair_data(FP32, TEST, QDQ, [], ["onnxruntime"], None, tasks, targets, 2, True)
+    assert found == {"records": 2, "measured": {"onnxruntime": {}}, "met": True, "margin": 0.5}
+    (made,) = _Evaluator.made
+    assert made["task_targets"] == (None if targets is None else list(targets))
+    assert isinstance(made["task_targets"], (list, type(None)))
+    assert made["tasks"] == parse_task_specs(tasks) and made["options"] == RuntimeOptions()

@@ -222,9 +222,6 @@ class Estimator:
         delivered = [c.output[0] for t in own for _, c, _ in view.consumers.get(t, []) if c.op_type == "QuantizeLinear"]
         return own + [c.output[0] for t in delivered for _, c, _ in view.consumers.get(t, [])]
 
-    def prefixes(self, order: Sequence[str], ks: Sequence[int]) -> list[float]:
-        return self.margins([order[:k] for k in ks], "prefixes")
-
     def droppable_margins(self, kept: Sequence[str], nodes: Sequence[str]) -> list[float]:
         """The estimated margin of the float set ``kept`` with each of ``nodes`` quantized again."""
         return self.margins([[m for m in kept if m != n] for n in nodes], "pruning")

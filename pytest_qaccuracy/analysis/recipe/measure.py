@@ -80,13 +80,6 @@ class Verdict:
     passed: bool
     margin: float
 
-    def worst(self, check: Check) -> float | None:
-        """The check's metric at its worst target and output."""
-        values = [v for per in self.measured.values() for v in check_values(check, per)]
-        if any(v is None for v in values) or not values:
-            return None
-        return min(values) if check.higher_is_better else max(values)
-
 
 def judge(measured: Measured, checks: Sequence[Check]) -> Verdict:
     """Every check on every target, on its output or on every output that has its value (a check no
@@ -301,22 +294,3 @@ def _fold_values(out: dict[str, dict[str, float | None]], stats: Any, checks: Se
 def _finite(value: float | None) -> float | None:
     """NaN is undefined; an infinite SQNR (identical outputs) stays infinite, and meets any target."""
     return None if value is None or math.isnan(value) else float(value)
-
-
-def describe(verdict: Verdict, checks: Sequence[Check]) -> Mapping[str, str]:
-    """Per target, the checked metrics at their worst output: ``{"onnxruntime": "cosine 0.9931"}``."""
-    from pytest_qaccuracy.numbers import format_metric
-
-    lines = {}
-    for target, per_output in verdict.measured.items():
-        parts = []
-        for check in checks:
-            values = check_values(check, per_output)
-            worst = (
-                None
-                if not values or any(v is None for v in values)
-                else (min if check.higher_is_better else max)(values)
-            )
-            parts.append(f"{check.metric} {format_metric(check.metric, worst) if worst is not None else 'undefined'}")
-        lines[target] = ", ".join(parts)
-    return lines

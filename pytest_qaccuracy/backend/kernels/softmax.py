@@ -28,6 +28,32 @@ def _exp_table(x_scale: float, reduce_len: int) -> np.ndarray:
     return np.exp((i - 255.0 + shift) * x_scale).astype(np.float32)
 
 
+_INT32_MIN = -(2**31)
+
+
+def _quotients(
+    values: np.ndarray, total: np.ndarray, inv: np.float32, zp: int, dtype: np.dtype, wide: bool
+) -> np.ndarray:
+    """``rne(t * inv / sum t) + zp`` as int64, before the clip.
+
+    onnxruntime 1.32 (``wide``) computes in float64, so nothing overflows. Earlier ones compute in
+    float32: ``t * inv`` passes FLT_MAX when ``y_scale < 1 / (148 n)`` (``t <= FLT_MAX / (n e^5)``), and
+    x86's conversion of that infinity gives 0 for the uint8 kernel (a 64-bit conversion truncated to 32
+    bits) and INT32_MIN for the int8 one, to which the zero point is added in int32 (measured on
+    onnxruntime 1.18.0 and 1.31.0: the uint8 output is the zero point).
+    """
+    if wide:
+        return np.rint(values.astype(np.float64) * float(inv) / total.astype(np.float64)).astype(np.int64) + zp
+    with np.errstate(over="ignore"):
+        scaled = (values * inv).astype(np.float32)
+    y = scaled / total
+    over = np.isinf(y)
+    q = arith.round_float(np.where(over, 0.0, y), "half_even").astype(np.int64) + zp
+    if over.any():  # int8: INT32_MIN + zp wraps in int32 (zero point -128: INT32_MAX - 127)
+        q[over] = zp if dtype == np.uint8 else (_INT32_MIN + zp + 2**31) % 2**32 - 2**31
+    return q
+
+
 @kernel(MS, "QLinearSoftmax", 1, scheme=True)
 def qlinear_softmax(
     X: np.ndarray,
@@ -42,7 +68,8 @@ def qlinear_softmax(
 ) -> tuple[np.ndarray]:
     """ORT: rows shifted so their max reads table[255]; ``y = rne(t * floor(1/y_s) / sum t) + zp``.
 
-    The float32 sum runs sequentially along the row (``np.cumsum`` keeps that order).
+    The float32 sum runs sequentially along the row (``np.cumsum`` keeps that order); the quotient is
+    float32 or float64 as the scheme says (:func:`_quotients`).
     """
     axis = axis % X.ndim
     rows = X.reshape(int(np.prod(X.shape[:axis])), -1) if opset < 13 else np.moveaxis(X, axis, -1)
@@ -53,9 +80,8 @@ def qlinear_softmax(
     values = table[index]
     total = np.cumsum(values, axis=-1, dtype=np.float32)[:, -1:]
     inv = np.float32(math.floor(np.float32(1.0) / np.float32(np.asarray(y_scale).reshape(()))))
-    y = (values * inv).astype(np.float32) / total
     zp = 0 if y_zero_point is None else int(np.asarray(y_zero_point).reshape(()))
-    q = arith.round_float(y, "half_even").astype(np.int64) + zp
+    q = _quotients(values, total, inv, zp, dtype, scheme.softmax_float64)
     lo, hi = arith.qrange(dtype)
     q = np.minimum(q, 255) if dtype == np.uint8 else q
     out = np.clip(q, lo, hi).astype(dtype).reshape(rows.shape)
