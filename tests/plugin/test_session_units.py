@@ -24,7 +24,7 @@ import pytest_qaccuracy.analysis.outputs as outputs_module
 from pytest_qaccuracy.analysis.results import ComparisonResult
 from pytest_qaccuracy.errors import CheckError, InputError
 from pytest_qaccuracy.plugin.pairs import PairSpec
-from pytest_qaccuracy.plugin.records import PairRecord, RecordedCheck, TargetRun
+from pytest_qaccuracy.plugin.records import Outcome, PairRecord, RecordedCheck, TargetRun
 from pytest_qaccuracy.plugin.session import CheckResult, QAccuracySession, _drift_op, _other_task_value
 from pytest_qaccuracy.plugin.settings import QAccuracySettings
 from pytest_qaccuracy.tolerances import Rule, Tolerance
@@ -34,6 +34,23 @@ FP32 = SUITE / "models" / "digits_cnn.onnx"
 QDQ = SUITE / "models" / "digits_cnn.qdq.onnx"
 BROKEN = SUITE / "models" / "digits_cnn.broken.onnx"
 DATA = SUITE / "data" / "digits_test.npz"
+
+
+def _passed_outcome():
+    """A passed model tolerance, as the records carry one."""
+    return Outcome(
+        kind="tolerance",
+        check="c",
+        scope="model",
+        subject="s",
+        metric="m",
+        op=">=",
+        threshold=1.0,
+        value=2.0,
+        passed=True,
+        source="x",
+        detail="",
+    )
 
 
 def settings(**changes: Any) -> QAccuracySettings:
@@ -640,8 +657,6 @@ def test_an_error_after_a_comparison_records_that_comparison(monkeypatch: pytest
 
 
 def record(key: str, *checks: tuple[str, int], **fields: Any) -> PairRecord:
-    from pytest_qaccuracy.plugin.records import Outcome
-
     outcome = Outcome(
         kind="tolerance",
         check="min_cosine",
@@ -754,21 +769,7 @@ def test_record_merges_what_each_check_measured() -> None:
     spec = digits()
     result = ComparisonResult("a", "b", "d", 3, {}, [], [], scheme="tflite")
     stats = SimpleNamespace(topk={"y": 1}, task={})
-    from pytest_qaccuracy.plugin.records import Outcome
-
-    o = Outcome(
-        kind="tolerance",
-        check="c",
-        scope="model",
-        subject="s",
-        metric="m",
-        op=">=",
-        threshold=1.0,
-        value=2.0,
-        passed=True,
-        source="x",
-        detail="",
-    )
+    o = _passed_outcome()
     run = TargetRun(backend="integer", scheme="t", outputs={}, topk={}, passed=True)
     s._record(spec, result, stats, [o, o], "t::a", None, None, {"t": run})
     s._record(spec, result, SimpleNamespace(topk={"z": 2}, task={}), [o], "t::b", "x")
@@ -1296,24 +1297,11 @@ def test_unreadable_baselines_and_bad_rules_have_no_bound(tmp_path: Path) -> Non
 
 
 def test_record_keeps_task_values_and_the_agreement() -> None:
-    from pytest_qaccuracy.plugin.records import Outcome
 
     s = session()
     spec = digits()
     result = ComparisonResult("a", "b", "d", 3, {}, [], [])
-    o = Outcome(
-        kind="tolerance",
-        check="c",
-        scope="model",
-        subject="s",
-        metric="m",
-        op=">=",
-        threshold=1.0,
-        value=2.0,
-        passed=True,
-        source="x",
-        detail="",
-    )
+    o = _passed_outcome()
     cer = SimpleNamespace(to_dict=lambda: {"quantized": 0.1})
     agreement = SimpleNamespace(
         to_dict=lambda: {"records": 3, "max_steps_allowed": 4, "first_divergence": "t", "max_steps": 0}
