@@ -190,3 +190,148 @@ def test_the_cache_file_holds_the_ranges_as_float32(tmp_path):
         "b": {"lowest": 0.0, "highest": 3.0, "CLS": "TensorData"},
     }
     assert data["calibration_method"]["value"] == "CalibrationMethod.MinMax"
+
+
+def test_ranges_are_kept_per_method_and_mses_activation_type():
+    builder = build.RecipeBuilder(FP32, CALIB, RuntimeOptions())
+    kl = builder.ranges(Recipe(method="kl", activation_type="int8"))
+    assert kl.method == "kl" and kl.records == 100
+    assert kl.observed is builder.statistics()["observed"] and kl.ranges == builder.estimated_ranges(
+        Recipe(method="kl")
+    )
+    assert builder.ranges(Recipe(method="kl")) is kl
+    mse = builder.ranges(Recipe(method="mse", activation_type="int8"))
+    assert builder.ranges(Recipe(method="mse")) is not mse
+    assert set(builder._ranges) == {("kl", ""), ("mse", "int8"), ("mse", "uint8")}
+    assert builder.folded == ["kl", "mse"]  # each method's histogram kind, folded when first used
+    assert 0 < builder.pass_seconds < 60
+
+
+def _graph(nodes, inits, name="g"):
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph)
+
+
+def test_activation_tensors_leave_out_constants_and_unnamed_nodes():
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("Constant", [], ["c"], name="const", value_float=2.0),
+        helper.make_node("Mul", ["x", "c"], ["m"], name="mul"),
+        helper.make_node("Add", ["m", "b"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["r"]),  # no name: no entry
+        helper.make_node("Dropout", ["r"], ["y", ""], name="drop"),
+    ]
+    found = build.activation_tensors(_graph(nodes, {"b": [1.0]}))
+    assert found == {"const": [], "mul": ["x", "m"], "add": ["m", "a"], "drop": ["r", "y"]}
+
+
+def test_weight_tensors_are_a_nodes_own_initializer_weights():
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv"),
+        helper.make_node("ConvTranspose", ["c1", "w2"], ["c2"], name="deconv"),
+        helper.make_node("Gemm", ["c2", "w3"], ["g1"], name="gemm_t", transB=1),
+        helper.make_node("Gemm", ["g1", "w4"], ["g2"], name="gemm"),
+        helper.make_node("MatMul", ["g2", "shared"], ["m1"], name="shared1"),  # a weight two nodes read
+        helper.make_node("MatMul", ["m1", "shared"], ["m2"], name="shared2"),
+        helper.make_node("MatMul", ["m2", "m1"], ["m3"], name="act"),  # no initializer
+        helper.make_node("MatMul", ["m3", "w5"], ["m4"]),  # no name
+        helper.make_node("Add", ["m4", "w6"], ["m5"], name="add"),  # not a weight op
+        helper.make_node("MatMul", ["m5", "w7"], ["y"], name="matmul"),
+    ]
+    inits = {
+        "w1": np.ones((2, 1, 1, 1)),
+        "w2": np.ones((2, 2, 1, 1)),
+        "w3": np.ones((2, 2)),
+        "w4": np.ones((2, 2)),
+        "shared": np.ones((2, 2)),
+        "w5": np.ones((2, 2)),
+        "w6": np.ones(2),
+        "w7": np.ones((2, 3, 4)),
+    }
+    found = build.weight_tensors(_graph(nodes, inits))
+    assert found == {
+        "conv": ("w1", 0),
+        "deconv": ("w2", 1),
+        "gemm_t": ("w3", 0),
+        "gemm": ("w4", 1),
+        "matmul": ("w7", 2),
+    }
+    one_input = [helper.make_node("MatMul", ["x"], ["y"], name="broken")]  # fewer than two inputs
+    assert build.weight_tensors(_graph(one_input, {})) == {}
+
+
+@pytest.mark.skipif(
+    tuple(int(p) for p in ort.__version__.split(".")[:2]) <= (1, 18),
+    reason="onnxruntime 1.18 refuses every per-node move",
+)
+def test_a_per_node_weight_type_onnxruntime_refuses_is_one_error(tmp_path):
+    builder = build.RecipeBuilder(FP32, CALIB, RuntimeOptions())
+    recipe = Recipe(activation_type="int8", weight_type="int8", retyped=frozenset({"fc"}))
+    with pytest.raises(InputError) as info:
+        builder.write(recipe, tmp_path / "m.onnx")
+    assert str(info.value) == (
+        f"recipe {recipe.changes_from(Recipe())}: onnxruntime's quantize_static refuses int8 activations with uint8 "
+        "weights"
+    )
+    assert not (tmp_path / "m.onnx").exists()
+    excused = Recipe(activation_type="int8", weight_type="int8", retyped=frozenset({"fc"}), float=frozenset({"fc"}))
+    assert builder.write(excused, tmp_path / "float.onnx").exists()  # the node in float: nothing to refuse
+
+
+@needs_cache
+@pytest.mark.parametrize(("method", "name"), [("Percentile", "ort-percentile"), ("Entropy", "ort-entropy")])
+def test_onnxruntimes_calibrators_run_as_named_and_leave_no_file(tmp_path, monkeypatch, method, name):
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
+
+    from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
+
+    monkeypatch.chdir(tmp_path)
+    found = build.ort_ranges(FP32, str(CALIB), method)
+    assert found.method == name and found.observed == {} and list(tmp_path.iterdir()) == []
+    calibrator = create_calibrator(
+        str(FP32), augmented_model_path=str(tmp_path / "aug.onnx"), calibrate_method=getattr(CalibrationMethod, method)
+    )
+    calibrator.collect_data(DatasetReader(str(CALIB), str(FP32)))
+    want = {
+        n: (float(np.min(t.range_value[0])), float(np.max(t.range_value[1])))
+        for n, t in calibrator.compute_data().data.items()
+    }
+    assert found.ranges == want
+
+
+@needs_cache
+def test_a_silent_failing_calibrator_says_only_why(monkeypatch):
+    from onnxruntime.quantization import calibrate
+
+    class Failing:
+        def collect_data(self, reader):
+            for line in ("one", "two", "three", "four", "five"):
+                print(line)
+
+        def compute_data(self):
+            raise KeyError("no data")
+
+    monkeypatch.setattr(calibrate, "create_calibrator", lambda *args, **kwargs: Failing())
+    with pytest.raises(InputError) as info:
+        build.ort_ranges(FP32, str(CALIB), "MinMax")
+    assert str(info.value).endswith("failed ('no data'); it printed: two; three; four; five")
+
+    class Silent(Failing):
+        def collect_data(self, reader):
+            pass
+
+    monkeypatch.setattr(calibrate, "create_calibrator", lambda *args, **kwargs: Silent())
+    with pytest.raises(InputError) as info:
+        build.ort_ranges(FP32, str(CALIB), "MinMax")
+    assert str(info.value) == f"{FP32}: onnxruntime's MinMax calibrator failed ('no data')"

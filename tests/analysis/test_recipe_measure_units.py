@@ -172,3 +172,65 @@ def test_a_target_subset_is_measured_alone():
     assert list(evaluator.measure(QDQ).measured) == ["onnxruntime", "onnxruntime-avx2"]
     verdict = evaluator.measure(QDQ, targets=["onnxruntime-vnni"])
     assert list(verdict.measured) == ["onnxruntime-vnni"] and verdict.passed
+
+
+def test_one_element_counts_whole():
+    (allclose,) = parse_checks(["rtol<=0.01"])
+    out = {"y": {}}
+    measure_module._fold_values(out, _stats(relative={"y": SimpleNamespace(violations=1, elements=1)}), [allclose])
+    assert out["y"][allclose.metric] == 1.0
+
+
+def test_the_folds_get_the_records_targets_and_the_models_metadata():
+    (allclose,) = parse_checks(["rtol<=0.01"])
+    evaluator = measure_module.Evaluator(FP32, TEST, [allclose], ["onnxruntime"], RuntimeOptions(), task_targets=(7, 8))
+    assert evaluator.snapshot.stored_targets == [7, 8] and evaluator.metadata == {}
+    evaluator.metadata = {"labels": "a,b"}
+    names = [(o, o) for o in evaluator.outputs]
+    folds = evaluator._output_measure(names)
+    assert tuple(folds.ks) == (1,) and not folds.tasks
+    assert folds.metadata == {"labels": "a,b"}
+
+
+def test_a_dataset_given_open_stays_open_one_opened_is_closed(monkeypatch, tmp_path):
+    import numpy as np
+
+    from pytest_qaccuracy.data import load_dataset
+    from tests.progress_recorders import record_closes
+
+    closed = record_closes(monkeypatch, measure_module)
+    checks = parse_checks(["cosine>=0.5"])
+    measure_module.Evaluator(FP32, TEST, checks, ["onnxruntime"], RuntimeOptions())
+    assert closed == [TEST]
+    with load_dataset(TEST) as dataset:
+        evaluator = measure_module.Evaluator(FP32, dataset, checks, ["onnxruntime"], RuntimeOptions())
+        assert len(list(dataset.iter_records(0, 2))) == 2  # still readable
+        assert evaluator.snapshot.name == dataset.name and evaluator.records == 300
+    path = tmp_path / "no_labels.npz"
+    with np.load(TEST) as found:
+        np.savez(path, x=found["x"][:4])
+    with pytest.raises(InputError) as info:
+        measure_module.Evaluator(FP32, path, parse_checks(["max_top1_drop<=0.1"]), ["onnxruntime"], RuntimeOptions())
+    assert str(info.value) == f"target max_top1_drop <= 0.1: the evaluation data {path.name} has no labels"
+
+
+def test_a_model_without_a_float_output_is_refused(tmp_path):
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("ArgMax", ["x"], ["k"], axis=1)
+    graph = helper.make_graph(
+        [node],
+        "argmax",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("k", TensorProto.INT64, [None, 1])],
+    )
+    model = tmp_path / "argmax.onnx"
+    import onnx
+
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(model))
+    data = tmp_path / "x.npz"
+    np.savez(data, x=np.ones((2, 4), np.float32))
+    with pytest.raises(InputError) as info:
+        measure_module.Evaluator(model, data, parse_checks(["cosine>=0.5"]), ["onnxruntime"], RuntimeOptions())
+    assert str(info.value) == f"{model}: no float output to measure"
