@@ -2625,6 +2625,68 @@ EQUIVALENT += [
     ),
 ]
 
+# recipe: the model writer (analysis/recipe/build.py)
+_RECIPE_TEMP = "onnxruntime's calibrator and the cache file are staged in a private temporary folder, deleted after"
+_ONLY_MINMAX = (
+    "ESTIMATED_AS maps onnxruntime's MinMax and Entropy to minmax, which needs no histogram: a None key gives the same"
+)
+EQUIVALENT += [
+    *[
+        entry
+        for new in ("None", '"XXqaccuracy-recipe-XX"', '"QACCURACY-RECIPE-"')
+        for entry in _each(
+            'with tempfile.TemporaryDirectory(prefix="qaccuracy-recipe-") as tmp:',
+            '"qaccuracy-recipe-"',
+            new,
+            _RECIPE_TEMP,
+        )
+    ],
+    *[
+        entry
+        for new in ('"XXranges.jsonXX"', '"RANGES.JSON"')
+        for entry in _each('staged = Path(tmp) / "ranges.json"', '"ranges.json"', new, _RECIPE_TEMP)
+    ],
+    *[
+        entry
+        for new in ('"XXaugmented.onnxXX"', '"AUGMENTED.ONNX"')
+        for entry in _each(
+            'augmented_model_path=str(Path(tmp) / "augmented.onnx"),', '"augmented.onnx"', new, _RECIPE_TEMP
+        )
+    ],
+    *_each(
+        "kind = C.HISTOGRAM_OF.get(ESTIMATED_AS.get(method, method))",
+        "ESTIMATED_AS.get(method,",
+        "ESTIMATED_AS.get(None,",
+        _ONLY_MINMAX,
+    ),
+    *_each(
+        "kind = C.HISTOGRAM_OF.get(ESTIMATED_AS.get(recipe.method, recipe.method))",
+        "ESTIMATED_AS.get(recipe.method,",
+        "ESTIMATED_AS.get(None,",
+        _ONLY_MINMAX,
+    ),
+    *[
+        entry
+        for new in ("None", "")
+        for entry in _each(
+            "return ORT_PASSES.get(recipe.method, max(ORT_PASSES.values())) * self.pass_seconds",
+            "max(ORT_PASSES.values())",
+            new,
+            "every method of ORT_METHODS has its ORT_PASSES entry: the default is never read",
+        )
+    ],
+    *[
+        entry
+        for new in ("strict=None", "", "strict=False")
+        for entry in _each(
+            'self._estimated[key] = dict(zip(stats["names"], pool.map(one, stats["names"]), strict=True))',
+            "strict=True",
+            new,
+            "pool.map gives one result per name: the two are always the same length",
+        )
+    ],
+]
+
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
 
 
