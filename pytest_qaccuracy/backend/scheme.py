@@ -155,6 +155,9 @@ def _softmax_in_float64(version: tuple[int, int]) -> bool:
     return version >= (1, 32)
 
 
+#: the installed onnxruntime, whose version decides the fields that changed between its releases
+_INSTALLED = _onnxruntime_version()
+
 #: onnxruntime's CPU arithmetic on x86 (MLAS) with a default session:
 #: rne(f32(f32(acc) * f32(f32(xs*ws)/ys))) + zp; QLinearAdd/Mul/AveragePool add zp first.
 _ONNXRUNTIME = Scheme(
@@ -163,8 +166,8 @@ _ONNXRUNTIME = Scheme(
     zp_before_rounding=frozenset({"add", "mul", "pool"}),
     float_kernels="mlas",
     qdq_int8_to_uint8=True,
-    quantize_float_weights=_quantizes_float_weights(_onnxruntime_version()),
-    softmax_float64=_softmax_in_float64(_onnxruntime_version()),
+    quantize_float_weights=_quantizes_float_weights(_INSTALLED),
+    softmax_float64=_softmax_in_float64(_INSTALLED),
 )
 
 #: onnxruntime's CPU arithmetic on ARM64 (MLAS NEON) with a default session: int8 QDQ activations stay
