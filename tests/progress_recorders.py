@@ -1,4 +1,5 @@
-"""Stand-ins that write down what a call reports or closes: progress recorders, a dataset-close spy."""
+"""Stand-ins that write down what a call reports or closes: progress recorders, a dataset-close spy;
+and a clock moved by hand."""
 
 from __future__ import annotations
 
@@ -59,3 +60,13 @@ def record_closes(monkeypatch, module) -> list:
 
     monkeypatch.setattr(module, "load_dataset", opened)
     return closed
+
+
+class Clock:
+    """``time.monotonic``'s stand-in, moved on by hand (``now``), from 0 so that sums stay exact."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now

@@ -15,25 +15,16 @@ from onnx import TensorProto, helper
 from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
 from pytest_qaccuracy.analysis.recipe.checks import parse_checks
 from pytest_qaccuracy.analysis.recipe.measure import judge
+from tests.progress_recorders import Clock
 
 COSINE = parse_checks(["cosine>=0.99"])
-
-
-class _Clock:
-    """``time.monotonic``'s stand-in, moved on by the runner."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
 
 
 class _Runner:
     """The work-reuse runner's stand-in: set ``n`` has metrics ``values(n)``; each set takes ``pace``
     seconds of the clock; writes down each pass's size and the experiments' sets of edges."""
 
-    def __init__(self, clock: _Clock, pace: float, values=lambda n: {"y": {"cosine": 0.5 + n / 1000}}) -> None:
+    def __init__(self, clock: Clock, pace: float, values=lambda n: {"y": {"cosine": 0.5 + n / 1000}}) -> None:
         self.clock, self.pace, self.values = clock, pace, values
         self.passes: list[int] = []
         self.edges: list[frozenset] = []
@@ -51,7 +42,7 @@ class _Runner:
 
 def _estimator(monkeypatch, pace: float = 1.0, checks=COSINE, measure=None, direct=True, **runner):
     """An Estimator without a model: a runner stand-in, ``enabled`` the set's names, notes kept."""
-    clock = _Clock()
+    clock = Clock()
     monkeypatch.setattr(estimate_module, "time", SimpleNamespace(monotonic=clock.monotonic))
     estimator = estimate_module.Estimator.__new__(estimate_module.Estimator)
     estimator.checks, estimator.measure, estimator.direct = list(checks), measure, direct

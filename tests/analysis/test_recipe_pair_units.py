@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 from pytest_qaccuracy.analysis.recipe import pair as recipe_pair
 from pytest_qaccuracy.analysis.recipe.checks import parse_checks
 from pytest_qaccuracy.analysis.recipe.space import Recipe
-from tests.progress_recorders import record_closes
+from tests.progress_recorders import Clock, record_closes
 
 SUITE = Path(__file__).resolve().parents[2] / "example_suites"
 FP32 = SUITE / "models" / "digits_cnn.onnx"
@@ -111,22 +111,12 @@ def _no_search(*args, **kwargs):
     raise AssertionError("the search must not run")
 
 
-class _Clock:
-    """``time.monotonic``'s stand-in, moved on by hand."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-
 class _Search:
     """``search_recipe``'s stand-in: writes down what it is given (the records of both halves, as
     arrays), writes ``model_out`` and returns a result whose best step is ``best``."""
 
     def __init__(
-        self, best: object = "step", stopped: str = "budget", write: bool = True, clock: _Clock | None = None
+        self, best: object = "step", stopped: str = "budget", write: bool = True, clock: Clock | None = None
     ) -> None:
         self.best, self.stopped, self.write, self.clock = best, stopped, write, clock
         self.calls, self.kwargs, self.args = 0, {}, ()
@@ -189,7 +179,7 @@ def test_the_head_calibrates_and_the_rest_is_held_out(monkeypatch, tmp_path, cou
 def test_the_search_keeps_one_check_for_the_whole_data_when_it_can(monkeypatch, tmp_path, extra, fits):
     """The search gets the budget less one check when what is left still holds the first experiment,
     else all of it; the whole data is measured when the search leaves at least a check's time."""
-    clock = _Clock()
+    clock = Clock()
     search, whole = _Search(clock=clock), _Whole()
     monkeypatch.setattr(recipe_pair, "search_recipe", search)
     monkeypatch.setattr(recipe_pair, "on_pair_data", whole)

@@ -27,24 +27,10 @@ from pytest_qaccuracy.plugin.baselines import (
 )
 from pytest_qaccuracy.plugin.pairs import PairSpec
 from pytest_qaccuracy.plugin.records import PairRecord, RecordedCheck
-from pytest_qaccuracy.plugin.settings import QAccuracySettings
 from pytest_qaccuracy.report.baseline import BaselineStatus, DriftRule
+from tests.plugin.settings_stand_in import plugin_settings
 
-
-def _settings(**changes: Any) -> QAccuracySettings:
-    base: dict[str, Any] = {
-        "tolerances": {},
-        "metrics": None,
-        "rules": (),
-        "max_drift": (),
-        "artifacts_dir": None,
-        "providers": (),
-        "batch_size": 1,
-        "baseline_dir": None,
-        "save_baseline_dir": None,
-        "junit_properties": False,
-    }
-    return QAccuracySettings(**{**base, **changes})
+_settings = plugin_settings
 
 
 def _spec(root: Path, pair_id: str = "p", labels: Path | None = None) -> PairSpec:

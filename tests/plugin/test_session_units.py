@@ -26,8 +26,8 @@ from pytest_qaccuracy.errors import CheckError, InputError
 from pytest_qaccuracy.plugin.pairs import PairSpec
 from pytest_qaccuracy.plugin.records import Outcome, PairRecord, RecordedCheck, TargetRun
 from pytest_qaccuracy.plugin.session import CheckResult, QAccuracySession, _drift_op, _other_task_value
-from pytest_qaccuracy.plugin.settings import QAccuracySettings
 from pytest_qaccuracy.tolerances import Rule, Tolerance
+from tests.plugin.settings_stand_in import plugin_settings
 
 SUITE = Path(__file__).resolve().parents[2] / "example_suites"
 FP32 = SUITE / "models" / "digits_cnn.onnx"
@@ -53,21 +53,7 @@ def _passed_outcome():
     )
 
 
-def settings(**changes: Any) -> QAccuracySettings:
-    base: dict[str, Any] = {
-        "tolerances": {},
-        "metrics": None,
-        "rules": (),
-        "max_drift": (),
-        "artifacts_dir": None,
-        "providers": ("CPUExecutionProvider",),
-        "batch_size": 64,
-        "baseline_dir": None,
-        "save_baseline_dir": None,
-        "junit_properties": False,
-        "sensitivity": "off",
-    }
-    return QAccuracySettings(**{**base, **changes})
+settings = plugin_settings
 
 
 def session(root: Path = SUITE, worker: bool = False, **changes: Any) -> QAccuracySession:
