@@ -11,6 +11,7 @@ import gc
 import itertools
 
 import numpy as np
+import onnx
 import pytest
 from backend_models import assert_same, node_model, ort_run, random_q
 from pair_ways import force_way
@@ -256,3 +257,87 @@ def test_a_correction_on_two_threads_equals_one_thread(way: str, monkeypatch) ->
     assert_same(got, numpy_paths, "the numpy paths")
     exact = IntegerSession(model, scheme="onnxruntime-vnni", threads=2).run(None, {"x": x})[0]
     assert not np.array_equal(got, exact), "some pairs saturate: the search found something to add"
+
+
+def _empty_input_model(
+    c: int,
+    m: int,
+    spatial: tuple[int, int],
+    kernel: tuple[int, int],
+    pads: list[int],
+    x_zp: int = 230,
+    group: int = 1,
+):
+    """A QLinearConv whose uint8 input has a zero-size side but padding: every output reads only padding.
+    With ``x_zp`` 0 the weights are all -128: ARM64's int16 pairs of (-128)(-128) wrap."""
+    rng = np.random.default_rng(11)
+    per_group = (m, c // group, *kernel)
+    weights = random_q(rng, np.int8, per_group) if x_zp else np.full(per_group, -128, np.int8)
+    inits = {
+        "xs": f32(0.02), "xz": np.array(x_zp, np.uint8), "w": weights,
+        "ws": f32(0.004), "wz": np.array(0, np.int8), "ys": f32(0.7), "yz": np.array(128, np.uint8),
+    }  # fmt: skip
+    shape = (2, c, *spatial)
+    model = node_model(
+        "QLinearConv", [("x", np.uint8, shape)], inits, np.uint8, kernel_shape=list(kernel), pads=pads, group=group
+    )
+    return model, np.zeros(shape, np.uint8)
+
+
+EMPTY_INPUTS = {
+    # name: (channels, outputs, input (h, w), kernel, pads)
+    "no-rows-1x1": (8, 6, (0, 5), (1, 1), [1, 1, 1, 1]),
+    "no-columns-1x1": (8, 6, (4, 0), (1, 1), [1, 2, 1, 0]),
+    "no-rows-1x3": (16, 4, (0, 6), (1, 3), [2, 1, 1, 1]),
+}  # fmt: skip
+
+
+def _padding_only(case: str, x_zp: int) -> tuple[onnx.ModelProto, np.ndarray, onnx.ModelProto, np.ndarray]:
+    """The model of a padding-only input, and the oracle: the same convolution, unpadded, on an input of
+    the padded shape filled with the zero point (every output reads the same values)."""
+    depthwise = case.startswith("depthwise")
+    c, m, spatial, kernel, pads = (8, 8, (0, 5), (3, 3), [2, 1, 2, 1]) if depthwise else EMPTY_INPUTS[case]
+    group = c if depthwise else 1
+    model, x = _empty_input_model(c, m, spatial, kernel, pads, x_zp=x_zp, group=group)
+    padded = (spatial[0] + pads[0] + pads[2], spatial[1] + pads[1] + pads[3])
+    oracle, _ = _empty_input_model(c, m, padded, kernel, [0, 0, 0, 0], x_zp=x_zp, group=group)
+    return model, x, oracle, np.full((2, c, *padded), x_zp, np.uint8)
+
+
+PADDING_ONLY = [
+    # (case, preset, x zero point): AVX2's u8 x s8 pairs saturate on a zero point of 230 and random
+    # weights; ARM64's int16 pairs of (-128)(-128) wrap on a zero point of 0 (flipped to -128) and -128
+    # weights, in the GEMM without dot products and in the depthwise kernel of every ARM64 CPU
+    *[(case, "onnxruntime-avx2", 230) for case in EMPTY_INPUTS],
+    ("no-rows-1x3", "onnxruntime-arm64-neon", 0),  # (1x1 kernels: no pair of the emulation wraps)
+    ("depthwise-no-rows-3x3", "onnxruntime-arm64", 0),
+]
+
+
+@pytest.mark.parametrize("way", ["sparse", "dense"])
+@pytest.mark.parametrize(("case", "preset", "x_zp"), PADDING_ONLY)
+def test_an_input_of_padding_only_saturates_as_its_zero_points(
+    case: str, preset: str, x_zp: int, way: str, monkeypatch
+) -> None:
+    """An input with no pixel gives outputs where padding makes room for them; their int16 pairs read
+    the zero point and saturate (x86 without VNNI) or wrap (ARM64) as any others (measured with
+    onnxruntime 1.32 on qemu's Haswell, Cortex-A53 and Neoverse-N1: the emulation had skipped the
+    corrections for an empty input)."""
+    force_way(monkeypatch, way)
+    model, x, oracle, filled = _padding_only(case, x_zp)
+    got = IntegerSession(model, scheme=preset).run(None, {"x": x})[0]
+    assert_same(got, IntegerSession(oracle, scheme=preset).run(None, {"x": filled})[0], case)
+    exact = IntegerSession(model, scheme="onnxruntime-vnni").run(None, {"x": x})[0]
+    assert not np.array_equal(got, exact), "the weights make some pairs saturate or wrap"
+    assert (exact == 128).all(), "exact sums of (zp - zp) are 0: the output zero point"
+
+
+@pytest.mark.parametrize("x_zp", [230, 0])
+@pytest.mark.parametrize("case", [*EMPTY_INPUTS, "depthwise-no-rows-3x3"])
+def test_an_input_of_padding_only_matches_the_hosts_onnxruntime(case: str, x_zp: int) -> None:
+    """The same models against this host's onnxruntime with the host's preset (``.ci/avx2`` runs this
+    file on an emulated AVX2 CPU too, where onnxruntime saturates the pairs; zero point 0 and -128
+    weights: the pairs ARM64's NEON kernel wraps)."""
+    model, x, _, _ = _padding_only(case, x_zp)
+    got = IntegerSession(model, scheme="onnxruntime").run(None, {"x": x})[0]
+    assert_same(got, ort_run(model, {"x": x})[0], case)

@@ -86,15 +86,17 @@ def conv_integer_acc(
     depthwise = group == x.shape[1] == w.shape[0]
     padded = [s + pads[i] + pads[x.ndim - 2 + i] for i, s in enumerate(x.shape[2:])]
     out_spatial = output_shape(tuple(padded), w.shape[2:], strides, dilations)
-    if arith.saturates_pairs(scheme, x.dtype, w.dtype) and not depthwise and x.size:
+    # an input with no pixel but padding still has outputs, whose pairs read only the zero point
+    has_outputs = x.shape[0] > 0 and math.prod(out_spatial) > 0
+    if arith.saturates_pairs(scheme, x.dtype, w.dtype) and not depthwise and has_outputs:
         correction = conv_pairs.pair_corrections(x, int(x_zp), w, group, pads, strides, dilations, out_spatial)
         if correction is not None:  # |exact + correction| <= bound + max|correction|
             correction_max = float(correction.max_abs())
             bound += correction_max
     wrapped = None  # ARM64's int16 pairs that wrap: added after the sums (rare: -128 weights)
-    if scheme.neon_pair_wrap and not depthwise and x.size:
+    if scheme.neon_pair_wrap and not depthwise and has_outputs:
         wrapped = neon_pairs.conv_correction(x, int(x_zp), w, group, pads, strides, dilations, tuple(out_spatial))
-    if scheme.depthwise_pair_wrap and depthwise and x.size:
+    if scheme.depthwise_pair_wrap and depthwise and has_outputs:
         wrapped = neon_pairs.depthwise_correction(x, int(x_zp), w, w_zp, pads, strides, dilations, tuple(out_spatial))
     if wrapped is not None:
         bound += float(np.abs(wrapped).max(initial=0))
