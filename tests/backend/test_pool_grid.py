@@ -89,7 +89,7 @@ def _grid_model(name: str, shape: tuple[int, ...], cases: list[dict[str, object]
     for i, case in enumerate(cases):
         attrs = {**case, **extra}
         if op == "QLinearAveragePool":  # no dilations in the contrib op
-            attrs.pop("dilations")
+            attrs.pop("dilations", None)
         nodes.append(helper.make_node(op, ["x", *inits], [f"y{i}"], domain=domain, **attrs))
         outputs.append(helper.make_tensor_value_info(f"y{i}", tensor_type(dtype), None))
     graph = helper.make_graph(
@@ -148,6 +148,38 @@ def test_a_window_larger_than_the_input_is_refused_like_onnxruntime(attrs: dict[
         ort_session(model).run(None, {"x": x})
     with pytest.raises(KernelError, match="does not fit spatial axis 0"):
         IntegerSession(model).run(None, {"x": x})
+
+
+#: (input shape, attributes, what both refuse): onnxruntime's ``PoolAttributes`` refuses a pad as large
+#: as the kernel (at the session's start) and an input that holds no value unless its batch is empty
+REFUSED = [
+    ((1, 2, 4), {"kernel_shape": [1], "pads": [1, 0]}, "not smaller than the kernel"),
+    ((1, 2, 4, 4), {"kernel_shape": [3, 2], "pads": [0, 2, 0, 0]}, "pad 2 on spatial axis 1"),
+    ((1, 2, 4, 4), {"kernel_shape": [3, 2], "pads": [0, 0, 3, 0]}, "pad 3 on spatial axis 0"),
+    ((1, 2, 0, 4), {"kernel_shape": [1, 1], "pads": [0, 0, 0, 0]}, "only N may be 0"),
+    ((2, 3, 4, 0), {"kernel_shape": [3, 1], "pads": [1, 0, 1, 0]}, "only N may be 0"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["maxpool-uint8", "averagepool", "qlinear-averagepool"])
+@pytest.mark.parametrize(("shape", "attrs", "message"), REFUSED)
+def test_what_onnxruntime_refuses_is_refused(name: str, shape: tuple[int, ...], attrs: dict, message: str) -> None:
+    model = _grid_model(name, shape, [attrs])
+    x = np.zeros(shape, OPS[name][2])
+    with pytest.raises(Exception, match=r"Pad should be smaller than kernel|Only N can be zero"):
+        ort_session(model).run(None, {"x": x})
+    with pytest.raises(KernelError, match=message):
+        IntegerSession(model).run(None, {"x": x})
+
+
+@pytest.mark.parametrize("name", ["maxpool-uint8", "averagepool", "qlinear-averagepool"])
+def test_an_empty_batch_gives_an_empty_output_like_onnxruntime(name: str) -> None:
+    shape = (0, 2, 5, 4)
+    model = _grid_model(name, shape, [{"kernel_shape": [3, 2], "pads": [1, 1, 1, 0], "strides": [2, 1]}])
+    x = np.zeros(shape, OPS[name][2])
+    (want,) = ort_session(model).run(None, {"x": x})
+    (got,) = IntegerSession(model).run(None, {"x": x})
+    assert got.shape == want.shape == (0, 2, 3, 4) and got.dtype == want.dtype
 
 
 #: ceil_mode at its boundary, by hand (onnxruntime from 1.20 and PyTorch keep a last window only if it
