@@ -17,6 +17,7 @@ from backend_models import assert_same, node_model, ort_run, random_q
 from pair_ways import force_way
 
 from pytest_qaccuracy.backend import IntegerSession, pairs, parallel
+from pytest_qaccuracy.backend.interpreter import KernelError
 from pytest_qaccuracy.backend.kernels import conv_core, conv_ort
 
 f32 = np.float32
@@ -341,3 +342,18 @@ def test_an_input_of_padding_only_matches_the_hosts_onnxruntime(case: str, x_zp:
     model, x, _, _ = _padding_only(case, x_zp)
     got = IntegerSession(model, scheme="onnxruntime").run(None, {"x": x})[0]
     assert_same(got, ort_run(model, {"x": x})[0], case)
+
+
+@pytest.mark.parametrize(
+    ("spatial", "kernel", "pads"),
+    [((0, 5), (3, 3), [1, 1, 1, 1]), ((5, 0), (3, 3), [1, 1, 1, 1]), ((1, 1), (3, 3), [0, 0, 0, 0])],
+)
+def test_a_convolution_without_output_positions_is_refused_like_onnxruntime(spatial, kernel, pads) -> None:
+    """onnxruntime refuses a convolution whose output would have no position on some axis ("Invalid
+    input shape"), even where the other axis is empty too; the emulation had returned an empty output
+    or failed inside numpy."""
+    model, x = _empty_input_model(4, 4, spatial, kernel, pads)
+    with pytest.raises(Exception, match="Invalid input shape"):
+        ort_run(model, {"x": x})
+    with pytest.raises(KernelError, match=r"leaves no output position"):
+        IntegerSession(model, scheme="onnxruntime").run(None, {"x": x})

@@ -30,6 +30,10 @@ def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tup
     pads = conv_pads(
         x.shape[2:], kernel_shape, attrs.get("auto_pad") or "NOTSET", attrs.get("pads"), strides, dilations
     )
+    padded = tuple(s + pads[i] + pads[d + i] for i, s in enumerate(x.shape[2:]))
+    out = output_shape(padded, kernel_shape, strides, dilations)
+    if any(size <= 0 for size in out):  # onnxruntime: "Invalid input shape"
+        raise ValueError(f"the input's spatial shape {x.shape[2:]}, padded {padded}, leaves no output position {out}")
     return pads, strides, dilations, int(attrs.get("group") or 1)
 
 
