@@ -180,6 +180,8 @@ def qlinear_global_average_pool(
     """ORT: ``acc = sum x - x_zp * N`` (int32), then requantize by ``x_s / (y_s * N)``."""
     axes = tuple(range(1, X.ndim - 1)) if channels_last else tuple(range(2, X.ndim))
     count = math.prod(X.shape[a] for a in axes)
+    if not count:  # onnxruntime: "parameter out of computation range"
+        raise ValueError(f"the input {X.shape} has no value to average over its spatial axes {list(axes)}")
     zp_x = 0 if x_zero_point is None else int(np.asarray(x_zero_point).reshape(()))
     # 8-bit sums in 32 bits (exact below 2^24 elements per channel), without an int64 copy of the input
     small = count < 1 << 24

@@ -74,9 +74,11 @@ def qlinear_softmax(
     float32 or float64 as the scheme says (:func:`_quotients`).
     """
     axis = axis % X.ndim
+    dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
+    if not X.size:  # no row, or rows of no value: onnxruntime returns the empty output
+        return (np.empty(X.shape, dtype),)
     rows = X.reshape(int(np.prod(X.shape[:axis])), -1) if opset < 13 else np.moveaxis(X, axis, -1)
     flat = rows.reshape(-1, rows.shape[-1])
-    dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
     table = _exp_table(float(np.asarray(X_scale).reshape(())), flat.shape[-1])
     index = flat.astype(np.int64) - flat.max(axis=-1, keepdims=True).astype(np.int64) + 255
     values = table[index]

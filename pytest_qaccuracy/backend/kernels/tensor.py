@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pytest_qaccuracy.backend import parallel
@@ -108,7 +110,7 @@ def qlinear_concat(
     def part(n0: int, n1: int) -> None:  # records split over the threads
         np.concatenate([x[n0:n1] for x in parts], axis=axis, out=out[n0:n1])
 
-    parallel.run_all([lambda r=r: part(*r) for r in parallel.split(shape[0], out[0].size)])
+    parallel.run_all([lambda r=r: part(*r) for r in parallel.split(shape[0], math.prod(shape[1:]))])
     return (out,)
 
 
@@ -194,6 +196,6 @@ def resize(
         axis, index = gathers[-1]
         np.take(block, index, axis=axis, out=y[n0:n1] if keeps_records else y, mode="clip")
 
-    ranges = parallel.split(X.shape[0], y[0].size) if keeps_records else [(0, X.shape[0])]
+    ranges = parallel.split(X.shape[0], math.prod(y.shape[1:])) if keeps_records else [(0, X.shape[0])]
     parallel.run_all([lambda r=r: part(*r) for r in ranges])
     return (y,)
