@@ -372,7 +372,9 @@ def test_a_user_metric_without_a_value_name_mapping_is_refused(tmp_path, declare
             TaskSpec("names_metric:Names", folder=str(tmp_path)).create()
     finally:
         sys.modules.pop("names_metric", None)
-    assert str(info.value) == "task metric 'names_metric:Names': higher_is_better must map each value name to True/False"
+    assert str(info.value) == (
+        "task metric 'names_metric:Names': higher_is_better must map each value name to True/False"
+    )
 
 
 def test_a_user_module_that_raises_while_importing_is_not_left_half_imported(tmp_path) -> None:
