@@ -390,3 +390,31 @@ def test_a_user_module_that_raises_while_importing_is_not_left_half_imported(tmp
             "task metric 'raising_metric:Metric': cannot import 'raising_metric' (RuntimeError: no GPU here)"
         )
         assert "raising_metric" not in sys.modules
+
+
+def test_ctc_reads_its_characters_from_a_file_path(tmp_path) -> None:
+    (tmp_path / "chars.txt").write_text("c\na\nt\nu\n", encoding="utf-8")
+    metric = CTCGreedy(characters=str(tmp_path / "chars.txt"))
+    assert metric.alphabet == ["", "c", "a", "t", "u", " "]  # blank first, then the lines, then a space
+    metric.begin(TaskContext(("y",), {}, 1))  # no metadata needed
+    assert metric.decode({"y": _one_hot([[2, 3]], 6)}) == ["at"]
+    missing = tmp_path / "none.txt"
+    with pytest.raises(ValueError) as info:
+        TaskSpec.parse({"metric": "ctc", "characters": str(missing)}).create()
+    assert str(info.value) == (
+        f"task metric 'ctc(characters={str(missing)!r})': cannot create it "
+        f"(FileNotFoundError: [Errno 2] No such file or directory: {str(missing)!r})"
+    )
+
+
+def test_task_outputs_and_targets_of_the_wrong_shape_are_named() -> None:
+    with pytest.raises(ValueError) as info:
+        BinaryF1().score(np.ones((2, 3), bool), [[1, 0], [0, 1]])
+    assert str(info.value) == "targets of shape (2,) per record, predictions (3,)"
+    for shape in [(2, 4, 5), (4, 5)]:  # four rows: boxes without a class score; two axes: no record axis
+        with pytest.raises(ValueError) as info:
+            decode_yolo(np.zeros(shape, np.float32))
+        assert str(info.value) == f"expected (records, 4 + classes, anchors), got shape {shape}"
+    with pytest.raises(ValueError) as info:
+        match(np.zeros((1, 6)), np.zeros((2, 3)), 0.5)
+    assert str(info.value) == "a target must be (boxes, 5) rows x1, y1, x2, y2, class (or (boxes, 4)), got (2, 3)"
