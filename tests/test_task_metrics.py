@@ -418,3 +418,28 @@ def test_task_outputs_and_targets_of_the_wrong_shape_are_named() -> None:
     with pytest.raises(ValueError) as info:
         match(np.zeros((1, 6)), np.zeros((2, 3)), 0.5)
     assert str(info.value) == "a target must be (boxes, 5) rows x1, y1, x2, y2, class (or (boxes, 4)), got (2, 3)"
+
+
+class _BadTargets(BinaryF1):
+    """A user's metric that refuses a target with the library's own DataError."""
+
+    def score(self, predictions, targets):
+        from pytest_qaccuracy.errors import DataError
+
+        raise DataError("truth.jsonl: record 1: expected a 0/1 target")
+
+
+@pytest.mark.parametrize("keep_errors", [False, True])
+def test_a_library_error_from_a_task_metric_goes_through_unwrapped(keep_errors: bool) -> None:
+    """Our own errors already name what is wrong: not wrapped as 'task metric ... raised', not set aside."""
+    from pytest_qaccuracy.analysis.outputs import TaskRun
+    from pytest_qaccuracy.errors import DataError
+
+    run = TaskRun([TaskSpec("binary_f1")], [0, 1], keep_errors=keep_errors)
+    run.begin(TaskContext(("y",), {}, 2))
+    run.metrics = [_BadTargets()]
+    scores = {"y": np.array([[0.9], [0.2]])}
+    with pytest.raises(DataError) as info:
+        run.update(scores, scores, 0, 2)
+    assert str(info.value) == "truth.jsonl: record 1: expected a 0/1 target"
+    assert run.errors == {}

@@ -21,6 +21,7 @@ from pytest_qaccuracy.analysis.recipe.measure import Evaluator, judge
 from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
 from pytest_qaccuracy.analysis.recipe.space import Recipe
 from pytest_qaccuracy.analysis.results import ComparisonResult, OutputResult
+from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.outcomes import KINDS, Outcome
 from pytest_qaccuracy.report.recipe_tables import steps_table, verdict_lines
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -279,3 +280,10 @@ def test_a_top_k_drop_read_back_without_its_rank_is_not_aimed_at() -> None:
     assert outcome.k is None
     assert aim(outcome) == "the search does not measure 'top-3 accuracy drop'"
     assert recipe_checks([outcome]) == ([], ["max_top1_drop: the search does not measure 'top-3 accuracy drop'"])
+
+
+def test_the_evaluator_refuses_a_view_of_an_output_the_model_lacks() -> None:
+    check = Check("mse", 4.0, False, strict=True, output="head", view="scores[:, 0:5]")
+    with pytest.raises(InputError) as info:
+        Evaluator(FP32, TEST, [check], ["onnxruntime"], RuntimeOptions())
+    assert str(info.value) == f"{FP32}: slice 'head': no output 'scores' (outputs: logits)"
