@@ -1357,3 +1357,20 @@ def test_the_float_step_is_found_up_a_chain_of_any_length_and_a_cycle_ends() -> 
     assert float_step(_model(chain, [scale]), "t300") == 0.25
     cycle = [helper.make_node("Neg", ["b"], ["a"]), helper.make_node("Neg", ["a"], ["b"])]
     assert float_step(_model(cycle, []), "a") is None
+
+
+def test_a_sequence_output_is_left_out_of_the_compared_tensors() -> None:
+    """SplitToSequence's output is a list, no tensor: the gate compares the Relu output only."""
+    nodes = [
+        helper.make_node("SplitToSequence", ["x"], ["s"], axis=1, name="split"),
+        helper.make_node("Relu", ["x"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6]),
+         helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    result = agreement.check_agreement(model, {"x": np.arange(6, dtype=np.float32).reshape(1, 6) - 2})
+    assert result.ok
+    assert [(t.tensor, t.elements, t.mismatches) for t in result.tensors] == [("y", 6, 0)]
