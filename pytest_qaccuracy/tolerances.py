@@ -305,6 +305,16 @@ def _lines(value: object) -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
 
 
+def _read(path: Path) -> str:
+    """The text of ``path``; a ValueError names it and why not (no such file, not UTF-8)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: cannot read it ({exc})") from None
+
+
 def _ini_values(path: Path) -> dict[str, Any]:
     """The pytest section of ``path`` as a mapping (strings from ini files, TOML values from
     ``pyproject.toml``'s ``[tool.pytest.ini_options]``)."""
@@ -314,16 +324,16 @@ def _ini_values(path: Path) -> dict[str, Any]:
         except ModuleNotFoundError:  # Python 3.10
             import tomli as tomllib
         try:
-            document = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+            document = tomllib.loads(_read(path))
+        except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"{path}: cannot read it ({exc})") from None
         return dict(document.get("tool", {}).get("pytest", {}).get("ini_options", {}))
     import configparser
 
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string(path.read_text(encoding="utf-8"), str(path))
-    except (OSError, configparser.Error) as exc:
+        parser.read_string(_read(path), str(path))
+    except configparser.Error as exc:
         raise ValueError(f"{path}: cannot read it ({exc})") from None
     section = INI_SECTIONS.get(path.suffix, "pytest")
     if not parser.has_section(section):

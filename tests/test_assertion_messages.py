@@ -394,3 +394,15 @@ def test_within_lsb_per_channel_on_the_first_axis() -> None:
     assert assert_within_lsb(q, dequantized, scale, 0, zero_point=zero_point, axis=0) == 0.0
     # a float output with a step per row: 0.5 off is 1 step in row 0, 2 steps in row 1, 0.5 in row 2
     assert assert_within_lsb(dequantized + 0.5, dequantized, scale, 2, axis=0) == 2.0
+
+
+def test_topk_drop_without_a_disagreeing_record_lists_none() -> None:
+    """Every record keeps its fp32 winner (class 0) in the quantized top 2, yet the labelled class 1
+    leaves it: accuracy@2 drops from 1 to 0 with no record to show."""
+    reference = np.array([[0.5, 0.4, 0.1], [0.5, 0.4, 0.1]])
+    actual = np.array([[0.5, 0.1, 0.4], [0.5, 0.1, 0.4]])
+    assert _message(assert_topk, actual, reference, 2, None, 0.25, np.array([1, 1]), name="logits") == [
+        "top-2 accuracy drop 1 > 0.25 for output 'logits' (fp32 1, quantized 0)",
+        "",
+        "0 / 2 records disagree",
+    ]

@@ -12,10 +12,19 @@ import numpy as np
 import pytest
 from numpy.lib import format as npy_format
 
-from pytest_qaccuracy.data import HDF5Dataset, NpyDirDataset, NpzDataset, bind_dataset, load_dataset
+from pytest_qaccuracy.data import (
+    ArrayMeta,
+    Dataset,
+    HDF5Dataset,
+    NpyDirDataset,
+    NpzDataset,
+    bind_dataset,
+    load_dataset,
+)
 from pytest_qaccuracy.data.binding import join_records
 from pytest_qaccuracy.data.budget import memory_budget
 from pytest_qaccuracy.data.head import Head
+from pytest_qaccuracy.data.npy_stream import RecordReader
 from pytest_qaccuracy.errors import DataError
 from pytest_qaccuracy.model.loading import InputSpec
 
@@ -256,3 +265,94 @@ def test_memory_budget(monkeypatch) -> None:
     monkeypatch.setenv("QACCURACY_MEMORY_BUDGET", "0")
     with pytest.raises(DataError, match="the memory budget must be positive"):
         memory_budget()
+
+
+# -- paths the usual files do not take ------------------------------------------------------------
+
+
+def test_a_folder_named_like_a_record_file_is_refused_by_name(tmp_path) -> None:
+    (tmp_path / "d" / "x" / "1.npy").mkdir(parents=True)
+    np.save(tmp_path / "d" / "x" / "0.npy", np.zeros((1, 4), np.float32))
+    dataset = NpyDirDataset(tmp_path / "d")
+    assert _error(dataset.meta, 1, "x") == "d/x/1.npy: cannot read (Is a directory)"
+    records = dataset.iter_records()
+    assert next(records)["x"].shape == (1, 4)
+    assert _error(next, records) == "d/x/1.npy: cannot read (Is a directory)"
+
+
+def test_npz_members_of_another_compression_are_read_whole_within_the_budget(tmp_path, monkeypatch) -> None:
+    """LZMA has no known ratio bound: the member is checked whole against the memory budget (a
+    deflated member of the same array is only checked one record at a time)."""
+    data = np.arange(8, dtype=np.float32).reshape(4, 2)
+    _zip(tmp_path / "lz.npz", {"x.npy": _npy_bytes(data)}, zipfile.ZIP_LZMA)
+    _zip(tmp_path / "df.npz", {"x.npy": _npy_bytes(data)}, zipfile.ZIP_DEFLATED)
+    np.testing.assert_array_equal(np.stack([r["x"] for r in NpzDataset(tmp_path / "lz.npz").iter_records()]), data)
+    monkeypatch.setenv("QACCURACY_MEMORY_BUDGET", "16")  # two records' bytes, half the array's
+    assert _error(NpzDataset, tmp_path / "lz.npz") == (
+        "lz.npz: array 'x': shape (4, 2) float32 needs 32 B, over the memory budget of 16 B "
+        "(set QACCURACY_MEMORY_BUDGET to raise it)"
+    )
+    assert len(NpzDataset(tmp_path / "df.npz")) == 4
+
+
+def test_hdf5_enum_bool_meta_and_a_group_in_place_of_an_input(tmp_path) -> None:
+    """h5py reads its own FALSE/TRUE enum as bool; a false/true enum in another letter case is read as
+    bool by the dataset; any other enum keeps its integer values (class 42 was read as True before)."""
+    lower_bool = h5py.enum_dtype({"false": 0, "true": 1}, basetype=np.int8)
+    colours = h5py.enum_dtype({"RED": 0, "GREEN": 1, "BLUE": 42}, basetype=np.uint8)
+    with h5py.File(tmp_path / "e.h5", "w") as f:
+        f.create_dataset("value/0/0", data=np.array([[1, 0, 1]], np.int8), dtype=lower_bool)
+        f.create_dataset("value/0/1", data=np.array([[42, 0, 1]], np.uint8), dtype=colours)
+        f.create_group("value/1/0")
+    dataset = HDF5Dataset(tmp_path / "e.h5")
+    assert dataset.meta(0, "0") == ArrayMeta((1, 3), np.dtype(bool))
+    assert dataset.meta(0, "1") == ArrayMeta((1, 3), np.dtype(np.uint8))
+    record = next(dataset.iter_records())
+    assert record["0"].dtype == np.bool_ and record["1"].dtype == np.uint8
+    np.testing.assert_array_equal(record["0"], [[True, False, True]])
+    np.testing.assert_array_equal(record["1"], [[42, 0, 1]])
+    assert _error(dataset.meta, 1, "0") == "e.h5: record 1, input 0 is not a dataset"
+
+
+def test_head_cannot_skip_past_the_dataset(tmp_path) -> None:
+    dataset = _npz(tmp_path, x=np.zeros((3, 4), np.float32))
+    assert _error(Head, dataset, 1, 3) == "d.npz: cannot skip 3 of its 3 record(s)"
+    assert _error(Head, dataset, 1, -1) == "d.npz: cannot skip -1 of its 3 record(s)"
+    assert len(Head(dataset, 5, skip=2)) == 1
+
+
+def test_a_record_reader_refuses_a_0d_array() -> None:
+    """The reader's own guard (NpzDataset refuses 0-d members before it makes one)."""
+    assert _error(RecordReader, io.BytesIO(_npy_bytes(np.float32(3))), "s.npz: array 'x'") == (
+        "s.npz: array 'x': a 0-d array has no record axis"
+    )
+
+
+class _Memory(Dataset):
+    """A user's own dataset that implements only what Dataset requires."""
+
+    def __init__(self) -> None:
+        super().__init__("memory")
+        self._x = np.arange(6, dtype=np.float32).reshape(3, 2)
+
+    @property
+    def keys(self) -> list[str]:
+        return ["x"]
+
+    def __len__(self) -> int:
+        return len(self._x)
+
+    def meta(self, record: int, key: str) -> ArrayMeta:
+        return ArrayMeta(self._x[record].shape, self._x.dtype)
+
+    def iter_records(self, start=0, stop=None):
+        for record in range(start, len(self) if stop is None else stop):
+            yield {"x": self._x[record]}
+
+
+def test_a_dataset_that_stores_no_labels_or_targets_has_none() -> None:
+    dataset = _Memory()
+    assert dataset.labels() is None and dataset.targets() is None
+    held = Head(dataset, 2, skip=1)
+    assert held.labels() is None and held.targets() is None
+    np.testing.assert_array_equal(np.stack([r["x"] for r in held.iter_records()]), [[2, 3], [4, 5]])

@@ -143,3 +143,83 @@ def test_a_held_out_part_has_the_targets_of_its_own_records(tmp_path) -> None:
         assert held.targets() == ["b", "c"]
     with Head(load_dataset(path), 1) as first:
         assert first.targets() == ["a"]
+
+
+def test_byte_string_and_object_targets_come_back_as_python_text(tmp_path) -> None:
+    """Fixed-width byte strings (``S`` dtype) are decoded; HDF5 variable-length text rows (an object
+    array per record) become lists of str."""
+    with load_dataset(_write(tmp_path / "b", "npz", {"targets": np.array([b"ab", b"c", b"\xc3\xa9"])})) as data:
+        assert data.targets() == ["ab", "c", "é"]
+    words = {"targets_values": np.array(["cat", "dog", "ox"]), "targets_offsets": np.array([0, 1, 1, 3])}
+    with load_dataset(_write(tmp_path / "w", "h5", words)) as data:
+        assert data.targets() == [["cat"], [], ["dog", "ox"]]
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        (
+            {"targets_values": np.float32(1.5), "targets_offsets": np.array([0, 0, 0, 0])},
+            "d.npz: 'targets_values' is 0-d; expected the rows of every record, concatenated",
+        ),
+        (
+            {"targets_values": np.zeros((3, 5)), "targets_offsets": np.array([1, 1, 2, 3])},
+            "d.npz: 'targets_offsets' must start at 0, got 1",
+        ),
+    ],
+)
+def test_ragged_targets_with_a_scalar_or_a_late_start_are_refused(tmp_path, arrays, message) -> None:
+    with load_dataset(_write(tmp_path, "npz", arrays)) as data, pytest.raises(DataError) as info:
+        data.targets()
+    assert str(info.value) == message
+
+
+def test_a_sidecar_that_cannot_be_read_names_the_file_and_why(tmp_path) -> None:
+    missing = tmp_path / "none.jsonl"
+    with pytest.raises(DataError) as info:
+        read_sidecar(missing, 2)
+    assert str(info.value) == f"{missing}: cannot read targets (No such file or directory)"
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"record": 0, "target": "caf\xe9"}\n')
+    with pytest.raises(DataError) as info:
+        read_sidecar(latin, 1)
+    assert str(info.value) == (
+        f"{latin}: cannot read targets ('utf-8' codec can't decode byte 0xe9 in position 28: invalid continuation byte)"
+    )
+
+
+def test_unreadable_target_arrays_name_the_file(tmp_path) -> None:
+    """A pickled (object) targets array is never loaded; an empty targets.npy is an error naming the file
+    (np.load's EOFError escaped before)."""
+    folder = _write(tmp_path / "pickled", "npy", {})
+    np.save(folder / "targets.npy", np.array([None, 1, 2], object), allow_pickle=True)
+    with load_dataset(folder) as data, pytest.raises(DataError) as info:
+        data.targets()
+    assert str(info.value) == "d/targets.npy: cannot read (Object arrays cannot be loaded when allow_pickle=False)"
+    (folder / "targets.npy").write_bytes(b"")
+    with load_dataset(folder) as data, pytest.raises(DataError) as info:
+        data.targets()
+    assert str(info.value) == "d/targets.npy: cannot read (No data left in file)"
+    archive = tmp_path / "p.npz"
+    np.savez(archive, x=np.zeros((3, 2), np.float32), targets=np.array([None, 1, 2], object))
+    with load_dataset(archive) as data, pytest.raises(DataError) as info:
+        data.targets()
+    assert str(info.value) == (
+        "p.npz: array 'targets': cannot read (Object arrays cannot be loaded when allow_pickle=False)"
+    )
+
+
+def test_an_hdf5_group_where_targets_or_labels_belong_is_refused(tmp_path) -> None:
+    """A group named 'labels' crashed with h5py's TypeError before ('Accessing a group is done with
+    bytes or str')."""
+    path = _write(tmp_path, "h5", {})
+    with h5py.File(path, "a") as f:
+        f.create_group("targets")
+        f.create_group("labels")
+    with load_dataset(path) as data:
+        with pytest.raises(DataError) as info:
+            data.targets()
+        assert str(info.value) == "d.h5: 'targets' is not a dataset"
+        with pytest.raises(DataError) as info:
+            data.labels()
+        assert str(info.value) == "d.h5: 'labels' is not a dataset (expected one label per record)"

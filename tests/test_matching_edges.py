@@ -289,3 +289,23 @@ def test_an_integer_graph_output_without_a_reader_is_matched_with_its_params():
         ("y", "y_quantized", "y_quantized", "name"),
     ]
     assert float(matching.matches[1].params.scale) == 0.25
+
+
+def test_a_model_that_shape_inference_refuses_is_matched_without_inferred_types(monkeypatch):
+    """onnx's inference rarely raises with strict_mode=False (a model over protobuf's 2 GB, say); when
+    it does, the matcher reads the model as given: types only from its declarations."""
+    from pytest_qaccuracy.model import matching
+
+    fp32 = model([n("Relu", ["x"], ["r"]), n("ArgMax", ["r"], ["am"], axis=1)], [("x", F)], [("am", TensorProto.INT64)])
+    calls = []
+
+    def refuse(proto, strict_mode=False):
+        calls.append(proto)
+        raise onnx.shape_inference.InferenceError("[ShapeInferenceError] too large")
+
+    monkeypatch.setattr(matching.onnx.shape_inference, "infer_shapes", refuse)
+    assert matching._with_types(fp32) is fp32
+    assert not fp32.graph.value_info  # nothing inferred, nothing added
+    found = match_tensors(fp32, fp32)
+    assert len(calls) == 3  # both sides of the pair, after the direct call
+    assert fields(found) == [("r", "r", "r", "name")]  # r: its type unknown, read as a float activation

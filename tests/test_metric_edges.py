@@ -142,3 +142,34 @@ def test_records_without_elements_have_one_value_each() -> None:
     stats = TensorPair(np.zeros((3, 0), np.float32), np.zeros((3, 0), np.float32)).stats
     np.testing.assert_array_equal(stats.max_abs_err, [0.0, 0.0, 0.0])
     assert TensorPair(np.zeros((1, 2), np.float32), np.zeros((1, 2), np.float32)).first_record == 0
+
+
+@pytest.mark.parametrize("shape", [(2, 0), ()])
+def test_scores_without_a_class_axis_are_refused(shape) -> None:
+    from pytest_qaccuracy.metrics.topk import as_scores
+
+    with pytest.raises(ValueError) as info:
+        as_scores(np.zeros(shape, np.float32), "logits")
+    assert str(info.value) == f"logits: expected class scores (records, classes), got shape {shape}"
+
+
+def test_top_k_scores_of_different_class_counts_are_refused() -> None:
+    from pytest_qaccuracy.metrics.topk import TopKCounter
+
+    counter = TopKCounter([1])
+    with pytest.raises(ValueError) as info:
+        counter.update(np.zeros((2, 3), np.float32), np.zeros((2, 4), np.float32))
+    assert str(info.value) == "score shapes differ: actual (2, 4), reference (2, 3)"
+    assert counter.records == 0
+
+
+def test_a_float_zero_point_has_no_integer_range_to_clip_to() -> None:
+    """A float zero point (an FP8 QuantizeLinear's, say) has no qmin/qmax: clipped is undefined, while
+    the same values with an int8 zero point clip (2 at scale 0.01 is past 1.275)."""
+    f = np.array([[-2.0, 0.0, 2.0]], np.float32)
+    assert _pair(f, f, scale=0.01, zero_point=np.float32(0)).range_bounds is None
+    assert _value("clipped", _pair(f, f, scale=0.01, zero_point=np.float32(0))) == (
+        None,
+        "the quantized tensor has no scale and zero point",
+    )
+    assert _value("clipped", _pair(f, f, scale=0.01, zero_point=np.int8(0))) == (2 / 3, None)

@@ -522,6 +522,35 @@ def test_load_model_names_the_model_when_external_data_is_unreadable(tmp_path):
         load_model(path)
 
 
+def test_load_model_names_the_tensor_whose_external_data_is_longer_than_its_shape(tmp_path):
+    """Without a 'length' entry onnx reads the external file to its end: 40 bytes for 8 floats (32)."""
+    path = tmp_path / "m.onnx"
+    onnx.save(_tiny(), str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
+    proto = onnx.load(str(path), load_external_data=False)
+    kept = [e for e in proto.graph.initializer[0].external_data if e.key != "length"]
+    del proto.graph.initializer[0].external_data[:]
+    proto.graph.initializer[0].external_data.extend(kept)
+    onnx.save(proto, str(path))
+    with open(tmp_path / "w.bin", "ab") as extra:
+        extra.write(b"\x00" * 8)
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    assert str(info.value) == (
+        f"{path}: cannot load external data ('w' has 40 bytes of data, its shape and type need 32)"
+    )
+
+
+def test_load_model_reads_packed_4_bit_external_data_without_a_size_check(tmp_path):
+    """INT4 packs two values a byte: 8 values are 4 bytes, not 8 items of an item size."""
+    packed = helper.make_tensor("w", TensorProto.INT4, [8], bytes([0x21, 0x43, 0x65, 0xF7]), raw=True)
+    model = _model([helper.make_node("Identity", ["w"], ["y"])], [], [_vi("y", [8], TensorProto.INT4)], [packed])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
+    assert (tmp_path / "w.bin").stat().st_size == 4
+    loaded = load_model(path)
+    np.testing.assert_array_equal(numpy_helper.to_array(loaded.graph.initializer[0]), [1, 2, 3, 4, 5, 6, 7, -1])
+
+
 def test_load_model_checks_tensors_inside_subgraphs(tmp_path):
     then = _branch([helper.make_node("Identity", ["k"], ["t"])], ["t"], inits=[_const(np.ones(8, np.float32), "k")])
     model = _model(

@@ -314,3 +314,132 @@ def test_an_entry_point_names_a_metric(monkeypatch) -> None:
     assert seen == [ENTRY_POINTS]
     with pytest.raises(ValueError, match="task metric 'wer': expected 'module:Class', an entry point or a built-in"):
         TaskSpec.parse("wer").resolve()
+
+
+class _OneExtra(BinaryF1):
+    """A user's metric whose decode gives one prediction more than the batch has records."""
+
+    def decode(self, outputs):
+        return [*super().decode(outputs), 1]
+
+
+def test_a_decode_that_gives_the_wrong_number_of_predictions_says_so() -> None:
+    """The message said '2 targets for 3 records' before: the batch had 2 records, decode gave 3."""
+    from pytest_qaccuracy.analysis.outputs import TaskRun
+    from pytest_qaccuracy.errors import CheckError
+
+    metric = _OneExtra()
+    metric.begin(TaskContext(("y",), {}, 2))
+    scores = {"y": np.array([[0.9, 0.1], [0.2, 0.8]])}
+    with pytest.raises(ValueError) as info:
+        metric.update(scores, scores, [0, 1])
+    assert str(info.value) == "decode gave 3 predictions for 2 targets; expected one per record"
+    run = TaskRun([TaskSpec("pytest_qaccuracy.metrics.binary:BinaryF1")], [0, 1])
+    run.begin(TaskContext(("y",), {}, 2))
+    run.metrics = [metric]
+    with pytest.raises(CheckError) as info:
+        run.update(scores, scores, 0, 2)
+    assert str(info.value) == (
+        "task metric 'pytest_qaccuracy.metrics.binary:BinaryF1' on records 0..1: "
+        "ValueError: decode gave 3 predictions for 2 targets; expected one per record"
+    )
+
+
+def test_options_that_are_not_plain_values_and_a_list_that_is_not_a_list() -> None:
+    with pytest.raises(ValueError) as info:
+        TaskSpec.parse({"metric": "binary_f1", "threshold": {0.5}})
+    assert str(info.value) == (
+        "task metric 'binary_f1': options must be plain values (Object of type set is not JSON serializable)"
+    )
+    loop: dict = {"metric": "binary_f1"}
+    loop["again"] = loop
+    with pytest.raises(ValueError) as info:
+        TaskSpec.parse(loop)
+    assert str(info.value) == "task metric 'binary_f1': options must be plain values (Circular reference detected)"
+    with pytest.raises(ValueError) as info:
+        parse_task_specs(3)
+    assert str(info.value) == "expected a list of task metrics, got 3"
+
+
+@pytest.mark.parametrize("declared", ["['x']", "{}", None])
+def test_a_user_metric_without_a_value_name_mapping_is_refused(tmp_path, declared) -> None:
+    line = "" if declared is None else f"    higher_is_better = {declared}\n"
+    (tmp_path / "names_metric.py").write_text(
+        "class Names:\n" + line + "    update = merge = compute = lambda self, *a: None\n", encoding="utf-8"
+    )
+    try:
+        with pytest.raises(ValueError) as info:
+            TaskSpec("names_metric:Names", folder=str(tmp_path)).create()
+    finally:
+        sys.modules.pop("names_metric", None)
+    assert str(info.value) == (
+        "task metric 'names_metric:Names': higher_is_better must map each value name to True/False"
+    )
+
+
+def test_a_user_module_that_raises_while_importing_is_not_left_half_imported(tmp_path) -> None:
+    (tmp_path / "raising_metric.py").write_text(
+        "import sys\nsys.modules[__name__].seen = True\nraise RuntimeError('no GPU here\\nsecond line')\n",
+        encoding="utf-8",
+    )
+    spec = TaskSpec("raising_metric:Metric", folder=str(tmp_path))
+    for _ in range(2):  # the second import runs the module again rather than finding a half-made one
+        with pytest.raises(ValueError) as info:
+            spec.resolve()
+        assert str(info.value) == (
+            "task metric 'raising_metric:Metric': cannot import 'raising_metric' (RuntimeError: no GPU here)"
+        )
+        assert "raising_metric" not in sys.modules
+
+
+def test_ctc_reads_its_characters_from_a_file_path(tmp_path) -> None:
+    (tmp_path / "chars.txt").write_text("c\na\nt\nu\n", encoding="utf-8")
+    metric = CTCGreedy(characters=str(tmp_path / "chars.txt"))
+    assert metric.alphabet == ["", "c", "a", "t", "u", " "]  # blank first, then the lines, then a space
+    metric.begin(TaskContext(("y",), {}, 1))  # no metadata needed
+    assert metric.decode({"y": _one_hot([[2, 3]], 6)}) == ["at"]
+    missing = tmp_path / "none.txt"
+    with pytest.raises(ValueError) as info:
+        TaskSpec.parse({"metric": "ctc", "characters": str(missing)}).create()
+    assert str(info.value) == (
+        f"task metric 'ctc(characters={str(missing)!r})': cannot create it "
+        f"(FileNotFoundError: [Errno 2] No such file or directory: {str(missing)!r})"
+    )
+
+
+def test_task_outputs_and_targets_of_the_wrong_shape_are_named() -> None:
+    with pytest.raises(ValueError) as info:
+        BinaryF1().score(np.ones((2, 3), bool), [[1, 0], [0, 1]])
+    assert str(info.value) == "targets of shape (2,) per record, predictions (3,)"
+    for shape in [(2, 4, 5), (4, 5)]:  # four rows: boxes without a class score; two axes: no record axis
+        with pytest.raises(ValueError) as info:
+            decode_yolo(np.zeros(shape, np.float32))
+        assert str(info.value) == f"expected (records, 4 + classes, anchors), got shape {shape}"
+    with pytest.raises(ValueError) as info:
+        match(np.zeros((1, 6)), np.zeros((2, 3)), 0.5)
+    assert str(info.value) == "a target must be (boxes, 5) rows x1, y1, x2, y2, class (or (boxes, 4)), got (2, 3)"
+
+
+class _BadTargets(BinaryF1):
+    """A user's metric that refuses a target with the library's own DataError."""
+
+    def score(self, predictions, targets):
+        from pytest_qaccuracy.errors import DataError
+
+        raise DataError("truth.jsonl: record 1: expected a 0/1 target")
+
+
+@pytest.mark.parametrize("keep_errors", [False, True])
+def test_a_library_error_from_a_task_metric_goes_through_unwrapped(keep_errors: bool) -> None:
+    """Our own errors already name what is wrong: not wrapped as 'task metric ... raised', not set aside."""
+    from pytest_qaccuracy.analysis.outputs import TaskRun
+    from pytest_qaccuracy.errors import DataError
+
+    run = TaskRun([TaskSpec("binary_f1")], [0, 1], keep_errors=keep_errors)
+    run.begin(TaskContext(("y",), {}, 2))
+    run.metrics = [_BadTargets()]
+    scores = {"y": np.array([[0.9], [0.2]])}
+    with pytest.raises(DataError) as info:
+        run.update(scores, scores, 0, 2)
+    assert str(info.value) == "truth.jsonl: record 1: expected a 0/1 target"
+    assert run.errors == {}

@@ -292,7 +292,7 @@ def float_step(model: onnx.ModelProto, tensor: str) -> float | None:
     producers = {o: n for n in model.graph.node for o in n.output}
     constants = {t.name: t for t in model.graph.initializer}
     constants.update({n.output[0]: a.t for n in model.graph.node if n.op_type == "Constant" for a in n.attribute})
-    for _ in range(256):
+    for _ in range(len(model.graph.node)):  # an acyclic graph's chain is never longer; a cycle ends here
         node = producers.get(tensor)
         if node is None:
             return None

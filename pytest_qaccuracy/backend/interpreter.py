@@ -430,10 +430,8 @@ def _prune(plan: list[_Bound], names: list[str]) -> list[_Bound]:
     return kept[::-1]
 
 
-def _last_use(plan: list[_Bound], keep: set[str] | None) -> dict[int, list[str]]:
-    """Step index -> tensors that can be freed after it (nothing is freed when ``keep`` is None)."""
-    if keep is None:
-        return {}
+def _last_use(plan: list[_Bound], keep: set[str]) -> dict[int, list[str]]:
+    """Step index -> tensors that can be freed after it (all but ``keep``, after their last reader)."""
     last: dict[str, int] = {}
     for index, bound in enumerate(plan):
         for name in bound.step.inputs:

@@ -27,6 +27,13 @@ def _numeric_sorted(names, what: str, where: str) -> list[str]:
     return ordered
 
 
+def _bool_enum(dtype: np.dtype) -> bool:
+    """An H5T_ENUM of false = 0, true = 1 in other letter case than h5py's FALSE/TRUE (which it reads
+    as bool itself); any other enum is read as its integer base type, not as bool."""
+    members = h5py.check_enum_dtype(dtype)
+    return members is not None and {name.lower(): value for name, value in members.items()} == {"false": 0, "true": 1}
+
+
 class HDF5Dataset(Dataset):
     """Records in ONE's layout; each record's arrays are read only when iterated."""
 
@@ -72,7 +79,7 @@ class HDF5Dataset(Dataset):
 
     def meta(self, record: int, key: str) -> ArrayMeta:
         node = self._dataset(record, key)
-        if h5py.check_enum_dtype(node.dtype) is not None:  # ONE stores bool as an H5T_ENUM
+        if _bool_enum(node.dtype):
             dtype = np.dtype(bool)
         else:
             dtype = check_plain_dtype(node.dtype, f"{self.name}: record {record}, input {key}")
@@ -90,16 +97,17 @@ class HDF5Dataset(Dataset):
             for key in self._keys:
                 node = self._dataset(record, key)
                 array = np.asarray(node[()])
-                out[key] = array.astype(bool) if h5py.check_enum_dtype(node.dtype) is not None else array
+                out[key] = array.astype(bool) if _bool_enum(node.dtype) else array
             yield out
 
     def labels(self) -> np.ndarray | None:
         if "labels" not in self._file:
             return None
         node = self._file["labels"]
-        if isinstance(node, h5py.Dataset):
-            check_array_budget(node.shape, node.dtype, f"{self.name}: dataset 'labels'")
-        return check_labels(self._file["labels"][()], len(self), f"{self.name}: dataset 'labels'")
+        if not isinstance(node, h5py.Dataset):
+            raise DataError(f"{self.name}: 'labels' is not a dataset (expected one label per record)")
+        check_array_budget(node.shape, node.dtype, f"{self.name}: dataset 'labels'")
+        return check_labels(node[()], len(self), f"{self.name}: dataset 'labels'")
 
     def targets(self) -> list[Any] | None:
         arrays = {}

@@ -95,6 +95,6 @@ class NpyDirDataset(Dataset):
             if path.is_file():
                 try:
                     arrays[key] = np.load(path, allow_pickle=False)
-                except ValueError as exc:
+                except (ValueError, EOFError) as exc:  # EOFError: an empty file
                     raise DataError(f"{self.name}/{path.name}: cannot read ({exc})") from None
         return assemble_targets(arrays, len(self), self.name)

@@ -90,7 +90,9 @@ def read_sidecar(path: str | os.PathLike[str], count: int) -> list[Any]:
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read targets ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
         raise DataError(f"{path}: cannot read targets ({exc})") from None
     found: dict[int, Any] = {}
     first: dict[int, int] = {}

@@ -103,7 +103,7 @@ class TaskMetric:
         against = "fp32" if targets is None else "targets"
         truth = self.as_targets(ref) if targets is None else targets
         if len(truth) != len(ref):
-            raise ValueError(f"{len(truth)} targets for {len(ref)} records")
+            raise ValueError(f"decode gave {len(ref)} predictions for {len(truth)} targets; expected one per record")
         for side, predictions in (("fp32", ref), ("quantized", test)):
             _add(self.state[side], self.score(predictions, truth))
         self.state["records"] += len(ref)
@@ -155,7 +155,7 @@ class TaskSpec:
             if isinstance(path, str) and path.strip():
                 try:
                     return cls(path.strip(), json.dumps(options, sort_keys=True))
-                except TypeError as exc:
+                except (TypeError, ValueError) as exc:  # ValueError: a table that holds itself
                     raise ValueError(f"task metric {path!r}: options must be plain values ({exc})") from None
         raise ValueError(f"expected 'module:Class' or a table with 'metric' and options, got {value!r}")
 

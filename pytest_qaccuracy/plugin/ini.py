@@ -78,9 +78,7 @@ def ini_text(config: pytest.Config, name: str) -> str | int | float | bool | Non
 
 def ini_lines(config: pytest.Config, name: str) -> list[str]:
     """A list key (``linelist`` or ``args``): its items; native TOML wants a list of strings."""
-    value = ini_value(config, name)
-    if value is None:
-        return []
+    value = ini_value(config, name)  # [] when unset: pytest's default for a linelist or args key
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return value
     raise pytest.UsageError(f"{name}: expected a list of strings, got {value!r}")

@@ -1200,3 +1200,46 @@ def test_adjusted_ranges_apply_onnxruntimes_relu_clip_and_softmax_rules():
     got = adjusted_ranges(helper.make_model(graph), ranges)
     assert got == {**ranges, "a": (0.0, 4.0), "b": (0.0, 6.0), "sd": (0.0, 1.0)}
     assert ranges["a"] == (-3.0, 4.0)  # the ranges given are not changed
+
+
+def _relu_qdq(x_scale: float, x_zero: int) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """fp32 ``Relu(x)`` and its QDQ form with the input pair ``x_scale``/``x_zero`` (uint8)."""
+    fp32 = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "fp32",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    qdq = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero_point"], ["x_q"]),
+            helper.make_node("DequantizeLinear", ["x_q", "x_scale", "x_zero_point"], ["x_dq"]),
+            helper.make_node("Relu", ["x_dq"], ["y"]),
+        ],
+        "qdq",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [
+            numpy_helper.from_array(np.float32(x_scale), "x_scale"),
+            numpy_helper.from_array(np.uint8(x_zero), "x_zero_point"),
+        ],
+    )
+    opset = [helper.make_opsetid("", 13)]
+    return helper.make_model(fp32, opset_imports=opset), helper.make_model(qdq, opset_imports=opset)
+
+
+def test_a_patched_model_keeps_a_pair_that_is_not_onnxruntimes_plain_rule():
+    """x's range (-1, 1) gives onnxruntime's uint8 pair (2/255, 128); moved to (-2, 2) it becomes
+    (4/255, 128). A written pair of 0.5 is some other rule's: patched leaves it as written."""
+    from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel
+
+    base = {"x": (-1.0, 1.0)}
+    plain_scale, plain_zero = compute_scale_zp(np.float32(-1), np.float32(1), np.uint8(0), np.uint8(255))[::-1]
+    fp32, plain = _relu_qdq(float(plain_scale), int(plain_zero))
+    moved = ParamModel(plain, fp32, base, "uint8").patched(plain, {"x": (-2.0, 2.0)})
+    values = {t.name: numpy_helper.to_array(t) for t in moved.graph.initializer}
+    assert values["x_scale"] == np.float32(np.float32(4) / np.float32(255)) and values["x_zero_point"] == 128
+    fp32, other = _relu_qdq(0.5, 128)
+    kept = ParamModel(other, fp32, base, "uint8").patched(other, {"x": (-2.0, 2.0)})
+    values = {t.name: numpy_helper.to_array(t) for t in kept.graph.initializer}
+    assert values["x_scale"] == np.float32(0.5) and values["x_zero_point"] == 128

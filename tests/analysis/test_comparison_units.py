@@ -618,6 +618,21 @@ def test_a_qdq_graph_indexes_its_edges_and_builds_each_partial_model() -> None:
     assert [t.name for t in off.graph.initializer] == ["wd::float"]
 
 
+def test_a_weight_whose_fp32_value_has_another_shape_cannot_be_removed() -> None:
+    """The fp32 'w' (found by the node's name and by the weight's) is (3, 2), the quantized one (2, 2):
+    no fp32 value stands for it, so its edge is unremovable, as without the fp32 model."""
+    fp32_graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "f",
+        [_X],
+        [_Y],
+        [numpy_helper.from_array(np.ones((3, 2), np.float32), "w")],
+    )
+    graph = QdqGraph(_qdq_matmul(), helper.make_model(fp32_graph, opset_imports=_OPSET))
+    assert graph.unremovable == ["dqw -> mm"]
+    assert (3, 1) not in graph.kinds and graph.float_weights == {}
+
+
 def test_a_qdq_graph_without_the_fp32_model_cannot_remove_a_weight_and_names_nodes() -> None:
     quantized, _ = _qdq_pair()
     graph = QdqGraph(quantized, name="pair.onnx")

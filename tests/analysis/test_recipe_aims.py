@@ -21,6 +21,7 @@ from pytest_qaccuracy.analysis.recipe.measure import Evaluator, judge
 from pytest_qaccuracy.analysis.recipe.search import RecipeResult, Step
 from pytest_qaccuracy.analysis.recipe.space import Recipe
 from pytest_qaccuracy.analysis.results import ComparisonResult, OutputResult
+from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.outcomes import KINDS, Outcome
 from pytest_qaccuracy.report.recipe_tables import steps_table, verdict_lines
 from pytest_qaccuracy.runtime import RuntimeOptions
@@ -268,3 +269,21 @@ def _output_scale(model: Path, output: str) -> float:
     assert node.op_type == "DequantizeLinear"
     init = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
     return float(init[node.input[1]])
+
+
+def test_a_top_k_drop_read_back_without_its_rank_is_not_aimed_at() -> None:
+    """An outcome written without ``k`` (a results file from before the rank rode along) reads back
+    with k None: the search cannot tell which rank to measure, so it says so and aims elsewhere."""
+    written = _tolerance("max_top1_drop", "top-3 accuracy drop", "<=", 0.01, 0.2, k=3).to_dict()
+    written.pop("k", None)
+    outcome = Outcome.from_dict(written)
+    assert outcome.k is None
+    assert aim(outcome) == "the search does not measure 'top-3 accuracy drop'"
+    assert recipe_checks([outcome]) == ([], ["max_top1_drop: the search does not measure 'top-3 accuracy drop'"])
+
+
+def test_the_evaluator_refuses_a_view_of_an_output_the_model_lacks() -> None:
+    check = Check("mse", 4.0, False, strict=True, output="head", view="scores[:, 0:5]")
+    with pytest.raises(InputError) as info:
+        Evaluator(FP32, TEST, [check], ["onnxruntime"], RuntimeOptions())
+    assert str(info.value) == f"{FP32}: slice 'head': no output 'scores' (outputs: logits)"

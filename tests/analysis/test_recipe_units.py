@@ -705,6 +705,41 @@ def test_per_channel_weights_made_per_tensor_lose_their_axis():
     assert [o.version for o in edited.opset_import] == [13]
 
 
+def test_pairs_weights_and_biases_the_edit_cannot_place_are_left_as_written():
+    """Three things a hand-written QDQ model may hold that the edit has no rule for, each kept as the
+    base wrote it: an activation pair whose scale is computed (an Identity of x_scale), a weight with
+    no fp32 value of its shape (the fp32 'W' renamed), and an int32 bias whose Gemm input is not
+    dequantized (no input scale to requantize it by)."""
+    from pytest_qaccuracy.analysis.recipe.edit import GlobalEdits
+
+    fp32, qdq, _ = _gemm_pair(0.5, np.array([0.3, -0.7]))
+    nodes = qdq.graph.node
+    nodes.insert(0, helper.make_node("Identity", ["x_scale"], ["x_scale_copy"]))
+    nodes[1].input[1] = "x_scale_copy"  # the QuantizeLinear's scale is computed
+    nodes[2].input[1] = "x_scale_copy"
+    fp32.graph.initializer[0].name = "kernel"
+    fp32.graph.node[0].input[1] = "kernel"
+    edits = GlobalEdits(qdq, Recipe(), fp32, {"x": (-1.0, 1.0)})
+    assert edits.zero_points == set() and edits.params == {}
+    assert edits.weights == [] and [b.data for b in edits.biases] == ["B_quantized"]
+    before = _inits(qdq)
+    edited = _inits(edits.model(Recipe(activation_type="int8", per_channel=True), {"x": (-1.0, 1.0)}))
+    assert edited.keys() == before.keys()
+    for name, value in before.items():
+        np.testing.assert_array_equal(edited[name], value, err_msg=name)
+        assert edited[name].dtype == value.dtype, name
+
+    # the bias alone: its Gemm reads the float input, while the weight is moved to per channel
+    fp32, qdq, w = _gemm_pair(0.5, np.array([0.3, -0.7]))
+    qdq.graph.node[-1].input[0] = "x"
+    edits = GlobalEdits(qdq, Recipe(), fp32, {"x": (-1.0, 1.0)})
+    assert [b.input_scale for b in edits.biases] == [""]
+    edited = _inits(edits.model(Recipe(per_channel=True), {"x": (-1.0, 1.0)}))
+    np.testing.assert_array_equal(edited["W_scale"], np.abs(w).max(axis=0) / np.float32(127))  # the weight moved
+    for name in ("B_quantized", "B_scale", "B_zero_point"):  # the bias did not
+        np.testing.assert_array_equal(edited[name], _inits(qdq)[name], err_msg=name)
+
+
 def _opset_model(imports):
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],

@@ -1324,3 +1324,53 @@ def test_the_reference_preset_runs_float_ops_with_a_kernel_of_ours_in_onnx_refer
     model = _model([node], [], inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])])
     assert [s.runner for s in IntegerSession(model, "onnx-reference").plan()] == ["onnx.reference"]
     assert [s.runner for s in IntegerSession(model, "tflite").plan()] == ["kernel"]
+
+
+def test_an_omitted_optional_output_is_neither_stored_nor_reported() -> None:
+    """LayerNormalization's Mean left out (``""``) between Y and InvStdDev: the run reports only the
+    named outputs, each with its value as the formula gives it (epsilon 1e-5)."""
+    scale = numpy_helper.from_array(np.ones(6, np.float32), "g")
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g"], ["d", "", "isd"], name="ln"),
+        helper.make_node("Relu", ["d"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6])], [scale],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.arange(6, dtype=np.float32).reshape(1, 6)
+    seen: dict[str, np.ndarray] = {}
+    (y,) = IntegerSession(model).run(None, {"x": x}, on_tensor=seen.setdefault)
+    assert list(seen) == ["d", "isd", "y"]
+    inv_std = 1 / math.sqrt(np.var(np.arange(6)) + 1e-5)  # variance 17.5 / 6
+    np.testing.assert_allclose(seen["isd"].reshape(-1), [inv_std], rtol=1e-6)
+    np.testing.assert_allclose(y, np.maximum((np.arange(6) - 2.5) * inv_std, 0).reshape(1, 6), rtol=1e-6, atol=1e-6)
+
+
+def test_the_float_step_is_found_up_a_chain_of_any_length_and_a_cycle_ends() -> None:
+    """300 float ops after the DequantizeLinear: its scale (the walk stopped after 256 before, and the
+    tensor was judged in ulps); a cycle (no valid model has one) gives None instead of looping."""
+    scale = numpy_helper.from_array(np.array(0.25, np.float32), "s")
+    chain = [helper.make_node("DequantizeLinear", ["q", "s"], ["t0"])]
+    chain += [helper.make_node("Neg", [f"t{i}"], [f"t{i + 1}"]) for i in range(300)]
+    assert float_step(_model(chain, [scale]), "t300") == 0.25
+    cycle = [helper.make_node("Neg", ["b"], ["a"]), helper.make_node("Neg", ["a"], ["b"])]
+    assert float_step(_model(cycle, []), "a") is None
+
+
+def test_a_sequence_output_is_left_out_of_the_compared_tensors() -> None:
+    """SplitToSequence's output is a list, no tensor: the gate compares the Relu output only."""
+    nodes = [
+        helper.make_node("SplitToSequence", ["x"], ["s"], axis=1, name="split"),
+        helper.make_node("Relu", ["x"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes, "seq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6]),
+         helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    result = agreement.check_agreement(model, {"x": np.arange(6, dtype=np.float32).reshape(1, 6) - 2})
+    assert result.ok
+    assert [(t.tensor, t.elements, t.mismatches) for t in result.tensors] == [("y", 6, 0)]

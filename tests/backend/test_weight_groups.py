@@ -195,3 +195,29 @@ def test_a_group_output_asked_for_is_what_onnxruntime_then_computes(activation: 
     by_name = IntegerSession(model).run(names, {"x": RECORDS})
     for got, theirs, name in zip(by_name, want, names, strict=True):
         assert_same(got, theirs, f"{name} (asked by name)")
+
+
+def test_a_weight_only_group_is_refused_naming_its_float_activation(tmp_path: Path) -> None:
+    """A float activation times a DequantizeLinear'd int8 weight (weight-only quantization): no
+    DequantizeLinear produces the activation, so the refusal names the graph input's own type."""
+    weights = np.random.default_rng(6).integers(-8, 8, (40, 32)).astype(np.int8)
+    inits = [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(np.full(32, 0.05, np.float32), "s")]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w", "s"], ["wd"], name="dq", axis=1),
+        helper.make_node("MatMul", ["x", "wd"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes, "weight_only", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    if "MatMulNBits" not in _onnxruntime_ops(model, tmp_path):
+        pytest.skip(f"onnxruntime {ort.__version__} runs the float MatMul as written (no MatMulNBits)")
+    host = host_preset()
+    other = "onnxruntime-vnni" if host == "onnxruntime-avx2" else "onnxruntime-avx2"
+    with pytest.raises(UnsupportedOpError) as info:
+        IntegerSession(model, other)
+    assert str(info.value).startswith(
+        "node 'mm' (ai.onnx::MatMul, int8 weights from DequantizeLinear 'dq', activations float32): "
+        f"onnxruntime {ort.__version__} runs it as com.microsoft::MatMulNBits"
+    )

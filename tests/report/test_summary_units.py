@@ -381,6 +381,23 @@ def test_versions() -> None:
     assert found["python"] == platform.python_version() and found["numpy"] == metadata.version("numpy")
 
 
+def test_versions_of_a_package_that_is_not_installed_are_none(monkeypatch) -> None:
+    """The package itself run from a source tree (no installed metadata), say."""
+    from importlib import metadata
+
+    installed = metadata.version
+
+    def version(name: str) -> str:
+        if name == "pytest-qaccuracy":
+            raise metadata.PackageNotFoundError(name)
+        return installed(name)
+
+    monkeypatch.setattr(summary.metadata, "version", version)
+    found = summary.versions()
+    assert found["pytest-qaccuracy"] is None
+    assert found["pytest"] == installed("pytest") and found["onnx"] == installed("onnx")
+
+
 def test_summary_document(tmp_path: Path, monkeypatch) -> None:
     from pytest_qaccuracy.report.completeness import SessionStatus
 

@@ -130,7 +130,7 @@ class ParamModel:
             if scale is None or zero is None or base.get(tensor) == (lo, hi):
                 continue
             if not _holds(scale, zero, base[tensor], self._type):
-                continue  # not onnxruntime's plain rule for this tensor (Softmax's 1/256 in QOperator)
+                continue  # another rule than onnxruntime's plain one wrote it (a Softmax's [0, 1] never moves)
             s, z = scale_zero_point(lo, hi, self._type)
             changed[scale.name] = np.full(tuple(scale.dims), s)  # s and z are numpy scalars of their type
             scale.CopyFrom(numpy_helper.from_array(changed[scale.name], scale.name))

@@ -1,0 +1,44 @@
+"""Error paths of the library's small readers that no other test reaches: each error is one line
+naming the file and what was expected, worked out from the input written here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_qaccuracy.tolerances import ini_settings, ini_task_metrics
+
+
+@pytest.mark.parametrize("name", ["pyproject.toml", "pytest.ini"])
+def test_a_settings_file_that_is_missing_names_it_once(tmp_path: Path, name: str) -> None:
+    """The reason is the system's, without the path again (it read '[Errno 2] ... : <path>' before)."""
+    with pytest.raises(ValueError) as info:
+        ini_settings(tmp_path / name)
+    assert str(info.value) == f"{tmp_path / name}: cannot read it (No such file or directory)"
+
+
+def test_a_toml_file_that_does_not_parse_names_it_and_the_place(tmp_path: Path) -> None:
+    path = tmp_path / "pyproject.toml"
+    path.write_text("[tool.pytest.ini_options\nqaccuracy_min_cosine = 0.9\n", encoding="utf-8")
+    with pytest.raises(ValueError) as info:
+        ini_task_metrics(path)
+    assert str(info.value) == (
+        f"{path}: cannot read it (Expected ']' at the end of a table declaration (at line 1, column 25))"
+    )
+
+
+@pytest.mark.parametrize("name", ["pyproject.toml", "tox.ini"])
+def test_a_settings_file_that_is_not_utf8_names_it(tmp_path: Path, name: str) -> None:
+    """A Latin-1 'é' (0xe9) in a comment: a bare UnicodeDecodeError without the file before."""
+    path = tmp_path / name
+    section = "[tool.pytest.ini_options]" if name.endswith(".toml") else "[pytest]"
+    text = f"{section}\nqaccuracy_min_cosine = 0.9\n# caf".encode() + b"\xe9\n"
+    path.write_bytes(text)
+    with pytest.raises(ValueError) as info:
+        ini_settings(path)
+    position = text.index(b"\xe9")
+    assert str(info.value) == (
+        f"{path}: cannot read it ('utf-8' codec can't decode byte 0xe9 in position {position}: "
+        "invalid continuation byte)"
+    )
