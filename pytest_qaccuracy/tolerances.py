@@ -316,8 +316,9 @@ def _read(path: Path) -> str:
 
 
 def _ini_values(path: Path) -> dict[str, Any]:
-    """The pytest section of ``path`` as a mapping (strings from ini files, TOML values from
-    ``pyproject.toml``'s ``[tool.pytest.ini_options]``)."""
+    """The pytest section of ``path`` as a mapping: strings from ini files; TOML values from
+    ``pyproject.toml``'s ``[tool.pytest]`` (pytest 9's native table) or ``[tool.pytest.ini_options]``,
+    and from ``pytest.toml``'s ``[pytest]``, as pytest reads them."""
     if path.suffix == ".toml":
         try:
             import tomllib
@@ -327,7 +328,15 @@ def _ini_values(path: Path) -> dict[str, Any]:
             document = tomllib.loads(_read(path))
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"{path}: cannot read it ({exc})") from None
-        return dict(document.get("tool", {}).get("pytest", {}).get("ini_options", {}))
+        if path.name in ("pytest.toml", ".pytest.toml"):
+            return dict(document.get("pytest", {}))
+        table = document.get("tool", {}).get("pytest", {})
+        native = {key: value for key, value in table.items() if key != "ini_options"}
+        if native and "ini_options" in table:
+            raise ValueError(
+                f"{path}: settings in both [tool.pytest] and [tool.pytest.ini_options] (pytest refuses it)"
+            )
+        return native or dict(table.get("ini_options", {}))
     import configparser
 
     parser = configparser.ConfigParser(interpolation=None)

@@ -158,6 +158,37 @@ def test_ini_settings_read_as_the_plugin_reads_them(tmp_path: Path) -> None:
         ini_settings(tmp_path / "tox.ini")
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pyproject.toml", "[tool.pytest]\nqaccuracy_min_sqnr = 20.5\nqaccuracy_tolerances = ['*::a sqnr>=3']\n"),
+        ("pytest.toml", "[pytest]\nqaccuracy_min_sqnr = 20.5\nqaccuracy_tolerances = ['*::a sqnr>=3']\n"),
+        (".pytest.toml", "[pytest]\nqaccuracy_min_sqnr = 20.5\nqaccuracy_tolerances = ['*::a sqnr>=3']\n"),
+    ],
+)
+def test_ini_settings_read_pytest_9_native_toml_tables(tmp_path: Path, name: str, text: str) -> None:
+    """pytest 9 reads ``[tool.pytest]`` (native TOML types) and ``pytest.toml``'s ``[pytest]``; ``--ini``
+    reads the same tables (it had read only ``[tool.pytest.ini_options]`` and silently kept the defaults)."""
+    from pytest_qaccuracy.tolerances import Tolerance, ini_settings
+
+    path = tmp_path / name
+    path.write_text(text)
+    tolerances, rules = ini_settings(path)
+    assert tolerances["min_sqnr"] == Tolerance("min_sqnr", 20.5, f"ini file {name} (qaccuracy_min_sqnr)")
+    assert [r.text for r in rules] == ["*::a sqnr>=3"]
+
+
+def test_ini_settings_refuse_both_pyproject_tables(tmp_path: Path) -> None:
+    from pytest_qaccuracy.tolerances import ini_settings
+
+    path = tmp_path / "pyproject.toml"
+    path.write_text("[tool.pytest]\nqaccuracy_min_sqnr = 20\n\n[tool.pytest.ini_options]\nqaccuracy_rtol = 0.1\n")
+    with pytest.raises(
+        ValueError, match=r"pyproject.toml: settings in both \[tool.pytest\] and \[tool.pytest.ini_options\]"
+    ):
+        ini_settings(path)
+
+
 #: A task metric whose update raises on the second batch (records 8..15 at the default batch size).
 RAISING = """
 class Boom:
