@@ -1,0 +1,314 @@
+"""Random one-node integer models through the emulation and this machine's onnxruntime, bit for bit.
+
+Each case draws an operator, types, shapes, attributes, scales and zero points, runs the one-node
+model in onnxruntime and in ``IntegerSession`` with the preset named, and compares the outputs (or
+that both refuse it). Run it on the CPU family whose preset you name: natively, or under qemu-user
+as ``.ci/avx2`` and ``.ci/arm64`` do (a preset checked against another family's onnxruntime differs
+by design).
+
+    python scripts/fuzz_backend.py --preset onnxruntime-vnni --cases 500 --seed 1
+    python scripts/fuzz_backend.py --preset onnxruntime --family elementwise   # the host's family
+
+Prints each case that differs (with its index: ``--seed S --only I`` runs it again) and a count per
+operator; exits 1 if any differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pytest_qaccuracy.backend import IntegerSession
+
+MS = "com.microsoft"
+Case = tuple[str, list[str], dict[str, np.ndarray], dict[str, np.ndarray], dict[str, object], type]
+
+
+class Draw:
+    """The random choices of one case."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+
+    def ints(self, shape: tuple[int, ...] | int, dtype: type) -> np.ndarray:
+        info = np.iinfo(dtype)
+        return self.rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+
+    def scale(self, shape: tuple[int, ...] | int = ()) -> np.ndarray:
+        return np.exp(self.rng.uniform(np.log(1e-3), np.log(1.0), shape)).astype(np.float32)
+
+    def shape(self, low: int = 1, high: int = 9, rank: tuple[int, int] = (1, 5)) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.rng.integers(low, high, int(self.rng.integers(*rank))))
+
+    def types(self) -> tuple[type, type]:
+        """Activations and weights: onnxruntime has no int8 x uint8 kernels."""
+        x = np.uint8 if self.rng.random() < 0.5 else np.int8
+        return x, (np.int8 if x == np.int8 or self.rng.random() < 0.8 else np.uint8)
+
+    def weight_zero_point(self, dtype: type, channels: int | None) -> np.ndarray:
+        shape = () if channels is None else (channels,)
+        return np.zeros(shape, dtype) if dtype == np.int8 else self.ints(shape, dtype)
+
+
+def conv(d: Draw) -> Case:
+    xt, wt = d.types()
+    rank = 2 if d.rng.random() < 0.85 else 1
+    c = int(d.rng.integers(1, 20))
+    group = c if d.rng.random() < 0.3 else 1
+    m = c * int(d.rng.integers(1, 3)) if group > 1 else int(d.rng.integers(1, 20))
+    kernel = tuple(int(v) for v in d.rng.integers(1, 4, rank))
+    spatial = tuple(max(int(v), k) for v, k in zip(d.rng.integers(1, 12, rank), kernel, strict=True))
+    attrs = {
+        "group": group,
+        "strides": [int(v) for v in d.rng.integers(1, 3, rank)],
+        "pads": [int(v) for v in d.rng.integers(0, 2, 2 * rank)],
+    }
+    per_channel = m if d.rng.random() < 0.5 else None
+    feeds = {"x": d.ints((int(d.rng.integers(1, 4)), c, *spatial), xt)}
+    inits = {
+        "xs": d.scale(), "xz": d.ints((), xt), "w": d.ints((m, c // group, *kernel), wt),
+        "ws": d.scale(per_channel or ()), "wz": d.weight_zero_point(wt, per_channel),
+        "ys": d.scale(), "yz": d.ints((), xt),
+    }  # fmt: skip
+    names = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    if d.rng.random() < 0.5:
+        inits["b"] = d.rng.integers(-30000, 30000, m).astype(np.int32)
+        names.append("b")
+    return "QLinearConv", names, feeds, inits, attrs, xt
+
+
+def conv_integer(d: Draw) -> Case:
+    _, _, feeds, inits, attrs, _ = conv(d)
+    wz = inits["wz"].reshape(-1)[:1].reshape(())  # one zero point in onnxruntime's ConvInteger
+    return "ConvInteger", ["x", "w", "xz", "wz"], feeds, {"w": inits["w"], "xz": inits["xz"], "wz": wz}, attrs, np.int32
+
+
+def matmul(d: Draw) -> Case:
+    xt, wt = d.types()
+    m, k, n = (int(v) for v in d.rng.integers(1, 40, 3))
+    per_channel = n if d.rng.random() < 0.5 else None
+    feeds = {"x": d.ints((*d.shape(rank=(0, 3), high=4), m, k), xt)}
+    inits = {
+        "xs": d.scale(), "xz": d.ints((), xt), "b": d.ints((k, n), wt), "bs": d.scale(per_channel or ()),
+        "bz": d.weight_zero_point(wt, per_channel), "ys": d.scale(), "yz": d.ints((), xt),
+    }  # fmt: skip
+    return "QLinearMatMul", ["x", "xs", "xz", "b", "bs", "bz", "ys", "yz"], feeds, inits, {}, xt
+
+
+def matmul_integer(d: Draw) -> Case:
+    _, _, feeds, inits, _, _ = matmul(d)
+    n = inits["b"].shape[1]
+    bz = d.ints((n,) if d.rng.random() < 0.5 else (), inits["b"].dtype.type)
+    return "MatMulInteger", ["x", "b", "xz", "bz"], feeds, {"b": inits["b"], "xz": inits["xz"], "bz": bz}, {}, np.int32
+
+
+def gemm(d: Draw) -> Case:
+    xt, wt = d.types()
+    m, k, n = (int(v) for v in d.rng.integers(1, 40, 3))
+    transposed = int(d.rng.integers(0, 2))
+    per_channel = n if d.rng.random() < 0.5 else None
+    feeds = {"x": d.ints((m, k), xt)}
+    inits = {
+        "as": d.scale(), "az": d.ints((), xt), "b": d.ints((n, k) if transposed else (k, n), wt),
+        "bs": d.scale(per_channel or ()), "bz": d.weight_zero_point(wt, per_channel),
+        "ys": d.scale(), "yz": d.ints((), xt),
+    }  # fmt: skip
+    names = ["x", "as", "az", "b", "bs", "bz", "", "ys", "yz"]
+    if d.rng.random() < 0.5:
+        inits["c"] = d.rng.integers(-30000, 30000, n).astype(np.int32)
+        names[6] = "c"
+    return "QGemm", names, feeds, inits, {"transB": transposed, "alpha": float(d.rng.choice([1.0, 0.5, 2.0]))}, xt
+
+
+def binary(op: str) -> Callable[[Draw], Case]:
+    def make(d: Draw) -> Case:
+        t = d.types()[0]
+        a = d.shape()
+        if d.rng.random() < 0.3:
+            b: tuple[int, ...] = (1,)
+        elif d.rng.random() < 0.5:
+            b = a[int(d.rng.integers(0, len(a))) :]
+        else:
+            b = tuple(1 if d.rng.random() < 0.4 else v for v in a)
+        feeds = {"a": d.ints(a, t), "b": d.ints(b, t)}
+        inits = {
+            "as": d.scale(),
+            "az": d.ints((), t),
+            "bs": d.scale(),
+            "bz": d.ints((), t),
+            "ys": d.scale(),
+            "yz": d.ints((), t),
+        }
+        return op, ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], feeds, inits, {}, t
+
+    return make
+
+
+def unary(op: str) -> Callable[[Draw], Case]:
+    def make(d: Draw) -> Case:
+        t = d.types()[0]
+        feeds = {"x": d.ints(d.shape(), t)}
+        inits = {"xs": d.scale(), "xz": d.ints((), t), "ys": d.scale(), "yz": d.ints((), t)}
+        attrs: dict[str, object] = {}
+        if op == "QLinearLeakyRelu":
+            attrs = {"alpha": float(d.rng.uniform(0.01, 0.5))}
+        if op == "QLinearSoftmax":  # onnxruntime's output scale for softmax
+            inits["ys"], inits["yz"] = np.float32(1 / 256), np.array(0 if t == np.uint8 else -128, t)
+            attrs = {"axis": -1, "opset": 13}
+        return op, ["x", "xs", "xz", "ys", "yz"], feeds, inits, attrs, t
+
+    return make
+
+
+def pool(op: str) -> Callable[[Draw], Case]:
+    def make(d: Draw) -> Case:
+        t = d.types()[0]
+        shape = tuple(
+            int(v) for v in (d.rng.integers(1, 3), d.rng.integers(1, 6), d.rng.integers(2, 9), d.rng.integers(2, 9))
+        )
+        feeds = {"x": d.ints(shape, t)}
+        inits = {"xs": d.scale(), "xz": d.ints((), t), "ys": d.scale(), "yz": d.ints((), t)}
+        attrs: dict[str, object] = {"channels_last": 0}
+        if op == "QLinearAveragePool":
+            kernel = [int(v) for v in d.rng.integers(1, 4, 2)]
+            attrs = {
+                "kernel_shape": kernel,
+                "strides": [int(v) for v in d.rng.integers(1, 3, 2)],
+                "pads": [int(d.rng.integers(0, k)) for k in kernel] * 2,
+                "count_include_pad": int(d.rng.integers(0, 2)),
+            }
+        return op, ["x", "xs", "xz", "ys", "yz"], feeds, inits, attrs, t
+
+    return make
+
+
+def concat(d: Draw) -> Case:
+    t = d.types()[0]
+    base = list(d.shape())
+    axis = int(d.rng.integers(0, len(base)))
+    names, feeds, inits = ["ys", "yz"], {}, {"ys": d.scale(), "yz": d.ints((), t)}
+    for j in range(int(d.rng.integers(1, 4))):
+        shape = list(base)
+        shape[axis] = int(d.rng.integers(1, 5))
+        feeds[f"x{j}"] = d.ints(tuple(shape), t)
+        same = d.rng.random() < 0.3  # copied, not requantized
+        inits[f"s{j}"] = inits["ys"] if same else d.scale()
+        inits[f"z{j}"] = inits["yz"] if same else d.ints((), t)
+        names += [f"x{j}", f"s{j}", f"z{j}"]
+    return "QLinearConcat", names, feeds, inits, {"axis": axis}, t
+
+
+FAMILIES: dict[str, dict[str, Callable[[Draw], Case]]] = {
+    "gemm": {
+        "conv": conv,
+        "conv_integer": conv_integer,
+        "matmul": matmul,
+        "matmul_integer": matmul_integer,
+        "gemm": gemm,
+    },
+    "elementwise": {
+        "add": binary("QLinearAdd"),
+        "mul": binary("QLinearMul"),
+        "sigmoid": unary("QLinearSigmoid"),
+        "leaky_relu": unary("QLinearLeakyRelu"),
+        "softmax": unary("QLinearSoftmax"),
+        "average_pool": pool("QLinearAveragePool"),
+        "global_average_pool": pool("QLinearGlobalAveragePool"),
+        "concat": concat,
+    },
+}
+
+
+def one_node(case: Case) -> onnx.ModelProto:
+    op, names, feeds, inits, attrs, out_type = case
+    domain = "" if op in ("QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger") else MS
+    tensor = helper.np_dtype_to_tensor_dtype
+    graph = helper.make_graph(
+        [helper.make_node(op, names, ["y"], domain=domain, **attrs)],
+        op,
+        [helper.make_tensor_value_info(k, tensor(v.dtype), v.shape) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("y", tensor(np.dtype(out_type)), None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
+    )
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def run(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], preset: str
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """onnxruntime's output and the emulation's (None where one refuses the model)."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        want = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
+            None, feeds
+        )[0]
+    except Exception:  # a refusal is an outcome to compare
+        want = None
+    try:
+        got = IntegerSession(model, scheme=preset).run(None, feeds)[0]
+    except Exception:
+        got = None
+    return want, got
+
+
+def int8_softmax_wrap(op: str, want: np.ndarray, got: np.ndarray) -> bool:
+    """onnxruntime 1.18's int8 QLinearSoftmax wraps 128 to -128 (fixed in later versions)."""
+    return (
+        op == "QLinearSoftmax"
+        and want.dtype == np.int8
+        and np.array_equal(np.where((got == 127) & (want < 0), 127, want), got)
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="onnxruntime", help="the emulation's preset (default: the host's)")
+    parser.add_argument("--family", choices=[*FAMILIES, "all"], default="all")
+    parser.add_argument("--cases", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", type=int, help="run only the case of this index")
+    args = parser.parse_args(argv)
+    makers = {k: v for f, ops in FAMILIES.items() if args.family in (f, "all") for k, v in ops.items()}
+    names = sorted(makers)
+    compared, refused, differ = Counter(), Counter(), Counter()
+    for index in range(args.cases):
+        rng = np.random.default_rng([args.seed, index])
+        draw = Draw(rng)
+        case = makers[names[int(rng.integers(0, len(names)))]](draw)
+        if args.only is not None and index != args.only:
+            continue
+        op, feeds = case[0], case[2]
+        want, got = run(one_node(case), feeds, args.preset)
+        if want is None and got is None:
+            refused[op] += 1
+            continue
+        same = want is not None and got is not None and want.shape == got.shape and want.dtype == got.dtype
+        same = same and (np.array_equal(want, got) or int8_softmax_wrap(op, want, got))
+        compared[op] += 1
+        if not same:
+            differ[op] += 1
+            detail = (
+                "refused by one" if want is None or got is None else f"{int((want != got).sum())} of {want.size} values"
+            )
+            shapes = {k: v.shape for k, v in feeds.items()}
+            print(f"case {index}: {op} {shapes} {case[4]}: {detail} differ (--seed {args.seed} --only {index})")
+    for op in sorted(set(compared) | set(refused)):
+        print(f"{op}: {compared[op]} compared, {differ[op]} differ, {refused[op]} refused by both")
+    print(f"{args.preset}: {sum(compared.values())} cases compared, {sum(differ.values())} differ")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
