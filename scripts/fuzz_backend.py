@@ -29,6 +29,7 @@ from onnx import helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_qaccuracy.backend import IntegerSession
+from pytest_qaccuracy.backend.host import host_preset
 
 MS = "com.microsoft"
 Case = tuple[str, list[str], dict[str, np.ndarray], dict[str, np.ndarray], dict[str, object], type]
@@ -306,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"case {index}: {op} {shapes} {case[4]}: {detail} differ (--seed {args.seed} --only {index})")
     for op in sorted(set(compared) | set(refused)):
         print(f"{op}: {compared[op]} compared, {differ[op]} differ, {refused[op]} refused by both")
-    print(f"{args.preset}: {sum(compared.values())} cases compared, {sum(differ.values())} differ")
+    preset = args.preset if args.preset != "onnxruntime" else f"onnxruntime (here {host_preset()})"
+    print(f"{preset}: {sum(compared.values())} cases compared, {sum(differ.values())} differ")
     return 1 if differ else 0
 
 
