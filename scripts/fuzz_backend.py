@@ -1,13 +1,15 @@
-"""Random one-node integer models through the emulation and this machine's onnxruntime, bit for bit.
+"""Random integer models through the emulation and this machine's onnxruntime, bit for bit.
 
 Each case draws an operator, types, shapes, attributes, scales and zero points, runs the one-node
-model in onnxruntime and in ``IntegerSession`` with the preset named, and compares the outputs (or
-that both refuse it). Run it on the CPU family whose preset you name: natively, or under qemu-user
-as ``.ci/avx2`` and ``.ci/arm64`` do (a preset checked against another family's onnxruntime differs
-by design).
+model (families ``gemm`` and ``elementwise``) or the QDQ group around one float op (``qdq``: what
+quantizers write, fused by both into integer kernels) in onnxruntime and in ``IntegerSession`` with
+the preset named, and compares the outputs (or that both refuse it). Run it on the CPU family whose
+preset you name: natively, or under qemu-user as ``.ci/avx2`` and ``.ci/arm64`` do (a preset checked
+against another family's onnxruntime differs by design).
 
     python scripts/fuzz_backend.py --preset onnxruntime-vnni --cases 500 --seed 1
     python scripts/fuzz_backend.py --preset onnxruntime --family elementwise   # the host's family
+    python scripts/fuzz_backend.py --family qdq --int8-allowed    # QDQ groups, int8 kept as int8
 
 Prints each case that differs (with its index: ``--seed S --only I`` runs it again) and a count per
 operator; exits 1 if any differs.
@@ -30,9 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_qaccuracy.backend import IntegerSession
 from pytest_qaccuracy.backend.host import host_preset
+from pytest_qaccuracy.backend.scheme import get_scheme
 
 MS = "com.microsoft"
 Case = tuple[str, list[str], dict[str, np.ndarray], dict[str, np.ndarray], dict[str, object], type]
+#: what a case runs: its label, the model, the feeds and a description of its attributes and types
+Built = tuple[str, onnx.ModelProto, dict[str, np.ndarray], str]
 
 
 class Draw:
@@ -209,24 +214,144 @@ def concat(d: Draw) -> Case:
     return "QLinearConcat", names, feeds, inits, {"axis": axis}, t
 
 
-FAMILIES: dict[str, dict[str, Callable[[Draw], Case]]] = {
+class QDQGraph:
+    """A float graph of QuantizeLinear / DequantizeLinear pairs around one float op, as quantizers write
+    them: onnxruntime fuses the groups into its integer kernels, the emulation into its own."""
+
+    def __init__(self, d: Draw, activations: type):
+        self.d, self.type = d, activations
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: dict[str, np.ndarray] = {}
+
+    def dequantize(self, q: str, out: str, scale: np.ndarray, zero: np.ndarray, axis: int | None = None) -> str:
+        self.inits[out + "_s"], self.inits[out + "_z"] = scale, zero
+        attrs = {} if axis is None else {"axis": axis}
+        self.nodes.append(helper.make_node("DequantizeLinear", [q, out + "_s", out + "_z"], [out], **attrs))
+        return out
+
+    def round_trip(self, x: str, out: str, scale: np.ndarray | None = None, zero: np.ndarray | None = None) -> str:
+        """``x`` quantized and dequantized: a fresh scale and zero point unless given."""
+        scale = self.d.scale() if scale is None else scale
+        zero = self.d.ints((), self.type) if zero is None else zero
+        self.inits[out + "_qs"], self.inits[out + "_qz"] = scale, zero
+        self.nodes.append(helper.make_node("QuantizeLinear", [x, out + "_qs", out + "_qz"], [out + "_q"]))
+        return self.dequantize(out + "_q", out, scale, zero)
+
+    def weight(self, shape: tuple[int, ...], axis: int | None) -> str:
+        """int8 weights, per tensor or per channel along ``axis`` (zero points 0, as onnxruntime writes them)."""
+        channels = () if axis is None else (shape[axis],)
+        self.inits["w"] = self.d.ints(shape, np.int8)
+        return self.dequantize("w", "w_d", self.d.scale(channels), np.zeros(channels, np.int8), axis)
+
+    def bias(self, x_scale: np.ndarray, w_scale: np.ndarray, channels: int) -> str:
+        """int32 bias at the scale ``x_s * w_s``, as onnxruntime's quantizer writes it."""
+        self.inits["b"] = self.d.rng.integers(-5000, 5000, channels).astype(np.int32)
+        scale = (x_scale * w_scale * np.ones(channels)).astype(np.float32)
+        return self.dequantize("b", "b_d", scale, np.zeros(channels, np.int32), 0)
+
+    def model(self, op: str, inputs: list[str], shape: tuple[int, ...], **attrs: object) -> onnx.ModelProto:
+        self.nodes.append(helper.make_node(op, inputs, ["y"], **attrs))
+        same = op in ("MaxPool", "Relu") and self.d.rng.random() < 0.5  # onnxruntime drops a Q that changes nothing
+        x_scale, x_zero = self.inits["x_d_qs"], self.inits["x_d_qz"]
+        self.round_trip("y", "out", *((x_scale, x_zero) if same else ()))
+        graph = helper.make_graph(
+            self.nodes,
+            op,
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, shape)],
+            [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(np.asarray(v), k) for k, v in self.inits.items()],
+        )
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def qdq(op: str) -> Callable[[Draw], Built]:
+    def make(d: Draw) -> Built:
+        t = d.types()[0]
+        g = QDQGraph(d, t)
+        attrs: dict[str, object] = {}
+        if op == "Conv":
+            c, m = (int(v) for v in d.rng.integers(1, 12, 2))
+            k = int(d.rng.integers(1, 4))
+            side = int(d.rng.integers(k, 10))
+            shape: tuple[int, ...] = (int(d.rng.integers(1, 3)), c, side, side)
+            attrs = {"pads": [int(v) for v in d.rng.integers(0, 2, 4)], "strides": [int(d.rng.integers(1, 3))] * 2}
+        elif op in ("MatMul", "Gemm"):
+            k, n = (int(v) for v in d.rng.integers(1, 30, 2))
+            shape = (int(d.rng.integers(1, 10)), k)
+        elif op in ("AveragePool", "GlobalAveragePool", "MaxPool"):
+            shape = tuple(int(v) for v in (d.rng.integers(1, 3), d.rng.integers(1, 6), *d.rng.integers(2, 8, 2)))
+            if op != "GlobalAveragePool":
+                attrs = {"kernel_shape": [2, 2]}
+            if op == "AveragePool":
+                attrs |= {"pads": [int(d.rng.integers(0, 2))] * 4, "count_include_pad": int(d.rng.integers(0, 2))}
+        else:
+            shape = d.shape(high=6, rank=(1, 4))
+        x = g.round_trip("x", "x_d")
+        inputs = [x]
+        if op in ("Conv", "MatMul", "Gemm"):
+            per_channel = d.rng.random() < 0.5
+            if op == "Conv":
+                inputs.append(g.weight((m, c, k, k), 0 if per_channel else None))
+                channels = m
+            else:
+                inputs.append(g.weight((k, n), 1 if per_channel else None))
+                channels = n
+            if op != "MatMul" and d.rng.random() < 0.5:
+                inputs.append(g.bias(g.inits["x_d_qs"], g.inits["w_d_s"], channels))
+        elif op in ("Add", "Mul", "Concat"):
+            other = shape[int(d.rng.integers(0, len(shape))) :] if op != "Concat" else shape
+            g.inits["c"] = d.ints(other, t)
+            inputs.append(g.dequantize("c", "c_d", d.scale(), d.ints((), t)))
+            if op == "Concat":
+                attrs = {"axis": int(d.rng.integers(0, len(shape)))}
+        x_value = d.rng.normal(0, 1, shape).astype(np.float32)
+        return f"{op} (QDQ)", g.model(op, inputs, shape, **attrs), {"x": x_value}, f"{t.__name__} {attrs}"
+
+    return make
+
+
+def node(maker: Callable[[Draw], Case]) -> Callable[[Draw], Built]:
+    """A one-node case as a model."""
+
+    def make(d: Draw) -> Built:
+        case = maker(d)
+        return case[0], one_node(case), case[2], str(case[4])
+
+    return make
+
+
+QDQ_OPS = (
+    "Conv",
+    "MatMul",
+    "Gemm",
+    "Add",
+    "Mul",
+    "AveragePool",
+    "GlobalAveragePool",
+    "MaxPool",
+    "Sigmoid",
+    "Concat",
+    "Relu",
+)
+FAMILIES: dict[str, dict[str, Callable[[Draw], Built]]] = {
     "gemm": {
-        "conv": conv,
-        "conv_integer": conv_integer,
-        "matmul": matmul,
-        "matmul_integer": matmul_integer,
-        "gemm": gemm,
+        "conv": node(conv),
+        "conv_integer": node(conv_integer),
+        "matmul": node(matmul),
+        "matmul_integer": node(matmul_integer),
+        "gemm": node(gemm),
     },
     "elementwise": {
-        "add": binary("QLinearAdd"),
-        "mul": binary("QLinearMul"),
-        "sigmoid": unary("QLinearSigmoid"),
-        "leaky_relu": unary("QLinearLeakyRelu"),
-        "softmax": unary("QLinearSoftmax"),
-        "average_pool": pool("QLinearAveragePool"),
-        "global_average_pool": pool("QLinearGlobalAveragePool"),
-        "concat": concat,
+        "add": node(binary("QLinearAdd")),
+        "mul": node(binary("QLinearMul")),
+        "sigmoid": node(unary("QLinearSigmoid")),
+        "leaky_relu": node(unary("QLinearLeakyRelu")),
+        "softmax": node(unary("QLinearSoftmax")),
+        "average_pool": node(pool("QLinearAveragePool")),
+        "global_average_pool": node(pool("QLinearGlobalAveragePool")),
+        "concat": node(concat),
     },
+    "qdq": {f"qdq_{op.lower()}": qdq(op) for op in QDQ_OPS},
 }
 
 
@@ -246,11 +371,15 @@ def one_node(case: Case) -> onnx.ModelProto:
 
 
 def run(
-    model: onnx.ModelProto, feeds: dict[str, np.ndarray], preset: str
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], preset: str, int8_allowed: bool
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """onnxruntime's output and the emulation's (None where one refuses the model)."""
     options = ort.SessionOptions()
     options.log_severity_level = 4
+    scheme = get_scheme(preset)
+    if int8_allowed:  # int8 QDQ groups fused as they are, not turned into uint8 first
+        options.add_session_config_entry("session.qdqisint8allowed", "1")
+        scheme = scheme.replace(name=scheme.name, qdq_int8_to_uint8=False)
     try:
         want = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(
             None, feeds
@@ -258,7 +387,7 @@ def run(
     except Exception:  # a refusal is an outcome to compare
         want = None
     try:
-        got = IntegerSession(model, scheme=preset).run(None, feeds)[0]
+        got = IntegerSession(model, scheme=scheme).run(None, feeds)[0]
     except Exception:
         got = None
     return want, got
@@ -280,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", type=int, help="run only the case of this index")
+    parser.add_argument("--int8-allowed", action="store_true", help="session.qdqisint8allowed=1 in both")
     args = parser.parse_args(argv)
     makers = {k: v for f, ops in FAMILIES.items() if args.family in (f, "all") for k, v in ops.items()}
     names = sorted(makers)
@@ -287,11 +417,10 @@ def main(argv: list[str] | None = None) -> int:
     for index in range(args.cases):
         rng = np.random.default_rng([args.seed, index])
         draw = Draw(rng)
-        case = makers[names[int(rng.integers(0, len(names)))]](draw)
+        op, model, feeds, detail = makers[names[int(rng.integers(0, len(names)))]](draw)
         if args.only is not None and index != args.only:
             continue
-        op, feeds = case[0], case[2]
-        want, got = run(one_node(case), feeds, args.preset)
+        want, got = run(model, feeds, args.preset, args.int8_allowed)
         if want is None and got is None:
             refused[op] += 1
             continue
@@ -300,11 +429,11 @@ def main(argv: list[str] | None = None) -> int:
         compared[op] += 1
         if not same:
             differ[op] += 1
-            detail = (
+            what = (
                 "refused by one" if want is None or got is None else f"{int((want != got).sum())} of {want.size} values"
             )
             shapes = {k: v.shape for k, v in feeds.items()}
-            print(f"case {index}: {op} {shapes} {case[4]}: {detail} differ (--seed {args.seed} --only {index})")
+            print(f"case {index}: {op} {shapes} {detail}: {what} differ (--seed {args.seed} --only {index})")
     for op in sorted(set(compared) | set(refused)):
         print(f"{op}: {compared[op]} compared, {differ[op]} differ, {refused[op]} refused by both")
     preset = args.preset if args.preset != "onnxruntime" else f"onnxruntime (here {host_preset()})"
