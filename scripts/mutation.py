@@ -345,7 +345,6 @@ GROUPS: dict[str, Group] = {
     ),
     "recipe": Group(
         (
-            # measured so far; search.py not yet
             "analysis/recipe/aims.py",
             "analysis/recipe/build.py",
             "analysis/recipe/checks.py",
@@ -373,6 +372,11 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_recipe_build_units.py",
             "tests/plugin/test_analysis_budget.py",
         ),
+    ),
+    # the search itself, on its unit tests alone (the files above run whole searches: seconds a mutant)
+    "recipe_search": Group(
+        ("analysis/recipe/search.py",),
+        ("tests/analysis/test_recipe_search_units.py", "tests/analysis/test_recipe_nodes.py"),
     ),
     "sensitivity": Group(
         (

@@ -1,0 +1,1479 @@
+"""The recipe search (``analysis/recipe/search.py``) piece by piece, in process: the budget's text and
+its bookkeeping on a clock moved by hand, the steps and the result's JSON form, which step beats
+which, experiments and estimates on stand-ins for onnxruntime's writer and the evaluator, the global
+moves and space, the node phase's assignments in cost order (worked out by hand), its prefix search,
+pruning and widening on stand-in estimators, and the argument checks of ``search_recipe``. A real
+search object is made on the example suite's small digits CNN (its cost model and node names); what
+would take seconds (writing and measuring models) is a stand-in."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import ClassVar
+
+import onnx
+import pytest
+
+from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
+from pytest_qaccuracy.analysis.recipe import search as search_module
+from pytest_qaccuracy.analysis.recipe.checks import parse_checks
+from pytest_qaccuracy.analysis.recipe.cost import CostModel
+from pytest_qaccuracy.analysis.recipe.measure import HOST, Verdict
+from pytest_qaccuracy.analysis.recipe.search import (
+    Budget,
+    RecipeResult,
+    RecipeSearch,
+    Step,
+    _better,
+    _first_line,
+    _head_may_pass,
+    _name,
+    _names,
+    _OutOfBudget,
+    assignment_cost,
+    cost_ordered,
+    held_out,
+    search_recipe,
+)
+from pytest_qaccuracy.analysis.recipe.space import Recipe
+from pytest_qaccuracy.errors import InputError, QAccuracyError
+from pytest_qaccuracy.runtime import RuntimeOptions
+from tests.progress_recorders import Clock
+
+SUITE = Path(__file__).resolve().parents[2] / "example_suites"
+FP32 = SUITE / "models" / "digits_cnn.onnx"
+QDQ = SUITE / "models" / "digits_cnn.qdq.onnx"
+CALIB = SUITE / "data" / "digits_calib.npz"
+TEST = SUITE / "data" / "digits_test.npz"
+COSINE = parse_checks(["cosine>=0.5"])
+#: the digits CNN's work per node (MACs for conv1, conv2 and fc, elements for the rest): 24704 in all
+TOTAL = 4608 + 512 + 128 + 18432 + 256 + 64 + 64 + 640
+
+
+def _step(
+    index: int = 0,
+    passed: bool = False,
+    margin: float | None = None,
+    cost: float = 0.0,
+    seconds: float = 0.0,
+    skipped: str | None = None,
+    estimated: bool = False,
+    recipe: Recipe | None = None,
+) -> Step:
+    return Step(index, "p", "c", recipe or Recipe(), cost, {}, passed, margin, seconds, skipped, estimated=estimated)
+
+
+# -- Budget ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds", "experiments"),
+    [
+        ("90s", 90.0, None),
+        ("10m", 600.0, None),
+        ("1h", 3600.0, None),
+        ("1.5m", 90.0, None),
+        ("5 s", 5.0, None),
+        ("2", None, 2),
+        ("40", None, 40),
+        ("2.0", None, 2),
+        ("10m,40", 600.0, 40),
+        (" 40 , 2h ", 7200.0, 40),
+        ("3,,", None, 3),
+        ("", None, None),
+        (None, None, None),
+    ],
+)
+def test_budget_parse_reads_times_and_experiments(text, seconds, experiments):
+    budget = Budget.parse(text)
+    assert (budget.seconds, budget.experiments) == (seconds, experiments)
+    assert budget.experiments is None or type(budget.experiments) is int
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0", "budget '0': expected a time (90s, 10m, 1h) or a number of experiments (40)"),
+        ("0s", "budget '0s': expected a time"),
+        ("0.0m", "budget '0.0m': expected a time"),
+        ("-3", "budget '-3': expected a time"),
+        ("10x", "budget '10x': expected a time"),
+        ("10M", "budget '10M': expected a time"),
+        ("s", "budget 's': expected a time"),
+        ("1.5", "budget '1.5': a number of experiments is a whole number"),
+        ("10s, 1m", "budget '10s, 1m': at most one time (10m,40 for both)"),
+        ("3,4", "budget '3,4': at most one number of experiments (10m,40 for both)"),
+        ("3,1h,bad", "budget 'bad': expected a time"),
+    ],
+)
+def test_budget_parse_refuses_with_the_part_named(text, message):
+    with pytest.raises(InputError) as info:
+        Budget.parse(text)
+    assert str(info.value).startswith(message)
+
+
+def test_budget_parse_a_time_after_a_count_is_both():
+    assert Budget.parse("7,30s") == Budget(30.0, 7)
+
+
+@pytest.mark.parametrize(
+    ("budget", "text"),
+    [
+        (Budget(), "unbounded"),
+        (Budget(90.0), "90s"),
+        (Budget(1.5, 3), "1.5s, 3 experiments"),
+        (Budget(None, 40), "40 experiments"),
+        (Budget(0.0, 0), "0s, 0 experiments"),
+    ],
+)
+def test_budget_text(budget, text):
+    assert str(budget) == text
+
+
+# -- steps and the result ------------------------------------------------------------------------------
+
+
+def _result(best: int | None = 1, **fields) -> RecipeResult:
+    steps = [
+        Step(0, "start", "starting recipe", Recipe(), 0.0, {HOST: {"y": {"cosine": 0.4}}}, False, -0.2, 1.5),
+        Step(
+            1,
+            "nodes",
+            "float +conv1",
+            Recipe(float=frozenset({"conv1"})),
+            0.25,
+            {HOST: {"y": {"cosine": 0.75}}},
+            True,
+            0.5,
+            2.0,
+        ),
+        Step(2, "global", "per_channel=True", Recipe(per_channel=True), 0.0, {}, False, None, 0.0, "refused", True),
+    ]
+    values = dict(
+        fp32="m.onnx",
+        calibration="c.npz",
+        evaluation="e.npz",
+        records=7,
+        checks=parse_checks(["cosine>=0.5", "mse<=2"]),
+        targets=[HOST],
+        weights={"int16": 0.5, "float": 1.0},
+        steps=steps,
+        best=best,
+        stopped="budget",
+        seconds=12.5,
+        note="budget reached (1 experiments)",
+        arguments={"per_channel": False},
+        model="best.onnx",
+        ranges={"x": (0.0, 1.0)},
+        convert_opset=13,
+        held_out=False,
+    )
+    values.update(fields)
+    return RecipeResult(**values)
+
+
+def test_best_step_and_met():
+    result = _result()
+    assert result.best_step is result.steps[1] and result.met is True
+    first = _result(best=0)
+    assert first.best_step is first.steps[0] and first.met is False
+    assert _result(best=None).best_step is None and _result(best=None).met is False
+
+
+def test_result_to_dict_field_by_field():
+    result = _result()
+    data = result.to_dict()
+    assert list(data) == [
+        "schema_version",
+        "kind",
+        "fp32_model",
+        "calibration",
+        "evaluation",
+        "held_out",
+        "records",
+        "checks",
+        "check_fields",
+        "targets",
+        "weights",
+        "met",
+        "best",
+        "stopped",
+        "seconds",
+        "note",
+        "quantize_static",
+        "convert_opset",
+        "steps",
+    ]
+    assert data["schema_version"] == 1 and data["kind"] == "recipe"
+    assert (data["fp32_model"], data["calibration"], data["evaluation"]) == ("m.onnx", "c.npz", "e.npz")
+    assert data["held_out"] is False and data["records"] == 7
+    assert data["checks"] == ["cosine >= 0.5", "mse <= 2"]
+    assert data["check_fields"][0]["metric"] == "cosine" and data["check_fields"][0]["value"] == 0.5
+    assert data["check_fields"][1]["metric"] == "mse" and data["check_fields"][1]["higher_is_better"] is False
+    assert data["targets"] == [HOST] and data["weights"] == {"int16": 0.5, "float": 1.0}
+    assert data["met"] is True and data["best"] == 1 and data["stopped"] == "budget"
+    assert data["seconds"] == 12.5 and data["note"] == "budget reached (1 experiments)"
+    assert data["quantize_static"] == {"per_channel": False} and data["convert_opset"] == 13
+    assert data["steps"][1]["recipe"]["float"] == ["conv1"] and data["steps"][1]["margin"] == 0.5
+    assert data["steps"][2]["estimated"] is True and data["steps"][2]["skipped"] == "refused"
+    assert "model" not in data and "ranges" not in data  # the files of one run, not the answer
+    assert _result(best=0).to_dict()["met"] is False
+
+
+def test_result_from_dict_reads_back_every_field():
+    result = _result()
+    back = RecipeResult.from_dict(result.to_dict())
+    assert back.fp32 == "m.onnx" and back.calibration == "c.npz" and back.evaluation == "e.npz"
+    assert back.records == 7 and type(back.records) is int
+    assert back.checks == result.checks and back.targets == [HOST]
+    assert back.weights == {"int16": 0.5, "float": 1.0}
+    assert back.steps == result.steps
+    assert back.best == 1 and back.stopped == "budget" and back.seconds == 12.5
+    assert back.note == "budget reached (1 experiments)" and back.arguments == {"per_channel": False}
+    assert back.convert_opset == 13 and back.held_out is False
+    assert back.model is None and back.ranges is None
+    assert back == result  # model and ranges are not compared
+
+
+def test_result_from_dict_defaults_and_conversions():
+    data = _result(held_out=True, convert_opset=None).to_dict()
+    for key in ("note", "quantize_static", "convert_opset", "held_out"):
+        del data[key]
+    data["records"], data["seconds"] = "3", 4
+    back = RecipeResult.from_dict(data)
+    assert back.note == "" and back.arguments is None and back.convert_opset is None
+    assert back.held_out is True and back.records == 3 and back.seconds == 4.0 and type(back.seconds) is float
+    data["held_out"] = 0
+    assert RecipeResult.from_dict(data).held_out is False
+
+
+def test_step_round_trip_with_and_without_a_margin():
+    step = _step(3, margin=None, skipped="why", estimated=True)
+    assert Step.from_dict(step.to_dict()) == step
+    verified = Step(4, "nodes", "x", Recipe(int16=frozenset({"a"})), 0.5, {HOST: {"y": {"cosine": 1.0}}}, True, 2, 1.0)
+    back = Step.from_dict(verified.to_dict())
+    assert back == verified and type(back.margin) is float and back.estimated is False
+
+
+# -- which step is better --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "better"),
+    [
+        (_step(passed=True, margin=1.0), None, True),
+        (_step(skipped="no"), None, False),
+        (_step(passed=True, margin=1.0, estimated=True), None, False),
+        (_step(passed=True, margin=1.0, estimated=True), _step(margin=-1.0), False),
+        (_step(passed=True, margin=1.0, skipped="no"), _step(margin=-1.0), False),
+        (_step(passed=True, margin=0.1, cost=0.9), _step(margin=-0.01, cost=0.0), True),
+        (_step(margin=-0.01, cost=0.0), _step(passed=True, margin=0.1, cost=0.9), False),
+        (_step(passed=True, margin=0.1, cost=0.2), _step(passed=True, margin=0.5, cost=0.3), True),
+        (_step(passed=True, margin=0.5, cost=0.3), _step(passed=True, margin=0.1, cost=0.2), False),
+        (_step(passed=True, margin=0.5, cost=0.2), _step(passed=True, margin=0.1, cost=0.2), True),
+        (_step(passed=True, margin=0.1, cost=0.2), _step(passed=True, margin=0.5, cost=0.2), False),
+        (_step(passed=True, margin=0.1, cost=0.2), _step(passed=True, margin=0.1, cost=0.2), False),
+        (_step(passed=True, margin=0.0, cost=0.2), _step(passed=True, margin=None, cost=0.2), False),
+        (_step(passed=True, margin=0.1, cost=0.2), _step(passed=True, margin=None, cost=0.2), True),
+        (_step(passed=True, margin=None, cost=0.2), _step(passed=True, margin=0.1, cost=0.2), False),
+        (_step(passed=True, margin=None, cost=0.2), _step(passed=True, margin=-0.1, cost=0.2), True),
+        (_step(margin=-0.1), _step(margin=-0.2), True),
+        (_step(margin=-0.2), _step(margin=-0.1), False),
+        (_step(margin=-0.2), _step(margin=-0.2), False),
+        (_step(margin=-1e9), _step(margin=None), True),
+        (_step(margin=None), _step(margin=-1e9), False),
+        (_step(margin=None), _step(margin=None), False),
+        (_step(margin=-0.5, cost=0.9), _step(margin=-0.6, cost=0.0), True),
+    ],
+)
+def test_better(a, b, better):
+    assert _better(a, b) is better
+
+
+# -- a search on stand-ins -----------------------------------------------------------------------------
+
+
+class _Builder:
+    """onnxruntime's writer's stand-in: ``write`` writes ``content(recipe)`` (the recipe's text by
+    default) and takes ``pace`` seconds of the clock; ``failures`` maps a recipe to what it raises."""
+
+    def __init__(self, clock: Clock, pace: float = 1.0, content=None, calibrators=None) -> None:
+        self.clock, self.pace, self.content = clock, pace, content or (lambda recipe: repr(recipe))
+        self.calibrators = calibrators or {}
+        self.failures: dict[Recipe, BaseException] = {}
+        self.written: list[Recipe] = []
+        self.folded: list[str] = []
+        self.weights = {"conv1": ("conv1.weight", 0), "conv2": ("conv2.weight", 0), "fc": ("fc.weight", 0)}
+
+    def write(self, recipe: Recipe, out) -> Path:
+        self.written.append(recipe)
+        self.clock.now += self.pace
+        if recipe in self.failures:
+            raise self.failures[recipe]
+        Path(out).write_text(self.content(recipe))
+        return Path(out)
+
+    def write_seconds(self, recipe: Recipe) -> float:
+        return self.calibrators.get(recipe.method, 0.0)
+
+
+class _Evaluator:
+    """The evaluator's stand-in: a written model's margin is ``margins(text)`` on every target asked
+    (the host alone for estimates); each measurement takes ``pace`` seconds of the clock."""
+
+    def __init__(self, clock: Clock, margins, pace: float = 2.0) -> None:
+        self.clock, self.margins, self.pace = clock, margins, pace
+        self.calls: list[tuple[str, tuple | None]] = []
+
+    def measure(self, path, targets=None) -> Verdict:
+        self.clock.now += self.pace
+        text = Path(path).read_text() if Path(path).suffix == ".onnx" and not _is_onnx(path) else "onnx"
+        self.calls.append((Path(path).name, targets))
+        margin = self.margins(text)
+        if isinstance(margin, BaseException):
+            raise margin
+        return Verdict(
+            {t: {"y": {"cosine": 0.5 + margin / 2}} for t in (targets or (HOST, "other"))}, margin >= 0, margin
+        )
+
+
+def _is_onnx(path) -> bool:
+    return Path(path).read_bytes()[:1] == b"\x08"  # an onnx model starts with its ir_version's tag
+
+
+def _search(tmp_path, monkeypatch, budget=None, methods=("minmax",), vary=search_module.VARY, **kwargs):
+    """A RecipeSearch of the digits CNN on a clock moved by hand; steps and notes recorded."""
+    clock = Clock()
+    monkeypatch.setattr(search_module, "time", SimpleNamespace(monotonic=clock.monotonic))
+    calls, notes = [], []
+    search = RecipeSearch(
+        FP32,
+        CALIB,
+        TEST,
+        COSINE,
+        [HOST],
+        tmp_path,
+        kwargs.pop("start", Recipe()),
+        budget or Budget(),
+        kwargs.pop("weights", {"int16": 1.0, "float": 1.0}),
+        methods,
+        RuntimeOptions(),
+        4,
+        kwargs.pop("exhaustive_nodes", 16),
+        lambda step, best: calls.append((step, best)),
+        notes.append,
+        vary,
+    )
+    search.calls, search.notes, search.clock = calls, notes, clock
+    return search
+
+
+def test_a_search_refuses_an_unknown_choice_to_vary(tmp_path, monkeypatch):
+    with pytest.raises(InputError, match=r"cannot vary 'bits'; the choices are per_channel, reduce_range, method, "):
+        _search(tmp_path, monkeypatch, vary=("method", "bits", "colour"))
+
+
+def test_a_search_refuses_an_unknown_method(tmp_path, monkeypatch):
+    with pytest.raises(InputError, match="unknown calibration method 'best'"):
+        _search(tmp_path, monkeypatch, methods=("minmax", "best"))
+
+
+def test_a_new_search_starts_its_clock_and_holds_its_arguments(tmp_path, monkeypatch):
+    clock = Clock()
+    clock.now = 5.0
+    monkeypatch.setattr(search_module, "time", SimpleNamespace(monotonic=clock.monotonic))
+    search = RecipeSearch(
+        str(FP32), CALIB, TEST, COSINE, (HOST,), str(tmp_path), Recipe(), Budget(3.0), {"int16": 0.5, "float": 2.0},
+        ("minmax",), RuntimeOptions(), 4, 16, None, None, ("method",),
+    )  # fmt: skip
+    assert search.started == 5.0 and search.fp32 == FP32 and search.workdir == tmp_path
+    assert search.targets == [HOST] and search.vary == ("method",) and search.methods == ["minmax"]
+    assert (search.cost.int16, search.cost.float) == (0.5, 2.0)
+    assert search.cost.total == TOTAL
+    assert search.steps == [] and search.best is None and search.evaluator is None and search.edits is None
+    assert search.statistics_seconds == 0.0 and search.extended is False
+    assert search.tasks == [] and search.task_targets is None
+    search._note("nobody listens")  # no on_note: nothing happens
+
+
+# -- the budget's bookkeeping ----------------------------------------------------------------------------
+
+
+def test_longest_of_each_kind(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    assert search._longest(False) == 0.0 and search._longest(True) == 0.0
+    search.steps += [_step(seconds=3.0), _step(seconds=5.0, estimated=True), _step(seconds=2.0)]
+    assert search._longest(False) == 3.0 and search._longest(True) == 5.0
+
+
+def test_check_budget_stops_before_the_time_runs_out(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(10.0))
+    search.builder = _Builder(search.clock, calibrators={"ort-minmax": 2.0})
+    search.clock.now = 9.9
+    search._check_budget()  # step 0 always runs: nothing expected of it, even its calibrator
+    search._check_budget(recipe=Recipe(method="ort-minmax"))
+    search.clock.now = 10.0
+    with pytest.raises(_OutOfBudget):
+        search._check_budget()
+    search.steps += [_step(seconds=3.0), _step(seconds=1.0, estimated=True)]
+    search.clock.now = 6.9
+    search._check_budget()  # 6.9 + 3 < 10
+    search._check_budget(recipe=Recipe())  # no calibrator of its own
+    with pytest.raises(_OutOfBudget):
+        search._check_budget(recipe=Recipe(method="ort-minmax"))  # 6.9 + 3 + 2 >= 10
+    search.clock.now = 7.0
+    with pytest.raises(_OutOfBudget):
+        search._check_budget()  # 7 + 3 = 10: at the budget is over it
+    search._check_budget(estimate=True)  # 7 + 1
+    search.clock.now = 8.9
+    search._check_budget(estimate=True)
+    search.clock.now = 9.0
+    with pytest.raises(_OutOfBudget):
+        search._check_budget(estimate=True)
+
+
+def test_check_budget_counts_verified_experiments_only(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(experiments=2))
+    search.clock.now = 1e9  # no time budget
+    search.steps += [_step(), _step(estimated=True), _step(estimated=True)]
+    search._check_budget()
+    search.steps.append(_step())
+    with pytest.raises(_OutOfBudget):
+        search._check_budget()
+    search._check_budget(estimate=True)  # estimates are not experiments
+
+
+def test_unbounded_budget_never_stops(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.clock.now = 1e12
+    search.steps += [_step(seconds=1e9)] * 3
+    search._check_budget()
+    assert search._estimates_left() is None and search._ranking_left() is None
+    assert search._room_for(1e9) is True and search._room_for_estimate() is True
+
+
+def test_time_left_for_estimates_ranking_and_experiments(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(100.0))
+    search.clock.now = 20.0
+    assert search._estimates_left() == 80.0
+    assert search._ranking_left() == 80.0
+    search.steps += [_step(seconds=8.0), _step(seconds=2.0, estimated=True), _step(seconds=4.0)]
+    assert search._estimates_left() == 70.0  # 100 - 20 - 1.25 * 8
+    assert search._ranking_left() == 56.0  # 70 - 3 * 2 - 8
+    assert search._room_for(9.9) is True and search._room_for(10.0) is False  # 20 + 10 * 8 = 100
+    assert search._room_for_estimate() is True
+    search.steps.append(_step(seconds=70.0, estimated=True))
+    assert search._room_for_estimate() is False  # 70 left is not more than 70
+    search.steps.append(_step(seconds=8.0 + 0.8, estimated=False))  # 100 - 20 - 11 = 69
+    assert search._estimates_left() == pytest.approx(69.0)
+    search.steps[-2] = _step(seconds=68.0, estimated=True)
+    assert search._room_for_estimate() is True
+
+
+# -- experiments and estimates ---------------------------------------------------------------------------
+
+
+def test_measure_writes_measures_and_keeps_the_best_model_only(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    margins = {"start": -0.5, "better": -0.25, "worse": -0.75}
+    search.builder = _Builder(
+        search.clock, content=lambda r: "start" if r == Recipe() else "better" if r.per_channel else "worse"
+    )
+    search.evaluator = _Evaluator(search.clock, lambda text: margins[text])
+    first = search.measure(Recipe(), "start", "starting recipe")
+    assert first == Step(
+        0, "start", "starting recipe", Recipe(), 0.0, {HOST: {"y": {"cosine": 0.25}}, "other": {"y": {"cosine": 0.25}}},
+        False, -0.5, 3.0,
+    )  # fmt: skip
+    assert search.best is first and search.calls == [(first, first)] and search.seen == {Recipe(): first}
+    assert search.model_path(0) == tmp_path / "step0.onnx" and search.model_path(0).read_text() == "start"
+    assert search.measure(Recipe(), "again", "again") is first  # the earlier experiment
+    assert len(search.steps) == 1 and search.builder.written == [Recipe()]
+    worse = search.measure(Recipe(reduce_range=True), "global", "reduce_range=True")
+    assert worse.index == 1 and worse.margin == -0.75 and search.best is first
+    assert not search.model_path(1).exists() and search.model_path(0).exists()  # not the best: removed
+    better = search.measure(Recipe(per_channel=True, float=frozenset({"fc"})), "nodes", "x")
+    assert better.index == 2 and search.best is better and better.cost == 640 / TOTAL
+    assert not search.model_path(0).exists() and search.model_path(2).read_text() == "better"
+    assert search.calls[-1] == (better, better) and search.calls[1] == (worse, first)
+    assert search.steps == [first, worse, better]
+
+
+def test_measure_reuses_the_verdict_of_an_equal_model(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.builder = _Builder(search.clock, content=lambda r: "same")
+    search.evaluator = _Evaluator(search.clock, lambda text: 0.5)
+    one = search.measure(Recipe(), "start", "a")
+    two = search.measure(Recipe(per_channel=True), "global", "b")
+    assert len(search.evaluator.calls) == 1 and two.margin == 0.5 and two.passed
+    assert two.seconds == 1.0 and one.seconds == 3.0  # the second wrote its model only
+    assert search.best is one  # equal cost and margin: the first stays
+
+
+def test_measure_stands_a_failure_as_a_skipped_step(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.builder = _Builder(search.clock)
+    search.builder.failures = {
+        Recipe(): QAccuracyError("  onnxruntime refused\nthe rest  "),
+        Recipe(per_channel=True): ValueError("bad model\nmore"),
+    }
+    search.evaluator = _Evaluator(search.clock, lambda text: 1.0)
+    first = search.measure(Recipe(), "start", "s")
+    assert first.skipped == "onnxruntime refused" and first.measured == {} and not first.passed
+    assert first.margin is None and first.cost == 0.0 and search.best is None
+    assert search.calls == [(first, None)] and not search.model_path(0).exists()
+    second = search.measure(Recipe(per_channel=True), "global", "g")
+    assert second.skipped == "ValueError: bad model" and search.evaluator.calls == []
+    search.evaluator.margins = lambda text: RuntimeError("a target cannot run it")
+    third = search.measure(Recipe(reduce_range=True), "global", "r")
+    assert third.skipped == "RuntimeError: a target cannot run it"
+    search.evaluator.margins = lambda text: InputError("bad records")
+    assert search.measure(Recipe(weight_type="uint8"), "global", "w").skipped == "bad records"
+
+
+def test_measure_checks_the_budget_first(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(experiments=1))
+    search.builder = _Builder(search.clock)
+    search.evaluator = _Evaluator(search.clock, lambda text: -1.0)
+    search.measure(Recipe(), "start", "s")
+    with pytest.raises(_OutOfBudget):
+        search.measure(Recipe(per_channel=True), "global", "g")
+    assert search.builder.written == [Recipe()]
+    assert search.measure(Recipe(), "start", "s") is search.steps[0]  # a known one costs nothing
+
+
+def test_a_step_of_no_verdict(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.clock.now = 7.5
+    recipe = Recipe(int16=frozenset({"conv2"}))
+    step = search._step(3, "ph", "ch", recipe, None, 2.5, "why")
+    assert step == Step(3, "ph", "ch", recipe, 18432 / TOTAL, {}, False, None, 5.0, "why", estimated=False)
+    verdict = Verdict({HOST: {}}, True, 0.0)
+    step = search._step(4, "ph", "ch", recipe, verdict, 7.5, None, estimated=True)
+    assert step.measured is verdict.measured and step.passed and step.margin == 0.0 and step.estimated
+    assert step.seconds == 0.0
+
+
+def _model():
+    return onnx.load(str(FP32))
+
+
+def test_estimate_runs_the_edited_model_on_the_host(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.evaluator = _Evaluator(search.clock, lambda text: -0.125)
+    made = []
+    first = search.estimate(Recipe(per_channel=True), "global", "per_channel=True", lambda: made.append(1) or _model())
+    assert first == Step(
+        0, "global", "per_channel=True", Recipe(per_channel=True), 0.0, {HOST: {"y": {"cosine": 0.4375}}}, False,
+        -0.125, 2.0, estimated=True,
+    )  # fmt: skip
+    assert search.evaluator.calls == [("estimate.onnx", (HOST,))]
+    assert not (tmp_path / "estimate.onnx").exists()
+    assert search.calls == [(first, None)] and search.best is None and search.estimates == {first.recipe: first}
+    again = search.estimate(Recipe(per_channel=True), "x", "y", lambda: made.append(2) or _model())
+    assert again is first and made == [1] and len(search.steps) == 1
+
+
+def test_estimate_of_a_refused_recipe_is_skipped_unrun(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.evaluator = _Evaluator(search.clock, lambda text: 1.0)
+    search.best = _step(passed=True, margin=1.0)
+    made = []
+    refused = Recipe(activation_type="int8", weight_type="uint8")
+    step = search.estimate(refused, "global", "weight_type=uint8", lambda: made.append(1) or _model())
+    assert step.skipped == "onnxruntime's quantize_static refuses int8 activations with uint8 weights"
+    assert made == [] and search.evaluator.calls == [] and step.estimated and step.margin is None
+    assert search.calls == [(step, search.best)]
+
+
+def test_estimate_stands_a_failure_as_a_skipped_row(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.evaluator = _Evaluator(search.clock, lambda text: QAccuracyError("cannot run\nat all"))
+    assert search.estimate(Recipe(), "g", "a", _model).skipped == "cannot run"
+    search.evaluator.margins = lambda text: KeyError("x")
+    assert search.estimate(Recipe(per_channel=True), "g", "b", _model).skipped == "KeyError: 'x'"
+
+    def broken():
+        raise ValueError("no model")
+
+    assert search.estimate(Recipe(reduce_range=True), "g", "c", broken).skipped == "ValueError: no model"
+    assert not (tmp_path / "estimate.onnx").exists()
+    assert [s.index for s in search.steps] == [0, 1, 2] and all(s.estimated for s in search.steps)
+
+
+def test_estimate_checks_the_estimate_budget(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(10.0, experiments=1))
+    search.evaluator = _Evaluator(search.clock, lambda text: -1.0)
+    search.steps.append(_step())  # one experiment done: estimates go on
+    search.estimate(Recipe(), "g", "a", _model)  # 2 s
+    search.clock.now = 7.9
+    search.estimate(Recipe(per_channel=True), "g", "b", _model)
+    with pytest.raises(_OutOfBudget):
+        search.estimate(Recipe(reduce_range=True), "g", "c", _model)  # 9.9 + 2 >= 10
+
+
+def test_measured_margin_saves_runs_and_removes_the_model(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.evaluator = _Evaluator(search.clock, lambda text: 0.25)
+    assert search._measured_margin(_model()) == 0.25
+    assert search.evaluator.calls == [("estimate.onnx", (HOST,))] and not (tmp_path / "estimate.onnx").exists()
+    search.evaluator.margins = lambda text: ValueError("no")
+    with pytest.raises(ValueError):
+        search._measured_margin(_model())
+    assert not (tmp_path / "estimate.onnx").exists()
+
+
+# -- global moves and the global space ---------------------------------------------------------------------
+
+
+def test_global_moves_in_order_the_histogram_methods_last_cheapest_first(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, methods=("minmax", "kl", "percentile", "mse", "ort-minmax"))
+    moves = list(search._global_moves(Recipe()))
+    assert moves == [
+        ("per_channel=True", Recipe(per_channel=True)),
+        ("reduce_range=True", Recipe(reduce_range=True)),
+        ("method=percentile", Recipe(method="percentile")),
+        ("method=ort-minmax", Recipe(method="ort-minmax")),
+        ("activation_type=int8", Recipe(activation_type="int8")),
+        ("weight_type=uint8", Recipe(weight_type="uint8")),
+        ("method=mse", Recipe(method="mse")),
+        ("method=kl", Recipe(method="kl")),
+    ]
+    other = Recipe(method="mse", per_channel=True, reduce_range=True, activation_type="int8", weight_type="uint8")
+    assert list(search._global_moves(other)) == [
+        ("per_channel=False", replace(other, per_channel=False)),
+        ("reduce_range=False", replace(other, reduce_range=False)),
+        ("method=minmax", replace(other, method="minmax")),
+        ("method=percentile", replace(other, method="percentile")),
+        ("method=ort-minmax", replace(other, method="ort-minmax")),
+        ("activation_type=uint8", replace(other, activation_type="uint8")),
+        ("weight_type=int8", replace(other, weight_type="int8")),
+        ("method=kl", replace(other, method="kl")),
+    ]
+
+
+def test_global_space_is_the_product_of_the_varied_choices_best_first(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, vary=("per_channel", "activation_type", "weight_type"))
+    f, t = False, True
+    space = search.global_space(Recipe())
+    expected = [
+        Recipe(per_channel=f),
+        Recipe(per_channel=f, weight_type="uint8"),
+        Recipe(per_channel=f, activation_type="int8"),
+        Recipe(per_channel=t),
+        Recipe(per_channel=t, weight_type="uint8"),
+        Recipe(per_channel=t, activation_type="int8"),
+    ]  # the refused int8 activations with uint8 weights left out
+    assert space == expected
+    # by margin: a verified one first, else an estimate; skipped and unknown ones last in order
+    search.seen[Recipe(per_channel=t)] = _step(margin=-0.1)
+    search.estimates[Recipe(activation_type="int8")] = _step(margin=-0.05, estimated=True)
+    search.estimates[Recipe(per_channel=t, activation_type="int8")] = _step(margin=None, estimated=True)
+    search.seen[Recipe(weight_type="uint8")] = _step(margin=2.0, skipped="refused")
+    search.estimates[Recipe(per_channel=t, weight_type="uint8")] = _step(margin=-3.0, estimated=True)
+    search.seen[Recipe(per_channel=t, weight_type="uint8")] = _step(margin=-0.2)  # verified beats its estimate
+    base = Recipe(float=frozenset({"fc"}), flipped=frozenset({"conv1"}))
+    assert search.global_space(base) == [
+        Recipe(flipped=frozenset({"conv1"})),  # the base first, its nodes dropped (not its flips)
+        Recipe(activation_type="int8"),
+        Recipe(per_channel=t),
+        Recipe(per_channel=t, weight_type="uint8"),
+        Recipe(),
+        Recipe(weight_type="uint8"),
+        Recipe(per_channel=t, activation_type="int8"),
+    ]
+    # the base in the space: first, once
+    assert search.global_space(Recipe(per_channel=t, int16=frozenset({"fc"})))[:2] == [
+        Recipe(per_channel=t),
+        Recipe(activation_type="int8"),
+    ]
+    assert len(search.global_space(Recipe(per_channel=t))) == 6
+
+
+def test_global_space_of_the_methods_and_reduce_range_from_the_start(tmp_path, monkeypatch):
+    start = Recipe(method="kl", reduce_range=True, activation_type="int8", weight_type="int8")
+    search = _search(
+        tmp_path, monkeypatch, methods=("minmax", "kl", "mse"), vary=("method", "reduce_range"), start=start
+    )
+    assert search.global_space(start) == [
+        replace(start, method=m, reduce_range=r) for m in ("kl", "minmax", "mse") for r in (True, False)
+    ]
+    nothing = _search(tmp_path, monkeypatch, vary=(), start=start)
+    assert nothing.global_space(start) == [start]
+    assert nothing.global_space(Recipe()) == [Recipe(), start]
+
+
+def test_global_space_of_each_type_from_the_start(tmp_path, monkeypatch):
+    start = Recipe(per_channel=True, activation_type="int8", weight_type="int8")
+    search = _search(tmp_path, monkeypatch, vary=("per_channel", "activation_type", "weight_type"), start=start)
+    assert search.global_space(start) == [
+        start,
+        replace(start, activation_type="uint8"),
+        replace(start, activation_type="uint8", weight_type="uint8"),
+        replace(start, per_channel=False),
+        replace(start, per_channel=False, activation_type="uint8"),
+        replace(start, per_channel=False, activation_type="uint8", weight_type="uint8"),
+    ]
+
+
+# -- the node phase's pieces --------------------------------------------------------------------------------
+
+
+def test_candidates_are_the_quantized_nodes_the_fp32_model_names(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.base_models[Recipe()] = QDQ
+    # the QDQ model fuses each Relu into its Conv: no relu1, relu2
+    assert search._candidates(Recipe()) == ["conv1", "pool1", "conv2", "pool2", "flatten", "fc"]
+    search.cost = CostModel({"conv2": 1.0, "fc": 1.0, "relu1": 1.0})
+    assert search._candidates(Recipe()) == ["conv2", "fc"]
+
+
+def test_base_model_is_the_estimated_one_else_the_verified_one_written_again(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.builder = _Builder(search.clock)
+    search.base_models[Recipe(per_channel=True)] = Path("global.onnx")
+    assert search._base_model(Recipe(per_channel=True)) == Path("global.onnx")
+    search.seen[Recipe()] = _step(index=3)
+    search.model_path(3).write_text("kept")
+    assert search._base_model(Recipe()) == tmp_path / "step3.onnx" and search.builder.written == []
+    search.model_path(3).unlink()
+    assert search._base_model(Recipe()) == tmp_path / "step3.onnx"
+    assert search.builder.written == [Recipe()] and search.model_path(3).read_text() == repr(Recipe())
+
+
+def test_assignment_cost_sums_the_node_costs_rounded():
+    cost = CostModel({"a": 0.1, "b": 0.2, "c": 1.0}, int16=0.5, float=1.0)
+    assert assignment_cost(["a", "b"], ["float", "float"], cost) == 0.3  # 0.1 + 0.2 is 0.30000000000000004
+    assert assignment_cost(["a", "b", "c"], ["int8", "float", "int16"], cost) == 0.7
+    assert assignment_cost(["x"], ["float"], cost) == 1.0  # a node without work counts as one
+    assert assignment_cost([], [], cost) == 0.0
+    with pytest.raises(ValueError):
+        assignment_cost(["a", "b"], ["float"], cost)
+
+
+def test_cost_ordered_three_levels_by_hand():
+    """a costs 1 (int16 0.5), b costs 2 (int16 1): ties at cost 1 go lexicographic on the levels'
+    ranks ((int8, int16) before (float, int8)), at cost 2 to fewer wide nodes ((int8, float) before
+    (float, int16))."""
+    cost = CostModel({"a": 1.0, "b": 2.0}, int16=0.5, float=1.0)
+    assert list(cost_ordered(["a", "b"], ["int8", "int16", "float"], cost)) == [
+        ("int8", "int8"),  # 0
+        ("int16", "int8"),  # 0.5
+        ("int8", "int16"),  # 1
+        ("float", "int8"),  # 1
+        ("int16", "int16"),  # 1.5
+        ("int8", "float"),  # 2, one wide node
+        ("float", "int16"),  # 2, two
+        ("int16", "float"),  # 2.5
+        ("float", "float"),  # 3
+    ]
+
+
+def test_cost_ordered_two_levels_and_free_int16():
+    cost = CostModel({"a": 3.0, "b": 1.0, "c": 2.0}, int16=1.0, float=1.0)
+    assert list(cost_ordered(["a", "b", "c"], ["int8", "float"], cost)) == [
+        ("int8", "int8", "int8"),  # 0
+        ("int8", "float", "int8"),  # 1
+        ("int8", "int8", "float"),  # 2
+        ("float", "int8", "int8"),  # 3, one wide node
+        ("int8", "float", "float"),  # 3, two
+        ("float", "float", "int8"),  # 4
+        ("float", "int8", "float"),  # 5
+        ("float", "float", "float"),  # 6
+    ]
+    free = CostModel({"a": 1.0, "b": 1.0}, int16=0.0, float=1.0)
+    assert list(cost_ordered(["a", "b"], ["int8", "int16", "float"], free))[:4] == [
+        ("int8", "int8"),
+        ("int8", "int16"),  # cost 0, one wide node: lexicographic (0, 1) before (1, 0)
+        ("int16", "int8"),
+        ("int16", "int16"),  # cost 0, two wide nodes
+    ]
+    assert list(cost_ordered([], ["int8", "float"], free)) == [()]
+    assert len(list(cost_ordered(["a", "b"], ["int8", "int16", "float"], free))) == 9
+
+
+def test_cost_ordered_equal_sums_tie_on_fewer_wide_nodes():
+    """0.1 + 0.2 is 0.30000000000000004 in floats, less than c's 0.3000000000000001: rounded, the
+    two cost the same and c alone (one wide node) comes first."""
+    cost = CostModel({"a": 0.1, "b": 0.2, "c": 0.3000000000000001}, int16=1.0, float=1.0)
+    order = list(cost_ordered(["a", "b", "c"], ["int8", "float"], cost))
+    assert order[:5] == [
+        ("int8", "int8", "int8"),
+        ("float", "int8", "int8"),
+        ("int8", "float", "int8"),
+        ("int8", "int8", "float"),
+        ("float", "float", "int8"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("estimator", "head", "required", "expected"),
+    [
+        (SimpleNamespace(base=-0.5, gains={"a": 0.25, "b": 0.125}), ["a", "b"], 0.0, True),  # -0.5 + 0.5
+        (SimpleNamespace(base=-0.5, gains={"a": 0.25, "b": 0.125}), ["a", "b"], 1e-9, False),
+        (SimpleNamespace(base=-0.5, gains={"a": 0.25, "b": 0.125}), ["b"], -0.25, True),  # -0.5 + 0.25
+        (SimpleNamespace(base=-0.5, gains={"a": 0.25, "b": 0.125}), ["b"], -0.2, False),
+        (SimpleNamespace(base=-0.5, gains={"a": -1.0}), ["a"], -0.5, True),  # a loss counts as no gain
+        (SimpleNamespace(base=-0.5, gains={"a": -1.0}), ["a"], -0.4, False),
+        (SimpleNamespace(base=-0.5, gains={"a": 1.0}), ["z"], -0.4, False),  # no gain known: none
+        (SimpleNamespace(base=-0.5, gains={"a": 1.0}), ["z", "a"], 1.5, True),
+        (SimpleNamespace(base=None, gains={"a": 0.0}), ["a"], 5.0, True),
+        (SimpleNamespace(base=-0.5, gains={}), ["a"], 5.0, True),
+        (SimpleNamespace(base=-math.inf, gains={"a": 0.0}), ["a"], 5.0, True),
+        (SimpleNamespace(base=math.nan, gains={"a": 0.0}), ["a"], 5.0, True),
+        (SimpleNamespace(gains={"a": 0.0}), ["a"], 5.0, True),
+        (SimpleNamespace(base=-0.5), ["a"], 5.0, True),
+    ],
+)
+def test_head_may_pass(estimator, head, required, expected):
+    assert _head_may_pass(estimator, head, required) is expected
+
+
+def test_names_and_first_line():
+    assert _names(["a", "b", "c"]) == "a,b,c"
+    assert _names(["a", "b", "c", "d", "e"]) == "a,b,c (+2 more)"
+    assert _names(["a", "b"], shown=1) == "a (+1 more)"
+    assert _names([]) == ""
+    assert _first_line(ValueError("  first\nsecond ")) == "first"
+    assert _first_line(ValueError("")) == "ValueError"
+    assert _first_line(KeyError()) == "KeyError"
+    assert _first_line(ValueError("x" * 400)) == "x" * 300
+
+
+def test_held_out_and_name(tmp_path):
+    data = tmp_path / "d.npz"
+    data.write_bytes(b"x")
+    (tmp_path / "e.npz").write_bytes(b"x")
+    link = tmp_path / "link.npz"
+    os.symlink(data, link)
+    dataset = SimpleNamespace(name="set")
+    assert held_out(dataset, dataset) is False
+    assert held_out(dataset, SimpleNamespace(name="set")) is True
+    assert held_out(str(data), data) is False
+    assert held_out(data, link) is False
+    assert held_out(data, tmp_path / "e.npz") is True
+    assert held_out(data, tmp_path / "missing.npz") is True
+    assert held_out(str(data), dataset) is True and held_out(dataset, data) is True
+    assert _name(dataset) == "set"
+    assert _name(SimpleNamespace(name="")) == "namespace(name='')"
+    assert _name(data) == "d.npz" and _name(str(data)) == "d.npz"
+
+
+# -- exhaustive -----------------------------------------------------------------------------------------------
+
+
+def _rule_search(search, passes, margin=None):
+    """``search.measure`` stands in: a recipe passes when ``passes(recipe)``; each call recorded."""
+    asked = []
+
+    def measure(recipe, phase, change):
+        asked.append((recipe, phase, change))
+        ok = passes(recipe)
+        step = Step(len(search.steps), phase, change, recipe, search.cost.relative(recipe), {}, ok,
+                    margin(recipe) if margin else (0.5 if ok else -0.5), 1.0)  # fmt: skip
+        search.steps.append(step)
+        search.clock.now += 1.0
+        if _better(step, search.best):
+            search.best = step
+        return step
+
+    search.measure = measure
+    return asked
+
+
+def test_exhaustive_first_under_the_base_then_cheaper_under_every_global_recipe(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, vary=("per_channel",))
+    search.cost = CostModel({"a": 1.0, "b": 2.0}, int16=0.5, float=1.0)
+    # per tensor: b must be float; per channel: a wide enough
+    asked = _rule_search(search, lambda r: "b" in r.float if not r.per_channel else r.precision("a") != "int8")
+    search._exhaustive(Recipe(), ["a", "b"], ["int8", "int16", "float"])
+
+    def p(recipe, **nodes):
+        return recipe.with_nodes(nodes), "exhaustive", recipe.with_nodes(nodes).changes_from(Recipe())
+
+    pc = Recipe(per_channel=True)
+    assert asked == [
+        p(Recipe()),
+        p(Recipe(), a="int16"),
+        p(Recipe(), b="int16"),
+        p(Recipe(), a="float"),
+        p(Recipe(), a="int16", b="int16"),
+        p(Recipe(), b="float"),  # passes at cost 2: the bound
+        p(Recipe()),  # then every cheaper assignment under each global recipe
+        p(pc),
+        p(Recipe(), a="int16"),
+        p(pc, a="int16"),  # passes: the joint optimum
+    ]
+    assert search.notes == ["cheaper assignments under each of 2 global recipe(s), best estimated first"]
+
+
+def test_exhaustive_stops_at_the_bound_and_with_a_single_global_recipe(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, vary=("per_channel",))
+    search.cost = CostModel({"a": 1.0, "b": 2.0}, int16=1.0, float=1.0)
+    asked = _rule_search(search, lambda r: "b" in r.float)  # the same under per channel
+    search._exhaustive(Recipe(), ["a", "b"], ["int8", "float"])
+    floats = [sorted(r.float) for r, _, _ in asked]
+    pcs = [r.per_channel for r, _, _ in asked]
+    # (int8, int8) 0, (float, int8) 1, (int8, float) 2 passes; then those cheaper than 2 on both
+    assert floats == [[], ["a"], ["b"], [], [], ["a"], ["a"]]
+    assert pcs == [False, False, False, False, True, False, True]
+    single = _search(tmp_path, monkeypatch, vary=())
+    single.cost = search.cost
+    asked = _rule_search(single, lambda r: "a" in r.float)
+    single._exhaustive(Recipe(), ["a", "b"], ["int8", "float"])
+    assert [sorted(r.float) for r, _, _ in asked] == [[], ["a"]] and single.notes == []
+
+
+def test_exhaustive_with_no_pass_tries_everything_under_every_recipe(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, vary=("per_channel",))
+    search.cost = CostModel({"a": 1.0}, int16=1.0, float=1.0)
+    asked = _rule_search(search, lambda r: False)
+    search._exhaustive(Recipe(), ["a"], ["int8", "float"])
+    assert [(sorted(r.float), r.per_channel) for r, _, _ in asked] == [
+        ([], False),
+        (["a"], False),
+        ([], False),
+        ([], True),
+        (["a"], False),
+        (["a"], True),
+    ]
+
+
+# -- node phase dispatch ------------------------------------------------------------------------------------
+
+
+def _dispatch(search, nodes, moved=None):
+    done = []
+    search._candidates = lambda base: nodes
+    search._weight_phase = lambda base, found: done.append(("weights", base, found)) or (moved or base)
+    search._exhaustive = lambda base, found, levels: done.append(("exhaustive", base, found, levels))
+    search._guided = lambda base, found, widen: done.append(("guided", base, found, widen))
+    return done
+
+
+def test_node_phase_chooses_exhaustive_or_guided_and_the_levels(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, exhaustive_nodes=2)
+    base, moved = Recipe(), Recipe(flipped=frozenset({"a"}))
+    done = _dispatch(search, ["a", "b"], moved)
+    search._node_phase(base)
+    assert done == [
+        ("weights", base, ["a", "b"]),
+        ("exhaustive", moved, ["a", "b"], ["int8", "float"]),  # int16 costs what float does: no 16-bit level
+    ]
+    assert search.notes == ["2 candidate node(s): every assignment of int8/float in order of cost"]
+    search.cost = CostModel(search.cost.work, int16=0.5, float=1.0)
+    done = _dispatch(search, ["a", "b"])
+    search._node_phase(base)
+    assert done[1] == ("exhaustive", base, ["a", "b"], ["int8", "int16", "float"])
+    done = _dispatch(search, ["a", "b", "c"])
+    search._node_phase(base)
+    assert done[1] == ("guided", base, ["a", "b", "c"], True)
+    search.cost = CostModel(search.cost.work, int16=1.0, float=1.0)
+    done = _dispatch(search, ["a", "b", "c"])
+    search._node_phase(base)
+    assert done[1] == ("guided", base, ["a", "b", "c"], False)
+
+
+def test_node_phase_without_candidates_or_after_a_free_pass(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    done = _dispatch(search, [])
+    search._node_phase(Recipe())
+    assert done == []
+    done = _dispatch(search, ["a"])
+    search.best = _step(passed=True, margin=0.1, cost=0.0)
+    search._node_phase(Recipe())
+    assert [d[0] for d in done] == ["weights"]
+    search.best = _step(passed=True, margin=0.1, cost=0.1)
+    done = _dispatch(search, ["a"])
+    search._node_phase(Recipe())
+    assert [d[0] for d in done] == ["weights", "exhaustive"]
+    search.best = _step(passed=False, margin=-0.1, cost=0.0)
+    done = _dispatch(search, ["a"])
+    search._node_phase(Recipe())
+    assert [d[0] for d in done] == ["weights", "exhaustive"]
+
+
+# -- the prefix search ------------------------------------------------------------------------------------------
+
+
+class _Estimator:
+    """The estimator's stand-in: a float set's estimated margin is ``margin(set)``; every call recorded."""
+
+    def __init__(self, margin, base=None, gains=None) -> None:
+        self.margin, self.base, self.gains = margin, base, gains or {}
+        self.asked: list[tuple[list[list[str]], str]] = []
+        self.dropped: list[tuple[list[str], list[str]]] = []
+
+    def margins(self, floats, what):
+        self.asked.append(([list(f) for f in floats], what))
+        return [self.margin(set(f)) for f in floats]
+
+    def droppable_margins(self, kept, nodes):
+        self.dropped.append((list(kept), list(nodes)))
+        return [self.margin(set(kept) - {n}) for n in nodes]
+
+
+ORDER = [f"n{i}" for i in range(10)]
+
+
+def test_estimated_boundary_short_prefixes_then_bisection(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: (len(f) - 5) / 10)  # 5 nodes or more pass, margin grows with them
+    assert search._estimated_boundary(estimator, ORDER, 0, 0.0) == (5, 0.0)
+    assert estimator.asked == [
+        ([ORDER], "bisecting"),
+        ([ORDER[:1], ORDER[:2], ORDER[:4], ORDER[:8]], "short prefixes"),
+        ([ORDER[:6]], "bisecting"),
+        ([ORDER[:5]], "bisecting"),
+    ]
+    assert search.notes == [
+        "bisecting 10 ordered node(s) on estimates (margin >= 0)",
+        "estimating the order's head: the top 1, 2, 4, 8 node(s)",
+        "estimated boundary: the top 5 node(s) in float (estimated margin 0)",
+    ]
+
+
+def test_estimated_boundary_past_a_known_miss_and_a_required_margin(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: (len(f) - 5) / 10)
+    assert search._estimated_boundary(estimator, ORDER, 5, 0.201) == (8, pytest.approx(0.3))
+    assert (
+        estimator.asked
+        == [
+            ([ORDER], "bisecting"),
+            ([ORDER[:6], ORDER[:7], ORDER[:9]], "short prefixes"),  # 5 + 8 is past the order
+            ([ORDER[:8]], "bisecting"),
+        ]
+    )
+    assert search.notes[:2] == [
+        "bisecting 5 ordered node(s) on estimates (margin >= 0.201)",
+        "estimating the order's head: the top 1, 2, 4 node(s)",
+    ]
+    assert search.notes[2] == "estimated boundary: the top 8 node(s) in float (estimated margin 0.3)"
+
+
+def test_estimated_boundary_when_the_whole_order_misses_or_no_time(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: -0.5)
+    assert search._estimated_boundary(estimator, ORDER, 0, 0.0) == (10, None)
+    assert estimator.asked == [([ORDER], "bisecting")]
+    timed = _search(tmp_path, monkeypatch, budget=Budget(10.0))
+    timed.steps.append(_step(seconds=8.0))  # 10 - 1.25 * 8 = 0 left: not more than an estimate's 0
+    estimator = _Estimator(lambda f: 1.0)
+    assert timed._estimated_boundary(estimator, ORDER, 0, 0.0) == (10, None)
+    assert estimator.asked == [] and timed.notes == ["no time left to bisect: verifying every ordered node in float"]
+
+
+def test_estimated_boundary_skips_the_head_when_no_node_gains_enough(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: (len(f) - 5) / 10, base=-1.0, gains={"n0": 0.25})
+    assert search._estimated_boundary(estimator, ORDER, 0, 0.0) == (5, 0.0)
+    assert [what for _, what in estimator.asked] == ["bisecting"] * 5  # no head: bisection alone
+    assert [len(f[0]) for f, _ in estimator.asked] == [10, 5, 2, 3, 4]
+
+
+def test_estimated_boundary_head_passing_at_once_and_the_full_order_alone(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: 0.25 if len(f) in (1, 10) else -0.25)
+    assert search._estimated_boundary(estimator, ORDER, 0, 0.0) == (1, 0.25)
+    assert [len(f) for f in estimator.asked[1][0]] == [1, 2, 4, 8] and len(estimator.asked) == 2
+    estimator = _Estimator(lambda f: 0.0)
+    assert search._estimated_boundary(estimator, ORDER[:2], 1, 0.0) == (2, 0.0)  # nothing between
+    assert estimator.asked == [([ORDER[:2]], "bisecting")]
+
+
+def test_estimated_boundary_stops_bisecting_when_time_runs_out(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(100.0))
+    search.steps.append(_step(seconds=8.0))  # 90 s left for estimates
+
+    def margin(f):
+        search.clock.now += 20.0  # each estimate: 20 s
+        search.steps.append(_step(seconds=20.0, estimated=True))
+        return (len(f) - 5) / 10
+
+    estimator = _Estimator(margin, base=-1.0, gains={"n0": 0.25})  # no head
+    # 10 at 20 s (70 left), 5 at 40 s (50 left), 2 at 60 s (30 left), 3 at 80 s: 10 left, not more than 20
+    assert search._estimated_boundary(estimator, ORDER, 0, 0.0) == (5, 0.0)
+    assert [len(f[0]) for f, _ in estimator.asked] == [10, 5, 2, 3]
+    search = _search(tmp_path, monkeypatch, budget=Budget(100.0))
+    search.steps.append(_step(seconds=8.0))
+    estimator = _Estimator(margin)  # the head's four estimates leave no time for bisection
+    assert search._estimated_boundary(estimator, ORDER, 0, 0.0) == (8, pytest.approx(0.3))
+    assert len(estimator.asked) == 2
+
+
+def test_verified_prefix_asks_more_of_the_estimate_after_a_miss(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: (len(f) - 5) / 10)
+    asked = _rule_search(search, lambda r: len(r.float) >= 7, margin=lambda r: (len(r.float) - 7) / 10)
+    step = search._verified_prefix(Recipe(), estimator, ORDER)
+    assert step.passed and sorted(step.recipe.float) == sorted(ORDER[:8])
+    # estimated 0 at 5, verified -0.2: the next must be estimated at 0.2 more (plus 0.001)
+    assert [(sorted(r.float), c) for r, _, c in asked] == [
+        (sorted(ORDER[:5]), "float: top 5"),
+        (sorted(ORDER[:8]), "float: top 8"),
+    ]
+    assert {p for _, p, _ in asked} == {"nodes"}
+
+
+def test_verified_prefix_gives_up_after_the_whole_order_or_a_skip(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: -0.5)  # even all of them estimated to miss
+    asked = _rule_search(search, lambda r: False)
+    assert search._verified_prefix(Recipe(), estimator, ORDER) is None
+    assert [len(r.float) for r, _, _ in asked] == [10]
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: (len(f) - 5) / 10)
+    asked = _rule_search(search, lambda r: False, margin=lambda r: None)  # a skipped experiment
+    assert search._verified_prefix(Recipe(), estimator, ORDER) is None
+    assert [len(r.float) for r, _, _ in asked] == [5]
+
+
+def test_verified_prefix_all_in_float_after_the_retries(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    order = [f"n{i}" for i in range(40)]
+    estimator = _Estimator(lambda f: 1.0 if len(f) >= 2 else -1.0)  # always optimistic
+    asked = _rule_search(search, lambda r: len(r.float) == 40, margin=lambda r: 0.0 if len(r.float) == 40 else -1.0)
+    step = search._verified_prefix(Recipe(), estimator, order)
+    # required 0 -> 2.001 (estimated 1, verified -1) -> unreachable: the whole order each time after
+    assert [(len(r.float), c) for r, _, c in asked] == [(2, "float: top 2"), (40, "float: top 40")]
+    assert step.passed
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: 0.0)  # estimated at exactly what is asked: 0, then 0.001, ...
+    asked = _rule_search(search, lambda r: len(r.float) == 40, margin=lambda r: 0.0 if len(r.float) == 40 else -1e-4)
+    search._verified_prefix(Recipe(), estimator, order)
+    assert [(len(r.float), c) for r, _, c in asked] == [(1, "float: top 1"), (40, "float: top 40")]
+
+
+@pytest.mark.parametrize("last", [True, False])
+def test_verified_prefix_three_tries_then_all_in_float(tmp_path, monkeypatch, last):
+    """Estimated 0.01 a node, verified 0.001 short each time: required 0 -> 1 node (0.01); then
+    0.012 -> 2 nodes (0.02); then 0.034 -> 3 misses, 4 passes (0.04); then every node."""
+    search = _search(tmp_path, monkeypatch)
+    order = [f"n{i}" for i in range(40)]
+    estimator = _Estimator(lambda f: len(f) / 100)
+    asked = _rule_search(
+        search, lambda r: last and len(r.float) == 40, margin=lambda r: 0.0 if last and len(r.float) == 40 else -0.001
+    )
+    step = search._verified_prefix(Recipe(), estimator, order)
+    assert [(len(r.float), c) for r, _, c in asked] == [
+        (1, "float: top 1"),
+        (2, "float: top 2"),
+        (4, "float: top 4"),
+        (40, "float: all 40"),
+    ]
+    assert (step is search.steps[-1]) if last else step is None
+
+
+# -- pruning ------------------------------------------------------------------------------------------------------
+
+
+WORK = {"a": 8.0, "b": 4.0, "c": 2.0, "d": 1.0}
+
+
+def test_prune_round_estimates_alone_then_together_then_verifies_halving(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.cost = CostModel(WORK)
+    # estimated: a must stay float, and one more node with it
+    estimator = _Estimator(lambda f: 0.5 if "a" in f and len(f) >= 2 else -0.5)
+    # verified: three float nodes at least
+    asked = _rule_search(search, lambda r: len(r.float) >= 3)
+    passing = _step(passed=True, margin=0.5, recipe=Recipe(float=frozenset(WORK)))
+    missed: set[str] = set()
+    found = search._prune_round(estimator, passing, lambda n: WORK[n], missed)
+    assert estimator.dropped == [(list(passing.recipe.float), ["a", "b", "c", "d"])]
+    assert missed == {"a"}
+    # the longest run of b, c, d estimated to pass together: 2 of 3 (mid 2 passes, mid 3 misses)
+    assert [sorted(f[0]) for f, _ in estimator.asked] == [["a", "d"], ["a"]]
+    assert [what for _, what in estimator.asked] == ["pruning", "pruning"]
+    assert [(sorted(r.float), p, c) for r, p, c in asked] == [
+        (["a", "d"], "prune", "float -b,c"),
+        (["a", "c", "d"], "prune", "float -b"),
+    ]
+    assert found is search.steps[-1] and sorted(found.recipe.float) == ["a", "c", "d"]
+    assert search.notes == ["pruning: estimating 4 of 4 float node(s) quantized again"]
+
+
+def test_prune_round_with_nothing_left_to_estimate_or_nothing_that_passes(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.cost = CostModel(WORK)
+    estimator = _Estimator(lambda f: -0.5)
+    passing = _step(passed=True, recipe=Recipe(float=frozenset({"a", "b"})))
+    assert search._prune_round(estimator, passing, lambda n: WORK[n], {"a", "b"}) is None
+    assert estimator.dropped == [] and search.notes == []
+    missed: set[str] = set()
+    asked = _rule_search(search, lambda r: False)
+    assert search._prune_round(estimator, passing, lambda n: WORK[n], missed) is None
+    assert missed == {"a", "b"} and asked == [] and estimator.asked == []
+    # estimated to pass, verified to miss: halved down to none
+    estimator = _Estimator(lambda f: 0.5)
+    passing = _step(passed=True, recipe=Recipe(float=frozenset(WORK)))
+    assert search._prune_round(estimator, passing, lambda n: WORK[n], set()) is None
+    assert [len(r.float) for r, _, _ in asked] == [0, 2, 3]  # 4 dropped, then 2, then 1
+    assert [c for _, _, c in asked] == ["float -a,b,c (+1 more)", "float -a,b", "float -a"]
+
+
+def test_prune_round_estimates_what_the_budget_affords(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(100.0))
+    search.cost = CostModel(WORK)
+    search.clock.now = 40.0
+    # the median estimate takes 3 s (of 1, 2, 3, 4), the longest experiment 23 s:
+    # (60 - 2 * 23) / 2 / 3 = 2.33: the two costliest
+    search.steps += [_step(seconds=s, estimated=True) for s in (4.0, 1.0, 3.0, 2.0)] + [_step(seconds=23.0)]
+    estimator = _Estimator(lambda f: -0.5)
+    search._prune_round(estimator, _step(recipe=Recipe(float=frozenset(WORK))), lambda n: WORK[n], set())
+    assert estimator.dropped[0][1] == ["a", "b"]
+    assert search.notes == ["pruning: estimating 2 of 4 float node(s) quantized again"]
+    search.steps = [_step(seconds=25.0)]  # no estimate yet: 1 s a node; (60 - 50) / 2 / 1 = 5
+    estimator = _Estimator(lambda f: -0.5)
+    search._prune_round(estimator, _step(recipe=Recipe(float=frozenset(WORK))), lambda n: WORK[n], {"b"})
+    assert estimator.dropped[0][1] == ["a", "c", "d"]
+    search.steps = [_step(seconds=30.0)]  # nothing affordable: none estimated
+    estimator = _Estimator(lambda f: -0.5)
+    assert search._prune_round(estimator, _step(recipe=Recipe(float=frozenset(WORK))), lambda n: WORK[n], set()) is None
+    assert estimator.dropped == []
+    search.steps = [_step(seconds=0.0, estimated=True), _step(seconds=0.0)]  # instant estimates: 1 ms each
+    monkeypatch.setattr(estimate_module, "PRUNE_NODES", 3)
+    estimator = _Estimator(lambda f: -0.5)
+    search._prune_round(estimator, _step(recipe=Recipe(float=frozenset(WORK))), lambda n: WORK[n], set())
+    assert estimator.dropped[0][1] == ["a", "b", "c"]  # at most PRUNE_NODES
+
+
+def test_prune_round_checks_the_budget_while_bisecting(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(100.0))
+    search.cost = CostModel(WORK)
+    # the median estimate 1 s: 5 / 2 / 1 = 2 nodes affordable; the longest, 10 s, does not fit
+    search.steps += [_step(seconds=s, estimated=True) for s in (1.0, 10.0, 1.0)]
+    search.clock.now = 95.0
+    estimator = _Estimator(lambda f: 0.5)
+    with pytest.raises(_OutOfBudget):
+        search._prune_round(estimator, _step(recipe=Recipe(float=frozenset({"a"}))), lambda n: WORK[n], set())
+
+
+def test_prune_goes_on_while_a_round_passes_or_misses_new_nodes(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    first, second = _step(index=1), _step(index=2)
+    script = iter([(second, set()), (None, {"x"}), (None, set()), (first, set())])
+    rounds = []
+
+    def round_(estimator, passing, cost, missed):
+        rounds.append((passing, set(missed)))
+        found, new = next(script)
+        missed |= new
+        return found
+
+    search._prune_round = round_
+    search._prune("estimator", first, len)
+    assert rounds == [(first, set()), (second, set()), (second, {"x"})]
+
+
+# -- guided -------------------------------------------------------------------------------------------------------
+
+
+class _GuidedEstimator(_Estimator):
+    made: ClassVar[list] = []
+
+    def __init__(self, *args, order=None, margin=lambda f: 0.5, **kwargs) -> None:
+        super().__init__(margin)
+        self.args = args
+        self.given_order = order
+        self.exited = False
+        _GuidedEstimator.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.exited = True
+
+    def order(self, nodes, cost, left):
+        self.ordered = (list(nodes), [cost(n) for n in nodes], left())
+        return list(reversed(nodes))
+
+
+def _all_in_float(search, base, order):
+    step = search.measure(base.with_nodes({n: "float" for n in order}), "nodes", "float: all")
+    return step if step.passed else None
+
+
+def _guided(tmp_path, monkeypatch, passes, budget=None, widen=True, prefix=_all_in_float):
+    search = _search(tmp_path, monkeypatch, budget=budget)
+    search.cost = CostModel(WORK, int16=0.5, float=1.0)
+    search.base_models[Recipe()] = Path("base.onnx")
+    _GuidedEstimator.made = []
+    monkeypatch.setattr(estimate_module, "Estimator", _GuidedEstimator)
+    asked = _rule_search(search, passes)
+    pruned = []
+    search._verified_prefix = lambda base, estimator, order: prefix(search, base, order)
+    search._prune = lambda estimator, passing, cost: pruned.append((passing, [cost(n) for n in WORK]))
+    search._guided(Recipe(), list(WORK), widen)
+    return search, asked, pruned
+
+
+def test_guided_orders_verifies_prunes_then_widens_all_float_nodes(tmp_path, monkeypatch):
+    search, asked, pruned = _guided(tmp_path, monkeypatch, lambda r: True)
+    (estimator,) = _GuidedEstimator.made
+    assert estimator.args[:2] == (FP32, Path("base.onnx")) and estimator.args[3] == COSINE
+    assert estimator.args[5] == 4 and estimator.exited
+    assert estimator.ordered == (["a", "b", "c", "d"], [8.0, 4.0, 2.0, 1.0], None)
+    assert pruned == [(search.steps[0], [8.0, 4.0, 2.0, 1.0])]
+    assert [(sorted(r.float), sorted(r.int16), p, c) for r, p, c in asked] == [
+        (["a", "b", "c", "d"], [], "nodes", "float: all"),
+        ([], ["a", "b", "c", "d"], "widen", "float -> int16: a,b,c (+1 more)"),  # passes: done
+    ]
+
+
+def test_guided_widens_the_costliest_half_after_a_miss(tmp_path, monkeypatch):
+    _, asked, _ = _guided(tmp_path, monkeypatch, lambda r: len(r.float) >= 2)
+    assert [(sorted(r.float), sorted(r.int16), c) for r, _, c in asked[1:]] == [
+        ([], ["a", "b", "c", "d"], "float -> int16: a,b,c (+1 more)"),
+        (["c", "d"], ["a", "b"], "float -> int16: a,b"),
+    ]
+    _, asked, _ = _guided(tmp_path, monkeypatch, lambda r: True, widen=False)
+    assert len(asked) == 1
+
+
+def test_guided_widens_from_the_best_keeping_its_16_bit_nodes(tmp_path, monkeypatch):
+    def prefix(search, base, order):
+        return search.measure(base.with_nodes({"a": "float", "b": "float", "c": "int16"}), "nodes", "x")
+
+    _, asked, _ = _guided(tmp_path, monkeypatch, lambda r: len(r.float) >= 1, prefix=prefix)
+    assert [(sorted(r.float), sorted(r.int16), c) for r, _, c in asked[1:]] == [
+        ([], ["a", "b", "c"], "float -> int16: a,b"),
+        (["b"], ["a", "c"], "float -> int16: a"),
+    ]
+
+
+def test_guided_widens_one_float_node_once(tmp_path, monkeypatch):
+    def prefix(search, base, order):
+        return search.measure(base.with_nodes({"b": "float"}), "nodes", "x")
+
+    _, asked, _ = _guided(tmp_path, monkeypatch, lambda r: not r.int16, prefix=prefix)
+    assert [(sorted(r.float), sorted(r.int16), c) for r, _, c in asked[1:]] == [([], ["b"], "float -> int16: b")]
+
+
+def test_guided_stops_without_a_verified_prefix_or_a_float_node(tmp_path, monkeypatch):
+    _, asked, pruned = _guided(tmp_path, monkeypatch, lambda r: False)
+    assert len(asked) == 1 and pruned == []  # no pass: no pruning, no widening
+    assert _GuidedEstimator.made[0].exited
+    _, asked, pruned = _guided(tmp_path, monkeypatch, lambda r: True, prefix=lambda search, base, order: None)
+    assert asked == [] and pruned == []
+
+    def sixteen(search, base, order):
+        return search.measure(base.with_nodes({"a": "int16"}), "nodes", "x")
+
+    _, asked, pruned = _guided(tmp_path, monkeypatch, lambda r: True, prefix=sixteen)
+    assert len(asked) == 1 and len(pruned) == 1  # a pass with no float node: nothing to widen
+
+
+def test_guided_widens_only_with_room_for_two_experiments(tmp_path, monkeypatch):
+    # each verified experiment takes 1 s of the clock: widening needs twice that left
+    _, asked, _ = _guided(tmp_path, monkeypatch, lambda r: len(r.float) >= 2, budget=Budget(3.5))
+    assert [p for _, p, _ in asked] == ["nodes", "widen"]  # 1 + 2 * 1 < 3.5; then 2 + 2 is not
+    _, asked, _ = _guided(tmp_path, monkeypatch, lambda r: True, budget=Budget(3.0))
+    assert [p for _, p, _ in asked] == ["nodes"]  # 1 + 2 * 1 is not less than 3
+    _, asked, _ = _guided(tmp_path, monkeypatch, lambda r: len(r.float) >= 2, budget=Budget(4.5))
+    assert [p for _, p, _ in asked] == ["nodes", "widen", "widen"]
+    assert _GuidedEstimator.made[0].ordered[2] == 4.5  # the ranking's time left: nothing measured yet
+
+
+# -- search_recipe's checks ----------------------------------------------------------------------------------------
+
+
+def test_search_recipe_refuses_a_quantized_model(tmp_path):
+    with pytest.raises(InputError, match=r"a qdq model is already quantized; the recipe search needs the fp32 model"):
+        search_recipe(QDQ, CALIB, TEST, ["cosine>=0.99"], workdir=tmp_path)
+
+
+def test_search_recipe_refuses_a_bad_starting_recipe(tmp_path):
+    with pytest.raises(InputError, match="unknown calibration method 'best'"):
+        search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], start=Recipe(method="best"), workdir=tmp_path)
+    with pytest.raises(
+        InputError,
+        match=r"starting recipe activation_type=int8 weight_type=uint8: onnxruntime's quantize_static refuses",
+    ):
+        search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], start=Recipe(activation_type="int8", weight_type="uint8"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_search_recipe_refuses_bad_checks_and_tasks(tmp_path):
+    with pytest.raises(InputError):
+        search_recipe(FP32, CALIB, TEST, ["cosine>>1"], workdir=tmp_path)
+    with pytest.raises(InputError, match="nosuchmetric"):
+        search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], tasks=["nosuchmetric"], workdir=tmp_path)
+
+
+class _Run:
+    """``RecipeSearch`` as search_recipe makes it: its arguments kept, ``run`` a stand-in."""
+
+    made: ClassVar[list] = []
+
+    def __init__(self, *args) -> None:
+        self.args = args
+        _Run.made.append(self)
+
+    def run(self):
+        workdir = Path(self.args[5])
+        assert workdir.is_dir()
+        (workdir / "best.onnx").write_bytes(b"model")
+        return _result(model=str(workdir / "best.onnx"))
+
+
+def test_search_recipe_fills_in_the_defaults_and_cleans_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(search_module, "RecipeSearch", _Run)
+    _Run.made = []
+    result = search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], weights={"int16": 0.5})
+    (run,) = _Run.made
+    fp32, calibration, evaluation, checks, targets, workdir, start, budget, weights, methods, options = run.args[:11]
+    assert (fp32, calibration, evaluation, targets) == (FP32, CALIB, TEST, (HOST,))
+    assert [str(c) for c in checks] == ["cosine >= 0.99"]
+    assert start == Recipe() and budget == Budget() and weights == {"int16": 0.5, "float": 1.0}
+    assert methods == search_module.default_methods() and options == RuntimeOptions()
+    assert run.args[11:] == (4, 16, None, None, search_module.VARY, (), None)
+    assert Path(workdir).name.startswith("qaccuracy-recipe-") and not Path(workdir).exists()  # removed
+    assert result.model == str(Path(workdir) / "best.onnx")
+
+
+def test_search_recipe_passes_its_arguments_and_writes_the_model_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(search_module, "RecipeSearch", _Run)
+    _Run.made = []
+    out = tmp_path / "out.onnx"
+    work = tmp_path / "work"
+    work.mkdir()
+    steps, notes = (lambda s, b: None), (lambda t: None)
+    result = search_recipe(
+        FP32, CALIB, TEST, parse_checks(["mse<=1"]), ["onnxruntime", "x"], work, Recipe(per_channel=True),
+        Budget(5.0), {"float": 2.0}, ["kl"], RuntimeOptions(batch_size=2), 3, 5, steps, notes, out, ("method",),
+        task_targets=[1, 2],
+    )  # fmt: skip
+    (run,) = _Run.made
+    assert run.args[4] == ["onnxruntime", "x"] and run.args[5] == work and run.args[6] == Recipe(per_channel=True)
+    assert run.args[7] == Budget(5.0) and run.args[8] == {"int16": 1.0, "float": 2.0} and run.args[9] == ["kl"]
+    assert run.args[10] == RuntimeOptions(batch_size=2)
+    assert run.args[11:] == (3, 5, steps, notes, ("method",), (), [1, 2])
+    assert out.read_bytes() == b"model" and result.model == str(out)
+    assert (work / "best.onnx").exists()  # the caller's folder is kept
+
+
+def test_search_recipe_reads_a_task_targets_sidecar(tmp_path, monkeypatch):
+    monkeypatch.setattr(search_module, "RecipeSearch", _Run)
+    from pytest_qaccuracy.data import load_dataset
+
+    with load_dataset(TEST) as data:
+        count = len(data)
+    sidecar = tmp_path / "targets.jsonl"
+    sidecar.write_text("".join(f'{{"record": {i}, "target": {i}}}\n' for i in range(count)))
+    _Run.made = []
+    search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], workdir=tmp_path, task_targets=str(sidecar))
+    assert list(_Run.made[0].args[-1]) == list(range(count))
+    with load_dataset(TEST) as data:
+        _Run.made = []
+        search_recipe(FP32, CALIB, data, ["cosine>=0.99"], workdir=tmp_path, task_targets=sidecar)
+        assert list(_Run.made[0].args[-1]) == list(range(count))
+    sidecar.write_text('{"record": 0, "target": 1}\n')
+    with pytest.raises(QAccuracyError, match="record"):
+        search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], workdir=tmp_path, task_targets=sidecar)
