@@ -20,6 +20,7 @@ import pytest
 
 from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
 from pytest_qaccuracy.analysis.recipe import search as search_module
+from pytest_qaccuracy.analysis.recipe.build import method_rank
 from pytest_qaccuracy.analysis.recipe.checks import parse_checks
 from pytest_qaccuracy.analysis.recipe.cost import CostModel
 from pytest_qaccuracy.analysis.recipe.measure import HOST, Verdict
@@ -1477,3 +1478,645 @@ def test_search_recipe_reads_a_task_targets_sidecar(tmp_path, monkeypatch):
     sidecar.write_text('{"record": 0, "target": 1}\n')
     with pytest.raises(QAccuracyError, match="record"):
         search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], workdir=tmp_path, task_targets=sidecar)
+
+
+# -- the global phase on stand-ins --------------------------------------------------------------------------------
+
+
+class _Ranges:
+    def __init__(self, ranges) -> None:
+        self.ranges = ranges
+
+
+class _GlobalBuilder(_Builder):
+    """The writer's stand-in for the global phase: ``histograms`` maps a method to the histogram kind
+    it needs (its pass takes ``expected`` seconds of the clock); a method's estimated ranges are
+    ``ranges[method]`` (``{"x": (0, 1)}`` by default); ``calibrators`` maps a method to its
+    calibrator's seconds."""
+
+    def __init__(self, clock, histograms=None, expected=0.0, ranges=None, calibrators=None) -> None:
+        super().__init__(clock, calibrators=calibrators)
+        self.histograms, self.expected, self.method_ranges = histograms or {}, expected, ranges or {}
+        self.asked_ranges: list[Recipe] = []
+
+    def needs(self, recipe):
+        kind = self.histograms.get(recipe.method)
+        return None if kind in self.folded else kind
+
+    def expected_seconds(self, recipe):
+        return self.expected if self.needs(recipe) is not None else 0.0
+
+    def estimated_ranges(self, recipe):
+        self.asked_ranges.append(recipe)
+        kind = self.needs(recipe)
+        if kind is not None:
+            self.clock.now += self.expected
+            self.folded.append(kind)
+        return dict(self.method_ranges.get(recipe.method, {"x": (0.0, 1.0)}))
+
+    def ranges(self, recipe):
+        return _Ranges({"start": (recipe.method, recipe.activation_type)})
+
+
+_REAL_LOAD = onnx.load
+
+
+def _load(path, *args, **kwargs):
+    """onnx.load's stand-in: a real model as onnx reads it, a recipe's text as that text."""
+    if _is_onnx(path):
+        return _REAL_LOAD(path, *args, **kwargs)
+    return f"loaded {Path(path).name}: {Path(path).read_text()}"
+
+
+class _Edits:
+    """GlobalEdits' stand-in: an edited model is the recipe's text; every one made is recorded."""
+
+    made: ClassVar[list] = []
+
+    def __init__(self, model, base, fp32, ranges) -> None:
+        self.args = (model, base, fp32, ranges)
+        self.asked: list[tuple[Recipe, dict]] = []
+        _Edits.made.append(self)
+
+    def model(self, recipe, ranges):
+        self.asked.append((recipe, ranges))
+        return repr(recipe)
+
+
+def _global(tmp_path, monkeypatch, margin, methods=("minmax",), budget=None, builder=None, **kwargs):
+    """A search whose verified and estimated margins are ``margin(recipe, estimated)``; models are the
+    recipes' text (onnx.load and onnx.save stand-ins read and write it)."""
+    from pytest_qaccuracy.analysis.recipe import edit as edit_module
+
+    search = _search(tmp_path, monkeypatch, budget=budget, methods=methods, **kwargs)
+    fp32 = search.builder.model
+    search.builder = builder or _GlobalBuilder(search.clock)
+    search.builder.clock, search.builder.model = search.clock, fp32
+    _Edits.made = []
+    monkeypatch.setattr(edit_module, "GlobalEdits", _Edits)
+    monkeypatch.setattr(onnx, "load", lambda path, *a, **k: _load(path, *a, **k))
+    monkeypatch.setattr(onnx, "save", lambda model, path, *a, **k: Path(path).write_text(model))
+    recipes: dict[str, Recipe] = {}
+    real_write = search.builder.write
+
+    def write(recipe, out):
+        recipes[repr(recipe)] = recipe
+        return real_write(recipe, out)
+
+    search.builder.write = write
+    real_model = _Edits.model
+
+    def edited(self, recipe, ranges):
+        recipes[repr(recipe)] = recipe
+        return real_model(self, recipe, ranges)
+
+    monkeypatch.setattr(_Edits, "model", edited)
+    search.evaluator = _Evaluator(search.clock, lambda text: margin(recipes[text], None), pace=1.0)
+    real_measure = search.evaluator.measure
+
+    def measure(path, targets=None):
+        search.evaluator.margins = lambda text: margin(recipes[text], targets is not None)
+        return real_measure(path, targets)
+
+    search.evaluator.measure = measure
+    return search
+
+
+def _margins(table, default=-1.0, verified=None):
+    """A margin per recipe: ``table`` by the recipe's changes from the default one (estimates),
+    ``verified`` for experiments (the estimate's when not listed)."""
+
+    def margin(recipe, estimated):
+        key = recipe.changes_from(Recipe())
+        if not estimated and verified is not None and key in verified:
+            return verified[key]
+        return table.get(key, default)
+
+    return margin
+
+
+def _rows(search):
+    return [(s.change, s.margin, s.estimated) for s in search.steps]
+
+
+def test_global_phase_returns_the_start_when_it_passes_fails_or_varies_nothing(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({"(same)": 0.5}))
+    assert search._global_phase() == Recipe()
+    assert _rows(search) == [("starting recipe", 0.5, False)] and _Edits.made == []
+    search = _global(tmp_path, monkeypatch, _margins({"(same)": -0.5}), vary=("node_weights",))
+    assert search._global_phase() == Recipe() and len(search.steps) == 1 and _Edits.made == []
+    search = _global(tmp_path, monkeypatch, _margins({}))
+    search.builder.failures[Recipe()] = QAccuracyError("no")
+    assert search._global_phase() == Recipe() and search.steps[0].skipped == "no" and _Edits.made == []
+
+
+def test_global_phase_descends_one_choice_at_a_time(tmp_path, monkeypatch):
+    """From the start (-0.5): per_channel=True improves (-0.3); from there reduce_range misses,
+    int8 activations improve (-0.2); uint8 weights are refused with them; a second pass tries
+    the values seen before (per tensor, reduce_range) from the best; nothing improves: the best
+    estimated recipe's edited model is the node phase's base."""
+    table = {
+        "(same)": -0.5,
+        "per_channel=True": -0.3,
+        "per_channel=True, activation_type=int8": -0.2,
+        "activation_type=int8": -0.25,
+    }
+    search = _global(tmp_path, monkeypatch, _margins(table))
+    base = search._global_phase()
+    assert base == Recipe(per_channel=True, activation_type="int8")
+    refused = "onnxruntime's quantize_static refuses int8 activations with uint8 weights"
+    assert [(s.change, s.margin, s.skipped) for s in search.steps] == [
+        ("starting recipe", -0.5, None),
+        ("per_channel=True", -0.3, None),
+        ("reduce_range=True", -1.0, None),
+        ("activation_type=int8", -0.2, None),
+        ("weight_type=uint8", None, refused),
+        ("per_channel=False", -0.25, None),
+        ("reduce_range=True", -1.0, None),
+    ]
+    assert [s.estimated for s in search.steps] == [False] + [True] * 6
+    (edits,) = _Edits.made
+    assert edits.args == (
+        "loaded step0.onnx: " + repr(Recipe()),
+        Recipe(),
+        search.builder.model,
+        {"start": ("minmax", "uint8")},
+    )
+    assert search.base_models == {base: tmp_path / "global.onnx"}
+    assert (tmp_path / "global.onnx").read_text() == repr(base)
+    # the start's own model is its row: on the host alone, estimated
+    start_row = search.global_rows[(Recipe(), (("x", (0.0, 1.0)),))]
+    assert start_row.estimated and start_row.measured == {HOST: {"y": {"cosine": 0.25}}} and start_row.margin == -0.5
+    assert start_row.index == 0 and not start_row.passed
+
+
+def test_global_phase_verifies_a_recipe_estimated_to_pass(tmp_path, monkeypatch):
+    table = {"(same)": -0.5, "per_channel=True": 0.1}
+    search = _global(tmp_path, monkeypatch, _margins(table))
+    assert search._global_phase() == Recipe(per_channel=True)
+    assert _rows(search) == [
+        ("starting recipe", -0.5, False),
+        ("per_channel=True", 0.1, True),
+        ("per_channel=True", 0.1, False),
+    ]
+    assert search.steps[-1].phase == "global" and search.base_models == {}
+    # verified worse than the start: the start
+    search = _global(tmp_path, monkeypatch, _margins(table, verified={"per_channel=True": -0.6}))
+    assert search._global_phase() == Recipe() and search.base_models == {}
+    # verified to miss, but better than the start: the node phase's base, on its edited model
+    search = _global(tmp_path, monkeypatch, _margins(table, verified={"per_channel=True": -0.4}))
+    assert search._global_phase() == Recipe(per_channel=True)
+    assert search.base_models == {Recipe(per_channel=True): tmp_path / "global.onnx"}
+    # its experiment refused: the start
+    search = _global(tmp_path, monkeypatch, _margins(table))
+    search.builder.failures[Recipe(per_channel=True)] = QAccuracyError("refused")
+    assert search._global_phase() == Recipe() and search.base_models == {}
+
+
+def test_global_phase_without_the_host_estimates_the_start(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({"(same)": -0.5, "per_channel=True": -0.4}))
+    search.targets = ["other"]
+    real = search.evaluator.measure
+    search.evaluator.measure = lambda path, targets=None: (
+        real(path, targets) if targets else replace(real(path, ("other",)), measured={"other": {"y": {"cosine": 0.0}}})
+    )
+    search._global_phase()
+    assert _rows(search)[:3] == [
+        ("starting recipe", -0.5, False),  # measured on the other target alone
+        ("starting recipe", -0.5, True),  # estimated on the host
+        ("per_channel=True", -0.4, True),
+    ]
+
+
+def test_global_phase_histogram_methods_after_the_descent(tmp_path, monkeypatch):
+    """mse needs a histogram pass (4 s): tried after the cheap moves; it improves, so the cheap
+    moves are tried again from it (per_channel=True) and kept."""
+    table = {"(same)": -0.5, "method=mse": -0.2, "method=mse, per_channel=True": -0.1}
+    search = _global(tmp_path, monkeypatch, _margins(table), methods=("minmax", "mse"), vary=("method", "per_channel"))
+    search.builder.histograms, search.builder.expected = {"mse": "mse"}, 4.0
+    search.builder.method_ranges = {"mse": {"x": (0.0, 0.5)}}
+    base = search._global_phase()
+    assert base == Recipe(method="mse", per_channel=True)
+    assert _rows(search) == [
+        ("starting recipe", -0.5, False),
+        ("per_channel=True", -1.0, True),
+        ("method=mse", -0.2, True),
+        ("per_channel=True", -0.1, True),
+    ]
+    assert search.statistics_seconds == 4.0 and search.extended is True
+    assert search.notes == [
+        "global phase: the mse histograms for method=mse (expected 4.0s)",
+        "global phase: the mse histograms took 4.0s",
+    ]
+
+
+def test_global_phase_stops_when_the_histograms_would_not_fit(tmp_path, monkeypatch):
+    search = _global(
+        tmp_path, monkeypatch, _margins({"(same)": -0.5}), methods=("minmax", "mse"), budget=Budget(100.0),
+        vary=("method",),
+    )  # fmt: skip
+    search.builder.histograms, search.builder.expected = {"mse": "mse"}, 60.0  # past 50 % of the budget
+    assert search._global_phase() == Recipe()
+    assert len(search.steps) == 1
+    assert search.notes == [
+        "global phase: method=mse not estimated: its histograms (expected 60.0s) would not end within the "
+        "phase's share of the budget"
+    ]
+
+
+def test_descend_stops_when_the_share_is_spent_but_skips_a_calibrator_that_does_not_fit(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({}), methods=("minmax", "ort-minmax"), budget=Budget(100.0))
+    search.builder.calibrators = {"ort-minmax": 40.0}  # 40 s of its calibrator: past 30 %
+    search.clock.now = 10.0
+    tried, values = {Recipe()}, {(d, getattr(Recipe(), d)) for d in search_module.GLOBAL_CHOICES}
+    assert search._descend(_Edits("m", Recipe(), None, {}), Recipe(), -0.5, tried, values) == (Recipe(), -0.5)
+    # every cheap move estimated once (-1: none improves), the calibrator's skipped; the revisit adds nothing new
+    assert [(s.change, s.margin, s.skipped) for s in search.steps] == [
+        ("per_channel=True", -1.0, None),
+        ("reduce_range=True", -1.0, None),
+        ("activation_type=int8", -1.0, None),
+        ("weight_type=uint8", -1.0, None),
+    ]
+    search.clock.now = 30.0  # the share spent
+    search.steps.clear()
+    assert search._descend(_Edits("m", Recipe(), None, {}), Recipe(), -0.5, {Recipe()}, set()) == (Recipe(), -0.5)
+    assert search.steps == [] and search.notes[-1] == "global phase: its share of the budget is spent"
+
+
+def test_descend_skips_moves_not_varied_and_histogram_methods(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({}), methods=("minmax", "mse"), vary=("reduce_range", "method"))
+    search.builder.histograms = {"mse": "mse"}
+    values = {(d, getattr(Recipe(), d)) for d in search_module.GLOBAL_CHOICES}
+    search._descend(_Edits("m", Recipe(), None, {}), Recipe(), -0.5, {Recipe()}, values)
+    assert [s.change for s in search.steps] == ["reduce_range=True"]
+    assert search._descend(_Edits("m", Recipe(), None, {}), Recipe(), 0.0, {Recipe()}, set()) == (
+        Recipe(),
+        0.0,
+    )  # met: nothing to do
+
+
+def test_descend_a_better_method_extends_the_share(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({"method=mse": -0.3}), methods=("minmax", "mse"), vary=("method",))
+    search.builder.method_ranges = {"mse": {"x": (0.0, 0.5)}}
+    assert method_rank("mse") > method_rank("minmax")
+    assert search._descend(_Edits("m", Recipe(), None, {}), Recipe(), -0.5, {Recipe()}, set()) == (
+        Recipe(method="mse"),
+        -0.3,
+    )
+    assert search.extended is True
+    search = _global(
+        tmp_path, monkeypatch, _margins({"method=percentile": -0.3}), methods=("minmax", "percentile"),
+        vary=("method",),
+    )  # fmt: skip
+    search.builder.method_ranges = {"percentile": {"x": (0.0, 0.5)}}
+    assert search._descend(_Edits("m", Recipe(), None, {}), Recipe(), -0.5, {Recipe()}, set()) == (
+        Recipe(method="percentile"),
+        -0.3,
+    )
+    assert search.extended is False  # of the same pass: no new ranges
+
+
+def test_statistics_of_a_recipe_that_needs_none(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({}))
+    search._statistics(Recipe())
+    assert search.notes == [] and search.statistics_seconds == 0.0 and search.builder.asked_ranges == []
+    search.builder.histograms, search.builder.expected = {"kl": "kl"}, 2.5
+    search.statistics_seconds = 1.0
+    search._statistics(Recipe(method="kl"))
+    assert search.statistics_seconds == 3.5
+    assert search.notes == [
+        "global phase: the kl histograms for method=kl (expected 2.5s)",
+        "global phase: the kl histograms took 2.5s",
+    ]
+
+
+def _fits(tmp_path, monkeypatch, now, expected=0.0, statistics=0.0, extended=False, folded=(), calibrator=0.0):
+    search = _global(tmp_path, monkeypatch, _margins({}), budget=Budget(100.0))
+    search.builder.histograms, search.builder.expected = {"mse": "mse", "kl": "kl"}, expected
+    search.builder.folded = list(folded)
+    search.builder.calibrators = {"ort-minmax": calibrator}
+    search.clock.now, search.statistics_seconds, search.extended = now, statistics, extended
+    return search
+
+
+@pytest.mark.parametrize(
+    ("now", "recipe", "fields", "fits"),
+    [
+        (29.9, Recipe(), {}, True),  # within 30 %
+        (30.0, Recipe(), {}, False),
+        (37.9, Recipe(), {"statistics": 8.0}, True),  # 30 % plus the histogram passes' 8 s
+        (38.0, Recipe(), {"statistics": 8.0}, False),
+        (49.9, Recipe(), {"extended": True}, True),  # a histogram method improved: 50 %
+        (50.0, Recipe(), {"extended": True}, False),
+        (39.9, Recipe(method="mse"), {"expected": 10.0}, True),  # the first histogram method: 50 %
+        (40.0, Recipe(method="mse"), {"expected": 10.0}, False),
+        (19.9, Recipe(method="mse"), {"expected": 10.0, "folded": ("kl",)}, True),  # not the first: 30 %
+        (20.0, Recipe(method="mse"), {"expected": 10.0, "folded": ("kl",)}, False),
+        (23.9, Recipe(method="ort-minmax"), {"calibrator": 6.0}, True),  # its calibrator's run counts
+        (24.0, Recipe(method="ort-minmax"), {"calibrator": 6.0}, False),
+        (59.9, Recipe(), {"statistics": 10.0, "extended": True}, False),  # the larger: 40 % < 50 %
+        (45.0, Recipe(), {"statistics": 30.0, "extended": True}, True),  # 60 % > 50 %
+    ],
+)
+def test_global_fits(tmp_path, monkeypatch, now, recipe, fields, fits):
+    assert _fits(tmp_path, monkeypatch, now, **fields)._global_fits(recipe) is fits
+
+
+def test_global_fits_unbounded(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({}))
+    search.clock.now = 1e12
+    assert search._global_fits(Recipe(method="mse")) is True
+
+
+def test_row_key_is_the_choices_but_the_method_and_its_ranges(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({}), start=Recipe(method="percentile"))
+    search.builder.histograms = {"mse": "mse"}
+    search.builder.method_ranges = {
+        "minmax": {"b": (1.0, 2.0), "a": (0.0, 1.0)},
+        "ort-minmax": {"a": (0.0, 1.0), "b": (1.0, 2.0)},
+    }
+    pc = Recipe(method="minmax", per_channel=True)
+    key = search._row_key(pc)
+    assert key == (Recipe(method="percentile", per_channel=True), (("a", (0.0, 1.0)), ("b", (1.0, 2.0))))
+    assert search._row_key(Recipe(method="ort-minmax", per_channel=True)) == key  # equal ranges: one row
+    assert search._row_key(Recipe(method="mse")) == (Recipe(method="mse"), None)  # its ranges not computed yet
+    asked = len(search.builder.asked_ranges)
+    search._row_key(Recipe(method="minmax", reduce_range=True))
+    assert len(search.builder.asked_ranges) == asked  # the fingerprint is kept per method and activation type
+    search._row_key(Recipe(method="minmax", activation_type="int8"))
+    assert len(search.builder.asked_ranges) == asked + 1
+    assert set(search.fingerprints) == {("minmax", "uint8"), ("ort-minmax", "uint8"), ("minmax", "int8")}
+
+
+def test_estimate_global_reuses_the_row_of_equal_ranges(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({"per_channel=True": -0.25}))
+    edits = _Edits("m", Recipe(), "f", {})
+    first = search._estimate_global(edits, Recipe(per_channel=True), "per_channel=True")
+    assert first.margin == -0.25 and first.estimated and edits.asked == [(Recipe(per_channel=True), {"x": (0.0, 1.0)})]
+    search.best = _step(passed=True)
+    again = search._estimate_global(edits, Recipe(method="ort-minmax", per_channel=True), "method=ort-minmax")
+    assert again == replace(
+        first, index=1, phase="global", change="method=ort-minmax (estimated as step 0)",
+        recipe=Recipe(method="ort-minmax", per_channel=True), seconds=0.0,
+    )  # fmt: skip
+    assert search.steps == [first, again] and search.estimates[again.recipe] is again
+    assert search.calls[-1] == (again, search.best) and len(edits.asked) == 1
+    assert search._estimate_global(edits, Recipe(method="ort-minmax", per_channel=True), "x") is again
+    assert len(search.steps) == 2
+    # an estimated recipe's row stays the first one of its key
+    key = search._row_key(Recipe(per_channel=True))
+    assert search.global_rows[key] is first
+
+
+# -- the per-node weight moves ------------------------------------------------------------------------------------
+
+
+def _weights(tmp_path, monkeypatch, table, verified=None, **kwargs):
+    search = _global(tmp_path, monkeypatch, _margins(table, verified=verified), **kwargs)
+    search.measure(Recipe(), "start", "starting recipe")
+    return search
+
+
+def test_weight_phase_keeps_each_move_that_improves_then_verifies_them_together(tmp_path, monkeypatch):
+    table = {
+        "(same)": -0.5,
+        "per-channel weight +conv2": -0.4,
+        "per-channel weight +conv2, 7-bit weight +conv1": -0.3,
+        "per-channel weight +conv2, uint8 weight +fc": -0.45,
+    }
+    search = _weights(tmp_path, monkeypatch, table)
+    base = search._weight_phase(Recipe(), ["conv1", "fc", "conv2", "relu1"])
+    assert base == Recipe(flipped=frozenset({"conv2"}), narrowed=frozenset({"conv1"}))
+    # the costliest first: conv2 (18432), conv1 (4608), fc (640); relu1 has no weight
+    assert [(s.change, s.margin, s.estimated) for s in search.steps[1:]] == [
+        ("base (weights as the global choice)", -0.5, True),
+        ("per-channel weight +conv2", -0.4, True),
+        ("per-channel weight +conv1", -1.0, True),
+        ("per-channel weight +fc", -1.0, True),
+        ("7-bit weight +conv2", -1.0, True),
+        ("7-bit weight +conv1", -0.3, True),
+        ("7-bit weight +fc", -1.0, True),
+        ("uint8 weight +conv2", -1.0, True),
+        ("uint8 weight +conv1", -1.0, True),
+        ("uint8 weight +fc", -1.0, True),
+        ("per-channel weight +conv2, 7-bit weight +conv1", -0.3, False),
+    ]
+    assert search.steps[-1].phase == "weights"
+    assert search.notes == [
+        "weights: 3 node(s) whose weight may take the other granularity, reduce_range=True or uint8 (cost 0)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("verified", "kept"),
+    [
+        (-0.3, True),
+        (-0.5, False),  # not better than the base's verified margin
+        (-0.49, True),
+        (None, False),  # skipped
+    ],
+)
+def test_weight_phase_keeps_the_moves_when_verified_better_than_the_base(tmp_path, monkeypatch, verified, kept):
+    moved = Recipe(flipped=frozenset({"conv2"}))
+    table = {"(same)": -0.5, "per-channel weight +conv2": -0.1}
+    search = _weights(tmp_path, monkeypatch, table, verified={"per-channel weight +conv2": verified})
+    if verified is None:
+        search.builder.failures[moved] = QAccuracyError("refused")
+    assert search._weight_phase(Recipe(), ["conv2"]) == (moved if kept else Recipe())
+    assert search.steps[-1].recipe == moved and not search.steps[-1].estimated
+
+
+def test_weight_phase_a_verified_pass_is_kept_and_an_unverified_base_uses_its_estimate(tmp_path, monkeypatch):
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5, "per-channel weight +conv2": 0.2})
+    assert search._weight_phase(Recipe(), ["conv2"]) == Recipe(flipped=frozenset({"conv2"}))
+    # a base never verified (the global phase's estimate): compared with its estimate, -0.5 here
+    table = {"(same)": -0.5, "per_channel=True": -0.5, "per_channel=True, per-tensor weight +conv2": -0.45}
+    search = _weights(tmp_path, monkeypatch, table, verified={"per_channel=True, per-tensor weight +conv2": -0.48})
+    pc = Recipe(per_channel=True)
+    assert search._weight_phase(pc, ["conv2"]) == replace(pc, flipped=frozenset({"conv2"}))
+    search = _weights(tmp_path, monkeypatch, table, verified={"per_channel=True, per-tensor weight +conv2": -0.5})
+    assert search._weight_phase(pc, ["conv2"]) == pc
+
+
+def test_weight_phase_does_nothing_without_weights_or_a_start(tmp_path, monkeypatch):
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5}, vary=("per_channel",))
+    assert search._weight_phase(Recipe(), ["conv2"]) == Recipe() and len(search.steps) == 1
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5})
+    assert search._weight_phase(Recipe(), ["relu1", "pool1"]) == Recipe() and len(search.steps) == 1
+    search = _global(tmp_path, monkeypatch, _margins({}))
+    assert search._weight_phase(Recipe(), ["conv2"]) == Recipe() and search.steps == []  # no start measured
+    search = _global(tmp_path, monkeypatch, _margins({}))
+    search.builder.failures[Recipe()] = QAccuracyError("no")
+    search.measure(Recipe(), "start", "s")
+    assert search._weight_phase(Recipe(), ["conv2"]) == Recipe() and len(search.steps) == 1
+    # the base's own estimate skipped: nothing to compare with
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5})
+    search.evaluator.measure = lambda path, targets=None: (_ for _ in ()).throw(ValueError("x"))
+    assert search._weight_phase(Recipe(), ["conv2"]) == Recipe() and len(search.steps) == 2
+    # no move improves: nothing verified
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5})
+    assert search._weight_phase(Recipe(), ["conv2"]) == Recipe()
+    assert [s.estimated for s in search.steps] == [False, True, True, True, True]
+
+
+def test_weight_phase_flips_only_the_costliest_and_per_channel_needs_its_opset(tmp_path, monkeypatch):
+    monkeypatch.setattr(search_module, "FLIP_NODES", 2)
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5})
+    search._weight_phase(Recipe(), ["fc", "conv1", "conv2"])
+    assert [s.change for s in search.steps[2:4]] == ["per-channel weight +conv2", "per-channel weight +conv1"]
+    assert len(search.steps) == 2 + 3 * 2
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5})
+    search.builder.model = onnx.helper.make_model(
+        onnx.helper.make_graph([], "g", [], []), opset_imports=[onnx.helper.make_opsetid("", 12)]
+    )
+    search._weight_phase(Recipe(), ["conv2"])
+    assert [s.change for s in search.steps[2:]] == ["7-bit weight +conv2", "uint8 weight +conv2"]  # no flip
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5, "per_channel=True": -0.5})
+    search.builder.model = onnx.helper.make_model(
+        onnx.helper.make_graph([], "g", [], []), opset_imports=[onnx.helper.make_opsetid("", 12)]
+    )
+    search._weight_phase(Recipe(per_channel=True), ["conv2"])
+    assert search.steps[2].change == "per-tensor weight +conv2"  # per channel already: the flip is per tensor
+
+
+def test_weight_phase_skips_a_kind_onnxruntime_refuses(tmp_path, monkeypatch):
+    start = Recipe(activation_type="int8", weight_type="int8")
+    search = _weights(tmp_path, monkeypatch, {}, start=start)
+    search.measure(start, "start", "s")
+    search._weight_phase(start, ["conv2"])
+    assert [s.change for s in search.steps[3:]] == ["per-channel weight +conv2", "7-bit weight +conv2"]
+    assert search.notes[-1] == (
+        "weights: no retyped weights: onnxruntime's quantize_static refuses int8 activations with uint8 weights"
+    )
+
+
+@pytest.mark.parametrize(("share", "flips"), [(0.025, 2), (0.03, 3)])
+def test_weight_phase_within_its_share(tmp_path, monkeypatch, share, flips):
+    """The share counts from after the base's estimate; each estimate takes 1 s: with 2.5 s, the
+    third flip (from 2 s on, 1 s long) would end past it; with 3 s it ends on it. Then no other kind."""
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5}, budget=Budget(100.0))
+    monkeypatch.setattr(search_module, "WEIGHTS_SHARE", share)
+    search._weight_phase(Recipe(), ["fc", "conv1", "conv2"])
+    assert [s.change for s in search.steps[1:]] == [
+        "base (weights as the global choice)",
+        *[f"per-channel weight +{n}" for n in ("conv2", "conv1", "fc")[:flips]],
+    ]
+
+
+def test_weight_phase_within_the_estimates_left(tmp_path, monkeypatch):
+    """10 s in all, the start's experiment 2 s: estimates may use 10 - now - 2.5; each takes 1 s."""
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5}, budget=Budget(10.0))
+    monkeypatch.setattr(search_module, "WEIGHTS_SHARE", 1.0)
+    search._weight_phase(Recipe(), ["fc", "conv1", "conv2"])
+    # after the base's estimate now is 3: 4.5 left > 1; 3.5 > 1; 2.5 > 1; 1.5 > 1; then 0.5: stop
+    assert len(search.steps) == 1 + 1 + 4
+    assert [s.change for s in search.steps[2:]] == [
+        "per-channel weight +conv2",
+        "per-channel weight +conv1",
+        "per-channel weight +fc",
+        "7-bit weight +conv2",
+    ]
+
+
+def test_edits_are_made_once_from_the_starts_model(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({}))
+    search.measure(Recipe(), "start", "s")
+    edits = search._edits()
+    assert edits.args == (
+        "loaded step0.onnx: " + repr(Recipe()),
+        Recipe(),
+        search.builder.model,
+        {"start": ("minmax", "uint8")},
+    )
+    assert search._edits() is edits and len(_Edits.made) == 1
+    search.edits = "kept"
+    assert search._edits() == "kept"
+
+
+# -- run ----------------------------------------------------------------------------------------------------------
+
+
+class _FakeEvaluator:
+    made: ClassVar[list] = []
+
+    def __init__(self, *args) -> None:
+        self.args, self.records = args, 11
+        _FakeEvaluator.made.append(args)
+
+
+def _run(tmp_path, monkeypatch, global_phase, node_phase=None, **kwargs):
+    search = _global(tmp_path, monkeypatch, _margins({}), **kwargs)
+    search.evaluator = None
+    _FakeEvaluator.made = []
+    monkeypatch.setattr(search_module, "Evaluator", _FakeEvaluator)
+    phases = []
+    search._global_phase = lambda: phases.append("global") or global_phase(search)
+    search._node_phase = lambda base: phases.append(("nodes", base)) or (node_phase and node_phase(search))
+    search.builder.reads = {"conv1": ["x", "conv1"]}
+    search.builder.convert_opset = lambda recipe: 13 if recipe.per_channel else None
+    search.phases = phases
+    return search
+
+
+def _best(search, recipe, passed, cost=0.0):
+    search.steps.append(Step(len(search.steps), "g", "c", recipe, cost, {}, passed, 0.5 if passed else -0.5, 1.0))
+    search.best = search.steps[-1]
+    return recipe
+
+
+def test_run_returns_the_best_step_and_its_arguments(tmp_path, monkeypatch):
+    search = _run(tmp_path, monkeypatch, lambda s: _best(s, Recipe(per_channel=True), False))
+    search.clock.now = 2.0
+    search.started = 0.5
+    result = search.run()
+    assert search.phases == ["global", ("nodes", Recipe(per_channel=True))]
+    assert _FakeEvaluator.made == [(FP32, TEST, COSINE, [HOST], search.options, [], None)]
+    assert search.notes[0] == "measuring the fp32 model on the evaluation records"
+    assert result.fp32 == "digits_cnn.onnx" and result.calibration == "digits_calib.npz"
+    assert result.evaluation == "digits_test.npz" and result.records == 11
+    assert result.checks == COSINE and result.targets == [HOST] and result.weights == {"int16": 1.0, "float": 1.0}
+    assert result.steps == search.steps and result.best == 0 and result.stopped == "done" and result.note == ""
+    assert result.seconds == 1.5
+    assert result.arguments == Recipe(per_channel=True).arguments(
+        {"conv1": ["x", "conv1"]}, None, search.builder.weights
+    )
+    assert result.model == str(tmp_path / "step0.onnx") and result.ranges == {"start": ("minmax", "uint8")}
+    assert result.convert_opset == 13 and result.held_out is True
+
+
+def test_run_skips_the_node_phase_after_a_free_pass(tmp_path, monkeypatch):
+    search = _run(tmp_path, monkeypatch, lambda s: _best(s, Recipe(), True))
+    result = search.run()
+    assert search.phases == ["global"] and result.met and result.convert_opset is None
+    search = _run(tmp_path, monkeypatch, lambda s: _best(s, Recipe(float=frozenset({"fc"})), True, cost=0.1))
+    search.run()
+    assert search.phases == ["global", ("nodes", Recipe(float=frozenset({"fc"})))]
+
+
+def test_run_stops_at_the_budget_or_an_interrupt(tmp_path, monkeypatch):
+    def out(search):
+        _best(search, Recipe(), False)
+        raise _OutOfBudget
+
+    result = _run(tmp_path, monkeypatch, out, budget=Budget(None, 3)).run()
+    assert (result.stopped, result.note, result.best) == ("budget", "budget reached (3 experiments)", 0)
+
+    def interrupted(search):
+        raise KeyboardInterrupt
+
+    result = _run(tmp_path, monkeypatch, interrupted).run()
+    assert (result.stopped, result.note, result.best, result.model) == ("interrupted", "interrupted", None, None)
+    assert result.arguments is None and result.ranges is None and result.convert_opset is None
+
+
+def test_run_before_the_evaluator_and_on_the_calibration_records(tmp_path, monkeypatch):
+    def refuses(*args):
+        raise KeyboardInterrupt
+
+    search = _run(tmp_path, monkeypatch, lambda s: None)
+    monkeypatch.setattr(search_module, "Evaluator", refuses)
+    result = search.run()
+    assert result.records == 0 and result.stopped == "interrupted" and search.phases == []
+    search = _run(tmp_path, monkeypatch, lambda s: None)
+    search.evaluation = search.calibration
+    assert search.run().held_out is False
