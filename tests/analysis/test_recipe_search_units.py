@@ -387,10 +387,15 @@ def test_a_new_search_starts_its_clock_and_holds_its_arguments(tmp_path, monkeyp
     clock = Clock()
     clock.now = 5.0
     monkeypatch.setattr(search_module, "time", SimpleNamespace(monotonic=clock.monotonic))
+    options = RuntimeOptions(batch_size=3)
     search = RecipeSearch(
         str(FP32), CALIB, TEST, COSINE, (HOST,), str(tmp_path), Recipe(), Budget(3.0), {"int16": 0.5, "float": 2.0},
-        ("minmax",), RuntimeOptions(), 4, 16, None, None, ("method",),
+        ("minmax",), options, 4, 16, None, None, ("method",),
     )  # fmt: skip
+    assert search.builder.fp32 == FP32 and search.builder.calibration == CALIB and search.builder.options is options
+    assert search.options is options and search.calibration == CALIB and search.evaluation == TEST
+    assert search.seen == {} and search.verdicts == {} and search.estimates == {} and search.base_models == {}
+    assert search.global_rows == {} and search.fingerprints == {}
     assert search.started == 5.0 and search.fp32 == FP32 and search.workdir == tmp_path
     assert search.targets == [HOST] and search.vary == ("method",) and search.methods == ["minmax"]
     assert (search.cost.int16, search.cost.float) == (0.5, 2.0)
@@ -949,7 +954,7 @@ def test_exhaustive_with_no_pass_tries_everything_under_every_recipe(tmp_path, m
 
 def _dispatch(search, nodes, moved=None):
     done = []
-    search._candidates = lambda base: nodes
+    search._candidates = lambda base: done.append(("candidates", base)) or nodes
     search._weight_phase = lambda base, found: done.append(("weights", base, found)) or (moved or base)
     search._exhaustive = lambda base, found, levels: done.append(("exhaustive", base, found, levels))
     search._guided = lambda base, found, widen: done.append(("guided", base, found, widen))
@@ -962,6 +967,7 @@ def test_node_phase_chooses_exhaustive_or_guided_and_the_levels(tmp_path, monkey
     done = _dispatch(search, ["a", "b"], moved)
     search._node_phase(base)
     assert done == [
+        ("candidates", base),
         ("weights", base, ["a", "b"]),
         ("exhaustive", moved, ["a", "b"], ["int8", "float"]),  # int16 costs what float does: no 16-bit level
     ]
@@ -969,33 +975,33 @@ def test_node_phase_chooses_exhaustive_or_guided_and_the_levels(tmp_path, monkey
     search.cost = CostModel(search.cost.work, int16=0.5, float=1.0)
     done = _dispatch(search, ["a", "b"])
     search._node_phase(base)
-    assert done[1] == ("exhaustive", base, ["a", "b"], ["int8", "int16", "float"])
+    assert done[2] == ("exhaustive", base, ["a", "b"], ["int8", "int16", "float"])
     done = _dispatch(search, ["a", "b", "c"])
     search._node_phase(base)
-    assert done[1] == ("guided", base, ["a", "b", "c"], True)
+    assert done[2] == ("guided", base, ["a", "b", "c"], True)
     search.cost = CostModel(search.cost.work, int16=1.0, float=1.0)
     done = _dispatch(search, ["a", "b", "c"])
     search._node_phase(base)
-    assert done[1] == ("guided", base, ["a", "b", "c"], False)
+    assert done[2] == ("guided", base, ["a", "b", "c"], False)
 
 
 def test_node_phase_without_candidates_or_after_a_free_pass(tmp_path, monkeypatch):
     search = _search(tmp_path, monkeypatch)
     done = _dispatch(search, [])
     search._node_phase(Recipe())
-    assert done == []
+    assert done == [("candidates", Recipe())]
     done = _dispatch(search, ["a"])
     search.best = _step(passed=True, margin=0.1, cost=0.0)
     search._node_phase(Recipe())
-    assert [d[0] for d in done] == ["weights"]
+    assert [d[0] for d in done] == ["candidates", "weights"]
     search.best = _step(passed=True, margin=0.1, cost=0.1)
     done = _dispatch(search, ["a"])
     search._node_phase(Recipe())
-    assert [d[0] for d in done] == ["weights", "exhaustive"]
+    assert [d[0] for d in done] == ["candidates", "weights", "exhaustive"]
     search.best = _step(passed=False, margin=-0.1, cost=0.0)
     done = _dispatch(search, ["a"])
     search._node_phase(Recipe())
-    assert [d[0] for d in done] == ["weights", "exhaustive"]
+    assert [d[0] for d in done] == ["candidates", "weights", "exhaustive"]
 
 
 # -- the prefix search ------------------------------------------------------------------------------------------
@@ -1301,25 +1307,37 @@ def _all_in_float(search, base, order):
     return step if step.passed else None
 
 
-def _guided(tmp_path, monkeypatch, passes, budget=None, widen=True, prefix=_all_in_float):
+def _guided(tmp_path, monkeypatch, passes, budget=None, widen=True, prefix=_all_in_float, work=None):
+    work = work or WORK
     search = _search(tmp_path, monkeypatch, budget=budget)
-    search.cost = CostModel(WORK, int16=0.5, float=1.0)
+    search.cost = CostModel(work, int16=0.5, float=1.0)
     search.base_models[Recipe()] = Path("base.onnx")
     _GuidedEstimator.made = []
     monkeypatch.setattr(estimate_module, "Estimator", _GuidedEstimator)
     asked = _rule_search(search, passes)
-    pruned = []
-    search._verified_prefix = lambda base, estimator, order: prefix(search, base, order)
-    search._prune = lambda estimator, passing, cost: pruned.append((passing, [cost(n) for n in WORK]))
-    search._guided(Recipe(), list(WORK), widen)
+    pruned, search.given = [], []
+
+    def verified_prefix(base, estimator, order):
+        search.given.append(("prefix", estimator, order))
+        return prefix(search, base, order)
+
+    def prune(estimator, passing, cost):
+        search.given.append(("prune", estimator))
+        pruned.append((passing, [cost(n) for n in work]))
+
+    search._verified_prefix, search._prune = verified_prefix, prune
+    search._guided(Recipe(), list(work), widen)
     return search, asked, pruned
 
 
 def test_guided_orders_verifies_prunes_then_widens_all_float_nodes(tmp_path, monkeypatch):
     search, asked, pruned = _guided(tmp_path, monkeypatch, lambda r: True)
     (estimator,) = _GuidedEstimator.made
-    assert estimator.args[:2] == (FP32, Path("base.onnx")) and estimator.args[3] == COSINE
-    assert estimator.args[5] == 4 and estimator.exited
+    assert estimator.args == (
+        FP32, Path("base.onnx"), TEST, COSINE, search.options, 4, search._note, search._measured_margin,
+    )  # fmt: skip
+    assert estimator.exited
+    assert search.given == [("prefix", estimator, ["d", "c", "b", "a"]), ("prune", estimator)]
     assert estimator.ordered == (["a", "b", "c", "d"], [8.0, 4.0, 2.0, 1.0], None)
     assert pruned == [(search.steps[0], [8.0, 4.0, 2.0, 1.0])]
     assert [(sorted(r.float), sorted(r.int16), p, c) for r, p, c in asked] == [
@@ -1336,6 +1354,15 @@ def test_guided_widens_the_costliest_half_after_a_miss(tmp_path, monkeypatch):
     ]
     _, asked, _ = _guided(tmp_path, monkeypatch, lambda r: True, widen=False)
     assert len(asked) == 1
+
+
+def test_guided_widens_the_costliest_float_nodes_first(tmp_path, monkeypatch):
+    work = {"a": 1.0, "b": 2.0, "c": 4.0, "d": 8.0}
+    _, asked, _ = _guided(tmp_path, monkeypatch, lambda r: len(r.float) >= 2, work=work)
+    assert [(sorted(r.float), sorted(r.int16), c) for r, _, c in asked[1:]] == [
+        ([], ["a", "b", "c", "d"], "float -> int16: d,c,b (+1 more)"),
+        (["a", "b"], ["c", "d"], "float -> int16: d,c"),
+    ]
 
 
 def test_guided_widens_from_the_best_keeping_its_16_bit_nodes(tmp_path, monkeypatch):
@@ -2120,3 +2147,158 @@ def test_run_before_the_evaluator_and_on_the_calibration_records(tmp_path, monke
     search = _run(tmp_path, monkeypatch, lambda s: None)
     search.evaluation = search.calibration
     assert search.run().held_out is False
+
+
+# -- second round: what the first mutation run left ------------------------------------------------------------
+
+
+def test_the_budget_counts_from_the_searchs_start(tmp_path, monkeypatch):
+    """A search started at 100 s on the clock: its budget counts from there."""
+    clock = Clock()
+    clock.now = 100.0
+    monkeypatch.setattr(search_module, "time", SimpleNamespace(monotonic=clock.monotonic))
+    search = RecipeSearch(
+        FP32, CALIB, TEST, COSINE, [HOST], tmp_path, Recipe(), Budget(10.0), {}, ("minmax",), RuntimeOptions(), 4,
+        16, None, None,
+    )  # fmt: skip
+    search.steps.append(_step(seconds=2.0))
+    clock.now = 107.9
+    search._check_budget()  # 7.9 + 2 < 10
+    assert search._estimates_left() == pytest.approx(10.0 - 7.9 - 2.5)
+    assert search._room_for(1.0) is True and search._room_for(1.1) is False
+    clock.now = 108.0
+    with pytest.raises(_OutOfBudget):
+        search._check_budget()
+    # pruning's pace: 10 - 4 s left, less two experiments of 2 s: 2 / 2 / 1 s = one node
+    clock.now = 104.0
+    search.cost = CostModel(WORK)
+    estimator = _Estimator(lambda f: -0.5)
+    search._prune_round(estimator, _step(recipe=Recipe(float=frozenset(WORK))), lambda n: WORK[n], set())
+    assert estimator.dropped[0][1] == ["a"]
+
+
+def test_measure_counts_a_calibrators_first_run_in_the_budget(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(10.0))
+    search.builder = _Builder(search.clock, pace=0.0, calibrators={"ort-minmax": 2.0})
+    search.evaluator = _Evaluator(search.clock, lambda text: -1.0, pace=3.0)
+    search.measure(Recipe(), "start", "s")  # 3 s
+    search.clock.now = 5.0
+    with pytest.raises(_OutOfBudget):
+        search.measure(Recipe(method="ort-minmax"), "global", "m")  # 5 + 3 + 2 >= 10
+    assert search.measure(Recipe(per_channel=True), "global", "p").index == 1  # 5 + 3 < 10
+
+
+def test_measure_a_better_step_when_the_best_models_file_is_gone(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.builder = _Builder(search.clock)
+    search.evaluator = _Evaluator(search.clock, lambda text: 0.5 if "per_channel=True" in text else -0.5)
+    search.measure(Recipe(), "start", "s")
+    search.model_path(0).unlink()
+    better = search.measure(Recipe(per_channel=True), "global", "p")
+    assert search.best is better and search.model_path(1).exists()
+
+
+def test_measured_margin_of_a_model_onnx_cannot_save(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    search.evaluator = _Evaluator(search.clock, lambda text: 0.25)
+    with pytest.raises(AttributeError):  # onnx's own error, not the missing file's
+        search._measured_margin(object())
+    assert search.evaluator.calls == []
+
+
+def test_verified_prefix_of_the_whole_order_estimated_to_pass_and_verified_to_miss(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: 0.5 if len(f) == 10 else -0.5)
+    asked = _rule_search(search, lambda r: False, margin=lambda r: -0.1)
+    assert search._verified_prefix(Recipe(), estimator, ORDER) is None
+    assert [(len(r.float), p, c) for r, p, c in asked] == [(10, "nodes", "float: top 10")]
+    assert [len(f) for f, _ in estimator.asked] == [1, 4, 1]  # the order, its head, 9 (bisected): no retry
+
+
+def test_verified_prefix_all_in_float_is_a_node_experiment(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch)
+    order = [f"n{i}" for i in range(40)]
+    estimator = _Estimator(lambda f: len(f) / 100)
+    asked = _rule_search(search, lambda r: len(r.float) == 40, margin=lambda r: -0.001)
+    search._verified_prefix(Recipe(), estimator, order)
+    assert [p for _, p, _ in asked] == ["nodes"] * 4
+
+
+def test_estimated_boundary_the_heads_gain_anywhere_in_its_longest_prefix(tmp_path, monkeypatch):
+    """n5 gains 0.6 alone (base -1): within the top 8, not the top 2 or 4: the head is estimated."""
+    search = _search(tmp_path, monkeypatch)
+    estimator = _Estimator(lambda f: 0.25 if "n5" in f else -1.0, base=-1.0, gains={"n5": 0.6})
+    assert search._estimated_boundary(estimator, ORDER, 0, 0.0) == (6, 0.25)
+    assert estimator.asked[1][1] == "short prefixes"
+
+
+def test_prune_round_budget_edges(tmp_path, monkeypatch):
+    search = _search(tmp_path, monkeypatch, budget=Budget(100.0))
+    search.cost = CostModel(WORK)
+    full = _step(recipe=Recipe(float=frozenset(WORK)))
+    # no time past two experiments: none, however quick the estimates (0.1 s)
+    search.steps = [_step(seconds=0.1, estimated=True), _step(seconds=50.0)]
+    estimator = _Estimator(lambda f: -0.5)
+    assert search._prune_round(estimator, full, lambda n: WORK[n], set()) is None and estimator.dropped == []
+    # 2 s past two experiments, instant estimates (1 ms at the least): every node
+    search.steps = [_step(seconds=0.0, estimated=True), _step(seconds=49.0)]
+    estimator = _Estimator(lambda f: -0.5)
+    search._prune_round(estimator, full, lambda n: WORK[n], set())
+    assert estimator.dropped[0][1] == ["a", "b", "c", "d"]
+
+
+def test_prune_round_the_costliest_first_whatever_their_names(tmp_path, monkeypatch):
+    work = {"a": 1.0, "b": 2.0, "c": 4.0, "d": 8.0}
+    search = _search(tmp_path, monkeypatch)
+    search.cost = CostModel(work)
+    monkeypatch.setattr(estimate_module, "PRUNE_NODES", 2)
+    estimator = _Estimator(lambda f: -0.5)
+    search._prune_round(estimator, _step(recipe=Recipe(float=frozenset(work))), lambda n: work[n], set())
+    assert estimator.dropped[0][1] == ["d", "c"]
+
+
+def test_prune_round_a_margin_of_zero_passes(tmp_path, monkeypatch):
+    """Each node dropped alone and the run together estimated at exactly 0: they pass."""
+    search = _search(tmp_path, monkeypatch)
+    search.cost = CostModel(WORK)
+    estimator = _Estimator(lambda f: 0.0)
+    asked = _rule_search(search, lambda r: True)
+    missed: set[str] = set()
+    passing = _step(passed=True, recipe=Recipe(float=frozenset({"a", "b"})))
+    found = search._prune_round(estimator, passing, lambda n: WORK[n], missed)
+    assert missed == set() and found.recipe == Recipe()
+    assert [len(f[0]) for f, _ in estimator.asked] == [1, 0]  # mid 1 of 2, then both
+    assert [c for _, _, c in asked] == ["float -a,b"]
+
+
+def test_prune_round_bisects_the_run_from_its_middle_up(tmp_path, monkeypatch):
+    """Two nodes droppable alone, not together: mid (0 + 2 + 1) // 2 = 1 passes, then both miss."""
+    search = _search(tmp_path, monkeypatch)
+    search.cost = CostModel(WORK)
+    estimator = _Estimator(lambda f: 0.5 if f else -0.5)
+    asked = _rule_search(search, lambda r: True)
+    passing = _step(passed=True, recipe=Recipe(float=frozenset({"a", "b"})))
+    search._prune_round(estimator, passing, lambda n: WORK[n], set())
+    assert [sorted(f[0]) for f, _ in estimator.asked] == [["b"], []]
+    assert [c for _, _, c in asked] == ["float -a"]
+
+
+def test_assignment_cost_rounds_to_nine_decimals():
+    cost = CostModel({"a": 1.0000000004, "b": 1.0}, int16=1.0, float=1.0)
+    assert assignment_cost(["a"], ["float"], cost) == 1.0
+    assert assignment_cost(["a", "b"], ["float", "float"], cost) == 2.0
+
+
+def test_search_recipe_whose_search_removed_its_own_folder(tmp_path, monkeypatch):
+    class Removes(_Run):
+        def run(self):
+            result = super().run()
+            import shutil
+
+            shutil.rmtree(self.args[5])
+            return replace(result, model=None)
+
+    monkeypatch.setattr(search_module, "RecipeSearch", Removes)
+    _Run.made = []
+    result = search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], model_out=tmp_path / "out.onnx")
+    assert result.model is None and not (tmp_path / "out.onnx").exists()
