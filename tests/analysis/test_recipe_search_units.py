@@ -1880,6 +1880,7 @@ def test_estimate_global_reuses_the_row_of_equal_ranges(tmp_path, monkeypatch):
     edits = _Edits("m", Recipe(), "f", {})
     first = search._estimate_global(edits, Recipe(per_channel=True), "per_channel=True")
     assert first.margin == -0.25 and first.estimated and edits.asked == [(Recipe(per_channel=True), {"x": (0.0, 1.0)})]
+    assert first.phase == "global" and first.change == "per_channel=True"
     search.best = _step(passed=True)
     again = search._estimate_global(edits, Recipe(method="ort-minmax", per_channel=True), "method=ort-minmax")
     assert again == replace(
@@ -2302,3 +2303,270 @@ def test_search_recipe_whose_search_removed_its_own_folder(tmp_path, monkeypatch
     _Run.made = []
     result = search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], model_out=tmp_path / "out.onnx")
     assert result.model is None and not (tmp_path / "out.onnx").exists()
+
+
+# -- third round: what the second mutation run left --------------------------------------------------------------
+
+
+def test_run_hands_on_the_task_targets_and_the_best_recipes_overrides(tmp_path, monkeypatch):
+    best = Recipe(int16=frozenset({"conv1"}), flipped=frozenset({"conv2"}))
+    search = _run(tmp_path, monkeypatch, lambda s: _best(s, best, True, cost=0.2))
+    search.task_targets = ["t0", "t1"]
+    result = search.run()
+    assert _FakeEvaluator.made[0][-1] == ["t0", "t1"]
+    # conv1's activations (its reads, x and conv1) at uint16; conv2's weight per channel on axis 0
+    assert result.arguments["extra_options"]["TensorQuantOverrides"] == {
+        "conv1": [{"quant_type": "QUInt16"}],
+        "conv2.weight": [{"axis": 0}],
+        "x": [{"quant_type": "QUInt16"}],
+    }
+
+
+class _TwoTargets(_Evaluator):
+    """Measured: the host at ``host``, another target at ``other`` (estimates: the host alone)."""
+
+    def __init__(self, clock, host: float, other: float) -> None:
+        super().__init__(clock, lambda text: host, pace=1.0)
+        self.host, self.other = host, other
+
+    def measure(self, path, targets=None):
+        self.calls.append((Path(path).name, targets))
+        measured = {HOST: {"y": {"cosine": 0.5 + self.host / 2}}}
+        if targets is None:
+            measured["other"] = {"y": {"cosine": 0.5 + self.other / 2}}
+        margin = min(self.host, self.other) if targets is None else self.host
+        return Verdict(measured, margin >= 0, margin)
+
+
+def test_global_phase_the_starts_host_row_passes_on_the_host_alone(tmp_path, monkeypatch):
+    """The start misses on another target (-0.5) but meets the checks on the host (margin 0): its
+    host row passes at 0, and the descent has nothing to improve."""
+    search = _global(tmp_path, monkeypatch, _margins({}))
+    search.evaluator = _TwoTargets(search.clock, 0.0, -0.5)
+    assert search._global_phase() == Recipe()
+    assert search.steps[0].phase == "start" and search.steps[0].margin == -0.5 and not search.steps[0].passed
+    (row,) = search.global_rows.values()
+    assert row.passed is True and row.margin == 0.0 and row.estimated is True and row.phase == "start"
+    assert row.measured == {HOST: {"y": {"cosine": 0.5}}}
+    assert len(search.steps) == 1 and search.base_models == {}
+
+
+def test_global_phase_without_a_host_margin_descends_from_minus_infinity(tmp_path, monkeypatch):
+    """No host among the targets and the start's estimate fails: any estimated margin improves."""
+    search = _global(tmp_path, monkeypatch, _margins({"(same)": -0.5, "per_channel=True": -0.9}), vary=("per_channel",))
+    search.targets = ["other"]
+    real = search.evaluator.measure
+
+    def measure(path, targets=None):
+        if targets is None:
+            found = real(path, targets)
+            return replace(found, measured={"other": found.measured["other"]})
+        if Path(path).read_text() == repr(Recipe()):
+            raise ValueError("cannot run it")
+        return real(path, targets)
+
+    search.evaluator.measure = measure
+    assert search._global_phase() == Recipe(per_channel=True)
+    assert [(s.change, s.margin, s.skipped) for s in search.steps] == [
+        ("starting recipe", -0.5, None),
+        ("starting recipe", None, "ValueError: cannot run it"),
+        ("per_channel=True", -0.9, None),
+    ]
+
+
+def test_global_phase_a_descent_to_exactly_zero_is_verified_before_any_histogram(tmp_path, monkeypatch):
+    search = _global(
+        tmp_path, monkeypatch, _margins({"(same)": -0.5, "per_channel=True": 0.0}), methods=("minmax", "mse"),
+        vary=("per_channel", "method"),
+    )  # fmt: skip
+    search.builder.histograms, search.builder.expected = {"mse": "mse"}, 4.0
+    assert search._global_phase() == Recipe(per_channel=True)
+    assert _rows(search) == [
+        ("starting recipe", -0.5, False),
+        ("per_channel=True", 0.0, True),
+        ("per_channel=True", 0.0, False),
+    ]
+    assert search.notes == [] and search.builder.folded == []
+
+
+def test_global_phase_the_cheapest_histogram_rule_first_when_their_times_are_equal(tmp_path, monkeypatch):
+    """No extrema pass timed yet: mse, kl both expected at 0 s; mse's rule is the cheaper (docs: 2 passes
+    against 3.5), so it comes first, whatever the names' order."""
+    table = {"(same)": -0.5, "method=mse": -0.6, "method=kl": -0.7}
+    search = _global(tmp_path, monkeypatch, _margins(table), methods=("minmax", "kl", "mse"), vary=("method",))
+    search.builder.histograms = {"mse": "mse", "kl": "kl"}
+    search.builder.method_ranges = {"mse": {"x": (0.0, 0.5)}, "kl": {"x": (0.0, 0.25)}}
+    assert search._global_phase() == Recipe()
+    assert [s.change for s in search.steps[1:]] == ["method=mse", "method=kl"]
+
+
+@pytest.mark.parametrize(
+    ("mse", "skipped"),
+    [(-0.7, None), (-0.5, None), (None, "ValueError: no")],
+)
+def test_global_phase_a_histogram_method_no_better_is_not_kept(tmp_path, monkeypatch, mse, skipped):
+    def margin(recipe, estimated):
+        if recipe.method == "mse":
+            return ValueError("no") if mse is None else mse
+        return -0.5
+
+    search = _global(tmp_path, monkeypatch, margin, methods=("minmax", "mse"), vary=("method",))
+    search.builder.histograms = {"mse": "mse"}
+    search.builder.method_ranges = {"mse": {"x": (0.0, 0.5)}}
+    assert search._global_phase() == Recipe()
+    assert [(s.change, s.margin, s.skipped) for s in search.steps[1:]] == [("method=mse", mse, skipped)]
+    assert search.extended is False and search.base_models == {}
+
+
+def test_global_phase_the_bases_edited_model_has_its_estimated_ranges(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({"(same)": -0.5, "per_channel=True": -0.4}), vary=("per_channel",))
+    search.builder.method_ranges = {"minmax": {"x": (0.0, 3.0)}}
+    search._global_phase()
+    (edits,) = _Edits.made
+    assert edits.asked[-1] == (Recipe(per_channel=True), {"x": (0.0, 3.0)})
+
+
+def test_descend_from_a_met_margin_estimates_nothing(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({"per_channel=True": 1.0}))
+    assert search._descend(_Edits("m", Recipe(), None, {}), Recipe(), 0.0, {Recipe()}, set()) == (Recipe(), 0.0)
+    assert search.steps == []
+
+
+def test_descend_first_each_new_value_then_the_values_seen(tmp_path, monkeypatch):
+    """per_channel=True counts as seen: the first pass takes reduce_range (-0.3) and the revisit
+    both from there (-0.2); per_channel alone comes last (from both, reduce_range back)."""
+    table = {"per_channel=True": -0.4, "reduce_range=True": -0.3, "per_channel=True, reduce_range=True": -0.2}
+    search = _global(tmp_path, monkeypatch, _margins(table), vary=("per_channel", "reduce_range"))
+    edits = _Edits("m", Recipe(), None, {})
+    found = search._descend(edits, Recipe(), -0.5, {Recipe()}, {("per_channel", True)})
+    assert found == (Recipe(per_channel=True, reduce_range=True), -0.2)
+    assert [s.change for s in search.steps] == ["reduce_range=True", "per_channel=True", "reduce_range=False"]
+    assert [s.recipe for s in search.steps] == [
+        Recipe(reduce_range=True),
+        Recipe(per_channel=True, reduce_range=True),
+        Recipe(per_channel=True),
+    ]
+
+
+def test_descend_a_folded_histogram_method_past_one_not_folded(tmp_path, monkeypatch):
+    """kl's statistics exist, mse's do not: mse is skipped (the caller's), kl estimated."""
+    search = _global(tmp_path, monkeypatch, _margins({}), methods=("minmax", "mse", "kl"), vary=("method",))
+    search.builder.histograms, search.builder.folded = {"mse": "mse", "kl": "kl"}, ["kl"]
+    search.builder.method_ranges = {"kl": {"x": (0.0, 0.25)}}
+    search._descend(_Edits("m", Recipe(), None, {}), Recipe(), -0.5, {Recipe()}, set())
+    assert [s.change for s in search.steps] == ["method=kl"]
+
+
+def test_descend_skips_a_calibrator_of_half_a_second_that_does_not_fit(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({}), methods=("minmax", "ort-minmax"), budget=Budget(100.0))
+    search.evaluator.pace = 0.0
+    search.builder.calibrators = {"ort-minmax": 0.5}
+    search.clock.now = 29.6  # 29.6 + 0.5 is past 30 % of 100 s; the cheap moves fit
+    search._descend(_Edits("m", Recipe(), None, {}), Recipe(), -0.5, {Recipe()}, set())
+    assert [s.change for s in search.steps] == [
+        "per_channel=True",
+        "reduce_range=True",
+        "activation_type=int8",
+        "weight_type=uint8",
+    ]
+    assert search.notes == []
+
+
+def test_descend_an_equal_margin_is_no_improvement(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({"per_channel=True": -0.5}), vary=("per_channel",))
+    assert search._descend(_Edits("m", Recipe(), None, {}), Recipe(), -0.5, {Recipe()}, set()) == (Recipe(), -0.5)
+
+
+def test_descend_a_cheaper_method_than_the_current_does_not_extend(tmp_path, monkeypatch):
+    search = _global(
+        tmp_path, monkeypatch, _margins({"method=mse": -0.3}), methods=("kl", "mse"), vary=("method",),
+        start=Recipe(method="kl"),
+    )  # fmt: skip
+    search.builder.method_ranges = {"mse": {"x": (0.0, 0.5)}}
+    found = search._descend(_Edits("m", Recipe(), None, {}), Recipe(method="kl"), -0.5, {Recipe(method="kl")}, set())
+    assert found == (Recipe(method="mse"), -0.3) and search.extended is False
+
+
+def test_global_fits_a_histogram_under_a_second_has_the_floor(tmp_path, monkeypatch):
+    assert _fits(tmp_path, monkeypatch, 39.0, expected=0.5)._global_fits(Recipe(method="mse")) is True
+
+
+def test_global_fits_counts_from_the_searchs_start(tmp_path, monkeypatch):
+    search = _fits(tmp_path, monkeypatch, 129.9)
+    search.started = 100.0
+    assert search._global_fits(Recipe()) is True
+    search.clock.now = 130.0
+    assert search._global_fits(Recipe()) is False
+
+
+def test_estimate_global_a_reused_row_is_a_global_row(tmp_path, monkeypatch):
+    search = _global(tmp_path, monkeypatch, _margins({}))
+    key = search._row_key(Recipe())
+    search.global_rows[key] = Step(0, "start", "starting recipe", Recipe(), 0.0, {}, False, -0.5, 3.0, estimated=True)
+    search.steps.append(search.global_rows[key])
+    row = search._estimate_global(_Edits("m", Recipe(), None, {}), Recipe(method="ort-minmax"), "method=ort-minmax")
+    assert (row.index, row.phase, row.change, row.seconds) == (
+        1,
+        "global",
+        "method=ort-minmax (estimated as step 0)",
+        0.0,
+    )
+
+
+def test_weight_phase_a_node_without_work_counts_as_one(tmp_path, monkeypatch):
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5})
+    search.cost = CostModel({"a": 1.5, "b": 0.5})
+    search.builder.weights = {"a": ("a.w", 0), "b": ("b.w", 0), "ghost": ("ghost.w", 0)}
+    monkeypatch.setattr(search_module, "FLIP_NODES", 2)
+    search._weight_phase(Recipe(), ["b", "ghost", "a"])
+    assert [s.change for s in search.steps[2:4]] == ["per-channel weight +a", "per-channel weight +ghost"]
+
+
+def test_weight_phase_flips_at_the_per_channel_opset_itself(tmp_path, monkeypatch):
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5})
+    search.builder.model = onnx.helper.make_model(
+        onnx.helper.make_graph([], "g", [], []), opset_imports=[onnx.helper.make_opsetid("", 13)]
+    )
+    search._weight_phase(Recipe(), ["conv2"])
+    assert search.steps[2].change == "per-channel weight +conv2"
+
+
+def test_weight_phase_estimates_on_the_bases_ranges_in_its_own_phase(tmp_path, monkeypatch):
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5, "per-channel weight +conv2": -0.25})
+    search.builder.method_ranges = {"minmax": {"x": (0.0, 7.0)}}
+    search._weight_phase(Recipe(), ["conv2"])
+    (edits,) = _Edits.made
+    assert [ranges for _, ranges in edits.asked] == [{"x": (0.0, 7.0)}] * 4
+    assert {s.phase for s in search.steps[1:]} == {"weights"}
+
+
+def test_weight_phase_compares_with_the_bases_verified_margin(tmp_path, monkeypatch):
+    """The base verified at -0.5 but estimated at -0.3; the moves verified at -0.4: kept."""
+    table = {"(same)": -0.3, "per-channel weight +conv2": -0.1}
+    search = _weights(tmp_path, monkeypatch, table, verified={"(same)": -0.5, "per-channel weight +conv2": -0.4})
+    assert search._weight_phase(Recipe(), ["conv2"]) == Recipe(flipped=frozenset({"conv2"}))
+
+
+def test_weight_phase_a_skipped_verified_base_counts_as_minus_infinity(tmp_path, monkeypatch):
+    table = {"(same)": -0.5, "per_channel=True": -0.5, "per_channel=True, per-tensor weight +conv2": -0.1}
+    search = _weights(tmp_path, monkeypatch, table, verified={"per_channel=True, per-tensor weight +conv2": -0.9})
+    pc = Recipe(per_channel=True)
+    search.seen[pc] = _step(index=9, skipped="refused", recipe=pc)
+    assert search._weight_phase(pc, ["conv2"]) == replace(pc, flipped=frozenset({"conv2"}))
+
+
+def test_weight_phase_on_onnxruntime_1_18_says_each_kind_it_refuses(tmp_path, monkeypatch):
+    import onnxruntime
+
+    monkeypatch.setattr(onnxruntime, "__version__", "1.18.1")
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5})
+    assert search._weight_phase(Recipe(), ["conv2"]) == Recipe()
+    assert [s.change for s in search.steps[2:]] == ["per-channel weight +conv2"]
+    assert [n.split(":")[0] for n in search.notes[1:]] == ["weights", "weights"]
+    assert "no narrowed weights" in search.notes[1] and "no retyped weights" in search.notes[2]
+
+
+def test_weight_phase_out_of_its_share_goes_on_to_verify_nothing(tmp_path, monkeypatch):
+    search = _weights(tmp_path, monkeypatch, {"(same)": -0.5}, budget=Budget(100.0))
+    monkeypatch.setattr(search_module, "WEIGHTS_SHARE", 0.0)
+    assert search._weight_phase(Recipe(), ["conv2"]) == Recipe()
