@@ -2753,6 +2753,12 @@ EQUIVALENT += [
         "an estimate is skipped exactly when it has no margin",
     ),
     *_each(
+        "before = known.margin if known.skipped is None and known.margin is not None else -math.inf",
+        " and ",
+        " or ",
+        "a step is skipped exactly when it has no margin",
+    ),
+    *_each(
         "refused = refusal(base.with_move(kind, flippable[0]))",
         "flippable[0]",
         "None",

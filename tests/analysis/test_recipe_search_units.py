@@ -2570,3 +2570,42 @@ def test_weight_phase_out_of_its_share_goes_on_to_verify_nothing(tmp_path, monke
     search = _weights(tmp_path, monkeypatch, {"(same)": -0.5}, budget=Budget(100.0))
     monkeypatch.setattr(search_module, "WEIGHTS_SHARE", 0.0)
     assert search._weight_phase(Recipe(), ["conv2"]) == Recipe()
+
+
+# -- fourth round: what the third mutation run left -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", [0.0, 0.5])
+def test_global_phase_a_start_met_on_the_host_computes_no_histogram(tmp_path, monkeypatch, host):
+    search = _global(tmp_path, monkeypatch, _margins({}), methods=("minmax", "mse"), vary=("method",))
+    search.builder.histograms = {"mse": "mse"}
+    search.evaluator = _TwoTargets(search.clock, host, -0.5)
+    assert search._global_phase() == Recipe()
+    assert search.notes == [] and search.builder.folded == [] and len(search.steps) == 1
+
+
+def test_global_phase_a_histogram_method_is_estimated_once(tmp_path, monkeypatch):
+    """mse's statistics from 28 s to 38 s, its estimate to 41 s (no better): the phase's share is then
+    30 % + the 10 s of statistics, spent; the descent after it has nothing left to try, so it says
+    nothing."""
+    search = _global(tmp_path, monkeypatch, _margins({"(same)": -0.5}), methods=("minmax", "mse"), budget=Budget(100.0),
+                     vary=("method",))  # fmt: skip
+    search.builder.histograms, search.builder.expected = {"mse": "mse"}, 10.0
+    search.builder.method_ranges = {"mse": {"x": (0.0, 0.5)}}
+    search.evaluator.pace = 3.0
+    search.clock.now = 24.0  # the start's experiment ends at 28 (1 s to write, 3 to measure)
+    assert search._global_phase() == Recipe()
+    assert search.clock.now == 41.0 and [s.change for s in search.steps[1:]] == ["method=mse"]
+    assert search.notes == [
+        "global phase: the mse histograms for method=mse (expected 10.0s)",
+        "global phase: the mse histograms took 10.0s",
+    ]
+
+
+def test_descend_a_recipe_estimated_once_is_not_tried_again(tmp_path, monkeypatch):
+    """per_channel=True estimated from 29.5 s (1 s): the revisit past 30 % has nothing left to try,
+    so it says nothing."""
+    search = _global(tmp_path, monkeypatch, _margins({}), budget=Budget(100.0), vary=("per_channel",))
+    search.clock.now = 29.5
+    assert search._descend(_Edits("m", Recipe(), None, {}), Recipe(), -0.5, {Recipe()}, set()) == (Recipe(), -0.5)
+    assert [s.change for s in search.steps] == ["per_channel=True"] and search.notes == []
