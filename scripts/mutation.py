@@ -345,7 +345,6 @@ GROUPS: dict[str, Group] = {
     ),
     "recipe": Group(
         (
-            # measured so far; search.py not yet
             "analysis/recipe/aims.py",
             "analysis/recipe/build.py",
             "analysis/recipe/checks.py",
@@ -373,6 +372,11 @@ GROUPS: dict[str, Group] = {
             "tests/analysis/test_recipe_build_units.py",
             "tests/plugin/test_analysis_budget.py",
         ),
+    ),
+    # the search itself, on its unit tests alone (the files above run whole searches: seconds a mutant)
+    "recipe_search": Group(
+        ("analysis/recipe/search.py",),
+        ("tests/analysis/test_recipe_search_units.py", "tests/analysis/test_recipe_nodes.py"),
     ),
     "sensitivity": Group(
         (
@@ -2685,6 +2689,92 @@ EQUIVALENT += [
             "pool.map gives one result per name: the two are always the same length",
         )
     ],
+]
+
+# recipe: the search (analysis/recipe/search.py)
+_ONE_PER_NODE = "cost_ordered yields one level per node: zip's lengths agree"
+_ONE_PER_SET = "the estimator gives one margin per set (per node dropped): zip's lengths agree"
+EQUIVALENT += [
+    *[
+        entry
+        for new in ("strict=None", "", "strict=False")
+        for line, reason in (
+            ("recipe = base.with_nodes(dict(zip(nodes, assignment, strict=True)))", _ONE_PER_NODE),
+            ("precisions = dict(zip(nodes, assignment, strict=True))", _ONE_PER_NODE),
+            (
+                'for size, found in zip(sizes, estimator.margins([order[:k] for k in sizes], "short prefixes"), '
+                "strict=True):",
+                _ONE_PER_SET,
+            ),
+            ("missed.update(n for n, m in zip(costly, margins, strict=True) if m < 0)", _ONE_PER_SET),
+            ("drops = [n for n, m in zip(costly, margins, strict=True) if m >= 0]", _ONE_PER_SET),
+        )
+        for entry in _each(line, "strict=True", new, reason)
+    ],
+    *_each(
+        "slow = sorted((m for m in self.methods if method_rank(m)[0]), key=method_rank)",
+        "method_rank(m)[0]",
+        "method_rank(m)[1]",
+        "method_rank is (0, 0.0) or (1, a histogram's passes > 0): either item is true for the same methods",
+    ),
+    *[
+        entry
+        for new in ("None", "")
+        for entry in _each(
+            "graph = QdqGraph(load_model(path), None, path.name)",
+            "path.name",
+            new,
+            "QdqGraph's name is read only by the error of a node lookup, which _candidates never makes",
+        )
+    ],
+    *_each(
+        "space.insert(0, base.with_nodes({}))",
+        "insert(0,",
+        "insert(1,",
+        "the sort puts the base first; the others keep their order either way",
+    ),
+    (r"^improved = False$", "improved = None", "improved is read only for its truth"),
+    *_each(
+        'dimension = change.partition("=")[0]',
+        "partition(",
+        "rpartition(",
+        "a global move's change has one '=' (choice=value)",
+    ),
+    *_each(
+        "value = (dimension, getattr(recipe, dimension, None))",
+        "getattr(recipe, dimension, None)",
+        "getattr(recipe, dimension, )",
+        "every global move's dimension is a Recipe field: the default is never read",
+    ),
+    *_each(
+        "if first.skipped is not None or first.margin is None:",
+        " or ",
+        " and ",
+        "an estimate is skipped exactly when it has no margin",
+    ),
+    *_each(
+        "before = known.margin if known.skipped is None and known.margin is not None else -math.inf",
+        " and ",
+        " or ",
+        "a step is skipped exactly when it has no margin",
+    ),
+    *_each(
+        "refused = refusal(base.with_move(kind, flippable[0]))",
+        "flippable[0]",
+        "None",
+        "refusal reads whether the moved nodes' sets are empty, not which nodes they hold",
+    ),
+    *[
+        entry
+        for new in ("None", '"XXint8XX"', '"INT8"')
+        for entry in _each(
+            'recipe = recipe.with_precision(node, "int8")',
+            '"int8"',
+            new,
+            "with_precision puts a node at any precision but int16 and float in int8",
+        )
+    ],
+    (r"^tmp = None$", 'tmp = ""', "a workdir given: shutil.rmtree('', ignore_errors=True) removes nothing"),
 ]
 
 MUTMUT = [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())"]
