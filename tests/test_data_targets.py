@@ -199,7 +199,10 @@ def test_unreadable_target_arrays_name_the_file(tmp_path) -> None:
     (folder / "targets.npy").write_bytes(b"")
     with load_dataset(folder) as data, pytest.raises(DataError) as info:
         data.targets()
-    assert str(info.value) == "d/targets.npy: cannot read (No data left in file)"
+    assert str(info.value) in (
+        "d/targets.npy: cannot read (No data left in file)",  # numpy 2
+        "d/targets.npy: cannot read (Cannot load file containing pickled data when allow_pickle=False)",  # 1.24
+    )
     archive = tmp_path / "p.npz"
     np.savez(archive, x=np.zeros((3, 2), np.float32), targets=np.array([None, 1, 2], object))
     with load_dataset(archive) as data, pytest.raises(DataError) as info:

@@ -23,9 +23,9 @@ def test_a_toml_file_that_does_not_parse_names_it_and_the_place(tmp_path: Path) 
     path.write_text("[tool.pytest.ini_options\nqaccuracy_min_cosine = 0.9\n", encoding="utf-8")
     with pytest.raises(ValueError) as info:
         ini_task_metrics(path)
-    assert str(info.value) == (
-        f"{path}: cannot read it (Expected ']' at the end of a table declaration (at line 1, column 25))"
-    )
+    # Python 3.11's tomllib quotes the bracket with ', tomli (Python 3.10) with "
+    message = str(info.value).replace('"]"', "']'")
+    assert message == f"{path}: cannot read it (Expected ']' at the end of a table declaration (at line 1, column 25))"
 
 
 @pytest.mark.parametrize("name", ["pyproject.toml", "tox.ini"])

@@ -16,7 +16,9 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import onnx
+import onnxruntime as ort
 import pytest
+from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
 from pytest_qaccuracy.analysis.recipe import search as search_module
@@ -44,6 +46,15 @@ from pytest_qaccuracy.analysis.recipe.space import Recipe
 from pytest_qaccuracy.errors import InputError, QAccuracyError
 from pytest_qaccuracy.runtime import RuntimeOptions
 from tests.progress_recorders import Clock
+
+needs_cache = pytest.mark.skipif(
+    not hasattr(ort_calibrate, "save_tensors_data"),
+    reason=f"onnxruntime {ort.__version__} has no calibration cache: search_recipe refuses it (test_recipe_refusal.py)",
+)
+old_ort_refuses_moves = pytest.mark.skipif(
+    tuple(int(p) for p in ort.__version__.split(".")[:2]) <= (1, 18),
+    reason="onnxruntime 1.18 refuses per-node weight types and 7-bit weights: the weight phase has fewer moves",
+)
 
 SUITE = Path(__file__).resolve().parents[2] / "example_suites"
 FP32 = SUITE / "models" / "digits_cnn.onnx"
@@ -1412,11 +1423,13 @@ def test_guided_widens_only_with_room_for_two_experiments(tmp_path, monkeypatch)
 # -- search_recipe's checks ----------------------------------------------------------------------------------------
 
 
+@needs_cache
 def test_search_recipe_refuses_a_quantized_model(tmp_path):
     with pytest.raises(InputError, match=r"a qdq model is already quantized; the recipe search needs the fp32 model"):
         search_recipe(QDQ, CALIB, TEST, ["cosine>=0.99"], workdir=tmp_path)
 
 
+@needs_cache
 def test_search_recipe_refuses_a_bad_starting_recipe(tmp_path):
     with pytest.raises(InputError, match="unknown calibration method 'best'"):
         search_recipe(FP32, CALIB, TEST, ["cosine>=0.99"], start=Recipe(method="best"), workdir=tmp_path)
@@ -1428,6 +1441,7 @@ def test_search_recipe_refuses_a_bad_starting_recipe(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@needs_cache
 def test_search_recipe_refuses_bad_checks_and_tasks(tmp_path):
     with pytest.raises(InputError):
         search_recipe(FP32, CALIB, TEST, ["cosine>>1"], workdir=tmp_path)
@@ -1451,6 +1465,7 @@ class _Run:
         return _result(model=str(workdir / "best.onnx"))
 
 
+@needs_cache
 def test_search_recipe_fills_in_the_defaults_and_cleans_up(tmp_path, monkeypatch):
     monkeypatch.setattr(search_module, "RecipeSearch", _Run)
     _Run.made = []
@@ -1466,6 +1481,7 @@ def test_search_recipe_fills_in_the_defaults_and_cleans_up(tmp_path, monkeypatch
     assert result.model == str(Path(workdir) / "best.onnx")
 
 
+@needs_cache
 def test_search_recipe_passes_its_arguments_and_writes_the_model_out(tmp_path, monkeypatch):
     monkeypatch.setattr(search_module, "RecipeSearch", _Run)
     _Run.made = []
@@ -1487,6 +1503,7 @@ def test_search_recipe_passes_its_arguments_and_writes_the_model_out(tmp_path, m
     assert (work / "best.onnx").exists()  # the caller's folder is kept
 
 
+@needs_cache
 def test_search_recipe_reads_a_task_targets_sidecar(tmp_path, monkeypatch):
     monkeypatch.setattr(search_module, "RecipeSearch", _Run)
     from pytest_qaccuracy.data import load_dataset
@@ -1905,6 +1922,7 @@ def _weights(tmp_path, monkeypatch, table, verified=None, **kwargs):
     return search
 
 
+@old_ort_refuses_moves
 def test_weight_phase_keeps_each_move_that_improves_then_verifies_them_together(tmp_path, monkeypatch):
     table = {
         "(same)": -0.5,
@@ -1966,6 +1984,7 @@ def test_weight_phase_a_verified_pass_is_kept_and_an_unverified_base_uses_its_es
     assert search._weight_phase(pc, ["conv2"]) == pc
 
 
+@old_ort_refuses_moves
 def test_weight_phase_does_nothing_without_weights_or_a_start(tmp_path, monkeypatch):
     search = _weights(tmp_path, monkeypatch, {"(same)": -0.5}, vary=("per_channel",))
     assert search._weight_phase(Recipe(), ["conv2"]) == Recipe() and len(search.steps) == 1
@@ -1987,6 +2006,7 @@ def test_weight_phase_does_nothing_without_weights_or_a_start(tmp_path, monkeypa
     assert [s.estimated for s in search.steps] == [False, True, True, True, True]
 
 
+@old_ort_refuses_moves
 def test_weight_phase_flips_only_the_costliest_and_per_channel_needs_its_opset(tmp_path, monkeypatch):
     monkeypatch.setattr(search_module, "FLIP_NODES", 2)
     search = _weights(tmp_path, monkeypatch, {"(same)": -0.5})
@@ -2007,6 +2027,7 @@ def test_weight_phase_flips_only_the_costliest_and_per_channel_needs_its_opset(t
     assert search.steps[2].change == "per-tensor weight +conv2"  # per channel already: the flip is per tensor
 
 
+@old_ort_refuses_moves
 def test_weight_phase_skips_a_kind_onnxruntime_refuses(tmp_path, monkeypatch):
     start = Recipe(activation_type="int8", weight_type="int8")
     search = _weights(tmp_path, monkeypatch, {}, start=start)
@@ -2031,6 +2052,7 @@ def test_weight_phase_within_its_share(tmp_path, monkeypatch, share, flips):
     ]
 
 
+@old_ort_refuses_moves
 def test_weight_phase_within_the_estimates_left(tmp_path, monkeypatch):
     """10 s in all, the start's experiment 2 s: estimates may use 10 - now - 2.5; each takes 1 s."""
     search = _weights(tmp_path, monkeypatch, {"(same)": -0.5}, budget=Budget(10.0))
@@ -2290,6 +2312,7 @@ def test_assignment_cost_rounds_to_nine_decimals():
     assert assignment_cost(["a", "b"], ["float", "float"], cost) == 2.0
 
 
+@needs_cache
 def test_search_recipe_whose_search_removed_its_own_folder(tmp_path, monkeypatch):
     class Removes(_Run):
         def run(self):
@@ -2531,6 +2554,7 @@ def test_weight_phase_flips_at_the_per_channel_opset_itself(tmp_path, monkeypatc
     assert search.steps[2].change == "per-channel weight +conv2"
 
 
+@old_ort_refuses_moves
 def test_weight_phase_estimates_on_the_bases_ranges_in_its_own_phase(tmp_path, monkeypatch):
     search = _weights(tmp_path, monkeypatch, {"(same)": -0.5, "per-channel weight +conv2": -0.25})
     search.builder.method_ranges = {"minmax": {"x": (0.0, 7.0)}}
