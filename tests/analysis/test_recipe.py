@@ -15,18 +15,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper, version_converter
-from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import Budget, Recipe, parse_checks, python_snippet, search_recipe
 from pytest_qaccuracy.analysis.recipe.cost import CostModel, node_work
 from pytest_qaccuracy.analysis.recipe.search import GLOBAL_CHOICES, cost_ordered
 from pytest_qaccuracy.errors import InputError
+from tests.ort_features import needs_cache
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"),
-    reason=f"onnxruntime {ort.__version__} has no calibration cache: the recipe search refuses it "
-    "(test_recipe_refusal.py)",
-)
+pytestmark = needs_cache
 
 #: the chain's nodes and their work per record: MatMul MACs (16x32, 32x24, 24x10), Sigmoid elements
 WORK = {"mm1": 16 * 32, "sig": 32, "mm2": 32 * 24, "mm3": 24 * 10}

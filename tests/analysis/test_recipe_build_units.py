@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
 from pytest_qaccuracy.analysis.calibration.calibrator import CalibrationResult
@@ -19,6 +18,7 @@ from pytest_qaccuracy.analysis.recipe import build
 from pytest_qaccuracy.analysis.recipe.space import Recipe
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.runtime import RuntimeOptions
+from tests.ort_features import needs_cache
 
 SUITE = Path(__file__).resolve().parents[2] / "example_suites"
 FP32 = SUITE / "models" / "digits_cnn.onnx"
@@ -126,12 +126,6 @@ def test_mse_ranges_depend_on_the_activation_type_the_others_do_not():
 def test_onnxruntimes_minmax_is_estimated_as_ours():
     builder = build.RecipeBuilder(FP32, CALIB, RuntimeOptions())
     assert builder.estimated_ranges(Recipe(method="ort-minmax")) == builder.estimated_ranges(Recipe(method="minmax"))
-
-
-needs_cache = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"),
-    reason=f"onnxruntime {ort.__version__} has no calibration cache",
-)
 
 
 @needs_cache

@@ -12,18 +12,15 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
-from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import GlobalEdits, Recipe
 from pytest_qaccuracy.analysis.recipe.build import RecipeBuilder
 from pytest_qaccuracy.analysis.recipe.checks import parse_checks
 from pytest_qaccuracy.analysis.recipe.estimate import Estimator
 from pytest_qaccuracy.runtime import RuntimeOptions
+from tests.ort_features import needs_cache
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"),
-    reason=f"onnxruntime {ort.__version__} has no calibration cache: the recipe search refuses it",
-)
+pytestmark = needs_cache
 
 SUITE = Path(__file__).resolve().parents[2] / "example_suites"
 FP32 = SUITE / "models" / "digits_cnn.onnx"

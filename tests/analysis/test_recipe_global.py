@@ -8,9 +8,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
 from pytest_qaccuracy.analysis.calibration import candidates as C
@@ -20,12 +18,7 @@ from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
 from pytest_qaccuracy.analysis.recipe.build import HISTOGRAM_RULES, RecipeBuilder, default_methods
 from pytest_qaccuracy.analysis.recipe.search import GLOBAL_SHARE, STATISTICS_SHARE, RecipeSearch, Step
 from pytest_qaccuracy.runtime import RuntimeOptions
-
-#: what writes a recipe's model (the search, the estimator's base); the statistics and the budget rules need no cache
-needs_cache = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"),
-    reason=f"onnxruntime {ort.__version__} has no calibration cache: the recipe search refuses it",
-)
+from tests.ort_features import needs_cache
 
 SUITE = Path(__file__).resolve().parents[2] / "example_suites"
 FP32 = SUITE / "models" / "digits_cnn.onnx"

@@ -14,14 +14,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import Recipe, search_recipe
+from tests.ort_features import needs_cache
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"),
-    reason=f"onnxruntime {ort.__version__} has no calibration cache: the recipe search refuses it",
-)
+pytestmark = needs_cache
 
 #: float work of each node: MatMul MACs per record (16x32, 32x8), Sigmoid elements
 WORK = {"mmA": 16 * 32, "sig": 32, "mmB": 32 * 8}

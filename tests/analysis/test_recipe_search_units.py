@@ -16,9 +16,7 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import onnx
-import onnxruntime as ort
 import pytest
-from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import estimate as estimate_module
 from pytest_qaccuracy.analysis.recipe import search as search_module
@@ -45,16 +43,8 @@ from pytest_qaccuracy.analysis.recipe.search import (
 from pytest_qaccuracy.analysis.recipe.space import Recipe
 from pytest_qaccuracy.errors import InputError, QAccuracyError
 from pytest_qaccuracy.runtime import RuntimeOptions
+from tests.ort_features import needs_cache, old_ort_refuses_moves
 from tests.progress_recorders import Clock
-
-needs_cache = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"),
-    reason=f"onnxruntime {ort.__version__} has no calibration cache: search_recipe refuses it (test_recipe_refusal.py)",
-)
-old_ort_refuses_moves = pytest.mark.skipif(
-    tuple(int(p) for p in ort.__version__.split(".")[:2]) <= (1, 18),
-    reason="onnxruntime 1.18 refuses per-node weight types and 7-bit weights: the weight phase has fewer moves",
-)
 
 SUITE = Path(__file__).resolve().parents[2] / "example_suites"
 FP32 = SUITE / "models" / "digits_cnn.onnx"

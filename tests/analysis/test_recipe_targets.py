@@ -9,16 +9,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import Budget, parse_checks, search_recipe
 from pytest_qaccuracy.analysis.recipe.measure import HOST, TASK
 from pytest_qaccuracy.errors import InputError
+from tests.ort_features import needs_cache
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"),
-    reason=f"onnxruntime {ort.__version__} has no calibration cache: the recipe search refuses it",
-)
+pytestmark = needs_cache
 
 SUITE = Path(__file__).resolve().parents[2] / "example_suites"
 FP32 = SUITE / "models" / "digits_cnn.onnx"

@@ -17,7 +17,6 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 from onnxruntime.quantization import QuantType
-from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.recipe import Recipe, search_recipe
 from pytest_qaccuracy.analysis.recipe.build import RecipeBuilder
@@ -25,6 +24,7 @@ from pytest_qaccuracy.backend import IntegerSession
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.runtime import RuntimeOptions
 from tests.analysis.test_recipe_joint import _net, _records, _sqnr
+from tests.ort_features import OLD_ORT, needs_cache
 
 #: The CPU the search and the figures below are measured on: an AVX2 x86 CPU, whose u8 x s8 pair sums
 #: saturate, through the integer backend's emulation (bit-exact with onnxruntime there), so that every
@@ -36,11 +36,6 @@ TARGET = "onnxruntime-avx2"
 #: 21.87 dB and per channel 21.40 dB with every node in int8, ``w1`` per channel and ``w2`` per tensor
 #: 25.60 dB
 THRESHOLD = 24.3
-
-needs_cache = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"),
-    reason=f"onnxruntime {ort.__version__} has no calibration cache: the recipe search refuses it",
-)
 
 
 @pytest.fixture(scope="module")
@@ -205,10 +200,6 @@ def test_script_writes_the_flipped_granularity(net, tmp_path, per_channel):
 
 
 # --- per-node 7-bit weights (narrowed) and weight type (retyped) -------------------------------------------
-
-#: onnxruntime 1.18 writes a per-tensor MatMul weight as an activation (measured: uint8 whatever the
-#: weight type or override), so the recipe refuses these moves there with one reason.
-OLD_ORT = tuple(int(p) for p in ort.__version__.split(".")[:2]) <= (1, 18)
 
 
 def _weight_forms(path: Path) -> dict[str, tuple[str, bool, int]]:

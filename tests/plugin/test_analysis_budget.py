@@ -14,6 +14,7 @@ from onnxruntime.quantization import calibrate as ort_calibrate
 # module first imported by one would be patched in a stale copy the next run does not use
 from pytest_qaccuracy.analysis import experiments
 from pytest_qaccuracy.analysis.recipe import pair as recipe_pair
+from tests.ort_features import needs_cache
 
 from .conftest import PAIRS_MODULE
 
@@ -103,9 +104,7 @@ def test_a_tiny_budget_skips_ranking_and_recipe_with_reasons(defaults: pytest.Py
     )
 
 
-@pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"), reason="the recipe search needs a calibration cache"
-)
+@needs_cache
 def test_the_written_recipe_reproduces_its_verified_figure(defaults: pytest.Pytester) -> None:
     """The recipe's files land beside the pair's other artifacts, named in the summary, summary.json
     and JUnit; its script, run as a user would, writes a model whose cosine on the held-out half
@@ -213,9 +212,7 @@ def test_task(qaccuracy):
 """
 
 
-@pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"), reason="the recipe search needs a calibration cache"
-)
+@needs_cache
 def test_recipe_aims_at_a_failed_task_metric_check(digits: pytest.Pytester, monkeypatch) -> None:
     """Only the task check fails (no digit can gain 0.5 recall): the recipe aims at it, measured by
     the pair's own task metric on the held-out half, and says how far its best is (issue 33 item 5)."""

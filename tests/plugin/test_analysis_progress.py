@@ -5,14 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from onnxruntime.quantization import calibrate as ort_calibrate
+
+from tests.ort_features import needs_cache
 
 from .conftest import PAIRS_MODULE
-
-#: The recipe search writes our ranges as onnxruntime's calibration cache (onnxruntime >= 1.19).
-needs_cache = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"), reason="the recipe search needs a calibration cache"
-)
 
 
 def test_analysis_progress_on_stderr_and_none_with_quiet(digits: pytest.Pytester, monkeypatch) -> None:

@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnxruntime.quantization import calibrate as ort_calibrate
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"), reason="the recipe search needs a calibration cache"
-)
+from tests.ort_features import needs_cache
+
+pytestmark = needs_cache
 
 #: digits_test.npz: 300 records; the recipe calibrates on the first half and is measured on the rest
 HELD = 150

@@ -12,9 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-import onnxruntime
 import pytest
-from onnxruntime.quantization import calibrate as ort_calibrate
 
 from pytest_qaccuracy.analysis.cumulative import CumulativeCurve, CumulativeResult
 from pytest_qaccuracy.analysis.recipe.checks import Check
@@ -36,12 +34,7 @@ from pytest_qaccuracy.report import (
 )
 from pytest_qaccuracy.report import sensitivity_summary as summary
 from pytest_qaccuracy.report import sensitivity_tables as tables
-
-#: the recipe's ranges are written as onnxruntime's calibration cache (``save_tensors_data``, 1.19 on)
-needs_cache = pytest.mark.skipif(
-    not hasattr(ort_calibrate, "save_tensors_data"),
-    reason=f"onnxruntime {onnxruntime.__version__} has no calibration cache: the recipe search refuses it",
-)
+from tests.ort_features import needs_cache
 
 # --- terminal -------------------------------------------------------------------------------------
 
