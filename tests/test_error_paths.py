@@ -42,3 +42,25 @@ def test_a_settings_file_that_is_not_utf8_names_it(tmp_path: Path, name: str) ->
         f"{path}: cannot read it ('utf-8' codec can't decode byte 0xe9 in position {position}: "
         "invalid continuation byte)"
     )
+
+
+def test_an_ini_file_that_does_not_parse_names_it_and_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "tox.ini"
+    path.write_text("[pytest\nqaccuracy_min_cosine = 0.9\n", encoding="utf-8")
+    with pytest.raises(ValueError) as info:
+        ini_settings(path)
+    assert str(info.value).startswith(f"{path}: cannot read it (File contains no section headers.")
+    assert "line: 1" in str(info.value) and "'[pytest\\n'" in str(info.value)
+
+
+def test_the_public_api_is_imported_lazily_and_listed() -> None:
+    """``pytest_qaccuracy.compare`` and the rest load their module on first use; a name that is not
+    exported is an AttributeError naming it; ``dir()`` lists every exported name."""
+    import pytest_qaccuracy
+
+    assert set(pytest_qaccuracy.__all__) <= set(dir(pytest_qaccuracy))
+    from pytest_qaccuracy.analysis.compare import compare
+
+    assert pytest_qaccuracy.compare is compare
+    with pytest.raises(AttributeError, match=r"^module 'pytest_qaccuracy' has no attribute 'nosuch'$"):
+        pytest_qaccuracy.nosuch  # noqa: B018
