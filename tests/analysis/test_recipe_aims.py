@@ -287,3 +287,12 @@ def test_the_evaluator_refuses_a_view_of_an_output_the_model_lacks() -> None:
     with pytest.raises(InputError) as info:
         Evaluator(FP32, TEST, [check], ["onnxruntime"], RuntimeOptions())
     assert str(info.value) == f"{FP32}: slice 'head': no output 'scores' (outputs: logits)"
+
+
+def test_the_evaluator_refuses_a_bad_view_before_reading_the_data(tmp_path) -> None:
+    """The view is checked against the model's outputs first: with data that cannot even be found the
+    error is still the view's (it read every record before it checked the views)."""
+    check = Check("mse", 4.0, False, strict=True, output="head", view="scores[:, 0:5]")
+    with pytest.raises(InputError) as info:
+        Evaluator(FP32, str(tmp_path / "missing.npz"), [check], ["onnxruntime"], RuntimeOptions())
+    assert str(info.value) == f"{FP32}: slice 'head': no output 'scores' (outputs: logits)"

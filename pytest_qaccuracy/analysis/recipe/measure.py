@@ -137,6 +137,14 @@ class Evaluator:
         self.tasks = list(tasks)
         proto = load_model(self.fp32)
         self.metadata = {p.key: p.value for p in proto.metadata_props}
+        types = GraphView(proto).elem_types  # float outputs only: an int64 label output has no error
+        self.outputs = [v.name for v in proto.graph.output if types.get(v.name) in FLOAT_TYPES]
+        if not self.outputs:
+            raise InputError(f"{self.fp32}: no float output to measure")
+        try:  # before the data is read
+            check_outputs(list(self.views.values()), self.outputs)
+        except ValueError as exc:
+            raise InputError(f"{self.fp32}: {exc}") from None
         dataset = data if isinstance(data, Dataset) else load_dataset(data)
         try:
             bound = bind_dataset(dataset, graph_inputs(proto))
@@ -147,14 +155,6 @@ class Evaluator:
                 dataset.close()
         if task_targets is not None:
             self.snapshot = replace(self.snapshot, stored_targets=list(task_targets))
-        types = GraphView(proto).elem_types  # float outputs only: an int64 label output has no error
-        self.outputs = [v.name for v in proto.graph.output if types.get(v.name) in FLOAT_TYPES]
-        if not self.outputs:
-            raise InputError(f"{self.fp32}: no float output to measure")
-        try:
-            check_outputs(list(self.views.values()), self.outputs)
-        except ValueError as exc:
-            raise InputError(f"{self.fp32}: {exc}") from None
         self._check_inputs()
         runner = OrtRunner(proto, self.outputs, options, f"{os.path.basename(self.fp32)} (fp32)")
         self.reference = [runner.run(batch) for batch in self.batches]
