@@ -71,6 +71,7 @@ GROUPS: dict[str, Group] = {
             "tests/plugin/test_rules_edges.py",
             "tests/plugin/test_rules_slices.py",
             "tests/test_cli_gate.py",
+            "tests/test_error_paths.py",
         ),
     ),
     "checks": Group(
@@ -2920,6 +2921,12 @@ def changed_lines(diff: str) -> tuple[str, str]:
     old = " ".join(x[1:].strip() for x in lines if x.startswith("-"))
     new = " ".join(x[1:].strip() for x in lines if x.startswith("+"))
     return old, new
+
+
+EQUIVALENT += [
+    (r"_lines\(values\.get\(([^()]*), \[\]\)\)", new, "_lines reads a missing key's None as no lines, as []")
+    for new in (r"_lines(values.get(\1, None))", r"_lines(values.get(\1, ))")
+]
 
 
 def equivalent(mutant: Mutant) -> str | None:

@@ -178,6 +178,48 @@ def test_ini_settings_read_pytest_9_native_toml_tables(tmp_path: Path, name: str
     assert [r.text for r in rules] == ["*::a sqnr>=3"]
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("pyproject.toml", "[project]\nname = 'x'\n"),
+        ("pyproject.toml", "[tool.ruff]\nline-length = 100\n"),
+        ("pyproject.toml", "[tool.pytest]\n"),
+        ("pytest.toml", "[tool.other]\nkey = 1\n"),
+    ],
+)
+def test_a_toml_file_without_pytest_settings_gives_the_defaults(tmp_path: Path, name: str, text: str) -> None:
+    """As pytest, a TOML file without (or with an empty) pytest table sets nothing."""
+    from pytest_qaccuracy.tolerances import DEFAULTS, ini_settings, ini_task_metrics
+
+    path = tmp_path / name
+    path.write_text(text)
+    tolerances, rules = ini_settings(path)
+    assert {name: t.value for name, t in tolerances.items()} == dict(DEFAULTS) and rules == []
+    assert ini_task_metrics(path) == ()
+
+
+def test_an_ini_file_of_another_suffix_is_read_from_its_pytest_section(tmp_path: Path) -> None:
+    from pytest_qaccuracy.tolerances import Tolerance, ini_settings
+
+    path = tmp_path / "qaccuracy.conf"
+    path.write_text("[tool:pytest]\nqaccuracy_min_sqnr = 5\n\n[pytest]\nqaccuracy_min_sqnr = 20\n")
+    tolerances, _ = ini_settings(path)
+    assert tolerances["min_sqnr"] == Tolerance("min_sqnr", 20.0, "ini file qaccuracy.conf (qaccuracy_min_sqnr)")
+    path.write_text("[tool:pytest]\nqaccuracy_min_sqnr = 5\n")
+    with pytest.raises(ValueError, match=r"qaccuracy.conf: no \[pytest\] section"):
+        ini_settings(path)
+
+
+def test_a_malformed_task_tolerance_line_is_named_with_its_file_and_key(tmp_path: Path) -> None:
+    from pytest_qaccuracy.tolerances import ini_settings
+
+    path = tmp_path / "pytest.ini"
+    path.write_text("[pytest]\nqaccuracy_task_tolerances = cer 0.005\n")
+    with pytest.raises(ValueError) as info:
+        ini_settings(path)
+    assert str(info.value).startswith(f"{path}: qaccuracy_task_tolerances: bad task tolerance 'cer 0.005': expected '<")
+
+
 def test_ini_settings_refuse_both_pyproject_tables(tmp_path: Path) -> None:
     from pytest_qaccuracy.tolerances import ini_settings
 

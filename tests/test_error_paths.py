@@ -50,7 +50,7 @@ def test_an_ini_file_that_does_not_parse_names_it_and_the_line(tmp_path: Path) -
     with pytest.raises(ValueError) as info:
         ini_settings(path)
     assert str(info.value).startswith(f"{path}: cannot read it (File contains no section headers.")
-    assert "line: 1" in str(info.value) and "'[pytest\\n'" in str(info.value)
+    assert f"file: '{path}', line: 1" in str(info.value) and "'[pytest\\n'" in str(info.value)
 
 
 def test_the_public_api_is_imported_lazily_and_listed() -> None:
