@@ -8,6 +8,7 @@ different threads at once. Chunks never submit chunks, so one shared pool cannot
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -175,6 +176,12 @@ def split(total: int, per_chunk_cost: int = 1) -> list[tuple[int, int]]:
     parts = min(threads, total)
     bounds = [total * i // parts for i in range(parts + 1)]
     return [(bounds[i], bounds[i + 1]) for i in range(parts) if bounds[i] < bounds[i + 1]]
+
+
+def split_records(shape: Sequence[int]) -> list[tuple[int, int]]:
+    """:func:`split` of an array of ``shape`` by its first axis, each record costing its elements
+    (an empty array, or one of no record, too)."""
+    return split(shape[0], math.prod(shape[1:]))
 
 
 #: elements of one block of an elementwise kernel: its temporaries stay in cache, and there are few

@@ -485,6 +485,15 @@ def test_split_reads_the_cost_per_item() -> None:
         assert parallel.split(2, 1 << 16) == [(0, 1), (1, 2)]  # two items are split
 
 
+def test_split_records_costs_each_record_its_elements_and_takes_empty_arrays() -> None:
+    with parallel.using(2):
+        assert parallel.split_records((2, 128, 256)) == [(0, 1), (1, 2)]  # 32,768 elements a record
+        assert parallel.split_records((2, 128, 255)) == [(0, 2)]  # under 65,536 in all
+        assert parallel.split_records((0, 3, 4)) == [(0, 0)]  # no record
+        assert parallel.split_records((5, 0, 4)) == [(0, 5)]  # records of no value (it read x[0].size)
+        assert parallel.split_records((4,)) == [(0, 4)]
+
+
 def test_scratch_buffers_are_reused_per_role_and_type_and_grow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parallel, "_scratch", threading.local())  # no buffer left by an earlier run
     a = parallel.scratch(10, np.int32, "unit-a")

@@ -22,7 +22,10 @@ from pytest_qaccuracy.backend.registry import kernel
 from pytest_qaccuracy.backend.scheme import Scheme
 
 
-def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tuple[int, ...], tuple[int, ...], int]:
+def _geometry(
+    x: np.ndarray, w: np.ndarray, attrs: dict
+) -> tuple[list[int], tuple[int, ...], tuple[int, ...], int, tuple[int, ...]]:
+    """Pads, strides, dilations, group and the output's spatial shape, every axis of it non-empty."""
     d = x.ndim - 2
     kernel_shape = tuple(attrs.get("kernel_shape") or w.shape[2:])
     strides = tuple(attrs.get("strides") or (1,) * d)
@@ -34,7 +37,7 @@ def _geometry(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[list[int], tup
     out = output_shape(padded, kernel_shape, strides, dilations)
     if any(size <= 0 for size in out):  # onnxruntime: "Invalid input shape"
         raise ValueError(f"the input's spatial shape {x.shape[2:]}, padded {padded}, leaves no output position {out}")
-    return pads, strides, dilations, int(attrs.get("group") or 1)
+    return pads, strides, dilations, int(attrs.get("group") or 1), out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,7 +75,7 @@ def conv_integer_acc(
         accumulator), or the requantizer's output; a bound on the accumulator's magnitude; and whether
         the requantizer ran.
     """
-    pads, strides, dilations, group = _geometry(x, w, attrs)
+    pads, strides, dilations, group, out_spatial = _geometry(x, w, attrs)
     m = w.shape[0]
     w_zp = np.asarray(w_zp, dtype=np.int64)
     ws = w.astype(np.int64) - (w_zp.reshape((m,) + (1,) * (w.ndim - 1)) if w_zp.size > 1 else w_zp)
@@ -88,10 +91,9 @@ def conv_integer_acc(
     # MLAS's depthwise kernel sums exactly; the others saturate u8 x s8 pairs on CPUs without VNNI
     correction, correction_max = None, 0.0
     depthwise = group == x.shape[1] == w.shape[0]
-    padded = [s + pads[i] + pads[x.ndim - 2 + i] for i, s in enumerate(x.shape[2:])]
-    out_spatial = output_shape(tuple(padded), w.shape[2:], strides, dilations)
-    # an input with no pixel but padding still has outputs, whose pairs read only the zero point
-    has_outputs = x.shape[0] > 0 and math.prod(out_spatial) > 0
+    # an input with no pixel but padding still has outputs (every axis has some, ``_geometry``), whose
+    # pairs read only the zero point
+    has_outputs = x.shape[0] > 0
     if arith.saturates_pairs(scheme, x.dtype, w.dtype) and not depthwise and has_outputs:
         correction = conv_pairs.pair_corrections(x, int(x_zp), w, group, pads, strides, dilations, out_spatial)
         if correction is not None:  # |exact + correction| <= bound + max|correction|
@@ -99,9 +101,9 @@ def conv_integer_acc(
             bound += correction_max
     wrapped = None  # ARM64's int16 pairs that wrap: added after the sums (rare: -128 weights)
     if scheme.neon_pair_wrap and not depthwise and has_outputs:
-        wrapped = neon_pairs.conv_correction(x, int(x_zp), w, group, pads, strides, dilations, tuple(out_spatial))
+        wrapped = neon_pairs.conv_correction(x, int(x_zp), w, group, pads, strides, dilations, out_spatial)
     if scheme.depthwise_pair_wrap and depthwise and has_outputs:
-        wrapped = neon_pairs.depthwise_correction(x, int(x_zp), w, w_zp, pads, strides, dilations, tuple(out_spatial))
+        wrapped = neon_pairs.depthwise_correction(x, int(x_zp), w, w_zp, pads, strides, dilations, out_spatial)
     if wrapped is not None:
         bound += float(np.abs(wrapped).max(initial=0))
         requantizer_for = None
@@ -252,7 +254,7 @@ def conv(
     attrs = dict(
         auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads, strides=strides
     )
-    pad_list, stride, dilation, groups = _geometry(X, W, attrs)
+    pad_list, stride, dilation, groups, _ = _geometry(X, W, attrs)
     dtype = X.dtype.type
     y = conv_core(X, W.astype(dtype), groups, stride, dilation, dtype, pads=pad_list)
     if B is not None:

@@ -235,7 +235,7 @@ def _sparse(
     d = x.ndim - 2
     largest = int(np.maximum(np.abs(entries[3]), np.abs(entries[4])).max(initial=1))
     source, offset = (x, tuple(pads[:d])) if 2 * int(x_zp) <= pairs.INT16_MAX // largest else (xp(), (0,) * d)
-    spans = parallel.split(x.shape[0], math.prod(x.shape[1:]))  # records on the session's threads (disjoint outputs)
+    spans = parallel.split_records(x.shape)  # records on the session's threads (disjoint outputs)
     firsts, which = np.unique(entries[0], return_inverse=True)
     lowest = pairs.LowestSecond(entries[3], entries[4], which, firsts.size)  # shared by the tasks
     tasks = [lambda a=a, b=b: _add_same_tap(out, a, source[a:b], offset, *entries, geometry, lowest) for a, b in spans]

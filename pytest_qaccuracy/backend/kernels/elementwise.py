@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable
 
@@ -363,7 +362,7 @@ def _broadcast_gather(table: np.ndarray, flips: int, ua: np.ndarray, ub: np.ndar
     if out.ndim == 0:
         part(out, xh, xl)
         return
-    spans = parallel.split(out.shape[0], math.prod(out.shape[1:]))
+    spans = parallel.split_records(out.shape)
     parallel.run_all([lambda a=a, b=b: part(out[a:b], xh[a:b], xl[a:b]) for a, b in spans])
 
 

@@ -38,14 +38,13 @@ def _pool_geometry(
     d = len(spatial)
     if shape[0] and not math.prod(shape[1:]):
         raise ValueError(f"the input {tuple(shape)} holds no value but its batch is not empty (only N may be 0)")
-    explicit = list(pads or ()) if auto_pad in ("", "NOTSET") else []
-    for i, pad in enumerate(explicit):
-        if pad >= (k := kernel_shape[i % d]):
-            raise ValueError(f"pad {pad} on spatial axis {i % d} is not smaller than the kernel ({k})")
     strides = tuple(strides or (1,) * d)
     dilations = tuple(dilations or (1,) * d)
     begin = list(pads[:d]) if pads and auto_pad in ("", "NOTSET") else [0] * d
     end = list(pads[d:]) if pads and auto_pad in ("", "NOTSET") else [0] * d
+    for i, pad in enumerate(begin + end):  # explicit pads (onnxruntime refuses them at the session's start)
+        if pad >= (k := kernel_shape[i % d]):
+            raise ValueError(f"pad {pad} on spatial axis {i % d} is not smaller than the kernel ({k})")
     out = []
     for i, (size, k, s, dil) in enumerate(zip(spatial, kernel_shape, strides, dilations, strict=False)):
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):

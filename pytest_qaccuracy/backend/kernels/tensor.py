@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from pytest_qaccuracy.backend import parallel
@@ -110,7 +108,7 @@ def qlinear_concat(
     def part(n0: int, n1: int) -> None:  # records split over the threads
         np.concatenate([x[n0:n1] for x in parts], axis=axis, out=out[n0:n1])
 
-    parallel.run_all([lambda r=r: part(*r) for r in parallel.split(shape[0], math.prod(shape[1:]))])
+    parallel.run_all([lambda r=r: part(*r) for r in parallel.split_records(shape)])
     return (out,)
 
 
@@ -196,6 +194,6 @@ def resize(
         axis, index = gathers[-1]
         np.take(block, index, axis=axis, out=y[n0:n1] if keeps_records else y, mode="clip")
 
-    ranges = parallel.split(X.shape[0], math.prod(y.shape[1:])) if keeps_records else [(0, X.shape[0])]
+    ranges = parallel.split_records(y.shape) if keeps_records else [(0, X.shape[0])]
     parallel.run_all([lambda r=r: part(*r) for r in ranges])
     return (y,)
