@@ -16,7 +16,8 @@ models quantized symmetrically to ``[-127, 127]`` (onnxruntime's quantizer, TFLi
 Measured with onnxruntime 1.32's aarch64 wheel under qemu (docs/cpus.md): GEMMs with int8 weights
 (MatMulInteger, QLinearMatMul, QGemm) for int8 and uint8 activations, and uint8 x int8 convolutions other
 than depthwise, whose reduction axis runs ``(kh, kw, cin)``; int8 x int8 convolutions sum exactly
-(MLAS's symmetric convolution kernel), uint8 x uint8 products too. Depthwise convolutions pair kernel
+(MLAS's symmetric convolution kernel, 1.30 and later; 1.18 through 1.29 pair them as uint8 x int8 ones,
+``Scheme.neon_int8_conv_pairs``), uint8 x uint8 products too. Depthwise convolutions pair kernel
 taps instead, on every ARM64 CPU (:func:`depthwise_correction`).
 """
 
@@ -120,14 +121,17 @@ def conv_correction(
     strides: tuple[int, ...],
     dilations: tuple[int, ...],
     out_spatial: tuple[int, ...],
+    int8_inputs: bool = False,
 ) -> np.ndarray | None:
     """``-65536 x`` the wrapped pairs of a uint8 x int8 2-D convolution as ``(N, M, *out)``, or None when
-    none wraps (other types, depthwise convolutions: MLAS's kernels there do not pair so).
+    none wraps (other types, depthwise convolutions: MLAS's kernels there do not pair so). With
+    ``int8_inputs``, int8 x int8 convolutions too (onnxruntime 1.29 and earlier; the input is not flipped).
 
     Raises:
-        NotEmulated: a 1-D or 3-D uint8 x int8 convolution whose weights hold a pair that can wrap.
+        NotEmulated: a 1-D or 3-D 8-bit x int8 convolution whose weights hold a pair that can wrap.
     """
-    if x.dtype != np.uint8 or w.dtype != np.int8 or group == x.shape[1] == w.shape[0] != 1:
+    inputs = (np.uint8, np.int8) if int8_inputs else (np.uint8,)
+    if x.dtype not in inputs or w.dtype != np.int8 or group == x.shape[1] == w.shape[0] != 1:
         return None
     total = x.shape[0] * w.shape[0] * int(np.prod(out_spatial)) * _blocks(int(np.prod(w.shape[1:])))
     if not _has_int8_min(w):  # the common case (symmetric weights): checked once per weight array
@@ -138,7 +142,7 @@ def conv_correction(
         if _pair_mask(flat).any() or _pair_mask(np.moveaxis(w == -128, 1, -1).reshape(w.shape[0], -1)).any():
             raise NotEmulated(
                 f"the int16 pair wrap of ARM64 kernels without dot products is emulated for 2-D convolutions only; "
-                f"this {x.ndim - 2}-D uint8 x int8 convolution has int8 weights of -128 that can pair"
+                f"this {x.ndim - 2}-D {x.dtype} x int8 convolution has int8 weights of -128 that can pair"
             )
         _count(total)
         return None
@@ -154,7 +158,7 @@ def conv_correction(
     hits = np.pad(
         _as_int8_min(x),
         ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])),
-        constant_values=int(x_zp) == 0,  # the padding holds the zero point
+        constant_values=bool(_as_int8_min(np.asarray(x_zp, x.dtype))),  # the padding holds the zero point
     )
     out_h, out_w = out_spatial
     rows = np.arange(kh)[:, None] * dilations[0] + np.arange(out_h)[None, :] * strides[0]  # [kh, out_h]

@@ -70,6 +70,10 @@ class Scheme(Plain):
             reduction axis with int16 wrap-around, as onnxruntime's ARM64 kernels on CPUs without the
             dot-product instructions (``smull`` + ``smlal``; uint8 activations flipped to int8 first; see
             ``neon_pairs.py``): GEMMs with int8 weights and uint8 x int8 convolutions other than depthwise.
+        neon_int8_conv_pairs: with ``neon_pair_wrap``, int8 x int8 convolutions (other than depthwise) pair
+            and wrap the same way, as onnxruntime 1.29 and earlier on CPUs without dot products (their GEMM
+            kernel; 1.30 and later sum them exactly in a symmetric convolution kernel). The onnxruntime
+            presets follow the installed onnxruntime.
         depthwise_pair_wrap: depthwise convolutions with int8 weights (zero point 0) add the int8 products
             of two kernel taps in int16 with wrap-around, as MLAS's ARM64 depthwise kernels on every ARM64
             CPU (taps ``(0, 2), (1, 3), (4, 6), (5, 7)`` of 9-tap kernels on channels in blocks of 16,
@@ -78,6 +82,15 @@ class Scheme(Plain):
             x86 float kernels for ``float32``) or ``mlas_neon`` (MLAS's ARM64 kernels: the add with two
             integer multipliers and a rounding shift half away from zero, the mul's rescale and zero point
             in one fused multiply-add; ``kernels/neon.py``).
+        pool_size_plain: a pool's output sizes are the ONNX formulas as written, ``int(span / stride + 1)``
+            in float (no output where the window overruns the input by less than a stride) and with
+            ``ceil_mode`` ``ceil(span / stride) + 1``, a last window that starts in the end padding kept,
+            as onnxruntime 1.20 and earlier; False: ``int(span / stride) + 1`` and such a window dropped,
+            as onnxruntime 1.21 and later (``span`` = padded size - dilated kernel; ``SAME_*`` pads give
+            ``ceil(size / stride)`` either way). The onnxruntime presets follow the installed onnxruntime.
+        include_pad_interleaved: float AveragePool with ``count_include_pad`` clips a window at the end
+            pad of axis ``i`` read from ``pads[2 i + 1]`` (as if begins and ends alternated), as
+            onnxruntime 1.21 through 1.24 do; the onnxruntime presets follow the installed onnxruntime.
         softmax_float64: QLinearSoftmax divides ``t * floor(1 / y_scale)`` by the row sum in float64 and
             rounds in float64, as onnxruntime 1.32 does; False: in float32, as onnxruntime 1.31 and earlier
             (``kernels/softmax.py``). The onnxruntime presets follow the installed onnxruntime.
@@ -99,9 +112,12 @@ class Scheme(Plain):
     quantize_float_weights: bool = False
     float_kernels: FloatKernels = "numpy"
     neon_pair_wrap: bool = False
+    neon_int8_conv_pairs: bool = False
     depthwise_pair_wrap: bool = False
     qlinear_binary: QLinearBinary = "multiplier"
     softmax_float64: bool = False
+    pool_size_plain: bool = False
+    include_pad_interleaved: bool = False
 
     def __post_init__(self) -> None:
         if self.accumulator not in ("exact", "wrap32", "saturate32"):
@@ -155,6 +171,40 @@ def _softmax_in_float64(version: tuple[int, int]) -> bool:
     return version >= (1, 32)
 
 
+def _pairs_int8_convolutions(version: tuple[int, int]) -> bool:
+    """Whether that onnxruntime's int8 x int8 convolutions on ARM64 CPUs without dot products go through
+    the GEMM kernel that pairs products in int16: 1.29 and earlier (measured with the aarch64 wheels of
+    1.18.0, 1.19.2, 1.20.1 through 1.29.0 on an emulated Cortex-A53; 1.30.0, 1.31.1 and 1.32.0 sum
+    exactly)."""
+    return version < (1, 30)
+
+
+def _pool_size_plain(version: tuple[int, int]) -> bool:
+    """Whether that onnxruntime sizes pools by the plain ONNX formulas: 1.20 and earlier (measured on the
+    x86 wheels of 1.18.0, 1.19.2, 1.20.1 against 1.21.1 through 1.32.0: MaxPool, AveragePool and
+    QLinearAveragePool)."""
+    return version < (1, 21)
+
+
+def _include_pad_interleaved(version: tuple[int, int]) -> bool:
+    """Whether that onnxruntime's float AveragePool reads ``count_include_pad``'s end pads interleaved:
+    1.21 through 1.24 (measured on the x86 wheels of 1.18.0 through 1.32.0)."""
+    return (1, 21) <= version < (1, 25)
+
+
+def for_onnxruntime(scheme: Scheme, version: tuple[int, int]) -> Scheme:
+    """An onnxruntime preset as that onnxruntime release computes: the fields that changed between
+    releases set for ``version`` (``(major, minor)``), the name kept."""
+    return scheme.replace(
+        name=scheme.name,
+        quantize_float_weights=_quantizes_float_weights(version),
+        softmax_float64=_softmax_in_float64(version),
+        neon_int8_conv_pairs=scheme.neon_pair_wrap and _pairs_int8_convolutions(version),
+        pool_size_plain=_pool_size_plain(version),
+        include_pad_interleaved=_include_pad_interleaved(version),
+    )
+
+
 #: the installed onnxruntime, whose version decides the fields that changed between its releases
 _INSTALLED = _onnxruntime_version()
 
@@ -166,8 +216,6 @@ _ONNXRUNTIME = Scheme(
     zp_before_rounding=frozenset({"add", "mul", "pool"}),
     float_kernels="mlas",
     qdq_int8_to_uint8=True,
-    quantize_float_weights=_quantizes_float_weights(_INSTALLED),
-    softmax_float64=_softmax_in_float64(_INSTALLED),
 )
 
 #: onnxruntime's CPU arithmetic on ARM64 (MLAS NEON) with a default session: int8 QDQ activations stay
@@ -197,6 +245,7 @@ PRESETS: dict[str, Scheme] = {
         zp_before_rounding=frozenset({"gemm"}),
         fuse_qdq=False,
         float_kernels="reference",
+        pool_size_plain=True,
     ),
     # TFLite default build: Q31 multiplier, SRDHM then RoundingDivideByPOT; QUANTIZE rounds half away.
     "tflite": Scheme(
@@ -227,6 +276,10 @@ PRESETS: dict[str, Scheme] = {
     # Glow CPU backend: integer pre/post shifts with a ~8-bit scale; offset after the shift.
     "glow": Scheme(name="glow", multiplier="glow", rounding="half_up"),
 }
+# the onnxruntime presets as the installed onnxruntime computes
+PRESETS.update(
+    {name: for_onnxruntime(scheme, _INSTALLED) for name, scheme in PRESETS.items() if name.startswith("onnxruntime")}
+)
 
 
 def preset_names() -> tuple[str, ...]:

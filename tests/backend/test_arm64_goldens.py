@@ -4,7 +4,9 @@
 session on three CPU models (its README): ``neon`` (Cortex-A53: no dot product), ``dotprod``
 (Neoverse-N1: sdot/udot) and ``i8mm`` (qemu's ``max``: smmla/ummla and SVE), for the 125 models of the x86
 goldens and 106 ARM-only cases (QLinearAdd/Mul, extreme -128 values, pools, concat). Every preset must
-reproduce them bit for bit.
+reproduce them bit for bit. ``neon-ort1.29`` is onnxruntime 1.29.0 on the same Cortex-A53: the releases
+before 1.30 pair int8 x int8 convolutions in int16 too (``Scheme.neon_int8_conv_pairs``); each record is
+compared with the preset as its onnxruntime release computes (``for_onnxruntime``), whatever is installed.
 """
 
 from __future__ import annotations
@@ -17,15 +19,29 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from pytest_qaccuracy.backend import IntegerSession, get_scheme, host
+from pytest_qaccuracy.backend import IntegerSession, Scheme, get_scheme, host
 from pytest_qaccuracy.backend.kernels import neon
 from pytest_qaccuracy.backend.neon_pairs import NotEmulated, gemm_correction
+from pytest_qaccuracy.backend.scheme import for_onnxruntime
 from pytest_qaccuracy.errors import InputError, QAccuracyError
 
 GOLDENS = Path(__file__).parent / "goldens"
 ARM = GOLDENS / "onnxruntime-arm64"
-FAMILIES = {"neon": "onnxruntime-arm64-neon", "dotprod": "onnxruntime-arm64", "i8mm": "onnxruntime-arm64"}
+FAMILIES = {
+    "neon": "onnxruntime-arm64-neon",
+    "dotprod": "onnxruntime-arm64",
+    "i8mm": "onnxruntime-arm64",
+    "neon-ort1.29": "onnxruntime-arm64-neon",
+}
 MANIFESTS = {family: json.loads((ARM / f"manifest-{family}.json").read_text()) for family in FAMILIES}
+
+
+def _recorded_preset(family: str) -> Scheme:
+    """The family's preset as the onnxruntime release that recorded it computes."""
+    major, minor = (int(part) for part in MANIFESTS[family]["onnxruntime"].split(".")[:2])
+    return for_onnxruntime(get_scheme(FAMILIES[family]), (major, minor))
+
+
 CASES = {case["case"]: case for case in MANIFESTS["dotprod"]["cases"]}
 
 
@@ -37,7 +53,7 @@ def _outputs(family: str) -> dict[str, np.ndarray]:
 OUTPUTS = {family: _outputs(family) for family in FAMILIES}
 
 
-def _emulate(name: str, preset: str) -> dict[str, np.ndarray]:
+def _emulate(name: str, preset: str | Scheme) -> dict[str, np.ndarray]:
     folder = GOLDENS / CASES[name]["folder"]
     feeds = dict(np.load(folder / "inputs.npz"))
     session = IntegerSession(str(folder / "model.onnx"), scheme=get_scheme(preset), threads=1)
@@ -49,7 +65,7 @@ def _emulate(name: str, preset: str) -> dict[str, np.ndarray]:
     return {n: np.concatenate([run[j] for run in runs]) for j, n in enumerate(names)}
 
 
-def _mismatches(name: str, family: str, preset: str) -> int:
+def _mismatches(name: str, family: str, preset: str | Scheme) -> int:
     got = _emulate(name, preset)
     total = 0
     for output in CASES[name]["outputs"]:
@@ -65,6 +81,8 @@ def test_every_family_ran_every_case_on_its_cpu() -> None:
     assert len(CASES) == len(x86) + len(arm_only) == 231
     features = {family: set(m["cpu_features"]) for family, m in MANIFESTS.items()}
     assert "asimddp" not in features["neon"] and "asimddp" in features["dotprod"] and "i8mm" in features["i8mm"]
+    assert features["neon-ort1.29"] == features["neon"]
+    assert MANIFESTS["neon-ort1.29"]["onnxruntime"] == "1.29.0" and MANIFESTS["neon"]["onnxruntime"] == "1.32.0"
     for family, manifest in MANIFESTS.items():
         assert [c["case"] for c in manifest["cases"]] == list(CASES), family
         assert manifest["machine"] == "aarch64" and manifest["session"]["session_config"] == {}
@@ -76,10 +94,22 @@ def test_i8mm_computes_what_dotprod_computes() -> None:
     assert all(np.array_equal(OUTPUTS["i8mm"][k], OUTPUTS["dotprod"][k]) for k in OUTPUTS["dotprod"])
 
 
-@pytest.mark.parametrize("family", ["neon", "dotprod"])
+@pytest.mark.parametrize("family", ["neon", "dotprod", "neon-ort1.29"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_arm64_presets_are_bit_exact_with_the_recorded_goldens(name: str, family: str) -> None:
-    assert _mismatches(name, family, FAMILIES[family]) == 0
+    assert _mismatches(name, family, _recorded_preset(family)) == 0
+
+
+def test_releases_before_1_30_pair_int8_convolutions_without_dot_products() -> None:
+    """onnxruntime 1.29 and 1.32 differ on the Cortex-A53 exactly where int8 x int8 convolutions (not
+    depthwise) hold (-128) x (-128) pairs; the preset of either release misses the other's values there."""
+    old, new = OUTPUTS["neon-ort1.29"], OUTPUTS["neon"]
+    differing = {key.split("/")[0] for key in new if not np.array_equal(old[key], new[key])}
+    assert differing and all(n.startswith("extreme_qlinearconv_i8s8_") for n in differing)
+    assert _recorded_preset("neon-ort1.29").neon_int8_conv_pairs and not _recorded_preset("neon").neon_int8_conv_pairs
+    for name in sorted(differing)[:2]:
+        assert _mismatches(name, "neon-ort1.29", _recorded_preset("neon")) > 0
+        assert _mismatches(name, "neon", _recorded_preset("neon-ort1.29")) > 0
 
 
 def test_the_families_differ_and_arm_differs_from_x86() -> None:

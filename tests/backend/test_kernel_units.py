@@ -103,12 +103,12 @@ def test_max_and_average_pool_geometry_matches_onnxruntime(attrs) -> None:
     explicit pads ignored under VALID, dilations; values and shapes as onnxruntime gives them."""
     x = -np.abs(X4) - 1  # every value below the padding's 0: padding must never win a max
     (want,) = _ort("MaxPool", {"x": x}, {}, f32, model_opset=13, **attrs)
-    (got,) = pool.max_pool(x, **attrs)
+    (got,) = pool.max_pool(x, **attrs, scheme=ORT)
     assert_same(got, want, f"MaxPool {attrs}")
     if "dilations" not in attrs:  # AveragePool takes dilations from opset 19 on only
         for include in (0, 1):
             (want,) = _ort("AveragePool", {"x": X4}, {}, f32, count_include_pad=include, **attrs)
-            (got,) = pool.average_pool(X4, count_include_pad=include, **attrs)
+            (got,) = pool.average_pool(X4, count_include_pad=include, **attrs, scheme=ORT)
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"AveragePool {attrs} {include}")
             assert got.dtype == np.float32
 
@@ -116,13 +116,13 @@ def test_max_and_average_pool_geometry_matches_onnxruntime(attrs) -> None:
 def test_average_pool_with_dilations_matches_onnxruntime() -> None:
     attrs = {"kernel_shape": [2, 2], "dilations": [2, 1], "pads": [1, 1, 0, 1], "count_include_pad": 1}
     (want,) = _ort("AveragePool", {"x": X4}, {}, f32, model_opset=19, **attrs)
-    np.testing.assert_allclose(pool.average_pool(X4, **attrs)[0], want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(pool.average_pool(X4, **attrs, scheme=ORT)[0], want, rtol=1e-6, atol=1e-6)
 
 
 def test_max_pool_on_integers_pads_with_the_type_minimum() -> None:
     x = np.full((1, 1, 3, 3), -128, np.int8)
     x[0, 0, 1, 1] = -127
-    (got,) = pool.max_pool(x, kernel_shape=[2, 2], pads=[1, 1, 1, 1])
+    (got,) = pool.max_pool(x, kernel_shape=[2, 2], pads=[1, 1, 1, 1], scheme=ORT)
     assert_same(got, np.array([[[[-128, -128, -128, -128], [-128, -127, -127, -128],
                                  [-128, -127, -127, -128], [-128, -128, -128, -128]]]], np.int8))  # fmt: skip
     (want,) = _ort("MaxPool", {"x": x}, {}, np.int8, kernel_shape=[2, 2], pads=[1, 1, 1, 1])
@@ -131,29 +131,31 @@ def test_max_pool_on_integers_pads_with_the_type_minimum() -> None:
 
 def test_max_pool_with_an_indices_output_is_left_to_the_reference() -> None:
     with pytest.raises(NotHandled):
-        pool.max_pool(X4, kernel_shape=[2, 2], n_outputs=2)
+        pool.max_pool(X4, kernel_shape=[2, 2], n_outputs=2, scheme=ORT)
 
 
 def test_a_same_pad_with_a_negative_begin_is_refused() -> None:
     """size 7, stride 4, kernel 1: SAME needs -2 pads, of which SAME_UPPER puts -1 at the start."""
     with pytest.raises(ValueError, match="auto_pad SAME_UPPER gives a negative begin pad on spatial axis 1"):
-        pool.max_pool(np.zeros((1, 1, 4, 7), f32), kernel_shape=[1, 1], strides=[1, 4], auto_pad="SAME_UPPER")
+        pool.max_pool(
+            np.zeros((1, 1, 4, 7), f32), kernel_shape=[1, 1], strides=[1, 4], auto_pad="SAME_UPPER", scheme=ORT
+        )
     # SAME_LOWER puts int(-1 / 2) = 0 at the start and crops the end: one window per stride
     (got,) = pool.max_pool(np.arange(7, dtype=f32).reshape(1, 1, 1, 7), kernel_shape=[1, 1], strides=[1, 4],
-                           auto_pad="SAME_LOWER")  # fmt: skip
+                           auto_pad="SAME_LOWER", scheme=ORT)  # fmt: skip
     assert_same(got, np.array([[[[0, 4]]]], f32))
 
 
 def test_a_window_larger_than_the_padded_input_is_refused() -> None:
     with pytest.raises(ValueError, match=r"the window \(4 taps, dilation 2\) does not fit spatial axis 0 of size 5"):
-        pool.max_pool(np.zeros((1, 1, 5, 5), f32), kernel_shape=[4, 1], dilations=[2, 1])
+        pool.max_pool(np.zeros((1, 1, 5, 5), f32), kernel_shape=[4, 1], dilations=[2, 1], scheme=ORT)
 
 
 def test_average_pool_by_hand_with_and_without_the_pads_counted() -> None:
     """1 x 3 input [1, 2, 4], kernel 2, pads 1 | 1: windows [pad, 1], [1, 2], [2, 4], [4, pad]."""
     x = np.array([[[[1, 2, 4]]]], f32)
-    (excl,) = pool.average_pool(x, kernel_shape=[1, 2], pads=[0, 1, 0, 1])
-    (incl,) = pool.average_pool(x, kernel_shape=[1, 2], pads=[0, 1, 0, 1], count_include_pad=1)
+    (excl,) = pool.average_pool(x, kernel_shape=[1, 2], pads=[0, 1, 0, 1], scheme=ORT)
+    (incl,) = pool.average_pool(x, kernel_shape=[1, 2], pads=[0, 1, 0, 1], count_include_pad=1, scheme=ORT)
     assert_same(excl, np.array([[[[1, 1.5, 3, 4]]]], f32))
     assert_same(incl, np.array([[[[0.5, 1.5, 3, 2]]]], f32))
 
@@ -1196,7 +1198,7 @@ def test_an_empty_auto_pad_reads_the_pads_as_notset_does(op: str) -> None:
     attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "auto_pad": ""}
     (want,) = _ort(op, {"x": x}, {}, f32, **attrs)
     run = pool.max_pool if op == "MaxPool" else pool.average_pool
-    (got,) = run(x, **attrs)
+    (got,) = run(x, **attrs, scheme=ORT)
     assert want.shape == (1, 1, 4, 4)
     np.testing.assert_array_equal(got, want)
 

@@ -75,6 +75,29 @@ def test_qlinear_softmax_divides_in_float64_from_onnxruntime_1_32() -> None:
     assert not get_scheme("tflite").softmax_float64
 
 
+def test_the_onnxruntime_presets_follow_the_installed_release() -> None:
+    """Every field that changed between onnxruntime releases is set by ``for_onnxruntime`` from the
+    installed version, and only those: the presets of two releases differ in nothing else."""
+    import dataclasses
+
+    from pytest_qaccuracy.backend import scheme as scheme_module
+
+    version = scheme_module._INSTALLED
+    for name in ("onnxruntime-avx2", "onnxruntime-vnni", "onnxruntime-arm64", "onnxruntime-arm64-neon"):
+        preset = get_scheme(name)
+        assert scheme_module.for_onnxruntime(preset, version) == preset
+        old, new = scheme_module.for_onnxruntime(preset, (1, 18)), scheme_module.for_onnxruntime(preset, (1, 32))
+        changed = {f.name for f in dataclasses.fields(preset) if getattr(old, f.name) != getattr(new, f.name)}
+        assert changed == {"quantize_float_weights", "softmax_float64", "pool_size_plain"} | (
+            {"neon_int8_conv_pairs"} if name.endswith("neon") else set()
+        )
+    assert scheme_module._pool_size_plain((1, 20)) and not scheme_module._pool_size_plain((1, 21))
+    interleaved = [v for v in range(18, 33) if scheme_module._include_pad_interleaved((1, v))]
+    assert interleaved == [21, 22, 23, 24]
+    assert get_scheme("onnx-reference").pool_size_plain  # onnx.reference sizes by the ONNX formula
+    assert not get_scheme("tflite").pool_size_plain
+
+
 @pytest.mark.parametrize(
     ("dtype", "zp", "y_scale"),
     [

@@ -922,6 +922,48 @@ def test_the_convolution_wrap_is_the_pair_oracle_s_change(c, m, group, kernel, p
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(
+    ("c", "m", "group", "kernel", "pads", "strides", "dilations", "x_zp"),
+    [
+        (16, 3, 1, (1, 1), [0, 0, 0, 0], (1, 1), (1, 1), 0),
+        (4, 2, 1, (3, 3), [1, 1, 1, 1], (1, 1), (1, 1), -128),  # padding at the minimum
+        (4, 2, 1, (3, 3), [1, 0, 2, 1], (2, 1), (1, 2), 0),  # padding that is not (0 is not -128 in int8)
+        (6, 4, 2, (2, 3), [0, 1, 1, 0], (1, 2), (2, 1), -128),  # grouped
+    ],
+)
+def test_int8_convolutions_wrap_as_onnxruntime_before_1_30_pairs_them(
+    c, m, group, kernel, pads, strides, dilations, x_zp
+) -> None:
+    """onnxruntime 1.18 through 1.29 on ARM64 without dot products: int8 x int8 convolutions go through
+    the pairing GEMM, the input not flipped (``int8_inputs``); 1.30 and later sum them exactly (None)."""
+    rng = np.random.default_rng(c * 10 + m + group - x_zp)
+    x = _min_heavy(rng, (2, c, 5, 6), np.int8)
+    w = _min_heavy(rng, (m, c // group, *kernel), np.int8, share=0.8)
+    xp = _pad(x, x_zp, pads)
+    oh = (xp.shape[2] - dilations[0] * (kernel[0] - 1) - 1) // strides[0] + 1
+    ow = (xp.shape[3] - dilations[1] * (kernel[1] - 1) - 1) // strides[1] + 1
+    geometry = (x_zp, w, group, pads, strides, dilations, (oh, ow))
+    got = neon_pairs.conv_correction(x, *geometry, int8_inputs=True)
+    want = _oracle_conv_wrap(x, x_zp, w, group, pads, strides, dilations)
+    assert got is not None and want.any()
+    np.testing.assert_array_equal(got, want)
+    assert neon_pairs.conv_correction(x, *geometry) is None
+
+
+def test_the_preset_pairs_int8_convolutions_up_to_onnxruntime_1_29() -> None:
+    from pytest_qaccuracy.backend import scheme as scheme_module
+    from pytest_qaccuracy.backend.scheme import for_onnxruntime, get_scheme
+
+    assert scheme_module._pairs_int8_convolutions((1, 18)) and scheme_module._pairs_int8_convolutions((1, 29))
+    assert not scheme_module._pairs_int8_convolutions((1, 30)) and not scheme_module._pairs_int8_convolutions((2, 0))
+    neon, dot = get_scheme("onnxruntime-arm64-neon"), get_scheme("onnxruntime-arm64")
+    assert (
+        for_onnxruntime(neon, (1, 29)).neon_int8_conv_pairs and not for_onnxruntime(neon, (1, 30)).neon_int8_conv_pairs
+    )
+    assert not for_onnxruntime(dot, (1, 18)).neon_int8_conv_pairs  # CPUs with dot products sum exactly
+    assert neon.neon_int8_conv_pairs is scheme_module._pairs_int8_convolutions(scheme_module._INSTALLED)
+
+
 def test_the_convolution_wrap_counts_pair_sums_per_record() -> None:
     x = np.full((3, 2, 4, 4), 200, np.uint8)
     x[1] = 0  # record 1 at the minimum everywhere

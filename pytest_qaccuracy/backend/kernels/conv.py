@@ -101,7 +101,9 @@ def conv_integer_acc(
             bound += correction_max
     wrapped = None  # ARM64's int16 pairs that wrap: added after the sums (rare: -128 weights)
     if scheme.neon_pair_wrap and not depthwise and has_outputs:
-        wrapped = neon_pairs.conv_correction(x, int(x_zp), w, group, pads, strides, dilations, out_spatial)
+        wrapped = neon_pairs.conv_correction(
+            x, int(x_zp), w, group, pads, strides, dilations, out_spatial, int8_inputs=scheme.neon_int8_conv_pairs
+        )
     if scheme.depthwise_pair_wrap and depthwise and has_outputs:
         wrapped = neon_pairs.depthwise_correction(x, int(x_zp), w, w_zp, pads, strides, dilations, out_spatial)
     if wrapped is not None:

@@ -28,11 +28,15 @@ def _pool_geometry(
     auto_pad: str,
     ceil_mode: int,
     dilations: list[int] | None,
+    scheme: Scheme,
 ) -> tuple[list[int], tuple[int, ...], tuple[int, ...], list[int]]:
     """Pads, strides, dilations and output sizes exactly as onnxruntime's ``PoolAttributes`` computes them.
 
     ``SAME_*`` pads come from the undilated kernel (onnxruntime's legacy rule, which the grid test pins);
-    a ``ceil_mode`` window that would start beyond the input and the left pad is dropped.
+    a ``ceil_mode`` window that would start beyond the input and the left pad is dropped; without
+    ``ceil_mode`` the size is ``int(span / stride) + 1``. With ``scheme.pool_size_plain`` (onnxruntime
+    1.20 and earlier) the ONNX formulas as written: ``int(span / stride + 1)`` (not for ``SAME_*`` pads),
+    no window dropped.
     """
     spatial = shape[2:]
     d = len(spatial)
@@ -54,8 +58,13 @@ def _pool_geometry(
             if begin[i] < 0:
                 raise ValueError(f"auto_pad {auto_pad} gives a negative begin pad on spatial axis {i}")
         span = size + begin[i] + end[i] - (k - 1) * dil - 1
-        n = (-(-span // s) if ceil_mode else int(span / s)) + 1
-        if ceil_mode and (n - 1) * s >= size + begin[i]:  # the last window must start inside the input or left pad
+        if ceil_mode:
+            n = -(-span // s) + 1
+        else:
+            floor = scheme.pool_size_plain and auto_pad not in ("SAME_UPPER", "SAME_LOWER")  # SAME: ceil(size / s)
+            n = int(span / s + 1) if floor else int(span / s) + 1
+        dropped = ceil_mode and not scheme.pool_size_plain
+        if dropped and (n - 1) * s >= size + begin[i]:  # the last window must start inside the input or left pad
             n -= 1
         if n < 0:
             raise ValueError(f"the window ({k} taps, dilation {dil}) does not fit spatial axis {i} of size {size}")
@@ -82,8 +91,8 @@ def _taps(
     widths = [(0, 0), (0, 0), *((pads[i], max(0, pads[d + i] + extra[i])) for i in range(d))]
     xp = np.pad(x, widths, constant_values=fill) if any(p for w in widths for p in w) else x
     for tap in itertools.product(*(range(k) for k in kernel_shape)):
-        index = tuple(
-            slice(t * dil, t * dil + (o - 1) * s + 1, s)
+        index = tuple(  # no output on an axis reads nothing (a negative stop would count from the end)
+            slice(t * dil, t * dil + (o - 1) * s + 1, s) if o else slice(0, 0)
             for t, dil, o, s in zip(tap, dilations, out, strides, strict=False)
         )
         yield xp[(slice(None), slice(None), *index)]
@@ -97,12 +106,15 @@ def _counts(
     pads: list[int],
     out: list[int],
     include_pad: int = 0,
+    interleaved: bool = False,
 ) -> np.ndarray:
     """Divisor of every output position, shape ``(1, 1, *out)``: its in-bounds taps, or with
-    ``include_pad`` its taps inside the padded extent (onnxruntime clips a ``ceil_mode`` window there)."""
+    ``include_pad`` its taps inside the padded extent (onnxruntime clips a ``ceil_mode`` window there);
+    ``interleaved``: the end pad of axis ``i`` read from ``pads[2 i + 1]`` (onnxruntime 1.21 to 1.24)."""
     d = len(kernel_shape)
     if include_pad:
-        padded = tuple(size + pads[i] + pads[d + i] for i, size in enumerate(shape[2:]))
+        ends = [pads[2 * i + 1] for i in range(d)] if interleaved else pads[d:]
+        padded = tuple(size + pads[i] + ends[i] for i, size in enumerate(shape[2:]))
         ones = np.ones((1, 1, *padded), np.int64)
         return sum(_taps(ones, kernel_shape, strides, dilations, [0] * (2 * d), out, 0))  # type: ignore[return-value]
     ones = np.ones((1, 1, *shape[2:]), np.int64)
@@ -138,7 +150,7 @@ def qlinear_average_pool(
     if channels_last:
         X = np.moveaxis(X, -1, 1)
     dtype = np.asarray(y_zero_point).dtype if y_zero_point is not None else X.dtype
-    pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, None)
+    pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, None, scheme)
     # onnxruntime's contrib kernel divides by the whole kernel with count_include_pad, even where a
     # ceil_mode window reaches past the end pad (the grid test pins it)
     count = math.prod(kernel_shape) if count_include_pad else _counts(X.shape, kernel_shape, strides_, dil, pads_, out)
@@ -198,7 +210,7 @@ def qlinear_global_average_pool(
     return (arith.requantize(acc, np.asarray(multiplier), y_zp, dtype, scheme, "global_pool"),)
 
 
-@kernel("", "MaxPool", 8, outputs=True)
+@kernel("", "MaxPool", 8, outputs=True, scheme=True)
 def max_pool(
     X: np.ndarray,
     *,
@@ -210,11 +222,14 @@ def max_pool(
     storage_order: int = 0,
     strides: list[int] | None = None,
     n_outputs: int = 1,
+    scheme: Scheme,
 ) -> tuple[np.ndarray]:
     """Max over windows, for float and integer tensors (padding never wins)."""
     if n_outputs > 1:
         raise NotHandled  # Indices output: onnx.reference
-    pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations)
+    pads_, strides_, dil, out = _pool_geometry(
+        X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations, scheme
+    )
     fill = -np.inf if X.dtype.kind == "f" else np.iinfo(X.dtype).min
     result = None
     for tap in _taps(X, kernel_shape, strides_, dil, pads_, out, fill):
@@ -222,7 +237,7 @@ def max_pool(
     return (result,)
 
 
-@kernel("", "AveragePool", 7, float_op=True)
+@kernel("", "AveragePool", 7, float_op=True, scheme=True)
 def average_pool(
     X: np.ndarray,
     *,
@@ -233,12 +248,19 @@ def average_pool(
     kernel_shape: list[int],
     pads: list[int] | None = None,
     strides: list[int] | None = None,
+    scheme: Scheme,
 ) -> tuple[np.ndarray]:
-    pads_, strides_, dil, out = _pool_geometry(X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations)
+    pads_, strides_, dil, out = _pool_geometry(
+        X.shape, kernel_shape, strides, pads, auto_pad, ceil_mode, dilations, scheme
+    )
     total = np.zeros((*X.shape[:2], *out), X.dtype)
     for tap in _taps(X, kernel_shape, strides_, dil, pads_, out, 0):
         total += tap
-    count = _counts(X.shape, kernel_shape, strides_, dil, pads_, out, count_include_pad)
+    if count_include_pad and scheme.pool_size_plain:  # the whole kernel, even past the end pad
+        count = np.asarray(math.prod(kernel_shape))
+    else:
+        interleaved = scheme.include_pad_interleaved
+        count = _counts(X.shape, kernel_shape, strides_, dil, pads_, out, count_include_pad, interleaved)
     return (_mean(total, count).astype(X.dtype),)
 
 
