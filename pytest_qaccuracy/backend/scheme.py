@@ -82,15 +82,19 @@ class Scheme(Plain):
             x86 float kernels for ``float32``) or ``mlas_neon`` (MLAS's ARM64 kernels: the add with two
             integer multipliers and a rounding shift half away from zero, the mul's rescale and zero point
             in one fused multiply-add; ``kernels/neon.py``).
+        softmax_int8_wraps: int8 QLinearSoftmax casts ``q + zp`` to int8 without clipping (128 becomes
+            -128: a confident row of a softmax quantized to ``1/256, -128``), as onnxruntime 1.28 and
+            earlier; the onnxruntime presets follow the installed onnxruntime.
+        saturating_conversion: a float converted to an integer saturates (ARM64's ``fcvtzs``/``fcvtzu``:
+            infinity becomes INT32_MAX or UINT32_MAX) where x86 gives its "integer indefinite" value;
+            it shows where onnxruntime 1.31 and earlier's QLinearSoftmax overflows float32
+            (``kernels/softmax.py``).
         pool_size_plain: a pool's output sizes are the ONNX formulas as written, ``int(span / stride + 1)``
             in float (no output where the window overruns the input by less than a stride) and with
             ``ceil_mode`` ``ceil(span / stride) + 1``, a last window that starts in the end padding kept,
             as onnxruntime 1.20 and earlier; False: ``int(span / stride) + 1`` and such a window dropped,
             as onnxruntime 1.21 and later (``span`` = padded size - dilated kernel; ``SAME_*`` pads give
             ``ceil(size / stride)`` either way). The onnxruntime presets follow the installed onnxruntime.
-        include_pad_interleaved: float AveragePool with ``count_include_pad`` clips a window at the end
-            pad of axis ``i`` read from ``pads[2 i + 1]`` (as if begins and ends alternated), as
-            onnxruntime 1.21 through 1.24 do; the onnxruntime presets follow the installed onnxruntime.
         softmax_float64: QLinearSoftmax divides ``t * floor(1 / y_scale)`` by the row sum in float64 and
             rounds in float64, as onnxruntime 1.32 does; False: in float32, as onnxruntime 1.31 and earlier
             (``kernels/softmax.py``). The onnxruntime presets follow the installed onnxruntime.
@@ -117,7 +121,8 @@ class Scheme(Plain):
     qlinear_binary: QLinearBinary = "multiplier"
     softmax_float64: bool = False
     pool_size_plain: bool = False
-    include_pad_interleaved: bool = False
+    saturating_conversion: bool = False
+    softmax_int8_wraps: bool = False
 
     def __post_init__(self) -> None:
         if self.accumulator not in ("exact", "wrap32", "saturate32"):
@@ -186,10 +191,11 @@ def _pool_size_plain(version: tuple[int, int]) -> bool:
     return version < (1, 21)
 
 
-def _include_pad_interleaved(version: tuple[int, int]) -> bool:
-    """Whether that onnxruntime's float AveragePool reads ``count_include_pad``'s end pads interleaved:
-    1.21 through 1.24 (measured on the x86 wheels of 1.18.0 through 1.32.0)."""
-    return (1, 21) <= version < (1, 25)
+def _softmax_int8_wraps(version: tuple[int, int]) -> bool:
+    """Whether that onnxruntime's int8 QLinearSoftmax wraps instead of clipping: 1.28 and earlier
+    (measured on the x86 wheels of 1.18.0 through 1.28.0 and the aarch64 ones of 1.18.0 and 1.28.0;
+    1.29.0 and later clip)."""
+    return version < (1, 29)
 
 
 def for_onnxruntime(scheme: Scheme, version: tuple[int, int]) -> Scheme:
@@ -201,7 +207,7 @@ def for_onnxruntime(scheme: Scheme, version: tuple[int, int]) -> Scheme:
         softmax_float64=_softmax_in_float64(version),
         neon_int8_conv_pairs=scheme.neon_pair_wrap and _pairs_int8_convolutions(version),
         pool_size_plain=_pool_size_plain(version),
-        include_pad_interleaved=_include_pad_interleaved(version),
+        softmax_int8_wraps=_softmax_int8_wraps(version),
     )
 
 
@@ -223,7 +229,11 @@ _ONNXRUNTIME = Scheme(
 #: (smmla/ummla) kernels, QLinearAdd in fixed point and QLinearMul with an FMA (kernels/neon.py), depthwise
 #: taps paired in int16.
 _ARM64 = _ONNXRUNTIME.replace(
-    name="onnxruntime-arm64", qdq_int8_to_uint8=False, qlinear_binary="mlas_neon", depthwise_pair_wrap=True
+    name="onnxruntime-arm64",
+    qdq_int8_to_uint8=False,
+    qlinear_binary="mlas_neon",
+    depthwise_pair_wrap=True,
+    saturating_conversion=True,
 )
 
 #: the preset that means "the onnxruntime of this machine", resolved by ``host.host_preset``

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,31 +60,6 @@ def ort_session(model: onnx.ModelProto | str | Path, *, int8_fusion: bool = True
 
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return ort_session(model).run(None, feeds)
-
-
-@functools.lru_cache(maxsize=1)
-def ort_int8_softmax_wraps() -> bool:
-    """Whether this onnxruntime's int8 QLinearSoftmax wraps an output that should saturate at 127.
-
-    An affected int8 kernel clamps to 255 like the uint8 one and then casts, so 128 becomes -128
-    (onnxruntime 1.18 does; github.com/microsoft/onnxruntime/issues/29727, fixed by
-    github.com/microsoft/onnxruntime/pull/29728). The probe: a row whose softmax is ~1
-    with y_scale 1/256 and y_zero_point -128 must give 127.
-    """
-    x = np.array([[127, -128, -128, -128]], np.int8)
-    inits = {"xs": np.float32(0.1), "xz": np.int8(0), "ys": np.float32(1 / 256), "yz": np.int8(-128)}
-    model = node_model("QLinearSoftmax", [("x", np.int8, x.shape)], inits, np.int8, domain=MS, axis=-1, opset=13)
-    return int(ort_run(model, {"x": x})[0][0, 0]) != 127
-
-
-def ort_softmax_expectation(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """onnxruntime's int8 QLinearSoftmax output with the wrap of ``ort_int8_softmax_wraps`` undone.
-
-    Only where that bug shows: our output saturated (127) and onnxruntime's wrapped below zero.
-    """
-    if want.dtype != np.int8 or not ort_int8_softmax_wraps():
-        return want
-    return np.where((got == 127) & (want < 0), np.int8(127), want)
 
 
 def random_q(rng: np.random.Generator, dtype: np.dtype | type, shape: Sequence[int]) -> np.ndarray:

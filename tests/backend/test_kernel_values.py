@@ -18,24 +18,28 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from backend_models import MS, assert_same, node_model, ort_int8_softmax_wraps, ort_run, ort_softmax_expectation
+from backend_models import MS, assert_same, node_model, ort_run
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 from pytest_qaccuracy.backend import get_scheme
 from pytest_qaccuracy.backend.kernels import elementwise, quantize, softmax
+from pytest_qaccuracy.backend.scheme import for_onnxruntime
 
 f32 = np.float32
 ORT = get_scheme("onnxruntime")
+#: x86 as two releases compute (whatever is installed): float64 quotients, then float32 ones
+X86_132 = for_onnxruntime(get_scheme("onnxruntime-vnni"), (1, 32))
+X86_131 = for_onnxruntime(get_scheme("onnxruntime-vnni"), (1, 31))
 ONNX = tuple(int(p) for p in re.findall(r"\d+", onnx.__version__)[:2])
 
 
 def _softmax_pair(x: np.ndarray, inits: dict[str, np.ndarray], opset: int = 13) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's QLinearSoftmax and onnxruntime's (its int8 wrap undone, see backend_models)."""
+    """The kernel's QLinearSoftmax and onnxruntime's."""
     spec = [("x", x.dtype, x.shape)]
     model = node_model("QLinearSoftmax", spec, inits, x.dtype, domain=MS, input_order=["x", *inits], opset=opset)
     (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=opset, scheme=ORT)
-    return got, ort_softmax_expectation(got, ort_run(model, {"x": x})[0])
+    return got, ort_run(model, {"x": x})[0]
 
 
 def _reference(op: str, feeds: dict[str, np.ndarray], inits: dict[str, np.ndarray], out, opset: int, **attrs):
@@ -88,12 +92,10 @@ def test_the_onnxruntime_presets_follow_the_installed_release() -> None:
         assert scheme_module.for_onnxruntime(preset, version) == preset
         old, new = scheme_module.for_onnxruntime(preset, (1, 18)), scheme_module.for_onnxruntime(preset, (1, 32))
         changed = {f.name for f in dataclasses.fields(preset) if getattr(old, f.name) != getattr(new, f.name)}
-        assert changed == {"quantize_float_weights", "softmax_float64", "pool_size_plain"} | (
+        assert changed == {"quantize_float_weights", "softmax_float64", "pool_size_plain", "softmax_int8_wraps"} | (
             {"neon_int8_conv_pairs"} if name.endswith("neon") else set()
         )
     assert scheme_module._pool_size_plain((1, 20)) and not scheme_module._pool_size_plain((1, 21))
-    interleaved = [v for v in range(18, 33) if scheme_module._include_pad_interleaved((1, v))]
-    assert interleaved == [21, 22, 23, 24]
     assert get_scheme("onnx-reference").pool_size_plain  # onnx.reference sizes by the ONNX formula
     assert not get_scheme("tflite").pool_size_plain
 
@@ -121,12 +123,58 @@ def test_qlinear_softmax_over_an_axis_of_one(dtype, zp, y_scale) -> None:
     for wide, by_hand in ((True, one), (False, _overflowed(zp, dtype) if y_scale < 1 / 148 else one)):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no overflow warning on the way
-            (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=ORT.replace(softmax_float64=wide))
+            (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=X86_132 if wide else X86_131)
         assert_same(got, np.full(x.shape, by_hand, dtype))
     got, want = _softmax_pair(x, inits)
-    if dtype == np.int8 and zp >= 0 and ort_int8_softmax_wraps():
-        return  # onnxruntime 1.18's int8 kernel keeps the low byte of INT32_MIN + zp: the zero point
     assert_same(got, want)
+
+
+def test_int8_qlinear_softmax_wraps_in_onnxruntime_1_28_and_earlier() -> None:
+    """onnxruntime 1.28 and earlier cast ``q + zp`` to int8 without the clip: a confident row quantized
+    to ``1/256, -128`` (onnxruntime's quantizer's Softmax output) gives -128 where 1.29 gives 127
+    (github.com/microsoft/onnxruntime/issues/29727). By hand: p = 1 - 3e-4 gives q = rne(255.9) = 256."""
+    from pytest_qaccuracy.backend import scheme as scheme_module
+
+    x = np.array([[127, -128, -128, -128], [3, 3, -128, -128]], np.int8)
+    inits = {"xs": f32(0.1), "xz": np.int8(0), "ys": f32(1 / 256), "yz": np.int8(-128)}
+    old, new = (for_onnxruntime(get_scheme("onnxruntime-vnni"), v) for v in ((1, 28), (1, 29)))
+    (wrapped,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=old)
+    (clipped,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=new)
+    assert clipped[0, 0] == 127 and wrapped[0, 0] == -128  # 256 - 128 = 128
+    assert wrapped[1, :2].tolist() == clipped[1, :2].tolist() == [0, 0]  # 128 - 128: in range either way
+    assert scheme_module._softmax_int8_wraps((1, 28)) and not scheme_module._softmax_int8_wraps((1, 29))
+
+
+@pytest.mark.parametrize(("zp", "x86", "arm64"), [(0, 0, -1), (5, 5, 4), (-100, -1, -1), (-128, -1, -1)])
+def test_an_overflowed_int8_softmax_in_onnxruntime_1_28_and_earlier(zp, x86, arm64) -> None:
+    """A row of one value with y_scale 1/256 overflows float32 (``t * 256 > FLT_MAX``). onnxruntime 1.18
+    to 1.28 then give, measured on x86 (1.18.0, 1.21.1, 1.28.0) and ARM64 (1.18.0, 1.28.0 under qemu):
+    the converted infinity (0 on x86, -1 on ARM64, whose conversion saturates) plus the zero point, and
+    -1 where that is negative."""
+    x = np.array([[7], [100]], np.int8)
+    inits = {"xs": f32(0.05), "xz": np.int8(0), "ys": f32(1 / 256), "yz": np.int8(zp)}
+    for preset, want in (("onnxruntime-vnni", x86), ("onnxruntime-arm64", arm64)):
+        scheme = for_onnxruntime(get_scheme(preset), (1, 28))
+        (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=scheme)
+        assert got.ravel().tolist() == [want, want], preset
+
+
+@pytest.mark.parametrize(("dtype", "zp"), [(np.uint8, 0), (np.uint8, 10), (np.uint8, 200), (np.int8, 0), (np.int8, 5)])
+def test_arm64_saturates_an_overflowed_softmax_in_onnxruntime_1_29_to_1_31(dtype, zp) -> None:
+    """1.29 to 1.31 clip, and ARM64 converts the infinity to UINT32_MAX (uint8: ``zp - 1``, 255 for zero
+    point 0) or INT32_MAX (int8: plus the zero point in int32), where x86 gives 0 or INT32_MIN (measured
+    on 1.29.0's aarch64 wheel under qemu and on x86)."""
+    x = np.array([[7], [100]], dtype)
+    inits = {"xs": f32(0.05), "xz": dtype(0), "ys": f32(1 / 256), "yz": dtype(zp)}
+    arm = for_onnxruntime(get_scheme("onnxruntime-arm64"), (1, 31))
+    (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=arm)
+    if dtype == np.uint8:
+        want = 255 if zp == 0 else zp - 1
+    else:
+        want = min(max((2**31 - 1 + zp + 2**31) % 2**32 - 2**31, -128), 127)
+    assert got.ravel().tolist() == [want, want]
+    (x86,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=X86_131)
+    assert x86.ravel().tolist() == [_overflowed(zp, dtype)] * 2
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8])
@@ -145,7 +193,7 @@ def test_qlinear_softmax_with_a_fine_output_scale_matches_onnxruntime(dtype) -> 
     with np.errstate(over="ignore"):
         over = np.isinf(t * f32(1000))
     assert over.any() and (~over).any()
-    (narrow,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=ORT.replace(softmax_float64=False))
+    (narrow,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=X86_131)
     assert (narrow[over] == _overflowed(int(zp), dtype)).all()
 
 
@@ -155,7 +203,7 @@ def test_qlinear_softmax_quotient_is_float32_or_float64_as_onnxruntime(wide) -> 
     exactly 146.5 after the float32 division (a tie: 146). onnxruntime 1.31 gives 146, 1.32 gives 147."""
     x = np.array([[238, 214, 227, 135, 186, 151, 98, 105, 247, 151]], np.uint8)
     inits = {"xs": f32(0.0819096714258194), "xz": np.uint8(0), "ys": f32(1 / 256), "yz": np.uint8(0)}
-    (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=ORT.replace(softmax_float64=wide))
+    (got,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=X86_132 if wide else X86_131)
     assert got[0, 8] == (147 if wide else 146)
     table = softmax._exp_table(float(inits["xs"]), 10)
     t = table[x[0].astype(np.int64) + 255 - 247]

@@ -40,7 +40,12 @@ SAMPLED = 120  # 2-d and 3-d cases drawn from the product of AXES (1-d takes all
 #: The values of 1.20's windows that start past the input (no tap; later releases have no such window)
 #: are not emulated: each kernel leaves its own (0, the lowest float, a value of the input)
 CEIL_MODES = (0, 1)
-PLAIN_SIZES = tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 21)
+ORT_VERSION = tuple(int(v) for v in ort.__version__.split(".")[:2])
+PLAIN_SIZES = ORT_VERSION < (1, 21)
+#: onnxruntime 1.21 to 1.24's float AveragePool with count_include_pad leaves some explicit end pads out
+#: (explicit or SAME) out of some windows' divisors (fixed in 1.25; no rule found that fits every
+#: measured case): not emulated
+INCLUDE_PAD_DIVISORS = not (1, 21) <= ORT_VERSION < (1, 25)
 
 
 def _tapless(case: dict[str, object], spatial: tuple[int, ...], out: tuple[int, ...]) -> np.ndarray:
@@ -144,6 +149,9 @@ def test_pool_grid_matches_onnxruntime(name: str, d: int) -> None:
         for case, w, g in zip(cases, want, got, strict=True):
             assert g.shape == w.shape, f"{op} {case} on {shape}: shape {g.shape}, onnxruntime {w.shape}"
             assert g.dtype == w.dtype
+            if not INCLUDE_PAD_DIVISORS and name == "averagepool-include-pad":
+                checked += 1  # the shape only
+                continue
             if PLAIN_SIZES and case.get("ceil_mode"):
                 keep = ~_tapless(case, spatial, w.shape[2:])
                 g, w = g[..., keep], w[..., keep]

@@ -106,15 +106,12 @@ def _counts(
     pads: list[int],
     out: list[int],
     include_pad: int = 0,
-    interleaved: bool = False,
 ) -> np.ndarray:
     """Divisor of every output position, shape ``(1, 1, *out)``: its in-bounds taps, or with
-    ``include_pad`` its taps inside the padded extent (onnxruntime clips a ``ceil_mode`` window there);
-    ``interleaved``: the end pad of axis ``i`` read from ``pads[2 i + 1]`` (onnxruntime 1.21 to 1.24)."""
+    ``include_pad`` its taps inside the padded extent (onnxruntime clips a ``ceil_mode`` window there)."""
     d = len(kernel_shape)
     if include_pad:
-        ends = [pads[2 * i + 1] for i in range(d)] if interleaved else pads[d:]
-        padded = tuple(size + pads[i] + ends[i] for i, size in enumerate(shape[2:]))
+        padded = tuple(size + pads[i] + pads[d + i] for i, size in enumerate(shape[2:]))
         ones = np.ones((1, 1, *padded), np.int64)
         return sum(_taps(ones, kernel_shape, strides, dilations, [0] * (2 * d), out, 0))  # type: ignore[return-value]
     ones = np.ones((1, 1, *shape[2:]), np.int64)
@@ -259,8 +256,7 @@ def average_pool(
     if count_include_pad and scheme.pool_size_plain:  # the whole kernel, even past the end pad
         count = np.asarray(math.prod(kernel_shape))
     else:
-        interleaved = scheme.include_pad_interleaved
-        count = _counts(X.shape, kernel_shape, strides_, dil, pads_, out, count_include_pad, interleaved)
+        count = _counts(X.shape, kernel_shape, strides_, dil, pads_, out, count_include_pad)
     return (_mean(total, count).astype(X.dtype),)
 
 

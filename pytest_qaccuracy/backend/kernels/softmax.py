@@ -32,18 +32,19 @@ _INT32_MIN = -(2**31)
 
 
 def _quotients(
-    values: np.ndarray, total: np.ndarray, inv: np.float32, zp: int, dtype: np.dtype, wide: bool
+    values: np.ndarray, total: np.ndarray, inv: np.float32, zp: int, dtype: np.dtype, scheme: Scheme
 ) -> np.ndarray:
     """``rne(t * inv / sum t) + zp`` as int64, before the clip.
 
-    onnxruntime 1.32 (``wide``) computes in float64, so nothing overflows. Earlier ones compute in
-    float32: ``t * inv`` passes FLT_MAX when ``y_scale < 1 / (148 n)`` (``t <= FLT_MAX / (n e^5)``), and
-    x86's conversion of that infinity gives 0 for the uint8 kernel (a 64-bit conversion truncated to 32
-    bits) and INT32_MIN for the int8 one, to which the zero point is added in int32 (measured on
-    onnxruntime 1.18.0 and 1.31.0: the uint8 output is the zero point). ARM64 converts an infinity
-    differently (it saturates); that corner is not measured there.
+    onnxruntime 1.32 (``softmax_float64``) computes in float64, so nothing overflows. Earlier ones
+    compute in float32: ``t * inv`` passes FLT_MAX when ``y_scale < 1 / (148 n)`` (``t <= FLT_MAX / (n
+    e^5)``), and the conversion of that infinity decides the output, to which the zero point is added in
+    32 bits. x86 gives 0 for the uint8 kernel (a 64-bit conversion truncated to 32 bits) and INT32_MIN
+    for the int8 one (measured on onnxruntime 1.18.0 and 1.31.0: the uint8 output is the zero point);
+    ARM64 saturates (``saturating_conversion``): UINT32_MAX and INT32_MAX (measured on 1.18.0, 1.20.1,
+    1.24.4 and 1.29.0's aarch64 wheels: uint8 gives ``zp - 1``, 255 for zero point 0).
     """
-    if wide:
+    if scheme.softmax_float64:
         y = values.astype(np.float64) * float(inv) / total.astype(np.float64)
         return arith.round_float(y, "half_even").astype(np.int64) + zp
     with np.errstate(over="ignore"):
@@ -51,8 +52,15 @@ def _quotients(
     y = scaled / total
     over = np.isinf(y)
     q = arith.round_float(np.where(over, 0.0, y), "half_even").astype(np.int64) + zp
-    if over.any():  # int8: INT32_MIN + zp wraps in int32 (zero point -128: INT32_MAX - 127)
-        q[over] = zp if dtype == np.uint8 else (_INT32_MIN + zp + 2**31) % 2**32 - 2**31
+    if over.any():  # the converted infinity plus the zero point, wrapped in 32 bits
+        if dtype == np.int8 and scheme.softmax_int8_wraps:  # measured: w = 0 or -1, plus zp; -1 if negative
+            w = (-1 if scheme.saturating_conversion else 0) + zp
+            q[over] = w if w >= 0 else -1
+        elif dtype == np.uint8:
+            q[over] = (2**32 - 1 + zp) % 2**32 if scheme.saturating_conversion else zp
+        else:
+            base = 2**31 - 1 if scheme.saturating_conversion else _INT32_MIN
+            q[over] = (base + zp + 2**31) % 2**32 - 2**31
     return q
 
 
@@ -85,10 +93,13 @@ def qlinear_softmax(
     total = np.cumsum(values, axis=-1, dtype=np.float32)[:, -1:]
     inv = np.float32(math.floor(np.float32(1.0) / np.float32(np.asarray(y_scale).reshape(()))))
     zp = 0 if y_zero_point is None else int(np.asarray(y_zero_point).reshape(()))
-    q = _quotients(values, total, inv, zp, dtype, scheme.softmax_float64)
+    q = _quotients(values, total, inv, zp, dtype, scheme)
     lo, hi = arith.qrange(dtype)
     q = np.minimum(q, 255) if dtype == np.uint8 else q
-    out = np.clip(q, lo, hi).astype(dtype).reshape(rows.shape)
+    if dtype == np.int8 and scheme.softmax_int8_wraps:  # no clip: 128 becomes -128
+        out = ((q + 128) % 256 - 128).astype(dtype).reshape(rows.shape)
+    else:
+        out = np.clip(q, lo, hi).astype(dtype).reshape(rows.shape)
     if opset < 13:
         return (out.reshape(X.shape),)
     return (np.moveaxis(out, -1, axis),)
