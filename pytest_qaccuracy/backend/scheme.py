@@ -13,6 +13,7 @@ from typing import Literal
 
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.plain import Plain
+from pytest_qaccuracy.releases import split_release
 
 Multiplier = Literal["float32", "float64", "q31", "q15", "power2", "glow"]
 Rounding = Literal["half_even", "half_up", "half_away", "floor"]
@@ -302,13 +303,23 @@ def get_scheme(scheme: str | Scheme | None) -> Scheme:
 
     ``onnxruntime`` is the preset of this machine's onnxruntime, ``onnxruntime-avx2`` or
     ``onnxruntime-vnni``, found once per process by a probe (see ``host.py``); the scheme returned
-    carries the resolved name.
+    carries the resolved name. An onnxruntime preset pinned to a release, ``onnxruntime-arm64-neon@1.28``
+    (``releases.py``), computes as that release does (:func:`for_onnxruntime`) and keeps the pin in its
+    name.
 
     Raises:
         InputError: the name is not a preset; the message lists the presets.
     """
     if isinstance(scheme, Scheme):
         return scheme
+    if scheme is not None and "@" in scheme:
+        try:
+            preset, release = split_release(scheme)
+        except ValueError as exc:
+            raise InputError(f"scheme {exc}") from None
+        base = get_scheme(preset)
+        pinned = for_onnxruntime(base, release)  # type: ignore[arg-type]
+        return pinned.replace(name=f"{base.name}@{release[0]}.{release[1]}")  # type: ignore[index]
     if scheme is None or scheme == HOST_PRESET:
         from pytest_qaccuracy.backend.host import host_preset  # onnxruntime is imported only when asked
 

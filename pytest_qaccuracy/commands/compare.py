@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scheme",
         default=None,
-        help="integer backend scheme preset, e.g. onnxruntime-avx2 for an x86 CPU without VNNI (docs/cpus.md); "
+        help="integer backend scheme preset, e.g. onnxruntime-avx2 for an x86 CPU without VNNI (docs/cpus.md), "
+        "onnxruntime's pinned to the device's release with @MAJOR.MINOR (onnxruntime-arm64-neon@1.28); "
         "with --backend integer only",
     )
     parser.add_argument(

@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=("onnxruntime",),
         metavar="LIST",
         help="deployment targets: onnxruntime (this host's session) and integer-backend presets such as "
-        "onnxruntime-avx2,onnxruntime-vnni",
+        "onnxruntime-avx2,onnxruntime-vnni (onnxruntime's may name the device's release: onnxruntime-arm64@1.28)",
     )
     parser.add_argument(
         "--budget",

@@ -41,7 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the model runs (default: integer, the emulation this command exists for; compare "
         "defaults to onnxruntime)",
     )
-    parser.add_argument("--scheme", default="onnxruntime", help="integer backend scheme preset (docs/backend.md)")
+    parser.add_argument(
+        "--scheme",
+        default="onnxruntime",
+        help="integer backend scheme preset (docs/backend.md); onnxruntime's may end in @MAJOR.MINOR, the release",
+    )
     parser.add_argument("--out", required=True, type=Path, metavar="FILE", help="output HDF5 file (ONE layout)")
     add_batch_size(parser)
     add_threads(parser)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from pytest_qaccuracy.releases import split_release
 from pytest_qaccuracy.tolerances import BadValue
 
 #: The backends of :func:`pytest_qaccuracy.runtime.make_runner`.
@@ -41,11 +42,21 @@ def check_backend(value: object) -> str:
     return str(value)
 
 
+def _known(key: str, value: object) -> str:
+    """``value`` if it names a preset, or an onnxruntime preset pinned to a release
+    (``onnxruntime-arm64-neon@1.28``, :mod:`pytest_qaccuracy.releases`); :class:`BadValue` otherwise."""
+    try:
+        preset, _ = split_release(value) if isinstance(value, str) else (value, None)
+    except ValueError as exc:
+        raise BadValue(key, str(exc)) from None
+    if preset not in SCHEMES:
+        raise BadValue(key, f"unknown scheme {value!r} (presets: {', '.join(SCHEMES)})")
+    return str(value)
+
+
 def check_scheme(value: object) -> str:
     """``value`` if it names a scheme preset; :class:`BadValue` naming the key and the presets otherwise."""
-    if value not in SCHEMES:
-        raise BadValue("scheme", f"unknown scheme {value!r} (presets: {', '.join(SCHEMES)})")
-    return str(value)
+    return _known("scheme", value)
 
 
 def check_targets(value: object) -> tuple[str, ...]:
@@ -59,10 +70,7 @@ def check_targets(value: object) -> tuple[str, ...]:
         names = list(value)
     else:
         raise BadValue("targets", f"expected a list of scheme presets, got {value!r}")
-    for name in names:
-        if name not in SCHEMES:
-            raise BadValue("targets", f"unknown scheme {name!r} (presets: {', '.join(SCHEMES)})")
-    return tuple(dict.fromkeys(str(n) for n in names))
+    return tuple(dict.fromkeys(_known("targets", name) for name in names))
 
 
 #: Pair keys naming where the quantized model runs, with their checks.

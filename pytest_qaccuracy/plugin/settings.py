@@ -63,7 +63,8 @@ _RULE_TEXT = "'<pair glob>[::<layer glob>] <metric><op><value>'"
 _TASK_LINE = f"'<{'|'.join(TASK_KINDS)}>:<value name> = <number>', e.g. 'max_drop:cer = 0.005'"
 _TARGETS_HELP = (
     "Deployment targets every pair's output checks also run on, e.g. 'onnxruntime-avx2 onnxruntime-vnni' "
-    "(scheme presets; this machine's own runs on onnxruntime, the others on the integer backend)"
+    "(scheme presets, onnxruntime's optionally pinned to a release: onnxruntime-arm64@1.28; this machine's "
+    "own runs on onnxruntime, the others on the integer backend)"
 )
 _BUDGET_HELP = (
     "Time the analysis of one pair may take: a multiple of its check time (2x) or seconds (60s, 5m) (default 2x)"

@@ -126,6 +126,11 @@ def test_targets_from_the_ini_apply_to_marked_pairs_and_pass(digits: pytest.Pyte
             "ERROR: qaccuracy_targets: unknown scheme 'onnxruntime-avx512' *",
         ),
         (("--qaccuracy-targets=tflite,nope",), "ERROR: --qaccuracy-targets: unknown scheme 'nope' *"),
+        (
+            ("--qaccuracy-targets=onnxruntime-arm64@1.10",),
+            "ERROR: --qaccuracy-targets: 'onnxruntime-arm64@1.10': onnxruntime releases before 1.18 are not emulated",
+        ),
+        (("-o", "qaccuracy_scheme=tflite@1.28"), "ERROR: qaccuracy_scheme: 'tflite@1.28': only onnxruntime's *"),
     ],
 )
 def test_an_unknown_target_is_one_error_line(pytester: pytest.Pytester, args: tuple[str, ...], expected: str) -> None:
@@ -182,6 +187,24 @@ def test_arm64_targets_show_beside_the_x86_ones(digits: pytest.Pytester) -> None
     sqnr = {name: round(entry["outputs"]["logits"]["sqnr"], 1) for name, entry in targets.items()}
     assert sqnr["onnxruntime-arm64"] == sqnr["onnxruntime-arm64-neon"] == sqnr["onnxruntime-vnni"] == 37.1
     assert [name for name, entry in targets.items() if not entry["passed"]] == ["onnxruntime-avx2"]
+
+
+def test_a_target_pinned_to_an_onnxruntime_release_runs_as_that_release(digits: pytest.Pytester) -> None:
+    """``PRESET@MAJOR.MINOR``: the device's onnxruntime release, not the installed one; named so in the
+    table and in summary.json, and run on the integer backend."""
+    suite = TARGETS_SUITE.replace(
+        'targets = ["onnxruntime-avx2", "onnxruntime-vnni"]',
+        'targets = ["onnxruntime-avx2@1.20", "onnxruntime-vnni@1.28"]',
+    )
+    digits.makefile(".toml", qaccuracy_w8=suite.format(threshold=30.0))
+    result = digits.runpytest("--qaccuracy-sensitivity=off")
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*sqnr 23.4* dB < 30 dB for output 'logits' on onnxruntime-avx2@1.20 (pair 'w8')"])
+    result.stdout.fnmatch_lines(["*metric*onnxruntime-avx2@1.20 (emulated)", "*", "*", "*sqnr*23.4*"])
+    result.stdout.fnmatch_lines(["*metric*onnxruntime-vnni@1.28 (emulated)", "*", "*", "*sqnr*37.1*"])
+    targets = json.loads((digits.path / ".qaccuracy" / "summary.json").read_text())["pairs"][0]["targets"]
+    assert sorted(targets) == ["onnxruntime-avx2@1.20", "onnxruntime-vnni@1.28"]
+    assert round(targets["onnxruntime-vnni@1.28"]["outputs"]["logits"]["sqnr"], 1) == 37.1
 
 
 def _wrapping_pair(folder: Path) -> None:

@@ -28,6 +28,7 @@ from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.model.matching import FLOAT_TYPES
 from pytest_qaccuracy.model.pair import ModelPair
+from pytest_qaccuracy.releases import split_release
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions, make_runner
 
 if TYPE_CHECKING:
@@ -64,7 +65,11 @@ def check_targets(names: Sequence[str]) -> tuple[str, ...]:
 
     known = (HOST, *PRESETS)
     for name in names:
-        if name not in known:
+        try:
+            preset, _ = split_release(name)
+        except ValueError as exc:
+            raise InputError(f"deployment target {exc}") from None
+        if preset not in known:
             raise InputError(f"unknown deployment target {name!r}; expected one of {', '.join(known)}")
     if not names:
         raise InputError("give at least one deployment target")

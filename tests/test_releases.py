@@ -1,0 +1,78 @@
+"""onnxruntime presets pinned to a release: ``onnxruntime-arm64-neon@1.28`` (releases.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_qaccuracy.analysis.recipe import check_targets
+from pytest_qaccuracy.backend import get_scheme
+from pytest_qaccuracy.backend.scheme import for_onnxruntime
+from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.plugin.schemes import check_scheme
+from pytest_qaccuracy.releases import OLDEST, split_release
+from pytest_qaccuracy.tolerances import BadValue
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("onnxruntime-vnni", ("onnxruntime-vnni", None)),
+        ("tflite", ("tflite", None)),
+        ("onnxruntime-arm64-neon@1.28", ("onnxruntime-arm64-neon", (1, 28))),
+        ("onnxruntime@1.20.1", ("onnxruntime", (1, 20))),  # a patch number is ignored
+        ("onnxruntime-avx2@1.18", ("onnxruntime-avx2", (1, 18))),
+        ("onnxruntime-avx2@2.0", ("onnxruntime-avx2", (2, 0))),
+    ],
+)
+def test_a_name_splits_into_preset_and_release(name: str, want: tuple) -> None:
+    assert split_release(name) == want
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("onnxruntime-vnni@1", "expected PRESET@MAJOR.MINOR"),
+        ("onnxruntime-vnni@1.x", "expected PRESET@MAJOR.MINOR"),
+        ("onnxruntime-vnni@", "expected PRESET@MAJOR.MINOR"),
+        ("@1.28", "expected PRESET@MAJOR.MINOR"),
+        ("onnxruntime@1.2@1.3", "expected PRESET@MAJOR.MINOR"),
+        ("tflite@1.28", "only onnxruntime's presets"),
+        ("onnxruntime-vnni@1.17", "before 1.18 are not emulated"),
+        ("onnxruntime-vnni@0.99", "before 1.18 are not emulated"),
+    ],
+)
+def test_a_bad_release_is_refused_by_every_reader(name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        split_release(name)
+    with pytest.raises(InputError, match=message):
+        get_scheme(name)
+    with pytest.raises(BadValue, match=message):
+        check_scheme(name)
+    with pytest.raises(InputError, match=message):
+        check_targets([name])
+
+
+def test_a_pinned_preset_is_the_preset_as_that_release_computes() -> None:
+    assert OLDEST == (1, 18)
+    for preset in ("onnxruntime-avx2", "onnxruntime-vnni", "onnxruntime-arm64", "onnxruntime-arm64-neon"):
+        for release in ((1, 18), (1, 20), (1, 28), (1, 29), (1, 31), (1, 32)):
+            pinned = get_scheme(f"{preset}@{release[0]}.{release[1]}")
+            assert pinned == for_onnxruntime(get_scheme(preset), release).replace(name=pinned.name)
+            assert pinned.name == f"{preset}@{release[0]}.{release[1]}"
+    assert get_scheme("onnxruntime-arm64-neon@1.29").neon_int8_conv_pairs
+    assert not get_scheme("onnxruntime-arm64-neon@1.30").neon_int8_conv_pairs
+    assert (
+        get_scheme("onnxruntime-vnni@1.28").softmax_int8_wraps and not get_scheme("onnxruntime@1.29").softmax_int8_wraps
+    )
+    host = get_scheme("onnxruntime")
+    assert get_scheme("onnxruntime@1.20").name == f"{host.name}@1.20"  # this machine's family, that release
+
+
+def test_unknown_presets_are_refused_with_or_without_a_release() -> None:
+    with pytest.raises(InputError, match="unknown scheme 'onnxruntime-foo'"):
+        get_scheme("onnxruntime-foo@1.20")
+    with pytest.raises(BadValue, match=r"unknown scheme 'onnxruntime-foo@1\.20'"):
+        check_scheme("onnxruntime-foo@1.20")
+    with pytest.raises(InputError, match=r"unknown deployment target 'onnxruntime-foo@1\.20'"):
+        check_targets(["onnxruntime-foo@1.20"])
+    assert check_targets(["onnxruntime-arm64@1.24", "onnxruntime"]) == ("onnxruntime-arm64@1.24", "onnxruntime")
