@@ -24,8 +24,13 @@ def convert(
     constants: dict[str, np.ndarray],
     types: dict[str, np.dtype],
     keep: set[str],
+    pairs_removed_first: bool = True,
 ) -> tuple[list[Step], dict[str, np.ndarray], dict[str, np.dtype], set[str]]:
     """Rewrite int8 activation Q -> DQ pairs to uint8.
+
+    With ``pairs_removed_first`` (onnxruntime 1.19 and later) a pair is judged as it stands once
+    Identity nodes and redundant ``DQ -> Q`` pairs after it are gone (:func:`_after_redundant_pairs`);
+    without (1.18) as it stands in the model.
 
     A QuantizeLinear qualifies when its zero point is an int8 constant and its only consumer is a
     DequantizeLinear with the same scale, zero point and axis whose output has one consumer (onnxruntime
@@ -57,7 +62,7 @@ def convert(
         (dq,) = users
         if not (_is_plain(dq, _DQ) and dq.inputs[0] == tensor and _same(dq, step, constants)):
             continue
-        end = _after_redundant_pairs(dq, consumers, constants)
+        end = _after_redundant_pairs(dq, consumers, constants) if pairs_removed_first else dq
         if len(consumers.get(end.outputs[0], [])) > 1:
             continue  # onnxruntime first gives each consumer its own DequantizeLinear: the Q then has several
         if end is not dq and (end.outputs[0] in keep or not consumers.get(end.outputs[0])):

@@ -225,7 +225,7 @@ class IntegerSession:
                 types = self.types
                 if self.scheme.qdq_int8_to_uint8:
                     steps, zero_points, types, converted = int8_to_uint8.convert(
-                        steps, self.constants, self.types, outputs | requested
+                        steps, self.constants, self.types, outputs | requested, self.scheme.qdq_pairs_removed_first
                     )
                     self.constants.update(zero_points)  # under internal names
                 int8_allowed = not self.scheme.qdq_int8_to_uint8

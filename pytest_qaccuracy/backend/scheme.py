@@ -71,6 +71,11 @@ class Scheme(Plain):
             reduction axis with int16 wrap-around, as onnxruntime's ARM64 kernels on CPUs without the
             dot-product instructions (``smull`` + ``smlal``; uint8 activations flipped to int8 first; see
             ``neon_pairs.py``): GEMMs with int8 weights and uint8 x int8 convolutions other than depthwise.
+        qdq_pairs_removed_first: with ``qdq_int8_to_uint8``, an int8 pair is judged once Identity nodes and
+            redundant ``DQ -> Q`` pairs after it are removed (onnxruntime 1.19 and later: a pair whose
+            chain ends in a graph output stays int8); False: as it stands (1.18, measured on the corpus's
+            digits MLP, whose Softmax group 1.18 fuses). The onnxruntime presets follow the installed
+            onnxruntime.
         neon_int8_conv_pairs: with ``neon_pair_wrap``, int8 x int8 convolutions (other than depthwise) pair
             and wrap the same way, as onnxruntime 1.29 and earlier on CPUs without dot products (their GEMM
             kernel; 1.30 and later sum them exactly in a symmetric convolution kernel). The onnxruntime
@@ -109,6 +114,7 @@ class Scheme(Plain):
     accumulator: Accumulator = "wrap32"
     pair_saturation: bool = False
     qdq_int8_to_uint8: bool = False
+    qdq_pairs_removed_first: bool = True
     scale_precision: ScalePrecision = "float32"
     quantize_rounding: Rounding = "half_even"
     weight_bits: int = 8
@@ -199,6 +205,12 @@ def _softmax_int8_wraps(version: tuple[int, int]) -> bool:
     return version < (1, 29)
 
 
+def _removes_pairs_first(version: tuple[int, int]) -> bool:
+    """Whether that onnxruntime removes redundant QDQ pairs before converting int8 ones to uint8: 1.19
+    and later (measured with the x86 wheels of 1.18.0 and 1.19.2 through 1.32.0 on the corpus)."""
+    return version >= (1, 19)
+
+
 def for_onnxruntime(scheme: Scheme, version: tuple[int, int]) -> Scheme:
     """An onnxruntime preset as that onnxruntime release computes: the fields that changed between
     releases set for ``version`` (``(major, minor)``), the name kept."""
@@ -209,6 +221,7 @@ def for_onnxruntime(scheme: Scheme, version: tuple[int, int]) -> Scheme:
         neon_int8_conv_pairs=scheme.neon_pair_wrap and _pairs_int8_convolutions(version),
         pool_size_plain=_pool_size_plain(version),
         softmax_int8_wraps=_softmax_int8_wraps(version),
+        qdq_pairs_removed_first=_removes_pairs_first(version),
     )
 
 

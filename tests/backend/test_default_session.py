@@ -18,6 +18,7 @@ from backend_models import ort_session, quantize_qdq
 from onnx import TensorProto, helper, numpy_helper
 
 from pytest_qaccuracy.backend import IntegerSession, get_scheme
+from pytest_qaccuracy.backend.scheme import for_onnxruntime
 
 
 def _float_net() -> onnx.ModelProto:
@@ -85,3 +86,57 @@ def test_the_default_session_fuses_what_onnxruntime_fuses(model: Path, tmp_path:
     theirs = sorted(n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node if "QLinear" in n.op_type)
     ours = sorted(s.op.split("::")[1] for s in IntegerSession(model).plan() if "QLinear" in s.op)
     assert ours == theirs
+
+
+def _softmax_tail() -> onnx.ModelProto:
+    """skl2onnx's classifier tail as onnxruntime's quantizer writes it (the corpus's digits MLP): an int8
+    Softmax group, then ``DQ -> Identity -> Q -> DQ`` to the graph output ``probabilities``, read again by
+    an ArgMax."""
+    s8 = np.int8
+    inits = [
+        numpy_helper.from_array(np.array(0.1, np.float32), "xs"),
+        numpy_helper.from_array(np.array(0, s8), "xz"),
+        numpy_helper.from_array(np.array(1 / 255, np.float32), "ps"),
+        numpy_helper.from_array(np.array(-128, s8), "pz"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+        helper.make_node("Softmax", ["xd"], ["soft"], axis=-1),
+        helper.make_node("QuantizeLinear", ["soft", "ps", "pz"], ["sq"]),
+        helper.make_node("DequantizeLinear", ["sq", "ps", "pz"], ["sd"]),
+        helper.make_node("Identity", ["sd"], ["si"]),
+        helper.make_node("QuantizeLinear", ["si", "ps", "pz"], ["pq"]),
+        helper.make_node("DequantizeLinear", ["pq", "ps", "pz"], ["probabilities"]),
+        helper.make_node("ArgMax", ["probabilities"], ["label"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tail",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 10])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, ["N", 1]),
+            helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", 10]),
+        ],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_a_softmax_tail_to_a_graph_output_runs_as_this_onnxruntime_release() -> None:
+    """onnxruntime 1.19 and later remove the tail's redundant pair first, so the Softmax's pair, which
+    then ends in a graph output, stays int8 and the Softmax runs in float (a confident row: 255 / 255);
+    1.18 converts the pair as it stands and fuses the group into a uint8 QLinearSoftmax (its inverse scale
+    floor(1 / (1/255)) = 254: 254 / 255). The host preset equals the installed onnxruntime, whichever."""
+    model = _softmax_tail()
+    x = np.array([[12.0] + [0.0] * 9, [1.0, 2.0, 3.0, 0.5, 0.0, -1.0, 2.0, 0.2, 0.1, 0.0]], np.float32)
+    vnni = get_scheme("onnxruntime-vnni")
+    top = {}
+    for release in ((1, 18), (1, 19)):
+        got = IntegerSession(model, for_onnxruntime(vnni, release)).run(["probabilities"], {"x": x})[0]
+        top[release] = round(float(got[0, 0]) * 255)
+    assert top == {(1, 18): 254, (1, 19): 255}
+    want = ort_session(model, int8_fusion=False).run(["label", "probabilities"], {"x": x})
+    got = IntegerSession(model, get_scheme("onnxruntime")).run(["label", "probabilities"], {"x": x})
+    for w, g in zip(want, got, strict=True):
+        np.testing.assert_array_equal(g, w)
