@@ -17,6 +17,7 @@ import pytest
 
 from pytest_qaccuracy.backend import IntegerSession, Scheme, get_scheme
 from pytest_qaccuracy.backend.host import HOST_PRESETS, host_preset
+from pytest_qaccuracy.backend.scheme import for_onnxruntime
 
 GOLDENS = Path(__file__).parent / "goldens" / "onnxruntime-avx2"
 MANIFEST = json.loads((GOLDENS / "manifest.json").read_text())
@@ -36,9 +37,14 @@ def _pairs_products(case: dict) -> bool:
 PAIRED = {name for name, case in CASES.items() if _pairs_products(case)}
 
 
+#: the release that recorded the goldens: the presets are checked as it computes, whatever is installed
+RECORDED = tuple(int(part) for part in MANIFEST["onnxruntime"].split(".")[:2])
+
+
 def _scheme(case: dict, preset: str) -> Scheme:
-    """The preset as the case's session ran it: ``session.qdqisint8allowed=1`` keeps int8 activations."""
-    scheme = get_scheme(preset)
+    """The preset as the case's session ran it: ``session.qdqisint8allowed=1`` keeps int8 activations;
+    ``onnxruntime`` is this machine's (its release), the named presets the recording release's."""
+    scheme = get_scheme(preset) if preset == "onnxruntime" else for_onnxruntime(get_scheme(preset), RECORDED)
     if case.get("session_config", {}).get("session.qdqisint8allowed") == "1":
         scheme = scheme.replace(name=scheme.name, qdq_int8_to_uint8=False)
     return scheme
