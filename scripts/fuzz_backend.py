@@ -168,8 +168,13 @@ def unary(op: str) -> Callable[[Draw], Case]:
         attrs: dict[str, object] = {}
         if op == "QLinearLeakyRelu":
             attrs = {"alpha": float(d.rng.uniform(0.01, 0.5))}
-        if op == "QLinearSoftmax":  # onnxruntime's output scale for softmax
-            inits["ys"], inits["yz"] = np.float32(1 / 256), np.array(0 if t == np.uint8 else -128, t)
+        if op == "QLinearSoftmax":  # the quantizer's 1/256 (QOperator), a calibrated [0, 1], or any
+            low = np.array(0 if t == np.uint8 else -128, t)
+            kind = int(d.rng.integers(0, 3))
+            if kind < 2:
+                inits["ys"], inits["yz"] = np.float32(1 / 256 if kind == 0 else 1 / 255), low
+            else:  # fine scales: quotients past the type's range, and float32 overflow on short rows
+                inits["ys"] = np.float32(np.exp(d.rng.uniform(np.log(1e-4), np.log(0.05))))
             attrs = {"axis": -1, "opset": 13}
         return op, ["x", "xs", "xz", "ys", "yz"], feeds, inits, attrs, t
 

@@ -88,9 +88,10 @@ class Scheme(Plain):
             x86 float kernels for ``float32``) or ``mlas_neon`` (MLAS's ARM64 kernels: the add with two
             integer multipliers and a rounding shift half away from zero, the mul's rescale and zero point
             in one fused multiply-add; ``kernels/neon.py``).
-        softmax_int8_wraps: int8 QLinearSoftmax casts ``q + zp`` to int8 without clipping (128 becomes
-            -128: a confident row of a softmax quantized to ``1/256, -128``), as onnxruntime 1.28 and
-            earlier; the onnxruntime presets follow the installed onnxruntime.
+        softmax_int8_wraps: int8 QLinearSoftmax clips ``q + zp`` to at most 255, as the uint8 kernel, and
+            keeps the low byte (128 becomes -128: a confident row of a softmax quantized to ``1/256, -128``),
+            as onnxruntime 1.28 and earlier (github.com/microsoft/onnxruntime/issues/29727); the onnxruntime
+            presets follow the installed onnxruntime.
         saturating_conversion: a float converted to an integer saturates (ARM64's ``fcvtzs``/``fcvtzu``:
             infinity becomes INT32_MAX or UINT32_MAX) where x86 gives its "integer indefinite" value;
             it shows where onnxruntime 1.31 and earlier's QLinearSoftmax overflows float32

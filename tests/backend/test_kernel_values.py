@@ -132,7 +132,7 @@ def test_qlinear_softmax_over_an_axis_of_one(dtype, zp, y_scale) -> None:
 
 def test_int8_qlinear_softmax_wraps_in_onnxruntime_1_28_and_earlier() -> None:
     """onnxruntime 1.28 and earlier cast ``q + zp`` to int8 without the clip: a confident row quantized
-    to ``1/256, -128`` (onnxruntime's quantizer's Softmax output) gives -128 where 1.29 gives 127
+    to ``1/256, -128`` (onnxruntime's quantizer's int8 QOperator Softmax) gives -128 where 1.29 gives 127
     (github.com/microsoft/onnxruntime/issues/29727). By hand: p = 1 - 3e-4 gives q = rne(255.9) = 256."""
     from pytest_qaccuracy.backend import scheme as scheme_module
 
@@ -143,15 +143,21 @@ def test_int8_qlinear_softmax_wraps_in_onnxruntime_1_28_and_earlier() -> None:
     (clipped,) = softmax.qlinear_softmax(x, *inits.values(), opset=13, scheme=new)
     assert clipped[0, 0] == 127 and wrapped[0, 0] == -128  # 256 - 128 = 128
     assert wrapped[1, :2].tolist() == clipped[1, :2].tolist() == [0, 0]  # 128 - 128: in range either way
+    # a finer scale (t * 400 stays finite for rows of 4): q = 400 is first clipped to 255, as in the
+    # uint8 kernel, whose low byte is -1
+    fine = {**inits, "ys": f32(1 / 400), "yz": np.int8(0)}
+    assert softmax.qlinear_softmax(x[:1], *fine.values(), opset=13, scheme=old)[0][0, 0] == -1
+    assert softmax.qlinear_softmax(x[:1], *fine.values(), opset=13, scheme=new)[0][0, 0] == 127
     assert scheme_module._softmax_int8_wraps((1, 28)) and not scheme_module._softmax_int8_wraps((1, 29))
 
 
 @pytest.mark.parametrize(("zp", "x86", "arm64"), [(0, 0, -1), (5, 5, 4), (-100, -1, -1), (-128, -1, -1)])
 def test_an_overflowed_int8_softmax_in_onnxruntime_1_28_and_earlier(zp, x86, arm64) -> None:
     """A row of one value with y_scale 1/256 overflows float32 (``t * 256 > FLT_MAX``). onnxruntime 1.18
-    to 1.28 then give, measured on x86 (1.18.0, 1.21.1, 1.28.0) and ARM64 (1.18.0, 1.28.0 under qemu):
-    the converted infinity (0 on x86, -1 on ARM64, whose conversion saturates) plus the zero point, and
-    -1 where that is negative."""
+    to 1.28 (measured on x86 1.18.0, 1.21.1, 1.28.0 and ARM64 1.18.0, 1.28.0 under qemu) add the zero
+    point to the converted infinity in int32 (INT32_MIN on x86, INT32_MAX on ARM64), clip to at most 255
+    and keep the low byte: the zero point on x86 and ``zp - 1`` on ARM64 for a zero point >= 0, 255's
+    -1 for a negative one (the sum then wraps to a large positive int32)."""
     x = np.array([[7], [100]], np.int8)
     inits = {"xs": f32(0.05), "xz": np.int8(0), "ys": f32(1 / 256), "yz": np.int8(zp)}
     for preset, want in (("onnxruntime-vnni", x86), ("onnxruntime-arm64", arm64)):

@@ -53,10 +53,7 @@ def _quotients(
     over = np.isinf(y)
     q = arith.round_float(np.where(over, 0.0, y), "half_even").astype(np.int64) + zp
     if over.any():  # the converted infinity plus the zero point, wrapped in 32 bits
-        if dtype == np.int8 and scheme.softmax_int8_wraps:  # measured: w = 0 or -1, plus zp; -1 if negative
-            w = (-1 if scheme.saturating_conversion else 0) + zp
-            q[over] = w if w >= 0 else -1
-        elif dtype == np.uint8:
+        if dtype == np.uint8:
             q[over] = (2**32 - 1 + zp) % 2**32 if scheme.saturating_conversion else zp
         else:
             base = 2**31 - 1 if scheme.saturating_conversion else _INT32_MIN
@@ -96,8 +93,8 @@ def qlinear_softmax(
     q = _quotients(values, total, inv, zp, dtype, scheme)
     lo, hi = arith.qrange(dtype)
     q = np.minimum(q, 255) if dtype == np.uint8 else q
-    if dtype == np.int8 and scheme.softmax_int8_wraps:  # no clip: 128 becomes -128
-        out = ((q + 128) % 256 - 128).astype(dtype).reshape(rows.shape)
+    if dtype == np.int8 and scheme.softmax_int8_wraps:  # the uint8 clip, then the low byte: 128 is -128
+        out = ((np.minimum(q, 255) + 128) % 256 - 128).astype(dtype).reshape(rows.shape)
     else:
         out = np.clip(q, lo, hi).astype(dtype).reshape(rows.shape)
     if opset < 13:
