@@ -100,8 +100,9 @@ class Scheme(Plain):
             in float (no output where the window overruns the input by less than a stride) and with
             ``ceil_mode`` ``ceil(span / stride) + 1``, a last window that starts in the end padding kept,
             as onnxruntime 1.20 and earlier; False: ``int(span / stride) + 1`` and such a window dropped,
-            as onnxruntime 1.21 and later (``span`` = padded size - dilated kernel; ``SAME_*`` pads give
-            ``ceil(size / stride)`` either way). The onnxruntime presets follow the installed onnxruntime.
+            as onnxruntime 1.21 and later (``span`` = padded size - dilated kernel, ``SAME_*`` pads too:
+            a dilated window that overruns them differs). The onnxruntime presets follow the installed
+            onnxruntime.
         softmax_float64: QLinearSoftmax divides ``t * floor(1 / y_scale)`` by the row sum in float64 and
             rounds in float64, as onnxruntime 1.32 does; False: in float32, as onnxruntime 1.31 and earlier
             (``kernels/softmax.py``). The onnxruntime presets follow the installed onnxruntime.

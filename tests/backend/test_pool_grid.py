@@ -237,23 +237,28 @@ def test_max_pool_ceil_mode_keeps_a_last_window_only_inside_the_input(size, k, s
 
 
 @pytest.mark.parametrize(
-    ("size", "k", "s", "pads", "auto_pad", "plain", "current"),
+    ("size", "k", "s", "dil", "pads", "auto_pad", "plain", "current"),
     [
-        (2, 3, 2, [0, 0], "NOTSET", 0, 1),  # the window overruns the input by 1 < s: int(-0.5 + 1) = 0
-        (3, 4, 2, [0, 0], "VALID", 0, 1),
-        (5, 3, 2, [0, 0], "NOTSET", 2, 2),  # it fits: the same
-        (1, 3, 2, [0, 0], "VALID", 0, 0),  # by 2 = s: no output either way
-        (2, 3, 2, None, "SAME_UPPER", 1, 1),  # ceil(size / s) either way
+        (2, 3, 2, 1, [0, 0], "NOTSET", 0, 1),  # the window overruns the input by 1 < s: int(-0.5 + 1) = 0
+        (3, 4, 2, 1, [0, 0], "VALID", 0, 1),
+        (5, 3, 2, 1, [0, 0], "NOTSET", 2, 2),  # it fits: the same
+        (1, 3, 2, 1, [0, 0], "VALID", 0, 0),  # by 2 = s: no output either way
+        (2, 3, 2, 1, None, "SAME_UPPER", 1, 1),  # SAME pads make an undilated window fit
+        (2, 2, 3, 3, None, "SAME_UPPER", 0, 1),  # not a dilated one (pads from the undilated kernel)
+        (2, 2, 3, 3, None, "SAME_LOWER", 0, 1),
     ],
 )
-def test_output_sizes_of_both_rules(size, k, s, pads, auto_pad, plain, current) -> None:
+def test_output_sizes_of_both_rules(size, k, s, dil, pads, auto_pad, plain, current) -> None:
     """The sizes measured on onnxruntime 1.18.0/1.20.1 (plain) and 1.21.1 to 1.32.0 (current), by hand."""
     x = np.arange(size, dtype=np.float32).reshape(1, 1, size)
-    attrs = {"kernel_shape": [k], "strides": [s], "auto_pad": auto_pad, **({"pads": pads} if pads else {})}
+    attrs = {"kernel_shape": [k], "strides": [s], "dilations": [dil], "auto_pad": auto_pad}
+    attrs |= {"pads": pads} if pads else {}
     model = _grid_model("maxpool-float", x.shape, [attrs])
     for version, want in (((1, 20), plain), ((1, 21), current)):
         (y,) = IntegerSession(model, for_onnxruntime(get_scheme("onnxruntime-vnni"), version)).run(None, {"x": x})
         assert y.shape[-1] == want, version
+    if auto_pad.startswith("SAME"):  # onnx.reference sizes SAME pads by ceil(size / stride), not the formula
+        return
     (ref,) = ReferenceEvaluator(model).run(None, {"x": x})  # the ONNX formula, as onnxruntime 1.20
     (got,) = IntegerSession(model, "onnx-reference").run(None, {"x": x})
     assert ref.shape[-1] == got.shape[-1] == plain

@@ -35,8 +35,7 @@ def _pool_geometry(
     ``SAME_*`` pads come from the undilated kernel (onnxruntime's legacy rule, which the grid test pins);
     a ``ceil_mode`` window that would start beyond the input and the left pad is dropped; without
     ``ceil_mode`` the size is ``int(span / stride) + 1``. With ``scheme.pool_size_plain`` (onnxruntime
-    1.20 and earlier) the ONNX formulas as written: ``int(span / stride + 1)`` (not for ``SAME_*`` pads),
-    no window dropped.
+    1.20 and earlier) the ONNX formulas as written: ``int(span / stride + 1)``, no window dropped.
     """
     spatial = shape[2:]
     d = len(spatial)
@@ -58,11 +57,8 @@ def _pool_geometry(
             if begin[i] < 0:
                 raise ValueError(f"auto_pad {auto_pad} gives a negative begin pad on spatial axis {i}")
         span = size + begin[i] + end[i] - (k - 1) * dil - 1
-        if ceil_mode:
-            n = -(-span // s) + 1
-        else:
-            floor = scheme.pool_size_plain and auto_pad not in ("SAME_UPPER", "SAME_LOWER")  # SAME: ceil(size / s)
-            n = int(span / s + 1) if floor else int(span / s) + 1
+        plain = int(span / s + 1) if scheme.pool_size_plain else int(span / s) + 1
+        n = -(-span // s) + 1 if ceil_mode else plain
         dropped = ceil_mode and not scheme.pool_size_plain
         if dropped and (n - 1) * s >= size + begin[i]:  # the last window must start inside the input or left pad
             n -= 1

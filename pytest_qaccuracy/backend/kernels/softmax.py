@@ -92,7 +92,6 @@ def qlinear_softmax(
     zp = 0 if y_zero_point is None else int(np.asarray(y_zero_point).reshape(()))
     q = _quotients(values, total, inv, zp, dtype, scheme)
     lo, hi = arith.qrange(dtype)
-    q = np.minimum(q, 255) if dtype == np.uint8 else q
     if dtype == np.int8 and scheme.softmax_int8_wraps:  # the uint8 clip, then the low byte: 128 is -128
         out = ((np.minimum(q, 255) + 128) % 256 - 128).astype(dtype).reshape(rows.shape)
     else:
