@@ -200,7 +200,8 @@ def test_a_target_pinned_to_an_onnxruntime_release_runs_as_that_release(digits: 
     """``PRESET@MAJOR.MINOR``: the device's onnxruntime release, not the installed one; named so in the
     table and in summary.json, and run on the integer backend."""
     result = _run_targets(digits, ["onnxruntime-avx2@1.20", "onnxruntime-vnni@1.28"])
-    result.stdout.fnmatch_lines(["*sqnr 23.4* dB < 30 dB for output 'logits' on onnxruntime-avx2@1.20 (pair 'w8')"])
+    # the first failure here, or listed after the pair's own on an AVX2 host (where the pair itself saturates)
+    assert "sqnr 23.4034 dB < 30 dB for output 'logits' on onnxruntime-avx2@1.20" in result.stdout.str()
     result.stdout.fnmatch_lines(["*metric*onnxruntime-avx2@1.20 (emulated)", "*", "*", "*sqnr*23.4*"])
     result.stdout.fnmatch_lines(["*metric*onnxruntime-vnni@1.28 (emulated)", "*", "*", "*sqnr*37.1*"])
     targets = json.loads((digits.path / ".qaccuracy" / "summary.json").read_text())["pairs"][0]["targets"]
