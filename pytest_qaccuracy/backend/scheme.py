@@ -327,14 +327,13 @@ def get_scheme(scheme: str | Scheme | None) -> Scheme:
     """
     if isinstance(scheme, Scheme):
         return scheme
-    if scheme is not None and "@" in scheme:
-        try:
-            preset, release = split_release(scheme)
-        except ValueError as exc:
-            raise InputError(f"scheme {exc}") from None
+    try:
+        preset, release = split_release(scheme) if scheme is not None else (None, None)
+    except ValueError as exc:
+        raise InputError(f"scheme {exc}") from None
+    if release is not None:
         base = get_scheme(preset)
-        pinned = for_onnxruntime(base, release)  # type: ignore[arg-type]
-        return pinned.replace(name=f"{base.name}@{release[0]}.{release[1]}")  # type: ignore[index]
+        return for_onnxruntime(base, release).replace(name=f"{base.name}@{release[0]}.{release[1]}")
     if scheme is None or scheme == HOST_PRESET:
         from pytest_qaccuracy.backend.host import host_preset  # onnxruntime is imported only when asked
 

@@ -57,11 +57,12 @@ def _pool_geometry(
             if begin[i] < 0:
                 raise ValueError(f"auto_pad {auto_pad} gives a negative begin pad on spatial axis {i}")
         span = size + begin[i] + end[i] - (k - 1) * dil - 1
-        plain = int(span / s + 1) if scheme.pool_size_plain else int(span / s) + 1
-        n = -(-span // s) + 1 if ceil_mode else plain
-        dropped = ceil_mode and not scheme.pool_size_plain
-        if dropped and (n - 1) * s >= size + begin[i]:  # the last window must start inside the input or left pad
-            n -= 1
+        if not ceil_mode:
+            n = int(span / s + 1) if scheme.pool_size_plain else int(span / s) + 1
+        else:
+            n = -(-span // s) + 1
+            if not scheme.pool_size_plain and (n - 1) * s >= size + begin[i]:  # must start inside input or left pad
+                n -= 1
         if n < 0:
             raise ValueError(f"the window ({k} taps, dilation {dil}) does not fit spatial axis {i} of size {size}")
         out.append(n)
