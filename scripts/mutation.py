@@ -54,7 +54,7 @@ GROUPS: dict[str, Group] = {
     ),
     "assertions": Group(("assertions.py",), ("tests/test_assertions.py", "tests/test_assertion_messages.py")),
     # onnxruntime presets pinned to a release (onnxruntime-arm64-neon@1.28), read by every name checker
-    "releases": Group(("releases.py",), ("tests/test_releases.py",)),
+    "presets": Group(("presets.py",), ("tests/test_presets.py",)),
     "data": Group(
         ("data/*",),
         (

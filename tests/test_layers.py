@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
     "task_names": 0,
     "tolerances": 0,
     "outcomes": 0,
-    "releases": 0,
+    "presets": 0,
     "data": 0,
     "model": 0,
     "metrics": 0,

@@ -22,9 +22,9 @@ import platform
 import numpy as np
 
 from pytest_qaccuracy.errors import InputError, QAccuracyError
+from pytest_qaccuracy.presets import HOST_FAMILIES
 
 ENV_OVERRIDE = "QACCURACY_HOST_PRESET"
-HOST_PRESETS = ("onnxruntime-avx2", "onnxruntime-vnni", "onnxruntime-arm64", "onnxruntime-arm64-neon")
 #: the probe's result per preset: the saturated pair, or the exact sum
 _PROBE_RESULTS = {32767: "onnxruntime-avx2", 2 * 255 * 127: "onnxruntime-vnni"}
 #: the ARM64 probe's result per preset: exact, or eight int16 pairs of 32768 wrapped to -32768
@@ -49,8 +49,8 @@ def host_preset() -> str:
     """
     override = os.environ.get(ENV_OVERRIDE, "").strip()
     if override:
-        if override not in HOST_PRESETS:
-            raise InputError(f"{ENV_OVERRIDE}={override!r}: expected one of {', '.join(HOST_PRESETS)}")
+        if override not in HOST_FAMILIES:
+            raise InputError(f"{ENV_OVERRIDE}={override!r}: expected one of {', '.join(HOST_FAMILIES)}")
         return override
     if is_arm64():
         value = arm64_probe()

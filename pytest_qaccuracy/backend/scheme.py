@@ -13,7 +13,7 @@ from typing import Literal
 
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.plain import Plain
-from pytest_qaccuracy.releases import split_release
+from pytest_qaccuracy.presets import HOST, NAMES, split_release
 
 Multiplier = Literal["float32", "float64", "q31", "q15", "power2", "glow"]
 Rounding = Literal["half_even", "half_up", "half_away", "floor"]
@@ -252,9 +252,8 @@ _ARM64 = _ONNXRUNTIME.replace(
     saturating_conversion=True,
 )
 
-#: the preset that means "the onnxruntime of this machine", resolved by ``host.host_preset``
-HOST_PRESET = "onnxruntime"
-
+#: every preset but the host's (``onnxruntime``, resolved by the host probe), by the names of
+#: :data:`pytest_qaccuracy.presets.NAMES` (a test checks that they match)
 PRESETS: dict[str, Scheme] = {
     # x86 with AVX2 or AVX512 but no VNNI: u8 x s8 pairs saturate to int16 (vpmaddubsw).
     "onnxruntime-avx2": _ONNXRUNTIME.replace(name="onnxruntime-avx2", pair_saturation=True),
@@ -308,18 +307,13 @@ PRESETS.update(
 )
 
 
-def preset_names() -> tuple[str, ...]:
-    """Every name ``get_scheme`` accepts: ``onnxruntime`` (this machine's) and the presets."""
-    return (HOST_PRESET, *PRESETS)
-
-
 def get_scheme(scheme: str | Scheme | None) -> Scheme:
     """A preset by name (or the scheme itself; ``None`` means the default, ``onnxruntime``).
 
     ``onnxruntime`` is the preset of this machine's onnxruntime, ``onnxruntime-avx2`` or
     ``onnxruntime-vnni``, found once per process by a probe (see ``host.py``); the scheme returned
     carries the resolved name. An onnxruntime preset pinned to a release, ``onnxruntime-arm64-neon@1.28``
-    (``releases.py``), computes as that release does (:func:`for_onnxruntime`) and keeps the pin in its
+    (``presets.py``), computes as that release does (:func:`for_onnxruntime`) and keeps the pin in its
     name.
 
     Raises:
@@ -334,11 +328,11 @@ def get_scheme(scheme: str | Scheme | None) -> Scheme:
     if release is not None:
         base = get_scheme(preset)
         return for_onnxruntime(base, release).replace(name=f"{base.name}@{release[0]}.{release[1]}")
-    if scheme is None or scheme == HOST_PRESET:
+    if scheme is None or scheme == HOST:
         from pytest_qaccuracy.backend.host import host_preset  # onnxruntime is imported only when asked
 
         return PRESETS[host_preset()]
     try:
         return PRESETS[scheme]
     except KeyError:
-        raise InputError(f"unknown scheme '{scheme}'; presets: {', '.join(preset_names())}") from None
+        raise InputError(f"unknown scheme '{scheme}'; presets: {', '.join(NAMES)}") from None

@@ -1,38 +1,23 @@
 """Where a pair's quantized model runs: the backends and scheme presets a pair or an option may name.
 
 ``backend`` is ``onnxruntime`` (default) or ``integer`` (the emulated integer backend); ``scheme`` is
-a preset of :data:`pytest_qaccuracy.backend.scheme.PRESETS` (default ``onnxruntime``); ``targets``
-are presets whose output checks also run. The names are listed here, not imported, because options
-are checked at configure time, which runs for every pytest invocation: importing ``runtime`` loads
-onnx, and importing the ``backend`` package loads numpy and every kernel. A test checks that both
-lists match. Pure: stdlib only.
+a preset of :data:`pytest_qaccuracy.presets.NAMES` (default ``onnxruntime``); ``targets`` are presets
+whose output checks also run. The backends are listed here, not imported, because options are
+checked at configure time, which runs for every pytest invocation: importing ``runtime`` loads onnx
+(a test checks that both lists match). Pure: stdlib only.
 """
 
 from __future__ import annotations
 
 import re
 
-from pytest_qaccuracy.releases import split_release
+from pytest_qaccuracy.presets import HOST, NAMES, split_release
 from pytest_qaccuracy.tolerances import BadValue
 
 #: The backends of :func:`pytest_qaccuracy.runtime.make_runner`.
 BACKENDS = ("onnxruntime", "integer")
-#: The scheme presets of :data:`pytest_qaccuracy.backend.scheme.PRESETS`.
-SCHEMES = (
-    "onnxruntime",
-    "onnxruntime-avx2",
-    "onnxruntime-vnni",
-    "onnxruntime-arm64",
-    "onnxruntime-arm64-neon",
-    "onnx-reference",
-    "tflite",
-    "tflite-single-rounding",
-    "tvm-upward",
-    "power2",
-    "glow",
-)
 DEFAULT_BACKEND = "onnxruntime"
-DEFAULT_SCHEME = "onnxruntime"
+DEFAULT_SCHEME = HOST
 
 
 def check_backend(value: object) -> str:
@@ -44,13 +29,13 @@ def check_backend(value: object) -> str:
 
 def _known(key: str, value: object) -> str:
     """``value`` if it names a preset, or an onnxruntime preset pinned to a release
-    (``onnxruntime-arm64-neon@1.28``, :mod:`pytest_qaccuracy.releases`); :class:`BadValue` otherwise."""
+    (``onnxruntime-arm64-neon@1.28``, :mod:`pytest_qaccuracy.presets`); :class:`BadValue` otherwise."""
     try:
         preset, _ = split_release(value) if isinstance(value, str) else (value, None)
     except ValueError as exc:
         raise BadValue(key, str(exc)) from None
-    if preset not in SCHEMES:
-        raise BadValue(key, f"unknown scheme {value!r} (presets: {', '.join(SCHEMES)})")
+    if preset not in NAMES:
+        raise BadValue(key, f"unknown scheme {value!r} (presets: {', '.join(NAMES)})")
     return str(value)
 
 

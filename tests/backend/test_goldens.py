@@ -16,8 +16,9 @@ import onnxruntime as ort
 import pytest
 
 from pytest_qaccuracy.backend import IntegerSession, Scheme, get_scheme
-from pytest_qaccuracy.backend.host import HOST_PRESETS, host_preset
+from pytest_qaccuracy.backend.host import host_preset
 from pytest_qaccuracy.backend.scheme import for_onnxruntime
+from pytest_qaccuracy.presets import HOST_FAMILIES
 
 GOLDENS = Path(__file__).parent / "goldens" / "onnxruntime-avx2"
 MANIFEST = json.loads((GOLDENS / "manifest.json").read_text())
@@ -118,5 +119,5 @@ def test_host_preset_is_bit_exact_with_the_host_onnxruntime(name: str) -> None:
     else:
         want = dict(zip(names, session.run(None, feeds), strict=True))
     scheme = _scheme(case, "onnxruntime")
-    assert scheme.name == host_preset() in HOST_PRESETS
+    assert scheme.name == host_preset() in HOST_FAMILIES
     assert _mismatches(_emulate(name, scheme), want) == 0

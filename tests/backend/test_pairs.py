@@ -16,6 +16,7 @@ from pair_ways import force_way, recorded
 from pytest_qaccuracy.backend import arith, get_scheme, host, pairs
 from pytest_qaccuracy.backend.kernels.conv import conv_integer_acc
 from pytest_qaccuracy.errors import InputError
+from pytest_qaccuracy.presets import HOST_FAMILIES
 
 AVX2 = get_scheme("onnxruntime-avx2")
 VNNI = get_scheme("onnxruntime-vnni")
@@ -194,7 +195,7 @@ def test_the_probe_names_this_machine_and_can_be_overridden(monkeypatch: pytest.
     try:
         assert host.host_preset() == ("onnxruntime-avx2" if value == 32767 else "onnxruntime-vnni")
         assert get_scheme("onnxruntime").name == host.host_preset()
-        for preset in host.HOST_PRESETS:
+        for preset in HOST_FAMILIES:
             host.host_preset.cache_clear()
             monkeypatch.setenv(host.ENV_OVERRIDE, preset)
             assert get_scheme("onnxruntime") is get_scheme(preset)

@@ -34,8 +34,9 @@ from pytest_qaccuracy.backend import (
     weight_quantization,
 )
 from pytest_qaccuracy.backend.graph import Step, attribute_value, steps_from_graph, tensor_types
-from pytest_qaccuracy.backend.scheme import FAMILIES, PRESETS, Scheme, get_scheme, preset_names
+from pytest_qaccuracy.backend.scheme import FAMILIES, PRESETS, Scheme, get_scheme
 from pytest_qaccuracy.errors import InputError, ModelError, QAccuracyError, UnsupportedOpError
+from pytest_qaccuracy.presets import HOST, HOST_FAMILIES, NAMES
 
 # --- scheme.py ---------------------------------------------------------------------------------
 
@@ -154,9 +155,9 @@ def test_get_scheme_returns_a_scheme_a_preset_or_the_host_preset(monkeypatch: py
     assert error.value.__cause__ is None and error.value.__suppress_context__
 
 
-def test_preset_names_start_with_the_host_preset() -> None:
-    assert preset_names() == ("onnxruntime", *PRESETS)
-    assert "onnxruntime-vnni" in preset_names() and "glow" in preset_names()
+def test_the_backend_defines_every_named_preset_but_the_hosts() -> None:
+    assert (HOST, *PRESETS) == NAMES and HOST == "onnxruntime"
+    assert set(HOST_FAMILIES) < set(PRESETS) and all(PRESETS[name].name == name for name in PRESETS)
 
 
 # --- registry.py -------------------------------------------------------------------------------
@@ -319,7 +320,7 @@ def test_an_unexpected_probe_answer_asks_for_the_override(fresh_host: None, monk
 def test_the_override_wins_and_is_checked(fresh_host: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host, "probe", lambda: pytest.fail("probed despite the override"))
     monkeypatch.setattr(host, "arm64_probe", lambda: pytest.fail("probed despite the override"))
-    for preset in host.HOST_PRESETS:
+    for preset in HOST_FAMILIES:
         host.host_preset.cache_clear()
         monkeypatch.setenv(host.ENV_OVERRIDE, f" {preset}\n")
         assert host.host_preset() == preset

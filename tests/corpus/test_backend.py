@@ -8,13 +8,13 @@ import math
 import pytest
 from corpus_helpers import MODEL_NAMES, VARIANTS, run_cli
 
-from pytest_qaccuracy.backend.scheme import preset_names
+from pytest_qaccuracy.presets import NAMES
 
 pytestmark = pytest.mark.corpus
 
 
 @pytest.mark.parametrize("variant", ["qdq_u8s8", "qop_u8s8"])
-@pytest.mark.parametrize("preset", preset_names())
+@pytest.mark.parametrize("preset", NAMES)
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_integer_backend(corpus, name, preset, variant, tmp_path, capsys):
     """The quantized model on the integer backend against fp32: outputs with finite metrics or a reason."""

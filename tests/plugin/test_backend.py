@@ -16,7 +16,7 @@ import pytest
 
 from pytest_qaccuracy.backend.host import host_preset
 from pytest_qaccuracy.plugin.pairs import PairSpec
-from pytest_qaccuracy.plugin.schemes import BACKENDS, SCHEMES
+from pytest_qaccuracy.plugin.schemes import BACKENDS
 from pytest_qaccuracy.plugin.suite import load_suite
 
 PRESETS = (
@@ -388,10 +388,10 @@ def test_xdist_summary_matches_serial(digits: pytest.Pytester) -> None:
 
 
 def test_names_match_the_library() -> None:
-    from pytest_qaccuracy.backend.scheme import preset_names
+    from pytest_qaccuracy.presets import NAMES
     from pytest_qaccuracy.runtime import BACKENDS as LIBRARY_BACKENDS
 
-    assert preset_names() == SCHEMES and ", ".join(SCHEMES) == PRESETS
+    assert ", ".join(NAMES) == PRESETS
     assert tuple(LIBRARY_BACKENDS) == BACKENDS
 
 

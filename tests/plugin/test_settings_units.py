@@ -14,6 +14,7 @@ import pytest
 from pytest_qaccuracy import defaults
 from pytest_qaccuracy.plugin import ini, options, schemes, settings
 from pytest_qaccuracy.plugin.settings import OPTIONS, QAccuracySettings, load_settings
+from pytest_qaccuracy.presets import NAMES
 from pytest_qaccuracy.tolerances import BadValue, Tolerance
 
 
@@ -532,13 +533,13 @@ def test_schemes_check_names_and_list_what_is_known() -> None:
     assert schemes.check_scheme("glow") == "glow"
     with pytest.raises(BadValue) as info:
         schemes.check_scheme("nope")
-    assert str(info.value) == f"scheme: unknown scheme 'nope' (presets: {', '.join(schemes.SCHEMES)})"
+    assert str(info.value) == f"scheme: unknown scheme 'nope' (presets: {', '.join(NAMES)})"
     assert schemes.check_targets(" glow,\ttflite  glow ") == ("glow", "tflite")
     assert schemes.check_targets(["tflite"]) == ("tflite",) and schemes.check_targets(("glow",)) == ("glow",)
     assert schemes.check_targets("") == ()
     with pytest.raises(BadValue) as info:
         schemes.check_targets(["glow", "x"])
-    assert str(info.value) == f"targets: unknown scheme 'x' (presets: {', '.join(schemes.SCHEMES)})"
+    assert str(info.value) == f"targets: unknown scheme 'x' (presets: {', '.join(NAMES)})"
     with pytest.raises(BadValue) as info:
         schemes.check_targets(3)
     assert str(info.value) == "targets: expected a list of scheme presets, got 3"

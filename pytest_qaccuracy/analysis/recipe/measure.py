@@ -28,15 +28,13 @@ from pytest_qaccuracy.model.graph import GraphView
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.model.matching import FLOAT_TYPES
 from pytest_qaccuracy.model.pair import ModelPair
-from pytest_qaccuracy.releases import split_release
+from pytest_qaccuracy.presets import HOST, NAMES, split_release
 from pytest_qaccuracy.runtime import OrtRunner, RuntimeOptions, make_runner
 
 if TYPE_CHECKING:
     from pytest_qaccuracy.analysis.outputs import OutputMeasure
     from pytest_qaccuracy.metrics.task import TaskSpec
 
-#: The target that is this host's own onnxruntime session (every other target is a scheme preset).
-HOST = "onnxruntime"
 #: Margins above this count as this (an infinite SQNR must not outweigh other checks' figures).
 _CAP = 1e6
 #: target -> output -> metric -> value (None: undefined, e.g. NaN outputs); task values under :data:`TASK`
@@ -60,17 +58,14 @@ def check_values(check: Check, per_output: Mapping[str, Mapping[str, float | Non
 
 
 def check_targets(names: Sequence[str]) -> tuple[str, ...]:
-    """Deployment targets: ``onnxruntime`` (this host) and scheme presets; InputError otherwise."""
-    from pytest_qaccuracy.backend.scheme import PRESETS
-
-    known = (HOST, *PRESETS)
+    """Deployment targets: ``onnxruntime`` (this host's own session) and scheme presets; InputError otherwise."""
     for name in names:
         try:
             preset, _ = split_release(name)
         except ValueError as exc:
             raise InputError(f"deployment target {exc}") from None
-        if preset not in known:
-            raise InputError(f"unknown deployment target {name!r}; expected one of {', '.join(known)}")
+        if preset not in NAMES:
+            raise InputError(f"unknown deployment target {name!r}; expected one of {', '.join(NAMES)}")
     if not names:
         raise InputError("give at least one deployment target")
     return tuple(dict.fromkeys(names))

@@ -1,4 +1,5 @@
-"""onnxruntime presets pinned to a release: ``onnxruntime-arm64-neon@1.28`` (releases.py)."""
+"""The presets' names (presets.py): the one list, and onnxruntime presets pinned to a release
+(``onnxruntime-arm64-neon@1.28``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pytest_qaccuracy.backend import get_scheme
 from pytest_qaccuracy.backend.scheme import for_onnxruntime
 from pytest_qaccuracy.errors import InputError
 from pytest_qaccuracy.plugin.schemes import check_scheme
-from pytest_qaccuracy.releases import OLDEST, split_release
+from pytest_qaccuracy.presets import HOST, HOST_FAMILIES, NAMES, OLDEST, split_release
 from pytest_qaccuracy.tolerances import BadValue
 
 
@@ -76,3 +77,21 @@ def test_unknown_presets_are_refused_with_or_without_a_release() -> None:
     with pytest.raises(InputError, match=r"unknown deployment target 'onnxruntime-foo@1\.20'"):
         check_targets(["onnxruntime-foo@1.20"])
     assert check_targets(["onnxruntime-arm64@1.24", "onnxruntime"]) == ("onnxruntime-arm64@1.24", "onnxruntime")
+
+
+def test_every_named_preset_is_taken_by_the_option_the_recipe_targets_and_the_backend() -> None:
+    assert NAMES[0] == HOST and set(HOST_FAMILIES) <= set(NAMES) and len(set(NAMES)) == len(NAMES)
+    for name in NAMES:
+        assert check_scheme(name) == name
+        assert check_targets([name]) == (name,)
+        assert get_scheme(name).name in (name, *HOST_FAMILIES)
+
+
+def test_an_unknown_preset_is_refused_with_the_same_list_everywhere() -> None:
+    listed = ", ".join(NAMES)
+    with pytest.raises(BadValue, match=f"presets: {listed}"):
+        check_scheme("onnxruntime-sse")
+    with pytest.raises(InputError, match=f"expected one of {listed}$"):
+        check_targets(["onnxruntime-sse"])
+    with pytest.raises(InputError, match=f"presets: {listed}$"):
+        get_scheme("onnxruntime-sse")

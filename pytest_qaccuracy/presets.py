@@ -1,13 +1,32 @@
-"""onnxruntime releases an onnxruntime preset can be pinned to: ``onnxruntime-arm64-neon@1.28``.
+"""The scheme presets' names, the one list of them, and the onnxruntime release a name may pin.
 
-The ``onnxruntime`` presets compute as the installed onnxruntime does; a device that runs another
-release is named ``PRESET@MAJOR.MINOR`` (a patch number is allowed and ignored). Pure: stdlib only, so
-that options can be checked at configure time.
+The backend defines each preset (:data:`pytest_qaccuracy.backend.scheme.PRESETS`, checked against
+:data:`NAMES` by a test); the plugin's options, the recipe search's targets and the host probe read
+the names from here. The ``onnxruntime`` presets compute as the installed onnxruntime does; a device
+that runs another release is named ``PRESET@MAJOR.MINOR`` (``onnxruntime-arm64-neon@1.28``; a patch
+number is allowed and ignored). Pure: stdlib only, so that options can be checked at configure time
+(importing the backend loads numpy and every kernel).
 """
 
 from __future__ import annotations
 
 import re
+
+#: the preset that means "the onnxruntime of this machine", resolved by ``backend.host.host_preset``
+HOST = "onnxruntime"
+#: onnxruntime's CPU families, one of which :data:`HOST` resolves to
+HOST_FAMILIES = ("onnxruntime-avx2", "onnxruntime-vnni", "onnxruntime-arm64", "onnxruntime-arm64-neon")
+#: every preset name, :data:`HOST` first
+NAMES = (
+    HOST,
+    *HOST_FAMILIES,
+    "onnx-reference",
+    "tflite",
+    "tflite-single-rounding",
+    "tvm-upward",
+    "power2",
+    "glow",
+)
 
 #: the oldest release the presets were measured against (pyproject.toml's lower bound)
 OLDEST = (1, 18)
