@@ -453,19 +453,12 @@ def test_ranges_of_reads_each_tensors_rule():
     assert A.ranges_of({}, found) == {}
 
 
-def test_finalists_are_min_max_onnxruntimes_percentile_and_the_best():
-    assert A.finalists({"minmax": ({}, 3.0), "ort-percentile": ({}, 2.0), "kl": ({}, 1.0), "mse": ({}, 1.5)}) == [
-        "minmax",
-        "ort-percentile",
-        "kl",
-    ]
-    assert A.finalists({"minmax": ({}, 1.0), "ort-percentile": ({}, 2.0), "kl": ({}, 3.0)}) == [
-        "minmax",
-        "ort-percentile",
-    ]
-    assert A.finalists({"minmax": ({}, 3.0), "ort-percentile": ({}, 0.5)}) == ["minmax", "ort-percentile"]
+def test_finalists_are_every_choice_min_max_and_onnxruntimes_percentile_first():
+    evaluated = {"kl": ({}, 1.0), "minmax": ({}, 3.0), "mse": ({}, 1.5), "ort-percentile": ({}, 2.0), "x": ({}, 9.0)}
+    assert A.finalists(evaluated) == ["minmax", "ort-percentile", "kl", "mse", "x"]
+    assert A.finalists({"minmax": ({}, 1.0), "ort-percentile": ({}, 2.0)}) == ["minmax", "ort-percentile"]
     # ort-percentile measured once under another rule's name: not a finalist of its own
-    assert A.finalists({"minmax": ({}, 3.0), "mse": ({}, 1.0)}) == ["minmax", "mse"]
+    assert A.finalists({"mse": ({}, 1.0), "minmax": ({}, 3.0)}) == ["minmax", "mse"]
 
 
 def test_majority_needs_more_than_half_the_records():
@@ -819,7 +812,7 @@ def test_verified_choice_measures_onnxruntimes_write_again_when_it_differs(again
 # --- the line the command prints ---------------------------------------------------------------
 
 
-def test_selection_line_names_the_choice_and_every_other_finalist():
+def test_selection_line_names_the_choice_min_max_the_better_choices_and_counts_the_rest():
     suffix = ", as onnxruntime runs it"
     selection = {
         "chosen": "minmax",
@@ -835,15 +828,29 @@ def test_selection_line_names_the_choice_and_every_other_finalist():
     }
     assert A.selection_line(selection) == (
         "auto chose minmax: output SQNR 20.79 dB on the 16 calibration record(s) as onnxruntime runs it "
-        "(ort-percentile 14.26 dB; mse 29.83 dB but better than minmax on only 3 of 16 records; "
-        "kl 25.00 dB but better than minmax on only 0 of 16 records)"
+        "(mse 29.83 dB but better than minmax on only 3 of 16 records, and 1 more better choice on too few "
+        "records; 1 other choice no better)"
+    )
+    # the best refused choice is named wherever it stands; the others are counted
+    reversed_steps = {**selection, "steps": selection["steps"][::-1]}
+    assert A.selection_line(reversed_steps) == A.selection_line(selection)
+    third = {"choice": "y" + suffix, "output_sqnr_db": 21.0, "verified": True, "better_than_minmax_on": 8}
+    assert A.selection_line({**selection, "steps": [*selection["steps"], third]}).endswith(
+        "(mse 29.83 dB but better than minmax on only 3 of 16 records, and 2 more better choices on too few "
+        "records; 1 other choice no better)"
+    )
+    below = {"choice": "x" + suffix, "output_sqnr_db": 1.0, "verified": True}
+    chose_kl = {**selection, "chosen": "kl", "output_sqnr_db": 25.0, "steps": [*selection["steps"], below]}
+    assert A.selection_line(chose_kl) == (
+        "auto chose kl: output SQNR 25.00 dB on the 16 calibration record(s) as onnxruntime runs it "
+        "(minmax 20.79 dB; mse 29.83 dB but better than minmax on only 3 of 16 records; 2 other choices no better)"
     )
     alone = {"chosen": "mse", "output_sqnr_db": 30.0, "records": 1, "steps": [selection["steps"][3]]}
     assert A.selection_line(alone) == (
         "auto chose mse: output SQNR 30.00 dB on the 1 calibration record(s) as onnxruntime runs it"
     )
     equal = {**alone, "chosen": "minmax", "output_sqnr_db": 29.831}
-    assert A.selection_line(equal).endswith("runs it (mse 29.83 dB)")
+    assert A.selection_line(equal).endswith("runs it (1 other choice no better)")
 
 
 # --- the warning against min/max -----------------------------------------------------------------
