@@ -2,7 +2,7 @@
 
     python bench/calibration_choices.py [--models ppocr_rec,yolov8n] [--recipes u8s8,s8s8_pc]
                                         [--eval-records 128] --json OUT
-    python bench/calibration_choices.py --rules OUT     # the last step's rules, judged offline
+    python bench/calibration_choices.py --rules OUT [OUT ...]   # the last step's rules, judged offline
 
 ``auto``'s last step chooses among finalists by their output error on the calibration records
 (``docs/calibration.md``, step 6). This records, for every model and recipe of
@@ -224,10 +224,10 @@ def main() -> None:
     parser.add_argument("--recipes", default="u8s8,s8s8_pc,qop_u8s8")
     parser.add_argument("--eval-records", type=int, default=128)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--rules", type=Path, metavar="OUT.json")
+    parser.add_argument("--rules", type=Path, nargs="+", metavar="OUT.json", help="judge rules on these runs' rows")
     args = parser.parse_args()
     if args.rules:
-        judge(json.loads(args.rules.read_text()))
+        judge([row for path in args.rules for row in json.loads(path.read_text())])
     else:
         collect(args)
 
