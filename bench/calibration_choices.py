@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -94,17 +93,11 @@ def collect(args: argparse.Namespace) -> None:
     from pytest_qaccuracy.data import bind_dataset, load_dataset
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
 
-    corpus = Path(os.environ.get("QACCURACY_CORPUS_DIR", ROOT / ".corpus"))
     rows = []
     with tempfile.TemporaryDirectory(prefix="qaccuracy-choices-") as tmp:
         folder = Path(tmp)
         for name in args.models.split(","):
-            if name.startswith("net:"):
-                fp32, calib, data = cq.bench_net(name, folder, args.eval_records)
-            else:
-                meta = json.loads((corpus / name / "model.json").read_text())
-                fp32, calib = corpus / name / "fp32.onnx", corpus / name / meta["data"]["calib"]
-                data = cq.held_out(name, args.eval_records, folder)
+            fp32, calib, data = cq.model_data(name, folder, args.eval_records)
             inputs = graph_inputs(load_model(fp32))
             sets = {
                 "calib": list(bind_dataset(load_dataset(calib), inputs).iter_records()),

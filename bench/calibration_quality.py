@@ -104,6 +104,19 @@ def bench_net(name: str, folder: Path, count: int, calib_count: int = 16) -> tup
     return model, calib, held
 
 
+def model_data(name: str, folder: Path, eval_records: int, calib_records: int | None = None) -> tuple[Path, ...]:
+    """A row's fp32 model, calibration records (the corpus's, or ``calib_records`` made ones) and
+    held-out records: a corpus model (``$QACCURACY_CORPUS_DIR``, default ``.corpus/``) or a bench net."""
+    if name.startswith("net:"):
+        return bench_net(name, folder, eval_records, calib_records or 16)
+    corpus = Path(os.environ.get("QACCURACY_CORPUS_DIR", ROOT / ".corpus"))
+    meta = json.loads((corpus / name / "model.json").read_text())
+    fp32, calib = corpus / name / "fp32.onnx", corpus / name / meta["data"]["calib"]
+    if calib_records:
+        calib = calibration_records(name, calib_records, folder)
+    return fp32, calib, held_out(name, eval_records, folder)
+
+
 def quantize(method: str, fp32: Path, calib: Path, out: Path, recipe: str) -> float:
     """Calibrate and write the QDQ model; the seconds it took."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -243,19 +256,11 @@ def main() -> None:
     from pytest_qaccuracy.data import bind_dataset, load_dataset
     from pytest_qaccuracy.model.loading import graph_inputs, load_model
 
-    corpus = Path(os.environ.get("QACCURACY_CORPUS_DIR", ROOT / ".corpus"))
     rows = []
     with tempfile.TemporaryDirectory(prefix="qaccuracy-bench-") as tmp:
         folder = Path(tmp)
         for name in args.models.split(","):
-            if name.startswith("net:"):
-                fp32, calib, data = bench_net(name, folder, args.eval_records, args.calib_records or 16)
-            else:
-                meta = json.loads((corpus / name / "model.json").read_text())
-                fp32, calib = corpus / name / "fp32.onnx", corpus / name / meta["data"]["calib"]
-                if args.calib_records:
-                    calib = calibration_records(name, args.calib_records, folder)
-                data = held_out(name, args.eval_records, folder)
+            fp32, calib, data = model_data(name, folder, args.eval_records, args.calib_records)
             records = list(bind_dataset(load_dataset(data), graph_inputs(load_model(fp32))).iter_records())
             reference = outputs(fp32, records)
             for recipe in args.recipes.split(","):
