@@ -50,14 +50,11 @@ def captured_choices(fp32: Path, calib: Path, recipe: str) -> tuple[dict[str, by
         quant_format="qoperator" if recipe == "qop_u8s8" else "qdq",
     )
     seen: dict[str, bytes] = {}
-    every, verify = auto.finalists, auto.verified_choice
+    verify = auto.verified_choice
 
-    def keep_all(evaluated):
-        return list(dict.fromkeys(["minmax", "ort-percentile", *evaluated]))
-
-    def record(evaluator, final, models, write, report):
+    def record(evaluator, final, models, write, report):  # the finalists are every choice measured
         seen.update({name: models[name].SerializeToString() for name in final})
-        return verify(evaluator, [n for n in final if n in every(_last)], models, write, report)
+        return verify(evaluator, final, models, write, report)
 
     _last: dict = {}
     choose = auto.choose
@@ -68,11 +65,11 @@ def captured_choices(fp32: Path, calib: Path, recipe: str) -> tuple[dict[str, by
         _last.update(evaluated)
         return evaluated, report
 
-    auto.finalists, auto.verified_choice, auto.choose = keep_all, record, remember
+    auto.verified_choice, auto.choose = record, remember
     try:
         result = compute_ranges(fp32, calib, options)
     finally:
-        auto.finalists, auto.verified_choice, auto.choose = every, verify, choose
+        auto.verified_choice, auto.choose = verify, choose
     seen["auto"] = result.model
     return seen, {name: error for name, (_, error) in _last.items()}
 

@@ -483,12 +483,13 @@ def selection_line(selection: Mapping[str, Any]) -> str:
         if step.get("verified") and step["choice"].removesuffix(suffix) != selection["chosen"]
     ]
     refused = sorted((s for _, s in verified if s["output_sqnr_db"] > chosen), key=lambda s: -s["output_sqnr_db"])
-    others = [f"minmax {s['output_sqnr_db']:.2f} dB" for n, s in verified if n == "minmax" and s not in refused]
+    # min/max is never refused: the choice kept has the least error among min/max and the trusted ones
+    others = [f"minmax {s['output_sqnr_db']:.2f} dB" for n, s in verified if n == "minmax"]
     if refused:
         best, more = refused[0], len(refused) - 1
         others.append(
             f"{best['choice'].removesuffix(suffix)} {best['output_sqnr_db']:.2f} dB but better than minmax on only "
-            f"{best.get('better_than_minmax_on', 0)} of {records} records"
+            f"{best['better_than_minmax_on']} of {records} records"
             + (f", and {more} more better choice{'s' if more > 1 else ''} on too few records" if more else "")
         )
     rest = sum(n != "minmax" and s["output_sqnr_db"] <= chosen for n, s in verified)
