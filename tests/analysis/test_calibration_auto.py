@@ -409,7 +409,10 @@ def test_evaluator_errors_match_an_independent_computation(signal, tmp_path, thr
     bound = bind_dataset(load_dataset(signal["calib"]), graph_inputs(fp32))
     evaluator = Evaluator(fp32, bound, RuntimeOptions(threads=threads))
     models = {"m": base, "p": second}
-    real = evaluator.errors({name: (evaluator.session(load_model(path)), {}) for name, path in models.items()})
+    loaded = {name: load_model(path) for name, path in models.items()}
+    made = evaluator.sessions({**loaded, "m again": loaded["m"]})  # built side by side, once per model
+    assert made["m again"] is made["m"] is evaluator.session(loaded["m"]) and made["p"] is not made["m"]
+    real = evaluator.errors({name: (made[name], {}) for name in models})
     for name, path in models.items():
         assert real[name] == pytest.approx(_output_error(signal["fp32"], path, signal["calib"]), rel=1e-9)
     assert real["m"] != real["p"]

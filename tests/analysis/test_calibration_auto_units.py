@@ -726,6 +726,9 @@ class RealEvaluator:
     def session(self, model, label="quantized model"):
         return float(numpy_helper.to_array(model.graph.initializer[0])[0])
 
+    def sessions(self, models):
+        return {name: self.session(model) for name, model in models.items()}
+
     def errors(self, runs, probe=None, against=None):
         self.calls.append((list(runs), against))
         assert all(feeds == {} for _, feeds in runs.values())
