@@ -183,6 +183,8 @@ def judge(rows: list[dict]) -> None:
         "every choice, majority (now)": lambda r: rule_majority(r, _candidates(r)),
         "every choice, log-ratio": lambda r: rule_log_ratio(r, _candidates(r)),
         "every choice, median": lambda r: rule_median(r, _candidates(r)),
+        # what a user of onnxruntime alone can do: pick its calibrator by the calibration records
+        "onnxruntime's own, least": lambda r: rule_least(r, list(ONNXRUNTIME.values())),
         "always minmax": lambda r: "minmax",
         "always ort-percentile": lambda r: "ort-percentile",
         "oracle, three finalists": lambda r: max(three_finalists(r), key=lambda c: held(r, c)),
@@ -203,7 +205,7 @@ def judge(rows: list[dict]) -> None:
     print()
     for row in rows:
         best = max(held(row, m) for m in ONNXRUNTIME.values())
-        picks = {t: rule(row) for t, rule in rules.items() if not t.startswith(("always", "oracle"))}
+        picks = {t: rule(row) for t, rule in rules.items() if not t.startswith(("always", "oracle", "onnx"))}
         cells = " ".join(f"{held(row, c) - best:+.2f}" for c in picks.values())
         print(f"{row['model']:20s} {row['recipe']:9s} best {best:6.2f}  auto {held(row, 'auto') - best:+.2f}  {cells}")
 
