@@ -64,6 +64,39 @@ def conv_net(
     return path
 
 
+def small_weights_net(path: Path) -> Path:
+    """Two Convs whose int32 biases onnxruntime cannot hold at the weights' own scales: conv1's
+    channels 0 and 1 (weights about 1e-9 and 1e-7; the rest plain), all of conv2 (about 1e-7), each
+    with a bias of 0.5. onnxruntime raises those weight scales so that input scale x weight scale
+    stays above 1.0001 x 2|b| / (2^32 - 2); at ten times the input scale, the 1e-7 weights need no raise."""
+    rng = np.random.default_rng(11)
+    w1 = rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * np.float32(0.3)
+    w1[0] *= np.float32(1e-9 / 0.3)
+    w1[1] *= np.float32(1e-7 / 0.3)
+    inits = [
+        numpy_helper.from_array(w1, "w1"),
+        numpy_helper.from_array(np.array([0.5, 0.5, 0.1, -0.1], np.float32), "b1"),
+        numpy_helper.from_array(rng.standard_normal((2, 4, 3, 3)).astype(np.float32) * np.float32(1e-7), "w2"),
+        numpy_helper.from_array(np.array([0.5, -0.5], np.float32), "b2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], pads=[1, 1, 1, 1], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small_weights",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 16, 16])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
 def random_inputs(count: int, size: int = 16, seed: int = 1, batch_axis: bool = True) -> np.ndarray:
     rng = np.random.default_rng(seed)
     shape = (count, 1, 3, size, size) if batch_axis else (count, 3, size, size)

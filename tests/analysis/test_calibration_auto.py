@@ -23,13 +23,20 @@ from pytest_qaccuracy.analysis.calibration.cache import calibrated_model, conten
 from pytest_qaccuracy.analysis.calibration.candidates import ort_percentile_range
 from pytest_qaccuracy.analysis.calibration.options import CalibrationResult
 from pytest_qaccuracy.analysis.calibration.probe import ProbeScores, build_probe, output_names
-from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel, _biases, same_model
+from pytest_qaccuracy.analysis.calibration.qdq_params import (
+    ParamModel,
+    Weight,
+    _biases,
+    raises_weight_scales,
+    same_model,
+    symmetric_scale,
+)
 from pytest_qaccuracy.analysis.calibration.reader import DatasetReader
 from pytest_qaccuracy.cli import main
 from pytest_qaccuracy.data import bind_dataset, load_dataset
 from pytest_qaccuracy.model.loading import graph_inputs, load_model
 from pytest_qaccuracy.runtime import RuntimeOptions
-from tests.modelzoo import conv_net, mlp, random_inputs
+from tests.modelzoo import conv_net, mlp, random_inputs, small_weights_net
 
 
 @pytest.fixture(scope="module")
@@ -258,25 +265,86 @@ def test_a_patched_model_is_the_model_onnxruntime_writes(tmp_path, recipe, net):
     assert not same_model(patched, target)  # nodes count too
 
 
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_patched_model_raises_weight_scales_as_onnxruntime_does(tmp_path, recipe):
+    """Where onnxruntime raises a weight's scale for its int32 bias, the patched model of a choice is
+    still onnxruntime's: raised again for a narrower range (percentile), back to the weight's own
+    scale for a wider one (ten times min/max), the weight's channels quantized again with it."""
+    form = RECIPES[recipe]
+    fp32 = small_weights_net(tmp_path / "net.onnx")
+    np.savez(tmp_path / "calib.npz", x=random_inputs(8))
+    calib = tmp_path / "calib.npz"
+    observed = compute_ranges(fp32, calib).ranges
+    other = compute_ranges(fp32, calib, CalibrationOptions(method="percentile")).ranges
+    minmax = CalibrationResult("minmax", 8, observed)
+    qdq = quantize_with_ranges(fp32, tmp_path / "qdq.onnx", minmax, replace(form, quant_format="qdq"))
+    params = ParamModel(load_model(qdq), load_model(fp32), observed, form.activation_type)
+    base = load_model(quantize_with_ranges(fp32, tmp_path / "base.onnx", minmax, form))
+    choices = {
+        "percentile": {t: other[t] for t in params.tensors},
+        "wider": {t: (10 * observed[t][0], 10 * observed[t][1]) for t in params.tensors},
+    }
+    targets = {}
+    for name, choice in choices.items():
+        written = CalibrationResult(name, 8, {**observed, **choice})
+        targets[name] = load_model(quantize_with_ranges(fp32, tmp_path / f"{name}.onnx", written, form))
+        assert not same_model(base, targets[name])
+        patched = params.patched(base, choice)
+        if raises_weight_scales():
+            assert same_model(patched, targets[name]), name
+        else:  # onnxruntime 1.18 raises no scale; it divides a bias in float32 and casts one past int32
+            # to INT_MIN, which the patch does not copy (the chosen model is written and compared)
+            mine, theirs = (
+                {t.name: numpy_helper.to_array(t) for t in m.graph.initializer} for m in (patched, targets[name])
+            )
+            differ = {k for k in mine if not np.array_equal(mine[k], theirs[k])}
+            assert differ <= {"b1_quantized", "b2_quantized"}, name
+    # not vacuous: conv2's weight scale is raised in the min/max model and not at ten times its input scale
+    (w2_scale,) = [w_scale for _, _, w_scale, _, node, _ in _biases(base) if node.startswith("conv2")]
+    scales = {name: numpy_helper.to_array(_init(m, w2_scale)) for name, m in {"minmax": base, **targets}.items()}
+    plain = symmetric_scale(numpy_helper.to_array(_init(load_model(fp32), "w2")), 0 if form.per_channel else None, 3)
+    if raises_weight_scales():
+        assert np.all(scales["minmax"] > plain) and np.all(scales["percentile"] > scales["minmax"])
+        assert np.array_equal(scales["wider"], plain)
+    else:  # onnxruntime 1.18 raises no scale: the bias is clipped to int32
+        assert all(np.array_equal(s, plain) for s in scales.values())
+
+
+def _init(model: onnx.ModelProto, name: str) -> onnx.TensorProto:
+    return next(t for t in model.graph.initializer if t.name == name)
+
+
 def test_only_biases_quantized_from_quantized_inputs_are_patched():
-    """An int32 bias is found after a dequantized input and weight (QDQ) or at a QLinearConv's input 8;
-    a bias beside a float weight, and a QLinearConv without bias, give none."""
+    """An int32 bias is found after a dequantized input and weight (QDQ) or at a QLinearConv's or
+    QGemm's bias input; a bias beside a float weight, and a QLinearConv without bias, give none. The
+    weight is found with its zero point and axis (DequantizeLinear's default 1; a QLinearConv's 0, a
+    QGemm's unknown) where it is an initializer with a zero point."""
     ints = [numpy_helper.from_array(np.zeros(2, np.int32), n) for n in ("b_quantized", "c_quantized")]
-    floats = [numpy_helper.from_array(np.ones(1, np.float32), n) for n in ("s", "w", "wf")]
+    floats = [numpy_helper.from_array(np.ones(1, np.float32), n) for n in ("s", "w", "wf", "wq", "vq")]
     dq = [
         helper.make_node("DequantizeLinear", [q, "s"], [f"{q}_dq"]) for q in ("xq", "wq", "b_quantized", "c_quantized")
     ]
     nodes = [
         *dq,
+        helper.make_node("DequantizeLinear", ["vq", "s", "vz"], ["vq_dq"], axis=0),
+        helper.make_node("DequantizeLinear", ["wq", "s", "wz"], ["wz_dq"]),
         helper.make_node("Conv", ["xq_dq", "wq_dq", "b_quantized_dq"], ["y"], name="quantized"),
+        helper.make_node("Conv", ["xq_dq", "vq_dq", "b_quantized_dq"], ["y2"], name="with zero point"),
+        helper.make_node("Conv", ["xq_dq", "wz_dq", "b_quantized_dq"], ["y3"], name="default axis"),
         helper.make_node("Conv", ["xq_dq", "wf", "c_quantized_dq"], ["z"], name="float weight"),
         helper.make_node("QLinearConv", ["a", "s", "zp", "w", "ws", "wz", "ys", "yz"], ["q"], name="no bias"),
         helper.make_node("QLinearConv", ["a", "as", "zp", "w", "ws", "wz", "ys", "yz", "b_quantized"], ["r"]),
+        helper.make_node("QLinearConv", ["a", "as", "zp", "dyn", "ws", "wz", "ys", "yz", "b_quantized"], ["r2"]),
+        helper.make_node("QGemm", ["a", "as", "zp", "w", "ws", "wz", "b_quantized", "ys", "yz"], ["g"], name="gemm"),
     ]
     graph = helper.make_graph(nodes, "g", [], [], [*ints, *floats])
     assert _biases(helper.make_model(graph)) == [
-        ("b_quantized", "s", "s", "s", "quantized"),
-        ("b_quantized", "as", "ws", None, ""),
+        ("b_quantized", "s", "s", "s", "quantized", None),
+        ("b_quantized", "s", "s", "s", "with zero point", Weight("vq", "vz", 0)),
+        ("b_quantized", "s", "s", "s", "default axis", Weight("wq", "wz", 1)),
+        ("b_quantized", "as", "ws", None, "", Weight("w", "wz", 0)),
+        ("b_quantized", "as", "ws", None, "", None),
+        ("b_quantized", "as", "ws", None, "gemm", Weight("w", "wz", None)),
     ]
 
 

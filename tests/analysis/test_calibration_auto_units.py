@@ -1253,3 +1253,209 @@ def test_a_patched_model_keeps_a_pair_that_is_not_onnxruntimes_plain_rule():
     kept = ParamModel(other, fp32, base, "uint8").patched(other, {"x": (-2.0, 2.0)})
     values = {t.name: numpy_helper.to_array(t) for t in kept.graph.initializer}
     assert values["x_scale"] == np.float32(0.5) and values["x_zero_point"] == 128
+
+
+# --- a weight's scale raised for its int32 bias (qdq_params) ------------------------------------
+
+_BIAS_LEAST = 1.0001 * 2.0 / (2.0**32 - 2.0)  # the least bias scale per unit of |b|
+
+
+def _ort_raise(x_scale, scale, bias, per_channel):
+    """onnxruntime's own ``_adjust_weight_scale_for_int32_bias`` (it reads nothing of its quantizer)."""
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+
+    done, new = QDQQuantizer._adjust_weight_scale_for_int32_bias(
+        None, np.asarray(x_scale, np.float32), scale.copy(), "w", numpy_helper.from_array(bias, "b"), per_channel
+    )
+    return new if done else scale
+
+
+def test_a_weight_scale_is_raised_where_its_bias_would_not_fit_int32():
+    """Worked by hand: input scale 0.5, bias 1 in both channels: the least bias scale is 1.0001 x 2 /
+    (2^32 - 2); channel 0's 0.5 x 1e-10 is below it and is raised to twice it (by the ratio); channel
+    1's 0.5 x 1 is not; a zero scale, or a zero input scale, is never raised (no positive product)."""
+    from pytest_qaccuracy.analysis.calibration.qdq_params import raised_scale
+
+    bias = np.array([1.0, 1.0, 1.0], np.float32)
+    got = raised_scale(np.array([1e-10, 1.0, 0.0], np.float32), np.float32(0.5), bias, per_channel=True)
+    assert got.dtype == np.float32
+    assert got[0] == np.float32(np.float64(np.float32(1e-10)) * (_BIAS_LEAST / (0.5 * np.float64(np.float32(1e-10)))))
+    assert got[0] == pytest.approx(2 * _BIAS_LEAST, rel=1e-6) and got[1] == 1.0 and got[2] == 0.0
+    unchanged = raised_scale(np.array([1e-10], np.float32), np.float32(0.0), bias[:1], per_channel=True)
+    assert unchanged[0] == np.float32(1e-10)
+    # per tensor: the bias's largest magnitude, 0 included: -3 among (-3, 1) needs three times the scale of 1
+    one = raised_scale(np.array(1e-12, np.float32), np.float32(0.5), np.array([-3.0, 1.0], np.float32), False)
+    assert one.shape == () and one == pytest.approx(2 * 3 * _BIAS_LEAST, rel=1e-6)
+    positive = raised_scale(np.array(1e-12, np.float32), np.float32(0.5), np.array([2.0, 1.0], np.float32), False)
+    assert positive == pytest.approx(2 * 2 * _BIAS_LEAST, rel=1e-6)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_raised_scales_are_onnxruntimes_bit_for_bit(per_channel):
+    from pytest_qaccuracy.analysis.calibration.qdq_params import raised_scale, raises_weight_scales
+
+    if not raises_weight_scales():
+        pytest.skip("this onnxruntime (1.18) raises no weight scale: nothing to compare with")
+    rng = np.random.default_rng(3)
+    for trial in range(40):
+        n = 7 if per_channel else 1
+        # scales spread across the boundary: some raised, some not, some zero
+        scale = (10.0 ** rng.uniform(-13, -6, n)).astype(np.float32)
+        scale[rng.random(n) < 0.1] = 0.0
+        bias = (rng.standard_normal(n if per_channel else 5) * 10.0 ** rng.uniform(-3, 2)).astype(np.float32)
+        x = np.float32(10.0 ** rng.uniform(-4, 0))
+        want = _ort_raise(x, scale if per_channel else scale.reshape(()), bias, per_channel)
+        got = raised_scale(scale if per_channel else scale.reshape(()), x, bias, per_channel)
+        assert got.shape == np.shape(want) and np.array_equal(got, want), trial
+
+
+@pytest.mark.parametrize("data_type", [TensorProto.INT8, TensorProto.INT16])
+def test_a_symmetric_scale_is_onnxruntimes_per_channel_and_per_tensor(data_type):
+    """Against onnxruntime's ``compute_data_quant_params`` (symmetric), channel by channel along
+    each axis, and per tensor; an all-zero channel gets 1.0, a one-signed channel's range takes 0."""
+    from pytest_qaccuracy.analysis.calibration.qdq_params import raises_weight_scales
+
+    if not raises_weight_scales():
+        pytest.skip("copies the quantizer that raises weight scales; onnxruntime 1.18's is never patched")
+    from onnxruntime.quantization.quant_utils import compute_data_quant_params
+
+    from pytest_qaccuracy.analysis.calibration.qdq_params import symmetric_scale
+
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((5, 3, 2, 2)) * 0.2).astype(np.float32)
+    w[1] = 0.0
+    w[2] = np.abs(w[2])  # all positive
+    w[3] = -np.abs(w[3]) * 1e-20  # tiny and negative: below float32's smallest normal scale
+    for axis in range(w.ndim):
+        got = symmetric_scale(w, axis, data_type)
+        want = [compute_data_quant_params(w.take(i, axis).ravel(), data_type, True)[1] for i in range(w.shape[axis])]
+        assert got.dtype == np.float32 and np.array_equal(got, np.array(want, np.float32)), axis
+    assert symmetric_scale(w, None, data_type).shape == ()
+    assert symmetric_scale(w, None, data_type) == compute_data_quant_params(w.ravel(), data_type, True)[1]
+    assert symmetric_scale(w, 0, data_type)[1] == 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+def test_a_weight_is_quantized_as_onnxruntime_quantizes_it(dtype):
+    """Against onnxruntime's ``quantize_nparray`` with zero point 0: halves to even, the type's full
+    range as the clip (-128 for int8, though the symmetric scale spans -127..127)."""
+    from pytest_qaccuracy.analysis.calibration.qdq_params import raises_weight_scales
+
+    if not raises_weight_scales():
+        pytest.skip("copies the quantizer that raises weight scales; onnxruntime 1.18's is never patched")
+    from onnxruntime.quantization.quant_utils import quantize_nparray
+
+    from pytest_qaccuracy.analysis.calibration.qdq_params import quantize_weight
+
+    onnx_type = TensorProto.INT8 if dtype == np.int8 else TensorProto.INT16
+    rng = np.random.default_rng(6)
+    w = (rng.standard_normal((4, 9)) * 2).astype(np.float32)
+    w[0, :4] = [0.5, 1.5, -2.5, -1e5]  # ties, and a value far past the range
+    scale = np.array([0.25, 0.01, 1e-4, 3.0], np.float32)
+    got = quantize_weight(w, scale.reshape(4, 1), np.dtype(dtype))
+    want = np.stack([quantize_nparray(onnx_type, w[i], scale[i], dtype(0)) for i in range(4)])
+    assert got.dtype == dtype and np.array_equal(got, want)
+    assert got[0, 3] == np.iinfo(dtype).min
+    assert list(quantize_weight(w[0, :3], np.float32(1.0), np.dtype(dtype))) == [0, 2, -2]
+
+
+def _small_weights_models(tmp_path: Path, per_channel: bool):
+    """The min/max QDQ model of ``small_weights_net`` as onnxruntime writes it, its ParamModel, and
+    the ranges ten times wider (conv2's weight scale, raised at min/max, is its own there)."""
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
+    from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel
+    from pytest_qaccuracy.analysis.calibration.quantize import quantize_with_ranges
+    from pytest_qaccuracy.model.loading import load_model
+    from tests.modelzoo import random_inputs, small_weights_net
+
+    fp32 = small_weights_net(tmp_path / "net.onnx")
+    np.savez(tmp_path / "calib.npz", x=random_inputs(8))
+    observed = compute_ranges(fp32, tmp_path / "calib.npz").ranges
+    form = CalibrationOptions(activation_type="int8", per_channel=per_channel)
+    qdq = load_model(quantize_with_ranges(fp32, tmp_path / "qdq.onnx", CalibrationResult("m", 8, observed), form))
+    params = ParamModel(qdq, load_model(fp32), observed, "int8")
+    wider = {t: (10 * observed[t][0], 10 * observed[t][1]) for t in params.tensors}
+    return qdq, params, wider
+
+
+def _values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def _set(model: onnx.ModelProto, name: str, value: np.ndarray) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    target = next(t for t in out.graph.initializer if t.name == name)
+    target.CopyFrom(numpy_helper.from_array(value, name))
+    return out
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_a_weight_that_does_not_check_out_is_left_as_written(tmp_path, per_channel):
+    """The raise is redone only where the written model agrees with it: a written scale that the
+    rule does not give at the min/max input scale, a written weight that the scale does not give, a
+    non-zero zero point, or a weight shared by two biases stay as written (the bias is still
+    quantized again); untouched, the same model has conv2's scale lowered and its weight quantized again."""
+    from pytest_qaccuracy.analysis.calibration.qdq_params import raises_weight_scales
+
+    if not raises_weight_scales():
+        pytest.skip("this onnxruntime (1.18) raises no weight scale")
+    qdq, params, wider = _small_weights_models(tmp_path, per_channel)
+    written = _values(qdq)
+    moved = _values(params.patched(qdq, wider))
+    assert not np.array_equal(moved["w2_scale"], written["w2_scale"])
+    assert not np.array_equal(moved["w2_quantized"], written["w2_quantized"])
+    tampered = {
+        "scale": _set(qdq, "w2_scale", written["w2_scale"] * np.float32(2)),
+        "weight": _set(qdq, "w2_quantized", np.flip(written["w2_quantized"], axis=0).copy()),
+        "zero point": _set(qdq, "w2_zero_point", np.ones_like(written["w2_zero_point"])),
+    }
+    for what, model in tampered.items():
+        before, after = _values(model), _values(params.patched(model, wider))
+        assert np.array_equal(after["w2_scale"], before["w2_scale"]), what
+        assert np.array_equal(after["w2_quantized"], before["w2_quantized"]), what
+        assert not np.array_equal(after["b2_quantized"], before["b2_quantized"]), what
+
+
+def test_a_weight_two_biases_share_is_left_as_written(tmp_path):
+    """onnxruntime raises a shared weight's scale for each bias in turn; the patch does not redo that
+    and leaves the weight as written (the bias is still quantized again)."""
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
+    from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel
+    from pytest_qaccuracy.analysis.calibration.quantize import quantize_with_ranges
+    from pytest_qaccuracy.model.loading import load_model
+
+    rng = np.random.default_rng(8)
+    w = (rng.standard_normal((2, 2, 3, 3)) * 1e-7).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Conv", ["c1", "w", "b2"], ["y"], pads=[1, 1, 1, 1], name="conv2"),
+    ]
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.array([0.5, -0.5], np.float32), "b1"),
+        numpy_helper.from_array(np.array([0.25, 0.5], np.float32), "b2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "shared",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "net.onnx"))
+    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(9).standard_normal((4, 1, 2, 8, 8)).astype(np.float32))
+    observed = compute_ranges(tmp_path / "net.onnx", tmp_path / "calib.npz").ranges
+    form = CalibrationOptions(activation_type="int8", per_channel=True)
+    qdq = load_model(
+        quantize_with_ranges(tmp_path / "net.onnx", tmp_path / "q.onnx", CalibrationResult("m", 4, observed), form)
+    )
+    params = ParamModel(qdq, model, observed, "int8")
+    wider = {t: (10 * observed[t][0], 10 * observed[t][1]) for t in params.tensors}
+    before, after = _values(qdq), _values(params.patched(qdq, wider))
+    scale = next(n for n in before if n.startswith("w") and n.endswith("_scale"))
+    quantized = next(n for n in before if n.startswith("w") and n.endswith("_quantized"))
+    assert np.array_equal(after[scale], before[scale]) and np.array_equal(after[quantized], before[quantized])
+    assert not np.array_equal(after["b1_quantized"], before["b1_quantized"])

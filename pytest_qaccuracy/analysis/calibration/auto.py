@@ -449,7 +449,7 @@ def verified_choice(
 ) -> Choice:
     """The finalists run by onnxruntime; the chosen one among min/max and those better on most records
     (:func:`majority`). A choice other than min/max is then written by onnxruntime and compared with
-    the model it was measured as; if they differ (onnxruntime raised a weight scale for an int32 bias),
+    the model it was measured as; if they differ (a rule of onnxruntime's the patch does not copy),
     onnxruntime's model is run and the choice made again between it and min/max."""
     made = evaluator.sessions({name: models[name] for name in final})
     real = evaluator.errors({name: (made[name], {}) for name in final}, against="minmax")

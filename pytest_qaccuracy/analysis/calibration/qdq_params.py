@@ -7,7 +7,8 @@ The values fed are onnxruntime's own (``compute_scale_zp`` on the range after it
 ``QDQQuantizer.calc_quant_params`` does), checked against the written model: a parameter whose
 computed value differs from what onnxruntime wrote stays a constant and is not chosen.
 ``ParamModel.patched`` sets the same values as constants of a written model (its int32 biases
-quantized again), which gives onnxruntime's own model of a choice without writing it.
+quantized again, and a weight's scale raised where onnxruntime raises it for its bias), which gives
+onnxruntime's own model of a choice without writing it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -124,7 +126,7 @@ class ParamModel:
         inits = {t.name: t for t in model.graph.initializer}
         base = self._adjusted
         new = adjusted_ranges(self._fp32, {**self._base, **ranges})
-        changed = {}
+        changed, before = {}, {}
         for tensor, (lo, hi) in new.items():
             scale, zero = inits.get(f"{tensor}_scale"), inits.get(f"{tensor}_zero_point")
             if scale is None or zero is None or base.get(tensor) == (lo, hi):
@@ -132,15 +134,20 @@ class ParamModel:
             if not _holds(scale, zero, base[tensor], self._type):
                 continue  # another rule than onnxruntime's plain one wrote it (a Softmax's [0, 1] never moves)
             s, z = scale_zero_point(lo, hi, self._type)
+            before[scale.name] = numpy_helper.to_array(scale)
             changed[scale.name] = np.full(tuple(scale.dims), s)  # s and z are numpy scalars of their type
             scale.CopyFrom(numpy_helper.from_array(changed[scale.name], scale.name))
             zero.CopyFrom(numpy_helper.from_array(np.full(tuple(zero.dims), z), zero.name))
-        for bias, x_scale, w_scale, b_scale, node in _biases(model):
+        found = _biases(model)
+        weights = [w for *_, w in found]
+        for bias, x_scale, w_scale, b_scale, node, weight in found:
             beta = self._betas.get(node.removesuffix("_quant"), 1.0)
             source = self._floats.get(bias.removesuffix("_quantized"))
             if x_scale not in changed or source is None:
                 continue
             data = numpy_helper.to_array(source)
+            if weight is not None and weights.count(weight) == 1 and raises_weight_scales():
+                self._raise_weight(inits, weight, w_scale, data, before[x_scale], changed[x_scale])
             scale = changed[x_scale] * numpy_helper.to_array(inits[w_scale]) * np.float32(beta)
             info = np.iinfo(np.int32)
             q = np.clip(np.round(data.astype(np.float64) / scale.astype(np.float64)), info.min, info.max)
@@ -148,6 +155,53 @@ class ParamModel:
             if b_scale is not None:
                 inits[b_scale].CopyFrom(numpy_helper.from_array(scale.astype(data.dtype).reshape(-1), b_scale))
         return model
+
+    def _raise_weight(
+        self, inits: dict, weight: Weight, w_scale: str, bias: np.ndarray, x_was: np.ndarray, x_now: np.ndarray
+    ) -> None:
+        """Set ``weight``'s scale (and the channels it quantizes differently) to what onnxruntime writes
+        with the input scale ``x_now``: its plain scale, raised for the int32 bias as
+        :func:`raised_scale` raises it. Done only where the written model checks out: the plain scale
+        computed here, raised for the input scale ``x_was``, gives the written scale, and the written
+        weight quantized with it. Otherwise the weight stays as written (:func:`same_model` tells)."""
+        source = self._floats.get(weight.name.removesuffix("_quantized"))
+        quantized, zero = inits.get(weight.name), inits.get(weight.zero_point)
+        if source is None or quantized is None or zero is None or quantized.data_type not in SYMMETRIC:
+            return
+        q = numpy_helper.to_array(quantized)
+        if numpy_helper.to_array(zero).any():
+            return
+        written = numpy_helper.to_array(inits[w_scale])
+        float_weight = numpy_helper.to_array(source)
+        per_channel = written.size > 1
+        axis = weight.axis if per_channel else None
+        if per_channel and (axis is None or bias.shape != written.shape or float_weight.shape[axis] != written.size):
+            return
+        plain = symmetric_scale(float_weight, axis, quantized.data_type)
+        if not np.array_equal(raised_scale(plain, x_was, bias, per_channel), written):
+            return
+        scale = raised_scale(plain, x_now, bias, per_channel)
+        moved = np.flatnonzero(scale.reshape(-1) != written.reshape(-1))
+        if moved.size == 0:
+            return
+        along = 0 if axis is None else axis
+        channels = np.take(float_weight, moved, axis=along) if per_channel else float_weight
+        kept = np.take(q, moved, axis=along) if per_channel else q
+        old, new = (s.reshape(-1)[moved] if per_channel else s for s in (written, scale))
+        shape = [1] * float_weight.ndim
+        if per_channel:
+            shape[along] = moved.size
+        if not np.array_equal(quantize_weight(channels, old.reshape(shape), q.dtype), kept):
+            return
+        if per_channel:
+            index = [slice(None)] * q.ndim
+            index[along] = moved
+            q = q.copy()
+            q[tuple(index)] = quantize_weight(channels, new.reshape(shape), q.dtype)
+        else:
+            q = quantize_weight(channels, new.reshape(shape), q.dtype)
+        quantized.CopyFrom(numpy_helper.from_array(q, quantized.name))
+        inits[w_scale].CopyFrom(numpy_helper.from_array(scale, w_scale))
 
     def feeds(self, ranges: Mapping[str, tuple[float, float]]) -> dict[str, np.ndarray]:
         """The inputs that quantize every parameter's tensor with ``ranges`` (after onnxruntime's rules;
@@ -161,14 +215,26 @@ class ParamModel:
         return feeds
 
 
-#: the inputs of a QOperator node with an int32 bias: (bias, input scale, weight scale)
-_QOPERATOR_BIAS = {"QLinearConv": (8, 1, 4), "QGemm": (6, 1, 4)}
+#: the inputs of a QOperator node with an int32 bias: (bias, input scale, weight, weight scale, weight
+#: zero point) and the axis of a per-channel weight (None: only per tensor is known)
+_QOPERATOR_BIAS = {"QLinearConv": ((8, 1, 3, 4, 5), 0), "QGemm": ((6, 1, 3, 4, 5), None)}
 
 
-def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str]]:
+@dataclass(frozen=True, slots=True)
+class Weight:
+    """A quantized weight initializer before an int32 bias: its name, its zero point's, and the axis
+    of its scales (None when per tensor, or not known)."""
+
+    name: str
+    zero_point: str
+    axis: int | None
+
+
+def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str, Weight | None]]:
     """Every int32 bias as onnxruntime quantizes it (input 2 of a node whose inputs 0 and 1 are
     quantized: Conv, ConvTranspose, Gemm, the normalizations): its initializer, the input scale's and
-    weight scale's initializers, its own scale's initializer (QDQ) or None, and the node's name."""
+    weight scale's initializers, its own scale's initializer (QDQ) or None, the node's name, and the
+    quantized weight (None when it is not an initializer with a zero point)."""
     view = GraphView(model)
     inits = view.initializers
     producer = {o: n for n in view.nodes for o in n.output}
@@ -178,18 +244,93 @@ def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str
         node = producer.get(name)
         return node.input[1] if node is not None and node.op_type == "DequantizeLinear" else None
 
+    def dq_weight(name: str) -> Weight | None:
+        node = producer.get(name)
+        if node is None or len(node.input) < 3 or node.input[0] not in inits:
+            return None
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)  # DequantizeLinear's default
+        return Weight(node.input[0], node.input[2], axis)
+
     for node in view.nodes:
-        slots = _QOPERATOR_BIAS.get(node.op_type)
+        slots, axis = _QOPERATOR_BIAS.get(node.op_type, (None, None))
         if slots is not None and len(node.input) > slots[0] and node.input[slots[0]] in inits:
-            found.append((node.input[slots[0]], node.input[slots[1]], node.input[slots[2]], None, node.name))
+            bias, x_scale, w, w_scale, w_zero = (node.input[i] for i in slots)
+            weight = Weight(w, w_zero, axis) if w in inits else None
+            found.append((bias, x_scale, w_scale, None, node.name, weight))
         elif len(node.input) > 2:  # Conv, ConvTranspose, Gemm, the normalizations: input 2 is the bias
             bias_dq = producer.get(node.input[2])
             if bias_dq is None or bias_dq.op_type != "DequantizeLinear" or bias_dq.input[0] not in inits:
                 continue
             x_scale, w_scale = dq_scale(node.input[0]), dq_scale(node.input[1])
             if x_scale is not None and w_scale is not None:
-                found.append((bias_dq.input[0], x_scale, w_scale, bias_dq.input[1], node.name))
+                found.append(
+                    (bias_dq.input[0], x_scale, w_scale, bias_dq.input[1], node.name, dq_weight(node.input[1]))
+                )
     return [f for f in found if inits[f[0]].data_type == onnx.TensorProto.INT32]
+
+
+@functools.cache
+def raises_weight_scales() -> bool:
+    """Whether this onnxruntime's quantizer raises a weight's scale for its int32 bias (not 1.18's)."""
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+
+    return hasattr(QDQQuantizer, "_adjust_weight_scale_for_int32_bias")
+
+
+#: the weight types onnxruntime raises a scale of, with their symmetric range (``get_qmin_qmax_for_qType``)
+SYMMETRIC = {onnx.TensorProto.INT8: (-127, 127), onnx.TensorProto.INT16: (-32767, 32767)}
+
+#: the int32 range onnxruntime divides a bias by, ``max - (min + 1)``, and its margin
+_INT32_RANGE = np.float64(np.iinfo(np.int32).max) - np.float64(np.iinfo(np.int32).min + 1)
+_MARGIN = 1.0001
+
+#: the type numpy gives a float32 scalar times a Python float (float32 under numpy 2, float64 before):
+#: onnxruntime computes a channel's least bias scale on that scalar
+_SCALAR_TYPE = type(np.float32(1.0) * 2.0)
+
+
+def symmetric_scale(weight: np.ndarray, axis: int | None, data_type: int) -> np.ndarray:
+    """onnxruntime's symmetric scale of ``weight`` (per channel along ``axis``, or per tensor), before
+    any raise: ``2 max|w| / (qmax - qmin)`` over the type's symmetric range, in float64, stored as
+    float32; 1.0 where that is below float32's smallest normal (an all-zero channel)."""
+    data = weight.astype(np.float32)
+    axes = tuple(i for i in range(data.ndim) if i != axis) if axis is not None else None
+    low = np.minimum(data.min(axis=axes), np.float32(0))
+    high = np.maximum(data.max(axis=axes), np.float32(0))
+    absmax = np.maximum(np.abs(low), np.abs(high)).astype(np.float64)
+    qmin, qmax = SYMMETRIC[data_type]
+    scale = (absmax - (-absmax)) / (np.float64(qmax) - np.float64(qmin))
+    scale = np.where(scale < np.finfo(np.float32).tiny, 1.0, scale).astype(np.float32)
+    return scale.reshape(-1) if axis is not None else scale.reshape(())
+
+
+def raised_scale(scale: np.ndarray, x_scale: np.ndarray, bias: np.ndarray, per_channel: bool) -> np.ndarray:
+    """The weight scale onnxruntime writes for an int32 bias (``_adjust_weight_scale_for_int32_bias``):
+    where ``x_scale * scale`` (float64) is positive and below ``1.0001 * 2 |b| / (2^32 - 2)`` (per
+    channel, or the bias's largest magnitude with 0), ``scale`` is raised by that ratio (float64,
+    stored as float32)."""
+    x = np.float64(np.asarray(x_scale, dtype=np.float32).reshape(-1)[0])
+    if per_channel:
+        magnitude = np.abs(bias.astype(np.float32).reshape(-1)).astype(_SCALAR_TYPE)
+        least = (_MARGIN * (2.0 * magnitude)).astype(np.float64) / _INT32_RANGE
+    else:
+        values = bias.astype(np.float32).reshape(-1)
+        low = np.minimum(values.min() if values.size else np.float32(0), np.float64(0))
+        high = np.maximum(values.max() if values.size else np.float32(0), np.float64(0))
+        least = _MARGIN * (2.0 * np.maximum(abs(low), abs(high))) / _INT32_RANGE
+    wide = scale.astype(np.float64)
+    product = x * wide
+    low_scale = (product < least) & (product > 0.0)
+    ratio = np.divide(least, product, out=np.ones_like(product), where=low_scale)
+    return np.where(low_scale, (wide * ratio).astype(np.float32), scale).astype(np.float32)
+
+
+def quantize_weight(weight: np.ndarray, scale: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """onnxruntime's quantization of a weight with zero point 0 (``quantize_nparray``): ``round(w /
+    scale)`` in float32, clipped to the type's full range."""
+    info = np.iinfo(dtype)
+    q = np.round(weight.astype(np.float32) / scale.astype(np.float32))
+    return np.clip(q, info.min, info.max).astype(dtype)
 
 
 def same_model(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
