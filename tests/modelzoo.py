@@ -73,23 +73,44 @@ def small_weights_net(path: Path) -> Path:
     w1 = rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * np.float32(0.3)
     w1[0] *= np.float32(1e-9 / 0.3)
     w1[1] *= np.float32(1e-7 / 0.3)
-    inits = [
-        numpy_helper.from_array(w1, "w1"),
-        numpy_helper.from_array(np.array([0.5, 0.5, 0.1, -0.1], np.float32), "b1"),
-        numpy_helper.from_array(rng.standard_normal((2, 4, 3, 3)).astype(np.float32) * np.float32(1e-7), "w2"),
-        numpy_helper.from_array(np.array([0.5, -0.5], np.float32), "b2"),
-    ]
+    inits = {
+        "w1": w1,
+        "b1": np.array([0.5, 0.5, 0.1, -0.1], np.float32),
+        "w2": rng.standard_normal((2, 4, 3, 3)).astype(np.float32) * np.float32(1e-7),
+        "b2": np.array([0.5, -0.5], np.float32),
+    }
+    return two_convs(path, [("x", "w1", "b1", "c1"), ("r1", "w2", "b2", "y")], inits, (3, 16), (2, 16), relu=True)
+
+
+def shared_weight_net(path: Path) -> Path:
+    """Two Convs reading one weight (about 1e-7, so onnxruntime raises its scale for either bias)."""
+    w = (np.random.default_rng(8).standard_normal((2, 2, 3, 3)) * 1e-7).astype(np.float32)
+    inits = {"w": w, "b1": np.array([0.5, -0.5], np.float32), "b2": np.array([0.25, 0.5], np.float32)}
+    return two_convs(path, [("x", "w", "b1", "c1"), ("c1", "w", "b2", "y")], inits, (2, 8), (2, 8))
+
+
+def two_convs(
+    path: Path,
+    convs: list[tuple[str, str, str, str]],
+    inits: dict[str, np.ndarray],
+    x: tuple[int, int],
+    y: tuple[int, int],
+    relu: bool = False,
+) -> Path:
+    """Two 3x3 Convs (input, weight, bias, output each; padded), a Relu from ``c1`` to ``r1`` between
+    them if ``relu``; input ``x`` and output ``y`` of (channels, size)."""
     nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Conv", list(c[:3]), [c[3]], pads=[1, 1, 1, 1], name=f"conv{i + 1}")
+        for i, c in enumerate(convs)
     ]
+    if relu:
+        nodes.insert(1, helper.make_node("Relu", ["c1"], ["r1"], name="relu1"))
     graph = helper.make_graph(
         nodes,
-        "small_weights",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 16, 16])],
-        inits,
+        path.stem,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", x[0], x[1], x[1]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", y[0], y[1], y[1]])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8

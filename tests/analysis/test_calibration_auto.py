@@ -233,6 +233,19 @@ NETS = {
 }
 
 
+def _minmax_written(fp32: Path, form: CalibrationOptions) -> tuple:
+    """``fp32`` calibrated on 8 random records: (fp32, min/max ranges, percentile ranges, the
+    ParamModel of onnxruntime's min/max QDQ model, onnxruntime's min/max model in ``form``)."""
+    tmp = fp32.parent
+    np.savez(tmp / "calib.npz", x=random_inputs(8))
+    observed = compute_ranges(fp32, tmp / "calib.npz").ranges
+    other = compute_ranges(fp32, tmp / "calib.npz", CalibrationOptions(method="percentile")).ranges
+    minmax = CalibrationResult("minmax", 8, observed)
+    qdq = quantize_with_ranges(fp32, tmp / "qdq.onnx", minmax, replace(form, quant_format="qdq"))
+    params = ParamModel(load_model(qdq), load_model(fp32), observed, form.activation_type)
+    return fp32, observed, other, params, load_model(quantize_with_ranges(fp32, tmp / "base.onnx", minmax, form))
+
+
 @pytest.mark.parametrize("net", NETS)
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_a_patched_model_is_the_model_onnxruntime_writes(tmp_path, recipe, net):
@@ -241,16 +254,8 @@ def test_a_patched_model_is_the_model_onnxruntime_writes(tmp_path, recipe, net):
     writes from that choice."""
     form = RECIPES[recipe]
     make, biases = NETS[net]
-    fp32 = make(tmp_path / "net.onnx")
-    np.savez(tmp_path / "calib.npz", x=random_inputs(8))
-    calib = tmp_path / "calib.npz"
-    observed = compute_ranges(fp32, calib).ranges
-    other = compute_ranges(fp32, calib, CalibrationOptions(method="percentile")).ranges
-    minmax = CalibrationResult("minmax", 8, observed)
-    qdq = quantize_with_ranges(fp32, tmp_path / "qdq.onnx", minmax, replace(form, quant_format="qdq"))
-    params = ParamModel(load_model(qdq), load_model(fp32), observed, form.activation_type)
+    fp32, observed, other, params, base = _minmax_written(make(tmp_path / "net.onnx"), form)
     choice = {t: other[t] for t in params.tensors}
-    base = load_model(quantize_with_ranges(fp32, tmp_path / "base.onnx", minmax, form))
     written = CalibrationResult("percentile", 8, {**observed, **choice})
     target = load_model(quantize_with_ranges(fp32, tmp_path / "target.onnx", written, form))
     assert not same_model(base, target)  # the choice changes the model ...
@@ -271,15 +276,7 @@ def test_a_patched_model_raises_weight_scales_as_onnxruntime_does(tmp_path, reci
     still onnxruntime's: raised again for a narrower range (percentile), back to the weight's own
     scale for a wider one (ten times min/max), the weight's channels quantized again with it."""
     form = RECIPES[recipe]
-    fp32 = small_weights_net(tmp_path / "net.onnx")
-    np.savez(tmp_path / "calib.npz", x=random_inputs(8))
-    calib = tmp_path / "calib.npz"
-    observed = compute_ranges(fp32, calib).ranges
-    other = compute_ranges(fp32, calib, CalibrationOptions(method="percentile")).ranges
-    minmax = CalibrationResult("minmax", 8, observed)
-    qdq = quantize_with_ranges(fp32, tmp_path / "qdq.onnx", minmax, replace(form, quant_format="qdq"))
-    params = ParamModel(load_model(qdq), load_model(fp32), observed, form.activation_type)
-    base = load_model(quantize_with_ranges(fp32, tmp_path / "base.onnx", minmax, form))
+    fp32, observed, other, params, base = _minmax_written(small_weights_net(tmp_path / "net.onnx"), form)
     choices = {
         "percentile": {t: other[t] for t in params.tensors},
         "wider": {t: (10 * observed[t][0], 10 * observed[t][1]) for t in params.tensors},

@@ -1359,17 +1359,17 @@ def test_a_weight_is_quantized_as_onnxruntime_quantizes_it(dtype):
     assert list(quantize_weight(w[0, :3], np.float32(1.0), np.dtype(dtype))) == [0, 2, -2]
 
 
-def _small_weights_models(tmp_path: Path, per_channel: bool):
-    """The min/max QDQ model of ``small_weights_net`` as onnxruntime writes it, its ParamModel, and
-    the ranges ten times wider (conv2's weight scale, raised at min/max, is its own there)."""
+def _small_weights_models(tmp_path: Path, per_channel: bool, make: Any = None, records: np.ndarray | None = None):
+    """The min/max QDQ model of ``make`` (default ``small_weights_net``) as onnxruntime writes it, its
+    ParamModel, and the ranges ten times wider (a raised weight scale is its own there)."""
     from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
     from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel
     from pytest_qaccuracy.analysis.calibration.quantize import quantize_with_ranges
     from pytest_qaccuracy.model.loading import load_model
     from tests.modelzoo import random_inputs, small_weights_net
 
-    fp32 = small_weights_net(tmp_path / "net.onnx")
-    np.savez(tmp_path / "calib.npz", x=random_inputs(8))
+    fp32 = (make or small_weights_net)(tmp_path / "net.onnx")
+    np.savez(tmp_path / "calib.npz", x=random_inputs(8) if records is None else records)
     observed = compute_ranges(fp32, tmp_path / "calib.npz").ranges
     form = CalibrationOptions(activation_type="int8", per_channel=per_channel)
     qdq = load_model(quantize_with_ranges(fp32, tmp_path / "qdq.onnx", CalibrationResult("m", 8, observed), form))
@@ -1420,40 +1420,10 @@ def test_a_weight_that_does_not_check_out_is_left_as_written(tmp_path, per_chann
 def test_a_weight_two_biases_share_is_left_as_written(tmp_path):
     """onnxruntime raises a shared weight's scale for each bias in turn; the patch does not redo that
     and leaves the weight as written (the bias is still quantized again)."""
-    from pytest_qaccuracy.analysis.calibration import CalibrationOptions, compute_ranges
-    from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel
-    from pytest_qaccuracy.analysis.calibration.quantize import quantize_with_ranges
-    from pytest_qaccuracy.model.loading import load_model
+    from tests.modelzoo import random_inputs, shared_weight_net
 
-    rng = np.random.default_rng(8)
-    w = (rng.standard_normal((2, 2, 3, 3)) * 1e-7).astype(np.float32)
-    nodes = [
-        helper.make_node("Conv", ["x", "w", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-        helper.make_node("Conv", ["c1", "w", "b2"], ["y"], pads=[1, 1, 1, 1], name="conv2"),
-    ]
-    inits = [
-        numpy_helper.from_array(w, "w"),
-        numpy_helper.from_array(np.array([0.5, -0.5], np.float32), "b1"),
-        numpy_helper.from_array(np.array([0.25, 0.5], np.float32), "b2"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "shared",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 8, 8])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(tmp_path / "net.onnx"))
-    np.savez(tmp_path / "calib.npz", x=np.random.default_rng(9).standard_normal((4, 1, 2, 8, 8)).astype(np.float32))
-    observed = compute_ranges(tmp_path / "net.onnx", tmp_path / "calib.npz").ranges
-    form = CalibrationOptions(activation_type="int8", per_channel=True)
-    qdq = load_model(
-        quantize_with_ranges(tmp_path / "net.onnx", tmp_path / "q.onnx", CalibrationResult("m", 4, observed), form)
-    )
-    params = ParamModel(qdq, model, observed, "int8")
-    wider = {t: (10 * observed[t][0], 10 * observed[t][1]) for t in params.tensors}
+    records = random_inputs(4, size=8, seed=9)[:, :, :2]
+    qdq, params, wider = _small_weights_models(tmp_path, True, shared_weight_net, records)
     before, after = _values(qdq), _values(params.patched(qdq, wider))
     scale = next(n for n in before if n.startswith("w") and n.endswith("_scale"))
     quantized = next(n for n in before if n.startswith("w") and n.endswith("_quantized"))
