@@ -315,7 +315,7 @@ def test_only_biases_quantized_from_quantized_inputs_are_patched():
     """An int32 bias is found after a dequantized input and weight (QDQ) or at a QLinearConv's or
     QGemm's bias input; a bias beside a float weight, and a QLinearConv without bias, give none. The
     weight is found with its zero point and axis (DequantizeLinear's default 1; a QLinearConv's 0, a
-    QGemm's unknown) where it is an initializer with a zero point."""
+    QGemm's unknown) where it has a zero point."""
     ints = [numpy_helper.from_array(np.zeros(2, np.int32), n) for n in ("b_quantized", "c_quantized")]
     floats = [numpy_helper.from_array(np.ones(1, np.float32), n) for n in ("s", "w", "wf", "wq", "vq")]
     dq = [
@@ -340,7 +340,7 @@ def test_only_biases_quantized_from_quantized_inputs_are_patched():
         ("b_quantized", "s", "s", "s", "with zero point", Weight("vq", "vz", 0)),
         ("b_quantized", "s", "s", "s", "default axis", Weight("wq", "wz", 1)),
         ("b_quantized", "as", "ws", None, "", Weight("w", "wz", 0)),
-        ("b_quantized", "as", "ws", None, "", None),
+        ("b_quantized", "as", "ws", None, "", Weight("dyn", "wz", 0)),  # not an initializer: the patch skips it
         ("b_quantized", "as", "ws", None, "gemm", Weight("w", "wz", None)),
     ]
 

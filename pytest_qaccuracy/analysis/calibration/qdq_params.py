@@ -168,38 +168,29 @@ class ParamModel:
         quantized, zero = inits.get(weight.name), inits.get(weight.zero_point)
         if source is None or quantized is None or zero is None or quantized.data_type not in SYMMETRIC:
             return
-        q = numpy_helper.to_array(quantized)
-        if numpy_helper.to_array(zero).any():
-            return
-        written = numpy_helper.to_array(inits[w_scale])
+        q, written = numpy_helper.to_array(quantized), numpy_helper.to_array(inits[w_scale])
         float_weight = numpy_helper.to_array(source)
         per_channel = written.size > 1
-        axis = weight.axis if per_channel else None
-        if per_channel and (axis is None or bias.shape != written.shape or float_weight.shape[axis] != written.size):
+        if numpy_helper.to_array(zero).any() or (per_channel and not _fits(float_weight, written, bias, weight.axis)):
             return
+        axis = weight.axis if per_channel else None
         plain = symmetric_scale(float_weight, axis, quantized.data_type)
         if not np.array_equal(raised_scale(plain, x_was, bias, per_channel), written):
             return
         scale = raised_scale(plain, x_now, bias, per_channel)
-        moved = np.flatnonzero(scale.reshape(-1) != written.reshape(-1))
+        moved = np.flatnonzero(scale != written)
         if moved.size == 0:
             return
-        along = 0 if axis is None else axis
-        channels = np.take(float_weight, moved, axis=along) if per_channel else float_weight
-        kept = np.take(q, moved, axis=along) if per_channel else q
-        old, new = (s.reshape(-1)[moved] if per_channel else s for s in (written, scale))
-        shape = [1] * float_weight.ndim
-        if per_channel:
-            shape[along] = moved.size
-        if not np.array_equal(quantize_weight(channels, old.reshape(shape), q.dtype), kept):
+        index: tuple = (Ellipsis,)
+        shape = [1] * q.ndim
+        if axis is not None:
+            index = (slice(None),) * axis + (moved,)
+            shape[axis] = moved.size
+        old, new = (s.reshape(-1)[moved].reshape(shape) for s in (written, scale))
+        if not np.array_equal(quantize_weight(float_weight[index], old, q.dtype), q[index]):
             return
-        if per_channel:
-            index = [slice(None)] * q.ndim
-            index[along] = moved
-            q = q.copy()
-            q[tuple(index)] = quantize_weight(channels, new.reshape(shape), q.dtype)
-        else:
-            q = quantize_weight(channels, new.reshape(shape), q.dtype)
+        q = q.copy()
+        q[index] = quantize_weight(float_weight[index], new, q.dtype)
         quantized.CopyFrom(numpy_helper.from_array(q, quantized.name))
         inits[w_scale].CopyFrom(numpy_helper.from_array(scale, w_scale))
 
@@ -234,7 +225,7 @@ def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str
     """Every int32 bias as onnxruntime quantizes it (input 2 of a node whose inputs 0 and 1 are
     quantized: Conv, ConvTranspose, Gemm, the normalizations): its initializer, the input scale's and
     weight scale's initializers, its own scale's initializer (QDQ) or None, the node's name, and the
-    quantized weight (None when it is not an initializer with a zero point)."""
+    quantized weight (None when its DequantizeLinear has no zero point)."""
     view = GraphView(model)
     inits = view.initializers
     producer = {o: n for n in view.nodes for o in n.output}
@@ -246,7 +237,7 @@ def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str
 
     def dq_weight(name: str) -> Weight | None:
         node = producer.get(name)
-        if node is None or len(node.input) < 3 or node.input[0] not in inits:
+        if node is None or len(node.input) < 3:
             return None
         axis = next((a.i for a in node.attribute if a.name == "axis"), 1)  # DequantizeLinear's default
         return Weight(node.input[0], node.input[2], axis)
@@ -255,8 +246,7 @@ def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str
         slots, axis = _QOPERATOR_BIAS.get(node.op_type, (None, None))
         if slots is not None and len(node.input) > slots[0] and node.input[slots[0]] in inits:
             bias, x_scale, w, w_scale, w_zero = (node.input[i] for i in slots)
-            weight = Weight(w, w_zero, axis) if w in inits else None
-            found.append((bias, x_scale, w_scale, None, node.name, weight))
+            found.append((bias, x_scale, w_scale, None, node.name, Weight(w, w_zero, axis)))
         elif len(node.input) > 2:  # Conv, ConvTranspose, Gemm, the normalizations: input 2 is the bias
             bias_dq = producer.get(node.input[2])
             if bias_dq is None or bias_dq.op_type != "DequantizeLinear" or bias_dq.input[0] not in inits:
@@ -269,7 +259,6 @@ def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str
     return [f for f in found if inits[f[0]].data_type == onnx.TensorProto.INT32]
 
 
-@functools.cache
 def raises_weight_scales() -> bool:
     """Whether this onnxruntime's quantizer raises a weight's scale for its int32 bias (not 1.18's)."""
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
@@ -289,40 +278,35 @@ _MARGIN = 1.0001
 _SCALAR_TYPE = type(np.float32(1.0) * 2.0)
 
 
+def _fits(weight: np.ndarray, scale: np.ndarray, bias: np.ndarray, axis: int | None) -> bool:
+    """Whether per-channel ``scale`` and ``bias`` have one value per channel of ``weight`` along ``axis``."""
+    return axis is not None and 0 <= axis < weight.ndim and weight.shape[axis] == scale.size == bias.size
+
+
 def symmetric_scale(weight: np.ndarray, axis: int | None, data_type: int) -> np.ndarray:
     """onnxruntime's symmetric scale of ``weight`` (per channel along ``axis``, or per tensor), before
     any raise: ``2 max|w| / (qmax - qmin)`` over the type's symmetric range, in float64, stored as
     float32; 1.0 where that is below float32's smallest normal (an all-zero channel)."""
-    data = weight.astype(np.float32)
-    axes = tuple(i for i in range(data.ndim) if i != axis) if axis is not None else None
-    low = np.minimum(data.min(axis=axes), np.float32(0))
-    high = np.maximum(data.max(axis=axes), np.float32(0))
-    absmax = np.maximum(np.abs(low), np.abs(high)).astype(np.float64)
+    absmax = np.abs(weight).max(axis=tuple(i for i in range(weight.ndim) if i != axis)).astype(np.float64)
     qmin, qmax = SYMMETRIC[data_type]
     scale = (absmax - (-absmax)) / (np.float64(qmax) - np.float64(qmin))
-    scale = np.where(scale < np.finfo(np.float32).tiny, 1.0, scale).astype(np.float32)
-    return scale.reshape(-1) if axis is not None else scale.reshape(())
+    return np.where(scale < np.finfo(np.float32).tiny, 1.0, scale).astype(np.float32)
 
 
 def raised_scale(scale: np.ndarray, x_scale: np.ndarray, bias: np.ndarray, per_channel: bool) -> np.ndarray:
     """The weight scale onnxruntime writes for an int32 bias (``_adjust_weight_scale_for_int32_bias``):
     where ``x_scale * scale`` (float64) is positive and below ``1.0001 * 2 |b| / (2^32 - 2)`` (per
-    channel, or the bias's largest magnitude with 0), ``scale`` is raised by that ratio (float64,
-    stored as float32)."""
-    x = np.float64(np.asarray(x_scale, dtype=np.float32).reshape(-1)[0])
+    channel, or the bias's largest magnitude), ``scale`` is raised by that ratio (float64, stored as
+    float32)."""
     if per_channel:
-        magnitude = np.abs(bias.astype(np.float32).reshape(-1)).astype(_SCALAR_TYPE)
-        least = (_MARGIN * (2.0 * magnitude)).astype(np.float64) / _INT32_RANGE
+        least = (_MARGIN * (2.0 * np.abs(bias).astype(_SCALAR_TYPE))).astype(np.float64) / _INT32_RANGE
     else:
-        values = bias.astype(np.float32).reshape(-1)
-        low = np.minimum(values.min() if values.size else np.float32(0), np.float64(0))
-        high = np.maximum(values.max() if values.size else np.float32(0), np.float64(0))
-        least = _MARGIN * (2.0 * np.maximum(abs(low), abs(high))) / _INT32_RANGE
+        least = _MARGIN * (2.0 * np.float64(np.abs(bias).max())) / _INT32_RANGE
     wide = scale.astype(np.float64)
-    product = x * wide
-    low_scale = (product < least) & (product > 0.0)
-    ratio = np.divide(least, product, out=np.ones_like(product), where=low_scale)
-    return np.where(low_scale, (wide * ratio).astype(np.float32), scale).astype(np.float32)
+    product = np.float64(np.asarray(x_scale).item()) * wide
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raised = (wide * (least / product)).astype(np.float32)
+    return np.where((product < least) & (product > 0.0), raised, scale)
 
 
 def quantize_weight(weight: np.ndarray, scale: np.ndarray, dtype: np.dtype) -> np.ndarray:
