@@ -2033,6 +2033,22 @@ EQUIVALENT += [
     ],
 ]
 
+# calibration: qdq_params' raise of a weight's scale for its int32 bias
+_RATIO_ONE = "a scale raised by the ratio 1 is the same scale"
+_WARNINGS_ONLY = "errstate only silences the warnings of divisions np.where then discards"
+EQUIVALENT += [
+    (r"np\.where\(\(product < least\)", "np.where((product <= least)", _RATIO_ONE),
+    (r'errstate\(divide="ignore", invalid="ignore"\)', 'errstate(divide=None, invalid="ignore")', _WARNINGS_ONLY),
+    (r'errstate\(divide="ignore", invalid="ignore"\)', 'errstate(divide="ignore", invalid=None)', _WARNINGS_ONLY),
+    (r'errstate\(divide="ignore", invalid="ignore"\)', 'errstate(invalid="ignore")', _WARNINGS_ONLY),
+    (r'errstate\(divide="ignore", invalid="ignore"\)', 'errstate(divide="ignore", )', _WARNINGS_ONLY),
+    (
+        r"index: tuple = \(Ellipsis,\)",
+        "index: tuple = None",
+        "a[None] is a view of every element with an axis added: reading and writing it is the same",
+    ),
+]
+
 # progress: the plugin's session progress (plugin/progress.py)
 EQUIVALENT += [
     *[

@@ -1326,6 +1326,7 @@ def test_a_symmetric_scale_is_onnxruntimes_per_channel_and_per_tensor(data_type)
     w[1] = 0.0
     w[2] = np.abs(w[2])  # all positive
     w[3] = -np.abs(w[3]) * 1e-40  # tiny and negative: a subnormal scale, below float32's smallest normal
+    w[4] = 0.0
     w[4, 0, 0, 0] = np.float32(127) * np.finfo(np.float32).tiny  # a scale of exactly the smallest normal: kept
     for axis in range(w.ndim):
         got = symmetric_scale(w, axis, data_type)
@@ -1334,6 +1335,8 @@ def test_a_symmetric_scale_is_onnxruntimes_per_channel_and_per_tensor(data_type)
     assert symmetric_scale(w, None, data_type).shape == ()
     assert symmetric_scale(w, None, data_type) == compute_data_quant_params(w.ravel(), data_type, True)[1]
     assert symmetric_scale(w, 0, data_type)[1] == 1.0 and symmetric_scale(w, 0, data_type)[3] == 1.0
+    if data_type == TensorProto.INT8:
+        assert symmetric_scale(w, 0, data_type)[4] == np.finfo(np.float32).tiny
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int16])
