@@ -1577,3 +1577,37 @@ def test_sessions_are_made_in_the_pool_once_per_model(monkeypatch):
     assert all(name != threading.main_thread().name for _, name in made)
     assert got["a"] is got["a again"] is evaluator.session(one) and got["b"] is not got["a"]
     assert len(made) == 2  # asked again, not made again
+
+
+def test_each_writer_raises_weight_scales_only_where_its_onnxruntime_does(tmp_path, monkeypatch):
+    """The QDQ writer (``QDQQuantizer``) and the QOperator writer (``ONNXQuantizer``) learnt the
+    raise in different releases (1.20 has it in QDQ only): without it in one writer, a model of that
+    form keeps its weight as written while the other form's moves."""
+    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+
+    from pytest_qaccuracy.analysis.calibration import CalibrationOptions
+    from pytest_qaccuracy.analysis.calibration.qdq_params import raises_weight_scales
+    from pytest_qaccuracy.analysis.calibration.quantize import quantize_with_ranges
+    from pytest_qaccuracy.model.loading import load_model
+
+    if not (raises_weight_scales(False) and raises_weight_scales(True)):
+        pytest.skip("needs an onnxruntime whose two writers raise weight scales (1.32 does)")
+    qdq, params, wider = _small_weights_models(tmp_path, False)
+    form = CalibrationOptions(activation_type="int8", quant_format="qoperator")  # as the QDQ model's
+    written = quantize_with_ranges(
+        tmp_path / "net.onnx", tmp_path / "qop.onnx", CalibrationResult("m", 8, params._base), form
+    )
+    qop = load_model(written)
+    qop_scale = next(t.name for t in qop.graph.initializer if t.name.startswith("w2") and t.name.endswith("scale"))
+    for missing, moves in ((ONNXQuantizer, {"qdq"}), (QDQQuantizer, {"qop"})):
+        with monkeypatch.context() as patch:
+            patch.delattr(missing, "_adjust_weight_scale_for_int32_bias")
+            assert raises_weight_scales(missing is ONNXQuantizer) is False
+            assert raises_weight_scales(missing is QDQQuantizer) is True
+            moved = set()
+            for form, model, scale in (("qdq", qdq, "w2_scale"), ("qop", qop, qop_scale)):
+                before, after = _values(model), _values(params.patched(model, wider))
+                if not np.array_equal(before[scale], after[scale]):
+                    moved.add(form)
+            assert moved == moves, missing.__name__

@@ -146,7 +146,7 @@ class ParamModel:
             if x_scale not in changed or source is None:
                 continue
             data = numpy_helper.to_array(source)
-            if weight is not None and weights.count(weight) == 1 and raises_weight_scales():
+            if weight is not None and weights.count(weight) == 1 and raises_weight_scales(b_scale is None):
                 self._raise_weight(inits, weight, w_scale, data, before[x_scale], changed[x_scale])
             scale = changed[x_scale] * numpy_helper.to_array(inits[w_scale]) * np.float32(beta)
             info = np.iinfo(np.int32)
@@ -259,11 +259,13 @@ def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str
     return [f for f in found if inits[f[0]].data_type == onnx.TensorProto.INT32]
 
 
-def raises_weight_scales() -> bool:
-    """Whether this onnxruntime's quantizer raises a weight's scale for its int32 bias (not 1.18's)."""
+def raises_weight_scales(qoperator: bool = False) -> bool:
+    """Whether this onnxruntime's quantizer raises a weight's scale for its int32 bias: its QDQ writer
+    since 1.20, its QOperator writer later (1.32 does, 1.20 does not; 1.18 neither)."""
+    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
 
-    return hasattr(QDQQuantizer, "_adjust_weight_scale_for_int32_bias")
+    return hasattr(ONNXQuantizer if qoperator else QDQQuantizer, "_adjust_weight_scale_for_int32_bias")
 
 
 #: the weight types onnxruntime raises a scale of, with their symmetric range (``get_qmin_qmax_for_qType``)
