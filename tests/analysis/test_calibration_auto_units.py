@@ -1294,7 +1294,7 @@ def test_a_weight_scale_is_raised_where_its_bias_would_not_fit_int32():
 def test_raised_scales_are_onnxruntimes_bit_for_bit(per_channel):
     from pytest_qaccuracy.analysis.calibration.qdq_params import raised_scale, raises_weight_scales
 
-    if not raises_weight_scales():
+    if not raises_weight_scales(False):
         pytest.skip("this onnxruntime (1.18) raises no weight scale: nothing to compare with")
     rng = np.random.default_rng(3)
     for trial in range(40):
@@ -1315,7 +1315,7 @@ def test_a_symmetric_scale_is_onnxruntimes_per_channel_and_per_tensor(data_type)
     each axis, and per tensor; an all-zero channel gets 1.0, a one-signed channel's range takes 0."""
     from pytest_qaccuracy.analysis.calibration.qdq_params import raises_weight_scales
 
-    if not raises_weight_scales():
+    if not raises_weight_scales(False):
         pytest.skip("copies the quantizer that raises weight scales; onnxruntime 1.18's is never patched")
     from onnxruntime.quantization.quant_utils import compute_data_quant_params
 
@@ -1345,7 +1345,7 @@ def test_a_weight_is_quantized_as_onnxruntime_quantizes_it(dtype):
     range as the clip (-128 for int8, though the symmetric scale spans -127..127)."""
     from pytest_qaccuracy.analysis.calibration.qdq_params import raises_weight_scales
 
-    if not raises_weight_scales():
+    if not raises_weight_scales(False):
         pytest.skip("copies the quantizer that raises weight scales; onnxruntime 1.18's is never patched")
     from onnxruntime.quantization.quant_utils import quantize_nparray
 
@@ -1408,7 +1408,7 @@ def test_a_weight_that_does_not_check_out_is_left_as_written(tmp_path, per_chann
     quantized again); untouched, the same model has conv2's scale lowered and its weight quantized again."""
     from pytest_qaccuracy.analysis.calibration.qdq_params import raises_weight_scales
 
-    if not raises_weight_scales():
+    if not raises_weight_scales(False):
         pytest.skip("this onnxruntime (1.18) raises no weight scale")
     qdq, params, wider = _small_weights_models(tmp_path, per_channel)
     written = _values(qdq)
@@ -1485,7 +1485,7 @@ def test_a_raised_weight_is_set_as_onnxruntime_sets_it_for_the_new_input_scale(p
     int8 weight onnxruntime gives for 0.1 (channel 1 back to its own scale; per tensor, raised less)."""
     from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel, Weight, raises_weight_scales
 
-    if not raises_weight_scales():
+    if not raises_weight_scales(False):
         pytest.skip("this onnxruntime (1.18) raises no weight scale")
     w, bias, inits = _weight_case(per_channel)
     floats = _Floats({"w": numpy_helper.from_array(w, "w")})
@@ -1521,7 +1521,7 @@ def test_a_weight_that_does_not_check_out_by_hand_is_left_as_written(change):
     per-channel case that moves (previous test): the weight and its scale stay as written."""
     from pytest_qaccuracy.analysis.calibration.qdq_params import ParamModel, Weight, raises_weight_scales
 
-    if not raises_weight_scales():
+    if not raises_weight_scales(False):
         pytest.skip("this onnxruntime (1.18) raises no weight scale")
     w, bias, inits = _weight_case(True)
     floats = {"w": numpy_helper.from_array(w, "w")}

@@ -259,7 +259,7 @@ def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str
     return [f for f in found if inits[f[0]].data_type == onnx.TensorProto.INT32]
 
 
-def raises_weight_scales(qoperator: bool = False) -> bool:
+def raises_weight_scales(qoperator: bool) -> bool:
     """Whether this onnxruntime's quantizer raises a weight's scale for its int32 bias: its QDQ writer
     since 1.20, its QOperator writer later (1.32 does, 1.20 does not; 1.18 neither)."""
     from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
