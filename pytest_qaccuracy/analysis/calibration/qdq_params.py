@@ -260,8 +260,8 @@ def _biases(model: onnx.ModelProto) -> list[tuple[str, str, str, str | None, str
 
 
 def raises_weight_scales(qoperator: bool) -> bool:
-    """Whether this onnxruntime's quantizer raises a weight's scale for its int32 bias: its QDQ writer
-    since 1.20, its QOperator writer later (1.32 does, 1.20 does not; 1.18 neither)."""
+    """Whether this onnxruntime's writer of the form raises a weight's scale for its int32 bias (seen:
+    1.32 in both forms, 1.20.1 in QDQ only, 1.18 in neither)."""
     from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
 
