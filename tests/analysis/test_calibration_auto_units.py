@@ -494,10 +494,10 @@ class FakeEvaluator:
         self.bound = Bound([{}] * records)
         self.passes = 0
         self.calls: list[tuple[list[str], bool]] = []
-        self.labels: list[tuple[Any, str]] = []
+        self.labels: list[tuple[Any, ...]] = []
 
-    def session(self, model, label="quantized model"):
-        self.labels.append((model, label))
+    def session(self, model, label="quantized model", optimization=""):
+        self.labels.append((model, label, optimization) if optimization else (model, label))
         return ("session", label)
 
     def errors(self, runs, probe=None, against=None):
@@ -605,7 +605,8 @@ def test_choose_measures_each_rule_then_the_per_tensor_winners_and_the_groups_th
     assert t4["moving-average"] == {"range": [0.0, 7.0], "score": 0.75}  # its range's score, under both names
     assert t4["ort-percentile"] == {"range": [0.0, 5.0], "score": 0.25}
     assert report["tensors"]["t5"]["candidates"]["kl"] == {"range": [0.0, 3.0], "score": 0.0}
-    assert evaluator.labels == [(evaluator.labels[0][0], "quantized model"), ("probe", "probe model")]
+    # the probe's session at onnxruntime's basic level, the parameterized model's at the options' own
+    assert evaluator.labels == [(evaluator.labels[0][0], "quantized model"), ("probe", "probe model", "basic")]
 
 
 def test_choose_splits_many_differing_tensors_into_four_groups_and_keeps_one_that_helped(fake_probe):
@@ -1577,6 +1578,21 @@ def test_sessions_are_made_in_the_pool_once_per_model(monkeypatch):
     assert all(name != threading.main_thread().name for _, name in made)
     assert got["a"] is got["a again"] is evaluator.session(one) and got["b"] is not got["a"]
     assert len(made) == 2  # asked again, not made again
+
+
+def test_a_session_is_made_at_the_optimization_asked_for_else_the_options_own():
+    """The probe's session is made at onnxruntime's basic level (``PROBE_OPTIMIZATION``), every other
+    session at the level the runtime options give; the level reaches onnxruntime's own options."""
+    import onnxruntime as ort
+
+    evaluator = A.Evaluator(_tiny(0.0), Bound([{}]), RuntimeOptions(optimization="extended"))
+    probe, quantized = _tiny(1.0), _tiny(2.0)
+    levels = ort.GraphOptimizationLevel
+    got = evaluator.session(probe, "probe model", "basic").get_session_options().graph_optimization_level
+    assert got == levels.ORT_ENABLE_BASIC
+    got = evaluator.session(quantized).get_session_options().graph_optimization_level
+    assert got == levels.ORT_ENABLE_EXTENDED
+    assert A.PROBE_OPTIMIZATION == "basic"
 
 
 def test_each_writer_raises_weight_scales_only_where_its_onnxruntime_does(tmp_path, monkeypatch):
