@@ -50,6 +50,8 @@ GROUPS: dict[str, Group] = {
             "tests/test_channel_spans.py",
             "tests/test_assertions.py",
             "tests/plugin/test_outputs.py",
+            # the task metrics (ctc.py, detection.py, binary.py, task.py) joined metrics/ after the group
+            "tests/test_task_metrics.py",
         ),
     ),
     "assertions": Group(("assertions.py",), ("tests/test_assertions.py", "tests/test_assertion_messages.py")),
