@@ -309,3 +309,108 @@ def test_a_model_that_shape_inference_refuses_is_matched_without_inferred_types(
     found = match_tensors(fp32, fp32)
     assert len(calls) == 3  # both sides of the pair, after the direct call
     assert fields(found) == [("r", "r", "r", "name")]  # r: its type unknown, read as a float activation
+
+
+# -- an integer tensor that shape inference cannot type: its zero point tells the codes ----------------
+
+F8 = TensorProto.FLOAT8E4M3FN
+#: a com.microsoft op onnx's inference does not know: what it writes stays untyped
+MS = "com.microsoft"
+
+
+def zero(name: str, kind: int) -> onnx.TensorProto:
+    return helper.make_tensor(name, kind, [], [0])
+
+
+def untyped(nodes, extra_inits=()) -> onnx.ModelProto:
+    """x (float) through ``nodes``; onnxruntime's contrib ops leave their integer outputs untyped."""
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [2, 4])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [init("s", np.float32(0.05)), *extra_inits],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+
+
+FP32 = model([n("Relu", ["x"], ["y"])], [("x", F)], [("y", F)])
+
+
+@pytest.mark.parametrize(("kind", "codes"), [(TensorProto.UINT8, True), (TensorProto.INT8, True), (F8, False)])
+def test_an_untyped_integer_reads_its_codes_from_the_dequantize_zero_point(kind, codes):
+    """q comes from an op inference cannot type; the DequantizeLinear that reads it at input 0 has the
+    zero point: numbers numpy can subtract from (u8, s8) are captured as q, float8 codes after the DQ."""
+    quant = untyped(
+        [n("MakeCodes", ["x"], ["q"], domain=MS), n("DequantizeLinear", ["q", "s", "z"], ["y"])], [zero("z", kind)]
+    )
+    matcher = Matcher(FP32, quant)
+    assert "q" not in matcher.q.elem_types
+    assert matcher._zero_point("q") == "z"
+    assert matcher._numpy_codes("q") is codes
+    captured = matcher.resolve("y")
+    assert captured[:2] == (("y", "q") if codes else ("y", "y"))
+    assert (captured[2] is not None) is codes
+
+
+def test_an_untyped_integer_reads_the_quantize_zero_point_first():
+    """The producing QuantizeLinear's zero point (float8) is read before its DequantizeLinear's; a DQ
+    without one adds nothing, and neither does a node reading q at another input."""
+    quant = untyped(
+        [
+            n("QuantizeLinear", ["x", "s", "z8"], ["q"], domain=MS),
+            n("DequantizeLinear", ["q", "s"], ["y"]),
+            n("DequantizeLinear", ["q", "s", "zu"], ["y2"]),
+        ],
+        [zero("z8", F8), zero("zu", TensorProto.UINT8)],
+    )
+    matcher = Matcher(FP32, quant)
+    assert matcher._zero_point("q") == "z8"
+    assert matcher._numpy_codes("q") is False
+    # follow_quantize: x is read by the QuantizeLinear; float8 codes are captured after a DQ
+    assert matcher.resolve("x") == ("y", "y", None)
+    assert matcher._integer_params("x") is None  # a float tensor, though a QuantizeLinear reads it
+
+
+def test_an_untyped_integer_without_a_dequantize_has_the_quantize_zero_point_alone():
+    quant = untyped(
+        [n("QuantizeLinear", ["x", "s", "z8"], ["q"], domain=MS), n("Cast", ["q"], ["y"], to=F)], [zero("z8", F8)]
+    )
+    matcher = Matcher(FP32, quant)
+    assert matcher._zero_point("q") == "z8"
+    assert matcher.resolve("x") == ("x", "x", None)  # no DQ to capture after: the float tensor itself
+
+
+def test_only_a_quantize_producer_and_dequantize_readers_at_input_0_give_a_zero_point():
+    """Another producer's third input, another consumer's, and a DQ that reads q as its scale are not
+    zero points of q: the DQ reading it at input 0 gives it (u8, numbers)."""
+    quant = untyped(
+        [
+            n("MakeCodes", ["x", "s", "z8"], ["q"], domain=MS),
+            n("Mix", ["q", "s", "z8"], ["m"], domain=MS),
+            n("DequantizeLinear", ["s", "q", "z8"], ["odd"]),
+            n("DequantizeLinear", ["q", "s", "zu"], ["y"]),
+        ],
+        [zero("z8", F8), zero("zu", TensorProto.UINT8)],
+    )
+    matcher = Matcher(FP32, quant)
+    assert matcher._zero_point("q") == "zu"
+    assert matcher._numpy_codes("q") is True
+    assert matcher._integer_params("q") is not None  # u8 codes: dequantized in numpy
+
+
+def test_a_typed_integer_is_read_by_its_type_not_a_missing_zero_point():
+    """q typed float8 (a graph input) and read by a DQ without a zero point: its type decides."""
+    graph = helper.make_graph(
+        [n("DequantizeLinear", ["q", "s"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("q", F8, [2, 4])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [init("s", np.float32(0.05))],
+    )
+    quant = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    matcher = Matcher(FP32, quant)
+    assert matcher._zero_point("q") is None
+    assert matcher._numpy_codes("q") is False
+    assert matcher._integer_params("q") is None  # float8 codes: no parameters to dequantize in numpy
+    assert matcher.resolve("y") == ("y", "y", None)
