@@ -545,6 +545,24 @@ def test_schemes_check_names_and_list_what_is_known() -> None:
     assert str(info.value) == "targets: expected a list of scheme presets, got 3"
 
 
+def test_schemes_take_a_preset_pinned_to_a_release_and_name_the_key_of_a_bad_pin() -> None:
+    """A pin is split off before the preset is looked up; a bad one is the key's error, with the
+    pin's own reason (``presets.split_release``); a name that is not a string is unknown, not a crash."""
+    assert schemes.check_scheme("onnxruntime-arm64-neon@1.28") == "onnxruntime-arm64-neon@1.28"
+    assert schemes.check_targets("onnxruntime-avx2@1.20 glow") == ("onnxruntime-avx2@1.20", "glow")
+    with pytest.raises(BadValue) as info:
+        schemes.check_scheme("onnxruntime-avx2@one")
+    assert str(info.value) == (
+        "scheme: 'onnxruntime-avx2@one': expected PRESET@MAJOR.MINOR, e.g. onnxruntime-arm64-neon@1.28"
+    )
+    with pytest.raises(BadValue) as info:
+        schemes.check_targets(["glow@1.28"])
+    assert str(info.value) == "targets: 'glow@1.28': only onnxruntime's presets follow its releases"
+    with pytest.raises(BadValue) as info:
+        schemes.check_targets([7])
+    assert str(info.value) == f"targets: unknown scheme 7 (presets: {', '.join(NAMES)})"
+
+
 def test_settings_are_frozen_and_where_falls_back() -> None:
     s = QAccuracySettings(
         tolerances={}, metrics=None, rules=(), max_drift=(), artifacts_dir=None, providers=(), batch_size=1,
