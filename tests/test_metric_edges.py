@@ -173,3 +173,63 @@ def test_a_float_zero_point_has_no_integer_range_to_clip_to() -> None:
         "the quantized tensor has no scale and zero point",
     )
     assert _value("clipped", _pair(f, f, scale=0.01, zero_point=np.int8(0))) == (2 / 3, None)
+
+
+# -- outside_tolerance: the elements a tolerance check reports ---------------------------------------
+
+
+def test_outside_tolerance_compares_in_float64_and_the_bound_itself_is_inside() -> None:
+    """float32 1e8 - 1 rounds to 1e8 in float32; in float64 it is 99999999, inside an atol of
+    99999999.5. A difference exactly at ``atol + rtol * |expected|`` is inside."""
+    from pytest_qaccuracy.metrics.error import outside_tolerance
+
+    big, one = np.array([1e8], np.float32), np.array([1.0], np.float32)
+    assert not outside_tolerance(big, one, 0.0, 99999999.5)[0].any()
+    assert not outside_tolerance(one, big, 0.0, 99999999.5)[0].any()
+    bad, diff, rel, excess = outside_tolerance(np.array([1.5, 3.0]), np.array([1.0, 1.0]), 0.25, 0.25)
+    assert bad.tolist() == [False, True]  # 0.5 <= 0.25 + 0.25 * 1: on the bound, inside
+    assert diff.tolist() == [2.0] and rel.tolist() == [2.0] and excess.tolist() == [1.5]
+
+
+def test_outside_tolerance_relative_difference_and_excess_by_hand() -> None:
+    """rel = |a - e| / |e|, inf where e is 0; excess = diff - bound, NaN (a NaN value) as inf; no
+    numpy warning for inf - inf, 0 * inf or a division by zero."""
+    from pytest_qaccuracy.metrics.error import outside_tolerance
+
+    actual = np.array([1.0, 3.0, 7.0, np.nan, np.inf, 0.5], np.float64)
+    expected = np.array([0.0, 1.0, 2.0, 1.0, np.inf, 0.5], np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bad, diff, rel, excess = outside_tolerance(actual, expected, 0.0, 0.1)
+    assert bad.tolist() == [True, True, True, True, True, False]  # inf - inf is NaN: outside
+    assert diff[:3].tolist() == [1.0, 2.0, 5.0] and np.isnan(diff[3:]).all()
+    assert rel[:3].tolist() == [math.inf, 2.0, 2.5] and np.isnan(rel[3:]).all()
+    assert excess.tolist() == [0.9, 1.9, 4.9, math.inf, math.inf]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert outside_tolerance(np.array([np.inf]), np.array([np.inf]), 1.0, 0.0)[0].tolist() == [True]
+
+
+def test_a_scratch_slot_is_reused_grown_and_kept_per_slot_and_per_thread() -> None:
+    """``scratch`` hands out the same memory for a slot until a larger array is asked for; another
+    slot or another thread never shares it; the view has the shape and dtype asked for."""
+    import threading
+
+    from pytest_qaccuracy.metrics.pair import scratch
+
+    first = scratch(7, (2, 3), np.float32)
+    assert first.shape == (2, 3) and first.dtype == np.float32
+    again = scratch(7, (3, 2), np.float32)
+    assert np.shares_memory(first, again)  # same slot, no larger: reused
+    assert np.shares_memory(scratch(7, (6,), np.int32), again)  # another dtype of the same size
+    other = scratch(8, (2, 3), np.float32)
+    assert not np.shares_memory(other, again)
+    grown = scratch(7, (4, 4), np.float64)
+    assert grown.shape == (4, 4) and grown.dtype == np.float64
+    assert not np.shares_memory(grown, again)  # 128 bytes > 24: a new buffer
+    assert np.shares_memory(scratch(7, (2,), np.float32), grown)  # and the new one is kept
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(scratch(7, (2,), np.float32)))
+    worker.start()
+    worker.join()
+    assert not np.shares_memory(seen[0], grown)  # each thread its own buffers
