@@ -2935,6 +2935,23 @@ def read_results(dest: Path) -> list[Mutant]:
     return mutants
 
 
+# metrics/pair.py: the per-record sums' work arrays are a saving of page faults, not of values: a fresh
+# array (out=None, or no out=), or an unused slot (None) gives the same sums, and d (f - q) may take
+# slot 1 once |f| has been summed. Slot 2 (the dequantized q) and a float32 array for float64 values
+# are not equivalent: tests/test_metric_edges.py kills both.
+EQUIVALENT += [
+    (r"out=scratch\(([01]), f\.shape, f\.dtype\)", new, "a work array only saves allocations (metrics/pair.py)")
+    for new in ("out=None", "", r"out=scratch(None, f.shape, f.dtype)")
+]
+EQUIVALENT += [
+    (
+        r"d = np\.subtract\(f, q, out=scratch\(0, f\.shape, f\.dtype\)\)",
+        "d = np.subtract(f, q, out=scratch(1, f.shape, f.dtype))",
+        "slot 1 holds |f| only until its sum is taken, before d is made",
+    )
+]
+
+
 def changed_lines(diff: str) -> tuple[str, str]:
     """The removed and the added lines of a mutant's diff, each joined and stripped."""
     lines = diff.splitlines()[2:]  # past the --- / +++ header

@@ -233,3 +233,26 @@ def test_a_scratch_slot_is_reused_grown_and_kept_per_slot_and_per_thread() -> No
     worker.start()
     worker.join()
     assert not np.shares_memory(seen[0], grown)  # each thread its own buffers
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_record_sums_leave_the_dequantized_values_slot_alone_and_keep_the_dtype(dtype) -> None:
+    """The comparison dequantizes the test values into scratch slot 2 (``analysis/compare.py``); the
+    per-record sums work in slots 0 and 1, so q is intact while they run, and float64 values are
+    summed as float64 (a float32 work array would round |f| and f - q)."""
+    from pytest_qaccuracy.metrics.pair import _compute, scratch
+
+    rng = np.random.default_rng(5)
+    f = (rng.standard_normal((3, 50)) * (1 + 1e-9)).astype(dtype)
+    q = scratch(2, f.shape, dtype)
+    q[...] = f + rng.standard_normal(f.shape).astype(dtype) * dtype(1e-3)
+    kept = q.copy()
+    got = _compute(f, q, frozenset({"ref_abs", "sq_err", "abs_err", "max_abs_err"}))
+    assert np.array_equal(q, kept)
+    d = f.astype(np.float64) - kept.astype(np.float64)
+    # float64 rows differ from numpy's sums by the order of addition only; float32 rows by rounding
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got["ref_abs"], np.abs(f.astype(np.float64)).sum(axis=1), rtol=tol)
+    np.testing.assert_allclose(got["sq_err"], (d * d).sum(axis=1), rtol=tol)
+    np.testing.assert_allclose(got["abs_err"], np.abs(d).sum(axis=1), rtol=tol)
+    assert got["max_abs_err"].tolist() == np.abs(f - kept).max(axis=1).astype(np.float64).tolist()
