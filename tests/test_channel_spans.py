@@ -68,3 +68,54 @@ def test_a_batch_of_another_shape_stops_that_axis() -> None:
     spans.update(np.array([[0.0, 1.0]], np.float32))
     spans.update(np.array([[0.0, 1.0, 2.0]], np.float32))
     assert spans.report(1.0) is None
+
+
+def test_warning_bounds_a_span_of_zero_or_nan_at_one_step() -> None:
+    """A report read back from a file may hold a span of 0 or NaN: ``< 1 step`` either way."""
+    for span in (0.0, float("nan"), 1.0):
+        report = ChannelReport(axis=1, scale=2.0, min_steps=span, max_steps=150.0, low="0", flagged=True)
+        assert " span < 1 step (scale 2) " in report.warning("y")
+
+
+def test_ranges_name_three_runs_then_count_the_fourth() -> None:
+    assert _ranges(np.array([0, 2, 4, 6])) == "0, 2, 4 and 1 more ranges"
+
+
+def test_an_axis_of_two_channels_is_tracked_and_a_short_axis_skips_to_the_next() -> None:
+    """Axis 1 of length 1 is skipped, not the end of the tracking: axis 2 (two channels) is kept."""
+    spans = ChannelSpans()
+    spans.update(np.array([[[0.0, 300.0]]], np.float32))  # (records, 1, 2)
+    spans.update(np.array([[[0.0, 0.0]]], np.float32))
+    assert sorted(spans.mins) == [2]
+    assert spans.mins[2].tolist() == [0.0, 0.0] and spans.maxs[2].tolist() == [0.0, 300.0]  # folded, not replaced
+
+
+def test_a_constant_first_axis_does_not_hide_a_varying_second_one() -> None:
+    spans = ChannelSpans()
+    spans.fold(1, np.array([5.0, 7.0]), np.array([5.0, 7.0]))  # axis 1: both channels constant
+    spans.fold(2, np.array([0.0, 0.0, 0.0]), np.array([0.0, 200.0, 1.0]))
+    report = spans.report(1.0)
+    assert (report.axis, report.low, report.min_steps, report.max_steps) == (2, "2", 1.0, 200.0)
+
+
+def test_two_steps_exactly_are_not_low_and_a_hundred_exactly_flags() -> None:
+    spans = ChannelSpans()
+    spans.update(np.array([[0.0, 0.0], [2.0, 100.0]], np.float32))  # spans 2 and 100 steps at scale 1
+    report = spans.report(1.0)
+    assert (report.low, report.flagged) == ("", False)
+    spans = ChannelSpans()
+    spans.update(np.array([[0.0, 0.0], [1.5, 100.0]], np.float32))
+    assert spans.report(1.0).flagged is True  # 1.5 < 2 while another spans exactly 100
+
+
+def test_the_narrower_of_two_flagged_axes_wins_and_a_tie_keeps_the_first() -> None:
+    spans = ChannelSpans()
+    spans.fold(1, np.array([0.0, 0.0]), np.array([0.5, 150.0]))
+    spans.fold(2, np.array([0.0, 0.0]), np.array([0.25, 150.0]))
+    spans.fold(3, np.array([0.0, 0.0]), np.array([0.25, 150.0]))
+    report = spans.report(1.0)
+    assert (report.axis, report.min_steps) == (2, 0.25)  # narrower than axis 1's 0.5; axis 3 ties: the first
+    spans = ChannelSpans()
+    spans.fold(1, np.array([0.0, 0.0]), np.array([0.25, 150.0]))
+    spans.fold(2, np.array([0.0, 0.0]), np.array([0.5, 150.0]))
+    assert spans.report(1.0).axis == 1
