@@ -443,3 +443,88 @@ def test_a_library_error_from_a_task_metric_goes_through_unwrapped(keep_errors: 
         run.update(scores, scores, 0, 2)
     assert str(info.value) == "truth.jsonl: record 1: expected a 0/1 target"
     assert run.errors == {}
+
+
+# -- detection at its boundaries ---------------------------------------------------------------------
+
+
+def test_matching_takes_the_most_confident_detection_first() -> None:
+    """B (0.9) overlaps T1 best and T2 enough; A (0.6) overlaps T1 only. Best first, B takes T1 and A
+    finds nothing: 1 TP. (Least confident first, A would take T1 and B T2: 2 TP.)"""
+    targets = np.array([[0, 0, 10, 10, 0], [5, 0, 15, 10, 0]], float)
+    a = [0, 0, 10, 10, 0.6, 0]  # IoU 1 with T1, 1/3 with T2
+    b = [1, 0, 11, 10, 0.9, 0]  # IoU 9/11 with T1, 6/14 with T2
+    b_t2 = box_iou(np.array(b[:4]), targets[1, :4])[0, 0]
+    assert b_t2 == pytest.approx(60 / 140) and box_iou(np.array(b[:4]), targets[0, :4])[0, 0] == pytest.approx(90 / 110)
+    assert match(np.array([a, b]), targets, 0.4) == (1, 1, 1)
+
+
+def test_an_overlap_of_exactly_the_iou_matches() -> None:
+    targets = np.array([[0, 0, 10, 10, 3]], float)
+    half = np.array([[0, 0, 10, 5, 0.5, 3]], float)  # IoU 50 / 100
+    assert box_iou(half[:, :4], targets[:, :4])[0, 0] == 0.5
+    assert match(half, targets, 0.5) == (1, 0, 0)
+    assert match(half, targets, 0.51) == (0, 1, 1)
+
+
+def test_matching_without_targets_with_one_flat_target_and_with_class_free_targets() -> None:
+    dets = np.array([[0, 0, 10, 10, 0.9, 1], [20, 20, 30, 30, 0.8, 0]], float)
+    assert match(dets, np.zeros((0, 5)), 0.5) == (0, 2, 0)
+    assert match(dets, [], 0.5) == (0, 2, 0)
+    assert match(dets, np.array([0, 0, 10, 10, 1], float), 0.5) == (1, 1, 0)  # one target, flat
+    assert match(dets, np.array([[20, 20, 30, 30]], float), 0.5) == (1, 1, 0)  # (boxes, 4): any class
+    with pytest.raises(ValueError, match=r"\(boxes, 5\) rows"):
+        match(dets, np.zeros((1, 6)), 0.5)
+
+
+def test_box_iou_of_fractional_tiny_inverted_and_empty_boxes() -> None:
+    a = np.array([[0, 0, 10, 10]], float)
+    assert box_iou(a, np.array([[9.5, 0, 19.5, 10]]))[0, 0] == pytest.approx(5 / 195)  # overlap 0.5 wide
+    tiny = np.array([[0, 0, 0.5, 0.5]])
+    assert box_iou(tiny, tiny)[0, 0] == 1.0  # union 0.25 < 1
+    assert box_iou(tiny, np.array([[0, 0, 0.5, 0.25]]))[0, 0] == pytest.approx(0.5)
+    inverted = np.array([[10, 10, 0, 0]], float)  # x2 < x1: no area
+    assert box_iou(inverted, a)[0, 0] == 0.0 and box_iou(a, inverted)[0, 0] == 0.0
+    point = np.array([[3, 3, 3, 3]], float)
+    with np.errstate(all="raise"):
+        assert box_iou(point, point)[0, 0] == 0.0  # union 0: 0, not NaN
+
+
+def test_nms_keeps_a_box_suppressed_and_keeps_an_overlap_of_exactly_the_threshold() -> None:
+    boxes = np.array([[0, 0, 10, 10], [0, 0, 10, 9], [50, 50, 60, 60], [0, 0, 10, 5]], float)
+    scores = np.array([0.9, 0.8, 0.7, 0.6])
+    from pytest_qaccuracy.metrics.detection import nms
+
+    # box 1 overlaps box 0 by 0.9: suppressed, and stays so after box 2 (far away) is kept
+    assert nms(boxes, scores, 0.7).tolist() == [0, 2, 3]  # box 3 overlaps box 0 by exactly 0.5 < 0.7
+    assert nms(boxes, scores, 0.5).tolist() == [0, 2, 3]  # exactly the threshold: kept
+    assert nms(boxes, scores, 0.49).tolist() == [0, 2]
+
+
+def _anchors(*rows) -> np.ndarray:
+    """(1, 4 + classes, anchors) from rows (cx, cy, w, h, score per class...)."""
+    return np.array(rows, np.float32).T[None]
+
+
+def test_decode_keeps_a_score_of_exactly_conf_and_never_suppresses_across_classes() -> None:
+    out = _anchors([50, 50, 100, 100, 0.25, 0.0], [50, 50, 100, 100, 0.0, 0.5], [50, 50, 100, 100, 0.2, 0.1])
+    found = decode_yolo(out, conf=0.25, nms_iou=0.1)[0]
+    assert found[:, 5].tolist() == [1.0, 0.0]  # both classes kept, best first; 0.2 < conf dropped
+    assert found[:, :4].tolist() == [[0, 0, 100, 100]] * 2
+
+
+def test_yolo_metric_passes_its_options_to_decode_and_scores_by_name() -> None:
+    out = _anchors([5, 5, 10, 10, 0.35], [5, 5, 10, 8, 0.3], [100, 100, 10, 10, 0.9])
+    assert len(YoloDetection(conf=0.3, nms_iou=0.9).decode({"y": out})[0]) == 3  # IoU 0.8 < 0.9: kept
+    assert len(YoloDetection(conf=0.3).decode({"y": out})[0]) == 2  # the default 0.7 suppresses it
+    assert len(YoloDetection(conf=0.32).decode({"y": out})[0]) == 2  # 0.3 under conf
+    assert len(YoloDetection(conf=0.3, max_det=1).decode({"y": out})[0]) == 1
+    many = _anchors(*[[20 * i + 5, 5, 10, 10, 0.9] for i in range(301)])
+    assert len(YoloDetection().decode({"y": many})[0]) == 300  # max_det's default
+    metric = YoloDetection()
+    predictions = metric.decode({"y": out})
+    targets = metric.as_targets(predictions)
+    assert targets[0].tolist() == [[95, 95, 105, 105, 0], [0, 0, 10, 10, 0]]
+    assert metric.score(predictions, [np.zeros((0, 5))]) == {"tp": 0, "fp": 2, "fn": 0}
+    assert metric.finish({}) == {"precision": None, "recall": None}
+    assert metric.finish({"tp": 3, "fp": 1}) == {"precision": 0.75, "recall": 1.0}
