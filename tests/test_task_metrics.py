@@ -528,3 +528,57 @@ def test_yolo_metric_passes_its_options_to_decode_and_scores_by_name() -> None:
     assert metric.score(predictions, [np.zeros((0, 5))]) == {"tp": 0, "fp": 2, "fn": 0}
     assert metric.finish({}) == {"precision": None, "recall": None}
     assert metric.finish({"tp": 3, "fp": 1}) == {"precision": 0.75, "recall": 1.0}
+
+
+def test_finish_counts_a_missing_sum_as_zero_and_nothing_to_divide_by_as_undefined() -> None:
+    assert BinaryF1().finish({}) == {"f1": None}
+    assert BinaryF1().finish({"tp": 1}) == {"f1": 1.0} and BinaryF1().finish({"fp": 1}) == {"f1": 0.0}
+    assert BinaryF1().finish({"tp": 1, "fn": 1}) == {"f1": pytest.approx(2 / 3)}
+    detection = YoloDetection()
+    assert detection.finish({"tp": 3}) == {"precision": 1.0, "recall": 1.0}
+    assert detection.finish({"fn": 2}) == {"precision": None, "recall": 0.0}
+    assert detection.finish({"fp": 2}) == {"precision": 0.0, "recall": None}
+    ctc = CTCGreedy(characters=["a"])
+    assert ctc.finish({}) == {"cer": None, "exact_match": None}
+    assert ctc.finish({"characters": 4, "records": 2}) == {"cer": 0.0, "exact_match": 0.0}
+    assert ctc.finish({"edits": 1, "characters": 4, "exact": 1, "records": 2}) == {"cer": 0.25, "exact_match": 0.5}
+
+
+def test_a_binary_decision_at_exactly_the_threshold_is_positive() -> None:
+    metric = BinaryF1(threshold=0.5)
+    assert metric.decode({"p": np.array([[0.5, 0.49], [0.51, 0.0]])}).tolist() == [[True, False], [True, False]]
+    predictions = metric.decode({"p": np.array([[0.7, 0.2]])})
+    assert np.array_equal(metric.as_targets(predictions), predictions)
+
+
+def test_ctc_scores_need_one_text_per_prediction_and_decode_on_another_class_axis() -> None:
+    ctc = CTCGreedy(characters=["a", "b"], space=False)
+    with pytest.raises(ValueError):
+        ctc.score(["a"], ["a", "b"])
+    assert ctc.score(["ab", "b"], ["ab", "a"]) == {"edits": 1, "characters": 3, "exact": 1, "records": 2}
+    steps = np.array([[1, 1, 0, 2], [0, 0, 1, 0]])  # classes per step: blank, a, b
+    scores = np.eye(3)[steps]  # (records, steps, classes)
+    assert ctc.decode({"y": scores}) == ["ab", "a"]
+    across = CTCGreedy(characters=["a", "b"], space=False, class_axis=1)
+    assert across.decode({"y": np.moveaxis(scores, -1, 1)}) == ["ab", "a"]
+
+
+def test_a_task_metric_counts_records_over_batches_and_says_what_it_scored_against() -> None:
+    metric = BinaryF1()
+    batch = {"p": np.array([[0.9], [0.1]])}
+    metric.update(batch, batch, None)
+    metric.update(batch, batch, None)
+    assert metric.state["records"] == 4 and metric.state["against"] == "fp32"
+    with_targets = BinaryF1()
+    with_targets.update(batch, batch, [np.array([1]), np.array([1])])
+    assert with_targets.state["against"] == "targets"
+    assert with_targets.compute()["quantized"] == {"f1": pytest.approx(2 / 3)}
+
+
+def test_sums_keep_whole_numbers_as_integers() -> None:
+    from pytest_qaccuracy.metrics.task import _add
+
+    sums: dict = {}
+    _add(sums, {"n": 2.0, "x": 2.5, "k": 3})
+    assert sums == {"n": 2, "x": 2.5, "k": 3}
+    assert type(sums["n"]) is int and type(sums["x"]) is float and type(sums["k"]) is int
