@@ -212,27 +212,44 @@ def test_outside_tolerance_relative_difference_and_excess_by_hand() -> None:
 
 def test_a_scratch_slot_is_reused_grown_and_kept_per_slot_and_per_thread() -> None:
     """``scratch`` hands out the same memory for a slot until a larger array is asked for; another
-    slot or another thread never shares it; the view has the shape and dtype asked for."""
+    slot or another thread never shares it; the view has the shape and dtype asked for. Run in fresh
+    threads: a thread's buffers outlive a test (a second run in one process would find them grown)."""
     import threading
 
     from pytest_qaccuracy.metrics.pair import scratch
 
-    first = scratch(7, (2, 3), np.float32)
-    assert first.shape == (2, 3) and first.dtype == np.float32
-    again = scratch(7, (3, 2), np.float32)
-    assert np.shares_memory(first, again)  # same slot, no larger: reused
-    assert np.shares_memory(scratch(7, (6,), np.int32), again)  # another dtype of the same size
-    other = scratch(8, (2, 3), np.float32)
-    assert not np.shares_memory(other, again)
-    grown = scratch(7, (4, 4), np.float64)
-    assert grown.shape == (4, 4) and grown.dtype == np.float64
-    assert not np.shares_memory(grown, again)  # 128 bytes > 24: a new buffer
-    assert np.shares_memory(scratch(7, (2,), np.float32), grown)  # and the new one is kept
-    seen = []
-    worker = threading.Thread(target=lambda: seen.append(scratch(7, (2,), np.float32)))
-    worker.start()
-    worker.join()
-    assert not np.shares_memory(seen[0], grown)  # each thread its own buffers
+    def in_a_fresh_thread(work):
+        got, failed = [], []
+
+        def run():
+            try:
+                got.append(work())
+            except BaseException as exc:  # handed back to the test's thread
+                failed.append(exc)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        worker.join()
+        if failed:
+            raise failed[0]
+        return got[0]
+
+    def slots():
+        first = scratch(7, (2, 3), np.float32)
+        assert first.shape == (2, 3) and first.dtype == np.float32
+        again = scratch(7, (3, 2), np.float32)
+        assert np.shares_memory(first, again)  # same slot, no larger: reused
+        assert np.shares_memory(scratch(7, (6,), np.int32), again)  # another dtype of the same size
+        other = scratch(8, (2, 3), np.float32)
+        assert not np.shares_memory(other, again)
+        grown = scratch(7, (4, 4), np.float64)
+        assert grown.shape == (4, 4) and grown.dtype == np.float64
+        assert not np.shares_memory(grown, again)  # 128 bytes > 24: a new buffer
+        assert np.shares_memory(scratch(7, (2,), np.float32), grown)  # and the new one is kept
+        return grown
+
+    grown = in_a_fresh_thread(slots)
+    assert not np.shares_memory(in_a_fresh_thread(lambda: scratch(7, (2,), np.float32)), grown)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
