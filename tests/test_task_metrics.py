@@ -582,3 +582,70 @@ def test_sums_keep_whole_numbers_as_integers() -> None:
     _add(sums, {"n": 2.0, "x": 2.5, "k": 3})
     assert sums == {"n": 2, "x": 2.5, "k": 3}
     assert type(sums["n"]) is int and type(sums["x"]) is float and type(sums["k"]) is int
+
+
+def test_a_package_beside_the_suite_is_imported_and_a_nested_class_resolved(tmp_path) -> None:
+    """``folder`` holds a package ``suite_tasks/`` (not on sys.path): imported as a package, so its
+    submodules import too, and ``module:Outer.Inner`` walks the attributes."""
+    package = tmp_path / "suite_tasks"
+    package.mkdir()
+    (package / "__init__.py").write_text("from suite_tasks.kinds import Holder\n")
+    (package / "kinds.py").write_text(
+        textwrap.dedent(
+            """
+            from pytest_qaccuracy.metrics.binary import BinaryF1
+
+            class Holder:
+                class Inner(BinaryF1):
+                    pass
+            """
+        )
+    )
+    try:
+        spec = TaskSpec("suite_tasks:Holder.Inner", folder=str(tmp_path))
+        assert spec.resolve().__qualname__ == "Holder.Inner"
+        assert sys.modules["suite_tasks"].__path__ == [str(package)]
+        with pytest.raises(ValueError, match=r"module 'suite_tasks' has no 'Holder\.Outer'"):
+            TaskSpec("suite_tasks:Holder.Outer", folder=str(tmp_path)).resolve()
+    finally:
+        for name in ("suite_tasks", "suite_tasks.kinds"):
+            sys.modules.pop(name, None)
+
+
+def test_a_module_missing_beside_the_suite_or_inside_it_is_not_imported_from_there(tmp_path) -> None:
+    (tmp_path / "lonely.py").write_text("import not_a_module_anywhere\n")
+    inside = r"cannot import 'lonely' \(ModuleNotFoundError: No module named 'not_a_module"
+    with pytest.raises(ValueError, match=inside):
+        TaskSpec("lonely:X", folder=str(tmp_path)).resolve()
+    sys.modules.pop("lonely", None)
+    with pytest.raises(ValueError, match=r"cannot import 'absent_here' \(ModuleNotFoundError"):
+        TaskSpec("absent_here:X", folder=str(tmp_path)).resolve()
+    with pytest.raises(ValueError, match=r"cannot import 'lonely_too' \(ModuleNotFoundError"):
+        TaskSpec("lonely_too:X").resolve()  # no folder: sys.path only
+
+
+def test_a_class_without_the_protocol_is_named_by_its_qualified_name() -> None:
+    from pytest_qaccuracy.metrics.task import REQUIRED, check_task_class
+
+    class Half:
+        def update(self):
+            pass
+
+    with pytest.raises(ValueError) as info:
+        check_task_class(Half)
+    missing = ", ".join(repr(m) for m in REQUIRED if m != "update")
+    assert str(info.value) == (
+        f"task metric '{Half.__qualname__}' has no method {missing} (a task metric needs {', '.join(REQUIRED)})"
+    )
+    check_task_class(BinaryF1)  # the protocol whole: no error
+
+
+def test_merge_keeps_what_either_side_scored_against_and_options_are_kept_sorted() -> None:
+    empty, scored = BinaryF1(), BinaryF1()
+    batch = {"p": np.array([[0.9]])}
+    scored.update(batch, batch, [np.array([1])])
+    empty.merge(scored)
+    assert empty.state["against"] == "targets" and empty.state["records"] == 1
+    assert TaskSpec.parse({"metric": "ctc", "space": False, "blank": 0}).options == '{"blank": 0, "space": false}'
+    with pytest.raises(ValueError, match="expected 'module:Class' or a table"):
+        TaskSpec.parse({"metric": 5})
