@@ -66,6 +66,8 @@ GROUPS: dict[str, Group] = {
             "tests/test_data_budget.py",
             "tests/test_data_errors.py",
             "tests/test_progress.py",
+            # the targets of task metrics (data/targets.py, the readers' targets()) joined data/ after the group
+            "tests/test_data_targets.py",
         ),
     ),
     "rules": Group(
