@@ -314,7 +314,9 @@ def test_a_model_that_shape_inference_refuses_is_matched_without_inferred_types(
 # -- an integer tensor that shape inference cannot type: its zero point tells the codes ----------------
 
 F8 = TensorProto.FLOAT8E4M3FN
-#: a com.microsoft op onnx's inference does not know: what it writes stays untyped
+#: onnxruntime's contrib domain (its own QuantizeLinear and DequantizeLinear, for types or opsets the
+#: standard ones lack): onnx's inference does not type what its ops write, and skips them (onnx 1.16
+#: crashes inferring a standard DequantizeLinear whose input has no type)
 MS = "com.microsoft"
 
 
@@ -341,9 +343,8 @@ FP32 = model([n("Relu", ["x"], ["y"])], [("x", F)], [("y", F)])
 def test_an_untyped_integer_reads_its_codes_from_the_dequantize_zero_point(kind, codes):
     """q comes from an op inference cannot type; the DequantizeLinear that reads it at input 0 has the
     zero point: numbers numpy can subtract from (u8, s8) are captured as q, float8 codes after the DQ."""
-    quant = untyped(
-        [n("MakeCodes", ["x"], ["q"], domain=MS), n("DequantizeLinear", ["q", "s", "z"], ["y"])], [zero("z", kind)]
-    )
+    nodes = [n("MakeCodes", ["x"], ["q"], domain=MS), n("DequantizeLinear", ["q", "s", "z"], ["y"], domain=MS)]
+    quant = untyped(nodes, [zero("z", kind)])
     matcher = Matcher(FP32, quant)
     assert "q" not in matcher.q.elem_types
     assert matcher._zero_point("q") == "z"
@@ -359,8 +360,8 @@ def test_an_untyped_integer_reads_the_quantize_zero_point_first():
     quant = untyped(
         [
             n("QuantizeLinear", ["x", "s", "z8"], ["q"], domain=MS),
-            n("DequantizeLinear", ["q", "s"], ["y"]),
-            n("DequantizeLinear", ["q", "s", "zu"], ["y2"]),
+            n("DequantizeLinear", ["q", "s"], ["y"], domain=MS),
+            n("DequantizeLinear", ["q", "s", "zu"], ["y2"], domain=MS),
         ],
         [zero("z8", F8), zero("zu", TensorProto.UINT8)],
     )
@@ -388,8 +389,8 @@ def test_only_a_quantize_producer_and_dequantize_readers_at_input_0_give_a_zero_
         [
             n("MakeCodes", ["x", "s", "z8"], ["q"], domain=MS),
             n("Mix", ["q", "s", "z8"], ["m"], domain=MS),
-            n("DequantizeLinear", ["s", "q", "z8"], ["odd"]),
-            n("DequantizeLinear", ["q", "s", "zu"], ["y"]),
+            n("DequantizeLinear", ["s", "q", "z8"], ["odd"], domain=MS),
+            n("DequantizeLinear", ["q", "s", "zu"], ["y"], domain=MS),
         ],
         [zero("z8", F8), zero("zu", TensorProto.UINT8)],
     )
