@@ -9,6 +9,7 @@ since replacing the folder would drop it.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import secrets
 import shutil
@@ -92,17 +93,25 @@ def _carry_over(files: Iterable[Path], stage: Path) -> None:
             shutil.copy2(file, stage / file.name)
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap ``a`` and ``b`` in one step (Linux ``renameat2``); False where the system cannot."""
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """The C library's ``renameat2``, looked up once (None off Linux or on an old C library)."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     import ctypes
 
-    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap ``a`` and ``b`` in one step (Linux ``renameat2``); False where the system cannot."""
+    renameat2 = _renameat2()
     if renameat2 is None:
         return False
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
+    import ctypes
+
     code = ctypes.get_errno()
     if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # a filesystem without RENAME_EXCHANGE
         return False

@@ -3,7 +3,6 @@ other excluded nodes, against what onnxruntime's ``quantize_static`` writes for 
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,9 +28,9 @@ TEST = SUITE / "data" / "digits_test.npz"
 
 
 @pytest.fixture(scope="module")
-def built():
+def built(tmp_path_factory):
     builder = RecipeBuilder(FP32, CALIB, RuntimeOptions())
-    tmp = Path(tempfile.mkdtemp(prefix="recipe-edit-"))
+    tmp = tmp_path_factory.mktemp("recipe-edit")
     model = onnx.load(str(builder.write(Recipe(), tmp / "base.onnx")))
     return builder, model, tmp
 
@@ -159,8 +158,8 @@ def _mixed(root: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def mixed():
-    tmp = Path(tempfile.mkdtemp(prefix="recipe-edit-mixed-"))
+def mixed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("recipe-edit-mixed")
     fp32, data = _mixed(tmp)
     builder = RecipeBuilder(fp32, data, RuntimeOptions())
     model = onnx.load(str(builder.write(Recipe(), tmp / "base.onnx")))

@@ -1645,16 +1645,19 @@ def test_publish_makes_every_missing_parent(tmp_path) -> None:
     assert (out / "x").read_text() == "1"
 
 
-def test_exchange_elsewhere_than_linux_or_without_renameat2(tmp_path, monkeypatch) -> None:
+def test_exchange_elsewhere_than_linux_or_without_renameat2(tmp_path, monkeypatch, request) -> None:
     import ctypes
     import errno
 
+    request.addfinalizer(publish._renameat2.cache_clear)  # the next test looks the real one up again
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
     (a / "in_a").write_text("")
+    publish._renameat2.cache_clear()
     monkeypatch.setattr(publish.sys, "platform", "darwin")
     assert publish._exchange(a, b) is False
+    publish._renameat2.cache_clear()
     monkeypatch.setattr(publish.sys, "platform", "linux")
     monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: object())
     assert publish._exchange(a, b) is False
@@ -1665,9 +1668,22 @@ def test_exchange_elsewhere_than_linux_or_without_renameat2(tmp_path, monkeypatc
             ctypes.set_errno(errno.EINVAL)  # a filesystem without RENAME_EXCHANGE
             return -1
 
+    publish._renameat2.cache_clear()
     monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: Library())
     assert publish._exchange(a, b) is False
     assert os.listdir(a) == ["in_a"] and os.listdir(b) == []
+
+
+def test_renameat2_is_looked_up_once(monkeypatch, request) -> None:
+    import ctypes
+
+    request.addfinalizer(publish._renameat2.cache_clear)
+    publish._renameat2.cache_clear()
+    opened = []
+    monkeypatch.setattr(publish.sys, "platform", "linux")
+    monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: opened.append(args) or object())
+    assert publish._renameat2() is None and publish._renameat2() is None
+    assert opened == [(None,)]
 
 
 def test_exchange_failure_carries_errno_and_relative_paths_work(tmp_path, monkeypatch) -> None:
