@@ -2955,6 +2955,29 @@ EQUIVALENT += [
     )
 ]
 
+EQUIVALENT += [
+    (
+        r'version\("pytest-qaccuracy"\)',
+        'version("PYTEST-QACCURACY")',
+        "importlib.metadata normalizes a distribution's name (PEP 503): any case finds the package",
+    )
+]
+# metrics/detection.py's box areas: a box with no area (x2 < x1 or y2 < y1) meets no other box, so its
+# IoU is 0 whatever its area is taken to be (0 / union, or 0 where the union is not positive); the
+# areas are of (n, 2) arrays, whose last axis is axis 1
+EQUIVALENT += [
+    (
+        r"np\.clip\(([ab])\[:, 2:\] - ([ab])\[:, :2\], 0, None\)",
+        r"np.clip(\1[:, 2:] - \2[:, :2], None, None)",
+        "a box without area meets no box: its IoU is 0 with any area (metrics/detection.py)",
+    ),
+    (
+        r"(np\.clip\([ab]\[:, 2:\] - [ab]\[:, :2\], 0, None\)), axis=-1\)",
+        r"\1, axis=+1)",
+        "the widths and heights are an (n, 2) array: axis -1 is axis 1",
+    ),
+]
+
 
 def changed_lines(diff: str) -> tuple[str, str]:
     """The removed and the added lines of a mutant's diff, each joined and stripped."""

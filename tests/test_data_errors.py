@@ -256,6 +256,16 @@ def test_unknown_format_lists_the_known_ones(tmp_path) -> None:
     )
 
 
+def test_a_missing_dataset_and_a_link_that_leads_nowhere(tmp_path) -> None:
+    assert _error(load_dataset, tmp_path / "none.npz") == f"{tmp_path / 'none.npz'}: dataset not found"
+    (tmp_path / "gone.npz").symlink_to(tmp_path / "missing.npz")
+    (tmp_path / "loop.h5").symlink_to(tmp_path / "loop.h5")
+    for name in ("gone.npz", "loop.h5"):
+        assert _error(load_dataset, tmp_path / name) == (
+            f"{tmp_path / name}: dataset not found (a symbolic link that leads nowhere: a loop or a missing target)"
+        )
+
+
 def test_memory_budget(monkeypatch) -> None:
     monkeypatch.delenv("QACCURACY_MEMORY_BUDGET", raising=False)
     budget = memory_budget()

@@ -69,6 +69,49 @@ def test_redrawn_at_most_every_interval_and_erased_at_the_end() -> None:
     assert "run: 100 / 100 records" in text and "\n" not in text
 
 
+def test_a_redraw_exactly_one_interval_later_and_at_the_time_of_the_batch() -> None:
+    class Ticking(Clock):  # every reading of the clock moves it on (in steps exact in binary)
+        def __call__(self) -> float:
+            self.now += 0.25
+            return self.now
+
+    clock, stream = Ticking(), io.StringIO()
+    line = ProgressLine(stream, interval=1.0, clock=clock)
+    line.start("run", 100)  # started at 100.25, drawn at 100.5
+    clock.now = line.drawn_at + 0.75  # the batch's reading is exactly one interval after the draw
+    line.advance(10)
+    assert stream.getvalue().count("\r") == 2
+    assert line.drawn_at == 101.5  # drawn at the time advance read, not at a later reading
+
+
+def test_a_line_and_a_note_are_cut_one_column_short_of_the_terminal(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "20")
+    stream = io.StringIO()
+    line = ProgressLine(stream, clock=Clock())
+    line.start("a-rather-long-label", 1000)
+    assert stream.getvalue() == "\ra-rather-long-label\x1b[K"  # 19 characters: a wrapped line cannot be redrawn
+    stream.seek(0)
+    stream.truncate()
+    line.note("0123456789abcdefghijklmnop")
+    assert stream.getvalue() == "\r0123456789abcdefghi\x1b[K"
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setattr("shutil.get_terminal_size", lambda fallback: os.terminal_size(fallback))
+    stream.seek(0)
+    stream.truncate()
+    line.note("x" * 100)  # no terminal: 80 columns
+    assert stream.getvalue() == "\r" + "x" * 79 + "\x1b[K"
+
+
+def test_a_note_after_close_starts_its_own_line_below_again() -> None:
+    stream = io.StringIO()
+    line = ProgressLine(stream, clock=Clock(), below=True)
+    line.note("first")
+    line.close()
+    line.close()  # a second close erases nothing more
+    line.note("second")
+    assert stream.getvalue() == "\n\rfirst\x1b[K" + ERASE + "\x1b[A" + "\n\rsecond\x1b[K"
+
+
 def test_below_draws_under_the_current_line_and_goes_back_up() -> None:
     stream = io.StringIO()
     line = ProgressLine(stream, below=True)

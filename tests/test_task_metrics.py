@@ -513,6 +513,42 @@ def test_decode_keeps_a_score_of_exactly_conf_and_never_suppresses_across_classe
     assert found[:, :4].tolist() == [[0, 0, 100, 100]] * 2
 
 
+def test_nms_breaks_ties_by_the_lower_index_among_many() -> None:
+    from pytest_qaccuracy.metrics.detection import nms
+
+    # 64 places, two equal-score boxes on each (one of them 1 wide smaller): a sort that is not stable
+    # may put either first; the lower index must be kept
+    rng = np.random.default_rng(3)
+    places = rng.permutation(64)
+    first = np.array([[20 * p, 0, 20 * p + 10, 10] for p in places], float)
+    second = first - [0, 0, 1, 0]
+    boxes = np.concatenate([second, first])  # the smaller box has the lower index
+    scores = np.tile(rng.permutation(64) / 64, 2)  # box i and box 64 + i: one place, one score
+    kept = nms(boxes, scores, 0.5)
+    assert sorted(kept.tolist()) == list(range(64))
+
+
+def test_decode_yolo_defaults_are_ultralytics(monkeypatch) -> None:
+    """conf 0.25, IoU 0.7 and at most 300 boxes, as ``ultralytics`` predicts."""
+    rows = [[20 * i + 5, 5, 10, 10, 0.5] for i in range(301)]  # 301 boxes apart, one class
+    rows += [[5, 5, 10, 10, 0.25], [5, 5, 10, 10, 0.2499]]  # at conf: kept (then suppressed), under: dropped
+    out = _anchors(*rows)
+    assert len(decode_yolo(out)[0]) == 300
+    assert len(decode_yolo(out, max_det=400)[0]) == 301
+    pair = _anchors([5, 5, 10, 10, 0.9], [5, 5, 10, 8, 0.8], [5, 5, 10, 7, 0.7])  # IoU 0.8 and 0.7 with the first
+    assert decode_yolo(pair)[0][:, 4].tolist() == pytest.approx([0.9, 0.7])
+    assert len(decode_yolo(_anchors([5, 5, 10, 10, 0.2500001]))[0]) == 1
+    assert len(decode_yolo(_anchors([5, 5, 10, 10, 0.2499]))[0]) == 0
+
+
+def test_decode_keeps_classes_apart_in_normalized_coordinates() -> None:
+    """Boxes in 0..1 (a model exported with normalized outputs): the shift that keeps classes apart in
+    one NMS call must still be wider than any box."""
+    out = _anchors([0.25, 0.25, 0.5, 0.5, 0.9, 0.0], [0.25, 0.25, 0.5, 0.5, 0.0, 0.8])
+    found = decode_yolo(out, conf=0.25, nms_iou=0.5)[0]
+    assert found[:, 5].tolist() == [0.0, 1.0]
+
+
 def test_yolo_metric_passes_its_options_to_decode_and_scores_by_name() -> None:
     out = _anchors([5, 5, 10, 10, 0.35], [5, 5, 10, 8, 0.3], [100, 100, 10, 10, 0.9])
     assert len(YoloDetection(conf=0.3, nms_iou=0.9).decode({"y": out})[0]) == 3  # IoU 0.8 < 0.9: kept

@@ -3,6 +3,7 @@ documented formulas: ranges, observers, candidates, options, the calibrator, the
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -1034,14 +1035,59 @@ def test_content_key_of_a_folder_reads_every_file_by_relative_path(relu, tmp_pat
 
 def test_content_key_hashes_the_bytes_then_the_settings(relu, tmp_path, monkeypatch):
     """The digest is sha256 over the model's bytes, each data file's name and bytes, then the
-    settings as sorted JSON: a new algorithm or version gives a new key."""
+    settings as JSON (options, nodes kept in float, versions, algorithm): a new algorithm or version
+    gives a new key."""
+    from importlib.metadata import version
+
+    import onnx
+    import onnxruntime
+
     data = tmp_path / "d.npz"
     data.write_bytes(b"payload")
-    key = content_key(relu, data, CalibrationOptions())
-    digest = hashlib.sha256(relu.read_bytes() + b"d.npz" + b"payload")
-    assert key != digest.hexdigest()  # the settings follow
+    options = CalibrationOptions(method="percentile", percentiles=(0.5, 99.5))
+    key = content_key(relu, data, options, ["mm"])
+    versions = [version("pytest-qaccuracy"), onnxruntime.__version__, onnx.__version__, np.__version__]
+    settings = [dataclasses.asdict(options), ["mm"], versions, cache_module.ALGORITHM]
+    expected = hashlib.sha256(relu.read_bytes() + b"d.npz" + b"payload" + json.dumps(settings).encode())
+    assert key == expected.hexdigest()
     monkeypatch.setattr(cache_module, "ALGORITHM", cache_module.ALGORITHM + 1)
-    assert content_key(relu, data, CalibrationOptions()) != key
+    assert content_key(relu, data, options, ["mm"]) != key
+    monkeypatch.undo()
+    monkeypatch.setattr(onnxruntime, "__version__", onnxruntime.__version__ + ".post1")
+    assert content_key(relu, data, options, ["mm"]) != key
+
+
+def test_content_key_reads_a_file_in_blocks(relu, tmp_path, monkeypatch):
+    """Memory stays flat in the dataset's size: the bytes are hashed one block at a time."""
+    data = tmp_path / "d.npz"
+    data.write_bytes(bytes(range(256)) * 100)
+    key = content_key(relu, data, CalibrationOptions())
+    sizes = []
+    opened = Path.open
+
+    class Recorder:
+        def __init__(self, handle) -> None:
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.handle.close()
+
+        def read(self, size=-1):
+            sizes.append(size)
+            return self.handle.read(size)
+
+    def recording_open(self, *args, **kwargs):
+        handle = opened(self, *args, **kwargs)
+        return Recorder(handle) if self in (relu, data) else handle
+
+    monkeypatch.setattr(cache_module, "CHUNK", 1000)
+    monkeypatch.setattr(Path, "open", recording_open)
+    assert content_key(relu, data, CalibrationOptions()) == key
+    assert set(sizes) == {1000}
+    assert len(sizes) == -(-relu.stat().st_size // 1000) + 1 + 26 + 1  # each file's blocks, then an empty read
 
 
 def test_content_key_refuses_a_missing_file(relu, tmp_path):

@@ -9,6 +9,7 @@ the ``kernels`` mutation group's fast unit tests (``scripts/mutation.py``).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import onnxruntime
@@ -150,6 +151,14 @@ def test_a_same_pad_with_a_negative_begin_is_refused() -> None:
 def test_a_window_larger_than_the_padded_input_is_refused() -> None:
     with pytest.raises(ValueError, match=r"the window \(4 taps, dilation 2\) does not fit spatial axis 0 of size 5"):
         pool.max_pool(np.zeros((1, 1, 5, 5), f32), kernel_shape=[4, 1], dilations=[2, 1], scheme=ORT)
+
+
+def test_an_empty_input_is_refused_unless_only_its_batch_is_empty() -> None:
+    for shape in [(2, 0, 4, 4), (2, 3, 0, 4), (2, 3, 4, 0)]:  # no channel, or an empty spatial axis
+        with pytest.raises(ValueError, match=re.escape(f"the input {shape} holds no value but its batch is not empty")):
+            pool.max_pool(np.zeros(shape, f32), kernel_shape=[2, 2], scheme=ORT)
+    (got,) = pool.max_pool(np.zeros((0, 3, 4, 4), f32), kernel_shape=[2, 2], scheme=ORT)
+    assert got.shape == (0, 3, 3, 3)
 
 
 def test_average_pool_by_hand_with_and_without_the_pads_counted() -> None:

@@ -56,13 +56,9 @@ def content_key(fp32: Path, data: Path, calibration: CalibrationOptions, nodes_t
     for path in files:
         digest.update(str(path.relative_to(data) if data.is_dir() else path.name).encode())
         _digest_file(digest, path)
-    settings = {
-        "options": dataclasses.asdict(calibration),
-        "exclude": list(nodes_to_exclude),
-        "versions": [version("pytest-qaccuracy"), onnxruntime.__version__, onnx.__version__, numpy.__version__],
-        "algorithm": ALGORITHM,
-    }
-    digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    versions = [version("pytest-qaccuracy"), onnxruntime.__version__, onnx.__version__, numpy.__version__]
+    settings = [dataclasses.asdict(calibration), list(nodes_to_exclude), versions, ALGORITHM]
+    digest.update(json.dumps(settings).encode())  # plain JSON values in a fixed order
     return digest.hexdigest()
 
 
