@@ -69,6 +69,33 @@ def test_a_pinned_preset_is_the_preset_as_that_release_computes() -> None:
     assert get_scheme("onnxruntime@1.20").name == f"{host.name}@1.20"  # this machine's family, that release
 
 
+#: each field that changed between onnxruntime releases: (the last release before, the first after,
+#: the value before); the releases and values as measured (backend/scheme.py's docstrings)
+CHANGES = {
+    "quantize_float_weights": ((1, 20), (1, 21), False),
+    "qdq_pairs_removed_first": ((1, 18), (1, 19), False),
+    "pool_size_plain": ((1, 20), (1, 21), True),
+    "softmax_int8_wraps": ((1, 28), (1, 29), True),
+    "softmax_float64": ((1, 31), (1, 32), False),
+}
+
+
+@pytest.mark.parametrize("field", sorted(CHANGES))
+@pytest.mark.parametrize("preset", ["onnxruntime-avx2", "onnxruntime-vnni", "onnxruntime-arm64-neon"])
+def test_each_release_dependent_field_changes_at_its_release(preset: str, field: str) -> None:
+    before, after, value = CHANGES[field]
+    scheme = get_scheme(preset)
+    assert getattr(for_onnxruntime(scheme, before), field) is value
+    assert getattr(for_onnxruntime(scheme, after), field) is (not value)
+    assert getattr(for_onnxruntime(scheme, (after[0] + 1, 0)), field) is (not value)  # a 2.0 as the newest
+    assert for_onnxruntime(scheme, after).name == preset  # the name kept, not "custom"
+
+
+def test_1_22_alone_leaves_float_weights_in_float() -> None:
+    scheme = get_scheme("onnxruntime-vnni")
+    assert [for_onnxruntime(scheme, (1, minor)).quantize_float_weights for minor in (21, 22, 23)] == [True, False, True]
+
+
 def test_unknown_presets_are_refused_with_or_without_a_release() -> None:
     with pytest.raises(InputError, match="unknown scheme 'onnxruntime-foo'"):
         get_scheme("onnxruntime-foo@1.20")
