@@ -406,3 +406,34 @@ def test_topk_drop_without_a_disagreeing_record_lists_none() -> None:
         "",
         "0 / 2 records disagree",
     ]
+
+
+# -- ties: the documented order (the lower index first), pinned on inputs where numpy's default sort
+# (its SIMD sorts, numpy 2) does not keep equal keys in order
+
+
+def _section(lines: list[str], title: str) -> list[str]:
+    start = lines.index(title) + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return lines[start:end]
+
+
+def test_tied_worst_elements_and_records_are_listed_in_index_order() -> None:
+    expected = np.zeros((64, 2))
+    actual = expected + np.tile([1.0, 2.0, 3.0, 4.0], 32).reshape(64, 2)  # errors 1, 2, 3, 4 repeating
+    lines = _message(assert_relative, actual, expected, 0.5, atol=0.1)
+    # the largest excess (4 - 0.1) is at every flat index 3 (mod 4): [1, 1], [3, 1], [5, 1], ...
+    assert _section(lines, "Worst elements:") == [f" [{r}, 1]: 4 (ACTUAL), 0 (EXPECTED)" for r in (1, 3, 5, 7, 9)]
+    cosines = np.tile([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0]], (16, 1))  # cosine 1, 0, 0.707, -1
+    lines = _message(assert_cosine, cosines, np.tile([1.0, 0.0], (64, 1)), 0.99)
+    assert _section(lines, "Worst records (cosine):") == [f" record {r}: -1" for r in (3, 7, 11, 15, 19)]
+
+
+def test_tied_disagreements_are_listed_in_record_order() -> None:
+    reference = np.tile([[0.0, 1.0, 0.0]], (64, 1))  # fp32 top-1: class 1 everywhere
+    test = np.tile([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [2.0, 0.0, 1.0], [0.0, 1.0, 0.0]], (16, 1))
+    lines = _message(assert_topk, test, reference, k=1, min_agreement=1.0)
+    # margins 1 (records 0, 4, ...) and 2 (records 2, 6, ...): the larger first, ties by record
+    assert _section(lines, "Worst records:") == [
+        f" record {r}: fp32 top-1 class 1, quantized top-1 [0]" for r in (2, 6, 10, 14, 18)
+    ]

@@ -273,3 +273,11 @@ def test_record_sums_leave_the_dequantized_values_slot_alone_and_keep_the_dtype(
     np.testing.assert_allclose(got["sq_err"], (d * d).sum(axis=1), rtol=tol)
     np.testing.assert_allclose(got["abs_err"], np.abs(d).sum(axis=1), rtol=tol)
     assert got["max_abs_err"].tolist() == np.abs(f - kept).max(axis=1).astype(np.float64).tolist()
+
+
+def test_topk_ties_go_to_the_lower_class_index_among_many() -> None:
+    from pytest_qaccuracy.metrics.topk import topk_indices
+
+    scores = np.tile(np.array([0.0, 1.0, 2.0, 3.0], np.float32), (2, 25))  # 100 classes, 4 values
+    assert topk_indices(scores, 5).tolist() == [[3, 7, 11, 15, 19]] * 2
+    assert topk_indices(-scores.astype(np.float64), 3).tolist() == [[0, 4, 8]] * 2

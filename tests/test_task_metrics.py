@@ -528,6 +528,22 @@ def test_nms_breaks_ties_by_the_lower_index_among_many() -> None:
     assert sorted(kept.tolist()) == list(range(64))
 
 
+def test_match_takes_tied_detections_in_index_order() -> None:
+    """Two detections of one score per place: the first (index) overlaps two targets, the best of
+    them the second detection's only one. In index order the first takes that target and the second
+    matches nothing; the other way round, both match. 64 such places on four scores, so that a sort
+    which does not keep equal scores in order shows."""
+    targets, detections = [], []
+    for p in range(64):
+        x = 100.0 * p
+        targets += [[x, 0, x + 10, 10, 0], [x + 4, 0, x + 14, 10, 0]]
+        detections.append([x, 0, x + 12, 10, 0.5 + p % 4 / 8, 0])  # IoU 100/120 with the first, 80/140 the second
+    detections += [[100.0 * p, 0, 100.0 * p + 10, 10, 0.5 + p % 4 / 8, 0] for p in range(64)]  # IoU 1 and 60/140
+    order = np.argsort([p for p in range(64)] * 2, kind="stable")  # each place's two detections side by side
+    tp, fp, fn = match(np.array(detections)[order], np.array(targets), 0.5)
+    assert (tp, fp, fn) == (64, 64, 64)  # one match per place: the second detection finds its target taken
+
+
 def test_decode_yolo_defaults_are_ultralytics(monkeypatch) -> None:
     """conf 0.25, IoU 0.7 and at most 300 boxes, as ``ultralytics`` predicts."""
     rows = [[20 * i + 5, 5, 10, 10, 0.5] for i in range(301)]  # 301 boxes apart, one class

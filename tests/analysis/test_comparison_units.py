@@ -671,6 +671,16 @@ def test_the_worst_elements_are_the_largest_excesses_across_batches() -> None:
     assert [w[0] for w in heap.result().worst] == [4, 3, 2, 1, 5]
 
 
+def test_tied_worst_elements_of_a_large_batch_are_the_first_ones() -> None:
+    # 256 elements with excesses 0.25, 0.5, 0.75, 1 repeating: the five worst are the first five of
+    # excess 1 (elements 3, 7, 11, ...), as assert_relative lists them, even where numpy's default
+    # sort would put other equal excesses first
+    test = np.tile(np.array([0.75, 1.0, 1.25, 1.5], np.float32), 64)[None]
+    tracker = _RelativeTracker(rtol=0.0, atol=0.5)
+    tracker.update(np.zeros_like(test), test, 0)
+    assert [w[1] for w in tracker.result().worst] == [f"[{i}]" for i in (3, 7, 11, 15, 19)]
+
+
 def test_output_stats_write_task_values_by_name_and_read_back() -> None:
     stats = OutputStats(
         {"y": {"records": 4}},
