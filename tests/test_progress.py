@@ -185,6 +185,77 @@ def test_which_progress_is_shown(
     assert (None if progress is None else type(progress)) is shown
 
 
+def test_progress_for_keeps_below_and_its_stream_and_reads_a_stream_without_isatty(monkeypatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+    tty, log = Tty(), io.StringIO()
+    line = progress_for(tty)  # not quiet by default
+    assert type(line) is ProgressLine and line.stream is tty and line.below is False
+    assert progress_for(tty, below=True).below is True
+    plain = progress_for(log, below=True)
+    assert type(plain) is ProgressLog and plain.stream is log and plain.below is True
+    assert progress_for(log).below is False
+
+    class Bare:  # a file-like object without isatty (a logging stream, a wrapper): a log
+        def write(self, text: str) -> None:
+            pass
+
+    assert type(progress_for(Bare())) is ProgressLog
+
+
+def test_the_rate_and_time_left_at_their_edges() -> None:
+    clock = Clock()
+    line = ProgressLine(io.StringIO(), clock=clock)
+    line.start("run", 40)
+    line.done = 10
+    assert line.line(clock.now) == "run: 10 / 40 records"  # no time elapsed yet: no rate
+    assert line.line(clock.now + 0.5) == "run: 10 / 40 records, 20 rec/s, 2s left"  # under a second
+    line.done = 40
+    assert line.line(clock.now + 100.0) == "run: 40 / 40 records, 0.4 rec/s, 0s left"
+    line.done = 2000
+    line.total = 4000
+    assert line.line(clock.now + 1.6) == "run: 2000 / 4000 records, 1250 rec/s, 2s left"  # not 1.25e+03
+    assert [format_seconds(s) for s in (3599.4, 3600, 7260)] == ["59m59s", "1h00m", "2h01m"]
+
+
+def test_default_redraw_interval_is_a_quarter_second() -> None:
+    clock, stream = Clock(), io.StringIO()
+    line = ProgressLine(stream, clock=clock)
+    line.start("run", 100)
+    clock.now += 0.125
+    line.advance(1)
+    assert stream.getvalue().count("\r") == 1
+    clock.now += 0.125
+    line.advance(1)
+    assert stream.getvalue().count("\r") == 2
+
+
+def test_a_log_notes_exactly_one_interval_later() -> None:
+    clock, stream = Clock(), io.StringIO()
+    log = ProgressLog(stream, interval=30.0, clock=clock)
+    clock.now += 30.0
+    log.note("first")
+    clock.now += 29.5
+    log.note("too soon")
+    clock.now += 0.5
+    log.note("second")
+    assert stream.getvalue() == "first\nsecond\n"
+
+
+def test_the_heartbeat_is_a_named_daemon_thread_on_the_logs_clock() -> None:
+    import threading
+
+    from pytest_qaccuracy.data.progress import Heartbeat
+
+    with Heartbeat(lambda text: None, "job", interval=60.0) as beat:
+        (thread,) = [t for t in threading.enumerate() if t.name == "qaccuracy-heartbeat"]
+        assert thread.daemon  # a job that never returns cannot keep the interpreter from exiting
+    assert beat._thread is thread and not thread.is_alive()
+    clock, stream = Clock(), io.StringIO()
+    log = ProgressLog(stream, interval=60.0, clock=clock)
+    with reporting(log), heartbeat("job"):
+        assert log.beat is not None and log.beat.clock is clock and log.beat.started == 100.0
+
+
 def test_nested_tasks_count_on_the_outer_line_and_errors_erase_it() -> None:
     stream = io.StringIO()
     with task("nothing", 3) as advance:  # no reporter: a no-op
