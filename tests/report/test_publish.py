@@ -153,17 +153,59 @@ except KeyboardInterrupt:
 """
 
 
-def _wait_interrupting(process: subprocess.Popen, deadline: float = 30.0) -> int:
-    """Wait for ``process``, pressing Ctrl-C again while it runs on: Python drops a KeyboardInterrupt
-    raised inside a weakref callback or ``__del__`` ("Exception ignored in ..."; seen on Python 3.13
-    when the signal lands in an import's lock clean-up), and the writer goes on publishing."""
-    end = time.monotonic() + deadline
+def _wait_interrupting(process: subprocess.Popen, stderr: Path, deadline: float = 30.0) -> int:
+    """Wait for ``process``, pressing Ctrl-C again only where Python said it dropped the last one: a
+    KeyboardInterrupt raised inside a weakref callback or ``__del__`` is printed as "Exception ignored
+    in ..." and the program goes on (seen on Python 3.13 when the signal lands in an import's lock
+    clean-up). A writer that goes on without that line swallowed the interrupt itself: a failure."""
+    end, dropped = time.monotonic() + deadline, 0
     while True:
         try:
             return process.wait(timeout=2)
         except subprocess.TimeoutExpired:
+            said = stderr.read_text().count("Exception ignored in")
+            assert said > dropped, f"the writer went on after Ctrl-C, and Python did not drop it: {stderr.read_text()}"
             assert time.monotonic() < end, "the writer outlived every Ctrl-C"
+            dropped = said
             process.send_signal(signal.SIGINT)
+
+
+SWALLOWS = """
+import signal, sys, time
+def dropped(number, frame):  # as Python reports an interrupt it drops, then back to the default
+    print("Exception ignored in: <function remove>", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGINT, dropped if sys.argv[1] == "drops" else lambda number, frame: None)
+print("ready", flush=True)
+try:
+    while True:
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_second_ctrl_c_only_where_python_dropped_the_first(tmp_path) -> None:
+    script = tmp_path / "swallows.py"
+    script.write_text(SWALLOWS)
+    for how in ("drops", "swallows"):
+        stderr = tmp_path / f"{how}.txt"
+        with stderr.open("w") as errors:
+            command = [sys.executable, str(script), how]
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
+        try:
+            assert process.stdout.readline() == "ready\n"
+            process.send_signal(signal.SIGINT)
+            if how == "drops":
+                assert _wait_interrupting(process, stderr) == 130
+            else:
+                with pytest.raises(AssertionError, match="the writer went on after Ctrl-C, and Python did not drop it"):
+                    _wait_interrupting(process, stderr)
+        finally:
+            process.kill()
+            process.wait()
+            process.stdout.close()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -175,13 +217,17 @@ def test_sigint_at_many_points_leaves_one_whole_set_and_no_temp_files(tmp_path):
     for attempt in range(14):
         root = tmp_path / f"run{attempt}"
         root.mkdir()
-        process = subprocess.Popen([sys.executable, str(script), str(root / "acc")], stdout=subprocess.PIPE, text=True)
+        stderr = tmp_path / f"stderr{attempt}.txt"
+        with stderr.open("w") as errors:
+            process = subprocess.Popen(
+                [sys.executable, str(script), str(root / "acc")], stdout=subprocess.PIPE, stderr=errors, text=True
+            )
         assert process.stdout.readline() == "ready\n"
         time.sleep(0.003 * attempt)
         process.send_signal(signal.SIGINT)
         # 130 from the writer's handler; -SIGINT when the signal lands outside it (during interpreter
         # start-up or shutdown, seen on Python 3.10): the folder must be whole either way
-        assert _wait_interrupting(process) in (130, -signal.SIGINT)
+        assert _wait_interrupting(process, stderr) in (130, -signal.SIGINT)
         process.stdout.close()
         assert [p.name for p in root.iterdir()] in ([], ["acc"]), attempt  # no temp sibling
         if (root / "acc").exists():
