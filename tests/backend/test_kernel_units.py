@@ -313,6 +313,28 @@ def test_qlinear_global_average_pool_by_hand() -> None:
     assert_same(got, np.array([[[-102]]], np.int8))
 
 
+def test_qlinear_global_average_pool_of_a_channel_past_2_24_elements_sums_in_64_bits() -> None:
+    """Past 2^24 elements a channel is summed in int64: -128 x (2^24 + 4096) is below int32's range,
+    255 x 4112 x 4097 above uint32's (the 32-bit sums, up to 4x faster on common shapes, are exact
+    below 2^24 elements)."""
+    x = np.full((1, 1, 4096, 4097), -128, np.int8)
+    got = pool.qlinear_global_average_pool(x, f32(1.0), None, f32(1.0), np.int8(0), scheme=ORT)[0]
+    assert_same(got, np.array([[[[-128]]]], np.int8))
+    x = np.full((1, 1, 4112, 4097), 255, np.uint8)
+    got = pool.qlinear_global_average_pool(x, f32(0.5), np.uint8(0), f32(1.0), np.uint8(0), scheme=ORT)[0]
+    assert_same(got, np.array([[[[128]]]], np.uint8))  # 255 * 0.5 = 127.5 -> 128 (to even)
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_qlinear_global_average_pool_refuses_an_input_without_spatial_values(channels_last) -> None:
+    shape, axes = ((1, 0, 4, 3), [1, 2]) if channels_last else ((1, 3, 4, 0), [2, 3])
+    with pytest.raises(
+        ValueError, match=re.escape(f"the input {shape} has no value to average over its spatial axes {axes}")
+    ):
+        pool.qlinear_global_average_pool(np.zeros(shape, np.uint8), f32(1), None, f32(1), None,
+                                         channels_last=channels_last, scheme=ORT)  # fmt: skip
+
+
 # -- tensor --------------------------------------------------------------------------------------
 
 Q4 = random_q(rng, np.uint8, (2, 3, 4, 5))
