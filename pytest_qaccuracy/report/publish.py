@@ -8,6 +8,7 @@ since replacing the folder would drop it.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import functools
 import os
@@ -98,8 +99,6 @@ def _renameat2() -> Callable[..., int] | None:
     """The C library's ``renameat2``, looked up once (None off Linux or on an old C library)."""
     if not sys.platform.startswith("linux"):
         return None
-    import ctypes
-
     return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
 
 
@@ -110,8 +109,6 @@ def _exchange(a: Path, b: Path) -> bool:
         return False
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
-    import ctypes
-
     code = ctypes.get_errno()
     if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # a filesystem without RENAME_EXCHANGE
         return False
